@@ -1,0 +1,386 @@
+"""Every error tidelog raises on purpose, in one place.
+
+Each error class carries:
+- `code`: a stable upper-case name. It travels on the wire (gRPC trailing metadata
+  `tidelog-error-code`) so a client re-raises the same class it would have got in-process.
+- `status`: the gRPC status code name the service layer answers with.
+- `hint`: what the caller should do about it.
+
+Components add their errors here (one module, so wire codes cannot collide) and the service
+layers map them with `by_code`. Unexpected exceptions are bugs, not errors of this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class TidelogError(Exception):
+    """Base of all deliberate tidelog errors."""
+
+    code: ClassVar[str] = "UNKNOWN"
+    status: ClassVar[str] = "UNKNOWN"
+    hint: ClassVar[str] = ""
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "", *, hint: str | None = None, **details: Any) -> None:
+        self.message = message or self.__class__.__doc__ or self.code
+        self.details = details
+        if hint is not None:
+            self.hint = hint  # type: ignore[misc]
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        text = f"{self.code}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+_REGISTRY: dict[str, type[TidelogError]] = {}
+
+
+def _register(cls: type[TidelogError]) -> type[TidelogError]:
+    if cls.code in _REGISTRY and _REGISTRY[cls.code] is not cls:
+        raise RuntimeError(f"duplicate error code {cls.code}")
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def by_code(code: str) -> type[TidelogError]:
+    """The error class for a wire code; unknown codes map to the base class."""
+    return _REGISTRY.get(code, TidelogError)
+
+
+def all_codes() -> dict[str, type[TidelogError]]:
+    return dict(_REGISTRY)
+
+
+# --- generic ------------------------------------------------------------------------------
+
+
+@_register
+class InvalidArgumentError(TidelogError):
+    """The request is malformed or a value is out of range."""
+
+    code = "INVALID_ARGUMENT"
+    status = "INVALID_ARGUMENT"
+    hint = "fix the request; nothing was stored"
+
+
+@_register
+class ConfigError(TidelogError):
+    """A configuration file or option is invalid."""
+
+    code = "CONFIG_INVALID"
+    status = "INVALID_ARGUMENT"
+    hint = "fix the configuration and start again"
+
+
+@_register
+class UnavailableError(TidelogError):
+    """A server could not be reached or is not serving yet."""
+
+    code = "UNAVAILABLE"
+    status = "UNAVAILABLE"
+    hint = "retry later or check that the process is running"
+    retryable = True
+
+
+# --- storage (commitlog) ------------------------------------------------------------------
+
+
+@_register
+class CorruptRecordError(TidelogError):
+    """A record that should be intact failed validation (length, magic or CRC)."""
+
+    code = "CORRUPT_RECORD"
+    status = "DATA_LOSS"
+    hint = "the store refuses to guess; restore this replica from another one"
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"corrupt record in {path} at offset {offset}: {reason}", path=path, offset=offset)
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+@_register
+class OffsetBelowRetentionError(TidelogError):
+    """The offset was written once but retention has deleted it."""
+
+    code = "OFFSET_BELOW_RETENTION"
+    status = "OUT_OF_RANGE"
+    hint = "start from the current minimum offset"
+
+    def __init__(self, offset: int, min_offset: int, what: str = "offset") -> None:
+        super().__init__(f"{what} {offset} is below retention (minimum is {min_offset})",
+                         offset=offset, min_offset=min_offset)
+        self.offset = offset
+        self.min_offset = min_offset
+
+
+@_register
+class DataUnavailableError(TidelogError):
+    """A range that should exist could not be read; this is never "no such entry"."""
+
+    code = "DATA_UNAVAILABLE"
+    status = "DATA_LOSS"
+    hint = "read from another replica"
+    retryable = True
+
+
+@_register
+class OffsetMismatchError(TidelogError):
+    """A raw append or truncation did not land on the expected offset."""
+
+    code = "OFFSET_MISMATCH"
+    status = "FAILED_PRECONDITION"
+    hint = "re-handshake with the master and resume from the local max offset"
+
+
+@_register
+class MessageTooLargeError(TidelogError):
+    """A message or batch exceeds the configured maximum size."""
+
+    code = "MESSAGE_ILLEGAL"
+    status = "INVALID_ARGUMENT"
+    hint = "send smaller messages or raise max_message_bytes"
+
+
+@_register
+class EpochRejectedError(TidelogError):
+    """An epoch entry would make epochs or start offsets go backwards."""
+
+    code = "EPOCH_REJECTED"
+    status = "FAILED_PRECONDITION"
+    hint = "epochs only grow; this request comes from an older term"
+
+
+@_register
+class StoreClosedError(TidelogError):
+    """The store is closed."""
+
+    code = "STORE_CLOSED"
+    status = "UNAVAILABLE"
+    hint = "the broker is shutting down; retry on another replica"
+    retryable = True
+
+
+# --- controller ---------------------------------------------------------------------------
+# `number` is RocketMQ's ResponseCode for the same condition, kept so logs and drills can be
+# compared side by side with a RocketMQ controller. The rules that produce each code are in
+# controller/RULES.md.
+
+
+@_register
+class ControllerFencedMasterEpochError(TidelogError):
+    """The request carries a master epoch other than the controller's current one."""
+
+    code = "CONTROLLER_FENCED_MASTER_EPOCH"
+    status = "FAILED_PRECONDITION"
+    number = 2000
+    hint = "a newer master term exists; refresh the role from the controller and step down if demoted"
+
+
+@_register
+class ControllerFencedSyncStateSetEpochError(TidelogError):
+    """The request carries a SyncStateSet epoch other than the controller's current one."""
+
+    code = "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH"
+    status = "FAILED_PRECONDITION"
+    number = 2001
+    hint = "the SyncStateSet changed meanwhile; fetch it again and recompute the change"
+
+
+@_register
+class ControllerInvalidMasterError(TidelogError):
+    """The broker that asked is not the current master of its broker set."""
+
+    code = "CONTROLLER_INVALID_MASTER"
+    status = "FAILED_PRECONDITION"
+    number = 2002
+    hint = "only the current master may change the SyncStateSet; refresh the role from the controller"
+
+
+@_register
+class ControllerInvalidReplicasError(TidelogError):
+    """A proposed SyncStateSet names a broker id that is not registered in the set."""
+
+    code = "CONTROLLER_INVALID_REPLICAS"
+    status = "FAILED_PRECONDITION"
+    number = 2003
+    hint = "propose only registered broker ids of this broker set"
+
+
+@_register
+class ControllerMasterNotAvailableError(TidelogError):
+    """No member could be elected master; the broker set takes no writes for now."""
+
+    code = "CONTROLLER_MASTER_NOT_AVAILABLE"
+    status = "UNAVAILABLE"
+    number = 2004
+    hint = "bring a SyncStateSet member back, or (accepting data loss) enable unclean election"
+    retryable = True
+
+
+@_register
+class ControllerInvalidRequestError(TidelogError):
+    """A controller request is missing a field it needs (for example a heartbeat without a broker id)."""
+
+    code = "CONTROLLER_INVALID_REQUEST"
+    status = "INVALID_ARGUMENT"
+    number = 2005
+    hint = "register first to obtain a broker id, then send it with every request"
+
+
+@_register
+class ControllerBrokerNotAliveError(TidelogError):
+    """A broker the request depends on has no fresh heartbeat at the controller leader."""
+
+    code = "CONTROLLER_BROKER_NOT_ALIVE"
+    status = "FAILED_PRECONDITION"
+    number = 2006
+    hint = "wait until the broker heartbeats again, or leave it out of the request"
+
+
+@_register
+class ControllerNotLeaderError(TidelogError):
+    """This controller node is not the Raft leader and cannot serve the request."""
+
+    code = "CONTROLLER_NOT_LEADER"
+    status = "UNAVAILABLE"
+    number = 2007
+    hint = "retry against the leader address carried by this error (or any controller if it is unknown)"
+    retryable = True
+
+    def __init__(self, message: str = "", *, leader: str | None = None, **details: Any) -> None:
+        super().__init__(message or f"not the controller leader (leader: {leader or 'unknown'})",
+                         leader=leader, **details)
+        self.leader = leader
+
+
+@_register
+class ControllerBrokerMetadataNotExistError(TidelogError):
+    """The controller has no broker set of that name."""
+
+    code = "CONTROLLER_BROKER_METADATA_NOT_EXIST"
+    status = "NOT_FOUND"
+    number = 2008
+    hint = "check the broker set name; a broker set exists once its first broker registers"
+
+
+@_register
+class ControllerInvalidCleanBrokerMetadataError(TidelogError):
+    """Broker data cannot be cleaned: the set is unknown or a broker to clean is still alive."""
+
+    code = "CONTROLLER_INVALID_CLEAN_BROKER_METADATA"
+    status = "FAILED_PRECONDITION"
+    number = 2009
+    hint = "stop the brokers first (or pass clean_living to remove live brokers on purpose)"
+
+
+@_register
+class ControllerBrokerNeedToBeRegisteredError(TidelogError):
+    """The broker id is not (or no longer) registered in this broker set."""
+
+    code = "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED"
+    status = "FAILED_PRECONDITION"
+    number = 2010
+    hint = "the controller forgot this broker (its data was cleaned); discard the local broker identity and register as a new broker"
+
+
+@_register
+class ControllerMasterStillExistError(TidelogError):
+    """The election would keep the current master: it is alive and was not asked to hand over."""
+
+    code = "CONTROLLER_MASTER_STILL_EXIST"
+    status = "FAILED_PRECONDITION"
+    number = 2011
+    hint = "nothing to do; follow the current master carried in the reply"
+
+
+@_register
+class ControllerElectMasterFailedError(TidelogError):
+    """No eligible broker for a broker- or operator-triggered election; nothing changed."""
+
+    code = "CONTROLLER_ELECT_MASTER_FAILED"
+    status = "FAILED_PRECONDITION"
+    number = 2012
+    hint = "the candidate must be alive and (unless unclean election is enabled) in the SyncStateSet"
+
+
+@_register
+class ControllerAlterSyncStateSetFailedError(TidelogError):
+    """The SyncStateSet change was refused (unknown set, no change, or the master left out)."""
+
+    code = "CONTROLLER_ALTER_SYNC_STATE_SET_FAILED"
+    status = "FAILED_PRECONDITION"
+    number = 2013
+    hint = "propose a set that differs from the current one and contains the master"
+
+
+@_register
+class ControllerBrokerIdInvalidError(TidelogError):
+    """The broker id was never assigned, or it is bound to another broker identity."""
+
+    code = "CONTROLLER_BROKER_ID_INVALID"
+    status = "FAILED_PRECONDITION"
+    number = 2014
+    hint = "two brokers claim one id: check the broker's data directory; register without an id to get a new one"
+
+
+@_register
+class TopicExistsError(TidelogError):
+    """A topic of that name already exists."""
+
+    code = "TOPIC_EXISTS"
+    status = "ALREADY_EXISTS"
+    number = 18
+    hint = "use the existing topic or delete it first"
+
+
+@_register
+class TopicNotFoundError(TidelogError):
+    """No topic of that name exists."""
+
+    code = "TOPIC_NOT_FOUND"
+    status = "NOT_FOUND"
+    number = 17
+    hint = "create the topic first, or check its name"
+
+
+@_register
+class MetadataExistsError(TidelogError):
+    """A metadata key already exists."""
+
+    code = "METADATA_EXISTS"
+    status = "ALREADY_EXISTS"
+    hint = "read the key and compare-and-set it with its version instead"
+
+
+@_register
+class MetadataNotFoundError(TidelogError):
+    """No metadata is stored under that key."""
+
+    code = "METADATA_NOT_FOUND"
+    status = "NOT_FOUND"
+    hint = "create the key first, or check its name"
+
+
+@_register
+class MetadataVersionMismatchError(TidelogError):
+    """The metadata changed since the caller read it (compare-and-set lost)."""
+
+    code = "METADATA_VERSION_MISMATCH"
+    status = "ABORTED"
+    hint = "read the key again and redo the read-modify-write with the new version"
+
+
+@_register
+class MetadataTooLargeError(TidelogError):
+    """A metadata value exceeds the controller's size limit."""
+
+    code = "METADATA_TOO_LARGE"
+    status = "INVALID_ARGUMENT"
+    hint = "store large data elsewhere and keep only a reference in the controller"
