@@ -1,0 +1,1 @@
+"""The broker process: produce/consume/ledger service around one commit log, and role changes."""

@@ -1,0 +1,1 @@
+"""The Python client: producer, consumer, reader and admin, with a route cache and retries."""

@@ -1,0 +1,1 @@
+"""The Raft-replicated controller: masters, epochs, SyncStateSets, topics and versioned metadata."""

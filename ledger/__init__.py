@@ -1,0 +1,1 @@
+"""BookKeeper-compatible ledgers on the commit log: fencing, LAC, recovery with quorum coverage."""

@@ -1,0 +1,1 @@
+"""PySpark data source and sink that read only confirmed offsets."""

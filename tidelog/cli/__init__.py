@@ -1,0 +1,40 @@
+"""The `tide` command line: one click group, with each area's commands in its own module."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tidelog.errors import TidelogError
+
+
+@click.group()
+@click.version_option(package_name="tidelog")
+def cli() -> None:
+    """tidelog: a replicated, durable message log."""
+
+
+def _register_commands() -> None:
+    from tidelog.cli import demo
+
+    cli.add_command(demo.demo)
+
+
+def main() -> None:
+    """Console entry point: typed errors become one clear line and a non-zero exit."""
+    _register_commands()
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except TidelogError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except (OSError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)

@@ -1,0 +1,1 @@
+"""Wire definitions (.proto) and their generated modules; regenerate with `make proto`."""
