@@ -1,0 +1,266 @@
+"""The on-disk record codec of the commit log (see FORMAT.md): encode batches, validate, decode.
+
+Pure functions over bytes; no files. Every integer is big-endian. A record is
+
+    total_size u32 | magic u32 | crc u32 | flags u16 | topic_len u16 | queue_id u32 | epoch u32 |
+    queue_offset u64 | phys_offset u64 | born_ts u64 | store_ts u64 | props_len u32 | body_len u32 |
+    topic | properties | body
+
+and `crc` is the CRC32C of every byte after the crc field. The tail of a segment that cannot hold
+the next record starts with a blank marker: total_size = bytes left in the segment, magic = BLANK.
+
+Validation (`check_at`) distinguishes four outcomes, because recovery treats them differently:
+a valid record, a blank marker (roll to the next segment), the end of written data (zeros), and
+damage (with the reason, so errors can name it).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from crc32c import crc32c
+
+MAGIC = 0x7DE1_0601
+BLANK_MAGIC = 0xB1A4_4B00
+HEADER = struct.Struct(">IIIHHIIQQQQII")
+HEADER_SIZE = HEADER.size  # 64
+BLANK = struct.Struct(">II")
+BLANK_SIZE = BLANK.size  # 8
+_SIZE_MAGIC = struct.Struct(">II")
+_CRC = struct.Struct(">I")
+_KEY = struct.Struct(">H")
+_VAL = struct.Struct(">I")
+
+#: Reserved property names (RocketMQ's names, so wire compatibility stays possible).
+PROP_KEYS = "KEYS"
+PROP_TAGS = "TAGS"
+RESERVED_PROPERTIES = frozenset({PROP_KEYS, PROP_TAGS})
+
+MAX_TOPIC_BYTES = 255
+MAX_PROPERTIES_BYTES = 32 * 1024
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to append. `flags` is the owner's record kind (the commit log does not interpret it)."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    key: str | None = None
+    tags: str | None = None
+    properties: Mapping[str, str] | None = None
+    flags: int = 0
+    born_ts: int | None = None
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A record read back from the log."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    size: int
+    body: bytes
+    key: str | None
+    tags: str | None
+    properties: dict[str, str] = field(default_factory=dict)
+    flags: int = 0
+    epoch: int = 0
+    born_ts: int = 0
+    store_ts: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class Header:
+    """The fixed part of a record, enough to dispatch it without decoding the body."""
+
+    size: int
+    flags: int
+    topic: str
+    queue_id: int
+    epoch: int
+    queue_offset: int
+    phys_offset: int
+    born_ts: int
+    store_ts: int
+    props: bytes
+    body_len: int
+
+
+# --- properties ---------------------------------------------------------------------------
+
+
+def encode_properties(key: str | None, tags: str | None, properties: Mapping[str, str] | None) -> bytes:
+    """Encode properties as (u16 name length, name, u32 value length, value)*, keys/tags first."""
+    parts: list[bytes] = []
+    if key is not None:
+        _prop(parts, PROP_KEYS, key)
+    if tags is not None:
+        _prop(parts, PROP_TAGS, tags)
+    if properties:
+        for name, value in properties.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise ValueError("property names and values must be strings")
+            if name in RESERVED_PROPERTIES:
+                raise ValueError(f"property name {name!r} is reserved; use key= or tags=")
+            if not name:
+                raise ValueError("property names must not be empty")
+            _prop(parts, name, value)
+    return b"".join(parts)
+
+
+def _prop(parts: list[bytes], name: str, value: str) -> None:
+    n = name.encode()
+    v = value.encode()
+    parts.append(_KEY.pack(len(n)) + n + _VAL.pack(len(v)) + v)
+
+
+def decode_properties(data: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    pos = 0
+    end = len(data)
+    while pos < end:
+        (nlen,) = _KEY.unpack_from(data, pos)
+        pos += 2
+        name = data[pos : pos + nlen].decode()
+        pos += nlen
+        (vlen,) = _VAL.unpack_from(data, pos)
+        pos += 4
+        if pos + vlen > end:
+            raise ValueError("property value runs past the properties block")
+        out[name] = data[pos : pos + vlen].decode()
+        pos += vlen
+    return out
+
+
+def tags_hash(tags: str | None) -> int:
+    """A stable 32-bit tag code for consume-queue units (0 = no tags)."""
+    if not tags:
+        return 0
+    return crc32c(tags.encode()) or 1
+
+
+def tags_of(props: bytes) -> str | None:
+    """TAGS from an encoded properties block, cheaply (keys and tags come first)."""
+    if not props:
+        return None
+    return decode_properties(props).get(PROP_TAGS)
+
+
+# --- encoding -----------------------------------------------------------------------------
+
+
+def record_size(topic_bytes: bytes, props: bytes, body: bytes | bytearray | memoryview) -> int:
+    return HEADER_SIZE + len(topic_bytes) + len(props) + len(body)
+
+
+def encode_into(
+    buf: bytearray,
+    pos: int,
+    *,
+    topic: bytes,
+    props: bytes,
+    body: bytes | bytearray | memoryview,
+    flags: int,
+    queue_id: int,
+    epoch: int,
+    queue_offset: int,
+    phys_offset: int,
+    born_ts: int,
+    store_ts: int,
+) -> int:
+    """Write one record at `pos` of `buf` (which must be large enough); returns its size."""
+    tlen = len(topic)
+    plen = len(props)
+    blen = len(body)
+    size = HEADER_SIZE + tlen + plen + blen
+    HEADER.pack_into(buf, pos, size, MAGIC, 0, flags, tlen, queue_id, epoch, queue_offset,
+                     phys_offset, born_ts, store_ts, plen, blen)
+    p = pos + HEADER_SIZE
+    buf[p : p + tlen] = topic
+    p += tlen
+    buf[p : p + plen] = props
+    p += plen
+    buf[p : p + blen] = body
+    with memoryview(buf) as mv:
+        _CRC.pack_into(buf, pos + 8, crc32c(mv[pos + 12 : pos + size]))
+    return size
+
+
+def encode(**fields: Any) -> bytes:
+    """One record as bytes (tests and tools; the log encodes batches in place)."""
+    topic = fields["topic"]
+    props = fields.get("props", b"")
+    body = fields["body"]
+    buf = bytearray(record_size(topic, props, body))
+    encode_into(buf, 0, **fields)
+    return bytes(buf)
+
+
+def blank_marker(remaining: int) -> bytes:
+    return BLANK.pack(remaining, BLANK_MAGIC)
+
+
+# --- validation and decoding --------------------------------------------------------------
+
+VALID, IS_BLANK, END, DAMAGED = "valid", "blank", "end", "damaged"
+
+
+def check_at(data: bytes | bytearray | memoryview, pos: int, *, verify_crc: bool = True) -> tuple[str, int, str]:
+    """Classify the bytes at `pos`: (VALID, size, "") | (IS_BLANK, declared size, "") |
+    (END, 0, "") for no more written data | (DAMAGED, 0, reason)."""
+    remaining = len(data) - pos
+    if remaining <= 0:
+        return END, 0, ""
+    if remaining < 8:
+        if not any(data[pos:]):
+            return END, 0, ""
+        return DAMAGED, 0, f"only {remaining} bytes, shorter than a record header"
+    size, magic = _SIZE_MAGIC.unpack_from(data, pos)
+    if magic == BLANK_MAGIC:
+        return IS_BLANK, size, ""
+    if magic != MAGIC:
+        if size == 0 and magic == 0:
+            return END, 0, ""
+        return DAMAGED, 0, f"bad magic 0x{magic:08x}"
+    if size < HEADER_SIZE:
+        return DAMAGED, 0, f"length {size} is shorter than the header"
+    if size > remaining:
+        return DAMAGED, 0, f"length {size} runs past the written data ({remaining} bytes left)"
+    (_, _, crc, _, tlen, _, _, _, _, _, _, plen, blen) = HEADER.unpack_from(data, pos)
+    if HEADER_SIZE + tlen + plen + blen != size:
+        return DAMAGED, 0, f"length {size} does not match its fields"
+    if verify_crc:
+        with memoryview(data) as mv:
+            actual = crc32c(mv[pos + 12 : pos + size])
+        if actual != crc:
+            return DAMAGED, 0, f"CRC32C mismatch (stored 0x{crc:08x}, computed 0x{actual:08x})"
+    return VALID, size, ""
+
+
+def decode_header(data: bytes | bytearray | memoryview, pos: int) -> Header:
+    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = HEADER.unpack_from(data, pos)
+    p = pos + HEADER_SIZE
+    topic = bytes(data[p : p + tlen]).decode()
+    props = bytes(data[p + tlen : p + tlen + plen])
+    return Header(size, flags, topic, queue_id, epoch, qoff, phys, born, store, props, blen)
+
+
+def decode(data: bytes | bytearray | memoryview, pos: int = 0) -> StoredMessage:
+    """Decode a record already known to be VALID."""
+    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = HEADER.unpack_from(data, pos)
+    p = pos + HEADER_SIZE
+    topic = bytes(data[p : p + tlen]).decode()
+    p += tlen
+    props = decode_properties(bytes(data[p : p + plen])) if plen else {}
+    p += plen
+    body = bytes(data[p : p + blen])
+    key = props.pop(PROP_KEYS, None)
+    tags = props.pop(PROP_TAGS, None)
+    return StoredMessage(topic, queue_id, qoff, phys, size, body, key, tags, props, flags, epoch, born, store)

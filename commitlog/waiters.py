@@ -1,0 +1,78 @@
+"""Waiters released in offset order when an offset advances (group commit, replica acks).
+
+Any thread may call `release(offset)`; each waiter's asyncio future is completed on its own event
+loop. Waiters sit in a SortedList keyed by offset, so one release completes every waiter at or
+below the new offset in one pass, however many there are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable
+
+from sortedcontainers import SortedList
+
+
+def _resolve(fut: asyncio.Future[int], value: int) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future[int], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+class OffsetWaiters:
+    def __init__(self, on_new_target: Callable[[int], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._waiting: SortedList = SortedList(key=lambda w: (w[0], w[1]))
+        self._seq = itertools.count()
+        self._on_new_target = on_new_target
+
+    def wait(self, offset: int) -> asyncio.Future[int]:
+        """A future completed (with the released offset) once `release` reaches `offset`."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        with self._lock:
+            self._waiting.add((offset, next(self._seq), loop, fut))
+        if self._on_new_target is not None:
+            self._on_new_target(offset)
+        return fut
+
+    def max_target(self) -> int:
+        with self._lock:
+            return self._waiting[-1][0] if self._waiting else -1
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def release(self, offset: int) -> int:
+        """Complete every waiter at or below `offset`; returns how many."""
+        with self._lock:
+            idx = self._waiting.bisect_key_right((offset, float("inf")))
+            done = list(self._waiting.islice(0, idx))
+            del self._waiting[:idx]
+        for _, _, loop, fut in done:
+            _call(loop, _resolve, fut, offset)
+        return len(done)
+
+    def fail_all(self, exc: BaseException) -> None:
+        with self._lock:
+            done = list(self._waiting)
+            self._waiting.clear()
+        for _, _, loop, fut in done:
+            _call(loop, _fail, fut, exc)
+
+
+def _call(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: object) -> None:
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        fn(*args)
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(fn, *args)
