@@ -1,0 +1,361 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RoleAssignment(_message.Message):
+    __slots__ = ("broker_set", "has_master", "master_id", "master_address", "master_ha_address", "master_epoch", "sync_state_set", "sync_state_set_epoch")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    HAS_MASTER_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    has_master: bool
+    master_id: int
+    master_address: str
+    master_ha_address: str
+    master_epoch: int
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    sync_state_set_epoch: int
+    def __init__(self, broker_set: _Optional[str] = ..., has_master: _Optional[bool] = ..., master_id: _Optional[int] = ..., master_address: _Optional[str] = ..., master_ha_address: _Optional[str] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ...) -> None: ...
+
+class MemberInfo(_message.Message):
+    __slots__ = ("broker_id", "address", "ha_address", "datacenter", "rack", "in_sync", "alive", "last_epoch", "last_max_offset", "is_master")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATACENTER_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    IS_MASTER_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    address: str
+    ha_address: str
+    datacenter: str
+    rack: str
+    in_sync: bool
+    alive: bool
+    last_epoch: int
+    last_max_offset: int
+    is_master: bool
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., ha_address: _Optional[str] = ..., datacenter: _Optional[str] = ..., rack: _Optional[str] = ..., in_sync: _Optional[bool] = ..., alive: _Optional[bool] = ..., last_epoch: _Optional[int] = ..., last_max_offset: _Optional[int] = ..., is_master: _Optional[bool] = ...) -> None: ...
+
+class BrokerSetInfo(_message.Message):
+    __slots__ = ("role", "members", "next_broker_id")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    role: RoleAssignment
+    members: _containers.RepeatedCompositeFieldContainer[MemberInfo]
+    next_broker_id: int
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., members: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ..., next_broker_id: _Optional[int] = ...) -> None: ...
+
+class TopicConfig(_message.Message):
+    __slots__ = ("name", "queues", "perm")
+    class QueuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queues: _containers.ScalarMap[str, int]
+    perm: str
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ..., perm: _Optional[str] = ...) -> None: ...
+
+class MetaEntry(_message.Message):
+    __slots__ = ("key", "value", "version")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    version: int
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., version: _Optional[int] = ...) -> None: ...
+
+class RegisterBrokerRequest(_message.Message):
+    __slots__ = ("broker_set", "address", "ha_address", "datacenter", "rack", "identity", "broker_id")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATACENTER_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    address: str
+    ha_address: str
+    datacenter: str
+    rack: str
+    identity: str
+    broker_id: int
+    def __init__(self, broker_set: _Optional[str] = ..., address: _Optional[str] = ..., ha_address: _Optional[str] = ..., datacenter: _Optional[str] = ..., rack: _Optional[str] = ..., identity: _Optional[str] = ..., broker_id: _Optional[int] = ...) -> None: ...
+
+class RegisterBrokerReply(_message.Message):
+    __slots__ = ("broker_id", "role")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    role: RoleAssignment
+    def __init__(self, broker_id: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    broker_id: int
+    epoch: int
+    max_offset: int
+    confirm_offset: int
+    priority: int
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    role: RoleAssignment
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    heartbeat_interval_ms: int
+    heartbeat_timeout_ms: int
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class AlterSyncStateSetRequest(_message.Message):
+    __slots__ = ("broker_set", "master_id", "master_epoch", "new_sync_state_set", "sync_state_set_epoch")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NEW_SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    master_id: int
+    master_epoch: int
+    new_sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    sync_state_set_epoch: int
+    def __init__(self, broker_set: _Optional[str] = ..., master_id: _Optional[int] = ..., master_epoch: _Optional[int] = ..., new_sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ...) -> None: ...
+
+class AlterSyncStateSetReply(_message.Message):
+    __slots__ = ("role",)
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    role: RoleAssignment
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
+
+class ElectMasterRequest(_message.Message):
+    __slots__ = ("broker_set", "broker_id", "designated")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DESIGNATED_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    broker_id: int
+    designated: bool
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ...) -> None: ...
+
+class ElectMasterReply(_message.Message):
+    __slots__ = ("role",)
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    role: RoleAssignment
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
+
+class GetRouteRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class BrokerSetRoute(_message.Message):
+    __slots__ = ("broker_set", "queues", "role", "replicas")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    queues: int
+    role: RoleAssignment
+    replicas: _containers.RepeatedCompositeFieldContainer[MemberInfo]
+    def __init__(self, broker_set: _Optional[str] = ..., queues: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ...) -> None: ...
+
+class GetRouteReply(_message.Message):
+    __slots__ = ("topic", "perm", "broker_sets")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    perm: str
+    broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetRoute]
+    def __init__(self, topic: _Optional[str] = ..., perm: _Optional[str] = ..., broker_sets: _Optional[_Iterable[_Union[BrokerSetRoute, _Mapping]]] = ...) -> None: ...
+
+class DescribeBrokerSetsRequest(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeBrokerSetsReply(_message.Message):
+    __slots__ = ("broker_sets", "liveness_known")
+    BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
+    LIVENESS_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetInfo]
+    liveness_known: bool
+    def __init__(self, broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., liveness_known: _Optional[bool] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("name", "queues", "perm")
+    class QueuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queues: _containers.ScalarMap[str, int]
+    perm: str
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ..., perm: _Optional[str] = ...) -> None: ...
+
+class CreateTopicReply(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicConfig
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsReply(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class CleanBrokerDataRequest(_message.Message):
+    __slots__ = ("broker_set", "broker_ids", "clean_living")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    BROKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_LIVING_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    broker_ids: _containers.RepeatedScalarFieldContainer[int]
+    clean_living: bool
+    def __init__(self, broker_set: _Optional[str] = ..., broker_ids: _Optional[_Iterable[int]] = ..., clean_living: _Optional[bool] = ...) -> None: ...
+
+class CleanBrokerDataReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MetaCreateRequest(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class MetaGetRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class MetaCompareAndSetRequest(_message.Message):
+    __slots__ = ("key", "value", "expected_version")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    expected_version: int
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class MetaDeleteRequest(_message.Message):
+    __slots__ = ("key", "expected_version")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    expected_version: int
+    def __init__(self, key: _Optional[str] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class MetaDeleteReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MetaListRequest(_message.Message):
+    __slots__ = ("prefix",)
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ...) -> None: ...
+
+class MetaListReply(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[MetaEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[MetaEntry, _Mapping]]] = ...) -> None: ...
+
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ControllerNodeInfo(_message.Message):
+    __slots__ = ("id", "raft_address", "grpc_address")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    raft_address: str
+    grpc_address: str
+    def __init__(self, id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
+
+class ClusterStatusReply(_message.Message):
+    __slots__ = ("node_id", "raft_state", "leader_id", "leader_address", "term", "commit_index", "last_applied", "ready", "nodes")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_STATE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raft_state: str
+    leader_id: str
+    leader_address: str
+    term: int
+    commit_index: int
+    last_applied: int
+    ready: bool
+    nodes: _containers.RepeatedCompositeFieldContainer[ControllerNodeInfo]
+    def __init__(self, node_id: _Optional[str] = ..., raft_state: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., ready: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[ControllerNodeInfo, _Mapping]]] = ...) -> None: ...

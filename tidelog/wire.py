@@ -1,0 +1,159 @@
+"""The gRPC error convention every tidelog service shares, both directions.
+
+Server side: `@rpc` wraps an async servicer method so that a `TidelogError` becomes
+`context.abort(grpc.StatusCode[err.status], err.message)` with trailing metadata
+`tidelog-error-code` = err.code (plus `tidelog-leader` when the error names a leader), and an
+unexpected exception becomes INTERNAL after being logged; a request never kills the server.
+`require`, `non_empty` and `non_negative` validate requests with a clear INVALID_ARGUMENT.
+
+Client side: `error_from_rpc` turns an `AioRpcError` back into the typed error, so a caller gets
+the same class over the wire as in-process.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from tidelog.errors import InvalidArgumentError, TidelogError, UnavailableError, by_code
+
+log = logging.getLogger(__name__)
+
+ERROR_CODE_KEY = "tidelog-error-code"
+LEADER_KEY = "tidelog-leader"
+
+# Transport-level failures that mean "try again or elsewhere", not "your request is wrong".
+_UNREACHABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+}
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def leader_of(err: BaseException) -> str | None:
+    """The leader address an error names, if any (NOT_LEADER carries one)."""
+    leader = getattr(err, "leader", None)
+    if not leader and isinstance(err, TidelogError):
+        leader = err.details.get("leader")
+    return str(leader) if leader else None
+
+
+def trailing_metadata_for(err: TidelogError) -> tuple[tuple[str, str], ...]:
+    md: list[tuple[str, str]] = [(ERROR_CODE_KEY, err.code)]
+    leader = leader_of(err)
+    if leader:
+        md.append((LEADER_KEY, leader))
+    return tuple(md)
+
+
+def _status_of(err: TidelogError) -> grpc.StatusCode:
+    try:
+        return grpc.StatusCode[err.status]
+    except KeyError:
+        return grpc.StatusCode.UNKNOWN
+
+
+async def abort_with(context: grpc.aio.ServicerContext, err: TidelogError) -> None:
+    """Answer the call with a typed error; raises (as context.abort always does)."""
+    await context.abort(_status_of(err), err.message, trailing_metadata=trailing_metadata_for(err))
+
+
+def rpc(fn: F) -> F:
+    """Decorate an async servicer method `(self, request, context)` with the error convention."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await fn(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except TidelogError as err:
+            log.debug("%s answered %s: %s", fn.__name__, err.code, err.message)
+            await abort_with(context, err)
+        except Exception as exc:  # a bug: log it loudly, keep serving
+            log.exception("%s failed unexpectedly", fn.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+    return wrapper  # type: ignore[return-value]
+
+
+# --- request validation -----------------------------------------------------------------------
+
+
+def require(condition: bool, message: str, **details: Any) -> None:
+    if not condition:
+        raise InvalidArgumentError(message, **details)
+
+
+def non_empty(field: str, value: str, max_len: int = 255) -> str:
+    require(bool(value) and bool(value.strip()), f"{field} must not be empty", field=field)
+    require(len(value) <= max_len, f"{field} is longer than {max_len} characters", field=field)
+    return value
+
+
+def non_negative(field: str, value: int) -> int:
+    require(value >= 0, f"{field} must not be negative (got {value})", field=field)
+    return value
+
+
+# --- client side ---------------------------------------------------------------------------
+
+
+def _metadata_dict(err: grpc.aio.AioRpcError) -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        md = err.trailing_metadata() or ()
+    except Exception:  # a call that never reached a server has no metadata
+        md = ()
+    for item in md:
+        key, value = item[0], item[1]
+        out[key] = value.decode() if isinstance(value, bytes) else str(value)
+    return out
+
+
+def make_error(code: str, message: str, **details: Any) -> TidelogError:
+    """The typed error for a wire code, built without knowing its constructor's extra parameters."""
+    return _instantiate(by_code(code), message, details)
+
+
+def _instantiate(cls: type[TidelogError], message: str, details: dict[str, Any]) -> TidelogError:
+    try:
+        err = cls(message, **details)
+    except TypeError:
+        err = cls.__new__(cls)
+        Exception.__init__(err, message)
+        err.message = message
+        err.details = dict(details)
+    for key, value in details.items():
+        if not hasattr(err, key):
+            setattr(err, key, value)
+    return err
+
+
+def error_from_rpc(err: grpc.aio.AioRpcError | grpc.RpcError) -> TidelogError:
+    """The typed error an RPC failure stands for."""
+    md = _metadata_dict(err) if isinstance(err, grpc.aio.AioRpcError) else {}
+    code = md.get(ERROR_CODE_KEY)
+    status = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    message = (err.details() if hasattr(err, "details") else "") or ""
+    details: dict[str, Any] = {}
+    if LEADER_KEY in md:
+        details["leader"] = md[LEADER_KEY]
+    if code:
+        return _instantiate(by_code(code), message, details)
+    if status in _UNREACHABLE:
+        return UnavailableError(f"{status.name}: {message}")
+    return TidelogError(f"{status.name}: {message}")
+
+
+def is_unreachable(err: BaseException) -> bool:
+    """True for errors that say nothing about the request, only about the server or network."""
+    if isinstance(err, grpc.aio.AioRpcError):
+        return err.code() in _UNREACHABLE
+    return isinstance(err, TidelogError) and err.retryable and isinstance(err, UnavailableError)
