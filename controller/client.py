@@ -1,0 +1,223 @@
+"""`ControllerClient`: the async client brokers, the Python client and the CLI use to talk to a
+controller cluster.
+
+It hides which node leads: a call goes first to the node that answered last (normally the
+leader), follows CONTROLLER_NOT_LEADER to the leader it names, and moves on to the other nodes
+when one is unreachable, until a bounded total time runs out. Typed errors that are answers
+(unknown topic, fenced epoch, ...) are raised at once; only "not here / not now" is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import grpc
+
+from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
+from tidelog.proto import controller_pb2 as pb
+from tidelog.proto import controller_pb2_grpc as pb_grpc
+from tidelog.wire import error_from_rpc
+
+log = logging.getLogger(__name__)
+
+CONTROLLERS_ENV = "TIDE_CONTROLLERS"
+
+
+def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
+    """'h1:p1,h2:p2' (also ';'-separated) or a list -> ['h1:p1', 'h2:p2']."""
+    items = addresses.replace(";", ",").split(",") if isinstance(addresses, str) else list(addresses)
+    out = [a.strip() for a in items if a and a.strip()]
+    if not out:
+        raise UnavailableError("no controller address given", hint=f"pass --controllers or set ${CONTROLLERS_ENV}")
+    return out
+
+
+class _Conn:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address)
+        self.broker = pb_grpc.ControllerBrokerStub(self.channel)
+        self.route = pb_grpc.ControllerRouteStub(self.channel)
+        self.admin = pb_grpc.ControllerAdminStub(self.channel)
+
+
+def _retryable(err: TidelogError) -> bool:
+    # Not-leader and "not serving yet" say nothing about the request; everything else is an answer.
+    return isinstance(err, ControllerNotLeaderError) or type(err) is UnavailableError
+
+
+class ControllerClient:
+    """Async client for a controller cluster given as 'host:port[,host:port...]' or a list."""
+
+    def __init__(self, addresses: str | Iterable[str], *, rpc_timeout: float = 3.0,
+                 total_timeout: float = 15.0) -> None:
+        self._addresses = parse_addresses(addresses)
+        self._conns: dict[str, _Conn] = {}
+        self._preferred: str = self._addresses[0]
+        self.rpc_timeout = rpc_timeout
+        self.total_timeout = total_timeout
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._addresses)
+
+    @property
+    def leader_hint(self) -> str:
+        """The node the next call goes to first (the last one that answered)."""
+        return self._preferred
+
+    def _conn(self, address: str) -> _Conn:
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = self._conns[address] = _Conn(address)
+        return conn
+
+    async def close(self) -> None:
+        conns, self._conns = list(self._conns.values()), {}
+        for c in conns:
+            await c.channel.close()
+
+    async def __aenter__(self) -> ControllerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def call(self, service: str, method: str, request: Any, *, timeout: float | None = None,
+                   total_timeout: float | None = None, address: str | None = None) -> Any:
+        """Call `service.method` ('broker', 'route' or 'admin'), following the leader.
+
+        With `address`, ask exactly that node once (no retries, no leader following).
+        """
+        per_call = timeout or self.rpc_timeout
+        if address is not None:
+            try:
+                return await getattr(getattr(self._conn(address), service), method)(request, timeout=per_call)
+            except grpc.aio.AioRpcError as exc:
+                raise error_from_rpc(exc) from None
+        deadline = time.monotonic() + (total_timeout or self.total_timeout)
+        last: TidelogError | None = None
+        backoff = 0.05
+        while True:
+            queue = [self._preferred] + [a for a in self._addresses if a != self._preferred]
+            tried: set[str] = set()
+            while queue:
+                addr = queue.pop(0)
+                remaining = deadline - time.monotonic()
+                if addr in tried or remaining <= 0:
+                    continue
+                tried.add(addr)
+                stub = getattr(self._conn(addr), service)
+                try:
+                    reply = await getattr(stub, method)(request, timeout=min(per_call, remaining))
+                except grpc.aio.AioRpcError as exc:
+                    err = error_from_rpc(exc)
+                    if not _retryable(err):
+                        self._preferred = addr
+                        raise err from None
+                    last = err
+                    leader = getattr(err, "leader", None)
+                    if leader and leader not in tried:
+                        if leader not in self._addresses:
+                            self._addresses.append(leader)
+                        log.debug("%s.%s: %s is not the leader, following %s", service, method, addr, leader)
+                        self._preferred = leader
+                        queue.insert(0, leader)
+                    continue
+                self._preferred = addr
+                return reply
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+            backoff = min(backoff * 2, 0.5)
+        if last is not None:
+            raise last
+        raise UnavailableError(f"no controller answered within {total_timeout or self.total_timeout:.1f}s "
+                               f"(tried {', '.join(self._addresses)})")
+
+    # --- broker-facing --------------------------------------------------------------------
+
+    async def register_broker(self, broker_set: str, address: str, ha_address: str, *, identity: str,
+                              broker_id: int | None = None, datacenter: str = "", rack: str = ""
+                              ) -> pb.RegisterBrokerReply:
+        req = pb.RegisterBrokerRequest(broker_set=broker_set, address=address, ha_address=ha_address,
+                                       datacenter=datacenter, rack=rack, identity=identity)
+        if broker_id is not None:
+            req.broker_id = broker_id
+        return await self.call("broker", "RegisterBroker", req)
+
+    async def heartbeat(self, broker_set: str, broker_id: int, *, epoch: int, max_offset: int,
+                        confirm_offset: int = -1, priority: int | None = None,
+                        total_timeout: float | None = None) -> pb.HeartbeatReply:
+        req = pb.HeartbeatRequest(broker_set=broker_set, broker_id=broker_id, epoch=epoch,
+                                  max_offset=max_offset, confirm_offset=confirm_offset)
+        if priority is not None:
+            req.priority = priority
+        return await self.call("broker", "Heartbeat", req, total_timeout=total_timeout)
+
+    async def alter_sync_state_set(self, broker_set: str, master_id: int, master_epoch: int,
+                                   new_sync_state_set: Iterable[int], sync_state_set_epoch: int
+                                   ) -> pb.AlterSyncStateSetReply:
+        req = pb.AlterSyncStateSetRequest(broker_set=broker_set, master_id=master_id, master_epoch=master_epoch,
+                                          new_sync_state_set=sorted(new_sync_state_set),
+                                          sync_state_set_epoch=sync_state_set_epoch)
+        return await self.call("broker", "AlterSyncStateSet", req)
+
+    async def elect_master(self, broker_set: str, broker_id: int | None = None, *, designated: bool = False
+                           ) -> pb.ElectMasterReply:
+        req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated)
+        if broker_id is not None:
+            req.broker_id = broker_id
+        return await self.call("admin" if designated else "broker", "ElectMaster", req)
+
+    # --- client-facing --------------------------------------------------------------------
+
+    async def get_route(self, topic: str) -> pb.GetRouteReply:
+        return await self.call("route", "GetRoute", pb.GetRouteRequest(topic=topic))
+
+    async def describe_broker_sets(self, names: Iterable[str] = ()) -> pb.DescribeBrokerSetsReply:
+        return await self.call("route", "DescribeBrokerSets", pb.DescribeBrokerSetsRequest(names=list(names)))
+
+    # --- admin ----------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, queues: dict[str, int], perm: str = "rw") -> pb.TopicConfig:
+        reply = await self.call("admin", "CreateTopic", pb.CreateTopicRequest(name=name, queues=queues, perm=perm))
+        return reply.topic
+
+    async def delete_topic(self, name: str) -> None:
+        await self.call("admin", "DeleteTopic", pb.DeleteTopicRequest(name=name))
+
+    async def list_topics(self) -> list[pb.TopicConfig]:
+        return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)
+
+    async def clean_broker_data(self, broker_set: str, broker_ids: Iterable[int] = (), *,
+                                clean_living: bool = False) -> None:
+        await self.call("admin", "CleanBrokerData", pb.CleanBrokerDataRequest(
+            broker_set=broker_set, broker_ids=sorted(broker_ids), clean_living=clean_living))
+
+    async def meta_create(self, key: str, value: bytes) -> pb.MetaEntry:
+        return await self.call("admin", "MetaCreate", pb.MetaCreateRequest(key=key, value=value))
+
+    async def meta_get(self, key: str) -> pb.MetaEntry:
+        return await self.call("admin", "MetaGet", pb.MetaGetRequest(key=key))
+
+    async def meta_cas(self, key: str, value: bytes, expected_version: int) -> pb.MetaEntry:
+        return await self.call("admin", "MetaCompareAndSet", pb.MetaCompareAndSetRequest(
+            key=key, value=value, expected_version=expected_version))
+
+    async def meta_delete(self, key: str, expected_version: int | None = None) -> None:
+        req = pb.MetaDeleteRequest(key=key)
+        if expected_version is not None:
+            req.expected_version = expected_version
+        await self.call("admin", "MetaDelete", req)
+
+    async def meta_list(self, prefix: str = "") -> list[pb.MetaEntry]:
+        return list((await self.call("admin", "MetaList", pb.MetaListRequest(prefix=prefix))).entries)
+
+    async def cluster_status(self, address: str | None = None) -> pb.ClusterStatusReply:
+        """Status of one node (`address`), or of whichever node answers first."""
+        return await self.call("admin", "ClusterStatus", pb.ClusterStatusRequest(), address=address)

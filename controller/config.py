@@ -1,0 +1,208 @@
+"""Controller configuration: the YAML file a controller node starts from, validated up front.
+
+One file describes the whole controller cluster (every node's id, Raft address and gRPC address)
+so that all nodes can share it; which node a process is comes from `node_id` in the file or the
+`--node-id` option. Each node keeps its Raft journal and snapshot under `<data_dir>/<node id>/`.
+
+Every problem is a `ConfigError` naming the offending key, raised before anything listens.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tidelog.errors import ConfigError
+
+SECRET_ENV = "TIDE_CONTROLLER_SECRET"
+
+_TOP_KEYS = {
+    "nodes", "node_id", "data_dir", "secret", "heartbeat_interval_ms", "heartbeat_timeout_ms",
+    "enable_elect_unclean_master", "raft", "max_meta_value_bytes",
+}
+_RAFT_KEYS = {
+    "election_min_timeout_ms", "election_max_timeout_ms", "append_entries_period_ms",
+    "leader_fallback_timeout_ms", "connection_retry_ms", "log_compaction_min_entries",
+}
+
+
+@dataclass(frozen=True)
+class NodeAddress:
+    id: str
+    raft: str  # host:port of the PySyncObj port (peers only)
+    grpc: str  # host:port of the gRPC service (brokers, clients, operators)
+
+
+@dataclass(frozen=True)
+class RaftTuning:
+    """PySyncObj timings. Defaults favour fast failover on a LAN over chattiness."""
+
+    election_min_timeout_ms: int = 500
+    election_max_timeout_ms: int = 1500
+    append_entries_period_ms: int = 100
+    # PySyncObj's default (30 s) would let an isolated leader believe it leads for 30 s.
+    leader_fallback_timeout_ms: int = 3000
+    connection_retry_ms: int = 1000
+    log_compaction_min_entries: int = 5000
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    nodes: tuple[NodeAddress, ...]
+    node_id: str
+    data_dir: Path
+    secret: str | None = None
+    heartbeat_interval_ms: int = 1000
+    heartbeat_timeout_ms: int = 5000
+    enable_elect_unclean_master: bool = False
+    max_meta_value_bytes: int = 1 << 20
+    raft: RaftTuning = field(default_factory=RaftTuning)
+
+    @property
+    def self_node(self) -> NodeAddress:
+        for node in self.nodes:
+            if node.id == self.node_id:
+                return node
+        raise ConfigError(f"node_id {self.node_id!r} is not one of nodes[].id", key="node_id")
+
+    @property
+    def peers(self) -> tuple[NodeAddress, ...]:
+        return tuple(n for n in self.nodes if n.id != self.node_id)
+
+    @property
+    def node_dir(self) -> Path:
+        return self.data_dir / self.node_id
+
+    def node_by_raft(self, raft_address: str) -> NodeAddress | None:
+        for node in self.nodes:
+            if node.raft == raft_address:
+                return node
+        return None
+
+    def check_security(self, insecure: bool) -> None:
+        """A multi-node controller without a secret would accept Raft traffic from anyone."""
+        if len(self.nodes) > 1 and not self.secret and not insecure:
+            raise ConfigError(
+                f"a {len(self.nodes)}-node controller needs a cluster secret "
+                f"(key 'secret' or ${SECRET_ENV}); pass --insecure to run without one",
+                key="secret",
+            )
+
+
+def _host_port(key: str, value: Any) -> str:
+    if not isinstance(value, str) or value.count(":") != 1:
+        raise ConfigError(f"{key} must be 'host:port' (got {value!r})", key=key)
+    host, port = value.rsplit(":", 1)
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{key} must be 'host:port' with a port in 1..65535 (got {value!r})", key=key)
+    return value
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{key} must be a positive integer (got {value!r})", key=key)
+    return value
+
+
+def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) -> ControllerConfig:
+    """Validate a parsed YAML document; `node_id`/`data_dir` override the file's values."""
+    if not isinstance(raw, dict):
+        raise ConfigError("the controller config must be a mapping", key="<root>")
+    unknown = set(raw) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"unknown key(s): {', '.join(sorted(unknown))}", key=sorted(unknown)[0])
+
+    raw_nodes = raw.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise ConfigError("nodes must be a non-empty list", key="nodes")
+    if len(raw_nodes) not in (1, 3, 5):
+        raise ConfigError(f"nodes must list 1, 3 or 5 controllers (got {len(raw_nodes)})", key="nodes")
+    nodes: list[NodeAddress] = []
+    for i, item in enumerate(raw_nodes):
+        prefix = f"nodes[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{prefix} must be a mapping with id, raft, grpc", key=prefix)
+        extra = set(item) - {"id", "raft", "grpc"}
+        if extra:
+            raise ConfigError(f"{prefix} has unknown key(s) {sorted(extra)}", key=f"{prefix}.{sorted(extra)[0]}")
+        nid = item.get("id")
+        if nid is None or not str(nid).strip():
+            raise ConfigError(f"{prefix}.id is required", key=f"{prefix}.id")
+        nodes.append(NodeAddress(str(nid), _host_port(f"{prefix}.raft", item.get("raft")),
+                                 _host_port(f"{prefix}.grpc", item.get("grpc"))))
+    for attr in ("id", "raft", "grpc"):
+        values = [getattr(n, attr) for n in nodes]
+        if len(set(values)) != len(values):
+            raise ConfigError(f"nodes[].{attr} must be unique", key=f"nodes.{attr}")
+
+    chosen = node_id if node_id is not None else raw.get("node_id")
+    if chosen is None:
+        if len(nodes) != 1:
+            raise ConfigError("node_id is required with more than one node (or pass --node-id)", key="node_id")
+        chosen = nodes[0].id
+    chosen = str(chosen)
+    if chosen not in {n.id for n in nodes}:
+        raise ConfigError(f"node_id {chosen!r} is not one of nodes[].id", key="node_id")
+
+    dd = data_dir if data_dir is not None else raw.get("data_dir")
+    if not dd or not isinstance(dd, str):
+        raise ConfigError("data_dir is required", key="data_dir")
+
+    secret = raw.get("secret")
+    if secret is not None and (not isinstance(secret, str) or not secret):
+        raise ConfigError("secret must be a non-empty string", key="secret")
+    secret = secret or os.environ.get(SECRET_ENV) or None
+
+    unclean = raw.get("enable_elect_unclean_master", False)
+    if not isinstance(unclean, bool):
+        raise ConfigError("enable_elect_unclean_master must be true or false", key="enable_elect_unclean_master")
+
+    cfg = ControllerConfig(
+        nodes=tuple(nodes),
+        node_id=chosen,
+        data_dir=Path(dd),
+        secret=secret,
+        heartbeat_interval_ms=_positive_int("heartbeat_interval_ms", raw.get("heartbeat_interval_ms", 1000)),
+        heartbeat_timeout_ms=_positive_int("heartbeat_timeout_ms", raw.get("heartbeat_timeout_ms", 5000)),
+        enable_elect_unclean_master=unclean,
+        max_meta_value_bytes=_positive_int("max_meta_value_bytes", raw.get("max_meta_value_bytes", 1 << 20)),
+    )
+    if cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms:
+        raise ConfigError("heartbeat_timeout_ms must be larger than heartbeat_interval_ms",
+                          key="heartbeat_timeout_ms")
+
+    raw_raft = raw.get("raft") or {}
+    if not isinstance(raw_raft, dict):
+        raise ConfigError("raft must be a mapping", key="raft")
+    unknown = set(raw_raft) - _RAFT_KEYS
+    if unknown:
+        raise ConfigError(f"unknown key(s) under raft: {sorted(unknown)}", key=f"raft.{sorted(unknown)[0]}")
+    tuning = RaftTuning(**{k: _positive_int(f"raft.{k}", v) for k, v in raw_raft.items()})
+    if tuning.election_min_timeout_ms <= 3 * tuning.append_entries_period_ms:
+        raise ConfigError("raft.election_min_timeout_ms must exceed 3 × append_entries_period_ms",
+                          key="raft.election_min_timeout_ms")
+    if tuning.election_max_timeout_ms <= tuning.election_min_timeout_ms:
+        raise ConfigError("raft.election_max_timeout_ms must exceed election_min_timeout_ms",
+                          key="raft.election_max_timeout_ms")
+    if tuning.leader_fallback_timeout_ms <= tuning.append_entries_period_ms:
+        raise ConfigError("raft.leader_fallback_timeout_ms must exceed append_entries_period_ms",
+                          key="raft.leader_fallback_timeout_ms")
+    if tuning.log_compaction_min_entries < 2:
+        raise ConfigError("raft.log_compaction_min_entries must be at least 2", key="raft.log_compaction_min_entries")
+    return replace(cfg, raft=tuning)
+
+
+def load(path: str | os.PathLike[str], *, node_id: str | None = None, data_dir: str | None = None) -> ControllerConfig:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", key="--config") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}", key="--config") from exc
+    return parse(raw, node_id=node_id, data_dir=data_dir)

@@ -1,0 +1,227 @@
+"""One controller process: the Raft node, the gRPC server and the leader-only loop.
+
+The leader loop is the only place the controller acts without a request:
+- on gaining leadership it gives every broker one full heartbeat timeout of grace (heartbeats
+  lived in the previous leader's memory, not in Raft) and commits a barrier so that its replica
+  has applied every earlier entry before it serves writes;
+- then, every tick, it expires heartbeats and runs a controller-triggered election for each
+  broker set whose master stopped heartbeating.
+
+Clocks: liveness uses the monotonic clock (leader memory only); commands carry wall-clock
+`now_ms`, which is only recorded, never compared across nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from tidelog.controller import service
+from tidelog.controller import state as st
+from tidelog.controller.config import ControllerConfig
+from tidelog.controller.liveness import HeartbeatTable
+from tidelog.controller.raft import RaftNode
+
+from tidelog.errors import ControllerNotLeaderError, UnavailableError
+from tidelog.proto import controller_pb2 as pb
+from tidelog.wire import make_error
+
+log = logging.getLogger(__name__)
+
+# A broker's offsets enter the Raft log at most this often (or at once on a new epoch): they are
+# a hint for operators and for elections after a leader change, not a per-heartbeat record.
+REPORT_INTERVAL_MS = 30_000
+# After a controller-triggered election that found nobody, wait this long before trying again.
+ELECTION_RETRY_MS = 1_000
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def mono_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ControllerNode:
+    def __init__(self, cfg: ControllerConfig) -> None:
+        self.cfg = cfg
+        self.raft = RaftNode(cfg)
+        self.heartbeats = HeartbeatTable(cfg.heartbeat_timeout_ms)
+        self._led_term: int | None = None
+        self._ready_term: int | None = None
+        self._barrier: asyncio.Task[None] | None = None
+        self._last_report: dict[tuple[str, int], tuple[int, int]] = {}  # -> (epoch, mono ms)
+        self._election_tried: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.mono_ms = mono_ms
+
+    # --- used by the servicers ------------------------------------------------------------
+
+    def require_leader(self) -> None:
+        if not self.raft.is_leader():
+            raise ControllerNotLeaderError(leader=self.raft.leader_grpc())
+
+    async def write(self, build: Callable[[int, HeartbeatTable], Any]) -> st.Result:
+        """Build a command (on the leader, with its clock and liveness) and replicate it."""
+        self.require_leader()
+        await self._ensure_ready()
+        cmd = build(wall_ms(), self.heartbeats)
+        result = await self.raft.propose(cmd)
+        if not result.ok:
+            raise make_error(result.code, result.message)
+        return result
+
+    def alive_ids(self, broker_set: str) -> set[int] | None:
+        """Alive broker ids of a set, or None when this node is not the leader (it cannot know)."""
+        if not self.raft.is_leader():
+            return None
+        return set(self.heartbeats.alive(broker_set, mono_ms()))
+
+    def beat(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest, report: bool) -> None:
+        now = mono_ms()
+        kwargs = {"priority": req.priority} if req.HasField("priority") else {}
+        self.heartbeats.beat(broker_set, broker_id, req.epoch, req.max_offset, req.confirm_offset, now, **kwargs)
+        if not report:
+            return
+        key = (broker_set, broker_id)
+        last = self._last_report.get(key)
+        if last is not None and last[0] == req.epoch and now - last[1] < REPORT_INTERVAL_MS:
+            return
+        self._last_report[key] = (req.epoch, now)
+        cmd = st.ReportOffsets(broker_set=broker_set, broker_id=broker_id, epoch=req.epoch,
+                               max_offset=req.max_offset)
+        self._spawn(self._report(cmd))
+
+    async def _report(self, cmd: st.ReportOffsets) -> None:
+        try:
+            await self.raft.propose(cmd)
+        except Exception as exc:  # a hint only; the next heartbeat reports again
+            log.debug("broker set %s: broker %d offsets not recorded: %s", cmd.broker_set, cmd.broker_id, exc)
+
+    # --- leadership -----------------------------------------------------------------------
+
+    async def _ensure_ready(self) -> None:
+        """Wait until this leader's replica has applied everything committed before its term."""
+        term = self.raft.term()
+        if self._ready_term == term:
+            return
+        if self._barrier is None or self._barrier.done():
+            self._barrier = asyncio.ensure_future(self._run_barrier(term))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._barrier), 5.0)
+        except TimeoutError:
+            raise UnavailableError("the new controller leader is still catching up") from None
+        if self._ready_term != self.raft.term():
+            self.require_leader()
+            raise UnavailableError("controller leadership changed while catching up")
+
+    async def _run_barrier(self, term: int) -> None:
+        await self.raft.barrier(term)
+        if self.raft.term() == term and self.raft.is_leader():
+            self._ready_term = term
+            log.info("controller %s leads term %d and has caught up", self.cfg.node_id, term)
+
+    async def leader_tick(self) -> None:
+        if not self.raft.is_leader():
+            if self._led_term is not None:
+                log.info("controller %s no longer leads (term %d)", self.cfg.node_id, self._led_term)
+                self._led_term = None
+                self._ready_term = None
+            return
+        term = self.raft.term()
+        now = mono_ms()
+        if self._led_term != term:
+            self._led_term = term
+            self.heartbeats.on_leadership(now)
+            self._election_tried.clear()
+            log.info("controller %s became leader in term %d; brokers get %d ms of grace",
+                     self.cfg.node_id, term, self.cfg.heartbeat_timeout_ms)
+        await self._ensure_ready()
+        self.heartbeats.expire(now)
+        with self.raft.read() as state:
+            names = list(self.heartbeats.masters_needing_election(state, now))
+        for name in names:
+            tried = self._election_tried.get(name)
+            if tried is not None and now - tried < ELECTION_RETRY_MS:
+                continue
+            self._election_tried[name] = now
+            await self._elect(name, now)
+
+    async def _elect(self, name: str, now: int) -> None:
+        with self.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            old = (bs.master_id, bs.master_epoch) if bs else (None, 0)
+        cmd = st.ElectMaster(broker_set=name, broker_id=None, designated=False,
+                             alive=self.heartbeats.alive(name, now),
+                             enable_unclean=self.cfg.enable_elect_unclean_master, now_ms=wall_ms())
+        result = await self.raft.propose(cmd)
+        with self.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            new = (bs.master_id, bs.master_epoch, sorted(bs.sync_state_set)) if bs else (None, 0, [])
+        if result.ok:
+            log.warning("broker set %s: master %s stopped heartbeating; elected broker %s at epoch %d, "
+                        "SyncStateSet %s", name, old[0], new[0], new[1], new[2])
+        else:
+            log.warning("broker set %s: master %s (epoch %d) stopped heartbeating and no broker could be "
+                        "elected: %s %s (epoch now %d)", name, old[0], old[1], result.code, result.message, new[1])
+
+    async def _leader_loop(self, stop: asyncio.Event) -> None:
+        period = min(0.25, self.cfg.heartbeat_interval_ms / 2000)
+        while not stop.is_set():
+            try:
+                await self.leader_tick()
+            except (ControllerNotLeaderError, UnavailableError) as exc:
+                log.info("leader loop: %s", exc)
+            except Exception:
+                log.exception("leader loop failed; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), period)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- process --------------------------------------------------------------------------
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        service.add_to_server(server, self)
+        address = self.cfg.self_node.grpc
+        server.add_insecure_port(address)
+        await server.start()
+        log.info("controller %s serving gRPC on %s (raft %s, %d node(s))", self.cfg.node_id, address,
+                 self.cfg.self_node.raft, len(self.cfg.nodes))
+        loop_task = asyncio.ensure_future(self._leader_loop(stop))
+        try:
+            await stop.wait()
+        finally:
+            log.info("controller %s stopping", self.cfg.node_id)
+            loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop_task
+            await server.stop(1.0)
+            for t in list(self._tasks):
+                t.cancel()
+            self.raft.close()
+
+
+def run(cfg: ControllerConfig) -> None:
+    """Run a controller node until SIGTERM/SIGINT."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        node = ControllerNode(cfg)
+        await node.serve(stop)
+
+    asyncio.run(main())

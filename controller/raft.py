@@ -1,0 +1,215 @@
+"""The controller's Raft node: PySyncObj replicating one `ControllerState` across 1, 3 or 5 nodes.
+
+Theory of operation
+- Every write is ONE replicated call, `_Machine.apply(cmd)`, whose body is
+  `ControllerState.apply(cmd)`. The command carries every input (now_ms, the leader's liveness
+  snapshot), so each replica computes the same result from the same log: validation happens at
+  apply time, in log order, which makes writes linearisable without a decide-then-commit race.
+- PySyncObj runs its own tick thread; it applies commits and calls our callbacks there. `propose`
+  bridges a callback into an asyncio future with `loop.call_soon_threadsafe`.
+- Reads happen on the asyncio thread while the tick thread may be applying; a lock around apply
+  and around `read()` keeps readers from seeing a half-applied command.
+- Snapshots: the state is stored as `ControllerState.to_dict()` (plain data), not as pickled
+  classes, so a snapshot survives refactors of the state classes. Forking to serialise is off:
+  forking a process that runs gRPC threads is unsafe.
+- The Raft port is authenticated (and encrypted) with the cluster secret via PySyncObj's
+  `password`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from tidelog.controller.config import ControllerConfig
+from tidelog.controller.state import ControllerState, Result
+
+from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FORMAT = 1
+_RAFT_STATES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
+class _Machine(SyncObjConsumer):
+    """The replicated part: the controller state and the one method that changes it."""
+
+    def __init__(self, max_meta_value_bytes: int) -> None:
+        super().__init__()
+        self.lock = threading.RLock()
+        # The limit is configuration that every replica must share (it decides apply results).
+        self.max_meta_value_bytes = max_meta_value_bytes
+        self.state = ControllerState(max_meta_value_bytes=max_meta_value_bytes)
+        self.applied_commands = 0
+
+    @replicated
+    def apply(self, cmd: Any) -> Result:
+        with self.lock:
+            result = self.state.apply(cmd)
+            self.applied_commands += 1
+        if not result.ok:
+            log.debug("applied %s -> %s %s", type(cmd).__name__, result.code, result.message)
+        return result
+
+    @replicated
+    def barrier(self, token: int) -> int:
+        """A no-op a new leader commits to learn that its state has caught up with the log."""
+        return token
+
+    def _serialize(self) -> dict[str, Any]:
+        with self.lock:
+            return {"format": SNAPSHOT_FORMAT, "state": self.state.to_dict()}
+
+    def _deserialize(self, data: dict[str, Any]) -> None:
+        if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
+            raise RuntimeError(f"unsupported controller snapshot format: {data!r:.80}")
+        with self.lock:
+            self.state = ControllerState.from_dict(data["state"], max_meta_value_bytes=self.max_meta_value_bytes)
+
+
+@dataclass(frozen=True)
+class RaftStatus:
+    node_id: str
+    raft_state: str
+    leader_id: str | None
+    leader_raft: str | None
+    term: int
+    commit_index: int
+    last_applied: int
+    ready: bool
+
+    @property
+    def is_leader(self) -> bool:
+        return self.raft_state == "leader"
+
+
+def _fail_reason_error(reason: int, leader: str | None) -> TidelogError:
+    if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED, FAIL_REASON.DISCARDED,
+                  FAIL_REASON.MISSING_LEADER):
+        # The command was not committed in our term; the caller may retry at the leader.
+        return ControllerNotLeaderError(leader=leader)
+    if reason == FAIL_REASON.QUEUE_FULL:
+        return UnavailableError("the controller's command queue is full")
+    return UnavailableError(f"the command was not applied (raft fail reason {reason})")
+
+
+class RaftNode:
+    """One controller node's PySyncObj instance, seen from asyncio."""
+
+    def __init__(self, cfg: ControllerConfig) -> None:
+        self.cfg = cfg
+        cfg.node_dir.mkdir(parents=True, exist_ok=True)
+        tuning = cfg.raft
+        conf = SyncObjConf(
+            password=cfg.secret,
+            journalFile=str(cfg.node_dir / "raft.journal"),
+            fullDumpFile=str(cfg.node_dir / "raft.snapshot"),
+            useFork=False,
+            raftMinTimeout=tuning.election_min_timeout_ms / 1000,
+            raftMaxTimeout=tuning.election_max_timeout_ms / 1000,
+            appendEntriesPeriod=tuning.append_entries_period_ms / 1000,
+            leaderFallbackTimeout=tuning.leader_fallback_timeout_ms / 1000,
+            connectionTimeout=max(3.5, 2 * tuning.election_max_timeout_ms / 1000),
+            connectionRetryTime=tuning.connection_retry_ms / 1000,
+            logCompactionMinEntries=tuning.log_compaction_min_entries,
+            maxBindRetries=30,
+            dynamicMembershipChange=False,
+        )
+        self._machine = _Machine(cfg.max_meta_value_bytes)
+        self._obj = SyncObj(cfg.self_node.raft, [n.raft for n in cfg.peers], conf=conf,
+                            consumers=[self._machine])
+        log.info("raft node %s on %s, peers %s, data in %s", cfg.node_id, cfg.self_node.raft,
+                 [n.raft for n in cfg.peers], cfg.node_dir)
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def _leader_raft(self) -> str | None:
+        leader = self._obj._getLeader()
+        return getattr(leader, "address", None) if leader is not None else None
+
+    def leader_grpc(self) -> str | None:
+        """The gRPC address of the node this node believes leads, if any."""
+        raft = self._leader_raft()
+        node = self.cfg.node_by_raft(raft) if raft else None
+        return node.grpc if node else None
+
+    def _submit(self, method: Any, arg: Any, timeout: float) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(res: Any, err: int) -> None:
+            if fut.done():  # the caller gave up (timeout) before the commit
+                return
+            if err == FAIL_REASON.SUCCESS:
+                fut.set_result(res)
+            else:
+                fut.set_exception(_fail_reason_error(err, self.leader_grpc()))
+
+        def callback(res: Any, err: int) -> None:  # runs on PySyncObj's tick thread
+            loop.call_soon_threadsafe(settle, res, err)
+
+        method(arg, callback=callback)
+        return fut
+
+    async def propose(self, cmd: Any, timeout: float = 5.0) -> Result:
+        """Replicate one command; returns the `Result` every replica computed for it.
+
+        Raises ControllerNotLeaderError when this node does not lead (nothing is proposed), or
+        UnavailableError when the outcome is unknown within `timeout` (it may still commit).
+        """
+        if not self._obj._isLeader():
+            raise ControllerNotLeaderError(leader=self.leader_grpc())
+        fut = self._submit(self._machine.apply, cmd, timeout)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise UnavailableError(
+                f"{type(cmd).__name__} was not committed within {timeout:.1f}s; its outcome is unknown",
+                hint="read the state back before retrying a non-idempotent change",
+            ) from None
+
+    async def barrier(self, token: int, timeout: float = 5.0) -> None:
+        fut = self._submit(self._machine.barrier, token, timeout)
+        await asyncio.wait_for(fut, timeout)
+
+    # --- reads ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[ControllerState]:
+        """The local replica's state, consistent for the duration of the `with` block."""
+        with self._machine.lock:
+            yield self._machine.state
+
+    def status(self) -> RaftStatus:
+        raft = self._leader_raft()
+        leader = self.cfg.node_by_raft(raft) if raft else None
+        state = _RAFT_STATES.get(self._obj.getStatus()["state"], "follower")
+        return RaftStatus(
+            node_id=self.cfg.node_id,
+            raft_state=state,
+            leader_id=leader.id if leader else None,
+            leader_raft=raft,
+            term=self._obj.raftCurrentTerm,
+            commit_index=self._obj.raftCommitIndex,
+            last_applied=self._obj.raftLastApplied,
+            ready=self._obj.isReady(),
+        )
+
+    def is_leader(self) -> bool:
+        return bool(self._obj._isLeader())
+
+    def term(self) -> int:
+        return int(self._obj.raftCurrentTerm)
+
+    def close(self) -> None:
+        try:
+            self._obj.destroy_synchronous()
+        except Exception:  # already stopping; nothing left to protect
+            log.debug("raft destroy failed", exc_info=True)

@@ -1,0 +1,352 @@
+"""The controller's gRPC servicers (grpc.aio): broker-facing, client-facing and admin.
+
+This layer only validates requests, builds commands and converts state to messages. Decisions
+are made by `ControllerState.apply` (at apply time, on every replica) and by the election policy.
+
+- Reads (routes, describe, topics, metadata, status) are answered by any node from its replica.
+- Writes go through `ControllerNode.write`, which answers CONTROLLER_NOT_LEADER with the leader's
+  gRPC address on a follower, and otherwise builds the command with `now_ms` and the leader's
+  liveness snapshot *before* proposing it.
+- Heartbeats are leader-only and never touch Raft: they live in the leader's `HeartbeatTable`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+from tidelog.controller import state as st
+
+from tidelog.errors import (
+    ControllerBrokerMetadataNotExistError,
+    ControllerBrokerNeedToBeRegisteredError,
+    MetadataNotFoundError,
+    MetadataTooLargeError,
+    TopicNotFoundError,
+)
+from tidelog.proto import controller_pb2 as pb
+from tidelog.proto import controller_pb2_grpc as pb_grpc
+from tidelog.wire import non_empty, non_negative, require, rpc
+
+if TYPE_CHECKING:
+    from tidelog.controller.node import ControllerNode
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_LEN = 1024
+_PERMS = ("rw", "r", "w")
+
+
+# --- state -> messages ------------------------------------------------------------------------
+
+
+def role_of(name: str, bs: st.BrokerSet | None) -> pb.RoleAssignment:
+    role = pb.RoleAssignment(broker_set=name)
+    if bs is None:
+        return role
+    role.master_epoch = bs.master_epoch
+    role.sync_state_set.extend(sorted(bs.sync_state_set))
+    role.sync_state_set_epoch = bs.sss_epoch
+    if bs.master_id is not None:
+        role.has_master = True
+        role.master_id = bs.master_id
+        master = bs.members.get(bs.master_id)
+        if master is not None:
+            role.master_address = master.address
+            role.master_ha_address = master.ha_address
+    return role
+
+
+def members_of(bs: st.BrokerSet, alive: set[int] | None) -> list[pb.MemberInfo]:
+    out = []
+    for bid in sorted(bs.members):
+        m = bs.members[bid]
+        out.append(pb.MemberInfo(
+            broker_id=bid, address=m.address, ha_address=m.ha_address, datacenter=m.datacenter,
+            rack=m.rack, in_sync=bid in bs.sync_state_set, alive=alive is not None and bid in alive,
+            last_epoch=m.last_epoch, last_max_offset=m.last_max_offset, is_master=bid == bs.master_id,
+        ))
+    return out
+
+
+def topic_of(t: st.Topic) -> pb.TopicConfig:
+    return pb.TopicConfig(name=t.name, queues=dict(t.queues), perm=t.perm)
+
+
+def meta_of(e: st.MetaEntry) -> pb.MetaEntry:
+    return pb.MetaEntry(key=e.key, value=bytes(e.value), version=e.version)
+
+
+def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
+    bs = state.broker_sets.get(name)
+    if bs is None:
+        raise ControllerBrokerMetadataNotExistError(f"no broker set named {name!r}", broker_set=name)
+    return bs
+
+
+def _valid_id(field: str, value: int) -> int:
+    non_negative(field, value)
+    return value
+
+
+# --- broker-facing ----------------------------------------------------------------------------
+
+
+class BrokerServicer(pb_grpc.ControllerBrokerServicer):
+    def __init__(self, node: ControllerNode) -> None:
+        self.node = node
+
+    @rpc
+    async def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.RegisterBrokerReply:
+        name = non_empty("broker_set", request.broker_set)
+        non_empty("address", request.address)
+        broker_id = _valid_id("broker_id", request.broker_id) if request.HasField("broker_id") else None
+        result = await self.node.write(lambda now, hb: st.RegisterBroker(
+            broker_set=name, address=request.address, ha_address=request.ha_address,
+            datacenter=request.datacenter, rack=request.rack, identity=request.identity,
+            broker_id=broker_id, now_ms=now))
+        assigned = int(result.value) if isinstance(result.value, int) else broker_id
+        with self.node.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            if assigned is None and bs is not None:  # value did not carry the id: find it by identity
+                assigned = next((b for b, m in bs.members.items()
+                                 if m.identity == request.identity and m.address == request.address), -1)
+            role = role_of(name, bs)
+        log.info("broker set %s: broker %s registered at %s (master %s, epoch %d)", name, assigned,
+                 request.address, role.master_id if role.has_master else None, role.master_epoch)
+        return pb.RegisterBrokerReply(broker_id=assigned if assigned is not None else -1, role=role)
+
+    @rpc
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.HeartbeatReply:
+        name = non_empty("broker_set", request.broker_set)
+        bid = _valid_id("broker_id", request.broker_id)
+        self.node.require_leader()
+        with self.node.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            if bs is None or bid not in bs.members:
+                raise ControllerBrokerNeedToBeRegisteredError(
+                    f"broker {bid} is not registered in broker set {name!r}", broker_set=name, broker_id=bid)
+            role = role_of(name, bs)
+            topics = [topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name)
+                      if name in t.queues]
+            member = bs.members[bid]
+            stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
+        self.node.beat(name, bid, request, report=stale_offsets)
+        return pb.HeartbeatReply(role=role, topics=topics,
+                                 heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
+                                 heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms)
+
+    @rpc
+    async def AlterSyncStateSet(self, request: pb.AlterSyncStateSetRequest, context: grpc.aio.ServicerContext
+                                ) -> pb.AlterSyncStateSetReply:
+        name = non_empty("broker_set", request.broker_set)
+        master_id = _valid_id("master_id", request.master_id)
+        non_negative("master_epoch", request.master_epoch)
+        non_negative("sync_state_set_epoch", request.sync_state_set_epoch)
+        require(len(request.new_sync_state_set) > 0, "new_sync_state_set must not be empty")
+        for b in request.new_sync_state_set:
+            _valid_id("new_sync_state_set[]", b)
+        await self.node.write(lambda now, hb: st.AlterSyncStateSet(
+            broker_set=name, master_id=master_id, master_epoch=request.master_epoch,
+            new_sync_state_set=frozenset(request.new_sync_state_set),
+            sss_epoch=request.sync_state_set_epoch, alive=frozenset(hb.alive(name, self.node.mono_ms())),
+            now_ms=now))
+        with self.node.raft.read() as state:
+            role = role_of(name, state.broker_sets.get(name))
+        log.info("broker set %s: SyncStateSet now %s (sss epoch %d)", name, list(role.sync_state_set),
+                 role.sync_state_set_epoch)
+        return pb.AlterSyncStateSetReply(role=role)
+
+    @rpc
+    async def ElectMaster(self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.ElectMasterReply:
+        name = non_empty("broker_set", request.broker_set)
+        bid = _valid_id("broker_id", request.broker_id) if request.HasField("broker_id") else None
+        require(not request.designated or bid is not None, "a designated election needs broker_id")
+        await self.node.write(lambda now, hb: st.ElectMaster(
+            broker_set=name, broker_id=bid, designated=request.designated,
+            alive=hb.alive(name, self.node.mono_ms()),
+            enable_unclean=self.node.cfg.enable_elect_unclean_master, now_ms=now))
+        with self.node.raft.read() as state:
+            role = role_of(name, state.broker_sets.get(name))
+        log.info("broker set %s: master %s elected on request (epoch %d)", name,
+                 role.master_id if role.has_master else None, role.master_epoch)
+        return pb.ElectMasterReply(role=role)
+
+
+# --- client-facing ----------------------------------------------------------------------------
+
+
+class RouteServicer(pb_grpc.ControllerRouteServicer):
+    def __init__(self, node: ControllerNode) -> None:
+        self.node = node
+
+    @rpc
+    async def GetRoute(self, request: pb.GetRouteRequest, context: grpc.aio.ServicerContext) -> pb.GetRouteReply:
+        topic = non_empty("topic", request.topic)
+        alive_of = self.node.alive_ids
+        with self.node.raft.read() as state:
+            t = state.topics.get(topic)
+            if t is None:
+                raise TopicNotFoundError(f"no topic named {topic!r}", topic=topic)
+            reply = pb.GetRouteReply(topic=t.name, perm=t.perm)
+            for name in sorted(t.queues):
+                bs = state.broker_sets.get(name)
+                route = pb.BrokerSetRoute(broker_set=name, queues=t.queues[name], role=role_of(name, bs))
+                if bs is not None:
+                    route.replicas.extend(members_of(bs, alive_of(name)))
+                reply.broker_sets.append(route)
+        return reply
+
+    @rpc
+    async def DescribeBrokerSets(self, request: pb.DescribeBrokerSetsRequest, context: grpc.aio.ServicerContext
+                                 ) -> pb.DescribeBrokerSetsReply:
+        for n in request.names:
+            non_empty("names[]", n)
+        alive_of = self.node.alive_ids
+        reply = pb.DescribeBrokerSetsReply(liveness_known=self.node.raft.is_leader())
+        with self.node.raft.read() as state:
+            names = list(request.names) or sorted(state.broker_sets)
+            for name in names:
+                bs = _broker_set(state, name)
+                reply.broker_sets.append(pb.BrokerSetInfo(
+                    role=role_of(name, bs), members=members_of(bs, alive_of(name)),
+                    next_broker_id=bs.next_broker_id))
+        return reply
+
+
+# --- admin ------------------------------------------------------------------------------------
+
+
+class AdminServicer(pb_grpc.ControllerAdminServicer):
+    def __init__(self, node: ControllerNode) -> None:
+        self.node = node
+        self._broker = BrokerServicer(node)
+
+    @rpc
+    async def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.CreateTopicReply:
+        name = non_empty("name", request.name)
+        require(len(request.queues) > 0, "queues must name at least one broker set")
+        for bs_name, n in request.queues.items():
+            non_empty("queues key (broker set)", bs_name)
+            require(0 < n <= 1024, f"queues[{bs_name}] must be in 1..1024 (got {n})")
+        perm = request.perm or "rw"
+        require(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
+        queues = {k: int(v) for k, v in request.queues.items()}
+        await self.node.write(lambda now, hb: st.CreateTopic(name=name, queues=queues, perm=perm, now_ms=now))
+        with self.node.raft.read() as state:
+            t = state.topics.get(name)
+            topic = topic_of(t) if t is not None else pb.TopicConfig(name=name, queues=queues, perm=perm)
+        log.info("topic %s created: %s (%s)", name, queues, perm)
+        return pb.CreateTopicReply(topic=topic)
+
+    @rpc
+    async def DeleteTopic(self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.DeleteTopicReply:
+        name = non_empty("name", request.name)
+        await self.node.write(lambda now, hb: st.DeleteTopic(name=name, now_ms=now))
+        log.info("topic %s deleted", name)
+        return pb.DeleteTopicReply()
+
+    @rpc
+    async def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.ListTopicsReply:
+        with self.node.raft.read() as state:
+            return pb.ListTopicsReply(topics=[topic_of(state.topics[n]) for n in sorted(state.topics)])
+
+    async def ElectMaster(self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.ElectMasterReply:
+        return await self._broker.ElectMaster(request, context)
+
+    @rpc
+    async def CleanBrokerData(self, request: pb.CleanBrokerDataRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.CleanBrokerDataReply:
+        name = non_empty("broker_set", request.broker_set)
+        for b in request.broker_ids:
+            _valid_id("broker_ids[]", b)
+        ids = frozenset(request.broker_ids)
+        await self.node.write(lambda now, hb: st.CleanBrokerData(
+            broker_set=name, broker_ids=ids, clean_living=request.clean_living,
+            alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
+        if ids:
+            for b in ids:
+                self.node.heartbeats.forget(name, b)
+        else:
+            self.node.heartbeats.forget(name)
+        log.info("broker set %s: cleaned broker data %s", name, sorted(ids) or "(whole set)")
+        return pb.CleanBrokerDataReply()
+
+    def _check_value(self, key: str, value: bytes) -> None:
+        limit = self.node.cfg.max_meta_value_bytes
+        if len(value) > limit:
+            raise MetadataTooLargeError(f"value for {key!r} is {len(value)} bytes; the limit is {limit}",
+                                        key=key, size=len(value), limit=limit)
+
+    @rpc
+    async def MetaCreate(self, request: pb.MetaCreateRequest, context: grpc.aio.ServicerContext) -> pb.MetaEntry:
+        key = non_empty("key", request.key, MAX_KEY_LEN)
+        value = bytes(request.value)
+        self._check_value(key, value)
+        await self.node.write(lambda now, hb: st.MetaCreate(key=key, value=value, now_ms=now))
+        return self._entry(key)
+
+    @rpc
+    async def MetaGet(self, request: pb.MetaGetRequest, context: grpc.aio.ServicerContext) -> pb.MetaEntry:
+        key = non_empty("key", request.key, MAX_KEY_LEN)
+        return self._entry(key)
+
+    @rpc
+    async def MetaCompareAndSet(self, request: pb.MetaCompareAndSetRequest, context: grpc.aio.ServicerContext
+                                ) -> pb.MetaEntry:
+        key = non_empty("key", request.key, MAX_KEY_LEN)
+        non_negative("expected_version", request.expected_version)
+        value = bytes(request.value)
+        self._check_value(key, value)
+        result = await self.node.write(lambda now, hb: st.MetaCompareAndSet(
+            key=key, value=value, expected_version=request.expected_version, now_ms=now))
+        if isinstance(result.value, st.MetaEntry):
+            return meta_of(result.value)
+        return self._entry(key)
+
+    @rpc
+    async def MetaDelete(self, request: pb.MetaDeleteRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.MetaDeleteReply:
+        key = non_empty("key", request.key, MAX_KEY_LEN)
+        expected = non_negative("expected_version", request.expected_version) \
+            if request.HasField("expected_version") else None
+        await self.node.write(lambda now, hb: st.MetaDelete(key=key, expected_version=expected, now_ms=now))
+        return pb.MetaDeleteReply()
+
+    @rpc
+    async def MetaList(self, request: pb.MetaListRequest, context: grpc.aio.ServicerContext) -> pb.MetaListReply:
+        require(len(request.prefix) <= MAX_KEY_LEN, f"prefix is longer than {MAX_KEY_LEN} characters")
+        with self.node.raft.read() as state:
+            return pb.MetaListReply(entries=[meta_of(e) for e in state.list_prefix(request.prefix)])
+
+    @rpc
+    async def ClusterStatus(self, request: pb.ClusterStatusRequest, context: grpc.aio.ServicerContext
+                            ) -> pb.ClusterStatusReply:
+        s = self.node.raft.status()
+        return pb.ClusterStatusReply(
+            node_id=s.node_id, raft_state=s.raft_state, leader_id=s.leader_id or "",
+            leader_address=self.node.raft.leader_grpc() or "", term=s.term, commit_index=s.commit_index,
+            last_applied=s.last_applied, ready=s.ready,
+            nodes=[pb.ControllerNodeInfo(id=n.id, raft_address=n.raft, grpc_address=n.grpc)
+                   for n in self.node.cfg.nodes])
+
+    def _entry(self, key: str) -> pb.MetaEntry:
+        with self.node.raft.read() as state:
+            entry = state.metadata.get(key)
+            if entry is None:
+                raise MetadataNotFoundError(f"no metadata under {key!r}", key=key)
+            return meta_of(entry)
+
+
+def add_to_server(server: grpc.aio.Server, node: ControllerNode) -> None:
+    pb_grpc.add_ControllerBrokerServicer_to_server(BrokerServicer(node), server)
+    pb_grpc.add_ControllerRouteServicer_to_server(RouteServicer(node), server)
+    pb_grpc.add_ControllerAdminServicer_to_server(AdminServicer(node), server)
