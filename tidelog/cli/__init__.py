@@ -16,9 +16,11 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from tidelog.cli import demo
+    from tidelog.cli import admin, controller, demo
 
     cli.add_command(demo.demo)
+    cli.add_command(controller.controller)
+    cli.add_command(admin.admin)
 
 
 def main() -> None:

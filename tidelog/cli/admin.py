@@ -1,0 +1,203 @@
+"""`tide admin ...`: operator commands against a running controller cluster.
+
+Every command takes `--controllers host:port[,...]` (default `$TIDE_CONTROLLERS`), prints a
+readable table, or the raw reply as JSON with `--json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from rich.console import Console
+from rich.table import Table
+
+from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
+
+T = TypeVar("T")
+
+
+def _run(ctx: click.Context, fn: Callable[[ControllerClient], Awaitable[T]]) -> T:
+    async def go() -> T:
+        async with ControllerClient(ctx.obj["controllers"], total_timeout=ctx.obj["timeout"]) as client:
+            return await fn(client)
+
+    return asyncio.run(go())
+
+
+def _to_jsonable(value: Any) -> Any:
+    if isinstance(value, Message):
+        return json_format.MessageToDict(value, always_print_fields_with_no_presence=True, unquote_int64_if_possible=True,
+                                         preserving_proto_field_name=True)
+    if isinstance(value, list | tuple):
+        return [_to_jsonable(v) for v in value]
+    return value
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(_to_jsonable(value), indent=2, sort_keys=True))
+
+
+def _ids(ids: Any) -> str:
+    return "{" + ", ".join(str(i) for i in ids) + "}"
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="print the reply as JSON")
+
+
+@click.group("admin")
+@click.option("--controllers", default=lambda: os.environ.get(CONTROLLERS_ENV, "127.0.0.1:9701"),
+              show_default=f"${CONTROLLERS_ENV} or 127.0.0.1:9701", help="controller addresses host:port[,...]")
+@click.option("--timeout", default=15.0, show_default=True, help="total seconds to find the leader")
+@click.pass_context
+def admin(ctx: click.Context, controllers: str, timeout: float) -> None:
+    """Operate a controller cluster: broker sets, elections, topics."""
+    ctx.obj = {"controllers": controllers, "timeout": timeout}
+
+
+@admin.command("status")
+@json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Raft status of every controller node."""
+
+    async def go(client: ControllerClient) -> list[Any]:
+        out = []
+        for addr in client.addresses:
+            try:
+                out.append(await client.cluster_status(address=addr))
+            except Exception as exc:  # an unreachable node is a row, not a failure
+                out.append({"address": addr, "error": str(exc)})
+        return out
+
+    rows = _run(ctx, go)
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table(title="controller nodes")
+    for col in ("node", "state", "leader", "term", "commit", "applied", "ready"):
+        table.add_column(col)
+    for r in rows:
+        if isinstance(r, dict):
+            table.add_row(r["address"], f"[red]{r['error']}[/red]", "", "", "", "", "")
+        else:
+            table.add_row(r.node_id, r.raft_state, r.leader_address or "-", str(r.term), str(r.commit_index),
+                          str(r.last_applied), "yes" if r.ready else "no")
+    Console().print(table)
+
+
+@admin.command("broker-sets")
+@click.argument("names", nargs=-1)
+@json_option
+@click.pass_context
+def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
+    """Describe broker sets: master, epochs, SyncStateSet and members."""
+    reply = _run(ctx, lambda c: c.describe_broker_sets(names))
+    if as_json:
+        _emit_json(reply)
+        return
+    console = Console()
+    table = Table(title="broker sets" + ("" if reply.liveness_known else " (liveness unknown: not the leader)"))
+    for col in ("broker set", "master", "epoch", "SyncStateSet", "sss epoch", "members"):
+        table.add_column(col)
+    for info in reply.broker_sets:
+        role = info.role
+        members = []
+        for m in info.members:
+            flags = ("M" if m.is_master else "") + ("S" if m.in_sync else "")
+            life = ("up" if m.alive else "down") if reply.liveness_known else "?"
+            members.append(f"{m.broker_id}@{m.address} [{flags or '-'}] {life}")
+        table.add_row(role.broker_set, str(role.master_id) if role.has_master else "[red]none[/red]",
+                      str(role.master_epoch), _ids(role.sync_state_set), str(role.sync_state_set_epoch),
+                      "\n".join(members))
+    console.print(table)
+
+
+@admin.command("elect")
+@click.argument("broker_set")
+@click.option("--broker-id", type=int, default=None, help="elect this broker (designated); default: policy")
+@json_option
+@click.pass_context
+def elect(ctx: click.Context, broker_set: str, broker_id: int | None, as_json: bool) -> None:
+    """Elect a master for BROKER_SET (the named broker, or the policy's choice)."""
+    reply = _run(ctx, lambda c: c.elect_master(broker_set, broker_id, designated=broker_id is not None))
+    if as_json:
+        _emit_json(reply)
+        return
+    role = reply.role
+    click.echo(f"{role.broker_set}: master {role.master_id if role.has_master else 'none'} at epoch "
+               f"{role.master_epoch}, SyncStateSet {_ids(role.sync_state_set)} (epoch {role.sync_state_set_epoch})")
+
+
+@admin.group("topics")
+def topics() -> None:
+    """List, create and delete topics."""
+
+
+def _topics_table(items: list[Any]) -> Table:
+    table = Table(title="topics")
+    for col in ("topic", "perm", "queues"):
+        table.add_column(col)
+    for t in items:
+        table.add_row(t.name, t.perm, ", ".join(f"{k}={v}" for k, v in sorted(t.queues.items())))
+    return table
+
+
+@topics.command("list")
+@json_option
+@click.pass_context
+def topics_list(ctx: click.Context, as_json: bool) -> None:
+    """List topics."""
+    items = _run(ctx, lambda c: c.list_topics())
+    if as_json:
+        _emit_json(items)
+        return
+    Console().print(_topics_table(items))
+
+
+def _parse_queues(values: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        name, sep, count = v.partition("=")
+        if not sep or not name or not count.isdigit():
+            raise click.BadParameter(f"expected BROKER_SET=COUNT, got {v!r}", param_hint="--queues")
+        out[name] = int(count)
+    if not out:
+        raise click.BadParameter("name at least one broker set", param_hint="--queues")
+    return out
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--queues", "queues", multiple=True, required=True, metavar="BROKER_SET=COUNT",
+              help="queues in a broker set; repeat for several broker sets")
+@click.option("--perm", default="rw", show_default=True, type=click.Choice(["rw", "r", "w"]))
+@json_option
+@click.pass_context
+def topics_create(ctx: click.Context, name: str, queues: tuple[str, ...], perm: str, as_json: bool) -> None:
+    """Create topic NAME."""
+    parsed = _parse_queues(queues)
+    topic = _run(ctx, lambda c: c.create_topic(name, parsed, perm))
+    if as_json:
+        _emit_json(topic)
+        return
+    Console().print(_topics_table([topic]))
+
+
+@topics.command("delete")
+@click.argument("name")
+@json_option
+@click.pass_context
+def topics_delete(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Delete topic NAME."""
+    _run(ctx, lambda c: c.delete_topic(name))
+    if as_json:
+        _emit_json({"deleted": name})
+        return
+    click.echo(f"topic {name} deleted")
