@@ -1,0 +1,189 @@
+"""The leader's heartbeat table (reference §2.3, RULES.md §7)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tidelog.controller.liveness import HeartbeatTable
+from tidelog.controller.state import (
+    AlterSyncStateSet,
+    ControllerState,
+    ElectMaster,
+    LiveInfo,
+    RegisterBroker,
+)
+
+A, B = "broker-a", "broker-b"
+T = 5000
+
+
+def test_l1_alive_until_exactly_the_timeout() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 0, 0, -1, now_ms=1000)
+    assert hb.is_alive(A, 1, 1000)
+    assert hb.is_alive(A, 1, 1000 + T)  # last + timeout >= now
+    assert not hb.is_alive(A, 1, 1000 + T + 1)
+    assert not hb.is_alive(A, 2, 1000) and not hb.is_alive(B, 1, 1000)
+
+
+def test_l1_alive_snapshot_is_per_set_and_sorted() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(A, 3, 1, 30, 20, now_ms=0, priority=7)
+    hb.beat(A, 1, 1, 10, 5, now_ms=0)
+    hb.beat(B, 2, 1, 99, 0, now_ms=0)
+    hb.beat(A, 2, 1, 20, 5, now_ms=-T)  # already stale at now=1
+    alive = hb.alive(A, 1)
+    assert list(alive) == [1, 3]
+    assert alive[3] == LiveInfo(1, 30, 20, 7)
+    assert hb.alive_ids(B, 1) == {2}
+
+
+def test_l2_epoch_and_offset_never_decrease() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 2, 500, 400, now_ms=0)
+    hb.beat(A, 1, 2, 300, 100, now_ms=10)  # smaller offset, same epoch: a delayed heartbeat
+    assert hb.info(A, 1) == LiveInfo(2, 500, 400)
+    hb.beat(A, 1, 1, 9999, 9999, now_ms=20)  # older epoch, larger offset
+    assert hb.info(A, 1) == LiveInfo(2, 500, 400)
+    hb.beat(A, 1, 3, 0, 0, now_ms=30)  # newer epoch wins even with a smaller offset
+    assert hb.info(A, 1) == LiveInfo(3, 0, 0)
+
+
+def test_l2_equal_pair_raises_confirm_offset_only_upward() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 2, 500, 100, now_ms=0)
+    hb.beat(A, 1, 2, 500, 300, now_ms=1)
+    hb.beat(A, 1, 2, 500, 200, now_ms=2)
+    assert hb.info(A, 1).confirm_offset == 300
+
+
+def test_l2_priority_and_last_seen_refresh_on_every_beat() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 2, 500, 100, now_ms=0, priority=9)
+    hb.beat(A, 1, 1, 0, 0, now_ms=4000, priority=1)  # stale pair, but still a sign of life
+    assert hb.info(A, 1).priority == 1
+    assert hb.is_alive(A, 1, 4000 + T)
+
+
+def test_l2_a_delayed_heartbeat_does_not_move_last_seen_back() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 0, 0, 0, now_ms=8000)
+    hb.beat(A, 1, 0, 0, 0, now_ms=1000)
+    assert hb.is_alive(A, 1, 8000 + T)
+
+
+def test_l3_expire_removes_and_returns_dead_entries_in_order() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(B, 1, 0, 0, 0, now_ms=0)
+    hb.beat(A, 2, 0, 0, 0, now_ms=0)
+    hb.beat(A, 1, 0, 0, 0, now_ms=3000)
+    assert hb.expire(T) == []
+    assert hb.expire(T + 1) == [(A, 2), (B, 1)]
+    assert len(hb) == 1 and hb.info(A, 2) is None
+    assert hb.expire(T + 1) == []
+
+
+def test_l3_expired_entry_starts_fresh_and_may_report_lower_offsets() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 5, 900, 0, now_ms=0)
+    hb.expire(T + 1)
+    hb.beat(A, 1, 4, 100, 0, now_ms=T + 2)  # e.g. truncated after a fork
+    assert hb.info(A, 1) == LiveInfo(4, 100, 0)
+
+
+def test_l3_forget_one_broker_or_a_whole_set() -> None:
+    hb = HeartbeatTable(T)
+    for i in (1, 2):
+        hb.beat(A, i, 0, 0, 0, now_ms=0)
+    hb.beat(B, 1, 0, 0, 0, now_ms=0)
+    hb.forget(A, 2)
+    assert hb.alive_ids(A, 0) == {1}
+    hb.forget(A)
+    assert hb.alive_ids(A, 0) == frozenset() and hb.alive_ids(B, 0) == {1}
+    hb.forget("nope", 9)  # harmless
+
+
+def mastered_state() -> ControllerState:
+    s = ControllerState()
+    for i in (1, 2):
+        s.apply(RegisterBroker(A, f"10.0.0.{i}:1", f"10.0.0.{i}:2", identity=f"i{i}"))
+    alive = {1: LiveInfo(0, 0), 2: LiveInfo(0, 0)}
+    assert s.apply(ElectMaster(A, 1, alive=alive)).ok
+    assert s.apply(AlterSyncStateSet(A, 1, 1, frozenset({1, 2}), 1, alive=frozenset({1, 2}))).ok
+    s.apply(RegisterBroker(B, "10.0.1.1:1", "10.0.1.1:2", identity="b1"))  # no master yet
+    return s
+
+
+def test_l5_master_dead_and_a_member_alive_needs_election() -> None:
+    s = mastered_state()
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 1, 0, 0, now_ms=0)
+    hb.beat(A, 2, 1, 0, 0, now_ms=0)
+    hb.beat(B, 1, 0, 0, 0, now_ms=0)
+    assert hb.masters_needing_election(s, 100) == []  # master alive
+    hb.beat(A, 2, 1, 0, 0, now_ms=4000)
+    hb.beat(B, 1, 0, 0, 0, now_ms=4000)
+    assert hb.masters_needing_election(s, T + 1) == [A]  # master 1 silent; B has no master
+    # the election the leader then runs
+    r = s.apply(ElectMaster(A, None, alive=hb.alive(A, T + 1)))
+    assert r.ok and r.value.master_id == 2
+    assert hb.masters_needing_election(s, T + 1) == []
+
+
+def test_l5_master_dead_and_nobody_alive_is_not_an_election() -> None:
+    s = mastered_state()
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 1, 0, 0, now_ms=0)
+    hb.beat(A, 2, 1, 0, 0, now_ms=0)
+    assert hb.masters_needing_election(s, T + 1) == []
+
+
+def test_l4_new_leader_grace_declares_nobody_dead_for_one_timeout() -> None:
+    s = mastered_state()
+    hb = HeartbeatTable(T)  # a fresh leader: empty table
+    hb.on_leadership(now_ms=100_000)
+    hb.beat(A, 2, 1, 0, 0, now_ms=100_010)  # the slave finds the new leader first
+    assert hb.in_grace(100_010)
+    assert hb.masters_needing_election(s, 100_000 + T - 1) == []
+    # grace ends; the master never showed up: now it is dead
+    hb.beat(A, 2, 1, 0, 0, now_ms=100_000 + T)
+    assert hb.masters_needing_election(s, 100_000 + T) == [A]
+
+
+def test_l4_grace_does_not_make_unheard_brokers_alive() -> None:
+    hb = HeartbeatTable(T)
+    hb.on_leadership(now_ms=0)
+    assert not hb.is_alive(A, 1, 1)
+    assert hb.alive(A, 1) == {}
+
+
+def test_l4_grace_refreshes_entries_the_leader_already_held() -> None:
+    hb = HeartbeatTable(T)
+    hb.beat(A, 1, 0, 0, 0, now_ms=0)
+    hb.on_leadership(now_ms=4000)  # re-elected leader with an old entry
+    assert hb.expire(4000 + T) == []
+    assert hb.is_alive(A, 1, 4000 + T)
+    assert hb.expire(4000 + T + 1) == [(A, 1)]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_timeout_must_be_a_positive_int(bad: object) -> None:
+    with pytest.raises(ValueError):
+        HeartbeatTable(bad)  # type: ignore[arg-type]
+
+
+beats = st.lists(st.tuples(st.integers(-1, 3), st.integers(-1, 1000), st.integers(-1, 1000),
+                           st.integers(0, 20_000)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(beats)
+def test_l2_stored_pair_is_the_running_maximum_while_alive(seq) -> None:
+    hb = HeartbeatTable(10**9)  # nothing expires: one entry lives throughout
+    best = None
+    for epoch, offset, confirm, now in seq:
+        hb.beat(A, 1, epoch, offset, confirm, now)
+        best = max(best or (epoch, offset), (epoch, offset))
+        info = hb.info(A, 1)
+        assert (info.epoch, info.max_offset) == best
