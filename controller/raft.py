@@ -121,6 +121,8 @@ class RaftNode:
             logCompactionMinEntries=tuning.log_compaction_min_entries,
             maxBindRetries=30,
             dynamicMembershipChange=False,
+            # Controller writes are rare and latency matters more than batching (elections, CAS).
+            appendEntriesUseBatch=False,
         )
         self._machine = _Machine(cfg.max_meta_value_bytes)
         self._obj = SyncObj(cfg.self_node.raft, [n.raft for n in cfg.peers], conf=conf,

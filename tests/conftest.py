@@ -1,0 +1,57 @@
+"""Shared fixtures: processes on free loopback ports, always stopped by the test that started them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.procs import ControllerCluster, Proc
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """Factory: `procs(name, args)` starts `python -m tidelog.cli *args`; all are stopped at teardown."""
+    started: list[Proc] = []
+
+    def start(name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
+        p = Proc(name, args, tmp_path / f"{name}.log", env).start()
+        started.append(p)
+        return p
+
+    yield start
+    for p in reversed(started):
+        p.stop()
+
+
+@pytest.fixture
+def controller_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., ControllerCluster]]:
+    """Factory: `controller_cluster(size, **options)` starts a controller cluster of processes.
+
+    Every process is stopped at teardown (SIGTERM, then SIGKILL); on failure their logs are shown.
+    """
+    clusters: list[ControllerCluster] = []
+
+    def start(size: int = 3, **options: Any) -> ControllerCluster:
+        root = tmp_path / f"cluster{len(clusters)}"
+        root.mkdir()
+        c = ControllerCluster(root, size, **options)
+        clusters.append(c)
+        return c.start()
+
+    yield start
+    failed = getattr(request.node, "rep_call", None)
+    for c in clusters:
+        c.stop()
+        if failed is not None and failed.failed:
+            print(c.logs())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    # Keep each phase's report on the item so fixtures can print logs only when a test failed.
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep
