@@ -13,6 +13,7 @@ from the commit log, and recovery re-dispatches everything past the checkpointed
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import re
 import struct
@@ -24,6 +25,11 @@ UNIT = struct.Struct("<QIQ")
 UNIT_SIZE = UNIT.size  # 20
 TOPIC_RE = re.compile(r"^[A-Za-z0-9_.%\-]{1,127}$")
 MAX_QUEUE_ID = 65535
+
+
+@functools.lru_cache(maxsize=64)
+def _units_struct(n: int) -> struct.Struct:
+    return struct.Struct("<" + "QIQ" * n)
 
 
 def check_topic_queue(topic: str, queue_id: int) -> None:
@@ -140,6 +146,12 @@ class ConsumeQueue:
         self.sizes.append(size)
         self.tags.append(tag)
 
+    def extend(self, phys: list[int], sizes: list[int], tags: list[int]) -> None:
+        """Index a run of records appended just now, in queue order (the append fast path)."""
+        self.phys.extend(phys)
+        self.sizes.extend(sizes)
+        self.tags.extend(tags)
+
     def write_pending(self) -> None:
         """Write units not yet in files (one write per file touched)."""
         while self._written < len(self.phys):
@@ -147,11 +159,11 @@ class ConsumeQueue:
             if not self._files or qoff - self._files[-1] >= self._per_file:
                 self._open_file(qoff)
             room = self._per_file - (qoff - self._files[-1])
-            n = min(room, len(self.phys) - self._written)
-            buf = bytearray(n * UNIT_SIZE)
-            for k in range(n):
-                j = self._written + k
-                UNIT.pack_into(buf, k * UNIT_SIZE, self.phys[j], self.sizes[j], self.tags[j])
+            n = min(room, len(self.phys) - self._written, 4096)
+            lo, hi = self._written, self._written + n
+            flat = [v for unit in zip(self.phys[lo:hi], self.sizes[lo:hi], self.tags[lo:hi], strict=True)
+                    for v in unit]
+            buf = _units_struct(n).pack(*flat)
             assert self._fd is not None
             os.write(self._fd, buf)
             self._dirty.add(self._fd)

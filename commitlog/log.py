@@ -30,11 +30,13 @@ import logging
 import mmap
 import os
 import shutil
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from crc32c import crc32c
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.checkpoint import CheckpointFile
 from tidelog.commitlog.consumequeue import ConsumeQueue, check_topic_queue
@@ -359,105 +361,109 @@ class CommitLog:
         """Append a batch; returns where each record landed, in order.
 
         The batch is validated whole before anything is written. The records are visible to
-        `read_raw` on return; `await flushed(placements[-1] end)` waits for durability.
+        `read_raw` on return; `await flushed(end of the last record)` waits for durability.
         """
         self._check_open()
         if not messages:
             return []
         store_ts = int(self._clock() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            return self._append_locked(messages, store_ts)
+
+    def _append_locked(self, messages: Sequence[rec.Message], store_ts: int) -> list[Placement]:
+        # One pass builds every record as (head, header tail + names, body) parts; nothing is
+        # written until the whole batch is valid. This loop is the hot path: locals only.
         epoch = self.epochs.last_epoch
         limit = self.max_message_bytes
-        prepared = []
-        for m in messages:
-            if not isinstance(m, rec.Message):
-                raise InvalidArgumentError(f"append takes Message objects, not {type(m).__name__}")
-            name = self._check_name(m.topic, m.queue_id)
-            body = m.body
-            if not isinstance(body, bytes | bytearray | memoryview):
-                raise InvalidArgumentError(f"message body must be bytes, not {type(body).__name__}")
-            if m.key is not None or m.tags is not None or m.properties:
-                try:
-                    props = rec.encode_properties(m.key, m.tags, m.properties)
-                except (ValueError, UnicodeEncodeError) as exc:
-                    raise InvalidArgumentError(str(exc)) from exc
-                if len(props) > rec.MAX_PROPERTIES_BYTES:
-                    raise MessageTooLargeError(f"properties of {len(props)} bytes exceed {rec.MAX_PROPERTIES_BYTES}")
-            else:
-                props = b""
-            size = rec.HEADER_SIZE + len(name) + len(props) + len(body)
-            if size > limit:
-                raise MessageTooLargeError(f"a record of {size} bytes exceeds max_message_bytes={limit}")
-            born = m.born_ts if m.born_ts is not None else store_ts
-            prepared.append((m, name, props, body, size, born))
-        with self._lock:
-            return self._write_batch(prepared, epoch, store_ts)
-
-    def _write_batch(self, prepared: list, epoch: int, store_ts: int) -> list[Placement]:
         seg_bytes = self.segment_bytes
+        head_pack = rec.HEAD.pack
+        tail_pack = rec.HEADER_TAIL.pack
+        magic = rec.MAGIC
+        header_size = rec.HEADER_SIZE
+        blank_size = rec.BLANK_SIZE
+        make = tuple.__new__
         start = self._max
         pos = start
-        next_qoff: dict[tuple[str, int], int] = {}
-        # Lay out the batch in per-segment chunks before touching any file.
-        chunks: list[tuple[int, int, list, int]] = []  # (segment base, start offset, items, blank bytes)
         seg_base = pos - pos % seg_bytes
         chunk_start = pos
-        items: list = []
-        for p in prepared:
-            size = p[4]
-            if pos - seg_base + size + rec.BLANK_SIZE > seg_bytes:
-                chunks.append((seg_base, chunk_start, items, seg_bytes - (pos - seg_base)))
+        parts: list[bytes] = []
+        chunks: list[tuple[int, int, list[bytes], int]] = []  # (segment base, start, parts, blank)
+        placements: list[Placement] = []
+        # per queue: [cq, name, next queue offset, phys[], sizes[], tags[], header + name size, name length]
+        queues: dict[tuple[str, int], list] = {}
+        message_type = rec.Message
+        for m in messages:
+            if m.__class__ is not message_type:
+                raise InvalidArgumentError(f"append takes Message objects, not {type(m).__name__}")
+            qid = m.queue_id
+            q = queues.get((m.topic, qid))
+            if q is None:
+                name = self._check_name(m.topic, qid)
+                cq = self._cq(m.topic, qid)
+                q = queues[(m.topic, qid)] = [cq, name, cq.next_offset, [], [], [], header_size + len(name),
+                                              len(name)]
+            body = m.body
+            if body.__class__ is not bytes:
+                if not isinstance(body, bytearray | memoryview):
+                    raise InvalidArgumentError(f"message body must be bytes, not {type(body).__name__}")
+                body = bytes(body)
+            tags = m.tags
+            if m.key is None and tags is None and not m.properties:
+                props = b""
+                tag = 0
+            else:
+                try:
+                    props = rec.encode_properties(m.key, tags, m.properties)
+                except (ValueError, UnicodeEncodeError, AttributeError) as exc:
+                    raise InvalidArgumentError(f"bad message properties: {exc}") from exc
+                if len(props) > rec.MAX_PROPERTIES_BYTES:
+                    raise MessageTooLargeError(
+                        f"properties of {len(props)} bytes exceed {rec.MAX_PROPERTIES_BYTES}")
+                tag = rec.tags_hash(tags)
+            plen = len(props)
+            blen = len(body)
+            size = q[6] + plen + blen
+            if size > limit:
+                raise MessageTooLargeError(f"a record of {size} bytes exceeds max_message_bytes={limit}")
+            if pos - seg_base + size + blank_size > seg_bytes:
+                chunks.append((seg_base, chunk_start, parts, seg_bytes - (pos - seg_base)))
                 seg_base += seg_bytes
                 pos = chunk_start = seg_base
-                items = []
-            items.append(p)
+                parts = []
+            qoff = q[2]
+            q[2] = qoff + 1
+            born = m.born_ts
+            try:
+                pre = tail_pack(m.flags, q[7], qid, epoch, qoff, pos, store_ts if born is None else born,
+                                store_ts, plen, blen) + q[1] + props
+            except struct.error as exc:
+                raise InvalidArgumentError(f"message field out of range: {exc}") from exc
+            parts += (head_pack(size, magic, crc32c(body, crc32c(pre))), pre, body)
+            placements.append(make(Placement, (pos, qoff, size)))
+            q[3].append(pos)
+            q[4].append(size)
+            q[5].append(tag)
             pos += size
-        chunks.append((seg_base, chunk_start, items, 0))
-        placements: list[Placement] = []
-        units: list[tuple[ConsumeQueue, int, int, int, int]] = []
+        chunks.append((seg_base, chunk_start, parts, 0))
         try:
-            for base, cstart, citems, blank in chunks:
+            for base, cstart, cparts, blank in chunks:
                 seg = self._segment_for_write(base)
-                buf = bytearray(sum(p[4] for p in citems) + (rec.BLANK_SIZE if blank else 0))
-                at = 0
-                phys = cstart
-                for m, name, props, body, size, born in citems:
-                    key = (m.topic, m.queue_id)
-                    qoff = next_qoff.get(key)
-                    if qoff is None:
-                        cq = self._cq(m.topic, m.queue_id)
-                        qoff = cq.next_offset
-                    else:
-                        cq = self._cqs[key]
-                    next_qoff[key] = qoff + 1
-                    rec.encode_into(buf, at, topic=name, props=props, body=body, flags=m.flags,
-                                    queue_id=m.queue_id, epoch=epoch, queue_offset=qoff, phys_offset=phys,
-                                    born_ts=born, store_ts=store_ts)
-                    placements.append(Placement(phys, qoff, size))
-                    units.append((cq, qoff, phys, size, rec.tags_hash(m.tags)))
-                    at += size
-                    phys += size
                 if blank:
-                    buf[at : at + rec.BLANK_SIZE] = rec.blank_marker(blank)
-                if buf:
-                    os.pwrite(seg.fd, buf, cstart - base)
-                seg.size = cstart - base + len(buf)
+                    cparts.append(rec.blank_marker(blank))
+                data = b"".join(cparts)
+                if data:
+                    os.pwrite(seg.fd, data, cstart - base)
+                seg.size = cstart - base + len(data)
                 if blank:
                     os.ftruncate(seg.fd, seg_bytes)
                     seg.size = seg_bytes
         except OSError as exc:
             self._fail(f"append at {start} failed: {exc}")
             raise
-        where = self._cl_dir
-        touched = set()
-        for cq, qoff, phys, size, tag in units:
-            cq.put(qoff, phys, size, tag, where)
-            touched.add(cq)
-        for cq in touched:
+        for cq, _, _, phys, sizes, tagcodes, _, _ in queues.values():
+            cq.extend(phys, sizes, tagcodes)
             cq.write_pending()
-        last_base, last_start, last_items, last_blank = chunks[-1]
-        self._max = last_start + sum(p[4] for p in last_items)
-        if last_blank:
-            self._max = last_base + seg_bytes
+        self._max = pos
         return placements
 
     def _segment_for_write(self, base: int) -> _Segment:
