@@ -15,9 +15,10 @@ from collections.abc import Callable
 from sortedcontainers import SortedList
 
 
-def _resolve(fut: asyncio.Future[int], value: int) -> None:
-    if not fut.done():
-        fut.set_result(value)
+def _resolve(futs: list[asyncio.Future[int]], value: int) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_result(value)
 
 
 def _fail(fut: asyncio.Future[int], exc: BaseException) -> None:
@@ -28,7 +29,7 @@ def _fail(fut: asyncio.Future[int], exc: BaseException) -> None:
 class OffsetWaiters:
     def __init__(self, on_new_target: Callable[[int], None] | None = None) -> None:
         self._lock = threading.Lock()
-        self._waiting: SortedList = SortedList(key=lambda w: (w[0], w[1]))
+        self._waiting: SortedList = SortedList()  # (offset, seq, loop, future); seq breaks ties
         self._seq = itertools.count()
         self._on_new_target = on_new_target
 
@@ -52,11 +53,17 @@ class OffsetWaiters:
     def release(self, offset: int) -> int:
         """Complete every waiter at or below `offset`; returns how many."""
         with self._lock:
-            idx = self._waiting.bisect_key_right((offset, float("inf")))
+            if not self._waiting or self._waiting[0][0] > offset:
+                return 0
+            idx = self._waiting.bisect_left((offset + 1,))
             done = list(self._waiting.islice(0, idx))
             del self._waiting[:idx]
+        # one wake-up per event loop, however many waiters it has
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[int]]] = {}
         for _, _, loop, fut in done:
-            _call(loop, _resolve, fut, offset)
+            by_loop.setdefault(loop, []).append(fut)
+        for loop, futs in by_loop.items():
+            _call(loop, _resolve, futs, offset)
         return len(done)
 
     def fail_all(self, exc: BaseException) -> None:
