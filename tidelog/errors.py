@@ -384,3 +384,73 @@ class MetadataTooLargeError(TidelogError):
     code = "METADATA_TOO_LARGE"
     status = "INVALID_ARGUMENT"
     hint = "store large data elsewhere and keep only a reference in the controller"
+
+
+# --- replication (ha / broker) ------------------------------------------------------------
+# Send outcomes follow reference §4: FLUSH_SLAVE_TIMEOUT and FLUSH_DISK_TIMEOUT mean the message
+# IS in the master's log (RocketMQ counts them as "sendOK"); IN_SYNC_REPLICAS_NOT_ENOUGH means
+# nothing was written. Clients must not treat the two kinds alike.
+
+
+@_register
+class HaProtocolError(TidelogError):
+    """A malformed HA frame (bad length, unknown type, truncated or oversized fields, bad UTF-8)."""
+
+    code = "HA_PROTOCOL"
+    status = "INTERNAL"
+    hint = "the HA connection is closed and the slave reconnects; if it repeats, check both brokers run the same version"
+
+
+@_register
+class NotMasterError(TidelogError):
+    """This broker is not the master of its broker set and cannot take writes."""
+
+    code = "NOT_MASTER"
+    status = "FAILED_PRECONDITION"
+    hint = "send the write to the master address carried by this error, or refresh the route if it is empty"
+
+    def __init__(self, message: str = "", *, master_address: str = "", **details: Any) -> None:
+        super().__init__(message or f"not the master (master: {master_address or 'unknown'})",
+                         master_address=master_address, **details)
+        self.master_address = master_address
+
+
+@_register
+class InSyncReplicasNotEnoughError(TidelogError):
+    """The SyncStateSet is smaller than the write needs; the write was refused before anything was stored."""
+
+    code = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    status = "UNAVAILABLE"
+    hint = "nothing was written, so retrying is safe: retry later or on another broker set once slaves catch up"
+    retryable = True
+
+
+@_register
+class FlushSlaveTimeoutError(TidelogError):
+    """The write did not get enough replica acks before the deadline."""
+
+    code = "FLUSH_SLAVE_TIMEOUT"
+    status = "DEADLINE_EXCEEDED"
+    hint = ("the message IS stored on the master and may still replicate, so the outcome is unknown; "
+            "retrying may store it twice, so retry only if consumers tolerate duplicates (or deduplicate by key)")
+
+
+@_register
+class SlaveNotAvailableError(TidelogError):
+    """No slave is connected to replicate a write that needs replica acks."""
+
+    code = "SLAVE_NOT_AVAILABLE"
+    status = "UNAVAILABLE"
+    hint = ("start or reconnect a slave of this broker set, or send to another broker set; if the master "
+            "had already stored the message it replicates once a slave connects, so as with FLUSH_SLAVE_TIMEOUT "
+            "a retry may duplicate it")
+
+
+@_register
+class FlushDiskTimeoutError(TidelogError):
+    """The write was appended but not flushed to disk before the deadline."""
+
+    code = "FLUSH_DISK_TIMEOUT"
+    status = "DEADLINE_EXCEEDED"
+    hint = ("the message is in the master's log but may not be on disk yet, so the outcome is unknown; "
+            "retrying may store it twice; check disk latency")
