@@ -1,0 +1,74 @@
+"""Scenario: an operator drives a running controller with `tide admin` (tables and --json)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tidelog.controller.client import ControllerClient
+
+from tests.procs import ControllerCluster
+
+pytestmark = pytest.mark.slow
+
+
+def tide(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tidelog.cli", *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def tide_json(*args: str) -> Any:
+    out = tide(*args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) -> None:
+    cluster = controller_cluster(1, heartbeat_interval_ms=1000, heartbeat_timeout_ms=30000)
+    ctl = ["admin", "--controllers", cluster.address_list]
+
+    async def register() -> None:
+        async with ControllerClient(cluster.address_list) as c:
+            for i in (1, 2):
+                r = await c.register_broker("broker-a", f"127.0.0.1:{30000 + i}", f"127.0.0.1:{31000 + i}",
+                                            identity=f"a-{i}")
+                await c.heartbeat("broker-a", r.broker_id, epoch=0, max_offset=0)
+
+    asyncio.run(register())
+
+    status = tide_json(*ctl, "status")
+    assert status[0]["raft_state"] == "leader" and status[0]["ready"] is True
+
+    elected = tide_json(*ctl, "elect", "broker-a", "--broker-id", "1")
+    assert elected["role"]["master_id"] == 1 and elected["role"]["master_epoch"] == 1
+
+    sets = tide_json(*ctl, "broker-sets")
+    assert sets["liveness_known"] is True
+    (bs,) = sets["broker_sets"]
+    assert bs["role"]["sync_state_set"] == [1]
+    assert [(m["broker_id"], m["is_master"], m["alive"]) for m in bs["members"]] == [(1, True, True), (2, False, True)]
+    table = tide(*ctl, "broker-sets")
+    assert table.returncode == 0 and "broker-a" in table.stdout
+
+    created = tide_json(*ctl, "topics", "create", "orders", "--queues", "broker-a=4")
+    assert created == {"name": "orders", "perm": "rw", "queues": {"broker-a": 4}}
+    # $TIDE_CONTROLLERS is the default address list
+    listed = tide("admin", "topics", "list", "--json", env={"TIDE_CONTROLLERS": cluster.address_list})
+    assert listed.returncode == 0 and [t["name"] for t in json.loads(listed.stdout)] == ["orders"]
+    table = tide(*ctl, "topics", "list")
+    assert "orders" in table.stdout and "broker-a=4" in table.stdout
+
+    assert tide(*ctl, "topics", "delete", "orders").returncode == 0
+    again = tide(*ctl, "topics", "delete", "orders")
+    assert again.returncode == 1 and "TOPIC_NOT_FOUND" in again.stderr
+    bad = tide(*ctl, "topics", "create", "x", "--queues", "broker-a")
+    assert bad.returncode != 0 and "BROKER_SET=COUNT" in bad.stderr
+    # designated election of a broker outside the SyncStateSet is refused with a typed error
+    refused = tide(*ctl, "elect", "broker-a", "--broker-id", "2")
+    assert refused.returncode == 1 and "CONTROLLER_ELECT_MASTER_FAILED" in refused.stderr
