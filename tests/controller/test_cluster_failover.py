@@ -126,3 +126,47 @@ def test_unclean_election_picks_an_alive_replica(controller_cluster: Callable[..
     cluster = controller_cluster(size, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS, unclean=True)
     took = asyncio.run(_unclean_on(cluster))
     print(f"{size}-node controller unclean failover took {took:.2f}s")
+
+
+async def _controller_leader(client: ControllerClient, cluster: ControllerCluster, among: list[str]) -> str | None:
+    for nid in among:
+        try:
+            st = await client.cluster_status(address=cluster.grpc[nid])
+        except errors.TidelogError:
+            continue
+        if st.raft_state == "leader" and st.ready:
+            return nid
+    return None
+
+
+async def _leader_change(cluster: ControllerCluster) -> dict[str, float]:
+    timings: dict[str, float] = {}
+    async with ControllerClient(cluster.address_list, total_timeout=20) as client:
+        b1, b2 = await _set_up(client, "broker-g", 2)
+        role = await _role(client, "broker-g")
+        await client.alter_sync_state_set("broker-g", b1.broker_id, role.master_epoch, {1, 2},
+                                          role.sync_state_set_epoch)
+        before = await _role(client, "broker-g")
+        leader = await wait_for(lambda: _controller_leader(client, cluster, cluster.ids), 10, what="leader")
+        cluster.procs[leader].kill9()
+        killed = time.monotonic()
+        others = [i for i in cluster.ids if i != leader]
+        await wait_for(lambda: _controller_leader(client, cluster, others), 10, interval=0.05, what="new leader")
+        timings["controller leader change"] = time.monotonic() - killed
+        # The new leader knew no heartbeats; brokers that keep beating must not be failed over.
+        await asyncio.sleep(TIMEOUT_MS / 1000 + 1.5)
+        after = await _role(client, "broker-g")
+        assert (after.master_id, after.master_epoch, list(after.sync_state_set)) == (
+            before.master_id, before.master_epoch, list(before.sync_state_set))
+        # ...but a master that stops heartbeating now is failed over by the new leader.
+        role, took = await _stop_master_and_wait(client, "broker-g", b1, lambda r: r.master_id == b2.broker_id)
+        timings["failover by the new controller leader"] = took
+        assert took <= BOUND_S and role.master_epoch == before.master_epoch + 1
+        await b2.stop()
+    return timings
+
+
+def test_new_controller_leader_gives_grace_then_fails_over(controller_cluster: Callable[..., ControllerCluster]) -> None:
+    cluster = controller_cluster(3, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS)
+    timings = asyncio.run(_leader_change(cluster))
+    print("3-node controller: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
