@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tidelog.controller.election import elect
 from tidelog.controller.state import LiveInfo
 

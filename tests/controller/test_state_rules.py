@@ -10,6 +10,8 @@ import json
 import pickle
 
 import pytest
+
+from tidelog import errors
 from tidelog.controller.state import (
     AlterSyncStateSet,
     BrokerSet,
@@ -28,8 +30,6 @@ from tidelog.controller.state import (
     ReportOffsets,
     Result,
 )
-
-from tidelog import errors
 
 A = "broker-a"
 
