@@ -22,12 +22,12 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+
 from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.liveness import HeartbeatTable
 from tidelog.controller.raft import RaftNode
-
 from tidelog.errors import ControllerNotLeaderError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.wire import make_error
@@ -114,6 +114,8 @@ class ControllerNode:
             return
         if self._barrier is None or self._barrier.done():
             self._barrier = asyncio.ensure_future(self._run_barrier(term))
+            # Callers see its failure through shield(); mark it retrieved so asyncio does not warn.
+            self._barrier.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
             await asyncio.wait_for(asyncio.shield(self._barrier), 5.0)
         except TimeoutError:

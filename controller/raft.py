@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.state import ControllerState, Result
-
 from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ import logging
 from typing import TYPE_CHECKING
 
 import grpc
-from tidelog.controller import state as st
 
+from tidelog.controller import state as st
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
     ControllerBrokerNeedToBeRegisteredError,
@@ -85,11 +85,6 @@ def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
     return bs
 
 
-def _valid_id(field: str, value: int) -> int:
-    non_negative(field, value)
-    return value
-
-
 # --- broker-facing ----------------------------------------------------------------------------
 
 
@@ -102,27 +97,23 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                              ) -> pb.RegisterBrokerReply:
         name = non_empty("broker_set", request.broker_set)
         non_empty("address", request.address)
-        broker_id = _valid_id("broker_id", request.broker_id) if request.HasField("broker_id") else None
+        broker_id = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
         result = await self.node.write(lambda now, hb: st.RegisterBroker(
             broker_set=name, address=request.address, ha_address=request.ha_address,
             datacenter=request.datacenter, rack=request.rack, identity=request.identity,
             broker_id=broker_id, now_ms=now))
-        assigned = int(result.value) if isinstance(result.value, int) else broker_id
+        assigned = int(result.value)  # RegisterBroker's result carries the broker's id
         with self.node.raft.read() as state:
-            bs = state.broker_sets.get(name)
-            if assigned is None and bs is not None:  # value did not carry the id: find it by identity
-                assigned = next((b for b, m in bs.members.items()
-                                 if m.identity == request.identity and m.address == request.address), -1)
-            role = role_of(name, bs)
+            role = role_of(name, state.broker_sets.get(name))
         log.info("broker set %s: broker %s registered at %s (master %s, epoch %d)", name, assigned,
                  request.address, role.master_id if role.has_master else None, role.master_epoch)
-        return pb.RegisterBrokerReply(broker_id=assigned if assigned is not None else -1, role=role)
+        return pb.RegisterBrokerReply(broker_id=assigned, role=role)
 
     @rpc
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
                         ) -> pb.HeartbeatReply:
         name = non_empty("broker_set", request.broker_set)
-        bid = _valid_id("broker_id", request.broker_id)
+        bid = non_negative("broker_id", request.broker_id)
         self.node.require_leader()
         with self.node.raft.read() as state:
             bs = state.broker_sets.get(name)
@@ -143,12 +134,12 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
     async def AlterSyncStateSet(self, request: pb.AlterSyncStateSetRequest, context: grpc.aio.ServicerContext
                                 ) -> pb.AlterSyncStateSetReply:
         name = non_empty("broker_set", request.broker_set)
-        master_id = _valid_id("master_id", request.master_id)
+        master_id = non_negative("master_id", request.master_id)
         non_negative("master_epoch", request.master_epoch)
         non_negative("sync_state_set_epoch", request.sync_state_set_epoch)
         require(len(request.new_sync_state_set) > 0, "new_sync_state_set must not be empty")
         for b in request.new_sync_state_set:
-            _valid_id("new_sync_state_set[]", b)
+            non_negative("new_sync_state_set[]", b)
         await self.node.write(lambda now, hb: st.AlterSyncStateSet(
             broker_set=name, master_id=master_id, master_epoch=request.master_epoch,
             new_sync_state_set=frozenset(request.new_sync_state_set),
@@ -164,7 +155,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
     async def ElectMaster(self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
                           ) -> pb.ElectMasterReply:
         name = non_empty("broker_set", request.broker_set)
-        bid = _valid_id("broker_id", request.broker_id) if request.HasField("broker_id") else None
+        bid = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
         require(not request.designated or bid is not None, "a designated election needs broker_id")
         await self.node.write(lambda now, hb: st.ElectMaster(
             broker_set=name, broker_id=bid, designated=request.designated,
@@ -267,7 +258,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                               ) -> pb.CleanBrokerDataReply:
         name = non_empty("broker_set", request.broker_set)
         for b in request.broker_ids:
-            _valid_id("broker_ids[]", b)
+            non_negative("broker_ids[]", b)
         ids = frozenset(request.broker_ids)
         await self.node.write(lambda now, hb: st.CleanBrokerData(
             broker_set=name, broker_ids=ids, clean_living=request.clean_living,
