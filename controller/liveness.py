@@ -26,6 +26,10 @@ have not yet found the new leader are not failed over. Grace never makes a broke
 election or a SyncStateSet change still needs a real heartbeat (the LiveInfo it carries is what
 the election policy ranks).
 
+A set whose controller-triggered election found nobody is left without a master (RULES.md E7);
+``leaderless_sets_electable`` lists such sets once an electable broker is alive again, so the
+leader can retry without waiting for a broker to ask.
+
 The liveness predicate is ``last_seen + timeout >= now`` (reference §1.2, "Liveness predicate").
 """
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidelog.controller.election import elect
 from tidelog.controller.state import ControllerState, LiveInfo
 
 __all__ = ["DEFAULT_HEARTBEAT_TIMEOUT_MS", "HeartbeatTable"]
@@ -133,6 +138,25 @@ class HeartbeatTable:
             if bs.master_id is None or self.is_alive(name, bs.master_id, now_ms):
                 continue
             if any(self.is_alive(name, i, now_ms) for i in bs.members):
+                out.append(name)
+        return out
+
+    def leaderless_sets_electable(self, state: ControllerState, now_ms: int, enable_unclean: bool) -> list[str]:
+        """Broker sets that had a master once, have none now, and would elect one with the current
+        liveness (RULES.md L6), ascending name; none during the grace window.
+
+        After a failed controller-triggered election the set has no master, so
+        ``masters_needing_election`` no longer lists it; this is how the leader notices that a
+        SyncStateSet member came back, without waiting for a broker to ask."""
+        if self.in_grace(now_ms):
+            return []
+        out = []
+        for name in sorted(state.broker_sets):
+            bs = state.broker_sets[name]
+            if bs.master_id is not None or bs.master_epoch == 0:
+                continue
+            alive = {i: info for i, info in self.alive(name, now_ms).items() if i in bs.members}
+            if elect(bs.sync_state_set, bs.members.keys(), None, None, alive, enable_unclean) is not None:
                 out.append(name)
         return out
 

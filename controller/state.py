@@ -22,8 +22,8 @@ Two rules keep the replicas identical:
    ``tidelog.errors`` code.
 
 After every command ``apply`` checks the invariants (a master is a member and in its
-SyncStateSet, epochs and id counters never decrease, the broker set moved along the transition
-table below). A violation raises ``InvariantViolation``: the replica must stop rather than keep
+SyncStateSet, epochs and id counters never decrease, a new master or SyncStateSet comes with a
+new epoch, the broker set moved along the transition table below). A violation raises ``InvariantViolation``: the replica must stop rather than keep
 diverging state. These checks are not ``assert`` statements, so ``python -O`` keeps them.
 
 Broker-set lifecycle (``_TRANSITIONS``): a set is ABSENT, LEADERLESS (registered, no master)
@@ -396,7 +396,8 @@ class ControllerState:
         set_name = getattr(cmd, "broker_set", None)
         before = self.broker_sets.get(set_name) if isinstance(set_name, str) else None
         before_phase = _phase(before)
-        before_epochs = (before.master_epoch, before.sss_epoch, before.next_broker_id) if before else None
+        before_epochs = (before.master_epoch, before.sss_epoch, before.next_broker_id, before.master_id,
+                         before.sync_state_set) if before else None
         try:
             result, event = handler(cmd)
         except _Reject as rej:
@@ -734,7 +735,8 @@ class ControllerState:
     # -- invariants --
 
     def _check_set_after(self, name: str, before_phase: Phase,
-                         before_epochs: tuple[int, int, int] | None, event: str | None) -> None:
+                         before_epochs: tuple[int, int, int, int | None, frozenset[int]] | None,
+                         event: str | None) -> None:
         bs = self.broker_sets.get(name)
         after = _phase(bs)
         if event is None:
@@ -746,10 +748,15 @@ class ControllerState:
             return
         _check_broker_set(bs)
         if before_epochs is not None:
-            me, se, nid = before_epochs
+            me, se, nid, master, sss = before_epochs
             _check(bs.master_epoch >= me, f"{name}: master epoch went back {me} -> {bs.master_epoch}")
             _check(bs.sss_epoch >= se, f"{name}: SyncStateSet epoch went back {se} -> {bs.sss_epoch}")
             _check(bs.next_broker_id >= nid, f"{name}: next broker id went back {nid} -> {bs.next_broker_id}")
+            # One master per epoch: whoever is master now was master for the whole epoch.
+            _check(bs.master_id == master or bs.master_epoch > me,
+                   f"{name}: master changed {master} -> {bs.master_id} within epoch {me}")
+            _check(bs.sync_state_set == sss or bs.sss_epoch > se,
+                   f"{name}: SyncStateSet changed within its epoch {se}")
 
     def check_invariants(self) -> None:
         """Check every invariant of the whole state (used after restoring a snapshot)."""

@@ -188,3 +188,41 @@ def test_l2_stored_pair_is_the_running_maximum_while_alive(seq) -> None:
         best = max(best or (epoch, offset), (epoch, offset))
         info = hb.info(A, 1)
         assert (info.epoch, info.max_offset) == best
+
+
+def no_master_state() -> ControllerState:
+    """broker-a after a failed controller-triggered election: no master, SyncStateSet {1, 2}."""
+    s = mastered_state()
+    r = s.apply(ElectMaster(A, None, alive={}))
+    assert r.code == "CONTROLLER_MASTER_NOT_AVAILABLE" and s.broker_sets[A].master_id is None
+    return s
+
+
+def test_l6_leaderless_set_is_listed_once_a_sss_member_is_back() -> None:
+    s = no_master_state()
+    hb = HeartbeatTable(T)
+    assert hb.leaderless_sets_electable(s, 0, enable_unclean=False) == []
+    hb.beat(A, 2, 1, 0, 0, now_ms=0)
+    hb.beat(B, 1, 0, 0, 0, now_ms=0)  # broker-b never had a master: the brokers' first election
+    assert hb.leaderless_sets_electable(s, 1, enable_unclean=False) == [A]
+    assert s.apply(ElectMaster(A, None, alive=hb.alive(A, 1))).ok
+    assert hb.leaderless_sets_electable(s, 1, enable_unclean=False) == []
+
+
+def test_l6_only_non_sss_members_alive_needs_unclean() -> None:
+    s = no_master_state()
+    s.apply(RegisterBroker(A, "10.0.0.3:1", "10.0.0.3:2", identity="i3"))
+    hb = HeartbeatTable(T)
+    hb.beat(A, 3, 0, 0, 0, now_ms=0)
+    assert hb.leaderless_sets_electable(s, 1, enable_unclean=False) == []
+    assert hb.leaderless_sets_electable(s, 1, enable_unclean=True) == [A]
+
+
+def test_l6_not_during_grace() -> None:
+    s = no_master_state()
+    hb = HeartbeatTable(T)
+    hb.on_leadership(0)
+    hb.beat(A, 2, 1, 0, 0, now_ms=1)
+    assert hb.leaderless_sets_electable(s, T - 1, enable_unclean=False) == []
+    hb.beat(A, 2, 1, 0, 0, now_ms=T)
+    assert hb.leaderless_sets_electable(s, T, enable_unclean=False) == [A]

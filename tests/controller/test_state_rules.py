@@ -667,3 +667,28 @@ def test_invariant_transition_table_is_enforced() -> None:
     s._handlers[AlterSyncStateSet] = rogue
     with pytest.raises(InvariantViolation):
         s.apply(alter({1, 2, 3}))
+
+
+def test_invariant_one_master_per_epoch_is_enforced() -> None:
+    s = mastered()
+
+    def rogue(cmd):  # hand mastership to broker 2 without a new epoch
+        bs = s.broker_sets[A]
+        bs.master_id = 2
+        return Result(changed=True), "alter"
+
+    s._handlers[AlterSyncStateSet] = rogue
+    with pytest.raises(InvariantViolation, match="within epoch"):
+        s.apply(alter({1, 2, 3}))
+
+
+def test_invariant_sss_change_needs_a_new_sss_epoch() -> None:
+    s = mastered()
+
+    def rogue(cmd):
+        s.broker_sets[A].sync_state_set = frozenset({1, 2, 3})
+        return Result(changed=True), "alter"
+
+    s._handlers[AlterSyncStateSet] = rogue
+    with pytest.raises(InvariantViolation, match="within its epoch"):
+        s.apply(alter({1, 2, 3}))
