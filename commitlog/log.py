@@ -37,12 +37,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c
+
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.checkpoint import CheckpointFile
 from tidelog.commitlog.consumequeue import ConsumeQueue, check_topic_queue
 from tidelog.commitlog.epochs import EpochFile, fsync_dir
 from tidelog.commitlog.waiters import OffsetWaiters
-
 from tidelog.errors import (
     ConfigError,
     CorruptRecordError,
@@ -666,11 +666,15 @@ class CommitLog:
         declared size covers the rest of the segment) and the next call starts at the next
         segment. Returns b"" at or beyond the max offset ("not yet written").
         """
+        return self.read_raw_chunk(phys_offset, max_bytes)[0]
+
+    def read_raw_chunk(self, phys_offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """`read_raw`, plus the offset where the next chunk starts."""
         self._check_open()
         if not isinstance(phys_offset, int) or phys_offset < 0 or max_bytes < 1:
             raise InvalidArgumentError("read_raw takes a non-negative offset and a positive size")
         if phys_offset >= self._max:
-            return b""
+            return b"", phys_offset
         if phys_offset < self.min_offset:
             raise OffsetBelowRetentionError(phys_offset, self.min_offset)
         seg = self._segments[self._segment_index(phys_offset)]
@@ -682,7 +686,7 @@ class CommitLog:
         while pos + 8 <= len(data):
             size, magic = rec.BLANK.unpack_from(data, pos)
             if magic == rec.BLANK_MAGIC:
-                return data[: pos + rec.BLANK_SIZE]
+                return data[: pos + rec.BLANK_SIZE], seg.base + self.segment_bytes
             if magic != rec.MAGIC:
                 raise CorruptRecordError(seg.path, phys_offset + pos, f"bad magic 0x{magic:08x}"
                                          + (" (not a record boundary?)" if pos == 0 else ""))
@@ -691,10 +695,10 @@ class CommitLog:
                     data = os.pread(seg.fd, size, in_seg)
                     if len(data) != size:
                         raise DataUnavailableError(f"{seg.path} is short at offset {phys_offset}")
-                    return data
+                    return data, phys_offset + size
                 break
             pos += size
-        return data[:pos]
+        return data[:pos], phys_offset + pos
 
     def append_raw(self, phys_offset: int, data: bytes | bytearray | memoryview) -> int:
         """Append bytes copied from a master, at exactly the current max offset.

@@ -37,11 +37,18 @@ class OffsetWaiters:
         """A future completed (with the released offset) once `release` reaches `offset`."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
+        entry = (offset, next(self._seq), loop, fut)
         with self._lock:
-            self._waiting.add((offset, next(self._seq), loop, fut))
+            self._waiting.add(entry)
+        fut.add_done_callback(lambda f: self._forget(entry) if f.cancelled() else None)
         if self._on_new_target is not None:
             self._on_new_target(offset)
         return fut
+
+    def _forget(self, entry: tuple) -> None:
+        # a waiter that gave up (timeout, cancelled request) must not linger until the offset passes
+        with self._lock:
+            self._waiting.discard(entry)
 
     def max_target(self) -> int:
         with self._lock:
