@@ -1,0 +1,280 @@
+"""The master side of replication: stream the commit log to slaves, count their acks.
+
+Theory of operation
+-------------------
+A slave connects, sends a Handshake (its id, epoch map, max offset); the master answers with its
+own epoch map; the slave repairs its log and sends an Ack with the offset it wants data from.
+From then on the master streams Transfer frames from that offset: raw commit-log bytes in large
+chunks, each tagged with the epoch that wrote it, never crossing an epoch boundary, carrying the
+master's confirm offset. An empty Transfer is a heartbeat. The slave acks its max offset after
+each write.
+
+The decisions are not made here: `ha.ackpolicy` says how many acks a write needs and what the
+confirm offset is; `ha.syncstate` says when to propose a SyncStateSet change. This module only
+moves bytes, records acks and calls them. Acks count only for SyncStateSet members (the union
+with a pending proposal), since only they may be elected without losing data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from tidelog.commitlog import CommitLog
+from tidelog.commitlog.epochs import OPEN_END
+from tidelog.commitlog.waiters import OffsetWaiters
+from tidelog.errors import FlushSlaveTimeoutError, HaProtocolError, NotMasterError, TidelogError
+from tidelog.ha import ackpolicy
+from tidelog.ha.protocol import (
+    Ack,
+    ErrorFrame,
+    Handshake,
+    HandshakeReply,
+    encode,
+    encode_transfer_header,
+    read_frame,
+)
+from tidelog.ha.syncstate import Proposal, SyncStateTracker
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class SlaveConnection:
+    broker_id: int
+    peer: str
+    ack_offset: int = -1
+    send_offset: int = 0
+    last_sent_master_max: int = 0
+    last_sent_ms: int = 0
+    writer: asyncio.StreamWriter | None = field(default=None, repr=False)
+
+
+class HaMaster:
+    """Replication state of one broker while it is master of `epoch`."""
+
+    def __init__(self, commitlog: CommitLog, *, broker_set: str, broker_id: int, epoch: int,
+                 sync_state_set: frozenset[int], sss_epoch: int, slave_timeout_ms: int = 3000,
+                 max_not_catchup_ms: int = 15000, batch_bytes: int = 1 << 20,
+                 heartbeat_interval_ms: int = 1000, idle_timeout_ms: int = 5000,
+                 propose: Callable[[Proposal], Awaitable[None]] | None = None,
+                 on_confirm: Callable[[int], None] | None = None) -> None:
+        self.log = commitlog
+        self.broker_set = broker_set
+        self.broker_id = broker_id
+        self.epoch = epoch
+        self.slave_timeout = slave_timeout_ms / 1000.0
+        self.batch_bytes = batch_bytes
+        self.heartbeat_interval = heartbeat_interval_ms / 1000.0
+        self.idle_timeout = idle_timeout_ms / 1000.0
+        self.tracker = SyncStateTracker(broker_id, frozenset(sync_state_set) | {broker_id}, sss_epoch,
+                                        max_not_catchup_ms=max_not_catchup_ms, now_ms=now_ms())
+        self.connections: dict[int, SlaveConnection] = {}
+        self._propose = propose
+        self._on_confirm = on_confirm
+        self._waiters: dict[int, OffsetWaiters] = {}
+        self._new_data = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._ctx = f"[{broker_set}/{broker_id} master epoch {epoch}]"
+        self.update_confirm()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def sync_state_set(self) -> frozenset[int]:
+        return self.tracker.effective
+
+    def acks(self) -> dict[int, int]:
+        return {c.broker_id: c.ack_offset for c in self.connections.values() if c.ack_offset >= 0}
+
+    def update_confirm(self) -> None:
+        """Recompute the confirm offset and release producers whose acks are in."""
+        master_max = self.log.max_offset
+        acks = self.acks()
+        sss = self.tracker.effective
+        new = ackpolicy.confirm_offset(self.broker_id, master_max, acks, set(self.connections), sss,
+                                       self.log.confirm_offset)
+        assert new <= master_max, f"{self._ctx} confirm {new} would pass max {master_max}"
+        if new != self.log.confirm_offset:
+            self.log.confirm_offset = new
+            if self._on_confirm is not None:
+                self._on_confirm(new)
+        for needed, waiters in self._waiters.items():
+            waiters.release(ackpolicy.acked_by(needed, self.broker_id, master_max, acks, sss))
+
+    def on_appended(self) -> None:
+        """The owner appended records: wake the senders, move the confirm offset."""
+        ev, self._new_data = self._new_data, asyncio.Event()
+        ev.set()
+        self.update_confirm()
+
+    def on_controller_state(self, sync_state_set: frozenset[int], sss_epoch: int) -> None:
+        self.tracker.on_controller_state(frozenset(sync_state_set), sss_epoch)
+        self.update_confirm()
+
+    async def wait_acks(self, end_offset: int, needed: int) -> None:
+        """Wait until `needed` SyncStateSet members (the master included) hold `end_offset`."""
+        if needed <= 1:
+            return
+        if ackpolicy.acked_by(needed, self.broker_id, self.log.max_offset, self.acks(),
+                              self.tracker.effective) >= end_offset:
+            return
+        waiters = self._waiters.get(needed)
+        if waiters is None:
+            waiters = self._waiters[needed] = OffsetWaiters()
+        try:
+            await asyncio.wait_for(waiters.wait(end_offset), self.slave_timeout)
+        except TimeoutError:
+            raise FlushSlaveTimeoutError(
+                f"{needed} in-sync replicas did not acknowledge offset {end_offset} within "
+                f"{self.slave_timeout:.1f}s; the message is stored on the master and may still replicate"
+            ) from None
+
+    # ------------------------------------------------------------------ SyncStateSet upkeep
+
+    def _maybe_propose(self, proposal: Proposal | None) -> None:
+        if proposal is None or self._propose is None:
+            return
+        log.info("%s proposes SyncStateSet %s (set epoch %d)", self._ctx, sorted(proposal.new_sync_state_set),
+                 proposal.sss_epoch)
+        self._spawn(self._run_proposal(proposal))
+
+    async def _run_proposal(self, proposal: Proposal) -> None:
+        assert self._propose is not None
+        try:
+            await self._propose(proposal)
+        except Exception as exc:  # the next check proposes again
+            log.warning("%s SyncStateSet change %s failed: %s", self._ctx, sorted(proposal.new_sync_state_set), exc)
+            self.tracker.on_alter_failed()
+        self.update_confirm()
+
+    def check_shrink(self) -> None:
+        self._maybe_propose(self.tracker.check_shrink(now_ms=now_ms()))
+
+    # ------------------------------------------------------------------ connections
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: Handshake) -> None:
+        """Run one slave connection whose Handshake was already read."""
+        peer = str(writer.get_extra_info("peername"))
+        if first.broker_set != self.broker_set:
+            await _send_error(writer, "HA_PROTOCOL", f"this is broker set {self.broker_set}, not {first.broker_set}")
+            return
+        slave_id = first.broker_id
+        log.info("%s slave %d connected from %s (its max offset %d)", self._ctx, slave_id, peer, first.max_offset)
+        writer.write(encode(HandshakeReply(self.broker_id, self.epoch, self.log.max_offset, self.log.min_offset,
+                                           tuple(self.log.epochs.pairs()))))
+        await writer.drain()
+        start = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+        if not isinstance(start, Ack):
+            raise HaProtocolError(f"expected the slave's start offset, got {type(start).__name__}")
+        if start.max_offset > self.log.max_offset or start.max_offset < self.log.min_offset:
+            await _send_error(writer, "OFFSET_MISMATCH",
+                              f"cannot stream from {start.max_offset}: this log holds "
+                              f"[{self.log.min_offset}, {self.log.max_offset})")
+            return
+        old = self.connections.get(slave_id)
+        if old is not None and old.writer is not None:
+            old.writer.close()
+        conn = SlaveConnection(slave_id, peer, ack_offset=start.max_offset, send_offset=start.max_offset,
+                               writer=writer)
+        self.connections[slave_id] = conn
+        self._on_ack(conn, start.max_offset)
+        sender = asyncio.ensure_future(self._send_loop(conn, writer))
+        try:
+            while not self._closed:
+                frame = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+                if isinstance(frame, Ack):
+                    self._on_ack(conn, frame.max_offset)
+                elif isinstance(frame, ErrorFrame):
+                    log.warning("%s slave %d reports %s: %s", self._ctx, slave_id, frame.code, frame.message)
+                    return
+                else:
+                    raise HaProtocolError(f"unexpected {type(frame).__name__} from slave {slave_id}")
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+            if self.connections.get(slave_id) is conn:
+                del self.connections[slave_id]
+                log.info("%s slave %d disconnected (acked %d)", self._ctx, slave_id, conn.ack_offset)
+                if not self._closed:
+                    self._maybe_propose(self.tracker.on_disconnect(slave_id, now_ms=now_ms()))
+                    self.update_confirm()
+
+    def _on_ack(self, conn: SlaveConnection, offset: int) -> None:
+        if offset > self.log.max_offset:
+            raise HaProtocolError(f"slave {conn.broker_id} acked {offset}, beyond this log's max "
+                                  f"{self.log.max_offset}")
+        conn.ack_offset = max(conn.ack_offset, offset)
+        entry = self.log.epochs.find(max(self.log.max_offset - 1, 0))
+        epoch_start = entry.start if entry is not None and entry.epoch == self.epoch else self.log.max_offset
+        proposal = self.tracker.on_ack(conn.broker_id, conn.ack_offset, now_ms=now_ms(),
+                                       master_max=self.log.max_offset,
+                                       last_sent_master_max=conn.last_sent_master_max,
+                                       last_sent_ms=conn.last_sent_ms,
+                                       confirm_offset=self.log.confirm_offset, epoch_start=epoch_start)
+        self.update_confirm()
+        self._maybe_propose(proposal)
+
+    async def _send_loop(self, conn: SlaveConnection, writer: asyncio.StreamWriter) -> None:
+        offset = conn.send_offset
+        while not self._closed:
+            event = self._new_data
+            if offset < self.log.max_offset:
+                entry = self.log.epochs.find(offset)
+                epoch, epoch_start, epoch_end = (entry.epoch, entry.start, entry.end) if entry else (0, 0, OPEN_END)
+                limit = self.batch_bytes if epoch_end == OPEN_END else min(self.batch_bytes, epoch_end - offset)
+                data, nxt = self.log.read_raw_chunk(offset, limit)
+                conn.last_sent_master_max = self.log.max_offset
+                conn.last_sent_ms = now_ms()
+                writer.write(encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset, len(data)))
+                writer.write(data)
+                await writer.drain()
+                offset = conn.send_offset = nxt
+                continue
+            entry = self.log.epochs.find(max(offset - 1, 0))
+            epoch = entry.epoch if entry else self.epoch
+            conn.last_sent_master_max = self.log.max_offset
+            conn.last_sent_ms = now_ms()
+            writer.write(encode_transfer_header(offset, max(epoch, 0), entry.start if entry else 0,
+                                                self.log.confirm_offset, 0))
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), self.heartbeat_interval)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self, why: TidelogError | None = None) -> None:
+        """Stop being master: drop slaves, fail waiting producers (their outcome is unknown)."""
+        self._closed = True
+        err = why or NotMasterError("this broker stopped being master while the write waited for "
+                                    "replicas; the message may or may not survive")
+        for waiters in self._waiters.values():
+            waiters.fail_all(err)
+        for conn in list(self.connections.values()):
+            if conn.writer is not None:
+                conn.writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        ev, self._new_data = self._new_data, asyncio.Event()
+        ev.set()
+
+
+async def _send_error(writer: asyncio.StreamWriter, code: str, message: str) -> None:
+    writer.write(encode(ErrorFrame(code, message)))
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()

@@ -1,0 +1,170 @@
+"""The slave side of replication: follow the master the controller named, repair forks, copy bytes.
+
+Theory of operation
+-------------------
+`HaSlave.run()` loops until stopped: connect to the master's HA address, send a Handshake (this
+broker's id, epoch map and max offset), read the master's epoch map, compute the last point
+where both histories agree (`commitlog.epochs.last_consistent_point`) and truncate the local
+log, consume queues and epoch file there. Then ack the local max offset; the master streams from
+it. Each Transfer is checked before it touches the log: its epoch must not be older than one
+already seen (a deposed master cannot write here) and its offset must be exactly the local max
+(otherwise re-handshake). New epochs are recorded in the epoch file as their first bytes arrive.
+The slave's confirm offset follows the master's, never past its own max.
+
+Any protocol violation or I/O error closes the connection and the loop starts over after a
+short pause; it never stops the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from tidelog.commitlog import CommitLog
+from tidelog.commitlog.epochs import last_consistent_point
+from tidelog.errors import HaProtocolError, OffsetMismatchError, TidelogError
+from tidelog.ha.protocol import Ack, ErrorFrame, Handshake, HandshakeReply, Transfer, encode, read_frame
+
+log = logging.getLogger(__name__)
+
+
+class HaSlave:
+    def __init__(self, commitlog: CommitLog, *, broker_set: str, broker_id: int, master_id: int,
+                 master_address: str, master_epoch: int, flush_sync: bool = False,
+                 ack_interval_ms: int = 1000, idle_timeout_ms: int = 5000, retry_ms: int = 500,
+                 on_progress: Callable[[], None] | None = None) -> None:
+        self.log = commitlog
+        self.broker_set = broker_set
+        self.broker_id = broker_id
+        self.master_id = master_id
+        self.master_address = master_address
+        self.master_epoch = master_epoch
+        self.flush_sync = flush_sync
+        self.ack_interval = ack_interval_ms / 1000.0
+        self.idle_timeout = idle_timeout_ms / 1000.0
+        self.retry = retry_ms / 1000.0
+        self.on_progress = on_progress
+        self.connected = False
+        self.handshakes = 0
+        self.truncations: list[tuple[int, int]] = []  # (from max offset, to offset), for tests and status
+        self._seen_epoch = max(master_epoch, commitlog.epochs.last_epoch)
+        self._task: asyncio.Task[None] | None = None
+        self._ctx = f"[{broker_set}/{broker_id} slave of {master_id}@{master_address} epoch {master_epoch}]"
+
+    def start(self) -> HaSlave:
+        self._task = asyncio.ensure_future(self.run())
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.connected = False
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                log.info("%s connection lost: %s", self._ctx, exc or type(exc).__name__)
+            except TidelogError as exc:
+                log.warning("%s %s", self._ctx, exc)
+            except Exception:  # a bug: log it and keep following the master
+                log.exception("%s replication failed", self._ctx)
+            self.connected = False
+            await asyncio.sleep(self.retry)
+
+    async def _session(self) -> None:
+        host, _, port = self.master_address.rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), self.idle_timeout)
+        try:
+            writer.write(encode(Handshake(self.broker_set, self.broker_id, self.log.max_offset,
+                                          tuple(self.log.epochs.pairs()))))
+            await writer.drain()
+            reply = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+            if isinstance(reply, ErrorFrame):
+                raise HaProtocolError(f"master refused the handshake: {reply.code}: {reply.message}")
+            if not isinstance(reply, HandshakeReply):
+                raise HaProtocolError(f"expected a handshake reply, got {type(reply).__name__}")
+            if reply.master_epoch < self._seen_epoch:
+                raise HaProtocolError(f"{self.master_address} is master of epoch {reply.master_epoch}, "
+                                      f"older than epoch {self._seen_epoch} seen here")
+            self._repair(reply)
+            self.handshakes += 1
+            writer.write(encode(Ack(self.log.max_offset)))
+            await writer.drain()
+            self.connected = True
+            log.info("%s streaming from offset %d", self._ctx, self.log.max_offset)
+            acker = asyncio.ensure_future(self._ack_loop(writer))
+            try:
+                await self._receive(reader, writer)
+            finally:
+                acker.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await acker
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def _repair(self, reply: HandshakeReply) -> None:
+        """Cut the local log back to the last point both histories agree on."""
+        local = self.log.epochs.pairs()
+        local_max = self.log.max_offset
+        empty = local_max == self.log.min_offset
+        if empty and not local:
+            if local_max < reply.min_offset:
+                raise OffsetMismatchError(f"this empty replica starts at {local_max}, below the master's "
+                                          f"retention ({reply.min_offset}); seed it from a copy of the master")
+            return
+        point = last_consistent_point(local, local_max, list(reply.epochs), reply.max_offset)
+        if point < 0:
+            # No epoch in common: this log comes from a history the controller did not keep.
+            point = self.log.min_offset
+            log.error("%s no epoch in common with the master (local %s, master %s): discarding the local log "
+                      "from %d", self._ctx, local, list(reply.epochs), point)
+        if point < local_max:
+            log.warning("%s fork repair: truncating from %d to %d (local epochs %s, master epochs %s)",
+                        self._ctx, local_max, point, local, list(reply.epochs))
+            self.log.truncate(point)
+            self.truncations.append((local_max, point))
+
+    async def _receive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            frame = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+            if isinstance(frame, ErrorFrame):
+                raise HaProtocolError(f"master says {frame.code}: {frame.message}")
+            if not isinstance(frame, Transfer):
+                raise HaProtocolError(f"unexpected {type(frame).__name__} from the master")
+            if frame.epoch < self._seen_epoch:
+                raise HaProtocolError(f"data of epoch {frame.epoch} after epoch {self._seen_epoch}: "
+                                      "refusing a deposed master")
+            if frame.offset != self.log.max_offset:
+                raise OffsetMismatchError(f"transfer at {frame.offset}, local max is {self.log.max_offset}; "
+                                          "re-handshaking")
+            if frame.data:
+                if frame.epoch > self.log.epochs.last_epoch:
+                    self.log.epochs.append(frame.epoch, frame.epoch_start)
+                self.log.append_raw(frame.offset, frame.data)
+                if self.flush_sync:
+                    await self.log.flushed(self.log.max_offset)
+                writer.write(encode(Ack(self.log.max_offset)))
+            self._seen_epoch = max(self._seen_epoch, frame.epoch)
+            confirm = min(frame.confirm_offset, self.log.max_offset)
+            if confirm > self.log.confirm_offset:
+                self.log.confirm_offset = confirm
+            if self.on_progress is not None:
+                self.on_progress()
+            await writer.drain()
+
+    async def _ack_loop(self, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await asyncio.sleep(self.ack_interval)
+            writer.write(encode(Ack(self.log.max_offset)))
+            await writer.drain()
