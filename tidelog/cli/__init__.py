@@ -16,11 +16,12 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from tidelog.cli import admin, controller, demo
+    from tidelog.cli import admin, broker, controller, demo
 
     cli.add_command(demo.demo)
     cli.add_command(controller.controller)
     cli.add_command(admin.admin)
+    cli.add_command(broker.broker)
 
 
 def main() -> None:

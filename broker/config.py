@@ -1,0 +1,118 @@
+"""Broker configuration: the YAML file one broker replica starts from, validated up front.
+
+Every key is optional except `broker_set`, `data_dir` and `controllers`; each problem is a
+ConfigError naming the key, raised before anything listens. deploy/CONFIG.md lists the keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tidelog.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_set: str
+    data_dir: Path
+    controllers: str  # host:port[,host:port...]
+    listen: str = "127.0.0.1:10911"  # gRPC for clients
+    ha_listen: str = "127.0.0.1:10912"  # raw TCP for slaves
+    datacenter: str = ""
+    rack: str = ""
+    priority: int | None = None  # election priority, lower wins
+    # store
+    segment_bytes: int = 1 << 30
+    flush: str = "async"  # "sync": answer after fdatasync (group commit); "async": background
+    flush_interval_ms: int = 500
+    max_message_bytes: int = 4 << 20
+    flush_timeout_ms: int = 5000
+    # replication
+    replication: str = "sync"  # "sync": wait for replica acks; "async": answer after the local append
+    in_sync_replicas: int = 2
+    min_in_sync_replicas: int = 1
+    auto_in_sync_replicas: bool = True
+    all_ack_in_sync_state_set: bool = False
+    slave_timeout_ms: int = 3000
+    ha_max_time_slave_not_catchup_ms: int = 15000
+    ha_transfer_batch_bytes: int = 1 << 20
+    ha_heartbeat_interval_ms: int = 1000
+    ha_idle_timeout_ms: int = 5000
+    # controller
+    heartbeat_interval_ms: int = 1000  # until the controller says otherwise
+
+    def with_overrides(self, **kw: Any) -> BrokerConfig:
+        return dataclasses.replace(self, **kw)
+
+
+_CHOICES = {"flush": ("sync", "async"), "replication": ("sync", "async")}
+_POSITIVE = {
+    "segment_bytes", "flush_interval_ms", "max_message_bytes", "flush_timeout_ms", "in_sync_replicas",
+    "min_in_sync_replicas", "slave_timeout_ms", "ha_max_time_slave_not_catchup_ms", "ha_transfer_batch_bytes",
+    "ha_heartbeat_interval_ms", "ha_idle_timeout_ms", "heartbeat_interval_ms",
+}
+
+
+def _host_port(key: str, value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{key} must be host:port, not {value!r}", key=key)
+    return value
+
+
+def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig:
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys")
+    known = {f.name: f for f in fields(BrokerConfig)}
+    unknown = sorted(set(doc) - set(known))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}", key=unknown[0])
+    for required in ("broker_set", "data_dir", "controllers"):
+        if not doc.get(required):
+            raise ConfigError(f"{source}: {required} is required", key=required)
+    values: dict[str, Any] = {}
+    for name, value in doc.items():
+        f = known[name]
+        default = f.default
+        if name == "data_dir":
+            value = Path(str(value))
+        elif name == "priority":
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ConfigError(f"{source}: priority must be an integer", key=name)
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{source}: {name} must be true or false", key=name)
+        elif isinstance(default, int):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{source}: {name} must be an integer", key=name)
+            if name in _POSITIVE and value <= 0:
+                raise ConfigError(f"{source}: {name} must be positive", key=name)
+        elif not isinstance(value, str):
+            raise ConfigError(f"{source}: {name} must be a string", key=name)
+        if name in _CHOICES and value not in _CHOICES[name]:
+            raise ConfigError(f"{source}: {name} must be one of {', '.join(_CHOICES[name])}", key=name)
+        if name in ("listen", "ha_listen"):
+            _host_port(name, value)
+        values[name] = value
+    cfg = BrokerConfig(**values)
+    if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
+        raise ConfigError(f"{source}: min_in_sync_replicas exceeds in_sync_replicas", key="min_in_sync_replicas")
+    return cfg
+
+
+def load(path: str | Path) -> BrokerConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read broker config {p}: {exc.strerror}") from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
+    return from_mapping(doc or {}, source=str(p))

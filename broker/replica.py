@@ -1,0 +1,340 @@
+"""One broker replica: its role (master / slave / none) and the requests it serves.
+
+Theory of operation
+-------------------
+The controller is the only authority on roles. Every reply that carries a role assignment
+(registration, heartbeat, election, SyncStateSet change) goes through `apply_role`, which is
+serialised by a lock and ignores assignments from an older master epoch than one already seen:
+
+- assigned master of a newer epoch -> promotion: stop following anyone, append
+  `epoch -> max offset` to the epoch file (refused if the epoch is not newer than the file's
+  last), raise the confirm offset to the max offset (everything this replica holds is now
+  committed), then accept writes;
+- assigned master of the current epoch -> only the SyncStateSet may have changed;
+- another broker is master -> demotion/follow: stop accepting writes, fail writes still waiting
+  for acks (their outcome is unknown), follow the named master over HA (which repairs forks);
+- no master of a newer epoch -> stop accepting writes.
+
+Writes go only to the master: `produce` validates, asks the ack policy how many SyncStateSet
+acks it needs (failing fast before writing when too few replicas are in sync), appends, waits
+for fsync (flush: sync) and for the acks. Reads (`pull`) are served by any replica and never pass
+its confirm offset; a long poll waits for the confirm offset to move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crc32c import crc32c
+
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.offsets import GroupOffsets, commit_message
+from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
+from tidelog.errors import (
+    FlushDiskTimeoutError,
+    HaProtocolError,
+    InvalidArgumentError,
+    NotMasterError,
+    TidelogError,
+    TopicNotFoundError,
+)
+from tidelog.ha.ackpolicy import AckConfig, required_acks
+from tidelog.ha.master import HaMaster
+from tidelog.ha.protocol import ErrorFrame, Handshake, encode, read_frame
+from tidelog.ha.slave import HaSlave
+from tidelog.ha.syncstate import Proposal
+
+log = logging.getLogger(__name__)
+
+MASTER, SLAVE, NONE = "master", "slave", "none"
+
+
+@dataclass(frozen=True)
+class Role:
+    """The controller's role assignment, decoupled from the wire type."""
+
+    has_master: bool
+    master_id: int
+    master_address: str
+    master_ha_address: str
+    master_epoch: int
+    sync_state_set: frozenset[int]
+    sss_epoch: int
+
+    @classmethod
+    def from_pb(cls, pb: Any) -> Role:
+        return cls(pb.has_master, pb.master_id, pb.master_address, pb.master_ha_address, pb.master_epoch,
+                   frozenset(pb.sync_state_set), pb.sync_state_set_epoch)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message of a produce request, before a queue is chosen."""
+
+    body: bytes
+    key: str | None = None
+    tags: str | None = None
+    properties: dict[str, str] | None = None
+    queue: int | None = None
+
+
+class Replica:
+    def __init__(self, cfg: BrokerConfig, commitlog: CommitLog, *, broker_id: int = -1,
+                 propose: Callable[[int, Proposal], Awaitable[Role | None]] | None = None) -> None:
+        self.cfg = cfg
+        self.log = commitlog
+        self.broker_id = broker_id
+        self.role = NONE
+        self.master_epoch = 0
+        self.master_id = -1
+        self.master_address = ""
+        self.ha_master: HaMaster | None = None
+        self.ha_slave: HaSlave | None = None
+        self.topics: dict[str, int] = {}  # topic -> queues in this broker set
+        self.offsets = GroupOffsets(commitlog)
+        self.ack_cfg = AckConfig(replication=cfg.replication, in_sync_replicas=cfg.in_sync_replicas,
+                                 min_in_sync_replicas=cfg.min_in_sync_replicas,
+                                 auto_in_sync_replicas=cfg.auto_in_sync_replicas,
+                                 all_ack_in_sync_state_set=cfg.all_ack_in_sync_state_set)
+        self._propose = propose
+        self._role_lock = asyncio.Lock()
+        self._confirmed = asyncio.Event()
+        self._rr = itertools.count()
+        self.last_sss_epoch = 0
+
+    @property
+    def ctx(self) -> str:
+        return f"[{self.cfg.broker_set}/{self.broker_id} {self.role} epoch {self.master_epoch}]"
+
+    # ------------------------------------------------------------------ roles
+
+    async def apply_role(self, role: Role) -> None:
+        async with self._role_lock:
+            if role.master_epoch < self.master_epoch:
+                return  # an answer from before a newer assignment we already acted on
+            if not role.has_master:
+                if role.master_epoch > self.master_epoch and self.role == MASTER:
+                    log.warning("%s the controller records no master for epoch %d: stop taking writes",
+                                self.ctx, role.master_epoch)
+                    await self._stop_master()
+                    self.role = NONE
+                self.master_epoch = role.master_epoch
+                self.master_id, self.master_address = -1, ""
+                return
+            if role.master_id == self.broker_id:
+                if self.role == MASTER and self.ha_master is not None and self.ha_master.epoch == role.master_epoch:
+                    self.ha_master.on_controller_state(role.sync_state_set, role.sss_epoch)
+                else:
+                    await self._become_master(role)
+            elif not (self.role == SLAVE and self.ha_slave is not None and self.master_id == role.master_id
+                      and self.ha_slave.master_epoch == role.master_epoch
+                      and self.ha_slave.master_address == role.master_ha_address):
+                await self._become_slave(role)
+            self.master_epoch = role.master_epoch
+            self.master_id = role.master_id
+            self.master_address = role.master_address
+            self.last_sss_epoch = role.sss_epoch
+
+    async def _become_master(self, role: Role) -> None:
+        epoch = role.master_epoch
+        last = self.log.epochs.last_epoch
+        if epoch < last:
+            log.error("%s refusing promotion to epoch %d: the epoch file already holds epoch %d",
+                      self.ctx, epoch, last)
+            return
+        await self._stop_slave()
+        await self._stop_master()
+        if epoch > last:
+            self.log.epochs.append(epoch, self.log.max_offset)
+        # Everything this replica holds is now the committed history of the broker set.
+        self.log.confirm_offset = self.log.max_offset
+        self.ha_master = HaMaster(
+            self.log, broker_set=self.cfg.broker_set, broker_id=self.broker_id, epoch=epoch,
+            sync_state_set=role.sync_state_set, sss_epoch=role.sss_epoch,
+            slave_timeout_ms=self.cfg.slave_timeout_ms, max_not_catchup_ms=self.cfg.ha_max_time_slave_not_catchup_ms,
+            batch_bytes=self.cfg.ha_transfer_batch_bytes, heartbeat_interval_ms=self.cfg.ha_heartbeat_interval_ms,
+            idle_timeout_ms=self.cfg.ha_idle_timeout_ms, propose=self._propose_sss, on_confirm=self._on_confirm)
+        self.role = MASTER
+        self._on_confirm(self.log.confirm_offset)
+        log.warning("%s promoted to master of epoch %d at offset %d (SyncStateSet %s)", self.ctx, epoch,
+                    self.log.max_offset, sorted(role.sync_state_set))
+
+    async def _become_slave(self, role: Role) -> None:
+        await self._stop_master()
+        await self._stop_slave()
+        self.role = SLAVE
+        self.ha_slave = HaSlave(self.log, broker_set=self.cfg.broker_set, broker_id=self.broker_id,
+                                master_id=role.master_id, master_address=role.master_ha_address,
+                                master_epoch=role.master_epoch, flush_sync=self.cfg.flush == "sync",
+                                ack_interval_ms=self.cfg.ha_heartbeat_interval_ms,
+                                idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
+                                on_progress=lambda: self._on_confirm(self.log.confirm_offset)).start()
+        log.warning("%s following master %d at %s (epoch %d)", self.ctx, role.master_id, role.master_ha_address,
+                    role.master_epoch)
+
+    async def _stop_master(self) -> None:
+        if self.ha_master is not None:
+            await self.ha_master.close()
+            self.ha_master = None
+
+    async def _stop_slave(self) -> None:
+        if self.ha_slave is not None:
+            await self.ha_slave.stop()
+            self.ha_slave = None
+
+    async def _propose_sss(self, proposal: Proposal) -> None:
+        if self._propose is None or self.ha_master is None:
+            return
+        role = await self._propose(self.ha_master.epoch, proposal)
+        if role is not None:
+            await self.apply_role(role)
+
+    def _on_confirm(self, _offset: int) -> None:
+        ev, self._confirmed = self._confirmed, asyncio.Event()
+        ev.set()
+
+    async def close(self) -> None:
+        async with self._role_lock:
+            await self._stop_master()
+            await self._stop_slave()
+            self.role = NONE
+
+    # ------------------------------------------------------------------ HA server side
+
+    async def handle_ha_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            first = await asyncio.wait_for(read_frame(reader), self.cfg.ha_idle_timeout_ms / 1000)
+            if not isinstance(first, Handshake):
+                raise HaProtocolError(f"expected a handshake, got {type(first).__name__}")
+            master = self.ha_master
+            if self.role != MASTER or master is None:
+                writer.write(encode(ErrorFrame("NOT_MASTER", f"broker {self.broker_id} is {self.role}")))
+                await writer.drain()
+                return
+            await master.serve(reader, writer, first)
+        except (HaProtocolError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
+            log.info("%s HA connection from %s closed: %s", self.ctx, writer.get_extra_info("peername"),
+                     exc or type(exc).__name__)
+        except Exception:
+            log.exception("%s HA connection failed", self.ctx)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    # ------------------------------------------------------------------ requests
+
+    def _queues_of(self, topic: str) -> int:
+        if not topic or topic.startswith("%"):
+            raise InvalidArgumentError(f"invalid topic name {topic!r}")
+        queues = self.topics.get(topic)
+        if not queues:
+            raise TopicNotFoundError(f"topic {topic!r} has no queues in broker set {self.cfg.broker_set}",
+                                     hint="create it with `tide topic create`, then retry")
+        return queues
+
+    def _require_master(self) -> HaMaster:
+        if self.role != MASTER or self.ha_master is None:
+            raise NotMasterError(f"broker {self.broker_id} of {self.cfg.broker_set} is {self.role}",
+                                 master_address=self.master_address)
+        return self.ha_master
+
+    def _choose_queue(self, item: Outgoing, queues: int) -> int:
+        if item.queue is not None:
+            if not 0 <= item.queue < queues:
+                raise InvalidArgumentError(f"queue {item.queue} does not exist (the topic has {queues} here)")
+            return item.queue
+        if item.key:
+            return crc32c(item.key.encode()) % queues
+        return next(self._rr) % queues
+
+    async def produce(self, topic: str, items: Sequence[Outgoing]) -> list[tuple[Placement, int]]:
+        """Append and replicate; returns (placement, queue) per message once acknowledged."""
+        if not items:
+            raise InvalidArgumentError("a produce request needs at least one message")
+        queues = self._queues_of(topic)
+        msgs = [Message(topic, self._choose_queue(it, queues), it.body, key=it.key, tags=it.tags,
+                        properties=it.properties, born_ts=None) for it in items]
+        placed = await self._write(msgs)
+        return [(p, m.queue_id) for p, m in zip(placed, msgs, strict=True)]
+
+    async def _write(self, msgs: list[Message]) -> list[Placement]:
+        master = self._require_master()
+        needed = required_acks(self.ack_cfg, len(master.sync_state_set))
+        placed = self.log.append(msgs)
+        master.on_appended()
+        end = placed[-1].phys_offset + placed[-1].size
+        if self.cfg.flush == "sync":
+            try:
+                await asyncio.wait_for(self.log.flushed(end), self.cfg.flush_timeout_ms / 1000)
+            except TimeoutError:
+                raise FlushDiskTimeoutError(f"fsync did not cover offset {end} within "
+                                            f"{self.cfg.flush_timeout_ms} ms") from None
+        await master.wait_acks(end, needed)
+        return placed
+
+    async def pull(self, topic: str, queue: int, offset: int, max_messages: int, max_bytes: int,
+                   wait_ms: int) -> tuple[list[StoredMessage], QueueOffsets]:
+        queues = self._queues_of(topic)
+        if not 0 <= queue < queues:
+            raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
+        if offset < 0 or max_messages < 1 or max_bytes < 1 or wait_ms < 0:
+            raise InvalidArgumentError("offset and wait must not be negative; limits must be positive")
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            event = self._confirmed
+            msgs = self.log.read(topic, queue, offset, max_messages, max_bytes)
+            remaining = deadline - time.monotonic()
+            if msgs or remaining <= 0:
+                return msgs, self.log.queue_offsets(topic, queue)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+
+    def queue_offsets(self, topic: str, queue: int) -> QueueOffsets:
+        queues = self._queues_of(topic)
+        if not 0 <= queue < queues:
+            raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
+        return self.log.queue_offsets(topic, queue)
+
+    async def commit_offset(self, group: str, topic: str, queue: int, offset: int) -> None:
+        if not group or len(group) > 255:
+            raise InvalidArgumentError("group must be 1-255 characters")
+        self.queue_offsets(topic, queue)
+        if offset < 0:
+            raise InvalidArgumentError("offset must not be negative")
+        await self._write([commit_message(group, topic, queue, offset)])
+
+    def fetch_offset(self, group: str, topic: str, queue: int) -> int | None:
+        if not group:
+            raise InvalidArgumentError("group must not be empty")
+        return self.offsets.fetch(group, topic, queue)
+
+    def status(self) -> dict[str, Any]:
+        master = self.ha_master
+        replicas = []
+        if master is not None:
+            sss = master.sync_state_set
+            known = set(master.connections) | (set(sss) - {self.broker_id})
+            for bid in sorted(known):
+                conn = master.connections.get(bid)
+                replicas.append({"broker_id": bid, "ack_offset": conn.ack_offset if conn else -1,
+                                 "connected": conn is not None, "in_sync": bid in sss})
+        return {
+            "broker_set": self.cfg.broker_set, "broker_id": self.broker_id, "role": self.role,
+            "master_epoch": self.master_epoch, "last_epoch": self.log.epochs.last_epoch,
+            "min_offset": self.log.min_offset, "max_offset": self.log.max_offset,
+            "confirm_offset": self.log.confirm_offset, "flushed_offset": self.log.flushed_offset,
+            "sync_state_set": sorted(master.sync_state_set) if master else [],
+            "sync_state_set_epoch": self.last_sss_epoch, "master_address": self.master_address,
+            "replicas": replicas,
+        }
+
+
+__all__ = ["MASTER", "NONE", "SLAVE", "Outgoing", "Replica", "Role", "TidelogError"]

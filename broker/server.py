@@ -1,0 +1,157 @@
+"""The broker process: open the store, register with the controller, serve, follow role changes.
+
+`run(cfg)` is what `tide broker --config FILE` runs. Start-up order matters: the identity file
+is checked before the commit log opens (a wiped directory must not come back under its old id),
+the listeners are bound before registering (the controller hands out these addresses), and the
+broker registers before it heartbeats. The heartbeat loop reports (last epoch, max offset,
+confirm offset) every interval and applies the role in each reply; when the set has no master
+it asks for an election (a broker-triggered election, which the controller validates).
+SIGTERM/SIGINT stop the broker cleanly: servers first, then replication, then the commit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import grpc
+
+from tidelog.broker import identity
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.replica import MASTER, Replica, Role
+from tidelog.broker.service import BrokerService
+from tidelog.commitlog import CommitLog
+from tidelog.controller.client import ControllerClient
+from tidelog.errors import ConfigError, ControllerBrokerIdInvalidError, TidelogError
+from tidelog.ha.syncstate import Proposal
+from tidelog.proto import broker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class BrokerServer:
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.cfg = cfg
+        self.ident = identity.load_or_create(cfg.data_dir, cfg.broker_set)
+        self.log = CommitLog.open(cfg.data_dir, segment_bytes=cfg.segment_bytes, flush=cfg.flush,
+                                  flush_interval_ms=cfg.flush_interval_ms, max_message_bytes=cfg.max_message_bytes)
+        self.controller = ControllerClient(cfg.controllers, rpc_timeout=2.0, total_timeout=5.0)
+        self.replica = Replica(cfg, self.log, broker_id=self.ident.broker_id if self.ident.broker_id is not None
+                               else -1, propose=self._alter)
+        self._grpc: grpc.aio.Server | None = None
+        self._ha: asyncio.AbstractServer | None = None
+        self._stopping = asyncio.Event()
+
+    async def _alter(self, master_epoch: int, proposal: Proposal) -> Role | None:
+        reply = await self.controller.alter_sync_state_set(
+            self.cfg.broker_set, self.replica.broker_id, master_epoch, proposal.new_sync_state_set,
+            proposal.sss_epoch)
+        return Role.from_pb(reply.role)
+
+    async def start(self) -> None:
+        host, _, port = self.cfg.ha_listen.rpartition(":")
+        try:
+            self._ha = await asyncio.start_server(self.replica.handle_ha_connection, host, int(port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on ha_listen {self.cfg.ha_listen}: {exc.strerror}",
+                              key="ha_listen") from exc
+        self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
+                                              ("grpc.max_send_message_length", 64 << 20),
+                                              ("grpc.so_reuseport", 0)])
+        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
+        try:
+            bound = self._grpc.add_insecure_port(self.cfg.listen)
+        except RuntimeError as exc:
+            bound = 0
+            log.debug("bind failed: %s", exc)
+        if not bound:
+            raise ConfigError(f"cannot listen on {self.cfg.listen} (port in use?)", key="listen")
+        await self._grpc.start()
+        log.info("broker %s listening: grpc %s, ha %s; store %s [%d, %d)", self.cfg.broker_set, self.cfg.listen,
+                 self.cfg.ha_listen, self.cfg.data_dir, self.log.min_offset, self.log.max_offset)
+
+    async def register(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                reply = await self.controller.register_broker(
+                    self.cfg.broker_set, self.cfg.listen, self.cfg.ha_listen, identity=self.ident.token,
+                    broker_id=self.ident.broker_id, datacenter=self.cfg.datacenter, rack=self.cfg.rack)
+            except ControllerBrokerIdInvalidError as exc:
+                raise ConfigError(f"the controller refuses broker id {self.ident.broker_id} for this data "
+                                  f"directory: {exc.message}") from exc
+            except TidelogError as exc:
+                log.warning("registration with the controller failed (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+                continue
+            if self.ident.broker_id != reply.broker_id:
+                self.ident = identity.Identity(self.cfg.broker_set, self.ident.token, reply.broker_id)
+                identity.save(self.cfg.data_dir, self.ident)
+            self.replica.broker_id = reply.broker_id
+            log.info("registered as broker %d of %s", reply.broker_id, self.cfg.broker_set)
+            await self.replica.apply_role(Role.from_pb(reply.role))
+            return
+
+    async def heartbeat_loop(self) -> None:
+        interval = self.cfg.heartbeat_interval_ms / 1000
+        while not self._stopping.is_set():
+            try:
+                await self.beat()
+                interval = (self._interval_ms or self.cfg.heartbeat_interval_ms) / 1000
+            except TidelogError as exc:
+                log.warning("%s heartbeat failed: %s", self.replica.ctx, exc)
+            except Exception:
+                log.exception("%s heartbeat failed", self.replica.ctx)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+
+    _interval_ms = 0
+
+    async def beat(self) -> None:
+        r = self.replica
+        epochs = self.log.epochs
+        reply = await self.controller.heartbeat(
+            self.cfg.broker_set, r.broker_id, epoch=epochs.last_epoch if epochs.pairs() else -1,
+            max_offset=self.log.max_offset, confirm_offset=self.log.confirm_offset, priority=self.cfg.priority,
+            total_timeout=2.0)
+        self._interval_ms = reply.heartbeat_interval_ms
+        r.topics = {t.name: int(t.queues.get(self.cfg.broker_set, 0)) for t in reply.topics}
+        role = Role.from_pb(reply.role)
+        await r.apply_role(role)
+        if not role.has_master:
+            with contextlib.suppress(TidelogError):
+                elected = await self.controller.elect_master(self.cfg.broker_set, r.broker_id)
+                await r.apply_role(Role.from_pb(elected.role))
+        if r.role == MASTER and r.ha_master is not None:
+            r.ha_master.check_shrink()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, self._stopping.set)
+        await self.start()
+        try:
+            await self.register()
+            beats = asyncio.ensure_future(self.heartbeat_loop())
+            await self._stopping.wait()
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        log.info("%s stopping", self.replica.ctx)
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+        if self._ha is not None:
+            self._ha.close()
+        await self.replica.close()
+        await self.controller.close()
+        self.log.close()
+
+
+def run(cfg: BrokerConfig) -> None:
+    asyncio.run(BrokerServer(cfg).run())

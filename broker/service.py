@@ -1,0 +1,107 @@
+"""The broker's gRPC service: validates each request, calls the replica, maps typed errors.
+
+Every method goes through `tidelog.wire.rpc`, so a TidelogError becomes a gRPC status with the
+error code in trailing metadata, and an unexpected exception is logged and answered INTERNAL
+without stopping the broker.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from tidelog.broker.replica import Outgoing, Replica
+from tidelog.commitlog import QueueOffsets, StoredMessage
+from tidelog.proto import broker_pb2 as pb
+from tidelog.proto import broker_pb2_grpc as pb_grpc
+from tidelog.wire import non_empty, non_negative, require, rpc
+
+MAX_BATCH = 10_000
+DEFAULT_PULL_BYTES = 4 << 20
+MAX_WAIT_MS = 60_000
+
+
+def _offsets(o: QueueOffsets) -> pb.QueueOffsets:
+    return pb.QueueOffsets(min=o.min, max=o.max, confirmed=o.confirmed)
+
+
+def _pulled(m: StoredMessage) -> pb.PulledMessage:
+    out = pb.PulledMessage(topic=m.topic, queue=m.queue_id, offset=m.queue_offset, body=m.body,
+                           properties=m.properties, born_ts=m.born_ts, store_ts=m.store_ts,
+                           phys_offset=m.phys_offset)
+    if m.key is not None:
+        out.key = m.key
+    if m.tags is not None:
+        out.tags = m.tags
+    return out
+
+
+class BrokerService(pb_grpc.BrokerServicer):
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+
+    @rpc
+    async def Produce(self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext) -> pb.ProduceReply:
+        non_empty("topic", request.topic)
+        require(0 < len(request.messages) <= MAX_BATCH, f"a produce request carries 1..{MAX_BATCH} messages")
+        items = []
+        for m in request.messages:
+            if m.HasField("queue"):
+                non_negative("queue", m.queue)
+            items.append(Outgoing(m.body, m.key if m.HasField("key") else None,
+                                  m.tags if m.HasField("tags") else None,
+                                  dict(m.properties) or None, m.queue if m.HasField("queue") else None))
+        placed = await self.replica.produce(request.topic, items)
+        bs = self.replica.cfg.broker_set
+        return pb.ProduceReply(broker_set=bs, results=[
+            pb.ProduceResult(queue=q, queue_offset=p.queue_offset, phys_offset=p.phys_offset,
+                             message_id=f"{bs}:{p.phys_offset:x}") for p, q in placed])
+
+    @rpc
+    async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext) -> pb.PullReply:
+        non_empty("topic", request.topic)
+        non_negative("queue", request.queue)
+        non_negative("offset", request.offset)
+        require(0 <= request.wait_ms <= MAX_WAIT_MS, f"wait_ms must be 0..{MAX_WAIT_MS}")
+        require(request.max_messages >= 0 and request.max_bytes >= 0, "limits must not be negative")
+        msgs, offsets = await self.replica.pull(request.topic, request.queue, request.offset,
+                                                request.max_messages or 32, request.max_bytes or DEFAULT_PULL_BYTES,
+                                                request.wait_ms)
+        nxt = msgs[-1].queue_offset + 1 if msgs else request.offset
+        return pb.PullReply(messages=[_pulled(m) for m in msgs], next_offset=nxt, offsets=_offsets(offsets))
+
+    @rpc
+    async def GetOffsets(self, request: pb.GetOffsetsRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.GetOffsetsReply:
+        non_empty("topic", request.topic)
+        non_negative("queue", request.queue)
+        return pb.GetOffsetsReply(offsets=_offsets(self.replica.queue_offsets(request.topic, request.queue)))
+
+    @rpc
+    async def CommitOffset(self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.CommitOffsetReply:
+        non_empty("group", request.group)
+        non_empty("topic", request.topic)
+        non_negative("queue", request.queue)
+        non_negative("offset", request.offset)
+        await self.replica.commit_offset(request.group, request.topic, request.queue, request.offset)
+        return pb.CommitOffsetReply()
+
+    @rpc
+    async def FetchOffset(self, request: pb.FetchOffsetRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.FetchOffsetReply:
+        non_empty("group", request.group)
+        non_empty("topic", request.topic)
+        non_negative("queue", request.queue)
+        offset = self.replica.fetch_offset(request.group, request.topic, request.queue)
+        return pb.FetchOffsetReply(found=offset is not None, offset=offset or 0)
+
+    @rpc
+    async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusReply:
+        s = self.replica.status()
+        return pb.StatusReply(
+            broker_set=s["broker_set"], broker_id=s["broker_id"], role=s["role"], master_epoch=s["master_epoch"],
+            last_epoch=s["last_epoch"], min_offset=s["min_offset"], max_offset=s["max_offset"],
+            confirm_offset=s["confirm_offset"], flushed_offset=s["flushed_offset"],
+            sync_state_set=s["sync_state_set"], sync_state_set_epoch=s["sync_state_set_epoch"],
+            master_address=s["master_address"],
+            replicas=[pb.ReplicaProgress(**r) for r in s["replicas"]])
