@@ -1,0 +1,187 @@
+"""Broker processes for multi-process tests, and a small synchronous gRPC client to drive them.
+
+`BrokerSetProcs` writes one YAML config per replica (free loopback ports, its own data dir)
+and starts `python -m tidelog.cli broker --config ...` for each; every process is stopped by its
+own pid. `BrokerClient` calls one broker's gRPC API and raises tidelog's typed errors.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from tests.procs import Proc, free_address, wait_until
+from tidelog.proto import broker_pb2 as pb
+from tidelog.proto import broker_pb2_grpc as pb_grpc
+from tidelog.wire import error_from_rpc
+
+
+class BrokerClient:
+    def __init__(self, address: str, timeout: float = 10.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.channel = grpc.insecure_channel(address)
+        self.stub = pb_grpc.BrokerStub(self.channel)
+
+    def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return getattr(self.stub, method)(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as exc:
+            raise _typed(exc) from None
+
+    def produce(self, topic: str, bodies: list[bytes], *, key: str | None = None, queue: int | None = None,
+                timeout: float | None = None) -> pb.ProduceReply:
+        msgs = []
+        for b in bodies:
+            m = pb.ProduceMessage(body=b)
+            if key is not None:
+                m.key = key
+            if queue is not None:
+                m.queue = queue
+            msgs.append(m)
+        return self._call("Produce", pb.ProduceRequest(topic=topic, messages=msgs), timeout)
+
+    def pull(self, topic: str, queue: int, offset: int, max_messages: int = 1000, wait_ms: int = 0) -> pb.PullReply:
+        return self._call("Pull", pb.PullRequest(topic=topic, queue=queue, offset=offset,
+                                                 max_messages=max_messages, wait_ms=wait_ms))
+
+    def pull_all(self, topic: str, queue: int, start: int = 0) -> list[pb.PulledMessage]:
+        out: list[pb.PulledMessage] = []
+        offset = start
+        while True:
+            reply = self.pull(topic, queue, offset)
+            if not reply.messages:
+                return out
+            out.extend(reply.messages)
+            offset = reply.next_offset
+
+    def offsets(self, topic: str, queue: int) -> pb.QueueOffsets:
+        return self._call("GetOffsets", pb.GetOffsetsRequest(topic=topic, queue=queue)).offsets
+
+    def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
+        self._call("CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue=queue, offset=offset))
+
+    def fetch(self, group: str, topic: str, queue: int) -> int | None:
+        r = self._call("FetchOffset", pb.FetchOffsetRequest(group=group, topic=topic, queue=queue))
+        return r.offset if r.found else None
+
+    def status(self, timeout: float = 2.0) -> pb.StatusReply:
+        return self._call("Status", pb.StatusRequest(), timeout)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def _typed(exc: grpc.RpcError) -> Exception:
+    # error_from_rpc reads trailing metadata through the aio type's interface, which sync errors share
+    code = None
+    try:
+        for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+            if key == "tidelog-error-code":
+                code = value
+    except Exception:
+        pass
+    if code:
+        from tidelog.wire import make_error
+
+        return make_error(code, exc.details() or "")  # type: ignore[attr-defined]
+    return error_from_rpc(exc)
+
+
+class BrokerSetProcs:
+    """The replicas of one broker set, as processes."""
+
+    def __init__(self, root: Path, name: str, replicas: int, controllers: str, **options: Any) -> None:
+        self.root = root
+        self.name = name
+        self.procs: list[Proc] = []
+        self.addresses: list[str] = []
+        self.data_dirs: list[Path] = []
+        for i in range(replicas):
+            data = root / f"{name}-{i}"
+            doc: dict[str, Any] = {
+                "broker_set": name,
+                "data_dir": str(data),
+                "controllers": controllers,
+                "listen": free_address(),
+                "ha_listen": free_address(),
+                "segment_bytes": 1 << 20,
+                "heartbeat_interval_ms": 300,
+                "ha_heartbeat_interval_ms": 300,
+                "ha_idle_timeout_ms": 3000,
+                "slave_timeout_ms": 3000,
+                "ha_max_time_slave_not_catchup_ms": 4000,
+            }
+            doc.update(options)
+            cfg = root / f"{name}-{i}.yaml"
+            cfg.write_text(yaml.safe_dump(doc))
+            self.procs.append(Proc(f"{name}-{i}", ["broker", "--config", str(cfg)], root / f"{name}-{i}.log"))
+            self.addresses.append(doc["listen"])
+            self.data_dirs.append(data)
+        self.clients = [BrokerClient(a) for a in self.addresses]
+
+    def start(self) -> BrokerSetProcs:
+        for p in self.procs:
+            p.start()
+        return self
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.stop()
+        for c in self.clients:
+            c.close()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {p.name} =====\n{p.output()[-8000:]}" for p in self.procs)
+
+    def statuses(self) -> list[pb.StatusReply | None]:
+        out: list[pb.StatusReply | None] = []
+        for i, c in enumerate(self.clients):
+            if not self.procs[i].alive():
+                out.append(None)
+                continue
+            try:
+                out.append(c.status(timeout=1.0))
+            except Exception:
+                out.append(None)
+        return out
+
+    def master_index(self, exclude: int | None = None) -> int | None:
+        for i, s in enumerate(self.statuses()):
+            if s is not None and s.role == "master" and i != exclude:
+                return i
+        return None
+
+    def wait_master(self, timeout: float = 20.0, exclude: int | None = None) -> int:
+        def found() -> tuple[int] | None:
+            i = self.master_index(exclude)
+            return None if i is None else (i,)  # a tuple, so that index 0 counts as found
+        return wait_until(found, timeout, 0.1, what=f"a master of {self.name}")[0]
+
+    def wait_in_sync(self, count: int, timeout: float = 30.0) -> int:
+        """Wait until the master's SyncStateSet has `count` members; returns the master index."""
+        def ok() -> int | None:
+            i = self.master_index()
+            if i is None:
+                return None
+            s = self.clients[i].status()
+            return i + 1 if len(s.sync_state_set) >= count else None
+        return wait_until(ok, timeout, 0.2, what=f"{count} in-sync replicas of {self.name}") - 1
+
+
+def retry_produce(client_for: Any, topic: str, body: bytes, deadline_s: float, **kw: Any) -> pb.ProduceReply | None:
+    """Send until acknowledged or the deadline passes; `client_for()` names the current master client."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        c = client_for()
+        if c is not None:
+            try:
+                return c.produce(topic, [body], **kw)
+            except Exception:
+                pass
+        time.sleep(0.05)
+    return None
