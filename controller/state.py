@@ -52,6 +52,7 @@ from enum import Enum
 from typing import Any
 
 from tidelog.controller.election import elect
+from tidelog.errors import by_code
 
 __all__ = [
     "MAX_META_VALUE_BYTES", "MAX_QUEUES_PER_BROKER_SET", "NAME_PATTERN", "AlterSyncStateSet",
@@ -269,11 +270,7 @@ class Result:
 
     def error(self) -> Exception | None:
         """The ``tidelog.errors`` exception this result stands for (None when OK)."""
-        if self.ok:
-            return None
-        from tidelog.errors import by_code
-
-        return by_code(self.code)(self.message)
+        return None if self.ok else by_code(self.code)(self.message)
 
 
 # --- internals ----------------------------------------------------------------------------
