@@ -1,0 +1,203 @@
+"""HA master and slave over real loopback sockets, in one process (reference §3.4, DESIGN Replication).
+
+Two commit logs, a HaMaster serving one of them, a HaSlave following it: what the slave ends with
+must be byte-identical to the master, forks must be cut at the last consistent point, and a
+master of an older epoch must not be able to write into a slave that has seen a newer one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from tidelog.commitlog import CommitLog, Message
+from tidelog.errors import FlushSlaveTimeoutError
+from tidelog.ha.master import HaMaster
+from tidelog.ha.protocol import Handshake, read_frame
+from tidelog.ha.slave import HaSlave
+
+SEG = 16 * 1024
+MASTER_ID, SLAVE_ID = 1, 2
+
+
+def open_log(path: Path) -> CommitLog:
+    return CommitLog.open(path, segment_bytes=SEG, flush_interval_ms=10**6, checkpoint_interval_ms=10**6)
+
+
+def batch(n: int, tag: str, size: int = 300) -> list[Message]:
+    return [Message("t", i % 3, f"{tag}-{i}-".encode() + b"x" * size) for i in range(n)]
+
+
+def segment_bytes(path: Path) -> list[tuple[str, bytes]]:
+    return [(f.name, f.read_bytes()) for f in sorted((path / "commitlog").iterdir())]
+
+
+async def until(predicate, timeout: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class Pair:
+    """A master log served on a loopback port, and a slave log following it."""
+
+    def __init__(self, tmp: Path, master_epoch: int, sss: frozenset[int], *, slave_timeout_ms: int = 3000) -> None:
+        self.mlog = open_log(tmp / "m")
+        self.slog = open_log(tmp / "s")
+        self.master_epoch = master_epoch
+        self.sss = sss
+        self.slave_timeout_ms = slave_timeout_ms
+        self.master: HaMaster | None = None
+        self.slave: HaSlave | None = None
+        self.server: asyncio.AbstractServer | None = None
+        self.address = ""
+
+    async def start_master(self) -> None:
+        if self.mlog.epochs.last_epoch < self.master_epoch:
+            self.mlog.epochs.append(self.master_epoch, self.mlog.max_offset)
+        self.master = HaMaster(self.mlog, broker_set="bs", broker_id=MASTER_ID, epoch=self.master_epoch,
+                               sync_state_set=self.sss, sss_epoch=1, slave_timeout_ms=self.slave_timeout_ms,
+                               batch_bytes=4096, heartbeat_interval_ms=100, idle_timeout_ms=2000)
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                first = await read_frame(reader)
+                assert isinstance(first, Handshake)
+                assert self.master is not None
+                await self.master.serve(reader, writer, first)
+            except Exception:
+                pass
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        self.address = "127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+
+    def start_slave(self, master_epoch: int | None = None) -> HaSlave:
+        self.slave = HaSlave(self.slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID,
+                             master_address=self.address, master_epoch=master_epoch or self.master_epoch,
+                             ack_interval_ms=100, idle_timeout_ms=2000, retry_ms=50).start()
+        return self.slave
+
+    def append(self, msgs: list[Message]) -> int:
+        placed = self.mlog.append(msgs)
+        assert self.master is not None
+        self.master.on_appended()
+        return placed[-1].phys_offset + placed[-1].size
+
+    async def close(self) -> None:
+        if self.slave is not None:
+            await self.slave.stop()
+        if self.master is not None:
+            await self.master.close()
+        if self.server is not None:
+            self.server.close()
+            with contextlib.suppress(Exception):
+                await self.server.wait_closed()
+        self.mlog.close()
+        self.slog.close()
+
+
+def test_3_4_slave_copy_is_byte_identical_and_confirm_follows_acks(tmp_path):
+    async def main() -> None:
+        pair = Pair(tmp_path, 1, frozenset({MASTER_ID, SLAVE_ID}))
+        await pair.start_master()
+        try:
+            pair.append(batch(20, "before"))
+            # with the slave in the SyncStateSet but not connected, nothing is confirmed
+            assert pair.mlog.confirm_offset == 0
+            pair.start_slave()
+            end = pair.append(batch(150, "after"))  # rolls several segments
+            await until(lambda: pair.slog.max_offset == end, what="the slave to catch up")
+            await until(lambda: pair.mlog.confirm_offset == end, what="the master's confirm offset")
+            await until(lambda: pair.slog.confirm_offset == end, what="the slave's confirm offset")
+            assert pair.slog.epochs.pairs() == pair.mlog.epochs.pairs() == [(1, 0)]
+            pair.mlog.flush()
+            pair.slog.flush()
+            assert segment_bytes(tmp_path / "m") == segment_bytes(tmp_path / "s")
+            assert len(pair.slog.read("t", 0, 0, 1000)) == len(pair.mlog.read("t", 0, 0, 1000)) == 57
+        finally:
+            await pair.close()
+
+    asyncio.run(main())
+
+
+def test_3_4_fork_repair_cuts_the_unacked_tail_of_a_deposed_master(tmp_path):
+    """The old master (epoch 1) kept records nobody acked; the new master (epoch 2) started at the
+    shared prefix. Following the new master, the old one drops exactly its own tail."""
+
+    async def main() -> None:
+        pair = Pair(tmp_path, 2, frozenset({MASTER_ID}))
+        shared = batch(30, "shared")
+        # both logs hold the shared epoch-1 prefix, byte for byte
+        pair.slog.epochs.append(1, 0)
+        pair.slog.append(shared)
+        pair.mlog.append_raw(0, pair.slog.read_raw(0, 1 << 20))
+        pair.mlog.epochs.append(1, 0)
+        fork_at = pair.slog.max_offset
+        # the deposed master's unacknowledged tail, still in epoch 1
+        pair.slog.append(batch(12, "unacked"))
+        tail_end = pair.slog.max_offset
+        assert tail_end > fork_at
+        await pair.start_master()  # epoch 2 starts at fork_at
+        assert pair.mlog.epochs.pairs() == [(1, 0), (2, fork_at)]
+        end = pair.append(batch(20, "epoch2"))
+        try:
+            slave = pair.start_slave()
+            await until(lambda: pair.slog.max_offset == end and slave.connected, what="repair and catch-up")
+            assert slave.truncations == [(tail_end, fork_at)]  # exactly the unacked tail, once
+            assert pair.slog.epochs.pairs() == [(1, 0), (2, fork_at)]
+            pair.mlog.flush()
+            pair.slog.flush()
+            assert segment_bytes(tmp_path / "m") == segment_bytes(tmp_path / "s")
+            await until(lambda: pair.slog.confirm_offset == end, what="the slave's confirm offset")
+            bodies = [m.body for q in range(3) for m in pair.slog.read("t", q, 0, 1000)]
+            assert len(bodies) == 50
+            assert not any(b.startswith(b"unacked") for b in bodies)
+        finally:
+            await pair.close()
+
+    asyncio.run(main())
+
+
+def test_3_4_a_deposed_master_cannot_write_into_a_slave_of_a_newer_epoch(tmp_path):
+    async def main() -> None:
+        pair = Pair(tmp_path, 2, frozenset({MASTER_ID}))
+        await pair.start_master()
+        pair.append(batch(10, "old-term"))
+        before = pair.slog.max_offset
+        try:
+            slave = pair.start_slave(master_epoch=3)  # the controller told the slave about epoch 3
+            await asyncio.sleep(0.5)
+            assert not slave.connected and slave.handshakes == 0
+            assert pair.slog.max_offset == before == 0
+        finally:
+            await pair.close()
+
+    asyncio.run(main())
+
+
+def test_4_sync_write_waits_for_the_in_sync_slave_and_times_out_without_it(tmp_path):
+    async def main() -> None:
+        pair = Pair(tmp_path, 1, frozenset({MASTER_ID, SLAVE_ID}), slave_timeout_ms=400)
+        await pair.start_master()
+        assert pair.master is not None
+        try:
+            pair.start_slave()
+            end = pair.append(batch(5, "acked"))
+            await pair.master.wait_acks(end, 2)  # returns once the slave holds `end`
+            assert pair.slog.max_offset >= end
+            await pair.slave.stop()  # type: ignore[union-attr]
+            end2 = pair.append(batch(5, "unacked"))
+            with pytest.raises(FlushSlaveTimeoutError, match="stored on the master"):
+                await pair.master.wait_acks(end2, 2)
+            assert pair.mlog.max_offset == end2  # the records stay stored
+        finally:
+            await pair.close()
+
+    asyncio.run(main())
