@@ -76,7 +76,7 @@ class Pair:
                 writer.close()
 
         self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        self.address = "127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+        self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     def start_slave(self, master_epoch: int | None = None) -> HaSlave:
         self.slave = HaSlave(self.slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID,
