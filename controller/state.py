@@ -23,8 +23,8 @@ Two rules keep the replicas identical:
 
 After every command ``apply`` checks the invariants (a master is a member and in its
 SyncStateSet, epochs and id counters never decrease, a new master or SyncStateSet comes with a
-new epoch, the broker set moved along the transition table below). A violation raises ``InvariantViolation``: the replica must stop rather than keep
-diverging state. These checks are not ``assert`` statements, so ``python -O`` keeps them.
+new epoch, the broker set moved along the transition table below). A violation raises
+``InvariantViolation``: the replica must stop rather than keep diverging state. These checks are not ``assert`` statements, so ``python -O`` keeps them.
 
 Broker-set lifecycle (``_TRANSITIONS``): a set is ABSENT, LEADERLESS (registered, no master)
 or MASTERED. The table lists the phases each successful event may lead to from each phase.

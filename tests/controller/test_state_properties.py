@@ -31,6 +31,9 @@ from tidelog.controller.state import (
     CleanBrokerData,
     ControllerState,
     ElectMaster,
+    MetaCompareAndSet,
+    MetaCreate,
+    MetaDelete,
     RegisterBroker,
     ReportOffsets,
 )
@@ -235,3 +238,39 @@ def test_generator_reaches_elections_and_failovers() -> None:
     bs = w.state.broker_sets["broker-a"]
     assert (bs.master_id, bs.master_epoch, bs.sync_state_set) == (2, 2, {2})
     assert w.masters_by_epoch[("broker-a", 0, 1)] == 1 and w.masters_by_epoch[("broker-a", 0, 2)] == 2
+
+
+meta_ops = st.lists(st.tuples(
+    st.sampled_from(["create", "cas", "delete", "delete_any"]), st.sampled_from(["a", "b", "a/x"]),
+    st.binary(max_size=12), st.integers(0, 4)), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(meta_ops)
+def test_m1_metadata_behaves_like_a_versioned_map(seq) -> None:
+    """RULES.md M1-M4 against a dict model: versions start at 1 and grow by one per
+    successful compare-and-set; every failure leaves the entry as it was."""
+    s = ControllerState(max_meta_value_bytes=10)
+    model: dict[str, tuple[bytes, int]] = {}
+    for kind, key, value, version in seq:
+        cur = model.get(key)
+        if kind == "create":
+            r = s.apply(MetaCreate(key, value))
+            expect = ("METADATA_TOO_LARGE" if len(value) > 10 else "METADATA_EXISTS" if cur else "OK")
+            if expect == "OK":
+                model[key] = (value, 1)
+        elif kind == "cas":
+            r = s.apply(MetaCompareAndSet(key, value, version))
+            expect = ("METADATA_TOO_LARGE" if len(value) > 10 else "METADATA_NOT_FOUND" if cur is None
+                      else "METADATA_VERSION_MISMATCH" if cur[1] != version else "OK")
+            if expect == "OK":
+                model[key] = (value, version + 1)
+        else:
+            expected = version if kind == "delete" else None
+            r = s.apply(MetaDelete(key, expected))
+            expect = ("METADATA_NOT_FOUND" if cur is None
+                      else "METADATA_VERSION_MISMATCH" if expected is not None and cur[1] != expected else "OK")
+            if expect == "OK":
+                del model[key]
+        assert r.code == expect, (kind, key, r)
+        assert {e.key: (e.value, e.version) for e in s.list_prefix("")} == model
