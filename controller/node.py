@@ -197,7 +197,12 @@ class ControllerNode:
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         service.add_to_server(server, self)
         address = self.cfg.self_node.grpc
-        server.add_insecure_port(address)
+        try:
+            server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpc reports a failed bind this way
+            self.raft.close()
+            raise UnavailableError(f"cannot listen on the gRPC address {address}: {exc}",
+                                   hint="another process holds the port; stop it or change nodes[].grpc") from None
         await server.start()
         log.info("controller %s serving gRPC on %s (raft %s, %d node(s))", self.cfg.node_id, address,
                  self.cfg.self_node.raft, len(self.cfg.nodes))

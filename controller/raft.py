@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException, replicated
 
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.state import ControllerState, Result
@@ -119,7 +119,7 @@ class RaftNode:
             connectionTimeout=max(3.5, 2 * tuning.election_max_timeout_ms / 1000),
             connectionRetryTime=tuning.connection_retry_ms / 1000,
             logCompactionMinEntries=tuning.log_compaction_min_entries,
-            maxBindRetries=30,
+            maxBindRetries=5,
             dynamicMembershipChange=False,
             # Controller writes are rare and latency matters more than batching (elections, CAS).
             appendEntriesUseBatch=False,
@@ -127,6 +127,13 @@ class RaftNode:
         self._machine = _Machine(cfg.max_meta_value_bytes)
         self._obj = SyncObj(cfg.self_node.raft, [n.raft for n in cfg.peers], conf=conf,
                             consumers=[self._machine])
+        try:
+            # A node that cannot own its Raft port must not serve as if it were part of the cluster.
+            self._obj.waitBinded()
+        except SyncObjException:
+            self.close()
+            raise UnavailableError(f"cannot listen on the Raft address {cfg.self_node.raft}",
+                                   hint="another process holds the port; stop it or change nodes[].raft") from None
         log.info("raft node %s on %s, peers %s, data in %s", cfg.node_id, cfg.self_node.raft,
                  [n.raft for n in cfg.peers], cfg.node_dir)
 
