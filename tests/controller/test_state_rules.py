@@ -692,3 +692,13 @@ def test_invariant_sss_change_needs_a_new_sss_epoch() -> None:
     s._handlers[AlterSyncStateSet] = rogue
     with pytest.raises(InvariantViolation, match="within its epoch"):
         s.apply(alter({1, 2, 3}))
+
+
+def test_1_2_clean_c5_emptied_sss_needs_unclean_election() -> None:
+    s = mastered()
+    assert s.apply(CleanBrokerData(A, frozenset({1, 2}))).ok
+    assert bs_tuple(s) == (None, 2, set(), 3)
+    refused(s, ElectMaster(A, 3, alive=live(3)), "CONTROLLER_ELECT_MASTER_FAILED")
+    refused(s, ElectMaster(A, 3, designated=True, alive=live(3)), "CONTROLLER_ELECT_MASTER_FAILED")
+    assert s.apply(ElectMaster(A, 3, alive=live(3), enable_unclean=True)).ok
+    assert bs_tuple(s) == (3, 3, {3}, 4)
