@@ -8,11 +8,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from tests.procs import free_address
 from tidelog.controller.client import ControllerClient
 from tidelog.controller.config import parse
 from tidelog.controller.node import ControllerNode
-
-from tests.procs import free_address
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 
 from tidelog.controller.client import ControllerClient
-
 from tidelog.proto import controller_pb2 as pb
 
 

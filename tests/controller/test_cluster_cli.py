@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tidelog.controller.client import ControllerClient
 
 from tests.procs import ControllerCluster
+from tidelog.controller.client import ControllerClient
 
 pytestmark = pytest.mark.slow
 

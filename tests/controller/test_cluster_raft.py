@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 
 import pytest
-from tidelog.controller.client import ControllerClient
 
 from tests.controller.simbroker import wait_for
 from tests.procs import ControllerCluster, Proc, wait_until
 from tidelog import errors
+from tidelog.controller.client import ControllerClient
 from tidelog.proto import controller_pb2 as pb
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tidelog.controller.config import SECRET_ENV, load, parse
 
+from tidelog.controller.config import SECRET_ENV, load, parse
 from tidelog.errors import ConfigError
 
 N3 = [{"id": f"c{i}", "raft": f"127.0.0.1:{9800 + i}", "grpc": f"127.0.0.1:{9700 + i}"} for i in (1, 2, 3)]
