@@ -410,9 +410,17 @@ class NotMasterError(TidelogError):
     hint = "send the write to the master address carried by this error, or refresh the route if it is empty"
 
     def __init__(self, message: str = "", *, master_address: str = "", **details: Any) -> None:
+        # The gRPC convention (tidelog.wire) carries an error's redirect as "leader"; a client
+        # rebuilding this error from the wire hands the address back under that name.
+        master_address = master_address or str(details.pop("leader", None) or "")
         super().__init__(message or f"not the master (master: {master_address or 'unknown'})",
                          master_address=master_address, **details)
         self.master_address = master_address
+
+    @property
+    def leader(self) -> str | None:
+        """The master address under the name the wire convention sends as its redirect."""
+        return self.master_address or None
 
 
 @_register
