@@ -96,6 +96,8 @@ def test_config_defaults_are_rocketmqs():
         ("an outsider cannot stand in for a member", 2, 200, {5: 1000}, {M, 1}, 0),
         ("a member without an ack holds 0", 3, 200, {1: 10}, {M, 1, 2}, 0),
         ("an ack beyond the master is capped", 2, 200, {1: 500}, {M, 1}, 200),
+        # e.g. stale acks from before the master truncated: bytes that are gone are not acked
+        ("two acks beyond the master are capped", 2, 200, {1: 500, 2: 600}, {M, 1, 2}, 200),
         ("more needed than members: nothing", 3, 200, {1: 200}, {M, 1}, 0),
         ("the master counts even if not listed", 2, 200, {1: 70}, {1}, 70),
         # a pending expansion: the caller passes local ∪ proposed, so B's ack is needed too

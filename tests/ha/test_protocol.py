@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidelog.errors import HaProtocolError
+from tidelog.errors import FlushSlaveTimeoutError, HaProtocolError, NotMasterError, by_code
 from tidelog.ha.protocol import (
     MAX_FRAME,
     MAX_STR,
@@ -28,6 +28,7 @@ from tidelog.ha.protocol import (
     error_frame,
     read_frame,
 )
+from tidelog.wire import ERROR_CODE_KEY, LEADER_KEY, make_error, trailing_metadata_for
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 OFFSET = st.one_of(st.integers(min_value=0, max_value=1 << 40), U64)
@@ -126,6 +127,8 @@ def _frame(ftype: int, payload: bytes) -> bytes:
                                          b"\x00" * 32 + struct.pack(">IQQQQ", 1, 1, 0, 2, 0))),
         ("epochs out of order", _frame(FrameType.HANDSHAKE_REPLY,
                                        b"\x00" * 32 + struct.pack(">IQQQQ", 2, 2, 0, 1, 5))),
+        ("epoch repeated", _frame(FrameType.HANDSHAKE_REPLY,
+                                  b"\x00" * 32 + struct.pack(">IQQQQ", 2, 3, 0, 3, 5))),
         ("epoch starts go back", _frame(FrameType.HANDSHAKE_REPLY,
                                         b"\x00" * 32 + struct.pack(">IQQQQ", 2, 1, 9, 2, 5))),
     ],
@@ -272,3 +275,39 @@ def test_read_frame_errors(raw, error):
 
     with pytest.raises(error):
         asyncio.run(run())
+
+
+# --- the replication errors (tidelog/errors.py) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "retryable"),
+    [
+        ("HA_PROTOCOL", "INTERNAL", False),
+        ("NOT_MASTER", "FAILED_PRECONDITION", False),
+        ("IN_SYNC_REPLICAS_NOT_ENOUGH", "UNAVAILABLE", True),    # nothing was written
+        ("FLUSH_SLAVE_TIMEOUT", "DEADLINE_EXCEEDED", False),    # stored on the master: a retry may duplicate
+        ("SLAVE_NOT_AVAILABLE", "UNAVAILABLE", False),
+        ("FLUSH_DISK_TIMEOUT", "DEADLINE_EXCEEDED", False),
+    ],
+)
+def test_replication_error_codes(code, status, retryable):
+    cls = by_code(code)
+    assert cls.code == code and cls.status == status and cls.retryable is retryable
+    assert cls.__doc__ and cls.hint
+
+
+def test_flush_slave_timeout_says_the_message_is_stored():
+    hint = FlushSlaveTimeoutError.hint.lower()
+    assert "stored on the master" in hint and "unknown" in hint and ("duplicate" in hint or "twice" in hint)
+
+
+def test_not_master_carries_the_master_address_across_the_wire():
+    err = NotMasterError(master_address="10.0.0.7:10911")
+    assert err.master_address == err.details["master_address"] == "10.0.0.7:10911"
+    # the server sends it as the error's redirect; the client rebuilds the same class with it
+    md = dict(trailing_metadata_for(err))
+    rebuilt = make_error(md[ERROR_CODE_KEY], "not the master", leader=md[LEADER_KEY])
+    assert isinstance(rebuilt, NotMasterError)
+    assert rebuilt.master_address == "10.0.0.7:10911"
+    assert NotMasterError().master_address == "" and NotMasterError().leader is None
