@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from tidelog.commitlog import CommitLog
 from tidelog.commitlog.epochs import OPEN_END
 from tidelog.commitlog.waiters import OffsetWaiters
-from tidelog.errors import FlushSlaveTimeoutError, HaProtocolError, NotMasterError, TidelogError
+from tidelog.errors import (
+    FlushSlaveTimeoutError,
+    HaProtocolError,
+    NotMasterError,
+    TidelogError,
+    UnavailableError,
+)
 from tidelog.ha import ackpolicy
 from tidelog.ha.protocol import (
     Ack,
@@ -150,10 +156,19 @@ class HaMaster:
 
     async def _run_proposal(self, proposal: Proposal) -> None:
         assert self._propose is not None
+        epoch_before = self.tracker.sss_epoch
         try:
             await self._propose(proposal)
-        except Exception as exc:  # the next check proposes again
-            log.warning("%s SyncStateSet change %s failed: %s", self._ctx, sorted(proposal.new_sync_state_set), exc)
+        except (UnavailableError, TimeoutError) as exc:
+            # Unknown outcome: the controller may still apply it. Keep counting the union until a
+            # newer set arrives; if none does within a few heartbeats, the change was not made.
+            log.warning("%s SyncStateSet change %s: no answer (%s); waiting for the controller's state",
+                        self._ctx, sorted(proposal.new_sync_state_set), exc)
+            await asyncio.sleep(3 * self.heartbeat_interval)
+            if self.tracker.sss_epoch == epoch_before and self.tracker.pending == proposal:
+                self.tracker.on_alter_failed()
+        except Exception as exc:  # refused: the next check proposes again
+            log.warning("%s SyncStateSet change %s refused: %s", self._ctx, sorted(proposal.new_sync_state_set), exc)
             self.tracker.on_alter_failed()
         self.update_confirm()
 
