@@ -20,21 +20,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException, replicated
+from pysyncobj import pickle as pysyncobj_pickle
 
 from tidelog.controller.config import ControllerConfig
-from tidelog.controller.state import ControllerState, Result
+from tidelog.controller.state import ControllerState, InvariantViolation, Result
 from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = 1
+EXIT_INVARIANT_VIOLATED = 70  # EX_SOFTWARE: a bug, not an operator mistake
 _RAFT_STATES = {0: "follower", 1: "candidate", 2: "leader"}
 
 
@@ -52,7 +57,14 @@ class _Machine(SyncObjConsumer):
     @replicated
     def apply(self, cmd: Any) -> Result:
         with self.lock:
-            result = self.state.apply(cmd)
+            try:
+                result = self.state.apply(cmd)
+            except InvariantViolation as exc:
+                # Deterministic, so every replica hits it: stop loudly rather than serve a state
+                # that broke its own rules (PySyncObj would otherwise retry the entry forever).
+                log.critical("controller state invariant violated applying %r: %s; stopping", cmd, exc)
+                logging.shutdown()
+                os._exit(EXIT_INVARIANT_VIOLATED)
             self.applied_commands += 1
         if not result.ok:
             log.debug("applied %s -> %s %s", type(cmd).__name__, result.code, result.message)
@@ -68,10 +80,18 @@ class _Machine(SyncObjConsumer):
             return {"format": SNAPSHOT_FORMAT, "state": self.state.to_dict()}
 
     def _deserialize(self, data: dict[str, Any]) -> None:
-        if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
-            raise RuntimeError(f"unsupported controller snapshot format: {data!r:.80}")
+        try:
+            if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
+                raise ValueError(f"unsupported controller snapshot format: {data!r:.80}")
+            state = ControllerState.from_dict(data["state"], max_meta_value_bytes=self.max_meta_value_bytes)
+        except Exception as exc:
+            # PySyncObj would log and carry on with an empty state over a compacted journal: a
+            # replica missing history. Stopping keeps the data dir intact for a human to look at.
+            log.critical("cannot restore the controller snapshot: %s; stopping", exc)
+            logging.shutdown()
+            os._exit(EXIT_INVARIANT_VIOLATED)
         with self.lock:
-            self.state = ControllerState.from_dict(data["state"], max_meta_value_bytes=self.max_meta_value_bytes)
+            self.state = state
 
 
 @dataclass(frozen=True)
@@ -100,6 +120,27 @@ def _fail_reason_error(reason: int, leader: str | None) -> TidelogError:
     return UnavailableError(f"the command was not applied (raft fail reason {reason})")
 
 
+def _check_snapshot(path: Path) -> None:
+    """Refuse to start on an unreadable snapshot.
+
+    PySyncObj logs a failed snapshot load and carries on with an empty state over a journal
+    that compaction already cut: a replica silently missing history.
+    """
+    if not path.exists():
+        return
+    try:
+        with gzip.open(path, "rb") as f:
+            data = pysyncobj_pickle.load(f)
+        consumers = data[0]
+        if not (isinstance(consumers, list) and isinstance(consumers[1], dict)
+                and consumers[1].get("format") == SNAPSHOT_FORMAT):
+            raise ValueError("not a controller snapshot")
+    except Exception as exc:
+        raise ValueError(f"the controller snapshot {path} is unreadable ({exc}); refusing to start "
+                         f"with missing history: restore the data dir or remove this node's data dir "
+                         f"and let it copy the state from the other nodes") from None
+
+
 class RaftNode:
     """One controller node's PySyncObj instance, seen from asyncio."""
 
@@ -124,6 +165,7 @@ class RaftNode:
             # Controller writes are rare and latency matters more than batching (elections, CAS).
             appendEntriesUseBatch=False,
         )
+        _check_snapshot(cfg.node_dir / "raft.snapshot")
         self._machine = _Machine(cfg.max_meta_value_bytes)
         self._obj = SyncObj(cfg.self_node.raft, [n.raft for n in cfg.peers], conf=conf,
                             consumers=[self._machine])
@@ -149,7 +191,7 @@ class RaftNode:
         node = self.cfg.node_by_raft(raft) if raft else None
         return node.grpc if node else None
 
-    def _submit(self, method: Any, arg: Any, timeout: float) -> asyncio.Future[Any]:
+    def _submit(self, method: Any, arg: Any) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
 
@@ -162,7 +204,8 @@ class RaftNode:
                 fut.set_exception(_fail_reason_error(err, self.leader_grpc()))
 
         def callback(res: Any, err: int) -> None:  # runs on PySyncObj's tick thread
-            loop.call_soon_threadsafe(settle, res, err)
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(settle, res, err)
 
         method(arg, callback=callback)
         return fut
@@ -175,7 +218,7 @@ class RaftNode:
         """
         if not self._obj._isLeader():
             raise ControllerNotLeaderError(leader=self.leader_grpc())
-        fut = self._submit(self._machine.apply, cmd, timeout)
+        fut = self._submit(self._machine.apply, cmd)
         try:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
@@ -185,7 +228,7 @@ class RaftNode:
             ) from None
 
     async def barrier(self, token: int, timeout: float = 5.0) -> None:
-        fut = self._submit(self._machine.barrier, token, timeout)
+        fut = self._submit(self._machine.barrier, token)
         await asyncio.wait_for(fut, timeout)
 
     # --- reads ----------------------------------------------------------------------------

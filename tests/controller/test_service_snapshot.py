@@ -6,8 +6,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tests.controller.inproc import single_node
 from tests.procs import free_address
+from tidelog.controller.config import parse
+from tidelog.controller.node import ControllerNode
 
 
 def test_restart_restores_state_from_snapshot_and_journal(tmp_path: Path) -> None:
@@ -38,3 +42,21 @@ def test_restart_restores_state_from_snapshot_and_journal(tmp_path: Path) -> Non
     asyncio.run(first_life())
     assert (tmp_path / "data" / "c1" / "raft.snapshot").exists(), "log compaction never wrote a snapshot"
     asyncio.run(second_life())
+
+
+def test_an_unreadable_snapshot_stops_the_node_instead_of_starting_empty(tmp_path: Path) -> None:
+    nodes = [{"id": "c1", "raft": free_address(), "grpc": free_address()}]
+    opts = {"nodes": nodes, "raft": {"log_compaction_min_entries": 4}}
+
+    async def write() -> None:
+        async with single_node(tmp_path, **opts) as (_node, client):
+            for i in range(8):
+                await client.meta_create(f"k/{i}", b"v")
+
+    asyncio.run(write())
+    snapshot = tmp_path / "data" / "c1" / "raft.snapshot"
+    assert snapshot.exists()
+    snapshot.write_bytes(snapshot.read_bytes()[:20])  # torn
+    cfg = parse({"data_dir": str(tmp_path / "data"), **opts})
+    with pytest.raises(ValueError, match="snapshot .* is unreadable"):
+        ControllerNode(cfg)
