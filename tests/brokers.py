@@ -185,3 +185,82 @@ def retry_produce(client_for: Any, topic: str, body: bytes, deadline_s: float, *
                 pass
         time.sleep(0.05)
     return None
+
+
+# --- helpers for the multi-process broker/HA tests (tests/broker/) ---------------------------------
+
+
+def create_topic(controllers: str, topic: str, queues: dict[str, int], timeout: float = 20.0) -> None:
+    """Create `topic` once its broker sets have registered (retrying until then)."""
+    import asyncio
+
+    from tidelog.controller.client import ControllerClient
+
+    async def attempt() -> bool:
+        client = ControllerClient(controllers, rpc_timeout=2.0, total_timeout=3.0)
+        try:
+            await client.create_topic(topic, queues)
+            return True
+        finally:
+            await client.close()
+
+    wait_until(lambda: asyncio.run(attempt()), timeout, 0.2, what=f"topic {topic} to be created")
+
+
+def wait_topic(bs: BrokerSetProcs, topic: str, indices: list[int] | None = None, timeout: float = 10.0) -> None:
+    """Wait until the given replicas (default: all running ones) serve `topic`."""
+    which = indices if indices is not None else [i for i, p in enumerate(bs.procs) if p.alive()]
+    wait_until(lambda: all(bs.clients[i].offsets(topic, 0) is not None for i in which), timeout,
+               what=f"{topic} to be known to replicas {which}")
+
+
+def pause(proc: Proc) -> None:
+    """SIGSTOP: the process keeps its sockets but answers nothing."""
+    import os
+    import signal
+
+    os.kill(proc.pid, signal.SIGSTOP)
+
+
+def resume(proc: Proc) -> None:
+    import os
+    import signal
+
+    if proc.alive():
+        os.kill(proc.pid, signal.SIGCONT)
+
+
+def status_of(bs: BrokerSetProcs, i: int, timeout: float = 1.0) -> pb.StatusReply | None:
+    """Status of replica `i`, or None if it does not answer."""
+    try:
+        return bs.clients[i].status(timeout=timeout)
+    except Exception:
+        return None
+
+
+def read_queues(client: BrokerClient, topic: str, queues: int) -> dict[int, list[bytes]]:
+    """Every confirmed body of every queue of `topic` on one replica, in queue order."""
+    return {q: [m.body for m in client.pull_all(topic, q)] for q in range(queues)}
+
+
+def commitlog_prefix(data_dir: Path, end: int) -> bytes:
+    """The bytes [0, end) of the commit log in `data_dir`, read from its segment files."""
+    import os
+
+    cl = data_dir / "commitlog"
+    segments = sorted((int(p.name), p) for p in cl.iterdir() if p.name.isdigit())
+    out = bytearray()
+    for base, path in segments:
+        if base >= end:
+            break
+        assert base == len(out), f"{path} starts at {base}, expected a segment at {len(out)}"
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            want = end - base
+            if segments[-1][0] != base:  # not the last one: a whole segment, or up to `end`
+                want = min(want, size)
+            chunk = f.read(want)
+        assert len(chunk) == want, f"{path} holds {len(chunk)} bytes, expected {want}"
+        out += chunk
+    assert len(out) == end, f"the segments in {cl} end at {len(out)}, before {end}"
+    return bytes(out)

@@ -1,0 +1,73 @@
+"""A controller cluster plus broker set(s) as real processes, always stopped at teardown.
+
+`broker_cluster(replicas, controllers=1, **broker_options)` starts the controllers and one broker
+set `broker-a`, creates the topic `t` with `QUEUES` queues on it, and waits until a master serves
+the topic and every replica is in the SyncStateSet. At teardown every paused broker is resumed
+(SIGCONT) and every process is stopped; the logs are printed when the test failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.brokers import BrokerSetProcs, create_topic, resume, wait_topic
+from tests.procs import ControllerCluster
+
+TOPIC = "t"
+QUEUES = 4
+SET = "broker-a"
+
+
+@dataclass
+class BrokerCluster:
+    cc: ControllerCluster
+    bs: BrokerSetProcs
+
+    @property
+    def controllers(self) -> str:
+        return self.cc.address_list
+
+
+@pytest.fixture
+def broker_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., BrokerCluster]]:
+    started: list[BrokerCluster] = []
+    pending: list[Any] = []
+
+    def start(replicas: int = 2, controllers: int = 1, *, wait_in_sync: bool = True,
+              **broker_options: Any) -> BrokerCluster:
+        root = tmp_path / f"cluster{len(started) + len(pending)}"
+        (root / "controllers").mkdir(parents=True)
+        cc = ControllerCluster(root / "controllers", controllers,
+                               **({"secret": None} if controllers == 1 else {}))
+        pending.append(cc)
+        cc.start()
+        bs = BrokerSetProcs(root, SET, replicas, cc.address_list, **broker_options)
+        cluster = BrokerCluster(cc, bs)
+        pending.remove(cc)
+        started.append(cluster)
+        bs.start()
+        create_topic(cc.address_list, TOPIC, {SET: QUEUES})
+        bs.wait_master(timeout=20)
+        wait_topic(bs, TOPIC)
+        if wait_in_sync:
+            bs.wait_in_sync(replicas, timeout=20)
+        return cluster
+
+    yield start
+    rep = getattr(request.node, "rep_call", None)
+    failed = rep is None or rep.failed
+    for cluster in reversed(started):
+        for p in cluster.bs.procs:
+            resume(p)
+        cluster.bs.stop()
+        cluster.cc.stop()
+        if failed:
+            print(cluster.bs.logs())
+            print(cluster.cc.logs())
+    for cc in pending:
+        cc.stop()
