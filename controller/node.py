@@ -5,7 +5,8 @@ The leader loop is the only place the controller acts without a request:
   lived in the previous leader's memory, not in Raft) and commits a barrier so that its replica
   has applied every earlier entry before it serves writes;
 - then, every tick, it expires heartbeats and runs a controller-triggered election for each
-  broker set whose master stopped heartbeating.
+  broker set whose master stopped heartbeating, and for each set left without a master whose
+  electable broker is alive again.
 
 Clocks: liveness uses the monotonic clock (leader memory only); commands carry wall-clock
 `now_ms`, which is only recorded, never compared across nodes.
@@ -148,7 +149,10 @@ class ControllerNode:
         await self._ensure_ready()
         self.heartbeats.expire(now)
         with self.raft.read() as state:
-            names = list(self.heartbeats.masters_needing_election(state, now))
+            # Dead masters, and sets left masterless by a failed election whose SyncStateSet
+            # member (or, if unclean election is on, any member) is alive again.
+            names = sorted(set(self.heartbeats.masters_needing_election(state, now)) | set(
+                self.heartbeats.leaderless_sets_electable(state, now, self.cfg.enable_elect_unclean_master)))
         for name in names:
             tried = self._election_tried.get(name)
             if tried is not None and now - tried < ELECTION_RETRY_MS:
@@ -168,8 +172,9 @@ class ControllerNode:
             bs = state.broker_sets.get(name)
             new = (bs.master_id, bs.master_epoch, sorted(bs.sync_state_set)) if bs else (None, 0, [])
         if result.ok:
-            log.warning("broker set %s: master %s stopped heartbeating; elected broker %s at epoch %d, "
-                        "SyncStateSet %s", name, old[0], new[0], new[1], new[2])
+            why = "stopped heartbeating" if old[0] is not None else "was missing"
+            log.warning("broker set %s: master %s %s; elected broker %s at epoch %d, SyncStateSet %s",
+                        name, old[0], why, new[0], new[1], new[2])
         else:
             log.warning("broker set %s: master %s (epoch %d) stopped heartbeating and no broker could be "
                         "elected: %s %s (epoch now %d)", name, old[0], old[1], result.code, result.message, new[1])

@@ -90,8 +90,21 @@ async def _clean_and_unclean_off(cluster: ControllerCluster) -> dict[str, float]
         with pytest.raises(errors.ControllerElectMasterFailedError):
             await client.elect_master("broker-b", c2.broker_id, designated=True)
         await asyncio.sleep(1.0)
-        assert not (await _role(client, "broker-b")).has_master
-        for b in (b2, b3, c2):
+        cleared = await _role(client, "broker-b")
+        assert not cleared.has_master and cleared.master_epoch == before.master_epoch + 1
+
+        # 3. the SyncStateSet member comes back: the leader elects it without being asked
+        c1.start()
+        returned = time.monotonic()
+
+        async def re_elected() -> pb.RoleAssignment | None:
+            role = await _role(client, "broker-b")
+            return role if role.has_master else None
+
+        role = await wait_for(re_elected, BOUND_S, what="re-election of the returning SSS member")
+        timings["returning member re-elected"] = time.monotonic() - returned
+        assert role.master_id == c1.broker_id and role.master_epoch == cleared.master_epoch + 1
+        for b in (b2, b3, c1, c2):
             await b.stop()
     return timings
 
