@@ -462,3 +462,17 @@ class FlushDiskTimeoutError(TidelogError):
     status = "DEADLINE_EXCEEDED"
     hint = ("the message is in the master's log but may not be on disk yet, so the outcome is unknown; "
             "retrying may store it twice; check disk latency")
+
+
+# --- client -----------------------------------------------------------------------------------
+
+
+@_register
+class SendFailedError(TidelogError):
+    """The producer gave up: every attempt within its time budget failed."""
+
+    code = "SEND_FAILED"
+    status = "UNAVAILABLE"
+    hint = ("check `tide cluster status`; if an attempt timed out after the broker stored the message, "
+            "it may still be delivered, so a retry can duplicate it")
+    retryable = True

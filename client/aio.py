@@ -1,0 +1,566 @@
+"""The asyncio client: producer, consumer group member, single-queue reader and admin.
+
+This is the one implementation; `tidelog.client.Client` runs it on a background event loop
+for synchronous callers.
+
+- Routes come from the controller and are cached per topic; any error that says the route may
+  be stale (NOT_MASTER, unreachable broker, no master) refreshes it, and so does age.
+- A send retries within a total time budget on answers that say "not here / not now"
+  (NOT_MASTER, UNAVAILABLE, IN_SYNC_REPLICAS_NOT_ENOUGH, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT)
+  and gives up with SendFailedError naming the last cause. Answers about the request itself
+  (invalid, too large, unknown topic after a refresh) are raised at once. A retried send whose
+  first attempt timed out after the broker stored it can be delivered twice: at-least-once.
+- Reads go to any replica of the queue's broker set (slaves first) and never see past its
+  confirm offset; a failed replica is skipped for the next one.
+- Channels are cached per address and reused; there is no thread per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from tidelog.client import assign as asg
+from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
+from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
+from tidelog.errors import (
+    FlushDiskTimeoutError,
+    FlushSlaveTimeoutError,
+    InSyncReplicasNotEnoughError,
+    InvalidArgumentError,
+    MetadataExistsError,
+    MetadataNotFoundError,
+    MetadataVersionMismatchError,
+    NotMasterError,
+    SendFailedError,
+    TidelogError,
+    TopicNotFoundError,
+    UnavailableError,
+)
+from tidelog.proto import broker_pb2 as bpb
+from tidelog.proto import broker_pb2_grpc as bpb_grpc
+from tidelog.wire import error_from_rpc
+
+log = logging.getLogger(__name__)
+
+_RETRY_SEND = (NotMasterError, UnavailableError, InSyncReplicasNotEnoughError, FlushSlaveTimeoutError,
+               FlushDiskTimeoutError)
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """Where an acknowledged message was stored."""
+
+    message_id: str
+    topic: str
+    broker_set: str
+    queue: int
+    queue_offset: int
+    phys_offset: int
+
+
+@dataclass(frozen=True)
+class ConsumedMessage:
+    topic: str
+    broker_set: str
+    queue: int
+    offset: int
+    key: str | None
+    tags: str | None
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    born_ts: int = 0
+    store_ts: int = 0
+
+
+@dataclass(frozen=True)
+class OutMessage:
+    """One message of `send_batch`."""
+
+    body: bytes
+    key: str | None = None
+    tags: str | None = None
+    properties: Mapping[str, str] | None = None
+
+
+def _consumed(m: bpb.PulledMessage, broker_set: str) -> ConsumedMessage:
+    return ConsumedMessage(m.topic, broker_set, m.queue, m.offset, m.key if m.HasField("key") else None,
+                           m.tags if m.HasField("tags") else None, m.body, dict(m.properties), m.born_ts, m.store_ts)
+
+
+class AsyncClient:
+    """Entry point: `AsyncClient("host:port,host:port")` (controller addresses)."""
+
+    def __init__(self, controllers: str | Iterable[str] | None = None, *, send_timeout: float = 30.0,
+                 rpc_timeout: float = 10.0, route_ttl: float = 30.0) -> None:
+        controllers = controllers or os.environ.get(CONTROLLERS_ENV, "")
+        self.controller = ControllerClient(controllers, rpc_timeout=3.0, total_timeout=min(send_timeout, 15.0))
+        self.send_timeout = send_timeout
+        self.rpc_timeout = rpc_timeout
+        self.route_ttl = route_ttl
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._channels: dict[str, tuple[grpc.aio.Channel, bpb_grpc.BrokerStub]] = {}
+
+    # --- plumbing ---
+
+    def _stub(self, address: str) -> bpb_grpc.BrokerStub:
+        entry = self._channels.get(address)
+        if entry is None:
+            channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20),
+                                                                  ("grpc.max_send_message_length", 64 << 20)])
+            entry = self._channels[address] = (channel, bpb_grpc.BrokerStub(channel))
+        return entry[1]
+
+    async def call_broker(self, address: str, method: str, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return await getattr(self._stub(address), method)(request, timeout=timeout or self.rpc_timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    async def route(self, topic: str, *, refresh: bool = False) -> TopicRoute:
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and time.monotonic() - cached[0] < self.route_ttl:
+            return cached[1]
+        reply = await self.controller.get_route(topic)
+        sets = []
+        for b in reply.broker_sets:
+            role = b.role
+            master = role.master_address if role.has_master else ""
+            replicas = tuple(Replica(r.broker_id, r.address, bool(role.has_master and r.broker_id == role.master_id))
+                             for r in b.replicas)
+            sets.append(BrokerSetRoute(b.broker_set, int(b.queues), master, role.master_epoch, replicas))
+        route = TopicRoute.build(topic, sets)
+        self._routes[topic] = (time.monotonic(), route)
+        return route
+
+    def forget_route(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel, _ in channels:
+            await channel.close()
+        await self.controller.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- factories ---
+
+    def producer(self, *, send_timeout: float | None = None) -> AsyncProducer:
+        return AsyncProducer(self, send_timeout or self.send_timeout)
+
+    def consumer(self, group: str, topic: str, **kw: Any) -> AsyncConsumer:
+        return AsyncConsumer(self, group, topic, **kw)
+
+    def reader(self, topic: str, queue: int, start_offset: int = 0, *, broker_set: str | None = None) -> AsyncReader:
+        return AsyncReader(self, topic, queue, start_offset, broker_set)
+
+    def admin(self) -> AsyncAdmin:
+        return AsyncAdmin(self)
+
+    # --- reads shared by consumer and reader ---
+
+    async def pull(self, route: BrokerSetRoute, topic: str, queue: int, offset: int, *, max_messages: int,
+                   wait_ms: int) -> tuple[list[ConsumedMessage], int]:
+        """Pull from the first replica that answers; returns (messages, next offset)."""
+        last: TidelogError | None = None
+        for address in route.read_addresses():
+            try:
+                reply = await self.call_broker(address, "Pull", bpb.PullRequest(
+                    topic=topic, queue=queue, offset=offset, max_messages=max_messages, wait_ms=wait_ms),
+                    timeout=self.rpc_timeout + wait_ms / 1000)
+            except (UnavailableError, TopicNotFoundError) as exc:
+                last = exc
+                continue
+            return [_consumed(m, route.name) for m in reply.messages], reply.next_offset
+        raise last or UnavailableError(f"broker set {route.name} has no reachable replica")
+
+    async def queue_offsets(self, route: BrokerSetRoute, topic: str, queue: int) -> bpb.QueueOffsets:
+        last: TidelogError | None = None
+        addresses = ([route.master_address] if route.master_address else []) + route.read_addresses()
+        for address in addresses:
+            try:
+                return (await self.call_broker(address, "GetOffsets",
+                                               bpb.GetOffsetsRequest(topic=topic, queue=queue))).offsets
+            except (UnavailableError, TopicNotFoundError) as exc:
+                last = exc
+        raise last or UnavailableError(f"broker set {route.name} has no reachable replica")
+
+
+class AsyncProducer:
+    def __init__(self, client: AsyncClient, send_timeout: float) -> None:
+        self.client = client
+        self.send_timeout = send_timeout
+        self._rr = itertools.count()
+
+    async def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
+                   properties: Mapping[str, str] | None = None) -> Receipt:
+        return (await self.send_batch(topic, [OutMessage(body, key, tags, properties)]))[0]
+
+    async def send_batch(self, topic: str, messages: Sequence[OutMessage | bytes]) -> list[Receipt]:
+        """Send messages; those with the same key keep their order. One request per broker set."""
+        items = [m if isinstance(m, OutMessage) else OutMessage(bytes(m)) for m in messages]
+        if not items:
+            return []
+        for m in items:
+            if not isinstance(m.body, bytes | bytearray):
+                raise InvalidArgumentError("message bodies must be bytes")
+        route = await self.client.route(topic)
+        if not route.queue_list:
+            raise TopicNotFoundError(f"topic {topic!r} has no queues")
+        # Keyed messages are placed once, so retries keep them on their queue; keyless ones may move.
+        receipts: list[Receipt | None] = [None] * len(items)
+        keyed: dict[tuple[str, int], list[int]] = {}
+        keyless: list[int] = []
+        for i, m in enumerate(items):
+            if m.key:
+                keyed.setdefault(queue_for_key(route, m.key), []).append(i)
+            else:
+                keyless.append(i)
+        groups: list[tuple[tuple[str, int] | None, list[int]]] = [(q, idx) for q, idx in keyed.items()]
+        if keyless:
+            groups.append((None, keyless))
+        await asyncio.gather(*(self._send_group(topic, target, [items[i] for i in idx], idx, receipts)
+                               for target, idx in groups))
+        return [r for r in receipts if r is not None]
+
+    async def _send_group(self, topic: str, target: tuple[str, int] | None, items: list[OutMessage],
+                          indexes: list[int], receipts: list[Receipt | None]) -> None:
+        deadline = time.monotonic() + self.send_timeout
+        avoid: set[str] = set()
+        last: TidelogError | None = None
+        attempts = 0
+        backoff = 0.05
+        refresh = False
+        while True:
+            attempts += 1
+            name = target[0] if target else ""
+            try:
+                route = await self.client.route(topic, refresh=refresh)
+                refresh = False
+                name, queue = target or queue_round_robin(route, next(self._rr), frozenset(avoid))
+                bs = route.broker_set(name)
+                if bs is None or not bs.master_address:
+                    raise UnavailableError(f"broker set {name} has no master right now")
+                req = bpb.ProduceRequest(topic=topic, messages=[
+                    _produce_message(m, queue) for m in items])
+                reply = await self.client.call_broker(bs.master_address, "Produce", req,
+                                                      timeout=max(0.5, min(self.client.rpc_timeout,
+                                                                           deadline - time.monotonic())))
+                for i, r in zip(indexes, reply.results, strict=True):
+                    receipts[i] = Receipt(r.message_id, topic, reply.broker_set, r.queue, r.queue_offset,
+                                          r.phys_offset)
+                return
+            except _RETRY_SEND as exc:
+                last = exc
+                refresh = True
+                if target is None and name:
+                    avoid.add(name)  # a keyless message may go to another broker set
+            except TopicNotFoundError as exc:
+                # the controller knows the topic but a broker's heartbeat may not have brought it yet
+                last = exc
+                refresh = True
+            if time.monotonic() + backoff >= deadline:
+                raise SendFailedError(f"gave up sending {len(items)} message(s) to {topic} after {attempts} "
+                                      f"attempt(s) in {self.send_timeout:.0f}s; last error: {last}")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 0.5)
+
+
+def _produce_message(m: OutMessage, queue: int) -> bpb.ProduceMessage:
+    pm = bpb.ProduceMessage(body=m.body, queue=queue)
+    if m.key is not None:
+        pm.key = m.key
+    if m.tags is not None:
+        pm.tags = m.tags
+    if m.properties:
+        pm.properties.update(m.properties)
+    return pm
+
+
+class AsyncReader:
+    """Reads one queue from an offset, without a group."""
+
+    def __init__(self, client: AsyncClient, topic: str, queue: int, start_offset: int,
+                 broker_set: str | None) -> None:
+        self.client = client
+        self.topic = topic
+        self.queue = queue
+        self.position = start_offset
+        self.broker_set = broker_set
+
+    async def _route(self, refresh: bool = False) -> BrokerSetRoute:
+        route = await self.client.route(self.topic, refresh=refresh)
+        names = [b.name for b in route.broker_sets if b.queues > self.queue]
+        if self.broker_set is None:
+            if len(route.broker_sets) > 1:
+                raise InvalidArgumentError(f"topic {self.topic} spans broker sets {names}; name one")
+            if not names:
+                raise InvalidArgumentError(f"queue {self.queue} does not exist in topic {self.topic}")
+            self.broker_set = names[0]
+        bs = route.broker_set(self.broker_set)
+        if bs is None:
+            raise TopicNotFoundError(f"topic {self.topic} has no queues in broker set {self.broker_set}")
+        return bs
+
+    async def read(self, max_messages: int = 100, timeout: float = 0.0) -> list[ConsumedMessage]:
+        bs = await self._route()
+        try:
+            msgs, nxt = await self.client.pull(bs, self.topic, self.queue, self.position,
+                                               max_messages=max_messages, wait_ms=int(timeout * 1000))
+        except UnavailableError:
+            bs = await self._route(refresh=True)
+            msgs, nxt = await self.client.pull(bs, self.topic, self.queue, self.position,
+                                               max_messages=max_messages, wait_ms=int(timeout * 1000))
+        self.position = nxt
+        return msgs
+
+    async def poll(self, max_messages: int = 100, timeout: float = 0.0) -> list[ConsumedMessage]:
+        return await self.read(max_messages, timeout)
+
+    async def close(self) -> None:
+        return None
+
+
+class AsyncConsumer:
+    """A member of a consumer group (clustering mode): the group's live members share the queues."""
+
+    def __init__(self, client: AsyncClient, group: str, topic: str, *, member_id: str | None = None,
+                 auto_commit: bool = True, auto_commit_interval: float = 5.0, start: str = "earliest",
+                 session_timeout: float = 6.0, heartbeat_interval: float = 1.0) -> None:
+        if not group or "/" in group:
+            raise InvalidArgumentError("group must be a non-empty name without '/'")
+        if start not in ("earliest", "latest"):
+            raise InvalidArgumentError("start must be 'earliest' or 'latest'")
+        self.client = client
+        self.group = group
+        self.topic = topic
+        self.member_id = member_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.auto_commit = auto_commit
+        self.auto_commit_interval = auto_commit_interval
+        self.start = start
+        self.session_timeout_ms = int(session_timeout * 1000)
+        self.heartbeat_interval = heartbeat_interval
+        self.positions: dict[tuple[str, int], int] = {}
+        self._committed: dict[tuple[str, int], int] = {}
+        self._key = asg.members_prefix(group) + self.member_id
+        self._version: int | None = None
+        self._last_beat = 0.0
+        self._last_commit = time.monotonic()
+        self._rr = 0
+        self._closed = False
+
+    @property
+    def assignment(self) -> list[tuple[str, int]]:
+        return sorted(self.positions)
+
+    async def _announce(self) -> None:
+        value = asg.announcement(int(time.time() * 1000), self.topic)
+        c = self.client.controller
+        try:
+            if self._version is None:
+                entry = await c.meta_create(self._key, value)
+            else:
+                entry = await c.meta_cas(self._key, value, self._version)
+        except (MetadataExistsError, MetadataVersionMismatchError, MetadataNotFoundError):
+            with contextlib.suppress(MetadataNotFoundError):
+                await c.meta_delete(self._key)
+            entry = await c.meta_create(self._key, value)
+        self._version = entry.version
+
+    async def rebalance(self, force: bool = False) -> None:
+        """Announce this member, read the group's membership and take this member's queues."""
+        now = time.monotonic()
+        if not force and now - self._last_beat < self.heartbeat_interval:
+            return
+        self._last_beat = now
+        await self._announce()
+        prefix = asg.members_prefix(self.group)
+        entries = await self.client.controller.meta_list(prefix)
+        members = asg.live_members(((e.key, e.value) for e in entries), prefix, int(time.time() * 1000),
+                                   self.session_timeout_ms)
+        route = await self.client.route(self.topic, refresh=force)
+        mine = set(asg.assign(self.member_id, members, route.queue_list))
+        revoked = [q for q in self.positions if q not in mine]
+        if revoked:
+            if self.auto_commit:
+                await self._commit(revoked)
+            for q in revoked:
+                self.positions.pop(q, None)
+        for q in sorted(mine - set(self.positions)):
+            self.positions[q] = await self._start_offset(route, q)
+        if revoked or mine - set(self._committed):
+            log.info("group %s member %s owns %s", self.group, self.member_id, sorted(self.positions))
+
+    async def _start_offset(self, route: TopicRoute, q: tuple[str, int]) -> int:
+        bs = route.broker_set(q[0])
+        assert bs is not None
+        committed = await self._fetch(bs, q[1])
+        if committed is not None:
+            self._committed[q] = committed
+            return committed
+        offsets = await self.client.queue_offsets(bs, self.topic, q[1])
+        return offsets.min if self.start == "earliest" else offsets.confirmed
+
+    async def _fetch(self, bs: BrokerSetRoute, queue: int) -> int | None:
+        req = bpb.FetchOffsetRequest(group=self.group, topic=self.topic, queue=queue)
+        addresses = ([bs.master_address] if bs.master_address else []) + bs.read_addresses()
+        last: TidelogError | None = None
+        for address in addresses:
+            try:
+                reply = await self.client.call_broker(address, "FetchOffset", req)
+                return reply.offset if reply.found else None
+            except UnavailableError as exc:
+                last = exc
+        raise last or UnavailableError(f"broker set {bs.name} has no reachable replica")
+
+    async def poll(self, max_messages: int = 100, timeout: float = 1.0) -> list[ConsumedMessage]:
+        """Messages from this member's queues, each queue in order; waits up to `timeout` for some."""
+        await self.rebalance()
+        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
+            await self.commit()
+        if not self.positions:
+            await asyncio.sleep(min(timeout, self.heartbeat_interval))
+            return []
+        route = await self.client.route(self.topic)
+        queues = self.assignment
+        self._rr = (self._rr + 1) % len(queues)
+        queues = queues[self._rr:] + queues[: self._rr]
+        per_queue = max(1, max_messages // len(queues))
+        out: list[ConsumedMessage] = []
+        for wait_ms in (0, int(timeout * 1000)):
+            pulls = [self._pull_one(route, q, per_queue, wait_ms) for q in queues]
+            if wait_ms:
+                out.extend(await _first_non_empty(pulls))
+            else:
+                for msgs in await asyncio.gather(*pulls):
+                    out.extend(msgs)
+            if out or timeout <= 0:
+                break
+        return out[: max(max_messages, per_queue)]
+
+    async def _pull_one(self, route: TopicRoute, q: tuple[str, int], max_messages: int,
+                        wait_ms: int) -> list[ConsumedMessage]:
+        bs = route.broker_set(q[0])
+        if bs is None or q not in self.positions:
+            return []
+        try:
+            msgs, nxt = await self.client.pull(bs, self.topic, q[1], self.positions[q], max_messages=max_messages,
+                                               wait_ms=wait_ms)
+        except UnavailableError:
+            self.client.forget_route(self.topic)
+            return []
+        if q in self.positions and msgs:
+            self.positions[q] = nxt
+        return msgs
+
+    async def commit(self) -> None:
+        """Commit the current position of every owned queue (at-least-once on failover)."""
+        await self._commit(list(self.positions))
+
+    async def _commit(self, queues: Sequence[tuple[str, int]]) -> None:
+        self._last_commit = time.monotonic()
+        route = await self.client.route(self.topic)
+        for q in queues:
+            pos = self.positions.get(q)
+            if pos is None or self._committed.get(q) == pos:
+                continue
+            bs = route.broker_set(q[0])
+            if bs is None or not bs.master_address:
+                continue
+            try:
+                await self.client.call_broker(bs.master_address, "CommitOffset", bpb.CommitOffsetRequest(
+                    group=self.group, topic=self.topic, queue=q[1], offset=pos))
+            except (NotMasterError, UnavailableError, InSyncReplicasNotEnoughError, FlushSlaveTimeoutError) as exc:
+                log.info("commit of %s/%s queue %s deferred: %s", self.group, self.topic, q, exc)
+                self.client.forget_route(self.topic)
+                continue
+            self._committed[q] = pos
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.auto_commit:
+            with contextlib.suppress(TidelogError):
+                await self.commit()
+        with contextlib.suppress(TidelogError):
+            await self.client.controller.meta_delete(self._key)
+
+
+async def _first_non_empty(coros: list[Any]) -> list[ConsumedMessage]:
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    out: list[ConsumedMessage] = []
+    try:
+        pending = set(tasks)
+        while pending and not out:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                out.extend(t.result())
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return out
+
+
+class AsyncAdmin:
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def broker_sets(self) -> list[str]:
+        reply = await self.client.controller.describe_broker_sets()
+        return sorted(b.role.broker_set for b in reply.broker_sets)
+
+    async def create_topic(self, name: str, queues: int = 4, broker_sets: Iterable[str] | None = None,
+                           perm: str = "rw") -> dict[str, int]:
+        sets = list(broker_sets) if broker_sets else await self.broker_sets()
+        if not sets:
+            raise UnavailableError("no broker set is registered yet", hint="start the brokers first")
+        cfg = await self.client.controller.create_topic(name, {s: queues for s in sets}, perm)
+        self.client.forget_route(name)
+        return dict(cfg.queues)
+
+    async def delete_topic(self, name: str) -> None:
+        await self.client.controller.delete_topic(name)
+        self.client.forget_route(name)
+
+    async def list_topics(self) -> list[dict[str, Any]]:
+        return [{"name": t.name, "queues": dict(t.queues), "perm": t.perm}
+                for t in await self.client.controller.list_topics()]
+
+    async def describe_topic(self, name: str) -> list[dict[str, Any]]:
+        route = await self.client.route(name, refresh=True)
+        out = []
+        for bs in route.broker_sets:
+            for q in range(bs.queues):
+                o = await self.client.queue_offsets(bs, name, q)
+                out.append({"broker_set": bs.name, "queue": q, "min": o.min, "max": o.max, "confirmed": o.confirmed})
+        return out
+
+    async def group_lag(self, group: str, topic: str) -> list[dict[str, Any]]:
+        route = await self.client.route(topic, refresh=True)
+        rows = []
+        probe = AsyncConsumer(self.client, group, topic, auto_commit=False)
+        for bs in route.broker_sets:
+            for q in range(bs.queues):
+                o = await self.client.queue_offsets(bs, topic, q)
+                committed = await probe._fetch(bs, q)
+                rows.append({"broker_set": bs.name, "queue": q, "committed": committed,
+                             "confirmed": o.confirmed, "lag": o.confirmed - (committed or o.min)})
+        return rows

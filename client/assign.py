@@ -1,0 +1,45 @@
+"""Consumer-group membership and queue assignment (pure; time passed in).
+
+Members announce themselves in the controller's metadata store under
+`group/<group>/members/<member id>` with the time of their last announcement. A member is live
+if it announced within the session timeout. Every member sorts the live member ids and the
+topic's queues the same way and takes queues `i, i + n, i + 2n, …` (i = its rank, n = members),
+so all members agree once they see the same membership: each queue has exactly one owner.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+MEMBERS_PREFIX = "group/{group}/members/"
+
+
+def members_prefix(group: str) -> str:
+    return MEMBERS_PREFIX.format(group=group)
+
+
+def announcement(now_ms: int, topic: str) -> bytes:
+    return json.dumps({"ts": now_ms, "topic": topic}).encode()
+
+
+def live_members(entries: Iterable[tuple[str, bytes]], prefix: str, now_ms: int, session_timeout_ms: int) -> list[str]:
+    """Member ids whose last announcement is recent enough, sorted."""
+    out = []
+    for key, value in entries:
+        try:
+            ts = int(json.loads(value)["ts"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if now_ms - ts <= session_timeout_ms:
+            out.append(key[len(prefix):])
+    return sorted(out)
+
+
+def assign(member: str, members: Sequence[str], queues: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The queues `member` owns; empty when it is not (yet) among the live members."""
+    ordered = sorted(members)
+    if member not in ordered:
+        return []
+    rank = ordered.index(member)
+    return sorted(queues)[rank :: len(ordered)]
