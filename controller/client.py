@@ -36,10 +36,19 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
+# gRPC's default reconnect backoff grows to 120 s; a controller node that comes back after a
+# crash should be usable again within seconds.
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 3000),
+]
+
+
 class _Conn:
     def __init__(self, address: str) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address)
+        self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
