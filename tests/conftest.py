@@ -28,18 +28,19 @@ def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
 
 @pytest.fixture
 def controller_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., ControllerCluster]]:
-    """Factory: `controller_cluster(size, **options)` starts a controller cluster of processes.
+    """Factory: `controller_cluster(size, **options)` starts a controller cluster of processes
+    (`start=False`: only writes its config, for tests that start nodes themselves).
 
     Every process is stopped at teardown (SIGTERM, then SIGKILL); on failure their logs are shown.
     """
     clusters: list[ControllerCluster] = []
 
-    def start(size: int = 3, **options: Any) -> ControllerCluster:
+    def start(size: int = 3, *, start: bool = True, **options: Any) -> ControllerCluster:
         root = tmp_path / f"cluster{len(clusters)}"
         root.mkdir()
         c = ControllerCluster(root, size, **options)
         clusters.append(c)
-        return c.start()
+        return c.start() if start else c
 
     yield start
     failed = getattr(request.node, "rep_call", None)

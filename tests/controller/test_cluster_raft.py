@@ -143,3 +143,29 @@ def test_multi_node_controller_without_secret_refuses_to_start(
 
     wait_until(lambda: asyncio.run(answers()), 15, what="the --insecure node to serve")
     assert p.alive()
+
+
+def test_a_node_with_the_wrong_secret_cannot_join(controller_cluster: Callable[..., ControllerCluster]) -> None:
+    cluster = controller_cluster(3, start=False)
+    # c3 is told a different secret: the others must not let it in, nor must it learn the state.
+    text = cluster.config_path.read_text().replace("test-cluster-secret", "a-different-secret")
+    wrong = cluster.root / "wrong-secret.yaml"
+    wrong.write_text(text)
+    cluster.procs["c3"].args[cluster.procs["c3"].args.index(str(cluster.config_path))] = str(wrong)
+    cluster.start()
+
+    async def scenario() -> None:
+        good = [cluster.grpc["c1"], cluster.grpc["c2"]]
+        async with ControllerClient(good, total_timeout=20) as client:
+            await client.register_broker("broker-a", "127.0.0.1:30001", "127.0.0.1:31001", identity="a-1")
+            await client.create_topic("secret-topic", {"broker-a": 1})
+            await asyncio.sleep(3.0)  # several append-entries rounds and c3's own election attempts
+            assert await _topics_on(client, cluster, "c2") == {"secret-topic"}
+            assert await _topics_on(client, cluster, "c3") == set()
+            st3 = await client.cluster_status(address=cluster.grpc["c3"])
+            assert st3.raft_state != "leader" and st3.leader_id in ("", "c3")
+            for nid in ("c1", "c2"):
+                st = await client.cluster_status(address=cluster.grpc[nid])
+                assert st.leader_id in ("c1", "c2")
+
+    asyncio.run(scenario())
