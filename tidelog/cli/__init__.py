@@ -16,12 +16,18 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from tidelog.cli import admin, broker, controller, demo
+    from tidelog.cli import admin, broker, cluster, controller, data, demo
 
     cli.add_command(demo.demo)
     cli.add_command(controller.controller)
     cli.add_command(admin.admin)
     cli.add_command(broker.broker)
+    cli.add_command(cluster.cluster)
+    cli.add_command(cluster.drill)
+    cli.add_command(data.topic)
+    cli.add_command(data.produce)
+    cli.add_command(data.consume)
+    cli.add_command(data.group)
 
 
 def main() -> None:

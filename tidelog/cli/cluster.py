@@ -1,0 +1,135 @@
+"""`tide cluster up|down|status` and `tide drill ...`: a local cluster and failover drills on it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tidelog import localcluster
+from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
+
+DATA_DIR_ENV = "TIDE_DATA_DIR"
+
+
+def data_dir_option(fn: Any) -> Any:
+    return click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+                        default=lambda: os.environ.get(DATA_DIR_ENV, "tide-data"), show_default="./tide-data",
+                        help="where the cluster keeps its data, configs, logs and pids")(fn)
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """Run a local cluster from a topology file."""
+
+
+@cluster.command("up")
+@click.option("-c", "--config", "config_path", default="deploy/local.yaml", show_default=True,
+              help="topology file")
+@data_dir_option
+@click.option("--wait", type=float, default=60.0, show_default=True, help="seconds to wait for masters")
+@json_option
+def up(config_path: str, data_dir: Path, wait: float, as_json: bool) -> None:
+    """Start every process of the topology in the background; return once each broker set has a master."""
+    topo = localcluster.load_topology(config_path)
+    state = localcluster.up(topo, data_dir, wait_s=wait)
+    if as_json:
+        emit({"controllers": state["controllers"], "data_dir": state["data_dir"],
+              "processes": [{k: p[k] for k in ("name", "kind", "pid", "address", "log")} for p in state["processes"]]},
+             True)
+        return
+    emit([{k: p.get(k) for k in ("name", "kind", "pid", "address", "log")} for p in state["processes"]], False,
+         title=f"cluster up in {state['data_dir']}", columns=["name", "kind", "pid", "address", "log"])
+    click.echo(f"export TIDE_CONTROLLERS={state['controllers']}")
+
+
+@cluster.command("down")
+@data_dir_option
+@json_option
+def down(data_dir: Path, as_json: bool) -> None:
+    """Stop exactly the processes that `tide cluster up` started in DATA_DIR."""
+    stopped = localcluster.down(data_dir)
+    emit({"stopped": stopped}, as_json, title="cluster down")
+
+
+async def _status(controllers: str) -> list[dict[str, Any]]:
+    from tidelog.client.aio import AsyncClient
+    from tidelog.proto import broker_pb2 as bpb
+
+    async with AsyncClient(controllers) as client:
+        reply = await client.controller.describe_broker_sets()
+        out = []
+        for b in reply.broker_sets:
+            role = b.role
+            members = []
+            master_max = None
+            for m in b.members:
+                row: dict[str, Any] = {"broker_id": m.broker_id, "address": m.address, "role": "unreachable",
+                                       "max_offset": None, "confirm_offset": None, "in_sync": m.in_sync}
+                try:
+                    s = await client.call_broker(m.address, "Status", bpb.StatusRequest(), timeout=2.0)
+                    row.update(role=s.role, max_offset=s.max_offset, confirm_offset=s.confirm_offset,
+                               epoch=s.last_epoch)
+                    if role.has_master and m.broker_id == role.master_id:
+                        master_max = s.max_offset
+                except Exception:
+                    pass
+                members.append(row)
+            for row in members:
+                row["lag"] = None if master_max is None or row["max_offset"] is None else master_max - row["max_offset"]
+            out.append({"name": role.broker_set, "master": role.master_id if role.has_master else None,
+                        "epoch": role.master_epoch, "sync_state_set": list(role.sync_state_set),
+                        "sync_state_set_epoch": role.sync_state_set_epoch, "members": members})
+        return out
+
+
+@cluster.command("status")
+@controllers_option
+@json_option
+def status(controllers: str, as_json: bool) -> None:
+    """Broker sets, members, master, epoch, SyncStateSet, offsets and replica lag."""
+    sets = asyncio.run(_status(require_controllers(controllers)))
+    if as_json:
+        emit({"broker_sets": sets}, True)
+        return
+    rows = []
+    for s in sets:
+        for m in s["members"]:
+            rows.append({"broker_set": s["name"], "broker": m["broker_id"], "address": m["address"],
+                         "role": m["role"], "epoch": s["epoch"], "in_sync": "yes" if m["in_sync"] else "no",
+                         "max_offset": m["max_offset"], "confirm_offset": m["confirm_offset"], "lag": m["lag"]})
+    emit(rows, False, title="cluster status", columns=["broker_set", "broker", "address", "role", "epoch", "in_sync",
+                                                        "max_offset", "confirm_offset", "lag"])
+
+
+def parse_duration(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", text)
+    if not m:
+        raise click.BadParameter(f"{text!r} is not a duration like 30s, 500ms or 2m")
+    value = float(m.group(1))
+    return value / 1000 if m.group(2) == "ms" else value * 60 if m.group(2) == "m" else value
+
+
+@click.group("drill")
+def drill() -> None:
+    """Failover drills on a cluster started with `tide cluster up`."""
+
+
+@drill.command("kill-master")
+@click.argument("broker_set")
+@click.option("--duration", default="30s", show_default=True, help="how long to produce (e.g. 30s)")
+@data_dir_option
+@json_option
+def kill_master(broker_set: str, duration: str, data_dir: Path, as_json: bool) -> None:
+    """Produce with sync replication, SIGKILL BROKER_SET's master, verify every acknowledged message."""
+    from tidelog.drill import kill_master as run
+
+    seconds = parse_duration(duration)
+    report = run(data_dir, broker_set, seconds, on_event=None if as_json else lambda msg: click.echo(f"  {msg}"))
+    emit(report, as_json, title=f"drill: kill the master of {broker_set}")
+    if report["acked_lost"]:
+        raise click.ClickException(f"{report['acked_lost']} acknowledged messages were lost")

@@ -1,0 +1,149 @@
+"""`tide topic|produce|consume|group`: the client-facing commands, thin over tidelog.client."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+
+import click
+from rich.progress import Progress
+
+from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
+from tidelog.client import Client, OutMessage
+
+
+@click.group("topic")
+def topic() -> None:
+    """Create, list and describe topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--queues", default=4, show_default=True, help="queues in each broker set")
+@click.option("--broker-set", "broker_sets", multiple=True, help="only these broker sets (default: all)")
+@controllers_option
+@json_option
+def topic_create(name: str, queues: int, broker_sets: tuple[str, ...], controllers: str, as_json: bool) -> None:
+    """Create topic NAME with QUEUES queues in each broker set."""
+    with Client(require_controllers(controllers)) as c:
+        result = c.admin().create_topic(name, queues=queues, broker_sets=broker_sets or None)
+    emit({"topic": name, "queues": result}, as_json, title=f"topic {name}")
+
+
+@topic.command("list")
+@controllers_option
+@json_option
+def topic_list(controllers: str, as_json: bool) -> None:
+    """List topics and their queues per broker set."""
+    with Client(require_controllers(controllers)) as c:
+        rows = c.admin().list_topics()
+    emit(rows, as_json, title="topics", columns=["name", "queues", "perm"])
+
+
+@topic.command("describe")
+@click.argument("name")
+@controllers_option
+@json_option
+def topic_describe(name: str, controllers: str, as_json: bool) -> None:
+    """Per queue: min, max and confirmed offsets."""
+    with Client(require_controllers(controllers)) as c:
+        rows = c.admin().describe_topic(name)
+    emit(rows, as_json, title=f"topic {name}", columns=["broker_set", "queue", "min", "max", "confirmed"])
+
+
+@click.command("produce")
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--count", type=int, default=None, help="send COUNT generated messages (else: lines of stdin)")
+@click.option("--size", type=int, default=100, show_default=True, help="body size of generated messages")
+@click.option("--key", default=None, help="key for every message (keeps them in one queue, in order)")
+@click.option("--batch", type=int, default=100, show_default=True, help="messages per request")
+@controllers_option
+@json_option
+def produce(topic_name: str, count: int | None, size: int, key: str | None, batch: int, controllers: str,
+            as_json: bool) -> None:
+    """Send messages to TOPIC: COUNT generated ones, or one per line of standard input."""
+    if batch < 1 or size < 0 or (count is not None and count < 0):
+        raise click.UsageError("--count, --size and --batch must not be negative (--batch at least 1)")
+    sent = 0
+    t0 = time.monotonic()
+    with Client(require_controllers(controllers)) as c:
+        p = c.producer()
+        if count is not None:
+            with Progress(transient=True, disable=as_json or not sys.stderr.isatty()) as progress:
+                task = progress.add_task("producing", total=count)
+                while sent < count:
+                    n = min(batch, count - sent)
+                    body = os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
+                    p.send_batch(topic_name, [OutMessage(body, key) for _ in range(n)])
+                    sent += n
+                    progress.update(task, advance=n)
+        else:
+            pending: list[OutMessage] = []
+            for line in sys.stdin.buffer:
+                pending.append(OutMessage(line.rstrip(b"\n"), key))
+                if len(pending) >= batch:
+                    p.send_batch(topic_name, pending)
+                    sent += len(pending)
+                    pending = []
+            if pending:
+                p.send_batch(topic_name, pending)
+                sent += len(pending)
+    elapsed = time.monotonic() - t0
+    emit({"topic": topic_name, "sent": sent, "seconds": round(elapsed, 3),
+          "per_second": round(sent / elapsed) if elapsed > 0 else None}, as_json, title="produced")
+
+
+@click.command("consume")
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--group", required=True, help="consumer group")
+@click.option("--from-beginning", is_flag=True, help="with no committed offset, start at the earliest message")
+@click.option("--max-messages", type=int, default=None, help="stop after this many messages")
+@click.option("--idle-timeout", type=float, default=5.0, show_default=True,
+              help="stop after this many seconds without a message (0 = never)")
+@controllers_option
+@json_option
+def consume(topic_name: str, group: str, from_beginning: bool, max_messages: int | None, idle_timeout: float,
+            controllers: str, as_json: bool) -> None:
+    """Read TOPIC as a member of GROUP, printing one line per message; offsets are committed."""
+    got = 0
+    last = time.monotonic()
+    start = "earliest" if from_beginning else "latest"
+    with Client(require_controllers(controllers)) as c, \
+            c.consumer(group=group, topic=topic_name, start=start) as cons, contextlib.suppress(KeyboardInterrupt):
+        while max_messages is None or got < max_messages:
+            msgs = cons.poll(max_messages=min(500, (max_messages or 500) - got), timeout=0.5)
+            for m in msgs:
+                if as_json:
+                    click.echo(json.dumps({"topic": m.topic, "broker_set": m.broker_set, "queue": m.queue,
+                                           "offset": m.offset, "key": m.key,
+                                           "body": m.body.decode("utf-8", "replace")}))
+                else:
+                    click.echo(f"{m.broker_set}/{m.queue}@{m.offset} {m.key or '-'} "
+                               f"{m.body.decode('utf-8', 'replace')}")
+            got += len(msgs)
+            if msgs:
+                last = time.monotonic()
+            elif idle_timeout and time.monotonic() - last > idle_timeout:
+                break
+        cons.commit()
+
+
+@click.group("group")
+def group() -> None:
+    """Consumer groups."""
+
+
+@group.command("describe")
+@click.argument("name")
+@click.option("--topic", "topic_name", required=True, help="the topic the group reads")
+@controllers_option
+@json_option
+def group_describe(name: str, topic_name: str, controllers: str, as_json: bool) -> None:
+    """Committed offset and lag per queue of TOPIC for group NAME."""
+    with Client(require_controllers(controllers)) as c:
+        rows = c.admin().group_lag(name, topic_name)
+    emit(rows, as_json, title=f"group {name} on {topic_name}",
+         columns=["broker_set", "queue", "committed", "confirmed", "lag"])
