@@ -553,6 +553,17 @@ class AsyncAdmin:
                 out.append({"broker_set": bs.name, "queue": q, "min": o.min, "max": o.max, "confirmed": o.confirmed})
         return out
 
+    async def group_topics(self, group: str) -> list[str]:
+        """Topics the group's members announced (live or recently gone)."""
+        import json
+
+        entries = await self.client.controller.meta_list(asg.members_prefix(group))
+        topics = set()
+        for e in entries:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                topics.add(json.loads(e.value)["topic"])
+        return sorted(topics)
+
     async def group_lag(self, group: str, topic: str) -> list[dict[str, Any]]:
         route = await self.client.route(topic, refresh=True)
         rows = []

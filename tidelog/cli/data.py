@@ -138,12 +138,18 @@ def group() -> None:
 
 @group.command("describe")
 @click.argument("name")
-@click.option("--topic", "topic_name", required=True, help="the topic the group reads")
+@click.option("--topic", "topic_name", default=None, help="the topic (default: the one its live members read)")
 @controllers_option
 @json_option
-def group_describe(name: str, topic_name: str, controllers: str, as_json: bool) -> None:
-    """Committed offset and lag per queue of TOPIC for group NAME."""
+def group_describe(name: str, topic_name: str | None, controllers: str, as_json: bool) -> None:
+    """Committed offset and lag per queue for group NAME."""
     with Client(require_controllers(controllers)) as c:
+        if topic_name is None:
+            topics = c.admin().group_topics(name)
+            if len(topics) != 1:
+                raise click.UsageError(f"group {name} has {'no live members' if not topics else 'members on '
+                                       + ', '.join(topics)}: name the topic with --topic")
+            topic_name = topics[0]
         rows = c.admin().group_lag(name, topic_name)
     emit(rows, as_json, title=f"group {name} on {topic_name}",
          columns=["broker_set", "queue", "committed", "confirmed", "lag"])
