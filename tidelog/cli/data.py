@@ -147,8 +147,8 @@ def group_describe(name: str, topic_name: str | None, controllers: str, as_json:
         if topic_name is None:
             topics = c.admin().group_topics(name)
             if len(topics) != 1:
-                raise click.UsageError(f"group {name} has {'no live members' if not topics else 'members on '
-                                       + ', '.join(topics)}: name the topic with --topic")
+                found = "no members" if not topics else "members on " + ", ".join(topics)
+                raise click.UsageError(f"group {name} has {found}: name the topic with --topic")
             topic_name = topics[0]
         rows = c.admin().group_lag(name, topic_name)
     emit(rows, as_json, title=f"group {name} on {topic_name}",
