@@ -72,3 +72,10 @@ def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) ->
     # designated election of a broker outside the SyncStateSet is refused with a typed error
     refused = tide(*ctl, "elect", "broker-a", "--broker-id", "2")
     assert refused.returncode == 1 and "CONTROLLER_ELECT_MASTER_FAILED" in refused.stderr
+
+    # a living broker is not forgotten by accident; a decommissioned one can be
+    living = tide(*ctl, "clean", "broker-a", "--broker-id", "2")
+    assert living.returncode == 1 and "CONTROLLER_INVALID_CLEAN_BROKER_METADATA" in living.stderr
+    assert tide(*ctl, "clean", "broker-a", "--broker-id", "2", "--clean-living").returncode == 0
+    (bs,) = tide_json(*ctl, "broker-sets")["broker_sets"]
+    assert [m["broker_id"] for m in bs["members"]] == [1]

@@ -201,3 +201,20 @@ def topics_delete(ctx: click.Context, name: str, as_json: bool) -> None:
         _emit_json({"deleted": name})
         return
     click.echo(f"topic {name} deleted")
+
+
+@admin.command("clean")
+@click.argument("broker_set")
+@click.option("--broker-id", "broker_ids", type=int, multiple=True,
+              help="forget this broker (repeatable); default: the whole broker set")
+@click.option("--clean-living", is_flag=True, help="also forget brokers that still heartbeat")
+@json_option
+@click.pass_context
+def clean(ctx: click.Context, broker_set: str, broker_ids: tuple[int, ...], clean_living: bool, as_json: bool) -> None:
+    """Forget decommissioned brokers of BROKER_SET (or the whole set)."""
+    _run(ctx, lambda c: c.clean_broker_data(broker_set, broker_ids, clean_living=clean_living))
+    what = f"brokers {', '.join(map(str, sorted(broker_ids)))} of {broker_set}" if broker_ids else broker_set
+    if as_json:
+        _emit_json({"cleaned": broker_set, "broker_ids": sorted(broker_ids)})
+        return
+    click.echo(f"forgot {what}")
