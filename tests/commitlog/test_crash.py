@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tidelog.commitlog import CommitLog, StoredMessage
 
 from tests.commitlog import crash_writer as cw
+from tidelog.commitlog import CommitLog, StoredMessage
 
 WRITER = Path(cw.__file__).resolve()
 ROUND_SEEDS = (11, 23, 37, 41, 59)
