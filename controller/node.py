@@ -72,7 +72,7 @@ class ControllerNode:
     async def write(self, build: Callable[[int, HeartbeatTable], Any]) -> st.Result:
         """Build a command (on the leader, with its clock and liveness) and replicate it."""
         self.require_leader()
-        await self._ensure_ready()
+        await self.ensure_ready()
         cmd = build(wall_ms(), self.heartbeats)
         result = await self.raft.propose(cmd)
         if not result.ok:
@@ -108,7 +108,7 @@ class ControllerNode:
 
     # --- leadership -----------------------------------------------------------------------
 
-    async def _ensure_ready(self) -> None:
+    async def ensure_ready(self) -> None:
         """Wait until this leader's replica has applied everything committed before its term."""
         term = self.raft.term()
         if self._ready_term == term:
@@ -146,7 +146,7 @@ class ControllerNode:
             self._election_tried.clear()
             log.info("controller %s became leader in term %d; brokers get %d ms of grace",
                      self.cfg.node_id, term, self.cfg.heartbeat_timeout_ms)
-        await self._ensure_ready()
+        await self.ensure_ready()
         self.heartbeats.expire(now)
         with self.raft.read() as state:
             # Dead masters, and sets left masterless by a failed election whose SyncStateSet

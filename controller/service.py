@@ -115,6 +115,8 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         name = non_empty("broker_set", request.broker_set)
         bid = non_negative("broker_id", request.broker_id)
         self.node.require_leader()
+        # A new leader answers from state that includes every earlier term's registrations.
+        await self.node.ensure_ready()
         with self.node.raft.read() as state:
             bs = state.broker_sets.get(name)
             if bs is None or bid not in bs.members:
