@@ -7,8 +7,8 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tidelog.commitlog.epochs import OPEN_END, EpochEntry, EpochFile, last_consistent_point
 
+from tidelog.commitlog.epochs import OPEN_END, EpochEntry, EpochFile, last_consistent_point
 from tidelog.errors import CorruptRecordError, EpochRejectedError
 
 A = [(1, 100), (2, 300), (3, 500)]

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tidelog.commitlog import CommitLog, Message
 from tidelog.commitlog import record as rec
-
 from tidelog.errors import (
     CorruptRecordError,
     InvalidArgumentError,

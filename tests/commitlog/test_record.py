@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tidelog.commitlog import record as rec
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-%", min_size=1, max_size=40)
