@@ -440,6 +440,9 @@ class AsyncConsumer:
         queues = self.assignment
         self._rr = (self._rr + 1) % len(queues)
         queues = queues[self._rr:] + queues[: self._rr]
+        # Never pull more than can be returned: a pulled message moves its queue's position, so
+        # one dropped here would be skipped for good (and committed past).
+        queues = queues[: max(1, max_messages)]
         per_queue = max(1, max_messages // len(queues))
         out: list[ConsumedMessage] = []
         for wait_ms in (0, int(timeout * 1000)):
@@ -451,7 +454,7 @@ class AsyncConsumer:
                     out.extend(msgs)
             if out or timeout <= 0:
                 break
-        return out[: max(max_messages, per_queue)]
+        return out
 
     async def _pull_one(self, route: TopicRoute, q: tuple[str, int], max_messages: int,
                         wait_ms: int) -> list[ConsumedMessage]:
