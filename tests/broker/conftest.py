@@ -1,6 +1,6 @@
 """A controller cluster plus broker set(s) as real processes, always stopped at teardown.
 
-`broker_cluster(replicas, controllers=1, **broker_options)` starts the controllers and one broker
+`broker_cluster(replicas, controllers=1, controller_options=None, **broker_options)` starts the controllers and one broker
 set `broker-a`, creates the topic `t` with `QUEUES` queues on it, and waits until a master serves
 the topic and every replica is in the SyncStateSet. At teardown every paused broker is resumed
 (SIGCONT) and every process is stopped; the logs are printed when the test failed.
@@ -39,11 +39,12 @@ def broker_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
     pending: list[Any] = []
 
     def start(replicas: int = 2, controllers: int = 1, *, wait_in_sync: bool = True,
-              **broker_options: Any) -> BrokerCluster:
+              controller_options: dict[str, Any] | None = None, **broker_options: Any) -> BrokerCluster:
         root = tmp_path / f"cluster{len(started) + len(pending)}"
         (root / "controllers").mkdir(parents=True)
-        cc = ControllerCluster(root / "controllers", controllers,
-                               **({"secret": None} if controllers == 1 else {}))
+        options = {"secret": None} if controllers == 1 else {}
+        options.update(controller_options or {})
+        cc = ControllerCluster(root / "controllers", controllers, **options)
         pending.append(cc)
         cc.start()
         bs = BrokerSetProcs(root, SET, replicas, cc.address_list, **broker_options)
