@@ -296,6 +296,9 @@ class CommitLog:
         first = min(self._segment_index(scan_from), len(self._segments) - 1)
         for seg in self._segments[first:]:
             if seg.size == 0:
+                if seg.base < flushed_cp:
+                    raise CorruptRecordError(seg.path, seg.base, f"the segment is empty but data up to {flushed_cp} "
+                                             "was flushed")
                 return seg.base
             with mmap.mmap(seg.fd, seg.size, prot=mmap.PROT_READ) as mm:
                 pos = 0

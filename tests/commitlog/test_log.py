@@ -326,6 +326,18 @@ def test_corrupt_record_below_the_flushed_offset_stops_recovery_naming_file_and_
     assert str(seg) in str(err.value) and str(victim.phys_offset) in str(err.value)
 
 
+def test_an_emptied_segment_below_the_flushed_offset_stops_recovery(tmp_path):
+    log = open_log(tmp_path)
+    log.append([Message("t", 0, b"x" * 900) for _ in range(30)])
+    log.flush()
+    log.close()
+    last = segment_files(tmp_path)[-1]
+    last.write_bytes(b"")  # the file survived, its flushed bytes did not
+    with pytest.raises(CorruptRecordError) as err:
+        open_log(tmp_path)
+    assert err.value.path == str(last) and err.value.offset == int(last.name)
+
+
 def test_corruption_in_an_old_segment_fails_the_read_and_a_full_scan(tmp_path):
     log = open_log(tmp_path)
     placed = log.append([Message("t", 0, b"x" * 500) for _ in range(80)])
