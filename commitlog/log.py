@@ -117,6 +117,8 @@ class CommitLog:
         self._confirm = 0
         self._cq_durable = 0
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        # queues with units not yet in their files; the flusher writes them at checkpoints
+        self._cq_dirty: set[ConsumeQueue] = set()
         self._valid_names: dict[tuple[str, int], bytes] = {}
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
@@ -463,9 +465,10 @@ class CommitLog:
         except OSError as exc:
             self._fail(f"append at {start} failed: {exc}")
             raise
+        dirty = self._cq_dirty
         for cq, _, _, phys, sizes, tagcodes, _, _ in queues.values():
             cq.extend(phys, sizes, tagcodes)
-            cq.write_pending()
+            dirty.add(cq)
         self._max = pos
         return placements
 
@@ -544,7 +547,14 @@ class CommitLog:
                 target = self._max
                 segs = [s for s in self._segments if s.base + s.size > self._flushed]
                 cq_target = self._max
-                cqs = list(self._cqs.values()) if sync_cqs or clean else []
+                cqs: list[ConsumeQueue] = []
+                if sync_cqs or clean:
+                    # consume-queue files are written here, not on every append: they are
+                    # derived data, rebuilt from the commit log past the durable offset
+                    for cq in self._cq_dirty:
+                        cq.write_pending()
+                    self._cq_dirty.clear()
+                    cqs = list(self._cqs.values())
             if target > self._flushed:
                 self._sync_segments(segs)
                 self._flushed = target
@@ -760,8 +770,7 @@ class CommitLog:
                 raise
             for h in headers:
                 self._dispatch_header(h, self._cl_dir)
-            for cq in {self._cqs[(h.topic, h.queue_id)] for h in headers}:
-                cq.write_pending()
+            self._cq_dirty.update(self._cqs[(h.topic, h.queue_id)] for h in headers)
             self._max = at
         return self._max
 
@@ -797,7 +806,9 @@ class CommitLog:
             fsync_dir(self._cl_dir)
             for cq in self._cqs.values():
                 cq.truncate_phys(phys_offset)
+                cq.write_pending()
                 cq.sync()
+            self._cq_dirty.clear()
             self.epochs.truncate_suffix(phys_offset)
             self._max = phys_offset
             self._confirm = min(self._confirm, phys_offset)

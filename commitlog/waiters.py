@@ -33,22 +33,25 @@ class OffsetWaiters:
         self._seq = itertools.count()
         self._on_new_target = on_new_target
 
-    def wait(self, offset: int) -> asyncio.Future[int]:
-        """A future completed (with the released offset) once `release` reaches `offset`."""
+    async def wait(self, offset: int) -> int:
+        """Return (the released offset) once `release` reaches `offset`.
+
+        A waiter that gives up (timeout, cancelled request) removes itself at once, so it does
+        not linger until the offset passes.
+        """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
         entry = (offset, next(self._seq), loop, fut)
         with self._lock:
             self._waiting.add(entry)
-        fut.add_done_callback(lambda f: self._forget(entry) if f.cancelled() else None)
         if self._on_new_target is not None:
             self._on_new_target(offset)
-        return fut
-
-    def _forget(self, entry: tuple) -> None:
-        # a waiter that gave up (timeout, cancelled request) must not linger until the offset passes
-        with self._lock:
-            self._waiting.discard(entry)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            with self._lock:
+                self._waiting.discard(entry)
+            raise
 
     def max_target(self) -> int:
         with self._lock:
