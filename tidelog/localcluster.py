@@ -122,12 +122,15 @@ def read_state(data_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"{_state_path(data_dir)} is damaged: {exc}") from exc
 
 
-def _is_ours(pid: int) -> bool:
+def _is_ours(pid: int, args: list[str] | None = None) -> bool:
+    """True if `pid` runs `python -m tidelog.cli ARGS` (with `args`: exactly the recorded command,
+    whose config path lies in the data directory; a reused pid running anything else is not ours)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        parts = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"tidelog.cli" in cmdline
+    want = [b"tidelog.cli", *(a.encode() for a in args or [])]
+    return any(parts[i:i + len(want)] == want for i in range(len(parts)))
 
 
 _children: dict[int, subprocess.Popen[bytes]] = {}
@@ -142,11 +145,11 @@ def _spawn(args: list[str], log_path: Path) -> int:
     return proc.pid
 
 
-def _running(pid: int) -> bool:
+def _running(pid: int, args: list[str] | None = None) -> bool:
     child = _children.get(pid)
     if child is not None:
         return child.poll() is None
-    return _is_ours(pid)
+    return _is_ours(pid, args)
 
 
 def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0) -> dict[str, Any]:
@@ -155,7 +158,7 @@ def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0) -> dict[str,
     data_dir.mkdir(parents=True, exist_ok=True)
     if _state_path(data_dir).exists():
         old = read_state(data_dir)
-        if any(_is_ours(p["pid"]) for p in old.get("processes", [])):
+        if any(_is_ours(p["pid"], p.get("args")) for p in old.get("processes", [])):
             raise ConfigError(f"a cluster is already running in {data_dir}", hint="run `tide cluster down` first")
     ports = _Ports(topology.host, topology.ports)
     ctrl = dict(topology.controller)
@@ -233,17 +236,17 @@ def _tail(path: Path, lines: int = 1) -> str:
     return "(no log)"
 
 
-def stop_process(pid: int, timeout: float = 10.0) -> None:
-    if not _running(pid):
+def stop_process(pid: int, timeout: float = 10.0, args: list[str] | None = None) -> None:
+    if not _running(pid, args):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _running(pid) and time.monotonic() < deadline:
+    while _running(pid, args) and time.monotonic() < deadline:
         if _reap(pid):
             return
         time.sleep(0.05)
-    if _running(pid):
+    if _running(pid, args):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         _reap(pid)
@@ -274,8 +277,8 @@ def down(data_dir: Path) -> list[str]:
     stopped = []
     # brokers first, so the controller does not fail them over while the cluster goes away
     for p in sorted(state["processes"], key=lambda p: p["kind"] == "controller"):
-        if _running(p["pid"]):
-            stop_process(p["pid"])
+        if _running(p["pid"], p["args"]):
+            stop_process(p["pid"], args=p["args"])
             stopped.append(p["name"])
     _state_path(data_dir).unlink(missing_ok=True)
     return stopped
@@ -285,7 +288,7 @@ def kill(data_dir: Path, name: str, sig: int = signal.SIGKILL) -> dict[str, Any]
     state = read_state(data_dir)
     for p in state["processes"]:
         if p["name"] == name:
-            if _running(p["pid"]):
+            if _running(p["pid"], p["args"]):
                 os.kill(p["pid"], sig)
                 if sig == signal.SIGKILL:
                     deadline = time.monotonic() + 5
@@ -299,7 +302,7 @@ def restart(data_dir: Path, name: str) -> dict[str, Any]:
     state = read_state(data_dir)
     for p in state["processes"]:
         if p["name"] == name:
-            if _running(p["pid"]):
+            if _running(p["pid"], p["args"]):
                 return p
             p["pid"] = _spawn(p["args"], Path(p["log"]))
             _state_path(data_dir).write_text(json.dumps(state, indent=2))
