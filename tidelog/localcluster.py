@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -40,6 +41,7 @@ from tidelog.errors import ConfigError, UnavailableError
 
 STATE_FILE = "cluster.json"
 _TOP = {"host", "ports", "controller", "broker_sets", "broker"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # also a file name: <name>-<replica>.yaml, .log
 
 
 @dataclass
@@ -65,12 +67,27 @@ def load_topology(path: str | Path) -> Topology:
     if unknown:
         raise ConfigError(f"{p}: unknown key {unknown[0]!r}", key=unknown[0])
     topo = Topology(**{k: v for k, v in doc.items() if v is not None})
+    if not isinstance(topo.host, str) or not topo.host:
+        raise ConfigError(f"{p}: host must be an address such as 127.0.0.1", key="host")
+    for key in ("controller", "broker"):
+        if not isinstance(getattr(topo, key), dict):
+            raise ConfigError(f"{p}: {key} must be a mapping of settings", key=key)
     if not isinstance(topo.broker_sets, list) or not topo.broker_sets:
         raise ConfigError(f"{p}: broker_sets must list at least one broker set", key="broker_sets")
+    names = set()
     for i, bs in enumerate(topo.broker_sets):
-        if not isinstance(bs, dict) or not bs.get("name") or not isinstance(bs.get("replicas", 0), int) \
-                or bs.get("replicas", 0) < 1:
-            raise ConfigError(f"{p}: broker_sets[{i}] needs a name and replicas >= 1", key=f"broker_sets[{i}]")
+        replicas = bs.get("replicas", 0) if isinstance(bs, dict) else 0
+        if not isinstance(bs, dict) or not isinstance(bs.get("name"), str) \
+                or not _NAME.fullmatch(bs["name"]) or type(replicas) is not int or replicas < 1:
+            raise ConfigError(f"{p}: broker_sets[{i}] needs a name (letters, digits, '.', '_', '-') "
+                              "and replicas >= 1", key=f"broker_sets[{i}]")
+        if bs["name"] in names:
+            raise ConfigError(f"{p}: broker set {bs['name']!r} is listed twice", key=f"broker_sets[{i}]")
+        names.add(bs["name"])
+        dcs = bs.get("datacenters")
+        if dcs is not None and (not isinstance(dcs, list) or not all(isinstance(d, str) for d in dcs)):
+            raise ConfigError(f"{p}: broker_sets[{i}].datacenters must be a list of names",
+                              key=f"broker_sets[{i}].datacenters")
     nodes = topo.controller.get("nodes", 1)
     if nodes not in (1, 3, 5):
         raise ConfigError(f"{p}: controller.nodes must be 1, 3 or 5", key="controller.nodes")
