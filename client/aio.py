@@ -477,8 +477,11 @@ class AsyncConsumer:
 
     async def _commit(self, queues: Sequence[tuple[str, int]]) -> None:
         self._last_commit = time.monotonic()
+        todo = [q for q in queues if q in self.positions and self._committed.get(q) != self.positions[q]]
+        if not todo:
+            return  # nothing moved: no route lookup (which may wait out an unreachable controller)
         route = await self.client.route(self.topic)
-        for q in queues:
+        for q in todo:
             pos = self.positions.get(q)
             if pos is None or self._committed.get(q) == pos:
                 continue
@@ -501,6 +504,8 @@ class AsyncConsumer:
         if self.auto_commit:
             with contextlib.suppress(TidelogError):
                 await self.commit()
+        if self._version is None:
+            return  # never announced (e.g. the controller was unreachable): nothing to take back
         with contextlib.suppress(TidelogError):
             await self.client.controller.meta_delete(self._key)
 
