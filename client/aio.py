@@ -371,6 +371,10 @@ class AsyncConsumer:
     async def _announce(self) -> None:
         value = asg.announcement(int(time.time() * 1000), self.topic)
         c = self.client.controller
+        if self._version is None:
+            # Remember the group's topic beyond this member's life: the member key goes on close.
+            with contextlib.suppress(MetadataExistsError):
+                await c.meta_create(asg.topics_prefix(self.group) + self.topic, b"")
         try:
             if self._version is None:
                 entry = await c.meta_create(self._key, value)
@@ -562,12 +566,12 @@ class AsyncAdmin:
         return out
 
     async def group_topics(self, group: str) -> list[str]:
-        """Topics the group's members announced (live or recently gone)."""
+        """Topics the group's members announced, live or gone (members forget theirs on close)."""
         import json
 
-        entries = await self.client.controller.meta_list(asg.members_prefix(group))
-        topics = set()
-        for e in entries:
+        prefix = asg.topics_prefix(group)
+        topics = {e.key[len(prefix):] for e in await self.client.controller.meta_list(prefix)}
+        for e in await self.client.controller.meta_list(asg.members_prefix(group)):
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 topics.add(json.loads(e.value)["topic"])
         return sorted(topics)

@@ -13,10 +13,16 @@ import json
 from collections.abc import Iterable, Sequence
 
 MEMBERS_PREFIX = "group/{group}/members/"
+# One key per topic a group has ever consumed; it outlives the members (for `tide group describe`).
+TOPICS_PREFIX = "group/{group}/topics/"
 
 
 def members_prefix(group: str) -> str:
     return MEMBERS_PREFIX.format(group=group)
+
+
+def topics_prefix(group: str) -> str:
+    return TOPICS_PREFIX.format(group=group)
 
 
 def announcement(now_ms: int, topic: str) -> bytes:
