@@ -63,7 +63,7 @@ def broker_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
     rep = getattr(request.node, "rep_call", None)
     failed = rep is None or rep.failed
     for cluster in reversed(started):
-        for p in cluster.bs.procs:
+        for p in [*cluster.bs.procs, *cluster.cc.procs.values()]:
             resume(p)
         cluster.bs.stop()
         cluster.cc.stop()

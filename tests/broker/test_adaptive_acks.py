@@ -14,9 +14,9 @@ from collections.abc import Callable
 import pytest
 
 from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
-from tests.brokers import BrokerSetProcs, read_queues, status_of
+from tests.brokers import BrokerSetProcs, pause, read_queues, resume, status_of
 from tests.procs import wait_until
-from tidelog.errors import InSyncReplicasNotEnoughError
+from tidelog.errors import FlushSlaveTimeoutError, InSyncReplicasNotEnoughError, SlaveNotAvailableError
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +82,49 @@ def test_acks_shrink_with_the_set_then_refuse(broker_cluster: Callable[..., Brok
     assert not [x for x in stored if x.startswith(b"refused-")], "a refused write is readable"
     assert sorted(x for x in stored if not x.startswith(b"all-three")) == sorted(
         [b"two-%d" % i for i in range(5)] + [b"rejoined-%d" % i for i in range(5)])
+
+
+@pytest.mark.xfail(strict=True, reason="ha/master.py wait_acks / ha/ackpolicy.py acked_by count acks from the effective "
+                   "SyncStateSet, which includes a member whose expansion the controller has not applied; a write "
+                   "acked by the master plus that member is lost when the controller elects the only member of its "
+                   "set, which lacks the write")
+def test_ack_from_a_pending_member_survives_failover(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    """Only controller-confirmed SyncStateSet members may make a write acknowledged."""
+    cluster = broker_cluster(3, flush="sync")
+    bs = cluster.bs
+    a = bs.wait_master()
+    b, c = [i for i in range(3) if i != a]
+    ids = {i: bs.clients[i].status().broker_id for i in range(3)}
+    for i in range(QUEUES):
+        bs.clients[a].produce(TOPIC, [b"before-%d" % i], queue=i)
+    controller = cluster.cc.procs[cluster.cc.ids[0]]
+
+    # c drops out of the set (the controller applies it), then the controller stops answering
+    pause(bs.procs[c])
+    try:
+        wait_until(lambda: sorted(_sss(bs, a)) == sorted([ids[a], ids[b]]), 15,
+                   what="the SyncStateSet to drop the paused slave")
+        pause(controller)
+    finally:
+        resume(bs.procs[c])
+    try:
+        # c catches up and the master proposes it back; the proposal can get no answer: it is pending
+        wait_until(lambda: len(_sss(bs, a)) == 3, 10, 0.02, what="the master to propose the slave back")
+        bs.procs[b].kill9()  # the only other member the controller knows of never sees the write
+        try:
+            bs.clients[a].produce(TOPIC, [b"acked"], queue=0, timeout=10)
+        except (FlushSlaveTimeoutError, InSyncReplicasNotEnoughError, SlaveNotAvailableError):
+            return  # refused: nothing was promised
+        bs.procs[a].kill9()
+        bs.procs[b].start()
+    finally:
+        controller.kill9()  # its queued requests die with it; it restarts from its Raft log
+        controller.start()
+
+    # the controller's SyncStateSet is {a, b}: b is the only member that can be elected
+    wait_until(lambda: (s := status_of(bs, b)) is not None and s.role == "master", 20,
+               what="b to be elected")
+    end = bs.clients[b].status().max_offset
+    wait_until(lambda: (s := status_of(bs, c)) is not None and s.role == "slave" and s.max_offset == end, 15,
+               what="c to follow the new master")
+    assert b"acked" in read_queues(bs.clients[b], TOPIC, QUEUES)[0], "an acknowledged write was lost"
