@@ -16,6 +16,7 @@ import struct
 import time
 from collections.abc import Callable
 
+import grpc
 import pytest
 
 from tests.broker.conftest import QUEUES, SET, TOPIC, BrokerCluster
@@ -93,6 +94,14 @@ def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerC
     assert all(p.alive() for p in bs.procs)
     r = c.produce(TOPIC, [b"good"], queue=1).results[0]
     assert [x.body for x in c.pull(TOPIC, 1, r.queue_offset).messages] == [b"good"]
+
+    # NOT_MASTER names the master, so a client can redirect without a route refresh
+    with pytest.raises(grpc.RpcError) as info:
+        bs.clients[1 - m].stub.Produce(pb.ProduceRequest(topic=TOPIC, messages=[pb.ProduceMessage(body=b"x")]),
+                                       timeout=5)
+    md = dict(info.value.trailing_metadata() or ())
+    assert md.get("tidelog-error-code") == "NOT_MASTER", md
+    assert md.get("tidelog-leader") == bs.addresses[m], md
 
 
 def _ha_address(bs: BrokerSetProcs, i: int) -> tuple[str, int]:
