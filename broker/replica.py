@@ -74,15 +74,8 @@ class Role:
                    frozenset(pb.sync_state_set), pb.sync_state_set_epoch)
 
 
-@dataclass(frozen=True)
-class Outgoing:
-    """One message of a produce request, before a queue is chosen."""
-
-    body: bytes
-    key: str | None = None
-    tags: str | None = None
-    properties: dict[str, str] | None = None
-    queue: int | None = None
+#: One message of a produce request: (body, key, tags, properties, queue or None).
+Outgoing = tuple[bytes, str | None, str | None, dict[str, str] | None, int | None]
 
 
 class Replica:
@@ -246,13 +239,13 @@ class Replica:
                                  master_address=self.master_address)
         return self.ha_master
 
-    def _choose_queue(self, item: Outgoing, queues: int) -> int:
-        if item.queue is not None:
-            if not 0 <= item.queue < queues:
-                raise InvalidArgumentError(f"queue {item.queue} does not exist (the topic has {queues} here)")
-            return item.queue
-        if item.key:
-            return crc32c(item.key.encode()) % queues
+    def _choose_queue(self, queue: int | None, key: str | None, queues: int) -> int:
+        if queue is not None:
+            if not 0 <= queue < queues:
+                raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
+            return queue
+        if key:
+            return crc32c(key.encode()) % queues
         return next(self._rr) % queues
 
     async def produce(self, topic: str, items: Sequence[Outgoing]) -> list[tuple[Placement, int]]:
@@ -260,8 +253,9 @@ class Replica:
         if not items:
             raise InvalidArgumentError("a produce request needs at least one message")
         queues = self._queues_of(topic)
-        msgs = [Message(topic, self._choose_queue(it, queues), it.body, key=it.key, tags=it.tags,
-                        properties=it.properties, born_ts=None) for it in items]
+        choose = self._choose_queue
+        msgs = [Message(topic, choose(queue, key, queues), body, key, tags, props)
+                for body, key, tags, props, queue in items]
         placed = await self._write(msgs)
         return [(p, m.queue_id) for p, m in zip(placed, msgs, strict=True)]
 

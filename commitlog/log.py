@@ -728,14 +728,19 @@ class CommitLog:
         seg_bytes = self.segment_bytes
         # (segment base, offset of the chunk's first byte, data from, data to, closes segment)
         chunks: list[tuple[int, int, int, int, bool]] = []
-        headers: list[rec.Header] = []
+        units: list[tuple[bytes, int, int, int, int, bytes]] = []  # topic, queue, qoff, phys, size, props
+        mv = memoryview(data)
+        n = len(data)
+        header, size_magic, magic_ok, blank_magic = rec.HEADER, rec.BLANK, rec.MAGIC, rec.BLANK_MAGIC
+        hsize = rec.HEADER_SIZE
         pos = 0
         at = phys_offset  # where data[pos] lands
         chunk_from, chunk_at = 0, at
-        while pos < len(data):
+        # One header unpack and one CRC per record: this loop is the slave's hot path.
+        while pos < n:
             in_seg = at % seg_bytes
-            kind, size, reason = rec.check_at(data, pos)
-            if kind == rec.IS_BLANK:
+            size, magic = size_magic.unpack_from(data, pos) if n - pos >= 8 else (0, 0)
+            if magic == blank_magic:
                 if size != seg_bytes - in_seg:
                     raise CorruptRecordError("<replicated data>", at,
                                              f"blank marker declares {size} bytes, {seg_bytes - in_seg} left")
@@ -744,18 +749,22 @@ class CommitLog:
                 at = at - in_seg + seg_bytes
                 chunk_from, chunk_at = pos, at
                 continue
-            if kind != rec.VALID:
-                raise CorruptRecordError("<replicated data>", at, reason or "truncated record")
-            h = rec.decode_header(data, pos)
-            if h.phys_offset != at:
-                raise OffsetMismatchError(f"record at {at} says it belongs at {h.phys_offset}")
+            if magic != magic_ok or size < hsize or pos + size > n:
+                raise CorruptRecordError("<replicated data>", at, rec.check_at(data, pos)[2] or "truncated record")
+            (_, _, crc, _, tlen, qid, _, qoff, phys, _, _, plen, blen) = header.unpack_from(data, pos)
+            if hsize + tlen + plen + blen != size or crc32c(mv[pos + 12 : pos + size]) != crc:
+                raise CorruptRecordError("<replicated data>", at, rec.check_at(data, pos)[2] or "damaged record")
+            if phys != at:
+                raise OffsetMismatchError(f"record at {at} says it belongs at {phys}")
             if in_seg + size + rec.BLANK_SIZE > seg_bytes:
                 raise CorruptRecordError("<replicated data>", at, "record does not fit in its segment")
-            headers.append(h)
+            t = pos + hsize
+            units.append((data[t : t + tlen], qid, qoff, phys, size, data[t + tlen : t + tlen + plen] if plen else b""))
             pos += size
             at += size
-        if chunk_from < len(data):
-            chunks.append((chunk_at - chunk_at % seg_bytes, chunk_at, chunk_from, len(data), False))
+        mv.release()
+        if chunk_from < n:
+            chunks.append((chunk_at - chunk_at % seg_bytes, chunk_at, chunk_from, n, False))
         with self._lock:
             try:
                 for base, start, dfrom, dto, closes in chunks:
@@ -768,9 +777,15 @@ class CommitLog:
             except OSError as exc:
                 self._fail(f"raw append at {phys_offset} failed: {exc}")
                 raise
-            for h in headers:
-                self._dispatch_header(h, self._cl_dir)
-            self._cq_dirty.update(self._cqs[(h.topic, h.queue_id)] for h in headers)
+            where = self._cl_dir
+            names: dict[bytes, str] = {}
+            for tbytes, qid, qoff, phys, size, props in units:
+                topic = names.get(tbytes)
+                if topic is None:
+                    topic = names[tbytes] = tbytes.decode()
+                cq = self._cq(topic, qid)
+                cq.put(qoff, phys, size, rec.tags_hash(rec.tags_of(props)) if props else 0, where)
+                self._cq_dirty.add(cq)
             self._max = at
         return self._max
 
