@@ -251,8 +251,9 @@ class HaMaster:
                 data, nxt = self.log.read_raw_chunk(offset, limit)
                 conn.last_sent_master_max = self.log.max_offset
                 conn.last_sent_ms = now_ms()
-                writer.write(encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset, len(data)))
-                writer.write(data)
+                # one write, so header and data leave in one send
+                writer.writelines((encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset,
+                                                          len(data)), data))
                 await writer.drain()
                 offset = conn.send_offset = nxt
                 continue
