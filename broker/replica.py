@@ -101,6 +101,7 @@ class Replica:
         self._confirmed = asyncio.Event()
         self._rr = itertools.count()
         self.last_sss_epoch = 0
+        self.lease_until = 0.0  # monotonic time until which this broker may acknowledge writes
 
     @property
     def ctx(self) -> str:
@@ -146,8 +147,10 @@ class Replica:
         await self._stop_master()
         if epoch > last:
             self.log.epochs.append(epoch, self.log.max_offset)
-        # Everything this replica holds is now the committed history of the broker set.
-        self.log.confirm_offset = self.log.max_offset
+            # Everything this replica holds is now the committed history of the broker set.
+            self.log.confirm_offset = self.log.max_offset
+        # Same epoch: this broker restarted while still master. Its tail past the recovered confirm
+        # offset may never have reached a slave; it is confirmed only as the slaves ack it.
         self.ha_master = HaMaster(
             self.log, broker_set=self.cfg.broker_set, broker_id=self.broker_id, epoch=epoch,
             sync_state_set=role.sync_state_set, sss_epoch=role.sss_epoch,
@@ -261,7 +264,8 @@ class Replica:
 
     async def _write(self, msgs: list[Message]) -> list[Placement]:
         master = self._require_master()
-        needed = required_acks(self.ack_cfg, len(master.sync_state_set))
+        self._check_lease()
+        needed = required_acks(self.ack_cfg, len(master.ack_set))
         placed = self.log.append(msgs)
         master.on_appended()
         end = placed[-1].phys_offset + placed[-1].size
@@ -272,7 +276,23 @@ class Replica:
                 raise FlushDiskTimeoutError(f"fsync did not cover offset {end} within "
                                             f"{self.cfg.flush_timeout_ms} ms") from None
         await master.wait_acks(end, needed)
+        # The acks may have arrived after this broker lost the right to speak for the set.
+        self._check_lease(after_write=True)
         return placed
+
+    def renew_lease(self, until: float) -> None:
+        """The controller confirmed this broker's role; writes may be acknowledged until `until`."""
+        self.lease_until = max(self.lease_until, until)
+
+    def _check_lease(self, after_write: bool = False) -> None:
+        # Without a recent word from the controller this master may already be replaced: the
+        # controller elects another once heartbeats stop for its timeout, and the lease ends
+        # before that. Refusing here is what keeps a cut-off master from acknowledging writes
+        # that the new master's history will not contain.
+        if time.monotonic() > self.lease_until:
+            outcome = " (the message was stored here and may or may not survive)" if after_write else ""
+            raise NotMasterError(f"broker {self.broker_id} cannot confirm with the controller that it is "
+                                 f"still master{outcome}", master_address="")
 
     async def pull(self, topic: str, queue: int, offset: int, max_messages: int, max_bytes: int,
                    wait_ms: int) -> tuple[list[StoredMessage], QueueOffsets]:

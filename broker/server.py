@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 
 import grpc
 
@@ -29,6 +30,8 @@ from tidelog.ha.syncstate import Proposal
 from tidelog.proto import broker_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+LEASE_FRACTION = 0.75  # of the controller's heartbeat timeout: a master's right to acknowledge writes
 
 
 class BrokerServer:
@@ -111,11 +114,15 @@ class BrokerServer:
     async def beat(self) -> None:
         r = self.replica
         epochs = self.log.epochs
+        sent = time.monotonic()
         reply = await self.controller.heartbeat(
             self.cfg.broker_set, r.broker_id, epoch=epochs.last_epoch if epochs.pairs() else -1,
             max_offset=self.log.max_offset, confirm_offset=self.log.confirm_offset, priority=self.cfg.priority,
             total_timeout=2.0)
         self._interval_ms = reply.heartbeat_interval_ms
+        # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
+        # master before sent + its timeout; the lease ends well before that.
+        r.renew_lease(sent + LEASE_FRACTION * (reply.heartbeat_timeout_ms or 5000) / 1000)
         r.topics = {t.name: int(t.queues.get(self.cfg.broker_set, 0)) for t in reply.topics}
         role = Role.from_pb(reply.role)
         await r.apply_role(role)

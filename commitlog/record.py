@@ -120,6 +120,8 @@ def encode_properties(key: str | None, tags: str | None, properties: Mapping[str
 def _prop(parts: list[bytes], name: str, value: str) -> None:
     n = name.encode()
     v = value.encode()
+    if len(n) > 0xFFFF:
+        raise ValueError(f"property name of {len(n)} bytes is longer than 65535")
     parts.append(_KEY.pack(len(n)) + n + _VAL.pack(len(v)) + v)
 
 

@@ -97,7 +97,17 @@ class HaMaster:
 
     @property
     def sync_state_set(self) -> frozenset[int]:
+        """The set the confirm offset waits for: confirmed, plus a pending change (conservative)."""
         return self.tracker.effective
+
+    @property
+    def ack_set(self) -> frozenset[int]:
+        """The members whose acks count toward a write: only the controller-confirmed set.
+
+        A member of a pending expansion is not electable yet; a write it acknowledged could be
+        lost if the controller never applies the expansion and elects someone else.
+        """
+        return self.tracker.local
 
     def acks(self) -> dict[int, int]:
         return {c.broker_id: c.ack_offset for c in self.connections.values() if c.ack_offset >= 0}
@@ -114,8 +124,9 @@ class HaMaster:
             self.log.confirm_offset = new
             if self._on_confirm is not None:
                 self._on_confirm(new)
+        voters = self.tracker.local
         for needed, waiters in self._waiters.items():
-            waiters.release(ackpolicy.acked_by(needed, self.broker_id, master_max, acks, sss))
+            waiters.release(ackpolicy.acked_by(needed, self.broker_id, master_max, acks, voters))
 
     def on_appended(self) -> None:
         """The owner appended records: wake the senders, move the confirm offset."""
@@ -129,10 +140,13 @@ class HaMaster:
 
     async def wait_acks(self, end_offset: int, needed: int) -> None:
         """Wait until `needed` SyncStateSet members (the master included) hold `end_offset`."""
+        if self._closed:
+            raise NotMasterError(f"broker {self.broker_id} stopped being master of epoch {self.epoch} before "
+                                 "the replicas acknowledged; the message may or may not survive")
         if needed <= 1:
             return
         if ackpolicy.acked_by(needed, self.broker_id, self.log.max_offset, self.acks(),
-                              self.tracker.effective) >= end_offset:
+                              self.tracker.local) >= end_offset:
             return
         waiters = self._waiters.get(needed)
         if waiters is None:
@@ -257,12 +271,13 @@ class HaMaster:
                 await writer.drain()
                 offset = conn.send_offset = nxt
                 continue
-            entry = self.log.epochs.find(max(offset - 1, 0))
-            epoch = entry.epoch if entry else self.epoch
+            # A heartbeat speaks for the current term, even before its first record: tagging it
+            # with the epoch of the last byte would look like a deposed master to the slave.
+            pairs = self.log.epochs.pairs()
+            epoch, epoch_start = pairs[-1] if pairs else (self.epoch, 0)
             conn.last_sent_master_max = self.log.max_offset
             conn.last_sent_ms = now_ms()
-            writer.write(encode_transfer_header(offset, max(epoch, 0), entry.start if entry else 0,
-                                                self.log.confirm_offset, 0))
+            writer.write(encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset, 0))
             await writer.drain()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), self.heartbeat_interval)

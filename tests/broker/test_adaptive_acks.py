@@ -84,10 +84,6 @@ def test_acks_shrink_with_the_set_then_refuse(broker_cluster: Callable[..., Brok
         [b"two-%d" % i for i in range(5)] + [b"rejoined-%d" % i for i in range(5)])
 
 
-@pytest.mark.xfail(strict=True, reason="ha/master.py wait_acks / ha/ackpolicy.py acked_by count acks from the effective "
-                   "SyncStateSet, which includes a member whose expansion the controller has not applied; a write "
-                   "acked by the master plus that member is lost when the controller elects the only member of its "
-                   "set, which lacks the write")
 def test_ack_from_a_pending_member_survives_failover(broker_cluster: Callable[..., BrokerCluster]) -> None:
     """Only controller-confirmed SyncStateSet members may make a write acknowledged."""
     cluster = broker_cluster(3, flush="sync")

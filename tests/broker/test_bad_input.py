@@ -189,8 +189,6 @@ def test_wiped_replica_registers_under_a_new_id(broker_cluster: Callable[..., Br
     assert bs.clients[s].status().broker_id == fresh.broker_id
 
 
-@pytest.mark.xfail(strict=True, reason="a property name over 65535 UTF-8 bytes makes commitlog/record.py _prop raise "
-                   "struct.error, which commitlog/log.py append does not map to a typed error: the client gets INTERNAL")
 def test_oversized_property_name_gets_a_typed_error(broker_cluster: Callable[..., BrokerCluster]) -> None:
     bs = broker_cluster(1).bs
     c = bs.clients[bs.wait_master()]

@@ -69,9 +69,6 @@ def test_kill_master_loses_no_acked_write(broker_cluster: Callable[..., BrokerCl
     assert not producer.given_up, f"bodies never acknowledged: {producer.given_up}"
 
 
-@pytest.mark.xfail(strict=True, reason="an idle master's heartbeat Transfer at an epoch boundary carries the "
-                   "previous epoch (ha/master.py _send_loop looks up the epoch of offset-1); a slave that has seen "
-                   "the new epoch refuses it, reconnects every 0.5 s and the SyncStateSet flaps until the next write")
 def test_rejoined_replica_stays_in_sync_while_idle(broker_cluster: Callable[..., BrokerCluster]) -> None:
     """After a failover with no write yet in the new epoch, the returning replica stays connected."""
     bs = broker_cluster(2).bs

@@ -105,9 +105,6 @@ def _first_diff(a: bytes, b: bytes) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-@pytest.mark.xfail(strict=True, reason="broker/replica.py _become_master raises the confirm offset to the max offset "
-                   "also when a restarted master is re-promoted in its same epoch, so it serves its unreplicated "
-                   "tail as confirmed while a SyncStateSet member lacks it; a failover to that member takes it back")
 def test_restarted_master_does_not_confirm_its_unreplicated_tail(
         broker_cluster: Callable[..., BrokerCluster]) -> None:
     """What a reader saw on a master that restarted fast (same epoch) survives the next failover."""
