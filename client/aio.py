@@ -406,7 +406,12 @@ class AsyncConsumer:
             for q in revoked:
                 self.positions.pop(q, None)
         for q in sorted(mine - set(self.positions)):
-            self.positions[q] = await self._start_offset(route, q)
+            try:
+                self.positions[q] = await self._start_offset(route, q)
+            except (TopicNotFoundError, UnavailableError) as exc:
+                # The route has the topic but no replica serves it yet (a broker learns a new topic
+                # from its next heartbeat) or none answers: take the queue at a later rebalance.
+                log.info("group %s: queue %s not taken yet: %s", self.group, q, exc)
         if revoked or mine - set(self._committed):
             log.info("group %s member %s owns %s", self.group, self.member_id, sorted(self.positions))
 
@@ -468,7 +473,8 @@ class AsyncConsumer:
         try:
             msgs, nxt = await self.client.pull(bs, self.topic, q[1], self.positions[q], max_messages=max_messages,
                                                wait_ms=wait_ms)
-        except UnavailableError:
+        except (UnavailableError, TopicNotFoundError):
+            # Not served right now; a topic that is really gone fails the controller route instead.
             self.client.forget_route(self.topic)
             return []
         if q in self.positions and msgs:
