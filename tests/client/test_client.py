@@ -14,7 +14,7 @@ import pytest
 
 from tests.client.conftest import LocalCluster
 from tidelog.client import AsyncClient, Client, ConsumedMessage, OutMessage, Receipt
-from tidelog.errors import TopicNotFoundError
+from tidelog.errors import InvalidArgumentError, MessageTooLargeError, TopicNotFoundError
 
 pytestmark = pytest.mark.slow
 
@@ -284,3 +284,33 @@ def test_async_client_round_trip(cluster: LocalCluster) -> None:
         m = got.get(at(r))
         assert m is not None, f"acknowledged message at {at(r)} not consumed"
         assert (m.body, m.key, m.tags, m.properties) == want
+
+
+def test_consumer_started_right_after_create_topic(client: Client) -> None:
+    """The brokers learn a new topic from their next heartbeat: until then a consumer waits, it does not fail."""
+    for i in range(3):
+        topic = f"fresh-{i}"
+        client.admin().create_topic(topic, queues=2)
+        with client.consumer(group="fresh", topic=topic, heartbeat_interval=0.3) as consumer:
+            got = consumer.poll(max_messages=10, timeout=0.1)  # at once: before any broker heard of it
+            receipts = client.producer().send_batch(topic, [OutMessage(f"{topic} {j}".encode(), f"k{j}")
+                                                            for j in range(10)])
+            deadline = time.monotonic() + 20
+            while len(got) < len(receipts) and time.monotonic() < deadline:
+                got += consumer.poll(max_messages=10, timeout=0.3)
+        assert sorted((m.queue, m.offset) for m in got) == sorted(at(r) for r in receipts)
+
+
+def test_typed_errors_and_large_messages(client: Client) -> None:
+    client.admin().create_topic("sizes", queues=1)
+    producer = client.producer()
+    big = bytes(range(256)) * (3 << 12)  # 3 MiB, under max_message_bytes (4 MiB)
+    first = producer.send("sizes", big, key="k")
+    with pytest.raises(MessageTooLargeError):
+        producer.send("sizes", b"x" * (5 << 20), key="k")
+    with pytest.raises(InvalidArgumentError):
+        producer.send("sizes", "not bytes", key="k")  # type: ignore[arg-type]
+    last = producer.send("sizes", b"after", key="k")
+    assert last.queue_offset == first.queue_offset + 1, "a rejected message took a queue offset"
+    msgs = read_queue(client, "sizes", 0, first.queue_offset, 2)
+    assert [m.body for m in msgs] == [big, b"after"]
