@@ -39,6 +39,10 @@ def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, to
     if broker_set not in state["broker_sets"]:
         raise ConfigError(f"broker set {broker_set!r} is not part of the cluster in {data_dir} "
                           f"(it has {', '.join(state['broker_sets'])})")
+    replicas = sum(1 for p in state["processes"] if p.get("broker_set") == broker_set)
+    if replicas < 2:
+        raise ConfigError(f"broker set {broker_set!r} has {replicas} replica(s): killing its master leaves no "
+                          "replica to fail over to", hint="run the drill on a broker set of two or more replicas")
     note = on_event or (lambda _msg: None)
     topic = topic or f"drill-{int(time.time())}"
     with Client(state["controllers"], send_timeout=30.0) as client:
@@ -102,6 +106,9 @@ def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, to
             time.sleep(0.1)
         stop.set()
         thread.join()
+        if not restarted:  # no failover in time: bring the victim back all the same
+            localcluster.restart(data_dir, victim["name"])
+            note(f"restarted {victim['name']} (no new master was named)")
         read = _read_all(client, topic)
     counts = collections.Counter(read)
     acked_bodies = [b for b, _ in acked]
