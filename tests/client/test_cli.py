@@ -236,3 +236,17 @@ def test_down_does_not_signal_a_reused_pid(tmp_path: Path, cluster_factory: Call
     finally:
         stranger.kill()
         stranger.wait(10)
+
+
+def test_drill_refuses_a_set_with_one_replica(tmp_path: Path, cluster_factory: Callable[..., LocalCluster]) -> None:
+    """Killing the only replica leaves nothing to fail over to: the drill says so and kills nothing."""
+    topology = tmp_path / "small.yaml"
+    topology.write_text(SMALL)
+    c = cluster_factory(topology, name="single")
+    pids = c.pids()
+    out = tide("drill", "kill-master", "broker-a", "--duration", "3s", "--data-dir", str(c.data_dir), "--json",
+               timeout=120)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "broker-a" in lines[0] and "replica" in lines[0], out.stderr
+    assert c.pids() == pids and all(runs_from(pid, c.data_dir) for pid in pids.values())
