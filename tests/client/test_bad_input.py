@@ -116,3 +116,15 @@ def test_down_where_no_cluster_runs(tmp_path: Path) -> None:
 
 def test_drill_without_a_cluster(tmp_path: Path) -> None:
     one_clear_line(tide("drill", "kill-master", "broker-a", "--data-dir", str(tmp_path)), "no cluster")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broker", ["{nonsense_key: 1}", "{flush: sometimes}"])
+def test_broker_rejects_its_settings(tmp_path: Path, broker: str) -> None:
+    """The topology parses, but a broker refuses its settings: `up` names why and stops what it started."""
+    topology = tmp_path / "t.yaml"
+    topology.write_text(f"broker_sets: [{{name: broker-a, replicas: 1}}]\nbroker: {broker}\n")
+    data_dir = (tmp_path / "data").resolve()
+    out = tide("cluster", "up", "-c", str(topology), "--data-dir", str(data_dir), "--wait", "60", timeout=120)
+    one_clear_line(out, "broker-a-0", broker.strip("{}").split(":")[0])
+    assert [pid for pid in tidelog_pids() if runs_from(pid, data_dir)] == []

@@ -250,3 +250,12 @@ def test_drill_refuses_a_set_with_one_replica(tmp_path: Path, cluster_factory: C
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "broker-a" in lines[0] and "replica" in lines[0], out.stderr
     assert c.pids() == pids and all(runs_from(pid, c.data_dir) for pid in pids.values())
+
+
+def test_up_again_on_a_running_cluster_is_refused(cluster: LocalCluster) -> None:
+    pids = cluster.pids()
+    out = tide("cluster", "up", "-c", "deploy/local.yaml", "--data-dir", str(cluster.data_dir), timeout=60)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "already running" in lines[0], out.stderr
+    assert cluster.pids() == pids and all(runs_from(pid, cluster.data_dir) for pid in pids.values())
