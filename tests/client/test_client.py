@@ -314,3 +314,30 @@ def test_typed_errors_and_large_messages(client: Client) -> None:
     assert last.queue_offset == first.queue_offset + 1, "a rejected message took a queue offset"
     msgs = read_queue(client, "sizes", 0, first.queue_offset, 2)
     assert [m.body for m in msgs] == [big, b"after"]
+
+
+def test_a_member_that_stops_heartbeating_loses_its_queues(client: Client) -> None:
+    """A crashed member (no close, no more polls) is dropped after the session timeout; nothing is lost."""
+    client.admin().create_topic("crashy", queues=4)
+    producer = client.producer()
+
+    def produce(tag: str) -> set[Pos]:
+        batch = [OutMessage(f"{tag} {i}".encode(), f"k{i}") for i in range(100)]
+        return {at(r) for r in producer.send_batch("crashy", batch)}
+
+    sent = produce("before")
+    opts = {"heartbeat_interval": 0.3, "session_timeout": 2.0}
+    crashed = client.consumer(group="crashy", topic="crashy", **opts)
+    survivor = client.consumer(group="crashy", topic="crashy", **opts)
+    try:
+        seen: collections.Counter[Pos] = collections.Counter()
+        poll_until([crashed, survivor], seen, lambda: settled([crashed, survivor], {0, 1, 2, 3}), 30,
+                   what="two members to share the queues")
+        lost_queues = {q for _, q in crashed.assignment}
+        sent |= produce("after")  # the crashed member never reads these
+        poll_until([survivor], seen, lambda: sent <= set(seen), 30, what="the survivor to read everything")
+        assert {q for _, q in survivor.assignment} == {0, 1, 2, 3}
+        assert lost_queues and all(seen[p] >= 1 for p in sent)
+    finally:
+        survivor.close()
+        crashed.close()
