@@ -122,16 +122,19 @@ _ACTIVE: list[LocalCluster] = []
 
 def start_cluster(data_dir: Path, topology: Path = LOCAL_TOPOLOGY, wait: float = 90.0) -> LocalCluster:
     data_dir = data_dir.resolve()
-    out = tide("cluster", "up", "-c", str(topology), "--data-dir", str(data_dir), "--wait", str(wait), "--json",
-               timeout=wait + 60)
-    if out.returncode != 0:
+    try:
+        out = tide("cluster", "up", "-c", str(topology), "--data-dir", str(data_dir), "--wait", str(wait), "--json",
+                   timeout=wait + 60)
+        failure = None if out.returncode == 0 else f"exited {out.returncode}: {out.stderr}"
+    except subprocess.TimeoutExpired:
+        failure = f"did not return within {wait + 60:.0f}s"
+    if failure is not None:
         leftovers = [pid for pid in tidelog_pids() if runs_from(pid, data_dir)]
-        for pid in leftovers:
+        for pid in leftovers:  # only processes that run from this cluster's own directory
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in data_dir.glob("*.log"))
-        pytest.fail(f"tide cluster up failed ({out.returncode}): {out.stderr}\n{logs}"
-                    + (f"\nkilled leftover pids {leftovers}" if leftovers else ""))
+        pytest.fail(f"tide cluster up {failure}\n{logs}" + (f"\nkilled leftover pids {leftovers}" if leftovers else ""))
     cluster = LocalCluster(data_dir, out.stdout, json.loads(out.stdout))
     cluster.state()
     _ACTIVE.append(cluster)

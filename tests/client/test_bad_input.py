@@ -128,3 +128,13 @@ def test_broker_rejects_its_settings(tmp_path: Path, broker: str) -> None:
     out = tide("cluster", "up", "-c", str(topology), "--data-dir", str(data_dir), "--wait", "60", timeout=120)
     one_clear_line(out, "broker-a-0", broker.strip("{}").split(":")[0])
     assert [pid for pid in tidelog_pids() if runs_from(pid, data_dir)] == []
+
+
+@pytest.mark.slow
+def test_up_that_times_out_stops_what_it_started(tmp_path: Path) -> None:
+    data_dir = (tmp_path / "data").resolve()
+    out = tide("cluster", "up", "-c", "deploy/local.yaml", "--data-dir", str(data_dir), "--wait", "0.2", timeout=120)
+    one_clear_line(out, "master", "within")
+    assert (data_dir / "controller-c1.log").exists(), "nothing was started: the test would prove nothing"
+    assert [pid for pid in tidelog_pids() if runs_from(pid, data_dir)] == []
+    assert not (data_dir / "cluster.json").exists()
