@@ -6,9 +6,10 @@ Theory of operation
 broker's id, epoch map and max offset), read the master's epoch map, compute the last point
 where both histories agree (`commitlog.epochs.last_consistent_point`) and truncate the local
 log, consume queues and epoch file there. Then ack the local max offset; the master streams from
-it. Each Transfer is checked before it touches the log: its epoch must not be older than one
-already seen (a deposed master cannot write here) and its offset must be exactly the local max
-(otherwise re-handshake). New epochs are recorded in the epoch file as their first bytes arrive.
+it. A master whose epoch is older than any this slave knows (from the controller or its own
+epoch file) is refused at the handshake: a deposed master cannot write here. Each Transfer is
+checked before it touches the log: its epoch must not go back from the last one the stream (or
+the repaired log) holds, and its offset must be exactly the local max (otherwise re-handshake). New epochs are recorded in the epoch file as their first bytes arrive.
 The slave's confirm offset follows the master's, never past its own max.
 
 Any protocol violation or I/O error closes the connection and the loop starts over after a
@@ -49,7 +50,7 @@ class HaSlave:
         self.connected = False
         self.handshakes = 0
         self.truncations: list[tuple[int, int]] = []  # (from max offset, to offset), for tests and status
-        self._seen_epoch = max(master_epoch, commitlog.epochs.last_epoch)
+        self._seen_epoch = commitlog.epochs.last_epoch
         self._task: asyncio.Task[None] | None = None
         self._ctx = f"[{broker_set}/{broker_id} slave of {master_id}@{master_address} epoch {master_epoch}]"
 
@@ -92,10 +93,14 @@ class HaSlave:
                 raise HaProtocolError(f"master refused the handshake: {reply.code}: {reply.message}")
             if not isinstance(reply, HandshakeReply):
                 raise HaProtocolError(f"expected a handshake reply, got {type(reply).__name__}")
-            if reply.master_epoch < self._seen_epoch:
+            known = max(self.master_epoch, self.log.epochs.last_epoch)
+            if reply.master_epoch < known:
                 raise HaProtocolError(f"{self.master_address} is master of epoch {reply.master_epoch}, "
-                                      f"older than epoch {self._seen_epoch} seen here")
+                                      f"older than epoch {known} known here")
             self._repair(reply)
+            # Within the stream, epochs never go back from what the repaired log already holds; a
+            # lagging slave still takes older epochs' records beyond its max (the master's history).
+            self._seen_epoch = self.log.epochs.last_epoch
             self.handshakes += 1
             writer.write(encode(Ack(self.log.max_offset)))
             await writer.drain()

@@ -201,3 +201,28 @@ def test_4_sync_write_waits_for_the_in_sync_slave_and_times_out_without_it(tmp_p
             await pair.close()
 
     asyncio.run(main())
+
+
+def test_3_4_a_lagging_slave_takes_the_previous_epochs_history_from_a_new_master(tmp_path):
+    """After a failover the controller tells the slave about epoch 2, but it still lacks records
+    of epoch 1 that the new master holds: it must take them, then epoch 2's."""
+
+    async def main() -> None:
+        pair = Pair(tmp_path, 2, frozenset({MASTER_ID}))
+        pair.mlog.epochs.append(1, 0)
+        pair.mlog.append(batch(40, "epoch1"))  # written under the old master, held by the new one
+        epoch2_start = pair.mlog.max_offset
+        await pair.start_master()
+        end = pair.append(batch(10, "epoch2"))
+        try:
+            slave = pair.start_slave(master_epoch=2)
+            await until(lambda: pair.slog.max_offset == end, what="the lagging slave to catch up")
+            assert slave.truncations == []
+            assert pair.slog.epochs.pairs() == [(1, 0), (2, epoch2_start)]
+            pair.mlog.flush()
+            pair.slog.flush()
+            assert segment_bytes(tmp_path / "m") == segment_bytes(tmp_path / "s")
+        finally:
+            await pair.close()
+
+    asyncio.run(main())
