@@ -160,6 +160,11 @@ def test_drill_kill_master_loses_no_acknowledged_message(cluster_factory: Callab
     assert isinstance(report["max_write_gap_s"], float) and report["max_write_gap_s"] > 0
     assert isinstance(report["rejoin_s"], float) and report["rejoin_s"] > 0, "the old master never rejoined"
     assert report["failover_s"] is not None and report["failover_s"] <= report["rejoin_s"]
+    # Cross-check: the drill read back every record its topic holds now (so "lost" was measured
+    # against the whole log, not against a partial read).
+    queues = ok_json("topic", "describe", report["topic"], "--controllers", c.controllers)
+    assert sum(q["max"] - q["min"] for q in queues) == report["read"]
+    assert all(q["confirmed"] == q["max"] for q in queues)
 
     # The killed master was restarted under a new pid that `tide cluster down` must stop as well.
     after = c.pids()
