@@ -452,16 +452,9 @@ class CommitLog:
         chunks.append((seg_base, chunk_start, parts, 0))
         try:
             for base, cstart, cparts, blank in chunks:
-                seg = self._segment_for_write(base)
                 if blank:
                     cparts.append(rec.blank_marker(blank))
-                data = b"".join(cparts)
-                if data:
-                    os.pwrite(seg.fd, data, cstart - base)
-                seg.size = cstart - base + len(data)
-                if blank:
-                    os.ftruncate(seg.fd, seg_bytes)
-                    seg.size = seg_bytes
+                self._write_chunk(base, cstart, b"".join(cparts), closes=bool(blank))
         except OSError as exc:
             self._fail(f"append at {start} failed: {exc}")
             raise
@@ -471,6 +464,17 @@ class CommitLog:
             dirty.add(cq)
         self._max = pos
         return placements
+
+    def _write_chunk(self, base: int, start: int, data: bytes, closes: bool) -> None:
+        """Write bytes at `start` of segment `base`; a chunk that ends with a blank marker closes
+        the segment, whose file is then extended to its full size (a hole after the marker)."""
+        seg = self._segment_for_write(base)
+        if data:
+            os.pwrite(seg.fd, data, start - base)
+        seg.size = start - base + len(data)
+        if closes:
+            os.ftruncate(seg.fd, self.segment_bytes)
+            seg.size = self.segment_bytes
 
     def _segment_for_write(self, base: int) -> _Segment:
         if self._segments and self._segments[-1].base == base:
@@ -768,12 +772,7 @@ class CommitLog:
         with self._lock:
             try:
                 for base, start, dfrom, dto, closes in chunks:
-                    seg = self._segment_for_write(base)
-                    os.pwrite(seg.fd, data[dfrom:dto], start - base)
-                    seg.size = start - base + (dto - dfrom)
-                    if closes:
-                        os.ftruncate(seg.fd, seg_bytes)
-                        seg.size = seg_bytes
+                    self._write_chunk(base, start, data[dfrom:dto], closes)
             except OSError as exc:
                 self._fail(f"raw append at {phys_offset} failed: {exc}")
                 raise
