@@ -396,7 +396,7 @@ class AsyncConsumer:
         prefix = asg.members_prefix(self.group)
         entries = await self.client.controller.meta_list(prefix)
         members = asg.live_members(((e.key, e.value) for e in entries), prefix, int(time.time() * 1000),
-                                   self.session_timeout_ms)
+                                   self.session_timeout_ms, self.topic)
         route = await self.client.route(self.topic, refresh=force)
         mine = set(asg.assign(self.member_id, members, route.queue_list))
         revoked = [q for q in self.positions if q not in mine]

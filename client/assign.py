@@ -1,10 +1,11 @@
 """Consumer-group membership and queue assignment (pure; time passed in).
 
 Members announce themselves in the controller's metadata store under
-`group/<group>/members/<member id>` with the time of their last announcement. A member is live
-if it announced within the session timeout. Every member sorts the live member ids and the
-topic's queues the same way and takes queues `i, i + n, i + 2n, …` (i = its rank, n = members),
-so all members agree once they see the same membership: each queue has exactly one owner.
+`group/<group>/members/<member id>` with the time of their last announcement and their topic. A
+member is live if it announced within the session timeout. Every member of a topic sorts the live
+member ids of that topic and the topic's queues the same way and takes queues `i, i + n, i + 2n, …`
+(i = its rank, n = members), so all members agree once they see the same membership: each queue
+has exactly one owner.
 """
 
 from __future__ import annotations
@@ -29,13 +30,21 @@ def announcement(now_ms: int, topic: str) -> bytes:
     return json.dumps({"ts": now_ms, "topic": topic}).encode()
 
 
-def live_members(entries: Iterable[tuple[str, bytes]], prefix: str, now_ms: int, session_timeout_ms: int) -> list[str]:
-    """Member ids whose last announcement is recent enough, sorted."""
+def live_members(entries: Iterable[tuple[str, bytes]], prefix: str, now_ms: int, session_timeout_ms: int,
+                 topic: str | None = None) -> list[str]:
+    """Member ids whose last announcement is recent enough (and, given `topic`, that read it), sorted.
+
+    Members of one group may read different topics; each topic's queues are shared only among
+    the members that read it, or queues would go to members that never poll them.
+    """
     out = []
     for key, value in entries:
         try:
-            ts = int(json.loads(value)["ts"])
+            doc = json.loads(value)
+            ts = int(doc["ts"])
         except (ValueError, KeyError, TypeError):
+            continue
+        if topic is not None and doc.get("topic") != topic:
             continue
         if now_ms - ts <= session_timeout_ms:
             out.append(key[len(prefix):])
