@@ -341,3 +341,25 @@ def test_a_member_that_stops_heartbeating_loses_its_queues(client: Client) -> No
     finally:
         survivor.close()
         crashed.close()
+
+
+def test_one_group_on_two_topics_reads_both_fully(client: Client) -> None:
+    """Members of one group reading different topics do not split each other's queues."""
+    client.admin().create_topic("left", queues=4)
+    client.admin().create_topic("right", queues=4)
+    producer = client.producer()
+    sent = {t: {at(r) for r in producer.send_batch(t, [OutMessage(f"{t} {i}".encode(), f"k{i}") for i in range(60)])}
+            for t in ("left", "right")}
+    members = {t: client.consumer(group="both", topic=t, heartbeat_interval=0.3) for t in ("left", "right")}
+    try:
+        seen: dict[str, set[Pos]] = {"left": set(), "right": set()}
+        deadline = time.monotonic() + 20
+        while any(not sent[t] <= seen[t] for t in sent) and time.monotonic() < deadline:
+            for t, m in members.items():
+                seen[t].update((msg.queue, msg.offset) for msg in m.poll(max_messages=100, timeout=0.2))
+        for t, m in members.items():
+            assert {q for _, q in m.assignment} == {0, 1, 2, 3}, f"{t}: owns only {m.assignment}"
+            assert sent[t] <= seen[t], f"{t}: {len(sent[t] - seen[t])} messages never read"
+    finally:
+        for m in members.values():
+            m.close()
