@@ -264,3 +264,14 @@ def test_up_again_on_a_running_cluster_is_refused(cluster: LocalCluster) -> None
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "already running" in lines[0], out.stderr
     assert cluster.pids() == pids and all(runs_from(pid, cluster.data_dir) for pid in pids.values())
+
+
+def test_consume_without_from_beginning_starts_at_the_end(cluster: LocalCluster) -> None:
+    c = cluster.controllers
+    ok("topic", "create", "cli-latest", "--queues", "2", "--controllers", c)
+    ok("produce", "cli-latest", "--controllers", c, input="".join(f"old {i}\n" for i in range(20)))
+    assert consume_json(cluster, "cli-latest", "late", "--idle-timeout", "1") == []
+    ok("produce", "cli-latest", "--controllers", c, "--batch", "1", input="".join(f"new {i}\n" for i in range(6)))
+    # The first run committed where it started, so the second run reads exactly what came after.
+    msgs = consume_json(cluster, "cli-latest", "late", "--idle-timeout", "2")
+    assert sorted(m["body"] for m in msgs) == sorted(f"new {i}" for i in range(6))
