@@ -334,7 +334,7 @@ class Replica:
         master = self.ha_master
         replicas = []
         if master is not None:
-            sss = master.sync_state_set
+            sss = master.tracker.local  # the controller-confirmed set, consistent with its epoch
             known = set(master.connections) | (set(sss) - {self.broker_id})
             for bid in sorted(known):
                 conn = master.connections.get(bid)
@@ -345,8 +345,9 @@ class Replica:
             "master_epoch": self.master_epoch, "last_epoch": self.log.epochs.last_epoch,
             "min_offset": self.log.min_offset, "max_offset": self.log.max_offset,
             "confirm_offset": self.log.confirm_offset, "flushed_offset": self.log.flushed_offset,
-            "sync_state_set": sorted(master.sync_state_set) if master else [],
-            "sync_state_set_epoch": self.last_sss_epoch, "master_address": self.master_address,
+            "sync_state_set": sorted(master.tracker.local) if master else [],
+            "sync_state_set_epoch": master.tracker.sss_epoch if master else self.last_sss_epoch,
+            "master_address": self.master_address,
             "replicas": replicas,
         }
 
