@@ -148,7 +148,8 @@ def error_from_rpc(err: grpc.aio.AioRpcError | grpc.RpcError) -> TidelogError:
     if code:
         return _instantiate(by_code(code), message, details)
     if status in _UNREACHABLE:
-        return UnavailableError(f"{status.name}: {message}")
+        # the error's own code already says UNAVAILABLE; name other statuses (deadline, cancelled)
+        return UnavailableError(message if status == grpc.StatusCode.UNAVAILABLE else f"{status.name}: {message}")
     return TidelogError(f"{status.name}: {message}")
 
 
