@@ -76,8 +76,10 @@ def produce(topic_name: str, count: int | None, size: int, key: str | None, batc
                 task = progress.add_task("producing", total=count)
                 while sent < count:
                     n = min(batch, count - sent)
-                    body = os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
-                    p.send_batch(topic_name, [OutMessage(body, key) for _ in range(n)])
+                    # each body starts with its sequence number, so every message is distinct
+                    pad = os.urandom(size // 2 + 1).hex().encode()
+                    p.send_batch(topic_name, [OutMessage((b"%d " % (sent + i) + pad)[:max(size, 1)], key)
+                                              for i in range(n)])
                     sent += n
                     progress.update(task, advance=n)
         else:
