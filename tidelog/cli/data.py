@@ -78,7 +78,7 @@ def produce(topic_name: str, count: int | None, size: int, key: str | None, batc
                     n = min(batch, count - sent)
                     # each body starts with its sequence number, so every message is distinct
                     pad = os.urandom(size // 2 + 1).hex().encode()
-                    p.send_batch(topic_name, [OutMessage((b"%d " % (sent + i) + pad)[:max(size, 1)], key)
+                    p.send_batch(topic_name, [OutMessage((b"%d " % (sent + i) + pad)[:size], key)
                                               for i in range(n)])
                     sent += n
                     progress.update(task, advance=n)
