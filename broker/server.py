@@ -60,7 +60,10 @@ class BrokerServer:
         except OSError as exc:
             raise ConfigError(f"cannot listen on ha_listen {self.cfg.ha_listen}: {exc.strerror}",
                               key="ha_listen") from exc
-        self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
+        # Past this many calls in progress, new ones are refused at once with RESOURCE_EXHAUSTED
+        # (retryable for clients) instead of queueing until they are cancelled.
+        self._grpc = grpc.aio.server(maximum_concurrent_rpcs=self.cfg.max_concurrent_requests,
+                                     options=[("grpc.max_receive_message_length", 64 << 20),
                                               ("grpc.max_send_message_length", 64 << 20),
                                               ("grpc.so_reuseport", 0)])
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)

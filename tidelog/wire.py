@@ -29,6 +29,7 @@ LEADER_KEY = "tidelog-leader"
 # Transport-level failures that mean "try again or elsewhere", not "your request is wrong".
 _UNREACHABLE = {
     grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,  # a server refusing work it has no room for: try again
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.CANCELLED,
 }
