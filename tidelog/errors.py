@@ -476,3 +476,144 @@ class SendFailedError(TidelogError):
     hint = ("check `tide cluster status`; if an attempt timed out after the broker stored the message, "
             "it may still be delivered, so a retry can duplicate it")
     retryable = True
+
+
+# --- ledger -------------------------------------------------------------------------------
+# `number` is BookKeeper's BKException code for the same condition (reference
+# bookkeeper-ledger.md §1.4), so logs and tests can be compared with a BookKeeper client.
+# The rules that produce each error are in ledger/RULES.md. Codes carry a LEDGER_ prefix so
+# they cannot collide with the storage or controller codes of similar names.
+
+
+@_register
+class LedgerReadError(TidelogError):
+    """A ledger read failed (for example beyond the LAC known to the reader)."""
+
+    code = "LEDGER_READ"
+    status = "OUT_OF_RANGE"
+    number = -1
+    hint = "read up to the last add confirmed, or refresh it with a LAC read first"
+
+
+@_register
+class DigestMatchError(TidelogError):
+    """The digest type differs from the ledger's, or an entry failed its digest check."""
+
+    code = "LEDGER_DIGEST_MISMATCH"
+    status = "FAILED_PRECONDITION"
+    number = -5
+    hint = "open with the ledger's digest type; a corrupt entry is read from another replica"
+
+
+@_register
+class NotEnoughBookiesError(TidelogError):
+    """Fewer replicas of the broker set are available than the ledger needs."""
+
+    code = "LEDGER_NOT_ENOUGH_REPLICAS"
+    status = "UNAVAILABLE"
+    number = -6
+    hint = "wait until the broker set's replicas are back, or create the ledger on another broker set"
+    retryable = True
+
+
+@_register
+class LedgerRecoveryError(TidelogError):
+    """Recovery could not decide safely (an entry or fencing stayed unknown); nothing was closed."""
+
+    code = "LEDGER_RECOVERY"
+    status = "UNAVAILABLE"
+    number = -10
+    hint = "retry the recovery open once the replicas answer; recovery never guesses past an unknown"
+    retryable = True
+
+
+@_register
+class LedgerClosedError(TidelogError):
+    """The ledger (or this handle) is closed; nothing more can be added."""
+
+    code = "LEDGER_CLOSED"
+    status = "FAILED_PRECONDITION"
+    number = -11
+    hint = "the ledger is sealed; open it for reading, or create a new ledger to keep writing"
+
+
+@_register
+class NoSuchEntryError(TidelogError):
+    """The entry does not exist (the replicas that answered know they never had it)."""
+
+    code = "LEDGER_NO_SUCH_ENTRY"
+    status = "NOT_FOUND"
+    number = -13
+    hint = "check the entry id against the ledger's last entry id or LAC"
+
+
+@_register
+class IncorrectParameterError(TidelogError):
+    """A ledger request has an invalid parameter (quorum sizes, ids, ranges, missing password)."""
+
+    code = "LEDGER_INCORRECT_PARAMETER"
+    status = "INVALID_ARGUMENT"
+    number = -14
+    hint = "fix the request; nothing was stored"
+
+
+@_register
+class MetadataVersionError(TidelogError):
+    """The ledger metadata is not what this handle expected (closed by someone else with other values)."""
+
+    code = "LEDGER_METADATA_VERSION"
+    status = "ABORTED"
+    number = -17
+    hint = "read the ledger metadata again; its last entry id and length are the ledger's end"
+
+
+@_register
+class LedgerTimeoutError(TidelogError):
+    """A replica did not answer a ledger request in time."""
+
+    code = "LEDGER_TIMEOUT"
+    status = "DEADLINE_EXCEEDED"
+    number = -23
+    hint = "the outcome is unknown; retry, or recover the ledger to learn where it ends"
+    retryable = True
+
+
+@_register
+class NoSuchLedgerExistsError(TidelogError):
+    """No ledger with this id exists in the metadata."""
+
+    code = "LEDGER_NO_SUCH_LEDGER"
+    status = "NOT_FOUND"
+    number = -25
+    hint = "check the ledger id (ids are never negative)"
+
+
+@_register
+class IllegalOpError(TidelogError):
+    """The operation is not allowed on this handle or in the ledger's current state."""
+
+    code = "LEDGER_ILLEGAL_OP"
+    status = "FAILED_PRECONDITION"
+    number = -100
+    hint = "add only through the handle that created the ledger; metadata states only move forward"
+
+
+@_register
+class LedgerFencedError(TidelogError):
+    """Another client has fenced this ledger to recover it; this writer may no longer add."""
+
+    code = "LEDGER_FENCED"
+    status = "FAILED_PRECONDITION"
+    number = -101
+    hint = ("the outcome of the failed add is unknown: recovery decides whether it exists; "
+            "open the ledger with recovery to read where it ends")
+
+
+@_register
+class UnauthorizedAccessError(TidelogError):
+    """The password does not match the ledger's."""
+
+    code = "LEDGER_UNAUTHORIZED"
+    status = "PERMISSION_DENIED"
+    number = -102
+    hint = "open the ledger with the password it was created with"
