@@ -1,1 +1,115 @@
-"""BookKeeper-compatible ledgers on the commit log: fencing, LAC, recovery with quorum coverage."""
+"""BookKeeper-compatible ledgers on the commit log: fencing, LAC, recovery with quorum coverage.
+
+Theory of operation
+-------------------
+A ledger lives in one broker set. Its ensemble is that set's replicas, every entry goes to all of
+them (E = WQ), and an add is acknowledged once AQ replicas confirmed it (AQ ≤ WQ, chosen at
+creation). The metadata (state OPEN / IN_RECOVERY / CLOSED, where it ends, quorums, digest,
+password hash) is controller state written by compare-and-set.
+
+This package is built as a pure core and a thin shell (DESIGN.md, "Pure cores, thin shells"):
+
+- `metadata`: the metadata record and its JSON encoding, creation checks, the state table.
+- `recovery`: fencing and recovery decisions (`FenceTracker`, `EntryRecoveryTracker`, the
+  `Recovery` state machine that hands back actions), and the writer's add rules.
+
+The I/O shell (gRPC calls to the replicas, the controller CAS, timeouts) drives these objects
+and never decides anything itself. The rules, numbered, and where we differ from BookKeeper's
+code are in `RULES.md`. Errors carry BookKeeper's numeric codes as `number`.
+"""
+
+from tidelog.errors import (
+    DigestMatchError,
+    IllegalOpError,
+    IncorrectParameterError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerReadError,
+    LedgerRecoveryError,
+    LedgerTimeoutError,
+    MetadataVersionError,
+    NoSuchEntryError,
+    NoSuchLedgerExistsError,
+    NotEnoughBookiesError,
+    UnauthorizedAccessError,
+)
+from tidelog.ledger.metadata import (
+    TRANSITIONS,
+    DigestType,
+    LedgerEvent,
+    LedgerMetadata,
+    LedgerState,
+    Outcome,
+    apply_transition,
+    check_create_params,
+    decide_transition,
+    hash_password,
+    new_ledger_metadata,
+)
+from tidelog.ledger.recovery import (
+    RECOVERY_TRANSITIONS,
+    CloseLedger,
+    EntryDecision,
+    EntryRecoveryTracker,
+    FenceOutcome,
+    FenceTracker,
+    MarkInRecovery,
+    ReadEntry,
+    ReadOutcome,
+    Recovery,
+    RecoveryProtocolError,
+    RecoveryResult,
+    RecoveryState,
+    RewriteEntry,
+    SendFence,
+    WriterLedger,
+    advance_lac,
+    fencing_quorum,
+    negative_quorum,
+)
+
+__all__ = [
+    "RECOVERY_TRANSITIONS",
+    "TRANSITIONS",
+    "CloseLedger",
+    "DigestMatchError",
+    "DigestType",
+    "EntryDecision",
+    "EntryRecoveryTracker",
+    "FenceOutcome",
+    "FenceTracker",
+    "IllegalOpError",
+    "IncorrectParameterError",
+    "LedgerClosedError",
+    "LedgerEvent",
+    "LedgerFencedError",
+    "LedgerMetadata",
+    "LedgerReadError",
+    "LedgerRecoveryError",
+    "LedgerState",
+    "LedgerTimeoutError",
+    "MarkInRecovery",
+    "MetadataVersionError",
+    "NoSuchEntryError",
+    "NoSuchLedgerExistsError",
+    "NotEnoughBookiesError",
+    "Outcome",
+    "ReadEntry",
+    "ReadOutcome",
+    "Recovery",
+    "RecoveryProtocolError",
+    "RecoveryResult",
+    "RecoveryState",
+    "RewriteEntry",
+    "SendFence",
+    "UnauthorizedAccessError",
+    "WriterLedger",
+    "advance_lac",
+    "apply_transition",
+    "check_create_params",
+    "decide_transition",
+    "fencing_quorum",
+    "hash_password",
+    "negative_quorum",
+    "new_ledger_metadata",
+]
