@@ -34,6 +34,7 @@ from tidelog.errors import (
     UnauthorizedAccessError,
 )
 from tidelog.ledger.metadata import (
+    STATE_CHANGES,
     TRANSITIONS,
     DigestType,
     LedgerEvent,
@@ -42,6 +43,7 @@ from tidelog.ledger.metadata import (
     Outcome,
     apply_transition,
     check_create_params,
+    check_update,
     decide_transition,
     hash_password,
     new_ledger_metadata,
@@ -70,6 +72,7 @@ from tidelog.ledger.recovery import (
 
 __all__ = [
     "RECOVERY_TRANSITIONS",
+    "STATE_CHANGES",
     "TRANSITIONS",
     "CloseLedger",
     "DigestMatchError",
@@ -107,6 +110,7 @@ __all__ = [
     "advance_lac",
     "apply_transition",
     "check_create_params",
+    "check_update",
     "decide_transition",
     "fencing_quorum",
     "hash_password",

@@ -21,6 +21,9 @@ code that performs the CAS does not know the rules, and this file does not know 
   `apply_transition` are the only way to move along it. States only move forward:
   OPEN → IN_RECOVERY → CLOSED, or OPEN → CLOSED by the writer. CLOSED is final (BookKeeper's
   `forceRecovery`, the one way back, is not offered).
+- `check_update(old, new)` is the controller's side of the same rules: it refuses any metadata
+  CAS that would move the state backwards, change what never changes, or rewrite ensemble
+  history (rules M5–M7), whoever sent it.
 
 Where we follow BookKeeper's protocol document and TLA+ spec rather than its code (RULES.md §D):
 a writer's close over IN_RECOVERY fails with LedgerFencedError instead of overwriting the
@@ -55,8 +58,10 @@ __all__ = [
     "LedgerMetadata",
     "LedgerState",
     "Outcome",
+    "STATE_CHANGES",
     "apply_transition",
     "check_create_params",
+    "check_update",
     "decide_transition",
     "hash_password",
     "new_ledger_metadata",
@@ -377,6 +382,46 @@ def apply_transition(meta: LedgerMetadata, event: LedgerEvent, *, last_entry_id:
     if decision is LedgerState.CLOSED:
         return replace(meta, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
     return replace(meta, state=decision)
+
+
+# Which state a CAS may write over which, whoever writes it (the controller checks every ledger
+# metadata CAS with `check_update`, so a buggy or hostile client cannot move a ledger backwards).
+STATE_CHANGES: frozenset[tuple[LedgerState, LedgerState]] = frozenset({
+    (LedgerState.OPEN, LedgerState.OPEN),                # ensemble change while writing
+    (LedgerState.OPEN, LedgerState.IN_RECOVERY),
+    (LedgerState.OPEN, LedgerState.CLOSED),
+    (LedgerState.IN_RECOVERY, LedgerState.IN_RECOVERY),  # nothing but ensembles may change
+    (LedgerState.IN_RECOVERY, LedgerState.CLOSED),
+    (LedgerState.CLOSED, LedgerState.CLOSED),            # re-replication swaps replicas only
+})
+
+_IMMUTABLE = ("ledger_id", "broker_set", "ensemble_size", "write_quorum", "ack_quorum", "digest_type",
+              "password_hash", "custom_metadata", "ctime_ms")
+
+
+def check_update(old: LedgerMetadata, new: LedgerMetadata) -> None:
+    """Refuse a metadata write of `new` over `old` that breaks rules M5–M7 (IllegalOpError).
+
+    M5: the state moves along STATE_CHANGES only. M6: identity, quorums, digest, password,
+    custom metadata and creation time never change; a CLOSED ledger's end never changes.
+    M7: ensembles keep every existing key (the replicas at a key may be replaced); a new key
+    comes after the last one, and a CLOSED ledger gets no new key.
+    """
+    if (old.state, new.state) not in STATE_CHANGES:
+        raise IllegalOpError(f"ledger {old.ledger_id}: {old.state} may not become {new.state}",
+                             old_state=str(old.state), new_state=str(new.state))
+    for name in _IMMUTABLE:
+        if getattr(old, name) != getattr(new, name):
+            raise IllegalOpError(f"ledger {old.ledger_id}: {name} never changes", field=name)
+    if old.state is LedgerState.CLOSED and (old.last_entry_id, old.length) != (new.last_entry_id, new.length):
+        raise IllegalOpError(f"ledger {old.ledger_id} is CLOSED at {old.last_entry_id}; its end never changes")
+    old_keys = [first for first, _ in old.ensembles]
+    new_keys = [first for first, _ in new.ensembles]
+    if new_keys[:len(old_keys)] != old_keys:
+        raise IllegalOpError(f"ledger {old.ledger_id}: ensembles may only be replaced at existing keys or "
+                             f"appended after the last one ({old_keys} → {new_keys})")
+    if old.state is LedgerState.CLOSED and len(new_keys) != len(old_keys):
+        raise IllegalOpError(f"ledger {old.ledger_id} is CLOSED: no new ensemble")
 
 
 def new_ledger_metadata(ledger_id: int, broker_set: str, replicas: Sequence[int], ack_quorum: int, *,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -23,6 +24,7 @@ from tidelog.ledger import (
     Outcome,
     apply_transition,
     check_create_params,
+    check_update,
     decide_transition,
     hash_password,
     new_ledger_metadata,
@@ -267,8 +269,69 @@ def test_apply_transition_table(name, start, event, end, expected):
             apply_transition(start, event, last_entry_id=end[0], length=end[1])
         assert info.value.number in (-17, -101)
         return
-    got = apply_transition(start.__class__(**{**start.__dict__, "version": 3}), event,
-                           last_entry_id=end[0], length=end[1])
+    got = apply_transition(replace(start, version=3), event, last_entry_id=end[0], length=end[1])
     assert got == expected
     if got is not None:
         assert got.version == 3  # the CAS expects the version it read
+
+
+# --- §1.3 metadata writes (rules M5–M7) ------------------------------------------------------
+
+CLOSED_4 = meta(state=CLOSED, last_entry_id=4, length=40)
+TWO_ENS = meta(ensembles=((0, (1, 2, 3)), (5, (1, 2, 4))))
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "ok"),
+    [
+        ("M5 §1.3 OPEN → IN_RECOVERY", meta(), meta(state=REC), True),
+        ("M5 §1.3 OPEN → CLOSED", meta(), CLOSED_4, True),
+        ("M5 §1.3 IN_RECOVERY → CLOSED", meta(state=REC), CLOSED_4, True),
+        ("M5 §1.3 CLOSED is final: no recovery", CLOSED_4, meta(state=REC), False),
+        ("M5 §1.3 CLOSED is final: never OPEN", CLOSED_4, meta(), False),
+        ("M5 IN_RECOVERY never goes back to OPEN", meta(state=REC), meta(), False),
+        ("M6 a CLOSED end never changes", CLOSED_4, meta(state=CLOSED, last_entry_id=5, length=50), False),
+        ("M6 quorums never change", meta(), meta(ack_quorum=3), False),
+        ("M6 the password never changes", meta(), meta(password_hash=hash_password(b"x")), False),
+        ("M6 custom metadata never changes", meta(), meta(custom_metadata={"k": b"v"}), False),
+        ("M7 §1.3 a new ensemble after the last key", meta(), TWO_ENS, True),
+        ("M7 §1.3 replace the last ensemble at its key", TWO_ENS,
+         meta(ensembles=((0, (1, 2, 3)), (5, (1, 2, 5)))), True),
+        ("M7 §1.3 re-replication of a CLOSED ledger swaps replicas",
+         CLOSED_4, meta(state=CLOSED, last_entry_id=4, length=40, ensembles=((0, (1, 2, 9)),)), True),
+        ("M7 a CLOSED ledger gets no new ensemble", CLOSED_4,
+         meta(state=CLOSED, last_entry_id=4, length=40, ensembles=((0, (1, 2, 3)), (5, (1, 2, 4)))), False),
+        ("M7 §1.3 no key below the last (defect 2)", TWO_ENS,
+         meta(ensembles=((0, (1, 2, 3)), (3, (1, 2, 4)), (5, (1, 2, 4)))), False),
+        ("M7 keys are never dropped", TWO_ENS, meta(), False),
+    ],
+)
+def test_metadata_update_table(name, old, new, ok):
+    if ok:
+        check_update(old, new)
+    else:
+        with pytest.raises(IllegalOpError):
+            check_update(old, new)
+
+
+# --- §1.4 error codes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "number"), [
+    ("LedgerFencedError", -101), ("LedgerClosedError", -11), ("NoSuchEntryError", -13),
+    ("NoSuchLedgerExistsError", -25), ("UnauthorizedAccessError", -102), ("DigestMatchError", -5),
+    ("LedgerRecoveryError", -10), ("NotEnoughBookiesError", -6), ("IncorrectParameterError", -14),
+    ("MetadataVersionError", -17), ("LedgerTimeoutError", -23), ("LedgerReadError", -1),
+    ("IllegalOpError", -100),
+])
+def test_s1_4_errors_carry_bookkeepers_numbers(name, number):
+    import grpc
+
+    import tidelog.ledger
+    from tidelog import errors
+
+    cls = getattr(tidelog.ledger, name)
+    assert cls is getattr(errors, name) and cls.number == number
+    assert errors.by_code(cls.code) is cls  # registered: the wire gives back the same class
+    assert grpc.StatusCode[cls.status] and cls.hint and cls.__doc__
+    assert cls.retryable == (name in {"LedgerRecoveryError", "NotEnoughBookiesError", "LedgerTimeoutError"})
