@@ -293,7 +293,7 @@ class RewriteEntry:
     ledger_id: int
     entry_id: int
     payload: bytes
-    length: int  # the ledger's cumulative length through this entry
+    length: int  # the ledger's cumulative length through this entry; -1 if not known (floor case, R4)
     replicas: tuple[int, ...]
 
 
@@ -442,7 +442,7 @@ class Recovery:
         self.metadata = meta
         if self.state is RecoveryState.CLOSING:
             # the close CAS lost to another change that left it IN_RECOVERY: retry on the new version
-            assert self._end is not None
+            assert self._end is not None and self._length is not None
             return [CloseLedger(self.ledger_id, self._end, self._length, meta.version)]
         return []  # IN_RECOVERY while fencing/reading: nothing new
 
