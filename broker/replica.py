@@ -347,6 +347,8 @@ class Replica:
             "confirm_offset": self.log.confirm_offset, "flushed_offset": self.log.flushed_offset,
             "sync_state_set": sorted(master.tracker.local) if master else [],
             "sync_state_set_epoch": master.tracker.sss_epoch if master else self.last_sss_epoch,
+            "pending_sync_state_set": sorted(master.tracker.pending.new_sync_state_set)
+            if master and master.tracker.pending else [],
             "master_address": self.master_address,
             "replicas": replicas,
         }

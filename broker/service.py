@@ -107,5 +107,5 @@ class BrokerService(pb_grpc.BrokerServicer):
             last_epoch=s["last_epoch"], min_offset=s["min_offset"], max_offset=s["max_offset"],
             confirm_offset=s["confirm_offset"], flushed_offset=s["flushed_offset"],
             sync_state_set=s["sync_state_set"], sync_state_set_epoch=s["sync_state_set_epoch"],
-            master_address=s["master_address"],
+            master_address=s["master_address"], pending_sync_state_set=s["pending_sync_state_set"],
             replicas=[pb.ReplicaProgress(**r) for r in s["replicas"]])

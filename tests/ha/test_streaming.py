@@ -226,3 +226,33 @@ def test_3_4_a_lagging_slave_takes_the_previous_epochs_history_from_a_new_master
             await pair.close()
 
     asyncio.run(main())
+
+
+def test_4_an_ack_from_a_member_whose_expansion_is_pending_does_not_count(tmp_path):
+    """The slave caught up and the master proposed it into the SyncStateSet, but the controller
+    has not applied that: the slave is not electable, so its ack must not acknowledge a write."""
+
+    async def main() -> None:
+        pair = Pair(tmp_path, 1, frozenset({MASTER_ID}), slave_timeout_ms=500)
+        await pair.start_master()
+        assert pair.master is not None
+        unanswered = asyncio.Event()
+
+        async def never_answers(_proposal):  # the controller does not answer (paused, partitioned)
+            await unanswered.wait()
+
+        pair.master._propose = never_answers
+        try:
+            pair.start_slave()
+            end = pair.append(batch(5, "x"))
+            await until(lambda: pair.master.tracker.pending is not None and pair.slog.max_offset == end,
+                        what="the slave to catch up and the expansion to be proposed")
+            assert pair.master.sync_state_set == {MASTER_ID, SLAVE_ID}  # the confirm offset waits for both
+            assert pair.master.ack_set == {MASTER_ID}  # but only the confirmed set acknowledges
+            with pytest.raises(FlushSlaveTimeoutError):
+                await pair.master.wait_acks(end, 2)
+        finally:
+            unanswered.set()
+            await pair.close()
+
+    asyncio.run(main())

@@ -187,7 +187,7 @@ class ReplicaProgress(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., ack_offset: _Optional[int] = ..., connected: _Optional[bool] = ..., in_sync: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "role", "master_epoch", "last_epoch", "min_offset", "max_offset", "confirm_offset", "flushed_offset", "sync_state_set", "sync_state_set_epoch", "master_address", "replicas")
+    __slots__ = ("broker_set", "broker_id", "role", "master_epoch", "last_epoch", "min_offset", "max_offset", "confirm_offset", "flushed_offset", "sync_state_set", "sync_state_set_epoch", "master_address", "replicas", "pending_sync_state_set")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +201,7 @@ class StatusReply(_message.Message):
     SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     role: str
@@ -214,4 +215,5 @@ class StatusReply(_message.Message):
     sync_state_set_epoch: int
     master_address: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., master_epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., master_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ...) -> None: ...
+    pending_sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., master_epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., master_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., pending_sync_state_set: _Optional[_Iterable[int]] = ...) -> None: ...
