@@ -124,15 +124,21 @@ class HaMaster:
             self.log.confirm_offset = new
             if self._on_confirm is not None:
                 self._on_confirm(new)
+            # Slaves learn the confirm offset from frames; wake the senders so readers of a slave
+            # see an acknowledged write within a round trip, not a heartbeat interval later.
+            self._wake_senders()
         voters = self.tracker.local
         for needed, waiters in self._waiters.items():
             waiters.release(ackpolicy.acked_by(needed, self.broker_id, master_max, acks, voters))
 
     def on_appended(self) -> None:
         """The owner appended records: wake the senders, move the confirm offset."""
+        self._wake_senders()
+        self.update_confirm()
+
+    def _wake_senders(self) -> None:
         ev, self._new_data = self._new_data, asyncio.Event()
         ev.set()
-        self.update_confirm()
 
     def on_controller_state(self, sync_state_set: frozenset[int], sss_epoch: int) -> None:
         self.tracker.on_controller_state(frozenset(sync_state_set), sss_epoch)
