@@ -7,7 +7,9 @@ STAMP := $(VENV)/.installed
 .PHONY: install run test lint proto bench clean
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@# Debian ships venv separately (python3-venv); install it when we can rather than fail.
+	$(PYTHON) -m venv $(VENV) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update -q && apt-get install -y -q python3-venv && rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
