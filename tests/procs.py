@@ -23,11 +23,22 @@ import yaml
 LOOPBACK = "127.0.0.1"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A port that was free a moment ago (bind port 0 on loopback, then release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+    """A port that was free a moment ago (bind port 0 on loopback, then release it).
+
+    The kernel may offer a just-released port again; two processes of one test given the same
+    port fail to start, so a port is never handed out twice by this process.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((LOOPBACK, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def free_address() -> str:
