@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from tidelog.commitlog import CommitLog, Message
@@ -96,13 +97,13 @@ def fdatasync_latency(directory: str, rounds: int = 200) -> dict[str, float]:
     return {"median_ms": samples[len(samples) // 2] * 1e3, "p90_ms": samples[len(samples) * 9 // 10] * 1e3}
 
 
-def code_version() -> str:
-    """The commit measured, marked "+dirty" when commitlog/ has uncommitted changes."""
+def code_version(paths: Sequence[str] = ("commitlog",)) -> str:
+    """The commit measured, marked "+dirty" when `paths` have uncommitted changes."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "commitlog"], cwd=here,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=here,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -64,7 +64,7 @@ from typing import Any
 import grpc
 
 from bench.cluster import BenchCluster
-from bench.commitlog import fs_type, pick_base_dir
+from bench.commitlog import code_version, fs_type, pick_base_dir
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 
@@ -162,18 +162,7 @@ class CpuMeter:
         return {n: round(v, 1) for n, v in out.items()}
 
 
-def code_version() -> str:
-    """The commit measured, marked "+dirty" when the broker's code has uncommitted changes."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = ["broker", "ha", "commitlog", "controller", "tidelog"]
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=here,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
+BROKER_CODE = ("broker", "ha", "commitlog", "controller", "tidelog")
 
 
 def machine_info(directory: str) -> dict[str, Any]:
@@ -550,7 +539,7 @@ def run(base_dir: str, *, duration: float, latency_seconds: float, low_rate_seco
         cluster.wait_ready(TOPIC, QUEUES)
         result: dict[str, Any] = {
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "code": code_version(),
+            "code": code_version(BROKER_CODE),
             "machine": machine_info(str(work)),
             "config": {"body_bytes": BODY_BYTES, "queues": QUEUES, "broker": BROKER_OPTIONS,
                        "duration_s": duration, "latency_s": latency_seconds, "latency_rate": LATENCY_RATE,
