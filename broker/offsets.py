@@ -54,6 +54,3 @@ class GroupOffsets:
         self._refresh()
         return self._offsets.get((group, topic, queue))
 
-    def all(self) -> dict[tuple[str, str, int], int]:
-        self._refresh()
-        return dict(self._offsets)

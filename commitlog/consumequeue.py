@@ -109,10 +109,6 @@ class ConsumeQueue:
             i -= 1
         return self.base + i
 
-    def offset_for_phys(self, phys_offset: int) -> int:
-        """The first queue offset whose record starts at or after `phys_offset`."""
-        return self.base + bisect.bisect_left(self.phys, phys_offset)
-
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         i = queue_offset - self.base
         return self.phys[i], self.sizes[i], self.tags[i]

@@ -135,11 +135,6 @@ class EpochFile:
         if kept != self._entries:
             self._store(kept)
 
-    def replace(self, entries: Sequence[tuple[int, int]]) -> None:
-        for i in range(1, len(entries)):
-            check_append(entries[:i], *entries[i])
-        self._store(list(entries))
-
     # --- persistence ---
 
     def _load(self) -> list[tuple[int, int]]:

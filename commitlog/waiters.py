@@ -53,10 +53,6 @@ class OffsetWaiters:
                 self._waiting.discard(entry)
             raise
 
-    def max_target(self) -> int:
-        with self._lock:
-            return self._waiting[-1][0] if self._waiting else -1
-
     def __len__(self) -> int:
         return len(self._waiting)
 
