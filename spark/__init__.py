@@ -1,1 +1,48 @@
-"""PySpark data source and sink that read only confirmed offsets."""
+"""PySpark data source and sink that read only confirmed offsets (install with the `spark` extra).
+
+    from tidelog.spark import register
+    register(spark)                                       # spark.dataSource.register(TidelogDataSource)
+    df = (spark.read.format("tidelog").option("controllers", "127.0.0.1:9701")
+          .option("topic", "orders").load())
+
+Modules: `plan` (pure decisions: options, offsets, ranges, budgets, data loss), `fetch` (queue
+offsets and range reads against the cluster), `rows` (Arrow record batches), `source` (the
+PySpark classes), `sink` (writers). `plan` needs neither pyspark nor pyarrow; the names below are
+imported on first use so that it stays importable without them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from tidelog.spark.source import TidelogDataSource
+
+__all__ = ["TidelogDataSource", "register", "write"]
+
+
+def register(spark: SparkSession) -> None:
+    """Make `format("tidelog")` available in this SparkSession (one call per session)."""
+    from tidelog.spark.source import TidelogDataSource
+
+    spark.dataSource.register(TidelogDataSource)
+
+
+def write(df: DataFrame, topic: str, controllers: str, **options: str) -> None:
+    """`df` appended to `topic`: the sink with the one save mode it supports."""
+    writer = df.write.format("tidelog").option("controllers", controllers).option("topic", topic)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.mode("append").save()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TidelogDataSource":
+        try:
+            from tidelog.spark.source import TidelogDataSource
+        except ImportError as exc:
+            raise ImportError(f"tidelog.spark needs pyspark and pyarrow: pip install 'tidelog[spark]' ({exc})") from exc
+        return TidelogDataSource
+    raise AttributeError(name)
