@@ -39,6 +39,10 @@ or MASTERED. The table lists the phases each successful event may lead to from e
     report         -             LEADERLESS                MASTERED
 
 A refused command, and a successful command that changed nothing, leave the phase as it was.
+
+Versioned metadata is opaque bytes, except under ``ledger/``: a CAS of such a key must decode as
+ledger metadata and obey the ledger rules (``ledger.metadata.check_update``), so no client can
+move a ledger backwards or change where a closed ledger ends.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ from enum import Enum
 from typing import Any
 
 from tidelog.controller.election import elect
-from tidelog.errors import by_code
+from tidelog.errors import TidelogError, by_code
+from tidelog.ledger.metadata import LedgerMetadata, check_update
 
 __all__ = [
     "MAX_META_VALUE_BYTES", "MAX_QUEUES_PER_BROKER_SET", "NAME_PATTERN", "AlterSyncStateSet",
@@ -68,6 +73,8 @@ _LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.%-]{0,127}$")
 #: Default cap on one metadata value; the whole state is snapshotted by Raft, so it stays small.
 MAX_META_VALUE_BYTES = 1 << 20
 MAX_QUEUES_PER_BROKER_SET = 1024
+#: Metadata keys under this prefix hold ledger metadata; every CAS of one is checked by the ledger rules.
+LEDGER_KEY_PREFIX = "ledger/"
 MAX_META_KEY_CHARS = 1024
 MAX_IDENTITY_CHARS = 256
 MAX_ADDRESS_CHARS = 255
@@ -349,6 +356,21 @@ def _need_ids(v: object, what: str) -> frozenset[int]:
 def _need_meta_key(v: object) -> None:
     if not isinstance(v, str) or not 0 < len(v) <= MAX_META_KEY_CHARS or not v.isprintable():
         raise _bad(f"metadata key must be 1..{MAX_META_KEY_CHARS} printable characters, got {v!r}")
+
+
+def _check_ledger_update(key: str, old: bytes, new: bytes) -> None:
+    """Ledger metadata moves only along the ledger rules (ledger/RULES.md M5–M7), whoever writes it.
+
+    Both values are decoded here, so a client cannot move a ledger backwards (CLOSED → OPEN), change
+    where a CLOSED ledger ends, or store a value that is not ledger metadata. The check is a pure
+    function of the two values: ``apply`` stays deterministic.
+    """
+    try:
+        before = LedgerMetadata.decode(old)
+        after = LedgerMetadata.decode(new)
+        check_update(before, after)
+    except TidelogError as err:
+        raise _Reject(err.code, f"metadata {key}: {err.message}") from None
 
 
 def _snapshot(bs: BrokerSet) -> BrokerSet:
@@ -711,6 +733,8 @@ class ControllerState:
         if cur.version != c.expected_version:
             raise _Reject("METADATA_VERSION_MISMATCH",
                           f"metadata {c.key} is at version {cur.version}, not {c.expected_version}", cur)
+        if c.key.startswith(LEDGER_KEY_PREFIX):
+            _check_ledger_update(c.key, cur.value, value)
         e = MetaEntry(key=c.key, value=value, version=cur.version + 1, modified_ms=c.now_ms)
         self.metadata[c.key] = e
         return Result(value=e, changed=True), None
