@@ -35,6 +35,7 @@ from typing import Any
 from crc32c import crc32c
 
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.ledgers import LedgerReplica
 from tidelog.broker.offsets import GroupOffsets, commit_message
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
 from tidelog.errors import (
@@ -92,6 +93,7 @@ class Replica:
         self.ha_slave: HaSlave | None = None
         self.topics: dict[str, int] = {}  # topic -> queues in this broker set
         self.offsets = GroupOffsets(commitlog)
+        self.ledgers = LedgerReplica(self)
         self.ack_cfg = AckConfig(replication=cfg.replication, in_sync_replicas=cfg.in_sync_replicas,
                                  min_in_sync_replicas=cfg.min_in_sync_replicas,
                                  auto_in_sync_replicas=cfg.auto_in_sync_replicas,
@@ -156,7 +158,8 @@ class Replica:
             sync_state_set=role.sync_state_set, sss_epoch=role.sss_epoch,
             slave_timeout_ms=self.cfg.slave_timeout_ms, max_not_catchup_ms=self.cfg.ha_max_time_slave_not_catchup_ms,
             batch_bytes=self.cfg.ha_transfer_batch_bytes, heartbeat_interval_ms=self.cfg.ha_heartbeat_interval_ms,
-            idle_timeout_ms=self.cfg.ha_idle_timeout_ms, propose=self._propose_sss, on_confirm=self._on_confirm)
+            idle_timeout_ms=self.cfg.ha_idle_timeout_ms, propose=self._propose_sss, on_confirm=self._on_confirm,
+            on_ledger_fenced=self.ledgers.on_fenced_by_slave)
         self.role = MASTER
         self._on_confirm(self.log.confirm_offset)
         log.warning("%s promoted to master of epoch %d at offset %d (SyncStateSet %s)", self.ctx, epoch,
@@ -171,7 +174,8 @@ class Replica:
                                 master_epoch=role.master_epoch, flush_sync=self.cfg.flush == "sync",
                                 ack_interval_ms=self.cfg.ha_heartbeat_interval_ms,
                                 idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
-                                on_progress=lambda: self._on_confirm(self.log.confirm_offset)).start()
+                                on_progress=lambda: self._on_confirm(self.log.confirm_offset),
+                                fenced_ledgers=self.ledgers.index.fenced_ledgers).start()
         log.warning("%s following master %d at %s (epoch %d)", self.ctx, role.master_id, role.master_ha_address,
                     role.master_epoch)
 
@@ -268,8 +272,13 @@ class Replica:
         needed = required_acks(self.ack_cfg, len(master.ack_set))
         placed = self.log.append(msgs)
         master.on_appended()
-        end = placed[-1].phys_offset + placed[-1].size
-        if self.cfg.flush == "sync":
+        await self.persist(master, placed[-1].phys_offset + placed[-1].size, needed)
+        return placed
+
+    async def persist(self, master: HaMaster, end: int, needed: int, *, fsync: bool = False) -> None:
+        """Wait until what this master appended up to `end` is flushed (flush: sync, or `fsync`)
+        and held by `needed` members of the SyncStateSet, and this broker may still speak for the set."""
+        if fsync or self.cfg.flush == "sync":
             try:
                 await asyncio.wait_for(self.log.flushed(end), self.cfg.flush_timeout_ms / 1000)
             except TimeoutError:
@@ -278,7 +287,6 @@ class Replica:
         await master.wait_acks(end, needed)
         # The acks may have arrived after this broker lost the right to speak for the set.
         self._check_lease(after_write=True)
-        return placed
 
     def renew_lease(self, until: float) -> None:
         """The controller confirmed this broker's role; writes may be acknowledged until `until`."""

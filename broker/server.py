@@ -21,13 +21,14 @@ import grpc
 
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.ledgers import LedgerService
 from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.service import BrokerService
 from tidelog.commitlog import CommitLog
 from tidelog.controller.client import ControllerClient
 from tidelog.errors import ConfigError, ControllerBrokerIdInvalidError, TidelogError
 from tidelog.ha.syncstate import Proposal
-from tidelog.proto import broker_pb2_grpc
+from tidelog.proto import broker_pb2_grpc, ledger_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class BrokerServer:
                                               ("grpc.max_send_message_length", 64 << 20),
                                               ("grpc.so_reuseport", 0)])
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
+        ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
         try:
             bound = self._grpc.add_insecure_port(self.cfg.listen)
         except RuntimeError as exc:

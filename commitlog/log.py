@@ -117,6 +117,8 @@ class CommitLog:
         self._confirm = 0
         self._cq_durable = 0
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        # called with the cut offset at the start of every truncate(), before anything is removed
+        self.truncate_listeners: list[Callable[[int], None]] = []
         # queues with units not yet in their files; the flusher writes them at checkpoints
         self._cq_dirty: set[ConsumeQueue] = set()
         self._valid_names: dict[tuple[str, int], bytes] = {}
@@ -594,11 +596,13 @@ class CommitLog:
         return data, seg
 
     def read(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
-             max_bytes: int | None = None) -> list[rec.StoredMessage]:
+             max_bytes: int | None = None, *, confirmed_only: bool = True) -> list[rec.StoredMessage]:
         """Messages of (topic, queue) from `queue_offset`, in order, never past the confirm offset.
 
         An empty list means "not yet written or not yet confirmed"; an offset below retention,
-        or a record that cannot be read back intact, raises instead.
+        or a record that cannot be read back intact, raises instead. `confirmed_only=False`
+        reads to the end of the log: for the broker's own indexes (ledger recovery must see what
+        a replica holds, confirmed or not), never for client reads.
         """
         self._check_open()
         check_topic_queue(topic, queue_id)
@@ -610,7 +614,8 @@ class CommitLog:
         if cq is None:
             return []
         cq.check_readable(queue_offset)
-        end = min(cq.confirmed_end(self._confirm), queue_offset + max_count)
+        end = min(cq.confirmed_end(self._confirm) if confirmed_only else cq.next_offset,
+                  queue_offset + max_count)
         if queue_offset >= end:
             return []
         budget = max_bytes if max_bytes is not None else 1 << 62
@@ -794,11 +799,14 @@ class CommitLog:
         """Durably drop every record at and beyond `phys_offset` (fork repair).
 
         Consume-queue units and epoch entries go with them; the confirm and flushed offsets are
-        lowered to the cut. The offset must be a record boundary.
+        lowered to the cut. The offset must be a record boundary. Truncate listeners run first,
+        so state derived from the log (ledger fences) is made safe before records disappear.
         """
         self._check_open()
         if phys_offset >= self._max:
             return
+        for listener in list(self.truncate_listeners):
+            listener(phys_offset)
         if phys_offset < self.min_offset:
             raise OffsetBelowRetentionError(phys_offset, self.min_offset, what="truncation offset")
         if phys_offset % self.segment_bytes:

@@ -40,6 +40,7 @@ from tidelog.ha.protocol import (
     ErrorFrame,
     Handshake,
     HandshakeReply,
+    LedgerFenced,
     encode,
     encode_transfer_header,
     read_frame,
@@ -72,7 +73,8 @@ class HaMaster:
                  max_not_catchup_ms: int = 15000, batch_bytes: int = 1 << 20,
                  heartbeat_interval_ms: int = 1000, idle_timeout_ms: int = 5000,
                  propose: Callable[[Proposal], Awaitable[None]] | None = None,
-                 on_confirm: Callable[[int], None] | None = None) -> None:
+                 on_confirm: Callable[[int], None] | None = None,
+                 on_ledger_fenced: Callable[[int], None] | None = None) -> None:
         self.log = commitlog
         self.broker_set = broker_set
         self.broker_id = broker_id
@@ -86,6 +88,7 @@ class HaMaster:
         self.connections: dict[int, SlaveConnection] = {}
         self._propose = propose
         self._on_confirm = on_confirm
+        self._on_ledger_fenced = on_ledger_fenced
         self._waiters: dict[int, OffsetWaiters] = {}
         self._new_data = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -209,6 +212,9 @@ class HaMaster:
                                            tuple(self.log.epochs.pairs()))))
         await writer.drain()
         start = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+        while isinstance(start, LedgerFenced):  # the slave's fences come before its first ack
+            self._ledger_fenced(slave_id, start.ledger_id)
+            start = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
         if not isinstance(start, Ack):
             raise HaProtocolError(f"expected the slave's start offset, got {type(start).__name__}")
         if start.max_offset > self.log.max_offset or start.max_offset < self.log.min_offset:
@@ -229,6 +235,8 @@ class HaMaster:
                 frame = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
                 if isinstance(frame, Ack):
                     self._on_ack(conn, frame.max_offset)
+                elif isinstance(frame, LedgerFenced):
+                    self._ledger_fenced(slave_id, frame.ledger_id)
                 elif isinstance(frame, ErrorFrame):
                     log.warning("%s slave %d reports %s: %s", self._ctx, slave_id, frame.code, frame.message)
                     return
@@ -244,6 +252,13 @@ class HaMaster:
                 if not self._closed:
                     self._maybe_propose(self.tracker.on_disconnect(slave_id, now_ms=now_ms()))
                     self.update_confirm()
+
+    def _ledger_fenced(self, slave_id: int, ledger_id: int) -> None:
+        # Synchronous on purpose: the fence must take effect before the slave's next ack is
+        # counted, and frames of one connection are handled in order.
+        log.info("%s slave %d fenced ledger %d", self._ctx, slave_id, ledger_id)
+        if self._on_ledger_fenced is not None:
+            self._on_ledger_fenced(ledger_id)
 
     def _on_ack(self, conn: SlaveConnection, offset: int) -> None:
         if offset > self.log.max_offset:

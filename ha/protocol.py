@@ -54,6 +54,7 @@ __all__ = [
     "FrameType",
     "Handshake",
     "HandshakeReply",
+    "LedgerFenced",
     "Transfer",
     "decode_body",
     "encode",
@@ -91,6 +92,7 @@ class FrameType(enum.IntEnum):
     TRANSFER = 3
     ACK = 4
     ERROR = 5
+    LEDGER_FENCED = 6
 
 
 Epochs = tuple[tuple[int, int], ...]
@@ -136,6 +138,18 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerFenced:
+    """Slave -> master: this replica has fenced ledger `ledger_id` (sent before any later ack).
+
+    Records of the ledger that reach the slave after its fence are not entries there, so the
+    master must stop counting the slave's acks for that ledger's pending adds: it fences the
+    ledger itself on receipt. A slave repeats every fence it holds before its first ack of a
+    connection, so a new master learns them too."""
+
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorFrame:
     """Either side, just before closing: why (an errors.py code and a human message)."""
 
@@ -143,7 +157,7 @@ class ErrorFrame:
     message: str
 
 
-Frame = Handshake | HandshakeReply | Transfer | Ack | ErrorFrame
+Frame = Handshake | HandshakeReply | Transfer | Ack | LedgerFenced | ErrorFrame
 
 
 # --- encoding -----------------------------------------------------------------------------
@@ -193,6 +207,8 @@ def encode(frame: Frame) -> bytes:
                                       frame.confirm_offset, len(frame.data)) + bytes(frame.data)
     if isinstance(frame, Ack):
         return _frame(FrameType.ACK, _u64(frame.max_offset, "max_offset"))
+    if isinstance(frame, LedgerFenced):
+        return _frame(FrameType.LEDGER_FENCED, _u64(frame.ledger_id, "ledger_id"))
     if isinstance(frame, Handshake):
         payload = (_str(frame.broker_set, "broker_set") + _u64(frame.broker_id, "broker_id")
                    + _u64(frame.max_offset, "max_offset") + _epochs(frame.epochs))
@@ -303,6 +319,8 @@ def decode_body(body: bytes | bytearray | memoryview) -> Frame:
         frame = Transfer(offset, epoch, epoch_start, confirm, bytes(cur.take(cur.remaining(), "data")))
     elif ftype is FrameType.ACK:
         frame = Ack(cur.u64("max_offset"))
+    elif ftype is FrameType.LEDGER_FENCED:
+        frame = LedgerFenced(cur.u64("ledger_id"))
     elif ftype is FrameType.HANDSHAKE:
         broker_set = cur.string("broker_set")
         broker_id, max_offset = cur.unpack(_HANDSHAKE_FIXED, "handshake")

@@ -21,12 +21,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tidelog.commitlog import CommitLog
 from tidelog.commitlog.epochs import last_consistent_point
 from tidelog.errors import HaProtocolError, OffsetMismatchError, TidelogError
-from tidelog.ha.protocol import Ack, ErrorFrame, Handshake, HandshakeReply, Transfer, encode, read_frame
+from tidelog.ha.protocol import (
+    Ack,
+    ErrorFrame,
+    Handshake,
+    HandshakeReply,
+    LedgerFenced,
+    Transfer,
+    encode,
+    read_frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +44,8 @@ class HaSlave:
     def __init__(self, commitlog: CommitLog, *, broker_set: str, broker_id: int, master_id: int,
                  master_address: str, master_epoch: int, flush_sync: bool = False,
                  ack_interval_ms: int = 1000, idle_timeout_ms: int = 5000, retry_ms: int = 500,
-                 on_progress: Callable[[], None] | None = None) -> None:
+                 on_progress: Callable[[], None] | None = None,
+                 fenced_ledgers: Callable[[], Iterable[int]] | None = None) -> None:
         self.log = commitlog
         self.broker_set = broker_set
         self.broker_id = broker_id
@@ -47,6 +57,8 @@ class HaSlave:
         self.idle_timeout = idle_timeout_ms / 1000.0
         self.retry = retry_ms / 1000.0
         self.on_progress = on_progress
+        self.fenced_ledgers = fenced_ledgers
+        self._writer: asyncio.StreamWriter | None = None
         self.connected = False
         self.handshakes = 0
         self.truncations: list[tuple[int, int]] = []  # (from max offset, to offset), for tests and status
@@ -102,7 +114,13 @@ class HaSlave:
             # lagging slave still takes older epochs' records beyond its max (the master's history).
             self._seen_epoch = self.log.epochs.last_epoch
             self.handshakes += 1
+            # Fences first, then the first ack, with no await in between: a fence made here after
+            # this point goes out through notify_fenced on the same writer, so the master always
+            # learns of a fence before it counts an ack that could cover a fenced ledger's record.
+            for ledger_id in (self.fenced_ledgers() if self.fenced_ledgers is not None else ()):
+                writer.write(encode(LedgerFenced(ledger_id)))
             writer.write(encode(Ack(self.log.max_offset)))
+            self._writer = writer
             await writer.drain()
             self.connected = True
             log.info("%s streaming from offset %d", self._ctx, self.log.max_offset)
@@ -114,9 +132,18 @@ class HaSlave:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await acker
         finally:
+            if self._writer is writer:
+                self._writer = None
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def notify_fenced(self, ledger_id: int) -> None:
+        """Tell the master at once that this replica fenced `ledger_id` (before any later ack).
+
+        Not connected: the next connection repeats every fence before its first ack."""
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(encode(LedgerFenced(ledger_id)))
 
     def _repair(self, reply: HandshakeReply) -> None:
         """Cut the local log back to the last point both histories agree on."""

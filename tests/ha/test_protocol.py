@@ -21,6 +21,7 @@ from tidelog.ha.protocol import (
     FrameType,
     Handshake,
     HandshakeReply,
+    LedgerFenced,
     Transfer,
     decode_body,
     encode,
@@ -49,6 +50,7 @@ FRAMES = st.one_of(
     st.builds(HandshakeReply, U64, U64, OFFSET, OFFSET, epoch_lists()),
     st.builds(Transfer, OFFSET, U64, OFFSET, OFFSET, st.binary(max_size=300)),
     st.builds(Ack, OFFSET),
+    st.builds(LedgerFenced, U64),
     st.builds(ErrorFrame, TEXT, st.text(max_size=200)),
 )
 
@@ -118,6 +120,7 @@ def _frame(ftype: int, payload: bytes) -> bytes:
         ("length over MAX_FRAME", struct.pack(">I", MAX_FRAME + 1)),
         ("ack too short", _frame(FrameType.ACK, b"\x00" * 7)),
         ("ack too long", _frame(FrameType.ACK, b"\x00" * 9)),
+        ("ledger fence too short", _frame(FrameType.LEDGER_FENCED, b"\x00" * 7)),
         ("transfer header cut", _frame(FrameType.TRANSFER, b"\x00" * 31)),
         ("string longer than frame", _frame(FrameType.ERROR, b"\x00\x05ab")),
         ("invalid utf-8", _frame(FrameType.ERROR, b"\x00\x02\xff\xfe\x00\x00")),

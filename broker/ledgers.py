@@ -1,0 +1,375 @@
+"""The broker side of ledgers: create and add on the master; fence, read and LAC on every replica.
+
+Theory of operation
+-------------------
+The index and the fences are `tidelog.ledger.store.LedgerIndex` (what this replica's log holds,
+what it has fenced); this module adds the master's write path and the gRPC service.
+
+**Adds (master only).** An add is appended as an ADD record and acknowledged once it is fsync'd
+here and held by every member of the controller-confirmed SyncStateSet, and by at least AQ
+replicas: every member, so that any broker the controller may elect next holds it (an
+acknowledged entry survives failover); AQ, the ledger's own promise. Fewer members than AQ
+fails fast with NotEnoughBookies before anything is written. Entry ids are sequenced per
+ledger: the next id is appended; an id this replica already holds with the same digest waits
+for that record (a retry after an unknown outcome); an id beyond the next waits briefly for the
+gap to fill (pipelined calls can arrive out of order). Adds of one ledger complete in id order,
+so the master's acknowledged LAC only ever covers a prefix.
+
+**Fencing (every replica).** A fence, or a recovery read, first fences the ledger in the index
+(durably), then answers with the LAC this replica can vouch for. On the master, a fence fails
+every pending add of the ledger with LedgerFenced and refuses later ones. A slave also tells
+its master (HA `LedgerFenced` frame, before any later ack), and the master fences the ledger
+itself on receipt: the slave's later acks may cover records that are not entries on the slave,
+so the master must not count them. A recovery add (RADD) is accepted on a fenced ledger.
+
+**LAC.** The master knows the exact LAC (the last add it acknowledged); a slave knows the
+largest LAC carried by the entries it holds. Either way a replica only answers a LAC whose
+entry it holds, so the length it reports with it is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import grpc
+
+from tidelog.errors import (
+    CorruptRecordError,
+    IncorrectParameterError,
+    InvalidArgumentError,
+    LedgerFencedError,
+    LedgerReadError,
+    NoSuchEntryError,
+    NotEnoughBookiesError,
+    OffsetBelowRetentionError,
+    UnauthorizedAccessError,
+)
+from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
+from tidelog.ledger.store import LedgerIndex, LedgerView, add_message, create_message
+from tidelog.proto import ledger_pb2 as pb
+from tidelog.proto import ledger_pb2_grpc as pb_grpc
+from tidelog.wire import require, rpc
+
+if TYPE_CHECKING:
+    from tidelog.broker.replica import Replica
+
+log = logging.getLogger(__name__)
+
+GAP_WAIT_S = 5.0          # how long an add beyond the next id waits for the ids before it
+MAX_READ_ENTRIES = 10_000
+DEFAULT_READ_BYTES = 4 << 20
+MAX_WAIT_MS = 60_000
+MAX_DIGEST_BYTES = 64
+
+
+@dataclass
+class _Pending:
+    """One appended add, so the next one can complete only after it."""
+
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    ok: bool = False
+
+
+@dataclass
+class _MasterLedger:
+    """The master's in-memory state of one ledger (rebuilt lazily after a promotion)."""
+
+    acked_lac: int = -1
+    fenced: asyncio.Event = field(default_factory=asyncio.Event)
+    appended: asyncio.Event = field(default_factory=asyncio.Event)
+    tail: _Pending | None = None
+
+
+class LedgerReplica:
+    """The ledger requests one broker serves, over its replica and commit log."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.index = LedgerIndex(replica.log)
+        self._master: dict[int, _MasterLedger] = {}
+        self._master_epoch = -1
+
+    @property
+    def broker_id(self) -> int:
+        return self.replica.broker_id
+
+    @property
+    def _ctx(self) -> str:
+        return self.replica.ctx
+
+    def _state(self, ledger_id: int) -> _MasterLedger:
+        master = self.replica.ha_master
+        epoch = master.epoch if master is not None else -1
+        if epoch != self._master_epoch:  # a new mastership starts from what the log says
+            self._master.clear()
+            self._master_epoch = epoch
+        st = self._master.get(ledger_id)
+        if st is None:
+            st = self._master[ledger_id] = _MasterLedger()
+            if self.index.is_fenced(ledger_id):
+                st.fenced.set()
+        return st
+
+    # --- checks ---------------------------------------------------------------------------
+
+    def _view(self, ledger_id: int, password: bytes, *, what: str) -> LedgerView:
+        view = self.index.view(ledger_id)
+        if view is None:
+            # Not "no such ledger": this replica may lag behind the CREATE record or have lost it
+            # to retention. It cannot check the password nor vouch for anything.
+            raise LedgerReadError(f"broker {self.broker_id} of {self.replica.cfg.broker_set} holds no CREATE "
+                                  f"record of ledger {ledger_id}; it cannot answer {what}",
+                                  ledger_id=ledger_id, broker_id=self.broker_id)
+        if hash_password(password) != view.metadata.password_hash:
+            raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}", ledger_id=ledger_id)
+        return view
+
+    def _fence_here(self, ledger_id: int) -> None:
+        if not self.index.fence(ledger_id):
+            return
+        if self.replica.ha_master is not None:
+            self._state(ledger_id).fenced.set()
+        slave = self.replica.ha_slave
+        if slave is not None:
+            slave.notify_fenced(ledger_id)
+
+    def on_fenced_by_slave(self, ledger_id: int) -> None:
+        """A slave fenced `ledger_id`: fence it here too, failing its pending adds (synchronous)."""
+        self.index.fence(ledger_id)
+        self._state(ledger_id).fenced.set()
+
+    def _lac(self, view: LedgerView) -> tuple[int, int]:
+        extra = -1
+        if self.replica.ha_master is not None:
+            st = self._master.get(view.ledger_id)
+            extra = st.acked_lac if st is not None and self._master_epoch == self.replica.ha_master.epoch else -1
+        return view.confirmed_point(extra)
+
+    # --- master: create and add -----------------------------------------------------------
+
+    async def create(self, metadata: bytes, ledger_id: int) -> None:
+        meta = LedgerMetadata.decode(metadata)
+        if meta.ledger_id != ledger_id:
+            raise IncorrectParameterError(f"the metadata is for ledger {meta.ledger_id}, not {ledger_id}")
+        if meta.state is not LedgerState.OPEN:
+            raise IncorrectParameterError(f"a ledger is created OPEN, not {meta.state}")
+        if meta.broker_set != self.replica.cfg.broker_set:
+            raise IncorrectParameterError(f"ledger {ledger_id} belongs to broker set {meta.broker_set}, "
+                                          f"this is {self.replica.cfg.broker_set}")
+        master = self.replica._require_master()
+        self.replica._check_lease()
+        view = self.index.view(ledger_id)
+        if view is not None:
+            if view.metadata.encode() != meta.encode():
+                raise IncorrectParameterError(f"ledger {ledger_id} was already created here with other metadata")
+            record = self.replica.log.read_at(view.create_offset)
+            end = view.create_offset + record.size
+        else:
+            placed = self.replica.log.append([create_message(meta)])
+            master.on_appended()
+            end = placed[-1].phys_offset + placed[-1].size
+        await self.replica.persist(master, end, max(1, len(master.ack_set)), fsync=True)
+        log.info("%s created ledger %d (AQ %d, replicas %s)", self._ctx, ledger_id, meta.ack_quorum,
+                 list(meta.replicas))
+
+    async def add(self, req: pb.AddRequest) -> list[int]:
+        ledger_id, entry_id = req.ledger_id, req.entry_id
+        data = req.data
+        if entry_id < 0 or req.lac < -1 or req.lac >= entry_id or req.length < len(data):
+            raise IncorrectParameterError(f"entry {entry_id}: need entry_id >= 0, -1 <= lac < entry_id and "
+                                          f"length >= the entry's size (got lac {req.lac}, length {req.length})")
+        if len(data) > self.replica.cfg.max_message_bytes - 1024:
+            raise IncorrectParameterError(f"an entry holds at most {self.replica.cfg.max_message_bytes - 1024} "
+                                          f"bytes, got {len(data)}")
+        if len(req.digest) > MAX_DIGEST_BYTES:
+            raise IncorrectParameterError(f"a digest has at most {MAX_DIGEST_BYTES} bytes")
+        master = self.replica._require_master()
+        self.replica._check_lease()
+        view = self._view(ledger_id, req.password, what="an add")
+        st = self._state(ledger_id)
+        if not req.recovery and st.fenced.is_set():
+            raise LedgerFencedError(f"ledger {ledger_id} is fenced: a recovery has taken it over",
+                                    ledger_id=ledger_id, entry_id=entry_id)
+        aq = view.metadata.ack_quorum
+        members = len(master.ack_set)
+        if members < aq:
+            raise NotEnoughBookiesError(f"ledger {ledger_id} needs {aq} replicas to acknowledge; the broker set's "
+                                        f"SyncStateSet has {members}", ack_quorum=aq, in_sync=members)
+        needed = max(aq, members)
+        digest = bytes(req.digest)
+        deadline = time.monotonic() + GAP_WAIT_S
+        append = True
+        while not req.recovery:
+            view = self.index.view(ledger_id) or view
+            existing = view.entries.get(entry_id)
+            if existing is not None:
+                if existing.digest != digest:
+                    raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} already holds other data")
+                end, append = existing.offset + existing.size, False
+                break
+            if entry_id == view.last_entry + 1:
+                break
+            if entry_id <= view.last_entry:
+                raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} is below the last entry "
+                                              f"{view.last_entry} and not held here")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} came before entry "
+                                              f"{view.last_entry + 1}; add entries in order")
+            waiter = st.appended = asyncio.Event() if st.appended.is_set() else st.appended
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.wait(), remaining)
+            if st.fenced.is_set():
+                raise LedgerFencedError(f"ledger {ledger_id} was fenced", ledger_id=ledger_id, entry_id=entry_id)
+        if append:
+            msg = add_message(ledger_id, entry_id, req.lac, req.length, digest, bytes(data), recovery=req.recovery)
+            placed = self.replica.log.append([msg])
+            master.on_appended()
+            end = placed[-1].phys_offset + placed[-1].size
+            self.index.refresh()
+            st.appended.set()
+        pending = _Pending()
+        prev = None
+        if append and not req.recovery:  # a retry of a held entry does not join the order chain
+            prev, st.tail = st.tail, pending
+        try:
+            await self._complete(master, st, end, needed, ledger_id, entry_id, prev, req.recovery)
+            pending.ok = True
+        finally:
+            pending.done.set()
+        if not req.recovery or entry_id > st.acked_lac:
+            st.acked_lac = max(st.acked_lac, entry_id)
+        self.replica._on_confirm(end)  # wake LAC long polls
+        return sorted(master.ack_set)
+
+    async def _complete(self, master: object, st: _MasterLedger, end: int, needed: int, ledger_id: int,
+                        entry_id: int, prev: _Pending | None, recovery: bool) -> None:
+        acked = asyncio.ensure_future(self.replica.persist(master, end, needed, fsync=True))  # type: ignore[arg-type]
+        if recovery:
+            await acked
+            return
+        fenced = asyncio.ensure_future(st.fenced.wait())
+        try:
+            await asyncio.wait({acked, fenced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            fenced.cancel()
+        # A fence seen at any point before completion fails the add: its outcome is then for the
+        # recovery to decide (rule W2), and the slave that fenced may not hold it as an entry.
+        if st.fenced.is_set():
+            acked.cancel()
+            with contextlib.suppress(BaseException):
+                await acked
+            raise LedgerFencedError(f"entry {entry_id}: ledger {ledger_id} was fenced by a recovery before the "
+                                    f"entry was acknowledged; whether it exists is for the recovery to decide",
+                                    ledger_id=ledger_id, entry_id=entry_id)
+        await acked
+        if prev is not None:
+            await prev.done.wait()
+            if not prev.ok:
+                raise LedgerFencedError(f"entry {entry_id}: an earlier entry of ledger {ledger_id} failed, so this "
+                                        f"one cannot be acknowledged in order", ledger_id=ledger_id,
+                                        entry_id=entry_id) if st.fenced.is_set() else IncorrectParameterError(
+                    f"entry {entry_id}: entry {entry_id - 1} of ledger {ledger_id} failed; retry from it",
+                    ledger_id=ledger_id, entry_id=entry_id)
+        if st.fenced.is_set():
+            raise LedgerFencedError(f"entry {entry_id}: ledger {ledger_id} was fenced", ledger_id=ledger_id,
+                                    entry_id=entry_id)
+
+    # --- every replica: fence, read, LAC --------------------------------------------------
+
+    def fence(self, ledger_id: int, password: bytes) -> tuple[int, int]:
+        view = self._view(ledger_id, password, what="a fence")
+        self._fence_here(ledger_id)
+        return self._lac(view)
+
+    def read(self, ledger_id: int, password: bytes, first: int, last: int, fence: bool,
+             max_bytes: int) -> tuple[list[pb.Entry], int]:
+        if first < 0 or last < first:
+            raise IncorrectParameterError(f"read {first}..{last}: need 0 <= first <= last")
+        if last - first >= MAX_READ_ENTRIES:
+            last = first + MAX_READ_ENTRIES - 1
+        view = self._view(ledger_id, password, what="a read")
+        if fence:
+            self._fence_here(ledger_id)
+            view = self.index.view(ledger_id) or view
+        budget = max_bytes or DEFAULT_READ_BYTES
+        out: list[pb.Entry] = []
+        for entry_id in range(first, last + 1):
+            ent = view.entries.get(entry_id)
+            if ent is None:
+                if out:
+                    break
+                if self.index.knows_whole_life(view):
+                    raise NoSuchEntryError(f"broker {self.broker_id} never had entry {entry_id} of ledger {ledger_id}",
+                                           ledger_id=ledger_id, entry_id=entry_id, broker_id=self.broker_id)
+                raise LedgerReadError(f"broker {self.broker_id} no longer holds the start of ledger {ledger_id} "
+                                      f"(retention); it cannot tell whether entry {entry_id} existed",
+                                      ledger_id=ledger_id, entry_id=entry_id)
+            if out and ent.size > budget:
+                break
+            try:
+                data = self.index.read_entry(ent)
+            except (CorruptRecordError, OffsetBelowRetentionError, InvalidArgumentError) as exc:
+                if out:
+                    break
+                raise LedgerReadError(f"broker {self.broker_id} cannot read entry {entry_id} of ledger "
+                                      f"{ledger_id}: {exc.message}", ledger_id=ledger_id, entry_id=entry_id) from None
+            budget -= ent.size
+            out.append(pb.Entry(entry_id=entry_id, lac=ent.lac, length=ent.length, digest=ent.digest, data=data))
+        return out, self._lac(view)[0]
+
+    async def lac(self, ledger_id: int, password: bytes, previous: int, wait_ms: int) -> tuple[int, int, bool]:
+        view = self._view(ledger_id, password, what="a LAC read")
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            event = self.replica._confirmed
+            view = self.index.view(ledger_id) or view
+            lac, length = self._lac(view)
+            remaining = deadline - time.monotonic()
+            if lac > previous or remaining <= 0:
+                return lac, length, self.index.is_fenced(ledger_id)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+
+
+class LedgerService(pb_grpc.LedgerServicer):
+    """gRPC shell: validates each request and answers typed errors (tidelog.wire convention)."""
+
+    def __init__(self, ledgers: LedgerReplica) -> None:
+        self.ledgers = ledgers
+
+    @rpc
+    async def Create(self, request: pb.CreateRequest, context: grpc.aio.ServicerContext) -> pb.CreateReply:
+        require(bool(request.metadata), "metadata must not be empty")
+        await self.ledgers.create(request.metadata, request.ledger_id)
+        return pb.CreateReply(broker_id=self.ledgers.broker_id)
+
+    @rpc
+    async def Add(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddReply:
+        replicas = await self.ledgers.add(request)
+        return pb.AddReply(entry_id=request.entry_id, replicas=replicas, broker_id=self.ledgers.broker_id)
+
+    @rpc
+    async def Fence(self, request: pb.FenceRequest, context: grpc.aio.ServicerContext) -> pb.FenceReply:
+        lac, length = self.ledgers.fence(request.ledger_id, request.password)
+        return pb.FenceReply(lac=lac, length=length, broker_id=self.ledgers.broker_id)
+
+    @rpc
+    async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadReply:
+        entries, lac = self.ledgers.read(request.ledger_id, request.password, request.first, request.last,
+                                         request.fence, request.max_bytes)
+        return pb.ReadReply(entries=entries, lac=lac, broker_id=self.ledgers.broker_id)
+
+    @rpc
+    async def Lac(self, request: pb.LacRequest, context: grpc.aio.ServicerContext) -> pb.LacReply:
+        require(request.wait_ms <= MAX_WAIT_MS, f"wait_ms is at most {MAX_WAIT_MS}")
+        require(request.previous >= -1, "previous is -1 or an entry id")
+        lac, length, fenced = await self.ledgers.lac(request.ledger_id, request.password, request.previous,
+                                                     request.wait_ms)
+        return pb.LacReply(lac=lac, length=length, fenced=fenced, broker_id=self.ledgers.broker_id,
+                           is_master=self.ledgers.replica.ha_master is not None)

@@ -1,0 +1,229 @@
+"""A replica's own view of its ledgers: the index of ledger records in its commit log, and its fences.
+
+Theory of operation
+-------------------
+Ledger data are ordinary records of the broker set's commit log, in the reserved topic
+`%LEDGER%` (queue 0), so they replicate, survive failover and are truncated by fork repair like
+every other record. Three kinds (property `k`):
+
+- CREATE (`c`): the ledger's metadata (JSON) as the master received it at creation. A replica
+  that holds it knows the ledger's password hash and ack quorum, and knows its log covers the
+  ledger's whole life: entries always come after their CREATE in the log.
+- ADD (`a`): an entry from the writer, with the writer's LAC and the cumulative length at write
+  time and the writer's digest (properties `l`, `e`, `lac`, `len`, `d`); the body is the data.
+- RADD (`r`): the same for an entry written again by a recovery.
+
+**Fences.** A replica fences a ledger by recording, durably and before it answers, the offset its
+log ended at: the *fence offset* F, kept in `ledger-fences.json` beside the commit log (a slave's
+log is a byte copy of its master's, so it cannot hold a record of its own). The rule that makes
+fencing hold on a physical log (`entry_visible`): an ADD at or beyond F reached this replica after
+the fence and is **not an entry here**; RADDs always are. This is BookKeeper's "a fenced bookie
+refuses the writer's adds", without refusing bytes of the replication stream. F only goes down:
+a truncation below it lowers it (before the records go, through the commit log's truncate
+listener), and so does reopening a log whose unflushed tail was lost; otherwise records that
+arrive later at the same offsets would count as written before the fence.
+
+**What a replica knows.** An entry is *absent* here (no-such-entry) only if this replica holds
+the ledger's CREATE record, retention has not removed it, and no visible record of the entry
+exists. Everything else it cannot tell (no CREATE yet, below retention, unreadable) is an error,
+never an absence: that is what keeps recovery from closing a ledger short (RULES.md R6).
+
+The index is folded lazily from the `%LEDGER%` consume queue (which is itself persisted and
+rebuilt after a crash like every consume queue), up to the end of the log, confirmed or not:
+recovery must see what a replica holds, and the readers' limit is the LAC, not the offset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+from tidelog.commitlog import CommitLog, Message, StoredMessage
+from tidelog.commitlog.epochs import atomic_write
+from tidelog.errors import CorruptRecordError, OffsetBelowRetentionError, TidelogError
+from tidelog.ledger.metadata import LedgerMetadata
+
+log = logging.getLogger(__name__)
+
+LEDGER_TOPIC = "%LEDGER%"
+FLAG_LEDGER = 2
+KIND_CREATE = "c"
+KIND_ADD = "a"
+KIND_RECOVERY_ADD = "r"
+FENCES_FILE = "ledger-fences.json"
+
+__all__ = [
+    "FENCES_FILE",
+    "LEDGER_TOPIC",
+    "IndexedEntry",
+    "LedgerIndex",
+    "LedgerView",
+    "add_message",
+    "create_message",
+    "entry_visible",
+]
+
+
+def create_message(meta: LedgerMetadata) -> Message:
+    return Message(LEDGER_TOPIC, 0, meta.encode(), properties={"k": KIND_CREATE, "l": str(meta.ledger_id)},
+                   flags=FLAG_LEDGER)
+
+
+def add_message(ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes, data: bytes, *,
+                recovery: bool) -> Message:
+    return Message(LEDGER_TOPIC, 0, data, flags=FLAG_LEDGER, properties={
+        "k": KIND_RECOVERY_ADD if recovery else KIND_ADD, "l": str(ledger_id), "e": str(entry_id),
+        "lac": str(lac), "len": str(length), "d": digest.hex()})
+
+
+def entry_visible(kind: str, offset: int, fence_offset: int | None) -> bool:
+    """Whether a record is an entry on this replica: a writer's add only if it arrived before the fence."""
+    return kind == KIND_RECOVERY_ADD or fence_offset is None or offset < fence_offset
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedEntry:
+    offset: int
+    size: int
+    lac: int
+    length: int
+    digest: bytes
+
+
+@dataclass
+class LedgerView:
+    """What this replica's log says about one ledger."""
+
+    ledger_id: int
+    create_offset: int
+    metadata: LedgerMetadata  # as created (state OPEN): password hash, quorums, replicas
+    entries: dict[int, IndexedEntry] = field(default_factory=dict)
+    carried_lac: int = -1     # the largest LAC a visible entry carries
+    last_entry: int = -1      # the largest visible entry id
+
+    def confirmed_point(self, extra_lac: int = -1) -> tuple[int, int]:
+        """(LAC, length through it) this replica can vouch for.
+
+        Every entry up to a carried (or, on the master, acknowledged) LAC was acknowledged, so
+        any visible entry at or below it is too; answering the largest one held here keeps the
+        length exact rather than guessed."""
+        lac = max(self.carried_lac, extra_lac)
+        best = -1
+        for e in range(min(lac, self.last_entry), -1, -1):
+            if e in self.entries:
+                best = e
+                break
+        return best, (self.entries[best].length if best >= 0 else 0)
+
+
+class LedgerIndex:
+    """One replica's ledger index and fences, over its commit log."""
+
+    def __init__(self, commitlog: CommitLog) -> None:
+        self.log = commitlog
+        self._path = os.path.join(commitlog.directory, FENCES_FILE)
+        self._fences: dict[int, int] = self._load_fences()
+        self._views: dict[int, LedgerView] = {}
+        self._applied = 0  # next queue offset of %LEDGER%/0 to fold in
+        commitlog.truncate_listeners.append(self._on_truncate)
+        # A crash can lose an unflushed tail that a fence offset was taken beyond.
+        end = commitlog.max_offset
+        if any(f > end for f in self._fences.values()):
+            self._fences = {lid: min(f, end) for lid, f in self._fences.items()}
+            self._save_fences()
+
+    # --- fences ---------------------------------------------------------------------------
+
+    def _load_fences(self) -> dict[int, int]:
+        try:
+            with open(self._path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return {}
+        try:
+            doc = json.loads(raw)
+            return {int(k): int(v) for k, v in doc["fences"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # Forgetting fences could let a deposed writer's adds count again: refuse to start.
+            raise CorruptRecordError(self._path, 0, f"unreadable ledger fences file: {exc}") from None
+
+    def _save_fences(self) -> None:
+        doc = {"fences": {str(k): v for k, v in sorted(self._fences.items())}}
+        atomic_write(self._path, json.dumps(doc, separators=(",", ":")).encode())
+
+    def fence(self, ledger_id: int) -> bool:
+        """Fence `ledger_id` here, durably, at the current end of the log; False if it already was."""
+        if ledger_id in self._fences:
+            return False
+        self._fences[ledger_id] = self.log.max_offset
+        self._save_fences()
+        log.info("fenced ledger %d at offset %d in %s", ledger_id, self._fences[ledger_id], self.log.directory)
+        return True
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        return ledger_id in self._fences
+
+    def fenced_ledgers(self) -> list[int]:
+        return sorted(self._fences)
+
+    def _on_truncate(self, cut: int) -> None:
+        lowered = {lid: min(f, cut) for lid, f in self._fences.items()}
+        if lowered != self._fences:
+            self._fences = lowered
+            self._save_fences()
+        self._views.clear()
+        self._applied = 0
+
+    # --- the index ------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Fold in every %LEDGER% record appended since the last call."""
+        while True:
+            try:
+                batch = self.log.read(LEDGER_TOPIC, 0, self._applied, 256, confirmed_only=False)
+            except OffsetBelowRetentionError as exc:
+                self._applied = max(exc.min_offset, self._applied + 1)
+                continue
+            if not batch:
+                return
+            for m in batch:
+                self._apply(m)
+            self._applied = batch[-1].queue_offset + 1
+
+    def _apply(self, m: StoredMessage) -> None:
+        props = m.properties
+        try:
+            kind = props["k"]
+            ledger_id = int(props["l"])
+            if kind == KIND_CREATE:
+                if ledger_id not in self._views:
+                    meta = LedgerMetadata.decode(m.body)
+                    self._views[ledger_id] = LedgerView(ledger_id, m.phys_offset, meta)
+                return
+            entry_id, lac, length = int(props["e"]), int(props["lac"]), int(props["len"])
+            digest = bytes.fromhex(props["d"])
+        except (KeyError, ValueError, TidelogError) as exc:
+            log.error("ignoring a malformed ledger record at offset %d: %s", m.phys_offset, exc)
+            return
+        view = self._views.get(ledger_id)
+        if view is None or entry_id in view.entries:
+            return  # no CREATE here (below retention): unknown ledger; or a duplicate of a held entry
+        if not entry_visible(kind, m.phys_offset, self._fences.get(ledger_id)):
+            return
+        view.entries[entry_id] = IndexedEntry(m.phys_offset, m.size, lac, length, digest)
+        view.carried_lac = max(view.carried_lac, lac)
+        view.last_entry = max(view.last_entry, entry_id)
+
+    def view(self, ledger_id: int) -> LedgerView | None:
+        self.refresh()
+        return self._views.get(ledger_id)
+
+    def knows_whole_life(self, view: LedgerView) -> bool:
+        """True when this replica can say "never had it" for entries of the ledger."""
+        return view.create_offset >= self.log.min_offset
+
+    def read_entry(self, entry: IndexedEntry) -> bytes:
+        """The data of an indexed entry (CRC-checked by the commit log)."""
+        return self.log.read_at(entry.offset).body
