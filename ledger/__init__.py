@@ -31,6 +31,7 @@ from tidelog.errors import (
     NoSuchEntryError,
     NoSuchLedgerExistsError,
     NotEnoughBookiesError,
+    SegmentedLogOwnershipLostError,
     UnauthorizedAccessError,
 )
 from tidelog.ledger.metadata import (
@@ -69,6 +70,7 @@ from tidelog.ledger.recovery import (
     fencing_quorum,
     negative_quorum,
 )
+from tidelog.ledger.segmented import AsyncSegmentedLog, Position, RollPolicy, SegmentedLog, SegmentedLogRecord
 
 __all__ = [
     "RECOVERY_TRANSITIONS",
@@ -116,4 +118,10 @@ __all__ = [
     "hash_password",
     "negative_quorum",
     "new_ledger_metadata",
+    "AsyncSegmentedLog",
+    "Position",
+    "RollPolicy",
+    "SegmentedLog",
+    "SegmentedLogOwnershipLostError",
+    "SegmentedLogRecord",
 ]

@@ -617,3 +617,16 @@ class UnauthorizedAccessError(TidelogError):
     status = "PERMISSION_DENIED"
     number = -102
     hint = "open the ledger with the password it was created with"
+
+
+# --- segmented log ------------------------------------------------------------------------
+
+
+@_register
+class SegmentedLogOwnershipLostError(TidelogError):
+    """Another owner acquired this segmented log (or its ledger was recovered); this owner may no longer append."""
+
+    code = "SEGMENTED_LOG_OWNERSHIP_LOST"
+    status = "FAILED_PRECONDITION"
+    hint = ("the failed append's outcome is unknown: read the log to learn whether it is there; "
+            "acquire the log again to keep appending")
