@@ -20,7 +20,7 @@ import asyncio
 import functools
 import threading
 from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog.client.aio import (
     AsyncAdmin,
@@ -32,6 +32,9 @@ from tidelog.client.aio import (
     OutMessage,
     Receipt,
 )
+
+if TYPE_CHECKING:
+    from tidelog.ledger.client import Ledgers
 
 T = TypeVar("T")
 
@@ -125,6 +128,12 @@ class Client:
 
     def admin(self) -> Admin:
         return Admin(self._loop, self.aio.admin())
+
+    def ledgers(self, **kw: Any) -> Ledgers:
+        """The ledger API, blocking (`tidelog.ledger.client.Ledgers`)."""
+        from tidelog.ledger.client import Ledgers  # the ledger package builds on this one
+
+        return Ledgers(self._loop, self.aio.ledgers(**kw))
 
     def close(self) -> None:
         try:

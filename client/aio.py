@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -49,7 +49,11 @@ from tidelog.errors import (
 )
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
+from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 from tidelog.wire import error_from_rpc
+
+if TYPE_CHECKING:
+    from tidelog.ledger.client import AsyncLedgers
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +114,7 @@ class AsyncClient:
         self.route_ttl = route_ttl
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._channels: dict[str, tuple[grpc.aio.Channel, bpb_grpc.BrokerStub]] = {}
+        self._ledger_stubs: dict[str, Any] = {}
 
     # --- plumbing ---
 
@@ -120,6 +125,14 @@ class AsyncClient:
                                                                   ("grpc.max_send_message_length", 64 << 20)])
             entry = self._channels[address] = (channel, bpb_grpc.BrokerStub(channel))
         return entry[1]
+
+    def ledger_stub(self, address: str) -> Any:
+        """A stub of the Ledger service, which every broker serves beside Broker on one channel."""
+        stub = self._ledger_stubs.get(address)
+        if stub is None:
+            self._stub(address)  # opens (or reuses) the channel to this broker
+            stub = self._ledger_stubs[address] = lpb_grpc.LedgerStub(self._channels[address][0])
+        return stub
 
     async def call_broker(self, address: str, method: str, request: Any, timeout: float | None = None) -> Any:
         try:
@@ -148,6 +161,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
+        self._ledger_stubs = {}
         for channel, _ in channels:
             await channel.close()
         await self.controller.close()
@@ -171,6 +185,12 @@ class AsyncClient:
 
     def admin(self) -> AsyncAdmin:
         return AsyncAdmin(self)
+
+    def ledgers(self, **kw: Any) -> AsyncLedgers:
+        """The ledger API (`tidelog.ledger.client.AsyncLedgers`) on this client's connections."""
+        from tidelog.ledger.client import AsyncLedgers  # the ledger package builds on this module
+
+        return AsyncLedgers(self, **kw)
 
     # --- reads shared by consumer and reader ---
 

@@ -12,6 +12,9 @@ This package is built as a pure core and a thin shell (DESIGN.md, "Pure cores, t
 - `metadata`: the metadata record and its JSON encoding, creation checks, the state table.
 - `recovery`: fencing and recovery decisions (`FenceTracker`, `EntryRecoveryTracker`, the
   `Recovery` state machine that hands back actions), and the writer's add rules.
+- `digest`: the per-entry digests writers compute and readers check.
+- `client`: the API (`AsyncLedgers`, reached from `AsyncClient.ledgers()` / `Client.ledgers()`),
+  the I/O shell that drives the cores above. Its use is described in `API.md`.
 
 The I/O shell (gRPC calls to the replicas, the controller CAS, timeouts) drives these objects
 and never decides anything itself. The rules, numbered, and where we differ from BookKeeper's
@@ -34,6 +37,17 @@ from tidelog.errors import (
     SegmentedLogOwnershipLostError,
     UnauthorizedAccessError,
 )
+from tidelog.ledger.client import (
+    MAX_ENTRY_BYTES,
+    AsyncLedgers,
+    AsyncReadHandle,
+    AsyncWriteHandle,
+    LedgerEntry,
+    Ledgers,
+    ReadHandle,
+    WriteHandle,
+)
+from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import (
     STATE_CHANGES,
     TRANSITIONS,
@@ -73,10 +87,15 @@ from tidelog.ledger.recovery import (
 from tidelog.ledger.segmented import AsyncSegmentedLog, Position, RollPolicy, SegmentedLog, SegmentedLogRecord
 
 __all__ = [
+    "MAX_ENTRY_BYTES",
     "RECOVERY_TRANSITIONS",
     "STATE_CHANGES",
     "TRANSITIONS",
+    "AsyncLedgers",
+    "AsyncReadHandle",
+    "AsyncWriteHandle",
     "CloseLedger",
+    "Digester",
     "DigestMatchError",
     "DigestType",
     "EntryDecision",
@@ -86,6 +105,7 @@ __all__ = [
     "IllegalOpError",
     "IncorrectParameterError",
     "LedgerClosedError",
+    "LedgerEntry",
     "LedgerEvent",
     "LedgerFencedError",
     "LedgerMetadata",
@@ -93,6 +113,7 @@ __all__ = [
     "LedgerRecoveryError",
     "LedgerState",
     "LedgerTimeoutError",
+    "Ledgers",
     "MarkInRecovery",
     "MetadataVersionError",
     "NoSuchEntryError",
@@ -100,6 +121,7 @@ __all__ = [
     "NotEnoughBookiesError",
     "Outcome",
     "ReadEntry",
+    "ReadHandle",
     "ReadOutcome",
     "Recovery",
     "RecoveryProtocolError",
@@ -108,6 +130,7 @@ __all__ = [
     "RewriteEntry",
     "SendFence",
     "UnauthorizedAccessError",
+    "WriteHandle",
     "WriterLedger",
     "advance_lac",
     "apply_transition",
