@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install run test lint proto bench clean
+.PHONY: install spark run test lint proto bench bench-spark clean
 
 $(STAMP): pyproject.toml
 	@# Debian ships venv separately (python3-venv); install it when we can rather than fail.
@@ -16,13 +17,29 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The Spark extra (pyspark, pyarrow: ~0.7 GB) and a JVM, for the Spark tests and jobs; `make run` does without.
+$(SPARK_STAMP): $(STAMP)
+	@# Spark 4 runs on Java 17 or 21. Install Debian's when we can rather than fail.
+	@java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless || \
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-21-jre-headless; }; \
+		fi; \
+		java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || { \
+			echo "Spark needs Java 17 or 21 as 'java' on PATH (Debian: apt-get install openjdk-17-jre-headless)" >&2; \
+			exit 1; }; }
+	$(BIN)/pip install -q -e '.[dev,spark]'
+	touch $(SPARK_STAMP)
+
+spark: $(SPARK_STAMP)
+
 run: install
 	$(BIN)/tide demo
 
 lint: install
 	$(BIN)/ruff check .
 
-test: install lint
+test: install spark lint
 	$(BIN)/pytest -q
 
 proto: install
@@ -32,6 +49,9 @@ proto: install
 
 bench: install
 	$(BIN)/python -m bench.commitlog
+
+bench-spark: spark
+	$(BIN)/python -m bench.spark_read
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

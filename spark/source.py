@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from tidelog.errors import InvalidArgumentError
@@ -96,12 +101,17 @@ class TidelogBatchReader(_Reading, DataSourceReader):
         return parts
 
 
-class TidelogStreamReader(_Reading, DataSourceStreamReader):
-    """Offsets are `{"topic": {"broker-a:0": next offset}}`; each micro-batch ends at confirmed offsets."""
+class TidelogStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are `{"topic": {"broker-a:0": next offset}}`; each micro-batch ends at confirmed offsets.
+
+    Spark keeps one instance of this class per running query for the calls below (in one worker
+    process); `read()` runs on other, pickled copies, so nothing set here reaches it.
+    """
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         _Reading.__init__(self, options, schema, streaming=True)
         self._replicas: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._target: list[plan.QueueState] | None = None  # availableNow: the offsets to stop at
 
     def _view(self) -> fetch.ClusterView:
         o = self.opts
@@ -126,8 +136,16 @@ class TidelogStreamReader(_Reading, DataSourceStreamReader):
         n = self.opts.max_offsets_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Fix the end now, so that the query ends even while producers keep writing, and still
+        # splits the backlog into micro-batches of maxOffsetsPerTrigger.
+        self._target = self._view().states
+        log.info("tidelog stream of %s reads until %s (availableNow)", ",".join(self.opts.topics),
+                 plan.offsets_to_json({s.qid: s.confirmed for s in self._target}))
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[override]
-        current, latest = plan.next_offsets(plan.offsets_from_json(start, what="start offset"), self._view().states)
+        states = self._target if self._target is not None else self._view().states
+        current, latest = plan.next_offsets(plan.offsets_from_json(start, what="start offset"), states)
         # Only the engine's limit counts: under availableNow it passes ReadAllAvailable to fix the
         # target, and capping that with the option would end the query early with data unread.
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
