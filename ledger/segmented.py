@@ -447,7 +447,8 @@ class AsyncSegmentedLog:
         """The log's record as stored now (MetadataNotFoundError if the log was never acquired)."""
         rec = await self._get_record()
         if rec is None:
-            raise MetadataNotFoundError(f"no segmented log named {self.name!r}", key=self.key)
+            raise MetadataNotFoundError(f"no segmented log named {self.name!r}", key=self.key,
+                                        hint="a log exists once an owner acquired it; check the name")
         return rec
 
     async def _get_record(self) -> SegmentedLogRecord | None:

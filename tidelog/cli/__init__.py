@@ -16,7 +16,7 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from tidelog.cli import admin, broker, cluster, controller, data, demo
+    from tidelog.cli import admin, broker, cluster, controller, data, demo, ledger
 
     cli.add_command(demo.demo)
     cli.add_command(controller.controller)
@@ -28,6 +28,7 @@ def _register_commands() -> None:
     cli.add_command(data.produce)
     cli.add_command(data.consume)
     cli.add_command(data.group)
+    cli.add_command(ledger.ledger)
 
 
 def main() -> None:
