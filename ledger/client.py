@@ -616,17 +616,30 @@ class AsyncWriteHandle:
         return add.future
 
     async def _send(self, add: _PendingAdd) -> None:
-        try:
-            reply = await self._ledgers.call_master(
-                self._meta.broker_set, "Add", add.request, deadline=time.monotonic() + self._ledgers.add_timeout,
-                what=f"add of ledger {self.ledger_id} entry {add.entry_id}")
-        except LedgerFencedError:
-            self._on_fenced(add.entry_id)
+        deadline = time.monotonic() + self._ledgers.add_timeout
+        while True:
+            try:
+                reply = await self._ledgers.call_master(
+                    self._meta.broker_set, "Add", add.request, deadline=deadline,
+                    what=f"add of ledger {self.ledger_id} entry {add.entry_id}")
+            except LedgerFencedError:
+                self._on_fenced(add.entry_id)
+                return
+            except TidelogError as err:
+                # The master completes adds in id order and refuses this one when an earlier one
+                # failed there; if that earlier one is still being retried here, wait for it and
+                # send this one again (its id stays the same), rather than fail the handle.
+                earlier = [a.future for e, a in self._pending.items() if e < add.entry_id and not a.future.done()]
+                if earlier and time.monotonic() < deadline:
+                    await asyncio.wait(earlier, timeout=deadline - time.monotonic())
+                    if add.future.done():
+                        return  # an earlier add failed for good, and this one with it
+                    if not any(f.done() and not f.cancelled() and f.exception() is not None for f in earlier):
+                        continue
+                self._on_failed(add.entry_id, err)
+                return
+            self._on_added(add.entry_id, reply)
             return
-        except TidelogError as err:
-            self._on_failed(add.entry_id, err)
-            return
-        self._on_added(add.entry_id, reply)
 
     def _on_added(self, entry_id: int, reply: lpb.AddReply) -> None:
         if self._core.closed or entry_id not in self._pending:
