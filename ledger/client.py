@@ -840,8 +840,10 @@ class AsyncReadHandle:
                 return err
         if errors and all(isinstance(e, NoSuchEntryError) for e in errors.values()):
             return NoSuchEntryError(f"no replica of ledger {self.ledger_id} has entry {entry_id}", entry_id=entry_id)
-        if len(errors) == 1:
-            return next(iter(errors.values()))
+        # as in BookKeeper, a real answer outweighs an unreachable replica
+        real = [e for e in errors.values() if not isinstance(e, UnavailableError)] or list(errors.values())
+        if real and all(type(e) is type(real[0]) for e in real):
+            return real[0]
         detail = {r: str(e) for r, e in sorted(errors.items())} or "no replica is known"
         return LedgerReadError(f"ledger {self.ledger_id} entry {entry_id}: no replica could serve it: {detail}",
                                entry_id=entry_id)
