@@ -388,9 +388,10 @@ def budget(start: Mapping[QueueId, int], latest: Mapping[QueueId, int], limit: i
     shares = {}
     remainders = []
     for q in sorted(lags):
-        exact = lags[q] * limit / total
-        shares[q] = int(exact)
-        remainders.append((-(exact - int(exact)), q))
+        # Integer arithmetic: offsets go up to 2**63 and floats would round shares past a backlog.
+        share, rest = divmod(lags[q] * limit, total)
+        shares[q] = share
+        remainders.append((-rest, q))
     left = limit - sum(shares.values())
     for _, q in sorted(remainders)[:left]:
         shares[q] += 1
