@@ -39,6 +39,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import re
 import socket
 import time
@@ -530,7 +531,7 @@ class AsyncSegmentedLog:
             if self.is_owner:
                 return await self.record()
             await self._drop_writer()
-            for _ in range(self._max_acquire_attempts):
+            for attempt in range(self._max_acquire_attempts):
                 current = await self._get_record()
                 if current is not None and current.last_ledger is not None:
                     await self._seal(current.last_ledger)
@@ -544,6 +545,9 @@ class AsyncSegmentedLog:
                 if not won:
                     log.info("segmented log %s: another owner changed the record; acquiring again", self.name)
                     await self._discard_ledger(handle)
+                    # every attempt fences the ledger it finds last; two acquirers retrying in step
+                    # would fence each other's fresh ledgers over and over: back off, with jitter
+                    await asyncio.sleep(random.uniform(0.05, 0.05 * 2 ** min(attempt, 4)))
                     continue
                 self._start_ledger(handle)
                 self._generation = new.generation
