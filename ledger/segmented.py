@@ -411,7 +411,8 @@ class AsyncSegmentedLog:
     def __init__(self, client: AsyncClient, name: str, *, password: bytes = b"",
                  ensemble_size: int | None = None, ack_quorum: int | None = None, digest: str = "crc32c",
                  roll: RollPolicy | None = None, owner: str | None = None, broker_set: str | None = None,
-                 clock: Any = time.monotonic, max_acquire_attempts: int = 20, cached_readers: int = 8) -> None:
+                 clock: Any = time.monotonic, max_acquire_attempts: int = 20, acquire_backoff_s: float = 0.05,
+                 cached_readers: int = 8) -> None:
         if not isinstance(password, bytes):
             raise IncorrectParameterError("a segmented log's password is bytes (empty is allowed)")
         self.name = check_log_name(name)
@@ -427,6 +428,7 @@ class AsyncSegmentedLog:
         self.owner = owner or default_owner()
         self._clock = clock
         self._max_acquire_attempts = max_acquire_attempts
+        self._acquire_backoff_s = acquire_backoff_s
         self._lock = asyncio.Lock()
         # owner state
         self._writer: Any = None            # the current ledger's write handle
@@ -547,7 +549,8 @@ class AsyncSegmentedLog:
                     await self._discard_ledger(handle)
                     # every attempt fences the ledger it finds last; two acquirers retrying in step
                     # would fence each other's fresh ledgers over and over: back off, with jitter
-                    await asyncio.sleep(random.uniform(0.05, 0.05 * 2 ** min(attempt, 4)))
+                    b = self._acquire_backoff_s
+                    await asyncio.sleep(random.uniform(b, b * 2 ** min(attempt, 4)))
                     continue
                 self._start_ledger(handle)
                 self._generation = new.generation

@@ -479,6 +479,7 @@ class FakeClient:
 
 def seglog(cluster, owner, **kw):
     kw.setdefault("ensemble_size", 2)
+    kw.setdefault("acquire_backoff_s", 0.0)
     return AsyncSegmentedLog(cluster.client(), "log", password=b"pw", owner=owner, **kw)
 
 
