@@ -503,20 +503,25 @@ class CommitLog:
 
     # ------------------------------------------------------------------ flushing
 
-    def _request_flush(self, offset: int) -> None:
-        if self.flush_mode == "sync":
+    def _request_flush(self, offset: int, *, force: bool = False) -> None:
+        if force or self.flush_mode == "sync":
             with self._cond:
                 if offset > self._flush_requested:
                     self._flush_requested = offset
                     self._cond.notify()
 
-    async def flushed(self, offset: int) -> int:
-        """Wait until fdatasync covers every byte below `offset`; returns the flushed offset."""
+    async def flushed(self, offset: int, *, now: bool = False) -> int:
+        """Wait until fdatasync covers every byte below `offset`; returns the flushed offset.
+
+        `now` asks the flusher to flush at once even in async mode (a write that must be durable
+        before it is acknowledged, whatever the log's flush setting: ledger entries)."""
         if offset <= self._flushed:
             return self._flushed
         self._check_open()
         if offset > self._max:
             raise InvalidArgumentError(f"offset {offset} is beyond the max offset {self._max}")
+        if now:
+            self._request_flush(offset, force=True)
         return await self._waiters.wait(offset)
 
     def flush(self) -> int:
