@@ -531,7 +531,10 @@ class AsyncSegmentedLog:
         """
         async with self._lock:
             if self.is_owner:
-                return await self.record()
+                current = await self._get_record()
+                if current is not None and (current.owner, current.generation) == (self.owner, self._generation):
+                    return current
+                # the record names someone else: ownership was taken over; acquire it back
             await self._drop_writer()
             for attempt in range(self._max_acquire_attempts):
                 current = await self._get_record()
