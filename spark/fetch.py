@@ -65,30 +65,43 @@ class ClusterView:
 async def cluster_view(client: AsyncClient, topics: Sequence[str], *, timeout: float = 30.0) -> ClusterView:
     """Offsets (min, confirmed) of every queue of `topics`, retried through a failover.
 
-    A master that just died, or a broker that has not learned a new topic yet, answers with an
-    error for a few seconds; planning waits that out (up to `timeout`) instead of failing a job.
+    A master that just died, or a broker that has not learned a new topic yet (brokers learn
+    topics from their next heartbeat), answers with an error for a few seconds; planning waits
+    that out (up to `timeout`) instead of failing a job. The controller saying that a topic does
+    not exist is final.
     """
     deadline = time.monotonic() + timeout
     refresh = False
     while True:
-        try:
-            states: list[QueueState] = []
-            replicas: dict[tuple[str, str], tuple[str, ...]] = {}
-            for topic in topics:
-                route = await client.route(topic, refresh=refresh)
-                pairs = [(bs, q) for bs in route.broker_sets for q in range(bs.queues)]
-                offsets = await asyncio.gather(*(client.queue_offsets(bs, topic, q) for bs, q in pairs))
-                for (bs, q), o in zip(pairs, offsets, strict=True):
-                    states.append(QueueState(topic, bs.name, q, int(o.min), int(o.confirmed)))
-                for bs in route.broker_sets:
-                    replicas[(topic, bs.name)] = tuple(bs.read_addresses())
-            return ClusterView(states, replicas)
-        except _REPLICA_ERRORS as exc:
-            if time.monotonic() >= deadline:
-                raise
-            log.info("queue offsets of %s not available yet (%s); retrying", ",".join(topics), exc)
-            refresh = True
-            await asyncio.sleep(0.2)
+        routes = {}
+        for topic in topics:
+            try:
+                routes[topic] = await client.route(topic, refresh=refresh)
+            except UnavailableError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.2)
+                break
+            if not routes[topic].broker_sets:
+                raise TopicNotFoundError(f"topic {topic!r} has no queues")
+        else:
+            try:
+                states: list[QueueState] = []
+                replicas: dict[tuple[str, str], tuple[str, ...]] = {}
+                for topic, route in routes.items():
+                    pairs = [(bs, q) for bs in route.broker_sets for q in range(bs.queues)]
+                    offsets = await asyncio.gather(*(client.queue_offsets(bs, topic, q) for bs, q in pairs))
+                    for (bs, q), o in zip(pairs, offsets, strict=True):
+                        states.append(QueueState(topic, bs.name, q, int(o.min), int(o.confirmed)))
+                    for bs in route.broker_sets:
+                        replicas[(topic, bs.name)] = tuple(bs.read_addresses())
+                return ClusterView(states, replicas)
+            except _REPLICA_ERRORS as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("queue offsets of %s not available yet (%s); retrying", ",".join(topics), exc)
+                await asyncio.sleep(0.2)
+        refresh = True
 
 
 class RangeReader:

@@ -12,6 +12,7 @@ import collections
 import math
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ import pytest
 from tests.client.conftest import LocalCluster
 from tests.spark.conftest import log_contents, make_topic, produce, rows_by_pos
 from tidelog.client import Client, OutMessage
-from tidelog.spark import write
+from tidelog.errors import TopicNotFoundError
+from tidelog.spark import fetch, write
 
 pytestmark = pytest.mark.slow
 
@@ -204,3 +206,10 @@ def test_streaming_sink_copies_a_topic(spark: Any, cluster: LocalCluster, client
     copied = log_contents(client, "copy-to")
     assert collections.Counter((m.key, m.tags, m.body) for m in copied.values()) == \
         collections.Counter((m.key, m.tags, m.body) for m in sent.values())
+
+
+def test_an_unknown_topic_fails_planning_at_once(cluster: LocalCluster) -> None:
+    start = time.monotonic()
+    with pytest.raises(TopicNotFoundError):
+        fetch.run(lambda c: fetch.cluster_view(c, ["no-such-topic"]), cluster.controllers)
+    assert time.monotonic() - start < 10, "the controller's answer is final: no retrying for the whole timeout"
