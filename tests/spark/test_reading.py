@@ -202,3 +202,16 @@ def test_sink_sends_in_bounded_chunks() -> None:
     assert sum(len(c) for c in chunks) == len(items)
     assert all(len(c) <= sink.SEND_MAX_MESSAGES for c in chunks)
     assert all(sum(len(m.body) for m in c) <= sink.SEND_MAX_BYTES or len(c) == 1 for c in chunks)
+
+
+def test_sink_refuses_overwrite_and_rows_without_a_body() -> None:
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    with_body = StructType([StructField("body", BinaryType())])
+    with pytest.raises(InvalidArgumentError, match="only appends"):
+        sink.TidelogWriter({"controllers": "h:1", "topic": "t"}, with_body, True)
+    with pytest.raises(InvalidArgumentError, match="body column"):
+        sink.TidelogWriter({"controllers": "h:1", "topic": "t"}, StructType([StructField("value", StringType())]), False)
+    with pytest.raises(InvalidArgumentError, match="option topic"):
+        sink.TidelogStreamWriter({"controllers": "h:1"}, with_body, False)
+    assert sink.TidelogWriter({"Controllers": "h:1", "TOPIC": "t"}, with_body, False).topic == "t"
