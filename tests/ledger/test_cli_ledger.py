@@ -6,22 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
-from tests.client.conftest import LocalCluster, start_cluster, stop_cluster, tide
+from tests.client.conftest import LocalCluster, tide
 
 PASSWORD = "cli-secret"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("ledger-cli"))
-    try:
-        yield c
-    finally:
-        stop_cluster(c)
 
 
 def run(cluster: LocalCluster, *args: str, input: str | None = None, password: str | None = PASSWORD,

@@ -6,12 +6,10 @@ every acknowledged entry while the writer's next add fails with LedgerFencedErro
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Iterator
 
 import pytest
 
-from tests.client.conftest import LocalCluster, start_cluster, stop_cluster
+from tests.client.conftest import LocalCluster
 from tidelog.client import Client
 from tidelog.client.aio import AsyncClient
 from tidelog.ledger import (
@@ -21,7 +19,6 @@ from tidelog.ledger import (
     LedgerReadError,
     LedgerState,
     NoSuchLedgerExistsError,
-    NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
 
@@ -32,34 +29,6 @@ PASSWORD = b"smoke"
 
 def payload(i: int) -> bytes:
     return (b"%06d:" % i) * (1 + i % 5)
-
-
-def _wait_both_replicas(controllers: str, timeout: float = 60.0) -> None:
-    """On a loaded machine the second broker may register after the cluster reports ready: a
-    ledger needs both (E = 2), so wait until one can be created (the probe is deleted)."""
-    deadline = time.monotonic() + timeout
-    with Client(controllers) as client:
-        while True:
-            try:
-                probe = client.ledgers().create_ledger(2, 2, 2, b"probe")
-            except (IncorrectParameterError, NotEnoughBookiesError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-                continue
-            probe.close()
-            client.ledgers().delete_ledger(probe.ledger_id)
-            return
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("ledgers"))
-    try:
-        _wait_both_replicas(c.controllers)
-        yield c
-    finally:
-        stop_cluster(c)
 
 
 def test_pipelined_adds_read_back_and_close(cluster: LocalCluster) -> None:

@@ -18,7 +18,6 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,22 +26,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # the script form needs the repository's tests package
     sys.path.insert(0, str(REPO))
 
-from tests.client.conftest import LocalCluster, start_cluster, stop_cluster  # noqa: E402
 from tidelog.client import Client  # noqa: E402
 from tidelog.client.aio import AsyncClient  # noqa: E402
 from tidelog.errors import LedgerRecoveryError, SegmentedLogOwnershipLostError, TidelogError  # noqa: E402
 from tidelog.ledger import AsyncSegmentedLog, LedgerState, Position, RollPolicy, SegmentedLog  # noqa: E402
 
 PASSWORD = b"seglog-test"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("seglog"))
-    try:
-        yield c
-    finally:
-        stop_cluster(c)
 
 
 # --- the owner process -------------------------------------------------------------------------
