@@ -57,6 +57,7 @@ from tidelog.wire import require, rpc
 
 if TYPE_CHECKING:
     from tidelog.broker.replica import Replica
+    from tidelog.ha.master import HaMaster
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,12 @@ class _MasterLedger:
     fenced: asyncio.Event = field(default_factory=asyncio.Event)
     appended: asyncio.Event = field(default_factory=asyncio.Event)
     tail: _Pending | None = None
+
+
+def _fenced(ledger_id: int, entry_id: int) -> LedgerFencedError:
+    return LedgerFencedError(f"entry {entry_id}: ledger {ledger_id} was fenced by a recovery before the entry was "
+                             f"acknowledged; whether it exists is for the recovery to decide",
+                             ledger_id=ledger_id, entry_id=entry_id)
 
 
 class LedgerReplica:
@@ -144,11 +151,8 @@ class LedgerReplica:
         self._state(ledger_id).fenced.set()
 
     def _lac(self, view: LedgerView) -> tuple[int, int]:
-        extra = -1
-        if self.replica.ha_master is not None:
-            st = self._master.get(view.ledger_id)
-            extra = st.acked_lac if st is not None and self._master_epoch == self.replica.ha_master.epoch else -1
-        return view.confirmed_point(extra)
+        acked = self._state(view.ledger_id).acked_lac if self.replica.ha_master is not None else -1
+        return view.confirmed_point(acked)
 
     # --- master: create and add -----------------------------------------------------------
 
@@ -193,8 +197,7 @@ class LedgerReplica:
         view = self._view(ledger_id, req.password, what="an add")
         st = self._state(ledger_id)
         if not req.recovery and st.fenced.is_set():
-            raise LedgerFencedError(f"ledger {ledger_id} is fenced: a recovery has taken it over",
-                                    ledger_id=ledger_id, entry_id=entry_id)
+            raise _fenced(ledger_id, entry_id)
         aq = view.metadata.ack_quorum
         members = len(master.ack_set)
         if members < aq:
@@ -205,7 +208,6 @@ class LedgerReplica:
         deadline = time.monotonic() + GAP_WAIT_S
         append = True
         while not req.recovery:
-            view = self.index.view(ledger_id) or view
             existing = view.entries.get(entry_id)
             if existing is not None:
                 if existing.digest != digest:
@@ -221,18 +223,19 @@ class LedgerReplica:
             if remaining <= 0:
                 raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} came before entry "
                                               f"{view.last_entry + 1}; add entries in order")
-            waiter = st.appended = asyncio.Event() if st.appended.is_set() else st.appended
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiter.wait(), remaining)
+                await asyncio.wait_for(st.appended.wait(), remaining)
             if st.fenced.is_set():
-                raise LedgerFencedError(f"ledger {ledger_id} was fenced", ledger_id=ledger_id, entry_id=entry_id)
+                raise _fenced(ledger_id, entry_id)
+            view = self.index.view(ledger_id) or view
         if append:
             msg = add_message(ledger_id, entry_id, req.lac, req.length, digest, bytes(data), recovery=req.recovery)
             placed = self.replica.log.append([msg])
             master.on_appended()
             end = placed[-1].phys_offset + placed[-1].size
-            self.index.refresh()
-            st.appended.set()
+            self.index.note_appended(placed[-1], msg)
+            st.appended.set()  # wakes the adds waiting for this id; later ones wait on a new event
+            st.appended = asyncio.Event()
         pending = _Pending()
         prev = None
         if append and not req.recovery:  # a retry of a held entry does not join the order chain
@@ -242,14 +245,13 @@ class LedgerReplica:
             pending.ok = True
         finally:
             pending.done.set()
-        if not req.recovery or entry_id > st.acked_lac:
-            st.acked_lac = max(st.acked_lac, entry_id)
+        st.acked_lac = max(st.acked_lac, entry_id)
         self.replica._on_confirm(end)  # wake LAC long polls
         return sorted(master.ack_set)
 
-    async def _complete(self, master: object, st: _MasterLedger, end: int, needed: int, ledger_id: int,
+    async def _complete(self, master: HaMaster, st: _MasterLedger, end: int, needed: int, ledger_id: int,
                         entry_id: int, prev: _Pending | None, recovery: bool) -> None:
-        acked = asyncio.ensure_future(self.replica.persist(master, end, needed, fsync=True))  # type: ignore[arg-type]
+        acked = asyncio.ensure_future(self.replica.persist(master, end, needed, fsync=True))
         if recovery:
             await acked
             return
@@ -264,21 +266,15 @@ class LedgerReplica:
             acked.cancel()
             with contextlib.suppress(BaseException):
                 await acked
-            raise LedgerFencedError(f"entry {entry_id}: ledger {ledger_id} was fenced by a recovery before the "
-                                    f"entry was acknowledged; whether it exists is for the recovery to decide",
-                                    ledger_id=ledger_id, entry_id=entry_id)
+            raise _fenced(ledger_id, entry_id)
         await acked
         if prev is not None:
             await prev.done.wait()
-            if not prev.ok:
-                raise LedgerFencedError(f"entry {entry_id}: an earlier entry of ledger {ledger_id} failed, so this "
-                                        f"one cannot be acknowledged in order", ledger_id=ledger_id,
-                                        entry_id=entry_id) if st.fenced.is_set() else IncorrectParameterError(
-                    f"entry {entry_id}: entry {entry_id - 1} of ledger {ledger_id} failed; retry from it",
-                    ledger_id=ledger_id, entry_id=entry_id)
         if st.fenced.is_set():
-            raise LedgerFencedError(f"entry {entry_id}: ledger {ledger_id} was fenced", ledger_id=ledger_id,
-                                    entry_id=entry_id)
+            raise _fenced(ledger_id, entry_id)
+        if prev is not None and not prev.ok:
+            raise IncorrectParameterError(f"entry {entry_id}: entry {entry_id - 1} of ledger {ledger_id} failed; "
+                                          f"retry from it", ledger_id=ledger_id, entry_id=entry_id)
 
     # --- every replica: fence, read, LAC --------------------------------------------------
 

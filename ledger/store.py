@@ -38,9 +38,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tidelog.commitlog import CommitLog, Message, StoredMessage
+from tidelog.commitlog import CommitLog, Message, Placement
 from tidelog.commitlog.epochs import atomic_write
 from tidelog.errors import CorruptRecordError, OffsetBelowRetentionError, TidelogError
 from tidelog.ledger.metadata import LedgerMetadata
@@ -189,30 +190,37 @@ class LedgerIndex:
             if not batch:
                 return
             for m in batch:
-                self._apply(m)
+                self._apply(m.properties, m.phys_offset, m.size, m.body)
             self._applied = batch[-1].queue_offset + 1
 
-    def _apply(self, m: StoredMessage) -> None:
-        props = m.properties
+    def note_appended(self, placement: Placement, message: Message) -> None:
+        """Fold a record this replica has just appended, without reading it back from the log."""
+        if placement.queue_offset != self._applied:  # earlier records not folded yet: read them all
+            self.refresh()
+            return
+        self._apply(message.properties or {}, placement.phys_offset, placement.size, message.body)
+        self._applied += 1
+
+    def _apply(self, props: Mapping[str, str], offset: int, size: int, body: bytes) -> None:
         try:
             kind = props["k"]
             ledger_id = int(props["l"])
             if kind == KIND_CREATE:
                 if ledger_id not in self._views:
-                    meta = LedgerMetadata.decode(m.body)
-                    self._views[ledger_id] = LedgerView(ledger_id, m.phys_offset, meta)
+                    meta = LedgerMetadata.decode(body)
+                    self._views[ledger_id] = LedgerView(ledger_id, offset, meta)
                 return
             entry_id, lac, length = int(props["e"]), int(props["lac"]), int(props["len"])
             digest = bytes.fromhex(props["d"])
         except (KeyError, ValueError, TidelogError) as exc:
-            log.error("ignoring a malformed ledger record at offset %d: %s", m.phys_offset, exc)
+            log.error("ignoring a malformed ledger record at offset %d: %s", offset, exc)
             return
         view = self._views.get(ledger_id)
         if view is None or entry_id in view.entries:
             return  # no CREATE here (below retention): unknown ledger; or a duplicate of a held entry
-        if not entry_visible(kind, m.phys_offset, self._fences.get(ledger_id)):
+        if not entry_visible(kind, offset, self._fences.get(ledger_id)):
             return
-        view.entries[entry_id] = IndexedEntry(m.phys_offset, m.size, lac, length, digest)
+        view.entries[entry_id] = IndexedEntry(offset, size, lac, length, digest)
         view.carried_lac = max(view.carried_lac, lac)
         view.last_entry = max(view.last_entry, entry_id)
 
