@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tidelog.commitlog import CommitLog, Message
@@ -76,6 +76,15 @@ def pick_base_dir(requested: str | None) -> str:
     if fs_type(tmp)[0] in ("tmpfs", "ramfs"):
         return os.getcwd()
     return tmp
+
+
+def report(result: dict[str, Any], as_json: bool, format_table: Callable[[dict[str, Any]], str]) -> None:
+    """Print a bench's figures: JSON for machines, or its table for people."""
+    if as_json:
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_table(result))
 
 
 def fdatasync_latency(directory: str, rounds: int = 200) -> dict[str, float]:
@@ -431,11 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = pick_base_dir(args.dir)
     result = run(base, args.duration, args.max_mb * 1_000_000, args.read_count, max(1, args.repeats))
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(format_table(result))
+    report(result, args.json, format_table)
     return 0
 
 

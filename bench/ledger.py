@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -47,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import BenchCluster
-from bench.commitlog import code_version, pick_base_dir
+from bench.commitlog import code_version, pick_base_dir, report
 from bench.produce import BROKER_CODE, CpuMeter, latency_summary, machine_info
 from tidelog.client.aio import AsyncClient
 from tidelog.ledger import NotEnoughBookiesError
@@ -283,11 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(pick_base_dir(args.dir), sequential_adds=200 if args.quick else 500,
                  window_seconds=args.seconds or (1.0 if args.quick else 4.0),
                  recovery_entries=2_000 if args.quick else 10_000)
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(format_table(result))
+    report(result, args.json, format_table)
     return 0
 
 

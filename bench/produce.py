@@ -46,7 +46,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import json
 import multiprocessing
 import os
 import platform
@@ -64,7 +63,7 @@ from typing import Any
 import grpc
 
 from bench.cluster import BenchCluster
-from bench.commitlog import code_version, fs_type, pick_base_dir
+from bench.commitlog import code_version, fs_type, pick_base_dir, report
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 
@@ -684,10 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         for p in result["produce"]:
             p.pop("latencies", None)
-        json.dump(result, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(format_table(result))
+    report(result, args.json, format_table)
     return 0
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import BenchCluster
-from bench.commitlog import code_version
+from bench.commitlog import code_version, pick_base_dir
 from tidelog.client.aio import AsyncClient, OutMessage
 
 TOPIC = "bench"
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tidelog.spark import register
 
-    work = Path(tempfile.mkdtemp(prefix="tidelog-spark-bench-", dir=None if _tmp_is_disk() else "."))
+    work = Path(tempfile.mkdtemp(prefix="tidelog-spark-bench-", dir=pick_base_dir(None)))
     results: dict[str, Any] = {"messages": args.messages, "size": args.size, "queues": args.queues,
                                "repeat": args.repeat, "code": code_version(("spark", "client", "broker", "bench/spark_read.py")),
                                "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
@@ -245,19 +245,6 @@ def main(argv: list[str] | None = None) -> int:
     for name, ratio in results["ratios"].items():
         print(f"time ratio {name}: {ratio}")
     return 0
-
-
-def _tmp_is_disk() -> bool:
-    # 1M messages are ~2.3 GB across both replicas: keep them off a RAM-backed /tmp.
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if parts[1] == tempfile.gettempdir():
-                    return parts[2] != "tmpfs"
-    except OSError:
-        pass
-    return True
 
 
 def _say(args: argparse.Namespace, text: str) -> None:
