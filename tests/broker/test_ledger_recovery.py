@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ import yaml
 from tests.broker.ledger_writer import PASSWORD, payload
 from tests.procs import free_address, wait_until
 from tidelog.client import Client
-from tidelog.errors import LedgerFencedError, LedgerRecoveryError, NotEnoughBookiesError, TidelogError
+from tidelog.errors import LedgerRecoveryError, NotEnoughBookiesError, TidelogError, UnauthorizedAccessError
 
 pytestmark = pytest.mark.slow
 
@@ -57,26 +58,28 @@ class Writer:
             return len(self.acked()) >= n
         wait_until(enough, timeout, 0.1, what=f"{n} acknowledged entries")
 
-    def stop(self) -> None:
+    def kill(self) -> None:
         if self.proc.poll() is None:
-            with_cont = True
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                with_cont = False
-            if with_cont:
-                self.proc.kill()
+            self.proc.kill()  # SIGKILL ends a SIGSTOPped process too
         self.proc.wait(10)
         if self.proc.stderr is not None:
             self.proc.stderr.close()
 
 
 @pytest.fixture
-def writers() -> Iterator[list[Writer]]:
+def start_writer(tmp_path: Path) -> Iterator[Callable[[str, int], Writer]]:
+    """`start_writer(controllers, n)`: a writer process that has seen `n` acknowledgements."""
     started: list[Writer] = []
-    yield started
+
+    def start(controllers: str, acked: int) -> Writer:
+        w = Writer(controllers, tmp_path / f"writer{len(started)}.txt")
+        started.append(w)
+        w.wait_acked(acked)
+        return w
+
+    yield start
     for w in started:
-        w.stop()
+        w.kill()
 
 
 def _recover(controllers: str, ledger_id: int, attempts_s: float = 60.0) -> Any:
@@ -105,11 +108,9 @@ def _check(writer: Writer, end: int, entries: list[tuple[int, bytes]]) -> None:
 
 
 def test_stalled_writer_is_fenced_and_recovery_keeps_every_ack(broker_cluster: Callable[..., Any],
-                                                                 writers: list[Writer], tmp_path: Path) -> None:
+                                                                 start_writer: Callable[[str, int], Writer]) -> None:
     c = broker_cluster(2)
-    w = Writer(c.controllers, tmp_path / "w.txt")
-    writers.append(w)
-    w.wait_acked(40)
+    w = start_writer(c.controllers, 40)
     os.kill(w.proc.pid, signal.SIGSTOP)
     end, entries = _recover(c.controllers, w.ledger_id())
     os.kill(w.proc.pid, signal.SIGCONT)
@@ -122,21 +123,16 @@ def test_stalled_writer_is_fenced_and_recovery_keeps_every_ack(broker_cluster: C
     assert (again_end, again) == (end, entries)
 
 
-def test_killed_writer_recovered_while_master_is_killed(broker_cluster: Callable[..., Any], writers: list[Writer],
-                                                        tmp_path: Path) -> None:
+def test_killed_writer_recovered_while_master_is_killed(broker_cluster: Callable[..., Any],
+                                                        start_writer: Callable[[str, int], Writer]) -> None:
     c = broker_cluster(2)
-    w = Writer(c.controllers, tmp_path / "w.txt")
-    writers.append(w)
-    w.wait_acked(30)
-    w.proc.kill()
-    w.proc.wait(10)
+    w = start_writer(c.controllers, 30)
+    w.kill()
     ledger_id = w.ledger_id()
     m = c.bs.wait_master()
     # kill the master while the recovery runs: it completes after the failover, or aborts retryably
     # (with AQ = 2 of 2 it cannot rewrite until the old master is back), never closes short
     with Client(c.controllers) as client:
-        import threading
-
         outcome: dict[str, Any] = {}
 
         def recover() -> None:
@@ -163,14 +159,11 @@ def test_killed_writer_recovered_while_master_is_killed(broker_cluster: Callable
 
 @pytest.mark.parametrize("same_id", [False, True], ids=["new-identity", "kept-identity"])
 def test_wiped_replica_does_not_make_recovery_close_short(broker_cluster: Callable[..., Any],
-                                                           writers: list[Writer], tmp_path: Path,
+                                                           start_writer: Callable[[str, int], Writer],
                                                            same_id: bool) -> None:
     c = broker_cluster(2)
-    w = Writer(c.controllers, tmp_path / "w.txt")
-    writers.append(w)
-    w.wait_acked(30)
-    w.proc.kill()
-    w.proc.wait(10)
+    w = start_writer(c.controllers, 30)
+    w.kill()
     m = c.bs.wait_master()
     # The master loses its disk. The slave takes over, and knows the LAC only as carried by the
     # entries (one behind the last acknowledged). The old master comes back empty: as a new broker
@@ -209,18 +202,12 @@ def test_wiped_replica_does_not_make_recovery_close_short(broker_cluster: Callab
     _check(w, end, entries)
 
 
-def test_recovery_with_wrong_password_fences_nothing(broker_cluster: Callable[..., Any], writers: list[Writer],
-                                                     tmp_path: Path) -> None:
-    from tidelog.errors import UnauthorizedAccessError
-
+def test_recovery_with_wrong_password_fences_nothing(broker_cluster: Callable[..., Any], start_writer: Callable[[str, int], Writer]) -> None:
     c = broker_cluster(2)
-    w = Writer(c.controllers, tmp_path / "w.txt")
-    writers.append(w)
-    w.wait_acked(10)
+    w = start_writer(c.controllers, 10)
     with Client(c.controllers) as client, pytest.raises(UnauthorizedAccessError):
         client.ledgers().open_ledger(w.ledger_id(), b"not-the-password", recovery=True)
     before = len(w.acked())
     w.wait_acked(before + 10)  # the writer goes on: nothing was fenced
     assert w.errors() == []
     assert w.proc.poll() is None
-    _ = LedgerFencedError  # the error the stalled-writer test expects by code
