@@ -49,6 +49,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tidelog.client import _Sync
 from tidelog.errors import (
     IllegalOpError,
     IncorrectParameterError,
@@ -63,7 +64,7 @@ from tidelog.errors import (
     TidelogError,
     UnavailableError,
 )
-from tidelog.ledger.metadata import LedgerState
+from tidelog.ledger.metadata import LedgerState, _is_int
 
 if TYPE_CHECKING:
     from tidelog.client import Client
@@ -96,10 +97,6 @@ KEY_PREFIX = "seglog/"
 RECORD_FORMAT = 1  # the JSON layout of SegmentedLogRecord; bump it (and keep reading the old one) on change
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_log_name(name: str) -> str:
@@ -793,50 +790,18 @@ class AsyncSegmentedLog:
         await self.close()
 
 
-class SegmentedLog:
+class SegmentedLog(_Sync):
     """The synchronous face of `AsyncSegmentedLog`: `SegmentedLog(client, name, ...)` with a `Client`.
 
-    Every method runs the async one on the client's event loop and waits for it.
+    Every coroutine method of the async log runs on the client's event loop and is waited for;
+    its properties read through.
     """
 
+    _target: AsyncSegmentedLog
+
     def __init__(self, client: Client, name: str, **options: Any) -> None:
-        self._run = client._loop.run
         self.aio = AsyncSegmentedLog(client.aio, name, **options)
-        self.name = self.aio.name
-
-    @property
-    def is_owner(self) -> bool:
-        return self.aio.is_owner
-
-    @property
-    def generation(self) -> int:
-        return self.aio.generation
-
-    @property
-    def current_ledger(self) -> int | None:
-        return self.aio.current_ledger
-
-    @property
-    def owner(self) -> str:
-        return self.aio.owner
-
-    def record(self) -> SegmentedLogRecord:
-        return self._run(self.aio.record())
-
-    def acquire(self) -> SegmentedLogRecord:
-        return self._run(self.aio.acquire())
-
-    def append(self, data: bytes) -> Position:
-        return self._run(self.aio.append(data))
-
-    def release(self) -> None:
-        self._run(self.aio.release())
-
-    def read(self, from_position: Position = START, max_entries: int = 100) -> list[LogEntry]:
-        return self._run(self.aio.read(from_position, max_entries))
-
-    def read_from(self, from_position: Position = START, max_entries: int = 100) -> tuple[list[LogEntry], Position]:
-        return self._run(self.aio.read_from(from_position, max_entries))
+        super().__init__(client._loop, self.aio)
 
     def entries(self, from_position: Position = START, *, batch: int = 100) -> Iterator[LogEntry]:
         """Every entry confirmed now from `from_position` on (no following; use the async API to tail)."""
@@ -846,12 +811,3 @@ class SegmentedLog:
             if not got:
                 return
             yield from got
-
-    def close(self) -> None:
-        self._run(self.aio.close())
-
-    def __enter__(self) -> SegmentedLog:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
