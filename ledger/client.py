@@ -68,6 +68,7 @@ from tidelog.ledger.metadata import (
     LedgerEvent,
     LedgerMetadata,
     LedgerState,
+    _is_int,
     apply_transition,
     check_create_params,
     new_ledger_metadata,
@@ -156,10 +157,6 @@ def ledger_id_of_key(key: str) -> int | None:
         return None
     rest = key[len(LEDGER_KEY_PREFIX):]
     return int(rest) if rest.isdigit() and rest.isascii() else None
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_ledger_id_to_open(ledger_id: object) -> int:
