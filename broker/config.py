@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from tidelog.clusterauth import secret_from_env
 from tidelog.errors import ConfigError
 
 
@@ -26,6 +27,8 @@ class BrokerConfig:
     datacenter: str = ""
     rack: str = ""
     priority: int | None = None  # election priority, lower wins
+    # the cluster secret (or $TIDE_CLUSTER_SECRET): proves membership to controllers and HA peers
+    secret: str | None = None
     # store
     segment_bytes: int = 1 << 30
     flush: str = "async"  # "sync": answer after fdatasync (group commit); "async": background
@@ -97,9 +100,13 @@ def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig
             raise ConfigError(f"{source}: {name} must be a string", key=name)
         if name in _CHOICES and value not in _CHOICES[name]:
             raise ConfigError(f"{source}: {name} must be one of {', '.join(_CHOICES[name])}", key=name)
+        if name == "secret" and not value:
+            raise ConfigError(f"{source}: secret must be a non-empty string", key=name)
         if name in ("listen", "ha_listen"):
             _host_port(name, value)
         values[name] = value
+    if not values.get("secret"):
+        values["secret"] = secret_from_env()
     cfg = BrokerConfig(**values)
     if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
         raise ConfigError(f"{source}: min_in_sync_replicas exceeds in_sync_replicas", key="min_in_sync_replicas")

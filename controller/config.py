@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from tidelog.clusterauth import secret_from_env
 from tidelog.errors import ConfigError
 
 SECRET_ENV = "TIDE_CONTROLLER_SECRET"
@@ -155,7 +156,7 @@ def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) 
     secret = raw.get("secret")
     if secret is not None and (not isinstance(secret, str) or not secret):
         raise ConfigError("secret must be a non-empty string", key="secret")
-    secret = secret or os.environ.get(SECRET_ENV) or None
+    secret = secret or os.environ.get(SECRET_ENV) or secret_from_env()
 
     unclean = raw.get("enable_elect_unclean_master", False)
     if not isinstance(unclean, bool):

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import yaml
 
-from tests.procs import Proc, free_address, wait_until
+from tests.procs import CLUSTER_SECRET, Proc, free_address, wait_until
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import error_from_rpc
@@ -115,6 +115,7 @@ class BrokerSetProcs:
                 "ha_idle_timeout_ms": 3000,
                 "slave_timeout_ms": 3000,
                 "ha_max_time_slave_not_catchup_ms": 4000,
+                "secret": CLUSTER_SECRET,
             }
             doc.update(options)
             cfg = root / f"{name}-{i}.yaml"

@@ -21,6 +21,8 @@ from typing import IO, Any
 import yaml
 
 LOOPBACK = "127.0.0.1"
+# The cluster secret every test cluster shares (controllers and brokers alike).
+CLUSTER_SECRET = "test-cluster-secret"
 
 
 _handed_out: set[int] = set()
@@ -133,7 +135,7 @@ class Proc:
 class ControllerCluster:
     """1, 3 or 5 controller processes from one generated YAML config."""
 
-    def __init__(self, root: Path, size: int, *, secret: str | None = "test-cluster-secret",
+    def __init__(self, root: Path, size: int, *, secret: str | None = CLUSTER_SECRET,
                  heartbeat_interval_ms: int = 500, heartbeat_timeout_ms: int = 2000,
                  unclean: bool = False, extra: dict[str, Any] | None = None) -> None:
         self.root = root

@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import signal
 import socket
 import subprocess
@@ -37,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from tidelog.clusterauth import new_secret
 from tidelog.errors import ConfigError, UnavailableError
 
 STATE_FILE = "cluster.json"
@@ -190,8 +190,10 @@ def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0) -> dict[str,
     ports.release()
     controllers = ",".join(n["grpc"] for n in nodes)
     ctrl_doc = {"data_dir": str(data_dir / "controller"), "nodes": nodes, **ctrl}
-    if n_nodes > 1 and not ctrl_doc.get("secret"):
-        ctrl_doc["secret"] = secrets.token_hex(16)
+    # Every cluster has a secret, one node or many: it authenticates the Raft port and every
+    # broker's membership (controller calls and the HA handshake).
+    if not ctrl_doc.get("secret"):
+        ctrl_doc["secret"] = topology.broker.get("secret") or new_secret()
     ctrl_cfg = data_dir / "controller.yaml"
     ctrl_cfg.write_text(yaml.safe_dump(ctrl_doc))
     ctrl_cfg.chmod(0o600)
@@ -205,9 +207,10 @@ def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0) -> dict[str,
         name = f"{b['broker_set']}-{b['replica']}"
         doc = {"broker_set": b["broker_set"], "data_dir": str(data_dir / name), "controllers": controllers,
                "listen": b["listen"], "ha_listen": b["ha_listen"], "datacenter": b["datacenter"],
-               **topology.broker}
+               **topology.broker, "secret": ctrl_doc["secret"]}
         cfg = data_dir / f"{name}.yaml"
         cfg.write_text(yaml.safe_dump(doc))
+        cfg.chmod(0o600)
         args = ["broker", "--config", str(cfg)]
         log_path = data_dir / f"{name}.log"
         procs.append({"name": name, "kind": "broker", "broker_set": b["broker_set"], "args": args,
