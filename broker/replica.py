@@ -280,7 +280,7 @@ class Replica:
         and held by `needed` members of the SyncStateSet, and this broker may still speak for the set."""
         if fsync or self.cfg.flush == "sync":
             try:
-                await asyncio.wait_for(self.log.flushed(end, now=fsync), self.cfg.flush_timeout_ms / 1000)
+                await self.log.flushed(end, now=fsync, timeout=self.cfg.flush_timeout_ms / 1000)
             except TimeoutError:
                 raise FlushDiskTimeoutError(f"fsync did not cover offset {end} within "
                                             f"{self.cfg.flush_timeout_ms} ms") from None

@@ -510,11 +510,12 @@ class CommitLog:
                     self._flush_requested = offset
                     self._cond.notify()
 
-    async def flushed(self, offset: int, *, now: bool = False) -> int:
+    async def flushed(self, offset: int, *, now: bool = False, timeout: float | None = None) -> int:
         """Wait until fdatasync covers every byte below `offset`; returns the flushed offset.
 
         `now` asks the flusher to flush at once even in async mode (a write that must be durable
-        before it is acknowledged, whatever the log's flush setting: ledger entries)."""
+        before it is acknowledged, whatever the log's flush setting: ledger entries). `timeout`
+        raises TimeoutError (pass it here, not through asyncio.wait_for: see OffsetWaiters.wait)."""
         if offset <= self._flushed:
             return self._flushed
         self._check_open()
@@ -522,7 +523,9 @@ class CommitLog:
             raise InvalidArgumentError(f"offset {offset} is beyond the max offset {self._max}")
         if now:
             self._request_flush(offset, force=True)
-        return await self._waiters.wait(offset)
+        # The flusher thread may finish a flush covering `offset` between the check above and
+        # the registration: `reached` re-reads the flushed offset once the waiter is in place.
+        return await self._waiters.wait(offset, timeout, reached=lambda: self._flushed)
 
     def flush(self) -> int:
         """Flush now, in the caller's thread; returns the flushed offset."""

@@ -33,9 +33,16 @@ class OffsetWaiters:
         self._seq = itertools.count()
         self._on_new_target = on_new_target
 
-    async def wait(self, offset: int) -> int:
+    async def wait(self, offset: int, timeout: float | None = None,
+                   reached: Callable[[], int] | None = None) -> int:
         """Return (the released offset) once `release` reaches `offset`.
 
+        The waiter is registered before this coroutine first suspends, and `timeout` is applied
+        here rather than by wrapping the call in `asyncio.wait_for`: wait_for runs the coroutine
+        as a task on the next loop iteration, and a release in between (an ack processed first)
+        would be missed until the next one, a periodic tick later. `reached()` gives the offset
+        already released (e.g. the flushed offset, which another thread advances): checked after
+        registering, it closes the window between the caller's own check and registration.
         A waiter that gives up (timeout, cancelled request) removes itself at once, so it does
         not linger until the offset passes.
         """
@@ -44,11 +51,17 @@ class OffsetWaiters:
         entry = (offset, next(self._seq), loop, fut)
         with self._lock:
             self._waiting.add(entry)
-        if self._on_new_target is not None:
+        if reached is not None:
+            done = reached()
+            if done >= offset:
+                self.release(done)
+        if self._on_new_target is not None and not fut.done():
             self._on_new_target(offset)
         try:
-            return await fut
-        except asyncio.CancelledError:
+            if timeout is None:
+                return await fut
+            return await asyncio.wait_for(fut, timeout)
+        except (asyncio.CancelledError, TimeoutError):
             with self._lock:
                 self._waiting.discard(entry)
             raise

@@ -161,7 +161,9 @@ class HaMaster:
         if waiters is None:
             waiters = self._waiters[needed] = OffsetWaiters()
         try:
-            await asyncio.wait_for(waiters.wait(end_offset), self.slave_timeout)
+            # Registered at once, timeout inside: an ack handled before a wait_for task would
+            # first run must not be missed (it would wait for the next heartbeat's release).
+            await waiters.wait(end_offset, self.slave_timeout)
         except TimeoutError:
             raise FlushSlaveTimeoutError(
                 f"{needed} in-sync replicas did not acknowledge offset {end_offset} within "

@@ -114,6 +114,8 @@ class HaSlave:
             # lagging slave still takes older epochs' records beyond its max (the master's history).
             self._seen_epoch = self.log.epochs.last_epoch
             self.handshakes += 1
+            if self.flush_sync:  # the first ack counts too: it must not cover bytes not yet on disk
+                await self.log.flushed(self.log.max_offset)
             # Fences first, then the first ack, with no await in between: a fence made here after
             # this point goes out through notify_fenced on the same writer, so the master always
             # learns of a fence before it counts an ack that could cover a fenced ledger's record.
@@ -198,5 +200,6 @@ class HaSlave:
     async def _ack_loop(self, writer: asyncio.StreamWriter) -> None:
         while True:
             await asyncio.sleep(self.ack_interval)
-            writer.write(encode(Ack(self.log.max_offset)))
+            # Under flush: sync an ack promises the bytes are on this replica's disk.
+            writer.write(encode(Ack(self.log.flushed_offset if self.flush_sync else self.log.max_offset)))
             await writer.drain()
