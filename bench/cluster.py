@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import yaml
 
-from tests.procs import Proc, free_address, wait_until
+from tests.procs import CLUSTER_SECRET, Proc, free_address, wait_until
 from tidelog.controller.client import ControllerClient
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
@@ -43,6 +43,7 @@ class BenchCluster:
             "heartbeat_interval_ms": 500,
             "heartbeat_timeout_ms": 3000,
             "enable_elect_unclean_master": False,
+            "secret": CLUSTER_SECRET,
             "nodes": [{"id": "c1", "raft": free_address(), "grpc": self.controller_address}],
         }
         (root / "controller.yaml").write_text(yaml.safe_dump(controller_doc))
@@ -57,6 +58,7 @@ class BenchCluster:
                 "controllers": self.controller_address,
                 "listen": free_address(),
                 "ha_listen": free_address(),
+                "secret": CLUSTER_SECRET,
             }
             doc.update(broker_options or {})
             cfg = root / f"{broker_set}-{i}.yaml"
