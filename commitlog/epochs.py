@@ -5,7 +5,7 @@ entry ends where the next begins, the last one is open (its end is the log's max
 file is rewritten whole and atomically (temp file, fsync, rename, fsync directory) with a CRC, so
 a crash leaves either the old or the new map, never a mix.
 
-`last_consistent_point` is the pure rule of fork repair (reference §5, `findConsistentPoint`):
+`last_consistent_point` is the pure rule of fork repair (docs/reference/rocketmq-controller-ha.md §5, `findConsistentPoint`):
 walk the local epochs from newest to oldest; the first epoch that the other side has with the
 same start offset is where the two histories agree, up to the smaller of the two ends.
 """

@@ -30,7 +30,7 @@ A set whose controller-triggered election found nobody is left without a master 
 ``leaderless_sets_electable`` lists such sets once an electable broker is alive again, so the
 leader can retry without waiting for a broker to ask.
 
-The liveness predicate is ``last_seen + timeout >= now`` (reference §1.2, "Liveness predicate").
+The liveness predicate is ``last_seen + timeout >= now`` (docs/reference/rocketmq-controller-ha.md §1.2, "Liveness predicate").
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from tidelog.controller.state import ControllerState, LiveInfo
 
 __all__ = ["DEFAULT_HEARTBEAT_TIMEOUT_MS", "HeartbeatTable"]
 
-DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000  # DESIGN.md: heartbeat every 1 s, timeout 5 s
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000  # docs/DESIGN.md: heartbeat every 1 s, timeout 5 s
 _PRIORITY_DEFAULT = 2**31 - 1
 
 
@@ -128,7 +128,7 @@ class HeartbeatTable:
             del self._entries[k]
 
     def masters_needing_election(self, state: ControllerState, now_ms: int) -> list[str]:
-        """Broker sets whose recorded master is dead while some member is alive (reference §1.2,
+        """Broker sets whose recorded master is dead while some member is alive (docs/reference/rocketmq-controller-ha.md §1.2,
         scanNeedReelectBrokerSets), ascending name; none during the new-leader grace window."""
         if self.in_grace(now_ms):
             return []

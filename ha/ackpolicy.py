@@ -15,7 +15,7 @@ A write to the master goes through three questions, each answered here from plai
    (which elects only a SyncStateSet member) can never take back what someone has read.
 
 Only members of the SyncStateSet count, in both (2) and (3). That is stricter than RocketMQ,
-whose `need >= 2` path also counts acks from slaves outside the set (reference §4): a write
+whose `need >= 2` path also counts acks from slaves outside the set (docs/reference/rocketmq-controller-ha.md §4): a write
 acknowledged by such a slave is not protected by an election, which only picks SyncStateSet
 members, so tidelog does not count it. The set the caller passes is the *effective* set (the
 confirmed set united with a pending proposal, see `syncstate.py`), which is the conservative
@@ -89,7 +89,7 @@ def required_acks(cfg: AckConfig, sss_size: int) -> int:
     if cfg.all_ack_in_sync_state_set:
         needed = sss_size
     elif cfg.auto_in_sync_replicas:
-        # DESIGN.md's formula as written; with min <= in_sync (validated) and min <= sss_size
+        # docs/DESIGN.md's formula as written; with min <= in_sync (validated) and min <= sss_size
         # (checked above) the outer max never bites, but it states the floor the user configured
         needed = max(min(cfg.in_sync_replicas, sss_size), cfg.min_in_sync_replicas)
     else:

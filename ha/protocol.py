@@ -21,7 +21,7 @@ ERROR (5)          either           str code | str message
 many ``(u64 epoch, u64 start offset)`` pairs, epochs strictly ascending and starts never going
 backwards (the epoch file's own rule, so a list that breaks it cannot come from a sane peer).
 
-Compared with RocketMQ (reference §3.4) the frames carry an explicit type and length, so a
+Compared with RocketMQ (docs/reference/rocketmq-controller-ha.md §3.4) the frames carry an explicit type and length, so a
 reader never has to know the peer's state to parse a frame, and the slave names its broker set
 so a master can refuse a slave of another set before it streams anything.
 

@@ -1,4 +1,4 @@
-"""SyncStateSet upkeep on the master (reference §3.5), as a pure state machine.
+"""SyncStateSet upkeep on the master (docs/reference/rocketmq-controller-ha.md §3.5), as a pure state machine.
 
 Theory of operation
 -------------------
@@ -72,7 +72,7 @@ class SyncStateTracker:
         self._local = frozenset(sync_state_set)
         self._epoch = sss_epoch
         self._pending: Proposal | None = None
-        # slave -> last time it was caught up; only grows (reference §3.5 connectionCaughtUpTimeTable)
+        # slave -> last time it was caught up; only grows (docs/reference/rocketmq-controller-ha.md §3.5 connectionCaughtUpTimeTable)
         self._caught_up: dict[int, int] = {}
         # member -> when it joined `local` as far as we know; the grace start for a member never
         # seen caught up

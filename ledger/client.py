@@ -160,7 +160,7 @@ def ledger_id_of_key(key: str) -> int | None:
 
 
 def _check_ledger_id_to_open(ledger_id: object) -> int:
-    # reference §1.2: opening (or asking for the metadata of) a negative id is "no such ledger";
+    # docs/reference/bookkeeper-ledger.md §1.2: opening (or asking for the metadata of) a negative id is "no such ledger";
     # something that is not an id at all is a bad parameter
     if not _is_int(ledger_id):
         raise IncorrectParameterError(f"a ledger id is an integer, got {ledger_id!r}")
@@ -509,7 +509,7 @@ class AsyncLedgers:
         ledger_id = _check_ledger_id_to_open(ledger_id)
         password = _check_password(password)
         meta = await self.read_metadata(ledger_id)
-        # reference §2.4 step 0: the password (and the digest type, when named) are checked before
+        # docs/reference/bookkeeper-ledger.md §2.4 step 0: the password (and the digest type, when named) are checked before
         # anything is sent to a replica, so a wrong password fences nothing
         if not meta.check_password(password):
             raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}", ledger_id=ledger_id)
@@ -772,7 +772,7 @@ class AsyncReadHandle:
 
     async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries `first`..`last` whether or not the LAC covers them. Entries beyond the LAC may
-        be cut off by a later recovery (reference §2.9 hazard 8). Missing ones: NoSuchEntryError."""
+        be cut off by a later recovery (docs/reference/bookkeeper-ledger.md §2.9 hazard 8). Missing ones: NoSuchEntryError."""
         first, last = check_entry_range(first, last)
         if self._meta.state is LedgerState.CLOSED and last > self._meta.last_entry_id:
             raise NoSuchEntryError(f"ledger {self.ledger_id} is closed at entry {self._meta.last_entry_id}",

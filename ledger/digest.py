@@ -6,7 +6,7 @@ A digest covers the entry's identity and position as well as its payload: the le
 the entry id, the writer's LAC when it sent the entry and the ledger's cumulative length through
 the entry (each i64), all big-endian, followed by the data. So a replica that hands back the
 right bytes under the wrong entry id, or an entry of another ledger, fails the check just like a
-flipped bit does (reference §2.1: BookKeeper's header carries the same four fields).
+flipped bit does (docs/reference/bookkeeper-ledger.md §2.1: BookKeeper's header carries the same four fields).
 
 - CRC32C (the default; the `crc32c` package, hardware-accelerated) and CRC32 (zlib) are 4 bytes,
   big-endian. They detect corruption, not tampering.

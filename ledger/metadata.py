@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A ledger's metadata is controller state, written only by compare-and-set (CAS) on its version
-(reference §1.3). Everything that decides what a metadata write may do lives in this file; the
+(docs/reference/bookkeeper-ledger.md §1.3). Everything that decides what a metadata write may do lives in this file; the
 code that performs the CAS does not know the rules, and this file does not know who performs it.
 
 - `LedgerMetadata` is a frozen record, validated on construction, so an invalid record cannot
@@ -107,7 +107,7 @@ class LedgerMetadata:
     write_quorum: int
     ack_quorum: int
     # first entry id → the replicas (broker ids) holding entries from there on; a floor lookup
-    # finds an entry's ensemble (reference §1.3)
+    # finds an entry's ensemble (docs/reference/bookkeeper-ledger.md §1.3)
     ensembles: tuple[tuple[int, tuple[int, ...]], ...]
     digest_type: DigestType = DigestType.CRC32C
     password_hash: bytes = b""
@@ -259,7 +259,7 @@ class LedgerMetadata:
 
 
 def _check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
-    # reference §1.2: E=0, WQ=0, AQ≤0, WQ>E, AQ>WQ are IncorrectParameter; BookKeeper's old API
+    # docs/reference/bookkeeper-ledger.md §1.2: E=0, WQ=0, AQ≤0, WQ>E, AQ>WQ are IncorrectParameter; BookKeeper's old API
     # throws IllegalArgumentException for WQ<AQ, we answer the typed error for both APIs
     for name, value in (("ensemble_size", ensemble_size), ("write_quorum", write_quorum),
                         ("ack_quorum", ack_quorum)):

@@ -6,7 +6,7 @@ Recovery answers one question: where does a ledger whose writer may be gone end?
 end below an entry the writer acknowledged (an entry that AQ replicas confirmed), and it must
 never guess. tidelog ledgers have E = WQ (the ensemble is the broker set, every entry goes to
 every replica), so each quorum rule below is the exact one for a single write-set window
-(reference §2.3); the per-window form BookKeeper needs for E > WQ is not implemented, and the
+(docs/reference/bookkeeper-ledger.md §2.3); the per-window form BookKeeper needs for E > WQ is not implemented, and the
 trackers refuse E ≠ WQ.
 
 Two rules carry the safety argument (RULES.md R3, R5):
@@ -22,7 +22,7 @@ Two rules carry the safety argument (RULES.md R3, R5):
   Anything else — all replicas answered without either threshold: timeouts, errors, a replica
   whose data is lost, behind retention or corrupt — is **unknown** and aborts the recovery
   (retryable LedgerRecoveryError). An unknown is never read as "no such entry"; that one mistake
-  is what truncates acknowledged data (reference §2.9, hazards 4 and 5).
+  is what truncates acknowledged data (docs/reference/bookkeeper-ledger.md §2.9, hazards 4 and 5).
 
 The objects, from small to large:
 
@@ -103,7 +103,7 @@ def _check_ensemble(ensemble: Sequence[int], write_quorum: int, ack_quorum: int)
     if not members or len(set(members)) != len(members):
         raise RecoveryProtocolError(f"an ensemble is a non-empty list of distinct replicas, got {list(members)}")
     if write_quorum != len(members):
-        # the E > WQ coverage rule is per write-set window (reference §2.3); tidelog has E = WQ only
+        # the E > WQ coverage rule is per write-set window (docs/reference/bookkeeper-ledger.md §2.3); tidelog has E = WQ only
         raise RecoveryProtocolError(f"tidelog recovery needs E == WQ, got E={len(members)}, WQ={write_quorum}")
     if not 1 <= ack_quorum <= write_quorum:
         raise RecoveryProtocolError(f"ack quorum must be in 1..{write_quorum}, got {ack_quorum}")
@@ -126,7 +126,7 @@ class FenceTracker:
     `.fenced` once (E − AQ) + 1 replicas answered FENCED; `.failed` once that can no longer
     happen (AQ replicas answered something else) or a replica answered UNAUTHORIZED. Whichever
     comes first sticks. `.max_lac` is the largest LAC among the FENCED answers, never below
-    `floor_lac` (the last ensemble's first entry id − 1, reference §2.4 step 2, defect 2).
+    `floor_lac` (the last ensemble's first entry id − 1, docs/reference/bookkeeper-ledger.md §2.4 step 2, defect 2).
     """
 
     def __init__(self, ensemble: Sequence[int], ack_quorum: int, *, floor_lac: int = -1,
@@ -237,7 +237,7 @@ class EntryRecoveryTracker:
             raise RecoveryProtocolError("a PRESENT answer carries the entry's payload")
         self.answers[replica] = outcome
         if self.decision is not EntryDecision.PENDING:
-            return self.decision  # the first decisive answer wins (reference §2.5)
+            return self.decision  # the first decisive answer wins (docs/reference/bookkeeper-ledger.md §2.5)
         if outcome is ReadOutcome.PRESENT:
             self.decision = EntryDecision.RECOVERABLE
             self.payload = payload
@@ -278,7 +278,7 @@ class SendFence:
 
 @dataclass(frozen=True)
 class ReadEntry:
-    """Read `entry_id` from each replica. The read fences too (reference §2.9 hazard 1): a replica
+    """Read `entry_id` from each replica. The read fences too (docs/reference/bookkeeper-ledger.md §2.9 hazard 1): a replica
     that answers no-such-entry must also refuse the writer's later add of it."""
     ledger_id: int
     entry_id: int
@@ -447,7 +447,7 @@ class Recovery:
         return []  # IN_RECOVERY while fencing/reading: nothing new
 
     def _begin_fencing(self, meta: LedgerMetadata) -> list[Action]:
-        # the ensemble snapshot for the whole recovery (reference §2.4 step 3, §2.9 hazard 3)
+        # the ensemble snapshot for the whole recovery (docs/reference/bookkeeper-ledger.md §2.4 step 3, §2.9 hazard 3)
         self.metadata = meta
         self.replicas = meta.replicas
         self.fence = FenceTracker(self.replicas, meta.ack_quorum,
@@ -656,7 +656,7 @@ class WriterLedger:
         """Seal the handle: (the error of each pending add, last entry id, length to CAS).
 
         The end is the LAC, not the last add pushed: only confirmed entries are the writer's to
-        claim (reference §2.7)."""
+        claim (docs/reference/bookkeeper-ledger.md §2.7)."""
         failed: dict[int, TidelogError] = {} if self.closed else {
             e: LedgerClosedError(f"entry {e}: the handle was closed before AQ replicas confirmed it",
                                  entry_id=e) for e in self.pending}

@@ -387,7 +387,7 @@ class MetadataTooLargeError(TidelogError):
 
 
 # --- replication (ha / broker) ------------------------------------------------------------
-# Send outcomes follow reference §4: FLUSH_SLAVE_TIMEOUT and FLUSH_DISK_TIMEOUT mean the message
+# Send outcomes follow docs/reference/rocketmq-controller-ha.md §4: FLUSH_SLAVE_TIMEOUT and FLUSH_DISK_TIMEOUT mean the message
 # IS in the master's log (RocketMQ counts them as "sendOK"); IN_SYNC_REPLICAS_NOT_ENOUGH means
 # nothing was written. Clients must not treat the two kinds alike.
 

@@ -1,4 +1,4 @@
-"""The epoch file and the last-consistent-point rule, from reference §5 (EpochFileCacheTest)."""
+"""The epoch file and the last-consistent-point rule, from docs/reference/rocketmq-controller-ha.md §5 (EpochFileCacheTest)."""
 
 from __future__ import annotations
 

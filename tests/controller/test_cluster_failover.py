@@ -1,5 +1,5 @@
 """Scenario: a master's heartbeats stop and the controller leader fails it over by itself
-(reference §1.2 scanNeedReelectBrokerSets, §2.1 election policy), on real controller processes.
+(docs/reference/rocketmq-controller-ha.md §1.2 scanNeedReelectBrokerSets, §2.1 election policy), on real controller processes.
 
 Run on a 1-node controller (the embedded default) and on a 3-node Raft cluster. Heartbeats come
 from simulated brokers over gRPC (every 0.3 s; timeout 2 s). The bound asserted is the issue's:
@@ -36,7 +36,7 @@ async def _set_up(client: ControllerClient, name: str, n: int) -> list[SimBroker
         await b.register()
         await b.beat_once()
         b.start()
-    # The first election takes the asking broker (reference §1.2 electMaster step 3).
+    # The first election takes the asking broker (docs/reference/rocketmq-controller-ha.md §1.2 electMaster step 3).
     reply = await client.elect_master(name, brokers[0].broker_id)
     assert reply.role.master_id == brokers[0].broker_id and reply.role.master_epoch == 1
     return brokers

@@ -1,4 +1,4 @@
-"""The election policy (reference §2.1, RULES.md §3), as tables.
+"""The election policy (docs/reference/rocketmq-controller-ha.md §2.1, RULES.md §3), as tables.
 
 Each row: (scenario, sync_state_set, all_members, old_master, preferred, alive, unclean, expected).
 """

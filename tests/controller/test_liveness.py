@@ -1,4 +1,4 @@
-"""The leader's heartbeat table (reference §2.3, RULES.md §7)."""
+"""The leader's heartbeat table (docs/reference/rocketmq-controller-ha.md §2.3, RULES.md §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ControllerState.apply, rule by rule (reference §1.2; rule ids from controller/RULES.md).
+"""ControllerState.apply, rule by rule (docs/reference/rocketmq-controller-ha.md §1.2; rule ids from controller/RULES.md).
 
 Every refusal is also checked to leave the state exactly as it was.
 """

@@ -1,4 +1,4 @@
-"""SyncStateSet upkeep on the master: reference §3.5 scenarios as tables, plus an event-sequence property."""
+"""SyncStateSet upkeep on the master: docs/reference/rocketmq-controller-ha.md §3.5 scenarios as tables, plus an event-sequence property."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ledger metadata: reference §1.2 (create parameters), §1.3 (record, invariants, transitions),
+"""Ledger metadata: docs/reference/bookkeeper-ledger.md §1.2 (create parameters), §1.3 (record, invariants, transitions),
 §2.7 (the writer's close) as tables, plus encoding properties. Rule numbers are ledger/RULES.md's."""
 
 from __future__ import annotations
