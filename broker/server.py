@@ -29,6 +29,7 @@ from tidelog.controller.client import ControllerClient
 from tidelog.errors import ConfigError, ControllerBrokerIdInvalidError, TidelogError
 from tidelog.ha.syncstate import Proposal
 from tidelog.proto import broker_pb2_grpc, ledger_pb2_grpc
+from tidelog.wire import SERVER_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +65,7 @@ class BrokerServer:
         # Past this many calls in progress, new ones are refused at once with RESOURCE_EXHAUSTED
         # (retryable for clients) instead of queueing until they are cancelled.
         self._grpc = grpc.aio.server(maximum_concurrent_rpcs=self.cfg.max_concurrent_requests,
-                                     options=[("grpc.max_receive_message_length", 64 << 20),
-                                              ("grpc.max_send_message_length", 64 << 20),
-                                              ("grpc.so_reuseport", 0)])
+                                     options=SERVER_OPTIONS)
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
         try:

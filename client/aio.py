@@ -50,12 +50,16 @@ from tidelog.errors import (
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
-from tidelog.wire import error_from_rpc
+from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 if TYPE_CHECKING:
     from tidelog.ledger.client import AsyncLedgers
 
 log = logging.getLogger(__name__)
+
+# A call to a master slower than this starts watching the route for a newer master (call_master).
+STALE_AFTER_S = 0.5
+ROUTE_POLL_S = 0.25
 
 _RETRY_SEND = (NotMasterError, UnavailableError, InSyncReplicasNotEnoughError, FlushSlaveTimeoutError,
                FlushDiskTimeoutError)
@@ -121,8 +125,7 @@ class AsyncClient:
     def _stub(self, address: str) -> bpb_grpc.BrokerStub:
         entry = self._channels.get(address)
         if entry is None:
-            channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20),
-                                                                  ("grpc.max_send_message_length", 64 << 20)])
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             entry = self._channels[address] = (channel, bpb_grpc.BrokerStub(channel))
         return entry[1]
 
@@ -139,6 +142,35 @@ class AsyncClient:
             return await getattr(self._stub(address), method)(request, timeout=timeout or self.rpc_timeout)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
+
+    async def call_master(self, topic: str, bs: BrokerSetRoute, method: str, request: Any, timeout: float) -> Any:
+        """Call the master of broker set `bs`, giving up as soon as the controllers name a newer one.
+
+        A master that went silent (stopped, or cut off with its datacenter) keeps its connection
+        open and never answers; waiting out the deadline would stall every send for it. Once the
+        call has taken `STALE_AFTER_S`, the route is asked for again every `ROUTE_POLL_S` beside
+        the call; a newer master epoch means the old master can no longer acknowledge (its lease
+        is gone), so the call is abandoned with UNAVAILABLE and the caller retries at the new
+        master. A master that is merely slow keeps its call: no retry, no duplicate.
+        """
+        call = asyncio.ensure_future(self.call_broker(bs.master_address, method, request, timeout=timeout))
+        try:
+            done, _ = await asyncio.wait({call}, timeout=STALE_AFTER_S)
+            while not done:
+                lookup = asyncio.ensure_future(self.route(topic, refresh=True))
+                done, _ = await asyncio.wait({call, lookup}, return_when=asyncio.FIRST_COMPLETED)
+                if call in done:
+                    lookup.cancel()
+                    break
+                newer = None if lookup.exception() is not None else lookup.result().broker_set(bs.name)
+                if newer is not None and newer.master_epoch > bs.master_epoch:
+                    raise UnavailableError(f"broker set {bs.name} has a new master (epoch "
+                                           f"{newer.master_epoch}) while {bs.master_address} was silent")
+                done, _ = await asyncio.wait({call}, timeout=ROUTE_POLL_S)
+            return call.result()
+        finally:
+            if not call.done():
+                call.cancel()
 
     async def route(self, topic: str, *, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)
@@ -278,7 +310,7 @@ class AsyncProducer:
                     raise UnavailableError(f"broker set {name} has no master right now")
                 req = bpb.ProduceRequest(topic=topic, messages=[
                     _produce_message(m, queue) for m in items])
-                reply = await self.client.call_broker(bs.master_address, "Produce", req,
+                reply = await self.client.call_master(topic, bs, "Produce", req,
                                                       timeout=max(0.5, min(self.client.rpc_timeout,
                                                                            deadline - time.monotonic())))
                 for i, r in zip(indexes, reply.results, strict=True):

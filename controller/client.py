@@ -20,11 +20,13 @@ import grpc
 from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
-from tidelog.wire import error_from_rpc
+from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 log = logging.getLogger(__name__)
 
 CONTROLLERS_ENV = "TIDE_CONTROLLERS"
+# A read-only route call that has no answer this soon is also sent to the next controller node.
+HEDGE_AFTER_S = 0.3
 
 
 def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
@@ -36,19 +38,10 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
-# gRPC's default reconnect backoff grows to 120 s; a controller node that comes back after a
-# crash should be usable again within seconds.
-_CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.min_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 3000),
-]
-
-
 class _Conn:
     def __init__(self, address: str) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
@@ -109,6 +102,8 @@ class ControllerClient:
             except grpc.aio.AioRpcError as exc:
                 raise error_from_rpc(exc) from None
         deadline = time.monotonic() + (total_timeout or self.total_timeout)
+        if service == "route" and len(self._addresses) > 1:
+            return await self._hedged(method, request, per_call, deadline)
         last: TidelogError | None = None
         backoff = 0.05
         while True:
@@ -147,6 +142,67 @@ class ControllerClient:
             raise last
         raise UnavailableError(f"no controller answered within {total_timeout or self.total_timeout:.1f}s "
                                f"(tried {', '.join(self._addresses)})")
+
+    async def _hedged(self, method: str, request: Any, per_call: float, deadline: float) -> Any:
+        """A read-only route call to several nodes at once, the next one `HEDGE_AFTER_S` later.
+
+        A controller node cut off by the network does not refuse, it goes silent: asking the
+        nodes one after the other would spend a whole per-call timeout on it first. Route calls
+        change nothing, so asking two nodes costs only a duplicate read; followers answer with
+        the leader's address (CONTROLLER_NOT_LEADER) and the leader is asked next. The first
+        answer wins; the others are cancelled.
+        """
+        order = [self._preferred] + [a for a in self._addresses if a != self._preferred]
+        pending: dict[asyncio.Task[Any], str] = {}
+        tried: set[str] = set()
+        last: TidelogError | None = None
+        backoff = 0.05
+
+        def start(addr: str) -> None:
+            tried.add(addr)
+            remaining = max(0.05, min(per_call, deadline - time.monotonic()))
+            stub = self._conn(addr).route
+            pending[asyncio.ensure_future(getattr(stub, method)(request, timeout=remaining))] = addr
+
+        try:
+            while True:
+                if not pending:
+                    fresh = [a for a in order if a not in tried]
+                    if not fresh:
+                        if time.monotonic() >= deadline:
+                            raise last or UnavailableError("no controller answered the route request")
+                        await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+                        backoff = min(backoff * 2, 0.5)
+                        tried.clear()
+                        fresh = list(order)
+                    start(fresh[0])
+                done, _ = await asyncio.wait(pending, timeout=HEDGE_AFTER_S, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    fresh = [a for a in order if a not in tried]
+                    if fresh:
+                        start(fresh[0])
+                    continue
+                for task in done:
+                    addr = pending.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        self._preferred = addr
+                        return task.result()
+                    err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else UnavailableError(str(exc))
+                    if not _retryable(err):
+                        self._preferred = addr
+                        raise err
+                    last = err
+                    leader = getattr(err, "leader", None)
+                    if leader and leader not in tried:
+                        if leader not in self._addresses:
+                            self._addresses.append(leader)
+                        self._preferred = leader
+                        order = [leader] + [a for a in order if a != leader]
+                        start(leader)
+        finally:
+            for task in pending:
+                task.cancel()
 
     # --- broker-facing --------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from tidelog.controller.liveness import HeartbeatTable
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ControllerNotLeaderError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
-from tidelog.wire import make_error
+from tidelog.wire import SERVER_OPTIONS, make_error
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class ControllerNode:
     # --- process --------------------------------------------------------------------------
 
     async def serve(self, stop: asyncio.Event) -> None:
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         service.add_to_server(server, self)
         address = self.cfg.self_node.grpc
         try:

@@ -23,6 +23,35 @@ from tidelog.errors import InvalidArgumentError, TidelogError, UnavailableError,
 
 log = logging.getLogger(__name__)
 
+# A peer that stops answering (a stopped process, a datacenter cut off by the network) keeps its
+# TCP connection open: without keepalive a call to it waits for its whole deadline. HTTP/2 pings
+# every second, and a connection that does not answer one within a second is closed, failing its
+# calls with UNAVAILABLE so that the caller asks the controllers again. Servers must accept pings
+# that often (gRPC's default would answer them with GOAWAY "too many pings").
+KEEPALIVE_MS = 1000
+MAX_MESSAGE_BYTES = 64 << 20
+CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # gRPC's default reconnect backoff grows to 120 s; a peer that comes back should be usable
+    # again within seconds.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 3000),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+]
+
 ERROR_CODE_KEY = "tidelog-error-code"
 LEADER_KEY = "tidelog-leader"
 
