@@ -46,6 +46,7 @@ class BrokerConfig:
     ha_transfer_batch_bytes: int = 1 << 20
     ha_heartbeat_interval_ms: int = 1000
     ha_idle_timeout_ms: int = 5000
+    ha_max_connections: int = 16  # open HA connections (authenticated or not) before new ones are closed
     # controller
     heartbeat_interval_ms: int = 1000  # until the controller says otherwise
     max_concurrent_requests: int = 4096  # calls in progress (long polls included) before refusing
@@ -58,7 +59,7 @@ _CHOICES = {"flush": ("sync", "async"), "replication": ("sync", "async")}
 _POSITIVE = {
     "segment_bytes", "flush_interval_ms", "max_message_bytes", "flush_timeout_ms", "in_sync_replicas",
     "min_in_sync_replicas", "slave_timeout_ms", "ha_max_time_slave_not_catchup_ms", "ha_transfer_batch_bytes",
-    "ha_heartbeat_interval_ms", "ha_idle_timeout_ms", "heartbeat_interval_ms", "max_concurrent_requests",
+    "ha_heartbeat_interval_ms", "ha_idle_timeout_ms", "ha_max_connections", "heartbeat_interval_ms", "max_concurrent_requests",
 }
 
 

@@ -39,6 +39,7 @@ from tidelog.broker.ledgers import LedgerReplica
 from tidelog.broker.offsets import GroupOffsets, commit_message
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
 from tidelog.errors import (
+    ConfigError,
     FlushDiskTimeoutError,
     HaProtocolError,
     InvalidArgumentError,
@@ -48,7 +49,13 @@ from tidelog.errors import (
 )
 from tidelog.ha.ackpolicy import AckConfig, required_acks
 from tidelog.ha.master import HaMaster
-from tidelog.ha.protocol import ErrorFrame, Handshake, encode, read_frame
+from tidelog.ha.protocol import (
+    MAX_AUTH_FRAME,
+    AuthHello,
+    ErrorFrame,
+    encode,
+    read_frame,
+)
 from tidelog.ha.slave import HaSlave
 from tidelog.ha.syncstate import Proposal
 
@@ -68,11 +75,12 @@ class Role:
     master_epoch: int
     sync_state_set: frozenset[int]
     sss_epoch: int
+    unclean: bool = False  # the master was elected from outside the SyncStateSet
 
     @classmethod
     def from_pb(cls, pb: Any) -> Role:
         return cls(pb.has_master, pb.master_id, pb.master_address, pb.master_ha_address, pb.master_epoch,
-                   frozenset(pb.sync_state_set), pb.sync_state_set_epoch)
+                   frozenset(pb.sync_state_set), pb.sync_state_set_epoch, pb.elected_unclean)
 
 
 #: One message of a produce request: (body, key, tags, properties, queue or None).
@@ -104,6 +112,11 @@ class Replica:
         self._rr = itertools.count()
         self.last_sss_epoch = 0
         self.lease_until = 0.0  # monotonic time until which this broker may acknowledge writes
+        self._ha_connections = 0
+        if not cfg.secret:
+            raise ConfigError("a broker needs the cluster secret (key 'secret' or $TIDE_CLUSTER_SECRET): "
+                              "replication and controller membership prove it", key="secret")
+        self.secret: str = cfg.secret
 
     @property
     def ctx(self) -> str:
@@ -159,7 +172,7 @@ class Replica:
             slave_timeout_ms=self.cfg.slave_timeout_ms, max_not_catchup_ms=self.cfg.ha_max_time_slave_not_catchup_ms,
             batch_bytes=self.cfg.ha_transfer_batch_bytes, heartbeat_interval_ms=self.cfg.ha_heartbeat_interval_ms,
             idle_timeout_ms=self.cfg.ha_idle_timeout_ms, propose=self._propose_sss, on_confirm=self._on_confirm,
-            on_ledger_fenced=self.ledgers.on_fenced_by_slave)
+            on_ledger_fenced=self.ledgers.on_fenced_by_slave, secret=self.secret)
         self.role = MASTER
         self._on_confirm(self.log.confirm_offset)
         log.warning("%s promoted to master of epoch %d at offset %d (SyncStateSet %s)", self.ctx, epoch,
@@ -175,7 +188,8 @@ class Replica:
                                 ack_interval_ms=self.cfg.ha_heartbeat_interval_ms,
                                 idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
                                 on_progress=lambda: self._on_confirm(self.log.confirm_offset),
-                                fenced_ledgers=self.ledgers.index.fenced_ledgers).start()
+                                fenced_ledgers=self.ledgers.index.fenced_ledgers, secret=self.secret,
+                                unclean=role.unclean).start()
         log.warning("%s following master %d at %s (epoch %d)", self.ctx, role.master_id, role.master_ha_address,
                     role.master_epoch)
 
@@ -209,22 +223,36 @@ class Replica:
     # ------------------------------------------------------------------ HA server side
 
     async def handle_ha_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection on the HA port: the mutual proof of the cluster secret, then replication.
+
+        Nothing of the log leaves before the peer has proven the secret for the broker id it
+        claims; every frame read before that is at most MAX_AUTH_FRAME bytes, and connections
+        beyond `ha_max_connections` are closed at once (bounded memory under hostile input).
+        """
+        peer = writer.get_extra_info("peername")
+        if self._ha_connections >= self.cfg.ha_max_connections:
+            log.warning("%s HA connection from %s refused: %d connections already open", self.ctx, peer,
+                        self._ha_connections)
+            writer.close()
+            return
+        self._ha_connections += 1
+        idle = self.cfg.ha_idle_timeout_ms / 1000
         try:
-            first = await asyncio.wait_for(read_frame(reader), self.cfg.ha_idle_timeout_ms / 1000)
-            if not isinstance(first, Handshake):
-                raise HaProtocolError(f"expected a handshake, got {type(first).__name__}")
+            hello = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), idle)
+            if not isinstance(hello, AuthHello):
+                raise HaProtocolError(f"expected the slave's hello, got {type(hello).__name__}")
             master = self.ha_master
             if self.role != MASTER or master is None:
                 writer.write(encode(ErrorFrame("NOT_MASTER", f"broker {self.broker_id} is {self.role}")))
                 await writer.drain()
                 return
-            await master.serve(reader, writer, first)
+            await master.accept(reader, writer, hello)
         except (HaProtocolError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
-            log.info("%s HA connection from %s closed: %s", self.ctx, writer.get_extra_info("peername"),
-                     exc or type(exc).__name__)
+            log.info("%s HA connection from %s closed: %s", self.ctx, peer, exc or type(exc).__name__)
         except Exception:
             log.exception("%s HA connection failed", self.ctx)
         finally:
+            self._ha_connections -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

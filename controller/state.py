@@ -122,6 +122,7 @@ class BrokerSet:
     master_epoch: int = 0
     sync_state_set: frozenset[int] = frozenset()
     sss_epoch: int = 0
+    unclean_epoch: int = 0  # the last master epoch that was elected from outside the SyncStateSet
 
     @property
     def master(self) -> Member | None:
@@ -553,8 +554,11 @@ class ControllerState:
             raise _Reject("CONTROLLER_MASTER_STILL_EXIST",
                           f"broker {old} is alive and stays master of {c.broker_set}", _snapshot(bs))
         if new is not None:
+            unclean = bs.master_epoch > 0 and new not in bs.sync_state_set
             bs.master_id = new
             bs.master_epoch += 1
+            if unclean:
+                bs.unclean_epoch = bs.master_epoch
             bs.sync_state_set = frozenset({new})
             bs.sss_epoch += 1
             return Result(value=_snapshot(bs), changed=True,
@@ -805,6 +809,7 @@ class ControllerState:
                     "master_epoch": bs.master_epoch,
                     "sync_state_set": sorted(bs.sync_state_set),
                     "sss_epoch": bs.sss_epoch,
+                    "unclean_epoch": bs.unclean_epoch,
                     "members": [vars(bs.members[i]).copy() for i in sorted(bs.members)],
                 }
                 for _, bs in sorted(self.broker_sets.items())
@@ -832,7 +837,8 @@ class ControllerState:
             s.broker_sets[b["name"]] = BrokerSet(
                 name=b["name"], members=members, next_broker_id=b["next_broker_id"],
                 master_id=b["master_id"], master_epoch=b["master_epoch"],
-                sync_state_set=frozenset(b["sync_state_set"]), sss_epoch=b["sss_epoch"])
+                sync_state_set=frozenset(b["sync_state_set"]), sss_epoch=b["sss_epoch"],
+                unclean_epoch=b.get("unclean_epoch", 0))
         s.next_id_floor = {str(k): int(v) for k, v in d.get("next_id_floor", {}).items()}
         for t in d["topics"]:
             s.topics[t["name"]] = Topic(name=t["name"], queues=dict(t["queues"]), perm=t["perm"],

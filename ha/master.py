@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from tidelog.clusterauth import new_nonce
 from tidelog.commitlog import CommitLog
 from tidelog.commitlog.epochs import OPEN_END
 from tidelog.commitlog.waiters import OffsetWaiters
@@ -35,8 +36,13 @@ from tidelog.errors import (
     UnavailableError,
 )
 from tidelog.ha import ackpolicy
+from tidelog.ha import auth as ha_auth
 from tidelog.ha.protocol import (
+    MAX_AUTH_FRAME,
     Ack,
+    AuthChallenge,
+    AuthHello,
+    AuthProof,
     ErrorFrame,
     Handshake,
     HandshakeReply,
@@ -60,6 +66,7 @@ class SlaveConnection:
     peer: str
     ack_offset: int = -1
     send_offset: int = 0
+    sent_end: int = 0  # end of the bytes written to this connection: no ack may pass it
     last_sent_master_max: int = 0
     last_sent_ms: int = 0
     writer: asyncio.StreamWriter | None = field(default=None, repr=False)
@@ -74,8 +81,9 @@ class HaMaster:
                  heartbeat_interval_ms: int = 1000, idle_timeout_ms: int = 5000,
                  propose: Callable[[Proposal], Awaitable[None]] | None = None,
                  on_confirm: Callable[[int], None] | None = None,
-                 on_ledger_fenced: Callable[[int], None] | None = None) -> None:
+                 on_ledger_fenced: Callable[[int], None] | None = None, secret: str = "") -> None:
         self.log = commitlog
+        self.secret = secret
         self.broker_set = broker_set
         self.broker_id = broker_id
         self.epoch = epoch
@@ -202,8 +210,33 @@ class HaMaster:
 
     # ------------------------------------------------------------------ connections
 
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: AuthHello) -> None:
+        """Run one slave connection whose AuthHello was already read: prove the cluster secret to
+        the slave, check its proof, read its Handshake, then `serve`. Nothing of the log is sent
+        before the slave's proof checks out; every frame read here is small (MAX_AUTH_FRAME)."""
+        peer = writer.get_extra_info("peername")
+        if hello.broker_set != self.broker_set or hello.broker_id == self.broker_id:
+            await _send_error(writer, "HA_PROTOCOL", f"this is broker {self.broker_id} of {self.broker_set}, not "
+                                                     f"a master for {hello.broker_set}/{hello.broker_id}")
+            return
+        nonce = new_nonce()
+        fields = (self.broker_set, self.broker_id, hello.broker_id, self.epoch, hello.nonce, nonce)
+        writer.write(encode(AuthChallenge(self.broker_id, self.epoch, nonce, ha_auth.master_proof(self.secret, *fields))))
+        await writer.drain()
+        proof = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+        if not isinstance(proof, AuthProof) or not ha_auth.check_slave(self.secret, proof.proof, *fields):
+            log.warning("%s HA connection from %s claiming broker %d did not prove the cluster secret; closing",
+                        self._ctx, peer, hello.broker_id)
+            await _send_error(writer, "UNAUTHENTICATED", "the cluster secret was not proven")
+            return
+        first = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+        if not isinstance(first, Handshake) or (first.broker_set, first.broker_id) != (hello.broker_set,
+                                                                                       hello.broker_id):
+            raise HaProtocolError("the handshake does not match the identity the slave proved")
+        await self.serve(reader, writer, first)
+
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: Handshake) -> None:
-        """Run one slave connection whose Handshake was already read."""
+        """Run one authenticated slave connection whose Handshake was already read."""
         peer = str(writer.get_extra_info("peername"))
         if first.broker_set != self.broker_set:
             await _send_error(writer, "HA_PROTOCOL", f"this is broker set {self.broker_set}, not {first.broker_set}")
@@ -213,10 +246,10 @@ class HaMaster:
         writer.write(encode(HandshakeReply(self.broker_id, self.epoch, self.log.max_offset, self.log.min_offset,
                                            tuple(self.log.epochs.pairs()))))
         await writer.drain()
-        start = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+        start = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         while isinstance(start, LedgerFenced):  # the slave's fences come before its first ack
             self._ledger_fenced(slave_id, start.ledger_id)
-            start = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+            start = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         if not isinstance(start, Ack):
             raise HaProtocolError(f"expected the slave's start offset, got {type(start).__name__}")
         if start.max_offset > self.log.max_offset or start.max_offset < self.log.min_offset:
@@ -228,13 +261,14 @@ class HaMaster:
         if old is not None and old.writer is not None:
             old.writer.close()
         conn = SlaveConnection(slave_id, peer, ack_offset=start.max_offset, send_offset=start.max_offset,
-                               writer=writer)
+                               sent_end=start.max_offset, writer=writer)
         self.connections[slave_id] = conn
         self._on_ack(conn, start.max_offset)
         sender = asyncio.ensure_future(self._send_loop(conn, writer))
         try:
             while not self._closed:
-                frame = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+                # a slave sends only small frames (acks, fences, errors)
+                frame = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
                 if isinstance(frame, Ack):
                     self._on_ack(conn, frame.max_offset)
                 elif isinstance(frame, LedgerFenced):
@@ -263,9 +297,11 @@ class HaMaster:
             self._on_ledger_fenced(ledger_id)
 
     def _on_ack(self, conn: SlaveConnection, offset: int) -> None:
-        if offset > self.log.max_offset:
-            raise HaProtocolError(f"slave {conn.broker_id} acked {offset}, beyond this log's max "
-                                  f"{self.log.max_offset}")
+        if offset > conn.sent_end:
+            # Only what this connection carried can be held because of it: a higher ack is a
+            # confused or hostile peer, and counting it could acknowledge writes no replica holds.
+            raise HaProtocolError(f"slave {conn.broker_id} acked {offset}, beyond the {conn.sent_end} sent to it "
+                                  f"(this log's max {self.log.max_offset})")
         conn.ack_offset = max(conn.ack_offset, offset)
         entry = self.log.epochs.find(max(self.log.max_offset - 1, 0))
         epoch_start = entry.start if entry is not None and entry.epoch == self.epoch else self.log.max_offset
@@ -288,6 +324,7 @@ class HaMaster:
                 data, nxt = self.log.read_raw_chunk(offset, limit)
                 conn.last_sent_master_max = self.log.max_offset
                 conn.last_sent_ms = now_ms()
+                conn.sent_end = nxt  # before the write: the slave may ack before drain() returns
                 # one write, so header and data leave in one send
                 writer.writelines((encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset,
                                                           len(data)), data))

@@ -3,19 +3,32 @@
 Theory of operation
 -------------------
 Every frame is ``u32 length | u8 type | payload``; `length` counts everything after itself
-(type byte included), integers are big-endian. Five frame types exist:
+(type byte included), integers are big-endian. The frame types:
 
 =================  ===============  ============================================================
 type               direction        payload
 =================  ===============  ============================================================
+AUTH_HELLO (7)     slave -> master  str broker_set | u64 broker_id | bytes16 slave_nonce
+AUTH_CHALLENGE 8   master -> slave  u64 master_id | u64 master_epoch | bytes16 master_nonce |
+                                    bytes32 master_proof
+AUTH_PROOF (9)     slave -> master  bytes32 slave_proof
 HANDSHAKE (1)      slave -> master  str broker_set | u64 broker_id | u64 max_offset | epochs
 HANDSHAKE_REPLY 2  master -> slave  u64 master_id | u64 master_epoch | u64 max_offset |
                                     u64 min_offset | epochs
 TRANSFER (3)       master -> slave  u64 offset | u64 epoch | u64 epoch_start | u64 confirm_offset |
                                     raw commit-log bytes up to the end of the frame (none = heartbeat)
 ACK (4)            slave -> master  u64 max_offset
+LEDGER_FENCED (6)  slave -> master  u64 ledger_id
 ERROR (5)          either           str code | str message
 =================  ===============  ============================================================
+
+A connection opens with the mutual proof of the cluster secret (`tidelog.clusterauth`): the
+slave names itself and sends a fresh nonce; the master answers with its own nonce and an HMAC
+over both nonces, the broker set, both ids and its epoch; the slave checks it (a stranger
+pretending to be the master is refused before the slave's log is touched) and answers with its
+own HMAC over the same fields under another purpose. Only then does the slave send its
+HANDSHAKE, and only after checking the slave's proof does the master read it and send anything
+of its log. Frames read before the proofs are checked may be at most `MAX_AUTH_FRAME` bytes.
 
 ``str`` is a u16 byte count and that many bytes of UTF-8; ``epochs`` is a u32 count and that
 many ``(u64 epoch, u64 start offset)`` pairs, epochs strictly ascending and starts never going
@@ -43,11 +56,16 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from tidelog.clusterauth import NONCE_BYTES, PROOF_BYTES
 from tidelog.errors import HaProtocolError
 
 __all__ = [
+    "MAX_AUTH_FRAME",
     "MAX_FRAME",
     "Ack",
+    "AuthChallenge",
+    "AuthHello",
+    "AuthProof",
     "ErrorFrame",
     "Frame",
     "FrameDecoder",
@@ -68,6 +86,10 @@ __all__ = [
 # refusing it before reading bounds what one connection can make us buffer.
 MAX_FRAME = 64 * 1024 * 1024 + 1024
 
+# Every frame a peer may send before it has proven the cluster secret (and every frame a slave
+# sends at all) fits in this; a longer length is refused before its body is read.
+MAX_AUTH_FRAME = 64 * 1024
+
 MAX_STR = 0xFFFF
 _U64_MAX = 2**64 - 1
 
@@ -77,6 +99,7 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")
+_U64_PAIR = _PAIR
 _HANDSHAKE_FIXED = struct.Struct(">QQ")          # broker_id, max_offset (after the broker set)
 _REPLY_FIXED = struct.Struct(">QQQQ")            # master_id, master_epoch, max_offset, min_offset
 _TRANSFER_FIXED = struct.Struct(">QQQQ")         # offset, epoch, epoch_start, confirm_offset
@@ -93,6 +116,9 @@ class FrameType(enum.IntEnum):
     ACK = 4
     ERROR = 5
     LEDGER_FENCED = 6
+    AUTH_HELLO = 7
+    AUTH_CHALLENGE = 8
+    AUTH_PROOF = 9
 
 
 Epochs = tuple[tuple[int, int], ...]
@@ -150,6 +176,32 @@ class LedgerFenced:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthHello:
+    """Slave -> master, first frame: who I claim to be, and my challenge for the master."""
+
+    broker_set: str
+    broker_id: int
+    nonce: bytes  # NONCE_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class AuthChallenge:
+    """Master -> slave: my proof of the secret over both nonces, and my challenge for the slave."""
+
+    master_id: int
+    master_epoch: int
+    nonce: bytes  # NONCE_BYTES
+    proof: bytes  # PROOF_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class AuthProof:
+    """Slave -> master: my proof of the secret over both nonces."""
+
+    proof: bytes  # PROOF_BYTES
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorFrame:
     """Either side, just before closing: why (an errors.py code and a human message)."""
 
@@ -157,7 +209,7 @@ class ErrorFrame:
     message: str
 
 
-Frame = Handshake | HandshakeReply | Transfer | Ack | LedgerFenced | ErrorFrame
+Frame = Handshake | HandshakeReply | Transfer | Ack | LedgerFenced | ErrorFrame | AuthHello | AuthChallenge | AuthProof
 
 
 # --- encoding -----------------------------------------------------------------------------
@@ -177,6 +229,12 @@ def _str(value: str, what: str) -> bytes:
     if len(raw) > MAX_STR:
         raise HaProtocolError(f"cannot encode {what}: {len(raw)} bytes of UTF-8, at most {MAX_STR} fit")
     return _U16.pack(len(raw)) + raw
+
+
+def _fixed(value: bytes, size: int, what: str) -> bytes:
+    if not isinstance(value, bytes | bytearray) or len(value) != size:
+        raise HaProtocolError(f"cannot encode {what}: need exactly {size} bytes")
+    return bytes(value)
 
 
 def _epochs(epochs: Epochs) -> bytes:
@@ -220,6 +278,15 @@ def encode(frame: Frame) -> bytes:
         return _frame(FrameType.HANDSHAKE_REPLY, payload)
     if isinstance(frame, ErrorFrame):
         return _frame(FrameType.ERROR, _str(frame.code, "code") + _str(frame.message, "message"))
+    if isinstance(frame, AuthHello):
+        return _frame(FrameType.AUTH_HELLO, _str(frame.broker_set, "broker_set") + _u64(frame.broker_id, "broker_id")
+                      + _fixed(frame.nonce, NONCE_BYTES, "nonce"))
+    if isinstance(frame, AuthChallenge):
+        return _frame(FrameType.AUTH_CHALLENGE, _u64(frame.master_id, "master_id")
+                      + _u64(frame.master_epoch, "master_epoch") + _fixed(frame.nonce, NONCE_BYTES, "nonce")
+                      + _fixed(frame.proof, PROOF_BYTES, "proof"))
+    if isinstance(frame, AuthProof):
+        return _frame(FrameType.AUTH_PROOF, _fixed(frame.proof, PROOF_BYTES, "proof"))
     raise HaProtocolError(f"cannot encode {type(frame).__name__}: not an HA frame")
 
 
@@ -328,17 +395,26 @@ def decode_body(body: bytes | bytearray | memoryview) -> Frame:
     elif ftype is FrameType.HANDSHAKE_REPLY:
         master_id, master_epoch, max_offset, min_offset = cur.unpack(_REPLY_FIXED, "handshake reply")
         frame = HandshakeReply(master_id, master_epoch, max_offset, min_offset, cur.epochs())
+    elif ftype is FrameType.AUTH_HELLO:
+        broker_set = cur.string("broker_set")
+        frame = AuthHello(broker_set, cur.u64("broker_id"), bytes(cur.take(NONCE_BYTES, "nonce")))
+    elif ftype is FrameType.AUTH_CHALLENGE:
+        master_id, master_epoch = cur.unpack(_U64_PAIR, "challenge")
+        frame = AuthChallenge(master_id, master_epoch, bytes(cur.take(NONCE_BYTES, "nonce")),
+                              bytes(cur.take(PROOF_BYTES, "proof")))
+    elif ftype is FrameType.AUTH_PROOF:
+        frame = AuthProof(bytes(cur.take(PROOF_BYTES, "proof")))
     else:
         frame = ErrorFrame(cur.string("code"), cur.string("message"))
     cur.end()
     return frame
 
 
-def _check_length(length: int) -> None:
+def _check_length(length: int, limit: int = MAX_FRAME) -> None:
     if length < 1:
         raise HaProtocolError("frame length 0: no type byte")
-    if length > MAX_FRAME:
-        raise HaProtocolError(f"frame length {length} exceeds MAX_FRAME={MAX_FRAME}")
+    if length > limit:
+        raise HaProtocolError(f"frame length {length} exceeds the limit of {limit} bytes here")
 
 
 class FrameDecoder:
@@ -385,12 +461,13 @@ class FrameDecoder:
         return frames
 
 
-async def read_frame(reader: asyncio.StreamReader) -> Frame:
-    """Read exactly one frame.
+async def read_frame(reader: asyncio.StreamReader, max_length: int = MAX_FRAME) -> Frame:
+    """Read exactly one frame of at most `max_length` bytes (its length prefix not counted).
 
-    Raises HaProtocolError on a malformed frame and asyncio.IncompleteReadError on EOF (also
-    EOF in the middle of a frame: the peer went away, which is not a protocol violation).
+    Raises HaProtocolError on a malformed or longer frame (before reading its body, so a hostile
+    length costs nothing) and asyncio.IncompleteReadError on EOF (also EOF in the middle of a
+    frame: the peer went away, which is not a protocol violation).
     """
     (length,) = _LEN.unpack(await reader.readexactly(_LEN.size))
-    _check_length(length)
+    _check_length(length, max_length)
     return decode_body(await reader.readexactly(length))

@@ -23,11 +23,17 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
+from tidelog.clusterauth import new_nonce
 from tidelog.commitlog import CommitLog
 from tidelog.commitlog.epochs import last_consistent_point
 from tidelog.errors import HaProtocolError, OffsetMismatchError, TidelogError
+from tidelog.ha import auth as ha_auth
 from tidelog.ha.protocol import (
+    MAX_AUTH_FRAME,
     Ack,
+    AuthChallenge,
+    AuthHello,
+    AuthProof,
     ErrorFrame,
     Handshake,
     HandshakeReply,
@@ -45,8 +51,14 @@ class HaSlave:
                  master_address: str, master_epoch: int, flush_sync: bool = False,
                  ack_interval_ms: int = 1000, idle_timeout_ms: int = 5000, retry_ms: int = 500,
                  on_progress: Callable[[], None] | None = None,
-                 fenced_ledgers: Callable[[], Iterable[int]] | None = None) -> None:
+                 fenced_ledgers: Callable[[], Iterable[int]] | None = None, secret: str = "",
+                 unclean: bool = False) -> None:
         self.log = commitlog
+        self.secret = secret
+        # The controller elected this master outside the SyncStateSet: only then may fork repair
+        # cut below this replica's confirm offset (what every in-sync member held).
+        self.unclean = unclean
+        self.refusals = 0  # masters refused for demanding a cut below the confirm offset
         self.broker_set = broker_set
         self.broker_id = broker_id
         self.master_id = master_id
@@ -97,10 +109,11 @@ class HaSlave:
         host, _, port = self.master_address.rpartition(":")
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), self.idle_timeout)
         try:
+            await self._authenticate(reader, writer)
             writer.write(encode(Handshake(self.broker_set, self.broker_id, self.log.max_offset,
                                           tuple(self.log.epochs.pairs()))))
             await writer.drain()
-            reply = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+            reply = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
             if isinstance(reply, ErrorFrame):
                 raise HaProtocolError(f"master refused the handshake: {reply.code}: {reply.message}")
             if not isinstance(reply, HandshakeReply):
@@ -140,6 +153,26 @@ class HaSlave:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Prove the cluster secret to the master and check its proof, before anything else: a
+        stranger answering on the master's address never gets to steer this log."""
+        nonce = new_nonce()
+        writer.write(encode(AuthHello(self.broker_set, self.broker_id, nonce)))
+        await writer.drain()
+        challenge = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+        if isinstance(challenge, ErrorFrame):
+            raise HaProtocolError(f"master refused the connection: {challenge.code}: {challenge.message}")
+        if not isinstance(challenge, AuthChallenge):
+            raise HaProtocolError(f"expected the master's challenge, got {type(challenge).__name__}")
+        if challenge.master_id != self.master_id:
+            raise HaProtocolError(f"{self.master_address} answers as broker {challenge.master_id}, "
+                                  f"not the master {self.master_id} the controller named")
+        fields = (self.broker_set, self.master_id, self.broker_id, challenge.master_epoch, nonce, challenge.nonce)
+        if not ha_auth.check_master(self.secret, challenge.proof, *fields):
+            log.error("%s %s did not prove the cluster secret: not following it", self._ctx, self.master_address)
+            raise HaProtocolError(f"{self.master_address} did not prove the cluster secret")
+        writer.write(encode(AuthProof(ha_auth.slave_proof(self.secret, *fields))))
+
     def notify_fenced(self, ledger_id: int) -> None:
         """Tell the master at once that this replica fenced `ledger_id` (before any later ack).
 
@@ -163,6 +196,18 @@ class HaSlave:
             point = self.log.min_offset
             log.error("%s no epoch in common with the master (local %s, master %s): discarding the local log "
                       "from %d", self._ctx, local, list(reply.epochs), point)
+        confirm = self.log.confirm_offset
+        if point < confirm and not self.unclean:
+            # Below the confirm offset lies what every in-sync replica held; a master elected
+            # cleanly (from the SyncStateSet) holds all of it, so a demand to cut there comes from a
+            # history the controller did not choose. Refuse, keep the log, and keep retrying: the
+            # controller may name another master, or declare the election unclean.
+            self.refusals += 1
+            log.error("%s refusing fork repair to %d: below this replica's confirm offset %d and the election "
+                      "was not unclean (local epochs %s, master epochs %s)", self._ctx, point, confirm, local,
+                      list(reply.epochs))
+            raise HaProtocolError(f"master {self.master_id} demands a cut to {point}, below the confirm offset "
+                                  f"{confirm}; refused")
         if point < local_max:
             log.warning("%s fork repair: truncating from %d to %d (local epochs %s, master epochs %s)",
                         self._ctx, local_max, point, local, list(reply.epochs))

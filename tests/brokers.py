@@ -100,6 +100,7 @@ class BrokerSetProcs:
         self.name = name
         self.procs: list[Proc] = []
         self.addresses: list[str] = []
+        self.ha_addresses: list[str] = []
         self.data_dirs: list[Path] = []
         for i in range(replicas):
             data = root / f"{name}-{i}"
@@ -122,6 +123,7 @@ class BrokerSetProcs:
             cfg.write_text(yaml.safe_dump(doc))
             self.procs.append(Proc(f"{name}-{i}", ["broker", "--config", str(cfg)], root / f"{name}-{i}.log"))
             self.addresses.append(doc["listen"])
+            self.ha_addresses.append(doc["ha_listen"])
             self.data_dirs.append(data)
         self.clients = [BrokerClient(a) for a in self.addresses]
 

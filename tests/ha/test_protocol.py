@@ -12,10 +12,14 @@ from hypothesis import strategies as st
 
 from tidelog.errors import FlushSlaveTimeoutError, HaProtocolError, NotMasterError, by_code
 from tidelog.ha.protocol import (
+    MAX_AUTH_FRAME,
     MAX_FRAME,
     MAX_STR,
     MAX_TRANSFER_DATA,
     Ack,
+    AuthChallenge,
+    AuthHello,
+    AuthProof,
     ErrorFrame,
     FrameDecoder,
     FrameType,
@@ -52,6 +56,9 @@ FRAMES = st.one_of(
     st.builds(Ack, OFFSET),
     st.builds(LedgerFenced, U64),
     st.builds(ErrorFrame, TEXT, st.text(max_size=200)),
+    st.builds(AuthHello, TEXT, U64, st.binary(min_size=16, max_size=16)),
+    st.builds(AuthChallenge, U64, U64, st.binary(min_size=16, max_size=16), st.binary(min_size=32, max_size=32)),
+    st.builds(AuthProof, st.binary(min_size=32, max_size=32)),
 )
 
 
@@ -314,3 +321,23 @@ def test_not_master_carries_the_master_address_across_the_wire():
     assert isinstance(rebuilt, NotMasterError)
     assert rebuilt.master_address == "10.0.0.7:10911"
     assert NotMasterError().master_address == "" and NotMasterError().leader is None
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: AuthHello("bs", 1, b"short"),
+    lambda: AuthChallenge(1, 1, b"\0" * 16, b"\0" * 31),
+    lambda: AuthProof(b"\0" * 33),
+])
+def test_auth_frames_refuse_wrong_sizes(bad) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(HaProtocolError):
+        encode(bad())
+
+
+def test_read_frame_refuses_a_length_over_its_limit_before_reading_the_body() -> None:
+    async def main() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(struct.pack(">IB", MAX_AUTH_FRAME + 1, FrameType.AUTH_HELLO))  # no body follows
+        with pytest.raises(HaProtocolError, match="exceeds the limit"):
+            await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), 1.0)
+
+    asyncio.run(main())

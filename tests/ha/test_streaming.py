@@ -16,11 +16,12 @@ import pytest
 from tidelog.commitlog import CommitLog, Message
 from tidelog.errors import FlushSlaveTimeoutError
 from tidelog.ha.master import HaMaster
-from tidelog.ha.protocol import Handshake, read_frame
+from tidelog.ha.protocol import AuthHello, read_frame
 from tidelog.ha.slave import HaSlave
 
 SEG = 16 * 1024
 MASTER_ID, SLAVE_ID = 1, 2
+SECRET = "streaming-test-secret"
 
 
 def open_log(path: Path) -> CommitLog:
@@ -62,14 +63,14 @@ class Pair:
             self.mlog.epochs.append(self.master_epoch, self.mlog.max_offset)
         self.master = HaMaster(self.mlog, broker_set="bs", broker_id=MASTER_ID, epoch=self.master_epoch,
                                sync_state_set=self.sss, sss_epoch=1, slave_timeout_ms=self.slave_timeout_ms,
-                               batch_bytes=4096, heartbeat_interval_ms=100, idle_timeout_ms=2000)
+                               batch_bytes=4096, heartbeat_interval_ms=100, idle_timeout_ms=2000, secret=SECRET)
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
-                first = await read_frame(reader)
-                assert isinstance(first, Handshake)
+                hello = await read_frame(reader)
+                assert isinstance(hello, AuthHello)
                 assert self.master is not None
-                await self.master.serve(reader, writer, first)
+                await self.master.accept(reader, writer, hello)
             except Exception:
                 pass
             finally:
@@ -81,7 +82,7 @@ class Pair:
     def start_slave(self, master_epoch: int | None = None) -> HaSlave:
         self.slave = HaSlave(self.slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID,
                              master_address=self.address, master_epoch=master_epoch or self.master_epoch,
-                             ack_interval_ms=100, idle_timeout_ms=2000, retry_ms=50).start()
+                             ack_interval_ms=100, idle_timeout_ms=2000, retry_ms=50, secret=SECRET).start()
         return self.slave
 
     def append(self, msgs: list[Message]) -> int:
