@@ -42,7 +42,7 @@ class BrokerServer:
         self.ident = identity.load_or_create(cfg.data_dir, cfg.broker_set)
         self.log = CommitLog.open(cfg.data_dir, segment_bytes=cfg.segment_bytes, flush=cfg.flush,
                                   flush_interval_ms=cfg.flush_interval_ms, max_message_bytes=cfg.max_message_bytes)
-        self.controller = ControllerClient(cfg.controllers, rpc_timeout=2.0, total_timeout=5.0)
+        self.controller = ControllerClient(cfg.controllers, rpc_timeout=2.0, total_timeout=5.0, secret=cfg.secret)
         self.replica = Replica(cfg, self.log, broker_id=self.ident.broker_id if self.ident.broker_id is not None
                                else -1, propose=self._alter)
         self._grpc: grpc.aio.Server | None = None

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
 from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 CONTROLLERS_ENV = "TIDE_CONTROLLERS"
 # A read-only route call that has no answer this soon is also sent to the next controller node.
 HEDGE_AFTER_S = 0.3
+# Calls that change cluster membership: they prove the cluster secret (tidelog.clusterauth).
+SIGNED = frozenset({"RegisterBroker", "Heartbeat", "AlterSyncStateSet", "ElectMaster", "CleanBrokerData"})
 
 
 def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
@@ -56,8 +59,10 @@ class ControllerClient:
     """Async client for a controller cluster given as 'host:port[,host:port...]' or a list."""
 
     def __init__(self, addresses: str | Iterable[str], *, rpc_timeout: float = 3.0,
-                 total_timeout: float = 15.0) -> None:
+                 total_timeout: float = 15.0, secret: str | None = None) -> None:
         self._addresses = parse_addresses(addresses)
+        # Signs the membership calls (SIGNED); brokers pass theirs, operators' tools the environment's.
+        self.secret = secret or secret_from_env()
         self._conns: dict[str, _Conn] = {}
         self._preferred: str = self._addresses[0]
         self.rpc_timeout = rpc_timeout
@@ -98,7 +103,8 @@ class ControllerClient:
         per_call = timeout or self.rpc_timeout
         if address is not None:
             try:
-                return await getattr(getattr(self._conn(address), service), method)(request, timeout=per_call)
+                return await getattr(getattr(self._conn(address), service), method)(
+                    request, timeout=per_call, metadata=self._signature(method, request))
             except grpc.aio.AioRpcError as exc:
                 raise error_from_rpc(exc) from None
         deadline = time.monotonic() + (total_timeout or self.total_timeout)
@@ -117,7 +123,8 @@ class ControllerClient:
                 tried.add(addr)
                 stub = getattr(self._conn(addr), service)
                 try:
-                    reply = await getattr(stub, method)(request, timeout=min(per_call, remaining))
+                    reply = await getattr(stub, method)(request, timeout=min(per_call, remaining),
+                                                        metadata=self._signature(method, request))
                 except grpc.aio.AioRpcError as exc:
                     err = error_from_rpc(exc)
                     if not _retryable(err):
@@ -142,6 +149,21 @@ class ControllerClient:
             raise last
         raise UnavailableError(f"no controller answered within {total_timeout or self.total_timeout:.1f}s "
                                f"(tried {', '.join(self._addresses)})")
+
+    def _signature(self, method: str, request: Any) -> tuple[tuple[str, str], ...] | None:
+        """The cluster-secret proof a membership call carries (a fresh one per attempt)."""
+        if method not in SIGNED or not self.secret:
+            return None
+        broker_id = -1
+        if method == "Heartbeat":
+            broker_id = request.broker_id
+        elif method == "AlterSyncStateSet":
+            broker_id = request.master_id
+        elif method == "RegisterBroker" and request.HasField("broker_id"):
+            broker_id = request.broker_id
+        token = sign_call(self.secret, method, request.SerializeToString(deterministic=True), request.broker_set,
+                          broker_id, int(time.time() * 1000))
+        return ((CALL_KEY, token),)
 
     async def _hedged(self, method: str, request: Any, per_call: float, deadline: float) -> Any:
         """A read-only route call to several nodes at once, the next one `HEDGE_AFTER_S` later.

@@ -84,15 +84,6 @@ class ControllerConfig:
                 return node
         return None
 
-    def check_security(self, insecure: bool) -> None:
-        """A multi-node controller without a secret would accept Raft traffic from anyone."""
-        if len(self.nodes) > 1 and not self.secret and not insecure:
-            raise ConfigError(
-                f"a {len(self.nodes)}-node controller needs a cluster secret "
-                f"(key 'secret' or ${SECRET_ENV}); pass --insecure to run without one",
-                key="secret",
-            )
-
 
 def _host_port(key: str, value: Any) -> str:
     if not isinstance(value, str) or value.count(":") != 1:

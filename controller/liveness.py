@@ -59,6 +59,25 @@ class _Entry:
                         confirm_offset=self.confirm_offset, priority=self.priority)
 
 
+def heartbeat_problem(set_epoch: int, epoch: int, max_offset: int, confirm_offset: int) -> str | None:
+    """Why a heartbeat's claims cannot be true of a member of a set at `set_epoch`, or None.
+
+    A broker's epoch file only ever gains epochs the controller assigned, so a heartbeat claiming
+    a later one is forged or from another cluster's history; accepting it would let the claimant
+    win the next election (highest epoch first). Offsets must be non-negative and the confirm
+    offset (-1: not reported) never past the max offset.
+    """
+    if epoch < -1:
+        return f"epoch {epoch} is not an epoch"
+    if epoch > set_epoch:
+        return f"epoch {epoch} is beyond the broker set's epoch {set_epoch}"
+    if max_offset < 0:
+        return f"max offset {max_offset} is negative"
+    if confirm_offset < -1 or confirm_offset > max_offset:
+        return f"confirm offset {confirm_offset} is outside [-1, max offset {max_offset}]"
+    return None
+
+
 class HeartbeatTable:
     """Leader-memory liveness of brokers. Not thread-safe: the shell serialises calls."""
 

@@ -17,19 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import grpc
 
+from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret
+from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
 from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.liveness import HeartbeatTable
 from tidelog.controller.raft import RaftNode
-from tidelog.errors import ControllerNotLeaderError, UnavailableError
+from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.wire import SERVER_OPTIONS, make_error
 
@@ -52,7 +56,10 @@ def mono_ms() -> int:
 
 class ControllerNode:
     def __init__(self, cfg: ControllerConfig) -> None:
+        cfg = with_secret(cfg)
         self.cfg = cfg
+        self.secret: str = cfg.secret or ""
+        self._replays = ReplayCache()
         self.raft = RaftNode(cfg)
         self.heartbeats = HeartbeatTable(cfg.heartbeat_timeout_ms)
         self._led_term: int | None = None
@@ -64,6 +71,22 @@ class ControllerNode:
         self.mono_ms = mono_ms
 
     # --- used by the servicers ------------------------------------------------------------
+
+    def authenticate(self, context: Any, method: str, request: Any, *, broker_set: str | None = None,
+                     broker_id: int | None = None) -> None:
+        """Refuse a membership-changing call that does not prove the cluster secret (for the
+        broker set and broker id it acts on, when given). Logged with the peer's address."""
+        token = dict(context.invocation_metadata() or ()).get(CALL_KEY)
+        try:
+            ident = check_call(self.secret, token, method, request.SerializeToString(deterministic=True),
+                               wall_ms(), self._replays)
+            if broker_set is not None and ident.broker_set != broker_set:
+                raise UnauthenticatedError(f"signed for broker set {ident.broker_set!r}, not {broker_set!r}")
+            if broker_id is not None and ident.broker_id != broker_id:
+                raise UnauthenticatedError(f"signed for broker {ident.broker_id}, not {broker_id}")
+        except UnauthenticatedError as exc:
+            log.warning("refused %s from %s: %s", method, context.peer(), exc.message)
+            raise
 
     def require_leader(self) -> None:
         if not self.raft.is_leader():
@@ -223,6 +246,30 @@ class ControllerNode:
             for t in list(self._tasks):
                 t.cancel()
             self.raft.close()
+
+
+def with_secret(cfg: ControllerConfig) -> ControllerConfig:
+    """The config with a cluster secret: a configured one, or for a single node one generated once
+    and kept in its data dir (mode 0600). The Raft port never runs unauthenticated (an
+    unauthenticated PySyncObj port unpickles whatever it is sent), and brokers prove the same
+    secret; a generated one must be given to them. Several nodes must be configured with one."""
+    if cfg.secret:
+        return cfg
+    if len(cfg.nodes) > 1:
+        raise ConfigError(f"a {len(cfg.nodes)}-node controller needs a cluster secret (key 'secret' or "
+                          f"${CLUSTER_SECRET_ENV}), the same on every node and broker", key="secret")
+    path = cfg.node_dir / "cluster.secret"
+    cfg.node_dir.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(new_secret())
+            f.flush()
+            os.fsync(f.fileno())
+    secret = path.read_text().strip()
+    log.warning("no cluster secret configured: using the one generated in %s; brokers must be given the same "
+                "(key 'secret' or $%s)", path, CLUSTER_SECRET_ENV)
+    return replace(cfg, secret=secret)
 
 
 def run(cfg: ControllerConfig) -> None:

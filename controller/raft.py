@@ -34,7 +34,7 @@ from pysyncobj import pickle as pysyncobj_pickle
 
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
-from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
+from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +146,15 @@ class RaftNode:
 
     def __init__(self, cfg: ControllerConfig) -> None:
         self.cfg = cfg
+        if not cfg.secret:
+            raise ConfigError("the Raft port needs the cluster secret", key="secret")
         cfg.node_dir.mkdir(parents=True, exist_ok=True)
         tuning = cfg.raft
         conf = SyncObjConf(
+            # Never unauthenticated: without a password PySyncObj unpickles whatever a peer sends.
             password=cfg.secret,
+            # PySyncObj binds 0.0.0.0 unless told otherwise; listen only where the config says.
+            bindAddress=cfg.self_node.raft,
             journalFile=str(cfg.node_dir / "raft.journal"),
             fullDumpFile=str(cfg.node_dir / "raft.snapshot"),
             useFork=False,

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 import grpc
 
 from tidelog.controller import state as st
+from tidelog.controller.liveness import heartbeat_problem
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
     ControllerBrokerNeedToBeRegisteredError,
+    EpochRejectedError,
     MetadataNotFoundError,
     MetadataTooLargeError,
     TopicNotFoundError,
@@ -99,6 +101,8 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         name = non_empty("broker_set", request.broker_set)
         non_empty("address", request.address)
         broker_id = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
+        self.node.authenticate(context, "RegisterBroker", request, broker_set=name,
+                               broker_id=broker_id if broker_id is not None else -1)
         result = await self.node.write(lambda now, hb: st.RegisterBroker(
             broker_set=name, address=request.address, ha_address=request.ha_address,
             datacenter=request.datacenter, rack=request.rack, identity=request.identity,
@@ -115,6 +119,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                         ) -> pb.HeartbeatReply:
         name = non_empty("broker_set", request.broker_set)
         bid = non_negative("broker_id", request.broker_id)
+        self.node.authenticate(context, "Heartbeat", request, broker_set=name, broker_id=bid)
         self.node.require_leader()
         # A new leader answers from state that includes every earlier term's registrations.
         await self.node.ensure_ready()
@@ -123,6 +128,12 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             if bs is None or bid not in bs.members:
                 raise ControllerBrokerNeedToBeRegisteredError(
                     f"broker {bid} is not registered in broker set {name!r}", broker_set=name, broker_id=bid)
+            problem = heartbeat_problem(bs.master_epoch, request.epoch, request.max_offset, request.confirm_offset)
+            if problem is not None:
+                log.warning("broker set %s: refused a heartbeat of broker %d from %s: %s", name, bid, context.peer(),
+                            problem)
+                raise EpochRejectedError(f"heartbeat of broker {bid} in {name!r}: {problem}", broker_set=name,
+                                         broker_id=bid)
             role = role_of(name, bs)
             topics = [topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name)
                       if name in t.queues]
@@ -138,6 +149,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                                 ) -> pb.AlterSyncStateSetReply:
         name = non_empty("broker_set", request.broker_set)
         master_id = non_negative("master_id", request.master_id)
+        self.node.authenticate(context, "AlterSyncStateSet", request, broker_set=name, broker_id=master_id)
         non_negative("master_epoch", request.master_epoch)
         non_negative("sync_state_set_epoch", request.sync_state_set_epoch)
         require(len(request.new_sync_state_set) > 0, "new_sync_state_set must not be empty")
@@ -158,6 +170,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
     async def ElectMaster(self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
                           ) -> pb.ElectMasterReply:
         name = non_empty("broker_set", request.broker_set)
+        self.node.authenticate(context, "ElectMaster", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
         require(not request.designated or bid is not None, "a designated election needs broker_id")
         await self.node.write(lambda now, hb: st.ElectMaster(
@@ -260,6 +273,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     async def CleanBrokerData(self, request: pb.CleanBrokerDataRequest, context: grpc.aio.ServicerContext
                               ) -> pb.CleanBrokerDataReply:
         name = non_empty("broker_set", request.broker_set)
+        self.node.authenticate(context, "CleanBrokerData", request, broker_set=name)
         for b in request.broker_ids:
             non_negative("broker_ids[]", b)
         ids = frozenset(request.broker_ids)

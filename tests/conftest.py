@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.procs import ControllerCluster, Proc
+from tests.procs import CLUSTER_SECRET, ControllerCluster, Proc
+
+# The tests act as brokers and operators of their own clusters: their controller clients sign
+# membership calls with the clusters' secret, as `tide` commands do with $TIDE_CLUSTER_SECRET.
+os.environ["TIDE_CLUSTER_SECRET"] = CLUSTER_SECRET
 
 
 @pytest.fixture

@@ -13,6 +13,14 @@ keeps a proof made for one protocol step from being accepted for another.
 Fields are length-prefixed before they are MACed, so no two different field lists encode to
 the same bytes ("ab" + "c" is not "a" + "bc").
 
+Calls to the controller that change membership (register, heartbeat, SyncStateSet change,
+election, cleaning) carry `sign_call`'s token in gRPC metadata (`CALL_KEY`): the claimed broker
+set and broker id, the time, a fresh nonce and an HMAC over those, the method and the serialized
+request. The controller accepts a token only within `CALL_WINDOW_MS` of its own clock and only
+once (`ReplayCache`), so a recorded call cannot be replayed, and a token for one request, method
+or broker is worthless for another. A gRPC call has no round trip to spare for a challenge;
+time plus a remembered nonce gives the same freshness.
+
 This module is pure (no I/O): the HA handshake and the controller service call it.
 """
 
@@ -23,9 +31,13 @@ import hmac
 import os
 import secrets
 import struct
+from collections import OrderedDict
+from typing import NamedTuple
 
-__all__ = ["NONCE_BYTES", "PROOF_BYTES", "SECRET_ENV", "new_nonce", "new_secret", "prove", "secret_from_env",
-           "verify"]
+from tidelog.errors import UnauthenticatedError
+
+__all__ = ["CALL_KEY", "CALL_WINDOW_MS", "NONCE_BYTES", "PROOF_BYTES", "SECRET_ENV", "CallIdentity", "ReplayCache",
+           "check_call", "new_nonce", "new_secret", "prove", "secret_from_env", "sign_call", "verify"]
 
 SECRET_ENV = "TIDE_CLUSTER_SECRET"
 NONCE_BYTES = 16
@@ -78,3 +90,73 @@ def verify(secret: str, proof: bytes, purpose: str, *fields: bytes | str | int) 
     if not secret or not isinstance(proof, bytes | bytearray) or len(proof) != PROOF_BYTES:
         return False
     return hmac.compare_digest(bytes(proof), prove(secret, purpose, *fields))
+
+
+# --- signed controller calls ---------------------------------------------------------------
+
+CALL_KEY = "tide-cluster-auth"
+CALL_PURPOSE = "tidelog-controller-call-v1"
+CALL_WINDOW_MS = 30_000
+_MAX_TOKEN = 512
+
+
+class CallIdentity(NamedTuple):
+    """Who a verified call says it comes from (`broker_id` -1: an operator's command)."""
+
+    broker_set: str
+    broker_id: int
+
+
+def sign_call(secret: str, method: str, request: bytes, broker_set: str, broker_id: int, now_ms: int,
+              nonce: bytes | None = None) -> str:
+    """The metadata value proving the secret for this one call."""
+    nonce = nonce if nonce is not None else new_nonce()
+    mac = prove(secret, CALL_PURPOSE, method, broker_set, broker_id, now_ms, nonce, request)
+    return f"v1:{broker_set.encode().hex()}:{broker_id}:{now_ms}:{nonce.hex()}:{mac.hex()}"
+
+
+class ReplayCache:
+    """Nonces seen within the window, oldest first; bounded so a flood cannot grow it without end."""
+
+    def __init__(self, window_ms: int = CALL_WINDOW_MS, limit: int = 200_000) -> None:
+        self.window_ms = window_ms
+        self.limit = limit
+        self._seen: OrderedDict[bytes, int] = OrderedDict()
+
+    def add(self, nonce: bytes, now_ms: int) -> bool:
+        """Remember `nonce`; False if it was already seen (a replay)."""
+        while self._seen:
+            oldest, at = next(iter(self._seen.items()))
+            if at >= now_ms - 2 * self.window_ms and len(self._seen) < self.limit:
+                break
+            self._seen.popitem(last=False)
+        if nonce in self._seen:
+            return False
+        self._seen[nonce] = now_ms
+        return True
+
+
+def check_call(secret: str, token: str | None, method: str, request: bytes, now_ms: int,
+               seen: ReplayCache) -> CallIdentity:
+    """The identity a signed call proves, or UnauthenticatedError saying why not."""
+    if not token:
+        raise UnauthenticatedError(f"{method} changes cluster membership and must prove the cluster secret")
+    if len(token) > _MAX_TOKEN:
+        raise UnauthenticatedError("malformed authentication token")
+    try:
+        version, bset_hex, bid, ts, nonce_hex, mac_hex = token.split(":")
+        broker_set = bytes.fromhex(bset_hex).decode()
+        broker_id, at = int(bid), int(ts)
+        nonce, mac = bytes.fromhex(nonce_hex), bytes.fromhex(mac_hex)
+    except (ValueError, UnicodeDecodeError):
+        raise UnauthenticatedError("malformed authentication token") from None
+    if version != "v1" or len(nonce) != NONCE_BYTES:
+        raise UnauthenticatedError("malformed authentication token")
+    if abs(now_ms - at) > seen.window_ms:
+        raise UnauthenticatedError(f"the call was signed {abs(now_ms - at) / 1000:.0f}s away from this "
+                                   "controller's clock", hint="synchronise the clocks (NTP) of brokers and controllers")
+    if not verify(secret, mac, CALL_PURPOSE, method, broker_set, broker_id, at, nonce, request):
+        raise UnauthenticatedError("the cluster secret was not proven")
+    if not seen.add(nonce, now_ms):
+        raise UnauthenticatedError("this signed call was already used (a replay)")
+    return CallIdentity(broker_set, broker_id)

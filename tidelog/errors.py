@@ -630,3 +630,16 @@ class SegmentedLogOwnershipLostError(TidelogError):
     status = "FAILED_PRECONDITION"
     hint = ("the failed append's outcome is unknown: read the log to learn whether it is there; "
             "acquire the log again to keep appending")
+
+
+# --- cluster membership -------------------------------------------------------------------
+
+
+@_register
+class UnauthenticatedError(TidelogError):
+    """The caller did not prove the cluster secret for a call that changes cluster membership."""
+
+    code = "UNAUTHENTICATED"
+    status = "UNAUTHENTICATED"
+    hint = ("give this process the cluster secret (key 'secret' in its config or $TIDE_CLUSTER_SECRET), "
+            "the same value as the controllers'")

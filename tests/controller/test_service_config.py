@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
 from tidelog.controller.config import SECRET_ENV, load, parse
+from tidelog.controller.node import with_secret
 from tidelog.errors import ConfigError
 
 N3 = [{"id": f"c{i}", "raft": f"127.0.0.1:{9800 + i}", "grpc": f"127.0.0.1:{9700 + i}"} for i in (1, 2, 3)]
@@ -28,27 +30,36 @@ def test_defaults_and_node_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [n.id for n in cfg.peers] == ["c1", "c3"]
     assert cfg.node_dir == Path("d") / "c2"
     assert parse(_raw(), node_id="c3").node_id == "c3"
-    single = parse({"data_dir": "d", "nodes": N3[:1]})
-    assert single.node_id == "c1" and single.secret is None
-    single.check_security(insecure=False)  # one node needs no secret
+    single = parse({"data_dir": "d", "nodes": N3[:1], "secret": "s"})
+    assert single.node_id == "c1" and single.secret == "s"
 
 
 def test_secret_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CLUSTER_SECRET_ENV, raising=False)
     monkeypatch.setenv(SECRET_ENV, "from-env")
     raw = _raw()
     del raw["secret"]
     assert parse(raw).secret == "from-env"
 
 
-def test_multi_node_without_secret_needs_insecure(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_multi_node_without_secret_refuses_and_a_single_node_generates_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(SECRET_ENV, raising=False)
+    monkeypatch.delenv(CLUSTER_SECRET_ENV, raising=False)
     raw = _raw()
     del raw["secret"]
-    cfg = parse(raw)
+    raw["data_dir"] = str(tmp_path)
     with pytest.raises(ConfigError) as info:
-        cfg.check_security(insecure=False)
+        with_secret(parse(raw))
     assert info.value.details["key"] == "secret"
-    cfg.check_security(insecure=True)
+    # one node: a secret generated once, kept (0600) and used again after a restart
+    single = parse({"data_dir": str(tmp_path), "nodes": N3[:1]})
+    assert single.secret is None
+    first = with_secret(single).secret
+    assert first and len(first) >= 32
+    path = single.node_dir / "cluster.secret"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert with_secret(single).secret == first
 
 
 @pytest.mark.parametrize(("over", "key"), [

@@ -1,0 +1,76 @@
+"""Signed membership calls and the heartbeat rule, as pure functions (tidelog.clusterauth, liveness)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.clusterauth import CALL_WINDOW_MS, ReplayCache, check_call, sign_call
+from tidelog.controller.liveness import heartbeat_problem
+from tidelog.errors import UnauthenticatedError
+
+SECRET = "s3cret"
+NOW = 1_800_000_000_000
+
+calls = st.tuples(st.sampled_from(["Heartbeat", "RegisterBroker", "ElectMaster"]), st.binary(max_size=64),
+                  st.text(min_size=1, max_size=20), st.integers(-1, 2**40))
+
+
+@given(calls)
+def test_a_signed_call_verifies_once_for_its_own_fields(call) -> None:  # type: ignore[no-untyped-def]
+    method, request, broker_set, broker_id = call
+    token = sign_call(SECRET, method, request, broker_set, broker_id, NOW)
+    seen = ReplayCache()
+    ident = check_call(SECRET, token, method, request, NOW + 1000, seen)
+    assert (ident.broker_set, ident.broker_id) == (broker_set, broker_id)
+    with pytest.raises(UnauthenticatedError, match="replay"):
+        check_call(SECRET, token, method, request, NOW + 1000, seen)
+
+
+@given(calls, calls)
+def test_a_token_is_worthless_for_another_call_or_secret(a, b) -> None:  # type: ignore[no-untyped-def]
+    token = sign_call(SECRET, a[0], a[1], a[2], a[3], NOW)
+    with pytest.raises(UnauthenticatedError):
+        check_call("another", token, a[0], a[1], NOW, ReplayCache())
+    if (a[0], a[1]) != (b[0], b[1]):
+        with pytest.raises(UnauthenticatedError):
+            check_call(SECRET, token, b[0], b[1], NOW, ReplayCache())
+
+
+@pytest.mark.parametrize("token", [None, "", "v1", "v2:00:1:2:00:00", "v1:zz:1:2:00:00", "x" * 1000,
+                                   "v1:61:1:2:" + "00" * 16 + ":" + "00" * 32])
+def test_malformed_or_forged_tokens_are_refused(token) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UnauthenticatedError):
+        check_call(SECRET, token, "Heartbeat", b"", NOW, ReplayCache())
+
+
+@pytest.mark.parametrize("skew", [-CALL_WINDOW_MS - 1, CALL_WINDOW_MS + 1])
+def test_stale_or_future_tokens_are_refused(skew: int) -> None:
+    token = sign_call(SECRET, "Heartbeat", b"", "a", 1, NOW + skew)
+    with pytest.raises(UnauthenticatedError, match="clock"):
+        check_call(SECRET, token, "Heartbeat", b"", NOW, ReplayCache())
+
+
+def test_the_replay_cache_forgets_old_nonces_and_stays_bounded() -> None:
+    cache = ReplayCache(window_ms=1000, limit=10)
+    for i in range(50):
+        assert cache.add(i.to_bytes(16, "big"), NOW + i)
+    assert len(cache._seen) <= 10
+    assert cache.add((49).to_bytes(16, "big"), NOW + 60) is False
+
+
+@pytest.mark.parametrize(("set_epoch", "epoch", "max_offset", "confirm", "problem"), [
+    (3, 3, 100, 100, None),
+    (3, -1, 0, -1, None),            # a new broker: no epoch yet, confirm not reported
+    (3, 2, 100, 50, None),           # a slave that has not seen the latest epoch
+    (3, 4, 100, 100, "beyond"),      # an epoch the controller never assigned
+    (3, 2**62, 0, 0, "beyond"),
+    (3, -2, 0, 0, "not an epoch"),
+    (3, 1, -1, -1, "negative"),
+    (3, 1, 10, 11, "confirm offset"),
+    (3, 1, 10, -2, "confirm offset"),
+])
+def test_heartbeat_claims(set_epoch: int, epoch: int, max_offset: int, confirm: int, problem: str | None) -> None:
+    got = heartbeat_problem(set_epoch, epoch, max_offset, confirm)
+    assert (got is None) if problem is None else (got is not None and problem in got)
