@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 import time
 
 import grpc
@@ -33,6 +35,8 @@ from tidelog.wire import SERVER_OPTIONS
 
 log = logging.getLogger(__name__)
 
+# A broker whose store failed retries opening it once this much space is free again.
+MIN_FREE_BYTES = 1 << 20
 LEASE_FRACTION = 0.75  # of the controller's heartbeat timeout: a master's right to acknowledge writes
 
 
@@ -48,6 +52,7 @@ class BrokerServer:
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
         self._stopping = asyncio.Event()
+        self._store_failed = asyncio.Event()
 
     async def _alter(self, master_epoch: int, proposal: Proposal) -> Role | None:
         reply = await self.controller.alter_sync_state_set(
@@ -137,21 +142,52 @@ class BrokerServer:
         if r.role == MASTER and r.ha_master is not None:
             r.ha_master.check_shrink()
 
-    async def run(self) -> None:
+    async def run(self) -> bool:
+        """Serve until stopped; True when the store failed and the process should start over."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, self._stopping.set)
+        # A failed write or sync (a full disk, an I/O error) may come from the flusher thread.
+        self.log.failure_listeners.append(lambda err: loop.call_soon_threadsafe(self._store_failed.set))
         await self.start()
         try:
             await self.register()
             beats = asyncio.ensure_future(self.heartbeat_loop())
-            await self._stopping.wait()
-            beats.cancel()
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            failed = asyncio.ensure_future(self._store_failed.wait())
+            await asyncio.wait({stopping, failed}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (beats, stopping, failed):
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
         finally:
+            if self._store_failed.is_set():
+                # Step down at once: no more heartbeats (the controller elects an in-sync
+                # replica), no gRPC or HA port (clients and slaves move on), nothing acknowledged.
+                log.error("%s the store failed (%s): stepping down until it can write again", self.replica.ctx,
+                          self.log.failure)
             await self.stop()
+        return self._store_failed.is_set() and not self._stopping.is_set()
+
+    async def wait_for_room(self) -> None:
+        """Wait until the store opens and recovers again (space freed, device back), or a stop."""
+        tries = 0
+        while not self._stopping.is_set():
+            tries += 1
+            try:
+                st = os.statvfs(self.cfg.data_dir)
+                if st.f_bavail * st.f_frsize >= MIN_FREE_BYTES:
+                    CommitLog.open(self.cfg.data_dir, segment_bytes=self.cfg.segment_bytes, flush=self.cfg.flush,
+                                   flush_interval_ms=self.cfg.flush_interval_ms,
+                                   max_message_bytes=self.cfg.max_message_bytes).close()
+                    log.warning("the store in %s recovered: starting over", self.cfg.data_dir)
+                    return
+            except (OSError, TidelogError) as exc:
+                if tries % 10 == 1:
+                    log.warning("the store in %s cannot open yet (%s); retrying", self.cfg.data_dir, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), 1.0)
 
     async def stop(self) -> None:
         log.info("%s stopping", self.replica.ctx)
@@ -165,4 +201,15 @@ class BrokerServer:
 
 
 def run(cfg: BrokerConfig) -> None:
-    asyncio.run(BrokerServer(cfg).run())
+    async def main() -> bool:
+        server = BrokerServer(cfg)
+        if not await server.run():
+            return False
+        await server.wait_for_room()
+        return not server._stopping.is_set()
+
+    if asyncio.run(main()):
+        # Start over in this same process (same pid, same arguments): a fresh open recovers the
+        # log as after a crash, and the broker rejoins as whatever the controller says.
+        logging.shutdown()
+        os.execv(sys.executable, [sys.executable, "-m", "tidelog.cli", *sys.argv[1:]])

@@ -34,6 +34,7 @@ from tidelog.client import assign as asg
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
 from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 from tidelog.errors import (
+    DiskFullError,
     FlushDiskTimeoutError,
     FlushSlaveTimeoutError,
     InSyncReplicasNotEnoughError,
@@ -43,6 +44,7 @@ from tidelog.errors import (
     MetadataVersionMismatchError,
     NotMasterError,
     SendFailedError,
+    StoreError,
     TidelogError,
     TopicNotFoundError,
     UnavailableError,
@@ -62,7 +64,7 @@ STALE_AFTER_S = 0.5
 ROUTE_POLL_S = 0.25
 
 _RETRY_SEND = (NotMasterError, UnavailableError, InSyncReplicasNotEnoughError, FlushSlaveTimeoutError,
-               FlushDiskTimeoutError)
+               FlushDiskTimeoutError, DiskFullError, StoreError)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from tidelog.commitlog.fileio import pwrite_all
+
 _SLOT = struct.Struct(">IHHQqqqq")  # magic, version, clean, seq, flushed, confirm, cq, spare
 _CRC = struct.Struct(">I")
 _MAGIC = 0x7DE1_C4EC
@@ -62,7 +64,7 @@ class CheckpointFile:
     def write(self, flushed: int, confirm: int, cq: int, clean: bool = False) -> None:
         self._seq += 1
         body = _SLOT.pack(_MAGIC, 1, int(clean), self._seq, flushed, confirm, cq, 0)
-        os.pwrite(self._fd, body + _CRC.pack(crc32c(body)), (self._seq % 2) * _SLOT_BYTES)
+        pwrite_all(self._fd, body + _CRC.pack(crc32c(body)), (self._seq % 2) * _SLOT_BYTES)
         os.fdatasync(self._fd)
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ import re
 import struct
 from array import array
 
+from tidelog.commitlog.fileio import write_all
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetBelowRetentionError
 
 UNIT = struct.Struct("<QIQ")
@@ -160,8 +161,14 @@ class ConsumeQueue:
             flat = [v for unit in zip(self.phys[lo:hi], self.sizes[lo:hi], self.tags[lo:hi], strict=True)
                     for v in unit]
             buf = _units_struct(n).pack(*flat)
-            assert self._fd is not None
-            os.write(self._fd, buf)
+            if self._fd is None:
+                raise RuntimeError(f"consume queue {self.dir}: no open file to write units to")
+            try:
+                write_all(self._fd, buf)
+            except OSError:
+                # A partial unit would shift every later one: cut the file back to whole units.
+                os.ftruncate(self._fd, (qoff - self._files[-1]) * UNIT.size)
+                raise
             self._dirty.add(self._fd)
             self._written += n
 

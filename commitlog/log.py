@@ -42,6 +42,7 @@ from tidelog.commitlog import record as rec
 from tidelog.commitlog.checkpoint import CheckpointFile
 from tidelog.commitlog.consumequeue import ConsumeQueue, check_topic_queue
 from tidelog.commitlog.epochs import EpochFile, fsync_dir
+from tidelog.commitlog.fileio import pwrite_all, store_error
 from tidelog.commitlog.waiters import OffsetWaiters
 from tidelog.errors import (
     ConfigError,
@@ -52,6 +53,7 @@ from tidelog.errors import (
     OffsetBelowRetentionError,
     OffsetMismatchError,
     StoreClosedError,
+    TidelogError,
 )
 
 log = logging.getLogger(__name__)
@@ -128,6 +130,9 @@ class CommitLog:
         self._flush_requested = 0
         self._closed = False
         self._failed: str | None = None
+        self._failure: TidelogError | None = None
+        # called (from any thread) with the typed error when a write or sync fails
+        self.failure_listeners: list[Callable[[TidelogError], None]] = []
         self._waiters = OffsetWaiters(self._request_flush)
         self._checkpoint: CheckpointFile
         self.epochs: EpochFile
@@ -192,9 +197,8 @@ class CommitLog:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError("the commit log is closed")
-        if self._failed:
-            raise StoreClosedError(f"the commit log stopped after a failed write ({self._failed})",
-                                   hint="reopen the commit log to recover it")
+        if self._failure is not None:
+            raise self._failure
 
     # ------------------------------------------------------------------ offsets
 
@@ -458,8 +462,7 @@ class CommitLog:
                     cparts.append(rec.blank_marker(blank))
                 self._write_chunk(base, cstart, b"".join(cparts), closes=bool(blank))
         except OSError as exc:
-            self._fail(f"append at {start} failed: {exc}")
-            raise
+            raise self._fail(f"append at {start} failed: {exc}", exc) from exc
         dirty = self._cq_dirty
         for cq, _, _, phys, sizes, tagcodes, _, _ in queues.values():
             cq.extend(phys, sizes, tagcodes)
@@ -472,7 +475,7 @@ class CommitLog:
         the segment, whose file is then extended to its full size (a hole after the marker)."""
         seg = self._segment_for_write(base)
         if data:
-            os.pwrite(seg.fd, data, start - base)
+            pwrite_all(seg.fd, data, start - base)
         seg.size = start - base + len(data)
         if closes:
             os.ftruncate(seg.fd, self.segment_bytes)
@@ -489,11 +492,26 @@ class CommitLog:
         fsync_dir(self._cl_dir)  # the new file's name must survive a crash
         return seg
 
-    def _fail(self, why: str) -> None:
-        """Stop serving after a failed write: the files may hold a partial batch, which only
-        recovery (a reopen) may judge. Nothing is acknowledged past the flushed offset meanwhile."""
-        log.error("commit log %s stops: %s; reopen it to recover", self.directory, why)
-        self._failed = why
+    def _fail(self, why: str, exc: BaseException | None = None) -> TidelogError:
+        """Stop serving after a failed write or sync: the files may hold a partial batch, which only
+        recovery (a reopen) may judge. Nothing is acknowledged past the flushed offset meanwhile:
+        every waiter fails, and every later call raises the same typed error. Returns it."""
+        if self._failure is None:
+            log.error("commit log %s stops: %s; reopen it to recover", self.directory, why)
+            self._failed = why
+            self._failure = store_error(f"the commit log stopped after a failed write ({why})", exc)
+            self._waiters.fail_all(self._failure)
+            for listener in list(self.failure_listeners):
+                try:
+                    listener(self._failure)
+                except Exception:  # a listener must not hide the failure
+                    log.exception("commit log failure listener failed")
+        return self._failure
+
+    @property
+    def failure(self) -> TidelogError | None:
+        """The typed error this log stopped with (DISK_FULL, STORE_ERROR), or None while it serves."""
+        return self._failure
 
     # ------------------------------------------------------------------ dispatch
 
@@ -549,9 +567,16 @@ class CommitLog:
             periodic = now >= next_periodic
             if periodic:
                 next_periodic = now + interval
+            if self._failure is not None:
+                time.sleep(0.05)
+                continue
             try:
                 self._flush_once(sync_cqs=now - self._last_cq_sync >= self._checkpoint_interval)
-            except Exception:  # keep flushing; waiters stay pending and the next round retries
+            except OSError as exc:
+                # After a failed fdatasync the kernel may have dropped the dirty pages: what they
+                # held is not known to be on disk, and retrying could report it durable. Stop.
+                self._fail(f"flush failed: {exc}", exc)
+            except Exception:  # a bug: keep flushing; waiters stay pending and the next round retries
                 log.exception("flush of %s failed", self.directory)
                 time.sleep(0.05)
 
@@ -564,10 +589,11 @@ class CommitLog:
                 cqs: list[ConsumeQueue] = []
                 if sync_cqs or clean:
                     # consume-queue files are written here, not on every append: they are
-                    # derived data, rebuilt from the commit log past the durable offset
-                    for cq in self._cq_dirty:
+                    # derived data, rebuilt from the commit log past the durable offset, which
+                    # only moves once every queue's units are written and synced
+                    for cq in list(self._cq_dirty):
                         cq.write_pending()
-                    self._cq_dirty.clear()
+                        self._cq_dirty.discard(cq)
                     cqs = list(self._cqs.values())
             if target > self._flushed:
                 self._sync_segments(segs)
@@ -787,8 +813,7 @@ class CommitLog:
                 for base, start, dfrom, dto, closes in chunks:
                     self._write_chunk(base, start, data[dfrom:dto], closes)
             except OSError as exc:
-                self._fail(f"raw append at {phys_offset} failed: {exc}")
-                raise
+                raise self._fail(f"raw append at {phys_offset} failed: {exc}", exc) from exc
             where = self._cl_dir
             names: dict[bytes, str] = {}
             for tbytes, qid, qoff, phys, size, props in units:

@@ -643,3 +643,26 @@ class UnauthenticatedError(TidelogError):
     status = "UNAUTHENTICATED"
     hint = ("give this process the cluster secret (key 'secret' in its config or $TIDE_CLUSTER_SECRET), "
             "the same value as the controllers'")
+
+
+# --- storage failures ---------------------------------------------------------------------
+
+
+@_register
+class DiskFullError(TidelogError):
+    """The broker's disk is full: the write was not stored, and this broker steps down until it has room."""
+
+    code = "DISK_FULL"
+    status = "UNAVAILABLE"
+    retryable = True
+    hint = "retry: another replica takes over; the operator must free space on this broker's disk"
+
+
+@_register
+class StoreError(TidelogError):
+    """The broker could not write or sync its store: the write was not acknowledged, and this broker steps down."""
+
+    code = "STORE_ERROR"
+    status = "UNAVAILABLE"
+    retryable = True
+    hint = "retry: another replica takes over; check the broker's disk and its log"

@@ -1,0 +1,47 @@
+"""Writes that either put every byte in place or raise: the store never counts a short write.
+
+`os.pwrite` and `os.write` may write fewer bytes than asked (a full disk, a quota, a signal);
+ignoring the count let the log believe in bytes its files did not hold, and a checkpoint then
+claimed them. Here a short write is continued, and a write that makes no progress raises
+OSError(ENOSPC). `store_error` turns an OSError into the typed error the broker answers with.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from tidelog.errors import DiskFullError, StoreError, TidelogError
+
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        n = os.pwrite(fd, view[done:], offset + done)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, f"no progress writing {len(view) - done} bytes at {offset + done}")
+        done += n
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        n = os.write(fd, view[done:])
+        if n <= 0:
+            raise OSError(errno.ENOSPC, f"no progress writing {len(view) - done} bytes")
+        done += n
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _FULL
+
+
+def store_error(why: str, exc: BaseException | None = None) -> TidelogError:
+    """DISK_FULL for a full disk or quota, STORE_ERROR for any other I/O failure."""
+    if exc is not None and is_disk_full(exc):
+        return DiskFullError(why)
+    return StoreError(why)
