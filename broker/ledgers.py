@@ -293,7 +293,8 @@ class LedgerReplica:
         if fence:
             self._fence_here(ledger_id)
             view = self.index.view(ledger_id) or view
-        budget = max_bytes or DEFAULT_READ_BYTES
+        # clamped like a Pull: the reply must fit in a gRPC message whatever the request asks for
+        budget = min(max_bytes or DEFAULT_READ_BYTES, self.replica.cfg.max_pull_bytes)
         out: list[pb.Entry] = []
         for entry_id in range(first, last + 1):
             ent = view.entries.get(entry_id)
