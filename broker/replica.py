@@ -328,9 +328,14 @@ class Replica:
     async def commit_offset(self, group: str, topic: str, queue: int, offset: int) -> None:
         if not group or len(group) > 255:
             raise InvalidArgumentError("group must be 1-255 characters")
-        self.queue_offsets(topic, queue)
+        offsets = self.queue_offsets(topic, queue)
         if offset < 0:
             raise InvalidArgumentError("offset must not be negative")
+        self._require_master()  # a slave's end may lag: only the master judges a commit
+        if offset > offsets.max:
+            # a position past the end would make the group skip every message written until then
+            raise InvalidArgumentError(f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
+                                       hint="commit the next offset to consume: at most the queue's max offset")
         await self._write([commit_message(group, topic, queue, offset)])
 
     def fetch_offset(self, group: str, topic: str, queue: int) -> int | None:

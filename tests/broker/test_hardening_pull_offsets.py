@@ -1,4 +1,5 @@
-"""Reads over real processes: a Pull reply stays bounded whatever the request asks for."""
+"""Reads and group offsets over real processes: a Pull reply stays bounded whatever the request
+asks for, and a committed group offset past the queue's end is refused."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from tests.broker.conftest import TOPIC, BrokerCluster
+from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
 from tests.brokers import _typed
 from tests.procs import wait_until
 from tidelog.client import Client
+from tidelog.errors import InvalidArgumentError
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 
@@ -79,3 +81,20 @@ def test_a_pull_asking_for_2_62_bytes_gets_a_bounded_reply_and_nothing_is_lost(
             seen.extend(msg.body for msg in consumer.poll(max_messages=1000, timeout=1.0) if msg.queue == 0)
     assert seen == bodies
 
+
+def test_a_committed_offset_beyond_the_queue_end_is_refused(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    c = broker_cluster(2)
+    m = c.bs.wait_master()
+    master = c.bs.clients[m]
+    for i in range(3):
+        master.produce(TOPIC, [b"m-%d" % i], queue=1)
+    master.commit("g", TOPIC, 1, 3)  # the end of the queue is a valid position: everything consumed
+    assert master.fetch("g", TOPIC, 1) == 3
+    for offset in (4, 10**15):
+        with pytest.raises(InvalidArgumentError) as err:
+            master.commit("g", TOPIC, 1, offset)
+        assert "beyond" in err.value.message and err.value.hint
+    assert master.fetch("g", TOPIC, 1) == 3, "a refused commit changes nothing"
+    with pytest.raises(InvalidArgumentError):
+        master.commit("g", TOPIC, QUEUES - 1, 1)  # an empty queue takes only 0
+    master.commit("g", TOPIC, QUEUES - 1, 0)
