@@ -25,6 +25,7 @@ from tidelog.errors import (
     MetadataTooLargeError,
     TopicNotFoundError,
 )
+from tidelog.ledger.metadata import hash_password
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 from tidelog.wire import non_empty, non_negative, require, rpc
@@ -76,6 +77,12 @@ def topic_of(t: st.Topic) -> pb.TopicConfig:
 
 def meta_of(e: st.MetaEntry) -> pb.MetaEntry:
     return pb.MetaEntry(key=e.key, value=bytes(e.value), version=e.version)
+
+
+def _ledger_password_hash(request: pb.MetaCompareAndSetRequest | pb.MetaDeleteRequest) -> bytes | None:
+    """The hash of the ledger password a metadata write carries: the state compares it with the
+    ledger's (ledger/RULES.md M8); the password itself never enters the replicated log."""
+    return hash_password(request.ledger_password) if request.HasField("ledger_password") else None
 
 
 def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
@@ -299,8 +306,10 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         non_negative("expected_version", request.expected_version)
         value = bytes(request.value)
         self._check_value(key, value)
+        proof = _ledger_password_hash(request)
         result = await self.node.write(lambda now, hb: st.MetaCompareAndSet(
-            key=key, value=value, expected_version=request.expected_version, now_ms=now))
+            key=key, value=value, expected_version=request.expected_version, now_ms=now,
+            ledger_password_hash=proof))
         if isinstance(result.value, st.MetaEntry):
             return meta_of(result.value)
         return self._entry(key)
@@ -311,7 +320,9 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         key = non_empty("key", request.key, MAX_KEY_LEN)
         expected = non_negative("expected_version", request.expected_version) \
             if request.HasField("expected_version") else None
-        await self.node.write(lambda now, hb: st.MetaDelete(key=key, expected_version=expected, now_ms=now))
+        proof = _ledger_password_hash(request)
+        await self.node.write(lambda now, hb: st.MetaDelete(key=key, expected_version=expected, now_ms=now,
+                                                            ledger_password_hash=proof))
         return pb.MetaDeleteReply()
 
     @rpc

@@ -40,9 +40,14 @@ or MASTERED. The table lists the phases each successful event may lead to from e
 
 A refused command, and a successful command that changed nothing, leave the phase as it was.
 
-Versioned metadata is opaque bytes, except under ``ledger/``: a CAS of such a key must decode as
-ledger metadata and obey the ledger rules (``ledger.metadata.check_update``), so no client can
-move a ledger backwards or change where a closed ledger ends.
+Versioned metadata is opaque bytes, except under ``ledger/``: such a value must decode as ledger
+metadata when it is created; a CAS of it must obey the ledger rules (``ledger.metadata.check_update``),
+so no client can move a ledger backwards or change where a closed ledger ends; and a CAS or delete
+must carry the hash of the ledger's password (``ledger_password_hash``, computed by the service
+from the password the request carried), compared here with the hash the metadata stores, so only a
+holder of the password can close, recover or delete a ledger. The comparison happens at apply
+time against the value being replaced: no race with another write between a check and the
+change, and the command holds only the hash, which the metadata value already shows.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from typing import Any
 
 from tidelog.controller.election import elect
 from tidelog.errors import TidelogError, by_code
-from tidelog.ledger.metadata import LedgerMetadata, check_update
+from tidelog.ledger.metadata import LedgerMetadata, check_change_proof, check_update
 
 __all__ = [
     "MAX_META_VALUE_BYTES", "MAX_QUEUES_PER_BROKER_SET", "NAME_PATTERN", "AlterSyncStateSet",
@@ -242,6 +247,8 @@ class MetaCompareAndSet:
     value: bytes
     expected_version: int
     now_ms: int = 0
+    # under ledger/: hash_password() of the password the request carried (None: it carried none)
+    ledger_password_hash: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +256,7 @@ class MetaDelete:
     key: str
     expected_version: int | None = None
     now_ms: int = 0
+    ledger_password_hash: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -369,6 +377,29 @@ def _check_ledger_update(key: str, old: bytes, new: bytes) -> None:
         before = LedgerMetadata.decode(old)
         after = LedgerMetadata.decode(new)
         check_update(before, after)
+    except TidelogError as err:
+        raise _Reject(err.code, f"metadata {key}: {err.message}") from None
+
+
+def _check_ledger_proof(key: str, stored: bytes, presented_hash: bytes | None, what: str) -> None:
+    """Only a holder of the ledger's password changes or deletes its metadata (ledger/RULES.md M8)."""
+    try:
+        before = LedgerMetadata.decode(stored)
+    except TidelogError:
+        # Not ledger metadata (stored before values under ledger/ were checked): nothing to
+        # protect; a CAS of it is refused by the rules check, a delete may clean it up.
+        return
+    if presented_hash is not None and not isinstance(presented_hash, bytes):
+        raise _bad("ledger_password_hash must be bytes")
+    try:
+        check_change_proof(before, presented_hash, what=what)
+    except TidelogError as err:
+        raise _Reject(err.code, f"metadata {key}: {err.message}") from None
+
+
+def _check_ledger_create(key: str, value: bytes) -> None:
+    try:
+        LedgerMetadata.decode(value)
     except TidelogError as err:
         raise _Reject(err.code, f"metadata {key}: {err.message}") from None
 
@@ -718,6 +749,8 @@ class ControllerState:
         _need_nonneg(c.now_ms, "now_ms")
         if c.key in self.metadata:
             raise _Reject("METADATA_EXISTS", f"metadata {c.key} already exists", self.metadata[c.key])
+        if c.key.startswith(LEDGER_KEY_PREFIX):
+            _check_ledger_create(c.key, value)
         e = MetaEntry(key=c.key, value=value, version=1, modified_ms=c.now_ms)
         self.metadata[c.key] = e
         return Result(value=e, changed=True), None
@@ -734,6 +767,7 @@ class ControllerState:
             raise _Reject("METADATA_VERSION_MISMATCH",
                           f"metadata {c.key} is at version {cur.version}, not {c.expected_version}", cur)
         if c.key.startswith(LEDGER_KEY_PREFIX):
+            _check_ledger_proof(c.key, cur.value, c.ledger_password_hash, "change")
             _check_ledger_update(c.key, cur.value, value)
         e = MetaEntry(key=c.key, value=value, version=cur.version + 1, modified_ms=c.now_ms)
         self.metadata[c.key] = e
@@ -750,6 +784,8 @@ class ControllerState:
         if c.expected_version is not None and cur.version != c.expected_version:
             raise _Reject("METADATA_VERSION_MISMATCH",
                           f"metadata {c.key} is at version {cur.version}, not {c.expected_version}", cur)
+        if c.key.startswith(LEDGER_KEY_PREFIX):
+            _check_ledger_proof(c.key, cur.value, c.ledger_password_hash, "delete")
         del self.metadata[c.key]
         return Result(changed=True), None
 

@@ -291,22 +291,26 @@ class MetaGetRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class MetaCompareAndSetRequest(_message.Message):
-    __slots__ = ("key", "value", "expected_version")
+    __slots__ = ("key", "value", "expected_version", "ledger_password")
     KEY_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_PASSWORD_FIELD_NUMBER: _ClassVar[int]
     key: str
     value: bytes
     expected_version: int
-    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., expected_version: _Optional[int] = ...) -> None: ...
+    ledger_password: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., expected_version: _Optional[int] = ..., ledger_password: _Optional[bytes] = ...) -> None: ...
 
 class MetaDeleteRequest(_message.Message):
-    __slots__ = ("key", "expected_version")
+    __slots__ = ("key", "expected_version", "ledger_password")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_PASSWORD_FIELD_NUMBER: _ClassVar[int]
     key: str
     expected_version: int
-    def __init__(self, key: _Optional[str] = ..., expected_version: _Optional[int] = ...) -> None: ...
+    ledger_password: bytes
+    def __init__(self, key: _Optional[str] = ..., expected_version: _Optional[int] = ..., ledger_password: _Optional[bytes] = ...) -> None: ...
 
 class MetaDeleteReply(_message.Message):
     __slots__ = ()
