@@ -26,8 +26,16 @@ from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.service import BrokerService
 from tidelog.commitlog import CommitLog
 from tidelog.controller.client import ControllerClient
-from tidelog.errors import ConfigError, ControllerBrokerIdInvalidError, TidelogError
+from tidelog.errors import (
+    ConfigError,
+    ControllerBrokerIdInvalidError,
+    MetadataNotFoundError,
+    NoSuchLedgerExistsError,
+    TidelogError,
+)
 from tidelog.ha.syncstate import Proposal
+from tidelog.ledger.client import ledger_key
+from tidelog.ledger.metadata import LedgerMetadata
 from tidelog.proto import broker_pb2_grpc, ledger_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -44,6 +52,7 @@ class BrokerServer:
         self.controller = ControllerClient(cfg.controllers, rpc_timeout=2.0, total_timeout=5.0)
         self.replica = Replica(cfg, self.log, broker_id=self.ident.broker_id if self.ident.broker_id is not None
                                else -1, propose=self._alter)
+        self.replica.ledgers.metadata_source = self._ledger_metadata
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
         self._stopping = asyncio.Event()
@@ -53,6 +62,14 @@ class BrokerServer:
             self.cfg.broker_set, self.replica.broker_id, master_epoch, proposal.new_sync_state_set,
             proposal.sss_epoch)
         return Role.from_pb(reply.role)
+
+    async def _ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        try:
+            entry = await self.controller.meta_get(ledger_key(ledger_id))
+        except MetadataNotFoundError:
+            raise NoSuchLedgerExistsError(f"no ledger {ledger_id} in the controller's metadata",
+                                          ledger_id=ledger_id) from None
+        return LedgerMetadata.decode(entry.value, version=entry.version)
 
     async def start(self) -> None:
         host, _, port = self.cfg.ha_listen.rpartition(":")

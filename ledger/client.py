@@ -407,6 +407,19 @@ class AsyncLedgers:
             raise NoSuchLedgerExistsError(f"ledger {new.ledger_id} was deleted", ledger_id=new.ledger_id) from None
         return LedgerMetadata.decode(entry.value, version=entry.version)
 
+    async def seal_on_brokers(self, meta: LedgerMetadata, password: bytes) -> None:
+        """Ask the set's master to seal a CLOSED ledger (`Ledger.Close`), so that every replica
+        refuses later adds with LedgerClosedError. The master checks the controller's metadata
+        itself. Best effort: the metadata is the ledger's end whatever happens here, and readers
+        never read past it; a failure is logged, not raised."""
+        try:
+            await self.call_master(meta.broker_set, "Close", lpb.CloseRequest(ledger_id=meta.ledger_id,
+                                                                              password=password),
+                                   deadline=time.monotonic() + self.rpc_timeout, what=f"seal of ledger {meta.ledger_id}")
+        except TidelogError as exc:
+            log.warning("ledger %d is closed, but its broker set could not seal it (readers still stop at the "
+                        "metadata's end): %s", meta.ledger_id, exc)
+
     async def query_lac(self, meta: LedgerMetadata, password: bytes, *, previous: int = -1,
                         wait_ms: int = 0) -> tuple[int, int, bool]:
         """(LAC, length through it, whether a replica has the ledger fenced), asked of every
@@ -710,6 +723,7 @@ class AsyncWriteHandle:
                 break
             current = await self._ledgers.read_metadata(self.ledger_id)
         self._meta = current
+        await self._ledgers.seal_on_brokers(current, self._password)
         log.info("closed ledger %d at entry %d (length %d)", self.ledger_id, last, length)
 
     async def __aenter__(self) -> AsyncWriteHandle:

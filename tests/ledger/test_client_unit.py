@@ -272,6 +272,12 @@ class FakeSet:
                                                                        default=-1)
         return lac, rep.entries[lac].length if lac in rep.entries else 0
 
+    async def close(self, rep, req):
+        if rep.broker_id != self.master:
+            raise NotMasterError("not master")
+        self.sealed = getattr(self, "sealed", set()) | {req.ledger_id}
+        return lpb.CloseReply(broker_id=rep.broker_id)
+
     async def fence(self, rep, req):
         rep.fenced = True
         lac, length = self._lac(rep)
@@ -449,6 +455,7 @@ def test_close_seals_at_the_lac_and_fails_pending_adds():
             await pending
         meta = await ledgers.get_metadata(w.ledger_id)
         assert (meta.state, meta.last_entry_id, meta.length) == (LedgerState.CLOSED, 0, 3)
+        assert fake.calls[-1] == ("Close", fake.master) and w.ledger_id in fake.sealed, "sealed on the brokers too"
         await w.close()  # again: harmless
     run(go())
 
