@@ -72,7 +72,7 @@ def members_of(bs: st.BrokerSet, alive: set[int] | None) -> list[pb.MemberInfo]:
 
 
 def topic_of(t: st.Topic) -> pb.TopicConfig:
-    return pb.TopicConfig(name=t.name, queues=dict(t.queues), perm=t.perm)
+    return pb.TopicConfig(name=t.name, queues=dict(t.queues), perm=t.perm, generation=t.generation)
 
 
 def meta_of(e: st.MetaEntry) -> pb.MetaEntry:
@@ -132,10 +132,12 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             role = role_of(name, bs)
             topics = [topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name)
                       if name in t.queues]
+            deleted = [topic_of(t) for t in sorted(state.deleted_topics.values(), key=lambda t: t.name)
+                       if name in t.queues]
             member = bs.members[bid]
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
         self.node.beat(name, bid, request, report=stale_offsets)
-        return pb.HeartbeatReply(role=role, topics=topics,
+        return pb.HeartbeatReply(role=role, topics=topics, deleted_topics=deleted,
                                  heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
                                  heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms)
 
@@ -237,7 +239,10 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         perm = request.perm or "rw"
         require(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
         queues = {k: int(v) for k, v in request.queues.items()}
-        await self.node.write(lambda now, hb: st.CreateTopic(name=name, queues=queues, perm=perm, now_ms=now))
+        # a deleted name waits one heartbeat timeout: by then every master still taking writes
+        # has seen the deletion and dropped the old data (broker/TOPICS.md)
+        await self.node.write(lambda now, hb: st.CreateTopic(name=name, queues=queues, perm=perm, now_ms=now,
+                                                             recreate_after_ms=self.node.cfg.heartbeat_timeout_ms))
         with self.node.raft.read() as state:
             t = state.topics.get(name)
             topic = topic_of(t) if t is not None else pb.TopicConfig(name=name, queues=queues, perm=perm)

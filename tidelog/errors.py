@@ -630,3 +630,17 @@ class SegmentedLogOwnershipLostError(TidelogError):
     status = "FAILED_PRECONDITION"
     hint = ("the failed append's outcome is unknown: read the log to learn whether it is there; "
             "acquire the log again to keep appending")
+
+
+# --- topic deletion (broker topics, controller topic rules) ---------------------------------
+
+
+@_register
+class TopicDeletionPendingError(TidelogError):
+    """The topic was deleted moments ago; a topic of that name cannot be created yet."""
+
+    code = "TOPIC_DELETION_PENDING"
+    status = "UNAVAILABLE"
+    hint = ("retry once the brokers have had time to drop the deleted topic's data "
+            "(one controller heartbeat timeout after the delete)")
+    retryable = True
