@@ -37,6 +37,7 @@ from crc32c import crc32c
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
 from tidelog.broker.offsets import GroupOffsets, commit_message
+from tidelog.broker.topics import TopicTable
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
 from tidelog.errors import (
     FlushDiskTimeoutError,
@@ -44,7 +45,6 @@ from tidelog.errors import (
     InvalidArgumentError,
     NotMasterError,
     TidelogError,
-    TopicNotFoundError,
 )
 from tidelog.ha.ackpolicy import AckConfig, required_acks
 from tidelog.ha.master import HaMaster
@@ -91,7 +91,7 @@ class Replica:
         self.master_address = ""
         self.ha_master: HaMaster | None = None
         self.ha_slave: HaSlave | None = None
-        self.topics: dict[str, int] = {}  # topic -> queues in this broker set
+        self.topic_table = TopicTable(commitlog)  # topics served, and their generations in the log
         self.offsets = GroupOffsets(commitlog)
         self.ledgers = LedgerReplica(self)
         self.ack_cfg = AckConfig(replication=cfg.replication, in_sync_replicas=cfg.in_sync_replicas,
@@ -231,14 +231,28 @@ class Replica:
 
     # ------------------------------------------------------------------ requests
 
+    @property
+    def topics(self) -> dict[str, int]:
+        """topic -> queues in this broker set, as the controller last said."""
+        return self.topic_table.queues
+
     def _queues_of(self, topic: str) -> int:
-        if not topic or topic.startswith("%"):
-            raise InvalidArgumentError(f"invalid topic name {topic!r}")
-        queues = self.topics.get(topic)
-        if not queues:
-            raise TopicNotFoundError(f"topic {topic!r} has no queues in broker set {self.cfg.broker_set}",
-                                     hint="create it with `tide topic create`, then retry")
-        return queues
+        master = self.role == MASTER and self.ha_master is not None
+        return self.topic_table.serve(topic, self._append_marker if master else None)
+
+    def _append_marker(self, msg: Message) -> Placement:
+        master = self._require_master()
+        placed = self.log.append([msg])
+        master.on_appended()
+        return placed[-1]
+
+    def enforce_topics(self) -> None:
+        """After a heartbeat: as master, write the topic markers the controller's view asks for;
+        on every replica, apply the markers received (a deleted topic's files go at once)."""
+        if self.role == MASTER and self.ha_master is not None:
+            self.topic_table.enforce(self._append_marker)
+        else:
+            self.topic_table.marks.refresh()
 
     def _require_master(self) -> HaMaster:
         if self.role != MASTER or self.ha_master is None:
@@ -341,7 +355,10 @@ class Replica:
     def fetch_offset(self, group: str, topic: str, queue: int) -> int | None:
         if not group:
             raise InvalidArgumentError("group must not be empty")
-        return self.offsets.fetch(group, topic, queue)
+        marks = self.topic_table.marks
+        marks.refresh()
+        # a commit from before the topic's latest marker is a commit of a deleted topic of that name
+        return self.offsets.fetch(group, topic, queue, since=marks.marked_at(topic))
 
     def status(self) -> dict[str, Any]:
         master = self.ha_master

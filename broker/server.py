@@ -145,9 +145,10 @@ class BrokerServer:
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
         # master before sent + its timeout; the lease ends well before that.
         r.renew_lease(sent + LEASE_FRACTION * (reply.heartbeat_timeout_ms or 5000) / 1000)
-        r.topics = {t.name: int(t.queues.get(self.cfg.broker_set, 0)) for t in reply.topics}
+        r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
         role = Role.from_pb(reply.role)
         await r.apply_role(role)
+        r.enforce_topics()
         if not role.has_master:
             with contextlib.suppress(TidelogError):
                 elected = await self.controller.elect_master(self.cfg.broker_set, r.broker_id)
