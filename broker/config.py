@@ -50,6 +50,9 @@ class BrokerConfig:
     # controller
     heartbeat_interval_ms: int = 1000  # until the controller says otherwise
     max_concurrent_requests: int = 4096  # calls in progress (long polls included) before refusing
+    # reads: a Pull (or ledger Read) asking for more gets at most this much in one reply
+    max_pull_bytes: int = 16 << 20
+    max_pull_messages: int = 10_000
 
     def with_overrides(self, **kw: Any) -> BrokerConfig:
         return dataclasses.replace(self, **kw)
@@ -59,8 +62,12 @@ _CHOICES = {"flush": ("sync", "async"), "replication": ("sync", "async")}
 _POSITIVE = {
     "segment_bytes", "flush_interval_ms", "max_message_bytes", "flush_timeout_ms", "in_sync_replicas",
     "min_in_sync_replicas", "slave_timeout_ms", "ha_max_time_slave_not_catchup_ms", "ha_transfer_batch_bytes",
-    "ha_heartbeat_interval_ms", "ha_idle_timeout_ms", "ha_max_connections", "heartbeat_interval_ms", "max_concurrent_requests",
+    "ha_heartbeat_interval_ms", "ha_idle_timeout_ms", "ha_max_connections", "heartbeat_interval_ms",
+    "max_concurrent_requests", "max_pull_bytes", "max_pull_messages",
 }
+# A reply must stay well inside gRPC's 64 MiB message limit (broker/server.py): the records of
+# one reply are at most max_pull_bytes, plus one record that alone exceeds it.
+MAX_PULL_BYTES_LIMIT = 48 << 20
 
 
 def _host_port(key: str, value: str) -> str:
@@ -109,6 +116,9 @@ def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig
     if not values.get("secret"):
         values["secret"] = secret_from_env()
     cfg = BrokerConfig(**values)
+    if cfg.max_pull_bytes > MAX_PULL_BYTES_LIMIT:
+        raise ConfigError(f"{source}: max_pull_bytes is at most {MAX_PULL_BYTES_LIMIT} (a reply must fit in a "
+                          f"gRPC message)", key="max_pull_bytes")
     if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
         raise ConfigError(f"{source}: min_in_sync_replicas exceeds in_sync_replicas", key="min_in_sync_replicas")
     return cfg

@@ -15,6 +15,24 @@ for that record (a retry after an unknown outcome); an id beyond the next waits 
 gap to fill (pipelined calls can arrive out of order). Adds of one ledger complete in id order,
 so the master's acknowledged LAC only ever covers a prefix.
 
+**What an add must prove.** Before anything is appended the master checks, besides the password,
+that the ledger still takes writes and that the digest is the entry's:
+
+- a fenced ledger refuses the writer's adds (LedgerFencedError); a ledger this replica holds a
+  CLOSE record of refuses them too (LedgerClosedError), and a recovery add beyond its end;
+- the digest must verify (DigestMatchError) under the ledger's digest type from its CREATE
+  record, over (ledger id, entry id, LAC, length, data) exactly as the writer computes it
+  (`tidelog.ledger.digest`). For MAC the HMAC key is derived from the password, and every add
+  carries the password (checked against the CREATE record's hash just before), so the master
+  derives the key per request and stores nothing more than before: no key material at rest
+  beside the password hash. So a client that knows the password but sends a corrupt or forged
+  entry, or a CRC computed over other fields, cannot get it stored and replicated.
+
+**Sealing (`close`).** The writer, after its CAS OPEN → CLOSED in the controller, asks the
+master to seal the ledger. The master reads the metadata from the controller itself and, only
+if it is CLOSED, appends a CLOSE record at the metadata's end (see `ledger.store`); the record
+replicates like every other, so a new master after a failover refuses the same adds.
+
 **Fencing (every replica).** A fence, or a recovery read, first fences the ledger in the index
 (durably), then answers with the LAC this replica can vouch for. On the master, a fence fails
 every pending add of the ledger with LedgerFenced and refuses later ones. A slave also tells
@@ -33,6 +51,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,17 +59,22 @@ import grpc
 
 from tidelog.errors import (
     CorruptRecordError,
+    DigestMatchError,
+    IllegalOpError,
     IncorrectParameterError,
     InvalidArgumentError,
+    LedgerClosedError,
     LedgerFencedError,
     LedgerReadError,
     NoSuchEntryError,
     NotEnoughBookiesError,
     OffsetBelowRetentionError,
     UnauthorizedAccessError,
+    UnavailableError,
 )
+from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
-from tidelog.ledger.store import LedgerIndex, LedgerView, add_message, create_message
+from tidelog.ledger.store import LedgerIndex, LedgerView, add_message, close_message, create_message
 from tidelog.proto import ledger_pb2 as pb
 from tidelog.proto import ledger_pb2_grpc as pb_grpc
 from tidelog.wire import require, rpc
@@ -86,6 +110,10 @@ class _MasterLedger:
     tail: _Pending | None = None
 
 
+#: Reads a ledger's metadata from the controller (NoSuchLedgerExistsError when it has none).
+MetadataSource = Callable[[int], Awaitable[LedgerMetadata]]
+
+
 def _fenced(ledger_id: int, entry_id: int) -> LedgerFencedError:
     return LedgerFencedError(f"entry {entry_id}: ledger {ledger_id} was fenced by a recovery before the entry was "
                              f"acknowledged; whether it exists is for the recovery to decide",
@@ -100,6 +128,8 @@ class LedgerReplica:
         self.index = LedgerIndex(replica.log)
         self._master: dict[int, _MasterLedger] = {}
         self._master_epoch = -1
+        # set by the broker process: how `close` learns what the controller says about a ledger
+        self.metadata_source: MetadataSource | None = None
 
     @property
     def broker_id(self) -> int:
@@ -198,6 +228,7 @@ class LedgerReplica:
         st = self._state(ledger_id)
         if not req.recovery and st.fenced.is_set():
             raise _fenced(ledger_id, entry_id)
+        self._check_open_and_digest(view, req)
         aq = view.metadata.ack_quorum
         members = len(master.ack_set)
         if members < aq:
@@ -249,6 +280,48 @@ class LedgerReplica:
         self.replica._on_confirm(end)  # wake LAC long polls
         return sorted(master.ack_set)
 
+    @staticmethod
+    def _check_open_and_digest(view: LedgerView, req: pb.AddRequest) -> None:
+        ledger_id, entry_id = view.ledger_id, req.entry_id
+        if view.closed_at is not None and (not req.recovery or entry_id > view.closed_at):
+            raise LedgerClosedError(f"entry {entry_id}: ledger {ledger_id} is closed at entry {view.closed_at}",
+                                    ledger_id=ledger_id, entry_id=entry_id, last_entry_id=view.closed_at)
+        # the password was checked against the CREATE record just before: its MAC key is the ledger's
+        digester = Digester(view.metadata.digest_type, req.password)
+        if not digester.matches(ledger_id, entry_id, req.lac, req.length, req.data, req.digest):
+            raise DigestMatchError(f"entry {entry_id} of ledger {ledger_id} does not match its "
+                                   f"{view.metadata.digest_type} digest; nothing was stored",
+                                   ledger_id=ledger_id, entry_id=entry_id,
+                                   hint="compute the digest over (ledger id, entry id, LAC, length, data) with the "
+                                        "ledger's digest type and password (tidelog.ledger.digest)")
+
+    async def close(self, ledger_id: int, password: bytes) -> tuple[int, int]:
+        """Seal `ledger_id` here at the end the controller's metadata records (it must be CLOSED);
+        returns (last entry id, length) once the CLOSE record is fsync'd and held by the SyncStateSet."""
+        view = self._view(ledger_id, password, what="a close")
+        master = self.replica._require_master()
+        self.replica._check_lease()
+        if view.closed_at is None:
+            if self.metadata_source is None:
+                raise UnavailableError(f"broker {self.broker_id} cannot read ledger metadata from the controller")
+            meta = await self.metadata_source(ledger_id)
+            if meta.state is not LedgerState.CLOSED:
+                raise IllegalOpError(f"ledger {ledger_id} is {meta.state} in the controller's metadata; only a CLOSED "
+                                     f"ledger is sealed on the brokers", ledger_id=ledger_id)
+            view = self.index.view(ledger_id) or view
+            if view.closed_at is None:  # not sealed by a concurrent call meanwhile
+                msg = close_message(ledger_id, meta.last_entry_id, meta.length)
+                placed = self.replica.log.append([msg])
+                master.on_appended()
+                self.index.note_appended(placed[-1], msg)
+                view = self.index.view(ledger_id) or view
+                log.info("%s sealed ledger %d at entry %d (length %d)", self._ctx, ledger_id, meta.last_entry_id,
+                         meta.length)
+        if view.closed_at is None:  # pragma: no cover - the record was just folded in
+            raise LedgerReadError(f"ledger {ledger_id}: the CLOSE record is not in the index")
+        await self.replica.persist(master, view.close_end, max(1, len(master.ack_set)), fsync=True)
+        return view.closed_at, view.closed_length
+
     async def _complete(self, master: HaMaster, st: _MasterLedger, end: int, needed: int, ledger_id: int,
                         entry_id: int, prev: _Pending | None, recovery: bool) -> None:
         acked = asyncio.ensure_future(self.replica.persist(master, end, needed, fsync=True))
@@ -293,7 +366,8 @@ class LedgerReplica:
         if fence:
             self._fence_here(ledger_id)
             view = self.index.view(ledger_id) or view
-        budget = max_bytes or DEFAULT_READ_BYTES
+        # clamped like a Pull: the reply must fit in a gRPC message whatever the request asks for
+        budget = min(max_bytes or DEFAULT_READ_BYTES, self.replica.cfg.max_pull_bytes)
         out: list[pb.Entry] = []
         for entry_id in range(first, last + 1):
             ent = view.entries.get(entry_id)
@@ -349,6 +423,11 @@ class LedgerService(pb_grpc.LedgerServicer):
     async def Add(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddReply:
         replicas = await self.ledgers.add(request)
         return pb.AddReply(entry_id=request.entry_id, replicas=replicas, broker_id=self.ledgers.broker_id)
+
+    @rpc
+    async def Close(self, request: pb.CloseRequest, context: grpc.aio.ServicerContext) -> pb.CloseReply:
+        last, length = await self.ledgers.close(request.ledger_id, request.password)
+        return pb.CloseReply(last_entry_id=last, length=length, broker_id=self.ledgers.broker_id)
 
     @rpc
     async def Fence(self, request: pb.FenceRequest, context: grpc.aio.ServicerContext) -> pb.FenceReply:

@@ -6,6 +6,10 @@ slaves with everything else and survive a failover exactly as messages do: a com
 acknowledged under the same replication rules, and readers (here: `fetch`) only apply confirmed
 records. The latest value per (group, topic, queue) is folded into a dict on demand.
 
+A commit of a topic made before the topic's latest generation marker (broker/topics.py) is a
+commit of the deleted topic of that name, not of the current one: `fetch` ignores it, so the
+group starts the new topic from its configured start instead of an old position.
+
 Known limit: retention that deletes old segments also deletes old commits; a group that has
 not committed since then reads as "no offset".
 """
@@ -29,7 +33,8 @@ def commit_message(group: str, topic: str, queue: int, offset: int) -> Message:
 class GroupOffsets:
     def __init__(self, commitlog: CommitLog) -> None:
         self._log = commitlog
-        self._offsets: dict[tuple[str, str, int], int] = {}
+        # (group, topic, queue) -> (offset, physical offset of the commit record)
+        self._offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
         self._applied = 0  # next queue offset of %OFFSETS%/0 to fold in
 
     def _refresh(self) -> None:
@@ -47,10 +52,15 @@ class GroupOffsets:
                 break
             for m in batch:
                 doc = json.loads(m.body)
-                self._offsets[(doc["g"], doc["t"], int(doc["q"]))] = int(doc["o"])
+                self._offsets[(doc["g"], doc["t"], int(doc["q"]))] = (int(doc["o"]), m.phys_offset)
             self._applied = batch[-1].queue_offset + 1
 
-    def fetch(self, group: str, topic: str, queue: int) -> int | None:
+    def fetch(self, group: str, topic: str, queue: int, *, since: int = -1) -> int | None:
+        """The group's committed offset, if committed at or after the physical offset `since`
+        (the topic's latest generation marker; -1: any)."""
         self._refresh()
-        return self._offsets.get((group, topic, queue))
+        found = self._offsets.get((group, topic, queue))
+        if found is None or found[1] < since:
+            return None
+        return found[0]
 

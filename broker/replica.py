@@ -37,6 +37,7 @@ from crc32c import crc32c
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
 from tidelog.broker.offsets import GroupOffsets, commit_message
+from tidelog.broker.topics import TopicTable
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
 from tidelog.errors import (
     ConfigError,
@@ -45,7 +46,6 @@ from tidelog.errors import (
     InvalidArgumentError,
     NotMasterError,
     TidelogError,
-    TopicNotFoundError,
 )
 from tidelog.ha.ackpolicy import AckConfig, required_acks
 from tidelog.ha.master import HaMaster
@@ -99,7 +99,7 @@ class Replica:
         self.master_address = ""
         self.ha_master: HaMaster | None = None
         self.ha_slave: HaSlave | None = None
-        self.topics: dict[str, int] = {}  # topic -> queues in this broker set
+        self.topic_table = TopicTable(commitlog)  # topics served, and their generations in the log
         self.offsets = GroupOffsets(commitlog)
         self.ledgers = LedgerReplica(self)
         self.ack_cfg = AckConfig(replication=cfg.replication, in_sync_replicas=cfg.in_sync_replicas,
@@ -259,14 +259,28 @@ class Replica:
 
     # ------------------------------------------------------------------ requests
 
+    @property
+    def topics(self) -> dict[str, int]:
+        """topic -> queues in this broker set, as the controller last said."""
+        return self.topic_table.queues
+
     def _queues_of(self, topic: str) -> int:
-        if not topic or topic.startswith("%"):
-            raise InvalidArgumentError(f"invalid topic name {topic!r}")
-        queues = self.topics.get(topic)
-        if not queues:
-            raise TopicNotFoundError(f"topic {topic!r} has no queues in broker set {self.cfg.broker_set}",
-                                     hint="create it with `tide topic create`, then retry")
-        return queues
+        master = self.role == MASTER and self.ha_master is not None
+        return self.topic_table.serve(topic, self._append_marker if master else None)
+
+    def _append_marker(self, msg: Message) -> Placement:
+        master = self._require_master()
+        placed = self.log.append([msg])
+        master.on_appended()
+        return placed[-1]
+
+    def enforce_topics(self) -> None:
+        """After a heartbeat: as master, write the topic markers the controller's view asks for;
+        on every replica, apply the markers received (a deleted topic's files go at once)."""
+        if self.role == MASTER and self.ha_master is not None:
+            self.topic_table.enforce(self._append_marker)
+        else:
+            self.topic_table.marks.refresh()
 
     def _require_master(self) -> HaMaster:
         if self.role != MASTER or self.ha_master is None:
@@ -356,15 +370,23 @@ class Replica:
     async def commit_offset(self, group: str, topic: str, queue: int, offset: int) -> None:
         if not group or len(group) > 255:
             raise InvalidArgumentError("group must be 1-255 characters")
-        self.queue_offsets(topic, queue)
+        offsets = self.queue_offsets(topic, queue)
         if offset < 0:
             raise InvalidArgumentError("offset must not be negative")
+        self._require_master()  # a slave's end may lag: only the master judges a commit
+        if offset > offsets.max:
+            # a position past the end would make the group skip every message written until then
+            raise InvalidArgumentError(f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
+                                       hint="commit the next offset to consume: at most the queue's max offset")
         await self._write([commit_message(group, topic, queue, offset)])
 
     def fetch_offset(self, group: str, topic: str, queue: int) -> int | None:
         if not group:
             raise InvalidArgumentError("group must not be empty")
-        return self.offsets.fetch(group, topic, queue)
+        marks = self.topic_table.marks
+        marks.refresh()
+        # a commit from before the topic's latest marker is a commit of a deleted topic of that name
+        return self.offsets.fetch(group, topic, queue, since=marks.marked_at(topic))
 
     def status(self) -> dict[str, Any]:
         master = self.ha_master

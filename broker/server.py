@@ -28,8 +28,16 @@ from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.service import BrokerService
 from tidelog.commitlog import CommitLog
 from tidelog.controller.client import ControllerClient
-from tidelog.errors import ConfigError, ControllerBrokerIdInvalidError, TidelogError
+from tidelog.errors import (
+    ConfigError,
+    ControllerBrokerIdInvalidError,
+    MetadataNotFoundError,
+    NoSuchLedgerExistsError,
+    TidelogError,
+)
 from tidelog.ha.syncstate import Proposal
+from tidelog.ledger.client import ledger_key
+from tidelog.ledger.metadata import LedgerMetadata
 from tidelog.proto import broker_pb2_grpc, ledger_pb2_grpc
 from tidelog.wire import SERVER_OPTIONS
 
@@ -49,6 +57,7 @@ class BrokerServer:
         self.controller = ControllerClient(cfg.controllers, rpc_timeout=2.0, total_timeout=5.0, secret=cfg.secret)
         self.replica = Replica(cfg, self.log, broker_id=self.ident.broker_id if self.ident.broker_id is not None
                                else -1, propose=self._alter)
+        self.replica.ledgers.metadata_source = self._ledger_metadata
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
         self._stopping = asyncio.Event()
@@ -59,6 +68,14 @@ class BrokerServer:
             self.cfg.broker_set, self.replica.broker_id, master_epoch, proposal.new_sync_state_set,
             proposal.sss_epoch)
         return Role.from_pb(reply.role)
+
+    async def _ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        try:
+            entry = await self.controller.meta_get(ledger_key(ledger_id))
+        except MetadataNotFoundError:
+            raise NoSuchLedgerExistsError(f"no ledger {ledger_id} in the controller's metadata",
+                                          ledger_id=ledger_id) from None
+        return LedgerMetadata.decode(entry.value, version=entry.version)
 
     async def start(self) -> None:
         host, _, port = self.cfg.ha_listen.rpartition(":")
@@ -132,9 +149,10 @@ class BrokerServer:
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
         # master before sent + its timeout; the lease ends well before that.
         r.renew_lease(sent + LEASE_FRACTION * (reply.heartbeat_timeout_ms or 5000) / 1000)
-        r.topics = {t.name: int(t.queues.get(self.cfg.broker_set, 0)) for t in reply.topics}
+        r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
         role = Role.from_pb(reply.role)
         await r.apply_role(role)
+        r.enforce_topics()
         if not role.has_master:
             with contextlib.suppress(TidelogError):
                 elected = await self.controller.elect_master(self.cfg.broker_set, r.broker_id)

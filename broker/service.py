@@ -3,6 +3,11 @@
 Every method goes through `tidelog.wire.rpc`, so a TidelogError becomes a gRPC status with the
 error code in trailing metadata, and an unexpected exception is logged and answered INTERNAL
 without stopping the broker.
+
+A Pull's limits are clamped, not refused: `max_bytes` to `max_pull_bytes` and `max_messages` to
+`max_pull_messages` (broker config), so no request can make the broker build a reply larger
+than the gRPC message limit or hold more than that in memory for one call. A client that asks
+for more simply gets a shorter reply and pulls again from `next_offset`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,15 @@ from tidelog.wire import non_empty, non_negative, require, rpc
 
 MAX_BATCH = 10_000
 DEFAULT_PULL_BYTES = 4 << 20
+DEFAULT_PULL_MESSAGES = 32
 MAX_WAIT_MS = 60_000
+
+
+def pull_limits(max_messages: int, max_bytes: int, *, max_pull_messages: int, max_pull_bytes: int) -> tuple[int, int]:
+    """The (messages, bytes) one Pull reply may hold: the request's (0 = default), clamped to the broker's maximum."""
+    messages = min(max_messages or DEFAULT_PULL_MESSAGES, max_pull_messages)
+    size = min(max_bytes or DEFAULT_PULL_BYTES, max_pull_bytes)
+    return messages, size
 
 
 def _offsets(o: QueueOffsets) -> pb.QueueOffsets:
@@ -56,9 +69,12 @@ class BrokerService(pb_grpc.BrokerServicer):
         non_negative("offset", request.offset)
         require(0 <= request.wait_ms <= MAX_WAIT_MS, f"wait_ms must be 0..{MAX_WAIT_MS}")
         require(request.max_messages >= 0 and request.max_bytes >= 0, "limits must not be negative")
-        msgs, offsets = await self.replica.pull(request.topic, request.queue, request.offset,
-                                                request.max_messages or 32, request.max_bytes or DEFAULT_PULL_BYTES,
-                                                request.wait_ms)
+        cfg = self.replica.cfg
+        max_messages, max_bytes = pull_limits(request.max_messages, request.max_bytes,
+                                              max_pull_messages=cfg.max_pull_messages,
+                                              max_pull_bytes=cfg.max_pull_bytes)
+        msgs, offsets = await self.replica.pull(request.topic, request.queue, request.offset, max_messages,
+                                                max_bytes, request.wait_ms)
         reply = pb.PullReply(next_offset=msgs[-1].queue_offset + 1 if msgs else request.offset,
                              offsets=_offsets(offsets))
         add = reply.messages.add

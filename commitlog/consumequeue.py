@@ -119,6 +119,11 @@ class ConsumeQueue:
     def put(self, queue_offset: int, phys_offset: int, size: int, tag: int, where: str) -> None:
         """Index one record. Re-dispatching an indexed record is a no-op (rebuilds are idempotent)."""
         nxt = self.base + len(self.phys)
+        if queue_offset < self.base:
+            # below the queue's start (cut or retention): recovery skips those; anything else
+            # sending one here disagrees with this index
+            raise CorruptRecordError(where, phys_offset, f"queue offset {queue_offset} of {self.topic}/"
+                                     f"{self.queue_id} is below the queue's start {self.base}")
         if queue_offset < nxt:
             i = queue_offset - self.base
             if i >= 0 and self.phys[i] == phys_offset:
@@ -186,7 +191,36 @@ class ConsumeQueue:
             os.fdatasync(fd)
         self._dirty.clear()
 
-    # --- truncation and retention ---
+    # --- truncation, retention and cuts ---
+
+    def cut(self, queue_offset: int) -> None:
+        """Forget every unit below `queue_offset` for good (a deleted topic's records): files that
+        held only such units go now. The queue continues at its next offset; when no unit is left
+        an empty file named `queue_offset` keeps that start across a restart."""
+        if queue_offset <= self.base:
+            return
+        nxt = self.next_offset
+        drop = min(queue_offset, nxt) - self.base
+        del self.phys[:drop]
+        del self.sizes[:drop]
+        del self.tags[:drop]
+        self._written = max(0, self._written - drop)
+        if queue_offset >= nxt:
+            if self._fd is not None:
+                self._dirty.discard(self._fd)
+                os.close(self._fd)
+                self._fd = None
+            self._unlink_names([f"{start:020d}" for start in self._files])
+            self._files.clear()
+            self.base = queue_offset
+            self._written = 0
+            self._open_file(queue_offset)  # the anchor: an empty file named by the queue's start
+            return
+        self.base = queue_offset
+        # whole files below the cut go; the first kept one may still start below it (units the
+        # owner cuts again after a restart, see broker.topics)
+        while len(self._files) > 1 and self._files[1] <= queue_offset:
+            os.unlink(os.path.join(self.dir, f"{self._files.pop(0):020d}"))
 
     def truncate_phys(self, phys_offset: int) -> None:
         """Drop units whose record starts at or after `phys_offset` (commit-log truncation)."""
@@ -206,7 +240,9 @@ class ConsumeQueue:
             os.close(self._fd)
             self._dirty.discard(self._fd)
             self._fd = None
-        while self._files and self._files[-1] >= end_qoff:
+        # a file starting exactly at the end stays, empty: it may be the one that records where
+        # a cut queue starts
+        while self._files and self._files[-1] > end_qoff:
             os.unlink(os.path.join(self.dir, f"{self._files.pop():020d}"))
         if not self._files:
             return

@@ -516,8 +516,10 @@ class CommitLog:
     # ------------------------------------------------------------------ dispatch
 
     def _dispatch_header(self, h: rec.Header, where: str) -> None:
-        self._cq(h.topic, h.queue_id).put(h.queue_offset, h.phys_offset, h.size,
-                                          rec.tags_hash(rec.tags_of(h.props)), where)
+        cq = self._cq(h.topic, h.queue_id)
+        if h.queue_offset < cq.min_offset:
+            return  # a record of a cut queue (deleted topic): never indexed again
+        cq.put(h.queue_offset, h.phys_offset, h.size, rec.tags_hash(rec.tags_of(h.props)), where)
 
     # ------------------------------------------------------------------ flushing
 
@@ -870,6 +872,38 @@ class CommitLog:
             self._flushed = min(self._flushed, phys_offset)
             self._cq_durable = min(self._cq_durable, phys_offset)
             self._write_checkpoint(clean=False)
+
+    # ------------------------------------------------------------------ cut queues (deleted topics)
+
+    def cut_queue(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        """Make the queue offsets of (topic, queue) below `queue_offset` unreadable for good: their
+        consume-queue units go now, with every file that held only them (an empty file keeps
+        the queue's start); the records stay in their segments until retention deletes those.
+        The queue continues at its next offset. Idempotent; a queue absent here is left alone."""
+        self._check_open()
+        check_topic_queue(topic, queue_id)
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None or queue_offset <= cq.min_offset:
+            return  # decided without the locks: only the owner's thread changes queues' starts
+        with self._flush_lock, self._lock:
+            cq.cut(queue_offset)
+            fsync_dir(cq.dir)
+        log.info("cut %s/%d below queue offset %d in %s", topic, queue_id, queue_offset, self.directory)
+
+    def drop_queues(self, topic: str) -> None:
+        """Forget every consume queue of `topic`, files included; each starts again at the queue
+        offset of the next record of the topic appended or dispatched. For when the record that
+        cut them is about to be truncated away: where they start is no longer known."""
+        self._check_open()
+        with self._flush_lock, self._lock:
+            for key in [k for k in self._cqs if k[0] == topic]:
+                cq = self._cqs.pop(key)
+                self._cq_dirty.discard(cq)
+                cq.close()
+                shutil.rmtree(cq.dir, ignore_errors=True)
+            if os.path.isdir(self._cq_dir):
+                fsync_dir(self._cq_dir)
+        log.warning("dropped the consume queues of %s in %s", topic, self.directory)
 
     # ------------------------------------------------------------------ retention
 

@@ -292,14 +292,21 @@ class ControllerClient:
     async def meta_get(self, key: str) -> pb.MetaEntry:
         return await self.call("admin", "MetaGet", pb.MetaGetRequest(key=key))
 
-    async def meta_cas(self, key: str, value: bytes, expected_version: int) -> pb.MetaEntry:
-        return await self.call("admin", "MetaCompareAndSet", pb.MetaCompareAndSetRequest(
-            key=key, value=value, expected_version=expected_version))
+    async def meta_cas(self, key: str, value: bytes, expected_version: int, *,
+                       ledger_password: bytes | None = None) -> pb.MetaEntry:
+        """`ledger_password`: required for ledger metadata (`ledger/` keys), the ledger's password."""
+        req = pb.MetaCompareAndSetRequest(key=key, value=value, expected_version=expected_version)
+        if ledger_password is not None:
+            req.ledger_password = ledger_password
+        return await self.call("admin", "MetaCompareAndSet", req)
 
-    async def meta_delete(self, key: str, expected_version: int | None = None) -> None:
+    async def meta_delete(self, key: str, expected_version: int | None = None, *,
+                          ledger_password: bytes | None = None) -> None:
         req = pb.MetaDeleteRequest(key=key)
         if expected_version is not None:
             req.expected_version = expected_version
+        if ledger_password is not None:
+            req.ledger_password = ledger_password
         await self.call("admin", "MetaDelete", req)
 
     async def meta_list(self, prefix: str = "") -> list[pb.MetaEntry]:

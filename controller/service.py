@@ -27,6 +27,7 @@ from tidelog.errors import (
     MetadataTooLargeError,
     TopicNotFoundError,
 )
+from tidelog.ledger.metadata import hash_password
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 from tidelog.wire import non_empty, non_negative, require, rpc
@@ -74,11 +75,17 @@ def members_of(bs: st.BrokerSet, alive: set[int] | None) -> list[pb.MemberInfo]:
 
 
 def topic_of(t: st.Topic) -> pb.TopicConfig:
-    return pb.TopicConfig(name=t.name, queues=dict(t.queues), perm=t.perm)
+    return pb.TopicConfig(name=t.name, queues=dict(t.queues), perm=t.perm, generation=t.generation)
 
 
 def meta_of(e: st.MetaEntry) -> pb.MetaEntry:
     return pb.MetaEntry(key=e.key, value=bytes(e.value), version=e.version)
+
+
+def _ledger_password_hash(request: pb.MetaCompareAndSetRequest | pb.MetaDeleteRequest) -> bytes | None:
+    """The hash of the ledger password a metadata write carries: the state compares it with the
+    ledger's (ledger/RULES.md M8); the password itself never enters the replicated log."""
+    return hash_password(request.ledger_password) if request.HasField("ledger_password") else None
 
 
 def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
@@ -137,10 +144,12 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             role = role_of(name, bs)
             topics = [topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name)
                       if name in t.queues]
+            deleted = [topic_of(t) for t in sorted(state.deleted_topics.values(), key=lambda t: t.name)
+                       if name in t.queues]
             member = bs.members[bid]
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
         self.node.beat(name, bid, request, report=stale_offsets)
-        return pb.HeartbeatReply(role=role, topics=topics,
+        return pb.HeartbeatReply(role=role, topics=topics, deleted_topics=deleted,
                                  heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
                                  heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms)
 
@@ -244,7 +253,10 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         perm = request.perm or "rw"
         require(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
         queues = {k: int(v) for k, v in request.queues.items()}
-        await self.node.write(lambda now, hb: st.CreateTopic(name=name, queues=queues, perm=perm, now_ms=now))
+        # a deleted name waits one heartbeat timeout: by then every master still taking writes
+        # has seen the deletion and dropped the old data (broker/TOPICS.md)
+        await self.node.write(lambda now, hb: st.CreateTopic(name=name, queues=queues, perm=perm, now_ms=now,
+                                                             recreate_after_ms=self.node.cfg.heartbeat_timeout_ms))
         with self.node.raft.read() as state:
             t = state.topics.get(name)
             topic = topic_of(t) if t is not None else pb.TopicConfig(name=name, queues=queues, perm=perm)
@@ -314,8 +326,10 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         non_negative("expected_version", request.expected_version)
         value = bytes(request.value)
         self._check_value(key, value)
+        proof = _ledger_password_hash(request)
         result = await self.node.write(lambda now, hb: st.MetaCompareAndSet(
-            key=key, value=value, expected_version=request.expected_version, now_ms=now))
+            key=key, value=value, expected_version=request.expected_version, now_ms=now,
+            ledger_password_hash=proof))
         if isinstance(result.value, st.MetaEntry):
             return meta_of(result.value)
         return self._entry(key)
@@ -326,7 +340,9 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         key = non_empty("key", request.key, MAX_KEY_LEN)
         expected = non_negative("expected_version", request.expected_version) \
             if request.HasField("expected_version") else None
-        await self.node.write(lambda now, hb: st.MetaDelete(key=key, expected_version=expected, now_ms=now))
+        proof = _ledger_password_hash(request)
+        await self.node.write(lambda now, hb: st.MetaDelete(key=key, expected_version=expected, now_ms=now,
+                                                            ledger_password_hash=proof))
         return pb.MetaDeleteReply()
 
     @rpc

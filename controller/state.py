@@ -40,9 +40,22 @@ or MASTERED. The table lists the phases each successful event may lead to from e
 
 A refused command, and a successful command that changed nothing, leave the phase as it was.
 
-Versioned metadata is opaque bytes, except under ``ledger/``: a CAS of such a key must decode as
-ledger metadata and obey the ledger rules (``ledger.metadata.check_update``), so no client can
-move a ledger backwards or change where a closed ledger ends.
+Topics have a generation: a number from a counter that only grows, given to each topic when it
+is created, so a topic deleted and created again under the same name is a different topic to
+the brokers, which drop the data of older generations (broker/TOPICS.md). A deleted topic
+leaves a tombstone (its name, generation, broker sets and deletion time): brokers learn from
+it that the data must go, and a topic of that name can be created again only
+``recreate_after_ms`` after the deletion (the service passes the broker heartbeat timeout), so
+that every master still taking writes has seen the tombstone before the new topic exists.
+
+Versioned metadata is opaque bytes, except under ``ledger/``: such a value must decode as ledger
+metadata when it is created; a CAS of it must obey the ledger rules (``ledger.metadata.check_update``),
+so no client can move a ledger backwards or change where a closed ledger ends; and a CAS or delete
+must carry the hash of the ledger's password (``ledger_password_hash``, computed by the service
+from the password the request carried), compared here with the hash the metadata stores, so only a
+holder of the password can close, recover or delete a ledger. The comparison happens at apply
+time against the value being replaced: no race with another write between a check and the
+change, and the command holds only the hash, which the metadata value already shows.
 """
 
 from __future__ import annotations
@@ -57,7 +70,7 @@ from typing import Any
 
 from tidelog.controller.election import elect
 from tidelog.errors import TidelogError, by_code
-from tidelog.ledger.metadata import LedgerMetadata, check_update
+from tidelog.ledger.metadata import LedgerMetadata, check_change_proof, check_update
 
 __all__ = [
     "MAX_META_VALUE_BYTES", "MAX_QUEUES_PER_BROKER_SET", "NAME_PATTERN", "AlterSyncStateSet",
@@ -135,6 +148,8 @@ class Topic:
     queues: dict[str, int]  # broker set name -> queue count
     perm: str = "rw"
     created_ms: int = 0
+    generation: int = 0  # 0: created before generations existed (its data is never dropped by one)
+    deleted_ms: int = 0  # tombstones only: when it was deleted
 
 
 @dataclass(frozen=True)
@@ -222,6 +237,8 @@ class CreateTopic:
     queues: Mapping[str, int]
     perm: str = "rw"
     now_ms: int = 0
+    # a topic of a deleted name is created only this long after the deletion (TOPIC_DELETION_PENDING)
+    recreate_after_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -243,6 +260,8 @@ class MetaCompareAndSet:
     value: bytes
     expected_version: int
     now_ms: int = 0
+    # under ledger/: hash_password() of the password the request carried (None: it carried none)
+    ledger_password_hash: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +269,7 @@ class MetaDelete:
     key: str
     expected_version: int | None = None
     now_ms: int = 0
+    ledger_password_hash: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -374,6 +394,29 @@ def _check_ledger_update(key: str, old: bytes, new: bytes) -> None:
         raise _Reject(err.code, f"metadata {key}: {err.message}") from None
 
 
+def _check_ledger_proof(key: str, stored: bytes, presented_hash: bytes | None, what: str) -> None:
+    """Only a holder of the ledger's password changes or deletes its metadata (ledger/RULES.md M8)."""
+    try:
+        before = LedgerMetadata.decode(stored)
+    except TidelogError:
+        # Not ledger metadata (stored before values under ledger/ were checked): nothing to
+        # protect; a CAS of it is refused by the rules check, a delete may clean it up.
+        return
+    if presented_hash is not None and not isinstance(presented_hash, bytes):
+        raise _bad("ledger_password_hash must be bytes")
+    try:
+        check_change_proof(before, presented_hash, what=what)
+    except TidelogError as err:
+        raise _Reject(err.code, f"metadata {key}: {err.message}") from None
+
+
+def _check_ledger_create(key: str, value: bytes) -> None:
+    try:
+        LedgerMetadata.decode(value)
+    except TidelogError as err:
+        raise _Reject(err.code, f"metadata {key}: {err.message}") from None
+
+
 def _snapshot(bs: BrokerSet) -> BrokerSet:
     return copy.deepcopy(bs)
 
@@ -387,6 +430,9 @@ class ControllerState:
     def __init__(self, max_meta_value_bytes: int = MAX_META_VALUE_BYTES) -> None:
         self.broker_sets: dict[str, BrokerSet] = {}
         self.topics: dict[str, Topic] = {}
+        self.next_topic_generation = 1
+        # deleted topics by name (the last deleted generation): brokers drop their data
+        self.deleted_topics: dict[str, Topic] = {}
         self.metadata: dict[str, MetaEntry] = {}
         # A dropped broker set remembers its id counter so a re-created set never reuses an id
         # that a stale broker may still hold on disk.
@@ -431,6 +477,10 @@ class ControllerState:
     def broker_set(self, name: str) -> BrokerSet | None:
         bs = self.broker_sets.get(name)
         return _snapshot(bs) if bs is not None else None
+
+    def deleted_topic(self, name: str) -> Topic | None:
+        t = self.deleted_topics.get(name)
+        return copy.deepcopy(t) if t is not None else None
 
     def topic(self, name: str) -> Topic | None:
         t = self.topics.get(name)
@@ -688,13 +738,23 @@ class ControllerState:
         if c.perm not in TOPIC_PERMS:
             raise _bad(f"perm must be one of {TOPIC_PERMS}, got {c.perm!r}")
         _need_nonneg(c.now_ms, "now_ms")
+        _need_nonneg(c.recreate_after_ms, "recreate_after_ms")
         if c.name in self.topics:
             raise _Reject("TOPIC_EXISTS", f"topic {c.name} already exists")
         for name in sorted(c.queues):
             if name not in self.broker_sets:
                 raise _Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST",
                               f"topic {c.name} names unknown broker set {name}")
-        t = Topic(name=c.name, queues=dict(sorted(c.queues.items())), perm=c.perm, created_ms=c.now_ms)
+        tomb = self.deleted_topics.get(c.name)
+        if tomb is not None and c.now_ms - tomb.deleted_ms < c.recreate_after_ms:
+            wait = tomb.deleted_ms + c.recreate_after_ms - c.now_ms
+            raise _Reject("TOPIC_DELETION_PENDING", f"topic {c.name} was deleted {c.now_ms - tomb.deleted_ms} ms ago; "
+                                                    f"it can be created again in {wait} ms, once every broker has "
+                                                    f"dropped its data")
+        t = Topic(name=c.name, queues=dict(sorted(c.queues.items())), perm=c.perm, created_ms=c.now_ms,
+                  generation=self.next_topic_generation)
+        self.next_topic_generation += 1
+        self.deleted_topics.pop(c.name, None)
         self.topics[c.name] = t
         return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} created"), None
 
@@ -703,7 +763,9 @@ class ControllerState:
         _need_nonneg(c.now_ms, "now_ms")
         if c.name not in self.topics:
             raise _Reject("TOPIC_NOT_FOUND", f"no topic {c.name}")
-        del self.topics[c.name]
+        t = self.topics.pop(c.name)
+        t.deleted_ms = c.now_ms
+        self.deleted_topics[c.name] = t
         return Result(changed=True, message=f"topic {c.name} deleted"), None
 
     # -- versioned metadata --
@@ -722,6 +784,8 @@ class ControllerState:
         _need_nonneg(c.now_ms, "now_ms")
         if c.key in self.metadata:
             raise _Reject("METADATA_EXISTS", f"metadata {c.key} already exists", self.metadata[c.key])
+        if c.key.startswith(LEDGER_KEY_PREFIX):
+            _check_ledger_create(c.key, value)
         e = MetaEntry(key=c.key, value=value, version=1, modified_ms=c.now_ms)
         self.metadata[c.key] = e
         return Result(value=e, changed=True), None
@@ -738,6 +802,7 @@ class ControllerState:
             raise _Reject("METADATA_VERSION_MISMATCH",
                           f"metadata {c.key} is at version {cur.version}, not {c.expected_version}", cur)
         if c.key.startswith(LEDGER_KEY_PREFIX):
+            _check_ledger_proof(c.key, cur.value, c.ledger_password_hash, "change")
             _check_ledger_update(c.key, cur.value, value)
         e = MetaEntry(key=c.key, value=value, version=cur.version + 1, modified_ms=c.now_ms)
         self.metadata[c.key] = e
@@ -754,6 +819,8 @@ class ControllerState:
         if c.expected_version is not None and cur.version != c.expected_version:
             raise _Reject("METADATA_VERSION_MISMATCH",
                           f"metadata {c.key} is at version {cur.version}, not {c.expected_version}", cur)
+        if c.key.startswith(LEDGER_KEY_PREFIX):
+            _check_ledger_proof(c.key, cur.value, c.ledger_password_hash, "delete")
         del self.metadata[c.key]
         return Result(changed=True), None
 
@@ -792,6 +859,10 @@ class ControllerState:
                    f"{name}: next broker id below its retired floor")
         for name, t in self.topics.items():
             _check(t.name == name and bool(t.queues), f"topic {name} is malformed")
+            _check(0 <= t.generation < self.next_topic_generation, f"topic {name}: generation {t.generation} "
+                                                                    f"not below the counter {self.next_topic_generation}")
+        for name, t in self.deleted_topics.items():
+            _check(t.name == name and name not in self.topics, f"tombstone {name} is malformed or alive")
         for key, e in self.metadata.items():
             _check(e.key == key and e.version >= 1, f"metadata {key} is malformed")
 
@@ -815,11 +886,9 @@ class ControllerState:
                 for _, bs in sorted(self.broker_sets.items())
             ],
             "next_id_floor": dict(sorted(self.next_id_floor.items())),
-            "topics": [
-                {"name": t.name, "queues": dict(sorted(t.queues.items())), "perm": t.perm,
-                 "created_ms": t.created_ms}
-                for _, t in sorted(self.topics.items())
-            ],
+            "topics": [_topic_dict(t) for _, t in sorted(self.topics.items())],
+            "next_topic_generation": self.next_topic_generation,
+            "deleted_topics": [_topic_dict(t) for _, t in sorted(self.deleted_topics.items())],
             "metadata": [
                 {"key": e.key, "value": base64.b64encode(e.value).decode("ascii"), "version": e.version,
                  "modified_ms": e.modified_ms}
@@ -841,8 +910,11 @@ class ControllerState:
                 unclean_epoch=b.get("unclean_epoch", 0))
         s.next_id_floor = {str(k): int(v) for k, v in d.get("next_id_floor", {}).items()}
         for t in d["topics"]:
-            s.topics[t["name"]] = Topic(name=t["name"], queues=dict(t["queues"]), perm=t["perm"],
-                                        created_ms=t.get("created_ms", 0))
+            s.topics[t["name"]] = _topic_from(t)
+        # snapshots from before topic generations: their topics are generation 0
+        s.next_topic_generation = int(d.get("next_topic_generation", 1))
+        for t in d.get("deleted_topics", ()):
+            s.deleted_topics[t["name"]] = _topic_from(t)
         for e in d["metadata"]:
             s.metadata[e["key"]] = MetaEntry(key=e["key"], value=base64.b64decode(e["value"]),
                                              version=e["version"], modified_ms=e.get("modified_ms", 0))
@@ -852,14 +924,25 @@ class ControllerState:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ControllerState):
             return NotImplemented
-        return (self.broker_sets, self.topics, self.metadata, self.next_id_floor) == (
-            other.broker_sets, other.topics, other.metadata, other.next_id_floor)
+        return (self.broker_sets, self.topics, self.metadata, self.next_id_floor, self.next_topic_generation,
+                self.deleted_topics) == (other.broker_sets, other.topics, other.metadata, other.next_id_floor,
+                                         other.next_topic_generation, other.deleted_topics)
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
         return (f"ControllerState({len(self.broker_sets)} broker sets, {len(self.topics)} topics, "
                 f"{len(self.metadata)} metadata keys)")
+
+
+def _topic_dict(t: Topic) -> dict[str, Any]:
+    return {"name": t.name, "queues": dict(sorted(t.queues.items())), "perm": t.perm, "created_ms": t.created_ms,
+            "generation": t.generation, "deleted_ms": t.deleted_ms}
+
+
+def _topic_from(d: Mapping[str, Any]) -> Topic:
+    return Topic(name=d["name"], queues=dict(d["queues"]), perm=d["perm"], created_ms=d.get("created_ms", 0),
+                 generation=d.get("generation", 0), deleted_ms=d.get("deleted_ms", 0))
 
 
 def _check_broker_set(bs: BrokerSet) -> None:

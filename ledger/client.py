@@ -394,16 +394,31 @@ class AsyncLedgers:
             raise NoSuchLedgerExistsError(f"no ledger {ledger_id}", ledger_id=ledger_id) from None
         return LedgerMetadata.decode(entry.value, version=entry.version)
 
-    async def cas_metadata(self, new: LedgerMetadata, expected_version: int) -> LedgerMetadata | None:
+    async def cas_metadata(self, new: LedgerMetadata, expected_version: int, password: bytes) -> LedgerMetadata | None:
         """Write `new` if the stored version is still `expected_version`: the stored metadata, or
-        None when another write came first (re-read and decide again)."""
+        None when another write came first (re-read and decide again). The controller takes the
+        write only with the ledger's `password` (RULES.md M8)."""
         try:
-            entry = await self.controller.meta_cas(ledger_key(new.ledger_id), new.encode(), expected_version)
+            entry = await self.controller.meta_cas(ledger_key(new.ledger_id), new.encode(), expected_version,
+                                                   ledger_password=password)
         except MetadataVersionMismatchError:
             return None
         except MetadataNotFoundError:
             raise NoSuchLedgerExistsError(f"ledger {new.ledger_id} was deleted", ledger_id=new.ledger_id) from None
         return LedgerMetadata.decode(entry.value, version=entry.version)
+
+    async def seal_on_brokers(self, meta: LedgerMetadata, password: bytes) -> None:
+        """Ask the set's master to seal a CLOSED ledger (`Ledger.Close`), so that every replica
+        refuses later adds with LedgerClosedError. The master checks the controller's metadata
+        itself. Best effort: the metadata is the ledger's end whatever happens here, and readers
+        never read past it; a failure is logged, not raised."""
+        try:
+            await self.call_master(meta.broker_set, "Close", lpb.CloseRequest(ledger_id=meta.ledger_id,
+                                                                              password=password),
+                                   deadline=time.monotonic() + self.rpc_timeout, what=f"seal of ledger {meta.ledger_id}")
+        except TidelogError as exc:
+            log.warning("ledger %d is closed, but its broker set could not seal it (readers still stop at the "
+                        "metadata's end): %s", meta.ledger_id, exc)
 
     async def query_lac(self, meta: LedgerMetadata, password: bytes, *, previous: int = -1,
                         wait_ms: int = 0) -> tuple[int, int, bool]:
@@ -481,7 +496,7 @@ class AsyncLedgers:
                                    deadline=time.monotonic() + self.add_timeout, what=f"create of ledger {ledger_id}")
         except BaseException:
             with contextlib.suppress(Exception):
-                await self.controller.meta_delete(ledger_key(ledger_id))
+                await self.controller.meta_delete(ledger_key(ledger_id), ledger_password=password)
             raise
         log.info("created ledger %d on %s (E=WQ=%d, AQ=%d)", ledger_id, view.name, ensemble_size, ack_quorum)
         return AsyncWriteHandle(self, meta, password)
@@ -526,13 +541,16 @@ class AsyncLedgers:
             await handle.refresh_metadata()
         return handle
 
-    async def delete_ledger(self, ledger_id: int) -> None:
+    async def delete_ledger(self, ledger_id: int, password: bytes) -> None:
         """Remove the ledger's metadata. Its entries stay in the commit logs until retention
-        removes them; nobody can open the ledger any more."""
+        removes them; nobody can open the ledger any more. Unlike BookKeeper's deleteLedger this
+        takes the ledger's password: the controller deletes ledger metadata only with it
+        (UnauthorizedAccessError otherwise, RULES.md M8)."""
         if not _is_int(ledger_id) or ledger_id < 0:
             raise IncorrectParameterError(f"a ledger id is a non-negative integer, got {ledger_id!r}")
+        password = _check_password(password)
         try:
-            await self.controller.meta_delete(ledger_key(ledger_id))
+            await self.controller.meta_delete(ledger_key(ledger_id), ledger_password=password)
         except MetadataNotFoundError:
             raise NoSuchLedgerExistsError(f"no ledger {ledger_id}", ledger_id=ledger_id) from None
 
@@ -699,12 +717,13 @@ class AsyncWriteHandle:
             new = apply_transition(current, LedgerEvent.WRITER_CLOSE, last_entry_id=last, length=length)
             if new is None:
                 break  # CLOSED already at our end (our own earlier close whose answer was lost)
-            stored = await self._ledgers.cas_metadata(new, current.version)
+            stored = await self._ledgers.cas_metadata(new, current.version, self._password)
             if stored is not None:
                 current = stored
                 break
             current = await self._ledgers.read_metadata(self.ledger_id)
         self._meta = current
+        await self._ledgers.seal_on_brokers(current, self._password)
         log.info("closed ledger %d at entry %d (length %d)", self.ledger_id, last, length)
 
     async def __aenter__(self) -> AsyncWriteHandle:
@@ -973,7 +992,7 @@ class _RecoveryRun:
         return self.view
 
     async def _cas(self, new: LedgerMetadata, expected: int) -> LedgerMetadata:
-        stored = await self.ledgers.cas_metadata(new, expected)
+        stored = await self.ledgers.cas_metadata(new, expected, self.password)
         return stored if stored is not None else await self.ledgers.read_metadata(self.ledger_id)
 
     async def _mark(self, meta: LedgerMetadata, action: MarkInRecovery) -> _Feed:

@@ -24,6 +24,15 @@ code that performs the CAS does not know the rules, and this file does not know 
 - `check_update(old, new)` is the controller's side of the same rules: it refuses any metadata
   CAS that would move the state backwards, change what never changes, or rewrite ensemble
   history (rules M5–M7), whoever sent it.
+- `check_change_proof(stored, presented_hash)` is who may write at all (rule M8): every CAS
+  and delete of a ledger's metadata must present the ledger's password. The controller hashes
+  the password the request carries (`hash_password`) and compares it with the hash stored at
+  creation. This is BookKeeper's check (its client compares the password digest against the
+  metadata) moved to the metadata's owner, so a client that skips it is refused all the same.
+  Why the password itself and not a signature of the change: the stored hash is readable by
+  anyone (MetaGet), so it cannot be the proof, and the controller holds nothing secret per
+  ledger to check an HMAC with; every broker call already carries the password the same way.
+  Only the hash enters the controller's replicated log, never the password.
 
 Where we follow BookKeeper's protocol document and TLA+ spec rather than its code (RULES.md §D):
 a writer's close over IN_RECOVERY fails with LedgerFencedError instead of overwriting the
@@ -36,6 +45,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,6 +58,7 @@ from tidelog.errors import (
     MetadataVersionError,
     NotEnoughBookiesError,
     TidelogError,
+    UnauthorizedAccessError,
 )
 
 __all__ = [
@@ -60,6 +71,7 @@ __all__ = [
     "Outcome",
     "STATE_CHANGES",
     "apply_transition",
+    "check_change_proof",
     "check_create_params",
     "check_update",
     "decide_transition",
@@ -422,6 +434,18 @@ def check_update(old: LedgerMetadata, new: LedgerMetadata) -> None:
                              f"appended after the last one ({old_keys} → {new_keys})")
     if old.state is LedgerState.CLOSED and len(new_keys) != len(old_keys):
         raise IllegalOpError(f"ledger {old.ledger_id} is CLOSED: no new ensemble")
+
+
+def check_change_proof(stored: LedgerMetadata, presented_hash: bytes | None, *, what: str = "change") -> None:
+    """Refuse a metadata CAS or delete (`what`) of `stored` unless `presented_hash` — the
+    `hash_password` of the password the request carried — is the ledger's (rule M8)."""
+    if presented_hash is None:
+        raise UnauthorizedAccessError(f"ledger {stored.ledger_id}: a metadata {what} needs the ledger's password",
+                                      ledger_id=stored.ledger_id,
+                                      hint="send the ledger's password with the request (ledger_password)")
+    if not hmac.compare_digest(presented_hash, stored.password_hash):
+        raise UnauthorizedAccessError(f"ledger {stored.ledger_id}: wrong password for a metadata {what}",
+                                      ledger_id=stored.ledger_id)
 
 
 def new_ledger_metadata(ledger_id: int, broker_set: str, replicas: Sequence[int], ack_quorum: int, *,

@@ -501,7 +501,7 @@ class AsyncSegmentedLog:
         with contextlib.suppress(TidelogError):
             await handle.close()
         try:
-            await self._ledgers.delete_ledger(handle.ledger_id)
+            await self._ledgers.delete_ledger(handle.ledger_id, self._password)
         except TidelogError as exc:
             log.warning("segmented log %s: could not delete unlisted ledger %s: %s", self.name, handle.ledger_id, exc)
 

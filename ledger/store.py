@@ -12,6 +12,10 @@ every other record. Three kinds (property `k`):
 - ADD (`a`): an entry from the writer, with the writer's LAC and the cumulative length at write
   time and the writer's digest (properties `l`, `e`, `lac`, `len`, `d`); the body is the data.
 - RADD (`r`): the same for an entry written again by a recovery.
+- CLOSE (`x`): the ledger is CLOSED in the controller's metadata at entry `last` (length
+  `len`). The master appends it only after reading that metadata itself (`Ledger.Close`), so it
+  never says more than the controller does. From it on, the master refuses the writer's adds
+  (LedgerClosedError) and recovery adds beyond `last`; the LAC it carries is `last`.
 
 **Fences.** A replica fences a ledger by recording, durably and before it answers, the offset its
 log ended at: the *fence offset* F, kept in `ledger-fences.json` beside the commit log (a slave's
@@ -53,6 +57,7 @@ FLAG_LEDGER = 2
 KIND_CREATE = "c"
 KIND_ADD = "a"
 KIND_RECOVERY_ADD = "r"
+KIND_CLOSE = "x"
 FENCES_FILE = "ledger-fences.json"
 
 __all__ = [
@@ -62,6 +67,7 @@ __all__ = [
     "LedgerIndex",
     "LedgerView",
     "add_message",
+    "close_message",
     "create_message",
     "entry_visible",
 ]
@@ -77,6 +83,11 @@ def add_message(ledger_id: int, entry_id: int, lac: int, length: int, digest: by
     return Message(LEDGER_TOPIC, 0, data, flags=FLAG_LEDGER, properties={
         "k": KIND_RECOVERY_ADD if recovery else KIND_ADD, "l": str(ledger_id), "e": str(entry_id),
         "lac": str(lac), "len": str(length), "d": digest.hex()})
+
+
+def close_message(ledger_id: int, last_entry_id: int, length: int) -> Message:
+    return Message(LEDGER_TOPIC, 0, b"", flags=FLAG_LEDGER, properties={
+        "k": KIND_CLOSE, "l": str(ledger_id), "last": str(last_entry_id), "len": str(length)})
 
 
 def entry_visible(kind: str, offset: int, fence_offset: int | None) -> bool:
@@ -101,8 +112,11 @@ class LedgerView:
     create_offset: int
     metadata: LedgerMetadata  # as created (state OPEN): password hash, quorums, replicas
     entries: dict[int, IndexedEntry] = field(default_factory=dict)
-    carried_lac: int = -1     # the largest LAC a visible entry carries
+    carried_lac: int = -1     # the largest LAC a visible entry carries (or the CLOSE record)
     last_entry: int = -1      # the largest visible entry id
+    closed_at: int | None = None  # the last entry id of a CLOSE record, if this replica holds one
+    closed_length: int = 0
+    close_end: int = 0        # where the CLOSE record ends in the log
 
     def confirmed_point(self, extra_lac: int = -1) -> tuple[int, int]:
         """(LAC, length through it) this replica can vouch for.
@@ -210,6 +224,9 @@ class LedgerIndex:
                     meta = LedgerMetadata.decode(body)
                     self._views[ledger_id] = LedgerView(ledger_id, offset, meta)
                 return
+            if kind == KIND_CLOSE:
+                self._apply_close(ledger_id, int(props["last"]), int(props["len"]), offset + size)
+                return
             entry_id, lac, length = int(props["e"]), int(props["lac"]), int(props["len"])
             digest = bytes.fromhex(props["d"])
         except (KeyError, ValueError, TidelogError) as exc:
@@ -223,6 +240,14 @@ class LedgerIndex:
         view.entries[entry_id] = IndexedEntry(offset, size, lac, length, digest)
         view.carried_lac = max(view.carried_lac, lac)
         view.last_entry = max(view.last_entry, entry_id)
+
+    def _apply_close(self, ledger_id: int, last: int, length: int, end: int) -> None:
+        view = self._views.get(ledger_id)
+        if view is None or view.closed_at is not None:
+            return  # unknown here (below retention), or a repeated close: the first one holds
+        view.closed_at, view.closed_length, view.close_end = last, length, end
+        # every entry up to the metadata's end was acknowledged, or rewritten by a recovery
+        view.carried_lac = max(view.carried_lac, last)
 
     def view(self, ledger_id: int) -> LedgerView | None:
         self.refresh()

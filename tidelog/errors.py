@@ -666,3 +666,17 @@ class StoreError(TidelogError):
     status = "UNAVAILABLE"
     retryable = True
     hint = "retry: another replica takes over; check the broker's disk and its log"
+
+
+# --- topic deletion (broker topics, controller topic rules) ---------------------------------
+
+
+@_register
+class TopicDeletionPendingError(TidelogError):
+    """The topic was deleted moments ago; a topic of that name cannot be created yet."""
+
+    code = "TOPIC_DELETION_PENDING"
+    status = "UNAVAILABLE"
+    hint = ("retry once the brokers have had time to drop the deleted topic's data "
+            "(one controller heartbeat timeout after the delete)")
+    retryable = True

@@ -42,7 +42,7 @@ def broker_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
               controller_options: dict[str, Any] | None = None, **broker_options: Any) -> BrokerCluster:
         root = tmp_path / f"cluster{len(started) + len(pending)}"
         (root / "controllers").mkdir(parents=True)
-        options = {"secret": None} if controllers == 1 else {}
+        options: dict[str, Any] = {}
         options.update(controller_options or {})
         cc = ControllerCluster(root / "controllers", controllers, **options)
         pending.append(cc)

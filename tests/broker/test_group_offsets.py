@@ -16,7 +16,7 @@ def test_committed_offsets_survive_failover(broker_cluster: Callable[..., Broker
     bs = broker_cluster(2, flush="sync").bs
     old = bs.wait_master()
     master = bs.clients[old]
-    for i in range(3 * QUEUES):
+    for i in range(5 * QUEUES):  # every committed offset below stays within its queue
         master.produce(TOPIC, [b"m-%d" % i], queue=i % QUEUES)
     committed = {("g1", q): q + 1 for q in range(QUEUES)}
     committed[("g2", 0)] = 2

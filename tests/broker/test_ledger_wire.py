@@ -24,7 +24,8 @@ from tidelog.errors import (
     NotMasterError,
     UnauthorizedAccessError,
 )
-from tidelog.ledger.metadata import new_ledger_metadata
+from tidelog.ledger.digest import Digester
+from tidelog.ledger.metadata import DigestType, new_ledger_metadata
 from tidelog.proto import ledger_pb2 as lpb
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 
@@ -47,8 +48,9 @@ class LedgerWire:
 
 def _add(w: LedgerWire, ledger_id: int, entry_id: int, data: bytes, *, lac: int, length: int,
          recovery: bool = False, password: bytes = PASSWORD, timeout: float = 10.0) -> Any:
+    digest = Digester(DigestType.CRC32C).compute(ledger_id, entry_id, lac, length, data)
     return w.call("Add", lpb.AddRequest(ledger_id=ledger_id, entry_id=entry_id, password=password, lac=lac,
-                                        length=length, digest=b"d%d" % entry_id, data=data, recovery=recovery),
+                                        length=length, digest=digest, data=data, recovery=recovery),
                   timeout=timeout)
 
 
@@ -85,7 +87,8 @@ def test_adds_reads_and_lac_on_both_replicas(broker_cluster: Callable[..., Any])
     _add(master, 7, 4, b"entry-4" * 5, lac=3, length=length)
     with pytest.raises(IncorrectParameterError):
         master.call("Add", lpb.AddRequest(ledger_id=7, entry_id=4, password=PASSWORD, lac=3, length=length,
-                                          digest=b"other", data=b"x"))
+                                          digest=Digester(DigestType.CRC32C).compute(7, 4, 3, length, b"x"),
+                                          data=b"x"))
     with pytest.raises(NotMasterError):
         _add(slave, 7, 5, b"x", lac=4, length=length + 1)
 

@@ -71,8 +71,10 @@ def test_create_append_read_info_list_recover_delete(cluster):
     listed = {row["ledger_id"]: row for row in doc(cluster, "list", password=None)}
     assert {lid, oid, empty["ledger_id"]} <= set(listed)
     assert listed[oid]["last_entry_id"] == 1
-    assert doc(cluster, "delete", str(empty["ledger_id"]), password=None) == {
-        "ledger_id": empty["ledger_id"], "deleted": True}
+    # delete needs the ledger's password, and refuses a wrong one
+    refused = run(cluster, "delete", str(empty["ledger_id"]), password="not-it", ok=False)
+    assert refused.returncode == 1 and "LEDGER_UNAUTHORIZED" in refused.stderr
+    assert doc(cluster, "delete", str(empty["ledger_id"])) == {"ledger_id": empty["ledger_id"], "deleted": True}
     assert empty["ledger_id"] not in {row["ledger_id"] for row in doc(cluster, "list", password=None)}
     gone = run(cluster, "info", str(empty["ledger_id"]), ok=False)
     assert gone.returncode == 1 and "LEDGER_NO_SUCH_LEDGER" in gone.stderr

@@ -119,6 +119,6 @@ def test_bad_input_is_refused_before_anything_is_sent(cluster: LocalCluster) -> 
         for first, last in [(-1, 0), (1, 0)]:
             with pytest.raises(IncorrectParameterError):
                 r.read_entries(first, last)
-        ledgers.delete_ledger(w.ledger_id)
+        ledgers.delete_ledger(w.ledger_id, PASSWORD)
         with pytest.raises(NoSuchLedgerExistsError):
             ledgers.open_ledger(w.ledger_id, PASSWORD)

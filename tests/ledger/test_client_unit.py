@@ -46,6 +46,7 @@ from tidelog.ledger.client import (
     read_outcome,
 )
 from tidelog.ledger.digest import Digester
+from tidelog.ledger.metadata import hash_password
 from tidelog.proto import controller_pb2 as cpb
 from tidelog.proto import ledger_pb2 as lpb
 
@@ -156,6 +157,11 @@ def test_error_outcomes(err, fence, read):
 # --- an in-process broker set ---------------------------------------------------------------
 
 
+def _proof(password: bytes | None) -> bytes | None:
+    """What the controller's service puts in the command for a request carrying `password`."""
+    return None if password is None else hash_password(password)
+
+
 class FakeController:
     """The metadata calls of ControllerClient over the real ControllerState."""
 
@@ -180,11 +186,12 @@ class FakeController:
     async def meta_create(self, key: str, value: bytes):
         return self._do(MetaCreate(key, value))
 
-    async def meta_cas(self, key: str, value: bytes, expected_version: int):
-        return self._do(MetaCompareAndSet(key, value, expected_version))
+    async def meta_cas(self, key: str, value: bytes, expected_version: int, *, ledger_password: bytes | None = None):
+        return self._do(MetaCompareAndSet(key, value, expected_version, ledger_password_hash=_proof(ledger_password)))
 
-    async def meta_delete(self, key: str, expected_version: int | None = None) -> None:
-        self._do(MetaDelete(key, expected_version))
+    async def meta_delete(self, key: str, expected_version: int | None = None, *,
+                          ledger_password: bytes | None = None) -> None:
+        self._do(MetaDelete(key, expected_version, ledger_password_hash=_proof(ledger_password)))
 
     async def meta_list(self, prefix: str = ""):
         return self.state.list_prefix(prefix)
@@ -264,6 +271,12 @@ class FakeSet:
         lac = self.master_lac if rep.broker_id == self.master else max((e.lac for e in rep.entries.values()),
                                                                        default=-1)
         return lac, rep.entries[lac].length if lac in rep.entries else 0
+
+    async def close(self, rep, req):
+        if rep.broker_id != self.master:
+            raise NotMasterError("not master")
+        self.sealed = getattr(self, "sealed", set()) | {req.ledger_id}
+        return lpb.CloseReply(broker_id=rep.broker_id)
 
     async def fence(self, rep, req):
         rep.fenced = True
@@ -442,6 +455,7 @@ def test_close_seals_at_the_lac_and_fails_pending_adds():
             await pending
         meta = await ledgers.get_metadata(w.ledger_id)
         assert (meta.state, meta.last_entry_id, meta.length) == (LedgerState.CLOSED, 0, 3)
+        assert fake.calls[-1] == ("Close", fake.master) and w.ledger_id in fake.sealed, "sealed on the brokers too"
         await w.close()  # again: harmless
     run(go())
 
@@ -453,7 +467,8 @@ def test_close_over_a_recovery_fails_fenced_and_over_another_end_fails_version()
         await w.add_entry(b"abc")
         meta = await ledgers.get_metadata(w.ledger_id)
         from dataclasses import replace
-        await controller.meta_cas(ledger_key(0), replace(meta, state=LedgerState.IN_RECOVERY).encode(), meta.version)
+        await controller.meta_cas(ledger_key(0), replace(meta, state=LedgerState.IN_RECOVERY).encode(), meta.version,
+                                  ledger_password=PW)
         with pytest.raises(LedgerFencedError):
             await w.close()
 
@@ -461,7 +476,7 @@ def test_close_over_a_recovery_fails_fenced_and_over_another_end_fails_version()
         await w2.add_entry(b"abc")
         m2 = await ledgers.get_metadata(w2.ledger_id)
         closed = replace(m2, state=LedgerState.CLOSED, last_entry_id=-1, length=0)
-        await controller.meta_cas(ledger_key(1), closed.encode(), m2.version)
+        await controller.meta_cas(ledger_key(1), closed.encode(), m2.version, ledger_password=PW)
         with pytest.raises(MetadataVersionError):
             await w2.close()
     run(go())
@@ -585,10 +600,15 @@ def test_delete_and_bad_ids():
     async def go():
         ledgers, fake, controller, w = await written(1)
         with pytest.raises(IncorrectParameterError):
-            await ledgers.delete_ledger(-1)
-        await ledgers.delete_ledger(w.ledger_id)
+            await ledgers.delete_ledger(-1, PW)
+        with pytest.raises(UnauthorizedAccessError):  # the controller deletes ledger metadata only with the password
+            await ledgers.delete_ledger(w.ledger_id, b"not-" + PW)
+        with pytest.raises(IncorrectParameterError):
+            await ledgers.delete_ledger(w.ledger_id, None)  # type: ignore[arg-type]
+        assert await ledgers.list_ledgers() == [w.ledger_id]
+        await ledgers.delete_ledger(w.ledger_id, PW)
         with pytest.raises(NoSuchLedgerExistsError):
-            await ledgers.delete_ledger(w.ledger_id)
+            await ledgers.delete_ledger(w.ledger_id, PW)
         with pytest.raises(NoSuchLedgerExistsError):
             await ledgers.get_metadata(w.ledger_id)
         assert await ledgers.list_ledgers() == []

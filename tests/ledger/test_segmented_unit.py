@@ -445,7 +445,7 @@ class FakeLedgers:
         await reader.read_last_add_confirmed()
         return reader
 
-    async def delete_ledger(self, lid):
+    async def delete_ledger(self, lid, password):
         await self.cluster.yield_some()
         self._get(lid)
         self.cluster.deleted.append(lid)

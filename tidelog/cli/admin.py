@@ -181,7 +181,8 @@ def _parse_queues(values: tuple[str, ...]) -> dict[str, int]:
 @json_option
 @click.pass_context
 def topics_create(ctx: click.Context, name: str, queues: tuple[str, ...], perm: str, as_json: bool) -> None:
-    """Create topic NAME."""
+    """Create topic NAME. A deleted name can be created again one controller heartbeat timeout
+    after the delete (TOPIC_DELETION_PENDING before that)."""
     parsed = _parse_queues(queues)
     topic = _run(ctx, lambda c: c.create_topic(name, parsed, perm))
     if as_json:
@@ -195,7 +196,8 @@ def topics_create(ctx: click.Context, name: str, queues: tuple[str, ...], perm: 
 @json_option
 @click.pass_context
 def topics_delete(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Delete topic NAME."""
+    """Delete topic NAME and its data: every broker drops its queues (the messages are never
+    readable again, also not in a topic created later under the same name)."""
     _run(ctx, lambda c: c.delete_topic(name))
     if as_json:
         _emit_json({"deleted": name})

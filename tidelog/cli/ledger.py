@@ -427,12 +427,15 @@ def list_(controllers: str, as_json: bool) -> None:
 
 @ledger.command("delete")
 @click.argument("ledger_id")
+@password_option
 @controllers_option
 @json_option
-def delete(ledger_id: str, controllers: str, as_json: bool) -> None:
-    """Delete LEDGER_ID's metadata: nobody can open it any more (its entries go with retention)."""
+def delete(ledger_id: str, password: str | None, controllers: str, as_json: bool) -> None:
+    """Delete LEDGER_ID's metadata: nobody can open it any more (its entries go with retention).
+    The controller takes the delete only with the ledger's password."""
+    pw = password_bytes(password)
     lid = parse_ledger_id(ledger_id)
     with Client(require_controllers(controllers)) as c:
-        c.ledgers().delete_ledger(lid)
+        c.ledgers().delete_ledger(lid, pw)
     emit({"ledger_id": lid, "deleted": True}, as_json, title="deleted")
 

@@ -63,7 +63,7 @@ class BrokerSetInfo(_message.Message):
     def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., members: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ..., next_broker_id: _Optional[int] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("name", "queues", "perm")
+    __slots__ = ("name", "queues", "perm", "generation")
     class QueuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -74,10 +74,12 @@ class TopicConfig(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     queues: _containers.ScalarMap[str, int]
     perm: str
-    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ..., perm: _Optional[str] = ...) -> None: ...
+    generation: int
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ..., perm: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class MetaEntry(_message.Message):
     __slots__ = ("key", "value", "version")
@@ -132,16 +134,18 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms")
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     heartbeat_interval_ms: int
     heartbeat_timeout_ms: int
-    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ...) -> None: ...
+    deleted_topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
 
 class AlterSyncStateSetRequest(_message.Message):
     __slots__ = ("broker_set", "master_id", "master_epoch", "new_sync_state_set", "sync_state_set_epoch")
@@ -293,22 +297,26 @@ class MetaGetRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class MetaCompareAndSetRequest(_message.Message):
-    __slots__ = ("key", "value", "expected_version")
+    __slots__ = ("key", "value", "expected_version", "ledger_password")
     KEY_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_PASSWORD_FIELD_NUMBER: _ClassVar[int]
     key: str
     value: bytes
     expected_version: int
-    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., expected_version: _Optional[int] = ...) -> None: ...
+    ledger_password: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., expected_version: _Optional[int] = ..., ledger_password: _Optional[bytes] = ...) -> None: ...
 
 class MetaDeleteRequest(_message.Message):
-    __slots__ = ("key", "expected_version")
+    __slots__ = ("key", "expected_version", "ledger_password")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_PASSWORD_FIELD_NUMBER: _ClassVar[int]
     key: str
     expected_version: int
-    def __init__(self, key: _Optional[str] = ..., expected_version: _Optional[int] = ...) -> None: ...
+    ledger_password: bytes
+    def __init__(self, key: _Optional[str] = ..., expected_version: _Optional[int] = ..., ledger_password: _Optional[bytes] = ...) -> None: ...
 
 class MetaDeleteReply(_message.Message):
     __slots__ = ()

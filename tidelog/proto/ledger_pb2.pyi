@@ -40,6 +40,24 @@ class AddRequest(_message.Message):
     recovery: bool
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., password: _Optional[bytes] = ..., lac: _Optional[int] = ..., length: _Optional[int] = ..., digest: _Optional[bytes] = ..., data: _Optional[bytes] = ..., recovery: _Optional[bool] = ...) -> None: ...
 
+class CloseRequest(_message.Message):
+    __slots__ = ("ledger_id", "password")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    password: bytes
+    def __init__(self, ledger_id: _Optional[int] = ..., password: _Optional[bytes] = ...) -> None: ...
+
+class CloseReply(_message.Message):
+    __slots__ = ("last_entry_id", "length", "broker_id")
+    LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    last_entry_id: int
+    length: int
+    broker_id: int
+    def __init__(self, last_entry_id: _Optional[int] = ..., length: _Optional[int] = ..., broker_id: _Optional[int] = ...) -> None: ...
+
 class AddReply(_message.Message):
     __slots__ = ("entry_id", "replicas", "broker_id")
     ENTRY_ID_FIELD_NUMBER: _ClassVar[int]

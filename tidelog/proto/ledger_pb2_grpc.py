@@ -59,6 +59,11 @@ class LedgerStub:
                 request_serializer=ledger__pb2.LacRequest.SerializeToString,
                 response_deserializer=ledger__pb2.LacReply.FromString,
                 _registered_method=True)
+        self.Close = channel.unary_unary(
+                '/tidelog.ledger.Ledger/Close',
+                request_serializer=ledger__pb2.CloseRequest.SerializeToString,
+                response_deserializer=ledger__pb2.CloseReply.FromString,
+                _registered_method=True)
 
 
 class LedgerServicer:
@@ -94,6 +99,12 @@ class LedgerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Close(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LedgerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +132,11 @@ def add_LedgerServicer_to_server(servicer, server):
                     servicer.Lac,
                     request_deserializer=ledger__pb2.LacRequest.FromString,
                     response_serializer=ledger__pb2.LacReply.SerializeToString,
+            ),
+            'Close': grpc.unary_unary_rpc_method_handler(
+                    servicer.Close,
+                    request_deserializer=ledger__pb2.CloseRequest.FromString,
+                    response_serializer=ledger__pb2.CloseReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +274,33 @@ class Ledger:
             '/tidelog.ledger.Ledger/Lac',
             ledger__pb2.LacRequest.SerializeToString,
             ledger__pb2.LacReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Close(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.ledger.Ledger/Close',
+            ledger__pb2.CloseRequest.SerializeToString,
+            ledger__pb2.CloseReply.FromString,
             options,
             channel_credentials,
             insecure,
