@@ -41,6 +41,7 @@ from tidelog.broker.topics import TopicTable
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
 from tidelog.errors import (
     ConfigError,
+    CorruptRecordError,
     FlushDiskTimeoutError,
     HaProtocolError,
     InvalidArgumentError,
@@ -113,6 +114,7 @@ class Replica:
         self.last_sss_epoch = 0
         self.lease_until = 0.0  # monotonic time until which this broker may acknowledge writes
         self._ha_connections = 0
+        self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
         if not cfg.secret:
             raise ConfigError("a broker needs the cluster secret (key 'secret' or $TIDE_CLUSTER_SECRET): "
                               "replication and controller membership prove it", key="secret")
@@ -354,12 +356,29 @@ class Replica:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             event = self._confirmed
-            msgs = self.log.read(topic, queue, offset, max_messages, max_bytes)
+            try:
+                msgs = self.log.read(topic, queue, offset, max_messages, max_bytes)
+            except CorruptRecordError as exc:
+                self.on_corrupt(exc)
+                raise
             remaining = deadline - time.monotonic()
             if msgs or remaining <= 0:
                 return msgs, self.log.queue_offsets(topic, queue)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
+
+    def on_corrupt(self, exc: CorruptRecordError) -> None:
+        """A read met damaged bytes. The reader fails over to another replica (CORRUPT_RECORD); here
+        a slave asks its master for that range, and a master hands its role to an in-sync replica
+        (`hand_over`, set by the broker process) so that it can repair itself as a slave."""
+        length = exc.size or 0
+        log.error("%s %s", self.ctx, exc.message)
+        if length <= 0:
+            return
+        if self.role == SLAVE and self.ha_slave is not None:
+            self.ha_slave.request_repair(exc.offset, length)
+        elif self.role == MASTER and self.hand_over is not None:
+            self.hand_over()
 
     def queue_offsets(self, topic: str, queue: int) -> QueueOffsets:
         queues = self._queues_of(topic)

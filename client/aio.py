@@ -34,6 +34,7 @@ from tidelog.client import assign as asg
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
 from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 from tidelog.errors import (
+    CorruptRecordError,
     DiskFullError,
     FlushDiskTimeoutError,
     FlushSlaveTimeoutError,
@@ -237,7 +238,8 @@ class AsyncClient:
                 reply = await self.call_broker(address, "Pull", bpb.PullRequest(
                     topic=topic, queue=queue, offset=offset, max_messages=max_messages, wait_ms=wait_ms),
                     timeout=self.rpc_timeout + wait_ms / 1000)
-            except (UnavailableError, TopicNotFoundError) as exc:
+            except (UnavailableError, TopicNotFoundError, CorruptRecordError) as exc:
+                # A damaged record on one replica is intact on the others (and is being repaired).
                 last = exc
                 continue
             return [_consumed(m, route.name) for m in reply.messages], reply.next_offset

@@ -676,7 +676,8 @@ class CommitLog:
             while pos < span:
                 kind, rsize, reason = rec.check_at(data, pos)
                 if kind != rec.VALID:
-                    raise CorruptRecordError(seg.path, phys + pos, reason or "no record where the index points")
+                    raise CorruptRecordError(seg.path, phys + pos, reason or "no record where the index points",
+                                             size=cq.unit(i)[1])
                 m = rec.decode(data, pos)
                 if m.topic != topic or m.queue_id != queue_id or m.queue_offset != i:
                     raise CorruptRecordError(seg.path, phys + pos, "index points at another queue's record")
@@ -827,6 +828,39 @@ class CommitLog:
                 self._cq_dirty.add(cq)
             self._max = at
         return self._max
+
+    # ------------------------------------------------------------------ repair
+
+    def repair_range(self, offset: int, data: bytes) -> None:
+        """Overwrite damaged bytes in place with a copy from another replica, and fsync them.
+
+        Replicas are byte-identical below the confirm offset, so the copy must be whole valid
+        records whose physical offsets are exactly where they land, inside one segment and below
+        this log's confirm offset; anything else is refused without writing a byte.
+        """
+        self._check_open()
+        end = offset + len(data)
+        if not data or offset < self.min_offset or end > self._confirm:
+            raise InvalidArgumentError(f"repair [{offset}, {end}) is outside [{self.min_offset}, confirm "
+                                       f"{self._confirm})")
+        if offset // self.segment_bytes != (end - 1) // self.segment_bytes:
+            raise InvalidArgumentError(f"repair [{offset}, {end}) crosses a segment boundary")
+        pos = 0
+        while pos < len(data):
+            kind, size, reason = rec.check_at(data, pos)
+            if kind != rec.VALID:
+                raise CorruptRecordError("<repair data>", offset + pos, reason or "not a record")
+            if rec.decode_header(data, pos).phys_offset != offset + pos:
+                raise OffsetMismatchError(f"repair data at {offset + pos} holds the record of another offset")
+            pos += size
+        with self._flush_lock, self._lock:
+            seg = self._segments[self._segment_index(offset)]
+            try:
+                pwrite_all(seg.fd, data, offset - seg.base)
+                os.fdatasync(seg.fd)
+            except OSError as exc:
+                raise self._fail(f"repair at {offset} failed: {exc}", exc) from exc
+        log.warning("repaired %s bytes [%d, %d) from another replica", seg.path, offset, end)
 
     # ------------------------------------------------------------------ truncation
 

@@ -47,6 +47,8 @@ from tidelog.ha.protocol import (
     Handshake,
     HandshakeReply,
     LedgerFenced,
+    RangeData,
+    RangeRequest,
     encode,
     encode_transfer_header,
     read_frame,
@@ -54,6 +56,10 @@ from tidelog.ha.protocol import (
 from tidelog.ha.syncstate import Proposal, SyncStateTracker
 
 log = logging.getLogger(__name__)
+
+# The largest range a slave may ask to have sent again (one record at most: a record never
+# exceeds max_message_bytes, whose default is 4 MiB).
+MAX_REPAIR_BYTES = 16 << 20
 
 
 def now_ms() -> int:
@@ -273,6 +279,8 @@ class HaMaster:
                     self._on_ack(conn, frame.max_offset)
                 elif isinstance(frame, LedgerFenced):
                     self._ledger_fenced(slave_id, frame.ledger_id)
+                elif isinstance(frame, RangeRequest):
+                    self._send_range(conn, writer, frame)
                 elif isinstance(frame, ErrorFrame):
                     log.warning("%s slave %d reports %s: %s", self._ctx, slave_id, frame.code, frame.message)
                     return
@@ -288,6 +296,20 @@ class HaMaster:
                 if not self._closed:
                     self._maybe_propose(self.tracker.on_disconnect(slave_id, now_ms=now_ms()))
                     self.update_confirm()
+
+    def _send_range(self, conn: SlaveConnection, writer: asyncio.StreamWriter, req: RangeRequest) -> None:
+        """A slave found bytes of its log damaged: send it this log's copy of that range.
+
+        Only confirmed bytes (identical on every in-sync replica) and at most MAX_REPAIR_BYTES; one
+        write, so the frame never interleaves with the sender's transfers."""
+        end = req.offset + req.length
+        if req.offset < self.log.min_offset or end > self.log.confirm_offset or req.length > MAX_REPAIR_BYTES:
+            raise HaProtocolError(f"slave {conn.broker_id} asked for [{req.offset}, {end}): outside "
+                                  f"[{self.log.min_offset}, confirm {self.log.confirm_offset}) or too long")
+        data, _ = self.log.read_raw_chunk(req.offset, req.length)
+        log.warning("%s slave %d reports damaged bytes [%d, %d): sending this log's copy", self._ctx,
+                    conn.broker_id, req.offset, end)
+        writer.write(encode(RangeData(req.offset, data)))
 
     def _ledger_fenced(self, slave_id: int, ledger_id: int) -> None:
         # Synchronous on purpose: the fence must take effect before the slave's next ack is

@@ -19,6 +19,8 @@ TRANSFER (3)       master -> slave  u64 offset | u64 epoch | u64 epoch_start | u
                                     raw commit-log bytes up to the end of the frame (none = heartbeat)
 ACK (4)            slave -> master  u64 max_offset
 LEDGER_FENCED (6)  slave -> master  u64 ledger_id
+RANGE_REQUEST 10   slave -> master  u64 offset | u32 length   (bytes a slave found damaged)
+RANGE_DATA (11)    master -> slave  u64 offset | the master's bytes of that range
 ERROR (5)          either           str code | str message
 =================  ===============  ============================================================
 
@@ -73,6 +75,8 @@ __all__ = [
     "Handshake",
     "HandshakeReply",
     "LedgerFenced",
+    "RangeData",
+    "RangeRequest",
     "Transfer",
     "decode_body",
     "encode",
@@ -119,6 +123,8 @@ class FrameType(enum.IntEnum):
     AUTH_HELLO = 7
     AUTH_CHALLENGE = 8
     AUTH_PROOF = 9
+    RANGE_REQUEST = 10
+    RANGE_DATA = 11
 
 
 Epochs = tuple[tuple[int, int], ...]
@@ -202,6 +208,22 @@ class AuthProof:
 
 
 @dataclass(frozen=True, slots=True)
+class RangeRequest:
+    """Slave -> master: send me your bytes [offset, offset + length); mine are damaged there."""
+
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeData:
+    """Master -> slave: the bytes of a requested range (whole records, below the confirm offset)."""
+
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorFrame:
     """Either side, just before closing: why (an errors.py code and a human message)."""
 
@@ -209,7 +231,8 @@ class ErrorFrame:
     message: str
 
 
-Frame = Handshake | HandshakeReply | Transfer | Ack | LedgerFenced | ErrorFrame | AuthHello | AuthChallenge | AuthProof
+Frame = (Handshake | HandshakeReply | Transfer | Ack | LedgerFenced | ErrorFrame | AuthHello | AuthChallenge | AuthProof
+         | RangeRequest | RangeData)
 
 
 # --- encoding -----------------------------------------------------------------------------
@@ -287,6 +310,12 @@ def encode(frame: Frame) -> bytes:
                       + _fixed(frame.proof, PROOF_BYTES, "proof"))
     if isinstance(frame, AuthProof):
         return _frame(FrameType.AUTH_PROOF, _fixed(frame.proof, PROOF_BYTES, "proof"))
+    if isinstance(frame, RangeRequest):
+        if not isinstance(frame.length, int) or not 0 < frame.length <= 0xFFFFFFFF:
+            raise HaProtocolError(f"cannot encode a range of {frame.length!r} bytes")
+        return _frame(FrameType.RANGE_REQUEST, _u64(frame.offset, "offset") + _U32.pack(frame.length))
+    if isinstance(frame, RangeData):
+        return _frame(FrameType.RANGE_DATA, _u64(frame.offset, "offset") + bytes(frame.data))
     raise HaProtocolError(f"cannot encode {type(frame).__name__}: not an HA frame")
 
 
@@ -404,6 +433,15 @@ def decode_body(body: bytes | bytearray | memoryview) -> Frame:
                               bytes(cur.take(PROOF_BYTES, "proof")))
     elif ftype is FrameType.AUTH_PROOF:
         frame = AuthProof(bytes(cur.take(PROOF_BYTES, "proof")))
+    elif ftype is FrameType.RANGE_REQUEST:
+        offset = cur.u64("offset")
+        (length,) = cur.unpack(_U32, "length")
+        if length == 0:
+            raise HaProtocolError("RANGE_REQUEST frame: an empty range")
+        frame = RangeRequest(offset, length)
+    elif ftype is FrameType.RANGE_DATA:
+        offset = cur.u64("offset")
+        frame = RangeData(offset, bytes(cur.take(cur.remaining(), "data")))
     else:
         frame = ErrorFrame(cur.string("code"), cur.string("message"))
     cur.end()

@@ -38,6 +38,8 @@ from tidelog.ha.protocol import (
     Handshake,
     HandshakeReply,
     LedgerFenced,
+    RangeData,
+    RangeRequest,
     Transfer,
     encode,
     read_frame,
@@ -59,6 +61,8 @@ class HaSlave:
         # cut below this replica's confirm offset (what every in-sync member held).
         self.unclean = unclean
         self.refusals = 0  # masters refused for demanding a cut below the confirm offset
+        self._repairs: set[tuple[int, int]] = set()  # damaged ranges asked of the master
+        self.repaired: list[tuple[int, int]] = []  # ranges rewritten from the master's copy
         self.broker_set = broker_set
         self.broker_id = broker_id
         self.master_id = master_id
@@ -173,6 +177,25 @@ class HaSlave:
             raise HaProtocolError(f"{self.master_address} did not prove the cluster secret")
         writer.write(encode(AuthProof(ha_auth.slave_proof(self.secret, *fields))))
 
+    def request_repair(self, offset: int, length: int) -> bool:
+        """Ask the master for its copy of bytes found damaged here; False when not connected."""
+        if self._writer is None or self._writer.is_closing() or (offset, length) in self._repairs:
+            return False
+        log.error("%s damaged bytes [%d, %d) in this replica's log: asking the master for its copy", self._ctx,
+                  offset, offset + length)
+        self._repairs.add((offset, length))
+        self._writer.write(encode(RangeRequest(offset, length)))
+        return True
+
+    def _repair_range(self, frame: RangeData) -> None:
+        self._repairs = {r for r in self._repairs if r[0] != frame.offset}
+        try:
+            self.log.repair_range(frame.offset, frame.data)
+            self.repaired.append((frame.offset, frame.offset + len(frame.data)))
+        except TidelogError as exc:  # the master's copy is no better, or the range moved: say so
+            log.error("%s could not repair [%d, %d) with the master's copy: %s", self._ctx, frame.offset,
+                      frame.offset + len(frame.data), exc)
+
     def notify_fenced(self, ledger_id: int) -> None:
         """Tell the master at once that this replica fenced `ledger_id` (before any later ack).
 
@@ -219,6 +242,9 @@ class HaSlave:
             frame = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
             if isinstance(frame, ErrorFrame):
                 raise HaProtocolError(f"master says {frame.code}: {frame.message}")
+            if isinstance(frame, RangeData):
+                self._repair_range(frame)
+                continue
             if not isinstance(frame, Transfer):
                 raise HaProtocolError(f"unexpected {type(frame).__name__} from the master")
             if frame.epoch < self._seen_epoch:

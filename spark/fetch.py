@@ -23,6 +23,7 @@ from typing import TypeVar
 from tidelog.client.aio import AsyncClient
 from tidelog.client.routing import BrokerSetRoute
 from tidelog.errors import (
+    CorruptRecordError,
     OffsetBelowRetentionError,
     TidelogError,
     TopicNotFoundError,
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Errors that say "this replica, not now": the next replica, or a later try, may answer.
-_REPLICA_ERRORS = (UnavailableError, TopicNotFoundError)
+_REPLICA_ERRORS = (UnavailableError, TopicNotFoundError, CorruptRecordError)  # another replica has it
 PULL_MAX_BYTES = 8 << 20
 PULL_WAIT_MS = 1000
 

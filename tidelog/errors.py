@@ -98,11 +98,12 @@ class CorruptRecordError(TidelogError):
     status = "DATA_LOSS"
     hint = "the store refuses to guess; restore this replica from another one"
 
-    def __init__(self, path: str, offset: int, reason: str) -> None:
+    def __init__(self, path: str, offset: int, reason: str, size: int | None = None) -> None:
         super().__init__(f"corrupt record in {path} at offset {offset}: {reason}", path=path, offset=offset)
         self.path = path
         self.offset = offset
         self.reason = reason
+        self.size = size  # the record's size by the index, when known: the range to repair
 
 
 @_register

@@ -26,6 +26,8 @@ from tidelog.ha.protocol import (
     Handshake,
     HandshakeReply,
     LedgerFenced,
+    RangeData,
+    RangeRequest,
     Transfer,
     decode_body,
     encode,
@@ -59,6 +61,8 @@ FRAMES = st.one_of(
     st.builds(AuthHello, TEXT, U64, st.binary(min_size=16, max_size=16)),
     st.builds(AuthChallenge, U64, U64, st.binary(min_size=16, max_size=16), st.binary(min_size=32, max_size=32)),
     st.builds(AuthProof, st.binary(min_size=32, max_size=32)),
+    st.builds(RangeRequest, OFFSET, st.integers(1, 2**32 - 1)),
+    st.builds(RangeData, OFFSET, st.binary(max_size=300)),
 )
 
 

@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 
 import click
+from rich.console import Console
+from rich.table import Table
 
 from tidelog.broker import config as bcfg
 
 
-@click.command("broker")
-@click.option("--config", "config_path", required=True, metavar="FILE", help="broker YAML config")
+@click.group("broker", invoke_without_command=True)
+@click.option("--config", "config_path", default=None, metavar="FILE", help="broker YAML config")
 @click.option("--data-dir", default=None, help="override the config's data_dir")
 @click.option("--listen", default=None, help="override the gRPC address (host:port)")
 @click.option("--ha-listen", default=None, help="override the HA address (host:port)")
 @click.option("--controllers", default=None, help="override the controller addresses")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-def broker(config_path: str, data_dir: str | None, listen: str | None, ha_listen: str | None,
-           controllers: str | None, log_level: str) -> None:
-    """Run a broker replica: commit log, replication and the produce/consume service."""
+@click.pass_context
+def broker(ctx: click.Context, config_path: str | None, data_dir: str | None, listen: str | None,
+           ha_listen: str | None, controllers: str | None, log_level: str) -> None:
+    """Run a broker replica: commit log, replication and the produce/consume service.
+
+    `tide broker verify --data-dir DIR` checks a replica's commit log instead."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if config_path is None:
+        raise click.UsageError("--config is required to run a broker")
     cfg = bcfg.load(config_path)
     overrides = {k: v for k, v in (("data_dir", data_dir), ("listen", listen), ("ha_listen", ha_listen),
                                    ("controllers", controllers)) if v is not None}
@@ -33,3 +44,32 @@ def broker(config_path: str, data_dir: str | None, listen: str | None, ha_listen
     from tidelog.broker.server import run  # late: `tide --help` need not load gRPC
 
     run(cfg)
+
+
+@broker.command("verify")
+@click.option("--data-dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="the broker's data dir (the broker may be stopped)")
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def verify(data_dir: str, as_json: bool) -> None:
+    """Check every record's length, magic and CRC; exit 1 when a damaged range is found."""
+    from tidelog.commitlog.verify import scan
+
+    try:
+        report = scan(data_dir)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"segments": report.segments, "records": report.records, "bytes": report.bytes,
+                               "damaged": [dataclasses.asdict(d) for d in report.damage]}, indent=2))
+    else:
+        console = Console()
+        console.print(f"{report.segments} segments, {report.records} records, {report.bytes} bytes checked")
+        if report.damage:
+            table = Table("file", "from offset", "to offset", "reason")
+            for d in report.damage:
+                table.add_row(d.path, str(d.start), str(d.end), d.reason)
+            console.print(table)
+        else:
+            console.print("no damaged record")
+    if report.damage:
+        raise SystemExit(1)
