@@ -17,9 +17,10 @@ that already runs an event loop uses `tidelog.client.aio.AsyncClient` directly.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog.client.aio import (
@@ -88,6 +89,12 @@ class _Sync:
 
 class Producer(_Sync):
     _target: AsyncProducer
+
+    def send_async(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
+                   properties: Mapping[str, str] | None = None) -> concurrent.futures.Future[Receipt]:
+        """Queue one message from any thread; the future gives its receipt or its own error."""
+        return asyncio.run_coroutine_threadsafe(self._target.send(topic, body, key, tags, properties),
+                                                self._loop.loop)
 
 
 class Consumer(_Sync):

@@ -31,6 +31,17 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from tidelog.client import assign as asg
+from tidelog.client.batching import (
+    DEFAULT_BATCH_MAX_BYTES,
+    DEFAULT_BATCH_MAX_MESSAGES,
+    DEFAULT_LINGER_MS,
+    DEFAULT_MAX_IN_FLIGHT,
+    KEYLESS_IN_FLIGHT,
+    Accumulator,
+    BatchLimits,
+    Pending,
+    message_bytes,
+)
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
 from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 from tidelog.errors import (
@@ -40,6 +51,7 @@ from tidelog.errors import (
     FlushSlaveTimeoutError,
     InSyncReplicasNotEnoughError,
     InvalidArgumentError,
+    MessageTooLargeError,
     MetadataExistsError,
     MetadataNotFoundError,
     MetadataVersionMismatchError,
@@ -209,8 +221,12 @@ class AsyncClient:
 
     # --- factories ---
 
-    def producer(self, *, send_timeout: float | None = None) -> AsyncProducer:
-        return AsyncProducer(self, send_timeout or self.send_timeout)
+    def producer(self, *, send_timeout: float | None = None, linger_ms: int = DEFAULT_LINGER_MS,
+                 batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> AsyncProducer:
+        """A producer; concurrent sends are batched per queue (see client/batching.py for the options)."""
+        return AsyncProducer(self, send_timeout or self.send_timeout,
+                             BatchLimits(linger_ms, batch_max_messages, batch_max_bytes, max_in_flight))
 
     def consumer(self, group: str, topic: str, **kw: Any) -> AsyncConsumer:
         return AsyncConsumer(self, group, topic, **kw)
@@ -258,14 +274,130 @@ class AsyncClient:
 
 
 class AsyncProducer:
-    def __init__(self, client: AsyncClient, send_timeout: float) -> None:
+    """Sends messages; concurrent `send` calls are batched per queue (client/batching.py)."""
+
+    def __init__(self, client: AsyncClient, send_timeout: float, limits: BatchLimits | None = None) -> None:
         self.client = client
         self.send_timeout = send_timeout
+        self.limits = limits or BatchLimits()
         self._rr = itertools.count()
+        self._accumulators: dict[tuple[str, tuple[str, int] | None], Accumulator] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._order: dict[str, asyncio.Lock] = {}
+        self.requests = 0  # Produce requests sent by send()/send_async() batches (for tests and benches)
 
     async def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
                    properties: Mapping[str, str] | None = None) -> Receipt:
-        return (await self.send_batch(topic, [OutMessage(body, key, tags, properties)]))[0]
+        """Send one message; returns its receipt once acknowledged. Concurrent sends share requests."""
+        return await self.send_async(topic, body, key, tags, properties)
+
+    def send_async(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
+                   properties: Mapping[str, str] | None = None) -> asyncio.Future[Receipt]:
+        """Queue one message; the future gives its receipt or its own error."""
+        if not isinstance(body, bytes | bytearray):
+            raise InvalidArgumentError("message bodies must be bytes")
+        item = OutMessage(bytes(body), key, tags, properties)
+        fut: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
+        self._spawn(self._enqueue(topic, item, fut))
+        return fut
+
+    async def flush(self) -> None:
+        """Wait until every message queued so far has its outcome."""
+        while True:
+            waiting = [p.future for acc in self._accumulators.values() for p in acc.pending]
+            tasks = [t for t in self._tasks if not t.done()]
+            if not waiting and not tasks:
+                return
+            await asyncio.gather(*waiting, *tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _enqueue(self, topic: str, item: OutMessage, fut: asyncio.Future[Receipt]) -> None:
+        # Sends reach their accumulator in the order they were made, even when the first ones
+        # wait for the route: asyncio's lock hands itself over first come, first served.
+        lock = self._order.get(topic)
+        if lock is None:
+            lock = self._order[topic] = asyncio.Lock()
+        async with lock:
+            try:
+                target = None
+                if item.key:
+                    route = await self.client.route(topic)
+                    if not route.queue_list:
+                        raise TopicNotFoundError(f"topic {topic!r} has no queues")
+                    target = queue_for_key(route, item.key)
+            except TidelogError as exc:
+                if not fut.done():
+                    fut.set_exception(exc)
+                return
+        acc = self._accumulators.get((topic, target))
+        if acc is None:
+            acc = self._accumulators[(topic, target)] = Accumulator(topic, target)
+        acc.pending.append(Pending(item, message_bytes(item), fut))
+        self._drain(acc)
+
+    def _drain(self, acc: Accumulator) -> None:
+        if acc.lingering:
+            return
+        if acc.in_flight == 0 and self.limits.linger_ms and len(acc.pending) < self.limits.batch_max_messages:
+            acc.lingering = True
+
+            def release() -> None:
+                acc.lingering = False
+                self._drain(acc)
+
+            asyncio.get_running_loop().call_later(self.limits.linger_ms / 1000, release)
+            return
+        # Keyless sends promise no order: let a few requests overlap whatever max_in_flight says.
+        limit = self.limits.max_in_flight if acc.target is not None else max(self.limits.max_in_flight,
+                                                                              KEYLESS_IN_FLIGHT)
+        while acc.pending and acc.in_flight < limit:
+            batch = acc.take(self.limits)
+            acc.in_flight += 1
+            self._spawn(self._send_batch(acc, batch))
+
+    async def _send_batch(self, acc: Accumulator, batch: list[Pending]) -> None:
+        try:
+            live = [p for p in batch if not p.future.done()]  # a caller may have given up
+            if live:
+                await self._deliver(acc, live)
+        finally:
+            acc.in_flight -= 1
+            self._drain(acc)
+
+    async def _deliver(self, acc: Accumulator, batch: list[Pending]) -> None:
+        receipts: list[Receipt | None] = [None] * len(batch)
+        try:
+            self.requests += 1
+            await self._send_group(acc.topic, acc.target, [p.item for p in batch], list(range(len(batch))), receipts)
+        except MessageTooLargeError as exc:
+            if len(batch) == 1:
+                _fail(batch[0].future, exc)
+                return
+            # one of them is over the broker's limit: send them one by one, so only it fails
+            for p in batch:
+                await self._deliver(acc, [p])
+            return
+        except TidelogError as exc:
+            for p in batch:
+                _fail(p.future, exc)
+            return
+        except Exception as exc:  # a bug: every caller still gets an answer
+            for p in batch:
+                _fail(p.future, exc)
+            raise
+        for p, r in zip(batch, receipts, strict=True):
+            if not p.future.done():
+                if r is None:
+                    p.future.set_exception(SendFailedError("the broker's reply had no receipt for this message"))
+                else:
+                    p.future.set_result(r)
 
     async def send_batch(self, topic: str, messages: Sequence[OutMessage | bytes]) -> list[Receipt]:
         """Send messages; those with the same key keep their order. One request per broker set."""
@@ -335,6 +467,11 @@ class AsyncProducer:
                                       f"attempt(s) in {self.send_timeout:.0f}s; last error: {last}")
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 0.5)
+
+
+def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
 
 
 def _produce_message(m: OutMessage, queue: int) -> bpb.ProduceMessage:
