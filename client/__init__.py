@@ -90,11 +90,18 @@ class _Sync:
 class Producer(_Sync):
     _target: AsyncProducer
 
+    def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
+             properties: Mapping[str, str] | None = None) -> Receipt:
+        """Send one message and wait for its receipt; sends from many threads share requests."""
+        return self.send_async(topic, body, key, tags, properties).result()
+
     def send_async(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
                    properties: Mapping[str, str] | None = None) -> concurrent.futures.Future[Receipt]:
         """Queue one message from any thread; the future gives its receipt or its own error."""
-        return asyncio.run_coroutine_threadsafe(self._target.send(topic, body, key, tags, properties),
-                                                self._loop.loop)
+        async def send() -> Receipt:
+            return await self._target.send_async(topic, body, key, tags, properties)
+
+        return asyncio.run_coroutine_threadsafe(send(), self._loop.loop)
 
 
 class Consumer(_Sync):

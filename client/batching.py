@@ -28,7 +28,7 @@ DEFAULT_LINGER_MS = 0
 DEFAULT_BATCH_MAX_MESSAGES = 1000
 DEFAULT_BATCH_MAX_BYTES = 4 << 20
 DEFAULT_MAX_IN_FLIGHT = 1
-KEYLESS_IN_FLIGHT = 4  # keyless sends keep no order, so up to this many of their requests overlap
+KEYLESS_IN_FLIGHT = 2  # keyless sends keep no order, so up to this many of their requests overlap
 # per-message overhead counted toward batch_max_bytes besides the body (key, tags, framing)
 OVERHEAD_BYTES = 64
 
