@@ -46,7 +46,6 @@ from typing import Any
 from tidelog.commitlog import CommitLog, Message, Placement, StoredMessage
 from tidelog.errors import (
     InvalidArgumentError,
-    OffsetBelowRetentionError,
     TopicNotFoundError,
     UnavailableError,
 )
@@ -104,18 +103,10 @@ class TopicMarks:
 
     def refresh(self) -> None:
         """Fold in (and apply) every marker appended since the last call."""
-        while self._applied < self.log.queue_offsets(MARKS_TOPIC, 0).max:
-            try:
-                batch = self.log.read(MARKS_TOPIC, 0, self._applied, 256, confirmed_only=False)
-            except OffsetBelowRetentionError as exc:
-                # retention removed old markers, and with them every record they cut
-                self._applied = max(exc.min_offset, self._applied + 1)
-                continue
-            if not batch:
-                return
-            for m in batch:
-                self._apply(m)
-            self._applied = batch[-1].queue_offset + 1
+        # (retention that removed old markers removed every record they cut, too)
+        for m in self.log.tail(MARKS_TOPIC, 0, self._applied):
+            self._apply(m)
+            self._applied = m.queue_offset + 1
 
     def _apply(self, m: StoredMessage) -> None:
         try:

@@ -33,7 +33,7 @@ import shutil
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -688,6 +688,21 @@ class CommitLog:
                 pos += rsize
                 i += 1
         return out
+
+    def tail(self, topic: str, queue_id: int, start: int, batch: int = 256) -> Iterator[rec.StoredMessage]:
+        """Every record of (topic, queue) from queue offset `start` to the end of the log, confirmed
+        or not (for the broker's own indexes folded from internal topics); records that retention
+        removed are skipped."""
+        while True:
+            try:
+                msgs = self.read(topic, queue_id, start, batch, confirmed_only=False)
+            except OffsetBelowRetentionError as exc:
+                start = max(exc.min_offset, start + 1)
+                continue
+            if not msgs:
+                return
+            yield from msgs
+            start = msgs[-1].queue_offset + 1
 
     def read_at(self, phys_offset: int) -> rec.StoredMessage:
         """The record at a physical offset (any record kind), CRC-checked."""

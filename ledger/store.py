@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from tidelog.commitlog import CommitLog, Message, Placement
 from tidelog.commitlog.epochs import atomic_write
-from tidelog.errors import CorruptRecordError, OffsetBelowRetentionError, TidelogError
+from tidelog.errors import CorruptRecordError, TidelogError
 from tidelog.ledger.metadata import LedgerMetadata
 
 log = logging.getLogger(__name__)
@@ -195,17 +195,9 @@ class LedgerIndex:
 
     def refresh(self) -> None:
         """Fold in every %LEDGER% record appended since the last call."""
-        while True:
-            try:
-                batch = self.log.read(LEDGER_TOPIC, 0, self._applied, 256, confirmed_only=False)
-            except OffsetBelowRetentionError as exc:
-                self._applied = max(exc.min_offset, self._applied + 1)
-                continue
-            if not batch:
-                return
-            for m in batch:
-                self._apply(m.properties, m.phys_offset, m.size, m.body)
-            self._applied = batch[-1].queue_offset + 1
+        for m in self.log.tail(LEDGER_TOPIC, 0, self._applied):
+            self._apply(m.properties, m.phys_offset, m.size, m.body)
+            self._applied = m.queue_offset + 1
 
     def note_appended(self, placement: Placement, message: Message) -> None:
         """Fold a record this replica has just appended, without reading it back from the log."""
