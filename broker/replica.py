@@ -59,6 +59,7 @@ from tidelog.ha.protocol import (
 )
 from tidelog.ha.slave import HaSlave
 from tidelog.ha.syncstate import Proposal
+from tidelog.invariants import stop_if_violated
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +252,8 @@ class Replica:
             await master.accept(reader, writer, hello)
         except (HaProtocolError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
             log.info("%s HA connection from %s closed: %s", self.ctx, peer, exc or type(exc).__name__)
-        except Exception:
+        except Exception as exc:
+            stop_if_violated(exc)
             log.exception("%s HA connection failed", self.ctx)
         finally:
             self._ha_connections -= 1

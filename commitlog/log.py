@@ -55,6 +55,7 @@ from tidelog.errors import (
     StoreClosedError,
     TidelogError,
 )
+from tidelog.invariants import require, stop_if_violated
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +223,10 @@ class CommitLog:
     def confirm_offset(self, value: int) -> None:
         if not isinstance(value, int) or value < 0:
             raise InvalidArgumentError(f"confirm offset must be a non-negative integer, not {value!r}")
-        # The owner derives it from replica acks, which never exceed what this log holds.
-        assert value <= self._max, f"confirm offset {value} would pass the max offset {self._max}"
+        # The owner derives it from replica acks, which never exceed what this log holds, and it
+        # only grows: truncation and retention move it themselves, not through here.
+        require(value <= self._max, f"{self.directory}: confirm offset {value} would pass the max offset {self._max}")
+        require(value >= self._confirm, f"{self.directory}: confirm offset would go back from {self._confirm} to {value}")
         self._confirm = value
 
     @property
@@ -484,7 +487,8 @@ class CommitLog:
     def _segment_for_write(self, base: int) -> _Segment:
         if self._segments and self._segments[-1].base == base:
             return self._segments[-1]
-        assert not self._segments or base == self._segments[-1].base + self.segment_bytes
+        require(not self._segments or base == self._segments[-1].base + self.segment_bytes,
+                f"{self.directory}: a new segment at {base} does not follow the last one")
         path = os.path.join(self._cl_dir, _segment_name(base))
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         seg = _Segment(base, path, fd, 0)
@@ -578,7 +582,8 @@ class CommitLog:
                 # After a failed fdatasync the kernel may have dropped the dirty pages: what they
                 # held is not known to be on disk, and retrying could report it durable. Stop.
                 self._fail(f"flush failed: {exc}", exc)
-            except Exception:  # a bug: keep flushing; waiters stay pending and the next round retries
+            except Exception as exc:  # a bug: keep flushing; waiters stay pending and the next round retries
+                stop_if_violated(exc)
                 log.exception("flush of %s failed", self.directory)
                 time.sleep(0.05)
 
@@ -599,6 +604,7 @@ class CommitLog:
                     cqs = list(self._cqs.values())
             if target > self._flushed:
                 self._sync_segments(segs)
+                require(target <= self._max, f"{self.directory}: flushed offset {target} would pass the max {self._max}")
                 self._flushed = target
             if cqs or clean:
                 for cq in cqs:
@@ -991,4 +997,6 @@ class CommitLog:
                 cq.trim_below(new_min)
             self.epochs.truncate_prefix(new_min)
             self._confirm = max(self._confirm, min(new_min, self._max))
+            require(self.min_offset <= self._confirm <= self._max,
+                    f"{self.directory}: after retention min {self.min_offset}, confirm {self._confirm}, max {self._max}")
             return new_min

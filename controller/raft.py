@@ -35,11 +35,12 @@ from pysyncobj import pickle as pysyncobj_pickle
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
+from tidelog.invariants import EXIT_INVARIANT_VIOLATED
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = 1
-EXIT_INVARIANT_VIOLATED = 70  # EX_SOFTWARE: a bug, not an operator mistake
+
 _RAFT_STATES = {0: "follower", 1: "candidate", 2: "leader"}
 
 

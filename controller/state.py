@@ -70,6 +70,7 @@ from typing import Any
 
 from tidelog.controller.election import elect
 from tidelog.errors import TidelogError, by_code
+from tidelog.invariants import InvariantViolation
 from tidelog.ledger.metadata import LedgerMetadata, check_change_proof, check_update
 
 __all__ = [
@@ -96,8 +97,7 @@ _PRIORITY_DEFAULT = 2**31 - 1
 SNAPSHOT_FORMAT = 1
 
 
-class InvariantViolation(AssertionError):
-    """The state broke one of its invariants: a bug; the replica must stop, not continue."""
+# InvariantViolation lives in tidelog.invariants (one class for every component), re-exported here.
 
 
 # --- state --------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from tidelog.ha.protocol import (
     read_frame,
 )
 from tidelog.ha.syncstate import Proposal, SyncStateTracker
+from tidelog.invariants import require
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,11 @@ class HaMaster:
         self.batch_bytes = batch_bytes
         self.heartbeat_interval = heartbeat_interval_ms / 1000.0
         self.idle_timeout = idle_timeout_ms / 1000.0
-        self.tracker = SyncStateTracker(broker_id, frozenset(sync_state_set) | {broker_id}, sss_epoch,
+        # A master is always in its SyncStateSet (the controller makes it so at election); one
+        # handed a set without it has a role from somewhere else and must not stream.
+        require(broker_id in sync_state_set, f"[{broker_set}/{broker_id}] master of epoch {epoch} is not in its "
+                                             f"SyncStateSet {sorted(sync_state_set)}")
+        self.tracker = SyncStateTracker(broker_id, frozenset(sync_state_set), sss_epoch,
                                         max_not_catchup_ms=max_not_catchup_ms, now_ms=now_ms())
         self.connections: dict[int, SlaveConnection] = {}
         self._propose = propose
@@ -136,7 +141,7 @@ class HaMaster:
         sss = self.tracker.effective
         new = ackpolicy.confirm_offset(self.broker_id, master_max, acks, set(self.connections), sss,
                                        self.log.confirm_offset)
-        assert new <= master_max, f"{self._ctx} confirm {new} would pass max {master_max}"
+        require(new <= master_max, f"{self._ctx} confirm {new} would pass max {master_max}")
         if new != self.log.confirm_offset:
             self.log.confirm_offset = new
             if self._on_confirm is not None:
@@ -194,7 +199,8 @@ class HaMaster:
         self._spawn(self._run_proposal(proposal))
 
     async def _run_proposal(self, proposal: Proposal) -> None:
-        assert self._propose is not None
+        if self._propose is None:
+            return
         epoch_before = self.tracker.sss_epoch
         try:
             await self._propose(proposal)

@@ -44,6 +44,7 @@ from tidelog.ha.protocol import (
     encode,
     read_frame,
 )
+from tidelog.invariants import stop_if_violated
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,8 @@ class HaSlave:
                 log.info("%s connection lost: %s", self._ctx, exc or type(exc).__name__)
             except TidelogError as exc:
                 log.warning("%s %s", self._ctx, exc)
-            except Exception:  # a bug: log it and keep following the master
+            except Exception as exc:  # a bug: log it and keep following the master (unless an invariant broke)
+                stop_if_violated(exc)
                 log.exception("%s replication failed", self._ctx)
             self.connected = False
             await asyncio.sleep(self.retry)

@@ -49,6 +49,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidelog.invariants import require
+
 __all__ = ["Proposal", "SyncStateTracker"]
 
 
@@ -204,6 +206,6 @@ class SyncStateTracker:
         return self._pending
 
     def _check(self) -> None:
-        assert self.master_id in self._local, f"master {self.master_id} left its SyncStateSet {self._local}"
-        assert self._pending is None or self.master_id in self._pending.new_sync_state_set, \
-            f"proposal {self._pending} drops the master {self.master_id}"
+        require(self.master_id in self._local, f"master {self.master_id} left its SyncStateSet {self._local}")
+        require(self._pending is None or self.master_id in self._pending.new_sync_state_set,
+                f"proposal {self._pending} drops the master {self.master_id}")

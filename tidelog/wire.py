@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tidelog.errors import InvalidArgumentError, TidelogError, UnavailableError, by_code
+from tidelog.invariants import stop_if_violated
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,8 @@ def rpc(fn: F) -> F:
         except TidelogError as err:
             log.debug("%s answered %s: %s", fn.__name__, err.code, err.message)
             await abort_with(context, err)
-        except Exception as exc:  # a bug: log it loudly, keep serving
+        except Exception as exc:  # a bug: log it loudly, keep serving (unless an invariant broke)
+            stop_if_violated(exc)
             log.exception("%s failed unexpectedly", fn.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 

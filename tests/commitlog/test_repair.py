@@ -58,7 +58,9 @@ def test_repair_refuses_anything_but_valid_records_of_that_place(tmp_path: Path)
         log.repair_range(first.phys_offset, bytes(damaged))
     with pytest.raises(OffsetMismatchError):  # the right bytes for another place
         log.repair_range(first.phys_offset, raw_second)
-    with pytest.raises(InvalidArgumentError):  # beyond the confirm offset
-        log.confirm_offset = first.phys_offset
-        log.repair_range(second.phys_offset, raw_second)
     log.close()
+    fresh = CommitLog.open(tmp_path / "unconfirmed", segment_bytes=SEG, flush="async")
+    placed = fresh.append([Message("t", 0, b"%04d" % i * 100) for i in range(2)])
+    with pytest.raises(InvalidArgumentError):  # beyond the confirm offset (0 here)
+        fresh.repair_range(placed[1].phys_offset, fresh.read_raw(placed[1].phys_offset, placed[1].size))
+    fresh.close()
