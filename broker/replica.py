@@ -292,11 +292,15 @@ class Replica:
                                  master_address=self.master_address)
         return self.ha_master
 
+    @staticmethod
+    def _check_queue(queue: int, queues: int) -> int:
+        if not 0 <= queue < queues:
+            raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
+        return queue
+
     def _choose_queue(self, queue: int | None, key: str | None, queues: int) -> int:
         if queue is not None:
-            if not 0 <= queue < queues:
-                raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
-            return queue
+            return self._check_queue(queue, queues)
         if key:
             return crc32c(key.encode()) % queues
         return next(self._rr) % queues
@@ -350,9 +354,7 @@ class Replica:
 
     async def pull(self, topic: str, queue: int, offset: int, max_messages: int, max_bytes: int,
                    wait_ms: int) -> tuple[list[StoredMessage], QueueOffsets]:
-        queues = self._queues_of(topic)
-        if not 0 <= queue < queues:
-            raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
+        self._check_queue(queue, self._queues_of(topic))
         if offset < 0 or max_messages < 1 or max_bytes < 1 or wait_ms < 0:
             raise InvalidArgumentError("offset and wait must not be negative; limits must be positive")
         deadline = time.monotonic() + wait_ms / 1000
@@ -383,9 +385,7 @@ class Replica:
             self.hand_over()
 
     def queue_offsets(self, topic: str, queue: int) -> QueueOffsets:
-        queues = self._queues_of(topic)
-        if not 0 <= queue < queues:
-            raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
+        self._check_queue(queue, self._queues_of(topic))
         return self.log.queue_offsets(topic, queue)
 
     async def commit_offset(self, group: str, topic: str, queue: int, offset: int) -> None:
