@@ -77,12 +77,12 @@ class Role:
     master_epoch: int
     sync_state_set: frozenset[int]
     sss_epoch: int
-    unclean: bool = False  # the master was elected from outside the SyncStateSet
+    unclean_epoch: int = 0  # the last master epoch elected from outside the SyncStateSet (0: none)
 
     @classmethod
     def from_pb(cls, pb: Any) -> Role:
         return cls(pb.has_master, pb.master_id, pb.master_address, pb.master_ha_address, pb.master_epoch,
-                   frozenset(pb.sync_state_set), pb.sync_state_set_epoch, pb.elected_unclean)
+                   frozenset(pb.sync_state_set), pb.sync_state_set_epoch, pb.last_unclean_epoch)
 
 
 #: One message of a produce request: (body, key, tags, properties, queue or None).
@@ -192,7 +192,7 @@ class Replica:
                                 idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
                                 on_progress=lambda: self._on_confirm(self.log.confirm_offset),
                                 fenced_ledgers=self.ledgers.index.fenced_ledgers, secret=self.secret,
-                                unclean=role.unclean).start()
+                                unclean_epoch=role.unclean_epoch).start()
         log.warning("%s following master %d at %s (epoch %d)", self.ctx, role.master_id, role.master_ha_address,
                     role.master_epoch)
 

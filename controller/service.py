@@ -51,7 +51,7 @@ def role_of(name: str, bs: st.BrokerSet | None) -> pb.RoleAssignment:
     role.master_epoch = bs.master_epoch
     role.sync_state_set.extend(sorted(bs.sync_state_set))
     role.sync_state_set_epoch = bs.sss_epoch
-    role.elected_unclean = bs.unclean_epoch == bs.master_epoch > 0
+    role.last_unclean_epoch = bs.unclean_epoch
     if bs.master_id is not None:
         role.has_master = True
         role.master_id = bs.master_id

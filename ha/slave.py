@@ -55,12 +55,13 @@ class HaSlave:
                  ack_interval_ms: int = 1000, idle_timeout_ms: int = 5000, retry_ms: int = 500,
                  on_progress: Callable[[], None] | None = None,
                  fenced_ledgers: Callable[[], Iterable[int]] | None = None, secret: str = "",
-                 unclean: bool = False) -> None:
+                 unclean_epoch: int = 0) -> None:
         self.log = commitlog
         self.secret = secret
-        # The controller elected this master outside the SyncStateSet: only then may fork repair
-        # cut below this replica's confirm offset (what every in-sync member held).
-        self.unclean = unclean
+        # The last epoch the controller elected outside the SyncStateSet: only a replica whose history
+        # ends before it may have its confirmed tail cut by fork repair (a clean election keeps
+        # what every in-sync member held; an unclean one may not have).
+        self.unclean_epoch = unclean_epoch
         self.refusals = 0  # masters refused for demanding a cut below the confirm offset
         self._repairs: set[tuple[int, int]] = set()  # damaged ranges asked of the master
         self.repaired: list[tuple[int, int]] = []  # ranges rewritten from the master's copy
@@ -222,7 +223,7 @@ class HaSlave:
             log.error("%s no epoch in common with the master (local %s, master %s): discarding the local log "
                       "from %d", self._ctx, local, list(reply.epochs), point)
         confirm = self.log.confirm_offset
-        if point < confirm and not self.unclean:
+        if point < confirm and self.unclean_epoch <= (local[-1][0] if local else 0):
             # Below the confirm offset lies what every in-sync replica held; a master elected
             # cleanly (from the SyncStateSet) holds all of it, so a demand to cut there comes from a
             # history the controller did not choose. Refuse, keep the log, and keep retrying: the

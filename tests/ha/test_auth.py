@@ -77,10 +77,18 @@ def test_a_cut_below_the_confirm_offset_needs_an_unclean_election(tmp_path) -> N
             await until(lambda: slave.refusals >= 2, what="the slave to refuse the cut")
             assert pair.slog.max_offset == confirmed and slave.truncations == []
             await slave.stop()
-            # the controller says the election was unclean: the loss is the operator's choice
+            # an unclean election this replica's history already includes (epoch 1) changes nothing
+            lived = HaSlave(pair.slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID,
+                            master_address=pair.address, master_epoch=2, ack_interval_ms=100, idle_timeout_ms=2000,
+                            retry_ms=50, secret=SECRET, unclean_epoch=1).start()
+            await until(lambda: lived.refusals >= 1, what="a refusal despite an older unclean epoch")
+            await lived.stop()
+            assert pair.slog.max_offset == confirmed
+            # the controller elected uncleanly after this replica's history (epoch 2 > its epoch 1):
+            # the loss is the operator's choice, even if a clean election followed
             pair.slave = HaSlave(pair.slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID,
                                  master_address=pair.address, master_epoch=2, ack_interval_ms=100,
-                                 idle_timeout_ms=2000, retry_ms=50, secret=SECRET, unclean=True).start()
+                                 idle_timeout_ms=2000, retry_ms=50, secret=SECRET, unclean_epoch=2).start()
             await until(lambda: pair.slog.max_offset == end, what="the unclean repair and catch-up")
             assert pair.slave.truncations == [(confirmed, 0)]
         finally:

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RoleAssignment(_message.Message):
-    __slots__ = ("broker_set", "has_master", "master_id", "master_address", "master_ha_address", "master_epoch", "sync_state_set", "sync_state_set_epoch", "elected_unclean")
+    __slots__ = ("broker_set", "has_master", "master_id", "master_address", "master_ha_address", "master_epoch", "sync_state_set", "sync_state_set_epoch", "last_unclean_epoch")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     HAS_MASTER_FIELD_NUMBER: _ClassVar[int]
     MASTER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -16,7 +16,7 @@ class RoleAssignment(_message.Message):
     MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
     SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
-    ELECTED_UNCLEAN_FIELD_NUMBER: _ClassVar[int]
+    LAST_UNCLEAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     has_master: bool
     master_id: int
@@ -25,8 +25,8 @@ class RoleAssignment(_message.Message):
     master_epoch: int
     sync_state_set: _containers.RepeatedScalarFieldContainer[int]
     sync_state_set_epoch: int
-    elected_unclean: bool
-    def __init__(self, broker_set: _Optional[str] = ..., has_master: _Optional[bool] = ..., master_id: _Optional[int] = ..., master_address: _Optional[str] = ..., master_ha_address: _Optional[str] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., elected_unclean: _Optional[bool] = ...) -> None: ...
+    last_unclean_epoch: int
+    def __init__(self, broker_set: _Optional[str] = ..., has_master: _Optional[bool] = ..., master_id: _Optional[int] = ..., master_address: _Optional[str] = ..., master_ha_address: _Optional[str] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., last_unclean_epoch: _Optional[int] = ...) -> None: ...
 
 class MemberInfo(_message.Message):
     __slots__ = ("broker_id", "address", "ha_address", "datacenter", "rack", "in_sync", "alive", "last_epoch", "last_max_offset", "is_master")
