@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install spark run test lint proto bench bench-spark clean
+.PHONY: install spark lab-tools run test check lint proto bench bench-spark clean
 
 $(STAMP): pyproject.toml
 	@# Debian ships venv separately (python3-venv); install it when we can rather than fail.
@@ -33,14 +33,26 @@ $(SPARK_STAMP): $(STAMP)
 
 spark: $(SPARK_STAMP)
 
+# The network lab (`tide cluster up --netns`, tests/lab) needs `ip` and `nft`: install Debian's
+# when we can. Without root the lab tests skip and say why.
+lab-tools:
+	@command -v ip >/dev/null && command -v nft >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 nftables; \
+		else echo "note: ip/nft missing and not root: the network-lab tests will be skipped" >&2; fi; }
+
 run: install
 	$(BIN)/tide demo
 
 lint: install
 	$(BIN)/ruff check .
 
-test: install spark lint
+test: install spark lab-tools lint
 	$(BIN)/pytest -q
+
+# The fast loop: lint and every test that starts no cluster (the `slow` ones run in `make test`).
+check: install lint
+	$(BIN)/pytest -q -m "not slow" -x
 
 proto: install
 	$(BIN)/python -m grpc_tools.protoc -I tidelog/proto --python_out=tidelog/proto --pyi_out=tidelog/proto \

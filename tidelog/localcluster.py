@@ -38,9 +38,19 @@ import yaml
 
 from tidelog.clusterauth import new_secret
 from tidelog.errors import ConfigError, UnavailableError
+from tidelog.lab import net
+from tidelog.lab.plan import (
+    BROKER_HA_PORT,
+    BROKER_PORT,
+    CLIENT_NAME,
+    CONTROLLER_GRPC_PORT,
+    CONTROLLER_RAFT_PORT,
+    LabPlan,
+    make_plan,
+)
 
 STATE_FILE = "cluster.json"
-_TOP = {"host", "ports", "controller", "broker_sets", "broker"}
+_TOP = {"host", "ports", "controller", "broker_sets", "broker", "lab"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # also a file name: <name>-<replica>.yaml, .log
 
 
@@ -51,6 +61,7 @@ class Topology:
     controller: dict[str, Any] = field(default_factory=dict)
     broker_sets: list[dict[str, Any]] = field(default_factory=list)
     broker: dict[str, Any] = field(default_factory=dict)
+    lab: dict[str, Any] = field(default_factory=dict)   # with --netns: {wan_delay_ms: N}
 
 
 def load_topology(path: str | Path) -> Topology:
@@ -69,7 +80,7 @@ def load_topology(path: str | Path) -> Topology:
     topo = Topology(**{k: v for k, v in doc.items() if v is not None})
     if not isinstance(topo.host, str) or not topo.host:
         raise ConfigError(f"{p}: host must be an address such as 127.0.0.1", key="host")
-    for key in ("controller", "broker"):
+    for key in ("controller", "broker", "lab"):
         if not isinstance(getattr(topo, key), dict):
             raise ConfigError(f"{p}: {key} must be a mapping of settings", key=key)
     if not isinstance(topo.broker_sets, list) or not topo.broker_sets:
@@ -153,9 +164,11 @@ def _is_ours(pid: int, args: list[str] | None = None) -> bool:
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def _spawn(args: list[str], log_path: Path) -> int:
+def _spawn(args: list[str], log_path: Path, netns: str | None = None) -> int:
+    # `ip netns exec` execs the program in place, so the pid is the tidelog process's own.
+    prefix = ["ip", "netns", "exec", netns] if netns else []
     with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "tidelog.cli", *args], stdout=log_file,
+        proc = subprocess.Popen([*prefix, sys.executable, "-m", "tidelog.cli", *args], stdout=log_file,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     _children[proc.pid] = proc  # this process started it: poll() is exact, /proc is not right after fork
@@ -169,27 +182,67 @@ def _running(pid: int, args: list[str] | None = None) -> bool:
     return _is_ours(pid, args)
 
 
-def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0) -> dict[str, Any]:
-    """Start the topology's processes; return once every broker set has a master."""
+def is_running(proc: dict[str, Any]) -> bool:
+    """Whether a process recorded in cluster.json still runs (a stopped one counts as running)."""
+    return _running(proc["pid"], proc.get("args"))
+
+
+def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0, netns: bool = False,
+       wan_delay_ms: float | None = None) -> dict[str, Any]:
+    """Start the topology's processes; return once every broker set has a master.
+
+    With `netns`, every process gets its own network namespace and address, grouped by
+    datacenter, behind one router that applies faults and adds the WAN delay (tidelog/lab)."""
     data_dir = data_dir.resolve()
+    if netns:
+        net.require()  # before anything is created: without root nothing is half made
     data_dir.mkdir(parents=True, exist_ok=True)
     if _state_path(data_dir).exists():
         old = read_state(data_dir)
         if any(_is_ours(p["pid"], p.get("args")) for p in old.get("processes", [])):
             raise ConfigError(f"a cluster is already running in {data_dir}", hint="run `tide cluster down` first")
-    ports = _Ports(topology.host, topology.ports)
+        if old.get("lab"):
+            net.destroy(LabPlan.from_json(old["lab"]["plan"]), old["lab"])
     ctrl = dict(topology.controller)
     n_nodes = ctrl.pop("nodes", 1)
-    nodes = [{"id": f"c{i + 1}", "raft": ports.take(), "grpc": ports.take()} for i in range(n_nodes)]
+    ctrl_dcs = ctrl.pop("datacenters", None)
+    wan_delay = float(wan_delay_ms if wan_delay_ms is not None else topology.lab.get("wan_delay_ms", 0.0))
+    names = [f"c{i + 1}" for i in range(n_nodes)]
     brokers = []
     for bs in topology.broker_sets:
         dcs = bs.get("datacenters") or []
         for r in range(bs["replicas"]):
-            brokers.append({"broker_set": bs["name"], "replica": r, "listen": ports.take(),
-                            "ha_listen": ports.take(), "datacenter": dcs[r % len(dcs)] if dcs else ""})
-    ports.release()
+            brokers.append({"broker_set": bs["name"], "replica": r,
+                            "datacenter": dcs[r % len(dcs)] if dcs else ""})
+    plan: LabPlan | None = None
+    lab: dict[str, Any] = {}
+    if netns:
+        all_dcs = list(dict.fromkeys(b["datacenter"] for b in brokers if b["datacenter"]))
+        if ctrl_dcs is None:
+            ctrl_dcs = all_dcs or [""]
+        if not isinstance(ctrl_dcs, list) or not ctrl_dcs:
+            raise ConfigError("controller.datacenters must list datacenters", key="controller.datacenters")
+        node_dc = {n: ctrl_dcs[i % len(ctrl_dcs)] for i, n in enumerate(names)}
+        plan = make_plan(str(data_dir), [(f"controller-{n}", node_dc[n]) for n in names]
+                         + [(f"{b['broker_set']}-{b['replica']}", b["datacenter"]) for b in brokers],
+                         wan_delay_ms=wan_delay)
+        nodes = []
+        for n in names:
+            addr = plan.host(f"controller-{n}").address
+            nodes.append({"id": n, "raft": f"{addr}:{CONTROLLER_RAFT_PORT}", "grpc": f"{addr}:{CONTROLLER_GRPC_PORT}",
+                          "datacenter": node_dc[n]})
+        for b in brokers:
+            addr = plan.host(f"{b['broker_set']}-{b['replica']}").address
+            b.update(listen=f"{addr}:{BROKER_PORT}", ha_listen=f"{addr}:{BROKER_HA_PORT}")
+    else:
+        ports = _Ports(topology.host, topology.ports)
+        nodes = [{"id": n, "raft": ports.take(), "grpc": ports.take()} for n in names]
+        for b in brokers:
+            b.update(listen=ports.take(), ha_listen=ports.take())
+        ports.release()
     controllers = ",".join(n["grpc"] for n in nodes)
-    ctrl_doc = {"data_dir": str(data_dir / "controller"), "nodes": nodes, **ctrl}
+    ctrl_doc = {"data_dir": str(data_dir / "controller"),
+                "nodes": [{k: n[k] for k in ("id", "raft", "grpc")} for n in nodes], **ctrl}
     # Every cluster has a secret, one node or many: it authenticates the Raft port and every
     # broker's membership (controller calls and the HA handshake).
     if not ctrl_doc.get("secret"):
@@ -197,36 +250,70 @@ def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0) -> dict[str,
     ctrl_cfg = data_dir / "controller.yaml"
     ctrl_cfg.write_text(yaml.safe_dump(ctrl_doc))
     ctrl_cfg.chmod(0o600)
+    if plan is not None:
+        lab = {"plan": plan.to_json(), **net.create(plan, data_dir / "lab")}
     procs: list[dict[str, Any]] = []
-    for n in nodes:
-        args = ["controller", "--config", str(ctrl_cfg), "--node-id", n["id"]]
-        log_path = data_dir / f"controller-{n['id']}.log"
-        procs.append({"name": f"controller-{n['id']}", "kind": "controller", "args": args, "log": str(log_path),
-                      "address": n["grpc"], "pid": _spawn(args, log_path)})
-    for b in brokers:
-        name = f"{b['broker_set']}-{b['replica']}"
-        doc = {"broker_set": b["broker_set"], "data_dir": str(data_dir / name), "controllers": controllers,
-               "listen": b["listen"], "ha_listen": b["ha_listen"], "datacenter": b["datacenter"],
-               **topology.broker, "secret": ctrl_doc["secret"]}
-        cfg = data_dir / f"{name}.yaml"
-        cfg.write_text(yaml.safe_dump(doc))
-        cfg.chmod(0o600)
-        args = ["broker", "--config", str(cfg)]
-        log_path = data_dir / f"{name}.log"
-        procs.append({"name": name, "kind": "broker", "broker_set": b["broker_set"], "args": args,
-                      "log": str(log_path), "address": b["listen"], "pid": _spawn(args, log_path)})
     state = {"controllers": controllers, "data_dir": str(data_dir), "processes": procs,
              "broker_sets": [bs["name"] for bs in topology.broker_sets], "started": time.time()}
-    _state_path(data_dir).write_text(json.dumps(state, indent=2))
+    if plan is not None:
+        state["lab"] = lab
+        state["client_netns"] = plan.host(CLIENT_NAME).netns
     try:
-        asyncio.run(_wait_masters(controllers, state["broker_sets"], procs, wait_s))
+        for n in nodes:
+            name = f"controller-{n['id']}"
+            args = ["controller", "--config", str(ctrl_cfg), "--node-id", n["id"]]
+            log_path = data_dir / f"{name}.log"
+            ns = plan.host(name).netns if plan else None
+            procs.append({"name": name, "kind": "controller", "args": args, "log": str(log_path),
+                          "address": n["grpc"], "datacenter": n.get("datacenter", ""), "netns": ns,
+                          "pid": _spawn(args, log_path, ns)})
+        for b in brokers:
+            name = f"{b['broker_set']}-{b['replica']}"
+            doc = {"broker_set": b["broker_set"], "data_dir": str(data_dir / name), "controllers": controllers,
+                   "listen": b["listen"], "ha_listen": b["ha_listen"], "datacenter": b["datacenter"],
+                   **topology.broker, "secret": ctrl_doc["secret"]}
+            cfg = data_dir / f"{name}.yaml"
+            cfg.write_text(yaml.safe_dump(doc))
+            cfg.chmod(0o600)
+            args = ["broker", "--config", str(cfg)]
+            log_path = data_dir / f"{name}.log"
+            ns = plan.host(name).netns if plan else None
+            procs.append({"name": name, "kind": "broker", "broker_set": b["broker_set"], "args": args,
+                          "log": str(log_path), "address": b["listen"], "datacenter": b["datacenter"],
+                          "netns": ns, "pid": _spawn(args, log_path, ns)})
+    finally:
+        _state_path(data_dir).write_text(json.dumps(state, indent=2))
+    try:
+        if plan is None:
+            asyncio.run(wait_masters(controllers, state["broker_sets"], procs, wait_s))
+        else:
+            _wait_masters_in(plan.host(CLIENT_NAME).netns, controllers, state["broker_sets"], procs, wait_s)
     except BaseException:
         down(data_dir)
         raise
     return state
 
 
-async def _wait_masters(controllers: str, names: list[str], procs: list[dict[str, Any]], wait_s: float) -> None:
+def _wait_masters_in(netns: str, controllers: str, names: list[str], procs: list[dict[str, Any]],
+                     wait_s: float) -> None:
+    """`_wait_masters` from the lab's client namespace (the only side that reaches every process)."""
+    cmd = [*net.in_netns(netns), sys.executable, "-m", "tidelog.cli", "cluster", "wait-masters",
+           "--controllers", controllers, "--wait", str(wait_s), *names]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    while child.poll() is None:
+        dead = [p["name"] for p in procs if not _running(p["pid"])]
+        if dead:
+            child.kill()
+            child.wait()
+            tail = _tail(Path(next(p["log"] for p in procs if p["name"] == dead[0])))
+            raise UnavailableError(f"{dead[0]} exited during start-up: {tail}")
+        time.sleep(0.1)
+    if child.returncode != 0:
+        out = (child.stdout.read() if child.stdout else b"").decode(errors="replace").strip()
+        raise UnavailableError(out.splitlines()[-1] if out else f"not every broker set had a master within {wait_s:.0f}s")
+
+
+async def wait_masters(controllers: str, names: list[str], procs: list[dict[str, Any]], wait_s: float) -> None:
     from tidelog.controller.client import ControllerClient
 
     deadline = time.monotonic() + wait_s
@@ -300,6 +387,9 @@ def down(data_dir: Path) -> list[str]:
         if _running(p["pid"], p["args"]):
             stop_process(p["pid"], args=p["args"])
             stopped.append(p["name"])
+    if state.get("lab"):
+        lab = state["lab"]
+        net.destroy(LabPlan.from_json(lab["plan"]), lab)
     _state_path(data_dir).unlink(missing_ok=True)
     return stopped
 
@@ -324,7 +414,7 @@ def restart(data_dir: Path, name: str) -> dict[str, Any]:
         if p["name"] == name:
             if _running(p["pid"], p["args"]):
                 return p
-            p["pid"] = _spawn(p["args"], Path(p["log"]))
+            p["pid"] = _spawn(p["args"], Path(p["log"]), p.get("netns"))
             _state_path(data_dir).write_text(json.dumps(state, indent=2))
             return p
     raise ConfigError(f"no process named {name} in {data_dir}")

@@ -16,7 +16,7 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from tidelog.cli import admin, broker, cluster, controller, data, demo, ledger
+    from tidelog.cli import admin, broker, cluster, controller, data, demo, fault, ledger
 
     cli.add_command(demo.demo)
     cli.add_command(controller.controller)
@@ -24,6 +24,7 @@ def _register_commands() -> None:
     cli.add_command(broker.broker)
     cli.add_command(cluster.cluster)
     cli.add_command(cluster.drill)
+    cli.add_command(fault.fault)
     cli.add_command(data.topic)
     cli.add_command(data.produce)
     cli.add_command(data.consume)

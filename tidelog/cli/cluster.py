@@ -32,19 +32,52 @@ def cluster() -> None:
               help="topology file")
 @data_dir_option
 @click.option("--wait", type=float, default=60.0, show_default=True, help="seconds to wait for masters")
+@click.option("--netns", is_flag=True,
+              help="each process in its own network namespace, grouped by datacenter, behind a router that "
+                   "applies `tide fault` and the WAN delay (needs root, ip and nft)")
+@click.option("--wan-delay", default=None, help="one-way delay between datacenters with --netns, e.g. 5ms "
+                                                "(default: the topology's lab.wan_delay_ms, else 0)")
 @json_option
-def up(config_path: str, data_dir: Path, wait: float, as_json: bool) -> None:
+def up(config_path: str, data_dir: Path, wait: float, netns: bool, wan_delay: str | None, as_json: bool) -> None:
     """Start every process of the topology in the background; return once each broker set has a master."""
     topo = localcluster.load_topology(config_path)
-    state = localcluster.up(topo, data_dir, wait_s=wait)
+    delay_ms = None if wan_delay is None else parse_duration(wan_delay) * 1000
+    if delay_ms is not None and not netns:
+        raise click.UsageError("--wan-delay needs --netns")
+    state = localcluster.up(topo, data_dir, wait_s=wait, netns=netns, wan_delay_ms=delay_ms)
+    cols = ("name", "kind", "pid", "address", "datacenter", "netns", "log")
     if as_json:
         emit({"controllers": state["controllers"], "data_dir": state["data_dir"],
-              "processes": [{k: p[k] for k in ("name", "kind", "pid", "address", "log")} for p in state["processes"]]},
-             True)
+              "client_netns": state.get("client_netns"),
+              "processes": [{k: p.get(k) for k in cols} for p in state["processes"]]}, True)
         return
-    emit([{k: p.get(k) for k in ("name", "kind", "pid", "address", "log")} for p in state["processes"]], False,
-         title=f"cluster up in {state['data_dir']}", columns=["name", "kind", "pid", "address", "log"])
+    emit([{k: p.get(k) for k in cols} for p in state["processes"]], False,
+         title=f"cluster up in {state['data_dir']}", columns=[c for c in cols if netns or c != "netns"])
     click.echo(f"export TIDE_CONTROLLERS={state['controllers']}")
+    if state.get("client_netns"):
+        click.echo("# the processes are reachable from the lab's client side: tide cluster exec -- tide cluster status")
+
+
+@cluster.command("wait-masters", hidden=True)
+@controllers_option
+@click.option("--wait", type=float, default=60.0)
+@click.argument("broker_sets", nargs=-1, required=True)
+def wait_masters(controllers: str, wait: float, broker_sets: tuple[str, ...]) -> None:
+    """Return once every named broker set has a master (used by `up --netns` from the client side)."""
+    asyncio.run(localcluster.wait_masters(require_controllers(controllers), list(broker_sets), [], wait))
+
+
+@cluster.command("exec", context_settings={"ignore_unknown_options": True})
+@data_dir_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def exec_(data_dir: Path, command: tuple[str, ...]) -> None:
+    """Run COMMAND on the client side of a --netns cluster, with TIDE_CONTROLLERS set
+    (`tide cluster exec -- tide cluster status`)."""
+    state = localcluster.read_state(data_dir.resolve())
+    ns = state.get("client_netns")
+    env = {**os.environ, "TIDE_CONTROLLERS": state["controllers"], DATA_DIR_ENV: str(data_dir.resolve())}
+    prefix = ["ip", "netns", "exec", ns, "env", f"TIDE_LAB_NETNS={ns}"] if ns else []
+    os.execvpe(([*prefix, *command])[0], [*prefix, *command], env)
 
 
 @cluster.command("down")
@@ -133,3 +166,69 @@ def kill_master(broker_set: str, duration: str, data_dir: Path, as_json: bool) -
     emit(report, as_json, title=f"drill: kill the master of {broker_set}")
     if report["acked_lost"]:
         raise click.ClickException(f"{report['acked_lost']} acknowledged messages were lost")
+
+
+def _drill_report(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit(report, True)
+    else:
+        emit({k: v for k, v in report.items() if k not in ("steps", "split_brain_detail")}, False,
+             title=f"drill: {report['scenario']}")
+    problems = []
+    if report["acked_lost"]:
+        problems.append(f"{report['acked_lost']} acknowledged messages were lost")
+    if report["split_brain"]:
+        problems.append("two masters acknowledged writes in overlapping time")
+    if not report["replicas_identical"]:
+        problems.append(f"replicas differ: {report['replicas_detail']}")
+    if problems:
+        raise click.ClickException("; ".join(problems))
+
+
+def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> None:
+    from tidelog.lab import drills
+
+    prefix = drills.inside_client_netns(data_dir)
+    if prefix is not None:  # a --netns cluster is reached from its client side only
+        import subprocess
+        import sys
+
+        proc = subprocess.run([*prefix, sys.executable, "-m", "tidelog.cli", *argv], check=False)
+        raise SystemExit(proc.returncode)
+    report = drills.run(data_dir, note=None if as_json else lambda msg: click.echo(f"  {msg}"), **kw)
+    _drill_report(report, as_json)
+
+
+@drill.command("run")
+@click.argument("scenario")
+@click.option("--broker-set", default=None, help="the broker set to drill (default: the first of 2+ replicas)")
+@data_dir_option
+@json_option
+def drill_run(scenario: str, broker_set: str | None, data_dir: Path, as_json: bool) -> None:
+    """Run a named SCENARIO under a sync-replicated producer, heal, and check (see `tide drill list`)."""
+    argv = ["drill", "run", scenario, "--data-dir", str(data_dir.resolve())] + (["--json"] if as_json else []) \
+        + (["--broker-set", broker_set] if broker_set else [])
+    _run_drill(data_dir, as_json, argv, scenario=scenario, broker_set=broker_set)
+
+
+@drill.command("random")
+@click.option("--seed", type=int, required=True)
+@click.option("--steps", type=click.IntRange(1, 1000), default=5, show_default=True)
+@click.option("--broker-set", default=None)
+@data_dir_option
+@json_option
+def drill_random(seed: int, steps: int, broker_set: str | None, data_dir: Path, as_json: bool) -> None:
+    """A seeded schedule of STEPS faults (each held 1-5 s, then healed), then the check."""
+    argv = ["drill", "random", "--seed", str(seed), "--steps", str(steps), "--data-dir",
+            str(data_dir.resolve())] + (["--json"] if as_json else []) + (["--broker-set", broker_set] if broker_set else [])
+    _run_drill(data_dir, as_json, argv, seed=seed, steps=steps, broker_set=broker_set)
+
+
+@drill.command("list")
+@json_option
+def drill_list(as_json: bool) -> None:
+    """The named scenarios."""
+    from tidelog.lab.drills import SCENARIOS
+
+    emit([{"scenario": k, "needs_netns": v[1], "what": v[2]} for k, v in SCENARIOS.items()], as_json,
+         title="drill scenarios")

@@ -1,0 +1,1 @@
+"""The network lab: a two-datacenter topology in network namespaces, with faults and WAN delay."""

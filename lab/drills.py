@@ -1,0 +1,482 @@
+"""Drills: a schedule of faults under a sync-replicated producer, then a heal and a check.
+
+A drill creates a topic on one broker set, produces to it from two threads while its schedule
+applies faults (lab/control.py), heals everything, waits for the broker set to be whole again,
+and checks (`check`):
+
+- `acked` / `acked_lost`: every acknowledged message is read back through the public client
+  (0 lost is the promise under sync replication while the SyncStateSet rule holds);
+- `duplicates`: extra copies read (a retried send whose first attempt was stored anyway);
+- `max_write_gap_s`: the longest time without an acknowledgement (the write outage);
+- `split_brain`: two masters acknowledged writes in overlapping time. Found two ways: two
+  acknowledged messages at the same physical offset of a set (two histories), or a message
+  acknowledged by an older epoch's master although it was sent after a newer epoch's master
+  had already acknowledged one (epochs from the replicas' epoch files);
+- `replicas_identical`: every replica of the set holds the same bytes up to the master's
+  confirm offset (compared in the data directories), after heal.
+
+Named scenarios (`SCENARIOS`) are the two-datacenter rehearsals; `random_schedule(seed, steps)`
+draws a reproducible schedule from the same verbs. A network scenario needs a `--netns`
+cluster; the process ones run on any local cluster.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidelog import localcluster
+from tidelog.client import Client
+from tidelog.commitlog.epochs import EpochFile
+from tidelog.drill import _describe, _read_all
+from tidelog.errors import ConfigError, TidelogError, UnavailableError
+from tidelog.lab import control, rules
+
+log = logging.getLogger(__name__)
+
+Note = Callable[[str], None]
+
+
+@dataclass
+class Ack:
+    body: bytes
+    sent: float
+    acked: float
+    phys_offset: int
+
+
+@dataclass
+class Workload:
+    """Producers that record every acknowledgement (with the send and ack times)."""
+
+    client: Client
+    topic: str
+    threads: int = 2
+    acks: list[Ack] = field(default_factory=list)
+    failed: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _workers: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        producer = self.client.producer()
+
+        def run(k: int) -> None:
+            seq = 0
+            while not self._stop.is_set():
+                body = f"{self.topic}:{k}:{seq}".encode()
+                seq += 1
+                sent = time.monotonic()
+                try:
+                    receipt = producer.send(self.topic, body)
+                except TidelogError:
+                    with self._lock:
+                        self.failed += 1
+                    continue
+                with self._lock:
+                    self.acks.append(Ack(body, sent, time.monotonic(), receipt.phys_offset))
+
+        for k in range(self.threads):
+            t = threading.Thread(target=run, args=(k,), name=f"drill-producer-{k}", daemon=True)
+            t.start()
+            self._workers.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._workers:
+            t.join(timeout=60)
+
+
+class Drill:
+    """What a schedule step can do, on one cluster and one broker set."""
+
+    def __init__(self, data_dir: Path, broker_set: str, client: Client, note: Note) -> None:
+        self.data_dir = data_dir
+        self.broker_set = broker_set
+        self.client = client
+        self.note = note
+        self.state = localcluster.read_state(data_dir)
+        self.steps: list[dict[str, Any]] = []
+        self.t0 = time.monotonic()
+        self.lab = bool(self.state.get("lab"))
+
+    def _log(self, what: str) -> None:
+        at = round(time.monotonic() - self.t0, 2)
+        self.steps.append({"at_s": at, "step": what})
+        self.note(f"{at:7.2f}s  {what}")
+
+    def master(self) -> dict[str, Any]:
+        """The process currently named master of the drill's broker set."""
+        deadline = time.monotonic() + 30
+        while True:
+            info = _describe(self.client, self.broker_set)
+            if info is not None and info.role.has_master:
+                for p in self.state["processes"]:
+                    if p.get("address") == info.role.master_address:
+                        return p
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"broker set {self.broker_set} has no master to aim at")
+            time.sleep(0.2)
+
+    def dc_of_master(self) -> str:
+        dc = self.master().get("datacenter")
+        if not dc:
+            raise ConfigError("the master's process has no datacenter in cluster.json")
+        return str(dc)
+
+    def net(self, event: rules.Event, what: str) -> None:
+        if not self.lab:
+            raise ConfigError(f"`{what}` is a network fault: it needs a cluster started with --netns")
+        control.network(self.data_dir, event)
+        self._log(what)
+
+    def proc(self, verb: str, name: str) -> None:
+        control.process(self.data_dir, verb, name)
+        self._log(f"{verb} {name}")
+
+    def dc(self, verb: str, dc: str) -> None:
+        control.datacenter(self.data_dir, verb, dc)
+        self._log(f"dc-{verb} {dc}")
+
+    def heal(self) -> None:
+        control.heal(self.data_dir)
+        for p in self.state["processes"]:
+            if not localcluster.is_running(p):
+                localcluster.restart(self.data_dir, p["name"])
+        self._log("heal")
+
+    def dcs(self) -> list[str]:
+        return list(dict.fromkeys(p.get("datacenter") for p in self.state["processes"]
+                                  if p.get("broker_set") == self.broker_set and p.get("datacenter")))
+
+    def other_dc(self, dc: str) -> str:
+        others = [d for d in self.dcs() if d != dc]
+        if not others:
+            raise ConfigError(f"broker set {self.broker_set} has replicas in one datacenter only")
+        return others[0]
+
+
+def _isolate_master_dc(d: Drill) -> None:
+    dc = d.dc_of_master()
+    d.net(rules.Isolate(dc), f"isolate {dc} (the master's datacenter)")
+    time.sleep(12)
+
+
+def _cut_dc_link(d: Drill) -> None:
+    dc = d.dc_of_master()
+    other = d.other_dc(dc)
+    d.net(rules.Cut(dc, other), f"partition {dc} {other}")
+    time.sleep(10)
+
+
+def _master_from_controllers(d: Drill) -> None:
+    m = d.master()["name"]
+    d.net(rules.Isolate(m, "controllers"), f"isolate {m} --from controllers")
+    time.sleep(10)
+
+
+def _client_from_master(d: Drill) -> None:
+    m = d.master()["name"]
+    d.net(rules.Isolate("client", m), f"isolate client --from {m}")
+    time.sleep(6)
+
+
+def _lossy_wan(d: Drill) -> None:
+    dc = d.dc_of_master()
+    other = d.other_dc(dc)
+    d.net(rules.Loss(dc, other, 30), f"loss {dc} {other} 30%")
+    d.net(rules.Delay(dc, other, 20), f"delay {dc} {other} 20ms")
+    time.sleep(12)
+
+
+def _flapping_link(d: Drill) -> None:
+    dc = d.dc_of_master()
+    other = d.other_dc(dc)
+    for _ in range(4):
+        d.net(rules.Cut(dc, other), f"partition {dc} {other}")
+        time.sleep(2)
+        d.net(rules.Heal(), "heal the link")
+        time.sleep(2)
+
+
+def _cut_then_master_dc_down(d: Drill) -> None:
+    dc = d.dc_of_master()
+    other = d.other_dc(dc)
+    d.net(rules.Cut(dc, other), f"partition {dc} {other}")
+    time.sleep(8)  # the SyncStateSet shrinks to the master alone: its acks no longer need dc-b
+    d.dc("down", dc)
+    time.sleep(8)  # without an unclean election the set has no master now
+
+
+def _kill_master(d: Drill) -> None:
+    m = d.master()["name"]
+    d.proc("kill", m)
+    time.sleep(8)
+
+
+def _pause_master(d: Drill) -> None:
+    m = d.master()["name"]
+    d.proc("pause", m)
+    time.sleep(8)
+
+
+SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
+    # name: (schedule, needs the network lab, what it rehearses)
+    "isolate-master-dc": (_isolate_master_dc, True, "the master's datacenter loses every link"),
+    "cut-dc-link": (_cut_dc_link, True, "only the link between the two datacenters is cut"),
+    "master-from-controllers": (_master_from_controllers, True, "the master cannot reach any controller"),
+    "client-from-master": (_client_from_master, True, "the client cannot reach the master; all else can"),
+    "lossy-wan": (_lossy_wan, True, "30% loss and 20 ms delay between the datacenters"),
+    "flapping-link": (_flapping_link, True, "the link between the datacenters cut and healed every 2 s"),
+    "cut-then-master-dc-down": (_cut_then_master_dc_down, True,
+                                "the link is cut, then the master's datacenter goes down"),
+    "kill-master": (_kill_master, False, "kill -9 of the master (the baseline write gap)"),
+    "pause-master": (_pause_master, False, "SIGSTOP of the master for 8 s"),
+}
+
+
+def random_schedule(seed: int, steps: int, lab: bool) -> Callable[[Drill], None]:
+    """A reproducible schedule of `steps` faults, each held 1–5 s and healed."""
+    rng = random.Random(seed)
+
+    def run(d: Drill) -> None:
+        for _ in range(steps):
+            kinds = ["kill-master", "pause-master"]
+            if lab:
+                kinds += ["isolate-dc", "partition", "partition-oneway", "master-from-controllers",
+                          "loss", "delay", "client-from-master"]
+            kind = rng.choice(kinds)
+            hold = rng.uniform(1.0, 5.0)
+            dc = d.dc_of_master()
+            other = d.other_dc(dc) if len(d.dcs()) > 1 else dc
+            side = rng.choice([dc, other])
+            if kind == "kill-master":
+                d.proc("kill", d.master()["name"])
+            elif kind == "pause-master":
+                d.proc("pause", d.master()["name"])
+            elif kind == "isolate-dc":
+                d.net(rules.Isolate(side), f"isolate {side}")
+            elif kind == "partition":
+                d.net(rules.Cut(dc, other), f"partition {dc} {other}")
+            elif kind == "partition-oneway":
+                a, b = (dc, other) if rng.random() < 0.5 else (other, dc)
+                d.net(rules.Cut(a, b, oneway=True), f"partition {a} {b} --one-way")
+            elif kind == "master-from-controllers":
+                m = d.master()["name"]
+                d.net(rules.Isolate(m, "controllers"), f"isolate {m} --from controllers")
+            elif kind == "loss":
+                pct = rng.choice([10, 30, 50])
+                d.net(rules.Loss(dc, other, pct), f"loss {dc} {other} {pct}%")
+            elif kind == "delay":
+                ms = rng.choice([5, 20, 50])
+                d.net(rules.Delay(dc, other, ms), f"delay {dc} {other} {ms}ms")
+            elif kind == "client-from-master":
+                m = d.master()["name"]
+                d.net(rules.Isolate("client", m), f"isolate client --from {m}")
+            time.sleep(hold)
+            d.heal()
+            time.sleep(rng.uniform(0.5, 2.0))
+
+    return run
+
+
+def run(data_dir: Path, scenario: str | None = None, *, seed: int | None = None, steps: int = 5,
+        broker_set: str | None = None, warmup_s: float = 3.0, settle_s: float = 4.0,
+        note: Note | None = None) -> dict[str, Any]:
+    """Run one named scenario (or a random schedule with `seed`) and return the checked report."""
+    data_dir = data_dir.resolve()
+    state = localcluster.read_state(data_dir)
+    lab = bool(state.get("lab"))
+    if seed is None:
+        if scenario not in SCENARIOS:
+            raise ConfigError(f"no drill scenario {scenario!r}", hint=f"one of: {', '.join(SCENARIOS)}")
+        schedule, needs_lab, _ = SCENARIOS[scenario]
+        if needs_lab and not lab:
+            raise ConfigError(f"scenario {scenario} cuts the network: start the cluster with `tide cluster up --netns`")
+        name = scenario
+    else:
+        if steps < 1 or steps > 1000:
+            raise ConfigError(f"steps must be 1..1000, not {steps}")
+        schedule = random_schedule(seed, steps, lab)
+        name = f"random seed {seed}, {steps} steps"
+    broker_set = broker_set or next(
+        (b for b in state["broker_sets"]
+         if sum(1 for p in state["processes"] if p.get("broker_set") == b) >= 2), None)
+    if broker_set is None or broker_set not in state["broker_sets"]:
+        raise ConfigError("a drill needs a broker set of two or more replicas")
+    say = note or (lambda _msg: None)
+    topic = f"drill-{int(time.time() * 1000) % 10**9}"
+    with Client(state["controllers"], send_timeout=5.0) as client:
+        client.admin().create_topic(topic, queues=4, broker_sets=[broker_set])
+        drill = Drill(data_dir, broker_set, client, say)
+        work = Workload(client, topic)
+        work.start()
+        time.sleep(warmup_s)
+        try:
+            schedule(drill)
+        finally:
+            drill.heal()
+        time.sleep(settle_s)
+        work.stop()
+        whole_s = wait_whole(client, broker_set, timeout_s=90)
+        drill._log("broker set whole again" if whole_s is not None else "broker set NOT whole within 90 s")
+        report = check(data_dir, client, broker_set, topic, work, drill.t0)
+    report.update(scenario=name, steps=drill.steps, whole_after_heal=whole_s is not None)
+    return report
+
+
+def wait_whole(client: Client, broker_set: str, timeout_s: float) -> float | None:
+    """Wait until the set has a master and every replica is in its SyncStateSet."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        info = _describe(client, broker_set)
+        if info is not None and info.role.has_master and len(info.role.sync_state_set) == len(info.members):
+            return time.monotonic() - t0
+        time.sleep(0.25)
+    return None
+
+
+def check(data_dir: Path, client: Client, broker_set: str, topic: str, work: Workload,
+          t0: float) -> dict[str, Any]:
+    read = _read_all(client, topic)
+    counts = collections.Counter(read)
+    acks = sorted(work.acks, key=lambda a: a.acked)
+    times = [t0] + [a.acked for a in acks]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    identical, detail, epochs = compare_replicas(data_dir, client, broker_set)
+    brain = split_brain(acks, epochs)
+    return {
+        "broker_set": broker_set,
+        "topic": topic,
+        "acked": len(acks),
+        "acked_lost": sum(1 for a in acks if counts[a.body] == 0),
+        "duplicates": sum(c - 1 for c in counts.values() if c > 1),
+        "sends_failed": work.failed,
+        "read": len(read),
+        "max_write_gap_s": round(max(gaps, default=0.0), 3),
+        "split_brain": bool(brain),
+        "split_brain_detail": brain,
+        "replicas_identical": identical,
+        "replicas_detail": detail,
+    }
+
+
+def split_brain(acks: list[Ack], epochs: list[tuple[int, int]]) -> list[str]:
+    """Evidence that two masters acknowledged writes in overlapping time (empty: none)."""
+    out = []
+    by_offset: dict[int, bytes] = {}
+    for a in acks:
+        other = by_offset.setdefault(a.phys_offset, a.body)
+        if other != a.body:
+            out.append(f"two acknowledged messages at physical offset {a.phys_offset}: {other!r} and {a.body!r}")
+    if epochs:
+        def epoch_of(offset: int) -> int:
+            e = epochs[0][0]
+            for epoch, start in epochs:
+                if start <= offset:
+                    e = epoch
+            return e
+        first_ack: dict[int, float] = {}
+        for a in acks:
+            e = epoch_of(a.phys_offset)
+            first_ack[e] = min(first_ack.get(e, a.acked), a.acked)
+        for a in acks:
+            e = epoch_of(a.phys_offset)
+            newer = [t for epoch, t in first_ack.items() if epoch > e and t < a.sent]
+            if newer:
+                out.append(f"{a.body!r} was sent after epoch {max(k for k in first_ack if k > e)} acknowledged "
+                           f"a write, and acknowledged in epoch {e}")
+                break
+    return out[:10]
+
+
+def _segments(directory: Path) -> list[tuple[int, Path]]:
+    cl = directory / "commitlog"
+    if not cl.is_dir():
+        return []
+    return sorted((int(p.name), p) for p in cl.iterdir() if p.name.isdigit())
+
+
+def _read_range(directory: Path, start: int, end: int) -> bytes:
+    out = bytearray()
+    segs = _segments(directory)
+    for i, (base, path) in enumerate(segs):
+        seg_end = segs[i + 1][0] if i + 1 < len(segs) else end
+        lo, hi = max(start, base), min(end, seg_end)
+        if lo >= hi:
+            continue
+        with open(path, "rb") as f:
+            f.seek(lo - base)
+            out += f.read(hi - lo)
+    return bytes(out)
+
+
+def compare_replicas(data_dir: Path, client: Client, broker_set: str,
+                     timeout_s: float = 60.0) -> tuple[bool, str, list[tuple[int, int]]]:
+    """Do all replicas hold the same bytes up to the master's confirm offset? Waits for slaves to
+    reach it. Returns (identical, detail, the master's epochs)."""
+    from tidelog.proto import broker_pb2 as bpb
+
+    state = localcluster.read_state(data_dir)
+    procs = [p for p in state["processes"] if p.get("broker_set") == broker_set]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        statuses = {}
+        for p in procs:
+            with contextlib.suppress(Exception):  # an unreachable replica is reported below
+                statuses[p["name"]] = client._loop.run(
+                    client.aio.call_broker(p["address"], "Status", bpb.StatusRequest(), timeout=2.0))
+        masters = [n for n, s in statuses.items() if s.role == "master"]
+        if len(statuses) == len(procs) and len(masters) == 1:
+            confirm = statuses[masters[0]].confirm_offset
+            if all(s.max_offset >= confirm and s.confirm_offset >= confirm for s in statuses.values()):
+                break
+        if time.monotonic() > deadline:
+            have = {n: (s.role, s.max_offset, s.confirm_offset) for n, s in statuses.items()}
+            return False, f"replicas did not converge within {timeout_s:.0f}s: {have}", []
+        time.sleep(0.25)
+    start = max(s.min_offset for s in statuses.values())
+    dirs = {p["name"]: Path(_config_data_dir(p)) for p in procs}
+    ref_name = masters[0]
+    ref = _read_range(dirs[ref_name], start, confirm)
+    for name, d in dirs.items():
+        if name == ref_name:
+            continue
+        got = _read_range(d, start, confirm)
+        if got != ref:
+            at = next((i for i, (x, y) in enumerate(zip(got, ref, strict=False)) if x != y), min(len(got), len(ref)))
+            return False, f"{name} differs from {ref_name} at offset {start + at} (compared {start}..{confirm})", []
+    epochs = EpochFile(str(dirs[ref_name]), lambda: confirm).pairs()
+    return True, f"{len(dirs)} replicas identical over {start}..{confirm}", epochs
+
+
+def _config_data_dir(proc: dict[str, Any]) -> str:
+    import yaml
+
+    cfg = proc["args"][proc["args"].index("--config") + 1]
+    with open(cfg) as f:
+        return str(yaml.safe_load(f)["data_dir"])
+
+
+def inside_client_netns(data_dir: Path) -> list[str] | None:
+    """The command prefix that runs a drill in the lab's client namespace, or None when this
+    process is already there (or the cluster has no lab)."""
+    state = localcluster.read_state(data_dir.resolve())
+    ns = state.get("client_netns")
+    if not ns or os.environ.get("TIDE_LAB_NETNS") == ns:
+        return None
+    return ["ip", "netns", "exec", ns, "env", f"TIDE_LAB_NETNS={ns}"]
+
+
+def dumps(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=True, default=str)
