@@ -34,7 +34,7 @@ import struct
 from collections import OrderedDict
 from typing import NamedTuple
 
-from tidelog.errors import UnauthenticatedError
+from tidelog.errors import ConfigError, UnauthenticatedError
 
 __all__ = ["CALL_KEY", "CALL_WINDOW_MS", "NONCE_BYTES", "PROOF_BYTES", "SECRET_ENV", "CallIdentity", "ReplayCache",
            "check_call", "new_nonce", "new_secret", "prove", "secret_from_env", "sign_call", "verify"]
@@ -58,6 +58,37 @@ def new_secret() -> str:
 
 def secret_from_env() -> str | None:
     return os.environ.get(SECRET_ENV) or None
+
+
+def find_secret(secret_file: str | None = None, data_dir: str | None = None) -> str | None:
+    """The cluster secret for an operator's command: `secret_file` (its first line), else
+    `$TIDE_CLUSTER_SECRET`, else the `secret` of `<data_dir>/controller.yaml` as written by
+    `tide cluster up`. None when there is none of these."""
+    if secret_file:
+        try:
+            with open(secret_file) as f:
+                text = f.readline().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the secret file {secret_file}: {exc.strerror}") from exc
+        if not text:
+            raise ConfigError(f"the secret file {secret_file} is empty")
+        return text
+    env = secret_from_env()
+    if env:
+        return env
+    if data_dir:
+        path = os.path.join(data_dir, "controller.yaml")
+        if os.path.exists(path):
+            import yaml
+
+            try:
+                with open(path) as f:
+                    doc = yaml.safe_load(f) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise ConfigError(f"cannot read the cluster secret from {path}: {exc}") from exc
+            secret = doc.get("secret") if isinstance(doc, dict) else None
+            return str(secret) if secret else None
+    return None
 
 
 def _encode(fields: tuple[bytes | str | int, ...]) -> bytes:

@@ -275,3 +275,23 @@ def test_consume_without_from_beginning_starts_at_the_end(cluster: LocalCluster)
     # The first run committed where it started, so the second run reads exactly what came after.
     msgs = consume_json(cluster, "cli-latest", "late", "--idle-timeout", "2")
     assert sorted(m["body"] for m in msgs) == sorted(f"new {i}" for i in range(6))
+
+
+def test_admin_elect_finds_the_secret_in_the_cluster_data_dir(cluster: LocalCluster) -> None:
+    status = ok_json("cluster", "status", "--controllers", cluster.controllers)
+    master = status["broker_sets"][0]["master"]
+    elect = ["admin", "--controllers", cluster.controllers, "elect", "broker-a", "--broker-id", str(master)]
+    unsigned = tide(*elect)  # no $TIDE_CLUSTER_SECRET, no ./tide-data: the call is refused
+    assert unsigned.returncode != 0 and "UNAUTHENTICATED" in unsigned.stderr
+    signed = tide("admin", "--data-dir", str(cluster.data_dir), *elect[1:])
+    assert "UNAUTHENTICATED" not in signed.stderr, signed.stderr
+    assert signed.returncode == 0, signed.stderr
+    after = ok_json("cluster", "status", "--controllers", cluster.controllers)["broker_sets"][0]
+    assert after["master"] == master
+
+
+def test_network_faults_need_a_netns_cluster_and_process_faults_do_not(cluster: LocalCluster) -> None:
+    out = tide("fault", "partition", "dc-a", "dc-b", "--data-dir", str(cluster.data_dir))
+    assert out.returncode != 0 and "--netns" in out.stderr and "Traceback" not in out.stderr
+    out = tide("fault", "pause", "no-such-process", "--data-dir", str(cluster.data_dir))
+    assert out.returncode != 0 and "no process named" in out.stderr

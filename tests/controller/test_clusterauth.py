@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog.clusterauth import CALL_WINDOW_MS, ReplayCache, check_call, sign_call
 from tidelog.controller.liveness import heartbeat_problem
-from tidelog.errors import UnauthenticatedError
+from tidelog.errors import ConfigError, UnauthenticatedError
 
 SECRET = "s3cret"
 NOW = 1_800_000_000_000
@@ -74,3 +76,23 @@ def test_the_replay_cache_forgets_old_nonces_and_stays_bounded() -> None:
 def test_heartbeat_claims(set_epoch: int, epoch: int, max_offset: int, confirm: int, problem: str | None) -> None:
     got = heartbeat_problem(set_epoch, epoch, max_offset, confirm)
     assert (got is None) if problem is None else (got is not None and problem in got)
+
+
+def test_operators_find_the_secret_from_a_file_the_environment_or_the_cluster_data_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidelog.clusterauth import SECRET_ENV, find_secret
+
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    assert find_secret(None, str(tmp_path)) is None                   # nothing anywhere
+    (tmp_path / "controller.yaml").write_text("secret: from-the-cluster\nnodes: []\n")
+    assert find_secret(None, str(tmp_path)) == "from-the-cluster"     # what `tide cluster up` wrote
+    monkeypatch.setenv(SECRET_ENV, "from-env")
+    assert find_secret(None, str(tmp_path)) == "from-env"
+    f = tmp_path / "secret"
+    f.write_text("from-file\n")
+    assert find_secret(str(f), str(tmp_path)) == "from-file"
+    f.write_text("")
+    with pytest.raises(ConfigError, match="empty"):
+        find_secret(str(f), None)
+    with pytest.raises(ConfigError, match="cannot read"):
+        find_secret(str(tmp_path / "missing"), None)

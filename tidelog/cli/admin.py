@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
 
+from tidelog.clusterauth import find_secret
 from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 
 T = TypeVar("T")
@@ -25,7 +26,8 @@ T = TypeVar("T")
 
 def _run(ctx: click.Context, fn: Callable[[ControllerClient], Awaitable[T]]) -> T:
     async def go() -> T:
-        async with ControllerClient(ctx.obj["controllers"], total_timeout=ctx.obj["timeout"]) as client:
+        secret = find_secret(ctx.obj["secret_file"], ctx.obj["data_dir"])
+        async with ControllerClient(ctx.obj["controllers"], total_timeout=ctx.obj["timeout"], secret=secret) as client:
             return await fn(client)
 
     return asyncio.run(go())
@@ -55,10 +57,18 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print the re
 @click.option("--controllers", default=lambda: os.environ.get(CONTROLLERS_ENV, "127.0.0.1:9701"),
               show_default=f"${CONTROLLERS_ENV} or 127.0.0.1:9701", help="controller addresses host:port[,...]")
 @click.option("--timeout", default=15.0, show_default=True, help="total seconds to find the leader")
+@click.option("--secret-file", default=None, type=click.Path(dir_okay=False),
+              help="file holding the cluster secret (elect and clean are signed with it)")
+@click.option("--data-dir", default=lambda: os.environ.get("TIDE_DATA_DIR", "tide-data"),
+              show_default="$TIDE_DATA_DIR or ./tide-data",
+              help="a cluster started by `tide cluster up`: its controller.yaml holds the secret")
 @click.pass_context
-def admin(ctx: click.Context, controllers: str, timeout: float) -> None:
-    """Operate a controller cluster: broker sets, elections, topics."""
-    ctx.obj = {"controllers": controllers, "timeout": timeout}
+def admin(ctx: click.Context, controllers: str, timeout: float, secret_file: str | None, data_dir: str) -> None:
+    """Operate a controller cluster: broker sets, elections, topics.
+
+    `elect` and `clean` are membership calls, signed with the cluster secret: from --secret-file,
+    else $TIDE_CLUSTER_SECRET, else the controller.yaml that `tide cluster up` wrote in --data-dir."""
+    ctx.obj = {"controllers": controllers, "timeout": timeout, "secret_file": secret_file, "data_dir": data_dir}
 
 
 @admin.command("status")
