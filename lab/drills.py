@@ -218,6 +218,12 @@ def _cut_then_master_dc_down(d: Drill) -> None:
     time.sleep(8)  # without an unclean election the set has no master now
 
 
+def _master_dc_down(d: Drill) -> None:
+    dc = d.dc_of_master()
+    d.dc("down", dc)
+    time.sleep(12)
+
+
 def _kill_master(d: Drill) -> None:
     m = d.master()["name"]
     d.proc("kill", m)
@@ -240,6 +246,8 @@ SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
     "flapping-link": (_flapping_link, True, "the link between the datacenters cut and healed every 2 s"),
     "cut-then-master-dc-down": (_cut_then_master_dc_down, True,
                                 "the link is cut, then the master's datacenter goes down"),
+    "master-dc-down": (_master_dc_down, False,
+                       "kill -9 of every process in the master's datacenter (isolate-master-dc's baseline)"),
     "kill-master": (_kill_master, False, "kill -9 of the master (the baseline write gap)"),
     "pause-master": (_pause_master, False, "SIGSTOP of the master for 8 s"),
 }

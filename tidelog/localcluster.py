@@ -12,10 +12,16 @@ Topology file (see deploy/local.yaml):
 
     host: 127.0.0.1
     ports: auto                   # or the first port number
-    controller: {nodes: 1, heartbeat_interval_ms: 1000, heartbeat_timeout_ms: 3000}
+    controller: {nodes: 1, heartbeat_interval_ms: 1000, heartbeat_timeout_ms: 3000,
+                 datacenters: [dc-a, dc-b, dc-c]}   # with --netns: node i lives in datacenters[i]
     broker_sets:
       - {name: broker-a, replicas: 2, datacenters: [dc-a, dc-b]}
     broker: {flush: async, replication: sync, ...}   # deploy/CONFIG.md keys for every broker
+    lab: {wan_delay_ms: 2}        # with --netns: one-way delay between datacenters
+
+With `netns=True` (`tide cluster up --netns`) every process runs in its own network namespace
+with its own address (tidelog/lab: plan, rules, relay), ports are fixed per role, and the
+cluster state records the lab so that `down` removes every namespace it made.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def test_bad_fault_arguments_get_a_clear_error_and_change_nothing(lab: Path) -> 
 
 
 SCENARIOS = ["isolate-master-dc", "cut-dc-link", "master-from-controllers", "client-from-master", "lossy-wan",
-             "flapping-link", "cut-then-master-dc-down", "kill-master"]
+             "flapping-link", "cut-then-master-dc-down", "master-dc-down", "kill-master"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
