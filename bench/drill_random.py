@@ -1,6 +1,6 @@
 """Random drills on a two-datacenter lab: many seeds, each a schedule of faults, each checked.
 
-Starts `tide cluster up --netns` with the topology of tests/lab (3 controllers in dc-a, dc-b,
+Starts `tide cluster up --netns` with deploy/two-dc-lab.yaml (3 controllers in dc-a, dc-b,
 dc-c; broker-a with one replica in dc-a and one in dc-b; sync replication, adaptive acks; 1 ms
 WAN delay), runs `tide drill random --seed S --steps K` for each seed, and prints one row per
 seed and a summary: acknowledged messages lost and replicas that differ must both be 0, with no
@@ -22,16 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-TOPOLOGY = {
-    "controller": {"nodes": 3, "datacenters": ["dc-a", "dc-b", "dc-c"],
-                   "heartbeat_interval_ms": 500, "heartbeat_timeout_ms": 3000},
-    "broker_sets": [{"name": "broker-a", "replicas": 2, "datacenters": ["dc-a", "dc-b"]}],
-    "broker": {"flush": "async", "replication": "sync", "in_sync_replicas": 2, "min_in_sync_replicas": 1,
-               "auto_in_sync_replicas": True, "heartbeat_interval_ms": 500},
-    "lab": {"wan_delay_ms": 1},
-}
+TOPOLOGY = Path(__file__).resolve().parents[1] / "deploy" / "two-dc-lab.yaml"
 
 
 def tide(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -48,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="tide-drills-"))
     topo = base / "two-dc.yaml"
-    topo.write_text(yaml.safe_dump(TOPOLOGY))
+    topo.write_text(TOPOLOGY.read_text())
     data_dir = base / "cluster"
     rows: list[dict[str, Any]] = []
     up = tide("cluster", "up", "--netns", "-c", str(topo), "--data-dir", str(data_dir))

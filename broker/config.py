@@ -24,6 +24,10 @@ class BrokerConfig:
     controllers: str  # host:port[,host:port...]
     listen: str = "127.0.0.1:10911"  # gRPC for clients
     ha_listen: str = "127.0.0.1:10912"  # raw TCP for slaves
+    # what others are told to connect to, where it differs from the listen address (a wildcard
+    # listen, a NAT): empty means the listen address itself
+    advertise_address: str = ""
+    ha_advertise_address: str = ""
     datacenter: str = ""
     rack: str = ""
     priority: int | None = None  # election priority, lower wins
@@ -53,6 +57,16 @@ class BrokerConfig:
     # reads: a Pull (or ledger Read) asking for more gets at most this much in one reply
     max_pull_bytes: int = 16 << 20
     max_pull_messages: int = 10_000
+
+    @property
+    def advertised(self) -> str:
+        """The client address registered with the controller."""
+        return self.advertise_address or self.listen
+
+    @property
+    def ha_advertised(self) -> str:
+        """The replication address registered with the controller."""
+        return self.ha_advertise_address or self.ha_listen
 
     def with_overrides(self, **kw: Any) -> BrokerConfig:
         return dataclasses.replace(self, **kw)
@@ -110,12 +124,20 @@ def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig
             raise ConfigError(f"{source}: {name} must be one of {', '.join(_CHOICES[name])}", key=name)
         if name == "secret" and not value:
             raise ConfigError(f"{source}: secret must be a non-empty string", key=name)
-        if name in ("listen", "ha_listen"):
+        if name in ("listen", "ha_listen") or (name.endswith("advertise_address") and value):
             _host_port(name, value)
         values[name] = value
     if not values.get("secret"):
         values["secret"] = secret_from_env()
     cfg = BrokerConfig(**values)
+    for listen_key, adv_key in (("listen", "advertise_address"), ("ha_listen", "ha_advertise_address")):
+        host = getattr(cfg, listen_key).rpartition(":")[0].strip("[]")
+        adv = getattr(cfg, adv_key)
+        if host in ("0.0.0.0", "::", "") and not adv:
+            raise ConfigError(f"{source}: {listen_key} {getattr(cfg, listen_key)} is a wildcard: set {adv_key} to the "
+                              f"host:port that clients and peers should connect to", key=adv_key)
+        if adv and adv.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::"):
+            raise ConfigError(f"{source}: {adv_key} must be an address others can reach, not a wildcard", key=adv_key)
     if cfg.max_pull_bytes > MAX_PULL_BYTES_LIMIT:
         raise ConfigError(f"{source}: max_pull_bytes is at most {MAX_PULL_BYTES_LIMIT} (a reply must fit in a "
                           f"gRPC message)", key="max_pull_bytes")

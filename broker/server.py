@@ -135,7 +135,7 @@ class BrokerServer:
         while not self._stopping.is_set():
             try:
                 reply = await self.controller.register_broker(
-                    self.cfg.broker_set, self.cfg.listen, self.cfg.ha_listen, identity=self.ident.token,
+                    self.cfg.broker_set, self.cfg.advertised, self.cfg.ha_advertised, identity=self.ident.token,
                     broker_id=self.ident.broker_id, datacenter=self.cfg.datacenter, rack=self.cfg.rack)
             except ControllerBrokerIdInvalidError as exc:
                 raise ConfigError(f"the controller refuses broker id {self.ident.broker_id} for this data "

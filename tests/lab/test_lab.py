@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tidelog.lab import net
 from tidelog.lab.plan import lab_prefix
@@ -29,14 +28,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(net.unavailable_reason() is not None,
                                  reason=f"network lab unavailable: {net.unavailable_reason()}")]
 
-TOPOLOGY = {
-    "controller": {"nodes": 3, "datacenters": ["dc-a", "dc-b", "dc-c"],
-                   "heartbeat_interval_ms": 500, "heartbeat_timeout_ms": 3000},
-    "broker_sets": [{"name": "broker-a", "replicas": 2, "datacenters": ["dc-a", "dc-b"]}],
-    "broker": {"flush": "async", "replication": "sync", "in_sync_replicas": 2, "min_in_sync_replicas": 1,
-               "auto_in_sync_replicas": True, "heartbeat_interval_ms": 500},
-    "lab": {"wan_delay_ms": 1},
-}
+TOPOLOGY = Path(__file__).resolve().parents[2] / "deploy" / "two-dc-lab.yaml"
 
 
 def tide(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -53,7 +45,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     data_dir = tmp_path_factory.mktemp("lab") / "cluster"
     data_dir.mkdir()
     topo = data_dir.parent / "two-dc.yaml"
-    topo.write_text(yaml.safe_dump(TOPOLOGY))
+    topo.write_text(TOPOLOGY.read_text())
     up = tide("cluster", "up", "--netns", "-c", str(topo), "--data-dir", str(data_dir), "--json")
     assert up.returncode == 0, up.stderr + up.stdout
     try:
@@ -182,13 +174,23 @@ def test_drill_loses_nothing_acknowledged(lab: Path, scenario: str) -> None:
     assert report["max_write_gap_s"] < 30
 
 
+def test_a_random_schedule_is_reproducible_and_checked(lab: Path) -> None:
+    out = tide("drill", "random", "--seed", "7", "--steps", "2", "--data-dir", str(lab), "--json", timeout=400)
+    report = json.loads(out.stdout[out.stdout.index("{"):])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert report["acked"] > 0 and report["acked_lost"] == 0
+    assert report["split_brain"] is False and report["replicas_identical"] is True
+    faults = [s["step"] for s in report["steps"] if s["step"] != "heal" and "whole" not in s["step"]]
+    assert len(faults) == 2
+
+
 def test_netns_needs_root_and_creates_nothing_without_it() -> None:
     # pytest's tmp dirs are private to root: this one must be reachable by the unprivileged user
     base = Path(tempfile.mkdtemp(prefix="tide-noroot-", dir="/tmp"))
     try:
         os.chmod(base, 0o777)
         topo = base / "t.yaml"
-        topo.write_text(yaml.safe_dump(TOPOLOGY))
+        topo.write_text(TOPOLOGY.read_text())
         os.chmod(topo, 0o644)
         data_dir = base / "d"
         before = namespaces()
