@@ -38,6 +38,7 @@ from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
 from tidelog.broker.offsets import GroupOffsets, commit_message
 from tidelog.broker.topics import TopicTable
+from tidelog.clusterauth import require_real_secret
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
 from tidelog.errors import (
     ConfigError,
@@ -119,6 +120,7 @@ class Replica:
         if not cfg.secret:
             raise ConfigError("a broker needs the cluster secret (key 'secret' or $TIDE_CLUSTER_SECRET): "
                               "replication and controller membership prove it", key="secret")
+        require_real_secret(cfg.secret)
         self.secret: str = cfg.secret
 
     @property

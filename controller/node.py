@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret
+from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
 from tidelog.controller import service
 from tidelog.controller import state as st
@@ -57,6 +57,7 @@ def mono_ms() -> int:
 class ControllerNode:
     def __init__(self, cfg: ControllerConfig) -> None:
         cfg = with_secret(cfg)
+        require_real_secret(cfg.secret or "")
         self.cfg = cfg
         self.secret: str = cfg.secret or ""
         self._replays = ReplayCache()

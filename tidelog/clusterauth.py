@@ -60,6 +60,19 @@ def secret_from_env() -> str | None:
     return os.environ.get(SECRET_ENV) or None
 
 
+# The value the example configs in deploy/ carry: a cluster running with it is open to anyone
+# who has read the examples, so no process starts with it.
+PLACEHOLDER_SECRETS = frozenset({"change-me-to-a-long-random-string"})
+
+
+def require_real_secret(secret: str) -> None:
+    """Refuse the examples' placeholder secret at start-up."""
+    if secret.strip() in PLACEHOLDER_SECRETS:
+        raise ConfigError("the cluster secret is still the example's placeholder", key="secret",
+                          hint="generate one (python -c 'import secrets; print(secrets.token_urlsafe(32))') "
+                               "and put the same value in every controller and broker config")
+
+
 def find_secret(secret_file: str | None = None, data_dir: str | None = None) -> str | None:
     """The cluster secret for an operator's command: `secret_file` (its first line), else
     `$TIDE_CLUSTER_SECRET`, else the `secret` of `<data_dir>/controller.yaml` as written by

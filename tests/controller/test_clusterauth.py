@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.procs import free_port
 from tidelog.clusterauth import CALL_WINDOW_MS, ReplayCache, check_call, sign_call
 from tidelog.controller.liveness import heartbeat_problem
 from tidelog.errors import ConfigError, UnauthenticatedError
@@ -96,3 +100,27 @@ def test_operators_find_the_secret_from_a_file_the_environment_or_the_cluster_da
         find_secret(str(f), None)
     with pytest.raises(ConfigError, match="cannot read"):
         find_secret(str(tmp_path / "missing"), None)
+
+
+def test_the_examples_placeholder_secret_stops_a_controller_and_a_broker(tmp_path: Path) -> None:
+    import yaml
+
+    from tidelog.clusterauth import PLACEHOLDER_SECRETS
+    from tidelog.controller.config import load
+    from tidelog.controller.node import ControllerNode
+
+    placeholder = next(iter(PLACEHOLDER_SECRETS))
+    # the example in deploy/ carries it: starting from the example unchanged must fail
+    assert placeholder in (Path(__file__).resolve().parents[2] / "deploy" / "controller-1.yaml").read_text()
+    doc = {"data_dir": str(tmp_path / "c"), "secret": placeholder,
+           "nodes": [{"id": "c1", "raft": "127.0.0.1:1", "grpc": "127.0.0.1:2"}]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="placeholder"):
+        ControllerNode(load(tmp_path / "c.yaml"))
+    broker = {"broker_set": "b", "data_dir": str(tmp_path / "b"), "controllers": "127.0.0.1:1",
+              "listen": f"127.0.0.1:{free_port()}", "ha_listen": f"127.0.0.1:{free_port()}", "secret": placeholder}
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(broker))
+    env = {k: v for k, v in os.environ.items() if k != "TIDE_CLUSTER_SECRET"}
+    out = subprocess.run([sys.executable, "-m", "tidelog.cli", "broker", "--config", str(tmp_path / "b.yaml")],
+                         capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    assert out.returncode != 0 and "placeholder" in out.stderr, out.stderr[-2000:]
