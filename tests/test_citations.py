@@ -2,7 +2,7 @@
 
 Citations take the form `docs/reference/<file>.md §N` or a repository path such as
 `docs/DESIGN.md`, `controller/RULES.md`; the section cited must exist as a heading in that file.
-A bare `reference §N` (which reference?) or a path outside the repository is an error.
+A section number cited without its file (which document?) or a path outside the repository is an error.
 """
 
 from __future__ import annotations
