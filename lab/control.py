@@ -42,8 +42,7 @@ def network(data_dir: Path, event: rules.Event) -> list[str]:
 
 
 def current(data_dir: Path) -> list[str]:
-    plan, _lab_info, lab_dir = _lab(data_dir)
-    return rules.describe(net.read_faults(lab_dir))
+    return rules.describe(net.read_faults(_lab(data_dir)[2]))
 
 
 def has_lab(data_dir: Path) -> bool:

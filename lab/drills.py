@@ -38,9 +38,9 @@ from typing import Any
 from tidelog import localcluster
 from tidelog.client import Client
 from tidelog.commitlog.epochs import EpochFile
-from tidelog.drill import _describe, _read_all
+from tidelog.drill import describe_set, read_all
 from tidelog.errors import ConfigError, TidelogError, UnavailableError
-from tidelog.lab import control, rules
+from tidelog.lab import control, net, rules
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Drill:
         """The process currently named master of the drill's broker set."""
         deadline = time.monotonic() + 30
         while True:
-            info = _describe(self.client, self.broker_set)
+            info = describe_set(self.client, self.broker_set)
             if info is not None and info.role.has_master:
                 for p in self.state["processes"]:
                     if p.get("address") == info.role.master_address:
@@ -347,7 +347,7 @@ def wait_whole(client: Client, broker_set: str, timeout_s: float) -> float | Non
     """Wait until the set has a master and every replica is in its SyncStateSet."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        info = _describe(client, broker_set)
+        info = describe_set(client, broker_set)
         if info is not None and info.role.has_master and len(info.role.sync_state_set) == len(info.members):
             return time.monotonic() - t0
         time.sleep(0.25)
@@ -356,7 +356,7 @@ def wait_whole(client: Client, broker_set: str, timeout_s: float) -> float | Non
 
 def check(data_dir: Path, client: Client, broker_set: str, topic: str, work: Workload,
           t0: float) -> dict[str, Any]:
-    read = _read_all(client, topic)
+    read = read_all(client, topic)
     counts = collections.Counter(read)
     acks = sorted(work.acks, key=lambda a: a.acked)
     times = [t0] + [a.acked for a in acks]
@@ -481,9 +481,9 @@ def inside_client_netns(data_dir: Path) -> list[str] | None:
     process is already there (or the cluster has no lab)."""
     state = localcluster.read_state(data_dir.resolve())
     ns = state.get("client_netns")
-    if not ns or os.environ.get("TIDE_LAB_NETNS") == ns:
+    if not ns or os.environ.get(net.CLIENT_SIDE_ENV) == ns:
         return None
-    return ["ip", "netns", "exec", ns, "env", f"TIDE_LAB_NETNS={ns}"]
+    return net.on_client_side(ns)
 
 
 def dumps(report: dict[str, Any]) -> str:

@@ -53,9 +53,18 @@ def _run(*args: str, stdin: str | None = None) -> None:
         raise ConfigError(f"`{' '.join(args)}` failed: {proc.stderr.strip() or proc.stdout.strip()}")
 
 
+CLIENT_SIDE_ENV = "TIDE_LAB_NETNS"  # set in a program started on a lab's client side
+
+
 def in_netns(netns: str) -> list[str]:
     """The command prefix that runs a program inside `netns`."""
     return ["ip", "netns", "exec", netns]
+
+
+def on_client_side(netns: str) -> list[str]:
+    """The command prefix that runs a program on a lab's client side, marked so that it knows
+    it is there (and does not try to get there again)."""
+    return [*in_netns(netns), "env", f"{CLIENT_SIDE_ENV}={netns}"]
 
 
 def existing_namespaces() -> set[str]:
@@ -88,10 +97,7 @@ def create(plan: LabPlan, lab_dir: Path) -> dict[str, Any]:
             _run("ip", "-n", plan.wan_netns, "addr", "add", f"{h.router}/24", "dev", h.veth_router)
             _run("ip", "-n", plan.wan_netns, "link", "set", h.veth_router, "up")
         _run("ip", "netns", "exec", plan.wan_netns, "nft", "-f", "-", stdin=rules.render_nat(plan, RELAY_PORT))
-        state = rules.empty()
-        _write_faults(lab_dir, state)
-        _write_relay_config(plan, lab_dir, state)
-        _run("ip", "netns", "exec", plan.wan_netns, "nft", "-f", "-", stdin=rules.render(state))
+        apply(plan, lab_dir, {}, rules.empty())  # no faults yet; the relay reads its delays from it
         relay_pid = _start_relay(plan, lab_dir)
     except BaseException:
         destroy(plan, {})

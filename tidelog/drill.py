@@ -26,7 +26,7 @@ from tidelog.client import Client
 from tidelog.errors import ConfigError, TidelogError, UnavailableError
 
 
-def _describe(client: Client, broker_set: str) -> Any:
+def describe_set(client: Client, broker_set: str) -> Any:
     async def go() -> Any:
         reply = await client.aio.controller.describe_broker_sets([broker_set])
         return reply.broker_sets[0] if reply.broker_sets else None
@@ -68,7 +68,7 @@ def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, to
         thread = threading.Thread(target=produce, name="drill-producer", daemon=True)
         thread.start()
         time.sleep(duration_s / 3)
-        before = _describe(client, broker_set)
+        before = describe_set(client, broker_set)
         if before is None or not before.role.has_master:
             stop.set()
             thread.join()
@@ -88,7 +88,7 @@ def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, to
         while time.monotonic() < deadline or failover_s is None or rejoin_s is None:
             if time.monotonic() > deadline + 60:
                 break
-            info = _describe(client, broker_set)
+            info = describe_set(client, broker_set)
             if info is not None and info.role.has_master and info.role.master_id != old_id and failover_s is None:
                 failover_s = time.monotonic() - t_kill
                 note(f"new master: broker {info.role.master_id} (epoch {info.role.master_epoch}) "
@@ -109,7 +109,7 @@ def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, to
         if not restarted:  # no failover in time: bring the victim back all the same
             localcluster.restart(data_dir, victim["name"])
             note(f"restarted {victim['name']} (no new master was named)")
-        read = _read_all(client, topic)
+        read = read_all(client, topic)
     counts = collections.Counter(read)
     acked_bodies = [b for b, _ in acked]
     times = [t0] + [t for _, t in acked]
@@ -128,7 +128,7 @@ def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, to
     }
 
 
-def _read_all(client: Client, topic: str, settle_s: float = 20.0) -> list[bytes]:
+def read_all(client: Client, topic: str, settle_s: float = 20.0) -> list[bytes]:
     """Every message of the topic, read up to each queue's max offset (waiting for it to be confirmed)."""
 
     async def go() -> list[bytes]:

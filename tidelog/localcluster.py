@@ -172,7 +172,7 @@ _children: dict[int, subprocess.Popen[bytes]] = {}
 
 def _spawn(args: list[str], log_path: Path, netns: str | None = None) -> int:
     # `ip netns exec` execs the program in place, so the pid is the tidelog process's own.
-    prefix = ["ip", "netns", "exec", netns] if netns else []
+    prefix = net.in_netns(netns) if netns else []
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen([*prefix, sys.executable, "-m", "tidelog.cli", *args], stdout=log_file,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

@@ -66,8 +66,8 @@ def state(data_dir: Path) -> dict[str, Any]:
 
 
 def connects(data_dir: Path, src: str, dst: str, port: int, timeout: float = 1.0) -> float | None:
-    """Seconds a TCP connect + one echo-free round trip takes from process `src`'s namespace to
-    process `dst`'s address, or None when it cannot connect."""
+    """Seconds a TCP connect takes from process `src`'s namespace to process `dst`'s address, or
+    None when it cannot connect within `timeout`."""
     procs = {p["name"]: p for p in state(data_dir)["processes"]}
     ns = procs[src]["netns"] if src != "client" else state(data_dir)["client_netns"]
     addr = procs[dst]["address"].split(":")[0]

@@ -12,6 +12,7 @@ import click
 
 from tidelog import localcluster
 from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
+from tidelog.lab import net
 
 DATA_DIR_ENV = "TIDE_DATA_DIR"
 
@@ -76,7 +77,7 @@ def exec_(data_dir: Path, command: tuple[str, ...]) -> None:
     state = localcluster.read_state(data_dir.resolve())
     ns = state.get("client_netns")
     env = {**os.environ, "TIDE_CONTROLLERS": state["controllers"], DATA_DIR_ENV: str(data_dir.resolve())}
-    prefix = ["ip", "netns", "exec", ns, "env", f"TIDE_LAB_NETNS={ns}"] if ns else []
+    prefix = net.on_client_side(ns) if ns else []
     os.execvpe(([*prefix, *command])[0], [*prefix, *command], env)
 
 

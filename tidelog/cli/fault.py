@@ -106,19 +106,17 @@ _process_verb("pause", "SIGSTOP PROCESS: it stays alive and silent.")
 _process_verb("resume", "SIGCONT a paused PROCESS, or start a killed one again.")
 
 
-@fault.command("dc-down")
-@click.argument("datacenter")
-@data_dir_option
-@json_option
-def dc_down(datacenter: str, data_dir: Path, as_json: bool) -> None:
-    """Kill every process of DATACENTER."""
-    emit({"killed": control.datacenter(data_dir, "down", datacenter)}, as_json)
+def _datacenter_verb(verb: str, doc: str) -> click.Command:
+    @click.argument("datacenter")
+    @data_dir_option
+    @json_option
+    def cmd(datacenter: str, data_dir: Path, as_json: bool) -> None:
+        names = control.datacenter(data_dir, verb, datacenter)
+        emit({"killed" if verb == "down" else "started": names}, as_json)
+
+    cmd.__doc__ = doc
+    return fault.command(f"dc-{verb}")(cmd)
 
 
-@fault.command("dc-up")
-@click.argument("datacenter")
-@data_dir_option
-@json_option
-def dc_up(datacenter: str, data_dir: Path, as_json: bool) -> None:
-    """Start again every process of DATACENTER."""
-    emit({"started": control.datacenter(data_dir, "up", datacenter)}, as_json)
+_datacenter_verb("down", "Kill every process of DATACENTER.")
+_datacenter_verb("up", "Start again every process of DATACENTER.")
