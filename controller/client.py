@@ -65,6 +65,7 @@ class ControllerClient:
         self.secret = secret or secret_from_env()
         self._conns: dict[str, _Conn] = {}
         self._preferred: str = self._addresses[0]
+        self._copies: dict[str, asyncio.Task[None]] = {}
         self.rpc_timeout = rpc_timeout
         self.total_timeout = total_timeout
 
@@ -84,6 +85,8 @@ class ControllerClient:
         return conn
 
     async def close(self) -> None:
+        for task in list(self._copies.values()):
+            task.cancel()
         conns, self._conns = list(self._conns.values()), {}
         for c in conns:
             await c.channel.close()
@@ -240,11 +243,30 @@ class ControllerClient:
     async def heartbeat(self, broker_set: str, broker_id: int, *, epoch: int, max_offset: int,
                         confirm_offset: int = -1, priority: int | None = None,
                         total_timeout: float | None = None) -> pb.HeartbeatReply:
+        """One heartbeat to the leader, answered with the broker's role, and a copy to every other
+        node (controller RULES.md L0): a follower that becomes leader then knows which brokers
+        fell silent and need not wait a whole timeout before failing a silent master over."""
         req = pb.HeartbeatRequest(broker_set=broker_set, broker_id=broker_id, epoch=epoch,
                                   max_offset=max_offset, confirm_offset=confirm_offset)
         if priority is not None:
             req.priority = priority
+        for addr in self._addresses:
+            if addr != self._preferred and addr not in self._copies:
+                task = asyncio.ensure_future(self._copy(addr, req, total_timeout or self.rpc_timeout))
+                self._copies[addr] = task
+                task.add_done_callback(lambda _t, a=addr: self._copies.pop(a, None))
         return await self.call("broker", "Heartbeat", req, total_timeout=total_timeout)
+
+    async def _copy(self, address: str, req: pb.HeartbeatRequest, timeout: float) -> None:
+        """Send a heartbeat copy; its only use is the node's table, so the answer is dropped,
+        except that a node answering as leader becomes the next call's first choice. At most one
+        copy per node is in flight, so a silent node does not collect them."""
+        try:
+            await self._conn(address).broker.Heartbeat(req, timeout=timeout,
+                                                        metadata=self._signature("Heartbeat", req))
+        except grpc.aio.AioRpcError:
+            return
+        self._preferred = address
 
     async def alter_sync_state_set(self, broker_set: str, master_id: int, master_epoch: int,
                                    new_sync_state_set: Iterable[int], sync_state_set_epoch: int

@@ -1,9 +1,11 @@
-"""Which brokers are alive: the controller leader's heartbeat table, as a pure state machine.
+"""Which brokers are alive: every controller's heartbeat table, as a pure state machine.
 
-This module owns liveness and nothing else. The table lives only in the Raft leader's memory
-(it is never replicated: heartbeats arrive every second from every broker, and a follower does
-not need them). Time is always an argument (``now_ms``, from a monotonic clock in the shell);
-the table never reads a clock, so tests drive it with plain integers.
+This module owns liveness and nothing else. The table lives only in memory (it is never
+replicated: heartbeats arrive every second from every broker). Every controller keeps one: a
+broker sends each heartbeat to the leader and a copy to every other controller, so a follower
+that becomes leader already knows who has been silent. Time is always an argument (``now_ms``,
+from a monotonic clock in the shell); the table never reads a clock, so tests drive it with plain
+integers.
 
 Theory of operation
 -------------------
@@ -15,16 +17,21 @@ One entry per (broker set, broker id):
                                        stored pair never decreases while the entry lives; the
                                        confirm offset moves with a larger pair, or upward on an
                                        equal pair (a late, reordered heartbeat cannot roll it back)
+                     heard_since    -> the start of the current unbroken run of heartbeats: reset
+                                       to now when the entry had already timed out
+    touch(now)       last_seen only (a follower that cannot check the claims yet)
     is_alive(now)    entry present and now - last_seen <= timeout
     expire(now)      entries with now - last_seen > timeout are removed and returned
     forget(...)      the shell saw the broker's connection close, or its data was cleaned
 
-A leader that has just taken over knows nothing recent. ``on_leadership(now)`` opens a grace
-window of one full timeout: entries it already holds are treated as just seen, and
-``masters_needing_election`` declares no master dead before the window ends, so brokers that
-have not yet found the new leader are not failed over. Grace never makes a broker *alive*: an
-election or a SyncStateSet change still needs a real heartbeat (the LiveInfo it carries is what
-the election policy ranks).
+A leader that has just taken over may know nothing recent (it restarted, or the brokers could
+not reach it). ``on_leadership(now)`` opens a grace window of one full timeout in which
+``masters_needing_election`` declares a master dead only on *witnessed* silence: the master is
+not alive and another member of its set has been heard without a break for at least a full
+timeout, so this node was listening the whole time the master said nothing (RULES.md L4). Without
+such a witness the set waits for the window to end, so brokers that have not yet found the new
+leader are not failed over. Grace never makes a broker *alive*: an election or a SyncStateSet
+change still needs a real heartbeat (the LiveInfo it carries is what the election policy ranks).
 
 A set whose controller-triggered election found nobody is left without a master (RULES.md E7);
 ``leaderless_sets_electable`` lists such sets once an electable broker is alive again, so the
@@ -53,6 +60,7 @@ class _Entry:
     confirm_offset: int
     priority: int
     last_seen_ms: int
+    heard_since_ms: int
 
     def info(self) -> LiveInfo:
         return LiveInfo(epoch=self.epoch, max_offset=self.max_offset,
@@ -79,7 +87,7 @@ def heartbeat_problem(set_epoch: int, epoch: int, max_offset: int, confirm_offse
 
 
 class HeartbeatTable:
-    """Leader-memory liveness of brokers. Not thread-safe: the shell serialises calls."""
+    """In-memory liveness of brokers. Not thread-safe: the shell serialises calls."""
 
     def __init__(self, timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS) -> None:
         if type(timeout_ms) is not int or timeout_ms <= 0:
@@ -93,20 +101,29 @@ class HeartbeatTable:
         key = (broker_set, broker_id)
         e = self._entries.get(key)
         if e is None:
-            self._entries[key] = _Entry(epoch, max_offset, confirm_offset, priority, now_ms)
+            self._entries[key] = _Entry(epoch, max_offset, confirm_offset, priority, now_ms, now_ms)
             return
-        # A heartbeat delayed in the network may carry an older clock reading; never move back.
-        e.last_seen_ms = max(e.last_seen_ms, now_ms)
+        self._heard(e, now_ms)
         e.priority = priority
         if (epoch, max_offset) > (e.epoch, e.max_offset):
             e.epoch, e.max_offset, e.confirm_offset = epoch, max_offset, confirm_offset
         elif (epoch, max_offset) == (e.epoch, e.max_offset):
             e.confirm_offset = max(e.confirm_offset, confirm_offset)
 
+    def touch(self, broker_set: str, broker_id: int, now_ms: int) -> None:
+        """A heartbeat whose claims this node cannot check yet: it proves only that the broker lives."""
+        e = self._entries.get((broker_set, broker_id))
+        if e is not None:
+            self._heard(e, now_ms)
+
+    def _heard(self, e: _Entry, now_ms: int) -> None:
+        if e.last_seen_ms + self.timeout_ms < now_ms:
+            e.heard_since_ms = now_ms  # it had timed out: a new run of heartbeats starts
+        # A heartbeat delayed in the network may carry an older clock reading; never move back.
+        e.last_seen_ms = max(e.last_seen_ms, now_ms)
+
     def on_leadership(self, now_ms: int) -> None:
         self._grace_until_ms = now_ms + self.timeout_ms
-        for e in self._entries.values():
-            e.last_seen_ms = max(e.last_seen_ms, now_ms)
 
     def in_grace(self, now_ms: int) -> bool:
         return self._grace_until_ms is not None and now_ms < self._grace_until_ms
@@ -122,6 +139,10 @@ class HeartbeatTable:
             for (name, bid), e in sorted(self._entries.items())
             if name == broker_set and e.last_seen_ms + self.timeout_ms >= now_ms
         }
+
+    def heard(self, now_ms: int) -> int:
+        """How many brokers, of every set, are alive in this table."""
+        return sum(1 for e in self._entries.values() if e.last_seen_ms + self.timeout_ms >= now_ms)
 
     def alive_ids(self, broker_set: str, now_ms: int) -> frozenset[int]:
         return frozenset(self.alive(broker_set, now_ms))
@@ -148,17 +169,25 @@ class HeartbeatTable:
 
     def masters_needing_election(self, state: ControllerState, now_ms: int) -> list[str]:
         """Broker sets whose recorded master is dead while some member is alive (docs/reference/rocketmq-controller-ha.md §1.2,
-        scanNeedReelectBrokerSets), ascending name; none during the new-leader grace window."""
-        if self.in_grace(now_ms):
-            return []
+        scanNeedReelectBrokerSets), ascending name; during the new-leader grace window only those
+        whose master's silence a continuously heard member witnessed (RULES.md L4)."""
+        grace = self.in_grace(now_ms)
         out = []
         for name in sorted(state.broker_sets):
             bs = state.broker_sets[name]
             if bs.master_id is None or self.is_alive(name, bs.master_id, now_ms):
                 continue
-            if any(self.is_alive(name, i, now_ms) for i in bs.members):
+            if any(self._witness(name, i, now_ms) if grace else self.is_alive(name, i, now_ms)
+                   for i in bs.members if i != bs.master_id):
                 out.append(name)
         return out
+
+    def _witness(self, broker_set: str, broker_id: int, now_ms: int) -> bool:
+        """Alive and heard without a break for a full timeout: had the master been beating too,
+        this node would have heard it within that time."""
+        e = self._entries.get((broker_set, broker_id))
+        return (e is not None and e.last_seen_ms + self.timeout_ms >= now_ms
+                and now_ms - e.heard_since_ms >= self.timeout_ms)
 
     def leaderless_sets_electable(self, state: ControllerState, now_ms: int, enable_unclean: bool) -> list[str]:
         """Broker sets that had a master once, have none now, and would elect one with the current

@@ -1,9 +1,10 @@
 """One controller process: the Raft node, the gRPC server and the leader-only loop.
 
 The leader loop is the only place the controller acts without a request:
-- on gaining leadership it gives every broker one full heartbeat timeout of grace (heartbeats
-  lived in the previous leader's memory, not in Raft) and commits a barrier so that its replica
-  has applied every earlier entry before it serves writes;
+- on gaining leadership it opens one heartbeat timeout of grace (heartbeats are not in Raft; this
+  node knows only the copies brokers sent it as a follower, so within the grace a master is
+  failed over only on silence a continuously heard member witnessed: RULES.md L4) and commits a
+  barrier so that its replica has applied every earlier entry before it serves writes;
 - then, every tick, it expires heartbeats and runs a controller-triggered election for each
   broker set whose master stopped heartbeating, and for each set left without a master whose
   electable broker is alive again.
@@ -31,7 +32,7 @@ from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
 from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
-from tidelog.controller.liveness import HeartbeatTable
+from tidelog.controller.liveness import HeartbeatTable, heartbeat_problem
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
@@ -109,10 +110,28 @@ class ControllerNode:
             return None
         return set(self.heartbeats.alive(broker_set, mono_ms()))
 
-    def beat(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest, report: bool) -> None:
+    def observe(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest) -> None:
+        """Record a heartbeat copy sent to this follower (RULES.md L0), so that if it becomes leader
+        it already knows who fell silent. Claims its own replica cannot check yet (it may lag the
+        leader) only prove the broker lives."""
         now = mono_ms()
+        with self.raft.read() as state:
+            bs = state.broker_sets.get(broker_set)
+            if bs is None or broker_id not in bs.members:
+                return
+            problem = heartbeat_problem(bs.master_epoch, req.epoch, req.max_offset, req.confirm_offset)
+        if problem is not None:
+            self.heartbeats.touch(broker_set, broker_id, now)
+        else:
+            self._record(broker_set, broker_id, req, now)
+
+    def _record(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest, now: int) -> None:
         kwargs = {"priority": req.priority} if req.HasField("priority") else {}
         self.heartbeats.beat(broker_set, broker_id, req.epoch, req.max_offset, req.confirm_offset, now, **kwargs)
+
+    def beat(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest, report: bool) -> None:
+        now = mono_ms()
+        self._record(broker_set, broker_id, req, now)
         if not report:
             return
         key = (broker_set, broker_id)

@@ -7,7 +7,8 @@ are made by `ControllerState.apply` (at apply time, on every replica) and by the
 - Writes go through `ControllerNode.write`, which answers CONTROLLER_NOT_LEADER with the leader's
   gRPC address on a follower, and otherwise builds the command with `now_ms` and the leader's
   liveness snapshot *before* proposing it.
-- Heartbeats are leader-only and never touch Raft: they live in the leader's `HeartbeatTable`.
+- Heartbeats never touch Raft: they live in every node's `HeartbeatTable`; only the leader answers one
+  (a follower records the copy and answers CONTROLLER_NOT_LEADER).
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         name = non_empty("broker_set", request.broker_set)
         bid = non_negative("broker_id", request.broker_id)
         self.node.authenticate(context, "Heartbeat", request, broker_set=name, broker_id=bid)
+        if not self.node.raft.is_leader():
+            self.node.observe(name, bid, request)  # a copy (RULES.md L0); the answer names the leader
         self.node.require_leader()
         # A new leader answers from state that includes every earlier term's registrations.
         await self.node.ensure_ready()
@@ -358,7 +361,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return pb.ClusterStatusReply(
             node_id=s.node_id, raft_state=s.raft_state, leader_id=s.leader_id or "",
             leader_address=self.node.raft.leader_grpc() or "", term=s.term, commit_index=s.commit_index,
-            last_applied=s.last_applied, ready=s.ready,
+            last_applied=s.last_applied, ready=s.ready, brokers_heard=self.node.heartbeats.heard(self.node.mono_ms()),
             nodes=[pb.ControllerNodeInfo(id=n.id, raft_address=n.raft, grpc_address=n.grpc)
                    for n in self.node.cfg.nodes])
 

@@ -183,3 +183,29 @@ def test_new_controller_leader_gives_grace_then_fails_over(controller_cluster: C
     cluster = controller_cluster(3, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS)
     timings = asyncio.run(_leader_change(cluster))
     print("3-node controller: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
+
+
+async def _leader_and_master_die_together(cluster: ControllerCluster) -> float:
+    async with ControllerClient(cluster.address_list, total_timeout=20) as client:
+        b1, b2 = await _set_up(client, "broker-h", 2)
+        role = await _role(client, "broker-h")
+        await client.alter_sync_state_set("broker-h", b1.broker_id, role.master_epoch, {1, 2},
+                                          role.sync_state_set_epoch)
+        # Every node, followers too, hears both brokers: they send their heartbeats to all nodes.
+        for nid in cluster.ids:
+            async def heard(nid: str = nid) -> bool:
+                return (await client.cluster_status(address=cluster.grpc[nid])).brokers_heard == 2
+            await wait_for(heard, 10, what=f"controller {nid} hearing both brokers")
+        leader = await wait_for(lambda: _controller_leader(client, cluster, cluster.ids), 10, what="leader")
+        # The controller leader's datacenter goes dark with the master in it.
+        cluster.procs[leader].kill9()
+        role, took = await _stop_master_and_wait(client, "broker-h", b1, lambda r: r.master_id == b2.broker_id)
+        assert role.master_epoch == 2 and list(role.sync_state_set) == [b2.broker_id]
+        await b2.stop()
+        return took
+
+
+def test_leader_and_master_lost_together_fail_over(controller_cluster: Callable[..., ControllerCluster]) -> None:
+    cluster = controller_cluster(3, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS)
+    took = asyncio.run(_leader_and_master_die_together(cluster))
+    print(f"3-node controller: leader and master lost together, new master after {took:.2f}s")

@@ -159,13 +159,65 @@ def test_l4_grace_does_not_make_unheard_brokers_alive() -> None:
     assert hb.alive(A, 1) == {}
 
 
-def test_l4_grace_refreshes_entries_the_leader_already_held() -> None:
+def test_l4_grace_keeps_what_the_node_heard_as_a_follower() -> None:
     hb = HeartbeatTable(T)
     hb.beat(A, 1, 0, 0, 0, now_ms=0)
-    hb.on_leadership(now_ms=4000)  # re-elected leader with an old entry
-    assert hb.expire(4000 + T) == []
-    assert hb.is_alive(A, 1, 4000 + T)
-    assert hb.expire(4000 + T + 1) == [(A, 1)]
+    hb.on_leadership(now_ms=4000)  # an entry heard as a follower keeps its real age
+    assert hb.is_alive(A, 1, T)
+    assert hb.expire(T + 1) == [(A, 1)]
+
+
+def follower_heard(until_ms: int, master_until_ms: int, step: int = 500) -> HeartbeatTable:
+    """A follower that received the copies of broker-a's slave (2) up to `until_ms` and of its
+    master (1) up to `master_until_ms`, from time 0."""
+    hb = HeartbeatTable(T)
+    for now in range(0, until_ms + 1, step):
+        hb.beat(A, 2, 1, 0, 0, now_ms=now)
+        if now <= master_until_ms:
+            hb.beat(A, 1, 1, 0, 0, now_ms=now)
+    return hb
+
+
+def test_l4_witnessed_silence_fails_the_master_over_within_the_grace() -> None:
+    # The leader's datacenter went dark at 10 s together with the master; this follower heard
+    # the slave throughout, takes over at 11.5 s and need not wait until 16.5 s.
+    s = mastered_state()
+    hb = follower_heard(until_ms=10_000 + T, master_until_ms=10_000)
+    hb.on_leadership(now_ms=11_500)
+    assert hb.in_grace(10_000 + T + 1)
+    assert hb.masters_needing_election(s, 10_000 + T) == []  # the master is still within its timeout
+    assert hb.masters_needing_election(s, 10_000 + T + 1) == [A]
+
+
+def test_l4_a_witness_must_have_been_heard_for_a_full_timeout() -> None:
+    # This node was cut off from the brokers until 20 s and hears the slave again from then on:
+    # the master may be beating just as well, so within the grace nobody is declared dead.
+    s = mastered_state()
+    hb = follower_heard(until_ms=5_000, master_until_ms=5_000)
+    for now in range(20_000, 20_000 + T, 500):
+        hb.beat(A, 2, 1, 0, 0, now_ms=now)
+    hb.on_leadership(now_ms=20_000)
+    assert hb.masters_needing_election(s, 20_000 + T - 500) == []
+    hb.beat(A, 2, 1, 0, 0, now_ms=20_000 + T)
+    assert hb.masters_needing_election(s, 20_000 + T) == [A]  # the grace is over
+
+
+def test_l4_a_restarted_leader_has_no_witness() -> None:
+    s = mastered_state()
+    hb = HeartbeatTable(T)
+    hb.on_leadership(now_ms=0)
+    for now in range(0, T, 500):
+        hb.beat(A, 2, 1, 0, 0, now_ms=now)
+    assert hb.masters_needing_election(s, T - 1) == []
+
+
+def test_touch_refreshes_only_a_known_entry() -> None:
+    hb = HeartbeatTable(T)
+    hb.touch(A, 1, now_ms=0)
+    assert hb.info(A, 1) is None
+    hb.beat(A, 1, 1, 100, 50, now_ms=0)
+    hb.touch(A, 1, now_ms=T)
+    assert hb.is_alive(A, 1, 2 * T) and hb.info(A, 1).max_offset == 100
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

@@ -91,14 +91,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
         _emit_json(rows)
         return
     table = Table(title="controller nodes")
-    for col in ("node", "state", "leader", "term", "commit", "applied", "ready"):
+    for col in ("node", "state", "leader", "term", "commit", "applied", "ready", "brokers heard"):
         table.add_column(col)
     for r in rows:
         if isinstance(r, dict):
-            table.add_row(r["address"], f"[red]{r['error']}[/red]", "", "", "", "", "")
+            table.add_row(r["address"], f"[red]{r['error']}[/red]", "", "", "", "", "", "")
         else:
             table.add_row(r.node_id, r.raft_state, r.leader_address or "-", str(r.term), str(r.commit_index),
-                          str(r.last_applied), "yes" if r.ready else "no")
+                          str(r.last_applied), "yes" if r.ready else "no", str(r.brokers_heard))
     Console().print(table)
 
 

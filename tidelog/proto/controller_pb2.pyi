@@ -349,7 +349,7 @@ class ControllerNodeInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusReply(_message.Message):
-    __slots__ = ("node_id", "raft_state", "leader_id", "leader_address", "term", "commit_index", "last_applied", "ready", "nodes")
+    __slots__ = ("node_id", "raft_state", "leader_id", "leader_address", "term", "commit_index", "last_applied", "ready", "nodes", "brokers_heard")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     RAFT_STATE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -359,6 +359,7 @@ class ClusterStatusReply(_message.Message):
     LAST_APPLIED_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_HEARD_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_state: str
     leader_id: str
@@ -368,4 +369,5 @@ class ClusterStatusReply(_message.Message):
     last_applied: int
     ready: bool
     nodes: _containers.RepeatedCompositeFieldContainer[ControllerNodeInfo]
-    def __init__(self, node_id: _Optional[str] = ..., raft_state: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., ready: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[ControllerNodeInfo, _Mapping]]] = ...) -> None: ...
+    brokers_heard: int
+    def __init__(self, node_id: _Optional[str] = ..., raft_state: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., ready: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[ControllerNodeInfo, _Mapping]]] = ..., brokers_heard: _Optional[int] = ...) -> None: ...
