@@ -47,10 +47,13 @@ from dataclasses import dataclass
 from tidelog.controller.election import elect
 from tidelog.controller.state import ControllerState, LiveInfo
 
-__all__ = ["DEFAULT_HEARTBEAT_TIMEOUT_MS", "HeartbeatTable"]
+__all__ = ["DEFAULT_HEARTBEAT_TIMEOUT_MS", "MAX_REPORTED_OFFSET", "HeartbeatTable", "heartbeat_problem"]
 
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000  # docs/DESIGN.md: heartbeat every 1 s, timeout 5 s
 _PRIORITY_DEFAULT = 2**31 - 1
+# Offsets a heartbeat may claim: 2^53 bytes (8 PiB) is past any real log, and every offset below
+# it survives a trip through a JSON number (a double) in status output and tools unchanged.
+MAX_REPORTED_OFFSET = 2**53 - 1
 
 
 @dataclass
@@ -81,6 +84,8 @@ def heartbeat_problem(set_epoch: int, epoch: int, max_offset: int, confirm_offse
         return f"epoch {epoch} is beyond the broker set's epoch {set_epoch}"
     if max_offset < 0:
         return f"max offset {max_offset} is negative"
+    if max_offset > MAX_REPORTED_OFFSET:
+        return f"max offset {max_offset} is beyond 2^53 - 1, larger than any log"
     if confirm_offset < -1 or confirm_offset > max_offset:
         return f"confirm offset {confirm_offset} is outside [-1, max offset {max_offset}]"
     return None

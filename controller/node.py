@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -57,6 +58,10 @@ def mono_ms() -> int:
 
 class ControllerNode:
     def __init__(self, cfg: ControllerConfig) -> None:
+        if sys.flags.optimize:
+            # PySyncObj checks what arrives on the Raft port with `assert`s, which -O removes.
+            raise ConfigError("a controller does not run under `python -O`: its Raft library checks the messages "
+                              "of its peers with asserts, which -O removes", hint="start it without -O")
         cfg = with_secret(cfg)
         require_real_secret(cfg.secret or "")
         self.cfg = cfg

@@ -160,23 +160,39 @@ def sign_call(secret: str, method: str, request: bytes, broker_set: str, broker_
 
 
 class ReplayCache:
-    """Nonces seen within the window, oldest first; bounded so a flood cannot grow it without end."""
+    """Nonces seen within the window, oldest first; bounded so a flood cannot grow it without end.
+
+    An entry is dropped freely once its call could no longer pass the clock check (received more
+    than two windows ago). Dropping one earlier, because the cache is full, would let that call be
+    replayed; so the cache raises its *floor* to the dropped call's signed time, and every call
+    signed at or before the floor is refused from then on (`admits`). Under a flood of valid
+    calls the cost is that a broker whose clock lags must sign again, never a replay.
+    """
 
     def __init__(self, window_ms: int = CALL_WINDOW_MS, limit: int = 200_000) -> None:
         self.window_ms = window_ms
         self.limit = limit
-        self._seen: OrderedDict[bytes, int] = OrderedDict()
+        self.floor_ms: int | None = None
+        self._seen: OrderedDict[bytes, tuple[int, int]] = OrderedDict()  # nonce -> (received, signed)
 
-    def add(self, nonce: bytes, now_ms: int) -> bool:
-        """Remember `nonce`; False if it was already seen (a replay)."""
+    def admits(self, signed_ms: int) -> bool:
+        """False for a call signed at or before a nonce the cache had to forget early."""
+        return self.floor_ms is None or signed_ms > self.floor_ms
+
+    def add(self, nonce: bytes, now_ms: int, signed_ms: int | None = None) -> bool:
+        """Remember `nonce` of a call signed at `signed_ms` (default `now_ms`); False if it was
+        already seen (a replay) or is not admitted."""
+        signed = now_ms if signed_ms is None else signed_ms
         while self._seen:
-            oldest, at = next(iter(self._seen.items()))
-            if at >= now_ms - 2 * self.window_ms and len(self._seen) < self.limit:
+            received, at = next(iter(self._seen.values()))
+            if received >= now_ms - 2 * self.window_ms and len(self._seen) < self.limit:
                 break
             self._seen.popitem(last=False)
-        if nonce in self._seen:
+            if received >= now_ms - 2 * self.window_ms:  # still replayable: nothing signed by then passes
+                self.floor_ms = at if self.floor_ms is None else max(self.floor_ms, at)
+        if nonce in self._seen or not self.admits(signed):
             return False
-        self._seen[nonce] = now_ms
+        self._seen[nonce] = (now_ms, signed)
         return True
 
 
@@ -201,6 +217,9 @@ def check_call(secret: str, token: str | None, method: str, request: bytes, now_
                                    "controller's clock", hint="synchronise the clocks (NTP) of brokers and controllers")
     if not verify(secret, mac, CALL_PURPOSE, method, broker_set, broker_id, at, nonce, request):
         raise UnauthenticatedError("the cluster secret was not proven")
-    if not seen.add(nonce, now_ms):
+    if not seen.admits(at):
+        raise UnauthenticatedError("the controller had to forget calls signed this early (a flood of calls); "
+                                   "sign the call again")
+    if not seen.add(nonce, now_ms, at):
         raise UnauthenticatedError("this signed call was already used (a replay)")
     return CallIdentity(broker_set, broker_id)

@@ -76,6 +76,9 @@ def test_the_replay_cache_forgets_old_nonces_and_stays_bounded() -> None:
     (3, 1, -1, -1, "negative"),
     (3, 1, 10, 11, "confirm offset"),
     (3, 1, 10, -2, "confirm offset"),
+    (3, 1, 2**53 - 1, 2**53 - 1, None),
+    (3, 1, 2**53, 0, "2^53"),
+    (3, 1, 2**63 - 1, 0, "2^53"),
 ])
 def test_heartbeat_claims(set_epoch: int, epoch: int, max_offset: int, confirm: int, problem: str | None) -> None:
     got = heartbeat_problem(set_epoch, epoch, max_offset, confirm)
@@ -124,3 +127,27 @@ def test_the_examples_placeholder_secret_stops_a_controller_and_a_broker(tmp_pat
     out = subprocess.run([sys.executable, "-m", "tidelog.cli", "broker", "--config", str(tmp_path / "b.yaml")],
                          capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
     assert out.returncode != 0 and "placeholder" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_full_replay_cache_never_forgets_a_replayable_nonce() -> None:
+    # 10 calls fill the cache within one window; the 11th forces out the first, which is still
+    # inside the clock window: replaying it must fail, and so must anything signed as early.
+    cache = ReplayCache(window_ms=1000, limit=10)
+    nonces = [i.to_bytes(16, "big") for i in range(11)]
+    for i, n in enumerate(nonces):
+        assert cache.add(n, NOW + i, NOW + i)
+    assert nonces[0] not in cache._seen
+    assert not cache.admits(NOW) and cache.admits(NOW + 1)
+    assert cache.add(nonces[0], NOW + 20, NOW) is False
+    assert cache.add(b"\xff" * 16, NOW + 20, NOW + 20)  # a fresh call still passes
+
+
+def test_a_replay_after_a_flood_is_refused_end_to_end() -> None:
+    seen = ReplayCache(limit=5)
+    first = sign_call(SECRET, "Heartbeat", b"x", "a", 1, NOW)
+    check_call(SECRET, first, "Heartbeat", b"x", NOW, seen)
+    for i in range(5):  # a burst of valid calls signed later pushes `first` out
+        check_call(SECRET, sign_call(SECRET, "Heartbeat", b"x", "a", 1, NOW + 1 + i), "Heartbeat", b"x",
+                   NOW + 1 + i, seen)
+    with pytest.raises(UnauthenticatedError, match="sign the call again"):
+        check_call(SECRET, first, "Heartbeat", b"x", NOW + 10, seen)

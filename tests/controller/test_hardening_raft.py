@@ -12,6 +12,8 @@ import asyncio
 import pickle
 import socket
 import struct
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import ControllerCluster, wait_until
+from tests.procs import ControllerCluster, free_address, wait_until
 from tidelog.controller.client import ControllerClient
 
 pytestmark = pytest.mark.slow
@@ -78,3 +80,15 @@ def test_a_pickled_payload_on_the_raft_port_does_nothing(controller_cluster: Cal
     assert not marker.exists(), "the controller executed a payload from an unauthenticated peer"
     assert proc.alive() and asyncio.run(answers())
     assert (cluster.root / "data" / "c1" / "cluster.secret").exists()
+
+
+def test_a_controller_refuses_to_start_under_python_O(tmp_path: Path) -> None:
+    # PySyncObj's checks of what peers send are asserts; -O would remove them silently.
+    cfg = tmp_path / "controller.yaml"
+    cfg.write_text(f"data_dir: {tmp_path / 'data'}\nsecret: a-real-secret-for-this-test-only-0123456789\n"
+                   f"nodes:\n  - id: c1\n    raft: {free_address()}\n    grpc: {free_address()}\n")
+    out = subprocess.run([sys.executable, "-O", "-m", "tidelog.cli", "controller", "--config", str(cfg),
+                          "--node-id", "c1"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode != 0
+    assert "python -O" in out.stderr and "CONFIG_INVALID" in out.stderr
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*.log"))
