@@ -42,6 +42,7 @@ from tidelog.client.batching import (
     Pending,
     message_bytes,
 )
+from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
 from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 from tidelog.errors import (
@@ -72,9 +73,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A call to a master slower than this starts watching the route for a newer master (call_master).
-STALE_AFTER_S = 0.5
-ROUTE_POLL_S = 0.25
 
 _RETRY_SEND = (NotMasterError, UnavailableError, InSyncReplicasNotEnoughError, FlushSlaveTimeoutError,
                FlushDiskTimeoutError, DiskFullError, StoreError)
@@ -159,33 +157,14 @@ class AsyncClient:
             raise error_from_rpc(exc) from None
 
     async def call_master(self, topic: str, bs: BrokerSetRoute, method: str, request: Any, timeout: float) -> Any:
-        """Call the master of broker set `bs`, giving up as soon as the controllers name a newer one.
+        """Call the master of broker set `bs`, giving up as soon as the controllers name a newer one
+        (`until_superseded`)."""
+        async def newer_epoch() -> int | None:
+            newer = (await self.route(topic, refresh=True)).broker_set(bs.name)
+            return None if newer is None else newer.master_epoch
 
-        A master that went silent (stopped, or cut off with its datacenter) keeps its connection
-        open and never answers; waiting out the deadline would stall every send for it. Once the
-        call has taken `STALE_AFTER_S`, the route is asked for again every `ROUTE_POLL_S` beside
-        the call; a newer master epoch means the old master can no longer acknowledge (its lease
-        is gone), so the call is abandoned with UNAVAILABLE and the caller retries at the new
-        master. A master that is merely slow keeps its call: no retry, no duplicate.
-        """
-        call = asyncio.ensure_future(self.call_broker(bs.master_address, method, request, timeout=timeout))
-        try:
-            done, _ = await asyncio.wait({call}, timeout=STALE_AFTER_S)
-            while not done:
-                lookup = asyncio.ensure_future(self.route(topic, refresh=True))
-                done, _ = await asyncio.wait({call, lookup}, return_when=asyncio.FIRST_COMPLETED)
-                if call in done:
-                    lookup.cancel()
-                    break
-                newer = None if lookup.exception() is not None else lookup.result().broker_set(bs.name)
-                if newer is not None and newer.master_epoch > bs.master_epoch:
-                    raise UnavailableError(f"broker set {bs.name} has a new master (epoch "
-                                           f"{newer.master_epoch}) while {bs.master_address} was silent")
-                done, _ = await asyncio.wait({call}, timeout=ROUTE_POLL_S)
-            return call.result()
-        finally:
-            if not call.done():
-                call.cancel()
+        return await until_superseded(self.call_broker(bs.master_address, method, request, timeout=timeout),
+                                      bs.name, bs.master_address, bs.master_epoch, newer_epoch)
 
     def cached_route(self, topic: str) -> TopicRoute | None:
         """The route of `topic` if it is cached and fresh, without asking anyone."""
@@ -255,18 +234,21 @@ class AsyncClient:
     async def pull(self, route: BrokerSetRoute, topic: str, queue: int, offset: int, *, max_messages: int,
                    wait_ms: int) -> tuple[list[ConsumedMessage], int]:
         """Pull from the first replica that answers; returns (messages, next offset)."""
-        last: TidelogError | None = None
-        for address in route.read_addresses():
-            try:
-                reply = await self.call_broker(address, "Pull", bpb.PullRequest(
-                    topic=topic, queue=queue, offset=offset, max_messages=max_messages, wait_ms=wait_ms),
-                    timeout=self.rpc_timeout + wait_ms / 1000)
-            except (UnavailableError, TopicNotFoundError, CorruptRecordError) as exc:
+        request = bpb.PullRequest(topic=topic, queue=queue, offset=offset, max_messages=max_messages,
+                                  wait_ms=wait_ms)
+        try:
+            # A long poll may rightly take wait_ms; a replica silent beyond that is passed over.
+            _, reply = await first_answer(
+                route.read_addresses(),
+                lambda address: self.call_broker(address, "Pull", request, timeout=self.rpc_timeout + wait_ms / 1000),
+                after_s=wait_ms / 1000 + SPECULATIVE_READ_S,
                 # A damaged record on one replica is intact on the others (and is being repaired).
-                last = exc
-                continue
-            return [_consumed(m, route.name) for m in reply.messages], reply.next_offset
-        raise last or UnavailableError(f"broker set {route.name} has no reachable replica")
+                give_up=lambda exc: not isinstance(exc, UnavailableError | TopicNotFoundError | CorruptRecordError))
+        except AllFailed as failed:
+            errors = list(failed.errors.values())
+            raise errors[-1] if errors else UnavailableError(f"broker set {route.name} has no reachable replica"
+                                                             ) from None
+        return [_consumed(m, route.name) for m in reply.messages], reply.next_offset
 
     async def queue_offsets(self, route: BrokerSetRoute, topic: str, queue: int) -> bpb.QueueOffsets:
         last: TidelogError | None = None

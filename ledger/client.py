@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from tidelog.client import _Sync
+from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.errors import (
     DigestMatchError,
     FlushSlaveTimeoutError,
@@ -218,6 +219,7 @@ class BrokerSetView:
     master_address: str
     members: tuple[ReplicaView, ...]
     sync_state_set: frozenset[int] = frozenset()
+    master_epoch: int = 0
 
     def address_of(self, broker_id: int) -> str | None:
         for m in self.members:
@@ -247,7 +249,7 @@ def broker_set_views(reply: controller_pb2.DescribeBrokerSetsReply) -> list[Brok
                         for m in sorted(b.members, key=lambda m: m.broker_id))
         out.append(BrokerSetView(role.broker_set, int(role.master_id) if role.has_master else None,
                                  role.master_address if role.has_master else "", members,
-                                 frozenset(int(i) for i in role.sync_state_set)))
+                                 frozenset(int(i) for i in role.sync_state_set), int(role.master_epoch)))
     return sorted(out, key=lambda v: v.name)
 
 
@@ -355,6 +357,9 @@ class AsyncLedgers:
             raise UnavailableError(f"broker set {name} is not registered with the controller")
         return found[1]
 
+    async def _master_epoch(self, broker_set: str) -> int | None:
+        return (await self.broker_set(broker_set, refresh=True)).master_epoch
+
     async def call(self, address: str, method: str, request: Any, timeout: float) -> Any:
         """One call of the Ledger service on one broker; errors come back typed."""
         try:
@@ -379,8 +384,10 @@ class AsyncLedgers:
                 refresh = False
                 if not view.master_address:
                     raise UnavailableError(f"broker set {broker_set} has no master right now")
-                return await self.call(view.master_address, method, request,
-                                       min(self.rpc_timeout, deadline - time.monotonic()))
+                call = self.call(view.master_address, method, request,
+                                 min(self.rpc_timeout, deadline - time.monotonic()))
+                return await until_superseded(call, broker_set, view.master_address, view.master_epoch,
+                                              lambda: self._master_epoch(broker_set))
             except _RETRY_MASTER as exc:
                 last = exc
                 refresh = True
@@ -805,19 +812,18 @@ class AsyncReadHandle:
         while nxt <= last:
             view = await self._ledgers.broker_set(self._meta.broker_set, refresh=refresh)
             refresh = False
-            errors: dict[int, TidelogError] = {}
-            progressed = False
-            for r, address in read_order(view, self._meta.ensemble_for(nxt)):
-                try:
-                    got = await self._read_from(address, nxt, last)
-                except TidelogError as exc:
-                    errors[r] = exc
-                    continue
+            try:
+                # Slaves first; a silent one is passed over after SPECULATIVE_READ_S.
+                _, got = await first_answer(read_order(view, self._meta.ensemble_for(nxt)),
+                                            lambda ra, start=nxt: self._read_from(ra[1], start, last),
+                                            after_s=SPECULATIVE_READ_S,
+                                            give_up=lambda exc: not isinstance(exc, TidelogError))
+            except AllFailed as failed:
+                errors: dict[int, TidelogError] = {r: e for (r, _), e in failed.errors.items()
+                                                   if isinstance(e, TidelogError)}
+            else:
                 out.extend(got)
                 nxt += len(got)
-                progressed = True
-                break
-            if progressed:
                 continue
             if not refreshed and not all(isinstance(e, NoSuchEntryError) for e in errors.values()):
                 refresh = refreshed = True  # addresses may have moved; try once more with a fresh view

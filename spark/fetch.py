@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tidelog.client.aio import AsyncClient
+from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute
 from tidelog.errors import (
     CorruptRecordError,
@@ -142,57 +143,66 @@ class RangeReader:
         return int(reply.offsets.min)
 
     async def next_chunk(self) -> list[bpb.PulledMessage]:
-        """The next messages of the range (at least one), or [] once the range is done."""
+        """The next messages of the range (at least one), or [] once the range is done.
+
+        Replicas are asked in turn, speculatively (client/hedge.py): one that has not answered
+        within the pull's wait plus SPECULATIVE_READ_S (a silent replica) is passed over."""
         deadline = time.monotonic() + self.timeout
-        tried_all_since = 0
-        last: Exception | None = None
+        last: BaseException | None = None
         while self.position < self.end:
             if not self.replicas:
                 await self._refresh_replicas()
-            address = self.replicas[self._turn % len(self.replicas)] if self.replicas else ""
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise UnavailableError(f"{self.where}: could not read offsets {self.position}..{self.end} within "
                                        f"{self.timeout:.0f}s from {self.replicas}; last error: {last}",
                                        hint="check the broker set's replicas; the range is confirmed, so "
                                             "a retried task will read the same rows")
+            turn = self._turn % len(self.replicas) if self.replicas else 0
+            order = self.replicas[turn:] + self.replicas[:turn]
+            request = bpb.PullRequest(topic=self.topic, queue=self.queue, offset=self.position,
+                                      max_messages=min(self.max_messages, self.end - self.position),
+                                      max_bytes=PULL_MAX_BYTES, wait_ms=int(min(PULL_WAIT_MS, remaining * 1000)))
             try:
-                if not address:
-                    raise UnavailableError(f"broker set {self.broker_set} has no replica to read from")
-                want = min(self.max_messages, self.end - self.position)
-                reply = await self.client.call_broker(address, "Pull", bpb.PullRequest(
-                    topic=self.topic, queue=self.queue, offset=self.position, max_messages=want,
-                    max_bytes=PULL_MAX_BYTES, wait_ms=int(min(PULL_WAIT_MS, max(remaining, 0.0) * 1000))),
-                    timeout=self.client.rpc_timeout + PULL_WAIT_MS / 1000)
-            except OffsetBelowRetentionError:
+                address, msgs = await first_answer(order, lambda a, r=request: self._pull(a, r),
+                                                   after_s=request.wait_ms / 1000 + SPECULATIVE_READ_S,
+                                                   give_up=lambda exc: not isinstance(exc, _REPLICA_ERRORS))
+            except AllFailed as failed:
+                errors = list(failed.errors.values())
+                last = errors[-1] if errors else UnavailableError(
+                    f"broker set {self.broker_set} has no replica to read from")
+                log.info("%s: no replica could serve offset %d (%s); asking the controllers again", self.where,
+                         self.position, last)
+                self._turn += 1
+                await asyncio.sleep(0.2)
+                await self._refresh_replicas()
+                continue
+            if msgs is None:  # below the replica's retention floor
                 floor = await self._min_offset(address)
                 self.position = check_start(self.position, floor, self.end,
                                             fail_on_data_loss=self.fail_on_data_loss, where=self.where)
-                continue
-            except _REPLICA_ERRORS as exc:
-                last = exc
-                log.info("%s: replica %s failed at offset %d (%s); trying the next", self.where, address,
-                         self.position, exc)
-                self._turn += 1
-                tried_all_since += 1
-                if tried_all_since >= len(self.replicas):
-                    tried_all_since = 0
-                    await asyncio.sleep(0.2)
-                    await self._refresh_replicas()
-                continue
-            msgs = [m for m in reply.messages if m.offset < self.end]
-            if not msgs:
-                # This replica's confirmed offset is still below the planned end (a slave a push
-                # behind, or a new master finishing its dispatch): the data is confirmed, so
-                # another replica, or this one a moment later, has it.
-                last = UnavailableError(f"{address} has nothing at {self.position} yet")
-                self._turn += 1
                 continue
             self._check_contiguous(msgs, address)
             self.served_by.append((address, self.position, len(msgs)))
             self.position += len(msgs)
             return msgs
         return []
+
+    async def _pull(self, address: str, request: bpb.PullRequest) -> list[bpb.PulledMessage] | None:
+        """The messages of the range one replica holds from `request.offset`, None below its
+        retention floor; a replica with nothing there yet raises (another may have it)."""
+        try:
+            reply = await self.client.call_broker(address, "Pull", request,
+                                                  timeout=self.client.rpc_timeout + PULL_WAIT_MS / 1000)
+        except OffsetBelowRetentionError:
+            return None
+        msgs = [m for m in reply.messages if m.offset < self.end]
+        if not msgs:
+            # This replica's confirmed offset is still below the planned end (a slave a push
+            # behind, or a new master finishing its dispatch): the data is confirmed, so
+            # another replica, or this one a moment later, has it.
+            raise UnavailableError(f"{address} has nothing at {request.offset} yet")
+        return msgs
 
     def _check_contiguous(self, msgs: Sequence[bpb.PulledMessage], address: str) -> None:
         first, last = msgs[0].offset, msgs[-1].offset

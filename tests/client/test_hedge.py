@@ -1,0 +1,75 @@
+"""first_answer: the speculative-read rule (client/hedge.py), driven with fake replicas."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tidelog.client.hedge import AllFailed, first_answer
+from tidelog.errors import TopicNotFoundError, UnavailableError
+
+SILENT = None  # a replica that never answers
+
+
+def run(replicas: dict[str, object], after_s: float = 0.05, give_up=lambda _e: False):
+    asked: list[str] = []
+    cancelled: list[str] = []
+
+    async def attempt(name: str) -> str:
+        asked.append(name)
+        behaviour = replicas[name]
+        try:
+            if behaviour is SILENT:
+                await asyncio.sleep(3600)
+            delay, outcome = behaviour  # type: ignore[misc]
+            await asyncio.sleep(delay)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        except asyncio.CancelledError:
+            cancelled.append(name)
+            raise
+
+    async def main():
+        return await asyncio.wait_for(first_answer(list(replicas), attempt, after_s=after_s, give_up=give_up), 5)
+
+    return asyncio.run(main()), asked, cancelled
+
+
+def test_a_silent_first_replica_is_passed_over_and_cancelled() -> None:
+    (who, what), asked, cancelled = run({"slave": SILENT, "master": (0, "data")})
+    assert (who, what) == ("master", "data") and asked == ["slave", "master"] and cancelled == ["slave"]
+
+
+def test_a_quick_answer_asks_nobody_else() -> None:
+    (who, what), asked, _ = run({"slave": (0, "s"), "master": (0, "m")})
+    assert (who, what, asked) == ("slave", "s", ["slave"])
+
+
+def test_a_failure_moves_on_at_once() -> None:
+    (who, _), asked, _ = run({"a": (0, UnavailableError("down")), "b": (0, "ok")}, after_s=60)
+    assert who == "b" and asked == ["a", "b"]
+
+
+def test_a_slow_first_answer_still_wins_if_it_comes_first() -> None:
+    (who, _), asked, cancelled = run({"a": (0.1, "late"), "b": SILENT}, after_s=0.05)
+    assert who == "a" and asked == ["a", "b"] and cancelled == ["b"]
+
+
+def test_all_failing_reports_every_error() -> None:
+    with pytest.raises(AllFailed) as info:
+        run({"a": (0, UnavailableError("x")), "b": (0, TopicNotFoundError("y"))})
+    assert list(info.value.errors) == ["a", "b"]
+
+
+def test_a_final_error_is_raised_at_once() -> None:
+    with pytest.raises(ValueError):
+        run({"a": (0, ValueError("bad request")), "b": (0, "never asked")},
+            give_up=lambda e: isinstance(e, ValueError))
+
+
+def test_no_candidates() -> None:
+    with pytest.raises(AllFailed) as info:
+        run({})
+    assert info.value.errors == {}
