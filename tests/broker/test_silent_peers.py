@@ -21,37 +21,57 @@ from collections.abc import Callable
 import pytest
 
 from tests.broker.conftest import TOPIC, BrokerCluster
-from tests.brokers import pause, resume, status_of
+from tests.brokers import BrokerSetProcs, pause, resume, status_of
 from tests.procs import wait_until
 from tidelog.client.aio import AsyncClient
+from tidelog.client.routing import BrokerSetRoute
 
 pytestmark = pytest.mark.slow
 
 AFTER_ELECTION_S = 4.0  # keepalive notices a silent peer within ~2 s; the rest is slack for a busy machine
 
 
+class ElectionWatch:
+    """Notes when the slave of a 2-replica set is elected after the master at `old` stops."""
+
+    def __init__(self, bs: BrokerSetProcs, old: int) -> None:
+        self.bs, self.old = bs, old
+        self.epoch = bs.clients[old].status().master_epoch
+        self.elected_at: list[float] = []
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        wait_until(lambda: (s := status_of(self.bs, 1 - self.old)) is not None and s.role == "master"
+                   and s.master_epoch > self.epoch, 30, 0.05, what="the slave to be elected")
+        self.elected_at.append(time.monotonic())
+
+    def stop_master(self) -> None:
+        pause(self.bs.procs[self.old])
+        self._thread.start()
+
+    async def join(self) -> None:
+        await asyncio.to_thread(self._thread.join, 30)
+
+    def assert_soon_after(self, done: float, what: str) -> None:
+        assert self.elected_at, "the controller never elected the slave"
+        late = done - self.elected_at[0]
+        assert late <= AFTER_ELECTION_S, f"{what} completed {late:.1f}s after the new master was elected"
+
+
 def test_a_send_moves_to_the_new_master_soon_after_the_election(broker_cluster: Callable[..., BrokerCluster]) -> None:
     cluster = broker_cluster(2)
     bs = cluster.bs
     old = bs.wait_master()
-    epoch = bs.clients[old].status().master_epoch
-    elected_at: list[float] = []
-
-    def watch() -> None:
-        wait_until(lambda: (s := status_of(bs, 1 - old)) is not None and s.role == "master"
-                   and s.master_epoch > epoch, 30, 0.05, what="the slave to be elected")
-        elected_at.append(time.monotonic())
+    watch = ElectionWatch(bs, old)
 
     async def main() -> float:
         async with AsyncClient(cluster.controllers, send_timeout=30.0, rpc_timeout=10.0) as client:
             producer = client.producer()
             await producer.send(TOPIC, b"before")
-            pause(bs.procs[old])
-            watcher = threading.Thread(target=watch, daemon=True)
-            watcher.start()
+            watch.stop_master()
             receipt = await producer.send(TOPIC, b"during")
             done = time.monotonic()
-            await asyncio.to_thread(watcher.join, 30)
+            await watch.join()
             assert receipt.broker_set == "broker-a"
             return done
 
@@ -59,9 +79,19 @@ def test_a_send_moves_to_the_new_master_soon_after_the_election(broker_cluster: 
         done = asyncio.run(main())
     finally:
         resume(bs.procs[old])
-    assert elected_at, "the controller never elected the slave"
-    late = done - elected_at[0]
-    assert late <= AFTER_ELECTION_S, f"the send completed {late:.1f}s after the new master was elected"
+    watch.assert_soon_after(done, "the send")
+
+
+async def five_keyed_messages(client: AsyncClient) -> tuple[BrokerSetRoute, int]:
+    """Send m0..m4 with one key; the broker set's route and the queue that holds them."""
+    producer = client.producer()
+    for i in range(5):
+        await producer.send(TOPIC, b"m%d" % i, key="k")
+    bs_route = (await client.route(TOPIC)).broker_sets[0]
+    for q in range(bs_route.queues):
+        if (await client.queue_offsets(bs_route, TOPIC, q)).confirmed >= 5:
+            return bs_route, q
+    raise AssertionError("no queue holds the five messages")
 
 
 def test_a_read_falls_back_from_a_silent_slave(broker_cluster: Callable[..., BrokerCluster]) -> None:
@@ -71,15 +101,7 @@ def test_a_read_falls_back_from_a_silent_slave(broker_cluster: Callable[..., Bro
 
     async def main() -> tuple[list[bytes], float]:
         async with AsyncClient(cluster.controllers, rpc_timeout=10.0) as client:
-            producer = client.producer()
-            for i in range(5):
-                await producer.send(TOPIC, b"m%d" % i, key="k")
-            route = await client.route(TOPIC)
-            bs_route = route.broker_sets[0]
-            queue = -1
-            for q in range(bs_route.queues):
-                if (await client.queue_offsets(bs_route, TOPIC, q)).confirmed >= 5:
-                    queue = q
+            bs_route, queue = await five_keyed_messages(client)
             pause(bs.procs[1 - master])
             t0 = time.monotonic()
             reader = client.reader(TOPIC, queue, 0)
@@ -99,25 +121,17 @@ def test_a_ledger_add_moves_to_the_new_master_soon_after_the_election(
     cluster = broker_cluster(2)
     bs = cluster.bs
     old = bs.wait_master()
-    epoch = bs.clients[old].status().master_epoch
-    elected_at: list[float] = []
-
-    def watch() -> None:
-        wait_until(lambda: (s := status_of(bs, 1 - old)) is not None and s.role == "master"
-                   and s.master_epoch > epoch, 30, 0.05, what="the slave to be elected")
-        elected_at.append(time.monotonic())
+    watch = ElectionWatch(bs, old)
 
     async def main() -> tuple[float, list[bytes]]:
         async with AsyncClient(cluster.controllers, rpc_timeout=10.0) as client:
             ledgers = client.ledgers(add_timeout=30.0)
             w = await ledgers.create_ledger(2, 2, 1, b"pw")
             assert await w.add_entry(b"before") == 0
-            pause(bs.procs[old])
-            watcher = threading.Thread(target=watch, daemon=True)
-            watcher.start()
+            watch.stop_master()
             assert await w.add_entry(b"during") == 1
             done = time.monotonic()
-            await asyncio.to_thread(watcher.join, 30)
+            await watch.join()
             tail = await ledgers.open_ledger(w.ledger_id, b"pw", recovery=False)
             return done, [e.data for e in await tail.read_entries(0, tail.last_add_confirmed)]
 
@@ -125,10 +139,8 @@ def test_a_ledger_add_moves_to_the_new_master_soon_after_the_election(
         done, read = asyncio.run(main())
     finally:
         resume(bs.procs[old])
-    assert elected_at, "the controller never elected the slave"
     assert read[:2] == [b"before", b"during"]
-    late = done - elected_at[0]
-    assert late <= AFTER_ELECTION_S, f"the add completed {late:.1f}s after the new master was elected"
+    watch.assert_soon_after(done, "the ledger add")
 
 
 def test_ledger_and_spark_reads_fall_back_from_a_silent_slave(broker_cluster: Callable[..., BrokerCluster]) -> None:
@@ -144,15 +156,7 @@ def test_ledger_and_spark_reads_fall_back_from_a_silent_slave(broker_cluster: Ca
             w = await ledgers.create_ledger(2, 2, 2, b"pw")
             for i in range(5):
                 await w.add_entry(b"e%d" % i)
-            producer = client.producer()
-            for i in range(5):
-                await producer.send(TOPIC, b"m%d" % i, key="k")
-            route = await client.route(TOPIC)
-            bs_route = route.broker_sets[0]
-            queue = -1
-            for q in range(bs_route.queues):
-                if (await client.queue_offsets(bs_route, TOPIC, q)).confirmed >= 5:
-                    queue = q
+            bs_route, queue = await five_keyed_messages(client)
             tail = await ledgers.open_ledger(w.ledger_id, b"pw", recovery=False)
             pause(bs.procs[1 - master])
             t0 = time.monotonic()
