@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tidelog.errors import UnavailableError
 
@@ -88,12 +88,13 @@ async def until_superseded(call: Awaitable[T], broker_set: str, address: str, ep
     no duplicate. Producers and ledger handles both go through here.
     """
     task = asyncio.ensure_future(call)
+    watched: asyncio.Future[Any] = task  # waited on beside the lookup, whose result type differs
     try:
         done, _ = await asyncio.wait({task}, timeout=STALE_AFTER_S)
         while not done:
-            lookup = asyncio.ensure_future(newer_epoch())
-            done, _ = await asyncio.wait({task, lookup}, return_when=asyncio.FIRST_COMPLETED)
-            if task in done:
+            lookup: asyncio.Future[Any] = asyncio.ensure_future(newer_epoch())
+            first, _ = await asyncio.wait({watched, lookup}, return_when=asyncio.FIRST_COMPLETED)
+            if task in first:
                 lookup.cancel()
                 break
             newer = None if lookup.exception() is not None else lookup.result()

@@ -360,9 +360,9 @@ def _need_name(v: object, what: str) -> None:
 
 
 def _need_address(v: object, what: str) -> None:
-    ok = isinstance(v, str) and 0 < len(v) <= MAX_ADDRESS_CHARS and v.isprintable() and " " not in v
-    if ok:
-        host, sep, port = v.rpartition(":")  # type: ignore[union-attr]
+    ok = False
+    if isinstance(v, str) and 0 < len(v) <= MAX_ADDRESS_CHARS and v.isprintable() and " " not in v:
+        host, sep, port = v.rpartition(":")
         ok = bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
     if not ok:
         raise _bad(f"{what} must be 'host:port' with a port in 1..65535, got {v!r}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidelog.errors import ConfigError
 
@@ -82,12 +83,11 @@ class LabPlan:
                 "hosts": [h.__dict__ for h in self.hosts]}
 
     @classmethod
-    def from_json(cls, doc: dict[str, object]) -> LabPlan:
-        hosts = tuple(Host(**h) for h in doc["hosts"])  # type: ignore[union-attr, arg-type]
-        return cls(prefix=str(doc["prefix"]), sites=tuple(doc["sites"]),  # type: ignore[arg-type]
-                   hosts=hosts, wan_netns=str(doc["wan_netns"]),
-                   wan_delay_ms=float(doc.get("wan_delay_ms", 0.0)),  # type: ignore[arg-type]
-                   site_octets=dict(doc["site_octets"]))  # type: ignore[arg-type]
+    def from_json(cls, doc: dict[str, Any]) -> LabPlan:
+        hosts = tuple(Host(**h) for h in doc["hosts"])
+        return cls(prefix=str(doc["prefix"]), sites=tuple(doc["sites"]), hosts=hosts,
+                   wan_netns=str(doc["wan_netns"]), wan_delay_ms=float(doc.get("wan_delay_ms", 0.0)),
+                   site_octets=dict(doc["site_octets"]))
 
 
 def lab_prefix(data_dir: str) -> str:

@@ -285,9 +285,9 @@ def check_start(start: int, min_offset: int, end: int, *, fail_on_data_loss: boo
     if start >= min_offset:
         return start
     if fail_on_data_loss:
-        err = OffsetBelowRetentionError(start, min_offset, what=f"start offset of {where}")
-        err.hint = ("retention deleted these messages; start from the current minimum, or set "
-                    "failOnDataLoss=false to skip ahead")
+        err = OffsetBelowRetentionError(start, min_offset, what=f"start offset of {where}",
+                                        hint="retention deleted these messages; start from the current "
+                                             "minimum, or set failOnDataLoss=false to skip ahead")
         raise err
     log.warning("%s: offsets %d..%d were deleted by retention; skipping to %d (failOnDataLoss=false)",
                 where, start, min_offset, min(min_offset, end))

@@ -114,8 +114,8 @@ class OffsetBelowRetentionError(TidelogError):
     status = "OUT_OF_RANGE"
     hint = "start from the current minimum offset"
 
-    def __init__(self, offset: int, min_offset: int, what: str = "offset") -> None:
-        super().__init__(f"{what} {offset} is below retention (minimum is {min_offset})",
+    def __init__(self, offset: int, min_offset: int, what: str = "offset", *, hint: str | None = None) -> None:
+        super().__init__(f"{what} {offset} is below retention (minimum is {min_offset})", hint=hint,
                          offset=offset, min_offset=min_offset)
         self.offset = offset
         self.min_offset = min_offset

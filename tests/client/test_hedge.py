@@ -43,7 +43,7 @@ def test_a_silent_first_replica_is_passed_over_and_cancelled() -> None:
 
 
 def test_a_quick_answer_asks_nobody_else() -> None:
-    (who, what), asked, _ = run({"slave": (0, "s"), "master": (0, "m")})
+    (who, what), asked, _ = run({"slave": (0, "s"), "master": (0, "m")}, after_s=60)
     assert (who, what, asked) == ("slave", "s", ["slave"])
 
 
