@@ -9,7 +9,7 @@ The leader loop is the only place the controller acts without a request:
   broker set whose master stopped heartbeating, and for each set left without a master whose
   electable broker is alive again.
 
-Clocks: liveness uses the monotonic clock (leader memory only); commands carry wall-clock
+Clocks: liveness uses the monotonic clock (each node's memory only); commands carry wall-clock
 `now_ms`, which is only recorded, never compared across nodes.
 """
 
