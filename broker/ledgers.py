@@ -77,6 +77,7 @@ from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
 from tidelog.ledger.store import LedgerIndex, LedgerView, add_message, close_message, create_message
 from tidelog.proto import ledger_pb2 as pb
 from tidelog.proto import ledger_pb2_grpc as pb_grpc
+from tidelog.tasks import within
 from tidelog.wire import require, rpc
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ class LedgerReplica:
                 raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} came before entry "
                                               f"{view.last_entry + 1}; add entries in order")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(st.appended.wait(), remaining)
+                await within(st.appended.wait(), remaining)
             if st.fenced.is_set():
                 raise _fenced(ledger_id, entry_id)
             view = self.index.view(ledger_id) or view
@@ -404,7 +405,7 @@ class LedgerReplica:
             if lac > previous or remaining <= 0:
                 return lac, length, self.index.is_fenced(ledger_id)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+                await within(event.wait(), remaining)
 
 
 class LedgerService(pb_grpc.LedgerServicer):

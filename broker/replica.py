@@ -61,6 +61,7 @@ from tidelog.ha.protocol import (
 from tidelog.ha.slave import HaSlave
 from tidelog.ha.syncstate import Proposal
 from tidelog.invariants import stop_if_violated
+from tidelog.tasks import within
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +244,7 @@ class Replica:
         self._ha_connections += 1
         idle = self.cfg.ha_idle_timeout_ms / 1000
         try:
-            hello = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), idle)
+            hello = await within(read_frame(reader, MAX_AUTH_FRAME), idle)
             if not isinstance(hello, AuthHello):
                 raise HaProtocolError(f"expected the slave's hello, got {type(hello).__name__}")
             master = self.ha_master
@@ -371,7 +372,7 @@ class Replica:
             if msgs or remaining <= 0:
                 return msgs, self.log.queue_offsets(topic, queue)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+                await within(event.wait(), remaining)
 
     def on_corrupt(self, exc: CorruptRecordError) -> None:
         """A read met damaged bytes. The reader fails over to another replica (CORRUPT_RECORD); here

@@ -39,6 +39,7 @@ from tidelog.ha.syncstate import Proposal
 from tidelog.ledger.client import ledger_key
 from tidelog.ledger.metadata import LedgerMetadata
 from tidelog.proto import broker_pb2_grpc, ledger_pb2_grpc
+from tidelog.tasks import cancel_and_wait, within
 from tidelog.wire import SERVER_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ class BrokerServer:
             except Exception:
                 log.exception("%s heartbeat failed", self.replica.ctx)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
+                await within(self._stopping.wait(), interval)
 
     _interval_ms = 0
 
@@ -205,10 +206,7 @@ class BrokerServer:
             stopping = asyncio.ensure_future(self._stopping.wait())
             failed = asyncio.ensure_future(self._store_failed.wait())
             await asyncio.wait({stopping, failed}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (beats, stopping, failed):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
+            await cancel_and_wait(beats, stopping, failed)
         finally:
             if self._store_failed.is_set():
                 # Step down at once: no more heartbeats (the controller elects an in-sync
@@ -235,7 +233,7 @@ class BrokerServer:
                 if tries % 10 == 1:
                     log.warning("the store in %s cannot open yet (%s); retrying", self.cfg.data_dir, exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), 1.0)
+                await within(self._stopping.wait(), 1.0)
 
     async def stop(self) -> None:
         log.info("%s stopping", self.replica.ctx)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 from sortedcontainers import SortedList
 
+from tidelog.tasks import within
+
 
 def _resolve(futs: list[asyncio.Future[int]], value: int) -> None:
     for fut in futs:
@@ -60,7 +62,7 @@ class OffsetWaiters:
         try:
             if timeout is None:
                 return await fut
-            return await asyncio.wait_for(fut, timeout)
+            return await within(fut, timeout)
         except (asyncio.CancelledError, TimeoutError):
             with self._lock:
                 self._waiting.discard(entry)

@@ -37,6 +37,7 @@ from tidelog.controller.liveness import HeartbeatTable, heartbeat_problem
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
+from tidelog.tasks import cancel_and_wait, within
 from tidelog.wire import SERVER_OPTIONS, make_error
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,7 @@ class ControllerNode:
             # Callers see its failure through shield(); mark it retrieved so asyncio does not warn.
             self._barrier.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
-            await asyncio.wait_for(asyncio.shield(self._barrier), 5.0)
+            await within(asyncio.shield(self._barrier), 5.0)
         except TimeoutError:
             raise UnavailableError("the new controller leader is still catching up") from None
         if self._ready_term != self.raft.term():
@@ -237,7 +238,7 @@ class ControllerNode:
             except Exception:
                 log.exception("leader loop failed; retrying")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), period)
+                await within(stop.wait(), period)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -264,9 +265,7 @@ class ControllerNode:
             await stop.wait()
         finally:
             log.info("controller %s stopping", self.cfg.node_id)
-            loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task
+            await cancel_and_wait(loop_task)
             await server.stop(1.0)
             for t in list(self._tasks):
                 t.cancel()

@@ -36,6 +36,7 @@ from tidelog.controller.config import ControllerConfig
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.invariants import EXIT_INVARIANT_VIOLATED
+from tidelog.tasks import within
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class RaftNode:
             raise ControllerNotLeaderError(leader=self.leader_grpc())
         fut = self._submit(self._machine.apply, cmd)
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await within(fut, timeout)
         except TimeoutError:
             raise UnavailableError(
                 f"{type(cmd).__name__} was not committed within {timeout:.1f}s; its outcome is unknown",
@@ -235,7 +236,7 @@ class RaftNode:
 
     async def barrier(self, token: int, timeout: float = 5.0) -> None:
         fut = self._submit(self._machine.barrier, token)
-        await asyncio.wait_for(fut, timeout)
+        await within(fut, timeout)
 
     # --- reads ----------------------------------------------------------------------------
 

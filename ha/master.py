@@ -55,6 +55,7 @@ from tidelog.ha.protocol import (
 )
 from tidelog.ha.syncstate import Proposal, SyncStateTracker
 from tidelog.invariants import require
+from tidelog.tasks import cancel_and_wait, within
 
 log = logging.getLogger(__name__)
 
@@ -235,13 +236,13 @@ class HaMaster:
         fields = (self.broker_set, self.broker_id, hello.broker_id, self.epoch, hello.nonce, nonce)
         writer.write(encode(AuthChallenge(self.broker_id, self.epoch, nonce, ha_auth.master_proof(self.secret, *fields))))
         await writer.drain()
-        proof = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+        proof = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         if not isinstance(proof, AuthProof) or not ha_auth.check_slave(self.secret, proof.proof, *fields):
             log.warning("%s HA connection from %s claiming broker %d did not prove the cluster secret; closing",
                         self._ctx, peer, hello.broker_id)
             await _send_error(writer, "UNAUTHENTICATED", "the cluster secret was not proven")
             return
-        first = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+        first = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         if not isinstance(first, Handshake) or (first.broker_set, first.broker_id) != (hello.broker_set,
                                                                                        hello.broker_id):
             raise HaProtocolError("the handshake does not match the identity the slave proved")
@@ -258,10 +259,10 @@ class HaMaster:
         writer.write(encode(HandshakeReply(self.broker_id, self.epoch, self.log.max_offset, self.log.min_offset,
                                            tuple(self.log.epochs.pairs()))))
         await writer.drain()
-        start = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+        start = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         while isinstance(start, LedgerFenced):  # the slave's fences come before its first ack
             self._ledger_fenced(slave_id, start.ledger_id)
-            start = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+            start = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         if not isinstance(start, Ack):
             raise HaProtocolError(f"expected the slave's start offset, got {type(start).__name__}")
         if start.max_offset > self.log.max_offset or start.max_offset < self.log.min_offset:
@@ -280,7 +281,7 @@ class HaMaster:
         try:
             while not self._closed:
                 # a slave sends only small frames (acks, fences, errors)
-                frame = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+                frame = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
                 if isinstance(frame, Ack):
                     self._on_ack(conn, frame.max_offset)
                 elif isinstance(frame, LedgerFenced):
@@ -293,9 +294,7 @@ class HaMaster:
                 else:
                     raise HaProtocolError(f"unexpected {type(frame).__name__} from slave {slave_id}")
         finally:
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
+            await cancel_and_wait(sender)
             if self.connections.get(slave_id) is conn:
                 del self.connections[slave_id]
                 log.info("%s slave %d disconnected (acked %d)", self._ctx, slave_id, conn.ack_offset)
@@ -368,7 +367,7 @@ class HaMaster:
             writer.write(encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset, 0))
             await writer.drain()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), self.heartbeat_interval)
+                await within(event.wait(), self.heartbeat_interval)
 
     # ------------------------------------------------------------------ lifecycle
 

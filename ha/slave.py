@@ -45,6 +45,7 @@ from tidelog.ha.protocol import (
     read_frame,
 )
 from tidelog.invariants import stop_if_violated
+from tidelog.tasks import cancel_and_wait, within
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class HaSlave:
         self.truncations: list[tuple[int, int]] = []  # (from max offset, to offset), for tests and status
         self._seen_epoch = commitlog.epochs.last_epoch
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self._ctx = f"[{broker_set}/{broker_id} slave of {master_id}@{master_address} epoch {master_epoch}]"
 
     def start(self) -> HaSlave:
@@ -89,15 +91,13 @@ class HaSlave:
         return self
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._stopped = True  # the loop ends even if a cancellation were lost on the way
+        await cancel_and_wait(self._task)
+        self._task = None
         self.connected = False
 
     async def run(self) -> None:
-        while True:
+        while not self._stopped:
             try:
                 await self._session()
             except asyncio.CancelledError:
@@ -114,13 +114,13 @@ class HaSlave:
 
     async def _session(self) -> None:
         host, _, port = self.master_address.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), self.idle_timeout)
+        reader, writer = await within(asyncio.open_connection(host, int(port)), self.idle_timeout)
         try:
             await self._authenticate(reader, writer)
             writer.write(encode(Handshake(self.broker_set, self.broker_id, self.log.max_offset,
                                           tuple(self.log.epochs.pairs()))))
             await writer.drain()
-            reply = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+            reply = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
             if isinstance(reply, ErrorFrame):
                 raise HaProtocolError(f"master refused the handshake: {reply.code}: {reply.message}")
             if not isinstance(reply, HandshakeReply):
@@ -150,9 +150,7 @@ class HaSlave:
             try:
                 await self._receive(reader, writer)
             finally:
-                acker.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await acker
+                await cancel_and_wait(acker)
         finally:
             if self._writer is writer:
                 self._writer = None
@@ -166,7 +164,7 @@ class HaSlave:
         nonce = new_nonce()
         writer.write(encode(AuthHello(self.broker_set, self.broker_id, nonce)))
         await writer.drain()
-        challenge = await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+        challenge = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         if isinstance(challenge, ErrorFrame):
             raise HaProtocolError(f"master refused the connection: {challenge.code}: {challenge.message}")
         if not isinstance(challenge, AuthChallenge):
@@ -242,7 +240,7 @@ class HaSlave:
 
     async def _receive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
-            frame = await asyncio.wait_for(read_frame(reader), self.idle_timeout)
+            frame = await within(read_frame(reader), self.idle_timeout)
             if isinstance(frame, ErrorFrame):
                 raise HaProtocolError(f"master says {frame.code}: {frame.message}")
             if isinstance(frame, RangeData):

@@ -8,6 +8,7 @@ import pytest
 
 from tidelog.client.hedge import AllFailed, first_answer
 from tidelog.errors import TopicNotFoundError, UnavailableError
+from tidelog.tasks import within
 
 SILENT = None  # a replica that never answers
 
@@ -32,7 +33,7 @@ def run(replicas: dict[str, object], after_s: float = 0.05, give_up=lambda _e: F
             raise
 
     async def main():
-        return await asyncio.wait_for(first_answer(list(replicas), attempt, after_s=after_s, give_up=give_up), 5)
+        return await within(first_answer(list(replicas), attempt, after_s=after_s, give_up=give_up), 5)
 
     return asyncio.run(main()), asked, cancelled
 

@@ -12,6 +12,7 @@ from tests.procs import free_address
 from tidelog.controller.client import ControllerClient
 from tidelog.controller.config import parse
 from tidelog.controller.node import ControllerNode
+from tidelog.tasks import within
 
 
 @contextlib.asynccontextmanager
@@ -41,4 +42,4 @@ async def single_node(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[C
     finally:
         await client.close()
         stop.set()
-        await asyncio.wait_for(task, 15)
+        await within(task, 15)

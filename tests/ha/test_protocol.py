@@ -35,6 +35,7 @@ from tidelog.ha.protocol import (
     error_frame,
     read_frame,
 )
+from tidelog.tasks import within
 from tidelog.wire import ERROR_CODE_KEY, LEADER_KEY, make_error, trailing_metadata_for
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
@@ -342,6 +343,6 @@ def test_read_frame_refuses_a_length_over_its_limit_before_reading_the_body() ->
         reader = asyncio.StreamReader()
         reader.feed_data(struct.pack(">IB", MAX_AUTH_FRAME + 1, FrameType.AUTH_HELLO))  # no body follows
         with pytest.raises(HaProtocolError, match="exceeds the limit"):
-            await asyncio.wait_for(read_frame(reader, MAX_AUTH_FRAME), 1.0)
+            await within(read_frame(reader, MAX_AUTH_FRAME), 1.0)
 
     asyncio.run(main())

@@ -49,6 +49,7 @@ from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import hash_password
 from tidelog.proto import controller_pb2 as cpb
 from tidelog.proto import ledger_pb2 as lpb
+from tidelog.tasks import within
 
 PW = b"pw"
 
@@ -311,7 +312,7 @@ def make(n: int = 3, *, add_timeout: float = 2.0) -> tuple[AsyncLedgers, FakeSet
 
 
 def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 20))
+    return asyncio.run(within(coro, 20))
 
 
 # --- writer ---------------------------------------------------------------------------------

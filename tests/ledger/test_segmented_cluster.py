@@ -30,6 +30,7 @@ from tidelog.client import Client  # noqa: E402
 from tidelog.client.aio import AsyncClient  # noqa: E402
 from tidelog.errors import LedgerRecoveryError, SegmentedLogOwnershipLostError, TidelogError  # noqa: E402
 from tidelog.ledger import AsyncSegmentedLog, LedgerState, Position, RollPolicy, SegmentedLog  # noqa: E402
+from tidelog.tasks import within  # noqa: E402
 
 PASSWORD = b"seglog-test"
 
@@ -168,7 +169,7 @@ def test_a_follower_reads_across_rolls_while_the_owner_appends(cluster):
             for p in payloads:
                 positions.append(await owner.append(p))
                 await asyncio.sleep(0.02)
-            await asyncio.wait_for(task, 30)
+            await within(task, 30)
             await owner.close()
             await follower.close()
             return positions, list(zip(positions, payloads, strict=True)), seen

@@ -1,0 +1,42 @@
+"""Deadlines and cancellation for asyncio code, done the one way that is safe on Python 3.11.
+
+Python 3.11's `asyncio.wait_for` swallows a cancellation that arrives in the same loop iteration
+as its inner awaitable's result: it returns the result and the task carries on as if nobody had
+cancelled it. A loop such as the HA slave's (connect, read, retry) then never stops, and whoever
+awaited its end (a role change waiting for the old slave to stop) waits forever. That is how a
+replica resumed after a pause kept following a deposed master for good. So nothing in tidelog
+calls `asyncio.wait_for` (ruff bans it); `within` bounds a wait with `asyncio.timeout`, which
+delivers every cancellation, and `cancel_and_wait` ends a task without swallowing the caller's
+own cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+__all__ = ["cancel_and_wait", "within"]
+
+T = TypeVar("T")
+
+
+async def within(aw: Awaitable[T], seconds: float | None) -> T:
+    """Await `aw` for at most `seconds` (None: no limit); TimeoutError past it. Unlike 3.11's
+    `wait_for`, a cancellation of the caller always propagates."""
+    async with asyncio.timeout(seconds):
+        return await aw
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel `tasks` and wait until each has ended, whatever it ended with (its error, if any, is
+    retrieved so that it is not reported as never retrieved). A task that caught a cancellation
+    and went on is cancelled again until it ends. The caller's own cancellation propagates."""
+    pending = {t for t in tasks if t is not None and not t.done()}
+    while pending:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+    for t in tasks:
+        if t is not None and t.done() and not t.cancelled():
+            t.exception()
