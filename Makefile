@@ -47,7 +47,7 @@ run: install
 # The pure cores (rules and state machines with time passed in) are type-checked; the I/O
 # shells only linted.
 CORES = controller/liveness.py controller/election.py controller/state.py ha/syncstate.py ha/ackpolicy.py \
-	ledger/recovery.py spark/plan.py client/hedge.py client/batching.py client/assign.py lab/plan.py lab/rules.py
+	ledger/recovery.py controller/placement.py spark/plan.py client/hedge.py client/batching.py client/assign.py lab/plan.py lab/rules.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -29,7 +29,8 @@ CONTROLLERS_ENV = "TIDE_CONTROLLERS"
 # A read-only route call that has no answer this soon is also sent to the next controller node.
 HEDGE_AFTER_S = 0.3
 # Calls that change cluster membership: they prove the cluster secret (tidelog.clusterauth).
-SIGNED = frozenset({"RegisterBroker", "Heartbeat", "AlterSyncStateSet", "ElectMaster", "CleanBrokerData"})
+SIGNED = frozenset({"RegisterBroker", "Heartbeat", "AlterSyncStateSet", "ElectMaster", "CleanBrokerData",
+                    "DecommissionBroker"})
 
 
 def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
@@ -307,6 +308,16 @@ class ControllerClient:
                                 clean_living: bool = False) -> None:
         await self.call("admin", "CleanBrokerData", pb.CleanBrokerDataRequest(
             broker_set=broker_set, broker_ids=sorted(broker_ids), clean_living=clean_living))
+
+    async def placement_audit(self) -> pb.PlacementAuditReply:
+        return await self.call("admin", "PlacementAudit", pb.PlacementAuditRequest())
+
+    async def decommission_broker(self, broker_set: str, broker_id: int, *, force: bool = False,
+                                  replacement: int | None = None) -> pb.DecommissionBrokerReply:
+        req = pb.DecommissionBrokerRequest(broker_set=broker_set, broker_id=broker_id, force=force)
+        if replacement is not None:
+            req.replacement = replacement
+        return await self.call("admin", "DecommissionBroker", req)
 
     async def meta_create(self, key: str, value: bytes) -> pb.MetaEntry:
         return await self.call("admin", "MetaCreate", pb.MetaCreateRequest(key=key, value=value))

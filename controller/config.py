@@ -10,6 +10,7 @@ Every problem is a `ConfigError` naming the offending key, raised before anythin
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ SECRET_ENV = "TIDE_CONTROLLER_SECRET"
 
 _TOP_KEYS = {
     "nodes", "node_id", "data_dir", "secret", "heartbeat_interval_ms", "heartbeat_timeout_ms",
-    "enable_elect_unclean_master", "raft", "max_meta_value_bytes",
+    "enable_elect_unclean_master", "raft", "max_meta_value_bytes", "placement", "placement_audit_interval_ms",
 }
 _RAFT_KEYS = {
     "election_min_timeout_ms", "election_max_timeout_ms", "append_entries_period_ms",
@@ -62,6 +63,9 @@ class ControllerConfig:
     enable_elect_unclean_master: bool = False
     max_meta_value_bytes: int = 1 << 20
     raft: RaftTuning = field(default_factory=RaftTuning)
+    # broker set -> the datacenters that must hold a replica (RULES.md P1); unnamed sets: their members' labels
+    placement: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    placement_audit_interval_ms: int = 1000
 
     @property
     def self_node(self) -> NodeAddress:
@@ -98,6 +102,27 @@ def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{key} must be a positive integer (got {value!r})", key=key)
     return value
+
+
+_LABEL = re.compile(r"^[A-Za-z0-9_.%-]{1,127}$")
+
+
+def _placement(raw: Any) -> dict[str, tuple[str, ...]]:
+    """`placement: {broker-a: [dc-a, dc-b]}`: which datacenters must hold each broker set."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("placement must map broker set names to lists of datacenters", key="placement")
+    out = {}
+    for name, dcs in raw.items():
+        key = f"placement.{name}"
+        if not isinstance(name, str) or not _LABEL.match(name):
+            raise ConfigError(f"{key}: a broker set name is 1..127 of A-Z a-z 0-9 _ . % -", key=key)
+        if (not isinstance(dcs, list) or not dcs
+                or not all(isinstance(d, str) and _LABEL.match(d) for d in dcs) or len(set(dcs)) != len(dcs)):
+            raise ConfigError(f"{key} must be a non-empty list of distinct datacenter names (got {dcs!r})", key=key)
+        out[name] = tuple(dcs)
+    return out
 
 
 def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) -> ControllerConfig:
@@ -162,6 +187,9 @@ def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) 
         heartbeat_timeout_ms=_positive_int("heartbeat_timeout_ms", raw.get("heartbeat_timeout_ms", 5000)),
         enable_elect_unclean_master=unclean,
         max_meta_value_bytes=_positive_int("max_meta_value_bytes", raw.get("max_meta_value_bytes", 1 << 20)),
+        placement=_placement(raw.get("placement")),
+        placement_audit_interval_ms=_positive_int("placement_audit_interval_ms",
+                                                  raw.get("placement_audit_interval_ms", 1000)),
     )
     if cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms:
         raise ConfigError("heartbeat_timeout_ms must be larger than heartbeat_interval_ms",

@@ -16,6 +16,7 @@ Clocks: liveness uses the monotonic clock (each node's memory only); commands ca
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -34,6 +35,7 @@ from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.liveness import HeartbeatTable, heartbeat_problem
+from tidelog.controller.placement import PlacementMonitor, Violation, audit, ledger_placements
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
@@ -75,6 +77,8 @@ class ControllerNode:
         self._barrier: asyncio.Task[None] | None = None
         self._last_report: dict[tuple[str, int], tuple[int, int]] = {}  # -> (epoch, mono ms)
         self._election_tried: dict[str, int] = {}
+        self.placement = PlacementMonitor()
+        self.placement_events: collections.deque[tuple[int, bool, Violation]] = collections.deque(maxlen=100)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.mono_ms = mono_ms
 
@@ -208,6 +212,24 @@ class ControllerNode:
                 continue
             self._election_tried[name] = now
             await self._elect(name, now)
+        if self.placement.audited_ms is None or now - self.placement.audited_ms >= self.cfg.placement_audit_interval_ms:
+            self.audit_placement(now)
+
+    def audit_placement(self, now: int) -> list[Violation]:
+        """Audit placement (RULES.md P1-P6) with this node's liveness; log what opened and cleared."""
+        with self.raft.read() as state:
+            names = set(state.broker_sets) | set(self.cfg.placement)
+            alive = {name: self.heartbeats.alive(name, now) for name in names}
+            ledgers = list(ledger_placements(state))
+            violations = audit(state, self.cfg.placement, alive, ledgers)
+        opened, cleared = self.placement.step(violations, now)
+        for v in opened:
+            self.placement_events.append((now, True, v))
+            log.warning("placement: %s %s violates %s: %s", v.kind, v.name, v.code, v.reason)
+        for v in cleared:
+            self.placement_events.append((now, False, v))
+            log.info("placement: %s %s no longer violates %s", v.kind, v.name, v.code)
+        return violations
 
     async def _elect(self, name: str, now: int) -> None:
         with self.raft.read() as state:

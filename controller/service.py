@@ -20,12 +20,19 @@ import grpc
 
 from tidelog.controller import state as st
 from tidelog.controller.liveness import heartbeat_problem
+from tidelog.controller.placement import (
+    Violation,
+    decommission_problem,
+    replacement_problem,
+    required_datacenters,
+)
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
     ControllerBrokerNeedToBeRegisteredError,
     EpochRejectedError,
     MetadataNotFoundError,
     MetadataTooLargeError,
+    PlacementRefusedError,
     TopicNotFoundError,
 )
 from tidelog.ledger.metadata import hash_password
@@ -43,6 +50,11 @@ _PERMS = ("rw", "r", "w")
 
 
 # --- state -> messages ------------------------------------------------------------------------
+
+
+def _violation(v: Violation, since_ms_ago: int) -> pb.PlacementViolation:
+    return pb.PlacementViolation(kind=v.kind, name=v.name, code=v.code, broker_set=v.broker_set, reason=v.reason,
+                                 since_ms_ago=since_ms_ago)
 
 
 def role_of(name: str, bs: st.BrokerSet | None) -> pb.RoleAssignment:
@@ -302,6 +314,61 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             self.node.heartbeats.forget(name)
         log.info("broker set %s: cleaned broker data %s", name, sorted(ids) or "(whole set)")
         return pb.CleanBrokerDataReply()
+
+    @rpc
+    async def PlacementAudit(self, request: pb.PlacementAuditRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.PlacementAuditReply:
+        """The leader's latest placement audit (RULES.md P1-P6), made afresh for the answer."""
+        self.node.require_leader()
+        await self.node.ensure_ready()
+        now = self.node.mono_ms()
+        violations = self.node.audit_placement(now)
+        since = self.node.placement.since_ms
+        reply = pb.PlacementAuditReply(audited_ms_ago=0, violations=[
+            _violation(v, now - since.get(v.key, now)) for v in violations])
+        for at, opened, v in self.node.placement_events:
+            reply.events.append(pb.PlacementEvent(ms_ago=now - at, opened=opened, violation=_violation(v, 0)))
+        with self.node.raft.read() as state:
+            for name in sorted(set(state.broker_sets) | set(self.node.cfg.placement)):
+                bs = state.broker_sets.get(name) or st.BrokerSet(name=name, members={})
+                reply.required[name].datacenters.extend(required_datacenters(self.node.cfg.placement.get(name), bs))
+        return reply
+
+    @rpc
+    async def DecommissionBroker(self, request: pb.DecommissionBrokerRequest, context: grpc.aio.ServicerContext
+                                 ) -> pb.DecommissionBrokerReply:
+        """Take a broker out of its set (RULES.md P7): checked against the current state and
+        liveness, then removed with CleanBrokerData."""
+        name = non_empty("broker_set", request.broker_set)
+        self.node.authenticate(context, "DecommissionBroker", request, broker_set=name)
+        bid = non_negative("broker_id", request.broker_id)
+        self.node.require_leader()
+        await self.node.ensure_ready()
+        alive = self.node.heartbeats.alive_ids(name, self.node.mono_ms())
+        with self.node.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            if bs is None:
+                raise PlacementRefusedError(f"broker set {name!r} does not exist")
+            problem = None
+            if request.HasField("replacement"):
+                problem = replacement_problem(bs, bid, non_negative("replacement", request.replacement), alive,
+                                              force=request.force)
+            if problem is None and bid in alive and not request.force:
+                problem = f"broker {bid} of {name} is still alive: stop it first, or pass --force"
+            problem = problem or decommission_problem(
+                bs, bid, required_datacenters(self.node.cfg.placement.get(name), bs), force=request.force)
+        if problem is not None:
+            log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
+            raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
+        await self.node.write(lambda now, hb: st.CleanBrokerData(
+            broker_set=name, broker_ids=frozenset({bid}), clean_living=request.force, keep_master=True,
+            alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
+        self.node.heartbeats.forget(name, bid)
+        log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
+                    f" (replaced by {request.replacement})" if request.HasField("replacement") else "",
+                    " (forced)" if request.force else "")
+        with self.node.raft.read() as state:
+            return pb.DecommissionBrokerReply(role=role_of(name, state.broker_sets.get(name)))
 
     def _check_value(self, key: str, value: bytes) -> None:
         limit = self.node.cfg.max_meta_value_bytes

@@ -227,6 +227,8 @@ class CleanBrokerData:
     broker_set: str
     broker_ids: frozenset[int] = frozenset()
     clean_living: bool = False
+    # a decommission (RULES.md P7) checked that no id is the master; refuse if one became master since
+    keep_master: bool = False
     alive: frozenset[int] = frozenset()
     now_ms: int = 0
 
@@ -673,6 +675,8 @@ class ControllerState:
         alive = _need_ids(c.alive, "alive")
         if type(c.clean_living) is not bool:
             raise _bad("clean_living must be a boolean")
+        if type(c.keep_master) is not bool:
+            raise _bad("keep_master must be a boolean")
         _need_nonneg(c.now_ms, "now_ms")
 
         invalid = "CONTROLLER_INVALID_CLEAN_BROKER_METADATA"
@@ -684,6 +688,8 @@ class ControllerState:
                 raise _Reject(invalid, f"broker {living[0]} of {c.broker_set} is still alive, clean up failure")
         if bs is None:  # C2
             raise _Reject(invalid, f"broker set {c.broker_set} does not exist, clean broker data failure")
+        if c.keep_master and bs.master_id is not None and bs.master_id in ids:  # P7
+            raise _Reject(invalid, f"broker {bs.master_id} of {c.broker_set} became master: elect another first")
 
         if not ids or bs.members.keys() <= ids:  # C3: the whole set goes
             self._drop_set(bs)

@@ -10,6 +10,7 @@ replica kept following the deposed master. These tests make that race on purpose
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -75,10 +76,8 @@ def test_cancel_and_wait_lets_the_callers_cancellation_through() -> None:
 
         async def deaf() -> None:
             while deafness:  # swallows every cancellation until told not to
-                try:
+                with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(10)
-                except asyncio.CancelledError:
-                    pass
 
         victim = asyncio.ensure_future(deaf())
         waiter = asyncio.ensure_future(cancel_and_wait(victim))

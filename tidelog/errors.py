@@ -282,6 +282,15 @@ class ControllerInvalidCleanBrokerMetadataError(TidelogError):
 
 
 @_register
+class PlacementRefusedError(TidelogError):
+    """Taking the broker out would break the broker set's placement or safety (controller RULES.md P7)."""
+
+    code = "PLACEMENT_REFUSED"
+    status = "FAILED_PRECONDITION"
+    hint = "bring another replica in sync first (tide placement status), or pass --force where the message allows it"
+
+
+@_register
 class ControllerBrokerNeedToBeRegisteredError(TidelogError):
     """The broker id is not (or no longer) registered in this broker set."""
 

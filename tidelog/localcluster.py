@@ -251,6 +251,11 @@ def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0, netns: bool 
                 "nodes": [{k: n[k] for k in ("id", "raft", "grpc")} for n in nodes], **ctrl}
     # Every cluster has a secret, one node or many: it authenticates the Raft port and every
     # broker's membership (controller calls and the HA handshake).
+    # The datacenters a broker set is spread over are the ones its placement requires (RULES.md P1).
+    placement = {bs["name"]: list(dict.fromkeys(bs["datacenters"])) for bs in topology.broker_sets
+                 if bs.get("datacenters")}
+    if placement and "placement" not in ctrl_doc:
+        ctrl_doc["placement"] = placement
     if not ctrl_doc.get("secret"):
         ctrl_doc["secret"] = topology.broker.get("secret") or new_secret()
     ctrl_cfg = data_dir / "controller.yaml"

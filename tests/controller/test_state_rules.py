@@ -465,6 +465,14 @@ def test_1_2_clean_c2_unknown_set() -> None:
     refused(mastered(), CleanBrokerData("broker-z"), "CONTROLLER_INVALID_CLEAN_BROKER_METADATA")
 
 
+def test_c2a_keep_master_refuses_to_clean_the_master_and_changes_nothing() -> None:
+    s = mastered()
+    before = bs_tuple(s)
+    refused(s, CleanBrokerData(A, frozenset({1}), keep_master=True), "CONTROLLER_INVALID_CLEAN_BROKER_METADATA")
+    assert bs_tuple(s) == before and 1 in s.broker_sets[A].members
+    assert s.apply(CleanBrokerData(A, frozenset({2}), keep_master=True)).ok  # a slave may go
+
+
 def test_1_2_clean_c3_listing_every_member_drops_the_set() -> None:
     s = mastered()
     assert s.apply(CleanBrokerData(A, frozenset({1, 2, 3}))).ok

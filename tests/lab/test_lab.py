@@ -152,6 +152,67 @@ def test_bad_fault_arguments_get_a_clear_error_and_change_nothing(lab: Path) -> 
     assert (lab / "lab" / "faults.json").read_text() == before
 
 
+def placement(lab: Path, what: str = "audit") -> dict[str, Any]:
+    """`tide placement audit|status --json`, run on the lab's client side."""
+    out = tide("cluster", "exec", "--data-dir", str(lab), "--", sys.executable, "-m", "tidelog.cli", "placement",
+               what, "--json", timeout=60)
+    assert "{" in out.stdout, out.stderr[-2000:]
+    return json.loads(out.stdout[out.stdout.index("{"):])
+
+
+def wait_placement(lab: Path, done: Any, timeout: float, what: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Poll the audit until `done(report)`; returns that report and every report seen before it."""
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        report = placement(lab)
+        if done(report):
+            return report, seen
+        seen.append(report)
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}: last audit {report}"
+        time.sleep(0.3)
+
+
+def test_placement_audit_follows_a_datacenter_outage_and_its_repair(lab: Path) -> None:
+    """Issue proof: with dc-b down under load the audit names broker-a within seconds; after dc-b
+    returns, the violation clears only once its replica has caught up and rejoined the SyncStateSet
+    (controller RULES.md P3, P4)."""
+    wait_placement(lab, lambda r: not r["violations"], 60, "a clean audit before the outage")
+    assert placement(lab)["required"] == {"broker-a": ["dc-a", "dc-b"]}
+    made = tide("cluster", "exec", "--data-dir", str(lab), "--", sys.executable, "-m", "tidelog.cli", "topic",
+                "create", "placement-load", "--queues", "2")
+    assert made.returncode == 0 or "exists" in (made.stdout + made.stderr), made.stderr
+    load = subprocess.Popen([sys.executable, "-m", "tidelog.cli", "cluster", "exec", "--data-dir", str(lab), "--",
+                             sys.executable, "-m", "tidelog.cli", "produce", "placement-load", "--count", "10000000",
+                             "--size", "512"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        down = tide("fault", "dc-down", "dc-b", "--data-dir", str(lab))
+        assert down.returncode == 0, down.stderr
+        t0 = time.monotonic()
+        report, _ = wait_placement(
+            lab, lambda r: any(v["broker_set"] == "broker-a" and v["code"] == "DATACENTER_DOWN"
+                               for v in r["violations"]), 20, "the audit to name broker-a while dc-b is down")
+        print(f"\nviolation reported {time.monotonic() - t0:.1f}s after dc-down: {report['violations']}")
+        time.sleep(3)  # dc-a takes writes that dc-b will have to copy
+        up = tide("fault", "dc-up", "dc-b", "--data-dir", str(lab))
+        assert up.returncode == 0, up.stderr
+        t1 = time.monotonic()
+        clean, before = wait_placement(lab, lambda r: not r["violations"], 90, "the audit to clear after dc-up")
+        status = placement(lab, "status")
+        print(f"clean {time.monotonic() - t1:.1f}s after dc-up; audits before: "
+              f"{[sorted({v['code'] for v in r['violations']}) for r in before]}")
+    finally:
+        load.terminate()
+        load.wait(timeout=30)
+        tide("fault", "heal", "--data-dir", str(lab))
+    assert before, "the audit was clean the moment dc-b came back, before its replica could have caught up"
+    replicas = [r for r in status["replicas"] if r["broker_set"] == "broker-a"]
+    assert replicas and all(r["alive"] and r["in_sync"] for r in replicas), replicas
+    assert any(e["code"] == "DATACENTER_DOWN" and e["change"] == "opened" for e in status["events"])
+    assert clean["violations"] == []
+
+
 SCENARIOS = ["isolate-master-dc", "cut-dc-link", "master-from-controllers", "client-from-master", "lossy-wan",
              "flapping-link", "cut-then-master-dc-down", "master-dc-down", "kill-master"]
 

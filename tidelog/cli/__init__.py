@@ -16,7 +16,7 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from tidelog.cli import admin, broker, cluster, controller, data, demo, fault, ledger
+    from tidelog.cli import admin, broker, cluster, controller, data, demo, fault, ledger, placement
 
     cli.add_command(demo.demo)
     cli.add_command(controller.controller)
@@ -30,6 +30,7 @@ def _register_commands() -> None:
     cli.add_command(data.consume)
     cli.add_command(data.group)
     cli.add_command(ledger.ledger)
+    cli.add_command(placement.placement)
 
 
 def main() -> None:

@@ -6,7 +6,6 @@ readable table, or the raw reply as JSON with `--json`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -18,19 +17,15 @@ from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
 
-from tidelog.clusterauth import find_secret
+from tidelog.cli.common import controller_call
 from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 
 T = TypeVar("T")
 
 
 def _run(ctx: click.Context, fn: Callable[[ControllerClient], Awaitable[T]]) -> T:
-    async def go() -> T:
-        secret = find_secret(ctx.obj["secret_file"], ctx.obj["data_dir"])
-        async with ControllerClient(ctx.obj["controllers"], total_timeout=ctx.obj["timeout"], secret=secret) as client:
-            return await fn(client)
-
-    return asyncio.run(go())
+    return controller_call(ctx.obj["controllers"], fn, timeout=ctx.obj["timeout"], secret_file=ctx.obj["secret_file"],
+                           data_dir=ctx.obj["data_dir"])
 
 
 def _to_jsonable(value: Any) -> Any:

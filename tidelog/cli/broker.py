@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidelog.broker import config as bcfg
+from tidelog.cli.common import controller_call, controllers_option, require_controllers, secret_options
 
 
 @click.group("broker", invoke_without_command=True)
@@ -73,3 +74,46 @@ def verify(data_dir: str, as_json: bool) -> None:
             console.print("no damaged record")
     if report.damage:
         raise SystemExit(1)
+
+
+def _decommission(controllers: str, broker_set: str, broker_id: int, force: bool, replacement: int | None,
+                  secret_file: str | None, data_dir: str) -> None:
+    reply = controller_call(
+        require_controllers(controllers),
+        lambda c: c.decommission_broker(broker_set, broker_id, force=force, replacement=replacement),
+        secret_file=secret_file, data_dir=data_dir)
+    role = reply.role
+    what = f"replaced by broker {replacement}" if replacement is not None else "decommissioned"
+    click.echo(f"{broker_set}: broker {broker_id} {what}; master {role.master_id if role.has_master else 'none'}, "
+               f"SyncStateSet {sorted(role.sync_state_set)}")
+
+
+@broker.command("decommission")
+@click.argument("broker_id", type=int)
+@click.option("--broker-set", required=True, help="the broker set BROKER_ID belongs to")
+@click.option("--force", is_flag=True,
+              help="also when it leaves no in-sync replica outside the master's datacenter, or the broker still runs")
+@controllers_option
+@secret_options
+def decommission(broker_id: int, broker_set: str, force: bool, controllers: str, secret_file: str | None,
+                 data_dir: str) -> None:
+    """Take a stopped broker out of its set for good (its id is never reused).
+
+    Refused for the master, for the last in-sync replica, and (without --force) when the set
+    would keep no in-sync replica outside the master's datacenter (controller RULES.md P7)."""
+    _decommission(controllers, broker_set, broker_id, force, None, secret_file, data_dir)
+
+
+@broker.command("replace")
+@click.argument("old", type=int)
+@click.option("--with", "new", type=int, required=True, help="the broker that takes over (a member, in sync)")
+@click.option("--broker-set", required=True, help="the broker set both belong to")
+@click.option("--force", is_flag=True, help="also across datacenters, or while OLD still runs")
+@controllers_option
+@secret_options
+def replace(old: int, new: int, broker_set: str, force: bool, controllers: str, secret_file: str | None,
+            data_dir: str) -> None:
+    """Replace broker OLD by NEW: a new broker (e.g. on a fresh disk) started with the set's config
+    registers under a new id and copies the whole log; once the master has taken it into the
+    SyncStateSet, OLD is decommissioned. Refused before NEW is in sync."""
+    _decommission(controllers, broker_set, old, force, new, secret_file, data_dir)

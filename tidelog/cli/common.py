@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from tidelog.controller.client import CONTROLLERS_ENV
+from tidelog.clusterauth import find_secret
+from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 
 F = Callable[..., Any]
+T = TypeVar("T")
 
 
 def controllers_option(fn: F) -> F:
@@ -24,6 +27,27 @@ def controllers_option(fn: F) -> F:
 
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="print one JSON document")(fn)
+
+
+def secret_options(fn: F) -> F:
+    """--secret-file and --data-dir: where a signed (membership) call finds the cluster secret."""
+    fn = click.option("--secret-file", default=None, type=click.Path(dir_okay=False),
+                      help="file holding the cluster secret")(fn)
+    return click.option("--data-dir", default=lambda: os.environ.get("TIDE_DATA_DIR", "tide-data"),
+                        show_default="$TIDE_DATA_DIR or ./tide-data",
+                        help="a cluster started by `tide cluster up`: its controller.yaml holds the secret")(fn)
+
+
+def controller_call(controllers: str, fn: Callable[[ControllerClient], Awaitable[T]], *, timeout: float = 15.0,
+                    secret_file: str | None = None, data_dir: str | None = None) -> T:
+    """Run one coroutine against the controller cluster, signing membership calls with the
+    cluster secret found by `find_secret` (a file, the environment, or a cluster's data dir)."""
+    async def go() -> T:
+        secret = find_secret(secret_file, data_dir)
+        async with ControllerClient(controllers, total_timeout=timeout, secret=secret) as client:
+            return await fn(client)
+
+    return asyncio.run(go())
 
 
 def require_controllers(controllers: str) -> str:

@@ -371,3 +371,76 @@ class ClusterStatusReply(_message.Message):
     nodes: _containers.RepeatedCompositeFieldContainer[ControllerNodeInfo]
     brokers_heard: int
     def __init__(self, node_id: _Optional[str] = ..., raft_state: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., ready: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[ControllerNodeInfo, _Mapping]]] = ..., brokers_heard: _Optional[int] = ...) -> None: ...
+
+class PlacementViolation(_message.Message):
+    __slots__ = ("kind", "name", "code", "broker_set", "reason", "since_ms_ago")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    code: str
+    broker_set: str
+    reason: str
+    since_ms_ago: int
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., code: _Optional[str] = ..., broker_set: _Optional[str] = ..., reason: _Optional[str] = ..., since_ms_ago: _Optional[int] = ...) -> None: ...
+
+class PlacementEvent(_message.Message):
+    __slots__ = ("ms_ago", "opened", "violation")
+    MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    VIOLATION_FIELD_NUMBER: _ClassVar[int]
+    ms_ago: int
+    opened: bool
+    violation: PlacementViolation
+    def __init__(self, ms_ago: _Optional[int] = ..., opened: _Optional[bool] = ..., violation: _Optional[_Union[PlacementViolation, _Mapping]] = ...) -> None: ...
+
+class PlacementAuditRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PlacementAuditReply(_message.Message):
+    __slots__ = ("violations", "audited_ms_ago", "events", "required")
+    class RequiredEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: DatacenterList
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DatacenterList, _Mapping]] = ...) -> None: ...
+    VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    violations: _containers.RepeatedCompositeFieldContainer[PlacementViolation]
+    audited_ms_ago: int
+    events: _containers.RepeatedCompositeFieldContainer[PlacementEvent]
+    required: _containers.MessageMap[str, DatacenterList]
+    def __init__(self, violations: _Optional[_Iterable[_Union[PlacementViolation, _Mapping]]] = ..., audited_ms_ago: _Optional[int] = ..., events: _Optional[_Iterable[_Union[PlacementEvent, _Mapping]]] = ..., required: _Optional[_Mapping[str, DatacenterList]] = ...) -> None: ...
+
+class DatacenterList(_message.Message):
+    __slots__ = ("datacenters",)
+    DATACENTERS_FIELD_NUMBER: _ClassVar[int]
+    datacenters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, datacenters: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DecommissionBrokerRequest(_message.Message):
+    __slots__ = ("broker_set", "broker_id", "force", "replacement")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    broker_id: int
+    force: bool
+    replacement: int
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., force: _Optional[bool] = ..., replacement: _Optional[int] = ...) -> None: ...
+
+class DecommissionBrokerReply(_message.Message):
+    __slots__ = ("role",)
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    role: RoleAssignment
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...

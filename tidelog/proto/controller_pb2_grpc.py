@@ -405,6 +405,16 @@ class ControllerAdminStub:
                 request_serializer=controller__pb2.ClusterStatusRequest.SerializeToString,
                 response_deserializer=controller__pb2.ClusterStatusReply.FromString,
                 _registered_method=True)
+        self.PlacementAudit = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/PlacementAudit',
+                request_serializer=controller__pb2.PlacementAuditRequest.SerializeToString,
+                response_deserializer=controller__pb2.PlacementAuditReply.FromString,
+                _registered_method=True)
+        self.DecommissionBroker = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/DecommissionBroker',
+                request_serializer=controller__pb2.DecommissionBrokerRequest.SerializeToString,
+                response_deserializer=controller__pb2.DecommissionBrokerReply.FromString,
+                _registered_method=True)
 
 
 class ControllerAdminServicer:
@@ -476,6 +486,18 @@ class ControllerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlacementAudit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DecommissionBroker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -533,6 +555,16 @@ def add_ControllerAdminServicer_to_server(servicer, server):
                     servicer.ClusterStatus,
                     request_deserializer=controller__pb2.ClusterStatusRequest.FromString,
                     response_serializer=controller__pb2.ClusterStatusReply.SerializeToString,
+            ),
+            'PlacementAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlacementAudit,
+                    request_deserializer=controller__pb2.PlacementAuditRequest.FromString,
+                    response_serializer=controller__pb2.PlacementAuditReply.SerializeToString,
+            ),
+            'DecommissionBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecommissionBroker,
+                    request_deserializer=controller__pb2.DecommissionBrokerRequest.FromString,
+                    response_serializer=controller__pb2.DecommissionBrokerReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -832,6 +864,60 @@ class ControllerAdmin:
             '/tidelog.controller.v1.ControllerAdmin/ClusterStatus',
             controller__pb2.ClusterStatusRequest.SerializeToString,
             controller__pb2.ClusterStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlacementAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/PlacementAudit',
+            controller__pb2.PlacementAuditRequest.SerializeToString,
+            controller__pb2.PlacementAuditReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecommissionBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/DecommissionBroker',
+            controller__pb2.DecommissionBrokerRequest.SerializeToString,
+            controller__pb2.DecommissionBrokerReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,115 @@
+"""Scenario: a replica's disk is wiped; it comes back as a new, empty broker, copies the whole log,
+and replaces the old one; decommissions that would break placement are refused
+(controller RULES.md P4, P7; broker identity in broker/identity.py).
+
+Real processes from `tide cluster up` on loopback, with the two replicas labelled dc-a and dc-b,
+driven only through the `tide` commands an operator would type.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.client.conftest import LocalCluster, tide
+
+pytestmark = pytest.mark.slow
+
+TOPOLOGY = """\
+host: 127.0.0.1
+ports: auto
+controller: {nodes: 1, heartbeat_interval_ms: 500, heartbeat_timeout_ms: 3000, placement_audit_interval_ms: 500}
+broker_sets:
+  - {name: broker-a, replicas: 2, datacenters: [dc-a, dc-b]}
+broker:
+  flush: async
+  replication: sync
+  in_sync_replicas: 2
+  min_in_sync_replicas: 1
+  auto_in_sync_replicas: true
+  heartbeat_interval_ms: 500
+  ha_idle_timeout_ms: 2000
+"""
+
+
+def run(cluster: LocalCluster, *args: str) -> Any:
+    return tide(*args, "--controllers", cluster.controllers)
+
+
+def status(cluster: LocalCluster) -> dict[str, Any]:
+    out = run(cluster, "placement", "status", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def replicas(cluster: LocalCluster) -> dict[int, dict[str, Any]]:
+    return {r["broker_id"]: r for r in status(cluster)["replicas"] if r["broker_set"] == "broker-a"}
+
+
+def wait(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.3)
+
+
+def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_one(
+        tmp_path: Path, cluster_factory: Callable[..., LocalCluster]) -> None:
+    topo = tmp_path / "two-dc.yaml"
+    topo.write_text(TOPOLOGY)
+    cluster = cluster_factory(topo)
+    data = cluster.data_dir
+    assert run(cluster, "topic", "create", "orders", "--queues", "2").returncode == 0
+    sent = run(cluster, "produce", "orders", "--count", "3000", "--size", "200")
+    assert sent.returncode == 0, sent.stderr
+    before = wait("both replicas in sync", lambda: (r := replicas(cluster)) and len(r) == 2
+                  and all(x["in_sync"] and x["alive"] for x in r.values()) and r)
+    master = next(i for i, r in before.items() if r["master"])
+    old = next(i for i, r in before.items() if not r["master"])
+    home, away = before[master]["datacenter"], before[old]["datacenter"]
+    assert {home, away} == {"dc-a", "dc-b"}
+    process = next(p["name"] for p in cluster.state()["processes"] if p.get("address") == before[old]["address"])
+
+    # Decommissions that would lose the set's safety are refused with a typed error.
+    for args in ([str(master)], [str(old)]):
+        refused = run(cluster, "broker", "decommission", *args, "--broker-set", "broker-a",
+                      "--data-dir", str(data))
+        assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
+    assert set(replicas(cluster)) == {master, old}
+
+    # The slave's disk is wiped: it comes back under a new id, empty, and copies the log.
+    assert tide("fault", "kill", process, "--data-dir", str(data)).returncode == 0
+    shutil.rmtree(data / process)
+    assert tide("fault", "dc-up", away, "--data-dir", str(data)).returncode == 0
+    new = wait(f"a new broker id in {away}", lambda: next(
+        (i for i, r in replicas(cluster).items() if i not in (master, old) and r["datacenter"] == away), None))
+    assert new > old, "a wiped replica must not come back under its old id"
+    assert run(cluster, "produce", "orders", "--count", "500", "--size", "200").returncode == 0
+    now = wait("the new replica to catch up and join the SyncStateSet", lambda: (
+        r := replicas(cluster)) and r[new]["in_sync"] and r[new]["max_offset"] == r[master]["max_offset"] and r)
+    assert not now[old]["alive"]
+
+    # The new replica is the only in-sync one outside the master's datacenter: it cannot go.
+    refused = run(cluster, "broker", "decommission", str(new), "--broker-set", "broker-a", "--data-dir", str(data))
+    assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
+
+    replaced = run(cluster, "broker", "replace", str(old), "--with", str(new), "--broker-set", "broker-a",
+                   "--data-dir", str(data))
+    assert replaced.returncode == 0, replaced.stderr
+    assert set(replicas(cluster)) == {master, new}
+    audit = wait("a clean audit", lambda: (a := run(cluster, "placement", "audit", "--json")).returncode == 0 and a)
+    assert json.loads(audit.stdout)["violations"] == []
+
+    # Every acknowledged message reads back through the client from the set the new replica is in.
+    got = run(cluster, "consume", "orders", "--group", "check", "--from-beginning", "--json", "--idle-timeout", "3")
+    assert got.returncode == 0, got.stderr
+    assert len([line for line in got.stdout.splitlines() if line.strip()]) == 3500

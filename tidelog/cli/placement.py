@@ -1,0 +1,95 @@
+"""`tide placement audit|status`: is every broker set and ledger held in the datacenters it must be?
+
+The controller leader audits placement continuously (controller RULES.md P1-P6); these commands
+ask it for the report. `audit` exits 1 while anything violates placement, so a disaster-recovery
+runbook can wait on it; `status` adds each broker set's replicas (datacenter, live, in sync) and
+the recent changes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tidelog.cli.common import controller_call, controllers_option, json_option, require_controllers
+from tidelog.controller.client import ControllerClient
+from tidelog.proto import controller_pb2 as pb
+
+
+@click.group("placement")
+def placement() -> None:
+    """Audit where broker sets and ledgers are held (datacenters), after an outage or a replacement."""
+
+
+def _violation(v: pb.PlacementViolation) -> dict[str, Any]:
+    return {"kind": v.kind, v.kind: v.name, "name": v.name, "broker_set": v.broker_set, "code": v.code,
+            "reason": v.reason, "since_s": round(v.since_ms_ago / 1000, 1)}
+
+
+def audit_document(reply: pb.PlacementAuditReply) -> dict[str, Any]:
+    """The JSON of `tide placement audit --json`: `violations` empty when all is well."""
+    return {"violations": [_violation(v) for v in reply.violations],
+            "required": {k: list(v.datacenters) for k, v in sorted(reply.required.items())}}
+
+
+@placement.command("audit")
+@controllers_option
+@json_option
+def audit(controllers: str, as_json: bool) -> None:
+    """The violations the leader finds now; exit status 1 while there are any."""
+    reply = controller_call(require_controllers(controllers), lambda c: c.placement_audit())
+    doc = audit_document(reply)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    elif not doc["violations"]:
+        click.echo("placement: every broker set and ledger is held where it must be")
+    else:
+        table = Table(title="placement violations")
+        for col in ("kind", "name", "code", "for", "reason"):
+            table.add_column(col)
+        for v in doc["violations"]:
+            table.add_row(v["kind"], v["name"], v["code"], f"{v['since_s']} s", v["reason"])
+        Console().print(table)
+    sys.exit(1 if doc["violations"] else 0)
+
+
+@placement.command("status")
+@controllers_option
+@json_option
+def status(controllers: str, as_json: bool) -> None:
+    """Each broker set's replicas by datacenter, the violations and the recent changes."""
+
+    async def go(client: ControllerClient) -> tuple[pb.PlacementAuditReply, pb.DescribeBrokerSetsReply]:
+        return await client.placement_audit(), await client.describe_broker_sets()
+
+    reply, sets = controller_call(require_controllers(controllers), go)
+    replicas = [{"broker_set": info.role.broker_set, "broker_id": m.broker_id, "address": m.address, "datacenter": m.datacenter,
+                 "alive": m.alive, "in_sync": m.in_sync, "master": m.is_master, "max_offset": m.last_max_offset}
+                for info in sets.broker_sets for m in info.members]
+    events = [{"ago_s": round(e.ms_ago / 1000, 1), "change": "opened" if e.opened else "cleared",
+               **_violation(e.violation)} for e in reply.events]
+    doc = {**audit_document(reply), "replicas": replicas, "events": events}
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        return
+    console = Console()
+    table = Table(title="replicas")
+    for col in ("broker set", "id", "datacenter", "role", "live", "in sync", "max offset"):
+        table.add_column(col)
+    for r in replicas:
+        table.add_row(r["broker_set"], str(r["broker_id"]), r["datacenter"] or "-", "master" if r["master"] else "slave",
+                      "yes" if r["alive"] else "[red]no[/red]", "yes" if r["in_sync"] else "[yellow]no[/yellow]",
+                      str(r["max_offset"]))
+    console.print(table)
+    if doc["violations"]:
+        for v in doc["violations"]:
+            console.print(f"[red]{v['kind']} {v['name']}[/red] {v['code']} for {v['since_s']} s: {v['reason']}")
+    else:
+        console.print("no placement violations")
+    for e in events[-20:]:
+        console.print(f"{e['ago_s']} s ago: {e['kind']} {e['name']} {e['change']} {e['code']}")
