@@ -30,7 +30,7 @@ CONTROLLERS_ENV = "TIDE_CONTROLLERS"
 HEDGE_AFTER_S = 0.3
 # Calls that change cluster membership: they prove the cluster secret (tidelog.clusterauth).
 SIGNED = frozenset({"RegisterBroker", "Heartbeat", "AlterSyncStateSet", "ElectMaster", "CleanBrokerData",
-                    "DecommissionBroker"})
+                    "DecommissionBroker", "RepairPlacement"})
 
 
 def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
@@ -165,8 +165,8 @@ class ControllerClient:
             broker_id = request.master_id
         elif method == "RegisterBroker" and request.HasField("broker_id"):
             broker_id = request.broker_id
-        token = sign_call(self.secret, method, request.SerializeToString(deterministic=True), request.broker_set,
-                          broker_id, int(time.time() * 1000))
+        token = sign_call(self.secret, method, request.SerializeToString(deterministic=True),
+                          getattr(request, "broker_set", ""), broker_id, int(time.time() * 1000))
         return ((CALL_KEY, token),)
 
     async def _hedged(self, method: str, request: Any, per_call: float, deadline: float) -> Any:
@@ -318,6 +318,9 @@ class ControllerClient:
         if replacement is not None:
             req.replacement = replacement
         return await self.call("admin", "DecommissionBroker", req)
+
+    async def repair_placement(self, max_ledgers: int = 0) -> pb.RepairPlacementReply:
+        return await self.call("admin", "RepairPlacement", pb.RepairPlacementRequest(max_ledgers=max_ledgers))
 
     async def meta_create(self, key: str, value: bytes) -> pb.MetaEntry:
         return await self.call("admin", "MetaCreate", pb.MetaCreateRequest(key=key, value=value))

@@ -63,7 +63,7 @@ class ControllerConfig:
     enable_elect_unclean_master: bool = False
     max_meta_value_bytes: int = 1 << 20
     raft: RaftTuning = field(default_factory=RaftTuning)
-    # broker set -> the datacenters that must hold a replica (RULES.md P1); unnamed sets: their members' labels
+    # broker set -> the datacenters that must hold a replica (RULES.md PL1); unnamed sets: their members' labels
     placement: dict[str, tuple[str, ...]] = field(default_factory=dict)
     placement_audit_interval_ms: int = 1000
 

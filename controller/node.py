@@ -216,7 +216,7 @@ class ControllerNode:
             self.audit_placement(now)
 
     def audit_placement(self, now: int) -> list[Violation]:
-        """Audit placement (RULES.md P1-P6) with this node's liveness; log what opened and cleared."""
+        """Audit placement (RULES.md PL1-PL6) with this node's liveness; log what opened and cleared."""
         with self.raft.read() as state:
             names = set(state.broker_sets) | set(self.cfg.placement)
             alive = {name: self.heartbeats.alive(name, now) for name in names}

@@ -1,7 +1,7 @@
 """Placement: which datacenters must hold each broker set's data, the audit of it, and the safety
 rule for taking a broker out. Pure functions and one small state machine, time passed in.
 
-This module owns the placement rules (controller RULES.md P1-P6) and nothing else; the leader
+This module owns the placement rules (controller RULES.md PL1-PL8) and nothing else; the leader
 loop (``node.py``) feeds it the replicated state and its heartbeat table, and the admin service
 answers ``tide placement audit|status`` and ``tide broker decommission|replace`` from it.
 
@@ -13,30 +13,34 @@ The audit names that state instead of leaving it to be discovered.
 
 Theory of operation
 -------------------
-- P1 **Required datacenters.** A broker set declares the datacenters that must hold a replica
+- PL1 **Required datacenters.** A broker set declares the datacenters that must hold a replica
   (the controller's ``placement`` map, written by ``tide cluster up`` from the topology's
   ``broker_sets[].datacenters``). Undeclared, it is every datacenter its registered members
   are labelled with. Members without a label count for no datacenter.
-- P2 **Registered.** Every required datacenter has a registered member; else NO_REPLICA.
-- P3 **Up.** Every required datacenter has a live member (heard by the leader within the
+- PL2 **Registered.** Every required datacenter has a registered member; else NO_REPLICA.
+- PL3 **Up.** Every required datacenter has a live member (heard by the leader within the
   heartbeat timeout); else DATACENTER_DOWN.
-- P4 **In sync.** With two or more required datacenters, the SyncStateSet has a member in every
+- PL4 **In sync.** With two or more required datacenters, the SyncStateSet has a member in every
   one of them: only SyncStateSet members are sure to hold every acknowledged byte (sync
   replication acknowledges once they do). Else NOT_IN_SYNC, naming how far behind the live
   replicas of the missing datacenters are. A returning replica clears it only once the master
   has taken it back into the SyncStateSet, which it does when the replica has caught up.
-- P5 **Master.** A set with registered members and no master is NO_MASTER.
-- P6 **Ledgers.** A ledger's entries live on the replicas of its current ensemble (ledger
+- PL5 **Master.** A set with registered members and no master is NO_MASTER.
+- PL6 **Ledgers.** A ledger's entries live on the replicas of its current ensemble (ledger
   metadata). It violates placement when its ensemble names a broker that is no longer a member
   of the set (REPLICA_GONE: a replaced broker), when the ensemble's members do not cover the
-  set's required datacenters (ENSEMBLE_ONE_DATACENTER), or when its broker set violates P3/P4
+  set's required datacenters (ENSEMBLE_ONE_DATACENTER), or when its broker set violates PL3/PL4
   (its new entries are then held in fewer datacenters: BROKER_SET_DEGRADED). Deleted ledgers
   are not audited.
+- PL8 **Re-replication of ledgers** (``ledger_repair``): a broker a ledger names that left the set
+  is replaced by a live SyncStateSet member (it holds the whole log), preferring a datacenter the
+  ledger's current ensemble lacks.
 
-Decommission (``decommission_problem``): taking broker B out of a set is refused when B is the
-master (elect another first), when B is the last SyncStateSet member, or when, with two or more
-required datacenters, the SyncStateSet without B would no longer hold a replica outside the
-master's datacenter while it holds one now. ``--force`` skips the rule, never the first two.
+Decommission (``decommission_problem``, PL7): taking broker B out of a set is refused when B is
+the master (elect another first), when B is the last SyncStateSet member, or when, with two or
+more required datacenters, B is the SyncStateSet's only member in a required datacenter (the
+set would then hold acknowledged data in fewer datacenters). ``--force`` skips the last rule,
+never the first two.
 
 ``PlacementMonitor.step(violations, now_ms)`` keeps when each violation was first seen and
 returns the ones that opened and cleared since the last step, for the log and ``status``.
@@ -53,7 +57,7 @@ from tidelog.ledger.metadata import LedgerMetadata
 
 __all__ = [
     "BROKER_SET", "LEDGER", "LedgerPlacement", "PlacementMonitor", "Violation", "audit",
-    "audit_broker_set", "audit_ledger", "decommission_problem", "ledger_placements", "replacement_problem",
+    "audit_broker_set", "audit_ledger", "decommission_problem", "ledger_placements", "ledger_repair", "replacement_problem",
     "required_datacenters",
 ]
 
@@ -70,10 +74,12 @@ class Violation:
     code: str  # NO_REPLICA, DATACENTER_DOWN, NOT_IN_SYNC, NO_MASTER, REPLICA_GONE, ...
     broker_set: str
     reason: str
+    datacenter: str = ""  # the datacenter it is about, where there is one
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.kind, self.name, self.code)
+    def key(self) -> tuple[str, str, str, str]:
+        """One violation, for telling what opened and cleared: two datacenters down are two."""
+        return (self.kind, self.name, self.code, self.datacenter)
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class LedgerPlacement:
     broker_set: str
     ensemble: tuple[int, ...]  # the current (last) ensemble's broker ids
     deleted: bool = False
+    key: str = ""  # its metadata key
+    replicas: tuple[int, ...] = ()  # every broker id any of its ensembles names
 
 
 def ledger_placements(state: ControllerState) -> Iterator[LedgerPlacement]:
@@ -95,11 +103,36 @@ def ledger_placements(state: ControllerState) -> Iterator[LedgerPlacement]:
         except (TidelogError, ValueError):
             continue
         ensemble = meta.ensembles[-1][1] if meta.ensembles else ()
-        yield LedgerPlacement(meta.ledger_id, meta.broker_set, tuple(ensemble))
+        every = tuple(sorted({i for _, members in meta.ensembles for i in members}))
+        yield LedgerPlacement(meta.ledger_id, meta.broker_set, tuple(ensemble), key=entry.key, replicas=every)
+
+
+def ledger_repair(ledger: LedgerPlacement, bs: BrokerSet, required: Sequence[str],
+                  alive: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """PL8: the (old, new) replacements that re-replicate ``ledger`` after brokers left its set.
+    Each broker named by an ensemble that is no longer a member is replaced by a live SyncStateSet
+    member not already named (it holds every acknowledged byte, so these entries), preferring a
+    datacenter the current ensemble lacks, then the lowest id. Empty: nothing to do, or no
+    candidate yet (a replacement must first catch up)."""
+    gone = [i for i in ledger.replicas if i not in bs.members]
+    live = set(alive)
+    taken = set(ledger.replicas)
+    have = {bs.members[i].datacenter for i in ledger.ensemble if i in bs.members}
+    pairs = []
+    for old in gone:
+        candidates = [i for i in sorted(bs.sync_state_set) if i in live and i not in taken and i in bs.members]
+        if not candidates:
+            break
+        rank = {dc: n for n, dc in enumerate(d for d in required if d not in have)}
+        new = min(candidates, key=lambda i: (rank.get(bs.members[i].datacenter, len(rank)), i))
+        pairs.append((old, new))
+        taken.add(new)
+        have.add(bs.members[new].datacenter)
+    return tuple(pairs)
 
 
 def required_datacenters(declared: Sequence[str] | None, bs: BrokerSet) -> tuple[str, ...]:
-    """P1: the declared datacenters, else every label of a registered member (sorted)."""
+    """PL1: the declared datacenters, else every label of a registered member (sorted)."""
     if declared:
         return tuple(sorted(set(declared)))
     return tuple(sorted({m.datacenter for m in bs.members.values() if m.datacenter}))
@@ -110,11 +143,11 @@ def _ids(ids: Iterable[int]) -> str:
 
 
 def audit_broker_set(bs: BrokerSet, required: Sequence[str], alive: Mapping[int, LiveInfo]) -> list[Violation]:
-    """P2-P5 for one broker set, given the leader's live brokers of that set."""
+    """PL2-PL5 for one broker set, given the leader's live brokers of that set."""
     out: list[Violation] = []
 
-    def add(code: str, reason: str) -> None:
-        out.append(Violation(BROKER_SET, bs.name, code, bs.name, reason))
+    def add(code: str, reason: str, dc: str = "") -> None:
+        out.append(Violation(BROKER_SET, bs.name, code, bs.name, reason, dc))
 
     if bs.members and bs.master_id is None:
         add("NO_MASTER", f"{bs.name} has no master: it takes no writes")
@@ -126,11 +159,11 @@ def audit_broker_set(bs: BrokerSet, required: Sequence[str], alive: Mapping[int,
     for dc in required:
         members = sorted(by_dc.get(dc, []))
         if not members:
-            add("NO_REPLICA", f"no replica of {bs.name} is registered in {dc}")
+            add("NO_REPLICA", f"no replica of {bs.name} is registered in {dc}", dc)
             continue
         live = [i for i in members if i in alive]
         if not live:
-            add("DATACENTER_DOWN", f"no live replica of {bs.name} in {dc} (broker {_ids(members)} silent)")
+            add("DATACENTER_DOWN", f"no live replica of {bs.name} in {dc} (broker {_ids(members)} silent)", dc)
             continue
         if len(required) >= 2 and dc not in sss_dcs:
             held = sorted(d or "no datacenter" for d in sss_dcs) or ["nowhere"]
@@ -141,13 +174,13 @@ def audit_broker_set(bs: BrokerSet, required: Sequence[str], alive: Mapping[int,
                 else:
                     lag.append(f"broker {i} catching up")
             add("NOT_IN_SYNC", f"acknowledged data of {bs.name} is held in {', '.join(held)} only: {dc}'s replica "
-                               f"is not in the SyncStateSet ({'; '.join(lag)})")
+                               f"is not in the SyncStateSet ({'; '.join(lag)})", dc)
     return out
 
 
 def audit_ledger(ledger: LedgerPlacement, bs: BrokerSet | None, required: Sequence[str],
                  set_violations: Sequence[Violation]) -> list[Violation]:
-    """P6 for one ledger, given its broker set's own violations."""
+    """PL6 for one ledger, given its broker set's own violations."""
     if ledger.deleted:
         return []
     name = str(ledger.ledger_id)
@@ -158,7 +191,7 @@ def audit_ledger(ledger: LedgerPlacement, bs: BrokerSet | None, required: Sequen
     if bs is None:
         return [v("REPLICA_GONE", f"ledger {name}'s broker set {ledger.broker_set} no longer exists")]
     out = []
-    gone = [i for i in ledger.ensemble if i not in bs.members]
+    gone = [i for i in (ledger.replicas or ledger.ensemble) if i not in bs.members]
     if gone:
         out.append(v("REPLICA_GONE", f"ledger {name}'s ensemble names broker {_ids(gone)}, no longer a member "
                                      f"of {bs.name}"))
@@ -203,17 +236,17 @@ def decommission_problem(bs: BrokerSet, broker_id: int, required: Sequence[str],
     rest = bs.sync_state_set - {broker_id}
     if broker_id in bs.sync_state_set and not rest:
         return f"broker {broker_id} is the last in-sync replica of {bs.name}"
-    if force or len(required) < 2 or bs.master is None:
+    if force or len(required) < 2:
         return None
-    home = bs.master.datacenter
 
-    def remote(members: frozenset[int]) -> list[int]:
-        return sorted(i for i in members if i in bs.members and bs.members[i].datacenter != home)
+    def covered(members: frozenset[int]) -> set[str]:
+        return {bs.members[i].datacenter for i in members if i in bs.members} & set(required)
 
-    if remote(bs.sync_state_set) and not remote(rest):
-        return (f"without broker {broker_id} ({bs.members[broker_id].datacenter}), {bs.name} would have no in-sync "
-                f"replica outside the master's datacenter {home}: bring another replica there in sync first, "
-                f"or pass --force")
+    lost = sorted(covered(bs.sync_state_set) - covered(rest))
+    if lost:
+        return (f"broker {broker_id} is the only in-sync replica of {bs.name} in {', '.join(lost)}: without it, "
+                f"acknowledged data would be held in {', '.join(sorted(covered(rest))) or 'no required datacenter'} "
+                f"only; bring another replica there in sync first, or pass --force")
     return None
 
 
@@ -242,7 +275,7 @@ class PlacementMonitor:
     """Since when each violation stands, and what opened and cleared at each step."""
 
     def __init__(self) -> None:
-        self.since_ms: dict[tuple[str, str, str], int] = {}
+        self.since_ms: dict[tuple[str, str, str, str], int] = {}
         self.current: list[Violation] = []
         self.audited_ms: int | None = None
 

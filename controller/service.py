@@ -21,8 +21,11 @@ import grpc
 from tidelog.controller import state as st
 from tidelog.controller.liveness import heartbeat_problem
 from tidelog.controller.placement import (
+    LedgerPlacement,
     Violation,
     decommission_problem,
+    ledger_placements,
+    ledger_repair,
     replacement_problem,
     required_datacenters,
 )
@@ -35,6 +38,7 @@ from tidelog.errors import (
     PlacementRefusedError,
     TopicNotFoundError,
 )
+from tidelog.ledger.client import ledger_id_of_key
 from tidelog.ledger.metadata import hash_password
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
@@ -50,6 +54,20 @@ _PERMS = ("rw", "r", "w")
 
 
 # --- state -> messages ------------------------------------------------------------------------
+
+
+# What fixes what `tide placement repair` cannot (RULES.md 8).
+_ADVICE = {
+    "NO_REPLICA": "start a broker of the set in each datacenter named NO_REPLICA (its config's datacenter label)",
+    "DATACENTER_DOWN": "bring the datacenter's brokers back, or replace them: start a new broker there and "
+                       "run `tide broker replace OLD --with NEW` once it is in sync",
+    "NOT_IN_SYNC": "wait: the master takes a returning replica into the SyncStateSet once it has caught up",
+    "NO_MASTER": "bring back an in-sync replica (or see enable_elect_unclean_master)",
+    "REPLICA_GONE": "run `tide placement repair` again once a live replica is in sync",
+    "ENSEMBLE_ONE_DATACENTER": "the ledger was created on replicas of one datacenter; its new ensembles follow "
+                               "the set's in-sync replicas",
+    "BROKER_SET_DEGRADED": "repair the ledger's broker set (its own violations)",
+}
 
 
 def _violation(v: Violation, since_ms_ago: int) -> pb.PlacementViolation:
@@ -318,7 +336,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     @rpc
     async def PlacementAudit(self, request: pb.PlacementAuditRequest, context: grpc.aio.ServicerContext
                              ) -> pb.PlacementAuditReply:
-        """The leader's latest placement audit (RULES.md P1-P6), made afresh for the answer."""
+        """The leader's latest placement audit (RULES.md PL1-PL6), made afresh for the answer."""
         self.node.require_leader()
         await self.node.ensure_ready()
         now = self.node.mono_ms()
@@ -337,7 +355,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     @rpc
     async def DecommissionBroker(self, request: pb.DecommissionBrokerRequest, context: grpc.aio.ServicerContext
                                  ) -> pb.DecommissionBrokerReply:
-        """Take a broker out of its set (RULES.md P7): checked against the current state and
+        """Take a broker out of its set (RULES.md PL7): checked against the current state and
         liveness, then removed with CleanBrokerData."""
         name = non_empty("broker_set", request.broker_set)
         self.node.authenticate(context, "DecommissionBroker", request, broker_set=name)
@@ -367,8 +385,62 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
                     f" (replaced by {request.replacement})" if request.HasField("replacement") else "",
                     " (forced)" if request.force else "")
+        if request.HasField("replacement"):  # PL8: its ledgers now name the replacement
+            await self._replace_ledger_replicas(name, {
+                lp.key: ((bid, request.replacement),) for lp in self._ledgers(name) if bid in lp.replicas})
         with self.node.raft.read() as state:
             return pb.DecommissionBrokerReply(role=role_of(name, state.broker_sets.get(name)))
+
+    @rpc
+    async def RepairPlacement(self, request: pb.RepairPlacementRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.RepairPlacementReply:
+        """PL8: re-replicate ledgers that name a broker which left their set, at most
+        `max_ledgers` per call; then say what is left and what fixes it."""
+        self.node.authenticate(context, "RepairPlacement", request)
+        limit = request.max_ledgers or 100
+        require(0 < limit <= 10_000, f"max_ledgers must be in 1..10000 (got {request.max_ledgers})")
+        self.node.require_leader()
+        await self.node.ensure_ready()
+        now = self.node.mono_ms()
+        plans: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {}
+        with self.node.raft.read() as state:
+            for lp in ledger_placements(state):
+                bs = state.broker_sets.get(lp.broker_set)
+                if bs is None or sum(len(p) for p in plans.values()) >= limit:
+                    continue
+                pairs = ledger_repair(lp, bs, required_datacenters(self.node.cfg.placement.get(bs.name), bs),
+                                      self.node.heartbeats.alive_ids(bs.name, now))
+                if pairs:
+                    plans.setdefault(bs.name, {})[lp.key] = pairs
+        reply = pb.RepairPlacementReply()
+        for name, repairs in sorted(plans.items()):
+            for key in await self._replace_ledger_replicas(name, repairs):
+                item = pb.LedgerRepair(broker_set=name, ledger=str(ledger_id_of_key(key)))
+                for old, new in repairs[key]:
+                    item.replaced[old] = new
+                reply.repaired.append(item)
+        violations = self.node.audit_placement(self.node.mono_ms())
+        reply.remaining.extend(_violation(v, 0) for v in violations)
+        reply.advice.extend(sorted({_ADVICE[v.code] for v in violations if v.code in _ADVICE}))
+        return reply
+
+    def _ledgers(self, broker_set: str) -> list[LedgerPlacement]:
+        with self.node.raft.read() as state:
+            return [lp for lp in ledger_placements(state) if lp.broker_set == broker_set]
+
+    async def _replace_ledger_replicas(self, broker_set: str, repairs: dict[str, tuple[tuple[int, int], ...]]
+                                       ) -> list[str]:
+        """Apply PL8 repairs in batches of 100 ledgers (one Raft command each); the keys changed."""
+        changed: list[str] = []
+        items = sorted(repairs.items())
+        for i in range(0, len(items), 100):
+            batch = tuple(items[i:i + 100])
+            result = await self.node.write(lambda now, hb, b=batch: st.ReplaceLedgerReplicas(
+                broker_set=broker_set, repairs=b, now_ms=now))
+            changed.extend(result.value or [])
+        if changed:
+            log.warning("broker set %s: re-replicated %d ledger(s) to in-sync replicas", broker_set, len(changed))
+        return changed
 
     def _check_value(self, key: str, value: bytes) -> None:
         limit = self.node.cfg.max_meta_value_bytes

@@ -77,7 +77,7 @@ __all__ = [
     "MAX_META_VALUE_BYTES", "MAX_QUEUES_PER_BROKER_SET", "NAME_PATTERN", "AlterSyncStateSet",
     "BrokerSet", "CleanBrokerData", "ControllerState", "CreateTopic", "DeleteTopic", "ElectMaster",
     "InvariantViolation", "LiveInfo", "Member", "MetaCompareAndSet", "MetaCreate", "MetaDelete",
-    "MetaEntry", "QueueRoute", "RegisterBroker", "ReportOffsets", "Result", "Route", "Topic",
+    "MetaEntry", "QueueRoute", "RegisterBroker", "ReplaceLedgerReplicas", "ReportOffsets", "Result", "Route", "Topic",
 ]
 
 #: Broker set and topic names; also the keys of a topic's queue map.
@@ -227,7 +227,7 @@ class CleanBrokerData:
     broker_set: str
     broker_ids: frozenset[int] = frozenset()
     clean_living: bool = False
-    # a decommission (RULES.md P7) checked that no id is the master; refuse if one became master since
+    # a decommission (RULES.md PL7) checked that no id is the master; refuse if one became master since
     keep_master: bool = False
     alive: frozenset[int] = frozenset()
     now_ms: int = 0
@@ -272,6 +272,18 @@ class MetaDelete:
     expected_version: int | None = None
     now_ms: int = 0
     ledger_password_hash: bytes | None = None
+
+
+@dataclass(frozen=True)
+class ReplaceLedgerReplicas:
+    """Re-replication of ledgers (RULES.md PL8): in each listed ledger of ``broker_set``, broker
+    ``old`` becomes ``new`` in every ensemble. Authorised by the cluster secret (a signed operator
+    call), not by the ledgers' passwords: the replicas are the broker set's, and only which broker
+    ids hold the entries changes (M7), never the entries or the ledger's state."""
+
+    broker_set: str
+    repairs: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()  # (metadata key, ((old, new), ...))
+    now_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -452,6 +464,7 @@ class ControllerState:
             MetaCreate: self._meta_create,
             MetaCompareAndSet: self._meta_cas,
             MetaDelete: self._meta_delete,
+            ReplaceLedgerReplicas: self._replace_ledger_replicas,
         }
 
     # -- the one entry point --
@@ -688,7 +701,7 @@ class ControllerState:
                 raise _Reject(invalid, f"broker {living[0]} of {c.broker_set} is still alive, clean up failure")
         if bs is None:  # C2
             raise _Reject(invalid, f"broker set {c.broker_set} does not exist, clean broker data failure")
-        if c.keep_master and bs.master_id is not None and bs.master_id in ids:  # P7
+        if c.keep_master and bs.master_id is not None and bs.master_id in ids:  # PL7
             raise _Reject(invalid, f"broker {bs.master_id} of {c.broker_set} became master: elect another first")
 
         if not ids or bs.members.keys() <= ids:  # C3: the whole set goes
@@ -829,6 +842,49 @@ class ControllerState:
             _check_ledger_proof(c.key, cur.value, c.ledger_password_hash, "delete")
         del self.metadata[c.key]
         return Result(changed=True), None
+
+    def _replace_ledger_replicas(self, c: ReplaceLedgerReplicas) -> tuple[Result, str | None]:
+        _need_name(c.broker_set, "broker set name")
+        _need_nonneg(c.now_ms, "now_ms")
+        if not isinstance(c.repairs, tuple) or not c.repairs:
+            raise _bad("repairs must name at least one ledger")
+        bs = self.broker_sets.get(c.broker_set)
+        if bs is None:
+            raise _Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST", f"broker set {c.broker_set} does not exist")
+        updates = []
+        for repair in c.repairs:
+            if not isinstance(repair, tuple) or len(repair) != 2:
+                raise _bad("each repair is (ledger metadata key, ((old, new), ...))")
+            key, pairs = repair
+            _need_meta_key(key)
+            if (not key.startswith(LEDGER_KEY_PREFIX) or not isinstance(pairs, tuple) or not pairs
+                    or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs)):
+                raise _bad(f"{key!r}: a ledger key and at least one (old, new) pair")
+            for old, new in pairs:
+                _need_nonneg(old, "old broker id")
+                _need_nonneg(new, "new broker id")
+                if old in bs.members:  # PL8: only a broker that left the set is replaced
+                    raise _Reject("PLACEMENT_REFUSED", f"broker {old} is still a member of {c.broker_set}")
+                if new not in bs.sync_state_set:  # PL8: the new one must hold every acknowledged byte
+                    raise _Reject("PLACEMENT_REFUSED", f"broker {new} is not in the SyncStateSet of {c.broker_set}")
+            cur = self.metadata.get(key)
+            if cur is None:
+                raise _Reject("METADATA_NOT_FOUND", f"no metadata {key}")
+            try:
+                meta = LedgerMetadata.decode(cur.value)
+                new_meta = meta.with_replicas_replaced(dict(pairs))
+                check_update(meta, new_meta)
+            except TidelogError as err:
+                raise _Reject(err.code, f"metadata {key}: {err.message}") from None
+            if meta.broker_set != c.broker_set:
+                raise _bad(f"{key} is a ledger of {meta.broker_set}, not {c.broker_set}")
+            if new_meta != meta:
+                updates.append(MetaEntry(key=key, value=new_meta.encode(), version=cur.version + 1,
+                                         modified_ms=c.now_ms))
+        for e in updates:
+            self.metadata[e.key] = e
+        return Result(value=[e.key for e in updates], changed=bool(updates),
+                      message=f"{len(updates)} ledger(s) re-replicated"), None
 
     # -- invariants --
 

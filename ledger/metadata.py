@@ -43,6 +43,7 @@ MetadataVersionError.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import enum
 import hashlib
 import hmac
@@ -203,6 +204,20 @@ class LedgerMetadata:
                 break
             chosen = members
         return chosen
+
+    def with_replicas_replaced(self, replacements: Mapping[int, int]) -> LedgerMetadata:
+        """The same ledger with broker ``old`` replaced by ``new`` in every ensemble, for each
+        pair (re-replication after a replica was replaced: every replica of the set holds the
+        whole log, so the new one holds these entries once it is in sync). A pair whose new id is
+        already in an ensemble leaves that ensemble unchanged (replicas stay distinct, M2)."""
+        ensembles = []
+        for first, members in self.ensembles:
+            out: list[int] = []
+            for m in members:  # one substitution per member: pairs never chain (a→b, b→c)
+                new = replacements.get(m)
+                out.append(new if new is not None and new not in members and new not in out else m)
+            ensembles.append((first, tuple(out)))
+        return dataclasses.replace(self, ensembles=tuple(ensembles))
 
     def custom(self) -> dict[str, bytes]:
         return dict(self.custom_metadata)

@@ -283,7 +283,7 @@ class ControllerInvalidCleanBrokerMetadataError(TidelogError):
 
 @_register
 class PlacementRefusedError(TidelogError):
-    """Taking the broker out would break the broker set's placement or safety (controller RULES.md P7)."""
+    """Taking the broker out would break the broker set's placement or safety (controller RULES.md PL7)."""
 
     code = "PLACEMENT_REFUSED"
     status = "FAILED_PRECONDITION"

@@ -251,7 +251,7 @@ def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0, netns: bool 
                 "nodes": [{k: n[k] for k in ("id", "raft", "grpc")} for n in nodes], **ctrl}
     # Every cluster has a secret, one node or many: it authenticates the Raft port and every
     # broker's membership (controller calls and the HA handshake).
-    # The datacenters a broker set is spread over are the ones its placement requires (RULES.md P1).
+    # The datacenters a broker set is spread over are the ones its placement requires (RULES.md PL1).
     placement = {bs["name"]: list(dict.fromkeys(bs["datacenters"])) for bs in topology.broker_sets
                  if bs.get("datacenters")}
     if placement and "placement" not in ctrl_doc:

@@ -1,6 +1,6 @@
 """Scenario: a replica's disk is wiped; it comes back as a new, empty broker, copies the whole log,
 and replaces the old one; decommissions that would break placement are refused
-(controller RULES.md P4, P7; broker identity in broker/identity.py).
+(controller RULES.md PL4, PL7; broker identity in broker/identity.py).
 
 Real processes from `tide cluster up` on loopback, with the two replicas labelled dc-a and dc-b,
 driven only through the `tide` commands an operator would type.
@@ -73,6 +73,10 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     assert sent.returncode == 0, sent.stderr
     before = wait("both replicas in sync", lambda: (r := replicas(cluster)) and len(r) == 2
                   and all(x["in_sync"] and x["alive"] for x in r.values()) and r)
+    # A ledger on both replicas; its ensemble will name the replica that is wiped.
+    wrote = run(cluster, "ledger", "append", "-d", "first", "-d", "second", "-d", "third", "--password", "pw", "--json")
+    assert wrote.returncode == 0, wrote.stderr
+    ledger = str(json.loads(wrote.stdout)["ledger_id"])
     master = next(i for i, r in before.items() if r["master"])
     old = next(i for i, r in before.items() if not r["master"])
     home, away = before[master]["datacenter"], before[old]["datacenter"]
@@ -98,7 +102,7 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
         r := replicas(cluster)) and r[new]["in_sync"] and r[new]["max_offset"] == r[master]["max_offset"] and r)
     assert not now[old]["alive"]
 
-    # The new replica is the only in-sync one outside the master's datacenter: it cannot go.
+    # The new replica is the only in-sync one in its datacenter: it cannot go.
     refused = run(cluster, "broker", "decommission", str(new), "--broker-set", "broker-a", "--data-dir", str(data))
     assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
 
@@ -106,6 +110,13 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
                    "--data-dir", str(data))
     assert replaced.returncode == 0, replaced.stderr
     assert set(replicas(cluster)) == {master, new}
+    # Re-replicated: the ledger's ensembles name the new replica, which holds its entries.
+    info = run(cluster, "ledger", "info", ledger, "--json")
+    assert info.returncode == 0, info.stderr
+    assert [sorted(m) for m in json.loads(info.stdout)["ensembles"].values()] == [sorted([master, new])]
+    repaired = run(cluster, "placement", "repair", "--json", "--data-dir", str(data))
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert json.loads(repaired.stdout)["repaired"] == []
     audit = wait("a clean audit", lambda: (a := run(cluster, "placement", "audit", "--json")).returncode == 0 and a)
     assert json.loads(audit.stdout)["violations"] == []
 
@@ -113,3 +124,6 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     got = run(cluster, "consume", "orders", "--group", "check", "--from-beginning", "--json", "--idle-timeout", "3")
     assert got.returncode == 0, got.stderr
     assert len([line for line in got.stdout.splitlines() if line.strip()]) == 3500
+    entries = run(cluster, "ledger", "read", ledger, "--password", "pw", "--json")
+    assert entries.returncode == 0, entries.stderr
+    assert all(word in entries.stdout for word in ("first", "second", "third"))

@@ -176,7 +176,7 @@ def wait_placement(lab: Path, done: Any, timeout: float, what: str) -> tuple[dic
 def test_placement_audit_follows_a_datacenter_outage_and_its_repair(lab: Path) -> None:
     """Issue proof: with dc-b down under load the audit names broker-a within seconds; after dc-b
     returns, the violation clears only once its replica has caught up and rejoined the SyncStateSet
-    (controller RULES.md P3, P4)."""
+    (controller RULES.md PL3, PL4)."""
     wait_placement(lab, lambda r: not r["violations"], 60, "a clean audit before the outage")
     assert placement(lab)["required"] == {"broker-a": ["dc-a", "dc-b"]}
     made = tide("cluster", "exec", "--data-dir", str(lab), "--", sys.executable, "-m", "tidelog.cli", "topic",

@@ -92,7 +92,7 @@ def _decommission(controllers: str, broker_set: str, broker_id: int, force: bool
 @click.argument("broker_id", type=int)
 @click.option("--broker-set", required=True, help="the broker set BROKER_ID belongs to")
 @click.option("--force", is_flag=True,
-              help="also when it leaves no in-sync replica outside the master's datacenter, or the broker still runs")
+              help="also when it is the only in-sync replica of a required datacenter, or the broker still runs")
 @controllers_option
 @secret_options
 def decommission(broker_id: int, broker_set: str, force: bool, controllers: str, secret_file: str | None,
@@ -100,7 +100,7 @@ def decommission(broker_id: int, broker_set: str, force: bool, controllers: str,
     """Take a stopped broker out of its set for good (its id is never reused).
 
     Refused for the master, for the last in-sync replica, and (without --force) when the set
-    would keep no in-sync replica outside the master's datacenter (controller RULES.md P7)."""
+    would keep no in-sync replica in a required datacenter (controller RULES.md PL7)."""
     _decommission(controllers, broker_set, broker_id, force, None, secret_file, data_dir)
 
 

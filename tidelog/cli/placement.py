@@ -1,6 +1,6 @@
-"""`tide placement audit|status`: is every broker set and ledger held in the datacenters it must be?
+"""`tide placement audit|status|repair`: is every broker set and ledger held in the datacenters it must be?
 
-The controller leader audits placement continuously (controller RULES.md P1-P6); these commands
+The controller leader audits placement continuously (controller RULES.md PL1-PL6); these commands
 ask it for the report. `audit` exits 1 while anything violates placement, so a disaster-recovery
 runbook can wait on it; `status` adds each broker set's replicas (datacenter, live, in sync) and
 the recent changes.
@@ -16,7 +16,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tidelog.cli.common import controller_call, controllers_option, json_option, require_controllers
+from tidelog.cli.common import (
+    controller_call,
+    controllers_option,
+    json_option,
+    require_controllers,
+    secret_options,
+)
 from tidelog.controller.client import ControllerClient
 from tidelog.proto import controller_pb2 as pb
 
@@ -93,3 +99,33 @@ def status(controllers: str, as_json: bool) -> None:
         console.print("no placement violations")
     for e in events[-20:]:
         console.print(f"{e['ago_s']} s ago: {e['kind']} {e['name']} {e['change']} {e['code']}")
+
+
+@placement.command("repair")
+@click.option("--max-ledgers", type=click.IntRange(1, 10_000), default=100, show_default=True,
+              help="re-replicate at most this many ledgers in this call (spreads a large repair out)")
+@controllers_option
+@secret_options
+@json_option
+def repair(max_ledgers: int, controllers: str, secret_file: str | None, data_dir: str, as_json: bool) -> None:
+    """Fix what can be fixed now: ledgers naming a broker that left their set are re-replicated to
+    an in-sync replica (controller RULES.md PL8). Says what is left and what fixes it; exit status
+    1 while anything is left."""
+    reply = controller_call(require_controllers(controllers), lambda c: c.repair_placement(max_ledgers),
+                            secret_file=secret_file, data_dir=data_dir)
+    doc = {"repaired": [{"broker_set": r.broker_set, "ledger": r.ledger,
+                         "replaced": {str(k): v for k, v in sorted(r.replaced.items())}} for r in reply.repaired],
+           "violations": [_violation(v) for v in reply.remaining], "advice": list(reply.advice)}
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        for r in doc["repaired"]:
+            pairs = ", ".join(f"{k} -> {v}" for k, v in r["replaced"].items())
+            click.echo(f"ledger {r['ledger']} of {r['broker_set']}: replicas {pairs}")
+        if not doc["repaired"]:
+            click.echo("nothing to re-replicate")
+        for v in doc["violations"]:
+            click.echo(f"left: {v['kind']} {v['name']} {v['code']}: {v['reason']}")
+        for a in doc["advice"]:
+            click.echo(f"to do: {a}")
+    sys.exit(1 if doc["violations"] else 0)

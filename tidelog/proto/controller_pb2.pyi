@@ -444,3 +444,36 @@ class DecommissionBrokerReply(_message.Message):
     ROLE_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
+
+class RepairPlacementRequest(_message.Message):
+    __slots__ = ("max_ledgers",)
+    MAX_LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    max_ledgers: int
+    def __init__(self, max_ledgers: _Optional[int] = ...) -> None: ...
+
+class LedgerRepair(_message.Message):
+    __slots__ = ("broker_set", "ledger", "replaced")
+    class ReplacedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    ledger: str
+    replaced: _containers.ScalarMap[int, int]
+    def __init__(self, broker_set: _Optional[str] = ..., ledger: _Optional[str] = ..., replaced: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class RepairPlacementReply(_message.Message):
+    __slots__ = ("repaired", "remaining", "advice")
+    REPAIRED_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    ADVICE_FIELD_NUMBER: _ClassVar[int]
+    repaired: _containers.RepeatedCompositeFieldContainer[LedgerRepair]
+    remaining: _containers.RepeatedCompositeFieldContainer[PlacementViolation]
+    advice: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, repaired: _Optional[_Iterable[_Union[LedgerRepair, _Mapping]]] = ..., remaining: _Optional[_Iterable[_Union[PlacementViolation, _Mapping]]] = ..., advice: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -415,6 +415,11 @@ class ControllerAdminStub:
                 request_serializer=controller__pb2.DecommissionBrokerRequest.SerializeToString,
                 response_deserializer=controller__pb2.DecommissionBrokerReply.FromString,
                 _registered_method=True)
+        self.RepairPlacement = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/RepairPlacement',
+                request_serializer=controller__pb2.RepairPlacementRequest.SerializeToString,
+                response_deserializer=controller__pb2.RepairPlacementReply.FromString,
+                _registered_method=True)
 
 
 class ControllerAdminServicer:
@@ -498,6 +503,12 @@ class ControllerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RepairPlacement(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -565,6 +576,11 @@ def add_ControllerAdminServicer_to_server(servicer, server):
                     servicer.DecommissionBroker,
                     request_deserializer=controller__pb2.DecommissionBrokerRequest.FromString,
                     response_serializer=controller__pb2.DecommissionBrokerReply.SerializeToString,
+            ),
+            'RepairPlacement': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepairPlacement,
+                    request_deserializer=controller__pb2.RepairPlacementRequest.FromString,
+                    response_serializer=controller__pb2.RepairPlacementReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -918,6 +934,33 @@ class ControllerAdmin:
             '/tidelog.controller.v1.ControllerAdmin/DecommissionBroker',
             controller__pb2.DecommissionBrokerRequest.SerializeToString,
             controller__pb2.DecommissionBrokerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepairPlacement(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/RepairPlacement',
+            controller__pb2.RepairPlacementRequest.SerializeToString,
+            controller__pb2.RepairPlacementReply.FromString,
             options,
             channel_credentials,
             insecure,
