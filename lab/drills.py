@@ -38,7 +38,7 @@ from typing import Any
 from tidelog import localcluster
 from tidelog.client import Client
 from tidelog.commitlog.epochs import EpochFile
-from tidelog.drill import describe_set, read_all
+from tidelog.drill import describe_set, placement_violations, read_all
 from tidelog.errors import ConfigError, TidelogError, UnavailableError
 from tidelog.lab import control, net, rules
 
@@ -148,6 +148,28 @@ class Drill:
         control.datacenter(self.data_dir, verb, dc)
         self._log(f"dc-{verb} {dc}")
 
+    def wait_placement_clean(self, timeout_s: float) -> list[str]:
+        """Wait until the placement audit names nothing of the drill's broker set; returns the
+        violation codes it named before that (logged as steps)."""
+        seen: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                mine = [(code, reason) for name, code, reason in placement_violations(self.client)
+                        if name == self.broker_set]
+            except TidelogError as exc:
+                mine = [("AUDIT_UNAVAILABLE", str(exc))]
+            for code, reason in mine:
+                if not seen or seen[-1] != code:
+                    seen.append(code)
+                    self._log(f"placement audit: {code}: {reason}")
+            if not mine:
+                self._log("placement audit: clean")
+                return seen
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"placement of {self.broker_set} not clean within {timeout_s:.0f}s: {mine}")
+            time.sleep(0.25)
+
     def heal(self) -> None:
         control.heal(self.data_dir)
         for p in self.state["processes"]:
@@ -224,6 +246,23 @@ def _master_dc_down(d: Drill) -> None:
     time.sleep(12)
 
 
+def _dr_rehearsal(d: Drill) -> None:
+    """BP-54's trap, rehearsed: one datacenter down for 30 s under load and back; the placement
+    audit must name the broker set until the returning replica has caught up and rejoined the
+    SyncStateSet, and only then does the second datacenter go down. Nothing acknowledged may be
+    lost: had the second outage come while the audit still complained, it could have been."""
+    first = d.dc_of_master()
+    second = d.other_dc(first)
+    d.dc("down", first)
+    time.sleep(30)
+    d.dc("up", first)
+    flagged = [code for code in d.wait_placement_clean(timeout_s=90) if code != "AUDIT_UNAVAILABLE"]
+    if not flagged:
+        raise UnavailableError(f"the placement audit never named {d.broker_set} after {first} came back")
+    d.dc("down", second)
+    time.sleep(10)
+
+
 def _kill_master(d: Drill) -> None:
     m = d.master()["name"]
     d.proc("kill", m)
@@ -248,6 +287,8 @@ SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
                                 "the link is cut, then the master's datacenter goes down"),
     "master-dc-down": (_master_dc_down, False,
                        "kill -9 of every process in the master's datacenter (isolate-master-dc's baseline)"),
+    "dr-rehearsal": (_dr_rehearsal, False,
+                     "the master's datacenter down 30 s and back; once placement is clean, the other one goes down"),
     "kill-master": (_kill_master, False, "kill -9 of the master (the baseline write gap)"),
     "pause-master": (_pause_master, False, "SIGSTOP of the master for 8 s"),
 }

@@ -33,6 +33,14 @@ def describe_set(client: Client, broker_set: str) -> Any:
     return client._loop.run(go())
 
 
+def placement_violations(client: Client) -> list[tuple[str, str, str]]:
+    """(broker set, code, reason) of every broker-set placement violation the leader sees now."""
+    async def go() -> list[tuple[str, str, str]]:
+        reply = await client.aio.controller.placement_audit()
+        return [(v.broker_set, v.code, v.reason) for v in reply.violations if v.kind == "broker_set"]
+    return client._loop.run(go())
+
+
 def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, topic: str | None = None,
                 queues: int = 4, on_event: Any = None) -> dict[str, Any]:
     state = localcluster.read_state(data_dir)
