@@ -81,7 +81,8 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     old = next(i for i, r in before.items() if not r["master"])
     home, away = before[master]["datacenter"], before[old]["datacenter"]
     assert {home, away} == {"dc-a", "dc-b"}
-    process = next(p["name"] for p in cluster.state()["processes"] if p.get("address") == before[old]["address"])
+    names = {p.get("address"): p["name"] for p in cluster.state()["processes"]}
+    process, master_process = names[before[old]["address"]], names[before[master]["address"]]
 
     # Decommissions that would lose the set's safety are refused with a typed error.
     for args in ([str(master)], [str(old)]):
@@ -90,13 +91,24 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
         assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
     assert set(replicas(cluster)) == {master, old}
 
-    # The slave's disk is wiped: it comes back under a new id, empty, and copies the log.
+    # The slave's disk is wiped: it comes back under a new id, empty. The master is paused before
+    # the new broker starts, so the new one cannot copy anything yet: it must be neither in sync
+    # nor elected while the master is silent, however long (no acknowledged byte is on it).
     assert tide("fault", "kill", process, "--data-dir", str(data)).returncode == 0
     shutil.rmtree(data / process)
-    assert tide("fault", "dc-up", away, "--data-dir", str(data)).returncode == 0
-    new = wait(f"a new broker id in {away}", lambda: next(
-        (i for i, r in replicas(cluster).items() if i not in (master, old) and r["datacenter"] == away), None))
-    assert new > old, "a wiped replica must not come back under its old id"
+    assert tide("fault", "pause", master_process, "--data-dir", str(data)).returncode == 0
+    try:
+        assert tide("fault", "dc-up", away, "--data-dir", str(data)).returncode == 0
+        new = wait(f"a new broker id in {away}", lambda: next(
+            (i for i, r in replicas(cluster).items() if i not in (master, old) and r["datacenter"] == away), None))
+        assert new > old, "a wiped replica must not come back under its old id"
+        until = time.monotonic() + 5  # past the controller's heartbeat timeout (3 s): the master is dead to it
+        while time.monotonic() < until:
+            r = replicas(cluster)[new]
+            assert r["alive"] and not r["master"] and not r["in_sync"], f"the empty replica was promoted: {r}"
+            time.sleep(0.3)
+    finally:
+        tide("fault", "resume", master_process, "--data-dir", str(data))
     assert run(cluster, "produce", "orders", "--count", "500", "--size", "200").returncode == 0
     now = wait("the new replica to catch up and join the SyncStateSet", lambda: (
         r := replicas(cluster)) and r[new]["in_sync"] and r[new]["max_offset"] == r[master]["max_offset"] and r)
