@@ -79,6 +79,9 @@ class ControllerNode:
         self._election_tried: dict[str, int] = {}
         self.placement = PlacementMonitor()
         self.placement_events: collections.deque[tuple[int, bool, Violation]] = collections.deque(maxlen=100)
+        # (mono ms, broker set, ledger metadata key, ((old, new), ...)): re-replications this node made
+        self.ledger_repairs: collections.deque[tuple[int, str, str, tuple[tuple[int, int], ...]]] = \
+            collections.deque(maxlen=100)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.mono_ms = mono_ms
 

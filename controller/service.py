@@ -70,6 +70,13 @@ _ADVICE = {
 }
 
 
+def _ledger_repair(broker_set: str, key: str, pairs: tuple[tuple[int, int], ...], ms_ago: int) -> pb.LedgerRepair:
+    item = pb.LedgerRepair(broker_set=broker_set, ledger=str(ledger_id_of_key(key)), ms_ago=ms_ago)
+    for old, new in pairs:
+        item.replaced[old] = new
+    return item
+
+
 def _violation(v: Violation, since_ms_ago: int) -> pb.PlacementViolation:
     return pb.PlacementViolation(kind=v.kind, name=v.name, code=v.code, broker_set=v.broker_set, reason=v.reason,
                                  since_ms_ago=since_ms_ago)
@@ -346,6 +353,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             _violation(v, now - since.get(v.key, now)) for v in violations])
         for at, opened, v in self.node.placement_events:
             reply.events.append(pb.PlacementEvent(ms_ago=now - at, opened=opened, violation=_violation(v, 0)))
+        for at, broker_set, key, pairs in self.node.ledger_repairs:
+            reply.repairs.append(_ledger_repair(broker_set, key, pairs, now - at))
         with self.node.raft.read() as state:
             for name in sorted(set(state.broker_sets) | set(self.node.cfg.placement)):
                 bs = state.broker_sets.get(name) or st.BrokerSet(name=name, members={})
@@ -415,10 +424,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         reply = pb.RepairPlacementReply()
         for name, repairs in sorted(plans.items()):
             for key in await self._replace_ledger_replicas(name, repairs):
-                item = pb.LedgerRepair(broker_set=name, ledger=str(ledger_id_of_key(key)))
-                for old, new in repairs[key]:
-                    item.replaced[old] = new
-                reply.repaired.append(item)
+                reply.repaired.append(_ledger_repair(name, key, repairs[key], 0))
         violations = self.node.audit_placement(self.node.mono_ms())
         reply.remaining.extend(_violation(v, 0) for v in violations)
         reply.advice.extend(sorted({_ADVICE[v.code] for v in violations if v.code in _ADVICE}))
@@ -438,6 +444,9 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             result = await self.node.write(lambda now, hb, b=batch: st.ReplaceLedgerReplicas(
                 broker_set=broker_set, repairs=b, now_ms=now))
             changed.extend(result.value or [])
+        now = self.node.mono_ms()
+        for key in changed:
+            self.node.ledger_repairs.append((now, broker_set, key, repairs[key]))
         if changed:
             log.warning("broker set %s: re-replicated %d ledger(s) to in-sync replicas", broker_set, len(changed))
         return changed

@@ -129,6 +129,8 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     repaired = run(cluster, "placement", "repair", "--json", "--data-dir", str(data))
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert json.loads(repaired.stdout)["repaired"] == []
+    shown = status(cluster)["repairs"]  # the replace's re-replication is visible
+    assert [(r["ledger"], r["replaced"]) for r in shown] == [(ledger, {str(old): new})]
     audit = wait("a clean audit", lambda: (a := run(cluster, "placement", "audit", "--json")).returncode == 0 and a)
     assert json.loads(audit.stdout)["violations"] == []
 

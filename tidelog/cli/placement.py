@@ -79,7 +79,9 @@ def status(controllers: str, as_json: bool) -> None:
                 for info in sets.broker_sets for m in info.members]
     events = [{"ago_s": round(e.ms_ago / 1000, 1), "change": "opened" if e.opened else "cleared",
                **_violation(e.violation)} for e in reply.events]
-    doc = {**audit_document(reply), "replicas": replicas, "events": events}
+    repairs = [{"ago_s": round(r.ms_ago / 1000, 1), "broker_set": r.broker_set, "ledger": r.ledger,
+                "replaced": {str(k): v for k, v in sorted(r.replaced.items())}} for r in reply.repairs]
+    doc = {**audit_document(reply), "replicas": replicas, "events": events, "repairs": repairs}
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
@@ -99,6 +101,9 @@ def status(controllers: str, as_json: bool) -> None:
         console.print("no placement violations")
     for e in events[-20:]:
         console.print(f"{e['ago_s']} s ago: {e['kind']} {e['name']} {e['change']} {e['code']}")
+    for r in repairs[-20:]:
+        pairs = ", ".join(f"{k} -> {v}" for k, v in r["replaced"].items())
+        console.print(f"{r['ago_s']} s ago: ledger {r['ledger']} of {r['broker_set']} re-replicated ({pairs})")
 
 
 @placement.command("repair")

@@ -403,7 +403,7 @@ class PlacementAuditRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PlacementAuditReply(_message.Message):
-    __slots__ = ("violations", "audited_ms_ago", "events", "required")
+    __slots__ = ("violations", "audited_ms_ago", "events", "required", "repairs")
     class RequiredEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -415,11 +415,13 @@ class PlacementAuditReply(_message.Message):
     AUDITED_MS_AGO_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    REPAIRS_FIELD_NUMBER: _ClassVar[int]
     violations: _containers.RepeatedCompositeFieldContainer[PlacementViolation]
     audited_ms_ago: int
     events: _containers.RepeatedCompositeFieldContainer[PlacementEvent]
     required: _containers.MessageMap[str, DatacenterList]
-    def __init__(self, violations: _Optional[_Iterable[_Union[PlacementViolation, _Mapping]]] = ..., audited_ms_ago: _Optional[int] = ..., events: _Optional[_Iterable[_Union[PlacementEvent, _Mapping]]] = ..., required: _Optional[_Mapping[str, DatacenterList]] = ...) -> None: ...
+    repairs: _containers.RepeatedCompositeFieldContainer[LedgerRepair]
+    def __init__(self, violations: _Optional[_Iterable[_Union[PlacementViolation, _Mapping]]] = ..., audited_ms_ago: _Optional[int] = ..., events: _Optional[_Iterable[_Union[PlacementEvent, _Mapping]]] = ..., required: _Optional[_Mapping[str, DatacenterList]] = ..., repairs: _Optional[_Iterable[_Union[LedgerRepair, _Mapping]]] = ...) -> None: ...
 
 class DatacenterList(_message.Message):
     __slots__ = ("datacenters",)
@@ -452,7 +454,7 @@ class RepairPlacementRequest(_message.Message):
     def __init__(self, max_ledgers: _Optional[int] = ...) -> None: ...
 
 class LedgerRepair(_message.Message):
-    __slots__ = ("broker_set", "ledger", "replaced")
+    __slots__ = ("broker_set", "ledger", "replaced", "ms_ago")
     class ReplacedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -463,10 +465,12 @@ class LedgerRepair(_message.Message):
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     LEDGER_FIELD_NUMBER: _ClassVar[int]
     REPLACED_FIELD_NUMBER: _ClassVar[int]
+    MS_AGO_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     ledger: str
     replaced: _containers.ScalarMap[int, int]
-    def __init__(self, broker_set: _Optional[str] = ..., ledger: _Optional[str] = ..., replaced: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    ms_ago: int
+    def __init__(self, broker_set: _Optional[str] = ..., ledger: _Optional[str] = ..., replaced: _Optional[_Mapping[int, int]] = ..., ms_ago: _Optional[int] = ...) -> None: ...
 
 class RepairPlacementReply(_message.Message):
     __slots__ = ("repaired", "remaining", "advice")
