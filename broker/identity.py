@@ -4,6 +4,10 @@ A new data directory gets a random identity token and registers as a new broker 
 assigns a fresh id, never reused). The id is stored next to the data, so a restart comes back
 under the same id; a wiped directory has no identity file and so can never come back under the
 old id pretending to hold that broker's data.
+
+Like BookKeeper's cookie, the file names the cluster too (its id, learnt at the first
+registration): a data directory written by another cluster (a swapped disk) is refused by the
+controller (CLUSTER_MISMATCH) instead of joining as if it held this cluster's data.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class Identity:
     broker_set: str
     token: str
     broker_id: int | None
+    cluster_id: str = ""  # "" until the first registration answers
 
 
 def load_or_create(data_dir: Path, broker_set: str) -> Identity:
@@ -33,7 +38,7 @@ def load_or_create(data_dir: Path, broker_set: str) -> Identity:
     if path.exists():
         try:
             doc = json.loads(path.read_text())
-            ident = Identity(doc["broker_set"], doc["token"], doc.get("broker_id"))
+            ident = Identity(doc["broker_set"], doc["token"], doc.get("broker_id"), str(doc.get("cluster_id", "")))
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path} is damaged ({exc}); a broker cannot guess its identity") from exc
         if ident.broker_set != broker_set:
@@ -49,5 +54,6 @@ def load_or_create(data_dir: Path, broker_set: str) -> Identity:
 
 
 def save(data_dir: Path, ident: Identity) -> None:
-    doc = {"broker_set": ident.broker_set, "token": ident.token, "broker_id": ident.broker_id}
+    doc = {"broker_set": ident.broker_set, "token": ident.token, "broker_id": ident.broker_id,
+           "cluster_id": ident.cluster_id}
     atomic_write(os.fspath(data_dir / FILE_NAME), json.dumps(doc).encode())

@@ -29,6 +29,7 @@ from tidelog.broker.service import BrokerService
 from tidelog.commitlog import CommitLog
 from tidelog.controller.client import ControllerClient
 from tidelog.errors import (
+    ClusterMismatchError,
     ConfigError,
     ControllerBrokerIdInvalidError,
     MetadataNotFoundError,
@@ -137,16 +138,20 @@ class BrokerServer:
             try:
                 reply = await self.controller.register_broker(
                     self.cfg.broker_set, self.cfg.advertised, self.cfg.ha_advertised, identity=self.ident.token,
-                    broker_id=self.ident.broker_id, datacenter=self.cfg.datacenter, rack=self.cfg.rack)
+                    broker_id=self.ident.broker_id, datacenter=self.cfg.datacenter, rack=self.cfg.rack,
+                    cluster_id=self.ident.cluster_id)
             except ControllerBrokerIdInvalidError as exc:
                 raise ConfigError(f"the controller refuses broker id {self.ident.broker_id} for this data "
                                   f"directory: {exc.message}") from exc
+            except ClusterMismatchError as exc:
+                raise ConfigError(f"{self.cfg.data_dir}: {exc.message}", hint=exc.hint) from exc
             except TidelogError as exc:
                 log.warning("registration with the controller failed (%s); retrying", exc)
                 await asyncio.sleep(1.0)
                 continue
-            if self.ident.broker_id != reply.broker_id:
-                self.ident = identity.Identity(self.cfg.broker_set, self.ident.token, reply.broker_id)
+            if (self.ident.broker_id, self.ident.cluster_id) != (reply.broker_id, reply.cluster_id):
+                self.ident = identity.Identity(self.cfg.broker_set, self.ident.token, reply.broker_id,
+                                               reply.cluster_id)
                 identity.save(self.cfg.data_dir, self.ident)
             self.replica.broker_id = reply.broker_id
             log.info("registered as broker %d of %s", reply.broker_id, self.cfg.broker_set)

@@ -233,10 +233,10 @@ class ControllerClient:
     # --- broker-facing --------------------------------------------------------------------
 
     async def register_broker(self, broker_set: str, address: str, ha_address: str, *, identity: str,
-                              broker_id: int | None = None, datacenter: str = "", rack: str = ""
-                              ) -> pb.RegisterBrokerReply:
+                              broker_id: int | None = None, datacenter: str = "", rack: str = "",
+                              cluster_id: str = "") -> pb.RegisterBrokerReply:
         req = pb.RegisterBrokerRequest(broker_set=broker_set, address=address, ha_address=ha_address,
-                                       datacenter=datacenter, rack=rack, identity=identity)
+                                       datacenter=datacenter, rack=rack, identity=identity, cluster_id=cluster_id)
         if broker_id is not None:
             req.broker_id = broker_id
         return await self.call("broker", "RegisterBroker", req)

@@ -14,6 +14,7 @@ are made by `ControllerState.apply` (at apply time, on every replica) and by the
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING
 
 import grpc
@@ -151,13 +152,14 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         result = await self.node.write(lambda now, hb: st.RegisterBroker(
             broker_set=name, address=request.address, ha_address=request.ha_address,
             datacenter=request.datacenter, rack=request.rack, identity=request.identity,
-            broker_id=broker_id, now_ms=now))
+            broker_id=broker_id, now_ms=now, cluster_id=request.cluster_id, new_cluster_id=uuid.uuid4().hex))
         assigned = int(result.value)  # RegisterBroker's result carries the broker's id
         with self.node.raft.read() as state:
             role = role_of(name, state.broker_sets.get(name))
+            cluster_id = state.cluster_id
         log.info("broker set %s: broker %s registered at %s (master %s, epoch %d)", name, assigned,
                  request.address, role.master_id if role.has_master else None, role.master_epoch)
-        return pb.RegisterBrokerReply(broker_id=assigned, role=role)
+        return pb.RegisterBrokerReply(broker_id=assigned, role=role, cluster_id=cluster_id)
 
     @rpc
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext

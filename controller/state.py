@@ -64,7 +64,7 @@ import base64
 import copy
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -84,6 +84,7 @@ __all__ = [
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.%-]{1,127}$")
 #: Datacenter and rack labels may be empty.
 _LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.%-]{0,127}$")
+_CLUSTER_ID_PATTERN = re.compile(r"^[a-z0-9-]{0,64}$")
 #: Default cap on one metadata value; the whole state is snapshotted by Raft, so it stays small.
 MAX_META_VALUE_BYTES = 1 << 20
 MAX_QUEUES_PER_BROKER_SET = 1024
@@ -194,6 +195,10 @@ class RegisterBroker:
     identity: str = ""
     broker_id: int | None = None
     now_ms: int = 0
+    # the cluster id the broker's identity file names ("" for a new data dir), and the id the leader
+    # drew for the cluster in case it has none yet (the first registration fixes it for good)
+    cluster_id: str = ""
+    new_cluster_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -451,6 +456,7 @@ class ControllerState:
         # A dropped broker set remembers its id counter so a re-created set never reuses an id
         # that a stale broker may still hold on disk.
         self.next_id_floor: dict[str, int] = {}
+        self.cluster_id = ""  # drawn by the leader at the first registration; never changes after
         # Configuration, not state: every replica must be started with the same value.
         self.max_meta_value_bytes = max_meta_value_bytes
         self._handlers: dict[type, Callable[[Any], tuple[Result, str | None]]] = {
@@ -479,10 +485,13 @@ class ControllerState:
         before_phase = _phase(before)
         before_epochs = (before.master_epoch, before.sss_epoch, before.next_broker_id, before.master_id,
                          before.sync_state_set) if before else None
+        cluster_id = self.cluster_id
         try:
             result, event = handler(cmd)
         except _Reject as rej:
             result, event = Result(rej.code, rej.message, rej.value), None
+        _check(not cluster_id or self.cluster_id == cluster_id,
+               f"the cluster id changed from {cluster_id} to {self.cluster_id}")
         if isinstance(set_name, str):
             self._check_set_after(set_name, before_phase, before_epochs, event if result.changed else None)
         return result
@@ -542,7 +551,20 @@ class ControllerState:
         if c.broker_id is not None:
             _need_nonneg(c.broker_id, "broker_id")
         _need_nonneg(c.now_ms, "now_ms")
+        for value, what in ((c.cluster_id, "cluster_id"), (c.new_cluster_id, "new_cluster_id")):
+            if not isinstance(value, str) or not _CLUSTER_ID_PATTERN.match(value):
+                raise _bad(f"{what} must be 0..64 of a-z 0-9 -, got {value!r}")
+        cluster_id = self.cluster_id or c.new_cluster_id
+        if c.cluster_id and c.cluster_id != cluster_id:  # R7: a disk of another cluster
+            raise _Reject("CLUSTER_MISMATCH", f"the data directory of this broker belongs to cluster {c.cluster_id}, "
+                                              f"not {cluster_id or 'this one'}")
+        result, event = self._register_member(c)  # raises on refusal: nothing below happens then
+        if cluster_id != self.cluster_id:
+            self.cluster_id = cluster_id  # fixed by the first registration (an invariant keeps it)
+            result = replace(result, changed=True)
+        return result, event
 
+    def _register_member(self, c: RegisterBroker) -> tuple[Result, str | None]:
         bs = self.broker_sets.get(c.broker_set)
         if c.broker_id is None:
             # A retried "register me as new" must not mint a second id: the identity finds it.
@@ -948,6 +970,7 @@ class ControllerState:
                 for _, bs in sorted(self.broker_sets.items())
             ],
             "next_id_floor": dict(sorted(self.next_id_floor.items())),
+            "cluster_id": self.cluster_id,
             "topics": [_topic_dict(t) for _, t in sorted(self.topics.items())],
             "next_topic_generation": self.next_topic_generation,
             "deleted_topics": [_topic_dict(t) for _, t in sorted(self.deleted_topics.items())],
@@ -971,6 +994,7 @@ class ControllerState:
                 sync_state_set=frozenset(b["sync_state_set"]), sss_epoch=b["sss_epoch"],
                 unclean_epoch=b.get("unclean_epoch", 0))
         s.next_id_floor = {str(k): int(v) for k, v in d.get("next_id_floor", {}).items()}
+        s.cluster_id = str(d.get("cluster_id", ""))  # snapshots from before cluster ids have none
         for t in d["topics"]:
             s.topics[t["name"]] = _topic_from(t)
         # snapshots from before topic generations: their topics are generation 0
@@ -987,8 +1011,9 @@ class ControllerState:
         if not isinstance(other, ControllerState):
             return NotImplemented
         return (self.broker_sets, self.topics, self.metadata, self.next_id_floor, self.next_topic_generation,
-                self.deleted_topics) == (other.broker_sets, other.topics, other.metadata, other.next_id_floor,
-                                         other.next_topic_generation, other.deleted_topics)
+                self.deleted_topics, self.cluster_id) == (other.broker_sets, other.topics, other.metadata,
+                                                          other.next_id_floor, other.next_topic_generation,
+                                                          other.deleted_topics, other.cluster_id)
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 

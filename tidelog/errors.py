@@ -331,6 +331,16 @@ class ControllerAlterSyncStateSetFailedError(TidelogError):
 
 
 @_register
+class ClusterMismatchError(TidelogError):
+    """The broker's data directory belongs to another cluster (its identity file names another cluster id)."""
+
+    code = "CLUSTER_MISMATCH"
+    status = "FAILED_PRECONDITION"
+    hint = ("this disk was written by another cluster: point the broker at its own data directory, or wipe this "
+            "one to join as a new, empty replica")
+
+
+@_register
 class ControllerBrokerIdInvalidError(TidelogError):
     """The broker id was never assigned, or it is bound to another broker identity."""
 

@@ -52,6 +52,13 @@ def replicas(cluster: LocalCluster) -> dict[int, dict[str, Any]]:
     return {r["broker_id"]: r for r in status(cluster)["replicas"] if r["broker_set"] == "broker-a"}
 
 
+def exited(pid: int) -> bool:
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return True
+
+
 def wait(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -141,3 +148,19 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     entries = run(cluster, "ledger", "read", ledger, "--password", "pw", "--json")
     assert entries.returncode == 0, entries.stderr
     assert all(word in entries.stdout for word in ("first", "second", "third"))
+
+
+    # A disk written by another cluster (its identity file names that cluster) is refused, not
+    # taken for this cluster's replica: the broker stops with a clear error and changes nothing.
+    ident_path = data / process / "identity.json"
+    ident = json.loads(ident_path.read_text())
+    assert ident["cluster_id"] and ident["broker_id"] == new
+    assert tide("fault", "kill", process, "--data-dir", str(data)).returncode == 0
+    ident_path.write_text(json.dumps({**ident, "cluster_id": "another-cluster"}))
+    assert tide("fault", "dc-up", away, "--data-dir", str(data)).returncode == 0
+    log = data / f"{process}.log"
+    wait("the broker to refuse the foreign disk", lambda: "CLUSTER_MISMATCH" in log.read_text(errors="replace")
+         or "belongs to cluster another-cluster" in log.read_text(errors="replace"), timeout=30)
+    pid = next(p["pid"] for p in cluster.state()["processes"] if p["name"] == process)
+    wait("the refused broker to exit", lambda: exited(pid), timeout=30)
+    assert set(replicas(cluster)) == {master, new}

@@ -191,10 +191,38 @@ def test_r6_ids_not_reused_after_whole_set_is_dropped() -> None:
     refused(s, reg(broker_id=1, identity="id-1"), "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED")
 
 
+def test_r7_the_first_registration_fixes_the_cluster_id_for_good() -> None:
+    s = ControllerState()
+    assert s.apply(reg(new_cluster_id="c0ffee")).ok and s.cluster_id == "c0ffee"
+    # later leaders draw other ids: they never replace the first one
+    assert s.apply(reg(identity="id-2", new_cluster_id="beef")).value == 2
+    assert s.cluster_id == "c0ffee"
+    assert s.apply(reg(broker_id=1, cluster_id="c0ffee", new_cluster_id="beef")).ok
+    assert ControllerState.from_dict(s.to_dict()).cluster_id == "c0ffee"
+
+
+def test_r7_a_data_directory_of_another_cluster_is_refused_and_changes_nothing() -> None:
+    s = ControllerState()
+    assert s.apply(reg(new_cluster_id="c0ffee")).ok
+    before = s.to_dict()
+    r = refused(s, reg(identity="swapped", cluster_id="other", new_cluster_id="beef"), "CLUSTER_MISMATCH")
+    assert "belongs to cluster other" in r.message
+    assert s.to_dict() == before
+
+
+def test_r7_a_refused_first_registration_does_not_fix_the_cluster_id() -> None:
+    s = ControllerState()
+    refused(s, reg(broker_id=5, new_cluster_id="c0ffee"), "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED")
+    assert s.cluster_id == ""
+    # a data directory from before cluster ids (none in its file) is still welcome
+    assert s.apply(reg(new_cluster_id="beef")).ok and s.cluster_id == "beef"
+
+
 @pytest.mark.parametrize("cmd", [
     reg(name="bad name"), reg(name=""), reg(name="x" * 128), reg(address=""), reg(address="host"),
     reg(address="host:0"), reg(address="host:65536"), reg(address=":80"), reg(ha_address=""),
     reg(identity=""), reg(broker_id=-1), reg(broker_id=True), reg(datacenter="d c"), reg(now_ms=-1),
+    reg(cluster_id="Not Hex!"), reg(new_cluster_id="x" * 65),
 ], ids=lambda c: repr(c)[15:70])
 def test_v0_register_rejects_malformed_input(cmd: RegisterBroker) -> None:
     refused(fresh(1), cmd, "INVALID_ARGUMENT")

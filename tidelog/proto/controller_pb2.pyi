@@ -92,7 +92,7 @@ class MetaEntry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., version: _Optional[int] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("broker_set", "address", "ha_address", "datacenter", "rack", "identity", "broker_id")
+    __slots__ = ("broker_set", "address", "ha_address", "datacenter", "rack", "identity", "broker_id", "cluster_id")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class RegisterBrokerRequest(_message.Message):
     RACK_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     address: str
     ha_address: str
@@ -107,15 +108,18 @@ class RegisterBrokerRequest(_message.Message):
     rack: str
     identity: str
     broker_id: int
-    def __init__(self, broker_set: _Optional[str] = ..., address: _Optional[str] = ..., ha_address: _Optional[str] = ..., datacenter: _Optional[str] = ..., rack: _Optional[str] = ..., identity: _Optional[str] = ..., broker_id: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, broker_set: _Optional[str] = ..., address: _Optional[str] = ..., ha_address: _Optional[str] = ..., datacenter: _Optional[str] = ..., rack: _Optional[str] = ..., identity: _Optional[str] = ..., broker_id: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerReply(_message.Message):
-    __slots__ = ("broker_id", "role")
+    __slots__ = ("broker_id", "role", "cluster_id")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     role: RoleAssignment
-    def __init__(self, broker_id: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, broker_id: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority")
