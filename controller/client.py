@@ -317,10 +317,12 @@ class ControllerClient:
         req = pb.DecommissionBrokerRequest(broker_set=broker_set, broker_id=broker_id, force=force)
         if replacement is not None:
             req.replacement = replacement
-        return await self.call("admin", "DecommissionBroker", req)
+        # a removal and its ledgers' re-replication are several Raft commits: more than one call's usual time
+        return await self.call("admin", "DecommissionBroker", req, timeout=30.0)
 
     async def repair_placement(self, max_ledgers: int = 0) -> pb.RepairPlacementReply:
-        return await self.call("admin", "RepairPlacement", pb.RepairPlacementRequest(max_ledgers=max_ledgers))
+        return await self.call("admin", "RepairPlacement", pb.RepairPlacementRequest(max_ledgers=max_ledgers),
+                               timeout=60.0)
 
     async def meta_create(self, key: str, value: bytes) -> pb.MetaEntry:
         return await self.call("admin", "MetaCreate", pb.MetaCreateRequest(key=key, value=value))

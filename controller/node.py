@@ -35,7 +35,13 @@ from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.liveness import HeartbeatTable, heartbeat_problem
-from tidelog.controller.placement import PlacementMonitor, Violation, audit, ledger_placements
+from tidelog.controller.placement import (
+    LedgerPlacement,
+    PlacementMonitor,
+    Violation,
+    audit,
+    ledger_placements,
+)
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
@@ -78,6 +84,7 @@ class ControllerNode:
         self._last_report: dict[tuple[str, int], tuple[int, int]] = {}  # -> (epoch, mono ms)
         self._election_tried: dict[str, int] = {}
         self.placement = PlacementMonitor()
+        self._ledger_cache: dict[str, tuple[int, LedgerPlacement | None]] = {}  # key -> (version, placement)
         self.placement_events: collections.deque[tuple[int, bool, Violation]] = collections.deque(maxlen=100)
         # (mono ms, broker set, ledger metadata key, ((old, new), ...)): re-replications this node made
         self.ledger_repairs: collections.deque[tuple[int, str, str, tuple[tuple[int, int], ...]]] = \
@@ -215,15 +222,20 @@ class ControllerNode:
                 continue
             self._election_tried[name] = now
             await self._elect(name, now)
-        if self.placement.audited_ms is None or now - self.placement.audited_ms >= self.cfg.placement_audit_interval_ms:
+        due = self.placement.audited_ms is None or now - self.placement.audited_ms >= self.cfg.placement_audit_interval_ms
+        if due and not self.heartbeats.in_grace(now):
             self.audit_placement(now)
 
     def audit_placement(self, now: int) -> list[Violation]:
-        """Audit placement (RULES.md PL1-PL6) with this node's liveness; log what opened and cleared."""
+        """Audit placement (RULES.md PL1-PL6) with this node's liveness; log what opened and cleared.
+        Not within a new leader's grace (L4): it would report live brokers as down."""
+        if self.heartbeats.in_grace(now):
+            raise UnavailableError("the controller leader changed moments ago and does not know yet which "
+                                   "brokers are alive", hint="try again in a few seconds")
         with self.raft.read() as state:
             names = set(state.broker_sets) | set(self.cfg.placement)
             alive = {name: self.heartbeats.alive(name, now) for name in names}
-            ledgers = list(ledger_placements(state))
+            ledgers = self._ledger_placements(state)
             violations = audit(state, self.cfg.placement, alive, ledgers)
         opened, cleared = self.placement.step(violations, now)
         for v in opened:
@@ -233,6 +245,19 @@ class ControllerNode:
             self.placement_events.append((now, False, v))
             log.info("placement: %s %s no longer violates %s", v.kind, v.name, v.code)
         return violations
+
+    def _ledger_placements(self, state: st.ControllerState) -> list[LedgerPlacement]:
+        """`ledger_placements`, decoding only metadata that changed since the last audit (the
+        audit runs every second under the state's read lock, which Raft's apply also takes)."""
+        entries = {e.key: e.version for e in state.list_prefix(st.LEDGER_KEY_PREFIX)}
+        stale = [k for k in entries if self._ledger_cache.get(k, (None,))[0] != entries[k]]
+        if stale:
+            fresh = {lp.key: lp for lp in ledger_placements(state, keys=stale)}
+            for k in stale:
+                self._ledger_cache[k] = (entries[k], fresh.get(k))
+        for k in [k for k in self._ledger_cache if k not in entries]:
+            del self._ledger_cache[k]
+        return [lp for k in sorted(entries) if (lp := self._ledger_cache[k][1]) is not None]
 
     async def _elect(self, name: str, now: int) -> None:
         with self.raft.read() as state:

@@ -37,10 +37,11 @@ Theory of operation
   ledger's current ensemble lacks.
 
 Decommission (``decommission_problem``, PL7): taking broker B out of a set is refused when B is
-the master (elect another first), when B is the last SyncStateSet member, or when, with two or
-more required datacenters, B is the SyncStateSet's only member in a required datacenter (the
-set would then hold acknowledged data in fewer datacenters). ``--force`` skips the last rule,
-never the first two.
+the master (elect another first), when B is the last SyncStateSet member, when the set has no
+master, when no other SyncStateSet member is alive, or when, with two or more required
+datacenters, B is the SyncStateSet's only member in a required datacenter (the set would then
+hold acknowledged data in fewer datacenters). The shell also refuses a broker that still runs.
+``--force`` lifts every refusal but the first two.
 
 ``PlacementMonitor.step(violations, now_ms)`` keeps when each violation was first seen and
 returns the ones that opened and cleared since the last step, for the log and ``status``.
@@ -94,10 +95,12 @@ class LedgerPlacement:
     replicas: tuple[int, ...] = ()  # every broker id any of its ensembles names
 
 
-def ledger_placements(state: ControllerState) -> Iterator[LedgerPlacement]:
-    """Every ledger in the metadata store, as the audit sees it (unreadable values are skipped:
-    the state admits only valid ledger metadata under the prefix)."""
-    for entry in state.list_prefix(LEDGER_KEY_PREFIX):
+def ledger_placements(state: ControllerState, keys: Iterable[str] | None = None) -> Iterator[LedgerPlacement]:
+    """Every ledger in the metadata store (or those under ``keys``), as the audit sees it
+    (unreadable values are skipped: the state admits only valid ledger metadata under the prefix)."""
+    entries = state.list_prefix(LEDGER_KEY_PREFIX) if keys is None else [
+        e for k in keys if (e := state.get_meta(k)) is not None]
+    for entry in entries:
         try:
             meta = LedgerMetadata.decode(entry.value, version=entry.version)
         except (TidelogError, ValueError):
@@ -226,8 +229,10 @@ def audit(state: ControllerState, declared: Mapping[str, Sequence[str]],
     return sorted(out)
 
 
-def decommission_problem(bs: BrokerSet, broker_id: int, required: Sequence[str], *, force: bool = False) -> str | None:
-    """Why taking ``broker_id`` out of ``bs`` is refused, or None when it is safe (see the module)."""
+def decommission_problem(bs: BrokerSet, broker_id: int, required: Sequence[str], *, force: bool = False,
+                         alive: Iterable[int] | None = None) -> str | None:
+    """Why taking ``broker_id`` out of ``bs`` is refused, or None when it is safe (see the module).
+    ``alive``: the live members, when known (None: liveness is not considered)."""
     if broker_id not in bs.members:
         return f"broker {broker_id} is not a member of {bs.name}"
     if broker_id == bs.master_id:
@@ -236,7 +241,15 @@ def decommission_problem(bs: BrokerSet, broker_id: int, required: Sequence[str],
     rest = bs.sync_state_set - {broker_id}
     if broker_id in bs.sync_state_set and not rest:
         return f"broker {broker_id} is the last in-sync replica of {bs.name}"
-    if force or len(required) < 2:
+    if force:
+        return None
+    if bs.master_id is None:
+        return (f"{bs.name} has no master: the remaining replicas may not hold what broker {broker_id} holds; "
+                f"bring the set back first, or pass --force")
+    if alive is not None and broker_id in bs.sync_state_set and not rest & set(alive):
+        return (f"no other in-sync replica of {bs.name} is alive: broker {broker_id} may hold the only reachable "
+                f"copy of acknowledged data")
+    if len(required) < 2:
         return None
 
     def covered(members: frozenset[int]) -> set[str]:

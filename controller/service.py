@@ -33,11 +33,13 @@ from tidelog.controller.placement import (
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
     ControllerBrokerNeedToBeRegisteredError,
+    ControllerFencedSyncStateSetEpochError,
     EpochRejectedError,
     MetadataNotFoundError,
     MetadataTooLargeError,
     PlacementRefusedError,
     TopicNotFoundError,
+    UnavailableError,
 )
 from tidelog.ledger.client import ledger_id_of_key
 from tidelog.ledger.metadata import hash_password
@@ -371,34 +373,53 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         name = non_empty("broker_set", request.broker_set)
         self.node.authenticate(context, "DecommissionBroker", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id)
+        replacement = non_negative("replacement", request.replacement) if request.HasField("replacement") else None
         self.node.require_leader()
         await self.node.ensure_ready()
-        alive = self.node.heartbeats.alive_ids(name, self.node.mono_ms())
-        with self.node.raft.read() as state:
-            bs = state.broker_sets.get(name)
-            if bs is None:
-                raise PlacementRefusedError(f"broker set {name!r} does not exist")
-            problem = None
-            if request.HasField("replacement"):
-                problem = replacement_problem(bs, bid, non_negative("replacement", request.replacement), alive,
-                                              force=request.force)
-            if problem is None and bid in alive and not request.force:
-                problem = f"broker {bid} of {name} is still alive: stop it first, or pass --force"
-            problem = problem or decommission_problem(
-                bs, bid, required_datacenters(self.node.cfg.placement.get(name), bs), force=request.force)
-        if problem is not None:
-            log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
-            raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
-        await self.node.write(lambda now, hb: st.CleanBrokerData(
-            broker_set=name, broker_ids=frozenset({bid}), clean_living=request.force, keep_master=True,
-            alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
-        self.node.heartbeats.forget(name, bid)
-        log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
-                    f" (replaced by {request.replacement})" if request.HasField("replacement") else "",
-                    " (forced)" if request.force else "")
-        if request.HasField("replacement"):  # PL8: its ledgers now name the replacement
+        for attempt in range(3):
+            now = self.node.mono_ms()
+            if self.node.heartbeats.in_grace(now) and not request.force:
+                raise UnavailableError("the controller leader changed moments ago and does not know yet which "
+                                       "brokers are alive", hint="try again in a few seconds")
+            alive = self.node.heartbeats.alive_ids(name, now)
+            with self.node.raft.read() as state:
+                bs = state.broker_sets.get(name)
+                if bs is None:
+                    raise PlacementRefusedError(f"broker set {name!r} does not exist")
+                epochs = (bs.master_epoch, bs.sss_epoch)
+                if replacement is not None and bid not in bs.members:
+                    # a retried replace whose removal went through: finish its re-replication
+                    problem = replacement_problem(bs, bid, replacement, alive, force=request.force)
+                    if problem is not None:
+                        raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
+                    break
+                problem = None
+                if replacement is not None:
+                    problem = replacement_problem(bs, bid, replacement, alive, force=request.force)
+                if problem is None and bid in alive and not request.force:
+                    problem = f"broker {bid} of {name} is still alive: stop it first, or pass --force"
+                problem = problem or decommission_problem(
+                    bs, bid, required_datacenters(self.node.cfg.placement.get(name), bs), force=request.force,
+                    alive=alive)
+            if problem is not None:
+                log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
+                raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
+            try:
+                await self.node.write(lambda now, hb, e=epochs: st.CleanBrokerData(
+                    broker_set=name, broker_ids=frozenset({bid}), clean_living=request.force, expect_epochs=e,
+                    alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
+            except ControllerFencedSyncStateSetEpochError:
+                if attempt == 2:
+                    raise
+                continue  # the set changed between the check and the removal: check again
+            self.node.heartbeats.forget(name, bid)
+            log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
+                        f" (replaced by {replacement})" if replacement is not None else "",
+                        " (forced)" if request.force else "")
+            break
+        if replacement is not None:  # PL8: its ledgers now name the replacement
             await self._replace_ledger_replicas(name, {
-                lp.key: ((bid, request.replacement),) for lp in self._ledgers(name) if bid in lp.replicas})
+                lp.key: ((bid, replacement),) for lp in self._ledgers(name) if bid in lp.replicas})
         with self.node.raft.read() as state:
             return pb.DecommissionBrokerReply(role=role_of(name, state.broker_sets.get(name)))
 

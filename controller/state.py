@@ -95,7 +95,7 @@ MAX_IDENTITY_CHARS = 256
 MAX_ADDRESS_CHARS = 255
 TOPIC_PERMS = ("r", "w", "rw")
 _PRIORITY_DEFAULT = 2**31 - 1
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: the cluster id (format 1 snapshots are read, with none)
 
 
 # InvariantViolation lives in tidelog.invariants (one class for every component), re-exported here.
@@ -232,8 +232,9 @@ class CleanBrokerData:
     broker_set: str
     broker_ids: frozenset[int] = frozenset()
     clean_living: bool = False
-    # a decommission (RULES.md PL7) checked that no id is the master; refuse if one became master since
-    keep_master: bool = False
+    # a decommission (RULES.md PL7) checked its rules against the set at these (master epoch,
+    # SyncStateSet epoch); refused if either moved since (another decommission, a shrink, an election)
+    expect_epochs: tuple[int, int] | None = None
     alive: frozenset[int] = frozenset()
     now_ms: int = 0
 
@@ -554,15 +555,27 @@ class ControllerState:
         for value, what in ((c.cluster_id, "cluster_id"), (c.new_cluster_id, "new_cluster_id")):
             if not isinstance(value, str) or not _CLUSTER_ID_PATTERN.match(value):
                 raise _bad(f"{what} must be 0..64 of a-z 0-9 -, got {value!r}")
-        cluster_id = self.cluster_id or c.new_cluster_id
-        if c.cluster_id and c.cluster_id != cluster_id:  # R7: a disk of another cluster
+        cluster_id = self.cluster_id or self._first_cluster_id(c)
+        if c.cluster_id and cluster_id and c.cluster_id != cluster_id:  # R7: a disk of another cluster
             raise _Reject("CLUSTER_MISMATCH", f"the data directory of this broker belongs to cluster {c.cluster_id}, "
                                               f"not {cluster_id or 'this one'}")
         result, event = self._register_member(c)  # raises on refusal: nothing below happens then
-        if cluster_id != self.cluster_id:
+        if cluster_id and cluster_id != self.cluster_id:
             self.cluster_id = cluster_id  # fixed by the first registration (an invariant keeps it)
             result = replace(result, changed=True)
         return result, event
+
+    def _first_cluster_id(self, c: RegisterBroker) -> str:
+        """R7, a state without a cluster id: a fresh cluster takes the leader's draw; one restored
+        from an older snapshot takes the id a member proves it wrote (its id and identity token
+        match), so the brokers that hold the data are never locked out; else it stays unknown."""
+        if not self.broker_sets:
+            return c.new_cluster_id
+        bs = self.broker_sets.get(c.broker_set)
+        member = bs.members.get(c.broker_id) if bs is not None and c.broker_id is not None else None
+        if member is not None and member.identity == c.identity:
+            return c.cluster_id
+        return ""
 
     def _register_member(self, c: RegisterBroker) -> tuple[Result, str | None]:
         bs = self.broker_sets.get(c.broker_set)
@@ -710,8 +723,10 @@ class ControllerState:
         alive = _need_ids(c.alive, "alive")
         if type(c.clean_living) is not bool:
             raise _bad("clean_living must be a boolean")
-        if type(c.keep_master) is not bool:
-            raise _bad("keep_master must be a boolean")
+        if c.expect_epochs is not None and (
+                not isinstance(c.expect_epochs, tuple) or len(c.expect_epochs) != 2
+                or not all(type(e) is int and e >= 0 for e in c.expect_epochs)):
+            raise _bad("expect_epochs must be (master epoch, SyncStateSet epoch)")
         _need_nonneg(c.now_ms, "now_ms")
 
         invalid = "CONTROLLER_INVALID_CLEAN_BROKER_METADATA"
@@ -723,8 +738,10 @@ class ControllerState:
                 raise _Reject(invalid, f"broker {living[0]} of {c.broker_set} is still alive, clean up failure")
         if bs is None:  # C2
             raise _Reject(invalid, f"broker set {c.broker_set} does not exist, clean broker data failure")
-        if c.keep_master and bs.master_id is not None and bs.master_id in ids:  # PL7
-            raise _Reject(invalid, f"broker {bs.master_id} of {c.broker_set} became master: elect another first")
+        if c.expect_epochs is not None and (bs.master_epoch, bs.sss_epoch) != c.expect_epochs:  # C2a
+            raise _Reject("CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
+                          f"{c.broker_set} changed since the decommission was checked (epochs {c.expect_epochs} -> "
+                          f"{(bs.master_epoch, bs.sss_epoch)}); check again")
 
         if not ids or bs.members.keys() <= ids:  # C3: the whole set goes
             self._drop_set(bs)
@@ -874,6 +891,9 @@ class ControllerState:
         if bs is None:
             raise _Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST", f"broker set {c.broker_set} does not exist")
         updates = []
+        keys = [r[0] for r in c.repairs if isinstance(r, tuple) and len(r) == 2]
+        if len(set(keys)) != len(keys):
+            raise _bad("each ledger may be named once in a repair")
         for repair in c.repairs:
             if not isinstance(repair, tuple) or len(repair) != 2:
                 raise _bad("each repair is (ledger metadata key, ((old, new), ...))")
@@ -891,7 +911,7 @@ class ControllerState:
                     raise _Reject("PLACEMENT_REFUSED", f"broker {new} is not in the SyncStateSet of {c.broker_set}")
             cur = self.metadata.get(key)
             if cur is None:
-                raise _Reject("METADATA_NOT_FOUND", f"no metadata {key}")
+                continue  # deleted since the repair was planned: nothing to re-replicate
             try:
                 meta = LedgerMetadata.decode(cur.value)
                 new_meta = meta.with_replicas_replaced(dict(pairs))
@@ -983,7 +1003,7 @@ class ControllerState:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], max_meta_value_bytes: int = MAX_META_VALUE_BYTES) -> ControllerState:
-        if d.get("format") != SNAPSHOT_FORMAT:
+        if d.get("format") not in (1, SNAPSHOT_FORMAT):
             raise ValueError(f"unsupported controller snapshot format {d.get('format')!r}")
         s = cls(max_meta_value_bytes=max_meta_value_bytes)
         for b in d["broker_sets"]:

@@ -121,12 +121,18 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
         r := replicas(cluster)) and r[new]["in_sync"] and r[new]["max_offset"] == r[master]["max_offset"] and r)
     assert not now[old]["alive"]
 
-    # The new replica is the only in-sync one in its datacenter: it cannot go.
+    # The new replica still runs, and it is the only in-sync one in its datacenter: it cannot go.
     refused = run(cluster, "broker", "decommission", str(new), "--broker-set", "broker-a", "--data-dir", str(data))
     assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
 
-    replaced = run(cluster, "broker", "replace", str(old), "--with", str(new), "--broker-set", "broker-a",
-                   "--data-dir", str(data))
+    def replace() -> Any:
+        out = run(cluster, "broker", "replace", str(old), "--with", str(new), "--broker-set", "broker-a",
+                  "--data-dir", str(data))
+        # Under load the master may drop a lagging replica from the SyncStateSet for a moment: the
+        # refusal says so, and the operator tries again (a bounded wait, not a speed assertion).
+        return out if out.returncode == 0 or "not in the SyncStateSet" not in out.stderr else None
+
+    replaced = wait("the replace to be accepted", replace)
     assert replaced.returncode == 0, replaced.stderr
     assert set(replicas(cluster)) == {master, new}
     # Re-replicated: the ledger's ensembles name the new replica, which holds its entries.

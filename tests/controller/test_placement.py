@@ -508,9 +508,14 @@ def test_p8_replace_ledger_replicas_refusals_change_nothing(pairs: tuple[tuple[i
     assert state.metadata[ledger_key(9)] == before
 
 
-def test_p8_replace_ledger_replicas_of_a_missing_ledger_is_refused() -> None:
+def test_p8_a_ledger_deleted_since_the_plan_is_skipped_and_the_others_repaired() -> None:
     state = applied_state({1: "dc-a", 5: "dc-b"}, 1, {1, 5})
-    assert _replace(state, ((2, 5),), ledger_id=77).code == "METADATA_NOT_FOUND"
+    _store(state, 9, (1, 2))
+    result = state.apply(ReplaceLedgerReplicas(SET, ((ledger_key(77), ((2, 5),)), (ledger_key(9), ((2, 5),))),
+                                               now_ms=5))
+    assert result.ok and result.value == [ledger_key(9)]
+    twice = ReplaceLedgerReplicas(SET, ((ledger_key(9), ((5, 6),)), (ledger_key(9), ((5, 6),))), now_ms=6)
+    assert state.apply(twice).code == "INVALID_ARGUMENT"
 
 
 @settings(max_examples=200, deadline=None)
@@ -524,3 +529,16 @@ def test_property_p8_replacement_keeps_keys_sizes_and_distinct_replicas(ensemble
     assert [k for k, _ in after.ensembles] == [k for k, _ in meta.ensembles]
     for (_, old), (_, new) in zip(meta.ensembles, after.ensembles, strict=True):
         assert all(b == a or pairs.get(a) == b for a, b in zip(old, new, strict=True))
+
+
+def test_p7_no_master_or_no_other_live_in_sync_replica_is_refused_unless_forced() -> None:
+    # After a failed election (E7) the set has no master: its replicas' logs may differ, and the
+    # one to be removed may hold what the others lack.
+    leaderless = broker_set({1: "dc-a", 2: "dc-b", 3: "dc-b"}, None, {1, 2})
+    assert "has no master" in (decommission_problem(leaderless, 2, TWO_DCS) or "")
+    assert decommission_problem(leaderless, 2, TWO_DCS, force=True) is None
+    # The only other in-sync replica is down: broker 2 may be the only reachable copy.
+    bs = broker_set({1: "dc-a", 2: "dc-b", 3: "dc-b"}, 1, {1, 2, 3})
+    assert "no other in-sync replica" in (decommission_problem(bs, 2, TWO_DCS, alive={2}) or "")
+    assert decommission_problem(bs, 2, TWO_DCS, alive={1, 2, 3}) is None  # broker 3 keeps dc-b in sync
+    assert decommission_problem(bs, 2, TWO_DCS, alive={2}, force=True) is None

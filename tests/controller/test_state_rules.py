@@ -210,6 +210,22 @@ def test_r7_a_data_directory_of_another_cluster_is_refused_and_changes_nothing()
     assert s.to_dict() == before
 
 
+def test_r7_a_state_restored_without_a_cluster_id_takes_the_one_a_member_proves() -> None:
+    # A snapshot from before cluster ids: members exist, no id. A new broker cannot fix one (the
+    # members' files name theirs); a member that proves its id and identity token does.
+    s = ControllerState()
+    assert s.apply(reg(new_cluster_id="c0ffee")).ok
+    doc = {**s.to_dict(), "format": 1}
+    del doc["cluster_id"]
+    old = ControllerState.from_dict(doc)
+    assert old.cluster_id == ""
+    assert old.apply(reg(identity="id-2", new_cluster_id="beef")).ok and old.cluster_id == ""
+    refused(old, reg(broker_id=1, identity="not-id-1", cluster_id="c0ffee"), "CONTROLLER_BROKER_ID_INVALID")
+    assert old.cluster_id == ""
+    assert old.apply(reg(broker_id=1, cluster_id="c0ffee", new_cluster_id="beef")).ok
+    assert old.cluster_id == "c0ffee"
+
+
 def test_r7_a_refused_first_registration_does_not_fix_the_cluster_id() -> None:
     s = ControllerState()
     refused(s, reg(broker_id=5, new_cluster_id="c0ffee"), "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED")
@@ -493,12 +509,17 @@ def test_1_2_clean_c2_unknown_set() -> None:
     refused(mastered(), CleanBrokerData("broker-z"), "CONTROLLER_INVALID_CLEAN_BROKER_METADATA")
 
 
-def test_c2a_keep_master_refuses_to_clean_the_master_and_changes_nothing() -> None:
+def test_c2a_a_decommission_checked_at_other_epochs_is_refused_and_changes_nothing() -> None:
+    # Two decommissions checked against the same SyncStateSet: the first changes it, so the
+    # second (checked against what no longer holds) must be checked again.
     s = mastered()
+    bs = s.broker_sets[A]
+    epochs = (bs.master_epoch, bs.sss_epoch)
+    assert s.apply(CleanBrokerData(A, frozenset({2}), expect_epochs=epochs)).ok
     before = bs_tuple(s)
-    refused(s, CleanBrokerData(A, frozenset({1}), keep_master=True), "CONTROLLER_INVALID_CLEAN_BROKER_METADATA")
-    assert bs_tuple(s) == before and 1 in s.broker_sets[A].members
-    assert s.apply(CleanBrokerData(A, frozenset({2}), keep_master=True)).ok  # a slave may go
+    refused(s, CleanBrokerData(A, frozenset({3}), expect_epochs=epochs), "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH")
+    assert bs_tuple(s) == before and 3 in s.broker_sets[A].members
+    refused(s, CleanBrokerData(A, frozenset({3}), expect_epochs=(1,)), "INVALID_ARGUMENT")
 
 
 def test_1_2_clean_c3_listing_every_member_drops_the_set() -> None:
