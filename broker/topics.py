@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tidelog.commitlog import CommitLog, Message, Placement, StoredMessage
+from tidelog.commitlog.consumequeue import user_topic_problem
 from tidelog.errors import (
     InvalidArgumentError,
     TopicNotFoundError,
@@ -154,8 +155,9 @@ class TopicTable:
 
         `append` appends a record as master (None on a slave): the master writes the marker
         itself; a slave that has not received it yet answers UnavailableError."""
-        if not topic or topic.startswith("%"):
-            raise InvalidArgumentError(f"invalid topic name {topic!r}")
+        problem = user_topic_problem(topic)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
         queues = self.queues.get(topic)
         if not queues:
             raise TopicNotFoundError(f"topic {topic!r} has no queues in broker set {self.broker_set}",

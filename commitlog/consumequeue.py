@@ -33,6 +33,19 @@ def _units_struct(n: int) -> struct.Struct:
     return struct.Struct("<" + "QIQ" * n)
 
 
+INTERNAL_TOPIC_PREFIX = "%"  # group offsets, topic markers, ledgers: never a user's topic
+
+
+def user_topic_problem(name: object) -> str | None:
+    """Why `name` cannot be a user's topic, or None: the one rule the controller (creating it) and
+    the brokers (serving it) share, so no topic is created that brokers would then refuse."""
+    if not isinstance(name, str) or not TOPIC_RE.match(name) or name in (".", ".."):
+        return f"invalid topic name {name!r}: use 1-127 of A-Z a-z 0-9 _ . % - (not '.' or '..')"
+    if name.startswith(INTERNAL_TOPIC_PREFIX):
+        return f"invalid topic name {name!r}: names starting with {INTERNAL_TOPIC_PREFIX} are tidelog's own"
+    return None
+
+
 def check_topic_queue(topic: str, queue_id: int) -> None:
     if not isinstance(topic, str) or not TOPIC_RE.match(topic) or topic in (".", ".."):
         raise InvalidArgumentError(f"invalid topic name {topic!r}: use 1-127 of A-Z a-z 0-9 _ . % -")

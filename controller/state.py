@@ -68,6 +68,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from tidelog.commitlog.consumequeue import user_topic_problem
 from tidelog.controller.election import elect
 from tidelog.errors import TidelogError, by_code
 from tidelog.invariants import InvariantViolation
@@ -787,6 +788,8 @@ class ControllerState:
 
     def _create_topic(self, c: CreateTopic) -> tuple[Result, str | None]:
         _need_name(c.name, "topic name")
+        if (problem := user_topic_problem(c.name)) is not None:
+            raise _bad(problem)
         if not isinstance(c.queues, Mapping) or not c.queues:
             raise _bad("queues must map at least one broker set name to a queue count")
         for name, count in c.queues.items():

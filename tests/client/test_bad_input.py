@@ -138,3 +138,15 @@ def test_up_that_times_out_stops_what_it_started(tmp_path: Path) -> None:
     assert (data_dir / "controller-c1.log").exists(), "nothing was started: the test would prove nothing"
     assert [pid for pid in tidelog_pids() if runs_from(pid, data_dir)] == []
     assert not (data_dir / "cluster.json").exists()
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["consume", "orders", "--group", "g", "--max-messages", "-1"], "--max-messages"),
+    (["consume", "orders", "--group", "g", "--max-messages", "0"], "--max-messages"),
+    (["consume", "orders", "--group", "g", "--idle-timeout", "-3"], "--idle-timeout"),
+    (["placement", "repair", "--max-ledgers", "0"], "--max-ledgers"),
+])
+def test_out_of_range_options_are_refused_before_anything_is_contacted(args: list[str], option: str) -> None:
+    out = tide(*args, "--controllers", "127.0.0.1:1", timeout=30)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and f"Invalid value for '{option}'" in out.stderr, out.stderr

@@ -120,6 +120,12 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     now = wait("the new replica to catch up and join the SyncStateSet", lambda: (
         r := replicas(cluster)) and r[new]["in_sync"] and r[new]["max_offset"] == r[master]["max_offset"] and r)
     assert not now[old]["alive"]
+    # The old id is not shown as a live slave although its address now answers as the new broker.
+    shown = run(cluster, "cluster", "status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    rows = {m["broker_id"]: m for m in json.loads(shown.stdout)["broker_sets"][0]["members"]}
+    assert rows[old]["role"].startswith("gone") and rows[old]["alive"] is False, rows[old]
+    assert rows[new]["role"] == "slave" and rows[new]["datacenter"] == away, rows[new]
 
     # The new replica still runs, and it is the only in-sync one in its datacenter: it cannot go.
     refused = run(cluster, "broker", "decommission", str(new), "--broker-set", "broker-a", "--data-dir", str(data))

@@ -585,6 +585,8 @@ def test_t1_topic_errors() -> None:
 @pytest.mark.parametrize("cmd", [
     CreateTopic("bad/name", {A: 1}), CreateTopic("t", {}), CreateTopic("t", {A: 0}), CreateTopic("t", {A: 1025}),
     CreateTopic("t", {A: 1}, perm="x"), CreateTopic("t", {"bad name": 1}), DeleteTopic(""),
+    # names brokers refuse to serve (one rule: commitlog/consumequeue.py user_topic_problem)
+    CreateTopic(".", {A: 1}), CreateTopic("..", {A: 1}), CreateTopic("%sys", {A: 1}),
 ], ids=repr)
 def test_v0_topic_rejects_malformed_input(cmd: object) -> None:
     refused(mastered(), cmd, "INVALID_ARGUMENT")

@@ -103,13 +103,20 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
             master_max = None
             for m in b.members:
                 row: dict[str, Any] = {"broker_id": m.broker_id, "address": m.address, "role": "unreachable",
-                                       "max_offset": None, "confirm_offset": None, "in_sync": m.in_sync}
+                                       "max_offset": None, "confirm_offset": None, "in_sync": m.in_sync,
+                                       "datacenter": m.datacenter,
+                                       "alive": m.alive if reply.liveness_known else None}
                 try:
                     s = await client.call_broker(m.address, "Status", bpb.StatusRequest(), timeout=2.0)
-                    row.update(role=s.role, max_offset=s.max_offset, confirm_offset=s.confirm_offset,
-                               epoch=s.last_epoch)
-                    if role.has_master and m.broker_id == role.master_id:
-                        master_max = s.max_offset
+                    if s.broker_id != m.broker_id:
+                        # its address now serves another broker (a wiped replica back under a new
+                        # id): this id is gone, not a live slave
+                        row["role"] = f"gone (broker {s.broker_id} answers here)"
+                    else:
+                        row.update(role=s.role, max_offset=s.max_offset, confirm_offset=s.confirm_offset,
+                                   epoch=s.last_epoch)
+                        if role.has_master and m.broker_id == role.master_id:
+                            master_max = s.max_offset
                 except Exception:
                     pass
                 members.append(row)
@@ -134,10 +141,11 @@ def status(controllers: str, as_json: bool) -> None:
     for s in sets:
         for m in s["members"]:
             rows.append({"broker_set": s["name"], "broker": m["broker_id"], "address": m["address"],
-                         "role": m["role"], "epoch": s["epoch"], "in_sync": "yes" if m["in_sync"] else "no",
-                         "max_offset": m["max_offset"], "confirm_offset": m["confirm_offset"], "lag": m["lag"]})
-    emit(rows, False, title="cluster status", columns=["broker_set", "broker", "address", "role", "epoch", "in_sync",
-                                                        "max_offset", "confirm_offset", "lag"])
+                         "datacenter": m["datacenter"] or "-", "role": m["role"], "epoch": s["epoch"],
+                         "in_sync": "yes" if m["in_sync"] else "no", "max_offset": m["max_offset"],
+                         "confirm_offset": m["confirm_offset"], "lag": m["lag"]})
+    emit(rows, False, title="cluster status", columns=["broker_set", "broker", "address", "datacenter", "role",
+                                                        "epoch", "in_sync", "max_offset", "confirm_offset", "lag"])
 
 
 def parse_duration(text: str) -> float:

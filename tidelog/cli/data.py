@@ -102,8 +102,8 @@ def produce(topic_name: str, count: int | None, size: int, key: str | None, batc
 @click.argument("topic_name", metavar="TOPIC")
 @click.option("--group", required=True, help="consumer group")
 @click.option("--from-beginning", is_flag=True, help="with no committed offset, start at the earliest message")
-@click.option("--max-messages", type=int, default=None, help="stop after this many messages")
-@click.option("--idle-timeout", type=float, default=5.0, show_default=True,
+@click.option("--max-messages", type=click.IntRange(min=1), default=None, help="stop after this many messages")
+@click.option("--idle-timeout", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="stop after this many seconds without a message (0 = never)")
 @controllers_option
 @json_option
