@@ -41,6 +41,7 @@ from tidelog.controller.placement import (
     Violation,
     audit,
     ledger_placements,
+    required_datacenters,
 )
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
@@ -85,7 +86,6 @@ class ControllerNode:
         self._election_tried: dict[str, int] = {}
         self.placement = PlacementMonitor()
         self._ledger_cache: dict[str, tuple[int, LedgerPlacement | None]] = {}  # key -> (version, placement)
-        self.placement_events: collections.deque[tuple[int, bool, Violation]] = collections.deque(maxlen=100)
         # (mono ms, broker set, ledger metadata key, ((old, new), ...)): re-replications this node made
         self.ledger_repairs: collections.deque[tuple[int, str, str, tuple[tuple[int, int], ...]]] = \
             collections.deque(maxlen=100)
@@ -229,24 +229,30 @@ class ControllerNode:
     def audit_placement(self, now: int) -> list[Violation]:
         """Audit placement (RULES.md PL1-PL6) with this node's liveness; log what opened and cleared.
         Not within a new leader's grace (L4): it would report live brokers as down."""
-        if self.heartbeats.in_grace(now):
-            raise UnavailableError("the controller leader changed moments ago and does not know yet which "
-                                   "brokers are alive", hint="try again in a few seconds")
+        self.require_liveness(now)
         with self.raft.read() as state:
             names = set(state.broker_sets) | set(self.cfg.placement)
             alive = {name: self.heartbeats.alive(name, now) for name in names}
-            ledgers = self._ledger_placements(state)
+            ledgers = self.ledger_placements(state)
             violations = audit(state, self.cfg.placement, alive, ledgers)
         opened, cleared = self.placement.step(violations, now)
         for v in opened:
-            self.placement_events.append((now, True, v))
             log.warning("placement: %s %s violates %s: %s", v.kind, v.name, v.code, v.reason)
         for v in cleared:
-            self.placement_events.append((now, False, v))
             log.info("placement: %s %s no longer violates %s", v.kind, v.name, v.code)
         return violations
 
-    def _ledger_placements(self, state: st.ControllerState) -> list[LedgerPlacement]:
+    def require_liveness(self, now: int) -> None:
+        """Refuse (retryably) what needs to know who is alive while a new leader's grace lasts (L4)."""
+        if self.heartbeats.in_grace(now):
+            raise UnavailableError("the controller leader changed moments ago and does not know yet which "
+                                   "brokers are alive", hint="try again in a few seconds")
+
+    def required_datacenters(self, bs: st.BrokerSet) -> tuple[str, ...]:
+        """The datacenters `bs` must span (RULES.md PL1), from this node's `placement` config."""
+        return required_datacenters(self.cfg.placement.get(bs.name), bs)
+
+    def ledger_placements(self, state: st.ControllerState) -> list[LedgerPlacement]:
         """`ledger_placements`, decoding only metadata that changed since the last audit (the
         audit runs every second under the state's read lock, which Raft's apply also takes)."""
         entries = {e.key: e.version for e in state.list_prefix(st.LEDGER_KEY_PREFIX)}

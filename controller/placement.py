@@ -49,6 +49,7 @@ returns the ones that opened and cleared since the last step, for the log and ``
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -291,6 +292,8 @@ class PlacementMonitor:
         self.since_ms: dict[tuple[str, str, str, str], int] = {}
         self.current: list[Violation] = []
         self.audited_ms: int | None = None
+        # (now ms, opened?, violation): the latest changes, oldest first, for `tide placement status`
+        self.events: collections.deque[tuple[int, bool, Violation]] = collections.deque(maxlen=100)
 
     def step(self, violations: Sequence[Violation], now_ms: int) -> tuple[list[Violation], list[Violation]]:
         """Record this audit; returns (opened, cleared)."""
@@ -300,8 +303,10 @@ class PlacementMonitor:
         cleared = [v for k, v in sorted(before.items()) if k not in after]
         for v in opened:
             self.since_ms[v.key] = now_ms
+            self.events.append((now_ms, True, v))
         for v in cleared:
             self.since_ms.pop(v.key, None)
+            self.events.append((now_ms, False, v))
         self.current = sorted(violations)
         self.audited_ms = now_ms
         return opened, cleared

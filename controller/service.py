@@ -21,15 +21,7 @@ import grpc
 
 from tidelog.controller import state as st
 from tidelog.controller.liveness import heartbeat_problem
-from tidelog.controller.placement import (
-    LedgerPlacement,
-    Violation,
-    decommission_problem,
-    ledger_placements,
-    ledger_repair,
-    replacement_problem,
-    required_datacenters,
-)
+from tidelog.controller.placement import Violation, decommission_problem, ledger_repair, replacement_problem
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
     ControllerBrokerNeedToBeRegisteredError,
@@ -39,7 +31,6 @@ from tidelog.errors import (
     MetadataTooLargeError,
     PlacementRefusedError,
     TopicNotFoundError,
-    UnavailableError,
 )
 from tidelog.ledger.client import ledger_id_of_key
 from tidelog.ledger.metadata import hash_password
@@ -353,16 +344,15 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         now = self.node.mono_ms()
         violations = self.node.audit_placement(now)
         since = self.node.placement.since_ms
-        reply = pb.PlacementAuditReply(audited_ms_ago=0, violations=[
-            _violation(v, now - since.get(v.key, now)) for v in violations])
-        for at, opened, v in self.node.placement_events:
+        reply = pb.PlacementAuditReply(violations=[_violation(v, now - since.get(v.key, now)) for v in violations])
+        for at, opened, v in self.node.placement.events:
             reply.events.append(pb.PlacementEvent(ms_ago=now - at, opened=opened, violation=_violation(v, 0)))
         for at, broker_set, key, pairs in self.node.ledger_repairs:
             reply.repairs.append(_ledger_repair(broker_set, key, pairs, now - at))
         with self.node.raft.read() as state:
             for name in sorted(set(state.broker_sets) | set(self.node.cfg.placement)):
                 bs = state.broker_sets.get(name) or st.BrokerSet(name=name, members={})
-                reply.required[name].datacenters.extend(required_datacenters(self.node.cfg.placement.get(name), bs))
+                reply.required[name].datacenters.extend(self.node.required_datacenters(bs))
         return reply
 
     @rpc
@@ -378,9 +368,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         await self.node.ensure_ready()
         for attempt in range(3):
             now = self.node.mono_ms()
-            if self.node.heartbeats.in_grace(now) and not request.force:
-                raise UnavailableError("the controller leader changed moments ago and does not know yet which "
-                                       "brokers are alive", hint="try again in a few seconds")
+            if not request.force:
+                self.node.require_liveness(now)
             alive = self.node.heartbeats.alive_ids(name, now)
             with self.node.raft.read() as state:
                 bs = state.broker_sets.get(name)
@@ -399,8 +388,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 if problem is None and bid in alive and not request.force:
                     problem = f"broker {bid} of {name} is still alive: stop it first, or pass --force"
                 problem = problem or decommission_problem(
-                    bs, bid, required_datacenters(self.node.cfg.placement.get(name), bs), force=request.force,
-                    alive=alive)
+                    bs, bid, self.node.required_datacenters(bs), force=request.force, alive=alive)
             if problem is not None:
                 log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
                 raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
@@ -418,8 +406,10 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                         " (forced)" if request.force else "")
             break
         if replacement is not None:  # PL8: its ledgers now name the replacement
+            with self.node.raft.read() as state:
+                ledgers = self.node.ledger_placements(state)
             await self._replace_ledger_replicas(name, {
-                lp.key: ((bid, replacement),) for lp in self._ledgers(name) if bid in lp.replicas})
+                lp.key: ((bid, replacement),) for lp in ledgers if lp.broker_set == name and bid in lp.replicas})
         with self.node.raft.read() as state:
             return pb.DecommissionBrokerReply(role=role_of(name, state.broker_sets.get(name)))
 
@@ -435,15 +425,19 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         await self.node.ensure_ready()
         now = self.node.mono_ms()
         plans: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {}
+        planned = 0
         with self.node.raft.read() as state:
-            for lp in ledger_placements(state):
+            for lp in self.node.ledger_placements(state):
                 bs = state.broker_sets.get(lp.broker_set)
-                if bs is None or sum(len(p) for p in plans.values()) >= limit:
+                if bs is None:
                     continue
-                pairs = ledger_repair(lp, bs, required_datacenters(self.node.cfg.placement.get(bs.name), bs),
+                pairs = ledger_repair(lp, bs, self.node.required_datacenters(bs),
                                       self.node.heartbeats.alive_ids(bs.name, now))
                 if pairs:
                     plans.setdefault(bs.name, {})[lp.key] = pairs
+                    planned += 1
+                    if planned >= limit:
+                        break
         reply = pb.RepairPlacementReply()
         for name, repairs in sorted(plans.items()):
             for key in await self._replace_ledger_replicas(name, repairs):
@@ -452,10 +446,6 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         reply.remaining.extend(_violation(v, 0) for v in violations)
         reply.advice.extend(sorted({_ADVICE[v.code] for v in violations if v.code in _ADVICE}))
         return reply
-
-    def _ledgers(self, broker_set: str) -> list[LedgerPlacement]:
-        with self.node.raft.read() as state:
-            return [lp for lp in ledger_placements(state) if lp.broker_set == broker_set]
 
     async def _replace_ledger_replicas(self, broker_set: str, repairs: dict[str, tuple[tuple[int, int], ...]]
                                        ) -> list[str]:

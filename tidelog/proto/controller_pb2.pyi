@@ -407,7 +407,7 @@ class PlacementAuditRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PlacementAuditReply(_message.Message):
-    __slots__ = ("violations", "audited_ms_ago", "events", "required", "repairs")
+    __slots__ = ("violations", "events", "required", "repairs")
     class RequiredEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -416,16 +416,14 @@ class PlacementAuditReply(_message.Message):
         value: DatacenterList
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DatacenterList, _Mapping]] = ...) -> None: ...
     VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
-    AUDITED_MS_AGO_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_FIELD_NUMBER: _ClassVar[int]
     REPAIRS_FIELD_NUMBER: _ClassVar[int]
     violations: _containers.RepeatedCompositeFieldContainer[PlacementViolation]
-    audited_ms_ago: int
     events: _containers.RepeatedCompositeFieldContainer[PlacementEvent]
     required: _containers.MessageMap[str, DatacenterList]
     repairs: _containers.RepeatedCompositeFieldContainer[LedgerRepair]
-    def __init__(self, violations: _Optional[_Iterable[_Union[PlacementViolation, _Mapping]]] = ..., audited_ms_ago: _Optional[int] = ..., events: _Optional[_Iterable[_Union[PlacementEvent, _Mapping]]] = ..., required: _Optional[_Mapping[str, DatacenterList]] = ..., repairs: _Optional[_Iterable[_Union[LedgerRepair, _Mapping]]] = ...) -> None: ...
+    def __init__(self, violations: _Optional[_Iterable[_Union[PlacementViolation, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[PlacementEvent, _Mapping]]] = ..., required: _Optional[_Mapping[str, DatacenterList]] = ..., repairs: _Optional[_Iterable[_Union[LedgerRepair, _Mapping]]] = ...) -> None: ...
 
 class DatacenterList(_message.Message):
     __slots__ = ("datacenters",)
