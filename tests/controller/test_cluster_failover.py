@@ -195,7 +195,9 @@ async def _leader_and_master_die_together(cluster: ControllerCluster) -> float:
         for nid in cluster.ids:
             async def heard(nid: str = nid) -> bool:
                 return (await client.cluster_status(address=cluster.grpc[nid])).brokers_heard == 2
-            await wait_for(heard, 10, what=f"controller {nid} hearing both brokers")
+            # a bounded wait for liveness: under a loaded CI machine a follower may take a while to
+            # apply the registrations it needs before it records the copies
+            await wait_for(heard, 30, what=f"controller {nid} hearing both brokers")
         leader = await wait_for(lambda: _controller_leader(client, cluster, cluster.ids), 10, what="leader")
         # The controller leader's datacenter goes dark with the master in it.
         cluster.procs[leader].kill9()

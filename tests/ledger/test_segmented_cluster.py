@@ -92,7 +92,7 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
     for me in ("alpha", "beta"):
         acks = tmp_path / f"{me}.acks"
         procs[me] = (subprocess.Popen(
-            [sys.executable, __file__, "worker", cluster.controllers, "contended", me, str(acks), "5", "8", "0.03"],
+            [sys.executable, __file__, "worker", cluster.controllers, "contended", me, str(acks), "8", "12", "0.03"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), acks)
     try:
         for me, (proc, _) in procs.items():
