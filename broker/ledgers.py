@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 The index and the fences are `tidelog.ledger.store.LedgerIndex` (what this replica's log holds,
-what it has fenced); this module adds the master's write path and the gRPC service.
+what it has fenced); this module adds the ledger rules of the master's write path, which is the
+replica's one write path (`Replica.require_writable` / `append` / `persist`). The gRPC service
+is `broker.ledger_service`; nothing here sees a protobuf.
 
 **Adds (master only).** An add is appended as an ADD record and acknowledged once it is fsync'd
 here and held by every member of the controller-confirmed SyncStateSet, and by at least AQ
@@ -55,8 +57,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import grpc
-
 from tidelog.errors import (
     CorruptRecordError,
     DigestMatchError,
@@ -75,10 +75,7 @@ from tidelog.errors import (
 from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
 from tidelog.ledger.store import LedgerIndex, LedgerView, add_message, close_message, create_message
-from tidelog.proto import ledger_pb2 as pb
-from tidelog.proto import ledger_pb2_grpc as pb_grpc
 from tidelog.tasks import within
-from tidelog.wire import require, rpc
 
 if TYPE_CHECKING:
     from tidelog.broker.replica import Replica
@@ -89,8 +86,32 @@ log = logging.getLogger(__name__)
 GAP_WAIT_S = 5.0          # how long an add beyond the next id waits for the ids before it
 MAX_READ_ENTRIES = 10_000
 DEFAULT_READ_BYTES = 4 << 20
-MAX_WAIT_MS = 60_000
 MAX_DIGEST_BYTES = 64
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    """One add, as the service hands it over (the wire type stays at the gRPC edge)."""
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    length: int
+    digest: bytes
+    data: bytes
+    password: bytes
+    recovery: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry read back: what a Read answers per entry."""
+
+    entry_id: int
+    lac: int
+    length: int
+    digest: bytes
+    data: bytes
 
 
 @dataclass
@@ -196,8 +217,7 @@ class LedgerReplica:
         if meta.broker_set != self.replica.cfg.broker_set:
             raise IncorrectParameterError(f"ledger {ledger_id} belongs to broker set {meta.broker_set}, "
                                           f"this is {self.replica.cfg.broker_set}")
-        master = self.replica._require_master()
-        self.replica._check_lease()
+        master = self.replica.require_writable()
         view = self.index.view(ledger_id)
         if view is not None:
             if view.metadata.encode() != meta.encode():
@@ -205,49 +225,67 @@ class LedgerReplica:
             record = self.replica.log.read_at(view.create_offset)
             end = view.create_offset + record.size
         else:
-            placed = self.replica.log.append([create_message(meta)])
-            master.on_appended()
+            _, placed = self.replica.append([create_message(meta)])
             end = placed[-1].phys_offset + placed[-1].size
         await self.replica.persist(master, end, max(1, len(master.ack_set)), fsync=True)
         log.info("%s created ledger %d (AQ %d, replicas %s)", self._ctx, ledger_id, meta.ack_quorum,
                  list(meta.replicas))
 
-    async def add(self, req: pb.AddRequest) -> list[int]:
-        ledger_id, entry_id = req.ledger_id, req.entry_id
-        data = req.data
-        if entry_id < 0 or req.lac < -1 or req.lac >= entry_id or req.length < len(data):
-            raise IncorrectParameterError(f"entry {entry_id}: need entry_id >= 0, -1 <= lac < entry_id and "
-                                          f"length >= the entry's size (got lac {req.lac}, length {req.length})")
-        if len(data) > self.replica.cfg.max_message_bytes - 1024:
-            raise IncorrectParameterError(f"an entry holds at most {self.replica.cfg.max_message_bytes - 1024} "
-                                          f"bytes, got {len(data)}")
-        if len(req.digest) > MAX_DIGEST_BYTES:
-            raise IncorrectParameterError(f"a digest has at most {MAX_DIGEST_BYTES} bytes")
-        master = self.replica._require_master()
-        self.replica._check_lease()
-        view = self._view(ledger_id, req.password, what="an add")
-        st = self._state(ledger_id)
+    async def add(self, req: AddRequest) -> list[int]:
+        """Append entry `req.entry_id` and return the SyncStateSet that holds it once acknowledged."""
+        self._check_add_shape(req)
+        master = self.replica.require_writable()
+        view = self._view(req.ledger_id, req.password, what="an add")
+        st = self._state(req.ledger_id)
         if not req.recovery and st.fenced.is_set():
-            raise _fenced(ledger_id, entry_id)
+            raise _fenced(req.ledger_id, req.entry_id)
         self._check_open_and_digest(view, req)
         aq = view.metadata.ack_quorum
         members = len(master.ack_set)
         if members < aq:
-            raise NotEnoughBookiesError(f"ledger {ledger_id} needs {aq} replicas to acknowledge; the broker set's "
-                                        f"SyncStateSet has {members}", ack_quorum=aq, in_sync=members)
-        needed = max(aq, members)
-        digest = bytes(req.digest)
+            raise NotEnoughBookiesError(f"ledger {req.ledger_id} needs {aq} replicas to acknowledge; the broker "
+                                        f"set's SyncStateSet has {members}", ack_quorum=aq, in_sync=members)
+        end = None if req.recovery else await self._held_or_next(view, st, req)
+        appended = end is None
+        if end is None:
+            end = self._append_entry(st, req)
+        pending = _Pending()
+        prev = None
+        if appended and not req.recovery:  # a retry of a held entry does not join the order chain
+            prev, st.tail = st.tail, pending
+        try:
+            await self._complete(master, st, end, max(aq, members), req.ledger_id, req.entry_id, prev, req.recovery)
+            pending.ok = True
+        finally:
+            pending.done.set()
+        st.acked_lac = max(st.acked_lac, req.entry_id)
+        self.replica.notify_confirmed()  # wake LAC long polls
+        return sorted(master.ack_set)
+
+    def _check_add_shape(self, req: AddRequest) -> None:
+        if req.entry_id < 0 or req.lac < -1 or req.lac >= req.entry_id or req.length < len(req.data):
+            raise IncorrectParameterError(f"entry {req.entry_id}: need entry_id >= 0, -1 <= lac < entry_id and "
+                                          f"length >= the entry's size (got lac {req.lac}, length {req.length})")
+        limit = self.replica.cfg.max_message_bytes - 1024
+        if len(req.data) > limit:
+            raise IncorrectParameterError(f"an entry holds at most {limit} bytes, got {len(req.data)}")
+        if len(req.digest) > MAX_DIGEST_BYTES:
+            raise IncorrectParameterError(f"a digest has at most {MAX_DIGEST_BYTES} bytes")
+
+    async def _held_or_next(self, view: LedgerView, st: _MasterLedger, req: AddRequest) -> int | None:
+        """Sequence a (non-recovery) add: the end of the record when this replica already holds the
+        entry with the same digest (a retry), None when it is the next id to append. An id beyond
+        the next waits briefly for the ids before it (pipelined calls can arrive out of order)."""
+        ledger_id, entry_id = req.ledger_id, req.entry_id
         deadline = time.monotonic() + GAP_WAIT_S
-        append = True
-        while not req.recovery:
+        while True:
             existing = view.entries.get(entry_id)
             if existing is not None:
-                if existing.digest != digest:
+                if existing.digest != req.digest:
                     raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} already holds other data")
-                end, append = existing.offset + existing.size, False
-                break
+                return existing.offset + existing.size
             if entry_id == view.last_entry + 1:
-                break
+                return None
             if entry_id <= view.last_entry:
                 raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} is below the last entry "
                                               f"{view.last_entry} and not held here")
@@ -260,29 +298,18 @@ class LedgerReplica:
             if st.fenced.is_set():
                 raise _fenced(ledger_id, entry_id)
             view = self.index.view(ledger_id) or view
-        if append:
-            msg = add_message(ledger_id, entry_id, req.lac, req.length, digest, bytes(data), recovery=req.recovery)
-            placed = self.replica.log.append([msg])
-            master.on_appended()
-            end = placed[-1].phys_offset + placed[-1].size
-            self.index.note_appended(placed[-1], msg)
-            st.appended.set()  # wakes the adds waiting for this id; later ones wait on a new event
-            st.appended = asyncio.Event()
-        pending = _Pending()
-        prev = None
-        if append and not req.recovery:  # a retry of a held entry does not join the order chain
-            prev, st.tail = st.tail, pending
-        try:
-            await self._complete(master, st, end, needed, ledger_id, entry_id, prev, req.recovery)
-            pending.ok = True
-        finally:
-            pending.done.set()
-        st.acked_lac = max(st.acked_lac, entry_id)
-        self.replica._on_confirm(end)  # wake LAC long polls
-        return sorted(master.ack_set)
+
+    def _append_entry(self, st: _MasterLedger, req: AddRequest) -> int:
+        msg = add_message(req.ledger_id, req.entry_id, req.lac, req.length, req.digest, req.data,
+                          recovery=req.recovery)
+        _, placed = self.replica.append([msg])
+        self.index.note_appended(placed[-1], msg)
+        st.appended.set()  # wakes the adds waiting for this id; later ones wait on a new event
+        st.appended = asyncio.Event()
+        return placed[-1].phys_offset + placed[-1].size
 
     @staticmethod
-    def _check_open_and_digest(view: LedgerView, req: pb.AddRequest) -> None:
+    def _check_open_and_digest(view: LedgerView, req: AddRequest) -> None:
         ledger_id, entry_id = view.ledger_id, req.entry_id
         if view.closed_at is not None and (not req.recovery or entry_id > view.closed_at):
             raise LedgerClosedError(f"entry {entry_id}: ledger {ledger_id} is closed at entry {view.closed_at}",
@@ -300,8 +327,7 @@ class LedgerReplica:
         """Seal `ledger_id` here at the end the controller's metadata records (it must be CLOSED);
         returns (last entry id, length) once the CLOSE record is fsync'd and held by the SyncStateSet."""
         view = self._view(ledger_id, password, what="a close")
-        master = self.replica._require_master()
-        self.replica._check_lease()
+        master = self.replica.require_writable()
         if view.closed_at is None:
             if self.metadata_source is None:
                 raise UnavailableError(f"broker {self.broker_id} cannot read ledger metadata from the controller")
@@ -312,8 +338,7 @@ class LedgerReplica:
             view = self.index.view(ledger_id) or view
             if view.closed_at is None:  # not sealed by a concurrent call meanwhile
                 msg = close_message(ledger_id, meta.last_entry_id, meta.length)
-                placed = self.replica.log.append([msg])
-                master.on_appended()
+                _, placed = self.replica.append([msg])
                 self.index.note_appended(placed[-1], msg)
                 view = self.index.view(ledger_id) or view
                 log.info("%s sealed ledger %d at entry %d (length %d)", self._ctx, ledger_id, meta.last_entry_id,
@@ -358,7 +383,7 @@ class LedgerReplica:
         return self._lac(view)
 
     def read(self, ledger_id: int, password: bytes, first: int, last: int, fence: bool,
-             max_bytes: int) -> tuple[list[pb.Entry], int]:
+             max_bytes: int) -> tuple[list[Entry], int]:
         if first < 0 or last < first:
             raise IncorrectParameterError(f"read {first}..{last}: need 0 <= first <= last")
         if last - first >= MAX_READ_ENTRIES:
@@ -369,7 +394,7 @@ class LedgerReplica:
             view = self.index.view(ledger_id) or view
         # clamped like a Pull: the reply must fit in a gRPC message whatever the request asks for
         budget = min(max_bytes or DEFAULT_READ_BYTES, self.replica.cfg.max_pull_bytes)
-        out: list[pb.Entry] = []
+        out: list[Entry] = []
         for entry_id in range(first, last + 1):
             ent = view.entries.get(entry_id)
             if ent is None:
@@ -391,61 +416,14 @@ class LedgerReplica:
                 raise LedgerReadError(f"broker {self.broker_id} cannot read entry {entry_id} of ledger "
                                       f"{ledger_id}: {exc.message}", ledger_id=ledger_id, entry_id=entry_id) from None
             budget -= ent.size
-            out.append(pb.Entry(entry_id=entry_id, lac=ent.lac, length=ent.length, digest=ent.digest, data=data))
+            out.append(Entry(entry_id, ent.lac, ent.length, ent.digest, data))
         return out, self._lac(view)[0]
 
     async def lac(self, ledger_id: int, password: bytes, previous: int, wait_ms: int) -> tuple[int, int, bool]:
         view = self._view(ledger_id, password, what="a LAC read")
-        deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            event = self.replica._confirmed
-            view = self.index.view(ledger_id) or view
-            lac, length = self._lac(view)
-            remaining = deadline - time.monotonic()
-            if lac > previous or remaining <= 0:
-                return lac, length, self.index.is_fenced(ledger_id)
-            with contextlib.suppress(TimeoutError):
-                await within(event.wait(), remaining)
 
+        def poll() -> tuple[tuple[int, int, bool], bool]:
+            lac, length = self._lac(self.index.view(ledger_id) or view)
+            return (lac, length, self.index.is_fenced(ledger_id)), lac > previous
 
-class LedgerService(pb_grpc.LedgerServicer):
-    """gRPC shell: validates each request and answers typed errors (tidelog.wire convention)."""
-
-    def __init__(self, ledgers: LedgerReplica) -> None:
-        self.ledgers = ledgers
-
-    @rpc
-    async def Create(self, request: pb.CreateRequest, context: grpc.aio.ServicerContext) -> pb.CreateReply:
-        require(bool(request.metadata), "metadata must not be empty")
-        await self.ledgers.create(request.metadata, request.ledger_id)
-        return pb.CreateReply(broker_id=self.ledgers.broker_id)
-
-    @rpc
-    async def Add(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddReply:
-        replicas = await self.ledgers.add(request)
-        return pb.AddReply(entry_id=request.entry_id, replicas=replicas, broker_id=self.ledgers.broker_id)
-
-    @rpc
-    async def Close(self, request: pb.CloseRequest, context: grpc.aio.ServicerContext) -> pb.CloseReply:
-        last, length = await self.ledgers.close(request.ledger_id, request.password)
-        return pb.CloseReply(last_entry_id=last, length=length, broker_id=self.ledgers.broker_id)
-
-    @rpc
-    async def Fence(self, request: pb.FenceRequest, context: grpc.aio.ServicerContext) -> pb.FenceReply:
-        lac, length = self.ledgers.fence(request.ledger_id, request.password)
-        return pb.FenceReply(lac=lac, length=length, broker_id=self.ledgers.broker_id)
-
-    @rpc
-    async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadReply:
-        entries, lac = self.ledgers.read(request.ledger_id, request.password, request.first, request.last,
-                                         request.fence, request.max_bytes)
-        return pb.ReadReply(entries=entries, lac=lac, broker_id=self.ledgers.broker_id)
-
-    @rpc
-    async def Lac(self, request: pb.LacRequest, context: grpc.aio.ServicerContext) -> pb.LacReply:
-        require(request.wait_ms <= MAX_WAIT_MS, f"wait_ms is at most {MAX_WAIT_MS}")
-        require(request.previous >= -1, "previous is -1 or an entry id")
-        lac, length, fenced = await self.ledgers.lac(request.ledger_id, request.password, request.previous,
-                                                     request.wait_ms)
-        return pb.LacReply(lac=lac, length=length, fenced=fenced, broker_id=self.ledgers.broker_id,
-                           is_master=self.ledgers.replica.ha_master is not None)
+        return await self.replica.long_poll(poll, wait_ms)

@@ -4,21 +4,16 @@ Theory of operation
 -------------------
 The controller is the only authority on roles. Every reply that carries a role assignment
 (registration, heartbeat, election, SyncStateSet change) goes through `apply_role`, which is
-serialised by a lock and ignores assignments from an older master epoch than one already seen:
+serialised by a lock: `ha.roles.RoleCore` decides the transition from its table (stale answers
+ignored, promotion, SyncStateSet update, follow, stop) and this module carries the actions out —
+starting and stopping `HaMaster` / `HaSlave`, appending the new epoch to the epoch file.
 
-- assigned master of a newer epoch -> promotion: stop following anyone, append
-  `epoch -> max offset` to the epoch file (refused if the epoch is not newer than the file's
-  last), raise the confirm offset to the max offset (everything this replica holds is now
-  committed), then accept writes;
-- assigned master of the current epoch -> only the SyncStateSet may have changed;
-- another broker is master -> demotion/follow: stop accepting writes, fail writes still waiting
-  for acks (their outcome is unknown), follow the named master over HA (which repairs forks);
-- no master of a newer epoch -> stop accepting writes.
-
-Writes go only to the master: `produce` validates, asks the ack policy how many SyncStateSet
-acks it needs (failing fast before writing when too few replicas are in sync), appends, waits
-for fsync (flush: sync) and for the acks. Reads (`pull`) are served by any replica and never pass
-its confirm offset; a long poll waits for the confirm offset to move.
+**One write path.** Every write to the log — produce, group-offset commits, topic markers, ledger
+creates, adds and seals — goes through the same public surface: `require_writable()` (this broker
+is master and its lease from the controller holds), `append(msgs)` (append and wake the HA
+senders), and `persist(master, end, needed)` (fsync under flush: sync, `needed` SyncStateSet acks,
+and the lease again). `write()` is the three in a row. Readers wait for the confirm offset with
+`long_poll`, woken by `notify_confirmed`. Reads never pass the confirm offset.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from crc32c import crc32c
 
@@ -49,6 +43,7 @@ from tidelog.errors import (
     NotMasterError,
     TidelogError,
 )
+from tidelog.ha import roles
 from tidelog.ha.ackpolicy import AckConfig, required_acks
 from tidelog.ha.master import HaMaster
 from tidelog.ha.protocol import (
@@ -58,6 +53,7 @@ from tidelog.ha.protocol import (
     encode,
     read_frame,
 )
+from tidelog.ha.roles import MASTER, NONE, SLAVE, Role
 from tidelog.ha.slave import HaSlave
 from tidelog.ha.syncstate import Proposal
 from tidelog.invariants import stop_if_violated
@@ -65,27 +61,11 @@ from tidelog.tasks import within
 
 log = logging.getLogger(__name__)
 
-MASTER, SLAVE, NONE = "master", "slave", "none"
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Role:
-    """The controller's role assignment, decoupled from the wire type."""
-
-    has_master: bool
-    master_id: int
-    master_address: str
-    master_ha_address: str
-    master_epoch: int
-    sync_state_set: frozenset[int]
-    sss_epoch: int
-    unclean_epoch: int = 0  # the last master epoch elected from outside the SyncStateSet (0: none)
-
-    @classmethod
-    def from_pb(cls, pb: Any) -> Role:
-        return cls(pb.has_master, pb.master_id, pb.master_address, pb.master_ha_address, pb.master_epoch,
-                   frozenset(pb.sync_state_set), pb.sync_state_set_epoch, pb.last_unclean_epoch)
-
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 #: One message of a produce request: (body, key, tags, properties, queue or None).
 Outgoing = tuple[bytes, str | None, str | None, dict[str, str] | None, int | None]
@@ -97,10 +77,7 @@ class Replica:
         self.cfg = cfg
         self.log = commitlog
         self.broker_id = broker_id
-        self.role = NONE
-        self.master_epoch = 0
-        self.master_id = -1
-        self.master_address = ""
+        self.roles = roles.RoleCore()
         self.ha_master: HaMaster | None = None
         self.ha_slave: HaSlave | None = None
         self.topic_table = TopicTable(commitlog)  # topics served, and their generations in the log
@@ -114,7 +91,6 @@ class Replica:
         self._role_lock = asyncio.Lock()
         self._confirmed = asyncio.Event()
         self._rr = itertools.count()
-        self.last_sss_epoch = 0
         self.lease_until = 0.0  # monotonic time until which this broker may acknowledge writes
         self._ha_connections = 0
         self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
@@ -128,45 +104,56 @@ class Replica:
     def ctx(self) -> str:
         return f"[{self.cfg.broker_set}/{self.broker_id} {self.role} epoch {self.master_epoch}]"
 
+    # What the role core knows, read by the servers and the status.
+    @property
+    def role(self) -> str:
+        return self.roles.role
+
+    @property
+    def master_epoch(self) -> int:
+        return self.roles.master_epoch
+
+    @property
+    def master_id(self) -> int:
+        return self.roles.master_id
+
+    @property
+    def master_address(self) -> str:
+        return self.roles.master_address
+
+    @property
+    def last_sss_epoch(self) -> int:
+        return self.roles.last_sss_epoch
+
     # ------------------------------------------------------------------ roles
 
     async def apply_role(self, role: Role) -> None:
         async with self._role_lock:
-            if role.master_epoch < self.master_epoch:
-                return  # an answer from before a newer assignment we already acted on
-            if not role.has_master:
-                if role.master_epoch > self.master_epoch and self.role == MASTER:
-                    log.warning("%s the controller records no master for epoch %d: stop taking writes",
-                                self.ctx, role.master_epoch)
-                    await self._stop_master()
-                    self.role = NONE
-                self.master_epoch = role.master_epoch
-                self.master_id, self.master_address = -1, ""
-                return
-            if role.master_id == self.broker_id:
-                if self.role == MASTER and self.ha_master is not None and self.ha_master.epoch == role.master_epoch:
-                    self.ha_master.on_controller_state(role.sync_state_set, role.sss_epoch)
-                else:
-                    await self._become_master(role)
-            elif not (self.role == SLAVE and self.ha_slave is not None and self.master_id == role.master_id
-                      and self.ha_slave.master_epoch == role.master_epoch
-                      and self.ha_slave.master_address == role.master_ha_address):
-                await self._become_slave(role)
-            self.master_epoch = role.master_epoch
-            self.master_id = role.master_id
-            self.master_address = role.master_address
-            self.last_sss_epoch = role.sss_epoch
+            for action in self.roles.step(roles.Assigned(role, self.log.epochs.last_epoch, self.broker_id), _now_ms()):
+                await self._carry_out(action)
 
-    async def _become_master(self, role: Role) -> None:
+    async def _carry_out(self, action: roles.Action) -> None:
+        match action:
+            case roles.StopMaster():
+                if self.ha_master is not None:
+                    log.warning("%s stop taking writes", self.ctx)
+                await self._stop_master()
+            case roles.StopSlave():
+                await self._stop_slave()
+            case roles.Promote(role, new_epoch):
+                self._become_master(role, new_epoch)
+            case roles.RefusePromotion(epoch, last):
+                log.error("%s refusing promotion to epoch %d: the epoch file already holds epoch %d",
+                          self.ctx, epoch, last)
+            case roles.UpdateSyncStateSet(sss, sss_epoch):
+                if self.ha_master is not None:
+                    self.ha_master.on_controller_state(sss, sss_epoch)
+            case roles.Follow(role):
+                self._become_slave(role)
+
+    def _become_master(self, role: Role, new_epoch: bool) -> None:
         epoch = role.master_epoch
-        last = self.log.epochs.last_epoch
-        if epoch < last:
-            log.error("%s refusing promotion to epoch %d: the epoch file already holds epoch %d",
-                      self.ctx, epoch, last)
-            return
-        await self._stop_slave()
-        await self._stop_master()
-        if epoch > last:
+        if new_epoch:
             self.log.epochs.append(epoch, self.log.max_offset)
             # Everything this replica holds is now the committed history of the broker set.
             self.log.confirm_offset = self.log.max_offset
@@ -179,21 +166,17 @@ class Replica:
             batch_bytes=self.cfg.ha_transfer_batch_bytes, heartbeat_interval_ms=self.cfg.ha_heartbeat_interval_ms,
             idle_timeout_ms=self.cfg.ha_idle_timeout_ms, propose=self._propose_sss, on_confirm=self._on_confirm,
             on_ledger_fenced=self.ledgers.on_fenced_by_slave, secret=self.secret)
-        self.role = MASTER
-        self._on_confirm(self.log.confirm_offset)
+        self.notify_confirmed()
         log.warning("%s promoted to master of epoch %d at offset %d (SyncStateSet %s)", self.ctx, epoch,
                     self.log.max_offset, sorted(role.sync_state_set))
 
-    async def _become_slave(self, role: Role) -> None:
-        await self._stop_master()
-        await self._stop_slave()
-        self.role = SLAVE
+    def _become_slave(self, role: Role) -> None:
         self.ha_slave = HaSlave(self.log, broker_set=self.cfg.broker_set, broker_id=self.broker_id,
                                 master_id=role.master_id, master_address=role.master_ha_address,
                                 master_epoch=role.master_epoch, flush_sync=self.cfg.flush == "sync",
                                 ack_interval_ms=self.cfg.ha_heartbeat_interval_ms,
                                 idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
-                                on_progress=lambda: self._on_confirm(self.log.confirm_offset),
+                                on_progress=self.notify_confirmed,
                                 fenced_ledgers=self.ledgers.index.fenced_ledgers, secret=self.secret,
                                 unclean_epoch=role.unclean_epoch).start()
         log.warning("%s following master %d at %s (epoch %d)", self.ctx, role.master_id, role.master_ha_address,
@@ -217,14 +200,32 @@ class Replica:
             await self.apply_role(role)
 
     def _on_confirm(self, _offset: int) -> None:
+        self.notify_confirmed()
+
+    def notify_confirmed(self) -> None:
+        """The confirm offset (or what a long poll waits for) may have moved: wake the long polls."""
         ev, self._confirmed = self._confirmed, asyncio.Event()
         ev.set()
+
+    async def long_poll(self, poll: Callable[[], tuple[T, bool]], wait_ms: int) -> T:
+        """Call `poll` until it says it is done or `wait_ms` passes, waking on `notify_confirmed`.
+
+        The one long-poll loop of the broker (pulls, LAC reads): `poll` returns (answer, done)."""
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            event = self._confirmed  # taken before the poll: a wake-up during it is not missed
+            answer, done = poll()
+            remaining = deadline - time.monotonic()
+            if done or remaining <= 0:
+                return answer
+            with contextlib.suppress(TimeoutError):
+                await within(event.wait(), remaining)
 
     async def close(self) -> None:
         async with self._role_lock:
             await self._stop_master()
             await self._stop_slave()
-            self.role = NONE
+            self.roles.closed()
 
     # ------------------------------------------------------------------ HA server side
 
@@ -275,10 +276,15 @@ class Replica:
         master = self.role == MASTER and self.ha_master is not None
         return self.topic_table.serve(topic, self._append_marker if master else None)
 
+    def _queue(self, topic: str, queue: int, queues: int | None = None) -> int:
+        """`queue` if `topic` has it here (the one queue-range check), else InvalidArgument."""
+        queues = self._queues_of(topic) if queues is None else queues
+        if not 0 <= queue < queues:
+            raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
+        return queue
+
     def _append_marker(self, msg: Message) -> Placement:
-        master = self._require_master()
-        placed = self.log.append([msg])
-        master.on_appended()
+        _, placed = self.append([msg])
         return placed[-1]
 
     def enforce_topics(self) -> None:
@@ -289,42 +295,34 @@ class Replica:
         else:
             self.topic_table.marks.refresh()
 
-    def _require_master(self) -> HaMaster:
+    # ------------------------------------------------------------------ the write path
+
+    def require_master(self) -> HaMaster:
+        """This broker's HaMaster, or NotMasterError naming the master to go to."""
         if self.role != MASTER or self.ha_master is None:
             raise NotMasterError(f"broker {self.broker_id} of {self.cfg.broker_set} is {self.role}",
                                  master_address=self.master_address)
         return self.ha_master
 
-    @staticmethod
-    def _check_queue(queue: int, queues: int) -> int:
-        if not 0 <= queue < queues:
-            raise InvalidArgumentError(f"queue {queue} does not exist (the topic has {queues} here)")
-        return queue
-
-    def _choose_queue(self, queue: int | None, key: str | None, queues: int) -> int:
-        if queue is not None:
-            return self._check_queue(queue, queues)
-        if key:
-            return crc32c(key.encode()) % queues
-        return next(self._rr) % queues
-
-    async def produce(self, topic: str, items: Sequence[Outgoing]) -> list[tuple[Placement, int]]:
-        """Append and replicate; returns (placement, queue) per message once acknowledged."""
-        if not items:
-            raise InvalidArgumentError("a produce request needs at least one message")
-        queues = self._queues_of(topic)
-        choose = self._choose_queue
-        msgs = [Message(topic, choose(queue, key, queues), body, key, tags, props)
-                for body, key, tags, props, queue in items]
-        placed = await self._write(msgs)
-        return [(p, m.queue_id) for p, m in zip(placed, msgs, strict=True)]
-
-    async def _write(self, msgs: list[Message]) -> list[Placement]:
-        master = self._require_master()
+    def require_writable(self) -> HaMaster:
+        """Check, before anything is appended, that this broker may take a write now: it is master
+        and the controller confirmed its role recently (the lease)."""
+        master = self.require_master()
         self._check_lease()
-        needed = required_acks(self.ack_cfg, len(master.ack_set))
+        return master
+
+    def append(self, msgs: list[Message]) -> tuple[HaMaster, list[Placement]]:
+        """Append `msgs` as master and wake the HA senders; nothing is acknowledged yet (`persist`)."""
+        master = self.require_master()
         placed = self.log.append(msgs)
         master.on_appended()
+        return master, placed
+
+    async def write(self, msgs: list[Message]) -> list[Placement]:
+        """The whole write: check, append, and wait until the ack policy's replicas hold it."""
+        master = self.require_writable()
+        needed = required_acks(self.ack_cfg, len(master.ack_set))
+        _, placed = self.append(msgs)
         await self.persist(master, placed[-1].phys_offset + placed[-1].size, needed)
         return placed
 
@@ -355,24 +353,41 @@ class Replica:
             raise NotMasterError(f"broker {self.broker_id} cannot confirm with the controller that it is "
                                  f"still master{outcome}", master_address="")
 
+    # ------------------------------------------------------------------ requests
+
+    async def produce(self, topic: str, items: Sequence[Outgoing]) -> list[tuple[Placement, int]]:
+        """Append and replicate; returns (placement, queue) per message once acknowledged."""
+        if not items:
+            raise InvalidArgumentError("a produce request needs at least one message")
+        queues = self._queues_of(topic)
+        msgs = [Message(topic, self._choose_queue(topic, queue, key, queues), body, key, tags, props)
+                for body, key, tags, props, queue in items]
+        placed = await self.write(msgs)
+        return [(p, m.queue_id) for p, m in zip(placed, msgs, strict=True)]
+
+    def _choose_queue(self, topic: str, queue: int | None, key: str | None, queues: int) -> int:
+        if queue is not None:
+            return self._queue(topic, queue, queues)
+        if key:
+            return crc32c(key.encode()) % queues
+        return next(self._rr) % queues
+
     async def pull(self, topic: str, queue: int, offset: int, max_messages: int, max_bytes: int,
                    wait_ms: int) -> tuple[list[StoredMessage], QueueOffsets]:
-        self._check_queue(queue, self._queues_of(topic))
+        self._queue(topic, queue)
         if offset < 0 or max_messages < 1 or max_bytes < 1 or wait_ms < 0:
             raise InvalidArgumentError("offset and wait must not be negative; limits must be positive")
-        deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            event = self._confirmed
+
+        def poll() -> tuple[list[StoredMessage], bool]:
             try:
                 msgs = self.log.read(topic, queue, offset, max_messages, max_bytes)
             except CorruptRecordError as exc:
                 self.on_corrupt(exc)
                 raise
-            remaining = deadline - time.monotonic()
-            if msgs or remaining <= 0:
-                return msgs, self.log.queue_offsets(topic, queue)
-            with contextlib.suppress(TimeoutError):
-                await within(event.wait(), remaining)
+            return msgs, bool(msgs)
+
+        msgs = await self.long_poll(poll, wait_ms)
+        return msgs, self.log.queue_offsets(topic, queue)
 
     def on_corrupt(self, exc: CorruptRecordError) -> None:
         """A read met damaged bytes. The reader fails over to another replica (CORRUPT_RECORD); here
@@ -388,7 +403,7 @@ class Replica:
             self.hand_over()
 
     def queue_offsets(self, topic: str, queue: int) -> QueueOffsets:
-        self._check_queue(queue, self._queues_of(topic))
+        self._queue(topic, queue)
         return self.log.queue_offsets(topic, queue)
 
     async def commit_offset(self, group: str, topic: str, queue: int, offset: int) -> None:
@@ -397,12 +412,12 @@ class Replica:
         offsets = self.queue_offsets(topic, queue)
         if offset < 0:
             raise InvalidArgumentError("offset must not be negative")
-        self._require_master()  # a slave's end may lag: only the master judges a commit
+        self.require_master()  # a slave's end may lag: only the master judges a commit
         if offset > offsets.max:
             # a position past the end would make the group skip every message written until then
             raise InvalidArgumentError(f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
                                        hint="commit the next offset to consume: at most the queue's max offset")
-        await self._write([commit_message(group, topic, queue, offset)])
+        await self.write([commit_message(group, topic, queue, offset)])
 
     def fetch_offset(self, group: str, topic: str, queue: int) -> int | None:
         if not group:
@@ -418,10 +433,10 @@ class Replica:
         if master is not None:
             sss = master.tracker.local  # the controller-confirmed set, consistent with its epoch
             known = set(master.connections) | (set(sss) - {self.broker_id})
+            acks = master.acks()
             for bid in sorted(known):
-                conn = master.connections.get(bid)
-                replicas.append({"broker_id": bid, "ack_offset": conn.ack_offset if conn else -1,
-                                 "connected": conn is not None, "in_sync": bid in sss})
+                replicas.append({"broker_id": bid, "ack_offset": acks.get(bid, -1),
+                                 "connected": bid in master.connections, "in_sync": bid in sss})
         return {
             "broker_set": self.cfg.broker_set, "broker_id": self.broker_id, "role": self.role,
             "master_epoch": self.master_epoch, "last_epoch": self.log.epochs.last_epoch,

@@ -23,7 +23,7 @@ import grpc
 
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
-from tidelog.broker.ledgers import LedgerService
+from tidelog.broker.ledger_service import LedgerService
 from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.service import BrokerService
 from tidelog.commitlog import CommitLog

@@ -9,10 +9,11 @@ chunks, each tagged with the epoch that wrote it, never crossing an epoch bounda
 master's confirm offset. An empty Transfer is a heartbeat. The slave acks its max offset after
 each write.
 
-The decisions are not made here: `ha.ackpolicy` says how many acks a write needs and what the
-confirm offset is; `ha.syncstate` says when to propose a SyncStateSet change. This module only
-moves bytes, records acks and calls them. Acks count only for SyncStateSet members (the union
-with a pending proposal), since only they may be elected without losing data.
+The decisions are not made here: every event (an append, a slave joining or leaving, bytes sent,
+an ack, the controller's SyncStateSet, a failed proposal, a producer starting to wait) goes to
+`ha.mastercore.MasterCore.step`, and this module carries out the actions it returns (store the
+confirm offset and wake readers, release producers, propose a SyncStateSet change, close a slave
+that broke the protocol). This module only moves bytes and runs the handshake.
 """
 
 from __future__ import annotations
@@ -35,8 +36,24 @@ from tidelog.errors import (
     TidelogError,
     UnavailableError,
 )
-from tidelog.ha import ackpolicy
 from tidelog.ha import auth as ha_auth
+from tidelog.ha.mastercore import (
+    Acked,
+    AlterFailed,
+    Appended,
+    ControllerState,
+    Event,
+    MasterCore,
+    Propose,
+    Reject,
+    Release,
+    Sent,
+    SetConfirm,
+    ShrinkCheck,
+    SlaveJoined,
+    SlaveLeft,
+    Waiting,
+)
 from tidelog.ha.protocol import (
     MAX_AUTH_FRAME,
     Ack,
@@ -54,7 +71,7 @@ from tidelog.ha.protocol import (
     read_frame,
 )
 from tidelog.ha.syncstate import Proposal, SyncStateTracker
-from tidelog.invariants import require
+from tidelog.invariants import InvariantViolation
 from tidelog.tasks import cancel_and_wait, within
 
 log = logging.getLogger(__name__)
@@ -70,18 +87,16 @@ def now_ms() -> int:
 
 @dataclass
 class SlaveConnection:
+    """One slave's socket and the offset its sender has reached (its counted state is in the core)."""
+
     broker_id: int
     peer: str
-    ack_offset: int = -1
     send_offset: int = 0
-    sent_end: int = 0  # end of the bytes written to this connection: no ack may pass it
-    last_sent_master_max: int = 0
-    last_sent_ms: int = 0
     writer: asyncio.StreamWriter | None = field(default=None, repr=False)
 
 
 class HaMaster:
-    """Replication state of one broker while it is master of `epoch`."""
+    """Replication of one broker while it is master of `epoch`: the I/O around `MasterCore`."""
 
     def __init__(self, commitlog: CommitLog, *, broker_set: str, broker_id: int, epoch: int,
                  sync_state_set: frozenset[int], sss_epoch: int, slave_timeout_ms: int = 3000,
@@ -99,12 +114,14 @@ class HaMaster:
         self.batch_bytes = batch_bytes
         self.heartbeat_interval = heartbeat_interval_ms / 1000.0
         self.idle_timeout = idle_timeout_ms / 1000.0
-        # A master is always in its SyncStateSet (the controller makes it so at election); one
-        # handed a set without it has a role from somewhere else and must not stream.
-        require(broker_id in sync_state_set, f"[{broker_set}/{broker_id}] master of epoch {epoch} is not in its "
-                                             f"SyncStateSet {sorted(sync_state_set)}")
-        self.tracker = SyncStateTracker(broker_id, frozenset(sync_state_set), sss_epoch,
-                                        max_not_catchup_ms=max_not_catchup_ms, now_ms=now_ms())
+        self._ctx = f"[{broker_set}/{broker_id} master epoch {epoch}]"
+        try:
+            self.core = MasterCore.start(
+                broker_id=broker_id, epoch=epoch, sync_state_set=frozenset(sync_state_set), sss_epoch=sss_epoch,
+                master_max=commitlog.max_offset, confirm=commitlog.confirm_offset,
+                epoch_start=_epoch_start(commitlog, epoch), max_not_catchup_ms=max_not_catchup_ms, now_ms=now_ms())
+        except InvariantViolation as exc:
+            raise InvariantViolation(f"{self._ctx} {exc}") from None
         self.connections: dict[int, SlaveConnection] = {}
         self._propose = propose
         self._on_confirm = on_confirm
@@ -113,73 +130,69 @@ class HaMaster:
         self._new_data = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._ctx = f"[{broker_set}/{broker_id} master epoch {epoch}]"
-        self.update_confirm()
 
     # ------------------------------------------------------------------ state
 
     @property
+    def tracker(self) -> SyncStateTracker:
+        return self.core.tracker
+
+    @property
     def sync_state_set(self) -> frozenset[int]:
         """The set the confirm offset waits for: confirmed, plus a pending change (conservative)."""
-        return self.tracker.effective
+        return self.core.tracker.effective
 
     @property
     def ack_set(self) -> frozenset[int]:
-        """The members whose acks count toward a write: only the controller-confirmed set.
-
-        A member of a pending expansion is not electable yet; a write it acknowledged could be
-        lost if the controller never applies the expansion and elects someone else.
-        """
-        return self.tracker.local
+        """The members whose acks count toward a write: only the controller-confirmed set."""
+        return self.core.tracker.local
 
     def acks(self) -> dict[int, int]:
-        return {c.broker_id: c.ack_offset for c in self.connections.values() if c.ack_offset >= 0}
+        return self.core.acks()
 
-    def update_confirm(self) -> None:
-        """Recompute the confirm offset and release producers whose acks are in."""
-        master_max = self.log.max_offset
-        acks = self.acks()
-        sss = self.tracker.effective
-        new = ackpolicy.confirm_offset(self.broker_id, master_max, acks, set(self.connections), sss,
-                                       self.log.confirm_offset)
-        require(new <= master_max, f"{self._ctx} confirm {new} would pass max {master_max}")
-        if new != self.log.confirm_offset:
-            self.log.confirm_offset = new
-            if self._on_confirm is not None:
-                self._on_confirm(new)
-            # Slaves learn the confirm offset from frames; wake the senders so readers of a slave
-            # see an acknowledged write within a round trip, not a heartbeat interval later.
-            self._wake_senders()
-        voters = self.tracker.local
-        for needed, waiters in self._waiters.items():
-            waiters.release(ackpolicy.acked_by(needed, self.broker_id, master_max, acks, voters))
+    def _step(self, event: Event) -> None:
+        """Feed one event to the core and carry out what it decides."""
+        for action in self.core.step(event, now_ms()):
+            match action:
+                case SetConfirm(offset):
+                    self.log.confirm_offset = offset
+                    if self._on_confirm is not None:
+                        self._on_confirm(offset)
+                    # Slaves learn the confirm offset from frames; wake the senders so readers of a
+                    # slave see an acknowledged write within a round trip, not a heartbeat later.
+                    self._wake_senders()
+                case Release(needed, offset):
+                    waiters = self._waiters.get(needed)
+                    if waiters is not None:
+                        waiters.release(offset)
+                case Propose(proposal):
+                    self._spawn_proposal(proposal)
+                case Reject(_, reason):
+                    raise HaProtocolError(reason)
 
     def on_appended(self) -> None:
         """The owner appended records: wake the senders, move the confirm offset."""
         self._wake_senders()
-        self.update_confirm()
+        self._step(Appended(self.log.max_offset))
 
     def _wake_senders(self) -> None:
         ev, self._new_data = self._new_data, asyncio.Event()
         ev.set()
 
     def on_controller_state(self, sync_state_set: frozenset[int], sss_epoch: int) -> None:
-        self.tracker.on_controller_state(frozenset(sync_state_set), sss_epoch)
-        self.update_confirm()
+        self._step(ControllerState(frozenset(sync_state_set), sss_epoch))
 
     async def wait_acks(self, end_offset: int, needed: int) -> None:
         """Wait until `needed` SyncStateSet members (the master included) hold `end_offset`."""
         if self._closed:
             raise NotMasterError(f"broker {self.broker_id} stopped being master of epoch {self.epoch} before "
                                  "the replicas acknowledged; the message may or may not survive")
-        if needed <= 1:
-            return
-        if ackpolicy.acked_by(needed, self.broker_id, self.log.max_offset, self.acks(),
-                              self.tracker.local) >= end_offset:
+        if needed <= 1 or self.core.acked_by(needed) >= end_offset:
             return
         waiters = self._waiters.get(needed)
         if waiters is None:
             waiters = self._waiters[needed] = OffsetWaiters()
+            self._step(Waiting(needed))
         try:
             # Registered at once, timeout inside: an ack handled before a wait_for task would
             # first run must not be missed (it would wait for the next heartbeat's release).
@@ -192,8 +205,8 @@ class HaMaster:
 
     # ------------------------------------------------------------------ SyncStateSet upkeep
 
-    def _maybe_propose(self, proposal: Proposal | None) -> None:
-        if proposal is None or self._propose is None:
+    def _spawn_proposal(self, proposal: Proposal) -> None:
+        if self._propose is None:
             return
         log.info("%s proposes SyncStateSet %s (set epoch %d)", self._ctx, sorted(proposal.new_sync_state_set),
                  proposal.sss_epoch)
@@ -202,24 +215,25 @@ class HaMaster:
     async def _run_proposal(self, proposal: Proposal) -> None:
         if self._propose is None:
             return
-        epoch_before = self.tracker.sss_epoch
+        epoch_before = self.core.tracker.sss_epoch
         try:
             await self._propose(proposal)
+            return
         except (UnavailableError, TimeoutError) as exc:
             # Unknown outcome: the controller may still apply it. Keep counting the union until a
             # newer set arrives; if none does within a few heartbeats, the change was not made.
             log.warning("%s SyncStateSet change %s: no answer (%s); waiting for the controller's state",
                         self._ctx, sorted(proposal.new_sync_state_set), exc)
             await asyncio.sleep(3 * self.heartbeat_interval)
-            if self.tracker.sss_epoch == epoch_before and self.tracker.pending == proposal:
-                self.tracker.on_alter_failed()
+            failed = AlterFailed(proposal, epoch_before, unknown=True)
         except Exception as exc:  # refused: the next check proposes again
             log.warning("%s SyncStateSet change %s refused: %s", self._ctx, sorted(proposal.new_sync_state_set), exc)
-            self.tracker.on_alter_failed()
-        self.update_confirm()
+            failed = AlterFailed(proposal, epoch_before)
+        if not self._closed:
+            self._step(failed)
 
     def check_shrink(self) -> None:
-        self._maybe_propose(self.tracker.check_shrink(now_ms=now_ms()))
+        self._step(ShrinkCheck())
 
     # ------------------------------------------------------------------ connections
 
@@ -273,34 +287,38 @@ class HaMaster:
         old = self.connections.get(slave_id)
         if old is not None and old.writer is not None:
             old.writer.close()
-        conn = SlaveConnection(slave_id, peer, ack_offset=start.max_offset, send_offset=start.max_offset,
-                               sent_end=start.max_offset, writer=writer)
+        conn = SlaveConnection(slave_id, peer, send_offset=start.max_offset, writer=writer)
         self.connections[slave_id] = conn
-        self._on_ack(conn, start.max_offset)
+        self._step(SlaveJoined(slave_id, start.max_offset))
         sender = asyncio.ensure_future(self._send_loop(conn, writer))
         try:
-            while not self._closed:
-                # a slave sends only small frames (acks, fences, errors)
-                frame = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
-                if isinstance(frame, Ack):
-                    self._on_ack(conn, frame.max_offset)
-                elif isinstance(frame, LedgerFenced):
-                    self._ledger_fenced(slave_id, frame.ledger_id)
-                elif isinstance(frame, RangeRequest):
-                    self._send_range(conn, writer, frame)
-                elif isinstance(frame, ErrorFrame):
-                    log.warning("%s slave %d reports %s: %s", self._ctx, slave_id, frame.code, frame.message)
-                    return
-                else:
-                    raise HaProtocolError(f"unexpected {type(frame).__name__} from slave {slave_id}")
+            await self._read_slave_frames(reader, writer, conn)
         finally:
             await cancel_and_wait(sender)
             if self.connections.get(slave_id) is conn:
                 del self.connections[slave_id]
-                log.info("%s slave %d disconnected (acked %d)", self._ctx, slave_id, conn.ack_offset)
+                log.info("%s slave %d disconnected (acked %d)", self._ctx, slave_id,
+                         self.core.slaves[slave_id].ack_offset if slave_id in self.core.slaves else -1)
                 if not self._closed:
-                    self._maybe_propose(self.tracker.on_disconnect(slave_id, now_ms=now_ms()))
-                    self.update_confirm()
+                    self._step(SlaveLeft(slave_id))
+
+    async def _read_slave_frames(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                 conn: SlaveConnection) -> None:
+        slave_id = conn.broker_id
+        while not self._closed:
+            # a slave sends only small frames (acks, fences, errors)
+            frame = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+            if isinstance(frame, Ack):
+                self._step(Acked(slave_id, frame.max_offset))
+            elif isinstance(frame, LedgerFenced):
+                self._ledger_fenced(slave_id, frame.ledger_id)
+            elif isinstance(frame, RangeRequest):
+                self._send_range(conn, writer, frame)
+            elif isinstance(frame, ErrorFrame):
+                log.warning("%s slave %d reports %s: %s", self._ctx, slave_id, frame.code, frame.message)
+                return
+            else:
+                raise HaProtocolError(f"unexpected {type(frame).__name__} from slave {slave_id}")
 
     def _send_range(self, conn: SlaveConnection, writer: asyncio.StreamWriter, req: RangeRequest) -> None:
         """A slave found bytes of its log damaged: send it this log's copy of that range.
@@ -323,23 +341,6 @@ class HaMaster:
         if self._on_ledger_fenced is not None:
             self._on_ledger_fenced(ledger_id)
 
-    def _on_ack(self, conn: SlaveConnection, offset: int) -> None:
-        if offset > conn.sent_end:
-            # Only what this connection carried can be held because of it: a higher ack is a
-            # confused or hostile peer, and counting it could acknowledge writes no replica holds.
-            raise HaProtocolError(f"slave {conn.broker_id} acked {offset}, beyond the {conn.sent_end} sent to it "
-                                  f"(this log's max {self.log.max_offset})")
-        conn.ack_offset = max(conn.ack_offset, offset)
-        entry = self.log.epochs.find(max(self.log.max_offset - 1, 0))
-        epoch_start = entry.start if entry is not None and entry.epoch == self.epoch else self.log.max_offset
-        proposal = self.tracker.on_ack(conn.broker_id, conn.ack_offset, now_ms=now_ms(),
-                                       master_max=self.log.max_offset,
-                                       last_sent_master_max=conn.last_sent_master_max,
-                                       last_sent_ms=conn.last_sent_ms,
-                                       confirm_offset=self.log.confirm_offset, epoch_start=epoch_start)
-        self.update_confirm()
-        self._maybe_propose(proposal)
-
     async def _send_loop(self, conn: SlaveConnection, writer: asyncio.StreamWriter) -> None:
         offset = conn.send_offset
         while not self._closed:
@@ -349,9 +350,7 @@ class HaMaster:
                 epoch, epoch_start, epoch_end = (entry.epoch, entry.start, entry.end) if entry else (0, 0, OPEN_END)
                 limit = self.batch_bytes if epoch_end == OPEN_END else min(self.batch_bytes, epoch_end - offset)
                 data, nxt = self.log.read_raw_chunk(offset, limit)
-                conn.last_sent_master_max = self.log.max_offset
-                conn.last_sent_ms = now_ms()
-                conn.sent_end = nxt  # before the write: the slave may ack before drain() returns
+                self._step(Sent(conn.broker_id, nxt))  # before the write: the slave may ack before drain() returns
                 # one write, so header and data leave in one send
                 writer.writelines((encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset,
                                                           len(data)), data))
@@ -362,8 +361,7 @@ class HaMaster:
             # with the epoch of the last byte would look like a deposed master to the slave.
             pairs = self.log.epochs.pairs()
             epoch, epoch_start = pairs[-1] if pairs else (self.epoch, 0)
-            conn.last_sent_master_max = self.log.max_offset
-            conn.last_sent_ms = now_ms()
+            self._step(Sent(conn.broker_id, offset))
             writer.write(encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset, 0))
             await writer.drain()
             with contextlib.suppress(TimeoutError):
@@ -390,6 +388,12 @@ class HaMaster:
             task.cancel()
         ev, self._new_data = self._new_data, asyncio.Event()
         ev.set()
+
+
+def _epoch_start(commitlog: CommitLog, epoch: int) -> int:
+    """Where `epoch`'s records begin in this log (its end, if the epoch holds no entry yet)."""
+    starts = [start for e, start in commitlog.epochs.pairs() if e == epoch]
+    return starts[-1] if starts else commitlog.max_offset
 
 
 async def _send_error(writer: asyncio.StreamWriter, code: str, message: str) -> None:

@@ -2,15 +2,12 @@
 
 Theory of operation
 -------------------
-`HaSlave.run()` loops until stopped: connect to the master's HA address, send a Handshake (this
-broker's id, epoch map and max offset), read the master's epoch map, compute the last point
-where both histories agree (`commitlog.epochs.last_consistent_point`) and truncate the local
-log, consume queues and epoch file there. Then ack the local max offset; the master streams from
-it. A master whose epoch is older than any this slave knows (from the controller or its own
-epoch file) is refused at the handshake: a deposed master cannot write here. Each Transfer is
-checked before it touches the log: its epoch must not go back from the last one the stream (or
-the repaired log) holds, and its offset must be exactly the local max (otherwise re-handshake). New epochs are recorded in the epoch file as their first bytes arrive.
-The slave's confirm offset follows the master's, never past its own max.
+`HaSlave.run()` loops until stopped: connect to the master's HA address, prove the cluster
+secret both ways, send a Handshake (this broker's id, epoch map and max offset) and read the
+master's epoch map. What to do with it — refuse a deposed master, cut a forked tail (fork
+repair), refuse a cut below the confirm offset after a clean election — and with every Transfer
+that follows (record a new epoch, append, flush, ack, follow the confirm offset) is decided by
+`ha.slavecore.SlaveCore.step`; this module carries out its actions on the log and the socket.
 
 Any protocol violation or I/O error closes the connection and the loop starts over after a
 short pause; it never stops the process.
@@ -21,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
+from typing import NoReturn
 
 from tidelog.clusterauth import new_nonce
 from tidelog.commitlog import CommitLog
-from tidelog.commitlog.epochs import last_consistent_point
 from tidelog.errors import HaProtocolError, OffsetMismatchError, TidelogError
 from tidelog.ha import auth as ha_auth
+from tidelog.ha import slavecore as sc
 from tidelog.ha.protocol import (
     MAX_AUTH_FRAME,
     Ack,
@@ -50,6 +49,10 @@ from tidelog.tasks import cancel_and_wait, within
 log = logging.getLogger(__name__)
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class HaSlave:
     def __init__(self, commitlog: CommitLog, *, broker_set: str, broker_id: int, master_id: int,
                  master_address: str, master_epoch: int, flush_sync: bool = False,
@@ -59,10 +62,6 @@ class HaSlave:
                  unclean_epoch: int = 0) -> None:
         self.log = commitlog
         self.secret = secret
-        # The last epoch the controller elected outside the SyncStateSet: only a replica whose history
-        # ends before it may have its confirmed tail cut by fork repair (a clean election keeps
-        # what every in-sync member held; an unclean one may not have).
-        self.unclean_epoch = unclean_epoch
         self.refusals = 0  # masters refused for demanding a cut below the confirm offset
         self._repairs: set[tuple[int, int]] = set()  # damaged ranges asked of the master
         self.repaired: list[tuple[int, int]] = []  # ranges rewritten from the master's copy
@@ -81,7 +80,11 @@ class HaSlave:
         self.connected = False
         self.handshakes = 0
         self.truncations: list[tuple[int, int]] = []  # (from max offset, to offset), for tests and status
-        self._seen_epoch = commitlog.epochs.last_epoch
+        # The decisions (fork repair, what a transfer may do, acks): `unclean_epoch` is the last epoch
+        # the controller elected outside the SyncStateSet; only a replica whose history ends before
+        # it may have its confirmed tail cut by fork repair.
+        self.core = sc.SlaveCore(master_id, master_epoch, flush_sync, unclean_epoch,
+                                 seen_epoch=commitlog.epochs.last_epoch)
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._ctx = f"[{broker_set}/{broker_id} slave of {master_id}@{master_address} epoch {master_epoch}]"
@@ -125,23 +128,10 @@ class HaSlave:
                 raise HaProtocolError(f"master refused the handshake: {reply.code}: {reply.message}")
             if not isinstance(reply, HandshakeReply):
                 raise HaProtocolError(f"expected a handshake reply, got {type(reply).__name__}")
-            known = max(self.master_epoch, self.log.epochs.last_epoch)
-            if reply.master_epoch < known:
-                raise HaProtocolError(f"{self.master_address} is master of epoch {reply.master_epoch}, "
-                                      f"older than epoch {known} known here")
-            self._repair(reply)
-            # Within the stream, epochs never go back from what the repaired log already holds; a
-            # lagging slave still takes older epochs' records beyond its max (the master's history).
-            self._seen_epoch = self.log.epochs.last_epoch
+            actions = self.core.step(sc.MasterAnswered(reply.master_epoch, reply.min_offset, reply.max_offset,
+                                                       tuple(reply.epochs), self._local()), now_ms())
+            await self._carry_out(actions, writer, first_ack=True)
             self.handshakes += 1
-            if self.flush_sync:  # the first ack counts too: it must not cover bytes not yet on disk
-                await self.log.flushed(self.log.max_offset)
-            # Fences first, then the first ack, with no await in between: a fence made here after
-            # this point goes out through notify_fenced on the same writer, so the master always
-            # learns of a fence before it counts an ack that could cover a fenced ledger's record.
-            for ledger_id in (self.fenced_ledgers() if self.fenced_ledgers is not None else ()):
-                writer.write(encode(LedgerFenced(ledger_id)))
-            writer.write(encode(Ack(self.log.max_offset)))
             self._writer = writer
             await writer.drain()
             self.connected = True
@@ -204,40 +194,6 @@ class HaSlave:
         if self._writer is not None and not self._writer.is_closing():
             self._writer.write(encode(LedgerFenced(ledger_id)))
 
-    def _repair(self, reply: HandshakeReply) -> None:
-        """Cut the local log back to the last point both histories agree on."""
-        local = self.log.epochs.pairs()
-        local_max = self.log.max_offset
-        empty = local_max == self.log.min_offset
-        if empty and not local:
-            if local_max < reply.min_offset:
-                raise OffsetMismatchError(f"this empty replica starts at {local_max}, below the master's "
-                                          f"retention ({reply.min_offset}); seed it from a copy of the master")
-            return
-        point = last_consistent_point(local, local_max, list(reply.epochs), reply.max_offset)
-        if point < 0:
-            # No epoch in common: this log comes from a history the controller did not keep.
-            point = self.log.min_offset
-            log.error("%s no epoch in common with the master (local %s, master %s): discarding the local log "
-                      "from %d", self._ctx, local, list(reply.epochs), point)
-        confirm = self.log.confirm_offset
-        if point < confirm and self.unclean_epoch <= (local[-1][0] if local else 0):
-            # Below the confirm offset lies what every in-sync replica held; a master elected
-            # cleanly (from the SyncStateSet) holds all of it, so a demand to cut there comes from a
-            # history the controller did not choose. Refuse, keep the log, and keep retrying: the
-            # controller may name another master, or declare the election unclean.
-            self.refusals += 1
-            log.error("%s refusing fork repair to %d: below this replica's confirm offset %d and the election "
-                      "was not unclean (local epochs %s, master epochs %s)", self._ctx, point, confirm, local,
-                      list(reply.epochs))
-            raise HaProtocolError(f"master {self.master_id} demands a cut to {point}, below the confirm offset "
-                                  f"{confirm}; refused")
-        if point < local_max:
-            log.warning("%s fork repair: truncating from %d to %d (local epochs %s, master epochs %s)",
-                        self._ctx, local_max, point, local, list(reply.epochs))
-            self.log.truncate(point)
-            self.truncations.append((local_max, point))
-
     async def _receive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             frame = await within(read_frame(reader), self.idle_timeout)
@@ -248,30 +204,64 @@ class HaSlave:
                 continue
             if not isinstance(frame, Transfer):
                 raise HaProtocolError(f"unexpected {type(frame).__name__} from the master")
-            if frame.epoch < self._seen_epoch:
-                raise HaProtocolError(f"data of epoch {frame.epoch} after epoch {self._seen_epoch}: "
-                                      "refusing a deposed master")
-            if frame.offset != self.log.max_offset:
-                raise OffsetMismatchError(f"transfer at {frame.offset}, local max is {self.log.max_offset}; "
-                                          "re-handshaking")
-            if frame.data:
-                if frame.epoch > self.log.epochs.last_epoch:
-                    self.log.epochs.append(frame.epoch, frame.epoch_start)
-                self.log.append_raw(frame.offset, frame.data)
-                if self.flush_sync:
-                    await self.log.flushed(self.log.max_offset)
-                writer.write(encode(Ack(self.log.max_offset)))
-            self._seen_epoch = max(self._seen_epoch, frame.epoch)
-            confirm = min(frame.confirm_offset, self.log.max_offset)
-            if confirm > self.log.confirm_offset:
-                self.log.confirm_offset = confirm
+            event = sc.TransferArrived(frame.offset, frame.epoch, frame.epoch_start, frame.confirm_offset,
+                                       len(frame.data), self._local())
+            await self._carry_out(self.core.step(event, now_ms()), writer, data=frame.data)
             if self.on_progress is not None:
                 self.on_progress()
             await writer.drain()
 
+    def _local(self) -> sc.LocalLog:
+        return sc.LocalLog(tuple(self.log.epochs.pairs()), self.log.min_offset, self.log.max_offset,
+                           self.log.confirm_offset, self.log.flushed_offset)
+
+    async def _carry_out(self, actions: list[sc.Action], writer: asyncio.StreamWriter, *, data: bytes = b"",
+                         first_ack: bool = False) -> None:
+        """Do what the core decided, in its order."""
+        for action in actions:
+            match action:
+                case sc.Refuse(kind, reason):
+                    self._refuse(kind, reason)
+                case sc.Truncate(to, no_common):
+                    self._truncate(to, no_common)
+                case sc.RecordEpoch(epoch, start):
+                    self.log.epochs.append(epoch, start)
+                case sc.Append():
+                    self.log.append_raw(self.log.max_offset, data)
+                case sc.AwaitFlush(offset):
+                    await self.log.flushed(offset)
+                case sc.Ack(offset):
+                    if first_ack:
+                        # Fences first, then the first ack, with no await in between: a fence made
+                        # after this point goes out through notify_fenced on the same writer, so the
+                        # master always learns of a fence before it counts an ack that could cover a
+                        # fenced ledger's record.
+                        for ledger_id in (self.fenced_ledgers() if self.fenced_ledgers is not None else ()):
+                            writer.write(encode(LedgerFenced(ledger_id)))
+                    writer.write(encode(Ack(offset)))
+                case sc.SetConfirm(offset):
+                    self.log.confirm_offset = offset
+
+    def _refuse(self, kind: str, reason: str) -> NoReturn:
+        if kind == "below-confirm":
+            self.refusals += 1
+            log.error("%s refusing fork repair: %s (local epochs %s)", self._ctx, reason, self.log.epochs.pairs())
+        if kind in ("below-retention", "offset-mismatch"):
+            raise OffsetMismatchError(reason)
+        raise HaProtocolError(f"{self.master_address}: {reason}")
+
+    def _truncate(self, to: int, no_common: bool) -> None:
+        local_max = self.log.max_offset
+        if no_common:
+            log.error("%s no epoch in common with the master (local epochs %s): discarding the local log from %d",
+                      self._ctx, self.log.epochs.pairs(), to)
+        log.warning("%s fork repair: truncating from %d to %d (local epochs %s)", self._ctx, local_max, to,
+                    self.log.epochs.pairs())
+        self.log.truncate(to)
+        self.truncations.append((local_max, to))
+
     async def _ack_loop(self, writer: asyncio.StreamWriter) -> None:
         while True:
             await asyncio.sleep(self.ack_interval)
-            # Under flush: sync an ack promises the bytes are on this replica's disk.
-            writer.write(encode(Ack(self.log.flushed_offset if self.flush_sync else self.log.max_offset)))
+            await self._carry_out(self.core.step(sc.AckTick(self._local()), now_ms()), writer)
             await writer.drain()

@@ -1,0 +1,259 @@
+"""The master's replication decisions, as a pure state machine: `MasterCore.step(event, now_ms) -> actions`.
+
+Theory of operation
+-------------------
+`ha.master.HaMaster` owns the sockets, the commit log and the waiting producers; everything it
+decides goes through here. It feeds events — the owner appended records, a slave connected at
+an offset, bytes went out to a slave, a slave acked, a slave left, the controller confirmed a
+SyncStateSet, a proposed change failed, a producer waits for `needed` acks, the periodic shrink
+check — and carries out the actions that come back:
+
+- `SetConfirm(offset)`: the new confirm offset (what every SyncStateSet member holds, see
+  `ha.ackpolicy.confirm_offset`); the shell stores it in the log and wakes readers and senders;
+- `Release(needed, offset)`: producers waiting for `needed` acks up to `offset` may be answered;
+- `Propose(proposal)`: send this SyncStateSet change to the controller (`ha.syncstate`);
+- `Reject(slave, reason)`: the slave broke the protocol (an ack beyond what was sent to it); close
+  its connection, counting nothing of it.
+
+Time is passed in (`now_ms`); nothing here awaits, reads a file or touches a socket, so the
+tests drive it with any sequence of events (docs/ARCHITECTURE.md §4) and check the invariants
+after every step: the confirm offset only grows and never passes the master's end, the master is
+in its SyncStateSet, no slave is counted beyond what it was sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidelog.ha import ackpolicy
+from tidelog.ha.syncstate import Proposal, SyncStateTracker
+from tidelog.invariants import require
+
+__all__ = [
+    "Acked", "Action", "AlterFailed", "Appended", "ControllerState", "Event", "MasterCore", "Propose", "Reject",
+    "Release", "Sent", "SetConfirm", "ShrinkCheck", "SlaveJoined", "SlaveLeft", "SlaveView", "Waiting",
+]
+
+
+# ---------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Appended:
+    """The owner appended records; the log now ends at `master_max`."""
+
+    master_max: int
+
+
+@dataclass(frozen=True)
+class SlaveJoined:
+    """A slave proved itself and asked to be streamed from `start` (its log's end)."""
+
+    slave: int
+    start: int
+
+
+@dataclass(frozen=True)
+class Sent:
+    """Bytes up to `end` went out to `slave` (a heartbeat: `end` is unchanged)."""
+
+    slave: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Acked:
+    slave: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class SlaveLeft:
+    slave: int
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    sync_state_set: frozenset[int]
+    sss_epoch: int
+
+
+@dataclass(frozen=True)
+class AlterFailed:
+    """A proposed change did not happen. `unknown`: no answer came (the controller may still
+    apply it), so it is given up only if no newer set arrived and it is still the pending one."""
+
+    proposal: Proposal
+    sss_epoch_before: int
+    unknown: bool = False
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A producer waits for `needed` acks: from now on releases for `needed` are computed."""
+
+    needed: int
+
+
+@dataclass(frozen=True)
+class ShrinkCheck:
+    """The periodic check for members to drop (stale or disconnected)."""
+
+
+Event = Appended | SlaveJoined | Sent | Acked | SlaveLeft | ControllerState | AlterFailed | Waiting | ShrinkCheck
+
+
+# ---------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class SetConfirm:
+    offset: int
+
+
+@dataclass(frozen=True)
+class Release:
+    needed: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Propose:
+    proposal: Proposal
+
+
+@dataclass(frozen=True)
+class Reject:
+    slave: int
+    reason: str
+
+
+Action = SetConfirm | Release | Propose | Reject
+
+
+@dataclass
+class SlaveView:
+    """What the master knows of one connected slave."""
+
+    ack_offset: int = -1
+    sent_end: int = 0  # end of the bytes written to this slave's connection: no ack may pass it
+    last_sent_master_max: int = 0  # the master's end when it last sent to this slave
+    last_sent_ms: int = 0
+
+
+@dataclass
+class MasterCore:
+    """Replication state of one broker while it is master of `epoch`."""
+
+    broker_id: int
+    epoch: int
+    tracker: SyncStateTracker
+    master_max: int
+    confirm: int
+    epoch_start: int  # where this epoch's records begin: a slave must hold them to join the set
+    slaves: dict[int, SlaveView] = field(default_factory=dict)
+    needs: set[int] = field(default_factory=set)
+
+    @classmethod
+    def start(cls, *, broker_id: int, epoch: int, sync_state_set: frozenset[int], sss_epoch: int,
+              master_max: int, confirm: int, epoch_start: int, max_not_catchup_ms: int, now_ms: int) -> MasterCore:
+        # A master is always in its SyncStateSet (the controller makes it so at election); one handed
+        # a set without it has a role from somewhere else and must not stream.
+        require(broker_id in sync_state_set, f"master {broker_id} of epoch {epoch} is not in its SyncStateSet "
+                                             f"{sorted(sync_state_set)}")
+        tracker = SyncStateTracker(broker_id, frozenset(sync_state_set), sss_epoch,
+                                   max_not_catchup_ms=max_not_catchup_ms, now_ms=now_ms)
+        core = cls(broker_id, epoch, tracker, master_max, confirm, epoch_start)
+        core.check()
+        return core
+
+    # ------------------------------------------------------------------ reads
+
+    def acks(self) -> dict[int, int]:
+        return {sid: s.ack_offset for sid, s in self.slaves.items() if s.ack_offset >= 0}
+
+    def acked_by(self, needed: int) -> int:
+        """The highest offset `needed` members of the controller-confirmed set hold (master counted).
+
+        Only the confirmed set votes: a member of a pending expansion is not electable yet, and a
+        write it acknowledged could be lost if the controller never applies the expansion."""
+        return ackpolicy.acked_by(needed, self.broker_id, self.master_max, self.acks(), self.tracker.local)
+
+    # ------------------------------------------------------------------ the one entry
+
+    def step(self, event: Event, now_ms: int) -> list[Action]:
+        actions: list[Action] = []
+        confirm_before = self.confirm
+        proposal = self._apply(event, now_ms, actions)
+        if proposal is not None:
+            actions.append(Propose(proposal))
+        if not any(isinstance(a, Reject) for a in actions):
+            self._settle(actions)
+        require(self.confirm >= confirm_before, f"master {self.broker_id}: confirm went back from {confirm_before} "
+                                                f"to {self.confirm}")
+        self.check()
+        return actions
+
+    def _apply(self, event: Event, now_ms: int, actions: list[Action]) -> Proposal | None:
+        match event:
+            case Appended(master_max):
+                require(master_max >= self.master_max, f"master {self.broker_id}: the log went back from "
+                                                       f"{self.master_max} to {master_max}")
+                self.master_max = master_max
+            case SlaveJoined(slave, start):
+                self.slaves[slave] = SlaveView(sent_end=start)
+                return self._ack(slave, start, now_ms, actions)
+            case Sent(slave, end):
+                view = self.slaves.get(slave)
+                if view is not None:
+                    view.sent_end = max(view.sent_end, end)
+                    view.last_sent_master_max, view.last_sent_ms = self.master_max, now_ms
+            case Acked(slave, offset):
+                return self._ack(slave, offset, now_ms, actions)
+            case SlaveLeft(slave):
+                if self.slaves.pop(slave, None) is not None:
+                    return self.tracker.on_disconnect(slave, now_ms=now_ms)
+            case ControllerState(sss, sss_epoch):
+                self.tracker.on_controller_state(frozenset(sss), sss_epoch, now_ms=now_ms)
+            case AlterFailed(proposal, before, unknown):
+                if not unknown or (self.tracker.sss_epoch == before and self.tracker.pending == proposal):
+                    self.tracker.on_alter_failed()
+            case Waiting(needed):
+                self.needs.add(needed)
+            case ShrinkCheck():
+                return self.tracker.check_shrink(now_ms=now_ms)
+        return None
+
+    def _ack(self, slave: int, offset: int, now_ms: int, actions: list[Action]) -> Proposal | None:
+        view = self.slaves.get(slave)
+        if view is None:
+            return None  # an ack racing the connection's end
+        if offset > view.sent_end:
+            # Only what this connection carried can be held because of it: a higher ack is a
+            # confused or hostile peer, and counting it could acknowledge writes no replica holds.
+            actions.append(Reject(slave, f"slave {slave} acked {offset}, beyond the {view.sent_end} sent to it "
+                                         f"(this log's max {self.master_max})"))
+            return None
+        view.ack_offset = max(view.ack_offset, offset)
+        return self.tracker.on_ack(slave, view.ack_offset, now_ms=now_ms, master_max=self.master_max,
+                                   last_sent_master_max=view.last_sent_master_max, last_sent_ms=view.last_sent_ms,
+                                   confirm_offset=self.confirm, epoch_start=self.epoch_start)
+
+    def _settle(self, actions: list[Action]) -> None:
+        """Move the confirm offset and release producers whose acks are in."""
+        acks = self.acks()
+        new = ackpolicy.confirm_offset(self.broker_id, self.master_max, acks, set(self.slaves),
+                                       self.tracker.effective, self.confirm)
+        if new != self.confirm:
+            self.confirm = new
+            actions.append(SetConfirm(new))
+        actions.extend(Release(needed, self.acked_by(needed)) for needed in sorted(self.needs))
+
+    def check(self) -> None:
+        """The invariants of a master's replication state; a violation stops the process."""
+        ctx = f"master {self.broker_id} of epoch {self.epoch}"
+        require(self.confirm <= self.master_max, f"{ctx}: confirm {self.confirm} passes max {self.master_max}")
+        require(self.broker_id in self.tracker.local, f"{ctx} left its SyncStateSet {sorted(self.tracker.local)}")
+        for sid, view in self.slaves.items():
+            require(view.ack_offset <= view.sent_end, f"{ctx}: slave {sid} counted at {view.ack_offset}, beyond "
+                                                      f"the {view.sent_end} sent to it")
