@@ -74,7 +74,14 @@ from tidelog.errors import (
 )
 from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
-from tidelog.ledger.store import LedgerIndex, LedgerView, add_message, close_message, create_message
+from tidelog.ledger.store import (
+    IndexedEntry,
+    LedgerIndex,
+    LedgerView,
+    add_message,
+    close_message,
+    create_message,
+)
 from tidelog.tasks import within
 
 if TYPE_CHECKING:
@@ -396,17 +403,8 @@ class LedgerReplica:
         budget = min(max_bytes or DEFAULT_READ_BYTES, self.replica.cfg.max_pull_bytes)
         out: list[Entry] = []
         for entry_id in range(first, last + 1):
-            ent = view.entries.get(entry_id)
-            if ent is None:
-                if out:
-                    break
-                if self.index.knows_whole_life(view):
-                    raise NoSuchEntryError(f"broker {self.broker_id} never had entry {entry_id} of ledger {ledger_id}",
-                                           ledger_id=ledger_id, entry_id=entry_id, broker_id=self.broker_id)
-                raise LedgerReadError(f"broker {self.broker_id} no longer holds the start of ledger {ledger_id} "
-                                      f"(retention); it cannot tell whether entry {entry_id} existed",
-                                      ledger_id=ledger_id, entry_id=entry_id)
-            if out and ent.size > budget:
+            ent = self._entry_at(view, entry_id, first_of_reply=not out)
+            if ent is None or (out and ent.size > budget):
                 break
             try:
                 data = self.index.read_entry(ent)
@@ -418,6 +416,20 @@ class LedgerReplica:
             budget -= ent.size
             out.append(Entry(entry_id, ent.lac, ent.length, ent.digest, data))
         return out, self._lac(view)[0]
+
+    def _entry_at(self, view: LedgerView, entry_id: int, *, first_of_reply: bool) -> IndexedEntry | None:
+        """The index entry of `entry_id`; None ends a reply that already holds entries, and the
+        first entry of a reply missing here says whether it never existed or retention took it."""
+        ent = view.entries.get(entry_id)
+        if ent is not None or not first_of_reply:
+            return ent
+        ledger_id = view.ledger_id
+        if self.index.knows_whole_life(view):
+            raise NoSuchEntryError(f"broker {self.broker_id} never had entry {entry_id} of ledger {ledger_id}",
+                                   ledger_id=ledger_id, entry_id=entry_id, broker_id=self.broker_id)
+        raise LedgerReadError(f"broker {self.broker_id} no longer holds the start of ledger {ledger_id} "
+                              f"(retention); it cannot tell whether entry {entry_id} existed",
+                              ledger_id=ledger_id, entry_id=entry_id)
 
     async def lac(self, ledger_id: int, password: bytes, previous: int, wait_ms: int) -> tuple[int, int, bool]:
         view = self._view(ledger_id, password, what="a LAC read")

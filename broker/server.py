@@ -240,6 +240,11 @@ class BrokerServer:
             with contextlib.suppress(TimeoutError):
                 await within(self._stopping.wait(), 1.0)
 
+    @property
+    def stopping(self) -> bool:
+        """A signal asked the process to stop (as opposed to a store failure asking it to start over)."""
+        return self._stopping.is_set()
+
     async def stop(self) -> None:
         log.info("%s stopping", self.replica.ctx)
         if self._grpc is not None:
@@ -257,7 +262,7 @@ def run(cfg: BrokerConfig) -> None:
         if not await server.run():
             return False
         await server.wait_for_room()
-        return not server._stopping.is_set()
+        return not server.stopping
 
     if asyncio.run(main()):
         # Start over in this same process (same pid, same arguments): a fresh open recovers the

@@ -177,7 +177,8 @@ class MasterCore:
 
         Only the confirmed set votes: a member of a pending expansion is not electable yet, and a
         write it acknowledged could be lost if the controller never applies the expansion."""
-        return ackpolicy.acked_by(needed, self.broker_id, self.master_max, self.acks(), self.tracker.local)
+        held: int = ackpolicy.acked_by(needed, self.broker_id, self.master_max, self.acks(), self.tracker.local)
+        return held
 
     # ------------------------------------------------------------------ the one entry
 
@@ -195,6 +196,7 @@ class MasterCore:
         return actions
 
     def _apply(self, event: Event, now_ms: int, actions: list[Action]) -> Proposal | None:
+        """Fold `event` into the state; returns the SyncStateSet change it calls for, if any."""
         match event:
             case Appended(master_max):
                 require(master_max >= self.master_max, f"master {self.broker_id}: the log went back from "
@@ -204,12 +206,18 @@ class MasterCore:
                 self.slaves[slave] = SlaveView(sent_end=start)
                 return self._ack(slave, start, now_ms, actions)
             case Sent(slave, end):
-                view = self.slaves.get(slave)
-                if view is not None:
-                    view.sent_end = max(view.sent_end, end)
-                    view.last_sent_master_max, view.last_sent_ms = self.master_max, now_ms
+                self._sent(slave, end, now_ms)
             case Acked(slave, offset):
                 return self._ack(slave, offset, now_ms, actions)
+            case Waiting(needed):
+                self.needs.add(needed)
+            case _:
+                return self._membership(event, now_ms)
+        return None
+
+    def _membership(self, event: Event, now_ms: int) -> Proposal | None:
+        """The events that change who is (or may become) in the SyncStateSet."""
+        match event:
             case SlaveLeft(slave):
                 if self.slaves.pop(slave, None) is not None:
                     return self.tracker.on_disconnect(slave, now_ms=now_ms)
@@ -218,11 +226,15 @@ class MasterCore:
             case AlterFailed(proposal, before, unknown):
                 if not unknown or (self.tracker.sss_epoch == before and self.tracker.pending == proposal):
                     self.tracker.on_alter_failed()
-            case Waiting(needed):
-                self.needs.add(needed)
             case ShrinkCheck():
                 return self.tracker.check_shrink(now_ms=now_ms)
         return None
+
+    def _sent(self, slave: int, end: int, now_ms: int) -> None:
+        view = self.slaves.get(slave)
+        if view is not None:
+            view.sent_end = max(view.sent_end, end)
+            view.last_sent_master_max, view.last_sent_ms = self.master_max, now_ms
 
     def _ack(self, slave: int, offset: int, now_ms: int, actions: list[Action]) -> Proposal | None:
         view = self.slaves.get(slave)

@@ -56,7 +56,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tidelog.clusterauth import NONCE_BYTES, PROOF_BYTES
 from tidelog.errors import HaProtocolError
@@ -281,42 +283,41 @@ def _frame(ftype: FrameType, payload: bytes) -> bytes:
     return _LEN.pack(length) + _U8.pack(ftype) + payload
 
 
+def _encode_range_request(frame: RangeRequest) -> bytes:
+    if not isinstance(frame.length, int) or not 0 < frame.length <= 0xFFFFFFFF:
+        raise HaProtocolError(f"cannot encode a range of {frame.length!r} bytes")
+    return _frame(FrameType.RANGE_REQUEST, _u64(frame.offset, "offset") + _U32.pack(frame.length))
+
+
+# One encoder per frame type (the payload layouts in the module docstring).
+_ENCODERS: dict[type, Callable[[Any], bytes]] = {
+    Transfer: lambda f: encode_transfer_header(f.offset, f.epoch, f.epoch_start, f.confirm_offset,
+                                               len(f.data)) + bytes(f.data),
+    Ack: lambda f: _frame(FrameType.ACK, _u64(f.max_offset, "max_offset")),
+    LedgerFenced: lambda f: _frame(FrameType.LEDGER_FENCED, _u64(f.ledger_id, "ledger_id")),
+    Handshake: lambda f: _frame(FrameType.HANDSHAKE, _str(f.broker_set, "broker_set") + _u64(f.broker_id, "broker_id")
+                                + _u64(f.max_offset, "max_offset") + _epochs(f.epochs)),
+    HandshakeReply: lambda f: _frame(FrameType.HANDSHAKE_REPLY, _u64(f.master_id, "master_id")
+                                     + _u64(f.master_epoch, "master_epoch") + _u64(f.max_offset, "max_offset")
+                                     + _u64(f.min_offset, "min_offset") + _epochs(f.epochs)),
+    ErrorFrame: lambda f: _frame(FrameType.ERROR, _str(f.code, "code") + _str(f.message, "message")),
+    AuthHello: lambda f: _frame(FrameType.AUTH_HELLO, _str(f.broker_set, "broker_set") + _u64(f.broker_id, "broker_id")
+                                + _fixed(f.nonce, NONCE_BYTES, "nonce")),
+    AuthChallenge: lambda f: _frame(FrameType.AUTH_CHALLENGE, _u64(f.master_id, "master_id")
+                                    + _u64(f.master_epoch, "master_epoch") + _fixed(f.nonce, NONCE_BYTES, "nonce")
+                                    + _fixed(f.proof, PROOF_BYTES, "proof")),
+    AuthProof: lambda f: _frame(FrameType.AUTH_PROOF, _fixed(f.proof, PROOF_BYTES, "proof")),
+    RangeRequest: _encode_range_request,
+    RangeData: lambda f: _frame(FrameType.RANGE_DATA, _u64(f.offset, "offset") + bytes(f.data)),
+}
+
+
 def encode(frame: Frame) -> bytes:
     """The bytes of one frame, length prefix included."""
-    if isinstance(frame, Transfer):
-        return encode_transfer_header(frame.offset, frame.epoch, frame.epoch_start,
-                                      frame.confirm_offset, len(frame.data)) + bytes(frame.data)
-    if isinstance(frame, Ack):
-        return _frame(FrameType.ACK, _u64(frame.max_offset, "max_offset"))
-    if isinstance(frame, LedgerFenced):
-        return _frame(FrameType.LEDGER_FENCED, _u64(frame.ledger_id, "ledger_id"))
-    if isinstance(frame, Handshake):
-        payload = (_str(frame.broker_set, "broker_set") + _u64(frame.broker_id, "broker_id")
-                   + _u64(frame.max_offset, "max_offset") + _epochs(frame.epochs))
-        return _frame(FrameType.HANDSHAKE, payload)
-    if isinstance(frame, HandshakeReply):
-        payload = (_u64(frame.master_id, "master_id") + _u64(frame.master_epoch, "master_epoch")
-                   + _u64(frame.max_offset, "max_offset") + _u64(frame.min_offset, "min_offset")
-                   + _epochs(frame.epochs))
-        return _frame(FrameType.HANDSHAKE_REPLY, payload)
-    if isinstance(frame, ErrorFrame):
-        return _frame(FrameType.ERROR, _str(frame.code, "code") + _str(frame.message, "message"))
-    if isinstance(frame, AuthHello):
-        return _frame(FrameType.AUTH_HELLO, _str(frame.broker_set, "broker_set") + _u64(frame.broker_id, "broker_id")
-                      + _fixed(frame.nonce, NONCE_BYTES, "nonce"))
-    if isinstance(frame, AuthChallenge):
-        return _frame(FrameType.AUTH_CHALLENGE, _u64(frame.master_id, "master_id")
-                      + _u64(frame.master_epoch, "master_epoch") + _fixed(frame.nonce, NONCE_BYTES, "nonce")
-                      + _fixed(frame.proof, PROOF_BYTES, "proof"))
-    if isinstance(frame, AuthProof):
-        return _frame(FrameType.AUTH_PROOF, _fixed(frame.proof, PROOF_BYTES, "proof"))
-    if isinstance(frame, RangeRequest):
-        if not isinstance(frame.length, int) or not 0 < frame.length <= 0xFFFFFFFF:
-            raise HaProtocolError(f"cannot encode a range of {frame.length!r} bytes")
-        return _frame(FrameType.RANGE_REQUEST, _u64(frame.offset, "offset") + _U32.pack(frame.length))
-    if isinstance(frame, RangeData):
-        return _frame(FrameType.RANGE_DATA, _u64(frame.offset, "offset") + bytes(frame.data))
-    raise HaProtocolError(f"cannot encode {type(frame).__name__}: not an HA frame")
+    encoder = _ENCODERS.get(type(frame))
+    if encoder is None:
+        raise HaProtocolError(f"cannot encode {type(frame).__name__}: not an HA frame")
+    return encoder(frame)
 
 
 def encode_transfer_header(offset: int, epoch: int, epoch_start: int, confirm_offset: int,
@@ -399,6 +400,62 @@ class _Cursor:
             raise HaProtocolError(f"{self._what} frame has {self.remaining()} bytes beyond its fields")
 
 
+def _decode_handshake(cur: _Cursor) -> Handshake:
+    broker_set = cur.string("broker_set")
+    broker_id, max_offset = cur.unpack(_HANDSHAKE_FIXED, "handshake")
+    return Handshake(broker_set, broker_id, max_offset, cur.epochs())
+
+
+def _decode_reply(cur: _Cursor) -> HandshakeReply:
+    master_id, master_epoch, max_offset, min_offset = cur.unpack(_REPLY_FIXED, "handshake reply")
+    return HandshakeReply(master_id, master_epoch, max_offset, min_offset, cur.epochs())
+
+
+def _decode_transfer(cur: _Cursor) -> Transfer:
+    offset, epoch, epoch_start, confirm = cur.unpack(_TRANSFER_FIXED, "transfer header")
+    return Transfer(offset, epoch, epoch_start, confirm, bytes(cur.take(cur.remaining(), "data")))
+
+
+def _decode_hello(cur: _Cursor) -> AuthHello:
+    broker_set = cur.string("broker_set")
+    return AuthHello(broker_set, cur.u64("broker_id"), bytes(cur.take(NONCE_BYTES, "nonce")))
+
+
+def _decode_challenge(cur: _Cursor) -> AuthChallenge:
+    master_id, master_epoch = cur.unpack(_U64_PAIR, "challenge")
+    return AuthChallenge(master_id, master_epoch, bytes(cur.take(NONCE_BYTES, "nonce")),
+                         bytes(cur.take(PROOF_BYTES, "proof")))
+
+
+def _decode_range_request(cur: _Cursor) -> RangeRequest:
+    offset = cur.u64("offset")
+    (length,) = cur.unpack(_U32, "length")
+    if length == 0:
+        raise HaProtocolError("RANGE_REQUEST frame: an empty range")
+    return RangeRequest(offset, length)
+
+
+def _decode_range_data(cur: _Cursor) -> RangeData:
+    offset = cur.u64("offset")
+    return RangeData(offset, bytes(cur.take(cur.remaining(), "data")))
+
+
+# One decoder per frame type; each reads its fields in order and `decode_body` checks nothing is left.
+_DECODERS: dict[FrameType, Callable[[_Cursor], Frame]] = {
+    FrameType.TRANSFER: _decode_transfer,
+    FrameType.ACK: lambda cur: Ack(cur.u64("max_offset")),
+    FrameType.LEDGER_FENCED: lambda cur: LedgerFenced(cur.u64("ledger_id")),
+    FrameType.HANDSHAKE: _decode_handshake,
+    FrameType.HANDSHAKE_REPLY: _decode_reply,
+    FrameType.AUTH_HELLO: _decode_hello,
+    FrameType.AUTH_CHALLENGE: _decode_challenge,
+    FrameType.AUTH_PROOF: lambda cur: AuthProof(bytes(cur.take(PROOF_BYTES, "proof"))),
+    FrameType.RANGE_REQUEST: _decode_range_request,
+    FrameType.RANGE_DATA: _decode_range_data,
+    FrameType.ERROR: lambda cur: ErrorFrame(cur.string("code"), cur.string("message")),
+}
+
+
 def decode_body(body: bytes | bytearray | memoryview) -> Frame:
     """One frame from its bytes after the length prefix (type byte first)."""
     view = memoryview(body)
@@ -409,41 +466,7 @@ def decode_body(body: bytes | bytearray | memoryview) -> Frame:
     except ValueError:
         raise HaProtocolError(f"unknown HA frame type {view[0]}") from None
     cur = _Cursor(view[1:], ftype.name)
-    frame: Frame
-    if ftype is FrameType.TRANSFER:
-        offset, epoch, epoch_start, confirm = cur.unpack(_TRANSFER_FIXED, "transfer header")
-        frame = Transfer(offset, epoch, epoch_start, confirm, bytes(cur.take(cur.remaining(), "data")))
-    elif ftype is FrameType.ACK:
-        frame = Ack(cur.u64("max_offset"))
-    elif ftype is FrameType.LEDGER_FENCED:
-        frame = LedgerFenced(cur.u64("ledger_id"))
-    elif ftype is FrameType.HANDSHAKE:
-        broker_set = cur.string("broker_set")
-        broker_id, max_offset = cur.unpack(_HANDSHAKE_FIXED, "handshake")
-        frame = Handshake(broker_set, broker_id, max_offset, cur.epochs())
-    elif ftype is FrameType.HANDSHAKE_REPLY:
-        master_id, master_epoch, max_offset, min_offset = cur.unpack(_REPLY_FIXED, "handshake reply")
-        frame = HandshakeReply(master_id, master_epoch, max_offset, min_offset, cur.epochs())
-    elif ftype is FrameType.AUTH_HELLO:
-        broker_set = cur.string("broker_set")
-        frame = AuthHello(broker_set, cur.u64("broker_id"), bytes(cur.take(NONCE_BYTES, "nonce")))
-    elif ftype is FrameType.AUTH_CHALLENGE:
-        master_id, master_epoch = cur.unpack(_U64_PAIR, "challenge")
-        frame = AuthChallenge(master_id, master_epoch, bytes(cur.take(NONCE_BYTES, "nonce")),
-                              bytes(cur.take(PROOF_BYTES, "proof")))
-    elif ftype is FrameType.AUTH_PROOF:
-        frame = AuthProof(bytes(cur.take(PROOF_BYTES, "proof")))
-    elif ftype is FrameType.RANGE_REQUEST:
-        offset = cur.u64("offset")
-        (length,) = cur.unpack(_U32, "length")
-        if length == 0:
-            raise HaProtocolError("RANGE_REQUEST frame: an empty range")
-        frame = RangeRequest(offset, length)
-    elif ftype is FrameType.RANGE_DATA:
-        offset = cur.u64("offset")
-        frame = RangeData(offset, bytes(cur.take(cur.remaining(), "data")))
-    else:
-        frame = ErrorFrame(cur.string("code"), cur.string("message"))
+    frame = _DECODERS[ftype](cur)
     cur.end()
     return frame
 

@@ -231,16 +231,18 @@ class HaSlave:
                 case sc.AwaitFlush(offset):
                     await self.log.flushed(offset)
                 case sc.Ack(offset):
-                    if first_ack:
-                        # Fences first, then the first ack, with no await in between: a fence made
-                        # after this point goes out through notify_fenced on the same writer, so the
-                        # master always learns of a fence before it counts an ack that could cover a
-                        # fenced ledger's record.
-                        for ledger_id in (self.fenced_ledgers() if self.fenced_ledgers is not None else ()):
-                            writer.write(encode(LedgerFenced(ledger_id)))
-                    writer.write(encode(Ack(offset)))
+                    self._ack(writer, offset, first_ack)
                 case sc.SetConfirm(offset):
                     self.log.confirm_offset = offset
+
+    def _ack(self, writer: asyncio.StreamWriter, offset: int, first: bool) -> None:
+        if first:
+            # Fences first, then the first ack, with no await in between: a fence made after this
+            # point goes out through notify_fenced on the same writer, so the master always learns
+            # of a fence before it counts an ack that could cover a fenced ledger's record.
+            for ledger_id in (self.fenced_ledgers() if self.fenced_ledgers is not None else ()):
+                writer.write(encode(LedgerFenced(ledger_id)))
+        writer.write(encode(Ack(offset)))
 
     def _refuse(self, kind: str, reason: str) -> NoReturn:
         if kind == "below-confirm":
