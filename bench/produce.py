@@ -258,26 +258,38 @@ def _summarise_produce(batch: int, producers: int, procs: int, runs: list[dict[s
 def bench_produce(cluster: BenchCluster, batch: int, producers: int, procs: int, duration: float,
                   profiler: Profiler | None = None) -> dict[str, Any]:
     """Closed-loop produce with `producers` tasks spread over `procs` client processes."""
-    address = cluster.master_address
-    meter = CpuMeter(cluster.pids)
     if procs == 1:
-        meter.add("client", os.getpid())
-        meter.start()
-        prof = (profiler.start(f"produce-b{batch}-p{producers}", _brokers(cluster), duration)
-                if profiler and producers == MULTI_PROCESS_PRODUCERS else None)
-        run = asyncio.run(_closed_loop(address, batch, producers, duration))
-        cpu = meter.stop()
-        if profiler is not None and prof is not None:
-            profiler.finish(prof)
-        return _summarise_produce(batch, producers, procs, [run], cpu)
+        return _produce_in_process(cluster, batch, producers, duration, profiler)
+    return _produce_in_workers(cluster, batch, producers, procs, duration)
 
+
+def _produce_in_process(cluster: BenchCluster, batch: int, producers: int, duration: float,
+                        profiler: Profiler | None) -> dict[str, Any]:
+    """The closed loop in this process (profiled, with a profiler, at the multi-process producer count)."""
+    meter = CpuMeter(cluster.pids)
+    meter.add("client", os.getpid())
+    meter.start()
+    prof = (profiler.start(f"produce-b{batch}-p{producers}", _brokers(cluster), duration)
+            if profiler and producers == MULTI_PROCESS_PRODUCERS else None)
+    run = asyncio.run(_closed_loop(cluster.master_address, batch, producers, duration))
+    cpu = meter.stop()
+    if profiler is not None and prof is not None:
+        profiler.finish(prof)
+    return _summarise_produce(batch, producers, 1, [run], cpu)
+
+
+def _produce_in_workers(cluster: BenchCluster, batch: int, producers: int, procs: int,
+                        duration: float) -> dict[str, Any]:
+    """The closed loop in `procs` client processes, started together once every one has warmed up."""
+    meter = CpuMeter(cluster.pids)
     ctx = multiprocessing.get_context("spawn")
     workers: list[tuple[Any, Connection]] = []
     try:
         share = [producers // procs + (1 if i < producers % procs else 0) for i in range(procs)]
         for n in share:
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_client_worker, args=(address, batch, n, duration, child), daemon=True)
+            p = ctx.Process(target=_client_worker, args=(cluster.master_address, batch, n, duration, child),
+                            daemon=True)
             p.start()
             child.close()
             workers.append((p, parent))
@@ -298,12 +310,17 @@ def bench_produce(cluster: BenchCluster, batch: int, producers: int, procs: int,
         cpu = meter.stop()
         return _summarise_produce(batch, producers, procs, runs, cpu)
     finally:
-        for p, conn in workers:
-            conn.close()
+        _end_workers(workers)
+
+
+def _end_workers(workers: list[tuple[Any, Connection]]) -> None:
+    """Join every client worker; one still running after 5 s is killed by its pid."""
+    for p, conn in workers:
+        conn.close()
+        p.join(5)
+        if p.is_alive() and p.pid is not None:
+            os.kill(p.pid, signal.SIGKILL)
             p.join(5)
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGKILL)
-                p.join(5)
 
 
 # ---------------------------------------------------------------------------------- latency
