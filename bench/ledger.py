@@ -214,7 +214,8 @@ async def _read_back(r: Any, ledger_id: int, meter: Callable[[], CpuMeter]) -> d
             "mb_per_s": (last + 1) * ENTRY_BYTES / median / 1e6, "cpu_pct": cpu}
 
 
-def run(base_dir: str, *, sequential_adds: int, window_seconds: float, recovery_entries: int) -> dict[str, Any]:
+def run(base_dir: str, *, sequential_adds: int, window_seconds: float,
+        recovery_entries: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tidelog-bench-ledger-", dir=base_dir))
     cluster = BenchCluster(work, broker_options=BROKER_OPTIONS)
     try:
@@ -233,7 +234,8 @@ def run(base_dir: str, *, sequential_adds: int, window_seconds: float, recovery_
             "startup_s": time.perf_counter() - t0,
         }
         result.update(asyncio.run(_run_phases(cluster, sequential_adds=sequential_adds,
-                                              window_seconds=window_seconds, recovery_entries=recovery_entries)))
+                                              window_seconds=window_seconds,
+                                              recovery_entries=recovery_entries)))
         result["sync_state_set_at_end"] = cluster.in_sync_count()
         result["load_average_1m_at_end"] = os.getloadavg()[0]
         return result
@@ -264,9 +266,11 @@ def format_table(r: dict[str, Any]) -> str:
         f"cluster: 1 controller + a broker set of 2 replicas on loopback, replication sync, flush async; "
         f"ledgers E=WQ={ENSEMBLE}, AQ={ACK_QUORUM}, {ENTRY_BYTES} B entries",
         "",
-        f"{'phase':<36}{'entries/s':>10}{'MB/s':>7}{'add p50':>10}{'add p99':>10}  cpu% master/slave/client/others",
+        f"{'phase':<36}{'entries/s':>10}{'MB/s':>7}{'add p50':>10}{'add p99':>10}  cpu% "
+        f"master/slave/client/others",
         f"{seq_name:<36}{s['adds_per_s']:>10,.0f}"
-        f"{s['adds_per_s'] * ENTRY_BYTES / 1e6:>7.2f}{s['latency']['p50_ms']:>8.2f}ms{s['latency']['p99_ms']:>8.2f}ms"
+        f"{s['adds_per_s'] * ENTRY_BYTES / 1e6:>7.2f}{s['latency']['p50_ms']:>8.2f}ms"
+        f"{s['latency']['p99_ms']:>8.2f}ms"
         f"  {_cpu(s['cpu_pct'])}",
     ]
     for p in r["pipelined"]:
@@ -277,8 +281,10 @@ def format_table(r: dict[str, Any]) -> str:
     rec, rd = r["recovery"], r["read"]
     lines += [
         "",
-        f"recovery open: ledger of {rec['entries_written']:,} entries (filled at {rec['fill_entries_per_s']:,.0f}/s, "
-        f"{RECOVERY_WINDOW} in flight), writer gone without close ({rec['state_before']}): open_ledger(recovery=True) "
+        f"recovery open: ledger of {rec['entries_written']:,} entries (filled at "
+        f"{rec['fill_entries_per_s']:,.0f}/s, "
+        f"{RECOVERY_WINDOW} in flight), writer gone without close ({rec['state_before']}): "
+        f"open_ledger(recovery=True) "
         f"{rec['open_s'] * 1e3:,.0f} ms -> {rec['state_after']} at entry {rec['recovered_last_entry']} "
         f"(writer LAC {rec['writer_lac']}); cpu% {_cpu(rec['cpu_pct'])}",
         f"read_entries(0, {rd['entries'] - 1}) x{len(rd['passes_s'])}: {rd['entries_per_s']:,.0f} entries/s "
@@ -291,9 +297,11 @@ def format_table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ledger", description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--quick", action="store_true", help="200 sequential adds, 1 s per window, a 2,000-entry ledger")
+    ap.add_argument("--quick", action="store_true", help="200 sequential adds, 1 s per window, a 2,000-entry "
+                                                         "ledger")
     ap.add_argument("--seconds", type=float, default=None, help="seconds per pipelined window (default 4)")
-    ap.add_argument("--dir", default=None, help="parent directory for the cluster's data (default: the system "
+    ap.add_argument("--dir", default=None, help="parent directory for the cluster's data (default: the "
+                                                "system "
                     "temp dir unless it is tmpfs, else the current directory)")
     args = ap.parse_args(argv)
     result = run(pick_base_dir(args.dir), sequential_adds=200 if args.quick else 500,

@@ -244,11 +244,13 @@ def _spark_jobs(spark: Any, controllers: str, args: argparse.Namespace, parquet:
 
     jobs: dict[str, list[float]] = {}
     jobs["tidelog -> count"] = timed(lambda: count(source), args.repeat)
-    jobs["tidelog -> noop"] = timed(lambda: source().write.format("noop").mode("overwrite").save(), args.repeat)
+    jobs["tidelog -> noop"] = timed(
+        lambda: source().write.format("noop").mode("overwrite").save(), args.repeat)
     jobs["tidelog (tuples) -> noop"] = timed(
         lambda: source("tuples").write.format("noop").mode("overwrite").save(), args.repeat)
     jobs["tidelog -> Parquet"] = timed(lambda: source().write.mode("overwrite").parquet(parquet), args.repeat)
-    jobs["Parquet -> count (metadata)"] = timed(lambda: count(lambda: spark.read.parquet(parquet)), args.repeat)
+    jobs["Parquet -> count (metadata)"] = timed(
+        lambda: count(lambda: spark.read.parquet(parquet)), args.repeat)
     jobs["Parquet -> noop"] = timed(
         lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save(), args.repeat)
     jobs["Parquet -> Parquet"] = timed(
@@ -271,12 +273,14 @@ def _summarise(args: argparse.Namespace, results: dict[str, Any], jobs: dict[str
 def _print_table(args: argparse.Namespace, results: dict[str, Any], jobs: dict[str, list[float]]) -> None:
     print(f"\n{args.messages:,} messages of {args.size} B, {args.queues} queues; code {results['code']}; "
           f"{results['started']}; {os.cpu_count()} cores")
-    print(f"produce (Python client, batches of 1000, 4 in flight): {results['produce_msgs_per_s']:,} msgs/s\n")
+    print("produce (Python client, batches of 1000, 4 in flight): "
+          f"{results['produce_msgs_per_s']:,} msgs/s\n")
     print(f"| job | seconds (median{', range' if args.repeat > 1 else ''}) | rows/s |")
     print("| --- | ---: | ---: |")
     for name, secs in jobs.items():
         rng = f" ({min(secs):.1f}–{max(secs):.1f})" if len(secs) > 1 else ""
-        print(f"| {name} | {statistics.median(secs):.1f}{rng} | {args.messages / statistics.median(secs):,.0f} |")
+        print(f"| {name} | {statistics.median(secs):.1f}{rng} | "
+              f"{args.messages / statistics.median(secs):,.0f} |")
     conv = results["conversion_us_per_row"]
     print(f"\nconversion in one process, {conv['rows']:,} rows: Arrow batches {conv['arrow']:.2f} µs/row, "
           f"tuples + PySpark's conversion {conv['tuples']:.2f} µs/row")
