@@ -1,10 +1,9 @@
 """A throwaway tidelog cluster for benchmarks: one controller and one broker set on loopback.
 
-`BenchCluster` writes the YAML configs into a directory of its own, starts every process with
-`python -m tidelog.cli ...` through the test harness's `Proc` (each stopped by its own pid:
-SIGTERM, then SIGKILL), creates the bench topic and waits until the master's SyncStateSet holds
-every replica, so the first timed write is already replicated synchronously. Nothing listens
-beyond 127.0.0.1.
+`BenchCluster` is tidelog.localcluster's `ControllerCluster` and `BrokerSet` in a directory of
+their own (every process stopped by its own pid: SIGTERM, then SIGKILL), with the bench's waits:
+it creates the bench topic and waits until the master's SyncStateSet holds every replica, so the
+first timed write is already replicated synchronously. Nothing listens beyond 127.0.0.1.
 
 Typical use:
 
@@ -15,19 +14,15 @@ Typical use:
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import grpc
-import yaml
-
-from tests.procs import CLUSTER_SECRET, Proc, free_address, wait_until
-from tidelog.controller.client import ControllerClient
+from tidelog.clusterauth import new_secret
+from tidelog.invariants import require
+from tidelog.localcluster import BrokerSet, ControllerCluster, Proc, create_topic, wait_until
 from tidelog.proto import broker_pb2 as pb
-from tidelog.proto import broker_pb2_grpc as pb_grpc
 
 
 class BenchCluster:
@@ -37,54 +32,39 @@ class BenchCluster:
                  broker_options: dict[str, Any] | None = None, log_level: str = "WARNING") -> None:
         self.root = root
         self.broker_set = broker_set
-        self.controller_address = free_address()
-        controller_doc = {
-            "data_dir": str(root / "controller"),
-            "heartbeat_interval_ms": 500,
-            "heartbeat_timeout_ms": 3000,
-            "enable_elect_unclean_master": False,
-            "secret": CLUSTER_SECRET,
-            "nodes": [{"id": "c1", "raft": free_address(), "grpc": self.controller_address}],
-        }
-        (root / "controller.yaml").write_text(yaml.safe_dump(controller_doc))
-        self.controller = Proc("controller", ["controller", "--config", str(root / "controller.yaml"),
-                                              "--node-id", "c1"], root / "controller.log")
-        self.brokers: list[Proc] = []
-        self.addresses: list[str] = []
-        for i in range(replicas):
-            doc: dict[str, Any] = {
-                "broker_set": broker_set,
-                "data_dir": str(root / f"{broker_set}-{i}"),
-                "controllers": self.controller_address,
-                "listen": free_address(),
-                "ha_listen": free_address(),
-                "secret": CLUSTER_SECRET,
-            }
-            doc.update(broker_options or {})
-            cfg = root / f"{broker_set}-{i}.yaml"
-            cfg.write_text(yaml.safe_dump(doc))
-            # WARNING by default: the bench measures the broker, not its INFO lines.
-            self.brokers.append(Proc(f"{broker_set}-{i}", ["broker", "--config", str(cfg), "--log-level", log_level],
-                                     root / f"{broker_set}-{i}.log"))
-            self.addresses.append(doc["listen"])
-        self._channels = [grpc.insecure_channel(a) for a in self.addresses]
-        self._stubs = [pb_grpc.BrokerStub(c) for c in self._channels]
+        secret = new_secret()
+        (root / "controller").mkdir(parents=True, exist_ok=True)
+        self._controllers = ControllerCluster(root / "controller", 1, secret=secret,
+                                              heartbeat_timeout_ms=3000)
+        self.controller_address = self._controllers.address_list
+        # WARNING by default: the bench measures the broker, not its INFO lines.
+        self._set = BrokerSet(root, broker_set, replicas, self.controller_address, secret=secret,
+                              log_level=log_level, **(broker_options or {}))
         self.master_index = -1
+
+    @property
+    def controller(self) -> Proc:
+        return self._controllers.procs["c1"]
+
+    @property
+    def brokers(self) -> list[Proc]:
+        return self._set.procs
+
+    @property
+    def addresses(self) -> list[str]:
+        return self._set.addresses
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> BenchCluster:
-        self.controller.start()
-        for p in self.brokers:
-            p.start()
+        self._controllers.start()
+        self._set.start()
         return self
 
     def stop(self) -> None:
         """Stop every process this cluster started, each by its pid; safe to call twice."""
-        for c in self._channels:
-            c.close()
-        for p in [*self.brokers, self.controller]:
-            p.stop()
+        self._set.stop()
+        self._controllers.stop()
 
     def __enter__(self) -> BenchCluster:
         return self.start()
@@ -105,52 +85,23 @@ class BenchCluster:
         return out
 
     def logs(self, tail: int = 4000) -> str:
-        return "\n".join(f"===== {p.name} =====\n{p.output()[-tail:]}" for p in [self.controller, *self.brokers])
+        return self._controllers.logs(tail) + "\n" + self._set.logs(tail)
 
     # ------------------------------------------------------------------ readiness
 
     def status(self, i: int) -> pb.StatusReply | None:
-        if not self.brokers[i].alive():
-            return None
-        try:
-            return self._stubs[i].Status(pb.StatusRequest(), timeout=1.0)
-        except grpc.RpcError:
-            return None
+        return self._set.status(i)
 
     def create_topic(self, topic: str, queues: int, timeout: float = 20.0) -> None:
         """Create `topic` with `queues` queues here; retried until the broker set is registered."""
-        async def create() -> bool:
-            async with ControllerClient(self.controller_address) as client:
-                await client.create_topic(topic, {self.broker_set: queues})
-            return True
-
-        wait_until(lambda: asyncio.run(create()), timeout, 0.5, what=f"topic {topic} created")
+        create_topic(self.controller_address, topic, {self.broker_set: queues}, timeout)
 
     def wait_ready(self, topic: str, queues: int, timeout: float = 30.0) -> None:
         """Topic created, one master, every replica in its SyncStateSet, topic known to the brokers."""
         deadline = time.monotonic() + timeout
         self.create_topic(topic, queues, timeout)
-
-        def in_sync() -> tuple[int] | None:
-            for i in range(len(self.brokers)):
-                s = self.status(i)
-                if s is not None and s.role == "master" and len(s.sync_state_set) == len(self.brokers):
-                    return (i,)
-            return None
-
-        self.master_index = wait_until(in_sync, max(1.0, deadline - time.monotonic()), 0.2,
-                                       what="a master with every replica in sync")[0]
-
-        # The brokers learn topics from controller heartbeats: wait until every replica serves it.
-        def known(i: int) -> bool:
-            try:
-                self._stubs[i].GetOffsets(pb.GetOffsetsRequest(topic=topic, queue=0), timeout=1.0)
-                return True
-            except grpc.RpcError:
-                return False
-
-        wait_until(lambda: all(known(i) for i in range(len(self.brokers))),
-                   max(1.0, deadline - time.monotonic()), 0.2, what=f"topic {topic} on every replica")
+        self.master_index = self._set.wait_in_sync(timeout=max(1.0, deadline - time.monotonic()))
+        self._set.wait_topic(topic, list(range(len(self.brokers))), max(1.0, deadline - time.monotonic()))
 
     def in_sync_count(self) -> int:
         """Members of the master's SyncStateSet now (0 if the master does not answer)."""
@@ -169,14 +120,14 @@ class BenchCluster:
 
     @property
     def master_address(self) -> str:
-        assert self.master_index >= 0, "wait_ready() first"
+        require(self.master_index >= 0, "wait_ready() first")
         return self.addresses[self.master_index]
 
     @property
     def slave_address(self) -> str:
-        assert self.master_index >= 0, "wait_ready() first"
+        require(self.master_index >= 0, "wait_ready() first")
         return next(a for i, a in enumerate(self.addresses) if i != self.master_index)
 
     def queue_offsets(self, address: str, topic: str, queue: int) -> pb.QueueOffsets:
-        stub = self._stubs[self.addresses.index(address)]
+        stub = self._set.stubs[self.addresses.index(address)]
         return stub.GetOffsets(pb.GetOffsetsRequest(topic=topic, queue=queue), timeout=5.0).offsets

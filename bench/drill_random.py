@@ -60,7 +60,8 @@ def main() -> None:
                    "steps": [s["step"] for s in rep.get("steps", [])]}
             rows.append(row)
             if not args.json:
-                print(f"seed {seed:3d}: acked {row['acked']} lost {row['acked_lost']} dup {row['duplicates']} "
+                print(f"seed {seed:3d}: acked {row['acked']} lost {row['acked_lost']} dup "
+                      f"{row['duplicates']} "
                       f"gap {row['max_write_gap_s']}s split {row['split_brain']} identical "
                       f"{row['replicas_identical']} ({row['seconds']}s) {row['error'] or ''}", flush=True)
     finally:

@@ -42,6 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,38 +122,8 @@ async def _run_phases(cluster: BenchCluster, *, sequential_adds: int, window_sec
 
     async with AsyncClient(cluster.controller_address) as client:
         ledgers = client.ledgers()
-
-        # (1) sequential adds, one at a time
-        w = await _create(ledgers)
-        for _ in range(WARMUP_ADDS):
-            await w.add_entry(data)
-        lat: list[float] = []
-        m = meter()
-        start = time.perf_counter()
-        for _ in range(sequential_adds):
-            t = time.perf_counter()
-            await w.add_entry(data)
-            lat.append(time.perf_counter() - t)
-        elapsed = time.perf_counter() - start
-        out["sequential"] = {"adds": sequential_adds, "seconds": elapsed, "adds_per_s": sequential_adds / elapsed,
-                             "latency": latency_summary(lat), "cpu_pct": m.stop()}
-        await w.close()
-
-        # (2) pipelined adds, 1 / 16 / 128 in flight, a fresh ledger each
-        pipelined = []
-        for window in WINDOWS:
-            w = await _create(ledgers)
-            for _ in range(WARMUP_ADDS):
-                await w.add_entry(data)
-            m = meter()
-            r = await _pipelined(w, data, window, duration=window_seconds)
-            cpu = m.stop()
-            await w.close()
-            pipelined.append({"in_flight": window, "entries": r["entries"], "seconds": r["seconds"],
-                              "entries_per_s": r["entries"] / r["seconds"],
-                              "mb_per_s": r["entries"] * ENTRY_BYTES / r["seconds"] / 1e6,
-                              "add_latency": latency_summary(r["latencies"]), "cpu_pct": cpu})
-        out["pipelined"] = pipelined
+        out["sequential"] = await _sequential(ledgers, data, sequential_adds, meter)
+        out["pipelined"] = await _pipelined_windows(ledgers, data, window_seconds, meter)
 
     # (3) a ledger whose writer stops without closing it, then a recovery open by another client
     async with AsyncClient(cluster.controller_address) as writer_client:
@@ -161,43 +132,90 @@ async def _run_phases(cluster: BenchCluster, *, sequential_adds: int, window_sec
         ledger_id, writer_lac = w.ledger_id, w.last_add_confirmed
         # no w.close(): leaving this block closes the writer's connections, the ledger stays OPEN
     async with AsyncClient(cluster.controller_address) as client:
-        ledgers = client.ledgers()
-        before = await ledgers.get_metadata(ledger_id)
-        await ledgers.list_ledgers()  # connect to the controller outside the timed region
-        m = meter()
-        t = time.perf_counter()
-        r = await ledgers.open_ledger(ledger_id, PASSWORD, recovery=True)
-        open_s = time.perf_counter() - t
-        cpu = m.stop()
-        if r.last_add_confirmed < writer_lac or not r.is_closed:
-            raise RuntimeError(f"recovery closed ledger {ledger_id} at {r.last_add_confirmed}, "
-                               f"the writer had {writer_lac} acknowledged (closed: {r.is_closed})")
+        r, recovered = await _recover(client.ledgers(), ledger_id, writer_lac, meter)
         out["recovery"] = {"entries_written": fill["entries"], "fill_seconds": fill["seconds"],
-                           "fill_entries_per_s": fill["entries"] / fill["seconds"],
-                           "state_before": before.state.name, "writer_lac": writer_lac,
-                           "recovered_last_entry": r.last_add_confirmed,
-                           "state_after": r.metadata.state.name, "open_s": open_s, "cpu_pct": cpu}
-
-        # (4) read the whole recovered ledger back, a few passes
-        last = r.last_add_confirmed
-        passes = []
-        m = meter()
-        for _ in range(READ_PASSES):
-            t = time.perf_counter()
-            entries = await r.read_entries(0, last)
-            passes.append(time.perf_counter() - t)
-            if len(entries) != last + 1 or entries[-1].entry_id != last:
-                raise RuntimeError(f"read {len(entries)} entries of ledger {ledger_id}, expected {last + 1}")
-        cpu = m.stop()
-        best, median = min(passes), statistics.median(passes)
-        out["read"] = {"entries": last + 1, "passes_s": passes, "entries_per_s": (last + 1) / median,
-                       "best_entries_per_s": (last + 1) / best,
-                       "mb_per_s": (last + 1) * ENTRY_BYTES / median / 1e6, "cpu_pct": cpu}
+                           "fill_entries_per_s": fill["entries"] / fill["seconds"], **recovered}
+        out["read"] = await _read_back(r, ledger_id, meter)
         await r.close()
     return out
 
 
-def run(base_dir: str, *, sequential_adds: int, window_seconds: float, recovery_entries: int) -> dict[str, Any]:
+async def _sequential(ledgers: Any, data: bytes, adds: int, meter: Callable[[], CpuMeter]) -> dict[str, Any]:
+    """(1) sequential adds, one at a time"""
+    w = await _create(ledgers)
+    for _ in range(WARMUP_ADDS):
+        await w.add_entry(data)
+    lat: list[float] = []
+    m = meter()
+    start = time.perf_counter()
+    for _ in range(adds):
+        t = time.perf_counter()
+        await w.add_entry(data)
+        lat.append(time.perf_counter() - t)
+    elapsed = time.perf_counter() - start
+    out = {"adds": adds, "seconds": elapsed, "adds_per_s": adds / elapsed,
+           "latency": latency_summary(lat), "cpu_pct": m.stop()}
+    await w.close()
+    return out
+
+
+async def _pipelined_windows(ledgers: Any, data: bytes, window_seconds: float,
+                             meter: Callable[[], CpuMeter]) -> list[dict[str, Any]]:
+    """(2) pipelined adds, 1 / 16 / 128 in flight, a fresh ledger each"""
+    pipelined = []
+    for window in WINDOWS:
+        w = await _create(ledgers)
+        for _ in range(WARMUP_ADDS):
+            await w.add_entry(data)
+        m = meter()
+        r = await _pipelined(w, data, window, duration=window_seconds)
+        cpu = m.stop()
+        await w.close()
+        pipelined.append({"in_flight": window, "entries": r["entries"], "seconds": r["seconds"],
+                          "entries_per_s": r["entries"] / r["seconds"],
+                          "mb_per_s": r["entries"] * ENTRY_BYTES / r["seconds"] / 1e6,
+                          "add_latency": latency_summary(r["latencies"]), "cpu_pct": cpu})
+    return pipelined
+
+
+async def _recover(ledgers: Any, ledger_id: int, writer_lac: int,
+                   meter: Callable[[], CpuMeter]) -> tuple[Any, dict[str, Any]]:
+    """The timed recovery open of a ledger its writer left OPEN; the opened ledger and its figures."""
+    before = await ledgers.get_metadata(ledger_id)
+    await ledgers.list_ledgers()  # connect to the controller outside the timed region
+    m = meter()
+    t = time.perf_counter()
+    r = await ledgers.open_ledger(ledger_id, PASSWORD, recovery=True)
+    open_s = time.perf_counter() - t
+    cpu = m.stop()
+    if r.last_add_confirmed < writer_lac or not r.is_closed:
+        raise RuntimeError(f"recovery closed ledger {ledger_id} at {r.last_add_confirmed}, "
+                           f"the writer had {writer_lac} acknowledged (closed: {r.is_closed})")
+    return r, {"state_before": before.state.name, "writer_lac": writer_lac,
+               "recovered_last_entry": r.last_add_confirmed,
+               "state_after": r.metadata.state.name, "open_s": open_s, "cpu_pct": cpu}
+
+
+async def _read_back(r: Any, ledger_id: int, meter: Callable[[], CpuMeter]) -> dict[str, Any]:
+    """(4) read the whole recovered ledger back, a few passes"""
+    last = r.last_add_confirmed
+    passes = []
+    m = meter()
+    for _ in range(READ_PASSES):
+        t = time.perf_counter()
+        entries = await r.read_entries(0, last)
+        passes.append(time.perf_counter() - t)
+        if len(entries) != last + 1 or entries[-1].entry_id != last:
+            raise RuntimeError(f"read {len(entries)} entries of ledger {ledger_id}, expected {last + 1}")
+    cpu = m.stop()
+    best, median = min(passes), statistics.median(passes)
+    return {"entries": last + 1, "passes_s": passes, "entries_per_s": (last + 1) / median,
+            "best_entries_per_s": (last + 1) / best,
+            "mb_per_s": (last + 1) * ENTRY_BYTES / median / 1e6, "cpu_pct": cpu}
+
+
+def run(base_dir: str, *, sequential_adds: int, window_seconds: float,
+        recovery_entries: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tidelog-bench-ledger-", dir=base_dir))
     cluster = BenchCluster(work, broker_options=BROKER_OPTIONS)
     try:
@@ -216,7 +234,8 @@ def run(base_dir: str, *, sequential_adds: int, window_seconds: float, recovery_
             "startup_s": time.perf_counter() - t0,
         }
         result.update(asyncio.run(_run_phases(cluster, sequential_adds=sequential_adds,
-                                              window_seconds=window_seconds, recovery_entries=recovery_entries)))
+                                              window_seconds=window_seconds,
+                                              recovery_entries=recovery_entries)))
         result["sync_state_set_at_end"] = cluster.in_sync_count()
         result["load_average_1m_at_end"] = os.getloadavg()[0]
         return result
@@ -247,9 +266,11 @@ def format_table(r: dict[str, Any]) -> str:
         f"cluster: 1 controller + a broker set of 2 replicas on loopback, replication sync, flush async; "
         f"ledgers E=WQ={ENSEMBLE}, AQ={ACK_QUORUM}, {ENTRY_BYTES} B entries",
         "",
-        f"{'phase':<36}{'entries/s':>10}{'MB/s':>7}{'add p50':>10}{'add p99':>10}  cpu% master/slave/client/others",
+        f"{'phase':<36}{'entries/s':>10}{'MB/s':>7}{'add p50':>10}{'add p99':>10}  cpu% "
+        f"master/slave/client/others",
         f"{seq_name:<36}{s['adds_per_s']:>10,.0f}"
-        f"{s['adds_per_s'] * ENTRY_BYTES / 1e6:>7.2f}{s['latency']['p50_ms']:>8.2f}ms{s['latency']['p99_ms']:>8.2f}ms"
+        f"{s['adds_per_s'] * ENTRY_BYTES / 1e6:>7.2f}{s['latency']['p50_ms']:>8.2f}ms"
+        f"{s['latency']['p99_ms']:>8.2f}ms"
         f"  {_cpu(s['cpu_pct'])}",
     ]
     for p in r["pipelined"]:
@@ -260,8 +281,10 @@ def format_table(r: dict[str, Any]) -> str:
     rec, rd = r["recovery"], r["read"]
     lines += [
         "",
-        f"recovery open: ledger of {rec['entries_written']:,} entries (filled at {rec['fill_entries_per_s']:,.0f}/s, "
-        f"{RECOVERY_WINDOW} in flight), writer gone without close ({rec['state_before']}): open_ledger(recovery=True) "
+        f"recovery open: ledger of {rec['entries_written']:,} entries (filled at "
+        f"{rec['fill_entries_per_s']:,.0f}/s, "
+        f"{RECOVERY_WINDOW} in flight), writer gone without close ({rec['state_before']}): "
+        f"open_ledger(recovery=True) "
         f"{rec['open_s'] * 1e3:,.0f} ms -> {rec['state_after']} at entry {rec['recovered_last_entry']} "
         f"(writer LAC {rec['writer_lac']}); cpu% {_cpu(rec['cpu_pct'])}",
         f"read_entries(0, {rd['entries'] - 1}) x{len(rd['passes_s'])}: {rd['entries_per_s']:,.0f} entries/s "
@@ -274,9 +297,11 @@ def format_table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ledger", description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--quick", action="store_true", help="200 sequential adds, 1 s per window, a 2,000-entry ledger")
+    ap.add_argument("--quick", action="store_true", help="200 sequential adds, 1 s per window, a 2,000-entry "
+                                                         "ledger")
     ap.add_argument("--seconds", type=float, default=None, help="seconds per pipelined window (default 4)")
-    ap.add_argument("--dir", default=None, help="parent directory for the cluster's data (default: the system "
+    ap.add_argument("--dir", default=None, help="parent directory for the cluster's data (default: the "
+                                                "system "
                     "temp dir unless it is tmpfs, else the current directory)")
     args = ap.parse_args(argv)
     result = run(pick_base_dir(args.dir), sequential_adds=200 if args.quick else 500,

@@ -249,7 +249,8 @@ def _summarise_produce(batch: int, producers: int, procs: int, runs: list[dict[s
         errors.update(r["errors"])
         lat.extend(r["latencies"])
     return {
-        "batch": batch, "producers": producers, "client_procs": procs, "messages": messages, "seconds": seconds,
+        "batch": batch, "producers": producers, "client_procs": procs, "messages": messages,
+        "seconds": seconds,
         "msgs_per_s": messages / seconds, "mb_per_s": messages * BODY_BYTES / seconds / 1e6,
         "request_latency": latency_summary(lat), "errors": dict(errors), "cpu_pct": cpu,
     }
@@ -258,26 +259,38 @@ def _summarise_produce(batch: int, producers: int, procs: int, runs: list[dict[s
 def bench_produce(cluster: BenchCluster, batch: int, producers: int, procs: int, duration: float,
                   profiler: Profiler | None = None) -> dict[str, Any]:
     """Closed-loop produce with `producers` tasks spread over `procs` client processes."""
-    address = cluster.master_address
-    meter = CpuMeter(cluster.pids)
     if procs == 1:
-        meter.add("client", os.getpid())
-        meter.start()
-        prof = (profiler.start(f"produce-b{batch}-p{producers}", _brokers(cluster), duration)
-                if profiler and producers == MULTI_PROCESS_PRODUCERS else None)
-        run = asyncio.run(_closed_loop(address, batch, producers, duration))
-        cpu = meter.stop()
-        if profiler is not None and prof is not None:
-            profiler.finish(prof)
-        return _summarise_produce(batch, producers, procs, [run], cpu)
+        return _produce_in_process(cluster, batch, producers, duration, profiler)
+    return _produce_in_workers(cluster, batch, producers, procs, duration)
 
+
+def _produce_in_process(cluster: BenchCluster, batch: int, producers: int, duration: float,
+                        profiler: Profiler | None) -> dict[str, Any]:
+    """The closed loop in this process (profiled, with a profiler, at the multi-process producer count)."""
+    meter = CpuMeter(cluster.pids)
+    meter.add("client", os.getpid())
+    meter.start()
+    prof = (profiler.start(f"produce-b{batch}-p{producers}", _brokers(cluster), duration)
+            if profiler and producers == MULTI_PROCESS_PRODUCERS else None)
+    run = asyncio.run(_closed_loop(cluster.master_address, batch, producers, duration))
+    cpu = meter.stop()
+    if profiler is not None and prof is not None:
+        profiler.finish(prof)
+    return _summarise_produce(batch, producers, 1, [run], cpu)
+
+
+def _produce_in_workers(cluster: BenchCluster, batch: int, producers: int, procs: int,
+                        duration: float) -> dict[str, Any]:
+    """The closed loop in `procs` client processes, started together once every one has warmed up."""
+    meter = CpuMeter(cluster.pids)
     ctx = multiprocessing.get_context("spawn")
     workers: list[tuple[Any, Connection]] = []
     try:
         share = [producers // procs + (1 if i < producers % procs else 0) for i in range(procs)]
         for n in share:
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_client_worker, args=(address, batch, n, duration, child), daemon=True)
+            p = ctx.Process(target=_client_worker, args=(cluster.master_address, batch, n, duration, child),
+                            daemon=True)
             p.start()
             child.close()
             workers.append((p, parent))
@@ -298,12 +311,17 @@ def bench_produce(cluster: BenchCluster, batch: int, producers: int, procs: int,
         cpu = meter.stop()
         return _summarise_produce(batch, producers, procs, runs, cpu)
     finally:
-        for p, conn in workers:
-            conn.close()
+        _end_workers(workers)
+
+
+def _end_workers(workers: list[tuple[Any, Connection]]) -> None:
+    """Join every client worker; one still running after 5 s is killed by its pid."""
+    for p, conn in workers:
+        conn.close()
+        p.join(5)
+        if p.is_alive() and p.pid is not None:
+            os.kill(p.pid, signal.SIGKILL)
             p.join(5)
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGKILL)
-                p.join(5)
 
 
 # ---------------------------------------------------------------------------------- latency
@@ -454,12 +472,14 @@ class Profiler:
             raise SystemExit("--profile needs py-spy (pip install py-spy)")
         self.summaries: dict[str, list[dict[str, Any]]] = {}
 
-    def start(self, name: str, pids: dict[str, int], seconds: float) -> list[tuple[str, subprocess.Popen[bytes]]]:
+    def start(self, name: str, pids: dict[str, int],
+              seconds: float) -> list[tuple[str, subprocess.Popen[bytes]]]:
         """Sample each of `pids` (role -> pid) for `seconds`, in the background."""
         handles = []
         for role, pid in pids.items():
             raw = self.out_dir / f"{name}-{role}.txt"
-            proc = subprocess.Popen([self.exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))),
+            proc = subprocess.Popen([self.exe, "record", "--pid", str(pid),
+                                     "--duration", str(max(1, int(seconds))),
                                      "--format", "raw", "--rate", "200", "--nonblocking", "-o", str(raw)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             handles.append((f"{name}-{role}", proc))
@@ -565,7 +585,8 @@ def run(base_dir: str, *, duration: float, latency_seconds: float, low_rate_seco
         consumed = result["consume"]["msgs_per_s"]
         result["targets"] = {
             "produce_batch_1000": {"value": best["msgs_per_s"], "target": TARGET_PRODUCE,
-                                   "layout": f"{best['producers']} producers, {best['client_procs']} client procs",
+                                   "layout": f"{best['producers']} producers, {best['client_procs']} client "
+                                             f"procs",
                                    "pass": best["msgs_per_s"] >= TARGET_PRODUCE},
             "latency_p99_ms": {"value": p99, "target": TARGET_P99_MS, "pass": p99 <= TARGET_P99_MS},
             "consume": {"value": consumed, "target": TARGET_CONSUME, "pass": consumed >= TARGET_CONSUME},
@@ -586,7 +607,8 @@ def _cpu_text(cpu: dict[str, float], roles: Sequence[str]) -> str:
 
 
 def _shrunk(phase: dict[str, Any]) -> str:
-    return "  [SyncStateSet changed: some writes not replicated]" if phase.get("sync_state_set_changed") else ""
+    changed = phase.get("sync_state_set_changed")
+    return "  [SyncStateSet changed: some writes not replicated]" if changed else ""
 
 
 def _errors_text(errors: dict[str, int]) -> str:
@@ -601,11 +623,14 @@ def _latency_lines(lat: dict[str, Any]) -> list[str]:
         f"latency, single-message sends at {lat['rate']:,} msgs/s open loop for {lat['seconds']:.1f} s "
         f"({lat['acked']:,} of {lat['sent']:,} acked, {lat['slots_late_1ms']} slots started >1 ms late"
         + (f", {_errors_text(lat['errors'])}" if lat["errors"] else "") + ")" + _shrunk(lat),
-        f"  send -> ack   p50 {s['p50_ms']:8.3f} ms   p99 {s['p99_ms']:8.3f} ms   p999 {s['p999_ms']:8.3f} ms   "
+        f"  send -> ack   p50 {s['p50_ms']:8.3f} ms   p99 {s['p99_ms']:8.3f} ms   p999 {s['p999_ms']:8.3f} "
+        f"ms   "
         f"max {s['max_ms']:8.3f} ms",
-        f"  slot -> ack   p50 {f['p50_ms']:8.3f} ms   p99 {f['p99_ms']:8.3f} ms   p999 {f['p999_ms']:8.3f} ms   "
+        f"  slot -> ack   p50 {f['p50_ms']:8.3f} ms   p99 {f['p99_ms']:8.3f} ms   p999 {f['p999_ms']:8.3f} "
+        f"ms   "
         f"max {f['max_ms']:8.3f} ms",
-        f"  cpu% master/slave/client/others {_cpu_text(lat['cpu_pct'], ('master', 'slave', 'client', 'others'))}",
+        f"  cpu% master/slave/client/others "
+        f"{_cpu_text(lat['cpu_pct'], ('master', 'slave', 'client', 'others'))}",
     ]
 
 
@@ -629,7 +654,8 @@ def format_table(r: dict[str, Any]) -> str:
             name += f", {p['client_procs']} procs"
         lat = p["request_latency"]
         lines.append(f"{name:<34}{p['msgs_per_s']:>10,.0f}{p['mb_per_s']:>8.1f}{lat['p50_ms']:>7.1f}ms"
-                     f"{lat['p99_ms']:>7.1f}ms  {_cpu_text(p['cpu_pct'], ('master', 'slave', 'client', 'others'))}"
+                     f"{lat['p99_ms']:>7.1f}ms  "
+                     f"{_cpu_text(p['cpu_pct'], ('master', 'slave', 'client', 'others'))}"
                      + (f"  {_errors_text(p['errors'])}" if p["errors"] else "") + _shrunk(p))
     for key in ("latency", "latency_low_rate"):
         if key in r:
@@ -638,7 +664,8 @@ def format_table(r: dict[str, Any]) -> str:
     cpu = c["cpu_pct"]
     lines += [
         "",
-        f"consume from the slave: {c['messages']:,} msgs in {c['seconds']:.2f} s -> {c['msgs_per_s']:,.0f} msgs/s, "
+        f"consume from the slave: {c['messages']:,} msgs in {c['seconds']:.2f} s -> {c['msgs_per_s']:,.0f} "
+        f"msgs/s, "
         f"{c['mb_per_s']:.1f} MB/s ({c['msgs_per_pull']:.0f} msgs/pull; cpu% slave/client/others "
         f"{_cpu_text(cpu, ('slave', 'client', 'others'))})",
     ]
@@ -650,7 +677,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"-> {'PASS' if pt['pass'] else 'FAIL'}",
         f"target p99 at {LATENCY_RATE:,} msgs/s <= {lt['target']} ms: {lt['value']:.3f} ms "
         f"-> {'PASS' if lt['pass'] else 'FAIL'}",
-        f"target consume >= {ct['target']:,} msgs/s: {ct['value']:,.0f} -> {'PASS' if ct['pass'] else 'FAIL'}",
+        f"target consume >= {ct['target']:,} msgs/s: {ct['value']:,.0f} "
+        f"-> {'PASS' if ct['pass'] else 'FAIL'}",
     ]
     for name, top in r.get("profiles", {}).items():
         lines += ["", f"profile {name} (py-spy, share of samples): self% incl% function"]
@@ -661,21 +689,27 @@ def format_table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.produce", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--quick", action="store_true", help="short phases (1.5 s, latency 3 s), one multi-process run")
-    ap.add_argument("--duration", type=float, default=None, help="seconds per produce measurement (default 5)")
-    ap.add_argument("--latency-seconds", type=float, default=None, help="length of the latency run (default 10)")
+    ap.add_argument("--quick", action="store_true", help="short phases (1.5 s, latency 3 s), one "
+                                                         "multi-process run")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds per produce measurement (default 5)")
+    ap.add_argument("--latency-seconds", type=float, default=None, help="length of the latency run (default "
+                                                                        "10)")
     ap.add_argument("--low-rate-seconds", type=float, default=None,
-                    help=f"length of the extra latency run at {LOW_LATENCY_RATE} msgs/s (default 5, 0 = skip)")
+                    help=f"length of the extra latency run at {LOW_LATENCY_RATE} msgs/s "
+                         "(default 5, 0 = skip)")
     ap.add_argument("--client-procs", default=None,
                     help="comma-separated client process counts for the 16-producer re-runs (default 2,4)")
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
                     help="run py-spy on the brokers during some phases and write the profiles to DIR")
-    ap.add_argument("--dir", default=None, help="parent directory for the cluster's data (default: the system "
+    ap.add_argument("--dir", default=None, help="parent directory for the cluster's data (default: the "
+                                                "system "
                     "temp dir unless it is tmpfs, else the current directory)")
     args = ap.parse_args(argv)
     duration = args.duration or (1.5 if args.quick else 5.0)
     latency_seconds = args.latency_seconds or (3.0 if args.quick else 10.0)
-    low_rate_seconds = args.low_rate_seconds if args.low_rate_seconds is not None else (0.0 if args.quick else 5.0)
+    low_rate_seconds = (args.low_rate_seconds if args.low_rate_seconds is not None
+                        else (0.0 if args.quick else 5.0))
     procs_arg = args.client_procs or ("2" if args.quick else "2,4")
     client_procs = [int(x) for x in procs_arg.split(",") if x.strip() and int(x) > 1]
     result = run(pick_base_dir(args.dir), duration=duration, latency_seconds=latency_seconds,

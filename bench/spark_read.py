@@ -138,6 +138,24 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    _spark_environment()
+    work = Path(tempfile.mkdtemp(prefix="tidelog-spark-bench-", dir=pick_base_dir(None)))
+    results = _header(args)
+    jobs: dict[str, list[float]] = {}
+    try:
+        _run(args, work, results, jobs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _summarise(args, results, jobs)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    _print_table(args, results, jobs)
+    return 0
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=1024, help="body bytes")
@@ -145,23 +163,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--convert", type=int, default=200_000, help="messages for the conversion measurement")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def _spark_environment() -> None:
+    """Spark's Python workers run this interpreter and find the repository's modules; nothing
+    listens beyond loopback."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     repo = str(Path(__file__).resolve().parents[1])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)
-    from pyspark.sql import SparkSession
 
-    from tidelog.spark import register
 
-    work = Path(tempfile.mkdtemp(prefix="tidelog-spark-bench-", dir=pick_base_dir(None)))
-    results: dict[str, Any] = {"messages": args.messages, "size": args.size, "queues": args.queues,
-                               "repeat": args.repeat, "code": code_version(("spark", "client", "broker", "bench/spark_read.py")),
-                               "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                                           "platform": platform.platform()},
-                               "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    jobs: dict[str, list[float]] = {}
+def _header(args: argparse.Namespace) -> dict[str, Any]:
+    return {"messages": args.messages, "size": args.size, "queues": args.queues,
+            "repeat": args.repeat, "code": code_version(("spark", "client", "broker", "bench/spark_read.py")),
+            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                        "platform": platform.platform()},
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def _run(args: argparse.Namespace, work: Path, results: dict[str, Any], jobs: dict[str, list[float]]) -> None:
+    """Cluster up, produce, then every timed job; fills `results` and `jobs`, stops what it started."""
     (work / "cluster").mkdir()
     cluster = BenchCluster(work / "cluster", broker_options={
         "replication": "sync", "in_sync_replicas": 2, "auto_in_sync_replicas": True, "flush": "async",
@@ -179,36 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         assert n == args.messages, f"read {n} of {args.messages}"
         jobs["client only -> Arrow (1 process, no Spark)"] = [secs]
 
-        spark = (SparkSession.builder.master("local[2]").appName("tidelog-bench")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
-
-        def source(row_format: str = "arrow") -> Any:
-            return (spark.read.format("tidelog").option("controllers", controllers).option("topic", TOPIC)
-                    .option("rowFormat", row_format).load())
-
-        warm = source().limit(10).collect()  # JVM and Python workers warm, outside the timings
-        assert len(warm) == 10
+        spark = _start_spark()
         parquet = str(work / "rows.parquet")
-
-        def count(df_fn: Callable[[], Any]) -> None:
-            got = df_fn().count()
-            assert got == args.messages, f"counted {got} of {args.messages}"
-
-        jobs["tidelog -> count"] = timed(lambda: count(source), args.repeat)
-        jobs["tidelog -> noop"] = timed(lambda: source().write.format("noop").mode("overwrite").save(), args.repeat)
-        jobs["tidelog (tuples) -> noop"] = timed(
-            lambda: source("tuples").write.format("noop").mode("overwrite").save(), args.repeat)
-        jobs["tidelog -> Parquet"] = timed(lambda: source().write.mode("overwrite").parquet(parquet), args.repeat)
-        jobs["Parquet -> count (metadata)"] = timed(lambda: count(lambda: spark.read.parquet(parquet)), args.repeat)
-        jobs["Parquet -> noop"] = timed(
-            lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save(), args.repeat)
-        jobs["Parquet -> Parquet"] = timed(
-            lambda: spark.read.parquet(parquet).write.mode("overwrite").parquet(str(work / "copy.parquet")),
-            args.repeat)
+        jobs.update(_spark_jobs(spark, controllers, args, parquet, str(work / "copy.parquet")))
         results["conversion_us_per_row"] = conversion(spark, controllers, min(args.convert, args.messages),
                                                       args.repeat)
         results["parquet_bytes"] = sum(f.stat().st_size for f in Path(parquet).glob("*.parquet"))
@@ -216,8 +212,53 @@ def main(argv: list[str] | None = None) -> int:
         if spark is not None:
             spark.stop()
         cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
+
+def _start_spark() -> Any:
+    from pyspark.sql import SparkSession
+
+    from tidelog.spark import register
+
+    spark = (SparkSession.builder.master("local[2]").appName("tidelog-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def _spark_jobs(spark: Any, controllers: str, args: argparse.Namespace, parquet: str,
+                copy: str) -> dict[str, list[float]]:
+    """The timed Spark jobs, in the table's order: the tidelog source, then Parquet."""
+    def source(row_format: str = "arrow") -> Any:
+        return (spark.read.format("tidelog").option("controllers", controllers).option("topic", TOPIC)
+                .option("rowFormat", row_format).load())
+
+    warm = source().limit(10).collect()  # JVM and Python workers warm, outside the timings
+    assert len(warm) == 10
+
+    def count(df_fn: Callable[[], Any]) -> None:
+        got = df_fn().count()
+        assert got == args.messages, f"counted {got} of {args.messages}"
+
+    jobs: dict[str, list[float]] = {}
+    jobs["tidelog -> count"] = timed(lambda: count(source), args.repeat)
+    jobs["tidelog -> noop"] = timed(
+        lambda: source().write.format("noop").mode("overwrite").save(), args.repeat)
+    jobs["tidelog (tuples) -> noop"] = timed(
+        lambda: source("tuples").write.format("noop").mode("overwrite").save(), args.repeat)
+    jobs["tidelog -> Parquet"] = timed(lambda: source().write.mode("overwrite").parquet(parquet), args.repeat)
+    jobs["Parquet -> count (metadata)"] = timed(
+        lambda: count(lambda: spark.read.parquet(parquet)), args.repeat)
+    jobs["Parquet -> noop"] = timed(
+        lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save(), args.repeat)
+    jobs["Parquet -> Parquet"] = timed(
+        lambda: spark.read.parquet(parquet).write.mode("overwrite").parquet(copy), args.repeat)
+    return jobs
+
+
+def _summarise(args: argparse.Namespace, results: dict[str, Any], jobs: dict[str, list[float]]) -> None:
     results["jobs"] = {name: {"seconds": [round(s, 2) for s in secs],
                               "rows_per_s": round(args.messages / statistics.median(secs))}
                        for name, secs in jobs.items()}
@@ -227,24 +268,25 @@ def main(argv: list[str] | None = None) -> int:
         "tidelog/Parquet, to Parquet": round(med["tidelog -> Parquet"] / med["Parquet -> Parquet"], 1),
         "tuples/Arrow, noop": round(med["tidelog (tuples) -> noop"] / med["tidelog -> noop"], 2),
     }
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
+
+
+def _print_table(args: argparse.Namespace, results: dict[str, Any], jobs: dict[str, list[float]]) -> None:
     print(f"\n{args.messages:,} messages of {args.size} B, {args.queues} queues; code {results['code']}; "
           f"{results['started']}; {os.cpu_count()} cores")
-    print(f"produce (Python client, batches of 1000, 4 in flight): {results['produce_msgs_per_s']:,} msgs/s\n")
+    print("produce (Python client, batches of 1000, 4 in flight): "
+          f"{results['produce_msgs_per_s']:,} msgs/s\n")
     print(f"| job | seconds (median{', range' if args.repeat > 1 else ''}) | rows/s |")
     print("| --- | ---: | ---: |")
     for name, secs in jobs.items():
         rng = f" ({min(secs):.1f}–{max(secs):.1f})" if len(secs) > 1 else ""
-        print(f"| {name} | {statistics.median(secs):.1f}{rng} | {args.messages / statistics.median(secs):,.0f} |")
+        print(f"| {name} | {statistics.median(secs):.1f}{rng} | "
+              f"{args.messages / statistics.median(secs):,.0f} |")
     conv = results["conversion_us_per_row"]
     print(f"\nconversion in one process, {conv['rows']:,} rows: Arrow batches {conv['arrow']:.2f} µs/row, "
           f"tuples + PySpark's conversion {conv['tuples']:.2f} µs/row")
     print()
     for name, ratio in results["ratios"].items():
         print(f"time ratio {name}: {ratio}")
-    return 0
 
 
 def _say(args: argparse.Namespace, text: str) -> None:

@@ -1,8 +1,8 @@
 """Broker processes for multi-process tests, and a small synchronous gRPC client to drive them.
 
-`BrokerSetProcs` writes one YAML config per replica (free loopback ports, its own data dir)
-and starts `python -m tidelog.cli broker --config ...` for each; every process is stopped by its
-own pid. `BrokerClient` calls one broker's gRPC API and raises tidelog's typed errors.
+`BrokerSetProcs` is tidelog.localcluster's `BrokerSet` (one config per replica on free loopback
+ports, every process stopped by its own pid) with the tests' settings and a client per replica.
+`BrokerClient` calls one broker's gRPC API and raises tidelog's typed errors.
 """
 
 from __future__ import annotations
@@ -12,12 +12,26 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import yaml
 
-from tests.procs import CLUSTER_SECRET, Proc, free_address, wait_until
+from tests.procs import CLUSTER_SECRET, Proc
+from tidelog import localcluster
+from tidelog.localcluster import create_topic
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import error_from_rpc
+
+__all__ = ["BrokerClient", "BrokerSetProcs", "create_topic", "pause", "read_queues", "resume",
+           "retry_produce", "status_of", "wait_topic"]
+
+# Short failure detection, so a test's failover happens in seconds; small segments, so tests roll them.
+TEST_BROKER_SETTINGS: dict[str, Any] = {
+    "segment_bytes": 1 << 20,
+    "heartbeat_interval_ms": 300,
+    "ha_heartbeat_interval_ms": 300,
+    "ha_idle_timeout_ms": 3000,
+    "slave_timeout_ms": 3000,
+    "ha_max_time_slave_not_catchup_ms": 4000,
+}
 
 
 class BrokerClient:
@@ -92,88 +106,20 @@ def _typed(exc: grpc.RpcError) -> Exception:
     return error_from_rpc(exc)
 
 
-class BrokerSetProcs:
-    """The replicas of one broker set, as processes."""
+class BrokerSetProcs(localcluster.BrokerSet):
+    """The replicas of one broker set, as processes, with the tests' short timeouts and secret,
+    and a `BrokerClient` per replica."""
 
     def __init__(self, root: Path, name: str, replicas: int, controllers: str, **options: Any) -> None:
-        self.root = root
-        self.name = name
-        self.procs: list[Proc] = []
-        self.addresses: list[str] = []
-        self.ha_addresses: list[str] = []
-        self.data_dirs: list[Path] = []
-        for i in range(replicas):
-            data = root / f"{name}-{i}"
-            doc: dict[str, Any] = {
-                "broker_set": name,
-                "data_dir": str(data),
-                "controllers": controllers,
-                "listen": free_address(),
-                "ha_listen": free_address(),
-                "segment_bytes": 1 << 20,
-                "heartbeat_interval_ms": 300,
-                "ha_heartbeat_interval_ms": 300,
-                "ha_idle_timeout_ms": 3000,
-                "slave_timeout_ms": 3000,
-                "ha_max_time_slave_not_catchup_ms": 4000,
-                "secret": CLUSTER_SECRET,
-            }
-            doc.update(options)
-            cfg = root / f"{name}-{i}.yaml"
-            cfg.write_text(yaml.safe_dump(doc))
-            self.procs.append(Proc(f"{name}-{i}", ["broker", "--config", str(cfg)], root / f"{name}-{i}.log"))
-            self.addresses.append(doc["listen"])
-            self.ha_addresses.append(doc["ha_listen"])
-            self.data_dirs.append(data)
+        settings = {**TEST_BROKER_SETTINGS, **options}
+        super().__init__(root, name, replicas, controllers, secret=settings.pop("secret", CLUSTER_SECRET),
+                         **settings)
         self.clients = [BrokerClient(a) for a in self.addresses]
 
-    def start(self) -> BrokerSetProcs:
-        for p in self.procs:
-            p.start()
-        return self
-
     def stop(self) -> None:
-        for p in self.procs:
-            p.stop()
+        super().stop()
         for c in self.clients:
             c.close()
-
-    def logs(self) -> str:
-        return "\n".join(f"===== {p.name} =====\n{p.output()[-8000:]}" for p in self.procs)
-
-    def statuses(self) -> list[pb.StatusReply | None]:
-        out: list[pb.StatusReply | None] = []
-        for i, c in enumerate(self.clients):
-            if not self.procs[i].alive():
-                out.append(None)
-                continue
-            try:
-                out.append(c.status(timeout=1.0))
-            except Exception:
-                out.append(None)
-        return out
-
-    def master_index(self, exclude: int | None = None) -> int | None:
-        for i, s in enumerate(self.statuses()):
-            if s is not None and s.role == "master" and i != exclude:
-                return i
-        return None
-
-    def wait_master(self, timeout: float = 20.0, exclude: int | None = None) -> int:
-        def found() -> tuple[int] | None:
-            i = self.master_index(exclude)
-            return None if i is None else (i,)  # a tuple, so that index 0 counts as found
-        return wait_until(found, timeout, 0.1, what=f"a master of {self.name}")[0]
-
-    def wait_in_sync(self, count: int, timeout: float = 30.0) -> int:
-        """Wait until the master's SyncStateSet has `count` members; returns the master index."""
-        def ok() -> int | None:
-            i = self.master_index()
-            if i is None:
-                return None
-            s = self.clients[i].status()
-            return i + 1 if len(s.sync_state_set) >= count else None
-        return wait_until(ok, timeout, 0.2, what=f"{count} in-sync replicas of {self.name}") - 1
 
 
 def retry_produce(client_for: Any, topic: str, body: bytes, deadline_s: float, **kw: Any) -> pb.ProduceReply | None:
@@ -193,28 +139,10 @@ def retry_produce(client_for: Any, topic: str, body: bytes, deadline_s: float, *
 # --- helpers for the multi-process broker/HA tests (tests/broker/) ---------------------------------
 
 
-def create_topic(controllers: str, topic: str, queues: dict[str, int], timeout: float = 20.0) -> None:
-    """Create `topic` once its broker sets have registered (retrying until then)."""
-    import asyncio
-
-    from tidelog.controller.client import ControllerClient
-
-    async def attempt() -> bool:
-        client = ControllerClient(controllers, rpc_timeout=2.0, total_timeout=3.0)
-        try:
-            await client.create_topic(topic, queues)
-            return True
-        finally:
-            await client.close()
-
-    wait_until(lambda: asyncio.run(attempt()), timeout, 0.2, what=f"topic {topic} to be created")
-
-
-def wait_topic(bs: BrokerSetProcs, topic: str, indices: list[int] | None = None, timeout: float = 10.0) -> None:
+def wait_topic(bs: BrokerSetProcs, topic: str, indices: list[int] | None = None,
+               timeout: float = 10.0) -> None:
     """Wait until the given replicas (default: all running ones) serve `topic`."""
-    which = indices if indices is not None else [i for i, p in enumerate(bs.procs) if p.alive()]
-    wait_until(lambda: all(bs.clients[i].offsets(topic, 0) is not None for i in which), timeout,
-               what=f"{topic} to be known to replicas {which}")
+    bs.wait_topic(topic, indices, timeout)
 
 
 def pause(proc: Proc) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from tidelog.localcluster import proc_args
+
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_TOPOLOGY = REPO / "deploy" / "local.yaml"
 _TIDE_SCRIPT = Path(sys.executable).with_name("tide")
@@ -49,13 +51,7 @@ def tide(*args: str, timeout: float = 120.0, input: str | None = None,
 
 def cmdline(pid: int) -> str:
     """The command line of a running (not zombie) process, or "" if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return ""
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (OSError, IndexError):
-        return ""
+    return " ".join(proc_args(pid))
 
 
 def tidelog_pids() -> dict[int, str]:

@@ -1,0 +1,348 @@
+"""`tide cluster up|down`: a topology's processes in the background, recorded in cluster.json.
+
+`up(topology, data_dir)` writes one controller config and one config per broker replica under
+`data_dir`, starts each as a background process (its own session, so it outlives the command
+that started it), records every pid in `data_dir/cluster.json`, and returns once every broker
+set has a master. `down(data_dir)` stops exactly the processes recorded there (checking each
+pid still runs a tidelog process before signalling it). Ports are picked free on loopback
+(`ports: auto`) or counted up from a fixed first port, which is checked free before anything
+starts.
+
+With `netns=True` (`tide cluster up --netns`) every process runs in its own network namespace
+with its own address (tidelog/lab: plan, rules, relay), ports are fixed per role, and the
+cluster state records the lab so that `down` removes every namespace it made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidelog.clusterauth import new_secret
+from tidelog.errors import ConfigError, UnavailableError
+from tidelog.lab import net
+from tidelog.lab.plan import (
+    BROKER_HA_PORT,
+    BROKER_PORT,
+    CLIENT_NAME,
+    CONTROLLER_GRPC_PORT,
+    CONTROLLER_RAFT_PORT,
+    LabPlan,
+    make_plan,
+)
+from tidelog.localcluster.configs import broker_doc, controller_doc, write_config
+from tidelog.localcluster.procs import Proc, free_address, is_ours, reap, running, stop_process
+from tidelog.localcluster.topology import Topology
+
+STATE_FILE = "cluster.json"
+
+
+class _Ports:
+    """Addresses on `host`: free ones (`auto`), or counted up from a first port checked free."""
+
+    def __init__(self, host: str, first: str | int) -> None:
+        self.host = host
+        self.next = first
+
+    def take(self) -> str:
+        if self.next == "auto":
+            return free_address(self.host)
+        port = int(self.next)
+        self.next = port + 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((self.host, port))
+            except OSError as exc:
+                raise ConfigError(f"port {port} on {self.host} is already in use ({exc.strerror})",
+                                  hint="stop what uses it, or set `ports: auto`") from exc
+        return f"{self.host}:{port}"
+
+
+def _state_path(data_dir: Path) -> Path:
+    return data_dir / STATE_FILE
+
+
+def _write_state(data_dir: Path, state: dict[str, Any]) -> None:
+    _state_path(data_dir).write_text(json.dumps(state, indent=2))
+
+
+def read_state(data_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads(_state_path(data_dir).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"no cluster was started in {data_dir} (no {STATE_FILE})",
+                          hint="start one with `tide cluster up --data-dir DIR`") from None
+    except ValueError as exc:
+        raise ConfigError(f"{_state_path(data_dir)} is damaged: {exc}") from exc
+
+
+def _spawn(name: str, args: list[str], log_path: Path, netns: str | None = None) -> int:
+    return Proc(name, args, log_path, netns=netns, new_session=True).start().pid
+
+
+def is_running(proc: dict[str, Any]) -> bool:
+    """Whether a process recorded in cluster.json still runs (a stopped one counts as running)."""
+    return running(proc["pid"], proc.get("args"))
+
+
+@dataclass
+class _Layout:
+    """Where each process of a topology listens: controller nodes and broker replicas."""
+
+    nodes: list[dict[str, str]]              # id, raft, grpc (+ datacenter with a lab)
+    brokers: list[dict[str, Any]]            # broker_set, replica, datacenter, listen, ha_listen
+    plan: LabPlan | None = None
+    settings: dict[str, Any] = field(default_factory=dict)   # the controller keys besides nodes
+
+    @property
+    def controllers(self) -> str:
+        return ",".join(n["grpc"] for n in self.nodes)
+
+    def netns(self, name: str) -> str | None:
+        return self.plan.host(name).netns if self.plan else None
+
+
+def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0, netns: bool = False,
+       wan_delay_ms: float | None = None) -> dict[str, Any]:
+    """Start the topology's processes; return once every broker set has a master.
+
+    With `netns`, every process gets its own network namespace and address, grouped by
+    datacenter, behind one router that applies faults and adds the WAN delay (tidelog/lab)."""
+    data_dir = data_dir.resolve()
+    _prepare(data_dir, netns)
+    layout = _layout(topology, data_dir, netns, wan_delay_ms)
+    ctrl_cfg, secret = _write_controller_config(topology, data_dir, layout)
+    state: dict[str, Any] = {"controllers": layout.controllers, "data_dir": str(data_dir), "processes": [],
+                             "broker_sets": [bs["name"] for bs in topology.broker_sets],
+                             "started": time.time()}
+    if layout.plan is not None:
+        state["lab"] = {"plan": layout.plan.to_json(), **net.create(layout.plan, data_dir / "lab")}
+        state["client_netns"] = layout.plan.host(CLIENT_NAME).netns
+    try:
+        _start_controllers(data_dir, layout, ctrl_cfg, state["processes"])
+        _start_brokers(topology, data_dir, layout, secret, state["processes"])
+    finally:
+        _write_state(data_dir, state)  # whatever started is recorded, so `down` finds it
+    names, procs = state["broker_sets"], state["processes"]
+    try:
+        if layout.plan is None:
+            asyncio.run(wait_masters(layout.controllers, names, procs, wait_s))
+        else:
+            _wait_masters_in(state["client_netns"], layout.controllers, names, procs, wait_s)
+    except BaseException:
+        down(data_dir)
+        raise
+    return state
+
+
+def _prepare(data_dir: Path, netns: bool) -> None:
+    """Refuse a data directory whose cluster still runs; clear the lab of one that does not."""
+    if netns:
+        net.require()  # before anything is created: without root nothing is half made
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if _state_path(data_dir).exists():
+        old = read_state(data_dir)
+        if any(is_ours(p["pid"], p.get("args")) for p in old.get("processes", [])):
+            raise ConfigError(f"a cluster is already running in {data_dir}",
+                              hint="run `tide cluster down` first")
+        if old.get("lab"):
+            net.destroy(LabPlan.from_json(old["lab"]["plan"]), old["lab"])
+
+
+def _layout(topology: Topology, data_dir: Path, netns: bool, wan_delay_ms: float | None) -> _Layout:
+    settings = dict(topology.controller)
+    names = [f"c{i + 1}" for i in range(settings.pop("nodes", 1))]
+    ctrl_dcs = settings.pop("datacenters", None)
+    brokers = []
+    for bs in topology.broker_sets:
+        dcs = bs.get("datacenters") or []
+        for r in range(bs["replicas"]):
+            brokers.append({"broker_set": bs["name"], "replica": r,
+                            "datacenter": dcs[r % len(dcs)] if dcs else ""})
+    if not netns:
+        ports = _Ports(topology.host, topology.ports)
+        nodes = [{"id": n, "raft": ports.take(), "grpc": ports.take()} for n in names]
+        for b in brokers:
+            b.update(listen=ports.take(), ha_listen=ports.take())
+        return _Layout(nodes, brokers, None, settings)
+    wan_delay = float(wan_delay_ms if wan_delay_ms is not None else topology.lab.get("wan_delay_ms", 0.0))
+    return _lab_layout(data_dir, names, ctrl_dcs, brokers, wan_delay, settings)
+
+
+def _lab_layout(data_dir: Path, names: list[str], ctrl_dcs: Any, brokers: list[dict[str, Any]],
+                wan_delay: float, settings: dict[str, Any]) -> _Layout:
+    """Every process at its own address in the lab, controller node i in datacenter i (round robin)."""
+    if ctrl_dcs is None:
+        ctrl_dcs = list(dict.fromkeys(b["datacenter"] for b in brokers if b["datacenter"])) or [""]
+    if not isinstance(ctrl_dcs, list) or not ctrl_dcs:
+        raise ConfigError("controller.datacenters must list datacenters", key="controller.datacenters")
+    node_dc = {n: ctrl_dcs[i % len(ctrl_dcs)] for i, n in enumerate(names)}
+    plan = make_plan(str(data_dir), [(f"controller-{n}", node_dc[n]) for n in names]
+                     + [(f"{b['broker_set']}-{b['replica']}", b["datacenter"]) for b in brokers],
+                     wan_delay_ms=wan_delay)
+    nodes = []
+    for n in names:
+        addr = plan.host(f"controller-{n}").address
+        nodes.append({"id": n, "raft": f"{addr}:{CONTROLLER_RAFT_PORT}",
+                      "grpc": f"{addr}:{CONTROLLER_GRPC_PORT}", "datacenter": node_dc[n]})
+    for b in brokers:
+        addr = plan.host(f"{b['broker_set']}-{b['replica']}").address
+        b.update(listen=f"{addr}:{BROKER_PORT}", ha_listen=f"{addr}:{BROKER_HA_PORT}")
+    return _Layout(nodes, brokers, plan, settings)
+
+
+def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout) -> tuple[Path, str]:
+    """The controller config of every node; returns its path and the cluster secret.
+
+    Every cluster has a secret, one node or many: it authenticates the Raft port and every
+    broker's membership (controller calls and the HA handshake)."""
+    settings = dict(layout.settings)
+    # The datacenters a broker set is spread over are the ones its placement requires (RULES.md PL1).
+    placement = {bs["name"]: list(dict.fromkeys(bs["datacenters"])) for bs in topology.broker_sets
+                 if bs.get("datacenters")}
+    if placement and "placement" not in settings:
+        settings["placement"] = placement
+    secret = settings.pop("secret", None) or topology.broker.get("secret") or new_secret()
+    nodes = [{k: n[k] for k in ("id", "raft", "grpc")} for n in layout.nodes]
+    doc = controller_doc(data_dir / "controller", nodes, secret=secret, **settings)
+    return write_config(data_dir / "controller.yaml", doc), secret
+
+
+def _start_controllers(data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: list[dict[str, Any]]) -> None:
+    for n in layout.nodes:
+        name = f"controller-{n['id']}"
+        args = ["controller", "--config", str(ctrl_cfg), "--node-id", n["id"]]
+        log_path = data_dir / f"{name}.log"
+        ns = layout.netns(name)
+        procs.append({"name": name, "kind": "controller", "args": args, "log": str(log_path),
+                      "address": n["grpc"], "datacenter": n.get("datacenter", ""), "netns": ns,
+                      "pid": _spawn(name, args, log_path, ns)})
+
+
+def _start_brokers(topology: Topology, data_dir: Path, layout: _Layout, secret: str,
+                   procs: list[dict[str, Any]]) -> None:
+    # The topology's broker keys may set anything but the secret, which is the cluster's.
+    settings = {k: v for k, v in topology.broker.items() if k != "secret"}
+    for b in layout.brokers:
+        name = f"{b['broker_set']}-{b['replica']}"
+        doc = broker_doc(b["broker_set"], data_dir / name, layout.controllers, b["listen"], b["ha_listen"],
+                         secret=None, **{"datacenter": b["datacenter"], **settings})
+        doc["secret"] = secret
+        cfg = write_config(data_dir / f"{name}.yaml", doc)
+        args = ["broker", "--config", str(cfg)]
+        log_path = data_dir / f"{name}.log"
+        ns = layout.netns(name)
+        procs.append({"name": name, "kind": "broker", "broker_set": b["broker_set"], "args": args,
+                      "log": str(log_path), "address": b["listen"], "datacenter": b["datacenter"],
+                      "netns": ns, "pid": _spawn(name, args, log_path, ns)})
+
+
+def _dead_on_start(procs: list[dict[str, Any]]) -> UnavailableError | None:
+    """The error to raise if a process of `procs` has exited during start-up (with its log's last word)."""
+    dead = [p for p in procs if not running(p["pid"])]
+    if not dead:
+        return None
+    return UnavailableError(f"{dead[0]['name']} exited during start-up: {_tail(Path(dead[0]['log']))}")
+
+
+def _wait_masters_in(netns: str, controllers: str, names: list[str], procs: list[dict[str, Any]],
+                     wait_s: float) -> None:
+    """`wait_masters` from the lab's client namespace (the only side that reaches every process)."""
+    cmd = [*net.in_netns(netns), sys.executable, "-m", "tidelog.cli", "cluster", "wait-masters",
+           "--controllers", controllers, "--wait", str(wait_s), *names]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    while child.poll() is None:
+        dead = _dead_on_start(procs)
+        if dead is not None:
+            child.kill()
+            child.wait()
+            raise dead
+        time.sleep(0.1)
+    if child.returncode != 0:
+        out = (child.stdout.read() if child.stdout else b"").decode(errors="replace").strip()
+        raise UnavailableError(out.splitlines()[-1] if out
+                               else f"not every broker set had a master within {wait_s:.0f}s")
+
+
+async def wait_masters(controllers: str, names: list[str], procs: list[dict[str, Any]],
+                       wait_s: float) -> None:
+    from tidelog.controller.client import ControllerClient
+
+    deadline = time.monotonic() + wait_s
+    async with ControllerClient(controllers, rpc_timeout=1.0, total_timeout=2.0) as client:
+        while True:
+            dead = _dead_on_start(procs)
+            if dead is not None:
+                raise dead
+            with contextlib.suppress(Exception):
+                reply = await client.describe_broker_sets(names)
+                masters = {b.role.broker_set for b in reply.broker_sets if b.role.has_master}
+                if set(names) <= masters:
+                    return
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"not every broker set had a master within {wait_s:.0f}s")
+            await asyncio.sleep(0.2)
+
+
+def _tail(path: Path, lines: int = 1) -> str:
+    with contextlib.suppress(OSError):
+        text = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        for line in reversed(text):
+            if "error" in line.lower():
+                return line.strip()
+        return " / ".join(t.strip() for t in text[-lines:])
+    return "(no log)"
+
+
+def down(data_dir: Path) -> list[str]:
+    """Stop every process recorded in `data_dir`; returns their names."""
+    data_dir = data_dir.resolve()
+    state = read_state(data_dir)
+    stopped = []
+    # brokers first, so the controller does not fail them over while the cluster goes away
+    for p in sorted(state["processes"], key=lambda p: p["kind"] == "controller"):
+        if running(p["pid"], p["args"]):
+            stop_process(p["pid"], args=p["args"])
+            stopped.append(p["name"])
+    if state.get("lab"):
+        lab = state["lab"]
+        net.destroy(LabPlan.from_json(lab["plan"]), lab)
+    _state_path(data_dir).unlink(missing_ok=True)
+    return stopped
+
+
+def kill(data_dir: Path, name: str, sig: int = signal.SIGKILL) -> dict[str, Any]:
+    state = read_state(data_dir)
+    for p in state["processes"]:
+        if p["name"] == name:
+            if running(p["pid"], p["args"]):
+                os.kill(p["pid"], sig)
+                if sig == signal.SIGKILL:
+                    deadline = time.monotonic() + 5
+                    while not reap(p["pid"]) and time.monotonic() < deadline:
+                        time.sleep(0.02)
+            return p
+    raise ConfigError(f"no process named {name} in {data_dir}")
+
+
+def restart(data_dir: Path, name: str) -> dict[str, Any]:
+    state = read_state(data_dir)
+    for p in state["processes"]:
+        if p["name"] == name:
+            if running(p["pid"], p["args"]):
+                return p
+            p["pid"] = _spawn(name, p["args"], Path(p["log"]), p.get("netns"))
+            _write_state(data_dir, state)
+            return p
+    raise ConfigError(f"no process named {name} in {data_dir}")
