@@ -49,7 +49,7 @@ from tidelog.controller.state import ControllerState, LiveInfo
 
 __all__ = ["DEFAULT_HEARTBEAT_TIMEOUT_MS", "MAX_REPORTED_OFFSET", "HeartbeatTable", "heartbeat_problem"]
 
-DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000  # docs/DESIGN.md: heartbeat every 1 s, timeout 5 s
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000  # docs/ARCHITECTURE.md §7.3: heartbeat every 1 s, timeout 5 s
 _PRIORITY_DEFAULT = 2**31 - 1
 # Offsets a heartbeat may claim: 2^53 bytes (8 PiB) is past any real log, and every offset below
 # it survives a trip through a JSON number (a double) in status output and tools unchanged.

@@ -89,7 +89,7 @@ def required_acks(cfg: AckConfig, sss_size: int) -> int:
     if cfg.all_ack_in_sync_state_set:
         needed = sss_size
     elif cfg.auto_in_sync_replicas:
-        # docs/DESIGN.md's formula as written; with min <= in_sync (validated) and min <= sss_size
+        # docs/ARCHITECTURE.md §3.4's formula as written; with min <= in_sync (validated) and min <= sss_size
         # (checked above) the outer max never bites, but it states the floor the user configured
         needed = max(min(cfg.in_sync_replicas, sss_size), cfg.min_in_sync_replicas)
     else:

@@ -16,7 +16,7 @@ check — and carries out the actions that come back:
   its connection, counting nothing of it.
 
 Time is passed in (`now_ms`); nothing here awaits, reads a file or touches a socket, so the
-tests drive it with any sequence of events (docs/ARCHITECTURE.md §4) and check the invariants
+tests drive it with any sequence of events (docs/ARCHITECTURE.md §4.7) and check the invariants
 after every step: the confirm offset only grows and never passes the master's end, the master is
 in its SyncStateSet, no slave is counted beyond what it was sent.
 """

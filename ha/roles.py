@@ -5,7 +5,7 @@ Theory of operation
 The controller is the only authority on roles. Every answer that carries a role assignment
 (registration, heartbeat, election, SyncStateSet change) becomes an `Assigned` event. The event
 is classified (`classify`) into one of a few kinds, and `TRANSITIONS` maps (current role, kind)
-to the actions to carry out and the next role — the table of docs/ARCHITECTURE.md §4.5:
+to the actions to carry out and the next role — the table of docs/ARCHITECTURE.md §4.6:
 
 - an assignment from an older master epoch than one already acted on is stale: nothing;
 - no master, in a newer epoch: a master stops taking writes (next: none); a slave keeps its

@@ -18,7 +18,7 @@ decided here, from plain numbers (the local log's facts come in with each event)
 - `AckTick`: the periodic ack (an ack under flush: sync promises the bytes are on disk).
 
 A refusal is an action (`Refuse`); the shell closes the connection and tries again later. The
-rules are those of docs/ARCHITECTURE.md §3.2 (fork repair) and §4.
+rules are those of docs/ARCHITECTURE.md §3.2 (fork repair) and §4.7.
 """
 
 from __future__ import annotations

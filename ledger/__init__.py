@@ -7,7 +7,7 @@ them (E = WQ), and an add is acknowledged once AQ replicas confirmed it (AQ ≤ 
 creation). The metadata (state OPEN / IN_RECOVERY / CLOSED, where it ends, quorums, digest,
 password hash) is controller state written by compare-and-set.
 
-This package is built as a pure core and a thin shell (docs/DESIGN.md, "Pure cores, thin shells"):
+This package is built as a pure core and a thin shell (docs/ARCHITECTURE.md §2.1):
 
 - `metadata`: the metadata record and its JSON encoding, creation checks, the state table.
 - `recovery`: fencing and recovery decisions (`FenceTracker`, `EntryRecoveryTracker`, the

@@ -1,7 +1,7 @@
 """Every document that code, tests and docs cite is in the repository.
 
 Citations take the form `docs/reference/<file>.md §N` or a repository path such as
-`docs/DESIGN.md`, `controller/RULES.md`; the section cited must exist as a heading in that file.
+`docs/ARCHITECTURE.md`, `controller/RULES.md`; the section cited must exist as a heading in that file.
 A section number cited without its file (which document?) or a path outside the repository is an error.
 """
 

@@ -5,7 +5,7 @@ Where a violation can surface inside code that otherwise survives errors (a gRPC
 loops, the flusher thread), `fail_stop` logs it as critical and ends the process at once with
 exit code 70 (EX_SOFTWARE): a replica whose state broke its own rules must not keep serving,
 replicating or acknowledging. The controller does the same for its replicated state
-(controller/raft.py). The invariants themselves are listed in docs/DESIGN.md.
+(controller/raft.py). The invariants themselves are listed in docs/ARCHITECTURE.md §5.
 """
 
 from __future__ import annotations

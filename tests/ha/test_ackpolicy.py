@@ -1,4 +1,4 @@
-"""Ack policy: docs/reference/rocketmq-controller-ha.md §4 and docs/DESIGN.md's acks paragraph as tables, plus properties."""
+"""Ack policy: docs/reference/rocketmq-controller-ha.md §4 and docs/ARCHITECTURE.md §3.4 as tables, plus properties."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ M = 0  # the master's broker id in the tables
         # tidelog: only members ack, so a need larger than the set could never complete
         ("need above the set fails fast", AckConfig(in_sync_replicas=2), 1, FAIL),
         ("need 3 of a set of 2 fails fast", AckConfig(in_sync_replicas=3, min_in_sync_replicas=2), 2, FAIL),
-        # docs/DESIGN.md: needed = max(min(in_sync_replicas, |SSS|), min_in_sync_replicas)
+        # docs/ARCHITECTURE.md §3.4: needed = max(min(in_sync_replicas, |SSS|), min_in_sync_replicas)
         ("auto: three of three", AckConfig(in_sync_replicas=3, min_in_sync_replicas=2,
                                            auto_in_sync_replicas=True), 3, 3),
         ("auto: two of three replicas left, min 2", AckConfig(in_sync_replicas=3, min_in_sync_replicas=2,

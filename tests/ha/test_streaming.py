@@ -1,4 +1,4 @@
-"""HA master and slave over real loopback sockets, in one process (docs/reference/rocketmq-controller-ha.md §3.4, docs/DESIGN.md, Replication).
+"""HA master and slave over real loopback sockets, in one process (docs/reference/rocketmq-controller-ha.md §3.4, docs/ARCHITECTURE.md §4).
 
 Two commit logs, a HaMaster serving one of them, a HaSlave following it: what the slave ends with
 must be byte-identical to the master, forks must be cut at the last consistent point, and a
