@@ -98,9 +98,18 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
         assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
     assert set(replicas(cluster)) == {master, old}
 
-    # The slave's disk is wiped: it comes back under a new id, empty. The master is paused before
-    # the new broker starts, so the new one cannot copy anything yet: it must be neither in sync
-    # nor elected while the master is silent, however long (no acknowledged byte is on it).
+    new = _wipe_and_rejoin(cluster, process, master_process, master, old, away)
+    _replace(cluster, ledger, master, old, new, away)
+    _read_back(cluster, ledger)
+    _refuse_a_foreign_disk(cluster, process, master, new, away)
+
+
+def _wipe_and_rejoin(cluster: LocalCluster, process: str, master_process: str, master: int, old: int,
+                     away: str) -> int:
+    """The slave's disk is wiped: it comes back under a new id, empty. The master is paused before
+    the new broker starts, so the new one cannot copy anything yet: it must be neither in sync nor
+    elected while the master is silent, however long (no acknowledged byte is on it)."""
+    data = cluster.data_dir
     assert tide("fault", "kill", process, "--data-dir", str(data)).returncode == 0
     shutil.rmtree(data / process)
     assert tide("fault", "pause", master_process, "--data-dir", str(data)).returncode == 0
@@ -126,8 +135,13 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     rows = {m["broker_id"]: m for m in json.loads(shown.stdout)["broker_sets"][0]["members"]}
     assert rows[old]["role"].startswith("gone") and rows[old]["alive"] is False, rows[old]
     assert rows[new]["role"] == "slave" and rows[new]["datacenter"] == away, rows[new]
+    return new
 
-    # The new replica still runs, and it is the only in-sync one in its datacenter: it cannot go.
+
+def _replace(cluster: LocalCluster, ledger: str, master: int, old: int, new: int, away: str) -> None:
+    """The new replica still runs, and it is the only in-sync one in its datacenter: it cannot go.
+    Replacing the old id with it re-replicates the ledger's ensembles and leaves a clean audit."""
+    data = cluster.data_dir
     refused = run(cluster, "broker", "decommission", str(new), "--broker-set", "broker-a", "--data-dir", str(data))
     assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
 
@@ -153,7 +167,9 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     audit = wait("a clean audit", lambda: (a := run(cluster, "placement", "audit", "--json")).returncode == 0 and a)
     assert json.loads(audit.stdout)["violations"] == []
 
-    # Every acknowledged message reads back through the client from the set the new replica is in.
+
+def _read_back(cluster: LocalCluster, ledger: str) -> None:
+    """Every acknowledged message reads back through the client from the set the new replica is in."""
     got = run(cluster, "consume", "orders", "--group", "check", "--from-beginning", "--json", "--idle-timeout", "3")
     assert got.returncode == 0, got.stderr
     assert len([line for line in got.stdout.splitlines() if line.strip()]) == 3500
@@ -162,8 +178,10 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     assert all(word in entries.stdout for word in ("first", "second", "third"))
 
 
-    # A disk written by another cluster (its identity file names that cluster) is refused, not
-    # taken for this cluster's replica: the broker stops with a clear error and changes nothing.
+def _refuse_a_foreign_disk(cluster: LocalCluster, process: str, master: int, new: int, away: str) -> None:
+    """A disk written by another cluster (its identity file names that cluster) is refused, not
+    taken for this cluster's replica: the broker stops with a clear error and changes nothing."""
+    data = cluster.data_dir
     ident_path = data / process / "identity.json"
     ident = json.loads(ident_path.read_text())
     assert ident["cluster_id"] and ident["broker_id"] == new
