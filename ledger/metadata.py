@@ -144,6 +144,16 @@ class LedgerMetadata:
         self._validate()
 
     def _validate(self) -> None:
+        self._validate_fields()
+        _check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        if self.format_version != FORMAT_VERSION:
+            raise _bad(f"unknown ledger metadata format version {self.format_version}")
+        self._validate_ensembles()
+        self._validate_end()
+        if not isinstance(self.password_hash, bytes):
+            raise _bad("password_hash must be bytes")
+
+    def _validate_fields(self) -> None:
         for name in ("ledger_id", "ensemble_size", "write_quorum", "ack_quorum", "last_entry_id",
                      "length", "ctime_ms", "format_version", "version"):
             if not _is_int(getattr(self, name)):
@@ -152,9 +162,8 @@ class LedgerMetadata:
             raise _bad(f"ledger_id must not be negative, got {self.ledger_id}")
         if not self.broker_set:
             raise _bad("a ledger lives in a broker set; broker_set is empty")
-        _check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
-        if self.format_version != FORMAT_VERSION:
-            raise _bad(f"unknown ledger metadata format version {self.format_version}")
+
+    def _validate_ensembles(self) -> None:
         # M2: at least one ensemble, keys strictly increasing from 0, each of E distinct replicas
         if not self.ensembles:
             raise _bad("a ledger has at least one ensemble")
@@ -170,6 +179,8 @@ class LedgerMetadata:
                            f"got {list(members)}")
             if not all(_is_int(m) and m >= 0 for m in members):
                 raise _bad(f"replicas are broker ids (non-negative integers), got {list(members)}")
+
+    def _validate_end(self) -> None:
         # M3: last entry id and length describe the end only once the ledger is CLOSED
         if self.state is LedgerState.CLOSED:
             if self.last_entry_id < -1 or self.length < 0:
@@ -180,8 +191,6 @@ class LedgerMetadata:
         elif self.last_entry_id != -1 or self.length != 0:
             raise _bad(f"a {self.state} ledger has no last entry id or length yet (-1/0), got "
                        f"{self.last_entry_id}/{self.length}")
-        if not isinstance(self.password_hash, bytes):
-            raise _bad("password_hash must be bytes")
 
     # --- lookups -----------------------------------------------------------------------------
 
