@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from tidelog.client import _Sync
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
+from tidelog.client.runner import SyncFacade
 from tidelog.errors import (
     DigestMatchError,
     FlushSlaveTimeoutError,
@@ -1081,7 +1081,7 @@ class _RecoveryRun:
 # --- the synchronous faces ------------------------------------------------------------------
 
 
-class WriteHandle(_Sync):
+class WriteHandle(SyncFacade):
     """`AsyncWriteHandle` for synchronous callers; `add_entry_async` returns a
     `concurrent.futures.Future` of the entry id."""
 
@@ -1102,13 +1102,13 @@ class WriteHandle(_Sync):
                     outer.set_result(f.result())
             inner.add_done_callback(copy)
             return outer
-        return self._loop.run(start())
+        return self._runner.run(start())
 
     def __enter__(self) -> WriteHandle:
         return self
 
 
-class ReadHandle(_Sync):
+class ReadHandle(SyncFacade):
     """`AsyncReadHandle` for synchronous callers."""
 
     _target: AsyncReadHandle
@@ -1117,13 +1117,13 @@ class ReadHandle(_Sync):
         return self
 
 
-class Ledgers(_Sync):
+class Ledgers(SyncFacade):
     """`AsyncLedgers` for synchronous callers: the handles it returns are sync too."""
 
     _target: AsyncLedgers
 
     def create_ledger(self, *args: Any, **kwargs: Any) -> WriteHandle:
-        return WriteHandle(self._loop, self._loop.run(self._target.create_ledger(*args, **kwargs)))
+        return WriteHandle(self._runner, self._runner.run(self._target.create_ledger(*args, **kwargs)))
 
     def open_ledger(self, *args: Any, **kwargs: Any) -> ReadHandle:
-        return ReadHandle(self._loop, self._loop.run(self._target.open_ledger(*args, **kwargs)))
+        return ReadHandle(self._runner, self._runner.run(self._target.open_ledger(*args, **kwargs)))

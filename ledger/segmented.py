@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tidelog.client import _Sync
+from tidelog.client.runner import SyncFacade
 from tidelog.errors import (
     IllegalOpError,
     IncorrectParameterError,
@@ -790,7 +790,7 @@ class AsyncSegmentedLog:
         await self.close()
 
 
-class SegmentedLog(_Sync):
+class SegmentedLog(SyncFacade):
     """The synchronous face of `AsyncSegmentedLog`: `SegmentedLog(client, name, ...)` with a `Client`.
 
     Every coroutine method of the async log runs on the client's event loop and is waited for;
@@ -801,7 +801,7 @@ class SegmentedLog(_Sync):
 
     def __init__(self, client: Client, name: str, **options: Any) -> None:
         self.aio = AsyncSegmentedLog(client.aio, name, **options)
-        super().__init__(client._loop, self.aio)
+        super().__init__(client.runner, self.aio)
 
     def entries(self, from_position: Position = START, *, batch: int = 100) -> Iterator[LogEntry]:
         """Every entry confirmed now from `from_position` on (no following; use the async API to tail)."""

@@ -31,7 +31,7 @@ def describe_set(client: Client, broker_set: str) -> Any:
     async def go() -> Any:
         reply = await client.aio.controller.describe_broker_sets([broker_set])
         return reply.broker_sets[0] if reply.broker_sets else None
-    return client._loop.run(go())
+    return client.runner.run(go())
 
 
 def placement_violations(client: Client) -> list[tuple[str, str, str]]:
@@ -39,7 +39,7 @@ def placement_violations(client: Client) -> list[tuple[str, str, str]]:
     async def go() -> list[tuple[str, str, str]]:
         reply = await client.aio.controller.placement_audit()
         return [(v.broker_set, v.code, v.reason) for v in reply.violations if v.kind == "broker_set"]
-    return client._loop.run(go())
+    return client.runner.run(go())
 
 
 def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, topic: str | None = None,
@@ -218,4 +218,4 @@ def read_all(client: Client, topic: str, settle_s: float = 20.0) -> list[bytes]:
                         break
         return out
 
-    return client._loop.run(go())
+    return client.runner.run(go())

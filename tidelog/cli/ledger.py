@@ -154,7 +154,7 @@ def create_options(fn: Any) -> Any:
 def _quorums(client: Client, ensemble_size: int | None, write_quorum: int | None,
              ack_quorum: int | None) -> tuple[int, int, int]:
     if ensemble_size is None:
-        ensemble_size = client._loop.run(default_ensemble_size(client.aio))
+        ensemble_size = client.runner.run(default_ensemble_size(client.aio))
     wq = ensemble_size if write_quorum is None else write_quorum
     return ensemble_size, wq, wq if ack_quorum is None else ack_quorum
 
