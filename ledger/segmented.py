@@ -64,7 +64,7 @@ from tidelog.errors import (
     TidelogError,
     UnavailableError,
 )
-from tidelog.ledger.metadata import LedgerState, _is_int
+from tidelog.ledger.metadata import LedgerState, is_int
 
 if TYPE_CHECKING:
     from tidelog.client import Client
@@ -147,7 +147,7 @@ START = Position(0, 0)
 
 
 def check_position(position: Any) -> Position:
-    if (not isinstance(position, tuple) or len(position) != 2 or not all(_is_int(v) for v in position)
+    if (not isinstance(position, tuple) or len(position) != 2 or not all(is_int(v) for v in position)
             or position[0] < 0 or position[1] < 0):
         raise IncorrectParameterError(f"a position is (ledger id ≥ 0, entry id ≥ 0), got {position!r}")
     return Position(*position)
@@ -177,14 +177,14 @@ class SegmentedLogRecord:
         check_log_name(self.name)
         if self.format_version != RECORD_FORMAT:
             raise IncorrectParameterError(f"unknown segmented log record format {self.format_version!r}")
-        if not all(_is_int(lid) and lid >= 0 for lid in self.ledgers):
+        if not all(is_int(lid) and lid >= 0 for lid in self.ledgers):
             raise IncorrectParameterError(f"ledger ids are non-negative integers, got {list(self.ledgers)}")
         if any(b <= a for a, b in zip(self.ledgers, self.ledgers[1:], strict=False)):
             raise IncorrectParameterError(f"the ledgers of a segmented log strictly increase, got "
                                           f"{list(self.ledgers)}")
         if not isinstance(self.owner, str):
             raise IncorrectParameterError(f"owner must be a string, got {self.owner!r}")
-        if not _is_int(self.generation) or self.generation < 0:
+        if not is_int(self.generation) or self.generation < 0:
             raise IncorrectParameterError(f"generation must be a non-negative integer, got {self.generation!r}")
 
     @property
@@ -279,7 +279,7 @@ class RollPolicy:
     def __post_init__(self) -> None:
         for name in ("max_entries", "max_bytes"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise IncorrectParameterError(f"{name} must be a positive integer or None, got {value!r}")
         age = self.max_age_s
         if age is not None and (isinstance(age, bool) or not isinstance(age, int | float) or not age > 0):
@@ -346,7 +346,7 @@ def plan_read(ledgers: Sequence[int], ends: Mapping[int, LedgerEnd], start: Posi
     (nothing past it is readable yet). A ledger whose end is not in `ends` stops the walk with
     `need` set to it: the caller learns its end and plans again. Pure.
     """
-    if not _is_int(max_entries) or max_entries < 1:
+    if not is_int(max_entries) or max_entries < 1:
         raise IncorrectParameterError(f"max_entries must be a positive integer, got {max_entries!r}")
     start = check_position(start)
     index, entry = locate(ledgers, start)

@@ -1,0 +1,67 @@
+"""The ledger API for synchronous callers, on a sync `tidelog.client.Client`'s event loop thread.
+
+Each class is a `SyncFacade` (client/runner.py) of its async counterpart: every coroutine method
+runs on the client's event loop thread (`client.runner`) and is waited for; properties read
+through. The handles `Ledgers` returns are sync too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+from tidelog.client.runner import SyncFacade
+from tidelog.ledger.ledgers import AsyncLedgers
+from tidelog.ledger.reader import AsyncReadHandle
+from tidelog.ledger.writer import AsyncWriteHandle
+
+__all__ = ["Ledgers", "ReadHandle", "WriteHandle"]
+
+
+class WriteHandle(SyncFacade):
+    """`AsyncWriteHandle` for synchronous callers; `add_entry_async` returns a
+    `concurrent.futures.Future` of the entry id."""
+
+    _target: AsyncWriteHandle
+
+    def add_entry_async(self, data: bytes) -> concurrent.futures.Future[int]:
+        async def start() -> concurrent.futures.Future[int]:
+            inner = self._target.add_entry_async(data)
+            outer: concurrent.futures.Future[int] = concurrent.futures.Future()
+            outer.set_running_or_notify_cancel()
+
+            def copy(f: asyncio.Future[int]) -> None:
+                if f.cancelled():
+                    outer.cancel()
+                elif f.exception() is not None:
+                    outer.set_exception(f.exception())
+                else:
+                    outer.set_result(f.result())
+            inner.add_done_callback(copy)
+            return outer
+        return self._runner.run(start())
+
+    def __enter__(self) -> WriteHandle:
+        return self
+
+
+class ReadHandle(SyncFacade):
+    """`AsyncReadHandle` for synchronous callers."""
+
+    _target: AsyncReadHandle
+
+    def __enter__(self) -> ReadHandle:
+        return self
+
+
+class Ledgers(SyncFacade):
+    """`AsyncLedgers` for synchronous callers: the handles it returns are sync too."""
+
+    _target: AsyncLedgers
+
+    def create_ledger(self, *args: Any, **kwargs: Any) -> WriteHandle:
+        return WriteHandle(self._runner, self._runner.run(self._target.create_ledger(*args, **kwargs)))
+
+    def open_ledger(self, *args: Any, **kwargs: Any) -> ReadHandle:
+        return ReadHandle(self._runner, self._runner.run(self._target.open_ledger(*args, **kwargs)))
