@@ -1,4 +1,5 @@
-"""The ledger API for synchronous callers, on a sync `tidelog.client.Client`'s event loop thread.
+"""The ledger API for synchronous callers, on a sync `tidelog.client.Client`'s event loop thread
+(`Ledgers`, its handles, and `SegmentedLog(client, name)`).
 
 Each class is a `SyncFacade` (client/runner.py) of its async counterpart: every coroutine method
 runs on the client's event loop thread (`client.runner`) and is waited for; properties read
@@ -9,14 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from tidelog.client.runner import SyncFacade
 from tidelog.ledger.ledgers import AsyncLedgers
 from tidelog.ledger.reader import AsyncReadHandle
+from tidelog.ledger.seglog import AsyncSegmentedLog
+from tidelog.ledger.seglog_record import START, LogEntry, Position, check_position
 from tidelog.ledger.writer import AsyncWriteHandle
 
-__all__ = ["Ledgers", "ReadHandle", "WriteHandle"]
+if TYPE_CHECKING:
+    from tidelog.client import Client
+
+__all__ = ["Ledgers", "ReadHandle", "SegmentedLog", "WriteHandle"]
 
 
 class WriteHandle(SyncFacade):
@@ -65,3 +72,26 @@ class Ledgers(SyncFacade):
 
     def open_ledger(self, *args: Any, **kwargs: Any) -> ReadHandle:
         return ReadHandle(self._runner, self._runner.run(self._target.open_ledger(*args, **kwargs)))
+
+
+class SegmentedLog(SyncFacade):
+    """The synchronous face of `AsyncSegmentedLog`: `SegmentedLog(client, name, ...)` with a `Client`.
+
+    Every coroutine method of the async log runs on the client's event loop and is waited for;
+    its properties read through.
+    """
+
+    _target: AsyncSegmentedLog
+
+    def __init__(self, client: Client, name: str, **options: Any) -> None:
+        self.aio = AsyncSegmentedLog(client.aio, name, **options)
+        super().__init__(client.runner, self.aio)
+
+    def entries(self, from_position: Position = START, *, batch: int = 100) -> Iterator[LogEntry]:
+        """Every entry confirmed now from `from_position` on (no following; use the async API to tail)."""
+        position = check_position(from_position)
+        while True:
+            got, position = self.read_from(position, batch)
+            if not got:
+                return
+            yield from got
