@@ -12,14 +12,15 @@
 The synchronous API runs the asyncio implementation (`tidelog.client.aio`) on one background
 event loop per Client (`client.runner`, a `tidelog.client.runner.LoopThread`): every method of the
 sync objects is the async method, run there. Code that already runs an event loop uses
-`tidelog.client.aio.AsyncClient` directly.
+`tidelog.client.aio.AsyncClient` directly. The ledger API builds on this package (never the other
+way round): `tidelog.ledger.Ledgers(client)` and `tidelog.ledger.SegmentedLog(client, name)`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tidelog.client.aio import (
     AsyncAdmin,
@@ -32,9 +33,6 @@ from tidelog.client.aio import (
     Receipt,
 )
 from tidelog.client.runner import LoopThread, SyncFacade
-
-if TYPE_CHECKING:
-    from tidelog.ledger.client import Ledgers
 
 __all__ = ["AsyncClient", "Client", "ConsumedMessage", "LoopThread", "OutMessage", "Receipt"]
 
@@ -95,12 +93,6 @@ class Client:
 
     def admin(self) -> Admin:
         return Admin(self.runner, self.aio.admin())
-
-    def ledgers(self, **kw: Any) -> Ledgers:
-        """The ledger API, blocking (`tidelog.ledger.client.Ledgers`)."""
-        from tidelog.ledger.client import Ledgers  # the ledger package builds on this one
-
-        return Ledgers(self.runner, self.aio.ledgers(**kw))
 
     def close(self) -> None:
         try:

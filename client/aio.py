@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -67,9 +67,6 @@ from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
-
-if TYPE_CHECKING:
-    from tidelog.ledger.client import AsyncLedgers
 
 log = logging.getLogger(__name__)
 
@@ -222,12 +219,6 @@ class AsyncClient:
 
     def admin(self) -> AsyncAdmin:
         return AsyncAdmin(self)
-
-    def ledgers(self, **kw: Any) -> AsyncLedgers:
-        """The ledger API (`tidelog.ledger.client.AsyncLedgers`) on this client's connections."""
-        from tidelog.ledger.client import AsyncLedgers  # the ledger package builds on this module
-
-        return AsyncLedgers(self, **kw)
 
     # --- reads shared by consumer and reader ---
 

@@ -10,7 +10,7 @@ jobs, and every public name of theirs is re-exported here:
 - `ledger/ledgers.py`: `AsyncLedgers`, the operations (create, open, delete, list, metadata);
 - `ledger/writer.py`, `ledger/reader.py`: `AsyncWriteHandle`, `AsyncReadHandle`;
 - `ledger/recovery_run.py`: the recovery shell around `Recovery`;
-- `ledger/sync.py`: `Ledgers` and the sync handles, for a sync `tidelog.client.Client`.
+- `ledger/sync.py`: `Ledgers(client)` and the sync handles, for a sync `tidelog.client.Client`.
 
 Theory of operation
 -------------------
@@ -38,7 +38,8 @@ to the controller's versioned metadata store (every metadata change is a CAS) an
   master's answer is exact, so tidelog readers do not lag one entry behind as BookKeeper's do.
 
 The synchronous classes (`Ledgers`, `WriteHandle`, `ReadHandle`) run these on the sync
-`tidelog.client.Client`'s event loop thread (`client.runner`).
+`tidelog.client.Client`'s event loop thread (`client.runner`): `Ledgers(client)`. Async code
+uses `AsyncLedgers(async_client)`.
 """
 
 

@@ -1,5 +1,5 @@
-"""The ledger API for synchronous callers, on a sync `tidelog.client.Client`'s event loop thread
-(`Ledgers`, its handles, and `SegmentedLog(client, name)`).
+"""The ledger API for synchronous callers: `Ledgers(client)` and `SegmentedLog(client, name)`,
+given a sync `tidelog.client.Client`.
 
 Each class is a `SyncFacade` (client/runner.py) of its async counterpart: every coroutine method
 runs on the client's event loop thread (`client.runner`) and is waited for; properties read
@@ -63,9 +63,14 @@ class ReadHandle(SyncFacade):
 
 
 class Ledgers(SyncFacade):
-    """`AsyncLedgers` for synchronous callers: the handles it returns are sync too."""
+    """`AsyncLedgers` for synchronous callers: `Ledgers(client, **options)` with a sync `Client`
+    (options as `AsyncLedgers`: `add_timeout`, `rpc_timeout`, `max_entry_bytes`)."""
 
     _target: AsyncLedgers
+
+    def __init__(self, client: Client, **options: Any) -> None:
+        self.aio = AsyncLedgers(client.aio, **options)
+        super().__init__(client.runner, self.aio)
 
     def create_ledger(self, *args: Any, **kwargs: Any) -> WriteHandle:
         return WriteHandle(self._runner, self._runner.run(self._target.create_ledger(*args, **kwargs)))

@@ -27,9 +27,10 @@ import click
 from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
 from tidelog.client import Client
 from tidelog.errors import IncorrectParameterError, NoSuchLedgerExistsError
-from tidelog.ledger.client import Ledgers, ReadHandle
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState
-from tidelog.ledger.segmented import START, Position, SegmentedLog, check_position, default_ensemble_size
+from tidelog.ledger.seglog_record import START, Position, check_position
+from tidelog.ledger.seglog_rolling import default_ensemble_size
+from tidelog.ledger.sync import Ledgers, ReadHandle, SegmentedLog
 
 PASSWORD_ENV = "TIDE_LEDGER_PASSWORD"
 DIGESTS = ("crc32c", "crc32", "mac", "dummy")
@@ -184,10 +185,10 @@ def create(ensemble_size: int | None, write_quorum: int | None, ack_quorum: int 
     pw, meta = password_bytes(password), parse_custom(custom)
     with Client(require_controllers(controllers)) as c:
         e, wq, aq = _quorums(c, ensemble_size, write_quorum, ack_quorum)
-        handle = c.ledgers().create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
+        handle = Ledgers(c).create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
         if close_it:
             handle.close()
-        info = c.ledgers().get_metadata(handle.ledger_id)
+        info = Ledgers(c).get_metadata(handle.ledger_id)
     emit(metadata_doc(info) if as_json else _metadata_rows(info), as_json, title=f"ledger {info.ledger_id}")
 
 
@@ -226,7 +227,7 @@ def append(data: tuple[str, ...], log_name: str | None, keep_open: bool, ensembl
                   "positions": shown if as_json else " ".join(shown), "seconds": round(elapsed, 3)}, as_json,
                  title=f"appended to log {log_name}")
             return
-        handle = c.ledgers().create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
+        handle = Ledgers(c).create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
         futures = [handle.add_entry_async(d) for d in entries]   # pipelined; they complete in order
         ids = [f.result() for f in futures]
         if not keep_open:
@@ -274,7 +275,7 @@ def read(ledger_id: str | None, first: int | None, last: int | None, log_name: s
         raise click.UsageError("--from-position is for --log; use --from/--to with a ledger id")
     lid = parse_ledger_id(ledger_id)
     with Client(require_controllers(controllers)) as c:
-        handle = c.ledgers().open_ledger(lid, pw, recovery=False)
+        handle = Ledgers(c).open_ledger(lid, pw, recovery=False)
         lac = handle.last_add_confirmed
         lo = 0 if first is None else first
         hi = lac if last is None else last
@@ -323,7 +324,7 @@ def tail(ledger_id: str | None, first: int, log_name: str | None, max_entries: i
         if ledger_id is None:
             raise click.UsageError("give a LEDGER_ID, or --log NAME")
         lid = parse_ledger_id(ledger_id)
-        ledgers = c.ledgers()
+        ledgers = Ledgers(c)
         _tail_ledger(ledgers, ledgers.open_ledger(lid, pw, recovery=False), first, progress)
 
 
@@ -405,7 +406,7 @@ def recover(ledger_id: str, password: str | None, controllers: str, as_json: boo
     lid = parse_ledger_id(ledger_id)
     t0 = time.monotonic()
     with Client(require_controllers(controllers)) as c:
-        handle = c.ledgers().open_ledger(lid, pw, recovery=True)
+        handle = Ledgers(c).open_ledger(lid, pw, recovery=True)
         meta = handle.metadata
         handle.close()
     emit({"ledger_id": lid, "state": str(meta.state), "last_entry_id": meta.last_entry_id, "length": meta.length,
@@ -431,7 +432,7 @@ def info(ledger_id: str | None, log_name: str | None, controllers: str, as_json:
             emit(doc, as_json, title=f"log {log_name}")
             return
         assert ledger_id is not None
-        meta = c.ledgers().get_metadata(parse_ledger_id(ledger_id))
+        meta = Ledgers(c).get_metadata(parse_ledger_id(ledger_id))
     emit(metadata_doc(meta) if as_json else _metadata_rows(meta), as_json, title=f"ledger {meta.ledger_id}")
 
 
@@ -442,7 +443,7 @@ def list_(controllers: str, as_json: bool) -> None:
     """List every ledger with its state and where it ends."""
     rows = []
     with Client(require_controllers(controllers)) as c:
-        ledgers = c.ledgers()
+        ledgers = Ledgers(c)
         for lid in ledgers.list_ledgers():
             try:
                 meta = ledgers.get_metadata(lid)
@@ -466,6 +467,6 @@ def delete(ledger_id: str, password: str | None, controllers: str, as_json: bool
     pw = password_bytes(password)
     lid = parse_ledger_id(ledger_id)
     with Client(require_controllers(controllers)) as c:
-        c.ledgers().delete_ledger(lid, pw)
+        Ledgers(c).delete_ledger(lid, pw)
     emit({"ledger_id": lid, "deleted": True}, as_json, title="deleted")
 
