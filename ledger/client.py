@@ -14,9 +14,9 @@ jobs, and every public name of theirs is re-exported here:
 
 Theory of operation
 -------------------
-This module is the I/O shell around the pure cores of `metadata.py` and `recovery.py`: it talks
-to the controller's versioned metadata store (every metadata change is a CAS) and to the brokers'
-`Ledger` gRPC service, and it decides nothing the cores decide.
+These modules are the I/O shell around the pure cores of `metadata.py` and `recovery.py`: they
+talk to the controller's versioned metadata store (every metadata change is a CAS) and to the brokers'
+`Ledger` gRPC service, and they decide nothing the cores decide.
 
 - **Create**: check every parameter first (no write before that), place the ledger on a broker
   set (`place_ledger`), take an id from the `ledger-id-counter` key by CAS, store the metadata
@@ -41,7 +41,6 @@ The synchronous classes (`Ledgers`, `WriteHandle`, `ReadHandle`) run these on th
 `tidelog.client.Client`'s event loop thread (`client.runner`): `Ledgers(client)`. Async code
 uses `AsyncLedgers(async_client)`.
 """
-
 
 from tidelog.ledger.calls import LedgerCalls
 from tidelog.ledger.ledgers import AsyncLedgers

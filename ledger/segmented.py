@@ -35,7 +35,6 @@ appended after reading a record that holds every earlier one, so ids increase al
 `SegmentedLogRecord` refuses a list that does not, and positions order like the list.
 """
 
-
 from tidelog.ledger.seglog import AsyncSegmentedLog
 from tidelog.ledger.seglog_plan import LedgerEnd, ReadPlan, Span, locate, plan_read
 from tidelog.ledger.seglog_reader import SegmentReader
