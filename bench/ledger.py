@@ -3,7 +3,7 @@
 Starts its own cluster (bench.cluster: one controller, a broker set of two replicas, all on
 loopback, `replication: sync, in_sync_replicas: 2, auto_in_sync_replicas: true, flush: async`,
 256 MiB segments), drives it through the asyncio ledger client
-(`AsyncClient(controllers).ledgers()`), stops every process it started and prints the figures.
+(`AsyncLedgers(AsyncClient(controllers))`), stops every process it started and prints the figures.
 Run from the repository root:
 
     python -m bench.ledger              # table, about 45 s
@@ -50,7 +50,7 @@ from bench.cluster import BenchCluster
 from bench.commitlog import code_version, pick_base_dir, report
 from bench.produce import BROKER_CODE, CpuMeter, latency_summary, machine_info
 from tidelog.client.aio import AsyncClient
-from tidelog.ledger import NotEnoughBookiesError
+from tidelog.ledger import AsyncLedgers, NotEnoughBookiesError
 
 ENTRY_BYTES = 1024
 ENSEMBLE = WRITE_QUORUM = ACK_QUORUM = 2
@@ -121,18 +121,18 @@ async def _run_phases(cluster: BenchCluster, *, sequential_adds: int, window_sec
         return m.start()
 
     async with AsyncClient(cluster.controller_address) as client:
-        ledgers = client.ledgers()
+        ledgers = AsyncLedgers(client)
         out["sequential"] = await _sequential(ledgers, data, sequential_adds, meter)
         out["pipelined"] = await _pipelined_windows(ledgers, data, window_seconds, meter)
 
     # (3) a ledger whose writer stops without closing it, then a recovery open by another client
     async with AsyncClient(cluster.controller_address) as writer_client:
-        w = await _create(writer_client.ledgers())
+        w = await _create(AsyncLedgers(writer_client))
         fill = await _pipelined(w, data, RECOVERY_WINDOW, count=recovery_entries)
         ledger_id, writer_lac = w.ledger_id, w.last_add_confirmed
         # no w.close(): leaving this block closes the writer's connections, the ledger stays OPEN
     async with AsyncClient(cluster.controller_address) as client:
-        r, recovered = await _recover(client.ledgers(), ledger_id, writer_lac, meter)
+        r, recovered = await _recover(AsyncLedgers(client), ledger_id, writer_lac, meter)
         out["recovery"] = {"entries_written": fill["entries"], "fill_seconds": fill["seconds"],
                            "fill_entries_per_s": fill["entries"] / fill["seconds"], **recovered}
         out["read"] = await _read_back(r, ledger_id, meter)

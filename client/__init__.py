@@ -10,18 +10,17 @@
             consumer.commit()
 
 The synchronous API runs the asyncio implementation (`tidelog.client.aio`) on one background
-event loop per Client: every method of the sync objects is the async method, run there. Code
-that already runs an event loop uses `tidelog.client.aio.AsyncClient` directly.
+event loop per Client (`client.runner`, a `tidelog.client.runner.LoopThread`): every method of the
+sync objects is the async method, run there. Code that already runs an event loop uses
+`tidelog.client.aio.AsyncClient` directly. The ledger API builds on this package (never the other
+way round): `tidelog.ledger.Ledgers(client)` and `tidelog.ledger.SegmentedLog(client, name)`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import functools
-import threading
-from collections.abc import Coroutine, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from tidelog.client.aio import (
     AsyncAdmin,
@@ -33,61 +32,12 @@ from tidelog.client.aio import (
     OutMessage,
     Receipt,
 )
+from tidelog.client.runner import LoopThread, SyncFacade
 
-if TYPE_CHECKING:
-    from tidelog.ledger.client import Ledgers
-
-T = TypeVar("T")
-
-__all__ = ["AsyncClient", "Client", "ConsumedMessage", "OutMessage", "Receipt"]
+__all__ = ["AsyncClient", "Client", "ConsumedMessage", "LoopThread", "OutMessage", "Receipt"]
 
 
-class _Loop:
-    """One event loop on a daemon thread; `run` executes a coroutine there and waits for it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="tidelog-client", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if threading.current_thread() is self.thread:
-            raise RuntimeError("synchronous tidelog calls cannot run on the client's own loop")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
-class _Sync:
-    """A synchronous face of an async object: coroutine methods run on the client's loop."""
-
-    def __init__(self, loop: _Loop, target: Any) -> None:
-        self._loop = loop
-        self._target = target
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._target, name)
-        if asyncio.iscoroutinefunction(attr):
-            @functools.wraps(attr)
-            def call(*args: Any, **kwargs: Any) -> Any:
-                return self._loop.run(attr(*args, **kwargs))
-            return call
-        return attr
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        close = getattr(self._target, "close", None)
-        if close is not None:
-            self._loop.run(close())
-
-
-class Producer(_Sync):
+class Producer(SyncFacade):
     _target: AsyncProducer
 
     def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
@@ -101,18 +51,18 @@ class Producer(_Sync):
         async def send() -> Receipt:
             return await self._target.send_async(topic, body, key, tags, properties)
 
-        return asyncio.run_coroutine_threadsafe(send(), self._loop.loop)
+        return self._runner.submit(send())
 
 
-class Consumer(_Sync):
+class Consumer(SyncFacade):
     _target: AsyncConsumer
 
 
-class Reader(_Sync):
+class Reader(SyncFacade):
     _target: AsyncReader
 
 
-class Admin(_Sync):
+class Admin(SyncFacade):
     _target: AsyncAdmin
 
 
@@ -120,40 +70,35 @@ class Client:
     """Synchronous client for a tidelog cluster, given its controller addresses."""
 
     def __init__(self, controllers: str | Iterable[str] | None = None, **options: Any) -> None:
-        self._loop = _Loop()
+        #: The event loop thread every call of this client runs on (`tidelog.client.runner`).
+        self.runner = LoopThread()
 
         async def make() -> AsyncClient:
             return AsyncClient(controllers, **options)
 
         try:
-            self.aio: AsyncClient = self._loop.run(make())
+            self.aio: AsyncClient = self.runner.run(make())
         except BaseException:
-            self._loop.stop()
+            self.runner.stop()
             raise
 
     def producer(self, **kw: Any) -> Producer:
-        return Producer(self._loop, self.aio.producer(**kw))
+        return Producer(self.runner, self.aio.producer(**kw))
 
     def consumer(self, group: str, topic: str, **kw: Any) -> Consumer:
-        return Consumer(self._loop, self.aio.consumer(group, topic, **kw))
+        return Consumer(self.runner, self.aio.consumer(group, topic, **kw))
 
     def reader(self, topic: str, queue: int, start_offset: int = 0, **kw: Any) -> Reader:
-        return Reader(self._loop, self.aio.reader(topic, queue, start_offset, **kw))
+        return Reader(self.runner, self.aio.reader(topic, queue, start_offset, **kw))
 
     def admin(self) -> Admin:
-        return Admin(self._loop, self.aio.admin())
-
-    def ledgers(self, **kw: Any) -> Ledgers:
-        """The ledger API, blocking (`tidelog.ledger.client.Ledgers`)."""
-        from tidelog.ledger.client import Ledgers  # the ledger package builds on this one
-
-        return Ledgers(self._loop, self.aio.ledgers(**kw))
+        return Admin(self.runner, self.aio.admin())
 
     def close(self) -> None:
         try:
-            self._loop.run(self.aio.close())
+            self.runner.run(self.aio.close())
         finally:
-            self._loop.stop()
+            self.runner.stop()
 
     def __enter__(self) -> Client:
         return self

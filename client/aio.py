@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -67,9 +67,6 @@ from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
-
-if TYPE_CHECKING:
-    from tidelog.ledger.client import AsyncLedgers
 
 log = logging.getLogger(__name__)
 
@@ -222,12 +219,6 @@ class AsyncClient:
 
     def admin(self) -> AsyncAdmin:
         return AsyncAdmin(self)
-
-    def ledgers(self, **kw: Any) -> AsyncLedgers:
-        """The ledger API (`tidelog.ledger.client.AsyncLedgers`) on this client's connections."""
-        from tidelog.ledger.client import AsyncLedgers  # the ledger package builds on this module
-
-        return AsyncLedgers(self, **kw)
 
     # --- reads shared by consumer and reader ---
 
@@ -390,19 +381,12 @@ class AsyncProducer:
                 await self._deliver(acc, [p])
             return
         except TidelogError as exc:
-            for p in batch:
-                _fail(p.future, exc)
+            _fail_all(batch, exc)
             return
         except Exception as exc:  # a bug: every caller still gets an answer
-            for p in batch:
-                _fail(p.future, exc)
+            _fail_all(batch, exc)
             raise
-        for p, r in zip(batch, receipts, strict=True):
-            if not p.future.done():
-                if r is None:
-                    p.future.set_exception(SendFailedError("the broker's reply had no receipt for this message"))
-                else:
-                    p.future.set_result(r)
+        _settle(batch, receipts)
 
     async def send_batch(self, topic: str, messages: Sequence[OutMessage | bytes]) -> list[Receipt]:
         """Send messages; those with the same key keep their order. One request per broker set."""
@@ -441,31 +425,14 @@ class AsyncProducer:
         refresh = False
         while True:
             attempts += 1
+            route, not_now = await self._send_route(topic, refresh)
             name = target[0] if target else ""
             try:
-                # The controller not knowing the topic is an answer, not a passing state: it is
-                # raised at once (only a broker's TOPIC_NOT_FOUND below is waited out).
-                route = await self.client.route(topic, refresh=refresh)
-                if not route.queue_list:
-                    raise TopicNotFoundError(f"topic {topic!r} has no queues")
-            except _RETRY_SEND as exc:
-                route, last, refresh = None, exc, True
-            try:
                 if route is None:
-                    raise last or UnavailableError("no route")
+                    raise not_now or UnavailableError("no route")
                 refresh = False
                 name, queue = target or queue_round_robin(route, next(self._rr), frozenset(avoid))
-                bs = route.broker_set(name)
-                if bs is None or not bs.master_address:
-                    raise UnavailableError(f"broker set {name} has no master right now")
-                req = bpb.ProduceRequest(topic=topic, messages=[
-                    _produce_message(m, queue) for m in items])
-                reply = await self.client.call_master(topic, bs, "Produce", req,
-                                                      timeout=max(0.5, min(self.client.rpc_timeout,
-                                                                           deadline - time.monotonic())))
-                for i, r in zip(indexes, reply.results, strict=True):
-                    receipts[i] = Receipt(r.message_id, topic, reply.broker_set, r.queue, r.queue_offset,
-                                          r.phys_offset)
+                await self._produce(topic, route, name, queue, items, indexes, receipts, deadline)
                 return
             except _RETRY_SEND as exc:
                 last = exc
@@ -482,10 +449,50 @@ class AsyncProducer:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 0.5)
 
+    async def _send_route(self, topic: str, refresh: bool) -> tuple[TopicRoute | None, TidelogError | None]:
+        """The topic's route for one send attempt, or (None, the "not here / not now" answer to
+        retry on). The controller not knowing the topic is an answer, not a passing state: it is
+        raised at once (only a broker's TOPIC_NOT_FOUND is waited out, in `_send_group`)."""
+        try:
+            route = await self.client.route(topic, refresh=refresh)
+        except _RETRY_SEND as exc:
+            return None, exc
+        if not route.queue_list:
+            raise TopicNotFoundError(f"topic {topic!r} has no queues")
+        return route, None
+
+    async def _produce(self, topic: str, route: TopicRoute, name: str, queue: int, items: list[OutMessage],
+                       indexes: list[int], receipts: list[Receipt | None], deadline: float) -> None:
+        """One Produce request of `items` to queue `queue` of broker set `name`; fills `receipts`."""
+        bs = route.broker_set(name)
+        if bs is None or not bs.master_address:
+            raise UnavailableError(f"broker set {name} has no master right now")
+        req = bpb.ProduceRequest(topic=topic, messages=[_produce_message(m, queue) for m in items])
+        reply = await self.client.call_master(topic, bs, "Produce", req,
+                                              timeout=max(0.5, min(self.client.rpc_timeout,
+                                                                   deadline - time.monotonic())))
+        for i, r in zip(indexes, reply.results, strict=True):
+            receipts[i] = Receipt(r.message_id, topic, reply.broker_set, r.queue, r.queue_offset, r.phys_offset)
+
 
 def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
+
+
+def _fail_all(batch: Sequence[Pending], exc: BaseException) -> None:
+    for p in batch:
+        _fail(p.future, exc)
+
+
+def _settle(batch: Sequence[Pending], receipts: Sequence[Receipt | None]) -> None:
+    """Give each still-waiting sender its receipt (or an error if the reply had none for it)."""
+    for p, r in zip(batch, receipts, strict=True):
+        if not p.future.done():
+            if r is None:
+                p.future.set_exception(SendFailedError("the broker's reply had no receipt for this message"))
+            else:
+                p.future.set_result(r)
 
 
 def _produce_message(m: OutMessage, queue: int) -> bpb.ProduceMessage:
@@ -625,14 +632,15 @@ class AsyncConsumer:
     async def _start_offset(self, route: TopicRoute, q: tuple[str, int]) -> int:
         bs = route.broker_set(q[0])
         assert bs is not None
-        committed = await self._fetch(bs, q[1])
+        committed = await self.fetch_committed(bs, q[1])
         if committed is not None:
             self._committed[q] = committed
             return committed
         offsets = await self.client.queue_offsets(bs, self.topic, q[1])
         return offsets.min if self.start == "earliest" else offsets.confirmed
 
-    async def _fetch(self, bs: BrokerSetRoute, queue: int) -> int | None:
+    async def fetch_committed(self, bs: BrokerSetRoute, queue: int) -> int | None:
+        """The group's committed offset of `queue` in broker set `bs` (None: nothing committed)."""
         req = bpb.FetchOffsetRequest(group=self.group, topic=self.topic, queue=queue)
         addresses = ([bs.master_address] if bs.master_address else []) + bs.read_addresses()
         last: TidelogError | None = None
@@ -796,7 +804,7 @@ class AsyncAdmin:
         for bs in route.broker_sets:
             for q in range(bs.queues):
                 o = await self.client.queue_offsets(bs, topic, q)
-                committed = await probe._fetch(bs, q)
+                committed = await probe.fetch_committed(bs, q)
                 rows.append({"broker_set": bs.name, "queue": q, "committed": committed,
                              "confirmed": o.confirmed, "lag": o.confirmed - (committed or o.min)})
         return rows

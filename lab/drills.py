@@ -110,7 +110,8 @@ class Drill:
         self.t0 = time.monotonic()
         self.lab = bool(self.state.get("lab"))
 
-    def _log(self, what: str) -> None:
+    def log(self, what: str) -> None:
+        """Record a step of the drill (with its time since the start) and tell the caller."""
         at = round(time.monotonic() - self.t0, 2)
         self.steps.append({"at_s": at, "step": what})
         self.note(f"{at:7.2f}s  {what}")
@@ -138,15 +139,15 @@ class Drill:
         if not self.lab:
             raise ConfigError(f"`{what}` is a network fault: it needs a cluster started with --netns")
         control.network(self.data_dir, event)
-        self._log(what)
+        self.log(what)
 
     def proc(self, verb: str, name: str) -> None:
         control.process(self.data_dir, verb, name)
-        self._log(f"{verb} {name}")
+        self.log(f"{verb} {name}")
 
     def dc(self, verb: str, dc: str) -> None:
         control.datacenter(self.data_dir, verb, dc)
-        self._log(f"dc-{verb} {dc}")
+        self.log(f"dc-{verb} {dc}")
 
     def wait_placement_clean(self, timeout_s: float) -> list[str]:
         """Wait until the placement audit names nothing of the drill's broker set; returns the
@@ -162,9 +163,9 @@ class Drill:
             for code, reason in mine:
                 if not seen or seen[-1] != code:
                     seen.append(code)
-                    self._log(f"placement audit: {code}: {reason}")
+                    self.log(f"placement audit: {code}: {reason}")
             if not mine:
-                self._log("placement audit: clean")
+                self.log("placement audit: clean")
                 return seen
             if time.monotonic() > deadline:
                 raise UnavailableError(f"placement of {self.broker_set} not clean within {timeout_s:.0f}s: {mine}")
@@ -175,7 +176,7 @@ class Drill:
         for p in self.state["processes"]:
             if not localcluster.is_running(p):
                 localcluster.restart(self.data_dir, p["name"])
-        self._log("heal")
+        self.log("heal")
 
     def dcs(self) -> list[str]:
         return list(dict.fromkeys(p.get("datacenter") for p in self.state["processes"]
@@ -378,7 +379,7 @@ def run(data_dir: Path, scenario: str | None = None, *, seed: int | None = None,
         time.sleep(settle_s)
         work.stop()
         whole_s = wait_whole(client, broker_set, timeout_s=90)
-        drill._log("broker set whole again" if whole_s is not None else "broker set NOT whole within 90 s")
+        drill.log("broker set whole again" if whole_s is not None else "broker set NOT whole within 90 s")
         report = check(data_dir, client, broker_set, topic, work, drill.t0)
     report.update(scenario=name, steps=drill.steps, whole_after_heal=whole_s is not None)
     return report
@@ -483,7 +484,7 @@ def compare_replicas(data_dir: Path, client: Client, broker_set: str,
         statuses = {}
         for p in procs:
             with contextlib.suppress(Exception):  # an unreachable replica is reported below
-                statuses[p["name"]] = client._loop.run(
+                statuses[p["name"]] = client.runner.run(
                     client.aio.call_broker(p["address"], "Status", bpb.StatusRequest(), timeout=2.0))
         masters = [n for n, s in statuses.items() if s.role == "master"]
         if len(statuses) == len(procs) and len(masters) == 1:

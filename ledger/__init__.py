@@ -13,8 +13,13 @@ This package is built as a pure core and a thin shell (docs/ARCHITECTURE.md §2.
 - `recovery`: fencing and recovery decisions (`FenceTracker`, `EntryRecoveryTracker`, the
   `Recovery` state machine that hands back actions), and the writer's add rules.
 - `digest`: the per-entry digests writers compute and readers check.
-- `client`: the API (`AsyncLedgers`, reached from `AsyncClient.ledgers()` / `Client.ledgers()`),
-  the I/O shell that drives the cores above. Its use is described in `API.md`.
+- `client`: the API — `AsyncLedgers(async_client)`, and `Ledgers(client)` for a sync
+  `tidelog.client.Client` — the I/O shell that drives the cores above, split into modules named
+  for their jobs (listed there). Its use is described in `API.md`.
+- `segmented`: `SegmentedLog`, an unbounded log made of ledgers (`SEGMENTED.md`).
+
+The ledger package builds on `tidelog.client` (its connections and its event loop thread,
+`tidelog.client.runner`); `tidelog.client` never imports this package.
 
 The I/O shell (gRPC calls to the replicas, the controller CAS, timeouts) drives these objects
 and never decides anything itself. The rules, numbered, and where we differ from BookKeeper's

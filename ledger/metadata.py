@@ -50,7 +50,7 @@ import hmac
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from tidelog.errors import (
     IllegalOpError,
@@ -77,6 +77,7 @@ __all__ = [
     "check_update",
     "decide_transition",
     "hash_password",
+    "is_int",
     "new_ledger_metadata",
 ]
 
@@ -101,8 +102,8 @@ def hash_password(password: bytes) -> bytes:
     return hashlib.sha256(b"tidelog-ledger-password\x00" + password).digest()
 
 
-def _is_int(value: Any) -> bool:
-    # bool is an int in Python; `ack_quorum=True` is a bug, not 1
+def is_int(value: Any) -> TypeGuard[int]:
+    """Whether `value` is an integer; bool is an int in Python, but `ack_quorum=True` is a bug, not 1."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -144,17 +145,26 @@ class LedgerMetadata:
         self._validate()
 
     def _validate(self) -> None:
+        self._validate_fields()
+        _check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        if self.format_version != FORMAT_VERSION:
+            raise _bad(f"unknown ledger metadata format version {self.format_version}")
+        self._validate_ensembles()
+        self._validate_end()
+        if not isinstance(self.password_hash, bytes):
+            raise _bad("password_hash must be bytes")
+
+    def _validate_fields(self) -> None:
         for name in ("ledger_id", "ensemble_size", "write_quorum", "ack_quorum", "last_entry_id",
                      "length", "ctime_ms", "format_version", "version"):
-            if not _is_int(getattr(self, name)):
+            if not is_int(getattr(self, name)):
                 raise _bad(f"{name} must be an integer, got {getattr(self, name)!r}")
         if self.ledger_id < 0:
             raise _bad(f"ledger_id must not be negative, got {self.ledger_id}")
         if not self.broker_set:
             raise _bad("a ledger lives in a broker set; broker_set is empty")
-        _check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
-        if self.format_version != FORMAT_VERSION:
-            raise _bad(f"unknown ledger metadata format version {self.format_version}")
+
+    def _validate_ensembles(self) -> None:
         # M2: at least one ensemble, keys strictly increasing from 0, each of E distinct replicas
         if not self.ensembles:
             raise _bad("a ledger has at least one ensemble")
@@ -168,8 +178,10 @@ class LedgerMetadata:
             if len(members) != self.ensemble_size or len(set(members)) != len(members):
                 raise _bad(f"the ensemble at {first} must have {self.ensemble_size} distinct replicas, "
                            f"got {list(members)}")
-            if not all(_is_int(m) and m >= 0 for m in members):
+            if not all(is_int(m) and m >= 0 for m in members):
                 raise _bad(f"replicas are broker ids (non-negative integers), got {list(members)}")
+
+    def _validate_end(self) -> None:
         # M3: last entry id and length describe the end only once the ledger is CLOSED
         if self.state is LedgerState.CLOSED:
             if self.last_entry_id < -1 or self.length < 0:
@@ -180,8 +192,6 @@ class LedgerMetadata:
         elif self.last_entry_id != -1 or self.length != 0:
             raise _bad(f"a {self.state} ledger has no last entry id or length yet (-1/0), got "
                        f"{self.last_entry_id}/{self.length}")
-        if not isinstance(self.password_hash, bytes):
-            raise _bad("password_hash must be bytes")
 
     # --- lookups -----------------------------------------------------------------------------
 
@@ -196,7 +206,7 @@ class LedgerMetadata:
 
     def ensemble_for(self, entry_id: int) -> tuple[int, ...]:
         """The ensemble holding `entry_id`: the one with the greatest first entry id ≤ it."""
-        if not _is_int(entry_id) or entry_id < 0:
+        if not is_int(entry_id) or entry_id < 0:
             raise _bad(f"entry ids are non-negative integers, got {entry_id!r}")
         chosen = self.ensembles[0][1]
         for first, members in self.ensembles:
@@ -290,7 +300,7 @@ def _check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> No
     # throws IllegalArgumentException for WQ<AQ, we answer the typed error for both APIs
     for name, value in (("ensemble_size", ensemble_size), ("write_quorum", write_quorum),
                         ("ack_quorum", ack_quorum)):
-        if not _is_int(value) or value <= 0:
+        if not is_int(value) or value <= 0:
             raise _bad(f"{name} must be a positive integer, got {value!r}")
     if write_quorum > ensemble_size:
         raise _bad(f"write_quorum ({write_quorum}) must not exceed ensemble_size ({ensemble_size})")
@@ -326,12 +336,12 @@ def check_create_params(ensemble_size: int, write_quorum: int, ack_quorum: int, 
         raise _bad("custom_metadata must be a mapping (use {} for none)")
     if not all(isinstance(k, str) and isinstance(v, bytes) for k, v in custom_metadata.items()):
         raise _bad("custom_metadata maps strings to bytes")
-    if not _is_int(set_replicas) or set_replicas <= 0:
+    if not is_int(set_replicas) or set_replicas <= 0:
         raise _bad(f"set_replicas must be a positive integer, got {set_replicas!r}")
     if ensemble_size != set_replicas:
         raise _bad(f"tidelog requires ensemble_size == write_quorum == the number of replicas of the broker "
                    f"set ({set_replicas}), got E=WQ={ensemble_size}", set_replicas=set_replicas)
-    if not _is_int(available_replicas) or available_replicas < 0:
+    if not is_int(available_replicas) or available_replicas < 0:
         raise _bad(f"available_replicas must be a non-negative integer, got {available_replicas!r}")
     if available_replicas < ensemble_size:
         raise NotEnoughBookiesError(

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from tidelog.client.aio import AsyncClient
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
-from tidelog.client.routing import BrokerSetRoute
+from tidelog.client.routing import BrokerSetRoute, TopicRoute
 from tidelog.errors import (
     CorruptRecordError,
     OffsetBelowRetentionError,
@@ -75,35 +75,48 @@ async def cluster_view(client: AsyncClient, topics: Sequence[str], *, timeout: f
     deadline = time.monotonic() + timeout
     refresh = False
     while True:
-        routes = {}
-        for topic in topics:
+        routes = await _routes(client, topics, refresh=refresh, deadline=deadline)
+        if routes is not None:
             try:
-                routes[topic] = await client.route(topic, refresh=refresh)
-            except UnavailableError:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(0.2)
-                break
-            if not routes[topic].broker_sets:
-                raise TopicNotFoundError(f"topic {topic!r} has no queues")
-        else:
-            try:
-                states: list[QueueState] = []
-                replicas: dict[tuple[str, str], tuple[str, ...]] = {}
-                for topic, route in routes.items():
-                    pairs = [(bs, q) for bs in route.broker_sets for q in range(bs.queues)]
-                    offsets = await asyncio.gather(*(client.queue_offsets(bs, topic, q) for bs, q in pairs))
-                    for (bs, q), o in zip(pairs, offsets, strict=True):
-                        states.append(QueueState(topic, bs.name, q, int(o.min), int(o.confirmed)))
-                    for bs in route.broker_sets:
-                        replicas[(topic, bs.name)] = tuple(bs.read_addresses())
-                return ClusterView(states, replicas)
+                return await _queue_offsets(client, routes)
             except _REPLICA_ERRORS as exc:
                 if time.monotonic() >= deadline:
                     raise
                 log.info("queue offsets of %s not available yet (%s); retrying", ",".join(topics), exc)
                 await asyncio.sleep(0.2)
         refresh = True
+
+
+async def _routes(client: AsyncClient, topics: Sequence[str], *, refresh: bool,
+                  deadline: float) -> dict[str, TopicRoute] | None:
+    """The route of every topic; None (after a pause) while the controllers are unavailable and
+    there is time left to ask again. A topic without queues is TopicNotFoundError."""
+    routes: dict[str, TopicRoute] = {}
+    for topic in topics:
+        try:
+            routes[topic] = await client.route(topic, refresh=refresh)
+        except UnavailableError:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.2)
+            return None
+        if not routes[topic].broker_sets:
+            raise TopicNotFoundError(f"topic {topic!r} has no queues")
+    return routes
+
+
+async def _queue_offsets(client: AsyncClient, routes: dict[str, TopicRoute]) -> ClusterView:
+    """Every queue's offsets, asked of its broker set, and where each broker set can be read."""
+    states: list[QueueState] = []
+    replicas: dict[tuple[str, str], tuple[str, ...]] = {}
+    for topic, route in routes.items():
+        pairs = [(bs, q) for bs in route.broker_sets for q in range(bs.queues)]
+        offsets = await asyncio.gather(*(client.queue_offsets(bs, topic, q) for bs, q in pairs))
+        for (bs, q), o in zip(pairs, offsets, strict=True):
+            states.append(QueueState(topic, bs.name, q, int(o.min), int(o.confirmed)))
+        for bs in route.broker_sets:
+            replicas[(topic, bs.name)] = tuple(bs.read_addresses())
+    return ClusterView(states, replicas)
 
 
 class RangeReader:

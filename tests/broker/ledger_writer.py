@@ -14,6 +14,7 @@ import sys
 
 from tidelog.client import Client
 from tidelog.errors import TidelogError
+from tidelog.ledger import Ledgers
 
 PASSWORD = b"recovery-test"
 
@@ -31,7 +32,7 @@ def main() -> None:
             out.flush()
             os.fsync(out.fileno())
 
-        ledgers = client.ledgers()
+        ledgers = Ledgers(client)
         handle = ledgers.create_ledger(2, 2, aq, PASSWORD)
         say(f"ledger {handle.ledger_id}")
         entry = 0

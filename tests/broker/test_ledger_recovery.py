@@ -26,6 +26,7 @@ from tests.broker.ledger_writer import PASSWORD, payload
 from tests.procs import free_address, wait_until
 from tidelog.client import Client
 from tidelog.errors import LedgerRecoveryError, NotEnoughBookiesError, TidelogError, UnauthorizedAccessError
+from tidelog.ledger import Ledgers
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +89,7 @@ def _recover(controllers: str, ledger_id: int, attempts_s: float = 60.0) -> Any:
     with Client(controllers) as client:
         while True:
             try:
-                handle = client.ledgers().open_ledger(ledger_id, PASSWORD, recovery=True)
+                handle = Ledgers(client).open_ledger(ledger_id, PASSWORD, recovery=True)
                 entries = handle.read_entries(0, handle.last_add_confirmed) if handle.last_add_confirmed >= 0 else []
                 return handle.last_add_confirmed, [(e.entry_id, e.data) for e in entries]
             except (LedgerRecoveryError, NotEnoughBookiesError) as exc:
@@ -137,7 +138,7 @@ def test_killed_writer_recovered_while_master_is_killed(broker_cluster: Callable
 
         def recover() -> None:
             try:
-                h = client.ledgers().open_ledger(ledger_id, PASSWORD, recovery=True)
+                h = Ledgers(client).open_ledger(ledger_id, PASSWORD, recovery=True)
                 outcome["end"] = h.last_add_confirmed
             except TidelogError as exc:
                 outcome["error"] = exc
@@ -189,7 +190,7 @@ def test_wiped_replica_does_not_make_recovery_close_short(broker_cluster: Callab
         wait_until(lambda: c.bs.clients[m].status(timeout=1.0) is not None, 20, 0.2, what="the empty replica")
         with Client(c.controllers) as client:
             try:
-                h = client.ledgers().open_ledger(w.ledger_id(), PASSWORD, recovery=True)
+                h = Ledgers(client).open_ledger(w.ledger_id(), PASSWORD, recovery=True)
                 early_end = h.last_add_confirmed
             except (LedgerRecoveryError, NotEnoughBookiesError):
                 early_end = None
@@ -206,7 +207,7 @@ def test_recovery_with_wrong_password_fences_nothing(broker_cluster: Callable[..
     c = broker_cluster(2)
     w = start_writer(c.controllers, 10)
     with Client(c.controllers) as client, pytest.raises(UnauthorizedAccessError):
-        client.ledgers().open_ledger(w.ledger_id(), b"not-the-password", recovery=True)
+        Ledgers(client).open_ledger(w.ledger_id(), b"not-the-password", recovery=True)
     before = len(w.acked())
     w.wait_acked(before + 10)  # the writer goes on: nothing was fenced
     assert w.errors() == []

@@ -16,6 +16,7 @@ import pytest
 
 from tests.broker.conftest import TOPIC, BrokerCluster
 from tidelog.client import Client
+from tidelog.ledger import Ledgers
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +63,7 @@ def test_sync_flush_sends_never_wait_for_a_tick(broker_cluster: Callable[..., Br
 def test_ledger_adds_never_wait_for_a_tick(broker_cluster: Callable[..., BrokerCluster]) -> None:
     cluster = broker_cluster(2, **SLOW_TIMERS)
     with Client(cluster.controllers) as client:
-        ledgers = client.ledgers()
+        ledgers = Ledgers(client)
         writer = ledgers.create_ledger(2, 2, 2, password=b"pw")
         writer.add_entry(b"warm-up")
         _each_within(BOUND_S, 200, lambda i: writer.add_entry(f"entry-{i}".encode() * 16))

@@ -25,6 +25,7 @@ from tests.brokers import BrokerSetProcs, pause, resume, status_of
 from tests.procs import wait_until
 from tidelog.client.aio import AsyncClient
 from tidelog.client.routing import BrokerSetRoute
+from tidelog.ledger import AsyncLedgers
 
 pytestmark = pytest.mark.slow
 
@@ -125,7 +126,7 @@ def test_a_ledger_add_moves_to_the_new_master_soon_after_the_election(
 
     async def main() -> tuple[float, list[bytes]]:
         async with AsyncClient(cluster.controllers, rpc_timeout=10.0) as client:
-            ledgers = client.ledgers(add_timeout=30.0)
+            ledgers = AsyncLedgers(client, add_timeout=30.0)
             w = await ledgers.create_ledger(2, 2, 1, b"pw")
             assert await w.add_entry(b"before") == 0
             watch.stop_master()
@@ -152,7 +153,7 @@ def test_ledger_and_spark_reads_fall_back_from_a_silent_slave(broker_cluster: Ca
 
     async def main() -> tuple[list[bytes], list[bytes], float, float]:
         async with AsyncClient(cluster.controllers, rpc_timeout=10.0) as client:
-            ledgers = client.ledgers()
+            ledgers = AsyncLedgers(client)
             w = await ledgers.create_ledger(2, 2, 2, b"pw")
             for i in range(5):
                 await w.add_entry(b"e%d" % i)

@@ -13,10 +13,12 @@ from tests.client.conftest import LocalCluster
 from tidelog.client import Client
 from tidelog.client.aio import AsyncClient
 from tidelog.ledger import (
+    AsyncLedgers,
     IncorrectParameterError,
     LedgerClosedError,
     LedgerFencedError,
     LedgerReadError,
+    Ledgers,
     LedgerState,
     NoSuchLedgerExistsError,
     UnauthorizedAccessError,
@@ -34,7 +36,7 @@ def payload(i: int) -> bytes:
 def test_pipelined_adds_read_back_and_close(cluster: LocalCluster) -> None:
     async def run() -> None:
         async with AsyncClient(cluster.controllers) as client:
-            ledgers = client.ledgers()
+            ledgers = AsyncLedgers(client)
             w = await ledgers.create_ledger(2, 2, 2, PASSWORD, custom_metadata={"app": b"smoke"})
             futures = [w.add_entry_async(payload(i)) for i in range(100)]
             assert [f.done() for f in futures[:1]] == [False]  # sent, not yet confirmed
@@ -66,7 +68,7 @@ def test_pipelined_adds_read_back_and_close(cluster: LocalCluster) -> None:
 
 def test_recovery_open_fences_the_writer_and_keeps_every_acked_entry(cluster: LocalCluster) -> None:
     with Client(cluster.controllers) as client:
-        ledgers = client.ledgers()
+        ledgers = Ledgers(client)
         w = ledgers.create_ledger(2, 2, 1, PASSWORD, digest="mac")
         acked = [w.add_entry(payload(i)) for i in range(20)]
         in_flight = [w.add_entry_async(payload(20 + i)) for i in range(5)]
@@ -99,7 +101,7 @@ def test_recovery_open_fences_the_writer_and_keeps_every_acked_entry(cluster: Lo
 
 def test_bad_input_is_refused_before_anything_is_sent(cluster: LocalCluster) -> None:
     with Client(cluster.controllers) as client:
-        ledgers = client.ledgers()
+        ledgers = Ledgers(client)
         before = ledgers.list_ledgers()
         for bad in [(2, 2, 3), (3, 3, 2), (2, 1, 1), (0, 0, 0)]:
             with pytest.raises(IncorrectParameterError):

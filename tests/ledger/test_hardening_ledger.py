@@ -23,7 +23,7 @@ from tidelog.errors import (
     LedgerFencedError,
     UnauthorizedAccessError,
 )
-from tidelog.ledger import LedgerMetadata, LedgerState
+from tidelog.ledger import LedgerMetadata, Ledgers, LedgerState
 from tidelog.ledger.client import ledger_key
 from tidelog.ledger.digest import Digester
 from tidelog.proto import ledger_pb2 as lpb
@@ -46,7 +46,7 @@ def _raw_add(client: Client, meta: LedgerMetadata, entry_id: int, data: bytes, *
     """One Add to the set's master over raw gRPC; the digest is the right one unless given."""
     if digest is None:
         digest = Digester(meta.digest_type, password).compute(meta.ledger_id, entry_id, lac, length, data)
-    address = client.ledgers().broker_set(meta.broker_set, refresh=True).master_address
+    address = Ledgers(client).broker_set(meta.broker_set, refresh=True).master_address
     with grpc.insecure_channel(address) as channel:
         try:
             return lpb_grpc.LedgerStub(channel).Add(lpb.AddRequest(
@@ -57,7 +57,7 @@ def _raw_add(client: Client, meta: LedgerMetadata, entry_id: int, data: bytes, *
 
 
 def _written(client: Client, digest: str = "crc32c", *, close: bool = True) -> Any:
-    w = client.ledgers().create_ledger(2, 2, 2, PASSWORD, digest=digest)
+    w = Ledgers(client).create_ledger(2, 2, 2, PASSWORD, digest=digest)
     for data in ENTRIES:
         w.add_entry(data)
     if close:
@@ -66,7 +66,7 @@ def _written(client: Client, digest: str = "crc32c", *, close: bool = True) -> A
 
 
 def _reads_every_entry(client: Client, ledger_id: int, *, recovery: bool = False) -> None:
-    r = client.ledgers().open_ledger(ledger_id, PASSWORD, recovery=recovery)
+    r = Ledgers(client).open_ledger(ledger_id, PASSWORD, recovery=recovery)
     assert r.last_add_confirmed == len(ENTRIES) - 1
     assert [e.data for e in r.read_entries(0, len(ENTRIES) - 1)] == ENTRIES
 
@@ -80,7 +80,7 @@ def test_an_add_to_a_closed_ledger_is_refused_with_or_without_a_valid_digest(cli
     with pytest.raises(LedgerClosedError):  # and a correct one: the ledger is sealed on the brokers
         _raw_add(client, meta, 5, b"valid", lac=4, length=length + 5)
     with pytest.raises(LedgerClosedError):  # a recovery add beyond the end, too
-        address = client.ledgers().broker_set(meta.broker_set, refresh=True).master_address
+        address = Ledgers(client).broker_set(meta.broker_set, refresh=True).master_address
         data = b"late"
         digest = Digester(meta.digest_type, PASSWORD).compute(meta.ledger_id, 5, 4, length + 4, data)
         with grpc.insecure_channel(address) as channel:
@@ -95,7 +95,7 @@ def test_an_add_to_a_closed_ledger_is_refused_with_or_without_a_valid_digest(cli
 
     # a ledger sealed by a recovery (its writer gone) refuses the writer's adds as fenced
     dead = _written(client, close=False)
-    client.ledgers().open_ledger(dead.ledger_id, PASSWORD, recovery=True)
+    Ledgers(client).open_ledger(dead.ledger_id, PASSWORD, recovery=True)
     for digest in (None, b"bogus"):
         with pytest.raises(LedgerFencedError):
             _raw_add(client, dead.metadata, 5, b"late", lac=4, length=length + 4, digest=digest)
@@ -154,6 +154,6 @@ def test_metadata_changes_without_the_password_are_refused(cluster: LocalCluster
     w.add_entry(b"more")                              # and its writer goes on
     w.close()
     with pytest.raises(UnauthorizedAccessError):
-        client.ledgers().delete_ledger(w.ledger_id, b"wrong")
-    client.ledgers().delete_ledger(w.ledger_id, PASSWORD)
-    assert w.ledger_id not in client.ledgers().list_ledgers()
+        Ledgers(client).delete_ledger(w.ledger_id, b"wrong")
+    Ledgers(client).delete_ledger(w.ledger_id, PASSWORD)
+    assert w.ledger_id not in Ledgers(client).list_ledgers()

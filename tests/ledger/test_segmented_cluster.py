@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:  # the script form needs the repository's tests pa
 from tidelog.client import Client  # noqa: E402
 from tidelog.client.aio import AsyncClient  # noqa: E402
 from tidelog.errors import LedgerRecoveryError, SegmentedLogOwnershipLostError, TidelogError  # noqa: E402
-from tidelog.ledger import AsyncSegmentedLog, LedgerState, Position, RollPolicy, SegmentedLog  # noqa: E402
+from tidelog.ledger import AsyncSegmentedLog, Ledgers, LedgerState, Position, RollPolicy, SegmentedLog  # noqa: E402
 from tidelog.tasks import within  # noqa: E402
 
 PASSWORD = b"seglog-test"
@@ -111,7 +111,7 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
         checker.release()
         record = checker.record()
         log = list(checker.entries())
-        states = {lid: client.ledgers().get_metadata(lid).state for lid in record.ledgers}
+        states = {lid: Ledgers(client).get_metadata(lid).state for lid in record.ledgers}
 
     at = {e.position: e.data.decode() for e in log}
     acked = [(me, Position(e["ledger"], e["entry"]), e["data"]) for me, evs in events.items()

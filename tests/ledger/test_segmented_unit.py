@@ -471,16 +471,14 @@ class FakeCluster:
 class FakeClient:
     def __init__(self, cluster: FakeCluster) -> None:
         self.controller = cluster.controller
-        self._ledgers = FakeLedgers(cluster)
-
-    def ledgers(self):
-        return self._ledgers
+        self.ledgers = FakeLedgers(cluster)
 
 
 def seglog(cluster, owner, **kw):
     kw.setdefault("ensemble_size", 2)
     kw.setdefault("acquire_backoff_s", 0.0)
-    return AsyncSegmentedLog(cluster.client(), "log", password=b"pw", owner=owner, **kw)
+    client = cluster.client()
+    return AsyncSegmentedLog(client, "log", password=b"pw", owner=owner, ledgers=client.ledgers, **kw)
 
 
 async def read_all(log):

@@ -109,7 +109,7 @@ def test_master_killed_between_micro_batches_gives_no_gap_and_no_duplicate(
             while len([b for b in batches.values() if b]) < 2:
                 assert time.monotonic() < deadline and q.isActive, f"no two batches with data: {q.exception()}"
                 time.sleep(0.1)
-            master = client._loop.run(client.aio.route("failover", refresh=True)).broker_sets[0].master_address
+            master = client.runner.run(client.aio.route("failover", refresh=True)).broker_sets[0].master_address
             batches_before_kill = max(batches)
             kill9(pid_of(cluster, master))
             # The query keeps going: more batches with data after the kill.

@@ -28,7 +28,9 @@ from tidelog.cli.common import controllers_option, emit, json_option, require_co
 from tidelog.client import Client
 from tidelog.errors import IncorrectParameterError, NoSuchLedgerExistsError
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState
-from tidelog.ledger.segmented import START, Position, SegmentedLog, check_position, default_ensemble_size
+from tidelog.ledger.seglog_record import START, Position, check_position
+from tidelog.ledger.seglog_rolling import default_ensemble_size
+from tidelog.ledger.sync import Ledgers, ReadHandle, SegmentedLog
 
 PASSWORD_ENV = "TIDE_LEDGER_PASSWORD"
 DIGESTS = ("crc32c", "crc32", "mac", "dummy")
@@ -153,7 +155,7 @@ def create_options(fn: Any) -> Any:
 def _quorums(client: Client, ensemble_size: int | None, write_quorum: int | None,
              ack_quorum: int | None) -> tuple[int, int, int]:
     if ensemble_size is None:
-        ensemble_size = client._loop.run(default_ensemble_size(client.aio))
+        ensemble_size = client.runner.run(default_ensemble_size(client.aio))
     wq = ensemble_size if write_quorum is None else write_quorum
     return ensemble_size, wq, wq if ack_quorum is None else ack_quorum
 
@@ -183,10 +185,10 @@ def create(ensemble_size: int | None, write_quorum: int | None, ack_quorum: int 
     pw, meta = password_bytes(password), parse_custom(custom)
     with Client(require_controllers(controllers)) as c:
         e, wq, aq = _quorums(c, ensemble_size, write_quorum, ack_quorum)
-        handle = c.ledgers().create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
+        handle = Ledgers(c).create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
         if close_it:
             handle.close()
-        info = c.ledgers().get_metadata(handle.ledger_id)
+        info = Ledgers(c).get_metadata(handle.ledger_id)
     emit(metadata_doc(info) if as_json else _metadata_rows(info), as_json, title=f"ledger {info.ledger_id}")
 
 
@@ -225,7 +227,7 @@ def append(data: tuple[str, ...], log_name: str | None, keep_open: bool, ensembl
                   "positions": shown if as_json else " ".join(shown), "seconds": round(elapsed, 3)}, as_json,
                  title=f"appended to log {log_name}")
             return
-        handle = c.ledgers().create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
+        handle = Ledgers(c).create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
         futures = [handle.add_entry_async(d) for d in entries]   # pipelined; they complete in order
         ids = [f.result() for f in futures]
         if not keep_open:
@@ -273,7 +275,7 @@ def read(ledger_id: str | None, first: int | None, last: int | None, log_name: s
         raise click.UsageError("--from-position is for --log; use --from/--to with a ledger id")
     lid = parse_ledger_id(ledger_id)
     with Client(require_controllers(controllers)) as c:
-        handle = c.ledgers().open_ledger(lid, pw, recovery=False)
+        handle = Ledgers(c).open_ledger(lid, pw, recovery=False)
         lac = handle.last_add_confirmed
         lo = 0 if first is None else first
         hi = lac if last is None else last
@@ -312,55 +314,84 @@ def tail(ledger_id: str | None, first: int, log_name: str | None, max_entries: i
     check_range(first, None)
     if idle_timeout < 0:
         raise IncorrectParameterError(f"--idle-timeout is ≥ 0, got {idle_timeout}")
-    got = 0
-    last_new = time.monotonic()
-
-    def idle() -> bool:
-        return bool(idle_timeout) and time.monotonic() - last_new > idle_timeout
-
-    def done() -> bool:
-        return max_entries is not None and got >= max_entries
-
+    progress = _TailProgress(max_entries, idle_timeout, as_json)
     with Client(require_controllers(controllers)) as c, contextlib.suppress(KeyboardInterrupt):
         if log_name is not None:
             if ledger_id is not None:
                 raise click.UsageError("give a LEDGER_ID or --log NAME, not both")
-            position = START
-            with SegmentedLog(c, log_name, password=pw) as log:
-                while not done() and not idle():
-                    batch, position = log.read_from(position, 100 if max_entries is None else max_entries - got)
-                    for e in batch:
-                        _print_entry(as_json, entry_doc(e.data, position=str(e.position)), str(e.position))
-                    got += len(batch)
-                    if batch:
-                        last_new = time.monotonic()
-                    else:
-                        time.sleep(0.2)
+            _tail_log(SegmentedLog(c, log_name, password=pw), progress)
             return
         if ledger_id is None:
             raise click.UsageError("give a LEDGER_ID, or --log NAME")
         lid = parse_ledger_id(ledger_id)
-        ledgers = c.ledgers()
-        handle = ledgers.open_ledger(lid, pw, recovery=False)
-        nxt = first
-        lac = handle.last_add_confirmed
-        while not done():
-            if nxt <= lac:
-                hi = lac if max_entries is None else min(lac, nxt + max_entries - got - 1)
-                for e in handle.read_entries(nxt, hi):
-                    _print_entry(as_json, entry_doc(e.data, entry_id=e.entry_id, length=e.length), str(e.entry_id))
-                    got += 1
-                    nxt = e.entry_id + 1
-                last_new = time.monotonic()
-                continue
-            meta = ledgers.get_metadata(lid)
-            if meta.state is LedgerState.CLOSED and nxt > meta.last_entry_id:
-                break
-            if idle():
-                break
-            wait = 1.0 if not idle_timeout else max(0.05, min(1.0, idle_timeout - (time.monotonic() - last_new)))
-            lac = max(lac, handle.wait_for_lac(lac, wait))
-        handle.close()
+        ledgers = Ledgers(c)
+        _tail_ledger(ledgers, ledgers.open_ledger(lid, pw, recovery=False), first, progress)
+
+
+class _TailProgress:
+    """What `tail` printed so far and when it last saw a new entry, against its stop conditions."""
+
+    def __init__(self, max_entries: int | None, idle_timeout: float, as_json: bool) -> None:
+        self.max_entries = max_entries
+        self.idle_timeout = idle_timeout
+        self.as_json = as_json
+        self.got = 0
+        self.last_new = time.monotonic()
+
+    def idle(self) -> bool:
+        return bool(self.idle_timeout) and time.monotonic() - self.last_new > self.idle_timeout
+
+    def done(self) -> bool:
+        return self.max_entries is not None and self.got >= self.max_entries
+
+    def room(self, default: int) -> int:
+        """How many more entries to read at most (`default` when --max-entries is not given)."""
+        return default if self.max_entries is None else self.max_entries - self.got
+
+    def last_to_read(self, nxt: int, lac: int) -> int:
+        """The last entry id to read from `nxt` when the LAC is `lac`, within --max-entries."""
+        return lac if self.max_entries is None else min(lac, nxt + self.max_entries - self.got - 1)
+
+    def wait_s(self) -> float:
+        """How long one long poll may wait: up to 1 s, never past the idle timeout."""
+        if not self.idle_timeout:
+            return 1.0
+        return max(0.05, min(1.0, self.idle_timeout - (time.monotonic() - self.last_new)))
+
+    def show(self, doc: dict[str, Any], label: str) -> None:
+        _print_entry(self.as_json, doc, label)
+        self.got += 1
+
+
+def _tail_log(log: SegmentedLog, progress: _TailProgress) -> None:
+    position = START
+    with log:
+        while not progress.done() and not progress.idle():
+            batch, position = log.read_from(position, progress.room(100))
+            for e in batch:
+                progress.show(entry_doc(e.data, position=str(e.position)), str(e.position))
+            if batch:
+                progress.last_new = time.monotonic()
+            else:
+                time.sleep(0.2)
+
+
+def _tail_ledger(ledgers: Ledgers, handle: ReadHandle, first: int, progress: _TailProgress) -> None:
+    nxt = first
+    lac = handle.last_add_confirmed
+    while not progress.done():
+        if nxt <= lac:
+            hi = progress.last_to_read(nxt, lac)
+            for e in handle.read_entries(nxt, hi):
+                progress.show(entry_doc(e.data, entry_id=e.entry_id, length=e.length), str(e.entry_id))
+                nxt = e.entry_id + 1
+            progress.last_new = time.monotonic()
+            continue
+        meta = ledgers.get_metadata(handle.ledger_id)
+        if (meta.state is LedgerState.CLOSED and nxt > meta.last_entry_id) or progress.idle():
+            break
+        lac = max(lac, handle.wait_for_lac(lac, progress.wait_s()))
+    handle.close()
 
 
 @ledger.command("recover")
@@ -375,7 +406,7 @@ def recover(ledger_id: str, password: str | None, controllers: str, as_json: boo
     lid = parse_ledger_id(ledger_id)
     t0 = time.monotonic()
     with Client(require_controllers(controllers)) as c:
-        handle = c.ledgers().open_ledger(lid, pw, recovery=True)
+        handle = Ledgers(c).open_ledger(lid, pw, recovery=True)
         meta = handle.metadata
         handle.close()
     emit({"ledger_id": lid, "state": str(meta.state), "last_entry_id": meta.last_entry_id, "length": meta.length,
@@ -401,7 +432,7 @@ def info(ledger_id: str | None, log_name: str | None, controllers: str, as_json:
             emit(doc, as_json, title=f"log {log_name}")
             return
         assert ledger_id is not None
-        meta = c.ledgers().get_metadata(parse_ledger_id(ledger_id))
+        meta = Ledgers(c).get_metadata(parse_ledger_id(ledger_id))
     emit(metadata_doc(meta) if as_json else _metadata_rows(meta), as_json, title=f"ledger {meta.ledger_id}")
 
 
@@ -412,7 +443,7 @@ def list_(controllers: str, as_json: bool) -> None:
     """List every ledger with its state and where it ends."""
     rows = []
     with Client(require_controllers(controllers)) as c:
-        ledgers = c.ledgers()
+        ledgers = Ledgers(c)
         for lid in ledgers.list_ledgers():
             try:
                 meta = ledgers.get_metadata(lid)
@@ -436,6 +467,6 @@ def delete(ledger_id: str, password: str | None, controllers: str, as_json: bool
     pw = password_bytes(password)
     lid = parse_ledger_id(ledger_id)
     with Client(require_controllers(controllers)) as c:
-        c.ledgers().delete_ledger(lid, pw)
+        Ledgers(c).delete_ledger(lid, pw)
     emit({"ledger_id": lid, "deleted": True}, as_json, title="deleted")
 
