@@ -33,10 +33,8 @@ brokers in a TreeSet (QUIRK, docs/reference/rocketmq-controller-ha.md §2.1); a 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # state imports this module; the dataclass is only needed for annotations
-    from tidelog.controller.state import LiveInfo
+from .model import LiveInfo
 
 __all__ = ["elect", "rank_key"]
 

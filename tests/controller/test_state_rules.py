@@ -13,6 +13,7 @@ import pytest
 
 from tidelog import errors
 from tidelog.controller.state import (
+    HANDLERS,
     AlterSyncStateSet,
     BrokerSet,
     CleanBrokerData,
@@ -703,52 +704,55 @@ def test_invariant_violation_stops_apply() -> None:
         s.apply(reg(broker_id=2, identity="id-2", address="10.0.0.2:10911"))
 
 
-def test_invariant_epochs_never_decrease_is_enforced() -> None:
+def test_invariant_epochs_never_decrease_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     s = mastered()
 
-    def rogue(cmd):  # a handler that moves an epoch backwards must be caught
+    # a handler that moves an epoch backwards must be caught
+    def rogue(_state: object, cmd: object) -> tuple[Result, str | None]:
         s.broker_sets[A].sss_epoch -= 1
         return Result(changed=True), "alter"
 
-    s._handlers[AlterSyncStateSet] = rogue
+    monkeypatch.setitem(HANDLERS, AlterSyncStateSet, rogue)
     with pytest.raises(InvariantViolation):
         s.apply(alter({1, 2, 3}))
 
 
-def test_invariant_transition_table_is_enforced() -> None:
+def test_invariant_transition_table_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     s = mastered()
 
-    def rogue(cmd):  # an alter may not clear the master
+    # an alter may not clear the master
+    def rogue(_state: object, cmd: object) -> tuple[Result, str | None]:
         bs = s.broker_sets[A]
         bs.master_id = None
         return Result(changed=True), "alter"
 
-    s._handlers[AlterSyncStateSet] = rogue
+    monkeypatch.setitem(HANDLERS, AlterSyncStateSet, rogue)
     with pytest.raises(InvariantViolation):
         s.apply(alter({1, 2, 3}))
 
 
-def test_invariant_one_master_per_epoch_is_enforced() -> None:
+def test_invariant_one_master_per_epoch_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     s = mastered()
 
-    def rogue(cmd):  # hand mastership to broker 2 without a new epoch
+    # hand mastership to broker 2 without a new epoch
+    def rogue(_state: object, cmd: object) -> tuple[Result, str | None]:
         bs = s.broker_sets[A]
         bs.master_id = 2
         return Result(changed=True), "alter"
 
-    s._handlers[AlterSyncStateSet] = rogue
+    monkeypatch.setitem(HANDLERS, AlterSyncStateSet, rogue)
     with pytest.raises(InvariantViolation, match="within epoch"):
         s.apply(alter({1, 2, 3}))
 
 
-def test_invariant_sss_change_needs_a_new_sss_epoch() -> None:
+def test_invariant_sss_change_needs_a_new_sss_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     s = mastered()
 
-    def rogue(cmd):
+    def rogue(_state: object, cmd: object) -> tuple[Result, str | None]:
         s.broker_sets[A].sync_state_set = frozenset({1, 2, 3})
         return Result(changed=True), "alter"
 
-    s._handlers[AlterSyncStateSet] = rogue
+    monkeypatch.setitem(HANDLERS, AlterSyncStateSet, rogue)
     with pytest.raises(InvariantViolation, match="within its epoch"):
         s.apply(alter({1, 2, 3}))
 
