@@ -363,55 +363,69 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         name = non_empty("broker_set", request.broker_set)
         self.node.authenticate(context, "DecommissionBroker", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id)
-        replacement = non_negative("replacement", request.replacement) if request.HasField("replacement") else None
+        replacement = (non_negative("replacement", request.replacement) if request.HasField("replacement")
+                       else None)
         self.node.require_leader()
         await self.node.ensure_ready()
         for attempt in range(3):
-            now = self.node.mono_ms()
-            if not request.force:
-                self.node.require_liveness(now)
-            alive = self.node.heartbeats.alive_ids(name, now)
-            with self.node.raft.read() as state:
-                bs = state.broker_sets.get(name)
-                if bs is None:
-                    raise PlacementRefusedError(f"broker set {name!r} does not exist")
-                epochs = (bs.master_epoch, bs.sss_epoch)
-                if replacement is not None and bid not in bs.members:
-                    # a retried replace whose removal went through: finish its re-replication
-                    problem = replacement_problem(bs, bid, replacement, alive, force=request.force)
-                    if problem is not None:
-                        raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
-                    break
-                problem = None
-                if replacement is not None:
-                    problem = replacement_problem(bs, bid, replacement, alive, force=request.force)
-                if problem is None and bid in alive and not request.force:
-                    problem = f"broker {bid} of {name} is still alive: stop it first, or pass --force"
-                problem = problem or decommission_problem(
-                    bs, bid, self.node.required_datacenters(bs), force=request.force, alive=alive)
-            if problem is not None:
-                log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
-                raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
-            try:
-                await self.node.write(lambda now, hb, e=epochs: st.CleanBrokerData(
-                    broker_set=name, broker_ids=frozenset({bid}), clean_living=request.force, expect_epochs=e,
-                    alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
-            except ControllerFencedSyncStateSetEpochError:
-                if attempt == 2:
-                    raise
-                continue  # the set changed between the check and the removal: check again
-            self.node.heartbeats.forget(name, bid)
-            log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
-                        f" (replaced by {replacement})" if replacement is not None else "",
-                        " (forced)" if request.force else "")
-            break
+            if await self._decommission_once(name, bid, replacement, request.force, last_try=attempt == 2):
+                break
         if replacement is not None:  # PL8: its ledgers now name the replacement
             with self.node.raft.read() as state:
                 ledgers = self.node.ledger_placements(state)
             await self._replace_ledger_replicas(name, {
-                lp.key: ((bid, replacement),) for lp in ledgers if lp.broker_set == name and bid in lp.replicas})
+                lp.key: ((bid, replacement),) for lp in ledgers
+                if lp.broker_set == name and bid in lp.replicas})
         with self.node.raft.read() as state:
             return pb.DecommissionBrokerReply(role=role_of(name, state.broker_sets.get(name)))
+
+    async def _decommission_once(self, name: str, bid: int, replacement: int | None, force: bool, *,
+                                 last_try: bool) -> bool:
+        """Check PL7 (and PL8 with a replacement) against the current state, then remove the broker
+        if the set did not change meanwhile. True when done; False to check again."""
+        now = self.node.mono_ms()
+        if not force:
+            self.node.require_liveness(now)
+        alive = self.node.heartbeats.alive_ids(name, now)
+        with self.node.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            if bs is None:
+                raise PlacementRefusedError(f"broker set {name!r} does not exist")
+            epochs = (bs.master_epoch, bs.sss_epoch)
+            if replacement is not None and bid not in bs.members:
+                # a retried replace whose removal went through: finish its re-replication
+                problem = replacement_problem(bs, bid, replacement, alive, force=force)
+                if problem is not None:
+                    raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
+                return True
+            problem = self._decommission_problem(bs, bid, replacement, alive, force)
+        if problem is not None:
+            log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
+            raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
+        try:
+            await self.node.write(lambda now, hb, e=epochs: st.CleanBrokerData(
+                broker_set=name, broker_ids=frozenset({bid}), clean_living=force, expect_epochs=e,
+                alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
+        except ControllerFencedSyncStateSetEpochError:
+            if last_try:
+                raise
+            return False  # the set changed between the check and the removal: check again
+        self.node.heartbeats.forget(name, bid)
+        log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
+                    f" (replaced by {replacement})" if replacement is not None else "",
+                    " (forced)" if force else "")
+        return True
+
+    def _decommission_problem(self, bs: st.BrokerSet, bid: int, replacement: int | None,
+                              alive: frozenset[int], force: bool) -> str | None:
+        """Why broker `bid` may not leave `bs` now (PL7, and PL8 with a replacement); None: it may."""
+        problem = None
+        if replacement is not None:
+            problem = replacement_problem(bs, bid, replacement, alive, force=force)
+        if problem is None and bid in alive and not force:
+            problem = f"broker {bid} of {bs.name} is still alive: stop it first, or pass --force"
+        return problem or decommission_problem(
+            bs, bid, self.node.required_datacenters(bs), force=force, alive=alive)
 
     @rpc
     async def RepairPlacement(self, request: pb.RepairPlacementRequest, context: grpc.aio.ServicerContext
