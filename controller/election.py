@@ -27,7 +27,8 @@ Inside one pass (``_try``) the rules are, in order:
        id breaks exact ties so every replica picks the same broker.
 
 RocketMQ sorts with a comparator that casts an offset difference to int and collapses equal
-brokers in a TreeSet (QUIRK, docs/reference/rocketmq-controller-ha.md §2.1); a plain tuple key has neither problem.
+brokers in a TreeSet (QUIRK, docs/reference/rocketmq-controller-ha.md §2.1); a plain tuple key has
+neither problem.
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ def _need_value(s: StateData, v: object) -> bytes:
     if not isinstance(v, (bytes, bytearray)):
         raise bad("metadata value must be bytes")
     if len(v) > s.max_meta_value_bytes:
-        raise Reject("METADATA_TOO_LARGE", f"metadata value of {len(v)} bytes exceeds {s.max_meta_value_bytes}")
+        raise Reject("METADATA_TOO_LARGE",
+                     f"metadata value of {len(v)} bytes exceeds {s.max_meta_value_bytes}")
     return bytes(v)
 
 

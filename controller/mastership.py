@@ -150,5 +150,5 @@ def alter(s: StateData, c: AlterSyncStateSet) -> Outcome:
     _check_members(bs, new_set, alive, snap)
     bs.sync_state_set = new_set  # A8
     bs.sss_epoch += 1
-    return Result(value=copy_set(bs), changed=True,
-                  message=f"SyncStateSet of {c.broker_set} is {sorted(new_set)} at epoch {bs.sss_epoch}"), "alter"
+    message = f"SyncStateSet of {c.broker_set} is {sorted(new_set)} at epoch {bs.sss_epoch}"
+    return Result(value=copy_set(bs), changed=True, message=message), "alter"

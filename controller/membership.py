@@ -157,7 +157,8 @@ def _cleanable_set(s: StateData, c: CleanBrokerData, ids: frozenset[int], alive:
         targets = ids if ids else (frozenset(bs.members) if bs else frozenset())
         living = sorted(targets & alive)
         if living:
-            raise Reject(_INVALID_CLEAN, f"broker {living[0]} of {c.broker_set} is still alive, clean up failure")
+            raise Reject(_INVALID_CLEAN,
+                         f"broker {living[0]} of {c.broker_set} is still alive, clean up failure")
     if bs is None:  # C2
         raise Reject(_INVALID_CLEAN, f"broker set {c.broker_set} does not exist, clean broker data failure")
     if c.expect_epochs is not None and (bs.master_epoch, bs.sss_epoch) != c.expect_epochs:  # C2a

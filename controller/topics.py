@@ -50,7 +50,8 @@ def _check_creatable(s: StateData, c: CreateTopic) -> None:
         raise Reject("TOPIC_EXISTS", f"topic {c.name} already exists")
     for name in sorted(c.queues):
         if name not in s.broker_sets:
-            raise Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST", f"topic {c.name} names unknown broker set {name}")
+            raise Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST",
+                         f"topic {c.name} names unknown broker set {name}")
     tomb = s.deleted_topics.get(c.name)
     if tomb is not None and c.now_ms - tomb.deleted_ms < c.recreate_after_ms:
         wait = tomb.deleted_ms + c.recreate_after_ms - c.now_ms
