@@ -151,3 +151,14 @@ class Result:
     def error(self) -> Exception | None:
         """The ``tidelog.errors`` exception this result stands for (None when OK)."""
         return None if self.ok else by_code(self.code)(self.message)
+
+
+#: The class path the Raft log pickles these under. The journal on disk and the entries sent to
+#: other controller nodes hold pickled commands, named by module; they were defined in
+#: ``tidelog.controller.state`` (which still exports them), so a journal written before or after
+#: this module existed replays on either, and nodes of both layouts read each other's entries.
+PICKLED_AS = "tidelog.controller.state"
+
+for _command in (RegisterBroker, ElectMaster, AlterSyncStateSet, CleanBrokerData, CreateTopic, DeleteTopic,
+                 MetaCreate, MetaCompareAndSet, MetaDelete, ReplaceLedgerReplicas, ReportOffsets):
+    _command.__module__ = PICKLED_AS

@@ -120,3 +120,7 @@ class StateData:
         self.cluster_id = ""  # drawn by the leader at the first registration; never changes after
         # Configuration, not state: every replica must be started with the same value.
         self.max_meta_value_bytes = max_meta_value_bytes
+
+
+# Commands carry LiveInfo through the Raft log: pickled under the path it had (commands.PICKLED_AS).
+LiveInfo.__module__ = "tidelog.controller.state"
