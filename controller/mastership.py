@@ -1,5 +1,5 @@
 """Who masters a broker set: electing a master (ElectMaster, RULES.md §2) and changing its
-SyncStateSet (AlterSyncStateSet, §3).
+SyncStateSet (AlterSyncStateSet, §4).
 
 Which alive broker wins is the policy in ``election.py``; this module applies the outcome with
 the epochs the invariants demand (a new master or SyncStateSet always comes with a new epoch).

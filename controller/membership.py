@@ -1,5 +1,5 @@
 """Broker-set membership: registering brokers (RULES.md §1), forgetting them (CleanBrokerData,
-§4) and recording the offsets they report.
+§5) and recording the offsets they report.
 
 Each handler takes the state and its command, validates completely, then mutates (RULES.md V1),
 and answers an ``Outcome``: the ``Result`` and the broker-set event for the transition table.

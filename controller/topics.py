@@ -1,4 +1,4 @@
-"""Topics in the controller state (RULES.md §5): creating and deleting them, and the route a
+"""Topics in the controller state (RULES.md §6): creating and deleting them, and the route a
 topic's name resolves to.
 
 Topics have a generation: a number from a counter that only grows, given to each topic when it
