@@ -79,6 +79,7 @@ _POSITIVE = {
     "ha_heartbeat_interval_ms", "ha_idle_timeout_ms", "ha_max_connections", "heartbeat_interval_ms",
     "max_concurrent_requests", "max_pull_bytes", "max_pull_messages",
 }
+_FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A reply must stay well inside gRPC's 64 MiB message limit (broker/server.py): the records of
 # one reply are at most max_pull_bytes, plus one record that alone exceeds it.
 MAX_PULL_BYTES_LIMIT = 48 << 20
@@ -91,58 +92,84 @@ def _host_port(key: str, value: str) -> str:
     return value
 
 
-def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig:
+def _check_shape(doc: object, source: str) -> dict[str, Any]:
+    """A mapping of known keys that names every required one."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys")
-    known = {f.name: f for f in fields(BrokerConfig)}
-    unknown = sorted(set(doc) - set(known))
+    unknown = sorted(set(doc) - _FIELDS.keys())
     if unknown:
         raise ConfigError(f"{source}: unknown key {unknown[0]!r}", key=unknown[0])
     for required in ("broker_set", "data_dir", "controllers"):
         if not doc.get(required):
             raise ConfigError(f"{source}: {required} is required", key=required)
-    values: dict[str, Any] = {}
-    for name, value in doc.items():
-        f = known[name]
-        default = f.default
-        if name == "data_dir":
-            value = Path(str(value))
-        elif name == "priority":
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ConfigError(f"{source}: priority must be an integer", key=name)
-        elif isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{source}: {name} must be true or false", key=name)
-        elif isinstance(default, int):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(f"{source}: {name} must be an integer", key=name)
-            if name in _POSITIVE and value <= 0:
-                raise ConfigError(f"{source}: {name} must be positive", key=name)
-        elif not isinstance(value, str):
-            raise ConfigError(f"{source}: {name} must be a string", key=name)
-        if name in _CHOICES and value not in _CHOICES[name]:
-            raise ConfigError(f"{source}: {name} must be one of {', '.join(_CHOICES[name])}", key=name)
-        if name == "secret" and not value:
-            raise ConfigError(f"{source}: secret must be a non-empty string", key=name)
-        if name in ("listen", "ha_listen") or (name.endswith("advertise_address") and value):
-            _host_port(name, value)
-        values[name] = value
+    return doc
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_type(name: str, value: Any, source: str) -> Any:
+    """The value of one key, checked against the type of its default (priority: an int or None)."""
+    default = _FIELDS[name].default
+    if name == "data_dir":
+        return Path(str(value))
+    if name == "priority":
+        if value is not None and not _is_int(value):
+            raise ConfigError(f"{source}: priority must be an integer", key=name)
+    elif isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {name} must be true or false", key=name)
+    elif isinstance(default, int):
+        if not _is_int(value):
+            raise ConfigError(f"{source}: {name} must be an integer", key=name)
+        if name in _POSITIVE and value <= 0:
+            raise ConfigError(f"{source}: {name} must be positive", key=name)
+    elif not isinstance(value, str):
+        raise ConfigError(f"{source}: {name} must be a string", key=name)
+    return value
+
+
+def _check_value(name: str, value: Any, source: str) -> Any:
+    value = _check_type(name, value, source)
+    if name in _CHOICES and value not in _CHOICES[name]:
+        raise ConfigError(f"{source}: {name} must be one of {', '.join(_CHOICES[name])}", key=name)
+    if name == "secret" and not value:
+        raise ConfigError(f"{source}: secret must be a non-empty string", key=name)
+    if name in ("listen", "ha_listen") or (name.endswith("advertise_address") and value):
+        _host_port(name, value)
+    return value
+
+
+def _check_reachable(cfg: BrokerConfig, source: str) -> None:
+    """A wildcard listen address needs an advertised one, and that one is never a wildcard."""
+    for listen_key, adv_key in (("listen", "advertise_address"), ("ha_listen", "ha_advertise_address")):
+        listen = getattr(cfg, listen_key)
+        adv = getattr(cfg, adv_key)
+        if listen.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::", "") and not adv:
+            raise ConfigError(f"{source}: {listen_key} {listen} is a wildcard: set {adv_key} to the "
+                              f"host:port that clients and peers should connect to", key=adv_key)
+        if adv and adv.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::"):
+            raise ConfigError(f"{source}: {adv_key} must be an address others can reach, not a wildcard",
+                              key=adv_key)
+
+
+def _check_limits(cfg: BrokerConfig, source: str) -> None:
+    if cfg.max_pull_bytes > MAX_PULL_BYTES_LIMIT:
+        raise ConfigError(f"{source}: max_pull_bytes is at most {MAX_PULL_BYTES_LIMIT} (a reply must fit "
+                          f"in a gRPC message)", key="max_pull_bytes")
+    if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
+        raise ConfigError(f"{source}: min_in_sync_replicas exceeds in_sync_replicas",
+                          key="min_in_sync_replicas")
+
+
+def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig:
+    values = {name: _check_value(name, value, source) for name, value in _check_shape(doc, source).items()}
     if not values.get("secret"):
         values["secret"] = secret_from_env()
     cfg = BrokerConfig(**values)
-    for listen_key, adv_key in (("listen", "advertise_address"), ("ha_listen", "ha_advertise_address")):
-        host = getattr(cfg, listen_key).rpartition(":")[0].strip("[]")
-        adv = getattr(cfg, adv_key)
-        if host in ("0.0.0.0", "::", "") and not adv:
-            raise ConfigError(f"{source}: {listen_key} {getattr(cfg, listen_key)} is a wildcard: set {adv_key} to the "
-                              f"host:port that clients and peers should connect to", key=adv_key)
-        if adv and adv.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::"):
-            raise ConfigError(f"{source}: {adv_key} must be an address others can reach, not a wildcard", key=adv_key)
-    if cfg.max_pull_bytes > MAX_PULL_BYTES_LIMIT:
-        raise ConfigError(f"{source}: max_pull_bytes is at most {MAX_PULL_BYTES_LIMIT} (a reply must fit in a "
-                          f"gRPC message)", key="max_pull_bytes")
-    if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
-        raise ConfigError(f"{source}: min_in_sync_replicas exceeds in_sync_replicas", key="min_in_sync_replicas")
+    _check_reachable(cfg, source)
+    _check_limits(cfg, source)
     return cfg
 
 

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -38,7 +39,8 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     items = addresses.replace(";", ",").split(",") if isinstance(addresses, str) else list(addresses)
     out = [a.strip() for a in items if a and a.strip()]
     if not out:
-        raise UnavailableError("no controller address given", hint=f"pass --controllers or set ${CONTROLLERS_ENV}")
+        raise UnavailableError("no controller address given",
+                               hint=f"pass --controllers or set ${CONTROLLERS_ENV}")
     return out
 
 
@@ -49,6 +51,28 @@ class _Conn:
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
+
+
+#: What `_sweep` returns when no node answered (a reply may be any message, so not None).
+_NO_REPLY = object()
+
+
+@dataclass
+class _Hedge:
+    """One hedged route call: the nodes in the order to ask them, and what is in flight."""
+
+    method: str
+    request: Any
+    per_call: float
+    deadline: float
+    order: list[str]
+    pending: dict[asyncio.Task[Any], str] = field(default_factory=dict)
+    tried: set[str] = field(default_factory=set)
+    last: TidelogError | None = None
+    backoff: float = 0.05
+
+    def fresh(self) -> list[str]:
+        return [a for a in self.order if a not in self.tried]
 
 
 def _retryable(err: TidelogError) -> bool:
@@ -111,48 +135,72 @@ class ControllerClient:
                     request, timeout=per_call, metadata=self._signature(method, request))
             except grpc.aio.AioRpcError as exc:
                 raise error_from_rpc(exc) from None
-        deadline = time.monotonic() + (total_timeout or self.total_timeout)
+        total = total_timeout or self.total_timeout
+        deadline = time.monotonic() + total
         if service == "route" and len(self._addresses) > 1:
             return await self._hedged(method, request, per_call, deadline)
         last: TidelogError | None = None
         backoff = 0.05
         while True:
-            queue = [self._preferred] + [a for a in self._addresses if a != self._preferred]
-            tried: set[str] = set()
-            while queue:
-                addr = queue.pop(0)
-                remaining = deadline - time.monotonic()
-                if addr in tried or remaining <= 0:
-                    continue
-                tried.add(addr)
-                stub = getattr(self._conn(addr), service)
-                try:
-                    reply = await getattr(stub, method)(request, timeout=min(per_call, remaining),
-                                                        metadata=self._signature(method, request))
-                except grpc.aio.AioRpcError as exc:
-                    err = error_from_rpc(exc)
-                    if not _retryable(err):
-                        self._preferred = addr
-                        raise err from None
-                    last = err
-                    leader = getattr(err, "leader", None)
-                    if leader and leader not in tried:
-                        if leader not in self._addresses:
-                            self._addresses.append(leader)
-                        log.debug("%s.%s: %s is not the leader, following %s", service, method, addr, leader)
-                        self._preferred = leader
-                        queue.insert(0, leader)
-                    continue
-                self._preferred = addr
+            reply, err = await self._sweep(service, method, request, per_call, deadline)
+            if reply is not _NO_REPLY:
                 return reply
+            last = err or last
             if time.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, 0.5)
         if last is not None:
             raise last
-        raise UnavailableError(f"no controller answered within {total_timeout or self.total_timeout:.1f}s "
+        raise UnavailableError(f"no controller answered within {total:.1f}s "
                                f"(tried {', '.join(self._addresses)})")
+
+    async def _sweep(self, service: str, method: str, request: Any, per_call: float,
+                     deadline: float) -> tuple[Any, TidelogError | None]:
+        """One pass over the nodes, the preferred one first, following a leader a node names.
+
+        Returns the reply (`_NO_REPLY` when no node gave one) and the last retryable error.
+        """
+        queue = [self._preferred] + [a for a in self._addresses if a != self._preferred]
+        tried: set[str] = set()
+        last: TidelogError | None = None
+        while queue:
+            addr = queue.pop(0)
+            remaining = deadline - time.monotonic()
+            if addr in tried or remaining <= 0:
+                continue
+            tried.add(addr)
+            stub = getattr(self._conn(addr), service)
+            try:
+                reply = await getattr(stub, method)(request, timeout=min(per_call, remaining),
+                                                    metadata=self._signature(method, request))
+            except grpc.aio.AioRpcError as exc:
+                last = self._retryable_or_raise(error_from_rpc(exc), addr)
+                leader = self._follow_leader(last, tried)
+                if leader is not None:
+                    log.debug("%s.%s: %s is not the leader, following %s", service, method, addr, leader)
+                    queue.insert(0, leader)
+                continue
+            self._preferred = addr
+            return reply, last
+        return _NO_REPLY, last
+
+    def _retryable_or_raise(self, err: TidelogError, addr: str) -> TidelogError:
+        """`err` when asking elsewhere may help; raised when it is the answer (`addr` answered)."""
+        if not _retryable(err):
+            self._preferred = addr
+            raise err from None  # the RPC failure it came from adds nothing for the caller
+        return err
+
+    def _follow_leader(self, err: TidelogError, tried: set[str]) -> str | None:
+        """The leader `err` names, if not asked yet: remembered and preferred from now on."""
+        leader: str | None = getattr(err, "leader", None)
+        if not leader or leader in tried:
+            return None
+        if leader not in self._addresses:
+            self._addresses.append(leader)
+        self._preferred = leader
+        return leader
 
     def _signature(self, method: str, request: Any) -> tuple[tuple[str, str], ...] | None:
         """The cluster-secret proof a membership call carries (a fresh one per attempt)."""
@@ -178,57 +226,59 @@ class ControllerClient:
         the leader's address (CONTROLLER_NOT_LEADER) and the leader is asked next. The first
         answer wins; the others are cancelled.
         """
-        order = [self._preferred] + [a for a in self._addresses if a != self._preferred]
-        pending: dict[asyncio.Task[Any], str] = {}
-        tried: set[str] = set()
-        last: TidelogError | None = None
-        backoff = 0.05
-
-        def start(addr: str) -> None:
-            tried.add(addr)
-            remaining = max(0.05, min(per_call, deadline - time.monotonic()))
-            stub = self._conn(addr).route
-            pending[asyncio.ensure_future(getattr(stub, method)(request, timeout=remaining))] = addr
-
+        h = _Hedge(method, request, per_call, deadline,
+                   order=[self._preferred] + [a for a in self._addresses if a != self._preferred])
         try:
             while True:
-                if not pending:
-                    fresh = [a for a in order if a not in tried]
-                    if not fresh:
-                        if time.monotonic() >= deadline:
-                            raise last or UnavailableError("no controller answered the route request")
-                        await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
-                        backoff = min(backoff * 2, 0.5)
-                        tried.clear()
-                        fresh = list(order)
-                    start(fresh[0])
-                done, _ = await asyncio.wait(pending, timeout=HEDGE_AFTER_S, return_when=asyncio.FIRST_COMPLETED)
+                if not h.pending:
+                    await self._hedge_next_round(h)
+                done, _ = await asyncio.wait(h.pending, timeout=HEDGE_AFTER_S,
+                                             return_when=asyncio.FIRST_COMPLETED)
                 if not done:
-                    fresh = [a for a in order if a not in tried]
+                    fresh = h.fresh()
                     if fresh:
-                        start(fresh[0])
+                        self._hedge_start(h, fresh[0])
                     continue
                 for task in done:
-                    addr = pending.pop(task)
-                    exc = task.exception()
-                    if exc is None:
-                        self._preferred = addr
+                    if self._hedge_settle(h, task):
                         return task.result()
-                    err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else UnavailableError(str(exc))
-                    if not _retryable(err):
-                        self._preferred = addr
-                        raise err
-                    last = err
-                    leader = getattr(err, "leader", None)
-                    if leader and leader not in tried:
-                        if leader not in self._addresses:
-                            self._addresses.append(leader)
-                        self._preferred = leader
-                        order = [leader] + [a for a in order if a != leader]
-                        start(leader)
         finally:
-            for task in pending:
+            for task in h.pending:
                 task.cancel()
+
+    def _hedge_start(self, h: _Hedge, addr: str) -> None:
+        h.tried.add(addr)
+        remaining = max(0.05, min(h.per_call, h.deadline - time.monotonic()))
+        stub = self._conn(addr).route
+        h.pending[asyncio.ensure_future(getattr(stub, h.method)(h.request, timeout=remaining))] = addr
+
+    async def _hedge_next_round(self, h: _Hedge) -> None:
+        """Nothing in flight: ask the next node; every node asked: wait, then start over."""
+        fresh = h.fresh()
+        if not fresh:
+            if time.monotonic() >= h.deadline:
+                raise h.last or UnavailableError("no controller answered the route request")
+            await asyncio.sleep(min(h.backoff, max(0.0, h.deadline - time.monotonic())))
+            h.backoff = min(h.backoff * 2, 0.5)
+            h.tried.clear()
+            fresh = list(h.order)
+        self._hedge_start(h, fresh[0])
+
+    def _hedge_settle(self, h: _Hedge, task: asyncio.Task[Any]) -> bool:
+        """True when `task` answered; an answer that is an error is raised; a retryable one is
+        remembered, and the leader it names is asked at once."""
+        addr = h.pending.pop(task)
+        exc = task.exception()
+        if exc is None:
+            self._preferred = addr
+            return True
+        err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else UnavailableError(str(exc))
+        h.last = self._retryable_or_raise(err, addr)
+        leader = self._follow_leader(h.last, h.tried)
+        if leader is not None:
+            h.order = [leader] + [a for a in h.order if a != leader]
+            self._hedge_start(h, leader)
+        return False
 
     # --- broker-facing --------------------------------------------------------------------
 
@@ -236,7 +286,8 @@ class ControllerClient:
                               broker_id: int | None = None, datacenter: str = "", rack: str = "",
                               cluster_id: str = "") -> pb.RegisterBrokerReply:
         req = pb.RegisterBrokerRequest(broker_set=broker_set, address=address, ha_address=ha_address,
-                                       datacenter=datacenter, rack=rack, identity=identity, cluster_id=cluster_id)
+                                       datacenter=datacenter, rack=rack, identity=identity,
+                                       cluster_id=cluster_id)
         if broker_id is not None:
             req.broker_id = broker_id
         return await self.call("broker", "RegisterBroker", req)
@@ -272,7 +323,8 @@ class ControllerClient:
     async def alter_sync_state_set(self, broker_set: str, master_id: int, master_epoch: int,
                                    new_sync_state_set: Iterable[int], sync_state_set_epoch: int
                                    ) -> pb.AlterSyncStateSetReply:
-        req = pb.AlterSyncStateSetRequest(broker_set=broker_set, master_id=master_id, master_epoch=master_epoch,
+        req = pb.AlterSyncStateSetRequest(broker_set=broker_set, master_id=master_id,
+                                          master_epoch=master_epoch,
                                           new_sync_state_set=sorted(new_sync_state_set),
                                           sync_state_set_epoch=sync_state_set_epoch)
         return await self.call("broker", "AlterSyncStateSet", req)
@@ -295,7 +347,8 @@ class ControllerClient:
     # --- admin ----------------------------------------------------------------------------
 
     async def create_topic(self, name: str, queues: dict[str, int], perm: str = "rw") -> pb.TopicConfig:
-        reply = await self.call("admin", "CreateTopic", pb.CreateTopicRequest(name=name, queues=queues, perm=perm))
+        request = pb.CreateTopicRequest(name=name, queues=queues, perm=perm)
+        reply = await self.call("admin", "CreateTopic", request)
         return reply.topic
 
     async def delete_topic(self, name: str) -> None:

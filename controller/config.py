@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,8 @@ class ControllerConfig:
     enable_elect_unclean_master: bool = False
     max_meta_value_bytes: int = 1 << 20
     raft: RaftTuning = field(default_factory=RaftTuning)
-    # broker set -> the datacenters that must hold a replica (RULES.md PL1); unnamed sets: their members' labels
+    # broker set -> the datacenters that must hold a replica (RULES.md PL1); unnamed sets: their
+    # members' labels
     placement: dict[str, tuple[str, ...]] = field(default_factory=dict)
     placement_audit_interval_ms: int = 1000
 
@@ -120,103 +122,130 @@ def _placement(raw: Any) -> dict[str, tuple[str, ...]]:
             raise ConfigError(f"{key}: a broker set name is 1..127 of A-Z a-z 0-9 _ . % -", key=key)
         if (not isinstance(dcs, list) or not dcs
                 or not all(isinstance(d, str) and _LABEL.match(d) for d in dcs) or len(set(dcs)) != len(dcs)):
-            raise ConfigError(f"{key} must be a non-empty list of distinct datacenter names (got {dcs!r})", key=key)
+            raise ConfigError(f"{key} must be a non-empty list of distinct datacenter names (got {dcs!r})",
+                              key=key)
         out[name] = tuple(dcs)
     return out
 
 
-def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) -> ControllerConfig:
-    """Validate a parsed YAML document; `node_id`/`data_dir` override the file's values."""
+def _check_top_keys(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError("the controller config must be a mapping", key="<root>")
     unknown = set(raw) - _TOP_KEYS
     if unknown:
         raise ConfigError(f"unknown key(s): {', '.join(sorted(unknown))}", key=sorted(unknown)[0])
+    return raw
 
-    raw_nodes = raw.get("nodes")
+
+def _node(i: int, item: Any) -> NodeAddress:
+    prefix = f"nodes[{i}]"
+    if not isinstance(item, dict):
+        raise ConfigError(f"{prefix} must be a mapping with id, raft, grpc", key=prefix)
+    extra = set(item) - {"id", "raft", "grpc"}
+    if extra:
+        raise ConfigError(f"{prefix} has unknown key(s) {sorted(extra)}",
+                          key=f"{prefix}.{sorted(extra)[0]}")
+    nid = item.get("id")
+    if nid is None or not str(nid).strip():
+        raise ConfigError(f"{prefix}.id is required", key=f"{prefix}.id")
+    return NodeAddress(str(nid), _host_port(f"{prefix}.raft", item.get("raft")),
+                       _host_port(f"{prefix}.grpc", item.get("grpc")))
+
+
+def _nodes(raw_nodes: Any) -> tuple[NodeAddress, ...]:
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise ConfigError("nodes must be a non-empty list", key="nodes")
     if len(raw_nodes) not in (1, 3, 5):
         raise ConfigError(f"nodes must list 1, 3 or 5 controllers (got {len(raw_nodes)})", key="nodes")
-    nodes: list[NodeAddress] = []
-    for i, item in enumerate(raw_nodes):
-        prefix = f"nodes[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{prefix} must be a mapping with id, raft, grpc", key=prefix)
-        extra = set(item) - {"id", "raft", "grpc"}
-        if extra:
-            raise ConfigError(f"{prefix} has unknown key(s) {sorted(extra)}", key=f"{prefix}.{sorted(extra)[0]}")
-        nid = item.get("id")
-        if nid is None or not str(nid).strip():
-            raise ConfigError(f"{prefix}.id is required", key=f"{prefix}.id")
-        nodes.append(NodeAddress(str(nid), _host_port(f"{prefix}.raft", item.get("raft")),
-                                 _host_port(f"{prefix}.grpc", item.get("grpc"))))
+    nodes = tuple(_node(i, item) for i, item in enumerate(raw_nodes))
     for attr in ("id", "raft", "grpc"):
         values = [getattr(n, attr) for n in nodes]
         if len(set(values)) != len(values):
             raise ConfigError(f"nodes[].{attr} must be unique", key=f"nodes.{attr}")
+    return nodes
 
-    chosen = node_id if node_id is not None else raw.get("node_id")
+
+def _node_id(chosen: Any, nodes: tuple[NodeAddress, ...]) -> str:
+    """Which of `nodes` this process is (`--node-id`, else the file's `node_id`)."""
     if chosen is None:
         if len(nodes) != 1:
-            raise ConfigError("node_id is required with more than one node (or pass --node-id)", key="node_id")
+            raise ConfigError("node_id is required with more than one node (or pass --node-id)",
+                              key="node_id")
         chosen = nodes[0].id
     chosen = str(chosen)
     if chosen not in {n.id for n in nodes}:
         raise ConfigError(f"node_id {chosen!r} is not one of nodes[].id", key="node_id")
+    return chosen
 
+
+def _secret(key: str, secret: Any) -> str | None:
+    if secret is not None and (not isinstance(secret, str) or not secret):
+        raise ConfigError(f"{key} must be a non-empty string", key=key)
+    return secret or os.environ.get(SECRET_ENV) or secret_from_env()
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false", key=key)
+    return value
+
+
+#: The top-level settings besides the nodes, this node and the data dir: (key, check, default),
+#: checked in this order, so a file with several mistakes is told about the same one first.
+_SETTINGS: tuple[tuple[str, Callable[[str, Any], Any], Any], ...] = (
+    ("secret", _secret, None),
+    ("enable_elect_unclean_master", _flag, False),
+    ("heartbeat_interval_ms", _positive_int, 1000),
+    ("heartbeat_timeout_ms", _positive_int, 5000),
+    ("max_meta_value_bytes", _positive_int, 1 << 20),
+    ("placement", lambda _key, value: _placement(value), None),
+    ("placement_audit_interval_ms", _positive_int, 1000),
+)
+
+
+def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) -> ControllerConfig:
+    """Validate a parsed YAML document; `node_id`/`data_dir` override the file's values."""
+    raw = _check_top_keys(raw)
+    nodes = _nodes(raw.get("nodes"))
+    chosen = _node_id(node_id if node_id is not None else raw.get("node_id"), nodes)
     dd = data_dir if data_dir is not None else raw.get("data_dir")
     if not dd or not isinstance(dd, str):
         raise ConfigError("data_dir is required", key="data_dir")
-
-    secret = raw.get("secret")
-    if secret is not None and (not isinstance(secret, str) or not secret):
-        raise ConfigError("secret must be a non-empty string", key="secret")
-    secret = secret or os.environ.get(SECRET_ENV) or secret_from_env()
-
-    unclean = raw.get("enable_elect_unclean_master", False)
-    if not isinstance(unclean, bool):
-        raise ConfigError("enable_elect_unclean_master must be true or false", key="enable_elect_unclean_master")
-
-    cfg = ControllerConfig(
-        nodes=tuple(nodes),
-        node_id=chosen,
-        data_dir=Path(dd),
-        secret=secret,
-        heartbeat_interval_ms=_positive_int("heartbeat_interval_ms", raw.get("heartbeat_interval_ms", 1000)),
-        heartbeat_timeout_ms=_positive_int("heartbeat_timeout_ms", raw.get("heartbeat_timeout_ms", 5000)),
-        enable_elect_unclean_master=unclean,
-        max_meta_value_bytes=_positive_int("max_meta_value_bytes", raw.get("max_meta_value_bytes", 1 << 20)),
-        placement=_placement(raw.get("placement")),
-        placement_audit_interval_ms=_positive_int("placement_audit_interval_ms",
-                                                  raw.get("placement_audit_interval_ms", 1000)),
-    )
+    settings = {key: check(key, raw.get(key, default)) for key, check, default in _SETTINGS}
+    cfg = ControllerConfig(nodes=nodes, node_id=chosen, data_dir=Path(dd), **settings)
     if cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms:
         raise ConfigError("heartbeat_timeout_ms must be larger than heartbeat_interval_ms",
                           key="heartbeat_timeout_ms")
+    return replace(cfg, raft=_raft_tuning(raw.get("raft") or {}))
 
-    raw_raft = raw.get("raft") or {}
+
+#: Rules between the Raft timings: (key that is wrong, test it must pass, message).
+_RAFT_RULES: tuple[tuple[str, Callable[[RaftTuning], bool], str], ...] = (
+    ("election_min_timeout_ms", lambda t: t.election_min_timeout_ms > 3 * t.append_entries_period_ms,
+     "must exceed 3 × append_entries_period_ms"),
+    ("election_max_timeout_ms", lambda t: t.election_max_timeout_ms > t.election_min_timeout_ms,
+     "must exceed election_min_timeout_ms"),
+    ("leader_fallback_timeout_ms", lambda t: t.leader_fallback_timeout_ms > t.append_entries_period_ms,
+     "must exceed append_entries_period_ms"),
+    ("log_compaction_min_entries", lambda t: t.log_compaction_min_entries >= 2, "must be at least 2"),
+)
+
+
+def _raft_tuning(raw_raft: Any) -> RaftTuning:
     if not isinstance(raw_raft, dict):
         raise ConfigError("raft must be a mapping", key="raft")
     unknown = set(raw_raft) - _RAFT_KEYS
     if unknown:
         raise ConfigError(f"unknown key(s) under raft: {sorted(unknown)}", key=f"raft.{sorted(unknown)[0]}")
     tuning = RaftTuning(**{k: _positive_int(f"raft.{k}", v) for k, v in raw_raft.items()})
-    if tuning.election_min_timeout_ms <= 3 * tuning.append_entries_period_ms:
-        raise ConfigError("raft.election_min_timeout_ms must exceed 3 × append_entries_period_ms",
-                          key="raft.election_min_timeout_ms")
-    if tuning.election_max_timeout_ms <= tuning.election_min_timeout_ms:
-        raise ConfigError("raft.election_max_timeout_ms must exceed election_min_timeout_ms",
-                          key="raft.election_max_timeout_ms")
-    if tuning.leader_fallback_timeout_ms <= tuning.append_entries_period_ms:
-        raise ConfigError("raft.leader_fallback_timeout_ms must exceed append_entries_period_ms",
-                          key="raft.leader_fallback_timeout_ms")
-    if tuning.log_compaction_min_entries < 2:
-        raise ConfigError("raft.log_compaction_min_entries must be at least 2", key="raft.log_compaction_min_entries")
-    return replace(cfg, raft=tuning)
+    for key, holds, message in _RAFT_RULES:
+        if not holds(tuning):
+            raise ConfigError(f"raft.{key} {message}", key=f"raft.{key}")
+    return tuning
 
 
-def load(path: str | os.PathLike[str], *, node_id: str | None = None, data_dir: str | None = None) -> ControllerConfig:
+def load(path: str | os.PathLike[str], *, node_id: str | None = None,
+         data_dir: str | None = None) -> ControllerConfig:
     try:
         text = Path(path).read_text()
     except OSError as exc:

@@ -27,16 +27,15 @@ Inside one pass (``_try``) the rules are, in order:
        id breaks exact ties so every replica picks the same broker.
 
 RocketMQ sorts with a comparator that casts an offset difference to int and collapses equal
-brokers in a TreeSet (QUIRK, docs/reference/rocketmq-controller-ha.md §2.1); a plain tuple key has neither problem.
+brokers in a TreeSet (QUIRK, docs/reference/rocketmq-controller-ha.md §2.1); a plain tuple key has
+neither problem.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # state imports this module; the dataclass is only needed for annotations
-    from tidelog.controller.state import LiveInfo
+from .model import LiveInfo
 
 __all__ = ["elect", "rank_key"]
 

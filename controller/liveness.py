@@ -37,7 +37,8 @@ A set whose controller-triggered election found nobody is left without a master 
 ``leaderless_sets_electable`` lists such sets once an electable broker is alive again, so the
 leader can retry without waiting for a broker to ask.
 
-The liveness predicate is ``last_seen + timeout >= now`` (docs/reference/rocketmq-controller-ha.md §1.2, "Liveness predicate").
+The liveness predicate is ``last_seen + timeout >= now`` (docs/reference/rocketmq-controller-ha.md §1.2,
+"Liveness predicate").
 """
 
 from __future__ import annotations
@@ -173,9 +174,10 @@ class HeartbeatTable:
             del self._entries[k]
 
     def masters_needing_election(self, state: ControllerState, now_ms: int) -> list[str]:
-        """Broker sets whose recorded master is dead while some member is alive (docs/reference/rocketmq-controller-ha.md §1.2,
-        scanNeedReelectBrokerSets), ascending name; during the new-leader grace window only those
-        whose master's silence a continuously heard member witnessed (RULES.md L4)."""
+        """Broker sets whose recorded master is dead while some member is alive
+        (docs/reference/rocketmq-controller-ha.md §1.2, scanNeedReelectBrokerSets), ascending name;
+        during the new-leader grace window only those whose master's silence a continuously heard
+        member witnessed (RULES.md L4)."""
         grace = self.in_grace(now_ms)
         out = []
         for name in sorted(state.broker_sets):
@@ -194,7 +196,8 @@ class HeartbeatTable:
         return (e is not None and e.last_seen_ms + self.timeout_ms >= now_ms
                 and now_ms - e.heard_since_ms >= self.timeout_ms)
 
-    def leaderless_sets_electable(self, state: ControllerState, now_ms: int, enable_unclean: bool) -> list[str]:
+    def leaderless_sets_electable(self, state: ControllerState, now_ms: int,
+                                  enable_unclean: bool) -> list[str]:
         """Broker sets that had a master once, have none now, and would elect one with the current
         liveness (RULES.md L6), ascending name; none during the grace window.
 

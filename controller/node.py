@@ -70,8 +70,9 @@ class ControllerNode:
     def __init__(self, cfg: ControllerConfig) -> None:
         if sys.flags.optimize:
             # PySyncObj checks what arrives on the Raft port with `assert`s, which -O removes.
-            raise ConfigError("a controller does not run under `python -O`: its Raft library checks the messages "
-                              "of its peers with asserts, which -O removes", hint="start it without -O")
+            raise ConfigError("a controller does not run under `python -O`: its Raft library checks the "
+                              "messages of its peers with asserts, which -O removes",
+                              hint="start it without -O")
         cfg = with_secret(cfg)
         require_real_secret(cfg.secret or "")
         self.cfg = cfg
@@ -147,7 +148,8 @@ class ControllerNode:
 
     def _record(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest, now: int) -> None:
         kwargs = {"priority": req.priority} if req.HasField("priority") else {}
-        self.heartbeats.beat(broker_set, broker_id, req.epoch, req.max_offset, req.confirm_offset, now, **kwargs)
+        self.heartbeats.beat(broker_set, broker_id, req.epoch, req.max_offset, req.confirm_offset, now,
+                             **kwargs)
 
     def beat(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest, report: bool) -> None:
         now = mono_ms()
@@ -222,7 +224,8 @@ class ControllerNode:
                 continue
             self._election_tried[name] = now
             await self._elect(name, now)
-        due = self.placement.audited_ms is None or now - self.placement.audited_ms >= self.cfg.placement_audit_interval_ms
+        audited = self.placement.audited_ms
+        due = audited is None or now - audited >= self.cfg.placement_audit_interval_ms
         if due and not self.heartbeats.in_grace(now):
             self.audit_placement(now)
 
@@ -282,7 +285,8 @@ class ControllerNode:
                         name, old[0], why, new[0], new[1], new[2])
         else:
             log.warning("broker set %s: master %s (epoch %d) stopped heartbeating and no broker could be "
-                        "elected: %s %s (epoch now %d)", name, old[0], old[1], result.code, result.message, new[1])
+                        "elected: %s %s (epoch now %d)", name, old[0], old[1], result.code, result.message,
+                        new[1])
 
     async def _leader_loop(self, stop: asyncio.Event) -> None:
         period = min(0.25, self.cfg.heartbeat_interval_ms / 2000)
@@ -311,8 +315,9 @@ class ControllerNode:
             server.add_insecure_port(address)
         except RuntimeError as exc:  # grpc reports a failed bind this way
             self.raft.close()
-            raise UnavailableError(f"cannot listen on the gRPC address {address}: {exc}",
-                                   hint="another process holds the port; stop it or change nodes[].grpc") from None
+            raise UnavailableError(
+                f"cannot listen on the gRPC address {address}: {exc}",
+                hint="another process holds the port; stop it or change nodes[].grpc") from None
         await server.start()
         log.info("controller %s serving gRPC on %s (raft %s, %d node(s))", self.cfg.node_id, address,
                  self.cfg.self_node.raft, len(self.cfg.nodes))

@@ -59,8 +59,8 @@ from tidelog.ledger.metadata import LedgerMetadata
 
 __all__ = [
     "BROKER_SET", "LEDGER", "LedgerPlacement", "PlacementMonitor", "Violation", "audit",
-    "audit_broker_set", "audit_ledger", "decommission_problem", "ledger_placements", "ledger_repair", "replacement_problem",
-    "required_datacenters",
+    "audit_broker_set", "audit_ledger", "decommission_problem", "ledger_placements", "ledger_repair",
+    "replacement_problem", "required_datacenters",
 ]
 
 BROKER_SET = "broker_set"
@@ -124,7 +124,8 @@ def ledger_repair(ledger: LedgerPlacement, bs: BrokerSet, required: Sequence[str
     have = {bs.members[i].datacenter for i in ledger.ensemble if i in bs.members}
     pairs = []
     for old in gone:
-        candidates = [i for i in sorted(bs.sync_state_set) if i in live and i not in taken and i in bs.members]
+        candidates = [i for i in sorted(bs.sync_state_set)
+                      if i in live and i not in taken and i in bs.members]
         if not candidates:
             break
         rank = {dc: n for n, dc in enumerate(d for d in required if d not in have)}
@@ -146,7 +147,8 @@ def _ids(ids: Iterable[int]) -> str:
     return ", ".join(str(i) for i in sorted(ids))
 
 
-def audit_broker_set(bs: BrokerSet, required: Sequence[str], alive: Mapping[int, LiveInfo]) -> list[Violation]:
+def audit_broker_set(bs: BrokerSet, required: Sequence[str],
+                     alive: Mapping[int, LiveInfo]) -> list[Violation]:
     """PL2-PL5 for one broker set, given the leader's live brokers of that set."""
     out: list[Violation] = []
 
@@ -167,18 +169,20 @@ def audit_broker_set(bs: BrokerSet, required: Sequence[str], alive: Mapping[int,
             continue
         live = [i for i in members if i in alive]
         if not live:
-            add("DATACENTER_DOWN", f"no live replica of {bs.name} in {dc} (broker {_ids(members)} silent)", dc)
+            add("DATACENTER_DOWN", f"no live replica of {bs.name} in {dc} (broker {_ids(members)} silent)",
+                dc)
             continue
         if len(required) >= 2 and dc not in sss_dcs:
             held = sorted(d or "no datacenter" for d in sss_dcs) or ["nowhere"]
             lag = []
             for i in live:
                 if master_live is not None:
-                    lag.append(f"broker {i} {max(0, master_live.max_offset - alive[i].max_offset)} bytes behind")
+                    behind = max(0, master_live.max_offset - alive[i].max_offset)
+                    lag.append(f"broker {i} {behind} bytes behind")
                 else:
                     lag.append(f"broker {i} catching up")
-            add("NOT_IN_SYNC", f"acknowledged data of {bs.name} is held in {', '.join(held)} only: {dc}'s replica "
-                               f"is not in the SyncStateSet ({'; '.join(lag)})", dc)
+            add("NOT_IN_SYNC", f"acknowledged data of {bs.name} is held in {', '.join(held)} only: "
+                               f"{dc}'s replica is not in the SyncStateSet ({'; '.join(lag)})", dc)
     return out
 
 
@@ -197,12 +201,13 @@ def audit_ledger(ledger: LedgerPlacement, bs: BrokerSet | None, required: Sequen
     out = []
     gone = [i for i in (ledger.replicas or ledger.ensemble) if i not in bs.members]
     if gone:
-        out.append(v("REPLICA_GONE", f"ledger {name}'s ensemble names broker {_ids(gone)}, no longer a member "
-                                     f"of {bs.name}"))
+        out.append(v("REPLICA_GONE", f"ledger {name}'s ensemble names broker {_ids(gone)}, no longer a "
+                                     f"member of {bs.name}"))
     dcs = {bs.members[i].datacenter for i in ledger.ensemble if i in bs.members}
     missing = [dc for dc in required if dc not in dcs]
     if len(required) >= 2 and missing:
-        out.append(v("ENSEMBLE_ONE_DATACENTER", f"ledger {name}'s ensemble has no replica in {', '.join(missing)}"))
+        out.append(v("ENSEMBLE_ONE_DATACENTER",
+                     f"ledger {name}'s ensemble has no replica in {', '.join(missing)}"))
     degraded = [x for x in set_violations if x.code in ("DATACENTER_DOWN", "NOT_IN_SYNC")]
     if degraded:
         out.append(v("BROKER_SET_DEGRADED", f"ledger {name}'s new entries are not held in every datacenter: "
@@ -211,7 +216,8 @@ def audit_ledger(ledger: LedgerPlacement, bs: BrokerSet | None, required: Sequen
 
 
 def audit(state: ControllerState, declared: Mapping[str, Sequence[str]],
-          alive: Mapping[str, Mapping[int, LiveInfo]], ledgers: Iterable[LedgerPlacement] = ()) -> list[Violation]:
+          alive: Mapping[str, Mapping[int, LiveInfo]],
+          ledgers: Iterable[LedgerPlacement] = ()) -> list[Violation]:
     """Every violation of every broker set and ledger, sorted (an empty list: all is well).
     A broker set named in ``declared`` that has never registered is NO_REPLICA everywhere."""
     out: list[Violation] = []
@@ -245,11 +251,11 @@ def decommission_problem(bs: BrokerSet, broker_id: int, required: Sequence[str],
     if force:
         return None
     if bs.master_id is None:
-        return (f"{bs.name} has no master: the remaining replicas may not hold what broker {broker_id} holds; "
-                f"bring the set back first, or pass --force")
+        return (f"{bs.name} has no master: the remaining replicas may not hold what broker {broker_id} "
+                f"holds; bring the set back first, or pass --force")
     if alive is not None and broker_id in bs.sync_state_set and not rest & set(alive):
-        return (f"no other in-sync replica of {bs.name} is alive: broker {broker_id} may hold the only reachable "
-                f"copy of acknowledged data")
+        return (f"no other in-sync replica of {bs.name} is alive: broker {broker_id} may hold the only "
+                f"reachable copy of acknowledged data")
     if len(required) < 2:
         return None
 
@@ -258,8 +264,9 @@ def decommission_problem(bs: BrokerSet, broker_id: int, required: Sequence[str],
 
     lost = sorted(covered(bs.sync_state_set) - covered(rest))
     if lost:
-        return (f"broker {broker_id} is the only in-sync replica of {bs.name} in {', '.join(lost)}: without it, "
-                f"acknowledged data would be held in {', '.join(sorted(covered(rest))) or 'no required datacenter'} "
+        held = ', '.join(sorted(covered(rest))) or 'no required datacenter'
+        return (f"broker {broker_id} is the only in-sync replica of {bs.name} in {', '.join(lost)}: "
+                f"without it, acknowledged data would be held in {held} "
                 f"only; bring another replica there in sync first, or pass --force")
     return None
 
@@ -276,8 +283,8 @@ def replacement_problem(bs: BrokerSet, broker_id: int, replacement: int, alive: 
     if replacement not in set(alive):
         return f"broker {replacement} of {bs.name} is not alive"
     if replacement not in bs.sync_state_set:
-        return (f"broker {replacement} is not in the SyncStateSet of {bs.name} yet: it is still copying the log; "
-                f"try again once `tide placement status` shows it in sync")
+        return (f"broker {replacement} is not in the SyncStateSet of {bs.name} yet: it is still copying "
+                f"the log; try again once `tide placement status` shows it in sync")
     old, new = bs.members.get(broker_id), bs.members[replacement]
     if not force and old is not None and old.datacenter != new.datacenter:
         return (f"broker {replacement} is in {new.datacenter or 'no datacenter'}, broker {broker_id} in "

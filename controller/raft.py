@@ -122,6 +122,21 @@ def _fail_reason_error(reason: int, leader: str | None) -> TidelogError:
     return UnavailableError(f"the command was not applied (raft fail reason {reason})")
 
 
+def _node_address(node: Any) -> str | None:
+    return getattr(node, "address", None) if node is not None else None
+
+
+def _leadership(obj: SyncObj) -> tuple[bool, str | None]:
+    """Whether this node leads, and the Raft address of the node it believes leads (None: none known).
+
+    PySyncObj has no cheap public accessor for either: ``getStatus()`` holds both but builds a
+    dict of every peer's connection and log indexes on each call, and the leader check runs on
+    every request. Its ``_isLeader`` and ``_getLeader`` are plain attribute reads, so they are
+    used here, and only here.
+    """
+    return bool(obj._isLeader()), _node_address(obj._getLeader())  # noqa: SLF001
+
+
 def _check_snapshot(path: Path) -> None:
     """Refuse to start on an unreadable snapshot.
 
@@ -181,16 +196,16 @@ class RaftNode:
             self._obj.waitBinded()
         except SyncObjException:
             self.close()
-            raise UnavailableError(f"cannot listen on the Raft address {cfg.self_node.raft}",
-                                   hint="another process holds the port; stop it or change nodes[].raft") from None
+            raise UnavailableError(
+                f"cannot listen on the Raft address {cfg.self_node.raft}",
+                hint="another process holds the port; stop it or change nodes[].raft") from None
         log.info("raft node %s on %s, peers %s, data in %s", cfg.node_id, cfg.self_node.raft,
                  [n.raft for n in cfg.peers], cfg.node_dir)
 
     # --- writes ---------------------------------------------------------------------------
 
     def _leader_raft(self) -> str | None:
-        leader = self._obj._getLeader()
-        return getattr(leader, "address", None) if leader is not None else None
+        return _leadership(self._obj)[1]
 
     def leader_grpc(self) -> str | None:
         """The gRPC address of the node this node believes leads, if any."""
@@ -223,7 +238,7 @@ class RaftNode:
         Raises ControllerNotLeaderError when this node does not lead (nothing is proposed), or
         UnavailableError when the outcome is unknown within `timeout` (it may still commit).
         """
-        if not self._obj._isLeader():
+        if not self.is_leader():
             raise ControllerNotLeaderError(leader=self.leader_grpc())
         fut = self._submit(self._machine.apply, cmd)
         try:
@@ -247,9 +262,10 @@ class RaftNode:
             yield self._machine.state
 
     def status(self) -> RaftStatus:
-        raft = self._leader_raft()
+        raw = self._obj.getStatus()  # public, and cheap enough for a status call (not per request)
+        raft = _node_address(raw["leader"])
         leader = self.cfg.node_by_raft(raft) if raft else None
-        state = _RAFT_STATES.get(self._obj.getStatus()["state"], "follower")
+        state = _RAFT_STATES.get(raw["state"], "follower")
         return RaftStatus(
             node_id=self.cfg.node_id,
             raft_state=state,
@@ -262,7 +278,7 @@ class RaftNode:
         )
 
     def is_leader(self) -> bool:
-        return bool(self._obj._isLeader())
+        return _leadership(self._obj)[0]
 
     def term(self) -> int:
         return int(self._obj.raftCurrentTerm)

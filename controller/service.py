@@ -52,19 +52,21 @@ _PERMS = ("rw", "r", "w")
 
 # What fixes what `tide placement repair` cannot (RULES.md 8).
 _ADVICE = {
-    "NO_REPLICA": "start a broker of the set in each datacenter named NO_REPLICA (its config's datacenter label)",
+    "NO_REPLICA": "start a broker of the set in each datacenter named NO_REPLICA "
+                  "(its config's datacenter label)",
     "DATACENTER_DOWN": "bring the datacenter's brokers back, or replace them: start a new broker there and "
                        "run `tide broker replace OLD --with NEW` once it is in sync",
     "NOT_IN_SYNC": "wait: the master takes a returning replica into the SyncStateSet once it has caught up",
     "NO_MASTER": "bring back an in-sync replica (or see enable_elect_unclean_master)",
     "REPLICA_GONE": "run `tide placement repair` again once a live replica is in sync",
-    "ENSEMBLE_ONE_DATACENTER": "the ledger was created on replicas of one datacenter; its new ensembles follow "
-                               "the set's in-sync replicas",
+    "ENSEMBLE_ONE_DATACENTER": "the ledger was created on replicas of one datacenter; its new ensembles "
+                               "follow the set's in-sync replicas",
     "BROKER_SET_DEGRADED": "repair the ledger's broker set (its own violations)",
 }
 
 
-def _ledger_repair(broker_set: str, key: str, pairs: tuple[tuple[int, int], ...], ms_ago: int) -> pb.LedgerRepair:
+def _ledger_repair(broker_set: str, key: str, pairs: tuple[tuple[int, int], ...],
+                   ms_ago: int) -> pb.LedgerRepair:
     item = pb.LedgerRepair(broker_set=broker_set, ledger=str(ledger_id_of_key(key)), ms_ago=ms_ago)
     for old, new in pairs:
         item.replaced[old] = new
@@ -72,8 +74,8 @@ def _ledger_repair(broker_set: str, key: str, pairs: tuple[tuple[int, int], ...]
 
 
 def _violation(v: Violation, since_ms_ago: int) -> pb.PlacementViolation:
-    return pb.PlacementViolation(kind=v.kind, name=v.name, code=v.code, broker_set=v.broker_set, reason=v.reason,
-                                 since_ms_ago=since_ms_ago)
+    return pb.PlacementViolation(kind=v.kind, name=v.name, code=v.code, broker_set=v.broker_set,
+                                 reason=v.reason, since_ms_ago=since_ms_ago)
 
 
 def role_of(name: str, bs: st.BrokerSet | None) -> pb.RoleAssignment:
@@ -170,10 +172,11 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             if bs is None or bid not in bs.members:
                 raise ControllerBrokerNeedToBeRegisteredError(
                     f"broker {bid} is not registered in broker set {name!r}", broker_set=name, broker_id=bid)
-            problem = heartbeat_problem(bs.master_epoch, request.epoch, request.max_offset, request.confirm_offset)
+            problem = heartbeat_problem(bs.master_epoch, request.epoch, request.max_offset,
+                                        request.confirm_offset)
             if problem is not None:
-                log.warning("broker set %s: refused a heartbeat of broker %d from %s: %s", name, bid, context.peer(),
-                            problem)
+                log.warning("broker set %s: refused a heartbeat of broker %d from %s: %s", name, bid,
+                            context.peer(), problem)
                 raise EpochRejectedError(f"heartbeat of broker {bid} in {name!r}: {problem}", broker_set=name,
                                          broker_id=bid)
             role = role_of(name, bs)
@@ -236,7 +239,8 @@ class RouteServicer(pb_grpc.ControllerRouteServicer):
         self.node = node
 
     @rpc
-    async def GetRoute(self, request: pb.GetRouteRequest, context: grpc.aio.ServicerContext) -> pb.GetRouteReply:
+    async def GetRoute(self, request: pb.GetRouteRequest,
+                       context: grpc.aio.ServicerContext) -> pb.GetRouteReply:
         topic = non_empty("topic", request.topic)
         alive_of = self.node.alive_ids
         with self.node.raft.read() as state:
@@ -253,8 +257,8 @@ class RouteServicer(pb_grpc.ControllerRouteServicer):
         return reply
 
     @rpc
-    async def DescribeBrokerSets(self, request: pb.DescribeBrokerSetsRequest, context: grpc.aio.ServicerContext
-                                 ) -> pb.DescribeBrokerSetsReply:
+    async def DescribeBrokerSets(self, request: pb.DescribeBrokerSetsRequest,
+                                 context: grpc.aio.ServicerContext) -> pb.DescribeBrokerSetsReply:
         for n in request.names:
             non_empty("names[]", n)
         alive_of = self.node.alive_ids
@@ -344,7 +348,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         now = self.node.mono_ms()
         violations = self.node.audit_placement(now)
         since = self.node.placement.since_ms
-        reply = pb.PlacementAuditReply(violations=[_violation(v, now - since.get(v.key, now)) for v in violations])
+        reply = pb.PlacementAuditReply(
+            violations=[_violation(v, now - since.get(v.key, now)) for v in violations])
         for at, opened, v in self.node.placement.events:
             reply.events.append(pb.PlacementEvent(ms_ago=now - at, opened=opened, violation=_violation(v, 0)))
         for at, broker_set, key, pairs in self.node.ledger_repairs:
@@ -356,62 +361,76 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return reply
 
     @rpc
-    async def DecommissionBroker(self, request: pb.DecommissionBrokerRequest, context: grpc.aio.ServicerContext
-                                 ) -> pb.DecommissionBrokerReply:
+    async def DecommissionBroker(self, request: pb.DecommissionBrokerRequest,
+                                 context: grpc.aio.ServicerContext) -> pb.DecommissionBrokerReply:
         """Take a broker out of its set (RULES.md PL7): checked against the current state and
         liveness, then removed with CleanBrokerData."""
         name = non_empty("broker_set", request.broker_set)
         self.node.authenticate(context, "DecommissionBroker", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id)
-        replacement = non_negative("replacement", request.replacement) if request.HasField("replacement") else None
+        replacement = (non_negative("replacement", request.replacement) if request.HasField("replacement")
+                       else None)
         self.node.require_leader()
         await self.node.ensure_ready()
         for attempt in range(3):
-            now = self.node.mono_ms()
-            if not request.force:
-                self.node.require_liveness(now)
-            alive = self.node.heartbeats.alive_ids(name, now)
-            with self.node.raft.read() as state:
-                bs = state.broker_sets.get(name)
-                if bs is None:
-                    raise PlacementRefusedError(f"broker set {name!r} does not exist")
-                epochs = (bs.master_epoch, bs.sss_epoch)
-                if replacement is not None and bid not in bs.members:
-                    # a retried replace whose removal went through: finish its re-replication
-                    problem = replacement_problem(bs, bid, replacement, alive, force=request.force)
-                    if problem is not None:
-                        raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
-                    break
-                problem = None
-                if replacement is not None:
-                    problem = replacement_problem(bs, bid, replacement, alive, force=request.force)
-                if problem is None and bid in alive and not request.force:
-                    problem = f"broker {bid} of {name} is still alive: stop it first, or pass --force"
-                problem = problem or decommission_problem(
-                    bs, bid, self.node.required_datacenters(bs), force=request.force, alive=alive)
-            if problem is not None:
-                log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
-                raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
-            try:
-                await self.node.write(lambda now, hb, e=epochs: st.CleanBrokerData(
-                    broker_set=name, broker_ids=frozenset({bid}), clean_living=request.force, expect_epochs=e,
-                    alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
-            except ControllerFencedSyncStateSetEpochError:
-                if attempt == 2:
-                    raise
-                continue  # the set changed between the check and the removal: check again
-            self.node.heartbeats.forget(name, bid)
-            log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
-                        f" (replaced by {replacement})" if replacement is not None else "",
-                        " (forced)" if request.force else "")
-            break
+            if await self._decommission_once(name, bid, replacement, request.force, last_try=attempt == 2):
+                break
         if replacement is not None:  # PL8: its ledgers now name the replacement
             with self.node.raft.read() as state:
                 ledgers = self.node.ledger_placements(state)
             await self._replace_ledger_replicas(name, {
-                lp.key: ((bid, replacement),) for lp in ledgers if lp.broker_set == name and bid in lp.replicas})
+                lp.key: ((bid, replacement),) for lp in ledgers
+                if lp.broker_set == name and bid in lp.replicas})
         with self.node.raft.read() as state:
             return pb.DecommissionBrokerReply(role=role_of(name, state.broker_sets.get(name)))
+
+    async def _decommission_once(self, name: str, bid: int, replacement: int | None, force: bool, *,
+                                 last_try: bool) -> bool:
+        """Check PL7 (and PL8 with a replacement) against the current state, then remove the broker
+        if the set did not change meanwhile. True when done; False to check again."""
+        now = self.node.mono_ms()
+        if not force:
+            self.node.require_liveness(now)
+        alive = self.node.heartbeats.alive_ids(name, now)
+        with self.node.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            if bs is None:
+                raise PlacementRefusedError(f"broker set {name!r} does not exist")
+            epochs = (bs.master_epoch, bs.sss_epoch)
+            if replacement is not None and bid not in bs.members:
+                # a retried replace whose removal went through: finish its re-replication
+                problem = replacement_problem(bs, bid, replacement, alive, force=force)
+                if problem is not None:
+                    raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
+                return True
+            problem = self._decommission_problem(bs, bid, replacement, alive, force)
+        if problem is not None:
+            log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
+            raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
+        try:
+            await self.node.write(lambda now, hb, e=epochs: st.CleanBrokerData(
+                broker_set=name, broker_ids=frozenset({bid}), clean_living=force, expect_epochs=e,
+                alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
+        except ControllerFencedSyncStateSetEpochError:
+            if last_try:
+                raise
+            return False  # the set changed between the check and the removal: check again
+        self.node.heartbeats.forget(name, bid)
+        log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
+                    f" (replaced by {replacement})" if replacement is not None else "",
+                    " (forced)" if force else "")
+        return True
+
+    def _decommission_problem(self, bs: st.BrokerSet, bid: int, replacement: int | None,
+                              alive: frozenset[int], force: bool) -> str | None:
+        """Why broker `bid` may not leave `bs` now (PL7, and PL8 with a replacement); None: it may."""
+        problem = None
+        if replacement is not None:
+            problem = replacement_problem(bs, bid, replacement, alive, force=force)
+        if problem is None and bid in alive and not force:
+            problem = f"broker {bid} of {bs.name} is still alive: stop it first, or pass --force"
+        return problem or decommission_problem(
+            bs, bid, self.node.required_datacenters(bs), force=force, alive=alive)
 
     @rpc
     async def RepairPlacement(self, request: pb.RepairPlacementRequest, context: grpc.aio.ServicerContext
@@ -461,7 +480,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         for key in changed:
             self.node.ledger_repairs.append((now, broker_set, key, repairs[key]))
         if changed:
-            log.warning("broker set %s: re-replicated %d ledger(s) to in-sync replicas", broker_set, len(changed))
+            log.warning("broker set %s: re-replicated %d ledger(s) to in-sync replicas", broker_set,
+                        len(changed))
         return changed
 
     def _check_value(self, key: str, value: bytes) -> None:
@@ -471,7 +491,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                                         key=key, size=len(value), limit=limit)
 
     @rpc
-    async def MetaCreate(self, request: pb.MetaCreateRequest, context: grpc.aio.ServicerContext) -> pb.MetaEntry:
+    async def MetaCreate(self, request: pb.MetaCreateRequest,
+                         context: grpc.aio.ServicerContext) -> pb.MetaEntry:
         key = non_empty("key", request.key, MAX_KEY_LEN)
         value = bytes(request.value)
         self._check_value(key, value)
@@ -510,7 +531,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return pb.MetaDeleteReply()
 
     @rpc
-    async def MetaList(self, request: pb.MetaListRequest, context: grpc.aio.ServicerContext) -> pb.MetaListReply:
+    async def MetaList(self, request: pb.MetaListRequest,
+                       context: grpc.aio.ServicerContext) -> pb.MetaListReply:
         require(len(request.prefix) <= MAX_KEY_LEN, f"prefix is longer than {MAX_KEY_LEN} characters")
         with self.node.raft.read() as state:
             return pb.MetaListReply(entries=[meta_of(e) for e in state.list_prefix(request.prefix)])
@@ -522,7 +544,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return pb.ClusterStatusReply(
             node_id=s.node_id, raft_state=s.raft_state, leader_id=s.leader_id or "",
             leader_address=self.node.raft.leader_grpc() or "", term=s.term, commit_index=s.commit_index,
-            last_applied=s.last_applied, ready=s.ready, brokers_heard=self.node.heartbeats.heard(self.node.mono_ms()),
+            last_applied=s.last_applied, ready=s.ready,
+            brokers_heard=self.node.heartbeats.heard(self.node.mono_ms()),
             nodes=[pb.ControllerNodeInfo(id=n.id, raft_address=n.raft, grpc_address=n.grpc)
                    for n in self.node.cfg.nodes])
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
-from tidelog.controller.config import SECRET_ENV, load, parse
+from tidelog.controller.config import SECRET_ENV, ControllerConfig, load, parse
 from tidelog.controller.node import with_secret
 from tidelog.errors import ConfigError
 
@@ -106,3 +107,16 @@ def test_deploy_examples_are_valid() -> None:
     assert len(load(deploy / "controller-1.yaml").nodes) == 1
     cfg = load(deploy / "controller-3.yaml", node_id="c2")
     assert [n.id for n in cfg.nodes] == ["c1", "c2", "c3"] and cfg.self_node.id == "c2"
+
+
+def test_an_omitted_setting_takes_the_dataclass_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The parser's table of settings carries its own defaults: they must not drift from the
+    # dataclass's, which code that builds a ControllerConfig directly gets.
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    monkeypatch.delenv(CLUSTER_SECRET_ENV, raising=False)
+    cfg = parse({"data_dir": "d", "nodes": N3[:1]})
+    for f in fields(ControllerConfig):
+        if f.name in ("nodes", "node_id", "data_dir"):
+            continue
+        default = f.default_factory() if f.default is MISSING else f.default
+        assert getattr(cfg, f.name) == default, f.name

@@ -8,11 +8,13 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import pickletools
 
 import pytest
 
 from tidelog import errors
 from tidelog.controller.state import (
+    HANDLERS,
     AlterSyncStateSet,
     BrokerSet,
     CleanBrokerData,
@@ -687,6 +689,16 @@ def test_commands_pickle() -> None:
         assert pickle.loads(pickle.dumps(cmd)) == cmd
 
 
+def test_commands_pickle_under_the_class_path_the_raft_log_has_always_used() -> None:
+    # The journal and the entries sent between nodes name each class by module: a node of an
+    # older layout (everything in state.py) must read what a newer one writes, and back.
+    for cmd in [reg(), ElectMaster(A, None, alive=live(1)), alter({1, 2, 3}), CleanBrokerData(A),
+                CreateTopic("t", {A: 1}), DeleteTopic("t"), MetaCompareAndSet("k", b"v", 1)]:
+        names = {(op.name, arg) for op, arg, _ in pickletools.genops(pickle.dumps(cmd))
+                 if op.name in ("SHORT_BINUNICODE", "BINUNICODE") and arg.startswith("tidelog.")}
+        assert names and all(arg == "tidelog.controller.state" for _, arg in names), names
+
+
 def test_read_helpers_return_copies() -> None:
     s = mastered()
     copy_ = s.broker_set(A)
@@ -703,52 +715,55 @@ def test_invariant_violation_stops_apply() -> None:
         s.apply(reg(broker_id=2, identity="id-2", address="10.0.0.2:10911"))
 
 
-def test_invariant_epochs_never_decrease_is_enforced() -> None:
+def test_invariant_epochs_never_decrease_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     s = mastered()
 
-    def rogue(cmd):  # a handler that moves an epoch backwards must be caught
+    # a handler that moves an epoch backwards must be caught
+    def rogue(_state: object, cmd: object) -> tuple[Result, str | None]:
         s.broker_sets[A].sss_epoch -= 1
         return Result(changed=True), "alter"
 
-    s._handlers[AlterSyncStateSet] = rogue
+    monkeypatch.setitem(HANDLERS, AlterSyncStateSet, rogue)
     with pytest.raises(InvariantViolation):
         s.apply(alter({1, 2, 3}))
 
 
-def test_invariant_transition_table_is_enforced() -> None:
+def test_invariant_transition_table_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     s = mastered()
 
-    def rogue(cmd):  # an alter may not clear the master
+    # an alter may not clear the master
+    def rogue(_state: object, cmd: object) -> tuple[Result, str | None]:
         bs = s.broker_sets[A]
         bs.master_id = None
         return Result(changed=True), "alter"
 
-    s._handlers[AlterSyncStateSet] = rogue
+    monkeypatch.setitem(HANDLERS, AlterSyncStateSet, rogue)
     with pytest.raises(InvariantViolation):
         s.apply(alter({1, 2, 3}))
 
 
-def test_invariant_one_master_per_epoch_is_enforced() -> None:
+def test_invariant_one_master_per_epoch_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     s = mastered()
 
-    def rogue(cmd):  # hand mastership to broker 2 without a new epoch
+    # hand mastership to broker 2 without a new epoch
+    def rogue(_state: object, cmd: object) -> tuple[Result, str | None]:
         bs = s.broker_sets[A]
         bs.master_id = 2
         return Result(changed=True), "alter"
 
-    s._handlers[AlterSyncStateSet] = rogue
+    monkeypatch.setitem(HANDLERS, AlterSyncStateSet, rogue)
     with pytest.raises(InvariantViolation, match="within epoch"):
         s.apply(alter({1, 2, 3}))
 
 
-def test_invariant_sss_change_needs_a_new_sss_epoch() -> None:
+def test_invariant_sss_change_needs_a_new_sss_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     s = mastered()
 
-    def rogue(cmd):
+    def rogue(_state: object, cmd: object) -> tuple[Result, str | None]:
         s.broker_sets[A].sync_state_set = frozenset({1, 2, 3})
         return Result(changed=True), "alter"
 
-    s._handlers[AlterSyncStateSet] = rogue
+    monkeypatch.setitem(HANDLERS, AlterSyncStateSet, rogue)
     with pytest.raises(InvariantViolation, match="within its epoch"):
         s.apply(alter({1, 2, 3}))
 

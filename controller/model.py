@@ -1,0 +1,126 @@
+"""What the controller remembers: the records of its replicated state and their limits.
+
+Plain data only: broker sets and their members, topics (and tombstones), versioned metadata
+entries, the routes read from them, and ``StateData``, the container ``ControllerState``
+(``state.py``) adds its one transition to. Nothing here changes state; the command handlers
+(``membership.py``, ``mastership.py``, ``topics.py``, ``ledgermeta.py``, ``replacement.py``) do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Broker set and topic names; also the keys of a topic's queue map.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.%-]{1,127}$")
+#: Datacenter and rack labels may be empty.
+LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.%-]{0,127}$")
+CLUSTER_ID_PATTERN = re.compile(r"^[a-z0-9-]{0,64}$")
+#: Default cap on one metadata value; the whole state is snapshotted by Raft, so it stays small.
+MAX_META_VALUE_BYTES = 1 << 20
+MAX_QUEUES_PER_BROKER_SET = 1024
+#: Metadata keys under this prefix hold ledger metadata; every CAS of one is checked by the ledger rules.
+LEDGER_KEY_PREFIX = "ledger/"
+MAX_META_KEY_CHARS = 1024
+MAX_IDENTITY_CHARS = 256
+MAX_ADDRESS_CHARS = 255
+TOPIC_PERMS = ("r", "w", "rw")
+PRIORITY_DEFAULT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class LiveInfo:
+    """What the leader's heartbeat table knows about one alive broker."""
+
+    epoch: int
+    max_offset: int
+    confirm_offset: int = -1
+    priority: int = PRIORITY_DEFAULT  # lower value = preferred
+
+
+@dataclass
+class Member:
+    broker_id: int
+    address: str
+    ha_address: str
+    datacenter: str = ""
+    rack: str = ""
+    identity: str = ""
+    last_epoch: int = -1
+    last_max_offset: int = -1
+    registered_ms: int = 0
+
+
+@dataclass
+class BrokerSet:
+    name: str
+    members: dict[int, Member]
+    next_broker_id: int = 1
+    master_id: int | None = None
+    master_epoch: int = 0
+    sync_state_set: frozenset[int] = frozenset()
+    sss_epoch: int = 0
+    unclean_epoch: int = 0  # the last master epoch that was elected from outside the SyncStateSet
+
+    @property
+    def master(self) -> Member | None:
+        return self.members.get(self.master_id) if self.master_id is not None else None
+
+
+@dataclass
+class Topic:
+    name: str
+    queues: dict[str, int]  # broker set name -> queue count
+    perm: str = "rw"
+    created_ms: int = 0
+    generation: int = 0  # 0: created before generations existed (its data is never dropped by one)
+    deleted_ms: int = 0  # tombstones only: when it was deleted
+
+
+@dataclass(frozen=True)
+class MetaEntry:
+    key: str
+    value: bytes
+    version: int
+    modified_ms: int = 0
+
+
+@dataclass(frozen=True)
+class QueueRoute:
+    """One broker set's share of a topic, with the master as the controller recorded it."""
+
+    broker_set: str
+    queues: int
+    master_id: int | None
+    master_address: str | None
+    master_epoch: int
+    replicas: tuple[tuple[int, str], ...]  # (broker id, address), ascending id, master included
+
+
+@dataclass(frozen=True)
+class Route:
+    topic: str
+    perm: str
+    brokers: tuple[QueueRoute, ...]  # ascending broker set name
+
+
+class StateData:
+    """Every field the controller replicates, and one setting every replica must share."""
+
+    def __init__(self, max_meta_value_bytes: int = MAX_META_VALUE_BYTES) -> None:
+        self.broker_sets: dict[str, BrokerSet] = {}
+        self.topics: dict[str, Topic] = {}
+        self.next_topic_generation = 1
+        # deleted topics by name (the last deleted generation): brokers drop their data
+        self.deleted_topics: dict[str, Topic] = {}
+        self.metadata: dict[str, MetaEntry] = {}
+        # A dropped broker set remembers its id counter so a re-created set never reuses an id
+        # that a stale broker may still hold on disk.
+        self.next_id_floor: dict[str, int] = {}
+        self.cluster_id = ""  # drawn by the leader at the first registration; never changes after
+        # Configuration, not state: every replica must be started with the same value.
+        self.max_meta_value_bytes = max_meta_value_bytes
+
+
+# Commands carry LiveInfo through the Raft log: pickled under the path it had (commands.PICKLED_AS).
+LiveInfo.__module__ = "tidelog.controller.state"

@@ -1,0 +1,85 @@
+"""The controller state's snapshot codec: ``StateData`` to and from JSON-able plain data.
+
+Raft stores the state as this plain data, not as pickled classes, so a snapshot survives
+refactors of the state classes. Bytes are base64, sets are sorted lists, order is canonical.
+Format 2 added the cluster id; format 1 snapshots are read, with none. Fields added later
+(tombstones, generations, ``unclean_epoch``, ``modified_ms``) read with their defaults.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from .model import BrokerSet, Member, MetaEntry, StateData, Topic
+
+SNAPSHOT_FORMAT = 2  # 2: the cluster id (format 1 snapshots are read, with none)
+
+
+def encode(s: StateData) -> dict[str, Any]:
+    """A JSON-able snapshot of ``s``."""
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "broker_sets": [_broker_set_dict(bs) for _, bs in sorted(s.broker_sets.items())],
+        "next_id_floor": dict(sorted(s.next_id_floor.items())),
+        "cluster_id": s.cluster_id,
+        "topics": [_topic_dict(t) for _, t in sorted(s.topics.items())],
+        "next_topic_generation": s.next_topic_generation,
+        "deleted_topics": [_topic_dict(t) for _, t in sorted(s.deleted_topics.items())],
+        "metadata": [
+            {"key": e.key, "value": base64.b64encode(e.value).decode("ascii"), "version": e.version,
+             "modified_ms": e.modified_ms}
+            for _, e in sorted(s.metadata.items())
+        ],
+    }
+
+
+def restore(s: StateData, d: Mapping[str, Any]) -> None:
+    """Fill an empty ``s`` from a snapshot; ValueError for a format this code cannot read."""
+    if d.get("format") not in (1, SNAPSHOT_FORMAT):
+        raise ValueError(f"unsupported controller snapshot format {d.get('format')!r}")
+    for b in d["broker_sets"]:
+        s.broker_sets[b["name"]] = _broker_set_from(b)
+    s.next_id_floor = {str(k): int(v) for k, v in d.get("next_id_floor", {}).items()}
+    s.cluster_id = str(d.get("cluster_id", ""))  # snapshots from before cluster ids have none
+    for t in d["topics"]:
+        s.topics[t["name"]] = _topic_from(t)
+    # snapshots from before topic generations: their topics are generation 0
+    s.next_topic_generation = int(d.get("next_topic_generation", 1))
+    for t in d.get("deleted_topics", ()):
+        s.deleted_topics[t["name"]] = _topic_from(t)
+    for e in d["metadata"]:
+        s.metadata[e["key"]] = MetaEntry(key=e["key"], value=base64.b64decode(e["value"]),
+                                         version=e["version"], modified_ms=e.get("modified_ms", 0))
+
+
+def _broker_set_dict(bs: BrokerSet) -> dict[str, Any]:
+    return {
+        "name": bs.name,
+        "next_broker_id": bs.next_broker_id,
+        "master_id": bs.master_id,
+        "master_epoch": bs.master_epoch,
+        "sync_state_set": sorted(bs.sync_state_set),
+        "sss_epoch": bs.sss_epoch,
+        "unclean_epoch": bs.unclean_epoch,
+        "members": [vars(bs.members[i]).copy() for i in sorted(bs.members)],
+    }
+
+
+def _broker_set_from(b: Mapping[str, Any]) -> BrokerSet:
+    members = {m["broker_id"]: Member(**m) for m in b["members"]}
+    return BrokerSet(name=b["name"], members=members, next_broker_id=b["next_broker_id"],
+                     master_id=b["master_id"], master_epoch=b["master_epoch"],
+                     sync_state_set=frozenset(b["sync_state_set"]), sss_epoch=b["sss_epoch"],
+                     unclean_epoch=b.get("unclean_epoch", 0))
+
+
+def _topic_dict(t: Topic) -> dict[str, Any]:
+    return {"name": t.name, "queues": dict(sorted(t.queues.items())), "perm": t.perm,
+            "created_ms": t.created_ms, "generation": t.generation, "deleted_ms": t.deleted_ms}
+
+
+def _topic_from(d: Mapping[str, Any]) -> Topic:
+    return Topic(name=d["name"], queues=dict(d["queues"]), perm=d["perm"], created_ms=d.get("created_ms", 0),
+                 generation=d.get("generation", 0), deleted_ms=d.get("deleted_ms", 0))

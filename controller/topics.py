@@ -1,0 +1,103 @@
+"""Topics in the controller state (RULES.md §6): creating and deleting them, and the route a
+topic's name resolves to.
+
+Topics have a generation: a number from a counter that only grows, given to each topic when it
+is created, so a topic deleted and created again under the same name is a different topic to
+the brokers, which drop the data of older generations (broker/TOPICS.md). A deleted topic
+leaves a tombstone (its name, generation, broker sets and deletion time): brokers learn from
+it that the data must go, and a topic of that name can be created again only
+``recreate_after_ms`` after the deletion (the service passes the broker heartbeat timeout), so
+that every master still taking writes has seen the tombstone before the new topic exists.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+from tidelog.commitlog.consumequeue import user_topic_problem
+
+from .commands import CreateTopic, DeleteTopic, Result
+from .model import (
+    MAX_QUEUES_PER_BROKER_SET,
+    TOPIC_PERMS,
+    QueueRoute,
+    Route,
+    StateData,
+    Topic,
+)
+from .validation import Outcome, Reject, bad, is_int, need_name, need_nonneg
+
+
+def _check_create_args(c: CreateTopic) -> None:
+    need_name(c.name, "topic name")
+    if (problem := user_topic_problem(c.name)) is not None:
+        raise bad(problem)
+    if not isinstance(c.queues, Mapping) or not c.queues:
+        raise bad("queues must map at least one broker set name to a queue count")
+    for name, count in c.queues.items():
+        need_name(name, "broker set name")
+        if not is_int(count) or not 1 <= count <= MAX_QUEUES_PER_BROKER_SET:
+            raise bad(f"queue count for {name} must be 1..{MAX_QUEUES_PER_BROKER_SET}, got {count!r}")
+    if c.perm not in TOPIC_PERMS:
+        raise bad(f"perm must be one of {TOPIC_PERMS}, got {c.perm!r}")
+    need_nonneg(c.now_ms, "now_ms")
+    need_nonneg(c.recreate_after_ms, "recreate_after_ms")
+
+
+def _check_creatable(s: StateData, c: CreateTopic) -> None:
+    if c.name in s.topics:
+        raise Reject("TOPIC_EXISTS", f"topic {c.name} already exists")
+    for name in sorted(c.queues):
+        if name not in s.broker_sets:
+            raise Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST",
+                         f"topic {c.name} names unknown broker set {name}")
+    tomb = s.deleted_topics.get(c.name)
+    if tomb is not None and c.now_ms - tomb.deleted_ms < c.recreate_after_ms:
+        wait = tomb.deleted_ms + c.recreate_after_ms - c.now_ms
+        raise Reject("TOPIC_DELETION_PENDING",
+                     f"topic {c.name} was deleted {c.now_ms - tomb.deleted_ms} ms ago; "
+                     f"it can be created again in {wait} ms, once every broker has dropped its data")
+
+
+def create_topic(s: StateData, c: CreateTopic) -> Outcome:
+    _check_create_args(c)
+    _check_creatable(s, c)
+    t = Topic(name=c.name, queues=dict(sorted(c.queues.items())), perm=c.perm, created_ms=c.now_ms,
+              generation=s.next_topic_generation)
+    s.next_topic_generation += 1
+    s.deleted_topics.pop(c.name, None)
+    s.topics[c.name] = t
+    return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} created"), None
+
+
+def delete_topic(s: StateData, c: DeleteTopic) -> Outcome:
+    need_name(c.name, "topic name")
+    need_nonneg(c.now_ms, "now_ms")
+    if c.name not in s.topics:
+        raise Reject("TOPIC_NOT_FOUND", f"no topic {c.name}")
+    t = s.topics.pop(c.name)
+    t.deleted_ms = c.now_ms
+    s.deleted_topics[c.name] = t
+    return Result(changed=True, message=f"topic {c.name} deleted"), None
+
+
+def route(s: StateData, topic: str) -> Route | None:
+    """Topic -> its broker sets with the recorded master and replicas; None if no such topic.
+    A broker set that is not (or no longer) registered appears with no master and no replicas."""
+    t = s.topics.get(topic)
+    if t is None:
+        return None
+    parts = []
+    for name in sorted(t.queues):
+        bs = s.broker_sets.get(name)
+        master = bs.master if bs else None
+        parts.append(QueueRoute(
+            broker_set=name,
+            queues=t.queues[name],
+            master_id=master.broker_id if master else None,
+            master_address=master.address if master else None,
+            master_epoch=bs.master_epoch if bs else 0,
+            replicas=tuple((i, bs.members[i].address) for i in sorted(bs.members)) if bs else (),
+        ))
+    return Route(topic=t.name, perm=t.perm, brokers=tuple(parts))
