@@ -26,8 +26,8 @@ from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledger_service import LedgerService
 from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.service import BrokerService
+from tidelog.client.controllers import ControllerClient
 from tidelog.commitlog import CommitLog
-from tidelog.controller.client import ControllerClient
 from tidelog.errors import (
     ClusterMismatchError,
     ConfigError,

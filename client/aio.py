@@ -42,9 +42,9 @@ from tidelog.client.batching import (
     Pending,
     message_bytes,
 )
+from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
-from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 from tidelog.errors import (
     CorruptRecordError,
     DiskFullError,

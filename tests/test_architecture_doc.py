@@ -3,8 +3,7 @@
 - every file or folder path the page names in backquotes exists, and every `path.py::Name`
   and `tidelog.x.y.Name` it names is defined there (read with `ast`; nothing is imported);
 - its sections are numbered `## N.` / `### N.M`, in order, each number once;
-- `tidelog.importgraph` finds no cycle between subpackages, apart from the known ones, each an
-  expected failure until the work that removes it lands.
+- `tidelog.importgraph` finds no cycle between subpackages (docs/ARCHITECTURE.md §2.2).
 
 Citations of `docs/ARCHITECTURE.md §N` elsewhere are checked by tests/test_citations.py, whose
 parsing is reused here for the one document.
@@ -17,8 +16,6 @@ import re
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 from tests.test_citations import CITED_DOC, _sections, _sources
 from tidelog import importgraph
 
@@ -30,15 +27,6 @@ SYMBOL = re.compile(r"^([\w/.-]+\.py)::([A-Za-z_][\w.]*)$")
 DOTTED = re.compile(r"^tidelog(?:\.[A-Za-z_]\w*)+$")
 CLASS_ATTR = re.compile(r"^([A-Z]\w+)\.([a-z_]\w*)$")
 HEADING = re.compile(r"^(#+)\s+(\d+)(?:\.(\d+))?[.\s]")
-
-# Cycles that exist today, each being removed by work in progress. The pair is cut out of the
-# graph for the strict test, and checked on its own as an expected failure.
-KNOWN_CYCLES: dict[tuple[str, str], str] = {
-    ("client", "ledger"): "the client and the ledger client import each other; being untangled",
-    ("lab", "tidelog.localcluster"):
-        "the lab and the local cluster runner import each other; not yet untangled",
-}
-
 
 def _ticked() -> list[str]:
     return TICKED.findall(DOC.read_text())
@@ -147,27 +135,10 @@ def test_citations_of_this_page_name_sections_it_has() -> None:
     assert not bad, bad
 
 
-def _cycles_without(graph: importgraph.Graph, pairs: list[tuple[str, str]]) -> list[list[str]]:
-    for a, b in pairs:
-        graph.edges.get(a, {}).pop(b, None)
-        graph.edges.get(b, {}).pop(a, None)
-    return importgraph.cycles(graph)
-
-
-def test_no_import_cycle_between_subpackages_beyond_the_known_ones() -> None:
+def test_no_import_cycle_between_subpackages() -> None:
     graph, _ = importgraph.build()
-    found = _cycles_without(graph, list(KNOWN_CYCLES))
+    found = importgraph.cycles(graph)
     assert not found, [" <-> ".join(c) for c in found]
-
-
-@pytest.mark.parametrize("pair", [
-    pytest.param(pair, marks=pytest.mark.xfail(strict=False, reason=why), id="-".join(pair))
-    for pair, why in KNOWN_CYCLES.items()
-])
-def test_known_cycle_is_gone(pair: tuple[str, str]) -> None:
-    graph, _ = importgraph.build()
-    together = [c for c in importgraph.cycles(graph) if set(pair) <= set(c)]
-    assert not together, f"{pair[0]} and {pair[1]} are still in one import cycle: {together}"
 
 
 def test_importgraph_finds_a_planted_cycle(tmp_path: Path) -> None:

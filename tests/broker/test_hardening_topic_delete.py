@@ -15,7 +15,7 @@ import pytest
 from tests.broker.conftest import SET, BrokerCluster
 from tests.brokers import BrokerClient, BrokerSetProcs, wait_topic
 from tests.procs import wait_until
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 from tidelog.errors import OffsetBelowRetentionError, TopicDeletionPendingError, TopicNotFoundError
 
 pytestmark = pytest.mark.slow

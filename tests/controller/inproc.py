@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.procs import free_address
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 from tidelog.controller.config import parse
 from tidelog.controller.node import ControllerNode
 from tidelog.tasks import within

@@ -13,7 +13,7 @@ import time
 import grpc
 
 from tests.procs import free_address
-from tidelog.controller.client import HEDGE_AFTER_S, ControllerClient
+from tidelog.client.controllers import HEDGE_AFTER_S, ControllerClient
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 

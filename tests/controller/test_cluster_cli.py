@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.procs import ControllerCluster
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 
 pytestmark = pytest.mark.slow
 

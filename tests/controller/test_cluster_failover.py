@@ -17,7 +17,7 @@ import pytest
 from tests.controller.simbroker import SimBroker, wait_for
 from tests.procs import ControllerCluster
 from tidelog import errors
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 from tidelog.proto import controller_pb2 as pb
 
 TIMEOUT_MS = 2000

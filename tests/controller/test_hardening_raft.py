@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.procs import ControllerCluster, free_address, wait_until
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 
 pytestmark = pytest.mark.slow
 

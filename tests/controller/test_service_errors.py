@@ -15,7 +15,7 @@ import pytest
 from tests.controller.inproc import single_node
 from tests.controller.simbroker import SimBroker
 from tidelog import errors
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 from tidelog.wire import ERROR_CODE_KEY

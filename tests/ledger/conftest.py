@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.client.conftest import LocalCluster, start_cluster, stop_cluster
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 
 REPLICAS = 2  # deploy/local.yaml
 

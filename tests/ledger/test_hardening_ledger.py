@@ -16,7 +16,7 @@ import pytest
 from tests.brokers import _typed
 from tests.client.conftest import LocalCluster
 from tidelog.client import Client
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 from tidelog.errors import (
     DigestMatchError,
     LedgerClosedError,

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidelog.cli.common import controller_call
-from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
+from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 
 T = TypeVar("T")
 

@@ -168,7 +168,7 @@ def drill() -> None:
 @json_option
 def kill_master(broker_set: str, duration: str, data_dir: Path, as_json: bool) -> None:
     """Produce with sync replication, SIGKILL BROKER_SET's master, verify every acknowledged message."""
-    from tidelog.drill import kill_master as run
+    from tidelog.drill.killmaster import kill_master as run
 
     seconds = parse_duration(duration)
     report = run(data_dir, broker_set, seconds, on_event=None if as_json else lambda msg: click.echo(f"  {msg}"))
@@ -195,7 +195,7 @@ def _drill_report(report: dict[str, Any], as_json: bool) -> None:
 
 
 def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> None:
-    from tidelog.lab import drills
+    from tidelog.drill import scenarios as drills
 
     prefix = drills.inside_client_netns(data_dir)
     if prefix is not None:  # a --netns cluster is reached from its client side only
@@ -237,7 +237,7 @@ def drill_random(seed: int, steps: int, broker_set: str | None, data_dir: Path, 
 @json_option
 def drill_list(as_json: bool) -> None:
     """The named scenarios."""
-    from tidelog.lab.drills import SCENARIOS
+    from tidelog.drill.scenarios import SCENARIOS
 
     emit([{"scenario": k, "needs_netns": v[1], "what": v[2]} for k, v in SCENARIOS.items()], as_json,
          title="drill scenarios")

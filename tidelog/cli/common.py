@@ -12,8 +12,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 from tidelog.clusterauth import find_secret
-from tidelog.controller.client import CONTROLLERS_ENV, ControllerClient
 
 F = Callable[..., Any]
 T = TypeVar("T")

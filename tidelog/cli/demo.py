@@ -121,7 +121,7 @@ broker: {segment_bytes: 67108864, flush: async, replication: sync, in_sync_repli
 def run_cluster_demo(workdir: Path, topology: Path | None, drill_s: float, say: Any) -> dict[str, Any]:
     from tidelog import localcluster
     from tidelog.client import Client, OutMessage
-    from tidelog.drill import kill_master
+    from tidelog.drill.killmaster import kill_master
 
     if topology is None:
         topology = workdir / "local.yaml"

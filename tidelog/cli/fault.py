@@ -14,7 +14,8 @@ import click
 
 from tidelog.cli.cluster import data_dir_option, parse_duration
 from tidelog.cli.common import emit, json_option
-from tidelog.lab import control, rules
+from tidelog.drill import faults as control
+from tidelog.lab import rules
 
 
 @click.group("fault")

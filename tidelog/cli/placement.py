@@ -23,7 +23,7 @@ from tidelog.cli.common import (
     require_controllers,
     secret_options,
 )
-from tidelog.controller.client import ControllerClient
+from tidelog.client.controllers import ControllerClient
 from tidelog.proto import controller_pb2 as pb
 
 

@@ -277,7 +277,7 @@ def _wait_masters_in(netns: str, controllers: str, names: list[str], procs: list
 
 async def wait_masters(controllers: str, names: list[str], procs: list[dict[str, Any]],
                        wait_s: float) -> None:
-    from tidelog.controller.client import ControllerClient
+    from tidelog.client.controllers import ControllerClient
 
     deadline = time.monotonic() + wait_s
     async with ControllerClient(controllers, rpc_timeout=1.0, total_timeout=2.0) as client:

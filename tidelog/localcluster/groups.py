@@ -160,7 +160,7 @@ class BrokerSet:
 
 def create_topic(controllers: str, topic: str, queues: dict[str, int], timeout: float = 20.0) -> None:
     """Create `topic` (broker set -> queue count) once its broker sets have registered (retried till then)."""
-    from tidelog.controller.client import ControllerClient
+    from tidelog.client.controllers import ControllerClient
 
     async def attempt() -> bool:
         async with ControllerClient(controllers, rpc_timeout=2.0, total_timeout=3.0) as client:

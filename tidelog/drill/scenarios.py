@@ -1,7 +1,7 @@
 """Drills: a schedule of faults under a sync-replicated producer, then a heal and a check.
 
 A drill creates a topic on one broker set, produces to it from two threads while its schedule
-applies faults (lab/control.py), heals everything, waits for the broker set to be whole again,
+applies faults (tidelog/drill/faults.py), heals everything, waits for the broker set to be whole again,
 and checks (`check`):
 
 - `acked` / `acked_lost`: every acknowledged message is read back through the public client
@@ -38,9 +38,10 @@ from typing import Any
 from tidelog import localcluster
 from tidelog.client import Client
 from tidelog.commitlog.epochs import EpochFile
-from tidelog.drill import describe_set, placement_violations, read_all
+from tidelog.drill import faults as control
+from tidelog.drill.killmaster import describe_set, placement_violations, read_all
 from tidelog.errors import ConfigError, TidelogError, UnavailableError
-from tidelog.lab import control, net, rules
+from tidelog.lab import net, rules
 
 log = logging.getLogger(__name__)
 
