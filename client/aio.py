@@ -63,6 +63,7 @@ from tidelog.errors import (
     TopicNotFoundError,
     UnavailableError,
 )
+from tidelog.invariants import present
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
@@ -630,8 +631,7 @@ class AsyncConsumer:
             log.info("group %s member %s owns %s", self.group, self.member_id, sorted(self.positions))
 
     async def _start_offset(self, route: TopicRoute, q: tuple[str, int]) -> int:
-        bs = route.broker_set(q[0])
-        assert bs is not None
+        bs = present(route.broker_set(q[0]), f"the route of {q[0]} lost its broker set")
         committed = await self.fetch_committed(bs, q[1])
         if committed is not None:
             self._committed[q] = committed

@@ -97,6 +97,28 @@ def _pair(plan: LabPlan, a: str, b: str) -> tuple[list[str], list[str]]:
     return left, right
 
 
+def _isolation(plan: LabPlan, what: str, frm: str | None) -> dict[str, Any]:
+    mine = members(plan, what)
+    if frm is None:
+        others = [h.address for h in plan.hosts if h.address not in mine]
+        label = "everything"
+    else:
+        others = members(plan, frm)
+        label = frm
+    if set(mine) & set(others):
+        raise ConfigError(f"{what} is part of {label}: isolate it from another group")
+    return {"what": f"{what} <-> {label}", "src": mine, "dst": others, "oneway": False}
+
+
+def _check_delay(plan: LabPlan, a: str, b: str, ms: float) -> None:
+    dcs = plan.dc_sites()
+    if a not in dcs or b not in dcs or a == b:
+        raise ConfigError(f"delay is set between two datacenters ({', '.join(dcs)}), not {a} and {b}",
+                          hint="the relay that adds it sits on the links between datacenters")
+    if not 0 <= ms <= 10_000:
+        raise ConfigError(f"delay must be 0..10000 ms, not {ms}")
+
+
 def step(plan: LabPlan, state: Faults, event: Event) -> Faults:
     """The fault state after one verb."""
     out = copy.deepcopy(state) if state else empty()
@@ -108,28 +130,14 @@ def step(plan: LabPlan, state: Faults, event: Event) -> Faults:
             out["cuts"].append({"what": f"{a} {'->' if oneway else '<->'} {b}", "src": left, "dst": right,
                                 "oneway": oneway})
         case Isolate(what, frm):
-            mine = members(plan, what)
-            if frm is None:
-                others = [h.address for h in plan.hosts if h.address not in mine]
-                label = "everything"
-            else:
-                others = members(plan, frm)
-                label = frm
-            if set(mine) & set(others):
-                raise ConfigError(f"{what} is part of {label}: isolate it from another group")
-            out["cuts"].append({"what": f"{what} <-> {label}", "src": mine, "dst": others, "oneway": False})
+            out["cuts"].append(_isolation(plan, what, frm))
         case Loss(a, b, percent):
             if not 0 < percent <= 100:
                 raise ConfigError(f"loss must be 1..100 percent, not {percent}")
             left, right = _pair(plan, a, b)
             out["losses"].append({"what": f"{a} <-> {b} {percent}%", "src": left, "dst": right, "percent": percent})
         case Delay(a, b, ms):
-            dcs = plan.dc_sites()
-            if a not in dcs or b not in dcs or a == b:
-                raise ConfigError(f"delay is set between two datacenters ({', '.join(dcs)}), not {a} and {b}",
-                                  hint="the relay that adds it sits on the links between datacenters")
-            if not 0 <= ms <= 10_000:
-                raise ConfigError(f"delay must be 0..10000 ms, not {ms}")
+            _check_delay(plan, a, b, ms)
             out["delays"][f"{a}>{b}"] = ms
             out["delays"][f"{b}>{a}"] = ms
         case _:

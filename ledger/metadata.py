@@ -61,6 +61,7 @@ from tidelog.errors import (
     TidelogError,
     UnauthorizedAccessError,
 )
+from tidelog.invariants import require
 
 __all__ = [
     "FORMAT_VERSION",
@@ -415,7 +416,7 @@ def apply_transition(meta: LedgerMetadata, event: LedgerEvent, *, last_entry_id:
             f"the ledger was closed by someone else at {meta.last_entry_id} (length {meta.length}), "
             f"not at {last_entry_id} (length {length})",
             last_entry_id=meta.last_entry_id, length=meta.length)
-    assert isinstance(decision, LedgerState)
+    require(isinstance(decision, LedgerState), f"a close decision must be a ledger state, not {decision!r}")
     if decision is LedgerState.CLOSED:
         return replace(meta, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
     return replace(meta, state=decision)

@@ -58,6 +58,7 @@ from tidelog.errors import (
     TidelogError,
     UnauthorizedAccessError,
 )
+from tidelog.invariants import present, require
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState
 
 __all__ = [
@@ -384,11 +385,11 @@ class Recovery:
     # --- plumbing --------------------------------------------------------------------------
 
     def _move(self, to: RecoveryState) -> None:
-        assert to in RECOVERY_TRANSITIONS[self.state], f"recovery may not move {self.state} -> {to}"
+        require(to in RECOVERY_TRANSITIONS[self.state], f"recovery may not move {self.state} -> {to}")
         self.state = to
 
     def _finish(self, meta: LedgerMetadata) -> list[Action]:
-        assert meta.state is LedgerState.CLOSED
+        require(meta.state is LedgerState.CLOSED, f"recovery finished with ledger {meta.ledger_id} {meta.state}")
         self.metadata = meta
         self.result = RecoveryResult(meta.last_entry_id, meta.length, meta, self._end)
         self._move(RecoveryState.DONE)
@@ -442,8 +443,9 @@ class Recovery:
         self.metadata = meta
         if self.state is RecoveryState.CLOSING:
             # the close CAS lost to another change that left it IN_RECOVERY: retry on the new version
-            assert self._end is not None and self._length is not None
-            return [CloseLedger(self.ledger_id, self._end, self._length, meta.version)]
+            end = present(self._end, "closing without a recovered end")
+            length = present(self._length, "closing without a recovered length")
+            return [CloseLedger(self.ledger_id, end, length, meta.version)]
         return []  # IN_RECOVERY while fencing/reading: nothing new
 
     def _begin_fencing(self, meta: LedgerMetadata) -> list[Action]:
@@ -466,8 +468,7 @@ class Recovery:
         if self.state is not RecoveryState.FENCING:
             return []  # a straggler: the start point is already fixed
         if self.fence.failed:
-            assert self.fence.error is not None
-            return self._abort(self.fence.error)
+            return self._abort(present(self.fence.error, "a failed fence without its error"))
         if not self.fence.fenced:
             return []
         self.start_lac = self.fence.max_lac
@@ -508,23 +509,22 @@ class Recovery:
                 break
             del self._reads[head.entry_id]
             if head.decision is EntryDecision.ABORT:
-                assert head.error is not None
-                return self._abort(head.error)
+                return self._abort(present(head.error, "an aborted read without its error"))
             if head.decision is EntryDecision.UNRECOVERABLE:
                 self._end = head.entry_id - 1
                 self._reads.clear()  # reads beyond the end are ignored from now on
                 self._move(RecoveryState.DRAINING)
                 actions.extend(self._maybe_close())
                 break
-            assert head.payload is not None
+            payload = present(head.payload, f"entry {head.entry_id} to rewrite has no payload")
             # entries carry the cumulative length; without it, count on from the known length
             if head.length is not None:
                 self._length = head.length
             elif self._length is not None:
-                self._length += len(head.payload)
+                self._length += len(payload)
             self._rewrites[head.entry_id] = set()
             self._rewrite_failures[head.entry_id] = set()
-            actions.append(RewriteEntry(self.ledger_id, head.entry_id, head.payload,
+            actions.append(RewriteEntry(self.ledger_id, head.entry_id, payload,
                                         -1 if self._length is None else self._length, self.replicas))
             self._next_to_decide += 1
         actions.extend(self._fill_reads())
@@ -556,7 +556,9 @@ class Recovery:
         aq = self.metadata.ack_quorum
         if any(len(confirmed) < aq for confirmed in self._rewrites.values()):
             return []  # close only once every rewrite is safe (§2.4 step 5)
-        assert self._end is not None and self.start_lac is not None and self._end >= self.start_lac
+        end = present(self._end, "closing without a recovered end")
+        require(self.start_lac is not None and end >= self.start_lac,
+                f"closing at end {end} below the start LAC {self.start_lac}")
         if self._length is None:
             # the end is at the ensemble floor and no entry told us the length there: writing a
             # made-up length into the metadata would be a guess
@@ -564,7 +566,7 @@ class Recovery:
                 f"the ledger ends at {self._end}, the last ensemble's floor, and its length there is unknown; "
                 f"retry with floor_length", entry_id=self._end))
         self._move(RecoveryState.CLOSING)
-        return [CloseLedger(self.ledger_id, self._end, self._length, self.metadata.version)]
+        return [CloseLedger(self.ledger_id, end, self._length, self.metadata.version)]
 
 
 # --- the writer's side --------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,16 @@ class InvariantViolation(AssertionError):
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise InvariantViolation(message)
+
+
+T = TypeVar("T")
+
+
+def present(value: T | None, message: str) -> T:
+    """`value`, which the caller's state guarantees is set; InvariantViolation if it is None."""
+    if value is None:
+        raise InvariantViolation(message)
+    return value
 
 
 def fail_stop(exc: BaseException) -> NoReturn:

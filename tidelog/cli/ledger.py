@@ -27,6 +27,7 @@ import click
 from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
 from tidelog.client import Client
 from tidelog.errors import IncorrectParameterError, NoSuchLedgerExistsError
+from tidelog.invariants import present
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState
 from tidelog.ledger.seglog_record import START, Position, check_position
 from tidelog.ledger.seglog_rolling import default_ensemble_size
@@ -431,8 +432,7 @@ def info(ledger_id: str | None, log_name: str | None, controllers: str, as_json:
                 doc["ledgers"] = " ".join(map(str, rec.ledgers))
             emit(doc, as_json, title=f"log {log_name}")
             return
-        assert ledger_id is not None
-        meta = Ledgers(c).get_metadata(parse_ledger_id(ledger_id))
+        meta = Ledgers(c).get_metadata(parse_ledger_id(present(ledger_id, "neither a ledger id nor a log name")))
     emit(metadata_doc(meta) if as_json else _metadata_rows(meta), as_json, title=f"ledger {meta.ledger_id}")
 
 

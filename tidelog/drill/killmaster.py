@@ -25,6 +25,7 @@ from typing import Any
 from tidelog import localcluster
 from tidelog.client import Client
 from tidelog.errors import ConfigError, TidelogError, UnavailableError
+from tidelog.invariants import present
 
 
 def describe_set(client: Client, broker_set: str) -> Any:
@@ -206,8 +207,7 @@ def read_all(client: Client, topic: str, settle_s: float = 20.0) -> list[bytes]:
                 offset = 0
                 while True:
                     route = await aio.route(topic, refresh=True)
-                    current = route.broker_set(bs.name)
-                    assert current is not None
+                    current = present(route.broker_set(bs.name), f"the route lost broker set {bs.name}")
                     offsets = await aio.queue_offsets(current, topic, q)
                     if offset >= offsets.max:
                         break

@@ -296,44 +296,63 @@ SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
 }
 
 
+def _oneway(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
+    a, b = (dc, other) if rng.random() < 0.5 else (other, dc)
+    d.net(rules.Cut(a, b, oneway=True), f"partition {a} {b} --one-way")
+
+
+def _master_from_controllers(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
+    m = d.master()["name"]
+    d.net(rules.Isolate(m, "controllers"), f"isolate {m} --from controllers")
+
+
+def _loss(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
+    pct = rng.choice([10, 30, 50])
+    d.net(rules.Loss(dc, other, pct), f"loss {dc} {other} {pct}%")
+
+
+def _delay(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
+    ms = rng.choice([5, 20, 50])
+    d.net(rules.Delay(dc, other, ms), f"delay {dc} {other} {ms}ms")
+
+
+def _client_from_master(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
+    m = d.master()["name"]
+    d.net(rules.Isolate("client", m), f"isolate client --from {m}")
+
+
+#: The faults a random schedule draws from: (drill, rng, master's dc, the other dc, a random one of
+#: the two). The process faults work on any cluster; the network ones need a --netns lab. The
+#: order and the rng calls are part of a seed's schedule: reordering changes every recorded seed.
+RandomFault = Callable[[Drill, random.Random, str, str, str], None]
+_PROCESS_FAULTS: dict[str, RandomFault] = {
+    "kill-master": lambda d, rng, dc, other, side: d.proc("kill", d.master()["name"]),
+    "pause-master": lambda d, rng, dc, other, side: d.proc("pause", d.master()["name"]),
+}
+_NETWORK_FAULTS: dict[str, RandomFault] = {
+    "isolate-dc": lambda d, rng, dc, other, side: d.net(rules.Isolate(side), f"isolate {side}"),
+    "partition": lambda d, rng, dc, other, side: d.net(rules.Cut(dc, other), f"partition {dc} {other}"),
+    "partition-oneway": _oneway,
+    "master-from-controllers": _master_from_controllers,
+    "loss": _loss,
+    "delay": _delay,
+    "client-from-master": _client_from_master,
+}
+
+
 def random_schedule(seed: int, steps: int, lab: bool) -> Callable[[Drill], None]:
     """A reproducible schedule of `steps` faults, each held 1–5 s and healed."""
     rng = random.Random(seed)
+    faults = {**_PROCESS_FAULTS, **(_NETWORK_FAULTS if lab else {})}
 
     def run(d: Drill) -> None:
         for _ in range(steps):
-            kinds = ["kill-master", "pause-master"]
-            if lab:
-                kinds += ["isolate-dc", "partition", "partition-oneway", "master-from-controllers",
-                          "loss", "delay", "client-from-master"]
-            kind = rng.choice(kinds)
+            kind = rng.choice(list(faults))
             hold = rng.uniform(1.0, 5.0)
             dc = d.dc_of_master()
             other = d.other_dc(dc) if len(d.dcs()) > 1 else dc
             side = rng.choice([dc, other])
-            if kind == "kill-master":
-                d.proc("kill", d.master()["name"])
-            elif kind == "pause-master":
-                d.proc("pause", d.master()["name"])
-            elif kind == "isolate-dc":
-                d.net(rules.Isolate(side), f"isolate {side}")
-            elif kind == "partition":
-                d.net(rules.Cut(dc, other), f"partition {dc} {other}")
-            elif kind == "partition-oneway":
-                a, b = (dc, other) if rng.random() < 0.5 else (other, dc)
-                d.net(rules.Cut(a, b, oneway=True), f"partition {a} {b} --one-way")
-            elif kind == "master-from-controllers":
-                m = d.master()["name"]
-                d.net(rules.Isolate(m, "controllers"), f"isolate {m} --from controllers")
-            elif kind == "loss":
-                pct = rng.choice([10, 30, 50])
-                d.net(rules.Loss(dc, other, pct), f"loss {dc} {other} {pct}%")
-            elif kind == "delay":
-                ms = rng.choice([5, 20, 50])
-                d.net(rules.Delay(dc, other, ms), f"delay {dc} {other} {ms}ms")
-            elif kind == "client-from-master":
-                m = d.master()["name"]
-                d.net(rules.Isolate("client", m), f"isolate client --from {m}")
+            faults[kind](d, rng, dc, other, side)
             time.sleep(hold)
             d.heal()
             time.sleep(rng.uniform(0.5, 2.0))
