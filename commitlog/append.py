@@ -32,16 +32,17 @@ class Placement(NamedTuple):
 class _QueueBatch:
     """One queue's share of a batch: its next queue offset and the units to index."""
 
-    __slots__ = ("cq", "name", "next", "phys", "sizes", "tags", "fixed")
+    __slots__ = ("cq", "name", "name_len", "next", "phys", "sizes", "tags", "fixed")
 
     def __init__(self, queues: QueueIndex, topic: str, queue_id: int) -> None:
         self.name = queues.name_bytes(topic, queue_id)
+        self.name_len = len(self.name)
         self.cq: ConsumeQueue = queues.open(topic, queue_id)
         self.next = self.cq.next_offset
         self.phys: list[int] = []
         self.sizes: list[int] = []
         self.tags: list[int] = []
-        self.fixed = rec.HEADER_SIZE + len(self.name)  # record bytes besides properties and body
+        self.fixed = rec.HEADER_SIZE + self.name_len  # record bytes besides properties and body
 
 
 class _Chunk:
@@ -85,13 +86,11 @@ def append_batch(core: LogCore, messages: Sequence[rec.Message], store_ts: int) 
 def _lay_out(core: LogCore, messages: Sequence[rec.Message],
              store_ts: int) -> tuple[list[_Chunk], list[Placement], list[_QueueBatch]]:
     """Check every message and place its record; nothing is written. This loop is the hot path:
-    locals only, and helpers only for what is rare (a new queue, properties, a segment roll)."""
-    epoch = core.epochs.last_epoch
-    limit = core.max_message_bytes
-    seg_bytes = core.segment_bytes
+    locals only, and helpers only for what is rare (a new queue, a body not in bytes, a segment roll)."""
+    epoch, limit, seg_bytes = core.epochs.last_epoch, core.max_message_bytes, core.segment_bytes
     room = seg_bytes - rec.BLANK_SIZE  # a record must leave space for a blank marker after it
+    max_props, tags_hash, message_type = rec.MAX_PROPERTIES_BYTES, rec.tags_hash, rec.Message
     make = tuple.__new__
-    message_type = rec.Message
     pos = core.offsets.max
     chunk = _Chunk(pos - pos % seg_bytes, pos, 0)
     chunks = [chunk]
@@ -111,9 +110,16 @@ def _lay_out(core: LogCore, messages: Sequence[rec.Message],
             body = _body_bytes(body)
         if m.key is None and m.tags is None and not m.properties:
             props, tag = b"", 0
-        else:
-            props, tag = _properties(m)
-        size = q.fixed + len(props) + len(body)
+        else:  # inline, not a helper: a call per record costs ~2% of a batch append
+            try:
+                props = rec.encode_properties(m.key, m.tags, m.properties)
+            except (ValueError, UnicodeEncodeError, AttributeError) as exc:
+                raise InvalidArgumentError(f"bad message properties: {exc}") from exc
+            if len(props) > max_props:
+                raise MessageTooLargeError(f"properties of {len(props)} bytes exceed {max_props}")
+            tag = tags_hash(m.tags)
+        plen, blen = len(props), len(body)
+        size = q.fixed + plen + blen
         if size > limit:
             raise MessageTooLargeError(f"a record of {size} bytes exceeds max_message_bytes={limit}")
         if pos - seg_base + size > room:
@@ -124,8 +130,8 @@ def _lay_out(core: LogCore, messages: Sequence[rec.Message],
         qoff = q.next
         q.next = qoff + 1
         born = m.born_ts
-        records.append((q.name, props, body, m.flags, qid, epoch, qoff, pos,
-                        store_ts if born is None else born, store_ts))
+        records.append((size, m.flags, q.name_len, qid, epoch, qoff, pos, store_ts if born is None else born,
+                        store_ts, plen, blen, q.name, props, body))
         placements.append(make(Placement, (pos, qoff, size)))
         q.phys.append(pos)
         q.sizes.append(size)
@@ -147,17 +153,6 @@ def _body_bytes(body: object) -> bytes:
     if not isinstance(body, bytearray | memoryview):
         raise InvalidArgumentError(f"message body must be bytes, not {type(body).__name__}")
     return bytes(body)
-
-
-def _properties(m: rec.Message) -> tuple[bytes, int]:
-    """The encoded properties block of `m` and its tag code."""
-    try:
-        props = rec.encode_properties(m.key, m.tags, m.properties)
-    except (ValueError, UnicodeEncodeError, AttributeError) as exc:
-        raise InvalidArgumentError(f"bad message properties: {exc}") from exc
-    if len(props) > rec.MAX_PROPERTIES_BYTES:
-        raise MessageTooLargeError(f"properties of {len(props)} bytes exceed {rec.MAX_PROPERTIES_BYTES}")
-    return props, rec.tags_hash(m.tags)
 
 
 def _encode(chunks: list[_Chunk]) -> bytes:

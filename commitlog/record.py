@@ -162,13 +162,23 @@ def tags_of(props: bytes) -> str | None:
 
 # --- encoding -----------------------------------------------------------------------------
 
-#: One record's fields in the order `encode_records` takes them:
-#: (topic, props, body, flags, queue_id, epoch, queue_offset, phys_offset, born_ts, store_ts).
-RecordFields = tuple[bytes, bytes, bytes, int, int, int, int, int, int, int]
+#: One record's header fields in header order (without magic and crc), then its three byte
+#: strings: (total_size, flags, topic_len, queue_id, epoch, queue_offset, phys_offset, born_ts,
+#: store_ts, props_len, body_len, topic, props, body). The sizes are the caller's: the append path
+#: has them already, and `record_fields` computes them for everyone else.
+RecordFields = tuple[int, int, int, int, int, int, int, int, int, int, int, bytes, bytes, bytes]
 
 
 def record_size(topic_bytes: bytes, props: bytes, body: bytes | bytearray | memoryview) -> int:
     return HEADER_SIZE + len(topic_bytes) + len(props) + len(body)
+
+
+def record_fields(*, topic: bytes, props: bytes, body: bytes | bytearray | memoryview, flags: int,
+                  queue_id: int, epoch: int, queue_offset: int, phys_offset: int, born_ts: int,
+                  store_ts: int) -> RecordFields:
+    """The fields `encode_records` takes, sizes computed."""
+    return (record_size(topic, props, body), flags, len(topic), queue_id, epoch, queue_offset,
+            phys_offset, born_ts, store_ts, len(props), len(body), topic, props, bytes(body))
 
 
 def encode_records(records: Iterable[RecordFields], parts: list[bytes]) -> None:
@@ -179,18 +189,16 @@ def encode_records(records: Iterable[RecordFields], parts: list[bytes]) -> None:
     The one encoder: the append path encodes each batch with it and joins the pieces into one
     buffer, so it is written for speed. Packing into a preallocated buffer measured slower
     (memoryview slicing and a CRC over a buffer slice cost more than the copy `join` makes);
-    here the CRC runs over the header piece and then the caller's body bytes.
+    here the CRC runs over the header piece and then the caller's body bytes, and the sizes come
+    with the fields (the append path computed them to place the records).
     """
     head_pack = HEAD.pack
     tail_pack = HEADER_TAIL.pack
     magic = MAGIC
-    hsize = HEADER_SIZE
-    for topic, props, body, flags, queue_id, epoch, qoff, phys, born, store in records:
-        tlen = len(topic)
-        plen = len(props)
-        blen = len(body)
+    for size, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen, topic, props, body in (
+            records):
         pre = tail_pack(flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) + topic + props
-        parts += (head_pack(hsize + tlen + plen + blen, magic, crc32c(body, crc32c(pre))), pre, body)
+        parts += (head_pack(size, magic, crc32c(body, crc32c(pre))), pre, body)
 
 
 def encode_into(
@@ -210,7 +218,9 @@ def encode_into(
 ) -> int:
     """Write one record at `pos` of `buf` (which must be large enough); returns its size."""
     parts: list[bytes] = []
-    fields = (topic, props, bytes(body), flags, queue_id, epoch, queue_offset, phys_offset, born_ts, store_ts)
+    fields = record_fields(topic=topic, props=props, body=body, flags=flags, queue_id=queue_id, epoch=epoch,
+                           queue_offset=queue_offset, phys_offset=phys_offset, born_ts=born_ts,
+                           store_ts=store_ts)
     encode_records([fields], parts)
     data = b"".join(parts)
     buf[pos : pos + len(data)] = data
