@@ -138,7 +138,8 @@ def _message() -> Message:
     return Message(TOPIC, 0, os.urandom(BODY_BYTES))
 
 
-def bench_append(directory: str, batch: int, duration: float, max_bytes: int) -> tuple[dict[str, Any], CommitLog]:
+def bench_append(directory: str, batch: int, duration: float,
+                 max_bytes: int) -> tuple[dict[str, Any], CommitLog]:
     """Append `batch`-record batches for `duration` s (or `max_bytes`), flush="async".
 
     Returns the figures and the still-open log, so the read bench can read what was written.
@@ -372,7 +373,8 @@ def run(base_dir: str, duration: float, max_bytes: int, read_count: int, repeats
         append_ratio = statistics.median(append_ratios)
         gc_ratio = statistics.median(gc_ratios)
         result["targets"] = {
-            "append_vs_raw": {"ratio": append_ratio, "samples": append_ratios, "target": APPEND_TARGET_FRACTION,
+            "append_vs_raw": {"ratio": append_ratio, "samples": append_ratios,
+                              "target": APPEND_TARGET_FRACTION,
                               "pass": append_ratio >= APPEND_TARGET_FRACTION},
             "group_commit_64_vs_1": {"ratio": gc_ratio, "samples": gc_ratios, "target": GROUP_COMMIT_TARGET,
                                      "pass": gc_ratio >= GROUP_COMMIT_TARGET},
@@ -431,7 +433,8 @@ def format_table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.commitlog", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--duration", type=float, default=2.0, help="seconds per append or group-commit measurement")
+    ap.add_argument("--duration", type=float, default=2.0,
+                    help="seconds per append or group-commit measurement")
     ap.add_argument("--repeats", type=int, default=3, help="back-to-back pairs behind each target ratio")
     ap.add_argument("--max-mb", type=int, default=1024, help="cap on MB appended per append measurement")
     ap.add_argument("--read-count", type=int, default=1000, help="max_count of each read call")

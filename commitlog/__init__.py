@@ -12,8 +12,10 @@ Public surface (the broker, the HA layer and the tests use these names):
     log.epochs.append(epoch, start); log.epochs.last_consistent_point(remote, remote_end)
 """
 
+from tidelog.commitlog.append import Placement
 from tidelog.commitlog.epochs import EpochEntry, EpochFile, last_consistent_point
-from tidelog.commitlog.log import CommitLog, Placement, QueueOffsets
+from tidelog.commitlog.log import CommitLog
+from tidelog.commitlog.queues import QueueOffsets
 from tidelog.commitlog.record import Message, StoredMessage
 
 __all__ = [

@@ -5,9 +5,10 @@ entry ends where the next begins, the last one is open (its end is the log's max
 file is rewritten whole and atomically (temp file, fsync, rename, fsync directory) with a CRC, so
 a crash leaves either the old or the new map, never a mix.
 
-`last_consistent_point` is the pure rule of fork repair (docs/reference/rocketmq-controller-ha.md §5, `findConsistentPoint`):
-walk the local epochs from newest to oldest; the first epoch that the other side has with the
-same start offset is where the two histories agree, up to the smaller of the two ends.
+`last_consistent_point` is the pure rule of fork repair (docs/reference/rocketmq-controller-ha.md §5,
+`findConsistentPoint`): walk the local epochs from newest to oldest; the first epoch that the
+other side has with the same start offset is where the two histories agree, up to the smaller of
+the two ends.
 """
 
 from __future__ import annotations
@@ -35,10 +36,8 @@ def with_ends(entries: Sequence[tuple[int, int]], last_end: int | None) -> list[
     """(epoch, start) pairs → entries whose end is the next start; the last ends at `last_end`."""
     out: list[EpochEntry] = []
     for i, (epoch, start) in enumerate(entries):
-        if i + 1 < len(entries):
-            end = entries[i + 1][1]
-        else:
-            end = OPEN_END if last_end is None else last_end
+        last = OPEN_END if last_end is None else last_end
+        end = entries[i + 1][1] if i + 1 < len(entries) else last
         out.append(EpochEntry(epoch, start, end))
     return out
 

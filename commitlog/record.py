@@ -16,8 +16,9 @@ damage (with the reason, so errors can name it).
 
 from __future__ import annotations
 
+import mmap
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,6 @@ HEADER_TAIL = struct.Struct(">HHIIQQQQII")  # the rest of the header, covered by
 BLANK = struct.Struct(">II")
 BLANK_SIZE = BLANK.size  # 8
 _SIZE_MAGIC = struct.Struct(">II")
-_CRC = struct.Struct(">I")
 _KEY = struct.Struct(">H")
 _VAL = struct.Struct(">I")
 
@@ -40,6 +40,9 @@ _VAL = struct.Struct(">I")
 PROP_KEYS = "KEYS"
 PROP_TAGS = "TAGS"
 RESERVED_PROPERTIES = frozenset({PROP_KEYS, PROP_TAGS})
+
+#: What validation and decoding read: record bytes in memory, or a segment mapped at recovery.
+Readable = bytes | bytearray | memoryview | mmap.mmap
 
 MAX_TOPIC_BYTES = 255
 MAX_PROPERTIES_BYTES = 32 * 1024
@@ -159,9 +162,43 @@ def tags_of(props: bytes) -> str | None:
 
 # --- encoding -----------------------------------------------------------------------------
 
+#: One record's header fields in header order (without magic and crc), then its three byte
+#: strings: (total_size, flags, topic_len, queue_id, epoch, queue_offset, phys_offset, born_ts,
+#: store_ts, props_len, body_len, topic, props, body). The sizes are the caller's: the append path
+#: has them already, and `record_fields` computes them for everyone else.
+RecordFields = tuple[int, int, int, int, int, int, int, int, int, int, int, bytes, bytes, bytes]
+
 
 def record_size(topic_bytes: bytes, props: bytes, body: bytes | bytearray | memoryview) -> int:
     return HEADER_SIZE + len(topic_bytes) + len(props) + len(body)
+
+
+def record_fields(*, topic: bytes, props: bytes, body: bytes | bytearray | memoryview, flags: int,
+                  queue_id: int, epoch: int, queue_offset: int, phys_offset: int, born_ts: int,
+                  store_ts: int) -> RecordFields:
+    """The fields `encode_records` takes, sizes computed."""
+    return (record_size(topic, props, body), flags, len(topic), queue_id, epoch, queue_offset,
+            phys_offset, born_ts, store_ts, len(props), len(body), topic, props, bytes(body))
+
+
+def encode_records(records: Iterable[RecordFields], parts: list[bytes]) -> None:
+    """Append the encoding of each record to `parts`, as three pieces (size, magic and CRC; the
+    rest of the header with the topic and properties; the body): `b"".join(parts)` is the records
+    back to back. A field out of its type's range raises struct.error.
+
+    The one encoder: the append path encodes each batch with it and joins the pieces into one
+    buffer, so it is written for speed. Packing into a preallocated buffer measured slower
+    (memoryview slicing and a CRC over a buffer slice cost more than the copy `join` makes);
+    here the CRC runs over the header piece and then the caller's body bytes, and the sizes come
+    with the fields (the append path computed them to place the records).
+    """
+    head_pack = HEAD.pack
+    tail_pack = HEADER_TAIL.pack
+    magic = MAGIC
+    for size, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen, topic, props, body in (
+            records):
+        pre = tail_pack(flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) + topic + props
+        parts += (head_pack(size, magic, crc32c(body, crc32c(pre))), pre, body)
 
 
 def encode_into(
@@ -180,25 +217,18 @@ def encode_into(
     store_ts: int,
 ) -> int:
     """Write one record at `pos` of `buf` (which must be large enough); returns its size."""
-    tlen = len(topic)
-    plen = len(props)
-    blen = len(body)
-    size = HEADER_SIZE + tlen + plen + blen
-    HEADER.pack_into(buf, pos, size, MAGIC, 0, flags, tlen, queue_id, epoch, queue_offset,
-                     phys_offset, born_ts, store_ts, plen, blen)
-    p = pos + HEADER_SIZE
-    buf[p : p + tlen] = topic
-    p += tlen
-    buf[p : p + plen] = props
-    p += plen
-    buf[p : p + blen] = body
-    with memoryview(buf) as mv:
-        _CRC.pack_into(buf, pos + 8, crc32c(mv[pos + 12 : pos + size]))
-    return size
+    parts: list[bytes] = []
+    fields = record_fields(topic=topic, props=props, body=body, flags=flags, queue_id=queue_id, epoch=epoch,
+                           queue_offset=queue_offset, phys_offset=phys_offset, born_ts=born_ts,
+                           store_ts=store_ts)
+    encode_records([fields], parts)
+    data = b"".join(parts)
+    buf[pos : pos + len(data)] = data
+    return len(data)
 
 
 def encode(**fields: Any) -> bytes:
-    """One record as bytes (tests and tools; the log encodes batches in place)."""
+    """One record as bytes (tests and tools; the log encodes whole batches with `encode_records`)."""
     topic = fields["topic"]
     props = fields.get("props", b"")
     body = fields["body"]
@@ -216,7 +246,8 @@ def blank_marker(remaining: int) -> bytes:
 VALID, IS_BLANK, END, DAMAGED = "valid", "blank", "end", "damaged"
 
 
-def check_at(data: bytes | bytearray | memoryview, pos: int, *, verify_crc: bool = True) -> tuple[str, int, str]:
+def check_at(data: Readable, pos: int, *,
+             verify_crc: bool = True) -> tuple[str, int, str]:
     """Classify the bytes at `pos`: (VALID, size, "") | (IS_BLANK, declared size, "") |
     (END, 0, "") for no more written data | (DAMAGED, 0, reason)."""
     remaining = len(data) - pos
@@ -233,23 +264,33 @@ def check_at(data: bytes | bytearray | memoryview, pos: int, *, verify_crc: bool
         if size == 0 and magic == 0:
             return END, 0, ""
         return DAMAGED, 0, f"bad magic 0x{magic:08x}"
+    reason = _record_damage(data, pos, size, remaining, verify_crc)
+    if reason:
+        return DAMAGED, 0, reason
+    return VALID, size, ""
+
+
+def _record_damage(data: Readable, pos: int, size: int, remaining: int,
+                   verify_crc: bool) -> str:
+    """Why the record at `pos` (magic already checked) is damaged, or "" when it is intact."""
     if size < HEADER_SIZE:
-        return DAMAGED, 0, f"length {size} is shorter than the header"
+        return f"length {size} is shorter than the header"
     if size > remaining:
-        return DAMAGED, 0, f"length {size} runs past the written data ({remaining} bytes left)"
+        return f"length {size} runs past the written data ({remaining} bytes left)"
     (_, _, crc, _, tlen, _, _, _, _, _, _, plen, blen) = HEADER.unpack_from(data, pos)
     if HEADER_SIZE + tlen + plen + blen != size:
-        return DAMAGED, 0, f"length {size} does not match its fields"
+        return f"length {size} does not match its fields"
     if verify_crc:
         with memoryview(data) as mv:
             actual = crc32c(mv[pos + 12 : pos + size])
         if actual != crc:
-            return DAMAGED, 0, f"CRC32C mismatch (stored 0x{crc:08x}, computed 0x{actual:08x})"
-    return VALID, size, ""
+            return f"CRC32C mismatch (stored 0x{crc:08x}, computed 0x{actual:08x})"
+    return ""
 
 
-def decode_header(data: bytes | bytearray | memoryview, pos: int) -> Header:
-    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = HEADER.unpack_from(data, pos)
+def decode_header(data: Readable, pos: int) -> Header:
+    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = (
+        HEADER.unpack_from(data, pos))
     p = pos + HEADER_SIZE
     topic = bytes(data[p : p + tlen]).decode()
     props = bytes(data[p + tlen : p + tlen + plen])
@@ -258,7 +299,8 @@ def decode_header(data: bytes | bytearray | memoryview, pos: int) -> Header:
 
 def decode(data: bytes | bytearray | memoryview, pos: int = 0) -> StoredMessage:
     """Decode a record already known to be VALID."""
-    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = HEADER.unpack_from(data, pos)
+    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = (
+        HEADER.unpack_from(data, pos))
     p = pos + HEADER_SIZE
     topic = bytes(data[p : p + tlen]).decode()
     p += tlen

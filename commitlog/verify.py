@@ -76,6 +76,7 @@ def scan(directory: str) -> Scan:
                 if kind == rec.END and (last or not any(mm[pos:size])):
                     break  # the end of the written data (the hole after a blank, or the log's tail)
                 nxt = _resync(mm, pos, base)
-                damage.append(Damage(path, base + pos, base + nxt, reason or "blank marker in the wrong place"))
+                why = reason or "blank marker in the wrong place"
+                damage.append(Damage(path, base + pos, base + nxt, why))
                 pos = nxt
     return Scan(len(segs), records, total, damage)

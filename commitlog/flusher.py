@@ -1,0 +1,122 @@
+"""Group commit: the one thread that fdatasyncs the log, writes consume queues and checkpoints.
+
+In `sync` mode the thread wakes when someone awaits `flushed(offset)` (`FlushRequests.request`)
+and flushes everything appended so far, so every appender that arrived during one fdatasync
+shares the next one; in `async` mode it flushes every `flush_interval_ms`. Consume-queue files
+are written and synced at checkpoints only (they are derived data, rebuilt from the log past the
+durable offset). A failed fdatasync stops the log: the kernel may have dropped the dirty pages.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from tidelog.commitlog.consumequeue import ConsumeQueue
+from tidelog.invariants import stop_if_violated
+
+if TYPE_CHECKING:
+    from tidelog.commitlog.core import LogCore
+
+log = logging.getLogger(__name__)
+
+
+class FlushRequests:
+    """The highest offset someone waits to see flushed, and the condition the flusher sleeps on."""
+
+    def __init__(self, sync_mode: bool) -> None:
+        self.sync_mode = sync_mode
+        self.cond = threading.Condition()
+        self.requested = 0
+
+    def request(self, offset: int, *, force: bool = False) -> None:
+        """Wake the flusher for `offset`: always in sync mode, in async mode only when forced."""
+        if force or self.sync_mode:
+            with self.cond:
+                if offset > self.requested:
+                    self.requested = offset
+                    self.cond.notify()
+
+    def wake_all(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
+class Flusher:
+    """The flusher thread of one log, and `flush_once`, which any thread may call."""
+
+    def __init__(self, core: LogCore, *, interval: float, checkpoint_interval: float) -> None:
+        self.core = core
+        self.interval = interval  # seconds between periodic flushes
+        self.checkpoint_interval = checkpoint_interval
+        self._thread: threading.Thread | None = None
+        self._last_cq_sync = 0.0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=f"flush:{self.core.directory}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Wake the thread and wait for it to end (the caller has set `core.closed`)."""
+        self.core.flush_requests.wake_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _wait_for_work(self, next_periodic: float) -> None:
+        core = self.core
+        requests = core.flush_requests
+        with requests.cond:
+            while not core.closed and requests.requested <= core.offsets.flushed:
+                wait = next_periodic - time.monotonic()
+                if wait <= 0:
+                    break
+                requests.cond.wait(wait)
+
+    def _loop(self) -> None:
+        core = self.core
+        next_periodic = time.monotonic() + self.interval
+        while True:
+            self._wait_for_work(next_periodic)
+            if core.closed:
+                return
+            now = time.monotonic()
+            if now >= next_periodic:
+                next_periodic = now + self.interval
+            if core.failure is not None:
+                time.sleep(0.05)
+                continue
+            try:
+                self.flush_once(sync_cqs=now - self._last_cq_sync >= self.checkpoint_interval)
+            except OSError as exc:
+                # After a failed fdatasync the kernel may have dropped the dirty pages: what they
+                # held is not known to be on disk, and retrying could report it durable. Stop.
+                core.fail(f"flush failed: {exc}", exc)
+            except Exception as exc:  # a bug: keep flushing; waiters stay pending and the next round retries
+                stop_if_violated(exc)
+                log.exception("flush of %s failed", core.directory)
+                time.sleep(0.05)
+
+    def flush_once(self, *, sync_cqs: bool, clean: bool = False) -> None:
+        """fdatasync every byte appended so far; with `sync_cqs` or `clean`, also write and sync
+        the consume queues; then record the checkpoint and release the waiters."""
+        core = self.core
+        offsets = core.offsets
+        with core.flush_lock:
+            with core.lock:
+                target = offsets.max
+                segs = core.segments.unflushed(offsets.flushed)
+                # consume-queue files are written here, not on every append: the durable offset
+                # only moves once every queue's units are written and synced
+                cqs: list[ConsumeQueue] = core.queues.write_dirty() if sync_cqs or clean else []
+            if target > offsets.flushed:
+                core.segments.sync(segs)
+                offsets.mark_flushed(target)
+            if cqs or clean:
+                for cq in cqs:
+                    cq.sync()
+                offsets.cq_durable = target
+                self._last_cq_sync = time.monotonic()
+            core.write_checkpoint(clean=clean)
+        core.waiters.release(offsets.flushed)

@@ -1,0 +1,148 @@
+"""Reads: by queue offset (clients and the broker's indexes), by physical offset, and raw chunks
+of whole records for replication.
+
+Reads by queue offset never return a record that ends past the confirm offset unless asked to
+(`confirmed_only=False`, for the broker's own indexes); every record read is CRC-checked, so
+damage that recovery did not scan is an error, never a silent gap.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tidelog.commitlog import record as rec
+from tidelog.commitlog.consumequeue import ConsumeQueue, check_topic_queue
+from tidelog.commitlog.core import LogCore
+from tidelog.errors import (
+    CorruptRecordError,
+    DataUnavailableError,
+    InvalidArgumentError,
+    OffsetBelowRetentionError,
+)
+
+_NO_LIMIT = 1 << 62
+
+
+def read(core: LogCore, topic: str, queue_id: int, queue_offset: int, max_count: int,
+         max_bytes: int | None, confirmed_only: bool) -> list[rec.StoredMessage]:
+    """See `CommitLog.read`."""
+    core.check_open()
+    check_topic_queue(topic, queue_id)
+    if not isinstance(queue_offset, int) or queue_offset < 0:
+        raise InvalidArgumentError(f"queue offset must be a non-negative integer, not {queue_offset!r}")
+    if not isinstance(max_count, int) or max_count < 1:
+        raise InvalidArgumentError(f"max_count must be a positive integer, not {max_count!r}")
+    cq = core.queues.get(topic, queue_id)
+    if cq is None:
+        return []
+    cq.check_readable(queue_offset)
+    end = min(cq.confirmed_end(core.offsets.confirm) if confirmed_only else cq.next_offset,
+              queue_offset + max_count)
+    out: list[rec.StoredMessage] = []
+    budget = max_bytes if max_bytes is not None else _NO_LIMIT
+    i = queue_offset
+    while i < end:
+        run_end, span = _contiguous_run(core, cq, i, end, budget)
+        left = _decode_run(core, cq, i, span, budget, out)
+        if left is None:
+            return out
+        budget = left
+        i = run_end
+    return out
+
+
+def _contiguous_run(core: LogCore, cq: ConsumeQueue, i: int, end: int, budget: int) -> tuple[int, int]:
+    """Queue offsets [i, run_end) whose records lie back to back in one segment (read in one
+    pread), and their bytes; at least one record, more only while within `budget`."""
+    phys, size, _ = cq.unit(i)
+    if phys < core.min_offset:
+        raise OffsetBelowRetentionError(i, cq.min_offset, what=f"queue offset of {cq.topic}/{cq.queue_id}")
+    run_end = i + 1
+    span = size
+    seg_end = phys - phys % core.segment_bytes + core.segment_bytes
+    while run_end < end and span < budget:
+        nphys, nsize, _ = cq.unit(run_end)
+        if nphys != phys + span or nphys + nsize > seg_end:
+            break
+        span += nsize
+        run_end += 1
+    return run_end, span
+
+
+def _decode_run(core: LogCore, cq: ConsumeQueue, first: int, span: int, budget: int,
+                out: list[rec.StoredMessage]) -> int | None:
+    """Check and decode the run of records starting at queue offset `first` into `out`; returns
+    the budget left, or None once a record did not fit (the read ends there)."""
+    phys = cq.unit(first)[0]
+    data, seg = core.segments.pread(phys, span)
+    pos = 0
+    i = first
+    while pos < span:
+        kind, rsize, reason = rec.check_at(data, pos)
+        if kind != rec.VALID:
+            raise CorruptRecordError(seg.path, phys + pos, reason or "no record where the index points",
+                                     size=cq.unit(i)[1])
+        m = rec.decode(data, pos)
+        if m.topic != cq.topic or m.queue_id != cq.queue_id or m.queue_offset != i:
+            raise CorruptRecordError(seg.path, phys + pos, "index points at another queue's record")
+        if out and budget - m.size < 0:
+            return None
+        budget -= m.size
+        out.append(m)
+        pos += rsize
+        i += 1
+    return budget
+
+
+def read_at(core: LogCore, phys_offset: int) -> rec.StoredMessage:
+    """See `CommitLog.read_at`."""
+    core.check_open()
+    if phys_offset < core.min_offset:
+        raise OffsetBelowRetentionError(phys_offset, core.min_offset)
+    if phys_offset >= core.offsets.max:
+        raise InvalidArgumentError(f"offset {phys_offset} is at or beyond the max offset {core.offsets.max}")
+    head, seg = core.segments.pread(phys_offset, 8)
+    size, magic = rec.BLANK.unpack(head)
+    if magic != rec.MAGIC:
+        raise InvalidArgumentError(f"offset {phys_offset} is not the start of a record")
+    data, seg = core.segments.pread(phys_offset, size)
+    kind, _, reason = rec.check_at(data, 0)
+    if kind != rec.VALID:
+        raise CorruptRecordError(seg.path, phys_offset, reason)
+    return rec.decode(data)
+
+
+def read_raw_chunk(core: LogCore, phys_offset: int, max_bytes: int) -> tuple[bytes, int]:
+    """See `CommitLog.read_raw_chunk`."""
+    core.check_open()
+    if not isinstance(phys_offset, int) or phys_offset < 0 or max_bytes < 1:
+        raise InvalidArgumentError("read_raw takes a non-negative offset and a positive size")
+    if phys_offset >= core.offsets.max:
+        return b"", phys_offset
+    if phys_offset < core.min_offset:
+        raise OffsetBelowRetentionError(phys_offset, core.min_offset)
+    seg = core.segments.at(phys_offset)
+    in_seg = phys_offset - seg.base
+    avail = min(seg.size, core.offsets.max - seg.base) - in_seg
+    data = os.pread(seg.fd, min(max(max_bytes, rec.HEADER_SIZE), avail), in_seg)
+    pos = 0
+    while pos + 8 <= len(data):
+        size, magic = rec.BLANK.unpack_from(data, pos)
+        if magic == rec.BLANK_MAGIC:
+            return data[: pos + rec.BLANK_SIZE], seg.base + core.segment_bytes
+        if magic != rec.MAGIC:
+            raise CorruptRecordError(seg.path, phys_offset + pos, f"bad magic 0x{magic:08x}"
+                                     + (" (not a record boundary?)" if pos == 0 else ""))
+        if pos + size > len(data):
+            if pos == 0:  # a single record larger than max_bytes: return it whole
+                return _whole_record(seg.fd, seg.path, phys_offset, in_seg, size)
+            break
+        pos += size
+    return data[:pos], phys_offset + pos
+
+
+def _whole_record(fd: int, path: str, phys_offset: int, in_seg: int, size: int) -> tuple[bytes, int]:
+    data = os.pread(fd, size, in_seg)
+    if len(data) != size:
+        raise DataUnavailableError(f"{path} is short at offset {phys_offset}")
+    return data, phys_offset + size

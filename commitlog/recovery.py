@@ -1,0 +1,110 @@
+"""Recovery at open: find where the log really ends, cut a torn tail, catch the consume queues up.
+
+Recovery scans from the segment holding min(checkpointed flushed offset, durable consume-queue
+offset) (from the first segment with `full_scan`): damage at or above the flushed offset is a
+torn tail and is cut; damage below it is corruption and stops the open with the file and offset
+named (commitlog/FORMAT.md "Recovery"). Records past the durable consume-queue offset are
+indexed again on the way.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+
+from tidelog.commitlog import record as rec
+from tidelog.commitlog.checkpoint import CheckpointFile
+from tidelog.commitlog.core import LogCore
+from tidelog.commitlog.epochs import EpochFile
+from tidelog.commitlog.segments import Segment
+from tidelog.errors import CorruptRecordError
+
+log = logging.getLogger(__name__)
+
+
+def recover(core: LogCore, full_scan: bool) -> None:
+    """Open the files of `core.directory` and set its offsets to what the files hold."""
+    segments = core.segments
+    segments.open_existing()  # creates the directories of a new log
+    checkpoint = core.checkpoint = CheckpointFile(core.directory)
+    cp = checkpoint.loaded
+    if cp is None and len(segments):
+        # Without a checkpoint only rolled segments are known to be complete.
+        log.warning("no checkpoint in %s: trusting rolled segments, rebuilding consume queues",
+                    core.directory)
+    flushed_cp = cp.flushed_offset if cp else (segments.list[-1].base if len(segments) else 0)
+    rebuild_cqs = cp is None or not os.path.isdir(core.queues.directory)
+    if rebuild_cqs:
+        core.queues.remove_files()
+    if not len(segments):
+        if cp is not None and cp.flushed_offset > 0:
+            raise CorruptRecordError(segments.directory, cp.flushed_offset,
+                                     "the checkpoint records flushed data but no segment exists")
+        core.offsets.restore(0, 0)
+        core.epochs = EpochFile(core.directory, lambda: core.offsets.max)
+        checkpoint.write(0, 0, 0, clean=False)
+        return
+    min_off = segments.list[0].base
+    cq_cp = min_off if rebuild_cqs else max(min_off, cp.cq_offset if cp else 0)
+    core.queues.load(cq_cp)
+    scan_from = min_off if full_scan else max(min_off, min(flushed_cp, cq_cp))
+    end = scan(core, scan_from, flushed_cp, cq_cp)
+    segments.cut_at(end)
+    core.queues.settle(end, min_off)
+    segments.sync(segments.list)
+    confirm = cp.confirm_offset if cp else min_off
+    core.offsets.restore(end, min(max(confirm, min_off), end))
+    core.epochs = EpochFile(core.directory, lambda: core.offsets.max)
+    core.epochs.truncate_after(end)
+    core.write_checkpoint(clean=False)
+    log.info("recovered %s: offsets [%d, %d), confirm %d, last epoch %d, %d queues",
+             core.directory, min_off, end, core.offsets.confirm, core.epochs.last_epoch,
+             len(core.queues.by_key))
+
+
+def scan(core: LogCore, scan_from: int, flushed_cp: int, dispatch_from: int) -> int:
+    """Validate records from the segment holding `scan_from`; returns the recovered end."""
+    segments = core.segments
+    first = min(segments.index(scan_from), len(segments) - 1)
+    for seg in segments.list[first:]:
+        if seg.size == 0:
+            if seg.base < flushed_cp:
+                raise CorruptRecordError(seg.path, seg.base,
+                                         f"the segment is empty but data up to {flushed_cp} was flushed")
+            return seg.base
+        end = _scan_segment(core, seg, flushed_cp, dispatch_from)
+        if end is not None:
+            return end
+    return segments.list[-1].base + core.segment_bytes
+
+
+def _scan_segment(core: LogCore, seg: Segment, flushed_cp: int, dispatch_from: int) -> int | None:
+    """Validate (and index past `dispatch_from`) one segment's records; returns where the log
+    ends inside it, or None when a blank marker closes it (the scan goes on to the next)."""
+    seg_bytes = core.segment_bytes
+    with mmap.mmap(seg.fd, seg.size, prot=mmap.PROT_READ) as mm:
+        pos = 0
+        while True:
+            offset = seg.base + pos
+            kind, size, reason = rec.check_at(mm, pos)
+            if kind == rec.VALID:
+                if offset >= dispatch_from:
+                    core.queues.dispatch(rec.decode_header(mm, pos), seg.path)
+                pos += size
+                continue
+            if kind == rec.IS_BLANK and size == seg_bytes - pos:
+                return None  # segment complete; continue with the next one
+            if kind == rec.IS_BLANK:
+                kind, reason = rec.DAMAGED, f"blank marker declares {size} bytes, {seg_bytes - pos} left"
+            return _end_of_data(seg, offset, kind, reason, flushed_cp)
+
+
+def _end_of_data(seg: Segment, offset: int, kind: str, reason: str, flushed_cp: int) -> int:
+    """The scan met no valid record at `offset`: corruption below the flushed offset, else the end."""
+    if offset < flushed_cp:
+        why = reason if kind == rec.DAMAGED else "data missing below the flushed offset"
+        raise CorruptRecordError(seg.path, offset, f"{why} (flushed up to {flushed_cp})")
+    if kind == rec.DAMAGED:
+        log.warning("torn tail in %s at offset %d (%s): truncating", seg.path, offset, reason)
+    return offset

@@ -1,0 +1,102 @@
+"""Raw replication appends: bytes copied from a master, written at exactly this log's max offset.
+
+Every record is validated (length, magic, CRC, its own physical offset, segment fit) before any
+byte is written, and a blank marker must close its segment exactly; then the bytes are written
+as they came (replicas stay byte-identical) and the records are indexed in the consume queues.
+"""
+
+from __future__ import annotations
+
+from crc32c import crc32c
+
+from tidelog.commitlog import record as rec
+from tidelog.commitlog.core import LogCore
+from tidelog.commitlog.segments import Span
+from tidelog.errors import CorruptRecordError, OffsetMismatchError
+
+_WHERE = "<replicated data>"
+
+
+#: A replicated record's consume-queue unit: (topic bytes, queue id, queue offset, physical
+#: offset, size, properties block). A plain tuple: one is made per record on the slave's hot path.
+_Unit = tuple[bytes, int, int, int, int, bytes]
+
+
+def append_raw(core: LogCore, phys_offset: int, data: bytes) -> int:
+    """See `CommitLog.append_raw`."""
+    core.check_open()
+    if phys_offset != core.offsets.max:
+        raise OffsetMismatchError(f"raw append at {phys_offset}, but the max offset is {core.offsets.max}",
+                                  expected=core.offsets.max)
+    spans, units, end = _split(data, phys_offset, core.segment_bytes)
+    with core.lock:
+        try:
+            core.segments.write_spans(spans, data)
+        except OSError as exc:
+            raise core.fail(f"raw append at {phys_offset} failed: {exc}", exc) from exc
+        _index(core, units)
+        core.offsets.max = end
+    return end
+
+
+def _split(data: bytes, at: int, seg_bytes: int) -> tuple[list[Span], list[_Unit], int]:
+    """Validate `data` (to land at `at`) record by record; returns the spans to write (one per
+    segment touched), the records' units and the offset after the data. One header unpack and one
+    CRC per record: this loop is the slave's hot path."""
+    spans: list[Span] = []
+    units: list[_Unit] = []
+    n = len(data)
+    blank_magic = rec.BLANK_MAGIC
+    pos = 0
+    span_from, span_at = 0, at
+    with memoryview(data) as mv:
+        while pos < n:
+            in_seg = at % seg_bytes
+            size, magic = rec.BLANK.unpack_from(data, pos) if n - pos >= 8 else (0, 0)
+            if magic == blank_magic:
+                if size != seg_bytes - in_seg:
+                    raise CorruptRecordError(_WHERE, at,
+                                             f"blank marker declares {size} bytes, {seg_bytes - in_seg} left")
+                pos += rec.BLANK_SIZE
+                spans.append((at - in_seg, span_at, span_from, pos, True))
+                at = at - in_seg + seg_bytes
+                span_from, span_at = pos, at
+                continue
+            units.append(_check_record(data, mv, pos, at, size, magic, in_seg, seg_bytes))
+            pos += size
+            at += size
+    if span_from < n:
+        spans.append((span_at - span_at % seg_bytes, span_at, span_from, n, False))
+    return spans, units, at
+
+
+def _check_record(data: bytes, mv: memoryview, pos: int, at: int, size: int, magic: int, in_seg: int,
+                  seg_bytes: int) -> _Unit:
+    """The unit of the record at `pos` of `data` (to land at `at`), once it is known whole, intact,
+    meant for `at` and fitting its segment."""
+    hsize = rec.HEADER_SIZE
+    if magic != rec.MAGIC or size < hsize or pos + size > len(data):
+        raise CorruptRecordError(_WHERE, at, rec.check_at(data, pos)[2] or "truncated record")
+    (_, _, crc, _, tlen, qid, _, qoff, phys, _, _, plen, blen) = rec.HEADER.unpack_from(data, pos)
+    if hsize + tlen + plen + blen != size or crc32c(mv[pos + 12 : pos + size]) != crc:
+        raise CorruptRecordError(_WHERE, at, rec.check_at(data, pos)[2] or "damaged record")
+    if phys != at:
+        raise OffsetMismatchError(f"record at {at} says it belongs at {phys}")
+    if in_seg + size + rec.BLANK_SIZE > seg_bytes:
+        raise CorruptRecordError(_WHERE, at, "record does not fit in its segment")
+    t = pos + hsize
+    return (data[t : t + tlen], qid, qoff, phys, size, data[t + tlen : t + tlen + plen] if plen else b"")
+
+
+def _index(core: LogCore, units: list[_Unit]) -> None:
+    """Put the replicated records' units in their consume queues (the flusher writes them)."""
+    where = core.segments.directory
+    names: dict[bytes, str] = {}
+    queues = core.queues
+    for tbytes, qid, qoff, phys, size, props in units:
+        topic = names.get(tbytes)
+        if topic is None:
+            topic = names[tbytes] = tbytes.decode()
+        cq = queues.open(topic, qid)
+        cq.put(qoff, phys, size, rec.tags_hash(rec.tags_of(props)) if props else 0, where)
+        queues.dirty.add(cq)
