@@ -31,6 +31,11 @@ def tmpfs(path: Path, size_bytes: int) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
+def grow(path: Path, size_bytes: int) -> None:
+    """Give the tmpfs mounted at `path` more room (as an operator frees or adds disk)."""
+    subprocess.run(["mount", "-o", f"remount,size={size_bytes}", str(path)], check=True, capture_output=True)
+
+
 def fill(path: Path, leave_bytes: int = 0) -> Path:
     """Write a filler file until the filesystem holding `path` has about `leave_bytes` free."""
     filler = path / "filler"
