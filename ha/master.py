@@ -225,7 +225,7 @@ class HaMaster:
             log.warning("%s SyncStateSet change %s: no answer (%s); waiting for the controller's state",
                         self._ctx, sorted(proposal.new_sync_state_set), exc)
             await asyncio.sleep(3 * self.heartbeat_interval)
-            failed = AlterFailed(proposal, epoch_before, unknown=True)
+            failed = AlterFailed(proposal, epoch_before)
         except Exception as exc:  # refused: the next check proposes again
             log.warning("%s SyncStateSet change %s refused: %s", self._ctx, sorted(proposal.new_sync_state_set), exc)
             failed = AlterFailed(proposal, epoch_before)

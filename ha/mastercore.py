@@ -80,12 +80,14 @@ class ControllerState:
 
 @dataclass(frozen=True)
 class AlterFailed:
-    """A proposed change did not happen. `unknown`: no answer came (the controller may still
-    apply it), so it is given up only if no newer set arrived and it is still the pending one."""
+    """A proposed change did not happen: the controller refused it, or no answer came in time
+    (it may still be applied). It is given up only while it is still the pending proposal at the
+    set epoch it started from: a late answer about an overtaken proposal must not clear a newer
+    one still in flight (the effective set would shrink and the confirm offset pass what a
+    member joining may lack)."""
 
     proposal: Proposal
     sss_epoch_before: int
-    unknown: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,8 +225,8 @@ class MasterCore:
                     return self.tracker.on_disconnect(slave, now_ms=now_ms)
             case ControllerState(sss, sss_epoch):
                 self.tracker.on_controller_state(frozenset(sss), sss_epoch, now_ms=now_ms)
-            case AlterFailed(proposal, before, unknown):
-                if not unknown or (self.tracker.sss_epoch == before and self.tracker.pending == proposal):
+            case AlterFailed(proposal, before):
+                if self.tracker.sss_epoch == before and self.tracker.pending == proposal:
                     self.tracker.on_alter_failed()
             case ShrinkCheck():
                 return self.tracker.check_shrink(now_ms=now_ms)
