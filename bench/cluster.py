@@ -28,18 +28,33 @@ from tidelog.proto import broker_pb2 as pb
 class BenchCluster:
     """One controller process and `replicas` broker processes of broker set `broker_set`."""
 
-    def __init__(self, root: Path, *, broker_set: str = "broker-a", replicas: int = 2,
-                 broker_options: dict[str, Any] | None = None, log_level: str = "WARNING") -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        broker_set: str = "broker-a",
+        replicas: int = 2,
+        broker_options: dict[str, Any] | None = None,
+        log_level: str = "WARNING",
+    ) -> None:
         self.root = root
         self.broker_set = broker_set
         secret = new_secret()
         (root / "controller").mkdir(parents=True, exist_ok=True)
-        self._controllers = ControllerCluster(root / "controller", 1, secret=secret,
-                                              heartbeat_timeout_ms=3000)
+        self._controllers = ControllerCluster(
+            root / "controller", 1, secret=secret, heartbeat_timeout_ms=3000
+        )
         self.controller_address = self._controllers.address_list
         # WARNING by default: the bench measures the broker, not its INFO lines.
-        self._set = BrokerSet(root, broker_set, replicas, self.controller_address, secret=secret,
-                              log_level=log_level, **(broker_options or {}))
+        self._set = BrokerSet(
+            root,
+            broker_set,
+            replicas,
+            self.controller_address,
+            secret=secret,
+            log_level=log_level,
+            **(broker_options or {}),
+        )
         self.master_index = -1
 
     @property
@@ -69,8 +84,9 @@ class BenchCluster:
     def __enter__(self) -> BenchCluster:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     @property
@@ -115,8 +131,12 @@ class BenchCluster:
 
     def wait_in_sync(self, timeout: float = 30.0) -> None:
         """Wait until every replica is back in the master's SyncStateSet (after a shrink under load)."""
-        wait_until(lambda: self.in_sync_count() == len(self.brokers), timeout, 0.2,
-                   what="every replica back in the SyncStateSet")
+        wait_until(
+            lambda: self.in_sync_count() == len(self.brokers),
+            timeout,
+            0.2,
+            what="every replica back in the SyncStateSet",
+        )
 
     @property
     def master_address(self) -> str:

@@ -110,10 +110,16 @@ def code_version(paths: Sequence[str] = ("commitlog",)) -> str:
     """The commit measured, marked "+dirty" when `paths` have uncommitted changes."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=here,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", *paths],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
@@ -138,8 +144,9 @@ def _message() -> Message:
     return Message(TOPIC, 0, os.urandom(BODY_BYTES))
 
 
-def bench_append(directory: str, batch: int, duration: float,
-                 max_bytes: int) -> tuple[dict[str, Any], CommitLog]:
+def bench_append(
+    directory: str, batch: int, duration: float, max_bytes: int
+) -> tuple[dict[str, Any], CommitLog]:
     """Append `batch`-record batches for `duration` s (or `max_bytes`), flush="async".
 
     Returns the figures and the still-open log, so the read bench can read what was written.
@@ -315,8 +322,14 @@ def run(base_dir: str, duration: float, max_bytes: int, read_count: int, repeats
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "code": code_version(),
             "machine": machine_info(work),
-            "config": {"body_bytes": BODY_BYTES, "segment_bytes": SEGMENT_BYTES, "duration_s": duration,
-                       "max_bytes": max_bytes, "read_max_count": read_count, "repeats": repeats},
+            "config": {
+                "body_bytes": BODY_BYTES,
+                "segment_bytes": SEGMENT_BYTES,
+                "duration_s": duration,
+                "max_bytes": max_bytes,
+                "read_max_count": read_count,
+                "repeats": repeats,
+            },
         }
         appends: dict[int, list[dict[str, Any]]] = {}
         for batch in BATCH_SIZES[:-1]:
@@ -360,24 +373,47 @@ def run(base_dir: str, duration: float, max_bytes: int, read_count: int, repeats
                     gc[n].append(sync(n, i))
         gc_ratios = [m["records_per_s"] / o["records_per_s"] for o, m in zip(gc[one], gc[many], strict=True)]
 
-        result["append"] = [{"batch": b, "samples": s, "records_per_s": _spread(s, "records_per_s"),
-                             "mb_per_s": _spread(s, "mb_per_s")} for b, s in appends.items()]
+        result["append"] = [
+            {
+                "batch": b,
+                "samples": s,
+                "records_per_s": _spread(s, "records_per_s"),
+                "mb_per_s": _spread(s, "mb_per_s"),
+            }
+            for b, s in appends.items()
+        ]
         result["read"] = reads
         result["raw"] = {"samples": raws, "mb_per_s": _spread(raws, "mb_per_s")}
         result["group_commit"] = [
-            {"appenders": n, "samples": s, "records_per_s": _spread(s, "records_per_s"),
-             "latency_p50_ms": _median(s, "latency_p50_ms"), "latency_p99_ms": _median(s, "latency_p99_ms"),
-             **({"records_per_flush": _median(s, "records_per_flush")}
-                if all("records_per_flush" in x for x in s) else {})}
-            for n, s in gc.items()]
+            {
+                "appenders": n,
+                "samples": s,
+                "records_per_s": _spread(s, "records_per_s"),
+                "latency_p50_ms": _median(s, "latency_p50_ms"),
+                "latency_p99_ms": _median(s, "latency_p99_ms"),
+                **(
+                    {"records_per_flush": _median(s, "records_per_flush")}
+                    if all("records_per_flush" in x for x in s)
+                    else {}
+                ),
+            }
+            for n, s in gc.items()
+        ]
         append_ratio = statistics.median(append_ratios)
         gc_ratio = statistics.median(gc_ratios)
         result["targets"] = {
-            "append_vs_raw": {"ratio": append_ratio, "samples": append_ratios,
-                              "target": APPEND_TARGET_FRACTION,
-                              "pass": append_ratio >= APPEND_TARGET_FRACTION},
-            "group_commit_64_vs_1": {"ratio": gc_ratio, "samples": gc_ratios, "target": GROUP_COMMIT_TARGET,
-                                     "pass": gc_ratio >= GROUP_COMMIT_TARGET},
+            "append_vs_raw": {
+                "ratio": append_ratio,
+                "samples": append_ratios,
+                "target": APPEND_TARGET_FRACTION,
+                "pass": append_ratio >= APPEND_TARGET_FRACTION,
+            },
+            "group_commit_64_vs_1": {
+                "ratio": gc_ratio,
+                "samples": gc_ratios,
+                "target": GROUP_COMMIT_TARGET,
+                "pass": gc_ratio >= GROUP_COMMIT_TARGET,
+            },
         }
         return result
     finally:
@@ -405,18 +441,24 @@ def format_table(r: dict[str, Any]) -> str:
         f"{'measurement':<40}{'records/s':>28}{'MB/s':>22}",
     ]
     for a in r["append"]:
-        lines.append(f"{'append async, batch ' + str(a['batch']):<40}{_range(a['records_per_s'], ',.0f'):>28}"
-                     f"{_range(a['mb_per_s'], ',.1f'):>22}")
+        lines.append(
+            f"{'append async, batch ' + str(a['batch']):<40}{_range(a['records_per_s'], ',.0f'):>28}"
+            f"{_range(a['mb_per_s'], ',.1f'):>22}"
+        )
     for rd in r["read"]:
-        lines.append(f"{'read ' + rd['cache'] + ' cache, max_count ' + str(rd['max_count']):<40}"
-                     f"{rd['records_per_s']:>28,.0f}{rd['mb_per_s']:>22,.1f}")
+        lines.append(
+            f"{'read ' + rd['cache'] + ' cache, max_count ' + str(rd['max_count']):<40}"
+            f"{rd['records_per_s']:>28,.0f}{rd['mb_per_s']:>22,.1f}"
+        )
     lines.append(f"{'raw os.write 1 MiB + fdatasync':<40}{'-':>28}{_range(r['raw']['mb_per_s'], ',.1f'):>22}")
     lines.append("")
     lines.append(f"{'sync group commit':<22}{'records/s':>28}{'p50 ms':>9}{'p99 ms':>9}{'rec/flush':>11}")
     for g in r["group_commit"]:
         per = f"{g['records_per_flush']:.1f}" if "records_per_flush" in g else "-"
-        lines.append(f"{str(g['appenders']) + ' appenders':<22}{_range(g['records_per_s'], ',.0f'):>28}"
-                     f"{g['latency_p50_ms']:>9.2f}{g['latency_p99_ms']:>9.2f}{per:>11}")
+        lines.append(
+            f"{str(g['appenders']) + ' appenders':<22}{_range(g['records_per_s'], ',.0f'):>28}"
+            f"{g['latency_p50_ms']:>9.2f}{g['latency_p99_ms']:>9.2f}{per:>11}"
+        )
     t = r["targets"]
     a, g = t["append_vs_raw"], t["group_commit_64_vs_1"]
     lines += [
@@ -433,13 +475,18 @@ def format_table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.commitlog", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--duration", type=float, default=2.0,
-                    help="seconds per append or group-commit measurement")
+    ap.add_argument(
+        "--duration", type=float, default=2.0, help="seconds per append or group-commit measurement"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="back-to-back pairs behind each target ratio")
     ap.add_argument("--max-mb", type=int, default=1024, help="cap on MB appended per append measurement")
     ap.add_argument("--read-count", type=int, default=1000, help="max_count of each read call")
-    ap.add_argument("--dir", default=None, help="parent directory for the bench's temporary files "
-                    "(default: the system temp dir unless it is tmpfs, else the current directory)")
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="parent directory for the bench's temporary files "
+        "(default: the system temp dir unless it is tmpfs, else the current directory)",
+    )
     args = ap.parse_args(argv)
     base = pick_base_dir(args.dir)
     result = run(base, args.duration, args.max_mb * 1_000_000, args.read_count, max(1, args.repeats))

@@ -26,8 +26,14 @@ TOPOLOGY = Path(__file__).resolve().parents[1] / "deploy" / "two-dc-lab.yaml"
 
 
 def tide(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidelog.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 def main() -> None:
@@ -48,30 +54,59 @@ def main() -> None:
     try:
         for seed in range(args.first, args.first + args.seeds):
             t0 = time.monotonic()
-            out = tide("drill", "random", "--seed", str(seed), "--steps", str(args.steps), "--data-dir",
-                       str(data_dir), "--json")
+            out = tide(
+                "drill",
+                "random",
+                "--seed",
+                str(seed),
+                "--steps",
+                str(args.steps),
+                "--data-dir",
+                str(data_dir),
+                "--json",
+            )
             try:
-                rep = json.loads(out.stdout[out.stdout.index("{"):])
+                rep = json.loads(out.stdout[out.stdout.index("{") :])
             except ValueError:
                 rep = {"error": (out.stderr or out.stdout).strip()[-500:]}
-            row = {"seed": seed, "seconds": round(time.monotonic() - t0, 1),
-                   **{k: rep.get(k) for k in ("acked", "acked_lost", "duplicates", "max_write_gap_s",
-                                              "split_brain", "replicas_identical", "error")},
-                   "steps": [s["step"] for s in rep.get("steps", [])]}
+            row = {
+                "seed": seed,
+                "seconds": round(time.monotonic() - t0, 1),
+                **{
+                    k: rep.get(k)
+                    for k in (
+                        "acked",
+                        "acked_lost",
+                        "duplicates",
+                        "max_write_gap_s",
+                        "split_brain",
+                        "replicas_identical",
+                        "error",
+                    )
+                },
+                "steps": [s["step"] for s in rep.get("steps", [])],
+            }
             rows.append(row)
             if not args.json:
-                print(f"seed {seed:3d}: acked {row['acked']} lost {row['acked_lost']} dup "
-                      f"{row['duplicates']} "
-                      f"gap {row['max_write_gap_s']}s split {row['split_brain']} identical "
-                      f"{row['replicas_identical']} ({row['seconds']}s) {row['error'] or ''}", flush=True)
+                print(
+                    f"seed {seed:3d}: acked {row['acked']} lost {row['acked_lost']} dup "
+                    f"{row['duplicates']} "
+                    f"gap {row['max_write_gap_s']}s split {row['split_brain']} identical "
+                    f"{row['replicas_identical']} ({row['seconds']}s) {row['error'] or ''}",
+                    flush=True,
+                )
     finally:
         tide("cluster", "down", "--data-dir", str(data_dir))
         shutil.rmtree(base, ignore_errors=True)
     bad = [r for r in rows if r["acked_lost"] != 0 or r["split_brain"] or r["replicas_identical"] is not True]
-    summary = {"seeds": len(rows), "steps": args.steps, "acked": sum(r["acked"] or 0 for r in rows),
-               "acked_lost": sum(r["acked_lost"] or 0 for r in rows if r["acked_lost"]),
-               "seeds_failing": [r["seed"] for r in bad],
-               "max_write_gap_s": max((r["max_write_gap_s"] or 0 for r in rows), default=0)}
+    summary = {
+        "seeds": len(rows),
+        "steps": args.steps,
+        "acked": sum(r["acked"] or 0 for r in rows),
+        "acked_lost": sum(r["acked_lost"] or 0 for r in rows if r["acked_lost"]),
+        "seeds_failing": [r["seed"] for r in bad],
+        "max_write_gap_s": max((r["max_write_gap_s"] or 0 for r in rows), default=0),
+    }
     if args.json:
         print(json.dumps({"summary": summary, "rows": rows}, indent=2))
     else:

@@ -67,29 +67,38 @@ async def _measure(cluster: BenchCluster, n: int, with_status: bool) -> dict[str
 
 
 def run(base_dir: str, sends: int) -> dict[str, Any]:
-    result: dict[str, Any] = {"code": code_version(("commitlog", "ha", "broker", "client")), "sends": sends,
-                              "rows": []}
+    result: dict[str, Any] = {
+        "code": code_version(("commitlog", "ha", "broker", "client")),
+        "sends": sends,
+        "rows": [],
+    }
     for flush in ("async", "sync"):
         for replicas in (1, 2):
-            with tempfile.TemporaryDirectory(dir=base_dir) as tmp, \
-                    BenchCluster(Path(tmp), replicas=replicas,
-                                 broker_options={"flush": flush, "replication": "sync"}) as cluster:
+            with (
+                tempfile.TemporaryDirectory(dir=base_dir) as tmp,
+                BenchCluster(
+                    Path(tmp), replicas=replicas, broker_options={"flush": flush, "replication": "sync"}
+                ) as cluster,
+            ):
                 cluster.wait_ready(TOPIC, queues=1)
-                figures = asyncio.run(_measure(cluster, sends,
-                                               with_status=flush == "async" and replicas == 1))
+                figures = asyncio.run(
+                    _measure(cluster, sends, with_status=flush == "async" and replicas == 1)
+                )
             for what, summary in figures.items():
                 result["rows"].append({"flush": flush, "replicas": replicas, "call": what, **summary})
     return result
 
 
 def format_table(r: dict[str, Any]) -> str:
-    lines = [f"single-message latency breakdown, code {r['code']}, {r['sends']} sequential calls per row, 1 "
-             f"KiB",
-             f"{'flush':6} {'replicas':>8} {'call':12} {'p50 ms':>8} {'p99 ms':>8} {'p999 ms':>8} "
-             f"{'max ms':>8}"]
+    lines = [
+        f"single-message latency breakdown, code {r['code']}, {r['sends']} sequential calls per row, 1 KiB",
+        f"{'flush':6} {'replicas':>8} {'call':12} {'p50 ms':>8} {'p99 ms':>8} {'p999 ms':>8} {'max ms':>8}",
+    ]
     for row in r["rows"]:
-        lines.append(f"{row['flush']:6} {row['replicas']:>8} {row['call']:12} {row['p50_ms']:>8.2f} "
-                     f"{row['p99_ms']:>8.2f} {row['p999_ms']:>8.2f} {row['max_ms']:>8.2f}")
+        lines.append(
+            f"{row['flush']:6} {row['replicas']:>8} {row['call']:12} {row['p50_ms']:>8.2f} "
+            f"{row['p99_ms']:>8.2f} {row['p999_ms']:>8.2f} {row['max_ms']:>8.2f}"
+        )
     return "\n".join(lines)
 
 

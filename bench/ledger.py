@@ -84,8 +84,9 @@ async def _create(ledgers: Any, timeout: float = 30.0) -> Any:
             await asyncio.sleep(0.5)
 
 
-async def _pipelined(writer: Any, data: bytes, window: int, *, duration: float | None = None,
-                     count: int | None = None) -> dict[str, Any]:
+async def _pipelined(
+    writer: Any, data: bytes, window: int, *, duration: float | None = None, count: int | None = None
+) -> dict[str, Any]:
     """Keep `window` adds in flight for `duration` s (or until `count` adds were sent)."""
     in_flight: collections.deque[tuple[float, asyncio.Future[int]]] = collections.deque()
     latencies: list[float] = []
@@ -110,8 +111,9 @@ async def _pipelined(writer: Any, data: bytes, window: int, *, duration: float |
 # ---------------------------------------------------------------------------------- phases
 
 
-async def _run_phases(cluster: BenchCluster, *, sequential_adds: int, window_seconds: float,
-                      recovery_entries: int) -> dict[str, Any]:
+async def _run_phases(
+    cluster: BenchCluster, *, sequential_adds: int, window_seconds: float, recovery_entries: int
+) -> dict[str, Any]:
     data = os.urandom(ENTRY_BYTES)
     out: dict[str, Any] = {}
 
@@ -133,8 +135,12 @@ async def _run_phases(cluster: BenchCluster, *, sequential_adds: int, window_sec
         # no w.close(): leaving this block closes the writer's connections, the ledger stays OPEN
     async with AsyncClient(cluster.controller_address) as client:
         r, recovered = await _recover(AsyncLedgers(client), ledger_id, writer_lac, meter)
-        out["recovery"] = {"entries_written": fill["entries"], "fill_seconds": fill["seconds"],
-                           "fill_entries_per_s": fill["entries"] / fill["seconds"], **recovered}
+        out["recovery"] = {
+            "entries_written": fill["entries"],
+            "fill_seconds": fill["seconds"],
+            "fill_entries_per_s": fill["entries"] / fill["seconds"],
+            **recovered,
+        }
         out["read"] = await _read_back(r, ledger_id, meter)
         await r.close()
     return out
@@ -153,14 +159,20 @@ async def _sequential(ledgers: Any, data: bytes, adds: int, meter: Callable[[], 
         await w.add_entry(data)
         lat.append(time.perf_counter() - t)
     elapsed = time.perf_counter() - start
-    out = {"adds": adds, "seconds": elapsed, "adds_per_s": adds / elapsed,
-           "latency": latency_summary(lat), "cpu_pct": m.stop()}
+    out = {
+        "adds": adds,
+        "seconds": elapsed,
+        "adds_per_s": adds / elapsed,
+        "latency": latency_summary(lat),
+        "cpu_pct": m.stop(),
+    }
     await w.close()
     return out
 
 
-async def _pipelined_windows(ledgers: Any, data: bytes, window_seconds: float,
-                             meter: Callable[[], CpuMeter]) -> list[dict[str, Any]]:
+async def _pipelined_windows(
+    ledgers: Any, data: bytes, window_seconds: float, meter: Callable[[], CpuMeter]
+) -> list[dict[str, Any]]:
     """(2) pipelined adds, 1 / 16 / 128 in flight, a fresh ledger each"""
     pipelined = []
     for window in WINDOWS:
@@ -171,15 +183,23 @@ async def _pipelined_windows(ledgers: Any, data: bytes, window_seconds: float,
         r = await _pipelined(w, data, window, duration=window_seconds)
         cpu = m.stop()
         await w.close()
-        pipelined.append({"in_flight": window, "entries": r["entries"], "seconds": r["seconds"],
-                          "entries_per_s": r["entries"] / r["seconds"],
-                          "mb_per_s": r["entries"] * ENTRY_BYTES / r["seconds"] / 1e6,
-                          "add_latency": latency_summary(r["latencies"]), "cpu_pct": cpu})
+        pipelined.append(
+            {
+                "in_flight": window,
+                "entries": r["entries"],
+                "seconds": r["seconds"],
+                "entries_per_s": r["entries"] / r["seconds"],
+                "mb_per_s": r["entries"] * ENTRY_BYTES / r["seconds"] / 1e6,
+                "add_latency": latency_summary(r["latencies"]),
+                "cpu_pct": cpu,
+            }
+        )
     return pipelined
 
 
-async def _recover(ledgers: Any, ledger_id: int, writer_lac: int,
-                   meter: Callable[[], CpuMeter]) -> tuple[Any, dict[str, Any]]:
+async def _recover(
+    ledgers: Any, ledger_id: int, writer_lac: int, meter: Callable[[], CpuMeter]
+) -> tuple[Any, dict[str, Any]]:
     """The timed recovery open of a ledger its writer left OPEN; the opened ledger and its figures."""
     before = await ledgers.get_metadata(ledger_id)
     await ledgers.list_ledgers()  # connect to the controller outside the timed region
@@ -189,11 +209,18 @@ async def _recover(ledgers: Any, ledger_id: int, writer_lac: int,
     open_s = time.perf_counter() - t
     cpu = m.stop()
     if r.last_add_confirmed < writer_lac or not r.is_closed:
-        raise RuntimeError(f"recovery closed ledger {ledger_id} at {r.last_add_confirmed}, "
-                           f"the writer had {writer_lac} acknowledged (closed: {r.is_closed})")
-    return r, {"state_before": before.state.name, "writer_lac": writer_lac,
-               "recovered_last_entry": r.last_add_confirmed,
-               "state_after": r.metadata.state.name, "open_s": open_s, "cpu_pct": cpu}
+        raise RuntimeError(
+            f"recovery closed ledger {ledger_id} at {r.last_add_confirmed}, "
+            f"the writer had {writer_lac} acknowledged (closed: {r.is_closed})"
+        )
+    return r, {
+        "state_before": before.state.name,
+        "writer_lac": writer_lac,
+        "recovered_last_entry": r.last_add_confirmed,
+        "state_after": r.metadata.state.name,
+        "open_s": open_s,
+        "cpu_pct": cpu,
+    }
 
 
 async def _read_back(r: Any, ledger_id: int, meter: Callable[[], CpuMeter]) -> dict[str, Any]:
@@ -209,13 +236,19 @@ async def _read_back(r: Any, ledger_id: int, meter: Callable[[], CpuMeter]) -> d
             raise RuntimeError(f"read {len(entries)} entries of ledger {ledger_id}, expected {last + 1}")
     cpu = m.stop()
     best, median = min(passes), statistics.median(passes)
-    return {"entries": last + 1, "passes_s": passes, "entries_per_s": (last + 1) / median,
-            "best_entries_per_s": (last + 1) / best,
-            "mb_per_s": (last + 1) * ENTRY_BYTES / median / 1e6, "cpu_pct": cpu}
+    return {
+        "entries": last + 1,
+        "passes_s": passes,
+        "entries_per_s": (last + 1) / median,
+        "best_entries_per_s": (last + 1) / best,
+        "mb_per_s": (last + 1) * ENTRY_BYTES / median / 1e6,
+        "cpu_pct": cpu,
+    }
 
 
-def run(base_dir: str, *, sequential_adds: int, window_seconds: float,
-        recovery_entries: int) -> dict[str, Any]:
+def run(
+    base_dir: str, *, sequential_adds: int, window_seconds: float, recovery_entries: int
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tidelog-bench-ledger-", dir=base_dir))
     cluster = BenchCluster(work, broker_options=BROKER_OPTIONS)
     try:
@@ -227,15 +260,30 @@ def run(base_dir: str, *, sequential_adds: int, window_seconds: float,
             "code": code_version((*BROKER_CODE, "ledger", "client")),
             "machine": machine_info(str(work)),
             "load_average_1m": os.getloadavg()[0],
-            "config": {"entry_bytes": ENTRY_BYTES, "ensemble": ENSEMBLE, "write_quorum": WRITE_QUORUM,
-                       "ack_quorum": ACK_QUORUM, "broker": BROKER_OPTIONS, "sequential_adds": sequential_adds,
-                       "window_seconds": window_seconds, "windows": list(WINDOWS),
-                       "recovery_entries": recovery_entries, "read_passes": READ_PASSES},
+            "config": {
+                "entry_bytes": ENTRY_BYTES,
+                "ensemble": ENSEMBLE,
+                "write_quorum": WRITE_QUORUM,
+                "ack_quorum": ACK_QUORUM,
+                "broker": BROKER_OPTIONS,
+                "sequential_adds": sequential_adds,
+                "window_seconds": window_seconds,
+                "windows": list(WINDOWS),
+                "recovery_entries": recovery_entries,
+                "read_passes": READ_PASSES,
+            },
             "startup_s": time.perf_counter() - t0,
         }
-        result.update(asyncio.run(_run_phases(cluster, sequential_adds=sequential_adds,
-                                              window_seconds=window_seconds,
-                                              recovery_entries=recovery_entries)))
+        result.update(
+            asyncio.run(
+                _run_phases(
+                    cluster,
+                    sequential_adds=sequential_adds,
+                    window_seconds=window_seconds,
+                    recovery_entries=recovery_entries,
+                )
+            )
+        )
         result["sync_state_set_at_end"] = cluster.in_sync_count()
         result["load_average_1m_at_end"] = os.getloadavg()[0]
         return result
@@ -276,8 +324,10 @@ def format_table(r: dict[str, Any]) -> str:
     for p in r["pipelined"]:
         name = f"pipelined, {p['in_flight']} in flight ({p['seconds']:.1f} s)"
         lat = p["add_latency"]
-        lines.append(f"{name:<36}{p['entries_per_s']:>10,.0f}{p['mb_per_s']:>7.2f}{lat['p50_ms']:>8.2f}ms"
-                     f"{lat['p99_ms']:>8.2f}ms  {_cpu(p['cpu_pct'])}")
+        lines.append(
+            f"{name:<36}{p['entries_per_s']:>10,.0f}{p['mb_per_s']:>7.2f}{lat['p50_ms']:>8.2f}ms"
+            f"{lat['p99_ms']:>8.2f}ms  {_cpu(p['cpu_pct'])}"
+        )
     rec, rd = r["recovery"], r["read"]
     lines += [
         "",
@@ -289,7 +339,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"(writer LAC {rec['writer_lac']}); cpu% {_cpu(rec['cpu_pct'])}",
         f"read_entries(0, {rd['entries'] - 1}) x{len(rd['passes_s'])}: {rd['entries_per_s']:,.0f} entries/s "
         f"median ({rd['mb_per_s']:.1f} MB/s), best {rd['best_entries_per_s']:,.0f}/s; passes "
-        + ", ".join(f"{x:.2f}" for x in rd["passes_s"]) + f" s; cpu% {_cpu(rd['cpu_pct'])}",
+        + ", ".join(f"{x:.2f}" for x in rd["passes_s"])
+        + f" s; cpu% {_cpu(rd['cpu_pct'])}",
     ]
     return "\n".join(lines)
 
@@ -297,16 +348,24 @@ def format_table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ledger", description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--quick", action="store_true", help="200 sequential adds, 1 s per window, a 2,000-entry "
-                                                         "ledger")
+    ap.add_argument(
+        "--quick", action="store_true", help="200 sequential adds, 1 s per window, a 2,000-entry ledger"
+    )
     ap.add_argument("--seconds", type=float, default=None, help="seconds per pipelined window (default 4)")
-    ap.add_argument("--dir", default=None, help="parent directory for the cluster's data (default: the "
-                                                "system "
-                    "temp dir unless it is tmpfs, else the current directory)")
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="parent directory for the cluster's data (default: the "
+        "system "
+        "temp dir unless it is tmpfs, else the current directory)",
+    )
     args = ap.parse_args(argv)
-    result = run(pick_base_dir(args.dir), sequential_adds=200 if args.quick else 500,
-                 window_seconds=args.seconds or (1.0 if args.quick else 4.0),
-                 recovery_entries=2_000 if args.quick else 10_000)
+    result = run(
+        pick_base_dir(args.dir),
+        sequential_adds=200 if args.quick else 500,
+        window_seconds=args.seconds or (1.0 if args.quick else 4.0),
+        recovery_entries=2_000 if args.quick else 10_000,
+    )
     report(result, args.json, format_table)
     return 0
 

@@ -90,9 +90,12 @@ TARGET_PRODUCE = 100_000  # msgs/s, batch 1000
 TARGET_P99_MS = 2.0  # single-message sends at LATENCY_RATE
 TARGET_CONSUME = 300_000  # msgs/s from the slave
 # The broker allows 64 MiB messages; a 4 MiB pull reply plus framing exceeds gRPC's 4 MiB default.
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
-                   # without this, channels with equal arguments share one subchannel (one connection)
-                   ("grpc.use_local_subchannel_pool", 1)]
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    # without this, channels with equal arguments share one subchannel (one connection)
+    ("grpc.use_local_subchannel_pool", 1),
+]
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -108,8 +111,13 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 def latency_summary(seconds: list[float]) -> dict[str, float]:
     s = sorted(seconds)
-    return {"count": len(s), "p50_ms": percentile(s, 50) * 1e3, "p99_ms": percentile(s, 99) * 1e3,
-            "p999_ms": percentile(s, 99.9) * 1e3, "max_ms": (s[-1] if s else float("nan")) * 1e3}
+    return {
+        "count": len(s),
+        "p50_ms": percentile(s, 50) * 1e3,
+        "p99_ms": percentile(s, 99) * 1e3,
+        "p999_ms": percentile(s, 99.9) * 1e3,
+        "max_ms": (s[-1] if s else float("nan")) * 1e3,
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -166,8 +174,14 @@ BROKER_CODE = ("broker", "ha", "commitlog", "controller", "tidelog")
 
 def machine_info(directory: str) -> dict[str, Any]:
     typ, dev = fs_type(directory)
-    return {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-            "grpc": grpc.__version__, "filesystem": typ, "device": dev}
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "grpc": grpc.__version__,
+        "filesystem": typ,
+        "device": dev,
+    }
 
 
 def _produce_request(batch: int) -> pb.ProduceRequest:
@@ -187,8 +201,9 @@ def _error_text(exc: grpc.aio.AioRpcError) -> str:
 # ---------------------------------------------------------------------------------- produce
 
 
-async def _closed_loop(address: str, batch: int, producers: int, duration: float,
-                       ready: Connection | None = None) -> dict[str, Any]:
+async def _closed_loop(
+    address: str, batch: int, producers: int, duration: float, ready: Connection | None = None
+) -> dict[str, Any]:
     """`producers` tasks each sending `batch`-message requests back to back for `duration` s.
 
     With `ready`, this runs in a worker process: it reports when warmed up and starts on "go".
@@ -239,8 +254,9 @@ def _client_worker(address: str, batch: int, producers: int, duration: float, co
         conn.close()
 
 
-def _summarise_produce(batch: int, producers: int, procs: int, runs: list[dict[str, Any]],
-                       cpu: dict[str, float]) -> dict[str, Any]:
+def _summarise_produce(
+    batch: int, producers: int, procs: int, runs: list[dict[str, Any]], cpu: dict[str, float]
+) -> dict[str, Any]:
     messages = sum(r["messages"] for r in runs)
     seconds = max(r["seconds"] for r in runs)
     errors: collections.Counter[str] = collections.Counter()
@@ -249,29 +265,45 @@ def _summarise_produce(batch: int, producers: int, procs: int, runs: list[dict[s
         errors.update(r["errors"])
         lat.extend(r["latencies"])
     return {
-        "batch": batch, "producers": producers, "client_procs": procs, "messages": messages,
+        "batch": batch,
+        "producers": producers,
+        "client_procs": procs,
+        "messages": messages,
         "seconds": seconds,
-        "msgs_per_s": messages / seconds, "mb_per_s": messages * BODY_BYTES / seconds / 1e6,
-        "request_latency": latency_summary(lat), "errors": dict(errors), "cpu_pct": cpu,
+        "msgs_per_s": messages / seconds,
+        "mb_per_s": messages * BODY_BYTES / seconds / 1e6,
+        "request_latency": latency_summary(lat),
+        "errors": dict(errors),
+        "cpu_pct": cpu,
     }
 
 
-def bench_produce(cluster: BenchCluster, batch: int, producers: int, procs: int, duration: float,
-                  profiler: Profiler | None = None) -> dict[str, Any]:
+def bench_produce(
+    cluster: BenchCluster,
+    batch: int,
+    producers: int,
+    procs: int,
+    duration: float,
+    profiler: Profiler | None = None,
+) -> dict[str, Any]:
     """Closed-loop produce with `producers` tasks spread over `procs` client processes."""
     if procs == 1:
         return _produce_in_process(cluster, batch, producers, duration, profiler)
     return _produce_in_workers(cluster, batch, producers, procs, duration)
 
 
-def _produce_in_process(cluster: BenchCluster, batch: int, producers: int, duration: float,
-                        profiler: Profiler | None) -> dict[str, Any]:
+def _produce_in_process(
+    cluster: BenchCluster, batch: int, producers: int, duration: float, profiler: Profiler | None
+) -> dict[str, Any]:
     """The closed loop in this process (profiled, with a profiler, at the multi-process producer count)."""
     meter = CpuMeter(cluster.pids)
     meter.add("client", os.getpid())
     meter.start()
-    prof = (profiler.start(f"produce-b{batch}-p{producers}", _brokers(cluster), duration)
-            if profiler and producers == MULTI_PROCESS_PRODUCERS else None)
+    prof = (
+        profiler.start(f"produce-b{batch}-p{producers}", _brokers(cluster), duration)
+        if profiler and producers == MULTI_PROCESS_PRODUCERS
+        else None
+    )
     run = asyncio.run(_closed_loop(cluster.master_address, batch, producers, duration))
     cpu = meter.stop()
     if profiler is not None and prof is not None:
@@ -279,8 +311,9 @@ def _produce_in_process(cluster: BenchCluster, batch: int, producers: int, durat
     return _summarise_produce(batch, producers, 1, [run], cpu)
 
 
-def _produce_in_workers(cluster: BenchCluster, batch: int, producers: int, procs: int,
-                        duration: float) -> dict[str, Any]:
+def _produce_in_workers(
+    cluster: BenchCluster, batch: int, producers: int, procs: int, duration: float
+) -> dict[str, Any]:
     """The closed loop in `procs` client processes, started together once every one has warmed up."""
     meter = CpuMeter(cluster.pids)
     ctx = multiprocessing.get_context("spawn")
@@ -289,8 +322,9 @@ def _produce_in_workers(cluster: BenchCluster, batch: int, producers: int, procs
         share = [producers // procs + (1 if i < producers % procs else 0) for i in range(procs)]
         for n in share:
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_client_worker, args=(cluster.master_address, batch, n, duration, child),
-                            daemon=True)
+            p = ctx.Process(
+                target=_client_worker, args=(cluster.master_address, batch, n, duration, child), daemon=True
+            )
             p.start()
             child.close()
             workers.append((p, parent))
@@ -369,13 +403,21 @@ async def _open_loop(address: str, rate: int, duration: float) -> dict[str, Any]
         elapsed = time.perf_counter() - start
     finally:
         await channel.close()
-    return {"rate": rate, "sent": n, "acked": len(service), "seconds": elapsed, "slots_late_1ms": late,
-            "latency": latency_summary(service), "latency_from_slot": latency_summary(from_slot),
-            "errors": dict(errors)}
+    return {
+        "rate": rate,
+        "sent": n,
+        "acked": len(service),
+        "seconds": elapsed,
+        "slots_late_1ms": late,
+        "latency": latency_summary(service),
+        "latency_from_slot": latency_summary(from_slot),
+        "errors": dict(errors),
+    }
 
 
-def bench_latency(cluster: BenchCluster, rate: int, duration: float, profiler: Profiler | None = None
-                  ) -> dict[str, Any]:
+def bench_latency(
+    cluster: BenchCluster, rate: int, duration: float, profiler: Profiler | None = None
+) -> dict[str, Any]:
     meter = CpuMeter(cluster.pids)
     meter.add("client", os.getpid())
     meter.start()
@@ -414,9 +456,16 @@ async def _pull_all(address: str, ends: list[int]) -> dict[str, Any]:
         nonlocal messages, body_bytes, pulls
         offset = 0
         while offset < ends[queue]:
-            reply = await stub.Pull(pb.PullRequest(topic=TOPIC, queue=queue, offset=offset,
-                                                   max_messages=PULL_MAX_MESSAGES, max_bytes=PULL_MAX_BYTES),
-                                    timeout=30)
+            reply = await stub.Pull(
+                pb.PullRequest(
+                    topic=TOPIC,
+                    queue=queue,
+                    offset=offset,
+                    max_messages=PULL_MAX_MESSAGES,
+                    max_bytes=PULL_MAX_BYTES,
+                ),
+                timeout=30,
+            )
             if not reply.messages:
                 raise RuntimeError(f"queue {queue}: nothing at offset {offset}, expected up to {ends[queue]}")
             pulls += 1
@@ -431,9 +480,15 @@ async def _pull_all(address: str, ends: list[int]) -> dict[str, Any]:
         elapsed = time.perf_counter() - start
     finally:
         await channel.close()
-    return {"messages": messages, "bytes": body_bytes, "pulls": pulls, "seconds": elapsed,
-            "msgs_per_s": messages / elapsed, "mb_per_s": body_bytes / elapsed / 1e6,
-            "msgs_per_pull": messages / max(1, pulls)}
+    return {
+        "messages": messages,
+        "bytes": body_bytes,
+        "pulls": pulls,
+        "seconds": elapsed,
+        "msgs_per_s": messages / elapsed,
+        "mb_per_s": body_bytes / elapsed / 1e6,
+        "msgs_per_pull": messages / max(1, pulls),
+    }
 
 
 def bench_consume(cluster: BenchCluster, profiler: Profiler | None = None) -> dict[str, Any]:
@@ -472,16 +527,32 @@ class Profiler:
             raise SystemExit("--profile needs py-spy (pip install py-spy)")
         self.summaries: dict[str, list[dict[str, Any]]] = {}
 
-    def start(self, name: str, pids: dict[str, int],
-              seconds: float) -> list[tuple[str, subprocess.Popen[bytes]]]:
+    def start(
+        self, name: str, pids: dict[str, int], seconds: float
+    ) -> list[tuple[str, subprocess.Popen[bytes]]]:
         """Sample each of `pids` (role -> pid) for `seconds`, in the background."""
         handles = []
         for role, pid in pids.items():
             raw = self.out_dir / f"{name}-{role}.txt"
-            proc = subprocess.Popen([self.exe, "record", "--pid", str(pid),
-                                     "--duration", str(max(1, int(seconds))),
-                                     "--format", "raw", "--rate", "200", "--nonblocking", "-o", str(raw)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [
+                    self.exe,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--duration",
+                    str(max(1, int(seconds))),
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "200",
+                    "--nonblocking",
+                    "-o",
+                    str(raw),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             handles.append((f"{name}-{role}", proc))
         return handles
 
@@ -498,7 +569,7 @@ class Profiler:
 
 
 def _frame_name(frame: str) -> str:
-    """"func (path/to/file.py:123)" -> "func (file.py)": functions are counted across their lines."""
+    """ "func (path/to/file.py:123)" -> "func (file.py)": functions are counted across their lines."""
     func, sep, where = frame.partition(" (")
     if not sep:
         return frame
@@ -524,8 +595,14 @@ def top_functions(collapsed: str, limit: int = 15) -> list[dict[str, Any]]:
         own[frames[-1]] += n
         for f in set(frames):
             incl[f] += n
-    return [{"function": f, "self_pct": 100 * n / total, "inclusive_pct": 100 * incl[f] / total}
-            for f, n in own.most_common(limit)] if total else []
+    return (
+        [
+            {"function": f, "self_pct": 100 * n / total, "inclusive_pct": 100 * incl[f] / total}
+            for f, n in own.most_common(limit)
+        ]
+        if total
+        else []
+    )
 
 
 # ---------------------------------------------------------------------------------- report
@@ -547,8 +624,15 @@ def _phase(cluster: BenchCluster, fn: Callable[..., dict[str, Any]], *args: Any)
     return out
 
 
-def run(base_dir: str, *, duration: float, latency_seconds: float, low_rate_seconds: float,
-        client_procs: Sequence[int], profile_dir: Path | None) -> dict[str, Any]:
+def run(
+    base_dir: str,
+    *,
+    duration: float,
+    latency_seconds: float,
+    low_rate_seconds: float,
+    client_procs: Sequence[int],
+    profile_dir: Path | None,
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tidelog-bench-produce-", dir=base_dir))
     profiler = Profiler(profile_dir) if profile_dir is not None else None
     cluster = BenchCluster(work, broker_options=BROKER_OPTIONS)
@@ -560,11 +644,19 @@ def run(base_dir: str, *, duration: float, latency_seconds: float, low_rate_seco
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "code": code_version(BROKER_CODE),
             "machine": machine_info(str(work)),
-            "config": {"body_bytes": BODY_BYTES, "queues": QUEUES, "broker": BROKER_OPTIONS,
-                       "duration_s": duration, "latency_s": latency_seconds, "latency_rate": LATENCY_RATE,
-                       "low_rate": LOW_LATENCY_RATE, "low_rate_s": low_rate_seconds,
-                       "pull_max_messages": PULL_MAX_MESSAGES, "pull_max_bytes": PULL_MAX_BYTES,
-                       "max_channels": MAX_CHANNELS},
+            "config": {
+                "body_bytes": BODY_BYTES,
+                "queues": QUEUES,
+                "broker": BROKER_OPTIONS,
+                "duration_s": duration,
+                "latency_s": latency_seconds,
+                "latency_rate": LATENCY_RATE,
+                "low_rate": LOW_LATENCY_RATE,
+                "low_rate_s": low_rate_seconds,
+                "pull_max_messages": PULL_MAX_MESSAGES,
+                "pull_max_bytes": PULL_MAX_BYTES,
+                "max_channels": MAX_CHANNELS,
+            },
             "startup_s": time.perf_counter() - t0,
         }
         produce = []
@@ -584,10 +676,12 @@ def run(base_dir: str, *, duration: float, latency_seconds: float, low_rate_seco
         p99 = result["latency"]["latency"]["p99_ms"]
         consumed = result["consume"]["msgs_per_s"]
         result["targets"] = {
-            "produce_batch_1000": {"value": best["msgs_per_s"], "target": TARGET_PRODUCE,
-                                   "layout": f"{best['producers']} producers, {best['client_procs']} client "
-                                             f"procs",
-                                   "pass": best["msgs_per_s"] >= TARGET_PRODUCE},
+            "produce_batch_1000": {
+                "value": best["msgs_per_s"],
+                "target": TARGET_PRODUCE,
+                "layout": f"{best['producers']} producers, {best['client_procs']} client procs",
+                "pass": best["msgs_per_s"] >= TARGET_PRODUCE,
+            },
             "latency_p99_ms": {"value": p99, "target": TARGET_P99_MS, "pass": p99 <= TARGET_P99_MS},
             "consume": {"value": consumed, "target": TARGET_CONSUME, "pass": consumed >= TARGET_CONSUME},
         }
@@ -612,7 +706,7 @@ def _shrunk(phase: dict[str, Any]) -> str:
 
 
 def _errors_text(errors: dict[str, int]) -> str:
-    """"N errors, mostly CODE": the detail of every error is in the JSON output."""
+    """ "N errors, mostly CODE": the detail of every error is in the JSON output."""
     top = max(errors, key=lambda e: errors[e])
     return f"{sum(errors.values())} errors, mostly {top.split(':', 1)[0]}"
 
@@ -622,7 +716,9 @@ def _latency_lines(lat: dict[str, Any]) -> list[str]:
     return [
         f"latency, single-message sends at {lat['rate']:,} msgs/s open loop for {lat['seconds']:.1f} s "
         f"({lat['acked']:,} of {lat['sent']:,} acked, {lat['slots_late_1ms']} slots started >1 ms late"
-        + (f", {_errors_text(lat['errors'])}" if lat["errors"] else "") + ")" + _shrunk(lat),
+        + (f", {_errors_text(lat['errors'])}" if lat["errors"] else "")
+        + ")"
+        + _shrunk(lat),
         f"  send -> ack   p50 {s['p50_ms']:8.3f} ms   p99 {s['p99_ms']:8.3f} ms   p999 {s['p999_ms']:8.3f} "
         f"ms   "
         f"max {s['max_ms']:8.3f} ms",
@@ -653,10 +749,13 @@ def format_table(r: dict[str, Any]) -> str:
         if p["client_procs"] > 1:
             name += f", {p['client_procs']} procs"
         lat = p["request_latency"]
-        lines.append(f"{name:<34}{p['msgs_per_s']:>10,.0f}{p['mb_per_s']:>8.1f}{lat['p50_ms']:>7.1f}ms"
-                     f"{lat['p99_ms']:>7.1f}ms  "
-                     f"{_cpu_text(p['cpu_pct'], ('master', 'slave', 'client', 'others'))}"
-                     + (f"  {_errors_text(p['errors'])}" if p["errors"] else "") + _shrunk(p))
+        lines.append(
+            f"{name:<34}{p['msgs_per_s']:>10,.0f}{p['mb_per_s']:>8.1f}{lat['p50_ms']:>7.1f}ms"
+            f"{lat['p99_ms']:>7.1f}ms  "
+            f"{_cpu_text(p['cpu_pct'], ('master', 'slave', 'client', 'others'))}"
+            + (f"  {_errors_text(p['errors'])}" if p["errors"] else "")
+            + _shrunk(p)
+        )
     for key in ("latency", "latency_low_rate"):
         if key in r:
             lines += ["", *_latency_lines(r[key])]
@@ -689,31 +788,56 @@ def format_table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.produce", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--quick", action="store_true", help="short phases (1.5 s, latency 3 s), one "
-                                                         "multi-process run")
-    ap.add_argument("--duration", type=float, default=None,
-                    help="seconds per produce measurement (default 5)")
-    ap.add_argument("--latency-seconds", type=float, default=None, help="length of the latency run (default "
-                                                                        "10)")
-    ap.add_argument("--low-rate-seconds", type=float, default=None,
-                    help=f"length of the extra latency run at {LOW_LATENCY_RATE} msgs/s "
-                         "(default 5, 0 = skip)")
-    ap.add_argument("--client-procs", default=None,
-                    help="comma-separated client process counts for the 16-producer re-runs (default 2,4)")
-    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                    help="run py-spy on the brokers during some phases and write the profiles to DIR")
-    ap.add_argument("--dir", default=None, help="parent directory for the cluster's data (default: the "
-                                                "system "
-                    "temp dir unless it is tmpfs, else the current directory)")
+    ap.add_argument(
+        "--quick", action="store_true", help="short phases (1.5 s, latency 3 s), one multi-process run"
+    )
+    ap.add_argument(
+        "--duration", type=float, default=None, help="seconds per produce measurement (default 5)"
+    )
+    ap.add_argument(
+        "--latency-seconds", type=float, default=None, help="length of the latency run (default 10)"
+    )
+    ap.add_argument(
+        "--low-rate-seconds",
+        type=float,
+        default=None,
+        help=f"length of the extra latency run at {LOW_LATENCY_RATE} msgs/s (default 5, 0 = skip)",
+    )
+    ap.add_argument(
+        "--client-procs",
+        default=None,
+        help="comma-separated client process counts for the 16-producer re-runs (default 2,4)",
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run py-spy on the brokers during some phases and write the profiles to DIR",
+    )
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="parent directory for the cluster's data (default: the "
+        "system "
+        "temp dir unless it is tmpfs, else the current directory)",
+    )
     args = ap.parse_args(argv)
     duration = args.duration or (1.5 if args.quick else 5.0)
     latency_seconds = args.latency_seconds or (3.0 if args.quick else 10.0)
-    low_rate_seconds = (args.low_rate_seconds if args.low_rate_seconds is not None
-                        else (0.0 if args.quick else 5.0))
+    low_rate_seconds = (
+        args.low_rate_seconds if args.low_rate_seconds is not None else (0.0 if args.quick else 5.0)
+    )
     procs_arg = args.client_procs or ("2" if args.quick else "2,4")
     client_procs = [int(x) for x in procs_arg.split(",") if x.strip() and int(x) > 1]
-    result = run(pick_base_dir(args.dir), duration=duration, latency_seconds=latency_seconds,
-                 low_rate_seconds=low_rate_seconds, client_procs=client_procs, profile_dir=args.profile)
+    result = run(
+        pick_base_dir(args.dir),
+        duration=duration,
+        latency_seconds=latency_seconds,
+        low_rate_seconds=low_rate_seconds,
+        client_procs=client_procs,
+        profile_dir=args.profile,
+    )
     if args.json:
         for p in result["produce"]:
             p.pop("latencies", None)

@@ -62,8 +62,9 @@ async def produce(controllers: str, count: int, size: int, batch: int = 1000, co
         nonlocal next_i
         while next_i < count:
             first, next_i = next_i, min(count, next_i + batch)
-            await producer.send_batch(TOPIC, [OutMessage((b"%012d" % i + pad)[:size])
-                                              for i in range(first, next_i)])
+            await producer.send_batch(
+                TOPIC, [OutMessage((b"%012d" % i + pad)[:size]) for i in range(first, next_i)]
+            )
 
     try:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -81,8 +82,15 @@ def client_only(controllers: str) -> tuple[float, int]:
     start = time.perf_counter()
     n = 0
     for s in view.states:
-        for chunk in fetch.read_range(controllers, s.topic, s.broker_set, s.queue, s.min, s.confirmed,
-                                      view.replicas[(s.topic, s.broker_set)]):
+        for chunk in fetch.read_range(
+            controllers,
+            s.topic,
+            s.broker_set,
+            s.queue,
+            s.min,
+            s.confirmed,
+            view.replicas[(s.topic, s.broker_set)],
+        ):
             n += rows.record_batch(chunk, s.topic, s.broker_set, names).num_rows
     return time.perf_counter() - start, n
 
@@ -97,8 +105,15 @@ def conversion(spark: Any, controllers: str, limit: int, repeat: int) -> dict[st
     chunks = []
     held = 0
     for s in view.states:
-        for chunk in fetch.read_range(controllers, s.topic, s.broker_set, s.queue, s.min, s.confirmed,
-                                      view.replicas[(s.topic, s.broker_set)]):
+        for chunk in fetch.read_range(
+            controllers,
+            s.topic,
+            s.broker_set,
+            s.queue,
+            s.min,
+            s.confirmed,
+            view.replicas[(s.topic, s.broker_set)],
+        ):
             chunks.append((s, chunk))
             held += len(chunk)
             if held >= limit:
@@ -176,19 +191,34 @@ def _spark_environment() -> None:
 
 
 def _header(args: argparse.Namespace) -> dict[str, Any]:
-    return {"messages": args.messages, "size": args.size, "queues": args.queues,
-            "repeat": args.repeat, "code": code_version(("spark", "client", "broker", "bench/spark_read.py")),
-            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                        "platform": platform.platform()},
-            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    return {
+        "messages": args.messages,
+        "size": args.size,
+        "queues": args.queues,
+        "repeat": args.repeat,
+        "code": code_version(("spark", "client", "broker", "bench/spark_read.py")),
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 def _run(args: argparse.Namespace, work: Path, results: dict[str, Any], jobs: dict[str, list[float]]) -> None:
     """Cluster up, produce, then every timed job; fills `results` and `jobs`, stops what it started."""
     (work / "cluster").mkdir()
-    cluster = BenchCluster(work / "cluster", broker_options={
-        "replication": "sync", "in_sync_replicas": 2, "auto_in_sync_replicas": True, "flush": "async",
-        "segment_bytes": 256 << 20})
+    cluster = BenchCluster(
+        work / "cluster",
+        broker_options={
+            "replication": "sync",
+            "in_sync_replicas": 2,
+            "auto_in_sync_replicas": True,
+            "flush": "async",
+            "segment_bytes": 256 << 20,
+        },
+    )
     spark = None
     try:
         cluster.start()
@@ -205,8 +235,9 @@ def _run(args: argparse.Namespace, work: Path, results: dict[str, Any], jobs: di
         spark = _start_spark()
         parquet = str(work / "rows.parquet")
         jobs.update(_spark_jobs(spark, controllers, args, parquet, str(work / "copy.parquet")))
-        results["conversion_us_per_row"] = conversion(spark, controllers, min(args.convert, args.messages),
-                                                      args.repeat)
+        results["conversion_us_per_row"] = conversion(
+            spark, controllers, min(args.convert, args.messages), args.repeat
+        )
         results["parquet_bytes"] = sum(f.stat().st_size for f in Path(parquet).glob("*.parquet"))
     finally:
         if spark is not None:
@@ -219,21 +250,34 @@ def _start_spark() -> Any:
 
     from tidelog.spark import register
 
-    spark = (SparkSession.builder.master("local[2]").appName("tidelog-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidelog-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
 
 
-def _spark_jobs(spark: Any, controllers: str, args: argparse.Namespace, parquet: str,
-                copy: str) -> dict[str, list[float]]:
+def _spark_jobs(
+    spark: Any, controllers: str, args: argparse.Namespace, parquet: str, copy: str
+) -> dict[str, list[float]]:
     """The timed Spark jobs, in the table's order: the tidelog source, then Parquet."""
+
     def source(row_format: str = "arrow") -> Any:
-        return (spark.read.format("tidelog").option("controllers", controllers).option("topic", TOPIC)
-                .option("rowFormat", row_format).load())
+        return (
+            spark.read.format("tidelog")
+            .option("controllers", controllers)
+            .option("topic", TOPIC)
+            .option("rowFormat", row_format)
+            .load()
+        )
 
     warm = source().limit(10).collect()  # JVM and Python workers warm, outside the timings
     assert len(warm) == 10
@@ -245,23 +289,32 @@ def _spark_jobs(spark: Any, controllers: str, args: argparse.Namespace, parquet:
     jobs: dict[str, list[float]] = {}
     jobs["tidelog -> count"] = timed(lambda: count(source), args.repeat)
     jobs["tidelog -> noop"] = timed(
-        lambda: source().write.format("noop").mode("overwrite").save(), args.repeat)
+        lambda: source().write.format("noop").mode("overwrite").save(), args.repeat
+    )
     jobs["tidelog (tuples) -> noop"] = timed(
-        lambda: source("tuples").write.format("noop").mode("overwrite").save(), args.repeat)
+        lambda: source("tuples").write.format("noop").mode("overwrite").save(), args.repeat
+    )
     jobs["tidelog -> Parquet"] = timed(lambda: source().write.mode("overwrite").parquet(parquet), args.repeat)
     jobs["Parquet -> count (metadata)"] = timed(
-        lambda: count(lambda: spark.read.parquet(parquet)), args.repeat)
+        lambda: count(lambda: spark.read.parquet(parquet)), args.repeat
+    )
     jobs["Parquet -> noop"] = timed(
-        lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save(), args.repeat)
+        lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save(), args.repeat
+    )
     jobs["Parquet -> Parquet"] = timed(
-        lambda: spark.read.parquet(parquet).write.mode("overwrite").parquet(copy), args.repeat)
+        lambda: spark.read.parquet(parquet).write.mode("overwrite").parquet(copy), args.repeat
+    )
     return jobs
 
 
 def _summarise(args: argparse.Namespace, results: dict[str, Any], jobs: dict[str, list[float]]) -> None:
-    results["jobs"] = {name: {"seconds": [round(s, 2) for s in secs],
-                              "rows_per_s": round(args.messages / statistics.median(secs))}
-                       for name, secs in jobs.items()}
+    results["jobs"] = {
+        name: {
+            "seconds": [round(s, 2) for s in secs],
+            "rows_per_s": round(args.messages / statistics.median(secs)),
+        }
+        for name, secs in jobs.items()
+    }
     med = {name: statistics.median(s) for name, s in jobs.items()}
     results["ratios"] = {
         "tidelog/Parquet, noop": round(med["tidelog -> noop"] / med["Parquet -> noop"], 1),
@@ -271,19 +324,26 @@ def _summarise(args: argparse.Namespace, results: dict[str, Any], jobs: dict[str
 
 
 def _print_table(args: argparse.Namespace, results: dict[str, Any], jobs: dict[str, list[float]]) -> None:
-    print(f"\n{args.messages:,} messages of {args.size} B, {args.queues} queues; code {results['code']}; "
-          f"{results['started']}; {os.cpu_count()} cores")
-    print("produce (Python client, batches of 1000, 4 in flight): "
-          f"{results['produce_msgs_per_s']:,} msgs/s\n")
+    print(
+        f"\n{args.messages:,} messages of {args.size} B, {args.queues} queues; code {results['code']}; "
+        f"{results['started']}; {os.cpu_count()} cores"
+    )
+    print(
+        f"produce (Python client, batches of 1000, 4 in flight): {results['produce_msgs_per_s']:,} msgs/s\n"
+    )
     print(f"| job | seconds (median{', range' if args.repeat > 1 else ''}) | rows/s |")
     print("| --- | ---: | ---: |")
     for name, secs in jobs.items():
         rng = f" ({min(secs):.1f}–{max(secs):.1f})" if len(secs) > 1 else ""
-        print(f"| {name} | {statistics.median(secs):.1f}{rng} | "
-              f"{args.messages / statistics.median(secs):,.0f} |")
+        print(
+            f"| {name} | {statistics.median(secs):.1f}{rng} | "
+            f"{args.messages / statistics.median(secs):,.0f} |"
+        )
     conv = results["conversion_us_per_row"]
-    print(f"\nconversion in one process, {conv['rows']:,} rows: Arrow batches {conv['arrow']:.2f} µs/row, "
-          f"tuples + PySpark's conversion {conv['tuples']:.2f} µs/row")
+    print(
+        f"\nconversion in one process, {conv['rows']:,} rows: Arrow batches {conv['arrow']:.2f} µs/row, "
+        f"tuples + PySpark's conversion {conv['tuples']:.2f} µs/row"
+    )
     print()
     for name, ratio in results["ratios"].items():
         print(f"time ratio {name}: {ratio}")

@@ -74,10 +74,22 @@ class BrokerConfig:
 
 _CHOICES = {"flush": ("sync", "async"), "replication": ("sync", "async")}
 _POSITIVE = {
-    "segment_bytes", "flush_interval_ms", "max_message_bytes", "flush_timeout_ms", "in_sync_replicas",
-    "min_in_sync_replicas", "slave_timeout_ms", "ha_max_time_slave_not_catchup_ms", "ha_transfer_batch_bytes",
-    "ha_heartbeat_interval_ms", "ha_idle_timeout_ms", "ha_max_connections", "heartbeat_interval_ms",
-    "max_concurrent_requests", "max_pull_bytes", "max_pull_messages",
+    "segment_bytes",
+    "flush_interval_ms",
+    "max_message_bytes",
+    "flush_timeout_ms",
+    "in_sync_replicas",
+    "min_in_sync_replicas",
+    "slave_timeout_ms",
+    "ha_max_time_slave_not_catchup_ms",
+    "ha_transfer_batch_bytes",
+    "ha_heartbeat_interval_ms",
+    "ha_idle_timeout_ms",
+    "ha_max_connections",
+    "heartbeat_interval_ms",
+    "max_concurrent_requests",
+    "max_pull_bytes",
+    "max_pull_messages",
 }
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A reply must stay well inside gRPC's 64 MiB message limit (broker/server.py): the records of
@@ -147,20 +159,28 @@ def _check_reachable(cfg: BrokerConfig, source: str) -> None:
         listen = getattr(cfg, listen_key)
         adv = getattr(cfg, adv_key)
         if listen.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::", "") and not adv:
-            raise ConfigError(f"{source}: {listen_key} {listen} is a wildcard: set {adv_key} to the "
-                              f"host:port that clients and peers should connect to", key=adv_key)
+            raise ConfigError(
+                f"{source}: {listen_key} {listen} is a wildcard: set {adv_key} to the "
+                f"host:port that clients and peers should connect to",
+                key=adv_key,
+            )
         if adv and adv.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::"):
-            raise ConfigError(f"{source}: {adv_key} must be an address others can reach, not a wildcard",
-                              key=adv_key)
+            raise ConfigError(
+                f"{source}: {adv_key} must be an address others can reach, not a wildcard", key=adv_key
+            )
 
 
 def _check_limits(cfg: BrokerConfig, source: str) -> None:
     if cfg.max_pull_bytes > MAX_PULL_BYTES_LIMIT:
-        raise ConfigError(f"{source}: max_pull_bytes is at most {MAX_PULL_BYTES_LIMIT} (a reply must fit "
-                          f"in a gRPC message)", key="max_pull_bytes")
+        raise ConfigError(
+            f"{source}: max_pull_bytes is at most {MAX_PULL_BYTES_LIMIT} (a reply must fit "
+            f"in a gRPC message)",
+            key="max_pull_bytes",
+        )
     if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
-        raise ConfigError(f"{source}: min_in_sync_replicas exceeds in_sync_replicas",
-                          key="min_in_sync_replicas")
+        raise ConfigError(
+            f"{source}: min_in_sync_replicas exceeds in_sync_replicas", key="min_in_sync_replicas"
+        )
 
 
 def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig:

@@ -38,22 +38,31 @@ def load_or_create(data_dir: Path, broker_set: str) -> Identity:
     if path.exists():
         try:
             doc = json.loads(path.read_text())
-            ident = Identity(doc["broker_set"], doc["token"], doc.get("broker_id"), str(doc.get("cluster_id", "")))
+            ident = Identity(
+                doc["broker_set"], doc["token"], doc.get("broker_id"), str(doc.get("cluster_id", ""))
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path} is damaged ({exc}); a broker cannot guess its identity") from exc
         if ident.broker_set != broker_set:
-            raise ConfigError(f"{data_dir} belongs to broker set {ident.broker_set!r}, not {broker_set!r}",
-                              key="broker_set")
+            raise ConfigError(
+                f"{data_dir} belongs to broker set {ident.broker_set!r}, not {broker_set!r}", key="broker_set"
+            )
         return ident
     if (data_dir / "commitlog").exists():
-        raise ConfigError(f"{data_dir} holds a commit log but no {FILE_NAME}; refusing to register it as a "
-                          "new broker", hint="restore the identity file or wipe the directory")
+        raise ConfigError(
+            f"{data_dir} holds a commit log but no {FILE_NAME}; refusing to register it as a new broker",
+            hint="restore the identity file or wipe the directory",
+        )
     ident = Identity(broker_set, uuid.uuid4().hex, None)
     save(data_dir, ident)
     return ident
 
 
 def save(data_dir: Path, ident: Identity) -> None:
-    doc = {"broker_set": ident.broker_set, "token": ident.token, "broker_id": ident.broker_id,
-           "cluster_id": ident.cluster_id}
+    doc = {
+        "broker_set": ident.broker_set,
+        "token": ident.token,
+        "broker_id": ident.broker_id,
+        "cluster_id": ident.cluster_id,
+    }
     atomic_write(os.fspath(data_dir / FILE_NAME), json.dumps(doc).encode())

@@ -25,8 +25,16 @@ class LedgerService(pb_grpc.LedgerServicer):
 
     @rpc
     async def Add(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddReply:
-        add = AddRequest(request.ledger_id, request.entry_id, request.lac, request.length, bytes(request.digest),
-                         bytes(request.data), bytes(request.password), request.recovery)
+        add = AddRequest(
+            request.ledger_id,
+            request.entry_id,
+            request.lac,
+            request.length,
+            bytes(request.digest),
+            bytes(request.data),
+            bytes(request.password),
+            request.recovery,
+        )
         replicas = await self.ledgers.add(add)
         return pb.AddReply(entry_id=request.entry_id, replicas=replicas, broker_id=self.ledgers.broker_id)
 
@@ -42,17 +50,29 @@ class LedgerService(pb_grpc.LedgerServicer):
 
     @rpc
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadReply:
-        entries, lac = self.ledgers.read(request.ledger_id, request.password, request.first, request.last,
-                                         request.fence, request.max_bytes)
-        return pb.ReadReply(entries=[pb.Entry(entry_id=e.entry_id, lac=e.lac, length=e.length, digest=e.digest,
-                                              data=e.data) for e in entries],
-                            lac=lac, broker_id=self.ledgers.broker_id)
+        entries, lac = self.ledgers.read(
+            request.ledger_id, request.password, request.first, request.last, request.fence, request.max_bytes
+        )
+        return pb.ReadReply(
+            entries=[
+                pb.Entry(entry_id=e.entry_id, lac=e.lac, length=e.length, digest=e.digest, data=e.data)
+                for e in entries
+            ],
+            lac=lac,
+            broker_id=self.ledgers.broker_id,
+        )
 
     @rpc
     async def Lac(self, request: pb.LacRequest, context: grpc.aio.ServicerContext) -> pb.LacReply:
         require(request.wait_ms <= MAX_WAIT_MS, f"wait_ms is at most {MAX_WAIT_MS}")
         require(request.previous >= -1, "previous is -1 or an entry id")
-        lac, length, fenced = await self.ledgers.lac(request.ledger_id, request.password, request.previous,
-                                                     request.wait_ms)
-        return pb.LacReply(lac=lac, length=length, fenced=fenced, broker_id=self.ledgers.broker_id,
-                           is_master=self.ledgers.replica.ha_master is not None)
+        lac, length, fenced = await self.ledgers.lac(
+            request.ledger_id, request.password, request.previous, request.wait_ms
+        )
+        return pb.LacReply(
+            lac=lac,
+            length=length,
+            fenced=fenced,
+            broker_id=self.ledgers.broker_id,
+            is_master=self.ledgers.replica.ha_master is not None,
+        )

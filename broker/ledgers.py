@@ -90,7 +90,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GAP_WAIT_S = 5.0          # how long an add beyond the next id waits for the ids before it
+GAP_WAIT_S = 5.0  # how long an add beyond the next id waits for the ids before it
 MAX_READ_ENTRIES = 10_000
 DEFAULT_READ_BYTES = 4 << 20
 MAX_DIGEST_BYTES = 64
@@ -144,9 +144,12 @@ MetadataSource = Callable[[int], Awaitable[LedgerMetadata]]
 
 
 def _fenced(ledger_id: int, entry_id: int) -> LedgerFencedError:
-    return LedgerFencedError(f"entry {entry_id}: ledger {ledger_id} was fenced by a recovery before the entry was "
-                             f"acknowledged; whether it exists is for the recovery to decide",
-                             ledger_id=ledger_id, entry_id=entry_id)
+    return LedgerFencedError(
+        f"entry {entry_id}: ledger {ledger_id} was fenced by a recovery before the entry was "
+        f"acknowledged; whether it exists is for the recovery to decide",
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+    )
 
 
 class LedgerReplica:
@@ -188,9 +191,12 @@ class LedgerReplica:
         if view is None:
             # Not "no such ledger": this replica may lag behind the CREATE record or have lost it
             # to retention. It cannot check the password nor vouch for anything.
-            raise LedgerReadError(f"broker {self.broker_id} of {self.replica.cfg.broker_set} holds no CREATE "
-                                  f"record of ledger {ledger_id}; it cannot answer {what}",
-                                  ledger_id=ledger_id, broker_id=self.broker_id)
+            raise LedgerReadError(
+                f"broker {self.broker_id} of {self.replica.cfg.broker_set} holds no CREATE "
+                f"record of ledger {ledger_id}; it cannot answer {what}",
+                ledger_id=ledger_id,
+                broker_id=self.broker_id,
+            )
         if hash_password(password) != view.metadata.password_hash:
             raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}", ledger_id=ledger_id)
         return view
@@ -222,21 +228,30 @@ class LedgerReplica:
         if meta.state is not LedgerState.OPEN:
             raise IncorrectParameterError(f"a ledger is created OPEN, not {meta.state}")
         if meta.broker_set != self.replica.cfg.broker_set:
-            raise IncorrectParameterError(f"ledger {ledger_id} belongs to broker set {meta.broker_set}, "
-                                          f"this is {self.replica.cfg.broker_set}")
+            raise IncorrectParameterError(
+                f"ledger {ledger_id} belongs to broker set {meta.broker_set}, "
+                f"this is {self.replica.cfg.broker_set}"
+            )
         master = self.replica.require_writable()
         view = self.index.view(ledger_id)
         if view is not None:
             if view.metadata.encode() != meta.encode():
-                raise IncorrectParameterError(f"ledger {ledger_id} was already created here with other metadata")
+                raise IncorrectParameterError(
+                    f"ledger {ledger_id} was already created here with other metadata"
+                )
             record = self.replica.log.read_at(view.create_offset)
             end = view.create_offset + record.size
         else:
             _, placed = self.replica.append([create_message(meta)])
             end = placed[-1].phys_offset + placed[-1].size
         await self.replica.persist(master, end, max(1, len(master.ack_set)), fsync=True)
-        log.info("%s created ledger %d (AQ %d, replicas %s)", self._ctx, ledger_id, meta.ack_quorum,
-                 list(meta.replicas))
+        log.info(
+            "%s created ledger %d (AQ %d, replicas %s)",
+            self._ctx,
+            ledger_id,
+            meta.ack_quorum,
+            list(meta.replicas),
+        )
 
     async def add(self, req: AddRequest) -> list[int]:
         """Append entry `req.entry_id` and return the SyncStateSet that holds it once acknowledged."""
@@ -250,8 +265,12 @@ class LedgerReplica:
         aq = view.metadata.ack_quorum
         members = len(master.ack_set)
         if members < aq:
-            raise NotEnoughBookiesError(f"ledger {req.ledger_id} needs {aq} replicas to acknowledge; the broker "
-                                        f"set's SyncStateSet has {members}", ack_quorum=aq, in_sync=members)
+            raise NotEnoughBookiesError(
+                f"ledger {req.ledger_id} needs {aq} replicas to acknowledge; the broker "
+                f"set's SyncStateSet has {members}",
+                ack_quorum=aq,
+                in_sync=members,
+            )
         end = None if req.recovery else await self._held_or_next(view, st, req)
         appended = end is None
         if end is None:
@@ -261,7 +280,9 @@ class LedgerReplica:
         if appended and not req.recovery:  # a retry of a held entry does not join the order chain
             prev, st.tail = st.tail, pending
         try:
-            await self._complete(master, st, end, max(aq, members), req.ledger_id, req.entry_id, prev, req.recovery)
+            await self._complete(
+                master, st, end, max(aq, members), req.ledger_id, req.entry_id, prev, req.recovery
+            )
             pending.ok = True
         finally:
             pending.done.set()
@@ -271,8 +292,10 @@ class LedgerReplica:
 
     def _check_add_shape(self, req: AddRequest) -> None:
         if req.entry_id < 0 or req.lac < -1 or req.lac >= req.entry_id or req.length < len(req.data):
-            raise IncorrectParameterError(f"entry {req.entry_id}: need entry_id >= 0, -1 <= lac < entry_id and "
-                                          f"length >= the entry's size (got lac {req.lac}, length {req.length})")
+            raise IncorrectParameterError(
+                f"entry {req.entry_id}: need entry_id >= 0, -1 <= lac < entry_id and "
+                f"length >= the entry's size (got lac {req.lac}, length {req.length})"
+            )
         limit = self.replica.cfg.max_message_bytes - 1024
         if len(req.data) > limit:
             raise IncorrectParameterError(f"an entry holds at most {limit} bytes, got {len(req.data)}")
@@ -289,17 +312,23 @@ class LedgerReplica:
             existing = view.entries.get(entry_id)
             if existing is not None:
                 if existing.digest != req.digest:
-                    raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} already holds other data")
+                    raise IncorrectParameterError(
+                        f"entry {entry_id} of ledger {ledger_id} already holds other data"
+                    )
                 return existing.offset + existing.size
             if entry_id == view.last_entry + 1:
                 return None
             if entry_id <= view.last_entry:
-                raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} is below the last entry "
-                                              f"{view.last_entry} and not held here")
+                raise IncorrectParameterError(
+                    f"entry {entry_id} of ledger {ledger_id} is below the last entry "
+                    f"{view.last_entry} and not held here"
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise IncorrectParameterError(f"entry {entry_id} of ledger {ledger_id} came before entry "
-                                              f"{view.last_entry + 1}; add entries in order")
+                raise IncorrectParameterError(
+                    f"entry {entry_id} of ledger {ledger_id} came before entry "
+                    f"{view.last_entry + 1}; add entries in order"
+                )
             with contextlib.suppress(TimeoutError):
                 await within(st.appended.wait(), remaining)
             if st.fenced.is_set():
@@ -307,8 +336,9 @@ class LedgerReplica:
             view = self.index.view(ledger_id) or view
 
     def _append_entry(self, st: _MasterLedger, req: AddRequest) -> int:
-        msg = add_message(req.ledger_id, req.entry_id, req.lac, req.length, req.digest, req.data,
-                          recovery=req.recovery)
+        msg = add_message(
+            req.ledger_id, req.entry_id, req.lac, req.length, req.digest, req.data, recovery=req.recovery
+        )
         _, placed = self.replica.append([msg])
         self.index.note_appended(placed[-1], msg)
         st.appended.set()  # wakes the adds waiting for this id; later ones wait on a new event
@@ -319,16 +349,23 @@ class LedgerReplica:
     def _check_open_and_digest(view: LedgerView, req: AddRequest) -> None:
         ledger_id, entry_id = view.ledger_id, req.entry_id
         if view.closed_at is not None and (not req.recovery or entry_id > view.closed_at):
-            raise LedgerClosedError(f"entry {entry_id}: ledger {ledger_id} is closed at entry {view.closed_at}",
-                                    ledger_id=ledger_id, entry_id=entry_id, last_entry_id=view.closed_at)
+            raise LedgerClosedError(
+                f"entry {entry_id}: ledger {ledger_id} is closed at entry {view.closed_at}",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                last_entry_id=view.closed_at,
+            )
         # the password was checked against the CREATE record just before: its MAC key is the ledger's
         digester = Digester(view.metadata.digest_type, req.password)
         if not digester.matches(ledger_id, entry_id, req.lac, req.length, req.data, req.digest):
-            raise DigestMatchError(f"entry {entry_id} of ledger {ledger_id} does not match its "
-                                   f"{view.metadata.digest_type} digest; nothing was stored",
-                                   ledger_id=ledger_id, entry_id=entry_id,
-                                   hint="compute the digest over (ledger id, entry id, LAC, length, data) with the "
-                                        "ledger's digest type and password (tidelog.ledger.digest)")
+            raise DigestMatchError(
+                f"entry {entry_id} of ledger {ledger_id} does not match its "
+                f"{view.metadata.digest_type} digest; nothing was stored",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                hint="compute the digest over (ledger id, entry id, LAC, length, data) with the "
+                "ledger's digest type and password (tidelog.ledger.digest)",
+            )
 
     async def close(self, ledger_id: int, password: bytes) -> tuple[int, int]:
         """Seal `ledger_id` here at the end the controller's metadata records (it must be CLOSED);
@@ -337,26 +374,45 @@ class LedgerReplica:
         master = self.replica.require_writable()
         if view.closed_at is None:
             if self.metadata_source is None:
-                raise UnavailableError(f"broker {self.broker_id} cannot read ledger metadata from the controller")
+                raise UnavailableError(
+                    f"broker {self.broker_id} cannot read ledger metadata from the controller"
+                )
             meta = await self.metadata_source(ledger_id)
             if meta.state is not LedgerState.CLOSED:
-                raise IllegalOpError(f"ledger {ledger_id} is {meta.state} in the controller's metadata; only a CLOSED "
-                                     f"ledger is sealed on the brokers", ledger_id=ledger_id)
+                raise IllegalOpError(
+                    f"ledger {ledger_id} is {meta.state} in the controller's metadata; only a CLOSED "
+                    f"ledger is sealed on the brokers",
+                    ledger_id=ledger_id,
+                )
             view = self.index.view(ledger_id) or view
             if view.closed_at is None:  # not sealed by a concurrent call meanwhile
                 msg = close_message(ledger_id, meta.last_entry_id, meta.length)
                 _, placed = self.replica.append([msg])
                 self.index.note_appended(placed[-1], msg)
                 view = self.index.view(ledger_id) or view
-                log.info("%s sealed ledger %d at entry %d (length %d)", self._ctx, ledger_id, meta.last_entry_id,
-                         meta.length)
+                log.info(
+                    "%s sealed ledger %d at entry %d (length %d)",
+                    self._ctx,
+                    ledger_id,
+                    meta.last_entry_id,
+                    meta.length,
+                )
         if view.closed_at is None:  # pragma: no cover - the record was just folded in
             raise LedgerReadError(f"ledger {ledger_id}: the CLOSE record is not in the index")
         await self.replica.persist(master, view.close_end, max(1, len(master.ack_set)), fsync=True)
         return view.closed_at, view.closed_length
 
-    async def _complete(self, master: HaMaster, st: _MasterLedger, end: int, needed: int, ledger_id: int,
-                        entry_id: int, prev: _Pending | None, recovery: bool) -> None:
+    async def _complete(
+        self,
+        master: HaMaster,
+        st: _MasterLedger,
+        end: int,
+        needed: int,
+        ledger_id: int,
+        entry_id: int,
+        prev: _Pending | None,
+        recovery: bool,
+    ) -> None:
         acked = asyncio.ensure_future(self.replica.persist(master, end, needed, fsync=True))
         if recovery:
             await acked
@@ -379,8 +435,11 @@ class LedgerReplica:
         if st.fenced.is_set():
             raise _fenced(ledger_id, entry_id)
         if prev is not None and not prev.ok:
-            raise IncorrectParameterError(f"entry {entry_id}: entry {entry_id - 1} of ledger {ledger_id} failed; "
-                                          f"retry from it", ledger_id=ledger_id, entry_id=entry_id)
+            raise IncorrectParameterError(
+                f"entry {entry_id}: entry {entry_id - 1} of ledger {ledger_id} failed; retry from it",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+            )
 
     # --- every replica: fence, read, LAC --------------------------------------------------
 
@@ -389,8 +448,9 @@ class LedgerReplica:
         self._fence_here(ledger_id)
         return self._lac(view)
 
-    def read(self, ledger_id: int, password: bytes, first: int, last: int, fence: bool,
-             max_bytes: int) -> tuple[list[Entry], int]:
+    def read(
+        self, ledger_id: int, password: bytes, first: int, last: int, fence: bool, max_bytes: int
+    ) -> tuple[list[Entry], int]:
         if first < 0 or last < first:
             raise IncorrectParameterError(f"read {first}..{last}: need 0 <= first <= last")
         if last - first >= MAX_READ_ENTRIES:
@@ -411,8 +471,12 @@ class LedgerReplica:
             except (CorruptRecordError, OffsetBelowRetentionError, InvalidArgumentError) as exc:
                 if out:
                     break
-                raise LedgerReadError(f"broker {self.broker_id} cannot read entry {entry_id} of ledger "
-                                      f"{ledger_id}: {exc.message}", ledger_id=ledger_id, entry_id=entry_id) from None
+                raise LedgerReadError(
+                    f"broker {self.broker_id} cannot read entry {entry_id} of ledger "
+                    f"{ledger_id}: {exc.message}",
+                    ledger_id=ledger_id,
+                    entry_id=entry_id,
+                ) from None
             budget -= ent.size
             out.append(Entry(entry_id, ent.lac, ent.length, ent.digest, data))
         return out, self._lac(view)[0]
@@ -425,13 +489,22 @@ class LedgerReplica:
             return ent
         ledger_id = view.ledger_id
         if self.index.knows_whole_life(view):
-            raise NoSuchEntryError(f"broker {self.broker_id} never had entry {entry_id} of ledger {ledger_id}",
-                                   ledger_id=ledger_id, entry_id=entry_id, broker_id=self.broker_id)
-        raise LedgerReadError(f"broker {self.broker_id} no longer holds the start of ledger {ledger_id} "
-                              f"(retention); it cannot tell whether entry {entry_id} existed",
-                              ledger_id=ledger_id, entry_id=entry_id)
+            raise NoSuchEntryError(
+                f"broker {self.broker_id} never had entry {entry_id} of ledger {ledger_id}",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                broker_id=self.broker_id,
+            )
+        raise LedgerReadError(
+            f"broker {self.broker_id} no longer holds the start of ledger {ledger_id} "
+            f"(retention); it cannot tell whether entry {entry_id} existed",
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+        )
 
-    async def lac(self, ledger_id: int, password: bytes, previous: int, wait_ms: int) -> tuple[int, int, bool]:
+    async def lac(
+        self, ledger_id: int, password: bytes, previous: int, wait_ms: int
+    ) -> tuple[int, int, bool]:
         view = self._view(ledger_id, password, what="a LAC read")
 
         def poll() -> tuple[tuple[int, int, bool], bool]:

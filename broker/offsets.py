@@ -63,4 +63,3 @@ class GroupOffsets:
         if found is None or found[1] < since:
             return None
         return found[0]
-

@@ -67,13 +67,20 @@ T = TypeVar("T")
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
+
 #: One message of a produce request: (body, key, tags, properties, queue or None).
 Outgoing = tuple[bytes, str | None, str | None, dict[str, str] | None, int | None]
 
 
 class Replica:
-    def __init__(self, cfg: BrokerConfig, commitlog: CommitLog, *, broker_id: int = -1,
-                 propose: Callable[[int, Proposal], Awaitable[Role | None]] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        commitlog: CommitLog,
+        *,
+        broker_id: int = -1,
+        propose: Callable[[int, Proposal], Awaitable[Role | None]] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.log = commitlog
         self.broker_id = broker_id
@@ -83,10 +90,13 @@ class Replica:
         self.topic_table = TopicTable(commitlog)  # topics served, and their generations in the log
         self.offsets = GroupOffsets(commitlog)
         self.ledgers = LedgerReplica(self)
-        self.ack_cfg = AckConfig(replication=cfg.replication, in_sync_replicas=cfg.in_sync_replicas,
-                                 min_in_sync_replicas=cfg.min_in_sync_replicas,
-                                 auto_in_sync_replicas=cfg.auto_in_sync_replicas,
-                                 all_ack_in_sync_state_set=cfg.all_ack_in_sync_state_set)
+        self.ack_cfg = AckConfig(
+            replication=cfg.replication,
+            in_sync_replicas=cfg.in_sync_replicas,
+            min_in_sync_replicas=cfg.min_in_sync_replicas,
+            auto_in_sync_replicas=cfg.auto_in_sync_replicas,
+            all_ack_in_sync_state_set=cfg.all_ack_in_sync_state_set,
+        )
         self._propose = propose
         self._role_lock = asyncio.Lock()
         self._confirmed = asyncio.Event()
@@ -95,8 +105,11 @@ class Replica:
         self._ha_connections = 0
         self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
         if not cfg.secret:
-            raise ConfigError("a broker needs the cluster secret (key 'secret' or $TIDE_CLUSTER_SECRET): "
-                              "replication and controller membership prove it", key="secret")
+            raise ConfigError(
+                "a broker needs the cluster secret (key 'secret' or $TIDE_CLUSTER_SECRET): "
+                "replication and controller membership prove it",
+                key="secret",
+            )
         require_real_secret(cfg.secret)
         self.secret: str = cfg.secret
 
@@ -129,7 +142,9 @@ class Replica:
 
     async def apply_role(self, role: Role) -> None:
         async with self._role_lock:
-            for action in self.roles.step(roles.Assigned(role, self.log.epochs.last_epoch, self.broker_id), _now_ms()):
+            for action in self.roles.step(
+                roles.Assigned(role, self.log.epochs.last_epoch, self.broker_id), _now_ms()
+            ):
                 await self._carry_out(action)
 
     async def _carry_out(self, action: roles.Action) -> None:
@@ -143,8 +158,12 @@ class Replica:
             case roles.Promote(role, new_epoch):
                 self._become_master(role, new_epoch)
             case roles.RefusePromotion(epoch, last):
-                log.error("%s refusing promotion to epoch %d: the epoch file already holds epoch %d",
-                          self.ctx, epoch, last)
+                log.error(
+                    "%s refusing promotion to epoch %d: the epoch file already holds epoch %d",
+                    self.ctx,
+                    epoch,
+                    last,
+                )
             case roles.UpdateSyncStateSet(sss, sss_epoch):
                 if self.ha_master is not None:
                     self.ha_master.on_controller_state(sss, sss_epoch)
@@ -160,27 +179,54 @@ class Replica:
         # Same epoch: this broker restarted while still master. Its tail past the recovered confirm
         # offset may never have reached a slave; it is confirmed only as the slaves ack it.
         self.ha_master = HaMaster(
-            self.log, broker_set=self.cfg.broker_set, broker_id=self.broker_id, epoch=epoch,
-            sync_state_set=role.sync_state_set, sss_epoch=role.sss_epoch,
-            slave_timeout_ms=self.cfg.slave_timeout_ms, max_not_catchup_ms=self.cfg.ha_max_time_slave_not_catchup_ms,
-            batch_bytes=self.cfg.ha_transfer_batch_bytes, heartbeat_interval_ms=self.cfg.ha_heartbeat_interval_ms,
-            idle_timeout_ms=self.cfg.ha_idle_timeout_ms, propose=self._propose_sss, on_confirm=self._on_confirm,
-            on_ledger_fenced=self.ledgers.on_fenced_by_slave, secret=self.secret)
+            self.log,
+            broker_set=self.cfg.broker_set,
+            broker_id=self.broker_id,
+            epoch=epoch,
+            sync_state_set=role.sync_state_set,
+            sss_epoch=role.sss_epoch,
+            slave_timeout_ms=self.cfg.slave_timeout_ms,
+            max_not_catchup_ms=self.cfg.ha_max_time_slave_not_catchup_ms,
+            batch_bytes=self.cfg.ha_transfer_batch_bytes,
+            heartbeat_interval_ms=self.cfg.ha_heartbeat_interval_ms,
+            idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
+            propose=self._propose_sss,
+            on_confirm=self._on_confirm,
+            on_ledger_fenced=self.ledgers.on_fenced_by_slave,
+            secret=self.secret,
+        )
         self.notify_confirmed()
-        log.warning("%s promoted to master of epoch %d at offset %d (SyncStateSet %s)", self.ctx, epoch,
-                    self.log.max_offset, sorted(role.sync_state_set))
+        log.warning(
+            "%s promoted to master of epoch %d at offset %d (SyncStateSet %s)",
+            self.ctx,
+            epoch,
+            self.log.max_offset,
+            sorted(role.sync_state_set),
+        )
 
     def _become_slave(self, role: Role) -> None:
-        self.ha_slave = HaSlave(self.log, broker_set=self.cfg.broker_set, broker_id=self.broker_id,
-                                master_id=role.master_id, master_address=role.master_ha_address,
-                                master_epoch=role.master_epoch, flush_sync=self.cfg.flush == "sync",
-                                ack_interval_ms=self.cfg.ha_heartbeat_interval_ms,
-                                idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
-                                on_progress=self.notify_confirmed,
-                                fenced_ledgers=self.ledgers.index.fenced_ledgers, secret=self.secret,
-                                unclean_epoch=role.unclean_epoch).start()
-        log.warning("%s following master %d at %s (epoch %d)", self.ctx, role.master_id, role.master_ha_address,
-                    role.master_epoch)
+        self.ha_slave = HaSlave(
+            self.log,
+            broker_set=self.cfg.broker_set,
+            broker_id=self.broker_id,
+            master_id=role.master_id,
+            master_address=role.master_ha_address,
+            master_epoch=role.master_epoch,
+            flush_sync=self.cfg.flush == "sync",
+            ack_interval_ms=self.cfg.ha_heartbeat_interval_ms,
+            idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
+            on_progress=self.notify_confirmed,
+            fenced_ledgers=self.ledgers.index.fenced_ledgers,
+            secret=self.secret,
+            unclean_epoch=role.unclean_epoch,
+        ).start()
+        log.warning(
+            "%s following master %d at %s (epoch %d)",
+            self.ctx,
+            role.master_id,
+            role.master_ha_address,
+            role.master_epoch,
+        )
 
     async def _stop_master(self) -> None:
         if self.ha_master is not None:
@@ -238,8 +284,12 @@ class Replica:
         """
         peer = writer.get_extra_info("peername")
         if self._ha_connections >= self.cfg.ha_max_connections:
-            log.warning("%s HA connection from %s refused: %d connections already open", self.ctx, peer,
-                        self._ha_connections)
+            log.warning(
+                "%s HA connection from %s refused: %d connections already open",
+                self.ctx,
+                peer,
+                self._ha_connections,
+            )
             writer.close()
             return
         self._ha_connections += 1
@@ -300,8 +350,10 @@ class Replica:
     def require_master(self) -> HaMaster:
         """This broker's HaMaster, or NotMasterError naming the master to go to."""
         if self.role != MASTER or self.ha_master is None:
-            raise NotMasterError(f"broker {self.broker_id} of {self.cfg.broker_set} is {self.role}",
-                                 master_address=self.master_address)
+            raise NotMasterError(
+                f"broker {self.broker_id} of {self.cfg.broker_set} is {self.role}",
+                master_address=self.master_address,
+            )
         return self.ha_master
 
     def require_writable(self) -> HaMaster:
@@ -333,8 +385,9 @@ class Replica:
             try:
                 await self.log.flushed(end, now=fsync, timeout=self.cfg.flush_timeout_ms / 1000)
             except TimeoutError:
-                raise FlushDiskTimeoutError(f"fsync did not cover offset {end} within "
-                                            f"{self.cfg.flush_timeout_ms} ms") from None
+                raise FlushDiskTimeoutError(
+                    f"fsync did not cover offset {end} within {self.cfg.flush_timeout_ms} ms"
+                ) from None
         await master.wait_acks(end, needed)
         # The acks may have arrived after this broker lost the right to speak for the set.
         self._check_lease(after_write=True)
@@ -350,8 +403,11 @@ class Replica:
         # that the new master's history will not contain.
         if time.monotonic() > self.lease_until:
             outcome = " (the message was stored here and may or may not survive)" if after_write else ""
-            raise NotMasterError(f"broker {self.broker_id} cannot confirm with the controller that it is "
-                                 f"still master{outcome}", master_address="")
+            raise NotMasterError(
+                f"broker {self.broker_id} cannot confirm with the controller that it is "
+                f"still master{outcome}",
+                master_address="",
+            )
 
     # ------------------------------------------------------------------ requests
 
@@ -360,8 +416,10 @@ class Replica:
         if not items:
             raise InvalidArgumentError("a produce request needs at least one message")
         queues = self._queues_of(topic)
-        msgs = [Message(topic, self._choose_queue(topic, queue, key, queues), body, key, tags, props)
-                for body, key, tags, props, queue in items]
+        msgs = [
+            Message(topic, self._choose_queue(topic, queue, key, queues), body, key, tags, props)
+            for body, key, tags, props, queue in items
+        ]
         placed = await self.write(msgs)
         return [(p, m.queue_id) for p, m in zip(placed, msgs, strict=True)]
 
@@ -372,8 +430,9 @@ class Replica:
             return crc32c(key.encode()) % queues
         return next(self._rr) % queues
 
-    async def pull(self, topic: str, queue: int, offset: int, max_messages: int, max_bytes: int,
-                   wait_ms: int) -> tuple[list[StoredMessage], QueueOffsets]:
+    async def pull(
+        self, topic: str, queue: int, offset: int, max_messages: int, max_bytes: int, wait_ms: int
+    ) -> tuple[list[StoredMessage], QueueOffsets]:
         self._queue(topic, queue)
         if offset < 0 or max_messages < 1 or max_bytes < 1 or wait_ms < 0:
             raise InvalidArgumentError("offset and wait must not be negative; limits must be positive")
@@ -415,8 +474,10 @@ class Replica:
         self.require_master()  # a slave's end may lag: only the master judges a commit
         if offset > offsets.max:
             # a position past the end would make the group skip every message written until then
-            raise InvalidArgumentError(f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
-                                       hint="commit the next offset to consume: at most the queue's max offset")
+            raise InvalidArgumentError(
+                f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
+                hint="commit the next offset to consume: at most the queue's max offset",
+            )
         await self.write([commit_message(group, topic, queue, offset)])
 
     def fetch_offset(self, group: str, topic: str, queue: int) -> int | None:
@@ -435,17 +496,29 @@ class Replica:
             known = set(master.connections) | (set(sss) - {self.broker_id})
             acks = master.acks()
             for bid in sorted(known):
-                replicas.append({"broker_id": bid, "ack_offset": acks.get(bid, -1),
-                                 "connected": bid in master.connections, "in_sync": bid in sss})
+                replicas.append(
+                    {
+                        "broker_id": bid,
+                        "ack_offset": acks.get(bid, -1),
+                        "connected": bid in master.connections,
+                        "in_sync": bid in sss,
+                    }
+                )
         return {
-            "broker_set": self.cfg.broker_set, "broker_id": self.broker_id, "role": self.role,
-            "master_epoch": self.master_epoch, "last_epoch": self.log.epochs.last_epoch,
-            "min_offset": self.log.min_offset, "max_offset": self.log.max_offset,
-            "confirm_offset": self.log.confirm_offset, "flushed_offset": self.log.flushed_offset,
+            "broker_set": self.cfg.broker_set,
+            "broker_id": self.broker_id,
+            "role": self.role,
+            "master_epoch": self.master_epoch,
+            "last_epoch": self.log.epochs.last_epoch,
+            "min_offset": self.log.min_offset,
+            "max_offset": self.log.max_offset,
+            "confirm_offset": self.log.confirm_offset,
+            "flushed_offset": self.log.flushed_offset,
             "sync_state_set": sorted(master.tracker.local) if master else [],
             "sync_state_set_epoch": master.tracker.sss_epoch if master else self.last_sss_epoch,
             "pending_sync_state_set": sorted(master.tracker.pending.new_sync_state_set)
-            if master and master.tracker.pending else [],
+            if master and master.tracker.pending
+            else [],
             "master_address": self.master_address,
             "replicas": replicas,
         }

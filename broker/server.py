@@ -55,11 +55,22 @@ class BrokerServer:
     def __init__(self, cfg: BrokerConfig) -> None:
         self.cfg = cfg
         self.ident = identity.load_or_create(cfg.data_dir, cfg.broker_set)
-        self.log = CommitLog.open(cfg.data_dir, segment_bytes=cfg.segment_bytes, flush=cfg.flush,
-                                  flush_interval_ms=cfg.flush_interval_ms, max_message_bytes=cfg.max_message_bytes)
-        self.controller = ControllerClient(cfg.controllers, rpc_timeout=2.0, total_timeout=5.0, secret=cfg.secret)
-        self.replica = Replica(cfg, self.log, broker_id=self.ident.broker_id if self.ident.broker_id is not None
-                               else -1, propose=self._alter)
+        self.log = CommitLog.open(
+            cfg.data_dir,
+            segment_bytes=cfg.segment_bytes,
+            flush=cfg.flush,
+            flush_interval_ms=cfg.flush_interval_ms,
+            max_message_bytes=cfg.max_message_bytes,
+        )
+        self.controller = ControllerClient(
+            cfg.controllers, rpc_timeout=2.0, total_timeout=5.0, secret=cfg.secret
+        )
+        self.replica = Replica(
+            cfg,
+            self.log,
+            broker_id=self.ident.broker_id if self.ident.broker_id is not None else -1,
+            propose=self._alter,
+        )
         self.replica.ledgers.metadata_source = self._ledger_metadata
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
@@ -77,16 +88,27 @@ class BrokerServer:
         master = self.replica.ha_master
         if master is None or now - self._handing_over < HAND_OVER_INTERVAL_S:
             return
-        candidates = sorted(b for b in master.tracker.local if b != self.replica.broker_id and b in master.connections)
+        candidates = sorted(
+            b for b in master.tracker.local if b != self.replica.broker_id and b in master.connections
+        )
         if not candidates:
-            log.error("%s damaged data on the master and no connected in-sync replica to take over", self.replica.ctx)
+            log.error(
+                "%s damaged data on the master and no connected in-sync replica to take over",
+                self.replica.ctx,
+            )
             return
         self._handing_over = now
 
         async def go() -> None:
             try:
-                reply = await self.controller.elect_master(self.cfg.broker_set, candidates[0], designated=True)
-                log.warning("%s handed mastership to broker %d to repair damaged data", self.replica.ctx, candidates[0])
+                reply = await self.controller.elect_master(
+                    self.cfg.broker_set, candidates[0], designated=True
+                )
+                log.warning(
+                    "%s handed mastership to broker %d to repair damaged data",
+                    self.replica.ctx,
+                    candidates[0],
+                )
                 await self.replica.apply_role(Role.from_pb(reply.role))
             except TidelogError as exc:
                 log.error("%s could not hand mastership over: %s", self.replica.ctx, exc)
@@ -97,16 +119,21 @@ class BrokerServer:
 
     async def _alter(self, master_epoch: int, proposal: Proposal) -> Role | None:
         reply = await self.controller.alter_sync_state_set(
-            self.cfg.broker_set, self.replica.broker_id, master_epoch, proposal.new_sync_state_set,
-            proposal.sss_epoch)
+            self.cfg.broker_set,
+            self.replica.broker_id,
+            master_epoch,
+            proposal.new_sync_state_set,
+            proposal.sss_epoch,
+        )
         return Role.from_pb(reply.role)
 
     async def _ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         try:
             entry = await self.controller.meta_get(ledger_key(ledger_id))
         except MetadataNotFoundError:
-            raise NoSuchLedgerExistsError(f"no ledger {ledger_id} in the controller's metadata",
-                                          ledger_id=ledger_id) from None
+            raise NoSuchLedgerExistsError(
+                f"no ledger {ledger_id} in the controller's metadata", ledger_id=ledger_id
+            ) from None
         return LedgerMetadata.decode(entry.value, version=entry.version)
 
     async def start(self) -> None:
@@ -114,12 +141,14 @@ class BrokerServer:
         try:
             self._ha = await asyncio.start_server(self.replica.handle_ha_connection, host, int(port))
         except OSError as exc:
-            raise ConfigError(f"cannot listen on ha_listen {self.cfg.ha_listen}: {exc.strerror}",
-                              key="ha_listen") from exc
+            raise ConfigError(
+                f"cannot listen on ha_listen {self.cfg.ha_listen}: {exc.strerror}", key="ha_listen"
+            ) from exc
         # Past this many calls in progress, new ones are refused at once with RESOURCE_EXHAUSTED
         # (retryable for clients) instead of queueing until they are cancelled.
-        self._grpc = grpc.aio.server(maximum_concurrent_rpcs=self.cfg.max_concurrent_requests,
-                                     options=SERVER_OPTIONS)
+        self._grpc = grpc.aio.server(
+            maximum_concurrent_rpcs=self.cfg.max_concurrent_requests, options=SERVER_OPTIONS
+        )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
         try:
@@ -130,19 +159,34 @@ class BrokerServer:
         if not bound:
             raise ConfigError(f"cannot listen on {self.cfg.listen} (port in use?)", key="listen")
         await self._grpc.start()
-        log.info("broker %s listening: grpc %s, ha %s; store %s [%d, %d)", self.cfg.broker_set, self.cfg.listen,
-                 self.cfg.ha_listen, self.cfg.data_dir, self.log.min_offset, self.log.max_offset)
+        log.info(
+            "broker %s listening: grpc %s, ha %s; store %s [%d, %d)",
+            self.cfg.broker_set,
+            self.cfg.listen,
+            self.cfg.ha_listen,
+            self.cfg.data_dir,
+            self.log.min_offset,
+            self.log.max_offset,
+        )
 
     async def register(self) -> None:
         while not self._stopping.is_set():
             try:
                 reply = await self.controller.register_broker(
-                    self.cfg.broker_set, self.cfg.advertised, self.cfg.ha_advertised, identity=self.ident.token,
-                    broker_id=self.ident.broker_id, datacenter=self.cfg.datacenter, rack=self.cfg.rack,
-                    cluster_id=self.ident.cluster_id)
+                    self.cfg.broker_set,
+                    self.cfg.advertised,
+                    self.cfg.ha_advertised,
+                    identity=self.ident.token,
+                    broker_id=self.ident.broker_id,
+                    datacenter=self.cfg.datacenter,
+                    rack=self.cfg.rack,
+                    cluster_id=self.ident.cluster_id,
+                )
             except ControllerBrokerIdInvalidError as exc:
-                raise ConfigError(f"the controller refuses broker id {self.ident.broker_id} for this data "
-                                  f"directory: {exc.message}") from exc
+                raise ConfigError(
+                    f"the controller refuses broker id {self.ident.broker_id} for this data "
+                    f"directory: {exc.message}"
+                ) from exc
             except ClusterMismatchError as exc:
                 raise ConfigError(f"{self.cfg.data_dir}: {exc.message}", hint=exc.hint) from exc
             except TidelogError as exc:
@@ -150,8 +194,9 @@ class BrokerServer:
                 await asyncio.sleep(1.0)
                 continue
             if (self.ident.broker_id, self.ident.cluster_id) != (reply.broker_id, reply.cluster_id):
-                self.ident = identity.Identity(self.cfg.broker_set, self.ident.token, reply.broker_id,
-                                               reply.cluster_id)
+                self.ident = identity.Identity(
+                    self.cfg.broker_set, self.ident.token, reply.broker_id, reply.cluster_id
+                )
                 identity.save(self.cfg.data_dir, self.ident)
             self.replica.broker_id = reply.broker_id
             log.info("registered as broker %d of %s", reply.broker_id, self.cfg.broker_set)
@@ -178,9 +223,14 @@ class BrokerServer:
         epochs = self.log.epochs
         sent = time.monotonic()
         reply = await self.controller.heartbeat(
-            self.cfg.broker_set, r.broker_id, epoch=epochs.last_epoch if epochs.pairs() else -1,
-            max_offset=self.log.max_offset, confirm_offset=self.log.confirm_offset, priority=self.cfg.priority,
-            total_timeout=2.0)
+            self.cfg.broker_set,
+            r.broker_id,
+            epoch=epochs.last_epoch if epochs.pairs() else -1,
+            max_offset=self.log.max_offset,
+            confirm_offset=self.log.confirm_offset,
+            priority=self.cfg.priority,
+            total_timeout=2.0,
+        )
         self._interval_ms = reply.heartbeat_interval_ms
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
         # master before sent + its timeout; the lease ends well before that.
@@ -216,8 +266,11 @@ class BrokerServer:
             if self._store_failed.is_set():
                 # Step down at once: no more heartbeats (the controller elects an in-sync
                 # replica), no gRPC or HA port (clients and slaves move on), nothing acknowledged.
-                log.error("%s the store failed (%s): stepping down until it can write again", self.replica.ctx,
-                          self.log.failure)
+                log.error(
+                    "%s the store failed (%s): stepping down until it can write again",
+                    self.replica.ctx,
+                    self.log.failure,
+                )
             await self.stop()
         return self._store_failed.is_set() and not self._stopping.is_set()
 
@@ -229,9 +282,13 @@ class BrokerServer:
             try:
                 st = os.statvfs(self.cfg.data_dir)
                 if st.f_bavail * st.f_frsize >= MIN_FREE_BYTES:
-                    CommitLog.open(self.cfg.data_dir, segment_bytes=self.cfg.segment_bytes, flush=self.cfg.flush,
-                                   flush_interval_ms=self.cfg.flush_interval_ms,
-                                   max_message_bytes=self.cfg.max_message_bytes).close()
+                    CommitLog.open(
+                        self.cfg.data_dir,
+                        segment_bytes=self.cfg.segment_bytes,
+                        flush=self.cfg.flush,
+                        flush_interval_ms=self.cfg.flush_interval_ms,
+                        max_message_bytes=self.cfg.max_message_bytes,
+                    ).close()
                     log.warning("the store in %s recovered: starting over", self.cfg.data_dir)
                     return
             except (OSError, TidelogError) as exc:

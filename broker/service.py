@@ -26,7 +26,9 @@ DEFAULT_PULL_MESSAGES = 32
 MAX_WAIT_MS = 60_000
 
 
-def pull_limits(max_messages: int, max_bytes: int, *, max_pull_messages: int, max_pull_bytes: int) -> tuple[int, int]:
+def pull_limits(
+    max_messages: int, max_bytes: int, *, max_pull_messages: int, max_pull_bytes: int
+) -> tuple[int, int]:
     """The (messages, bytes) one Pull reply may hold: the request's (0 = default), clamped to the broker's maximum."""
     messages = min(max_messages or DEFAULT_PULL_MESSAGES, max_pull_messages)
     size = min(max_bytes or DEFAULT_PULL_BYTES, max_pull_bytes)
@@ -52,14 +54,26 @@ class BrokerService(pb_grpc.BrokerServicer):
             queue = m.queue if has("queue") else None
             if queue is not None:
                 non_negative("queue", queue)
-            append((m.body, m.key if has("key") else None, m.tags if has("tags") else None,
-                    dict(m.properties) if m.properties else None, queue))
+            append(
+                (
+                    m.body,
+                    m.key if has("key") else None,
+                    m.tags if has("tags") else None,
+                    dict(m.properties) if m.properties else None,
+                    queue,
+                )
+            )
         placed = await self.replica.produce(request.topic, items)
         bs = self.replica.cfg.broker_set
         reply = pb.ProduceReply(broker_set=bs)
         add = reply.results.add
         for p, q in placed:
-            add(queue=q, queue_offset=p.queue_offset, phys_offset=p.phys_offset, message_id=f"{bs}:{p.phys_offset:x}")
+            add(
+                queue=q,
+                queue_offset=p.queue_offset,
+                phys_offset=p.phys_offset,
+                message_id=f"{bs}:{p.phys_offset:x}",
+            )
         return reply
 
     @rpc
@@ -70,17 +84,29 @@ class BrokerService(pb_grpc.BrokerServicer):
         require(0 <= request.wait_ms <= MAX_WAIT_MS, f"wait_ms must be 0..{MAX_WAIT_MS}")
         require(request.max_messages >= 0 and request.max_bytes >= 0, "limits must not be negative")
         cfg = self.replica.cfg
-        max_messages, max_bytes = pull_limits(request.max_messages, request.max_bytes,
-                                              max_pull_messages=cfg.max_pull_messages,
-                                              max_pull_bytes=cfg.max_pull_bytes)
-        msgs, offsets = await self.replica.pull(request.topic, request.queue, request.offset, max_messages,
-                                                max_bytes, request.wait_ms)
-        reply = pb.PullReply(next_offset=msgs[-1].queue_offset + 1 if msgs else request.offset,
-                             offsets=_offsets(offsets))
+        max_messages, max_bytes = pull_limits(
+            request.max_messages,
+            request.max_bytes,
+            max_pull_messages=cfg.max_pull_messages,
+            max_pull_bytes=cfg.max_pull_bytes,
+        )
+        msgs, offsets = await self.replica.pull(
+            request.topic, request.queue, request.offset, max_messages, max_bytes, request.wait_ms
+        )
+        reply = pb.PullReply(
+            next_offset=msgs[-1].queue_offset + 1 if msgs else request.offset, offsets=_offsets(offsets)
+        )
         add = reply.messages.add
         for m in msgs:  # filled in place: building each message with keywords costs several times more
-            pm = add(topic=m.topic, queue=m.queue_id, offset=m.queue_offset, body=m.body, born_ts=m.born_ts,
-                     store_ts=m.store_ts, phys_offset=m.phys_offset)
+            pm = add(
+                topic=m.topic,
+                queue=m.queue_id,
+                offset=m.queue_offset,
+                body=m.body,
+                born_ts=m.born_ts,
+                store_ts=m.store_ts,
+                phys_offset=m.phys_offset,
+            )
             if m.key is not None:
                 pm.key = m.key
             if m.tags is not None:
@@ -90,15 +116,17 @@ class BrokerService(pb_grpc.BrokerServicer):
         return reply
 
     @rpc
-    async def GetOffsets(self, request: pb.GetOffsetsRequest, context: grpc.aio.ServicerContext
-                         ) -> pb.GetOffsetsReply:
+    async def GetOffsets(
+        self, request: pb.GetOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetOffsetsReply:
         non_empty("topic", request.topic)
         non_negative("queue", request.queue)
         return pb.GetOffsetsReply(offsets=_offsets(self.replica.queue_offsets(request.topic, request.queue)))
 
     @rpc
-    async def CommitOffset(self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
-                           ) -> pb.CommitOffsetReply:
+    async def CommitOffset(
+        self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitOffsetReply:
         non_empty("group", request.group)
         non_empty("topic", request.topic)
         non_negative("queue", request.queue)
@@ -107,8 +135,9 @@ class BrokerService(pb_grpc.BrokerServicer):
         return pb.CommitOffsetReply()
 
     @rpc
-    async def FetchOffset(self, request: pb.FetchOffsetRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.FetchOffsetReply:
+    async def FetchOffset(
+        self, request: pb.FetchOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchOffsetReply:
         non_empty("group", request.group)
         non_empty("topic", request.topic)
         non_negative("queue", request.queue)
@@ -119,9 +148,18 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusReply:
         s = self.replica.status()
         return pb.StatusReply(
-            broker_set=s["broker_set"], broker_id=s["broker_id"], role=s["role"], master_epoch=s["master_epoch"],
-            last_epoch=s["last_epoch"], min_offset=s["min_offset"], max_offset=s["max_offset"],
-            confirm_offset=s["confirm_offset"], flushed_offset=s["flushed_offset"],
-            sync_state_set=s["sync_state_set"], sync_state_set_epoch=s["sync_state_set_epoch"],
-            master_address=s["master_address"], pending_sync_state_set=s["pending_sync_state_set"],
-            replicas=[pb.ReplicaProgress(**r) for r in s["replicas"]])
+            broker_set=s["broker_set"],
+            broker_id=s["broker_id"],
+            role=s["role"],
+            master_epoch=s["master_epoch"],
+            last_epoch=s["last_epoch"],
+            min_offset=s["min_offset"],
+            max_offset=s["max_offset"],
+            confirm_offset=s["confirm_offset"],
+            flushed_offset=s["flushed_offset"],
+            sync_state_set=s["sync_state_set"],
+            sync_state_set_epoch=s["sync_state_set_epoch"],
+            master_address=s["master_address"],
+            pending_sync_state_set=s["pending_sync_state_set"],
+            replicas=[pb.ReplicaProgress(**r) for r in s["replicas"]],
+        )

@@ -56,15 +56,25 @@ log = logging.getLogger(__name__)
 MARKS_TOPIC = "%TOPIC%"
 FLAG_TOPIC_MARK = 4
 
-__all__ = ["FLAG_TOPIC_MARK", "MARKS_TOPIC", "Mark", "TopicMarks", "TopicTable", "decode_mark", "mark_message"]
+__all__ = [
+    "FLAG_TOPIC_MARK",
+    "MARKS_TOPIC",
+    "Mark",
+    "TopicMarks",
+    "TopicTable",
+    "decode_mark",
+    "mark_message",
+]
 
 #: (topic, generation, cut per queue id)
 Mark = tuple[str, int, dict[int, int]]
 
 
 def mark_message(topic: str, generation: int, cuts: Mapping[int, int]) -> Message:
-    body = json.dumps({"t": topic, "g": generation, "cut": {str(q): n for q, n in sorted(cuts.items())}},
-                      separators=(",", ":")).encode()
+    body = json.dumps(
+        {"t": topic, "g": generation, "cut": {str(q): n for q, n in sorted(cuts.items())}},
+        separators=(",", ":"),
+    ).encode()
     return Message(MARKS_TOPIC, 0, body, flags=FLAG_TOPIC_MARK)
 
 
@@ -76,8 +86,12 @@ def decode_mark(body: bytes) -> Mark:
         cuts = {int(q): n for q, n in doc["cut"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a topic marker: {exc}") from None
-    if not isinstance(topic, str) or type(generation) is not int or generation < 0 or not all(
-            type(n) is int and n >= 0 for n in cuts.values()):
+    if (
+        not isinstance(topic, str)
+        or type(generation) is not int
+        or generation < 0
+        or not all(type(n) is int and n >= 0 for n in cuts.values())
+    ):
         raise ValueError("not a topic marker: bad field types")
     return topic, generation, cuts
 
@@ -115,8 +129,12 @@ class TopicMarks:
             for queue, offset in sorted(cuts.items()):
                 self.log.cut_queue(topic, queue, offset)
         except (ValueError, InvalidArgumentError) as exc:
-            log.error("ignoring a malformed topic marker at offset %d of %s: %s", m.phys_offset,
-                      self.log.directory, exc)
+            log.error(
+                "ignoring a malformed topic marker at offset %d of %s: %s",
+                m.phys_offset,
+                self.log.directory,
+                exc,
+            )
             return
         self._generation[topic] = max(self._generation.get(topic, 0), generation)
         self._marked_at[topic] = m.phys_offset
@@ -137,9 +155,9 @@ class TopicTable:
     def __init__(self, commitlog: CommitLog) -> None:
         self.log = commitlog
         self.marks = TopicMarks(commitlog)
-        self.queues: dict[str, int] = {}       # topic -> queues in this broker set
+        self.queues: dict[str, int] = {}  # topic -> queues in this broker set
         self.generations: dict[str, int] = {}  # topic -> the controller's generation
-        self.deleted: dict[str, int] = {}      # deleted topic -> its last generation
+        self.deleted: dict[str, int] = {}  # deleted topic -> its last generation
         self.broker_set = ""
 
     def update(self, broker_set: str, topics: Iterable[Any], deleted: Iterable[Any] = ()) -> None:
@@ -160,15 +178,19 @@ class TopicTable:
             raise InvalidArgumentError(problem)
         queues = self.queues.get(topic)
         if not queues:
-            raise TopicNotFoundError(f"topic {topic!r} has no queues in broker set {self.broker_set}",
-                                     hint="create it with `tide topic create`, then retry")
+            raise TopicNotFoundError(
+                f"topic {topic!r} has no queues in broker set {self.broker_set}",
+                hint="create it with `tide topic create`, then retry",
+            )
         want = self.generations.get(topic, 0)
         self.marks.refresh()
         if self.marks.generation(topic) < want:
             if append is None:
-                raise UnavailableError(f"this replica has not yet received the deletion of an earlier topic "
-                                       f"{topic!r} (generation {self.marks.generation(topic)} < {want})",
-                                       hint="retry, or read from the master")
+                raise UnavailableError(
+                    f"this replica has not yet received the deletion of an earlier topic "
+                    f"{topic!r} (generation {self.marks.generation(topic)} < {want})",
+                    hint="retry, or read from the master",
+                )
             self._mark(topic, want, append)
         return queues
 
@@ -202,7 +224,12 @@ class TopicTable:
                 dropping = dropping or offsets.min < offsets.max
         placed = append(mark_message(topic, generation, cuts))
         self.marks.refresh()  # applies the cuts here at once
-        log.log(logging.WARNING if dropping else logging.INFO,
-                "topic %s is generation %d from offset %d of %s%s", topic, generation, placed.phys_offset,
-                self.log.directory, f": the queue offsets below {cuts} of earlier generations are dropped"
-                if dropping else "")
+        log.log(
+            logging.WARNING if dropping else logging.INFO,
+            "topic %s is generation %d from offset %d of %s%s",
+            topic,
+            generation,
+            placed.phys_offset,
+            self.log.directory,
+            f": the queue offsets below {cuts} of earlier generations are dropped" if dropping else "",
+        )

@@ -40,14 +40,27 @@ __all__ = ["AsyncClient", "Client", "ConsumedMessage", "LoopThread", "OutMessage
 class Producer(SyncFacade):
     _target: AsyncProducer
 
-    def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
-             properties: Mapping[str, str] | None = None) -> Receipt:
+    def send(
+        self,
+        topic: str,
+        body: bytes,
+        key: str | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> Receipt:
         """Send one message and wait for its receipt; sends from many threads share requests."""
         return self.send_async(topic, body, key, tags, properties).result()
 
-    def send_async(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
-                   properties: Mapping[str, str] | None = None) -> concurrent.futures.Future[Receipt]:
+    def send_async(
+        self,
+        topic: str,
+        body: bytes,
+        key: str | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> concurrent.futures.Future[Receipt]:
         """Queue one message from any thread; the future gives its receipt or its own error."""
+
         async def send() -> Receipt:
             return await self._target.send_async(topic, body, key, tags, properties)
 

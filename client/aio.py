@@ -72,8 +72,15 @@ from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 log = logging.getLogger(__name__)
 
 
-_RETRY_SEND = (NotMasterError, UnavailableError, InSyncReplicasNotEnoughError, FlushSlaveTimeoutError,
-               FlushDiskTimeoutError, DiskFullError, StoreError)
+_RETRY_SEND = (
+    NotMasterError,
+    UnavailableError,
+    InSyncReplicasNotEnoughError,
+    FlushSlaveTimeoutError,
+    FlushDiskTimeoutError,
+    DiskFullError,
+    StoreError,
+)
 
 
 @dataclass(frozen=True)
@@ -113,17 +120,35 @@ class OutMessage:
 
 
 def _consumed(m: bpb.PulledMessage, broker_set: str) -> ConsumedMessage:
-    return ConsumedMessage(m.topic, broker_set, m.queue, m.offset, m.key if m.HasField("key") else None,
-                           m.tags if m.HasField("tags") else None, m.body, dict(m.properties), m.born_ts, m.store_ts)
+    return ConsumedMessage(
+        m.topic,
+        broker_set,
+        m.queue,
+        m.offset,
+        m.key if m.HasField("key") else None,
+        m.tags if m.HasField("tags") else None,
+        m.body,
+        dict(m.properties),
+        m.born_ts,
+        m.store_ts,
+    )
 
 
 class AsyncClient:
     """Entry point: `AsyncClient("host:port,host:port")` (controller addresses)."""
 
-    def __init__(self, controllers: str | Iterable[str] | None = None, *, send_timeout: float = 30.0,
-                 rpc_timeout: float = 10.0, route_ttl: float = 30.0) -> None:
+    def __init__(
+        self,
+        controllers: str | Iterable[str] | None = None,
+        *,
+        send_timeout: float = 30.0,
+        rpc_timeout: float = 10.0,
+        route_ttl: float = 30.0,
+    ) -> None:
         controllers = controllers or os.environ.get(CONTROLLERS_ENV, "")
-        self.controller = ControllerClient(controllers, rpc_timeout=3.0, total_timeout=min(send_timeout, 15.0))
+        self.controller = ControllerClient(
+            controllers, rpc_timeout=3.0, total_timeout=min(send_timeout, 15.0)
+        )
         self.send_timeout = send_timeout
         self.rpc_timeout = rpc_timeout
         self.route_ttl = route_ttl
@@ -154,15 +179,23 @@ class AsyncClient:
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
 
-    async def call_master(self, topic: str, bs: BrokerSetRoute, method: str, request: Any, timeout: float) -> Any:
+    async def call_master(
+        self, topic: str, bs: BrokerSetRoute, method: str, request: Any, timeout: float
+    ) -> Any:
         """Call the master of broker set `bs`, giving up as soon as the controllers name a newer one
         (`until_superseded`)."""
+
         async def newer_epoch() -> int | None:
             newer = (await self.route(topic, refresh=True)).broker_set(bs.name)
             return None if newer is None else newer.master_epoch
 
-        return await until_superseded(self.call_broker(bs.master_address, method, request, timeout=timeout),
-                                      bs.name, bs.master_address, bs.master_epoch, newer_epoch)
+        return await until_superseded(
+            self.call_broker(bs.master_address, method, request, timeout=timeout),
+            bs.name,
+            bs.master_address,
+            bs.master_epoch,
+            newer_epoch,
+        )
 
     def cached_route(self, topic: str) -> TopicRoute | None:
         """The route of `topic` if it is cached and fresh, without asking anyone."""
@@ -180,8 +213,10 @@ class AsyncClient:
         for b in reply.broker_sets:
             role = b.role
             master = role.master_address if role.has_master else ""
-            replicas = tuple(Replica(r.broker_id, r.address, bool(role.has_master and r.broker_id == role.master_id))
-                             for r in b.replicas)
+            replicas = tuple(
+                Replica(r.broker_id, r.address, bool(role.has_master and r.broker_id == role.master_id))
+                for r in b.replicas
+            )
             sets.append(BrokerSetRoute(b.broker_set, int(b.queues), master, role.master_epoch, replicas))
         route = TopicRoute.build(topic, sets)
         self._routes[topic] = (time.monotonic(), route)
@@ -205,17 +240,28 @@ class AsyncClient:
 
     # --- factories ---
 
-    def producer(self, *, send_timeout: float | None = None, linger_ms: int = DEFAULT_LINGER_MS,
-                 batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> AsyncProducer:
+    def producer(
+        self,
+        *,
+        send_timeout: float | None = None,
+        linger_ms: int = DEFAULT_LINGER_MS,
+        batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES,
+        batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> AsyncProducer:
         """A producer; concurrent sends are batched per queue (see client/batching.py for the options)."""
-        return AsyncProducer(self, send_timeout or self.send_timeout,
-                             BatchLimits(linger_ms, batch_max_messages, batch_max_bytes, max_in_flight))
+        return AsyncProducer(
+            self,
+            send_timeout or self.send_timeout,
+            BatchLimits(linger_ms, batch_max_messages, batch_max_bytes, max_in_flight),
+        )
 
     def consumer(self, group: str, topic: str, **kw: Any) -> AsyncConsumer:
         return AsyncConsumer(self, group, topic, **kw)
 
-    def reader(self, topic: str, queue: int, start_offset: int = 0, *, broker_set: str | None = None) -> AsyncReader:
+    def reader(
+        self, topic: str, queue: int, start_offset: int = 0, *, broker_set: str | None = None
+    ) -> AsyncReader:
         return AsyncReader(self, topic, queue, start_offset, broker_set)
 
     def admin(self) -> AsyncAdmin:
@@ -223,23 +269,33 @@ class AsyncClient:
 
     # --- reads shared by consumer and reader ---
 
-    async def pull(self, route: BrokerSetRoute, topic: str, queue: int, offset: int, *, max_messages: int,
-                   wait_ms: int) -> tuple[list[ConsumedMessage], int]:
+    async def pull(
+        self, route: BrokerSetRoute, topic: str, queue: int, offset: int, *, max_messages: int, wait_ms: int
+    ) -> tuple[list[ConsumedMessage], int]:
         """Pull from the first replica that answers; returns (messages, next offset)."""
-        request = bpb.PullRequest(topic=topic, queue=queue, offset=offset, max_messages=max_messages,
-                                  wait_ms=wait_ms)
+        request = bpb.PullRequest(
+            topic=topic, queue=queue, offset=offset, max_messages=max_messages, wait_ms=wait_ms
+        )
         try:
             # A long poll may rightly take wait_ms; a replica silent beyond that is passed over.
             _, reply = await first_answer(
                 route.read_addresses(),
-                lambda address: self.call_broker(address, "Pull", request, timeout=self.rpc_timeout + wait_ms / 1000),
+                lambda address: self.call_broker(
+                    address, "Pull", request, timeout=self.rpc_timeout + wait_ms / 1000
+                ),
                 after_s=wait_ms / 1000 + SPECULATIVE_READ_S,
                 # A damaged record on one replica is intact on the others (and is being repaired).
-                give_up=lambda exc: not isinstance(exc, UnavailableError | TopicNotFoundError | CorruptRecordError))
+                give_up=lambda exc: (
+                    not isinstance(exc, UnavailableError | TopicNotFoundError | CorruptRecordError)
+                ),
+            )
         except AllFailed as failed:
             errors = list(failed.errors.values())
-            raise errors[-1] if errors else UnavailableError(f"broker set {route.name} has no reachable replica"
-                                                             ) from None
+            raise (
+                errors[-1]
+                if errors
+                else UnavailableError(f"broker set {route.name} has no reachable replica")
+            ) from None
         return [_consumed(m, route.name) for m in reply.messages], reply.next_offset
 
     async def queue_offsets(self, route: BrokerSetRoute, topic: str, queue: int) -> bpb.QueueOffsets:
@@ -247,8 +303,11 @@ class AsyncClient:
         addresses = ([route.master_address] if route.master_address else []) + route.read_addresses()
         for address in addresses:
             try:
-                return (await self.call_broker(address, "GetOffsets",
-                                               bpb.GetOffsetsRequest(topic=topic, queue=queue))).offsets
+                return (
+                    await self.call_broker(
+                        address, "GetOffsets", bpb.GetOffsetsRequest(topic=topic, queue=queue)
+                    )
+                ).offsets
             except (UnavailableError, TopicNotFoundError) as exc:
                 last = exc
         raise last or UnavailableError(f"broker set {route.name} has no reachable replica")
@@ -268,16 +327,28 @@ class AsyncProducer:
         self._slow: dict[str, int] = {}  # sends per topic still waiting for their route, in order
         self.requests = 0  # Produce requests sent by send()/send_async() batches (for tests and benches)
 
-    def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
-             properties: Mapping[str, str] | None = None) -> asyncio.Future[Receipt]:
+    def send(
+        self,
+        topic: str,
+        body: bytes,
+        key: str | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> asyncio.Future[Receipt]:
         """Send one message: `await producer.send(...)` gives its receipt once acknowledged.
 
         The same as `send_async` (a future, not a coroutine: one frame less per message on the
         hot path); concurrent sends share requests."""
         return self.send_async(topic, body, key, tags, properties)
 
-    def send_async(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
-                   properties: Mapping[str, str] | None = None) -> asyncio.Future[Receipt]:
+    def send_async(
+        self,
+        topic: str,
+        body: bytes,
+        key: str | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> asyncio.Future[Receipt]:
         """Queue one message; the future gives its receipt or its own error."""
         if not isinstance(body, bytes | bytearray):
             raise InvalidArgumentError("message bodies must be bytes")
@@ -331,8 +402,9 @@ class AsyncProducer:
             finally:
                 self._slow[topic] -= 1
 
-    def _append(self, topic: str, target: tuple[str, int] | None, item: OutMessage,
-                fut: asyncio.Future[Receipt]) -> None:
+    def _append(
+        self, topic: str, target: tuple[str, int] | None, item: OutMessage, fut: asyncio.Future[Receipt]
+    ) -> None:
         acc = self._accumulators.get((topic, target))
         if acc is None:
             acc = self._accumulators[(topic, target)] = Accumulator(topic, target)
@@ -352,8 +424,11 @@ class AsyncProducer:
             asyncio.get_running_loop().call_later(self.limits.linger_ms / 1000, release)
             return
         # Keyless sends promise no order: let a few requests overlap whatever max_in_flight says.
-        limit = self.limits.max_in_flight if acc.target is not None else max(self.limits.max_in_flight,
-                                                                              KEYLESS_IN_FLIGHT)
+        limit = (
+            self.limits.max_in_flight
+            if acc.target is not None
+            else max(self.limits.max_in_flight, KEYLESS_IN_FLIGHT)
+        )
         while acc.pending and acc.in_flight < limit:
             batch = acc.take(self.limits)
             acc.in_flight += 1
@@ -372,7 +447,9 @@ class AsyncProducer:
         receipts: list[Receipt | None] = [None] * len(batch)
         try:
             self.requests += 1
-            await self._send_group(acc.topic, acc.target, [p.item for p in batch], list(range(len(batch))), receipts)
+            await self._send_group(
+                acc.topic, acc.target, [p.item for p in batch], list(range(len(batch))), receipts
+            )
         except MessageTooLargeError as exc:
             if len(batch) == 1:
                 _fail(batch[0].future, exc)
@@ -412,12 +489,22 @@ class AsyncProducer:
         groups: list[tuple[tuple[str, int] | None, list[int]]] = [(q, idx) for q, idx in keyed.items()]
         if keyless:
             groups.append((None, keyless))
-        await asyncio.gather(*(self._send_group(topic, target, [items[i] for i in idx], idx, receipts)
-                               for target, idx in groups))
+        await asyncio.gather(
+            *(
+                self._send_group(topic, target, [items[i] for i in idx], idx, receipts)
+                for target, idx in groups
+            )
+        )
         return [r for r in receipts if r is not None]
 
-    async def _send_group(self, topic: str, target: tuple[str, int] | None, items: list[OutMessage],
-                          indexes: list[int], receipts: list[Receipt | None]) -> None:
+    async def _send_group(
+        self,
+        topic: str,
+        target: tuple[str, int] | None,
+        items: list[OutMessage],
+        indexes: list[int],
+        receipts: list[Receipt | None],
+    ) -> None:
         deadline = time.monotonic() + self.send_timeout
         avoid: set[str] = set()
         last: TidelogError | None = None
@@ -445,8 +532,10 @@ class AsyncProducer:
                 last = exc
                 refresh = True
             if time.monotonic() + backoff >= deadline:
-                raise SendFailedError(f"gave up sending {len(items)} message(s) to {topic} after {attempts} "
-                                      f"attempt(s) in {self.send_timeout:.0f}s; last error: {last}")
+                raise SendFailedError(
+                    f"gave up sending {len(items)} message(s) to {topic} after {attempts} "
+                    f"attempt(s) in {self.send_timeout:.0f}s; last error: {last}"
+                )
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 0.5)
 
@@ -462,18 +551,33 @@ class AsyncProducer:
             raise TopicNotFoundError(f"topic {topic!r} has no queues")
         return route, None
 
-    async def _produce(self, topic: str, route: TopicRoute, name: str, queue: int, items: list[OutMessage],
-                       indexes: list[int], receipts: list[Receipt | None], deadline: float) -> None:
+    async def _produce(
+        self,
+        topic: str,
+        route: TopicRoute,
+        name: str,
+        queue: int,
+        items: list[OutMessage],
+        indexes: list[int],
+        receipts: list[Receipt | None],
+        deadline: float,
+    ) -> None:
         """One Produce request of `items` to queue `queue` of broker set `name`; fills `receipts`."""
         bs = route.broker_set(name)
         if bs is None or not bs.master_address:
             raise UnavailableError(f"broker set {name} has no master right now")
         req = bpb.ProduceRequest(topic=topic, messages=[_produce_message(m, queue) for m in items])
-        reply = await self.client.call_master(topic, bs, "Produce", req,
-                                              timeout=max(0.5, min(self.client.rpc_timeout,
-                                                                   deadline - time.monotonic())))
+        reply = await self.client.call_master(
+            topic,
+            bs,
+            "Produce",
+            req,
+            timeout=max(0.5, min(self.client.rpc_timeout, deadline - time.monotonic())),
+        )
         for i, r in zip(indexes, reply.results, strict=True):
-            receipts[i] = Receipt(r.message_id, topic, reply.broker_set, r.queue, r.queue_offset, r.phys_offset)
+            receipts[i] = Receipt(
+                r.message_id, topic, reply.broker_set, r.queue, r.queue_offset, r.phys_offset
+            )
 
 
 def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
@@ -510,8 +614,9 @@ def _produce_message(m: OutMessage, queue: int) -> bpb.ProduceMessage:
 class AsyncReader:
     """Reads one queue from an offset, without a group."""
 
-    def __init__(self, client: AsyncClient, topic: str, queue: int, start_offset: int,
-                 broker_set: str | None) -> None:
+    def __init__(
+        self, client: AsyncClient, topic: str, queue: int, start_offset: int, broker_set: str | None
+    ) -> None:
         self.client = client
         self.topic = topic
         self.queue = queue
@@ -535,12 +640,24 @@ class AsyncReader:
     async def read(self, max_messages: int = 100, timeout: float = 0.0) -> list[ConsumedMessage]:
         bs = await self._route()
         try:
-            msgs, nxt = await self.client.pull(bs, self.topic, self.queue, self.position,
-                                               max_messages=max_messages, wait_ms=int(timeout * 1000))
+            msgs, nxt = await self.client.pull(
+                bs,
+                self.topic,
+                self.queue,
+                self.position,
+                max_messages=max_messages,
+                wait_ms=int(timeout * 1000),
+            )
         except UnavailableError:
             bs = await self._route(refresh=True)
-            msgs, nxt = await self.client.pull(bs, self.topic, self.queue, self.position,
-                                               max_messages=max_messages, wait_ms=int(timeout * 1000))
+            msgs, nxt = await self.client.pull(
+                bs,
+                self.topic,
+                self.queue,
+                self.position,
+                max_messages=max_messages,
+                wait_ms=int(timeout * 1000),
+            )
         self.position = nxt
         return msgs
 
@@ -554,9 +671,19 @@ class AsyncReader:
 class AsyncConsumer:
     """A member of a consumer group (clustering mode): the group's live members share the queues."""
 
-    def __init__(self, client: AsyncClient, group: str, topic: str, *, member_id: str | None = None,
-                 auto_commit: bool = True, auto_commit_interval: float = 5.0, start: str = "earliest",
-                 session_timeout: float = 6.0, heartbeat_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        group: str,
+        topic: str,
+        *,
+        member_id: str | None = None,
+        auto_commit: bool = True,
+        auto_commit_interval: float = 5.0,
+        start: str = "earliest",
+        session_timeout: float = 6.0,
+        heartbeat_interval: float = 1.0,
+    ) -> None:
         if not group or "/" in group:
             raise InvalidArgumentError("group must be a non-empty name without '/'")
         if start not in ("earliest", "latest"):
@@ -610,8 +737,13 @@ class AsyncConsumer:
         await self._announce()
         prefix = asg.members_prefix(self.group)
         entries = await self.client.controller.meta_list(prefix)
-        members = asg.live_members(((e.key, e.value) for e in entries), prefix, int(time.time() * 1000),
-                                   self.session_timeout_ms, self.topic)
+        members = asg.live_members(
+            ((e.key, e.value) for e in entries),
+            prefix,
+            int(time.time() * 1000),
+            self.session_timeout_ms,
+            self.topic,
+        )
         route = await self.client.route(self.topic, refresh=force)
         mine = set(asg.assign(self.member_id, members, route.queue_list))
         revoked = [q for q in self.positions if q not in mine]
@@ -663,7 +795,7 @@ class AsyncConsumer:
         route = await self.client.route(self.topic)
         queues = self.assignment
         self._rr = (self._rr + 1) % len(queues)
-        queues = queues[self._rr:] + queues[: self._rr]
+        queues = queues[self._rr :] + queues[: self._rr]
         # Never pull more than can be returned: a pulled message moves its queue's position, so
         # one dropped here would be skipped for good (and committed past).
         queues = queues[: max(1, max_messages)]
@@ -680,14 +812,16 @@ class AsyncConsumer:
                 break
         return out
 
-    async def _pull_one(self, route: TopicRoute, q: tuple[str, int], max_messages: int,
-                        wait_ms: int) -> list[ConsumedMessage]:
+    async def _pull_one(
+        self, route: TopicRoute, q: tuple[str, int], max_messages: int, wait_ms: int
+    ) -> list[ConsumedMessage]:
         bs = route.broker_set(q[0])
         if bs is None or q not in self.positions:
             return []
         try:
-            msgs, nxt = await self.client.pull(bs, self.topic, q[1], self.positions[q], max_messages=max_messages,
-                                               wait_ms=wait_ms)
+            msgs, nxt = await self.client.pull(
+                bs, self.topic, q[1], self.positions[q], max_messages=max_messages, wait_ms=wait_ms
+            )
         except (UnavailableError, TopicNotFoundError):
             # Not served right now; a topic that is really gone fails the controller route instead.
             self.client.forget_route(self.topic)
@@ -714,9 +848,17 @@ class AsyncConsumer:
             if bs is None or not bs.master_address:
                 continue
             try:
-                await self.client.call_broker(bs.master_address, "CommitOffset", bpb.CommitOffsetRequest(
-                    group=self.group, topic=self.topic, queue=q[1], offset=pos))
-            except (NotMasterError, UnavailableError, InSyncReplicasNotEnoughError, FlushSlaveTimeoutError) as exc:
+                await self.client.call_broker(
+                    bs.master_address,
+                    "CommitOffset",
+                    bpb.CommitOffsetRequest(group=self.group, topic=self.topic, queue=q[1], offset=pos),
+                )
+            except (
+                NotMasterError,
+                UnavailableError,
+                InSyncReplicasNotEnoughError,
+                FlushSlaveTimeoutError,
+            ) as exc:
                 log.info("commit of %s/%s queue %s deferred: %s", self.group, self.topic, q, exc)
                 self.client.forget_route(self.topic)
                 continue
@@ -760,8 +902,9 @@ class AsyncAdmin:
         reply = await self.client.controller.describe_broker_sets()
         return sorted(b.role.broker_set for b in reply.broker_sets)
 
-    async def create_topic(self, name: str, queues: int = 4, broker_sets: Iterable[str] | None = None,
-                           perm: str = "rw") -> dict[str, int]:
+    async def create_topic(
+        self, name: str, queues: int = 4, broker_sets: Iterable[str] | None = None, perm: str = "rw"
+    ) -> dict[str, int]:
         sets = list(broker_sets) if broker_sets else await self.broker_sets()
         if not sets:
             raise UnavailableError("no broker set is registered yet", hint="start the brokers first")
@@ -774,8 +917,10 @@ class AsyncAdmin:
         self.client.forget_route(name)
 
     async def list_topics(self) -> list[dict[str, Any]]:
-        return [{"name": t.name, "queues": dict(t.queues), "perm": t.perm}
-                for t in await self.client.controller.list_topics()]
+        return [
+            {"name": t.name, "queues": dict(t.queues), "perm": t.perm}
+            for t in await self.client.controller.list_topics()
+        ]
 
     async def describe_topic(self, name: str) -> list[dict[str, Any]]:
         route = await self.client.route(name, refresh=True)
@@ -783,7 +928,9 @@ class AsyncAdmin:
         for bs in route.broker_sets:
             for q in range(bs.queues):
                 o = await self.client.queue_offsets(bs, name, q)
-                out.append({"broker_set": bs.name, "queue": q, "min": o.min, "max": o.max, "confirmed": o.confirmed})
+                out.append(
+                    {"broker_set": bs.name, "queue": q, "min": o.min, "max": o.max, "confirmed": o.confirmed}
+                )
         return out
 
     async def group_topics(self, group: str) -> list[str]:
@@ -791,7 +938,7 @@ class AsyncAdmin:
         import json
 
         prefix = asg.topics_prefix(group)
-        topics = {e.key[len(prefix):] for e in await self.client.controller.meta_list(prefix)}
+        topics = {e.key[len(prefix) :] for e in await self.client.controller.meta_list(prefix)}
         for e in await self.client.controller.meta_list(asg.members_prefix(group)):
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 topics.add(json.loads(e.value)["topic"])
@@ -805,6 +952,13 @@ class AsyncAdmin:
             for q in range(bs.queues):
                 o = await self.client.queue_offsets(bs, topic, q)
                 committed = await probe.fetch_committed(bs, q)
-                rows.append({"broker_set": bs.name, "queue": q, "committed": committed,
-                             "confirmed": o.confirmed, "lag": o.confirmed - (committed or o.min)})
+                rows.append(
+                    {
+                        "broker_set": bs.name,
+                        "queue": q,
+                        "committed": committed,
+                        "confirmed": o.confirmed,
+                        "lag": o.confirmed - (committed or o.min),
+                    }
+                )
         return rows

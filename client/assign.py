@@ -30,8 +30,13 @@ def announcement(now_ms: int, topic: str) -> bytes:
     return json.dumps({"ts": now_ms, "topic": topic}).encode()
 
 
-def live_members(entries: Iterable[tuple[str, bytes]], prefix: str, now_ms: int, session_timeout_ms: int,
-                 topic: str | None = None) -> list[str]:
+def live_members(
+    entries: Iterable[tuple[str, bytes]],
+    prefix: str,
+    now_ms: int,
+    session_timeout_ms: int,
+    topic: str | None = None,
+) -> list[str]:
     """Member ids whose last announcement is recent enough (and, given `topic`, that read it), sorted.
 
     Members of one group may read different topics; each topic's queues are shared only among
@@ -47,7 +52,7 @@ def live_members(entries: Iterable[tuple[str, bytes]], prefix: str, now_ms: int,
         if topic is not None and doc.get("topic") != topic:
             continue
         if now_ms - ts <= session_timeout_ms:
-            out.append(key[len(prefix):])
+            out.append(key[len(prefix) :])
     return sorted(out)
 
 

@@ -41,8 +41,12 @@ class BatchLimits:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
 
     def __post_init__(self) -> None:
-        for name, low, high in (("linger_ms", 0, 60_000), ("batch_max_messages", 1, 100_000),
-                                ("batch_max_bytes", 1024, 48 << 20), ("max_in_flight", 1, 64)):
+        for name, low, high in (
+            ("linger_ms", 0, 60_000),
+            ("batch_max_messages", 1, 100_000),
+            ("batch_max_bytes", 1024, 48 << 20),
+            ("max_in_flight", 1, 64),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], not {value!r}")

@@ -30,8 +30,17 @@ CONTROLLERS_ENV = "TIDE_CONTROLLERS"
 # A read-only route call that has no answer this soon is also sent to the next controller node.
 HEDGE_AFTER_S = 0.3
 # Calls that change cluster membership: they prove the cluster secret (tidelog.clusterauth).
-SIGNED = frozenset({"RegisterBroker", "Heartbeat", "AlterSyncStateSet", "ElectMaster", "CleanBrokerData",
-                    "DecommissionBroker", "RepairPlacement"})
+SIGNED = frozenset(
+    {
+        "RegisterBroker",
+        "Heartbeat",
+        "AlterSyncStateSet",
+        "ElectMaster",
+        "CleanBrokerData",
+        "DecommissionBroker",
+        "RepairPlacement",
+    }
+)
 
 
 def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
@@ -39,8 +48,9 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     items = addresses.replace(";", ",").split(",") if isinstance(addresses, str) else list(addresses)
     out = [a.strip() for a in items if a and a.strip()]
     if not out:
-        raise UnavailableError("no controller address given",
-                               hint=f"pass --controllers or set ${CONTROLLERS_ENV}")
+        raise UnavailableError(
+            "no controller address given", hint=f"pass --controllers or set ${CONTROLLERS_ENV}"
+        )
     return out
 
 
@@ -83,8 +93,14 @@ def _retryable(err: TidelogError) -> bool:
 class ControllerClient:
     """Async client for a controller cluster given as 'host:port[,host:port...]' or a list."""
 
-    def __init__(self, addresses: str | Iterable[str], *, rpc_timeout: float = 3.0,
-                 total_timeout: float = 15.0, secret: str | None = None) -> None:
+    def __init__(
+        self,
+        addresses: str | Iterable[str],
+        *,
+        rpc_timeout: float = 3.0,
+        total_timeout: float = 15.0,
+        secret: str | None = None,
+    ) -> None:
         self._addresses = parse_addresses(addresses)
         # Signs the membership calls (SIGNED); brokers pass theirs, operators' tools the environment's.
         self.secret = secret or secret_from_env()
@@ -122,8 +138,16 @@ class ControllerClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def call(self, service: str, method: str, request: Any, *, timeout: float | None = None,
-                   total_timeout: float | None = None, address: str | None = None) -> Any:
+    async def call(
+        self,
+        service: str,
+        method: str,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        total_timeout: float | None = None,
+        address: str | None = None,
+    ) -> Any:
         """Call `service.method` ('broker', 'route' or 'admin'), following the leader.
 
         With `address`, ask exactly that node once (no retries, no leader following).
@@ -132,7 +156,8 @@ class ControllerClient:
         if address is not None:
             try:
                 return await getattr(getattr(self._conn(address), service), method)(
-                    request, timeout=per_call, metadata=self._signature(method, request))
+                    request, timeout=per_call, metadata=self._signature(method, request)
+                )
             except grpc.aio.AioRpcError as exc:
                 raise error_from_rpc(exc) from None
         total = total_timeout or self.total_timeout
@@ -152,11 +177,13 @@ class ControllerClient:
             backoff = min(backoff * 2, 0.5)
         if last is not None:
             raise last
-        raise UnavailableError(f"no controller answered within {total:.1f}s "
-                               f"(tried {', '.join(self._addresses)})")
+        raise UnavailableError(
+            f"no controller answered within {total:.1f}s (tried {', '.join(self._addresses)})"
+        )
 
-    async def _sweep(self, service: str, method: str, request: Any, per_call: float,
-                     deadline: float) -> tuple[Any, TidelogError | None]:
+    async def _sweep(
+        self, service: str, method: str, request: Any, per_call: float, deadline: float
+    ) -> tuple[Any, TidelogError | None]:
         """One pass over the nodes, the preferred one first, following a leader a node names.
 
         Returns the reply (`_NO_REPLY` when no node gave one) and the last retryable error.
@@ -172,8 +199,9 @@ class ControllerClient:
             tried.add(addr)
             stub = getattr(self._conn(addr), service)
             try:
-                reply = await getattr(stub, method)(request, timeout=min(per_call, remaining),
-                                                    metadata=self._signature(method, request))
+                reply = await getattr(stub, method)(
+                    request, timeout=min(per_call, remaining), metadata=self._signature(method, request)
+                )
             except grpc.aio.AioRpcError as exc:
                 last = self._retryable_or_raise(error_from_rpc(exc), addr)
                 leader = self._follow_leader(last, tried)
@@ -213,8 +241,14 @@ class ControllerClient:
             broker_id = request.master_id
         elif method == "RegisterBroker" and request.HasField("broker_id"):
             broker_id = request.broker_id
-        token = sign_call(self.secret, method, request.SerializeToString(deterministic=True),
-                          getattr(request, "broker_set", ""), broker_id, int(time.time() * 1000))
+        token = sign_call(
+            self.secret,
+            method,
+            request.SerializeToString(deterministic=True),
+            getattr(request, "broker_set", ""),
+            broker_id,
+            int(time.time() * 1000),
+        )
         return ((CALL_KEY, token),)
 
     async def _hedged(self, method: str, request: Any, per_call: float, deadline: float) -> Any:
@@ -226,14 +260,20 @@ class ControllerClient:
         the leader's address (CONTROLLER_NOT_LEADER) and the leader is asked next. The first
         answer wins; the others are cancelled.
         """
-        h = _Hedge(method, request, per_call, deadline,
-                   order=[self._preferred] + [a for a in self._addresses if a != self._preferred])
+        h = _Hedge(
+            method,
+            request,
+            per_call,
+            deadline,
+            order=[self._preferred] + [a for a in self._addresses if a != self._preferred],
+        )
         try:
             while True:
                 if not h.pending:
                     await self._hedge_next_round(h)
-                done, _ = await asyncio.wait(h.pending, timeout=HEDGE_AFTER_S,
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    h.pending, timeout=HEDGE_AFTER_S, return_when=asyncio.FIRST_COMPLETED
+                )
                 if not done:
                     fresh = h.fresh()
                     if fresh:
@@ -282,24 +322,52 @@ class ControllerClient:
 
     # --- broker-facing --------------------------------------------------------------------
 
-    async def register_broker(self, broker_set: str, address: str, ha_address: str, *, identity: str,
-                              broker_id: int | None = None, datacenter: str = "", rack: str = "",
-                              cluster_id: str = "") -> pb.RegisterBrokerReply:
-        req = pb.RegisterBrokerRequest(broker_set=broker_set, address=address, ha_address=ha_address,
-                                       datacenter=datacenter, rack=rack, identity=identity,
-                                       cluster_id=cluster_id)
+    async def register_broker(
+        self,
+        broker_set: str,
+        address: str,
+        ha_address: str,
+        *,
+        identity: str,
+        broker_id: int | None = None,
+        datacenter: str = "",
+        rack: str = "",
+        cluster_id: str = "",
+    ) -> pb.RegisterBrokerReply:
+        req = pb.RegisterBrokerRequest(
+            broker_set=broker_set,
+            address=address,
+            ha_address=ha_address,
+            datacenter=datacenter,
+            rack=rack,
+            identity=identity,
+            cluster_id=cluster_id,
+        )
         if broker_id is not None:
             req.broker_id = broker_id
         return await self.call("broker", "RegisterBroker", req)
 
-    async def heartbeat(self, broker_set: str, broker_id: int, *, epoch: int, max_offset: int,
-                        confirm_offset: int = -1, priority: int | None = None,
-                        total_timeout: float | None = None) -> pb.HeartbeatReply:
+    async def heartbeat(
+        self,
+        broker_set: str,
+        broker_id: int,
+        *,
+        epoch: int,
+        max_offset: int,
+        confirm_offset: int = -1,
+        priority: int | None = None,
+        total_timeout: float | None = None,
+    ) -> pb.HeartbeatReply:
         """One heartbeat to the leader, answered with the broker's role, and a copy to every other
         node (controller RULES.md L0): a follower that becomes leader then knows which brokers
         fell silent and need not wait a whole timeout before failing a silent master over."""
-        req = pb.HeartbeatRequest(broker_set=broker_set, broker_id=broker_id, epoch=epoch,
-                                  max_offset=max_offset, confirm_offset=confirm_offset)
+        req = pb.HeartbeatRequest(
+            broker_set=broker_set,
+            broker_id=broker_id,
+            epoch=epoch,
+            max_offset=max_offset,
+            confirm_offset=confirm_offset,
+        )
         if priority is not None:
             req.priority = priority
         for addr in self._addresses:
@@ -314,23 +382,33 @@ class ControllerClient:
         except that a node answering as leader becomes the next call's first choice. At most one
         copy per node is in flight, so a silent node does not collect them."""
         try:
-            await self._conn(address).broker.Heartbeat(req, timeout=timeout,
-                                                        metadata=self._signature("Heartbeat", req))
+            await self._conn(address).broker.Heartbeat(
+                req, timeout=timeout, metadata=self._signature("Heartbeat", req)
+            )
         except grpc.aio.AioRpcError:
             return
         self._preferred = address
 
-    async def alter_sync_state_set(self, broker_set: str, master_id: int, master_epoch: int,
-                                   new_sync_state_set: Iterable[int], sync_state_set_epoch: int
-                                   ) -> pb.AlterSyncStateSetReply:
-        req = pb.AlterSyncStateSetRequest(broker_set=broker_set, master_id=master_id,
-                                          master_epoch=master_epoch,
-                                          new_sync_state_set=sorted(new_sync_state_set),
-                                          sync_state_set_epoch=sync_state_set_epoch)
+    async def alter_sync_state_set(
+        self,
+        broker_set: str,
+        master_id: int,
+        master_epoch: int,
+        new_sync_state_set: Iterable[int],
+        sync_state_set_epoch: int,
+    ) -> pb.AlterSyncStateSetReply:
+        req = pb.AlterSyncStateSetRequest(
+            broker_set=broker_set,
+            master_id=master_id,
+            master_epoch=master_epoch,
+            new_sync_state_set=sorted(new_sync_state_set),
+            sync_state_set_epoch=sync_state_set_epoch,
+        )
         return await self.call("broker", "AlterSyncStateSet", req)
 
-    async def elect_master(self, broker_set: str, broker_id: int | None = None, *, designated: bool = False
-                           ) -> pb.ElectMasterReply:
+    async def elect_master(
+        self, broker_set: str, broker_id: int | None = None, *, designated: bool = False
+    ) -> pb.ElectMasterReply:
         req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated)
         if broker_id is not None:
             req.broker_id = broker_id
@@ -357,16 +435,23 @@ class ControllerClient:
     async def list_topics(self) -> list[pb.TopicConfig]:
         return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)
 
-    async def clean_broker_data(self, broker_set: str, broker_ids: Iterable[int] = (), *,
-                                clean_living: bool = False) -> None:
-        await self.call("admin", "CleanBrokerData", pb.CleanBrokerDataRequest(
-            broker_set=broker_set, broker_ids=sorted(broker_ids), clean_living=clean_living))
+    async def clean_broker_data(
+        self, broker_set: str, broker_ids: Iterable[int] = (), *, clean_living: bool = False
+    ) -> None:
+        await self.call(
+            "admin",
+            "CleanBrokerData",
+            pb.CleanBrokerDataRequest(
+                broker_set=broker_set, broker_ids=sorted(broker_ids), clean_living=clean_living
+            ),
+        )
 
     async def placement_audit(self) -> pb.PlacementAuditReply:
         return await self.call("admin", "PlacementAudit", pb.PlacementAuditRequest())
 
-    async def decommission_broker(self, broker_set: str, broker_id: int, *, force: bool = False,
-                                  replacement: int | None = None) -> pb.DecommissionBrokerReply:
+    async def decommission_broker(
+        self, broker_set: str, broker_id: int, *, force: bool = False, replacement: int | None = None
+    ) -> pb.DecommissionBrokerReply:
         req = pb.DecommissionBrokerRequest(broker_set=broker_set, broker_id=broker_id, force=force)
         if replacement is not None:
             req.replacement = replacement
@@ -374,8 +459,9 @@ class ControllerClient:
         return await self.call("admin", "DecommissionBroker", req, timeout=30.0)
 
     async def repair_placement(self, max_ledgers: int = 0) -> pb.RepairPlacementReply:
-        return await self.call("admin", "RepairPlacement", pb.RepairPlacementRequest(max_ledgers=max_ledgers),
-                               timeout=60.0)
+        return await self.call(
+            "admin", "RepairPlacement", pb.RepairPlacementRequest(max_ledgers=max_ledgers), timeout=60.0
+        )
 
     async def meta_create(self, key: str, value: bytes) -> pb.MetaEntry:
         return await self.call("admin", "MetaCreate", pb.MetaCreateRequest(key=key, value=value))
@@ -383,16 +469,18 @@ class ControllerClient:
     async def meta_get(self, key: str) -> pb.MetaEntry:
         return await self.call("admin", "MetaGet", pb.MetaGetRequest(key=key))
 
-    async def meta_cas(self, key: str, value: bytes, expected_version: int, *,
-                       ledger_password: bytes | None = None) -> pb.MetaEntry:
+    async def meta_cas(
+        self, key: str, value: bytes, expected_version: int, *, ledger_password: bytes | None = None
+    ) -> pb.MetaEntry:
         """`ledger_password`: required for ledger metadata (`ledger/` keys), the ledger's password."""
         req = pb.MetaCompareAndSetRequest(key=key, value=value, expected_version=expected_version)
         if ledger_password is not None:
             req.ledger_password = ledger_password
         return await self.call("admin", "MetaCompareAndSet", req)
 
-    async def meta_delete(self, key: str, expected_version: int | None = None, *,
-                          ledger_password: bytes | None = None) -> None:
+    async def meta_delete(
+        self, key: str, expected_version: int | None = None, *, ledger_password: bytes | None = None
+    ) -> None:
         req = pb.MetaDeleteRequest(key=key)
         if expected_version is not None:
             req.expected_version = expected_version

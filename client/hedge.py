@@ -23,7 +23,14 @@ from typing import Any, Generic, TypeVar
 
 from tidelog.errors import UnavailableError
 
-__all__ = ["ROUTE_POLL_S", "SPECULATIVE_READ_S", "STALE_AFTER_S", "AllFailed", "first_answer", "until_superseded"]
+__all__ = [
+    "ROUTE_POLL_S",
+    "SPECULATIVE_READ_S",
+    "STALE_AFTER_S",
+    "AllFailed",
+    "first_answer",
+    "until_superseded",
+]
 
 K = TypeVar("K")
 T = TypeVar("T")
@@ -44,8 +51,13 @@ class AllFailed(Exception, Generic[K]):
         self.errors = errors
 
 
-async def first_answer(candidates: Sequence[K], attempt: Callable[[K], Awaitable[T]], *, after_s: float,
-                       give_up: Callable[[BaseException], bool] = lambda _exc: False) -> tuple[K, T]:
+async def first_answer(
+    candidates: Sequence[K],
+    attempt: Callable[[K], Awaitable[T]],
+    *,
+    after_s: float,
+    give_up: Callable[[BaseException], bool] = lambda _exc: False,
+) -> tuple[K, T]:
     """Ask `candidates[0]`; ask the next one as soon as every asked one has failed or `after_s` has
     passed without an answer. Returns (candidate, result) of the first success; raises AllFailed
     once all have failed, or at once the first exception `give_up` says is final."""
@@ -58,8 +70,9 @@ async def first_answer(candidates: Sequence[K], attempt: Callable[[K], Awaitable
                 key = queue.pop(0)
                 pending[asyncio.ensure_future(attempt(key))] = key
             # Wait for an answer; with candidates left, only `after_s` before asking the next.
-            done, _ = await asyncio.wait(pending, timeout=after_s if queue else None,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                pending, timeout=after_s if queue else None, return_when=asyncio.FIRST_COMPLETED
+            )
             for fut in done:
                 key = pending.pop(fut)
                 exc = fut.exception()
@@ -75,8 +88,13 @@ async def first_answer(candidates: Sequence[K], attempt: Callable[[K], Awaitable
             fut.cancel()
 
 
-async def until_superseded(call: Awaitable[T], broker_set: str, address: str, epoch: int,
-                           newer_epoch: Callable[[], Awaitable[int | None]]) -> T:
+async def until_superseded(
+    call: Awaitable[T],
+    broker_set: str,
+    address: str,
+    epoch: int,
+    newer_epoch: Callable[[], Awaitable[int | None]],
+) -> T:
     """Await `call` to the master of `broker_set` at `epoch`, abandoning it once a newer master exists.
 
     A master that went silent (stopped, or cut off with its datacenter) keeps its connection
@@ -99,8 +117,9 @@ async def until_superseded(call: Awaitable[T], broker_set: str, address: str, ep
                 break
             newer = None if lookup.exception() is not None else lookup.result()
             if newer is not None and newer > epoch:
-                raise UnavailableError(f"broker set {broker_set} has a new master (epoch {newer}) while "
-                                       f"{address} was silent")
+                raise UnavailableError(
+                    f"broker set {broker_set} has a new master (epoch {newer}) while {address} was silent"
+                )
             done, _ = await asyncio.wait({task}, timeout=ROUTE_POLL_S)
         return task.result()
     finally:

@@ -65,9 +65,13 @@ def queue_for_key(route: TopicRoute, key: str) -> tuple[str, int]:
     return route.queue_list[crc32c(key.encode()) % len(route.queue_list)]
 
 
-def queue_round_robin(route: TopicRoute, counter: int, avoid: frozenset[str] = frozenset()) -> tuple[str, int]:
+def queue_round_robin(
+    route: TopicRoute, counter: int, avoid: frozenset[str] = frozenset()
+) -> tuple[str, int]:
     """The next queue for a message without a key, skipping broker sets without a master or in `avoid`."""
-    candidates = [q for q in route.writable() if q[0] not in avoid] or route.writable() or list(route.queue_list)
+    candidates = (
+        [q for q in route.writable() if q[0] not in avoid] or route.writable() or list(route.queue_list)
+    )
     if not candidates:
         raise ValueError(f"topic {route.topic} has no queues")
     return candidates[counter % len(candidates)]

@@ -85,9 +85,11 @@ class SyncFacade:
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._target, name)
         if asyncio.iscoroutinefunction(attr):
+
             @functools.wraps(attr)
             def call(*args: Any, **kwargs: Any) -> Any:
                 return self._runner.run(attr(*args, **kwargs))
+
             return call
         return attr
 

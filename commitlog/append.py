@@ -83,8 +83,9 @@ def append_batch(core: LogCore, messages: Sequence[rec.Message], store_ts: int) 
     return placements
 
 
-def _lay_out(core: LogCore, messages: Sequence[rec.Message],
-             store_ts: int) -> tuple[list[_Chunk], list[Placement], list[_QueueBatch]]:
+def _lay_out(
+    core: LogCore, messages: Sequence[rec.Message], store_ts: int
+) -> tuple[list[_Chunk], list[Placement], list[_QueueBatch]]:
     """Check every message and place its record; nothing is written. This loop is the hot path:
     locals only, and helpers only for what is rare (a new queue, a body not in bytes, a segment roll)."""
     epoch, limit, seg_bytes = core.epochs.last_epoch, core.max_message_bytes, core.segment_bytes
@@ -130,8 +131,24 @@ def _lay_out(core: LogCore, messages: Sequence[rec.Message],
         qoff = q.next
         q.next = qoff + 1
         born = m.born_ts
-        records.append((size, m.flags, q.name_len, qid, epoch, qoff, pos, store_ts if born is None else born,
-                        store_ts, plen, blen, q.name, props, body))
+        records.append(
+            (
+                size,
+                m.flags,
+                q.name_len,
+                qid,
+                epoch,
+                qoff,
+                pos,
+                store_ts if born is None else born,
+                store_ts,
+                plen,
+                blen,
+                q.name,
+                props,
+                body,
+            )
+        )
         placements.append(make(Placement, (pos, qoff, size)))
         q.phys.append(pos)
         q.sizes.append(size)

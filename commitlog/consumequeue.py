@@ -135,18 +135,29 @@ class ConsumeQueue:
         if queue_offset < self.base:
             # below the queue's start (cut or retention): recovery skips those; anything else
             # sending one here disagrees with this index
-            raise CorruptRecordError(where, phys_offset, f"queue offset {queue_offset} of {self.topic}/"
-                                     f"{self.queue_id} is below the queue's start {self.base}")
+            raise CorruptRecordError(
+                where,
+                phys_offset,
+                f"queue offset {queue_offset} of {self.topic}/"
+                f"{self.queue_id} is below the queue's start {self.base}",
+            )
         if queue_offset < nxt:
             i = queue_offset - self.base
             if i >= 0 and self.phys[i] == phys_offset:
                 return
-            raise CorruptRecordError(where, phys_offset, f"queue offset {queue_offset} of {self.topic}/"
-                                     f"{self.queue_id} is already taken by another record")
+            raise CorruptRecordError(
+                where,
+                phys_offset,
+                f"queue offset {queue_offset} of {self.topic}/"
+                f"{self.queue_id} is already taken by another record",
+            )
         if queue_offset > nxt:
             if self.phys:
-                raise CorruptRecordError(where, phys_offset, f"queue offset {queue_offset} of {self.topic}/"
-                                         f"{self.queue_id} skips ahead of {nxt}")
+                raise CorruptRecordError(
+                    where,
+                    phys_offset,
+                    f"queue offset {queue_offset} of {self.topic}/{self.queue_id} skips ahead of {nxt}",
+                )
             # a replica that starts mid-stream, or a queue emptied by retention
             self._trim_files_to(0)
             self._unlink_names([f"{start:020d}" for start in self._files])
@@ -176,8 +187,11 @@ class ConsumeQueue:
             room = self._per_file - (qoff - self._files[-1])
             n = min(room, len(self.phys) - self._written, 4096)
             lo, hi = self._written, self._written + n
-            flat = [v for unit in zip(self.phys[lo:hi], self.sizes[lo:hi], self.tags[lo:hi], strict=True)
-                    for v in unit]
+            flat = [
+                v
+                for unit in zip(self.phys[lo:hi], self.sizes[lo:hi], self.tags[lo:hi], strict=True)
+                for v in unit
+            ]
             buf = _units_struct(n).pack(*flat)
             if self._fd is None:
                 raise RuntimeError(f"consume queue {self.dir}: no open file to write units to")
@@ -282,8 +296,9 @@ class ConsumeQueue:
 
     def check_readable(self, queue_offset: int) -> None:
         if queue_offset < self.base:
-            raise OffsetBelowRetentionError(queue_offset, self.base, what=f"queue offset of {self.topic}/"
-                                            f"{self.queue_id}")
+            raise OffsetBelowRetentionError(
+                queue_offset, self.base, what=f"queue offset of {self.topic}/{self.queue_id}"
+            )
 
     def close(self) -> None:
         self.sync()

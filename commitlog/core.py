@@ -31,8 +31,16 @@ log = logging.getLogger(__name__)
 class LogCore:
     """One log's shared state. Created by `CommitLog`; `recovery.recover` opens its files."""
 
-    def __init__(self, directory: str, *, segment_bytes: int, sync_flush: bool, max_message_bytes: int,
-                 cq_units_per_file: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        directory: str,
+        *,
+        segment_bytes: int,
+        sync_flush: bool,
+        max_message_bytes: int,
+        cq_units_per_file: int,
+        clock: Callable[[], float],
+    ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.max_message_bytes = max_message_bytes

@@ -71,7 +71,8 @@ def check_append(entries: Sequence[tuple[int, int]], epoch: int, start: int) -> 
             raise EpochRejectedError(f"epoch {epoch} is not larger than the last epoch {last_epoch}")
         if start < last_start:
             raise EpochRejectedError(
-                f"epoch {epoch} would start at {start}, before epoch {last_epoch}'s start {last_start}")
+                f"epoch {epoch} would start at {start}, before epoch {last_epoch}'s start {last_start}"
+            )
 
 
 class EpochFile:

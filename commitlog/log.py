@@ -74,9 +74,18 @@ __all__ = ["CommitLog", "Placement", "QueueOffsets"]
 class CommitLog:
     """A broker's commit log. Create with `CommitLog.open(directory, ...)`."""
 
-    def __init__(self, directory: str, *, segment_bytes: int, flush: str, flush_interval_ms: int,
-                 max_message_bytes: int, cq_units_per_file: int, checkpoint_interval_ms: int,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        directory: str,
+        *,
+        segment_bytes: int,
+        flush: str,
+        flush_interval_ms: int,
+        max_message_bytes: int,
+        cq_units_per_file: int,
+        checkpoint_interval_ms: int,
+        clock: Callable[[], float],
+    ) -> None:
         if flush not in ("sync", "async"):
             raise ConfigError(f"flush must be 'sync' or 'async', not {flush!r}")
         if segment_bytes < MIN_SEGMENT_BYTES:
@@ -88,9 +97,14 @@ class CommitLog:
         self.flush_mode = flush
         self.flush_interval_ms = flush_interval_ms
         self.max_message_bytes = max_message_bytes
-        self._core = LogCore(directory, segment_bytes=segment_bytes, sync_flush=flush == "sync",
-                             max_message_bytes=max_message_bytes, cq_units_per_file=cq_units_per_file,
-                             clock=clock)
+        self._core = LogCore(
+            directory,
+            segment_bytes=segment_bytes,
+            sync_flush=flush == "sync",
+            max_message_bytes=max_message_bytes,
+            cq_units_per_file=cq_units_per_file,
+            clock=clock,
+        )
         checkpoint_interval = checkpoint_interval_ms / 1000.0
         # async mode flushes every flush_interval_ms; sync mode wakes on demand, and at checkpoints
         interval = flush_interval_ms / 1000.0 if flush == "async" else checkpoint_interval
@@ -101,16 +115,30 @@ class CommitLog:
     # ------------------------------------------------------------------ open / close
 
     @classmethod
-    def open(cls, directory: str | os.PathLike[str], *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-             flush: str = "async", flush_interval_ms: int = 500,
-             max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cq_units_per_file: int = 300_000,
-             checkpoint_interval_ms: int = 1000, full_scan: bool = False,
-             clock: Callable[[], float] = time.time) -> CommitLog:
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        flush: str = "async",
+        flush_interval_ms: int = 500,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        cq_units_per_file: int = 300_000,
+        checkpoint_interval_ms: int = 1000,
+        full_scan: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> CommitLog:
         """Open (creating if needed) and recover the log in `directory`."""
-        self = cls(os.fspath(directory), segment_bytes=segment_bytes, flush=flush,
-                   flush_interval_ms=flush_interval_ms, max_message_bytes=max_message_bytes,
-                   cq_units_per_file=cq_units_per_file, checkpoint_interval_ms=checkpoint_interval_ms,
-                   clock=clock)
+        self = cls(
+            os.fspath(directory),
+            segment_bytes=segment_bytes,
+            flush=flush,
+            flush_interval_ms=flush_interval_ms,
+            max_message_bytes=max_message_bytes,
+            cq_units_per_file=cq_units_per_file,
+            checkpoint_interval_ms=checkpoint_interval_ms,
+            clock=clock,
+        )
         try:
             recovery.recover(self._core, full_scan)
         except BaseException:
@@ -224,8 +252,16 @@ class CommitLog:
 
     # ------------------------------------------------------------------ reads
 
-    def read(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
-             max_bytes: int | None = None, *, confirmed_only: bool = True) -> list[rec.StoredMessage]:
+    def read(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int = 32,
+        max_bytes: int | None = None,
+        *,
+        confirmed_only: bool = True,
+    ) -> list[rec.StoredMessage]:
         """Messages of (topic, queue) from `queue_offset`, in order, never past the confirm offset.
 
         An empty list means "not yet written or not yet confirmed"; an offset below retention,
@@ -333,8 +369,14 @@ class CommitLog:
 
     # ------------------------------------------------------------------ retention
 
-    def delete_expired(self, *, now_ms: int | None = None, max_age_ms: int | None = None,
-                       max_total_bytes: int | None = None, keep_from: int | None = None) -> int:
+    def delete_expired(
+        self,
+        *,
+        now_ms: int | None = None,
+        max_age_ms: int | None = None,
+        max_total_bytes: int | None = None,
+        keep_from: int | None = None,
+    ) -> int:
         """Delete whole segments older than `max_age_ms` or beyond `max_total_bytes`.
 
         The active (last) segment is never deleted, nor a segment holding any byte at or above

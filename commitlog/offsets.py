@@ -37,10 +37,13 @@ class Offsets:
     def advance_confirm(self, value: int) -> None:
         """The owner's confirm offset: derived from replica acks, which never exceed what this log
         holds, and never going back (truncation and retention move it themselves)."""
-        require(value <= self.max,
-                f"{self.where}: confirm offset {value} would pass the max offset {self.max}")
-        require(value >= self.confirm,
-                f"{self.where}: confirm offset would go back from {self.confirm} to {value}")
+        require(
+            value <= self.max, f"{self.where}: confirm offset {value} would pass the max offset {self.max}"
+        )
+        require(
+            value >= self.confirm,
+            f"{self.where}: confirm offset would go back from {self.confirm} to {value}",
+        )
         self.confirm = value
 
     def mark_flushed(self, target: int) -> None:
@@ -61,6 +64,7 @@ class Offsets:
         """Retention moved the min offset to `new_min`: nothing below it can be read, so the
         confirm offset is at least there (never past the max offset)."""
         self.confirm = max(self.confirm, min(new_min, self.max))
-        require(new_min <= self.confirm,
-                f"{self.where}: after retention min {new_min} is above confirm {self.confirm} "
-                f"(max {self.max})")
+        require(
+            new_min <= self.confirm,
+            f"{self.where}: after retention min {new_min} is above confirm {self.confirm} (max {self.max})",
+        )

@@ -41,8 +41,9 @@ class QueueIndex:
         cq = self.by_key.get((topic, queue_id))
         if cq is None:
             check_topic_queue(topic, queue_id)
-            cq = ConsumeQueue(os.path.join(self.directory, topic, str(queue_id)), topic, queue_id,
-                              self.units_per_file)
+            cq = ConsumeQueue(
+                os.path.join(self.directory, topic, str(queue_id)), topic, queue_id, self.units_per_file
+            )
             self.by_key[(topic, queue_id)] = cq
         return cq
 

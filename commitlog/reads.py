@@ -23,8 +23,15 @@ from tidelog.errors import (
 _NO_LIMIT = 1 << 62
 
 
-def read(core: LogCore, topic: str, queue_id: int, queue_offset: int, max_count: int,
-         max_bytes: int | None, confirmed_only: bool) -> list[rec.StoredMessage]:
+def read(
+    core: LogCore,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    max_count: int,
+    max_bytes: int | None,
+    confirmed_only: bool,
+) -> list[rec.StoredMessage]:
     """See `CommitLog.read`."""
     core.check_open()
     check_topic_queue(topic, queue_id)
@@ -36,8 +43,9 @@ def read(core: LogCore, topic: str, queue_id: int, queue_offset: int, max_count:
     if cq is None:
         return []
     cq.check_readable(queue_offset)
-    end = min(cq.confirmed_end(core.offsets.confirm) if confirmed_only else cq.next_offset,
-              queue_offset + max_count)
+    end = min(
+        cq.confirmed_end(core.offsets.confirm) if confirmed_only else cq.next_offset, queue_offset + max_count
+    )
     out: list[rec.StoredMessage] = []
     budget = max_bytes if max_bytes is not None else _NO_LIMIT
     i = queue_offset
@@ -69,8 +77,9 @@ def _contiguous_run(core: LogCore, cq: ConsumeQueue, i: int, end: int, budget: i
     return run_end, span
 
 
-def _decode_run(core: LogCore, cq: ConsumeQueue, first: int, span: int, budget: int,
-                out: list[rec.StoredMessage]) -> int | None:
+def _decode_run(
+    core: LogCore, cq: ConsumeQueue, first: int, span: int, budget: int, out: list[rec.StoredMessage]
+) -> int | None:
     """Check and decode the run of records starting at queue offset `first` into `out`; returns
     the budget left, or None once a record did not fit (the read ends there)."""
     phys = cq.unit(first)[0]
@@ -80,8 +89,9 @@ def _decode_run(core: LogCore, cq: ConsumeQueue, first: int, span: int, budget: 
     while pos < span:
         kind, rsize, reason = rec.check_at(data, pos)
         if kind != rec.VALID:
-            raise CorruptRecordError(seg.path, phys + pos, reason or "no record where the index points",
-                                     size=cq.unit(i)[1])
+            raise CorruptRecordError(
+                seg.path, phys + pos, reason or "no record where the index points", size=cq.unit(i)[1]
+            )
         m = rec.decode(data, pos)
         if m.topic != cq.topic or m.queue_id != cq.queue_id or m.queue_offset != i:
             raise CorruptRecordError(seg.path, phys + pos, "index points at another queue's record")
@@ -131,8 +141,11 @@ def read_raw_chunk(core: LogCore, phys_offset: int, max_bytes: int) -> tuple[byt
         if magic == rec.BLANK_MAGIC:
             return data[: pos + rec.BLANK_SIZE], seg.base + core.segment_bytes
         if magic != rec.MAGIC:
-            raise CorruptRecordError(seg.path, phys_offset + pos, f"bad magic 0x{magic:08x}"
-                                     + (" (not a record boundary?)" if pos == 0 else ""))
+            raise CorruptRecordError(
+                seg.path,
+                phys_offset + pos,
+                f"bad magic 0x{magic:08x}" + (" (not a record boundary?)" if pos == 0 else ""),
+            )
         if pos + size > len(data):
             if pos == 0:  # a single record larger than max_bytes: return it whole
                 return _whole_record(seg.fd, seg.path, phys_offset, in_seg, size)

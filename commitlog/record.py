@@ -173,12 +173,36 @@ def record_size(topic_bytes: bytes, props: bytes, body: bytes | bytearray | memo
     return HEADER_SIZE + len(topic_bytes) + len(props) + len(body)
 
 
-def record_fields(*, topic: bytes, props: bytes, body: bytes | bytearray | memoryview, flags: int,
-                  queue_id: int, epoch: int, queue_offset: int, phys_offset: int, born_ts: int,
-                  store_ts: int) -> RecordFields:
+def record_fields(
+    *,
+    topic: bytes,
+    props: bytes,
+    body: bytes | bytearray | memoryview,
+    flags: int,
+    queue_id: int,
+    epoch: int,
+    queue_offset: int,
+    phys_offset: int,
+    born_ts: int,
+    store_ts: int,
+) -> RecordFields:
     """The fields `encode_records` takes, sizes computed."""
-    return (record_size(topic, props, body), flags, len(topic), queue_id, epoch, queue_offset,
-            phys_offset, born_ts, store_ts, len(props), len(body), topic, props, bytes(body))
+    return (
+        record_size(topic, props, body),
+        flags,
+        len(topic),
+        queue_id,
+        epoch,
+        queue_offset,
+        phys_offset,
+        born_ts,
+        store_ts,
+        len(props),
+        len(body),
+        topic,
+        props,
+        bytes(body),
+    )
 
 
 def encode_records(records: Iterable[RecordFields], parts: list[bytes]) -> None:
@@ -195,8 +219,22 @@ def encode_records(records: Iterable[RecordFields], parts: list[bytes]) -> None:
     head_pack = HEAD.pack
     tail_pack = HEADER_TAIL.pack
     magic = MAGIC
-    for size, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen, topic, props, body in (
-            records):
+    for (
+        size,
+        flags,
+        tlen,
+        queue_id,
+        epoch,
+        qoff,
+        phys,
+        born,
+        store,
+        plen,
+        blen,
+        topic,
+        props,
+        body,
+    ) in records:
         pre = tail_pack(flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) + topic + props
         parts += (head_pack(size, magic, crc32c(body, crc32c(pre))), pre, body)
 
@@ -218,9 +256,18 @@ def encode_into(
 ) -> int:
     """Write one record at `pos` of `buf` (which must be large enough); returns its size."""
     parts: list[bytes] = []
-    fields = record_fields(topic=topic, props=props, body=body, flags=flags, queue_id=queue_id, epoch=epoch,
-                           queue_offset=queue_offset, phys_offset=phys_offset, born_ts=born_ts,
-                           store_ts=store_ts)
+    fields = record_fields(
+        topic=topic,
+        props=props,
+        body=body,
+        flags=flags,
+        queue_id=queue_id,
+        epoch=epoch,
+        queue_offset=queue_offset,
+        phys_offset=phys_offset,
+        born_ts=born_ts,
+        store_ts=store_ts,
+    )
     encode_records([fields], parts)
     data = b"".join(parts)
     buf[pos : pos + len(data)] = data
@@ -246,8 +293,7 @@ def blank_marker(remaining: int) -> bytes:
 VALID, IS_BLANK, END, DAMAGED = "valid", "blank", "end", "damaged"
 
 
-def check_at(data: Readable, pos: int, *,
-             verify_crc: bool = True) -> tuple[str, int, str]:
+def check_at(data: Readable, pos: int, *, verify_crc: bool = True) -> tuple[str, int, str]:
     """Classify the bytes at `pos`: (VALID, size, "") | (IS_BLANK, declared size, "") |
     (END, 0, "") for no more written data | (DAMAGED, 0, reason)."""
     remaining = len(data) - pos
@@ -270,8 +316,7 @@ def check_at(data: Readable, pos: int, *,
     return VALID, size, ""
 
 
-def _record_damage(data: Readable, pos: int, size: int, remaining: int,
-                   verify_crc: bool) -> str:
+def _record_damage(data: Readable, pos: int, size: int, remaining: int, verify_crc: bool) -> str:
     """Why the record at `pos` (magic already checked) is damaged, or "" when it is intact."""
     if size < HEADER_SIZE:
         return f"length {size} is shorter than the header"
@@ -289,8 +334,9 @@ def _record_damage(data: Readable, pos: int, size: int, remaining: int,
 
 
 def decode_header(data: Readable, pos: int) -> Header:
-    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = (
-        HEADER.unpack_from(data, pos))
+    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = HEADER.unpack_from(
+        data, pos
+    )
     p = pos + HEADER_SIZE
     topic = bytes(data[p : p + tlen]).decode()
     props = bytes(data[p + tlen : p + tlen + plen])
@@ -299,8 +345,9 @@ def decode_header(data: Readable, pos: int) -> Header:
 
 def decode(data: bytes | bytearray | memoryview, pos: int = 0) -> StoredMessage:
     """Decode a record already known to be VALID."""
-    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = (
-        HEADER.unpack_from(data, pos))
+    (size, _, _, flags, tlen, queue_id, epoch, qoff, phys, born, store, plen, blen) = HEADER.unpack_from(
+        data, pos
+    )
     p = pos + HEADER_SIZE
     topic = bytes(data[p : p + tlen]).decode()
     p += tlen

@@ -31,16 +31,20 @@ def recover(core: LogCore, full_scan: bool) -> None:
     cp = checkpoint.loaded
     if cp is None and len(segments):
         # Without a checkpoint only rolled segments are known to be complete.
-        log.warning("no checkpoint in %s: trusting rolled segments, rebuilding consume queues",
-                    core.directory)
+        log.warning(
+            "no checkpoint in %s: trusting rolled segments, rebuilding consume queues", core.directory
+        )
     flushed_cp = cp.flushed_offset if cp else (segments.list[-1].base if len(segments) else 0)
     rebuild_cqs = cp is None or not os.path.isdir(core.queues.directory)
     if rebuild_cqs:
         core.queues.remove_files()
     if not len(segments):
         if cp is not None and cp.flushed_offset > 0:
-            raise CorruptRecordError(segments.directory, cp.flushed_offset,
-                                     "the checkpoint records flushed data but no segment exists")
+            raise CorruptRecordError(
+                segments.directory,
+                cp.flushed_offset,
+                "the checkpoint records flushed data but no segment exists",
+            )
         core.offsets.restore(0, 0)
         core.epochs = EpochFile(core.directory, lambda: core.offsets.max)
         checkpoint.write(0, 0, 0, clean=False)
@@ -58,9 +62,15 @@ def recover(core: LogCore, full_scan: bool) -> None:
     core.epochs = EpochFile(core.directory, lambda: core.offsets.max)
     core.epochs.truncate_after(end)
     core.write_checkpoint(clean=False)
-    log.info("recovered %s: offsets [%d, %d), confirm %d, last epoch %d, %d queues",
-             core.directory, min_off, end, core.offsets.confirm, core.epochs.last_epoch,
-             len(core.queues.by_key))
+    log.info(
+        "recovered %s: offsets [%d, %d), confirm %d, last epoch %d, %d queues",
+        core.directory,
+        min_off,
+        end,
+        core.offsets.confirm,
+        core.epochs.last_epoch,
+        len(core.queues.by_key),
+    )
 
 
 def scan(core: LogCore, scan_from: int, flushed_cp: int, dispatch_from: int) -> int:
@@ -70,8 +80,9 @@ def scan(core: LogCore, scan_from: int, flushed_cp: int, dispatch_from: int) -> 
     for seg in segments.list[first:]:
         if seg.size == 0:
             if seg.base < flushed_cp:
-                raise CorruptRecordError(seg.path, seg.base,
-                                         f"the segment is empty but data up to {flushed_cp} was flushed")
+                raise CorruptRecordError(
+                    seg.path, seg.base, f"the segment is empty but data up to {flushed_cp} was flushed"
+                )
             return seg.base
         end = _scan_segment(core, seg, flushed_cp, dispatch_from)
         if end is not None:

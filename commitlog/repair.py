@@ -25,8 +25,9 @@ def repair_range(core: LogCore, offset: int, data: bytes) -> None:
     end = offset + len(data)
     confirm = core.offsets.confirm
     if not data or offset < core.min_offset or end > confirm:
-        raise InvalidArgumentError(f"repair [{offset}, {end}) is outside [{core.min_offset}, "
-                                   f"confirm {confirm})")
+        raise InvalidArgumentError(
+            f"repair [{offset}, {end}) is outside [{core.min_offset}, confirm {confirm})"
+        )
     if offset // core.segment_bytes != (end - 1) // core.segment_bytes:
         raise InvalidArgumentError(f"repair [{offset}, {end}) crosses a segment boundary")
     _check_records(offset, data)

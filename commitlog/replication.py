@@ -26,8 +26,10 @@ def append_raw(core: LogCore, phys_offset: int, data: bytes) -> int:
     """See `CommitLog.append_raw`."""
     core.check_open()
     if phys_offset != core.offsets.max:
-        raise OffsetMismatchError(f"raw append at {phys_offset}, but the max offset is {core.offsets.max}",
-                                  expected=core.offsets.max)
+        raise OffsetMismatchError(
+            f"raw append at {phys_offset}, but the max offset is {core.offsets.max}",
+            expected=core.offsets.max,
+        )
     spans, units, end = _split(data, phys_offset, core.segment_bytes)
     with core.lock:
         try:
@@ -55,8 +57,9 @@ def _split(data: bytes, at: int, seg_bytes: int) -> tuple[list[Span], list[_Unit
             size, magic = rec.BLANK.unpack_from(data, pos) if n - pos >= 8 else (0, 0)
             if magic == blank_magic:
                 if size != seg_bytes - in_seg:
-                    raise CorruptRecordError(_WHERE, at,
-                                             f"blank marker declares {size} bytes, {seg_bytes - in_seg} left")
+                    raise CorruptRecordError(
+                        _WHERE, at, f"blank marker declares {size} bytes, {seg_bytes - in_seg} left"
+                    )
                 pos += rec.BLANK_SIZE
                 spans.append((at - in_seg, span_at, span_from, pos, True))
                 at = at - in_seg + seg_bytes
@@ -70,8 +73,9 @@ def _split(data: bytes, at: int, seg_bytes: int) -> tuple[list[Span], list[_Unit
     return spans, units, at
 
 
-def _check_record(data: bytes, mv: memoryview, pos: int, at: int, size: int, magic: int, in_seg: int,
-                  seg_bytes: int) -> _Unit:
+def _check_record(
+    data: bytes, mv: memoryview, pos: int, at: int, size: int, magic: int, in_seg: int, seg_bytes: int
+) -> _Unit:
     """The unit of the record at `pos` of `data` (to land at `at`), once it is known whole, intact,
     meant for `at` and fitting its segment."""
     hsize = rec.HEADER_SIZE

@@ -15,8 +15,9 @@ from tidelog.commitlog.core import LogCore
 log = logging.getLogger(__name__)
 
 
-def delete_expired(core: LogCore, now_ms: int, max_age_ms: int | None, max_total_bytes: int | None,
-                   keep_from: int | None) -> int:
+def delete_expired(
+    core: LogCore, now_ms: int, max_age_ms: int | None, max_total_bytes: int | None, keep_from: int | None
+) -> int:
     """See `CommitLog.delete_expired`; `now_ms` is the time segment ages are measured at."""
     core.check_open()
     with core.flush_lock, core.lock:
@@ -32,8 +33,9 @@ def delete_expired(core: LogCore, now_ms: int, max_age_ms: int | None, max_total
         return new_min
 
 
-def _count_doomed(core: LogCore, now_ms: int, max_age_ms: int | None, max_total_bytes: int | None,
-                  keep_from: int | None) -> int:
+def _count_doomed(
+    core: LogCore, now_ms: int, max_age_ms: int | None, max_total_bytes: int | None, keep_from: int | None
+) -> int:
     """How many of the oldest segments may go."""
     segments = core.segments.list
     total = sum(s.size for s in segments)

@@ -54,11 +54,14 @@ class SegmentFiles:
             base = int(name)
             path = os.path.join(self.directory, name)
             if base % self.segment_bytes:
-                raise ConfigError(f"segment {path} does not start at a multiple of segment_bytes="
-                                  f"{self.segment_bytes}; was the segment size changed?")
+                raise ConfigError(
+                    f"segment {path} does not start at a multiple of segment_bytes="
+                    f"{self.segment_bytes}; was the segment size changed?"
+                )
             if self.list and base != self.list[-1].base + self.segment_bytes:
-                raise CorruptRecordError(path, self.list[-1].base + self.segment_bytes,
-                                         "a segment is missing before this one")
+                raise CorruptRecordError(
+                    path, self.list[-1].base + self.segment_bytes, "a segment is missing before this one"
+                )
             fd = os.open(path, os.O_RDWR)
             self.list.append(Segment(base, path, fd, os.fstat(fd).st_size))
 
@@ -113,8 +116,10 @@ class SegmentFiles:
     def _for_write(self, base: int) -> Segment:
         if self.list and self.list[-1].base == base:
             return self.list[-1]
-        require(not self.list or base == self.list[-1].base + self.segment_bytes,
-                f"{self.directory}: a new segment at {base} does not follow the last one")
+        require(
+            not self.list or base == self.list[-1].base + self.segment_bytes,
+            f"{self.directory}: a new segment at {base} does not follow the last one",
+        )
         path = os.path.join(self.directory, segment_name(base))
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         seg = Segment(base, path, fd, 0)

@@ -35,8 +35,9 @@ class OffsetWaiters:
         self._seq = itertools.count()
         self._on_new_target = on_new_target
 
-    async def wait(self, offset: int, timeout: float | None = None,
-                   reached: Callable[[], int] | None = None) -> int:
+    async def wait(
+        self, offset: int, timeout: float | None = None, reached: Callable[[], int] | None = None
+    ) -> int:
         """Return (the released offset) once `release` reaches `offset`.
 
         The waiter is registered before this coroutine first suspends, and `timeout` is applied

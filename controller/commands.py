@@ -159,6 +159,17 @@ class Result:
 #: this module existed replays on either, and nodes of both layouts read each other's entries.
 PICKLED_AS = "tidelog.controller.state"
 
-for _command in (RegisterBroker, ElectMaster, AlterSyncStateSet, CleanBrokerData, CreateTopic, DeleteTopic,
-                 MetaCreate, MetaCompareAndSet, MetaDelete, ReplaceLedgerReplicas, ReportOffsets):
+for _command in (
+    RegisterBroker,
+    ElectMaster,
+    AlterSyncStateSet,
+    CleanBrokerData,
+    CreateTopic,
+    DeleteTopic,
+    MetaCreate,
+    MetaCompareAndSet,
+    MetaDelete,
+    ReplaceLedgerReplicas,
+    ReportOffsets,
+):
     _command.__module__ = PICKLED_AS

@@ -24,12 +24,25 @@ from tidelog.errors import ConfigError
 SECRET_ENV = "TIDE_CONTROLLER_SECRET"
 
 _TOP_KEYS = {
-    "nodes", "node_id", "data_dir", "secret", "heartbeat_interval_ms", "heartbeat_timeout_ms",
-    "enable_elect_unclean_master", "raft", "max_meta_value_bytes", "placement", "placement_audit_interval_ms",
+    "nodes",
+    "node_id",
+    "data_dir",
+    "secret",
+    "heartbeat_interval_ms",
+    "heartbeat_timeout_ms",
+    "enable_elect_unclean_master",
+    "raft",
+    "max_meta_value_bytes",
+    "placement",
+    "placement_audit_interval_ms",
 }
 _RAFT_KEYS = {
-    "election_min_timeout_ms", "election_max_timeout_ms", "append_entries_period_ms",
-    "leader_fallback_timeout_ms", "connection_retry_ms", "log_compaction_min_entries",
+    "election_min_timeout_ms",
+    "election_max_timeout_ms",
+    "append_entries_period_ms",
+    "leader_fallback_timeout_ms",
+    "connection_retry_ms",
+    "log_compaction_min_entries",
 }
 
 
@@ -120,10 +133,15 @@ def _placement(raw: Any) -> dict[str, tuple[str, ...]]:
         key = f"placement.{name}"
         if not isinstance(name, str) or not _LABEL.match(name):
             raise ConfigError(f"{key}: a broker set name is 1..127 of A-Z a-z 0-9 _ . % -", key=key)
-        if (not isinstance(dcs, list) or not dcs
-                or not all(isinstance(d, str) and _LABEL.match(d) for d in dcs) or len(set(dcs)) != len(dcs)):
-            raise ConfigError(f"{key} must be a non-empty list of distinct datacenter names (got {dcs!r})",
-                              key=key)
+        if (
+            not isinstance(dcs, list)
+            or not dcs
+            or not all(isinstance(d, str) and _LABEL.match(d) for d in dcs)
+            or len(set(dcs)) != len(dcs)
+        ):
+            raise ConfigError(
+                f"{key} must be a non-empty list of distinct datacenter names (got {dcs!r})", key=key
+            )
         out[name] = tuple(dcs)
     return out
 
@@ -143,13 +161,15 @@ def _node(i: int, item: Any) -> NodeAddress:
         raise ConfigError(f"{prefix} must be a mapping with id, raft, grpc", key=prefix)
     extra = set(item) - {"id", "raft", "grpc"}
     if extra:
-        raise ConfigError(f"{prefix} has unknown key(s) {sorted(extra)}",
-                          key=f"{prefix}.{sorted(extra)[0]}")
+        raise ConfigError(f"{prefix} has unknown key(s) {sorted(extra)}", key=f"{prefix}.{sorted(extra)[0]}")
     nid = item.get("id")
     if nid is None or not str(nid).strip():
         raise ConfigError(f"{prefix}.id is required", key=f"{prefix}.id")
-    return NodeAddress(str(nid), _host_port(f"{prefix}.raft", item.get("raft")),
-                       _host_port(f"{prefix}.grpc", item.get("grpc")))
+    return NodeAddress(
+        str(nid),
+        _host_port(f"{prefix}.raft", item.get("raft")),
+        _host_port(f"{prefix}.grpc", item.get("grpc")),
+    )
 
 
 def _nodes(raw_nodes: Any) -> tuple[NodeAddress, ...]:
@@ -169,8 +189,9 @@ def _node_id(chosen: Any, nodes: tuple[NodeAddress, ...]) -> str:
     """Which of `nodes` this process is (`--node-id`, else the file's `node_id`)."""
     if chosen is None:
         if len(nodes) != 1:
-            raise ConfigError("node_id is required with more than one node (or pass --node-id)",
-                              key="node_id")
+            raise ConfigError(
+                "node_id is required with more than one node (or pass --node-id)", key="node_id"
+            )
         chosen = nodes[0].id
     chosen = str(chosen)
     if chosen not in {n.id for n in nodes}:
@@ -214,19 +235,29 @@ def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) 
     settings = {key: check(key, raw.get(key, default)) for key, check, default in _SETTINGS}
     cfg = ControllerConfig(nodes=nodes, node_id=chosen, data_dir=Path(dd), **settings)
     if cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms:
-        raise ConfigError("heartbeat_timeout_ms must be larger than heartbeat_interval_ms",
-                          key="heartbeat_timeout_ms")
+        raise ConfigError(
+            "heartbeat_timeout_ms must be larger than heartbeat_interval_ms", key="heartbeat_timeout_ms"
+        )
     return replace(cfg, raft=_raft_tuning(raw.get("raft") or {}))
 
 
 #: Rules between the Raft timings: (key that is wrong, test it must pass, message).
 _RAFT_RULES: tuple[tuple[str, Callable[[RaftTuning], bool], str], ...] = (
-    ("election_min_timeout_ms", lambda t: t.election_min_timeout_ms > 3 * t.append_entries_period_ms,
-     "must exceed 3 × append_entries_period_ms"),
-    ("election_max_timeout_ms", lambda t: t.election_max_timeout_ms > t.election_min_timeout_ms,
-     "must exceed election_min_timeout_ms"),
-    ("leader_fallback_timeout_ms", lambda t: t.leader_fallback_timeout_ms > t.append_entries_period_ms,
-     "must exceed append_entries_period_ms"),
+    (
+        "election_min_timeout_ms",
+        lambda t: t.election_min_timeout_ms > 3 * t.append_entries_period_ms,
+        "must exceed 3 × append_entries_period_ms",
+    ),
+    (
+        "election_max_timeout_ms",
+        lambda t: t.election_max_timeout_ms > t.election_min_timeout_ms,
+        "must exceed election_min_timeout_ms",
+    ),
+    (
+        "leader_fallback_timeout_ms",
+        lambda t: t.leader_fallback_timeout_ms > t.append_entries_period_ms,
+        "must exceed append_entries_period_ms",
+    ),
     ("log_compaction_min_entries", lambda t: t.log_compaction_min_entries >= 2, "must be at least 2"),
 )
 
@@ -244,8 +275,9 @@ def _raft_tuning(raw_raft: Any) -> RaftTuning:
     return tuning
 
 
-def load(path: str | os.PathLike[str], *, node_id: str | None = None,
-         data_dir: str | None = None) -> ControllerConfig:
+def load(
+    path: str | os.PathLike[str], *, node_id: str | None = None, data_dir: str | None = None
+) -> ControllerConfig:
     try:
         text = Path(path).read_text()
     except OSError as exc:

@@ -63,8 +63,9 @@ def _need_value(s: StateData, v: object) -> bytes:
     if not isinstance(v, (bytes, bytearray)):
         raise bad("metadata value must be bytes")
     if len(v) > s.max_meta_value_bytes:
-        raise Reject("METADATA_TOO_LARGE",
-                     f"metadata value of {len(v)} bytes exceeds {s.max_meta_value_bytes}")
+        raise Reject(
+            "METADATA_TOO_LARGE", f"metadata value of {len(v)} bytes exceeds {s.max_meta_value_bytes}"
+        )
     return bytes(v)
 
 
@@ -74,8 +75,11 @@ def _current(s: StateData, key: str, expected_version: int | None) -> MetaEntry:
     if cur is None:
         raise Reject("METADATA_NOT_FOUND", f"no metadata {key}")
     if expected_version is not None and cur.version != expected_version:
-        raise Reject("METADATA_VERSION_MISMATCH",
-                     f"metadata {key} is at version {cur.version}, not {expected_version}", cur)
+        raise Reject(
+            "METADATA_VERSION_MISMATCH",
+            f"metadata {key} is at version {cur.version}, not {expected_version}",
+            cur,
+        )
     return cur
 
 

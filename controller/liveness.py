@@ -67,8 +67,12 @@ class _Entry:
     heard_since_ms: int
 
     def info(self) -> LiveInfo:
-        return LiveInfo(epoch=self.epoch, max_offset=self.max_offset,
-                        confirm_offset=self.confirm_offset, priority=self.priority)
+        return LiveInfo(
+            epoch=self.epoch,
+            max_offset=self.max_offset,
+            confirm_offset=self.confirm_offset,
+            priority=self.priority,
+        )
 
 
 def heartbeat_problem(set_epoch: int, epoch: int, max_offset: int, confirm_offset: int) -> str | None:
@@ -102,8 +106,16 @@ class HeartbeatTable:
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._grace_until_ms: int | None = None
 
-    def beat(self, broker_set: str, broker_id: int, epoch: int, max_offset: int, confirm_offset: int,
-             now_ms: int, priority: int = _PRIORITY_DEFAULT) -> None:
+    def beat(
+        self,
+        broker_set: str,
+        broker_id: int,
+        epoch: int,
+        max_offset: int,
+        confirm_offset: int,
+        now_ms: int,
+        priority: int = _PRIORITY_DEFAULT,
+    ) -> None:
         key = (broker_set, broker_id)
         e = self._entries.get(key)
         if e is None:
@@ -184,8 +196,11 @@ class HeartbeatTable:
             bs = state.broker_sets[name]
             if bs.master_id is None or self.is_alive(name, bs.master_id, now_ms):
                 continue
-            if any(self._witness(name, i, now_ms) if grace else self.is_alive(name, i, now_ms)
-                   for i in bs.members if i != bs.master_id):
+            if any(
+                self._witness(name, i, now_ms) if grace else self.is_alive(name, i, now_ms)
+                for i in bs.members
+                if i != bs.master_id
+            ):
                 out.append(name)
         return out
 
@@ -193,11 +208,15 @@ class HeartbeatTable:
         """Alive and heard without a break for a full timeout: had the master been beating too,
         this node would have heard it within that time."""
         e = self._entries.get((broker_set, broker_id))
-        return (e is not None and e.last_seen_ms + self.timeout_ms >= now_ms
-                and now_ms - e.heard_since_ms >= self.timeout_ms)
+        return (
+            e is not None
+            and e.last_seen_ms + self.timeout_ms >= now_ms
+            and now_ms - e.heard_since_ms >= self.timeout_ms
+        )
 
-    def leaderless_sets_electable(self, state: ControllerState, now_ms: int,
-                                  enable_unclean: bool) -> list[str]:
+    def leaderless_sets_electable(
+        self, state: ControllerState, now_ms: int, enable_unclean: bool
+    ) -> list[str]:
         """Broker sets that had a master once, have none now, and would elect one with the current
         liveness (RULES.md L6), ascending name; none during the grace window.
 

@@ -27,7 +27,8 @@ def _check_elect_args(c: ElectMaster) -> None:
     if c.designated and c.broker_id is None:
         raise bad("a designated election needs the broker_id to elect")
     if not isinstance(c.alive, Mapping) or not all(
-            is_int(k) and isinstance(v, LiveInfo) for k, v in c.alive.items()):
+        is_int(k) and isinstance(v, LiveInfo) for k, v in c.alive.items()
+    ):
         raise bad("alive must map broker ids to LiveInfo")
     need_nonneg(c.now_ms, "now_ms")
 
@@ -37,8 +38,10 @@ def _electing_set(s: StateData, c: ElectMaster) -> BrokerSet:
     if bs is None:  # E1: unknown set
         raise Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST", f"no broker set {c.broker_set}")
     if c.broker_id is not None and c.broker_id not in bs.members:
-        raise Reject("CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
-                     f"broker {c.broker_id} is not registered in {c.broker_set}")
+        raise Reject(
+            "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
+            f"broker {c.broker_id} is not registered in {c.broker_set}",
+        )
     return bs
 
 
@@ -49,8 +52,14 @@ def _candidate(bs: BrokerSet, c: ElectMaster) -> int | None:
         # E3: the first election takes the asking/designated broker, but only if it is alive.
         return c.broker_id if c.broker_id in alive else None
     # E4: the policy (election.py).
-    return choose_master(bs.sync_state_set, bs.members.keys(), bs.master_id,
-                         c.broker_id if c.designated else None, alive, c.enable_unclean)
+    return choose_master(
+        bs.sync_state_set,
+        bs.members.keys(),
+        bs.master_id,
+        c.broker_id if c.designated else None,
+        alive,
+        c.enable_unclean,
+    )
 
 
 def elect(s: StateData, c: ElectMaster) -> Outcome:
@@ -59,8 +68,11 @@ def elect(s: StateData, c: ElectMaster) -> Outcome:
     old = bs.master_id
     new = _candidate(bs, c)
     if new is not None and new == old:
-        raise Reject("CONTROLLER_MASTER_STILL_EXIST",
-                     f"broker {old} is alive and stays master of {c.broker_set}", copy_set(bs))
+        raise Reject(
+            "CONTROLLER_MASTER_STILL_EXIST",
+            f"broker {old} is alive and stays master of {c.broker_set}",
+            copy_set(bs),
+        )
     if new is not None:
         return _install_master(bs, new)
     return _no_master(bs, c)
@@ -74,8 +86,11 @@ def _install_master(bs: BrokerSet, new: int) -> Outcome:
         bs.unclean_epoch = bs.master_epoch
     bs.sync_state_set = frozenset({new})
     bs.sss_epoch += 1
-    return Result(value=copy_set(bs), changed=True,
-                  message=f"broker {new} is master of {bs.name} at epoch {bs.master_epoch}"), "elect"
+    return Result(
+        value=copy_set(bs),
+        changed=True,
+        message=f"broker {new} is master of {bs.name} at epoch {bs.master_epoch}",
+    ), "elect"
 
 
 def _no_master(bs: BrokerSet, c: ElectMaster) -> Outcome:
@@ -84,15 +99,21 @@ def _no_master(bs: BrokerSet, c: ElectMaster) -> Outcome:
         # so one failure bumps the epoch once (QUIRK fixed, RULES.md).
         bs.master_id = None
         bs.master_epoch += 1
-        return Result("CONTROLLER_MASTER_NOT_AVAILABLE", value=copy_set(bs), changed=True,
-                      message=f"no electable broker in {c.broker_set}; master cleared at epoch "
-                              f"{bs.master_epoch}"), "elect_none"
+        return Result(
+            "CONTROLLER_MASTER_NOT_AVAILABLE",
+            value=copy_set(bs),
+            changed=True,
+            message=f"no electable broker in {c.broker_set}; master cleared at epoch {bs.master_epoch}",
+        ), "elect_none"
     if c.broker_id is None:
-        raise Reject("CONTROLLER_MASTER_NOT_AVAILABLE",
-                     f"no electable broker in {c.broker_set}", copy_set(bs))
-    raise Reject("CONTROLLER_ELECT_MASTER_FAILED",
-                 f"broker {c.broker_id} asked for an election in {c.broker_set} but no eligible "
-                 f"broker is alive", copy_set(bs))
+        raise Reject(
+            "CONTROLLER_MASTER_NOT_AVAILABLE", f"no electable broker in {c.broker_set}", copy_set(bs)
+        )
+    raise Reject(
+        "CONTROLLER_ELECT_MASTER_FAILED",
+        f"broker {c.broker_id} asked for an election in {c.broker_set} but no eligible broker is alive",
+        copy_set(bs),
+    )
 
 
 # --- AlterSyncStateSet ------------------------------------------------------------------------
@@ -117,23 +138,30 @@ def _check_fencing(bs: BrokerSet, c: AlterSyncStateSet, new_set: frozenset[int],
     if new_set == bs.sync_state_set:  # A2, before the master check as in the reference
         raise Reject(_ALTER_FAILED, "the proposed SyncStateSet equals the current one", snap)
     if bs.master_id is None or bs.master_id != c.master_id:  # A3
-        raise Reject("CONTROLLER_INVALID_MASTER",
-                     f"broker {c.master_id} is not the master of {c.broker_set} "
-                     f"(master: {bs.master_id})", snap)
+        raise Reject(
+            "CONTROLLER_INVALID_MASTER",
+            f"broker {c.master_id} is not the master of {c.broker_set} (master: {bs.master_id})",
+            snap,
+        )
     if c.master_epoch != bs.master_epoch:  # A4
-        raise Reject("CONTROLLER_FENCED_MASTER_EPOCH",
-                     f"master epoch {c.master_epoch} is not the current {bs.master_epoch}", snap)
+        raise Reject(
+            "CONTROLLER_FENCED_MASTER_EPOCH",
+            f"master epoch {c.master_epoch} is not the current {bs.master_epoch}",
+            snap,
+        )
     if c.sss_epoch != bs.sss_epoch:  # A5
-        raise Reject("CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
-                     f"SyncStateSet epoch {c.sss_epoch} is not the current {bs.sss_epoch}", snap)
+        raise Reject(
+            "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
+            f"SyncStateSet epoch {c.sss_epoch} is not the current {bs.sss_epoch}",
+            snap,
+        )
 
 
 def _check_members(bs: BrokerSet, new_set: frozenset[int], alive: frozenset[int], snap: BrokerSet) -> None:
     """A6 and A7: only registered, alive brokers, and the master among them."""
     for i in sorted(new_set):  # A6, ascending so every replica reports the same broker
         if i not in bs.members:
-            raise Reject("CONTROLLER_INVALID_REPLICAS",
-                         f"broker {i} is not registered in {bs.name}", snap)
+            raise Reject("CONTROLLER_INVALID_REPLICAS", f"broker {i} is not registered in {bs.name}", snap)
         if i not in alive:
             raise Reject("CONTROLLER_BROKER_NOT_ALIVE", f"broker {i} of {bs.name} is not alive", snap)
     if bs.master_id not in new_set:  # A7

@@ -46,8 +46,11 @@ def _check_register_args(c: RegisterBroker) -> None:
     for label, what in ((c.datacenter, "datacenter"), (c.rack, "rack")):
         if not isinstance(label, str) or not LABEL_PATTERN.match(label):
             raise bad(f"{what} must match {LABEL_PATTERN.pattern}, got {label!r}")
-    if (not isinstance(c.identity, str) or not 0 < len(c.identity) <= MAX_IDENTITY_CHARS
-            or not c.identity.isprintable()):
+    if (
+        not isinstance(c.identity, str)
+        or not 0 < len(c.identity) <= MAX_IDENTITY_CHARS
+        or not c.identity.isprintable()
+    ):
         raise bad(f"identity must be 1..{MAX_IDENTITY_CHARS} printable characters")
     if c.broker_id is not None:
         need_nonneg(c.broker_id, "broker_id")
@@ -61,9 +64,11 @@ def register(s: StateData, c: RegisterBroker) -> Outcome:
     _check_register_args(c)
     cluster_id = s.cluster_id or _first_cluster_id(s, c)
     if c.cluster_id and cluster_id and c.cluster_id != cluster_id:  # R7: a disk of another cluster
-        raise Reject("CLUSTER_MISMATCH",
-                     f"the data directory of this broker belongs to cluster {c.cluster_id}, "
-                     f"not {cluster_id or 'this one'}")
+        raise Reject(
+            "CLUSTER_MISMATCH",
+            f"the data directory of this broker belongs to cluster {c.cluster_id}, "
+            f"not {cluster_id or 'this one'}",
+        )
     result, event = _register_member(s, c)  # raises on refusal: nothing below happens then
     if cluster_id and cluster_id != s.cluster_id:
         s.cluster_id = cluster_id  # fixed by the first registration (an invariant keeps it)
@@ -89,18 +94,26 @@ def _register_member(s: StateData, c: RegisterBroker) -> Outcome:
         return _register_new(s, c)
     bs = s.broker_sets.get(c.broker_set)
     if bs is None:
-        raise Reject("CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
-                     f"broker set {c.broker_set} is not registered; register without a broker id")
+        raise Reject(
+            "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
+            f"broker set {c.broker_set} is not registered; register without a broker id",
+        )
     member = bs.members.get(c.broker_id)
     if member is None:
         if c.broker_id >= bs.next_broker_id or c.broker_id < 1:
-            raise Reject("CONTROLLER_BROKER_ID_INVALID",
-                         f"broker id {c.broker_id} was never assigned in {c.broker_set}")
-        raise Reject("CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
-                     f"broker {c.broker_id} of {c.broker_set} was cleaned; register without a broker id")
+            raise Reject(
+                "CONTROLLER_BROKER_ID_INVALID",
+                f"broker id {c.broker_id} was never assigned in {c.broker_set}",
+            )
+        raise Reject(
+            "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
+            f"broker {c.broker_id} of {c.broker_set} was cleaned; register without a broker id",
+        )
     if member.identity != c.identity:
-        raise Reject("CONTROLLER_BROKER_ID_INVALID",
-                     f"broker id {c.broker_id} of {c.broker_set} belongs to another broker identity")
+        raise Reject(
+            "CONTROLLER_BROKER_ID_INVALID",
+            f"broker id {c.broker_id} of {c.broker_set} belongs to another broker identity",
+        )
     return _refresh_member(member, c)
 
 
@@ -117,8 +130,14 @@ def _register_new(s: StateData, c: RegisterBroker) -> Outcome:
     new_id = bs.next_broker_id
     bs.next_broker_id += 1
     bs.members[new_id] = Member(
-        broker_id=new_id, address=c.address, ha_address=c.ha_address, datacenter=c.datacenter,
-        rack=c.rack, identity=c.identity, registered_ms=c.now_ms)
+        broker_id=new_id,
+        address=c.address,
+        ha_address=c.ha_address,
+        datacenter=c.datacenter,
+        rack=c.rack,
+        identity=c.identity,
+        registered_ms=c.now_ms,
+    )
     return Result(value=new_id, message=f"registered broker {new_id}", changed=True), "register"
 
 
@@ -143,8 +162,10 @@ def _check_clean_args(c: CleanBrokerData) -> tuple[frozenset[int], frozenset[int
     if type(c.clean_living) is not bool:
         raise bad("clean_living must be a boolean")
     if c.expect_epochs is not None and (
-            not isinstance(c.expect_epochs, tuple) or len(c.expect_epochs) != 2
-            or not all(type(e) is int and e >= 0 for e in c.expect_epochs)):
+        not isinstance(c.expect_epochs, tuple)
+        or len(c.expect_epochs) != 2
+        or not all(type(e) is int and e >= 0 for e in c.expect_epochs)
+    ):
         raise bad("expect_epochs must be (master epoch, SyncStateSet epoch)")
     need_nonneg(c.now_ms, "now_ms")
     return ids, alive
@@ -157,14 +178,17 @@ def _cleanable_set(s: StateData, c: CleanBrokerData, ids: frozenset[int], alive:
         targets = ids if ids else (frozenset(bs.members) if bs else frozenset())
         living = sorted(targets & alive)
         if living:
-            raise Reject(_INVALID_CLEAN,
-                         f"broker {living[0]} of {c.broker_set} is still alive, clean up failure")
+            raise Reject(
+                _INVALID_CLEAN, f"broker {living[0]} of {c.broker_set} is still alive, clean up failure"
+            )
     if bs is None:  # C2
         raise Reject(_INVALID_CLEAN, f"broker set {c.broker_set} does not exist, clean broker data failure")
     if c.expect_epochs is not None and (bs.master_epoch, bs.sss_epoch) != c.expect_epochs:  # C2a
-        raise Reject("CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
-                     f"{c.broker_set} changed since the decommission was checked "
-                     f"(epochs {c.expect_epochs} -> {(bs.master_epoch, bs.sss_epoch)}); check again")
+        raise Reject(
+            "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
+            f"{c.broker_set} changed since the decommission was checked "
+            f"(epochs {c.expect_epochs} -> {(bs.master_epoch, bs.sss_epoch)}); check again",
+        )
     return bs
 
 
@@ -179,8 +203,9 @@ def clean(s: StateData, c: CleanBrokerData) -> Outcome:
     if not removed:
         return Result(value=copy_set(bs), message="nothing to clean"), None
     _remove_members(bs, removed)
-    return Result(value=copy_set(bs), changed=True,
-                  message=f"removed brokers {sorted(removed)} from {c.broker_set}"), "clean_members"
+    return Result(
+        value=copy_set(bs), changed=True, message=f"removed brokers {sorted(removed)} from {c.broker_set}"
+    ), "clean_members"
 
 
 def _remove_members(bs: BrokerSet, removed: frozenset[int]) -> None:
@@ -209,8 +234,10 @@ def report(s: StateData, c: ReportOffsets) -> Outcome:
         raise Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST", f"no broker set {c.broker_set}")
     m = bs.members.get(c.broker_id)
     if m is None:
-        raise Reject("CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
-                     f"broker {c.broker_id} is not registered in {c.broker_set}")
+        raise Reject(
+            "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
+            f"broker {c.broker_id} is not registered in {c.broker_set}",
+        )
     if (c.epoch, c.max_offset) <= (m.last_epoch, m.last_max_offset):
         return Result(message="offsets not newer than recorded"), None
     m.last_epoch, m.last_max_offset = c.epoch, c.max_offset

@@ -70,9 +70,11 @@ class ControllerNode:
     def __init__(self, cfg: ControllerConfig) -> None:
         if sys.flags.optimize:
             # PySyncObj checks what arrives on the Raft port with `assert`s, which -O removes.
-            raise ConfigError("a controller does not run under `python -O`: its Raft library checks the "
-                              "messages of its peers with asserts, which -O removes",
-                              hint="start it without -O")
+            raise ConfigError(
+                "a controller does not run under `python -O`: its Raft library checks the "
+                "messages of its peers with asserts, which -O removes",
+                hint="start it without -O",
+            )
         cfg = with_secret(cfg)
         require_real_secret(cfg.secret or "")
         self.cfg = cfg
@@ -88,21 +90,35 @@ class ControllerNode:
         self.placement = PlacementMonitor()
         self._ledger_cache: dict[str, tuple[int, LedgerPlacement | None]] = {}  # key -> (version, placement)
         # (mono ms, broker set, ledger metadata key, ((old, new), ...)): re-replications this node made
-        self.ledger_repairs: collections.deque[tuple[int, str, str, tuple[tuple[int, int], ...]]] = \
+        self.ledger_repairs: collections.deque[tuple[int, str, str, tuple[tuple[int, int], ...]]] = (
             collections.deque(maxlen=100)
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self.mono_ms = mono_ms
 
     # --- used by the servicers ------------------------------------------------------------
 
-    def authenticate(self, context: Any, method: str, request: Any, *, broker_set: str | None = None,
-                     broker_id: int | None = None) -> None:
+    def authenticate(
+        self,
+        context: Any,
+        method: str,
+        request: Any,
+        *,
+        broker_set: str | None = None,
+        broker_id: int | None = None,
+    ) -> None:
         """Refuse a membership-changing call that does not prove the cluster secret (for the
         broker set and broker id it acts on, when given). Logged with the peer's address."""
         token = dict(context.invocation_metadata() or ()).get(CALL_KEY)
         try:
-            ident = check_call(self.secret, token, method, request.SerializeToString(deterministic=True),
-                               wall_ms(), self._replays)
+            ident = check_call(
+                self.secret,
+                token,
+                method,
+                request.SerializeToString(deterministic=True),
+                wall_ms(),
+                self._replays,
+            )
             if broker_set is not None and ident.broker_set != broker_set:
                 raise UnauthenticatedError(f"signed for broker set {ident.broker_set!r}, not {broker_set!r}")
             if broker_id is not None and ident.broker_id != broker_id:
@@ -148,8 +164,9 @@ class ControllerNode:
 
     def _record(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest, now: int) -> None:
         kwargs = {"priority": req.priority} if req.HasField("priority") else {}
-        self.heartbeats.beat(broker_set, broker_id, req.epoch, req.max_offset, req.confirm_offset, now,
-                             **kwargs)
+        self.heartbeats.beat(
+            broker_set, broker_id, req.epoch, req.max_offset, req.confirm_offset, now, **kwargs
+        )
 
     def beat(self, broker_set: str, broker_id: int, req: pb.HeartbeatRequest, report: bool) -> None:
         now = mono_ms()
@@ -161,8 +178,9 @@ class ControllerNode:
         if last is not None and last[0] == req.epoch and now - last[1] < REPORT_INTERVAL_MS:
             return
         self._last_report[key] = (req.epoch, now)
-        cmd = st.ReportOffsets(broker_set=broker_set, broker_id=broker_id, epoch=req.epoch,
-                               max_offset=req.max_offset)
+        cmd = st.ReportOffsets(
+            broker_set=broker_set, broker_id=broker_id, epoch=req.epoch, max_offset=req.max_offset
+        )
         self._spawn(self._report(cmd))
 
     async def _report(self, cmd: st.ReportOffsets) -> None:
@@ -209,15 +227,25 @@ class ControllerNode:
             self._led_term = term
             self.heartbeats.on_leadership(now)
             self._election_tried.clear()
-            log.info("controller %s became leader in term %d; brokers get %d ms of grace",
-                     self.cfg.node_id, term, self.cfg.heartbeat_timeout_ms)
+            log.info(
+                "controller %s became leader in term %d; brokers get %d ms of grace",
+                self.cfg.node_id,
+                term,
+                self.cfg.heartbeat_timeout_ms,
+            )
         await self.ensure_ready()
         self.heartbeats.expire(now)
         with self.raft.read() as state:
             # Dead masters, and sets left masterless by a failed election whose SyncStateSet
             # member (or, if unclean election is on, any member) is alive again.
-            names = sorted(set(self.heartbeats.masters_needing_election(state, now)) | set(
-                self.heartbeats.leaderless_sets_electable(state, now, self.cfg.enable_elect_unclean_master)))
+            names = sorted(
+                set(self.heartbeats.masters_needing_election(state, now))
+                | set(
+                    self.heartbeats.leaderless_sets_electable(
+                        state, now, self.cfg.enable_elect_unclean_master
+                    )
+                )
+            )
         for name in names:
             tried = self._election_tried.get(name)
             if tried is not None and now - tried < ELECTION_RETRY_MS:
@@ -248,8 +276,10 @@ class ControllerNode:
     def require_liveness(self, now: int) -> None:
         """Refuse (retryably) what needs to know who is alive while a new leader's grace lasts (L4)."""
         if self.heartbeats.in_grace(now):
-            raise UnavailableError("the controller leader changed moments ago and does not know yet which "
-                                   "brokers are alive", hint="try again in a few seconds")
+            raise UnavailableError(
+                "the controller leader changed moments ago and does not know yet which brokers are alive",
+                hint="try again in a few seconds",
+            )
 
     def required_datacenters(self, bs: st.BrokerSet) -> tuple[str, ...]:
         """The datacenters `bs` must span (RULES.md PL1), from this node's `placement` config."""
@@ -272,21 +302,40 @@ class ControllerNode:
         with self.raft.read() as state:
             bs = state.broker_sets.get(name)
             old = (bs.master_id, bs.master_epoch) if bs else (None, 0)
-        cmd = st.ElectMaster(broker_set=name, broker_id=None, designated=False,
-                             alive=self.heartbeats.alive(name, now),
-                             enable_unclean=self.cfg.enable_elect_unclean_master, now_ms=wall_ms())
+        cmd = st.ElectMaster(
+            broker_set=name,
+            broker_id=None,
+            designated=False,
+            alive=self.heartbeats.alive(name, now),
+            enable_unclean=self.cfg.enable_elect_unclean_master,
+            now_ms=wall_ms(),
+        )
         result = await self.raft.propose(cmd)
         with self.raft.read() as state:
             bs = state.broker_sets.get(name)
             new = (bs.master_id, bs.master_epoch, sorted(bs.sync_state_set)) if bs else (None, 0, [])
         if result.ok:
             why = "stopped heartbeating" if old[0] is not None else "was missing"
-            log.warning("broker set %s: master %s %s; elected broker %s at epoch %d, SyncStateSet %s",
-                        name, old[0], why, new[0], new[1], new[2])
+            log.warning(
+                "broker set %s: master %s %s; elected broker %s at epoch %d, SyncStateSet %s",
+                name,
+                old[0],
+                why,
+                new[0],
+                new[1],
+                new[2],
+            )
         else:
-            log.warning("broker set %s: master %s (epoch %d) stopped heartbeating and no broker could be "
-                        "elected: %s %s (epoch now %d)", name, old[0], old[1], result.code, result.message,
-                        new[1])
+            log.warning(
+                "broker set %s: master %s (epoch %d) stopped heartbeating and no broker could be "
+                "elected: %s %s (epoch now %d)",
+                name,
+                old[0],
+                old[1],
+                result.code,
+                result.message,
+                new[1],
+            )
 
     async def _leader_loop(self, stop: asyncio.Event) -> None:
         period = min(0.25, self.cfg.heartbeat_interval_ms / 2000)
@@ -317,10 +366,16 @@ class ControllerNode:
             self.raft.close()
             raise UnavailableError(
                 f"cannot listen on the gRPC address {address}: {exc}",
-                hint="another process holds the port; stop it or change nodes[].grpc") from None
+                hint="another process holds the port; stop it or change nodes[].grpc",
+            ) from None
         await server.start()
-        log.info("controller %s serving gRPC on %s (raft %s, %d node(s))", self.cfg.node_id, address,
-                 self.cfg.self_node.raft, len(self.cfg.nodes))
+        log.info(
+            "controller %s serving gRPC on %s (raft %s, %d node(s))",
+            self.cfg.node_id,
+            address,
+            self.cfg.self_node.raft,
+            len(self.cfg.nodes),
+        )
         loop_task = asyncio.ensure_future(self._leader_loop(stop))
         try:
             await stop.wait()
@@ -341,8 +396,11 @@ def with_secret(cfg: ControllerConfig) -> ControllerConfig:
     if cfg.secret:
         return cfg
     if len(cfg.nodes) > 1:
-        raise ConfigError(f"a {len(cfg.nodes)}-node controller needs a cluster secret (key 'secret' or "
-                          f"${CLUSTER_SECRET_ENV}), the same on every node and broker", key="secret")
+        raise ConfigError(
+            f"a {len(cfg.nodes)}-node controller needs a cluster secret (key 'secret' or "
+            f"${CLUSTER_SECRET_ENV}), the same on every node and broker",
+            key="secret",
+        )
     path = cfg.node_dir / "cluster.secret"
     cfg.node_dir.mkdir(parents=True, exist_ok=True)
     if not path.exists():
@@ -352,8 +410,12 @@ def with_secret(cfg: ControllerConfig) -> ControllerConfig:
             f.flush()
             os.fsync(f.fileno())
     secret = path.read_text().strip()
-    log.warning("no cluster secret configured: using the one generated in %s; brokers must be given the same "
-                "(key 'secret' or $%s)", path, CLUSTER_SECRET_ENV)
+    log.warning(
+        "no cluster secret configured: using the one generated in %s; brokers must be given the same "
+        "(key 'secret' or $%s)",
+        path,
+        CLUSTER_SECRET_ENV,
+    )
     return replace(cfg, secret=secret)
 
 

@@ -67,8 +67,15 @@ class SetBefore:
     def of(cls, bs: BrokerSet | None) -> SetBefore:
         if bs is None:
             return cls(Phase.ABSENT)
-        return cls(phase(bs), bs.master_epoch, bs.sss_epoch, bs.next_broker_id, bs.master_id,
-                   bs.sync_state_set, existed=True)
+        return cls(
+            phase(bs),
+            bs.master_epoch,
+            bs.sss_epoch,
+            bs.next_broker_id,
+            bs.master_id,
+            bs.sync_state_set,
+            existed=True,
+        )
 
 
 def check_set_after(name: str, bs: BrokerSet | None, before: SetBefore, event: str | None) -> None:
@@ -90,29 +97,41 @@ def _check_no_step_back(name: str, bs: BrokerSet, b: SetBefore) -> None:
     me, se = b.master_epoch, b.sss_epoch
     require(bs.master_epoch >= me, f"{name}: master epoch went back {me} -> {bs.master_epoch}")
     require(bs.sss_epoch >= se, f"{name}: SyncStateSet epoch went back {se} -> {bs.sss_epoch}")
-    require(bs.next_broker_id >= b.next_broker_id,
-            f"{name}: next broker id went back {b.next_broker_id} -> {bs.next_broker_id}")
+    require(
+        bs.next_broker_id >= b.next_broker_id,
+        f"{name}: next broker id went back {b.next_broker_id} -> {bs.next_broker_id}",
+    )
     # One master per epoch: whoever is master now was master for the whole epoch.
-    require(bs.master_id == b.master_id or bs.master_epoch > me,
-            f"{name}: master changed {b.master_id} -> {bs.master_id} within epoch {me}")
-    require(bs.sync_state_set == b.sync_state_set or bs.sss_epoch > se,
-            f"{name}: SyncStateSet changed within its epoch {se}")
+    require(
+        bs.master_id == b.master_id or bs.master_epoch > me,
+        f"{name}: master changed {b.master_id} -> {bs.master_id} within epoch {me}",
+    )
+    require(
+        bs.sync_state_set == b.sync_state_set or bs.sss_epoch > se,
+        f"{name}: SyncStateSet changed within its epoch {se}",
+    )
 
 
 def check_broker_set(bs: BrokerSet) -> None:
     n = bs.name
     require(bool(bs.members), f"{n}: a registered broker set has members")
-    require(all(i == m.broker_id and 1 <= i < bs.next_broker_id for i, m in bs.members.items()),
-            f"{n}: member ids must be assigned ids below next_broker_id {bs.next_broker_id}")
+    require(
+        all(i == m.broker_id and 1 <= i < bs.next_broker_id for i, m in bs.members.items()),
+        f"{n}: member ids must be assigned ids below next_broker_id {bs.next_broker_id}",
+    )
     require(bs.master_epoch >= 0 and bs.sss_epoch >= 0, f"{n}: negative epoch")
-    require(bs.sync_state_set <= bs.members.keys(), f"{n}: SyncStateSet {sorted(bs.sync_state_set)} "
-                                                    f"names non-members")
+    require(
+        bs.sync_state_set <= bs.members.keys(),
+        f"{n}: SyncStateSet {sorted(bs.sync_state_set)} names non-members",
+    )
     if bs.master_id is not None:
         require(bs.master_id in bs.members, f"{n}: master {bs.master_id} is not a member")
         require(bs.master_id in bs.sync_state_set, f"{n}: master {bs.master_id} is not in its SyncStateSet")
     if bs.master_epoch == 0:
-        require(bs.master_id is None and not bs.sync_state_set and bs.sss_epoch == 0,
-                f"{n}: before the first election there is no master and no SyncStateSet")
+        require(
+            bs.master_id is None and not bs.sync_state_set and bs.sss_epoch == 0,
+            f"{n}: before the first election there is no master and no SyncStateSet",
+        )
 
 
 def check_state(s: StateData) -> None:
@@ -120,12 +139,16 @@ def check_state(s: StateData) -> None:
     for name, bs in s.broker_sets.items():
         require(bs.name == name, f"broker set stored under {name} is named {bs.name}")
         check_broker_set(bs)
-        require(s.next_id_floor.get(name, 1) <= bs.next_broker_id,
-                f"{name}: next broker id below its retired floor")
+        require(
+            s.next_id_floor.get(name, 1) <= bs.next_broker_id,
+            f"{name}: next broker id below its retired floor",
+        )
     for name, t in s.topics.items():
         require(t.name == name and bool(t.queues), f"topic {name} is malformed")
-        require(0 <= t.generation < s.next_topic_generation,
-                f"topic {name}: generation {t.generation} not below the counter {s.next_topic_generation}")
+        require(
+            0 <= t.generation < s.next_topic_generation,
+            f"topic {name}: generation {t.generation} not below the counter {s.next_topic_generation}",
+        )
     for name, t in s.deleted_topics.items():
         require(t.name == name and name not in s.topics, f"tombstone {name} is malformed or alive")
     for key, e in s.metadata.items():

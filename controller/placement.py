@@ -58,9 +58,19 @@ from tidelog.errors import TidelogError
 from tidelog.ledger.metadata import LedgerMetadata
 
 __all__ = [
-    "BROKER_SET", "LEDGER", "LedgerPlacement", "PlacementMonitor", "Violation", "audit",
-    "audit_broker_set", "audit_ledger", "decommission_problem", "ledger_placements", "ledger_repair",
-    "replacement_problem", "required_datacenters",
+    "BROKER_SET",
+    "LEDGER",
+    "LedgerPlacement",
+    "PlacementMonitor",
+    "Violation",
+    "audit",
+    "audit_broker_set",
+    "audit_ledger",
+    "decommission_problem",
+    "ledger_placements",
+    "ledger_repair",
+    "replacement_problem",
+    "required_datacenters",
 ]
 
 BROKER_SET = "broker_set"
@@ -99,8 +109,11 @@ class LedgerPlacement:
 def ledger_placements(state: ControllerState, keys: Iterable[str] | None = None) -> Iterator[LedgerPlacement]:
     """Every ledger in the metadata store (or those under ``keys``), as the audit sees it
     (unreadable values are skipped: the state admits only valid ledger metadata under the prefix)."""
-    entries = state.list_prefix(LEDGER_KEY_PREFIX) if keys is None else [
-        e for k in keys if (e := state.get_meta(k)) is not None]
+    entries = (
+        state.list_prefix(LEDGER_KEY_PREFIX)
+        if keys is None
+        else [e for k in keys if (e := state.get_meta(k)) is not None]
+    )
     for entry in entries:
         try:
             meta = LedgerMetadata.decode(entry.value, version=entry.version)
@@ -111,8 +124,9 @@ def ledger_placements(state: ControllerState, keys: Iterable[str] | None = None)
         yield LedgerPlacement(meta.ledger_id, meta.broker_set, tuple(ensemble), key=entry.key, replicas=every)
 
 
-def ledger_repair(ledger: LedgerPlacement, bs: BrokerSet, required: Sequence[str],
-                  alive: Iterable[int]) -> tuple[tuple[int, int], ...]:
+def ledger_repair(
+    ledger: LedgerPlacement, bs: BrokerSet, required: Sequence[str], alive: Iterable[int]
+) -> tuple[tuple[int, int], ...]:
     """PL8: the (old, new) replacements that re-replicate ``ledger`` after brokers left its set.
     Each broker named by an ensemble that is no longer a member is replaced by a live SyncStateSet
     member not already named (it holds every acknowledged byte, so these entries), preferring a
@@ -124,8 +138,9 @@ def ledger_repair(ledger: LedgerPlacement, bs: BrokerSet, required: Sequence[str
     have = {bs.members[i].datacenter for i in ledger.ensemble if i in bs.members}
     pairs = []
     for old in gone:
-        candidates = [i for i in sorted(bs.sync_state_set)
-                      if i in live and i not in taken and i in bs.members]
+        candidates = [
+            i for i in sorted(bs.sync_state_set) if i in live and i not in taken and i in bs.members
+        ]
         if not candidates:
             break
         rank = {dc: n for n, dc in enumerate(d for d in required if d not in have)}
@@ -147,8 +162,9 @@ def _ids(ids: Iterable[int]) -> str:
     return ", ".join(str(i) for i in sorted(ids))
 
 
-def audit_broker_set(bs: BrokerSet, required: Sequence[str],
-                     alive: Mapping[int, LiveInfo]) -> list[Violation]:
+def audit_broker_set(
+    bs: BrokerSet, required: Sequence[str], alive: Mapping[int, LiveInfo]
+) -> list[Violation]:
     """PL2-PL5 for one broker set, given the leader's live brokers of that set."""
     out: list[Violation] = []
 
@@ -169,8 +185,9 @@ def audit_broker_set(bs: BrokerSet, required: Sequence[str],
             continue
         live = [i for i in members if i in alive]
         if not live:
-            add("DATACENTER_DOWN", f"no live replica of {bs.name} in {dc} (broker {_ids(members)} silent)",
-                dc)
+            add(
+                "DATACENTER_DOWN", f"no live replica of {bs.name} in {dc} (broker {_ids(members)} silent)", dc
+            )
             continue
         if len(required) >= 2 and dc not in sss_dcs:
             held = sorted(d or "no datacenter" for d in sss_dcs) or ["nowhere"]
@@ -181,13 +198,21 @@ def audit_broker_set(bs: BrokerSet, required: Sequence[str],
                     lag.append(f"broker {i} {behind} bytes behind")
                 else:
                     lag.append(f"broker {i} catching up")
-            add("NOT_IN_SYNC", f"acknowledged data of {bs.name} is held in {', '.join(held)} only: "
-                               f"{dc}'s replica is not in the SyncStateSet ({'; '.join(lag)})", dc)
+            add(
+                "NOT_IN_SYNC",
+                f"acknowledged data of {bs.name} is held in {', '.join(held)} only: "
+                f"{dc}'s replica is not in the SyncStateSet ({'; '.join(lag)})",
+                dc,
+            )
     return out
 
 
-def audit_ledger(ledger: LedgerPlacement, bs: BrokerSet | None, required: Sequence[str],
-                 set_violations: Sequence[Violation]) -> list[Violation]:
+def audit_ledger(
+    ledger: LedgerPlacement,
+    bs: BrokerSet | None,
+    required: Sequence[str],
+    set_violations: Sequence[Violation],
+) -> list[Violation]:
     """PL6 for one ledger, given its broker set's own violations."""
     if ledger.deleted:
         return []
@@ -201,23 +226,36 @@ def audit_ledger(ledger: LedgerPlacement, bs: BrokerSet | None, required: Sequen
     out = []
     gone = [i for i in (ledger.replicas or ledger.ensemble) if i not in bs.members]
     if gone:
-        out.append(v("REPLICA_GONE", f"ledger {name}'s ensemble names broker {_ids(gone)}, no longer a "
-                                     f"member of {bs.name}"))
+        out.append(
+            v(
+                "REPLICA_GONE",
+                f"ledger {name}'s ensemble names broker {_ids(gone)}, no longer a member of {bs.name}",
+            )
+        )
     dcs = {bs.members[i].datacenter for i in ledger.ensemble if i in bs.members}
     missing = [dc for dc in required if dc not in dcs]
     if len(required) >= 2 and missing:
-        out.append(v("ENSEMBLE_ONE_DATACENTER",
-                     f"ledger {name}'s ensemble has no replica in {', '.join(missing)}"))
+        out.append(
+            v("ENSEMBLE_ONE_DATACENTER", f"ledger {name}'s ensemble has no replica in {', '.join(missing)}")
+        )
     degraded = [x for x in set_violations if x.code in ("DATACENTER_DOWN", "NOT_IN_SYNC")]
     if degraded:
-        out.append(v("BROKER_SET_DEGRADED", f"ledger {name}'s new entries are not held in every datacenter: "
-                                            + "; ".join(x.reason for x in degraded)))
+        out.append(
+            v(
+                "BROKER_SET_DEGRADED",
+                f"ledger {name}'s new entries are not held in every datacenter: "
+                + "; ".join(x.reason for x in degraded),
+            )
+        )
     return out
 
 
-def audit(state: ControllerState, declared: Mapping[str, Sequence[str]],
-          alive: Mapping[str, Mapping[int, LiveInfo]],
-          ledgers: Iterable[LedgerPlacement] = ()) -> list[Violation]:
+def audit(
+    state: ControllerState,
+    declared: Mapping[str, Sequence[str]],
+    alive: Mapping[str, Mapping[int, LiveInfo]],
+    ledgers: Iterable[LedgerPlacement] = (),
+) -> list[Violation]:
     """Every violation of every broker set and ledger, sorted (an empty list: all is well).
     A broker set named in ``declared`` that has never registered is NO_REPLICA everywhere."""
     out: list[Violation] = []
@@ -236,26 +274,38 @@ def audit(state: ControllerState, declared: Mapping[str, Sequence[str]],
     return sorted(out)
 
 
-def decommission_problem(bs: BrokerSet, broker_id: int, required: Sequence[str], *, force: bool = False,
-                         alive: Iterable[int] | None = None) -> str | None:
+def decommission_problem(
+    bs: BrokerSet,
+    broker_id: int,
+    required: Sequence[str],
+    *,
+    force: bool = False,
+    alive: Iterable[int] | None = None,
+) -> str | None:
     """Why taking ``broker_id`` out of ``bs`` is refused, or None when it is safe (see the module).
     ``alive``: the live members, when known (None: liveness is not considered)."""
     if broker_id not in bs.members:
         return f"broker {broker_id} is not a member of {bs.name}"
     if broker_id == bs.master_id:
-        return (f"broker {broker_id} is the master of {bs.name}: elect another master first "
-                f"(tide admin elect {bs.name} --broker ID)")
+        return (
+            f"broker {broker_id} is the master of {bs.name}: elect another master first "
+            f"(tide admin elect {bs.name} --broker ID)"
+        )
     rest = bs.sync_state_set - {broker_id}
     if broker_id in bs.sync_state_set and not rest:
         return f"broker {broker_id} is the last in-sync replica of {bs.name}"
     if force:
         return None
     if bs.master_id is None:
-        return (f"{bs.name} has no master: the remaining replicas may not hold what broker {broker_id} "
-                f"holds; bring the set back first, or pass --force")
+        return (
+            f"{bs.name} has no master: the remaining replicas may not hold what broker {broker_id} "
+            f"holds; bring the set back first, or pass --force"
+        )
     if alive is not None and broker_id in bs.sync_state_set and not rest & set(alive):
-        return (f"no other in-sync replica of {bs.name} is alive: broker {broker_id} may hold the only "
-                f"reachable copy of acknowledged data")
+        return (
+            f"no other in-sync replica of {bs.name} is alive: broker {broker_id} may hold the only "
+            f"reachable copy of acknowledged data"
+        )
     if len(required) < 2:
         return None
 
@@ -264,15 +314,18 @@ def decommission_problem(bs: BrokerSet, broker_id: int, required: Sequence[str],
 
     lost = sorted(covered(bs.sync_state_set) - covered(rest))
     if lost:
-        held = ', '.join(sorted(covered(rest))) or 'no required datacenter'
-        return (f"broker {broker_id} is the only in-sync replica of {bs.name} in {', '.join(lost)}: "
-                f"without it, acknowledged data would be held in {held} "
-                f"only; bring another replica there in sync first, or pass --force")
+        held = ", ".join(sorted(covered(rest))) or "no required datacenter"
+        return (
+            f"broker {broker_id} is the only in-sync replica of {bs.name} in {', '.join(lost)}: "
+            f"without it, acknowledged data would be held in {held} "
+            f"only; bring another replica there in sync first, or pass --force"
+        )
     return None
 
 
-def replacement_problem(bs: BrokerSet, broker_id: int, replacement: int, alive: Iterable[int], *,
-                        force: bool = False) -> str | None:
+def replacement_problem(
+    bs: BrokerSet, broker_id: int, replacement: int, alive: Iterable[int], *, force: bool = False
+) -> str | None:
     """Why ``replacement`` cannot take over from ``broker_id`` yet, or None. It must be another
     live member that the master has taken into the SyncStateSet (so it holds every acknowledged
     byte, ledger entries included), and in the same datacenter unless ``force``."""
@@ -283,12 +336,16 @@ def replacement_problem(bs: BrokerSet, broker_id: int, replacement: int, alive: 
     if replacement not in set(alive):
         return f"broker {replacement} of {bs.name} is not alive"
     if replacement not in bs.sync_state_set:
-        return (f"broker {replacement} is not in the SyncStateSet of {bs.name} yet: it is still copying "
-                f"the log; try again once `tide placement status` shows it in sync")
+        return (
+            f"broker {replacement} is not in the SyncStateSet of {bs.name} yet: it is still copying "
+            f"the log; try again once `tide placement status` shows it in sync"
+        )
     old, new = bs.members.get(broker_id), bs.members[replacement]
     if not force and old is not None and old.datacenter != new.datacenter:
-        return (f"broker {replacement} is in {new.datacenter or 'no datacenter'}, broker {broker_id} in "
-                f"{old.datacenter or 'no datacenter'}: pass --force to move the replica")
+        return (
+            f"broker {replacement} is in {new.datacenter or 'no datacenter'}, broker {broker_id} in "
+            f"{old.datacenter or 'no datacenter'}: pass --force to move the replica"
+        )
     return None
 
 

@@ -113,8 +113,12 @@ class RaftStatus:
 
 
 def _fail_reason_error(reason: int, leader: str | None) -> TidelogError:
-    if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED, FAIL_REASON.DISCARDED,
-                  FAIL_REASON.MISSING_LEADER):
+    if reason in (
+        FAIL_REASON.NOT_LEADER,
+        FAIL_REASON.LEADER_CHANGED,
+        FAIL_REASON.DISCARDED,
+        FAIL_REASON.MISSING_LEADER,
+    ):
         # The command was not committed in our term; the caller may retry at the leader.
         return ControllerNotLeaderError(leader=leader)
     if reason == FAIL_REASON.QUEUE_FULL:
@@ -149,13 +153,18 @@ def _check_snapshot(path: Path) -> None:
         with gzip.open(path, "rb") as f:
             data = pysyncobj_pickle.load(f)
         consumers = data[0]
-        if not (isinstance(consumers, list) and isinstance(consumers[1], dict)
-                and consumers[1].get("format") == SNAPSHOT_FORMAT):
+        if not (
+            isinstance(consumers, list)
+            and isinstance(consumers[1], dict)
+            and consumers[1].get("format") == SNAPSHOT_FORMAT
+        ):
             raise ValueError("not a controller snapshot")
     except Exception as exc:
-        raise ValueError(f"the controller snapshot {path} is unreadable ({exc}); refusing to start "
-                         f"with missing history: restore the data dir or remove this node's data dir "
-                         f"and let it copy the state from the other nodes") from None
+        raise ValueError(
+            f"the controller snapshot {path} is unreadable ({exc}); refusing to start "
+            f"with missing history: restore the data dir or remove this node's data dir "
+            f"and let it copy the state from the other nodes"
+        ) from None
 
 
 class RaftNode:
@@ -189,8 +198,9 @@ class RaftNode:
         )
         _check_snapshot(cfg.node_dir / "raft.snapshot")
         self._machine = _Machine(cfg.max_meta_value_bytes)
-        self._obj = SyncObj(cfg.self_node.raft, [n.raft for n in cfg.peers], conf=conf,
-                            consumers=[self._machine])
+        self._obj = SyncObj(
+            cfg.self_node.raft, [n.raft for n in cfg.peers], conf=conf, consumers=[self._machine]
+        )
         try:
             # A node that cannot own its Raft port must not serve as if it were part of the cluster.
             self._obj.waitBinded()
@@ -198,9 +208,15 @@ class RaftNode:
             self.close()
             raise UnavailableError(
                 f"cannot listen on the Raft address {cfg.self_node.raft}",
-                hint="another process holds the port; stop it or change nodes[].raft") from None
-        log.info("raft node %s on %s, peers %s, data in %s", cfg.node_id, cfg.self_node.raft,
-                 [n.raft for n in cfg.peers], cfg.node_dir)
+                hint="another process holds the port; stop it or change nodes[].raft",
+            ) from None
+        log.info(
+            "raft node %s on %s, peers %s, data in %s",
+            cfg.node_id,
+            cfg.self_node.raft,
+            [n.raft for n in cfg.peers],
+            cfg.node_dir,
+        )
 
     # --- writes ---------------------------------------------------------------------------
 

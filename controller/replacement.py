@@ -40,8 +40,12 @@ def _check_repair(bs: BrokerSet, repair: object) -> tuple[str, Pairs]:
         raise bad("each repair is (ledger metadata key, ((old, new), ...))")
     key, pairs = repair
     need_meta_key(key)
-    if (not key.startswith(LEDGER_KEY_PREFIX) or not isinstance(pairs, tuple) or not pairs
-            or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs)):
+    if (
+        not key.startswith(LEDGER_KEY_PREFIX)
+        or not isinstance(pairs, tuple)
+        or not pairs
+        or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs)
+    ):
         raise bad(f"{key!r}: a ledger key and at least one (old, new) pair")
     for old, new in pairs:
         need_nonneg(old, "old broker id")
@@ -82,5 +86,8 @@ def replace_ledger_replicas(s: StateData, c: ReplaceLedgerReplicas) -> Outcome:
             updates.append(entry)
     for e in updates:  # only after every ledger checked out: a refusal changes nothing
         s.metadata[e.key] = e
-    return Result(value=[e.key for e in updates], changed=bool(updates),
-                  message=f"{len(updates)} ledger(s) re-replicated"), None
+    return Result(
+        value=[e.key for e in updates],
+        changed=bool(updates),
+        message=f"{len(updates)} ledger(s) re-replicated",
+    ), None

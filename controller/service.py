@@ -53,20 +53,21 @@ _PERMS = ("rw", "r", "w")
 # What fixes what `tide placement repair` cannot (RULES.md 8).
 _ADVICE = {
     "NO_REPLICA": "start a broker of the set in each datacenter named NO_REPLICA "
-                  "(its config's datacenter label)",
+    "(its config's datacenter label)",
     "DATACENTER_DOWN": "bring the datacenter's brokers back, or replace them: start a new broker there and "
-                       "run `tide broker replace OLD --with NEW` once it is in sync",
+    "run `tide broker replace OLD --with NEW` once it is in sync",
     "NOT_IN_SYNC": "wait: the master takes a returning replica into the SyncStateSet once it has caught up",
     "NO_MASTER": "bring back an in-sync replica (or see enable_elect_unclean_master)",
     "REPLICA_GONE": "run `tide placement repair` again once a live replica is in sync",
     "ENSEMBLE_ONE_DATACENTER": "the ledger was created on replicas of one datacenter; its new ensembles "
-                               "follow the set's in-sync replicas",
+    "follow the set's in-sync replicas",
     "BROKER_SET_DEGRADED": "repair the ledger's broker set (its own violations)",
 }
 
 
-def _ledger_repair(broker_set: str, key: str, pairs: tuple[tuple[int, int], ...],
-                   ms_ago: int) -> pb.LedgerRepair:
+def _ledger_repair(
+    broker_set: str, key: str, pairs: tuple[tuple[int, int], ...], ms_ago: int
+) -> pb.LedgerRepair:
     item = pb.LedgerRepair(broker_set=broker_set, ledger=str(ledger_id_of_key(key)), ms_ago=ms_ago)
     for old, new in pairs:
         item.replaced[old] = new
@@ -74,8 +75,14 @@ def _ledger_repair(broker_set: str, key: str, pairs: tuple[tuple[int, int], ...]
 
 
 def _violation(v: Violation, since_ms_ago: int) -> pb.PlacementViolation:
-    return pb.PlacementViolation(kind=v.kind, name=v.name, code=v.code, broker_set=v.broker_set,
-                                 reason=v.reason, since_ms_ago=since_ms_ago)
+    return pb.PlacementViolation(
+        kind=v.kind,
+        name=v.name,
+        code=v.code,
+        broker_set=v.broker_set,
+        reason=v.reason,
+        since_ms_ago=since_ms_ago,
+    )
 
 
 def role_of(name: str, bs: st.BrokerSet | None) -> pb.RoleAssignment:
@@ -100,11 +107,20 @@ def members_of(bs: st.BrokerSet, alive: set[int] | None) -> list[pb.MemberInfo]:
     out = []
     for bid in sorted(bs.members):
         m = bs.members[bid]
-        out.append(pb.MemberInfo(
-            broker_id=bid, address=m.address, ha_address=m.ha_address, datacenter=m.datacenter,
-            rack=m.rack, in_sync=bid in bs.sync_state_set, alive=alive is not None and bid in alive,
-            last_epoch=m.last_epoch, last_max_offset=m.last_max_offset, is_master=bid == bs.master_id,
-        ))
+        out.append(
+            pb.MemberInfo(
+                broker_id=bid,
+                address=m.address,
+                ha_address=m.ha_address,
+                datacenter=m.datacenter,
+                rack=m.rack,
+                in_sync=bid in bs.sync_state_set,
+                alive=alive is not None and bid in alive,
+                last_epoch=m.last_epoch,
+                last_max_offset=m.last_max_offset,
+                is_master=bid == bs.master_id,
+            )
+        )
     return out
 
 
@@ -137,28 +153,51 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         self.node = node
 
     @rpc
-    async def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: grpc.aio.ServicerContext
-                             ) -> pb.RegisterBrokerReply:
+    async def RegisterBroker(
+        self, request: pb.RegisterBrokerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterBrokerReply:
         name = non_empty("broker_set", request.broker_set)
         non_empty("address", request.address)
         broker_id = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
-        self.node.authenticate(context, "RegisterBroker", request, broker_set=name,
-                               broker_id=broker_id if broker_id is not None else -1)
-        result = await self.node.write(lambda now, hb: st.RegisterBroker(
-            broker_set=name, address=request.address, ha_address=request.ha_address,
-            datacenter=request.datacenter, rack=request.rack, identity=request.identity,
-            broker_id=broker_id, now_ms=now, cluster_id=request.cluster_id, new_cluster_id=uuid.uuid4().hex))
+        self.node.authenticate(
+            context,
+            "RegisterBroker",
+            request,
+            broker_set=name,
+            broker_id=broker_id if broker_id is not None else -1,
+        )
+        result = await self.node.write(
+            lambda now, hb: st.RegisterBroker(
+                broker_set=name,
+                address=request.address,
+                ha_address=request.ha_address,
+                datacenter=request.datacenter,
+                rack=request.rack,
+                identity=request.identity,
+                broker_id=broker_id,
+                now_ms=now,
+                cluster_id=request.cluster_id,
+                new_cluster_id=uuid.uuid4().hex,
+            )
+        )
         assigned = int(result.value)  # RegisterBroker's result carries the broker's id
         with self.node.raft.read() as state:
             role = role_of(name, state.broker_sets.get(name))
             cluster_id = state.cluster_id
-        log.info("broker set %s: broker %s registered at %s (master %s, epoch %d)", name, assigned,
-                 request.address, role.master_id if role.has_master else None, role.master_epoch)
+        log.info(
+            "broker set %s: broker %s registered at %s (master %s, epoch %d)",
+            name,
+            assigned,
+            request.address,
+            role.master_id if role.has_master else None,
+            role.master_epoch,
+        )
         return pb.RegisterBrokerReply(broker_id=assigned, role=role, cluster_id=cluster_id)
 
     @rpc
-    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
-                        ) -> pb.HeartbeatReply:
+    async def Heartbeat(
+        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HeartbeatReply:
         name = non_empty("broker_set", request.broker_set)
         bid = non_negative("broker_id", request.broker_id)
         self.node.authenticate(context, "Heartbeat", request, broker_set=name, broker_id=bid)
@@ -171,29 +210,46 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             bs = state.broker_sets.get(name)
             if bs is None or bid not in bs.members:
                 raise ControllerBrokerNeedToBeRegisteredError(
-                    f"broker {bid} is not registered in broker set {name!r}", broker_set=name, broker_id=bid)
-            problem = heartbeat_problem(bs.master_epoch, request.epoch, request.max_offset,
-                                        request.confirm_offset)
+                    f"broker {bid} is not registered in broker set {name!r}", broker_set=name, broker_id=bid
+                )
+            problem = heartbeat_problem(
+                bs.master_epoch, request.epoch, request.max_offset, request.confirm_offset
+            )
             if problem is not None:
-                log.warning("broker set %s: refused a heartbeat of broker %d from %s: %s", name, bid,
-                            context.peer(), problem)
-                raise EpochRejectedError(f"heartbeat of broker {bid} in {name!r}: {problem}", broker_set=name,
-                                         broker_id=bid)
+                log.warning(
+                    "broker set %s: refused a heartbeat of broker %d from %s: %s",
+                    name,
+                    bid,
+                    context.peer(),
+                    problem,
+                )
+                raise EpochRejectedError(
+                    f"heartbeat of broker {bid} in {name!r}: {problem}", broker_set=name, broker_id=bid
+                )
             role = role_of(name, bs)
-            topics = [topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name)
-                      if name in t.queues]
-            deleted = [topic_of(t) for t in sorted(state.deleted_topics.values(), key=lambda t: t.name)
-                       if name in t.queues]
+            topics = [
+                topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name) if name in t.queues
+            ]
+            deleted = [
+                topic_of(t)
+                for t in sorted(state.deleted_topics.values(), key=lambda t: t.name)
+                if name in t.queues
+            ]
             member = bs.members[bid]
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
         self.node.beat(name, bid, request, report=stale_offsets)
-        return pb.HeartbeatReply(role=role, topics=topics, deleted_topics=deleted,
-                                 heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
-                                 heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms)
+        return pb.HeartbeatReply(
+            role=role,
+            topics=topics,
+            deleted_topics=deleted,
+            heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
+            heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms,
+        )
 
     @rpc
-    async def AlterSyncStateSet(self, request: pb.AlterSyncStateSetRequest, context: grpc.aio.ServicerContext
-                                ) -> pb.AlterSyncStateSetReply:
+    async def AlterSyncStateSet(
+        self, request: pb.AlterSyncStateSetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterSyncStateSetReply:
         name = non_empty("broker_set", request.broker_set)
         master_id = non_negative("master_id", request.master_id)
         self.node.authenticate(context, "AlterSyncStateSet", request, broker_set=name, broker_id=master_id)
@@ -202,32 +258,53 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         require(len(request.new_sync_state_set) > 0, "new_sync_state_set must not be empty")
         for b in request.new_sync_state_set:
             non_negative("new_sync_state_set[]", b)
-        await self.node.write(lambda now, hb: st.AlterSyncStateSet(
-            broker_set=name, master_id=master_id, master_epoch=request.master_epoch,
-            new_sync_state_set=frozenset(request.new_sync_state_set),
-            sss_epoch=request.sync_state_set_epoch, alive=frozenset(hb.alive(name, self.node.mono_ms())),
-            now_ms=now))
+        await self.node.write(
+            lambda now, hb: st.AlterSyncStateSet(
+                broker_set=name,
+                master_id=master_id,
+                master_epoch=request.master_epoch,
+                new_sync_state_set=frozenset(request.new_sync_state_set),
+                sss_epoch=request.sync_state_set_epoch,
+                alive=frozenset(hb.alive(name, self.node.mono_ms())),
+                now_ms=now,
+            )
+        )
         with self.node.raft.read() as state:
             role = role_of(name, state.broker_sets.get(name))
-        log.info("broker set %s: SyncStateSet now %s (sss epoch %d)", name, list(role.sync_state_set),
-                 role.sync_state_set_epoch)
+        log.info(
+            "broker set %s: SyncStateSet now %s (sss epoch %d)",
+            name,
+            list(role.sync_state_set),
+            role.sync_state_set_epoch,
+        )
         return pb.AlterSyncStateSetReply(role=role)
 
     @rpc
-    async def ElectMaster(self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.ElectMasterReply:
+    async def ElectMaster(
+        self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ElectMasterReply:
         name = non_empty("broker_set", request.broker_set)
         self.node.authenticate(context, "ElectMaster", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
         require(not request.designated or bid is not None, "a designated election needs broker_id")
-        await self.node.write(lambda now, hb: st.ElectMaster(
-            broker_set=name, broker_id=bid, designated=request.designated,
-            alive=hb.alive(name, self.node.mono_ms()),
-            enable_unclean=self.node.cfg.enable_elect_unclean_master, now_ms=now))
+        await self.node.write(
+            lambda now, hb: st.ElectMaster(
+                broker_set=name,
+                broker_id=bid,
+                designated=request.designated,
+                alive=hb.alive(name, self.node.mono_ms()),
+                enable_unclean=self.node.cfg.enable_elect_unclean_master,
+                now_ms=now,
+            )
+        )
         with self.node.raft.read() as state:
             role = role_of(name, state.broker_sets.get(name))
-        log.info("broker set %s: master %s elected on request (epoch %d)", name,
-                 role.master_id if role.has_master else None, role.master_epoch)
+        log.info(
+            "broker set %s: master %s elected on request (epoch %d)",
+            name,
+            role.master_id if role.has_master else None,
+            role.master_epoch,
+        )
         return pb.ElectMasterReply(role=role)
 
 
@@ -239,8 +316,9 @@ class RouteServicer(pb_grpc.ControllerRouteServicer):
         self.node = node
 
     @rpc
-    async def GetRoute(self, request: pb.GetRouteRequest,
-                       context: grpc.aio.ServicerContext) -> pb.GetRouteReply:
+    async def GetRoute(
+        self, request: pb.GetRouteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRouteReply:
         topic = non_empty("topic", request.topic)
         alive_of = self.node.alive_ids
         with self.node.raft.read() as state:
@@ -257,8 +335,9 @@ class RouteServicer(pb_grpc.ControllerRouteServicer):
         return reply
 
     @rpc
-    async def DescribeBrokerSets(self, request: pb.DescribeBrokerSetsRequest,
-                                 context: grpc.aio.ServicerContext) -> pb.DescribeBrokerSetsReply:
+    async def DescribeBrokerSets(
+        self, request: pb.DescribeBrokerSetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeBrokerSetsReply:
         for n in request.names:
             non_empty("names[]", n)
         alive_of = self.node.alive_ids
@@ -267,9 +346,13 @@ class RouteServicer(pb_grpc.ControllerRouteServicer):
             names = list(request.names) or sorted(state.broker_sets)
             for name in names:
                 bs = _broker_set(state, name)
-                reply.broker_sets.append(pb.BrokerSetInfo(
-                    role=role_of(name, bs), members=members_of(bs, alive_of(name)),
-                    next_broker_id=bs.next_broker_id))
+                reply.broker_sets.append(
+                    pb.BrokerSetInfo(
+                        role=role_of(name, bs),
+                        members=members_of(bs, alive_of(name)),
+                        next_broker_id=bs.next_broker_id,
+                    )
+                )
         return reply
 
 
@@ -282,8 +365,9 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         self._broker = BrokerServicer(node)
 
     @rpc
-    async def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.CreateTopicReply:
+    async def CreateTopic(
+        self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateTopicReply:
         name = non_empty("name", request.name)
         require(len(request.queues) > 0, "queues must name at least one broker set")
         for bs_name, n in request.queues.items():
@@ -294,8 +378,15 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         queues = {k: int(v) for k, v in request.queues.items()}
         # a deleted name waits one heartbeat timeout: by then every master still taking writes
         # has seen the deletion and dropped the old data (broker/TOPICS.md)
-        await self.node.write(lambda now, hb: st.CreateTopic(name=name, queues=queues, perm=perm, now_ms=now,
-                                                             recreate_after_ms=self.node.cfg.heartbeat_timeout_ms))
+        await self.node.write(
+            lambda now, hb: st.CreateTopic(
+                name=name,
+                queues=queues,
+                perm=perm,
+                now_ms=now,
+                recreate_after_ms=self.node.cfg.heartbeat_timeout_ms,
+            )
+        )
         with self.node.raft.read() as state:
             t = state.topics.get(name)
             topic = topic_of(t) if t is not None else pb.TopicConfig(name=name, queues=queues, perm=perm)
@@ -303,34 +394,44 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return pb.CreateTopicReply(topic=topic)
 
     @rpc
-    async def DeleteTopic(self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.DeleteTopicReply:
+    async def DeleteTopic(
+        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteTopicReply:
         name = non_empty("name", request.name)
         await self.node.write(lambda now, hb: st.DeleteTopic(name=name, now_ms=now))
         log.info("topic %s deleted", name)
         return pb.DeleteTopicReply()
 
     @rpc
-    async def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
-                         ) -> pb.ListTopicsReply:
+    async def ListTopics(
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTopicsReply:
         with self.node.raft.read() as state:
             return pb.ListTopicsReply(topics=[topic_of(state.topics[n]) for n in sorted(state.topics)])
 
-    async def ElectMaster(self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.ElectMasterReply:
+    async def ElectMaster(
+        self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ElectMasterReply:
         return await self._broker.ElectMaster(request, context)
 
     @rpc
-    async def CleanBrokerData(self, request: pb.CleanBrokerDataRequest, context: grpc.aio.ServicerContext
-                              ) -> pb.CleanBrokerDataReply:
+    async def CleanBrokerData(
+        self, request: pb.CleanBrokerDataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CleanBrokerDataReply:
         name = non_empty("broker_set", request.broker_set)
         self.node.authenticate(context, "CleanBrokerData", request, broker_set=name)
         for b in request.broker_ids:
             non_negative("broker_ids[]", b)
         ids = frozenset(request.broker_ids)
-        await self.node.write(lambda now, hb: st.CleanBrokerData(
-            broker_set=name, broker_ids=ids, clean_living=request.clean_living,
-            alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
+        await self.node.write(
+            lambda now, hb: st.CleanBrokerData(
+                broker_set=name,
+                broker_ids=ids,
+                clean_living=request.clean_living,
+                alive=frozenset(hb.alive(name, self.node.mono_ms())),
+                now_ms=now,
+            )
+        )
         if ids:
             for b in ids:
                 self.node.heartbeats.forget(name, b)
@@ -340,8 +441,9 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return pb.CleanBrokerDataReply()
 
     @rpc
-    async def PlacementAudit(self, request: pb.PlacementAuditRequest, context: grpc.aio.ServicerContext
-                             ) -> pb.PlacementAuditReply:
+    async def PlacementAudit(
+        self, request: pb.PlacementAuditRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PlacementAuditReply:
         """The leader's latest placement audit (RULES.md PL1-PL6), made afresh for the answer."""
         self.node.require_leader()
         await self.node.ensure_ready()
@@ -349,7 +451,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         violations = self.node.audit_placement(now)
         since = self.node.placement.since_ms
         reply = pb.PlacementAuditReply(
-            violations=[_violation(v, now - since.get(v.key, now)) for v in violations])
+            violations=[_violation(v, now - since.get(v.key, now)) for v in violations]
+        )
         for at, opened, v in self.node.placement.events:
             reply.events.append(pb.PlacementEvent(ms_ago=now - at, opened=opened, violation=_violation(v, 0)))
         for at, broker_set, key, pairs in self.node.ledger_repairs:
@@ -361,15 +464,17 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return reply
 
     @rpc
-    async def DecommissionBroker(self, request: pb.DecommissionBrokerRequest,
-                                 context: grpc.aio.ServicerContext) -> pb.DecommissionBrokerReply:
+    async def DecommissionBroker(
+        self, request: pb.DecommissionBrokerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DecommissionBrokerReply:
         """Take a broker out of its set (RULES.md PL7): checked against the current state and
         liveness, then removed with CleanBrokerData."""
         name = non_empty("broker_set", request.broker_set)
         self.node.authenticate(context, "DecommissionBroker", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id)
-        replacement = (non_negative("replacement", request.replacement) if request.HasField("replacement")
-                       else None)
+        replacement = (
+            non_negative("replacement", request.replacement) if request.HasField("replacement") else None
+        )
         self.node.require_leader()
         await self.node.ensure_ready()
         for attempt in range(3):
@@ -378,14 +483,20 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         if replacement is not None:  # PL8: its ledgers now name the replacement
             with self.node.raft.read() as state:
                 ledgers = self.node.ledger_placements(state)
-            await self._replace_ledger_replicas(name, {
-                lp.key: ((bid, replacement),) for lp in ledgers
-                if lp.broker_set == name and bid in lp.replicas})
+            await self._replace_ledger_replicas(
+                name,
+                {
+                    lp.key: ((bid, replacement),)
+                    for lp in ledgers
+                    if lp.broker_set == name and bid in lp.replicas
+                },
+            )
         with self.node.raft.read() as state:
             return pb.DecommissionBrokerReply(role=role_of(name, state.broker_sets.get(name)))
 
-    async def _decommission_once(self, name: str, bid: int, replacement: int | None, force: bool, *,
-                                 last_try: bool) -> bool:
+    async def _decommission_once(
+        self, name: str, bid: int, replacement: int | None, force: bool, *, last_try: bool
+    ) -> bool:
         """Check PL7 (and PL8 with a replacement) against the current state, then remove the broker
         if the set did not change meanwhile. True when done; False to check again."""
         now = self.node.mono_ms()
@@ -408,21 +519,33 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             log.warning("broker set %s: refused to decommission broker %d: %s", name, bid, problem)
             raise PlacementRefusedError(problem, broker_set=name, broker_id=bid)
         try:
-            await self.node.write(lambda now, hb, e=epochs: st.CleanBrokerData(
-                broker_set=name, broker_ids=frozenset({bid}), clean_living=force, expect_epochs=e,
-                alive=frozenset(hb.alive(name, self.node.mono_ms())), now_ms=now))
+            await self.node.write(
+                lambda now, hb, e=epochs: st.CleanBrokerData(
+                    broker_set=name,
+                    broker_ids=frozenset({bid}),
+                    clean_living=force,
+                    expect_epochs=e,
+                    alive=frozenset(hb.alive(name, self.node.mono_ms())),
+                    now_ms=now,
+                )
+            )
         except ControllerFencedSyncStateSetEpochError:
             if last_try:
                 raise
             return False  # the set changed between the check and the removal: check again
         self.node.heartbeats.forget(name, bid)
-        log.warning("broker set %s: decommissioned broker %d%s%s", name, bid,
-                    f" (replaced by {replacement})" if replacement is not None else "",
-                    " (forced)" if force else "")
+        log.warning(
+            "broker set %s: decommissioned broker %d%s%s",
+            name,
+            bid,
+            f" (replaced by {replacement})" if replacement is not None else "",
+            " (forced)" if force else "",
+        )
         return True
 
-    def _decommission_problem(self, bs: st.BrokerSet, bid: int, replacement: int | None,
-                              alive: frozenset[int], force: bool) -> str | None:
+    def _decommission_problem(
+        self, bs: st.BrokerSet, bid: int, replacement: int | None, alive: frozenset[int], force: bool
+    ) -> str | None:
         """Why broker `bid` may not leave `bs` now (PL7, and PL8 with a replacement); None: it may."""
         problem = None
         if replacement is not None:
@@ -430,11 +553,13 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         if problem is None and bid in alive and not force:
             problem = f"broker {bid} of {bs.name} is still alive: stop it first, or pass --force"
         return problem or decommission_problem(
-            bs, bid, self.node.required_datacenters(bs), force=force, alive=alive)
+            bs, bid, self.node.required_datacenters(bs), force=force, alive=alive
+        )
 
     @rpc
-    async def RepairPlacement(self, request: pb.RepairPlacementRequest, context: grpc.aio.ServicerContext
-                              ) -> pb.RepairPlacementReply:
+    async def RepairPlacement(
+        self, request: pb.RepairPlacementRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RepairPlacementReply:
         """PL8: re-replicate ledgers that name a broker which left their set, at most
         `max_ledgers` per call; then say what is left and what fixes it."""
         self.node.authenticate(context, "RepairPlacement", request)
@@ -450,8 +575,9 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 bs = state.broker_sets.get(lp.broker_set)
                 if bs is None:
                     continue
-                pairs = ledger_repair(lp, bs, self.node.required_datacenters(bs),
-                                      self.node.heartbeats.alive_ids(bs.name, now))
+                pairs = ledger_repair(
+                    lp, bs, self.node.required_datacenters(bs), self.node.heartbeats.alive_ids(bs.name, now)
+                )
                 if pairs:
                     plans.setdefault(bs.name, {})[lp.key] = pairs
                     planned += 1
@@ -466,33 +592,43 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         reply.advice.extend(sorted({_ADVICE[v.code] for v in violations if v.code in _ADVICE}))
         return reply
 
-    async def _replace_ledger_replicas(self, broker_set: str, repairs: dict[str, tuple[tuple[int, int], ...]]
-                                       ) -> list[str]:
+    async def _replace_ledger_replicas(
+        self, broker_set: str, repairs: dict[str, tuple[tuple[int, int], ...]]
+    ) -> list[str]:
         """Apply PL8 repairs in batches of 100 ledgers (one Raft command each); the keys changed."""
         changed: list[str] = []
         items = sorted(repairs.items())
         for i in range(0, len(items), 100):
-            batch = tuple(items[i:i + 100])
-            result = await self.node.write(lambda now, hb, b=batch: st.ReplaceLedgerReplicas(
-                broker_set=broker_set, repairs=b, now_ms=now))
+            batch = tuple(items[i : i + 100])
+            result = await self.node.write(
+                lambda now, hb, b=batch: st.ReplaceLedgerReplicas(
+                    broker_set=broker_set, repairs=b, now_ms=now
+                )
+            )
             changed.extend(result.value or [])
         now = self.node.mono_ms()
         for key in changed:
             self.node.ledger_repairs.append((now, broker_set, key, repairs[key]))
         if changed:
-            log.warning("broker set %s: re-replicated %d ledger(s) to in-sync replicas", broker_set,
-                        len(changed))
+            log.warning(
+                "broker set %s: re-replicated %d ledger(s) to in-sync replicas", broker_set, len(changed)
+            )
         return changed
 
     def _check_value(self, key: str, value: bytes) -> None:
         limit = self.node.cfg.max_meta_value_bytes
         if len(value) > limit:
-            raise MetadataTooLargeError(f"value for {key!r} is {len(value)} bytes; the limit is {limit}",
-                                        key=key, size=len(value), limit=limit)
+            raise MetadataTooLargeError(
+                f"value for {key!r} is {len(value)} bytes; the limit is {limit}",
+                key=key,
+                size=len(value),
+                limit=limit,
+            )
 
     @rpc
-    async def MetaCreate(self, request: pb.MetaCreateRequest,
-                         context: grpc.aio.ServicerContext) -> pb.MetaEntry:
+    async def MetaCreate(
+        self, request: pb.MetaCreateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetaEntry:
         key = non_empty("key", request.key, MAX_KEY_LEN)
         value = bytes(request.value)
         self._check_value(key, value)
@@ -505,49 +641,73 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return self._entry(key)
 
     @rpc
-    async def MetaCompareAndSet(self, request: pb.MetaCompareAndSetRequest, context: grpc.aio.ServicerContext
-                                ) -> pb.MetaEntry:
+    async def MetaCompareAndSet(
+        self, request: pb.MetaCompareAndSetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetaEntry:
         key = non_empty("key", request.key, MAX_KEY_LEN)
         non_negative("expected_version", request.expected_version)
         value = bytes(request.value)
         self._check_value(key, value)
         proof = _ledger_password_hash(request)
-        result = await self.node.write(lambda now, hb: st.MetaCompareAndSet(
-            key=key, value=value, expected_version=request.expected_version, now_ms=now,
-            ledger_password_hash=proof))
+        result = await self.node.write(
+            lambda now, hb: st.MetaCompareAndSet(
+                key=key,
+                value=value,
+                expected_version=request.expected_version,
+                now_ms=now,
+                ledger_password_hash=proof,
+            )
+        )
         if isinstance(result.value, st.MetaEntry):
             return meta_of(result.value)
         return self._entry(key)
 
     @rpc
-    async def MetaDelete(self, request: pb.MetaDeleteRequest, context: grpc.aio.ServicerContext
-                         ) -> pb.MetaDeleteReply:
+    async def MetaDelete(
+        self, request: pb.MetaDeleteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetaDeleteReply:
         key = non_empty("key", request.key, MAX_KEY_LEN)
-        expected = non_negative("expected_version", request.expected_version) \
-            if request.HasField("expected_version") else None
+        expected = (
+            non_negative("expected_version", request.expected_version)
+            if request.HasField("expected_version")
+            else None
+        )
         proof = _ledger_password_hash(request)
-        await self.node.write(lambda now, hb: st.MetaDelete(key=key, expected_version=expected, now_ms=now,
-                                                            ledger_password_hash=proof))
+        await self.node.write(
+            lambda now, hb: st.MetaDelete(
+                key=key, expected_version=expected, now_ms=now, ledger_password_hash=proof
+            )
+        )
         return pb.MetaDeleteReply()
 
     @rpc
-    async def MetaList(self, request: pb.MetaListRequest,
-                       context: grpc.aio.ServicerContext) -> pb.MetaListReply:
+    async def MetaList(
+        self, request: pb.MetaListRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetaListReply:
         require(len(request.prefix) <= MAX_KEY_LEN, f"prefix is longer than {MAX_KEY_LEN} characters")
         with self.node.raft.read() as state:
             return pb.MetaListReply(entries=[meta_of(e) for e in state.list_prefix(request.prefix)])
 
     @rpc
-    async def ClusterStatus(self, request: pb.ClusterStatusRequest, context: grpc.aio.ServicerContext
-                            ) -> pb.ClusterStatusReply:
+    async def ClusterStatus(
+        self, request: pb.ClusterStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ClusterStatusReply:
         s = self.node.raft.status()
         return pb.ClusterStatusReply(
-            node_id=s.node_id, raft_state=s.raft_state, leader_id=s.leader_id or "",
-            leader_address=self.node.raft.leader_grpc() or "", term=s.term, commit_index=s.commit_index,
-            last_applied=s.last_applied, ready=s.ready,
+            node_id=s.node_id,
+            raft_state=s.raft_state,
+            leader_id=s.leader_id or "",
+            leader_address=self.node.raft.leader_grpc() or "",
+            term=s.term,
+            commit_index=s.commit_index,
+            last_applied=s.last_applied,
+            ready=s.ready,
             brokers_heard=self.node.heartbeats.heard(self.node.mono_ms()),
-            nodes=[pb.ControllerNodeInfo(id=n.id, raft_address=n.raft, grpc_address=n.grpc)
-                   for n in self.node.cfg.nodes])
+            nodes=[
+                pb.ControllerNodeInfo(id=n.id, raft_address=n.raft, grpc_address=n.grpc)
+                for n in self.node.cfg.nodes
+            ],
+        )
 
     def _entry(self, key: str) -> pb.MetaEntry:
         with self.node.raft.read() as state:

@@ -28,8 +28,12 @@ def encode(s: StateData) -> dict[str, Any]:
         "next_topic_generation": s.next_topic_generation,
         "deleted_topics": [_topic_dict(t) for _, t in sorted(s.deleted_topics.items())],
         "metadata": [
-            {"key": e.key, "value": base64.b64encode(e.value).decode("ascii"), "version": e.version,
-             "modified_ms": e.modified_ms}
+            {
+                "key": e.key,
+                "value": base64.b64encode(e.value).decode("ascii"),
+                "version": e.version,
+                "modified_ms": e.modified_ms,
+            }
             for _, e in sorted(s.metadata.items())
         ],
     }
@@ -50,8 +54,12 @@ def restore(s: StateData, d: Mapping[str, Any]) -> None:
     for t in d.get("deleted_topics", ()):
         s.deleted_topics[t["name"]] = _topic_from(t)
     for e in d["metadata"]:
-        s.metadata[e["key"]] = MetaEntry(key=e["key"], value=base64.b64decode(e["value"]),
-                                         version=e["version"], modified_ms=e.get("modified_ms", 0))
+        s.metadata[e["key"]] = MetaEntry(
+            key=e["key"],
+            value=base64.b64decode(e["value"]),
+            version=e["version"],
+            modified_ms=e.get("modified_ms", 0),
+        )
 
 
 def _broker_set_dict(bs: BrokerSet) -> dict[str, Any]:
@@ -69,17 +77,35 @@ def _broker_set_dict(bs: BrokerSet) -> dict[str, Any]:
 
 def _broker_set_from(b: Mapping[str, Any]) -> BrokerSet:
     members = {m["broker_id"]: Member(**m) for m in b["members"]}
-    return BrokerSet(name=b["name"], members=members, next_broker_id=b["next_broker_id"],
-                     master_id=b["master_id"], master_epoch=b["master_epoch"],
-                     sync_state_set=frozenset(b["sync_state_set"]), sss_epoch=b["sss_epoch"],
-                     unclean_epoch=b.get("unclean_epoch", 0))
+    return BrokerSet(
+        name=b["name"],
+        members=members,
+        next_broker_id=b["next_broker_id"],
+        master_id=b["master_id"],
+        master_epoch=b["master_epoch"],
+        sync_state_set=frozenset(b["sync_state_set"]),
+        sss_epoch=b["sss_epoch"],
+        unclean_epoch=b.get("unclean_epoch", 0),
+    )
 
 
 def _topic_dict(t: Topic) -> dict[str, Any]:
-    return {"name": t.name, "queues": dict(sorted(t.queues.items())), "perm": t.perm,
-            "created_ms": t.created_ms, "generation": t.generation, "deleted_ms": t.deleted_ms}
+    return {
+        "name": t.name,
+        "queues": dict(sorted(t.queues.items())),
+        "perm": t.perm,
+        "created_ms": t.created_ms,
+        "generation": t.generation,
+        "deleted_ms": t.deleted_ms,
+    }
 
 
 def _topic_from(d: Mapping[str, Any]) -> Topic:
-    return Topic(name=d["name"], queues=dict(d["queues"]), perm=d["perm"], created_ms=d.get("created_ms", 0),
-                 generation=d.get("generation", 0), deleted_ms=d.get("deleted_ms", 0))
+    return Topic(
+        name=d["name"],
+        queues=dict(d["queues"]),
+        perm=d["perm"],
+        created_ms=d.get("created_ms", 0),
+        generation=d.get("generation", 0),
+        deleted_ms=d.get("deleted_ms", 0),
+    )

@@ -90,12 +90,37 @@ from .snapshot import SNAPSHOT_FORMAT
 from .validation import Outcome, Reject
 
 __all__ = [
-    "LEDGER_KEY_PREFIX", "MAX_ADDRESS_CHARS", "MAX_IDENTITY_CHARS", "MAX_META_KEY_CHARS",
-    "MAX_META_VALUE_BYTES", "MAX_QUEUES_PER_BROKER_SET", "NAME_PATTERN", "SNAPSHOT_FORMAT",
-    "TOPIC_PERMS", "AlterSyncStateSet", "BrokerSet", "CleanBrokerData", "ControllerState",
-    "CreateTopic", "DeleteTopic", "ElectMaster", "HANDLERS", "InvariantViolation", "LiveInfo", "Member",
-    "MetaCompareAndSet", "MetaCreate", "MetaDelete", "MetaEntry", "QueueRoute", "RegisterBroker",
-    "ReplaceLedgerReplicas", "ReportOffsets", "Result", "Route", "Topic",
+    "LEDGER_KEY_PREFIX",
+    "MAX_ADDRESS_CHARS",
+    "MAX_IDENTITY_CHARS",
+    "MAX_META_KEY_CHARS",
+    "MAX_META_VALUE_BYTES",
+    "MAX_QUEUES_PER_BROKER_SET",
+    "NAME_PATTERN",
+    "SNAPSHOT_FORMAT",
+    "TOPIC_PERMS",
+    "AlterSyncStateSet",
+    "BrokerSet",
+    "CleanBrokerData",
+    "ControllerState",
+    "CreateTopic",
+    "DeleteTopic",
+    "ElectMaster",
+    "HANDLERS",
+    "InvariantViolation",
+    "LiveInfo",
+    "Member",
+    "MetaCompareAndSet",
+    "MetaCreate",
+    "MetaDelete",
+    "MetaEntry",
+    "QueueRoute",
+    "RegisterBroker",
+    "ReplaceLedgerReplicas",
+    "ReportOffsets",
+    "Result",
+    "Route",
+    "Topic",
 ]
 
 #: Each command type's handler (tests substitute a rogue one to see the invariants catch it). A
@@ -133,11 +158,14 @@ class ControllerState(StateData):
             result, event = handler(self, cmd)
         except Reject as rej:
             result, event = Result(rej.code, rej.message, rej.value), None
-        require(not cluster_id or self.cluster_id == cluster_id,
-                f"the cluster id changed from {cluster_id} to {self.cluster_id}")
+        require(
+            not cluster_id or self.cluster_id == cluster_id,
+            f"the cluster id changed from {cluster_id} to {self.cluster_id}",
+        )
         if isinstance(set_name, str) and before is not None:
-            check_set_after(set_name, self.broker_sets.get(set_name), before,
-                            event if result.changed else None)
+            check_set_after(
+                set_name, self.broker_sets.get(set_name), before, event if result.changed else None
+            )
         return result
 
     # -- read helpers (copies: callers cannot corrupt replicated state by mutating them) --
@@ -176,8 +204,9 @@ class ControllerState(StateData):
         return snapshot.encode(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any],
-                  max_meta_value_bytes: int = MAX_META_VALUE_BYTES) -> ControllerState:
+    def from_dict(
+        cls, d: Mapping[str, Any], max_meta_value_bytes: int = MAX_META_VALUE_BYTES
+    ) -> ControllerState:
         s = cls(max_meta_value_bytes=max_meta_value_bytes)
         snapshot.restore(s, d)
         s.check_invariants()
@@ -189,11 +218,20 @@ class ControllerState(StateData):
         return self._fields() == other._fields()
 
     def _fields(self) -> tuple[object, ...]:
-        return (self.broker_sets, self.topics, self.metadata, self.next_id_floor, self.next_topic_generation,
-                self.deleted_topics, self.cluster_id)
+        return (
+            self.broker_sets,
+            self.topics,
+            self.metadata,
+            self.next_id_floor,
+            self.next_topic_generation,
+            self.deleted_topics,
+            self.cluster_id,
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, so unhashable like the dicts it holds
 
     def __repr__(self) -> str:
-        return (f"ControllerState({len(self.broker_sets)} broker sets, {len(self.topics)} topics, "
-                f"{len(self.metadata)} metadata keys)")
+        return (
+            f"ControllerState({len(self.broker_sets)} broker sets, {len(self.topics)} topics, "
+            f"{len(self.metadata)} metadata keys)"
+        )

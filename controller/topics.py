@@ -50,21 +50,29 @@ def _check_creatable(s: StateData, c: CreateTopic) -> None:
         raise Reject("TOPIC_EXISTS", f"topic {c.name} already exists")
     for name in sorted(c.queues):
         if name not in s.broker_sets:
-            raise Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST",
-                         f"topic {c.name} names unknown broker set {name}")
+            raise Reject(
+                "CONTROLLER_BROKER_METADATA_NOT_EXIST", f"topic {c.name} names unknown broker set {name}"
+            )
     tomb = s.deleted_topics.get(c.name)
     if tomb is not None and c.now_ms - tomb.deleted_ms < c.recreate_after_ms:
         wait = tomb.deleted_ms + c.recreate_after_ms - c.now_ms
-        raise Reject("TOPIC_DELETION_PENDING",
-                     f"topic {c.name} was deleted {c.now_ms - tomb.deleted_ms} ms ago; "
-                     f"it can be created again in {wait} ms, once every broker has dropped its data")
+        raise Reject(
+            "TOPIC_DELETION_PENDING",
+            f"topic {c.name} was deleted {c.now_ms - tomb.deleted_ms} ms ago; "
+            f"it can be created again in {wait} ms, once every broker has dropped its data",
+        )
 
 
 def create_topic(s: StateData, c: CreateTopic) -> Outcome:
     _check_create_args(c)
     _check_creatable(s, c)
-    t = Topic(name=c.name, queues=dict(sorted(c.queues.items())), perm=c.perm, created_ms=c.now_ms,
-              generation=s.next_topic_generation)
+    t = Topic(
+        name=c.name,
+        queues=dict(sorted(c.queues.items())),
+        perm=c.perm,
+        created_ms=c.now_ms,
+        generation=s.next_topic_generation,
+    )
     s.next_topic_generation += 1
     s.deleted_topics.pop(c.name, None)
     s.topics[c.name] = t
@@ -92,12 +100,14 @@ def route(s: StateData, topic: str) -> Route | None:
     for name in sorted(t.queues):
         bs = s.broker_sets.get(name)
         master = bs.master if bs else None
-        parts.append(QueueRoute(
-            broker_set=name,
-            queues=t.queues[name],
-            master_id=master.broker_id if master else None,
-            master_address=master.address if master else None,
-            master_epoch=bs.master_epoch if bs else 0,
-            replicas=tuple((i, bs.members[i].address) for i in sorted(bs.members)) if bs else (),
-        ))
+        parts.append(
+            QueueRoute(
+                broker_set=name,
+                queues=t.queues[name],
+                master_id=master.broker_id if master else None,
+                master_address=master.address if master else None,
+                master_epoch=bs.master_epoch if bs else 0,
+                replicas=tuple((i, bs.members[i].address) for i in sorted(bs.members)) if bs else (),
+            )
+        )
     return Route(topic=t.name, perm=t.perm, brokers=tuple(parts))

@@ -28,19 +28,35 @@ from pyspark.sql.streaming import StreamingQuery
 from tidelog.spark import register
 
 
-def counts(spark: SparkSession, controllers: str, topic: str, *, max_per_trigger: int | None = None) -> DataFrame:
-    reader = (spark.readStream.format("tidelog").option("controllers", controllers).option("topic", topic)
-              .option("startingOffsets", "earliest"))
+def counts(
+    spark: SparkSession, controllers: str, topic: str, *, max_per_trigger: int | None = None
+) -> DataFrame:
+    reader = (
+        spark.readStream.format("tidelog")
+        .option("controllers", controllers)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+    )
     if max_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_per_trigger))
-    return (reader.load()
-            .withColumn("key", F.coalesce("key", F.lit("(none)")))
-            .groupBy("key")
-            .agg(F.count("*").alias("messages"), F.max("timestamp").alias("last_stored")))
+    return (
+        reader.load()
+        .withColumn("key", F.coalesce("key", F.lit("(none)")))
+        .groupBy("key")
+        .agg(F.count("*").alias("messages"), F.max("timestamp").alias("last_stored"))
+    )
 
 
-def start(spark: SparkSession, controllers: str, topic: str, checkpoint: str, out: str, *,
-          available_now: bool = False, max_per_trigger: int | None = None) -> StreamingQuery:
+def start(
+    spark: SparkSession,
+    controllers: str,
+    topic: str,
+    checkpoint: str,
+    out: str,
+    *,
+    available_now: bool = False,
+    max_per_trigger: int | None = None,
+) -> StreamingQuery:
     def publish(table: DataFrame, batch_id: int) -> None:
         # Write beside the published copy, then swap: a reader never sees half a table.
         fresh = f"{out}.batch-{batch_id}"
@@ -51,8 +67,12 @@ def start(spark: SparkSession, controllers: str, topic: str, checkpoint: str, ou
         os.replace(fresh, out)
         shutil.rmtree(old, ignore_errors=True)
 
-    writer = (counts(spark, controllers, topic, max_per_trigger=max_per_trigger).writeStream
-              .outputMode("complete").foreachBatch(publish).option("checkpointLocation", checkpoint))
+    writer = (
+        counts(spark, controllers, topic, max_per_trigger=max_per_trigger)
+        .writeStream.outputMode("complete")
+        .foreachBatch(publish)
+        .option("checkpointLocation", checkpoint)
+    )
     trigger: dict[str, Any] = {"availableNow": True} if available_now else {"processingTime": "5 seconds"}
     return writer.trigger(**trigger).start()
 
@@ -67,12 +87,23 @@ def main() -> None:
     ap.add_argument("--available-now", action="store_true", help="process what is there now, then exit")
     args = ap.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (SparkSession.builder.appName("tidelog-key-counts").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark = (
+        SparkSession.builder.appName("tidelog-key-counts")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
     register(spark)
     try:
-        query = start(spark, args.controllers, args.topic, args.checkpoint, args.out,
-                      available_now=args.available_now, max_per_trigger=args.max_per_trigger)
+        query = start(
+            spark,
+            args.controllers,
+            args.topic,
+            args.checkpoint,
+            args.out,
+            available_now=args.available_now,
+            max_per_trigger=args.max_per_trigger,
+        )
         query.awaitTermination()
         spark.read.parquet(args.out).orderBy(F.desc("messages")).show(20, truncate=False)
     except KeyboardInterrupt:

@@ -23,14 +23,24 @@ from tidelog.spark import register
 
 def aggregate(spark: SparkSession, controllers: str, topic: str) -> DataFrame:
     """Per (hour, key): messages, body bytes, and when the first and last were stored."""
-    messages = (spark.read.format("tidelog").option("controllers", controllers).option("topic", topic)
-                .option("startingOffsets", "earliest").load())
-    return (messages
-            .withColumn("hour", F.date_trunc("hour", "timestamp"))
-            .withColumn("key", F.coalesce("key", F.lit("(none)")))
-            .groupBy("hour", "key")
-            .agg(F.count("*").alias("messages"), F.sum(F.length("body")).alias("body_bytes"),
-                 F.min("timestamp").alias("first_stored"), F.max("timestamp").alias("last_stored")))
+    messages = (
+        spark.read.format("tidelog")
+        .option("controllers", controllers)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    return (
+        messages.withColumn("hour", F.date_trunc("hour", "timestamp"))
+        .withColumn("key", F.coalesce("key", F.lit("(none)")))
+        .groupBy("hour", "key")
+        .agg(
+            F.count("*").alias("messages"),
+            F.sum(F.length("body")).alias("body_bytes"),
+            F.min("timestamp").alias("first_stored"),
+            F.max("timestamp").alias("last_stored"),
+        )
+    )
 
 
 def run(spark: SparkSession, controllers: str, topic: str, out: str) -> Any:
@@ -46,7 +56,11 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="Parquet directory (overwritten)")
     args = ap.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = SparkSession.builder.appName("tidelog-topic-to-parquet").config("spark.ui.enabled", "false").getOrCreate()
+    spark = (
+        SparkSession.builder.appName("tidelog-topic-to-parquet")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
     register(spark)
     try:
         run(spark, args.controllers, args.topic, args.out)

@@ -44,27 +44,32 @@ REPLICATION_MODES = frozenset({"sync", "async"})
 class AckConfig:
     """The broker's replication settings (names follow RocketMQ's MessageStoreConfig)."""
 
-    replication: str = "sync"             # "sync": wait for replica acks; "async": answer after the local append
-    in_sync_replicas: int = 1             # acks a sync write needs, the master's own included
-    min_in_sync_replicas: int = 1         # below this many SyncStateSet members, sync writes fail fast
-    auto_in_sync_replicas: bool = False   # lower the need to the set's size, but never below the minimum
+    replication: str = "sync"  # "sync": wait for replica acks; "async": answer after the local append
+    in_sync_replicas: int = 1  # acks a sync write needs, the master's own included
+    min_in_sync_replicas: int = 1  # below this many SyncStateSet members, sync writes fail fast
+    auto_in_sync_replicas: bool = False  # lower the need to the set's size, but never below the minimum
     all_ack_in_sync_state_set: bool = False  # need every SyncStateSet member
 
     def __post_init__(self) -> None:
         if self.replication not in REPLICATION_MODES:
-            raise ConfigError(f"replication must be one of {sorted(REPLICATION_MODES)}, got {self.replication!r}")
+            raise ConfigError(
+                f"replication must be one of {sorted(REPLICATION_MODES)}, got {self.replication!r}"
+            )
         for name in ("in_sync_replicas", "min_in_sync_replicas"):
             value = getattr(self, name)
             # bool is an int in Python; `in_sync_replicas: true` in YAML is a typo, not 1
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be an integer of at least 1 (the master counts), got {value!r}")
+                raise ConfigError(
+                    f"{name} must be an integer of at least 1 (the master counts), got {value!r}"
+                )
         for name in ("auto_in_sync_replicas", "all_ack_in_sync_state_set"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.min_in_sync_replicas > self.in_sync_replicas:
             raise ConfigError(
                 f"min_in_sync_replicas ({self.min_in_sync_replicas}) must not exceed in_sync_replicas "
-                f"({self.in_sync_replicas})")
+                f"({self.in_sync_replicas})"
+            )
 
 
 def required_acks(cfg: AckConfig, sss_size: int) -> int:
@@ -88,7 +93,9 @@ def required_acks(cfg: AckConfig, sss_size: int) -> int:
     if sss_size < cfg.min_in_sync_replicas:
         raise InSyncReplicasNotEnoughError(
             f"the SyncStateSet has {sss_size} member(s), min_in_sync_replicas is {cfg.min_in_sync_replicas}",
-            sync_state_set_size=sss_size, needed=cfg.min_in_sync_replicas)
+            sync_state_set_size=sss_size,
+            needed=cfg.min_in_sync_replicas,
+        )
     if cfg.all_ack_in_sync_state_set:
         needed = sss_size
     elif cfg.auto_in_sync_replicas:
@@ -100,12 +107,15 @@ def required_acks(cfg: AckConfig, sss_size: int) -> int:
     if needed > sss_size:
         raise InSyncReplicasNotEnoughError(
             f"a write needs {needed} in-sync replicas, the SyncStateSet has {sss_size}",
-            sync_state_set_size=sss_size, needed=needed)
+            sync_state_set_size=sss_size,
+            needed=needed,
+        )
     return needed
 
 
-def _member_offsets(master_id: int, master_offset: int, acks: Mapping[int, int],
-                    sync_state_set: AbstractSet[int]) -> list[int]:
+def _member_offsets(
+    master_id: int, master_offset: int, acks: Mapping[int, int], sync_state_set: AbstractSet[int]
+) -> list[int]:
     # The master always counts, with its own log end, whether or not the caller listed it. A
     # member that has not acked yet holds nothing we know of: 0. Nobody counts beyond the
     # master's end (a slave cannot hold what the master never wrote; a stale ack from before a
@@ -117,8 +127,9 @@ def _member_offsets(master_id: int, master_offset: int, acks: Mapping[int, int],
     return offsets
 
 
-def acked_by(needed: int, master_id: int, master_offset: int, acks: Mapping[int, int],
-             sync_state_set: AbstractSet[int]) -> int:
+def acked_by(
+    needed: int, master_id: int, master_offset: int, acks: Mapping[int, int], sync_state_set: AbstractSet[int]
+) -> int:
     """The highest offset that at least `needed` SyncStateSet members hold (the master counts).
 
     Acks of brokers outside the set are ignored; members without an ack count as 0;
@@ -134,8 +145,14 @@ def acked_by(needed: int, master_id: int, master_offset: int, acks: Mapping[int,
     return offsets[needed - 1]
 
 
-def confirm_offset(master_id: int, master_offset: int, acks: Mapping[int, int],
-                   connected: AbstractSet[int], sync_state_set: AbstractSet[int], current: int) -> int:
+def confirm_offset(
+    master_id: int,
+    master_offset: int,
+    acks: Mapping[int, int],
+    connected: AbstractSet[int],
+    sync_state_set: AbstractSet[int],
+    current: int,
+) -> int:
     """The new confirm offset: what every SyncStateSet member holds; it never moves back here.
 
     ``min(master_offset, ack of every other member)``, but no advance at all (`current`) while

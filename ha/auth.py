@@ -16,30 +16,75 @@ MASTER_PURPOSE = "tidelog-ha-master-v1"
 SLAVE_PURPOSE = "tidelog-ha-slave-v1"
 
 
-def _fields(broker_set: str, master_id: int, slave_id: int, master_epoch: int, slave_nonce: bytes,
-            master_nonce: bytes) -> tuple[str, int, int, int, bytes, bytes]:
+def _fields(
+    broker_set: str, master_id: int, slave_id: int, master_epoch: int, slave_nonce: bytes, master_nonce: bytes
+) -> tuple[str, int, int, int, bytes, bytes]:
     return (broker_set, master_id, slave_id, master_epoch, slave_nonce, master_nonce)
 
 
-def master_proof(secret: str, broker_set: str, master_id: int, slave_id: int, master_epoch: int,
-                 slave_nonce: bytes, master_nonce: bytes) -> bytes:
-    return prove(secret, MASTER_PURPOSE, *_fields(broker_set, master_id, slave_id, master_epoch, slave_nonce,
-                                                  master_nonce))
+def master_proof(
+    secret: str,
+    broker_set: str,
+    master_id: int,
+    slave_id: int,
+    master_epoch: int,
+    slave_nonce: bytes,
+    master_nonce: bytes,
+) -> bytes:
+    return prove(
+        secret,
+        MASTER_PURPOSE,
+        *_fields(broker_set, master_id, slave_id, master_epoch, slave_nonce, master_nonce),
+    )
 
 
-def slave_proof(secret: str, broker_set: str, master_id: int, slave_id: int, master_epoch: int,
-                slave_nonce: bytes, master_nonce: bytes) -> bytes:
-    return prove(secret, SLAVE_PURPOSE, *_fields(broker_set, master_id, slave_id, master_epoch, slave_nonce,
-                                                 master_nonce))
+def slave_proof(
+    secret: str,
+    broker_set: str,
+    master_id: int,
+    slave_id: int,
+    master_epoch: int,
+    slave_nonce: bytes,
+    master_nonce: bytes,
+) -> bytes:
+    return prove(
+        secret,
+        SLAVE_PURPOSE,
+        *_fields(broker_set, master_id, slave_id, master_epoch, slave_nonce, master_nonce),
+    )
 
 
-def check_master(secret: str, proof: bytes, broker_set: str, master_id: int, slave_id: int, master_epoch: int,
-                 slave_nonce: bytes, master_nonce: bytes) -> bool:
-    return verify(secret, proof, MASTER_PURPOSE, *_fields(broker_set, master_id, slave_id, master_epoch,
-                                                          slave_nonce, master_nonce))
+def check_master(
+    secret: str,
+    proof: bytes,
+    broker_set: str,
+    master_id: int,
+    slave_id: int,
+    master_epoch: int,
+    slave_nonce: bytes,
+    master_nonce: bytes,
+) -> bool:
+    return verify(
+        secret,
+        proof,
+        MASTER_PURPOSE,
+        *_fields(broker_set, master_id, slave_id, master_epoch, slave_nonce, master_nonce),
+    )
 
 
-def check_slave(secret: str, proof: bytes, broker_set: str, master_id: int, slave_id: int, master_epoch: int,
-                slave_nonce: bytes, master_nonce: bytes) -> bool:
-    return verify(secret, proof, SLAVE_PURPOSE, *_fields(broker_set, master_id, slave_id, master_epoch,
-                                                         slave_nonce, master_nonce))
+def check_slave(
+    secret: str,
+    proof: bytes,
+    broker_set: str,
+    master_id: int,
+    slave_id: int,
+    master_epoch: int,
+    slave_nonce: bytes,
+    master_nonce: bytes,
+) -> bool:
+    return verify(
+        secret,
+        proof,
+        SLAVE_PURPOSE,
+        *_fields(broker_set, master_id, slave_id, master_epoch, slave_nonce, master_nonce),
+    )

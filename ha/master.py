@@ -98,13 +98,25 @@ class SlaveConnection:
 class HaMaster:
     """Replication of one broker while it is master of `epoch`: the I/O around `MasterCore`."""
 
-    def __init__(self, commitlog: CommitLog, *, broker_set: str, broker_id: int, epoch: int,
-                 sync_state_set: frozenset[int], sss_epoch: int, slave_timeout_ms: int = 3000,
-                 max_not_catchup_ms: int = 15000, batch_bytes: int = 1 << 20,
-                 heartbeat_interval_ms: int = 1000, idle_timeout_ms: int = 5000,
-                 propose: Callable[[Proposal], Awaitable[None]] | None = None,
-                 on_confirm: Callable[[int], None] | None = None,
-                 on_ledger_fenced: Callable[[int], None] | None = None, secret: str = "") -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        *,
+        broker_set: str,
+        broker_id: int,
+        epoch: int,
+        sync_state_set: frozenset[int],
+        sss_epoch: int,
+        slave_timeout_ms: int = 3000,
+        max_not_catchup_ms: int = 15000,
+        batch_bytes: int = 1 << 20,
+        heartbeat_interval_ms: int = 1000,
+        idle_timeout_ms: int = 5000,
+        propose: Callable[[Proposal], Awaitable[None]] | None = None,
+        on_confirm: Callable[[int], None] | None = None,
+        on_ledger_fenced: Callable[[int], None] | None = None,
+        secret: str = "",
+    ) -> None:
         self.log = commitlog
         self.secret = secret
         self.broker_set = broker_set
@@ -117,9 +129,16 @@ class HaMaster:
         self._ctx = f"[{broker_set}/{broker_id} master epoch {epoch}]"
         try:
             self.core = MasterCore.start(
-                broker_id=broker_id, epoch=epoch, sync_state_set=frozenset(sync_state_set), sss_epoch=sss_epoch,
-                master_max=commitlog.max_offset, confirm=commitlog.confirm_offset,
-                epoch_start=_epoch_start(commitlog, epoch), max_not_catchup_ms=max_not_catchup_ms, now_ms=now_ms())
+                broker_id=broker_id,
+                epoch=epoch,
+                sync_state_set=frozenset(sync_state_set),
+                sss_epoch=sss_epoch,
+                master_max=commitlog.max_offset,
+                confirm=commitlog.confirm_offset,
+                epoch_start=_epoch_start(commitlog, epoch),
+                max_not_catchup_ms=max_not_catchup_ms,
+                now_ms=now_ms(),
+            )
         except InvariantViolation as exc:
             raise InvariantViolation(f"{self._ctx} {exc}") from None
         self.connections: dict[int, SlaveConnection] = {}
@@ -185,8 +204,10 @@ class HaMaster:
     async def wait_acks(self, end_offset: int, needed: int) -> None:
         """Wait until `needed` SyncStateSet members (the master included) hold `end_offset`."""
         if self._closed:
-            raise NotMasterError(f"broker {self.broker_id} stopped being master of epoch {self.epoch} before "
-                                 "the replicas acknowledged; the message may or may not survive")
+            raise NotMasterError(
+                f"broker {self.broker_id} stopped being master of epoch {self.epoch} before "
+                "the replicas acknowledged; the message may or may not survive"
+            )
         if needed <= 1 or self.core.acked_by(needed) >= end_offset:
             return
         waiters = self._waiters.get(needed)
@@ -208,8 +229,12 @@ class HaMaster:
     def _spawn_proposal(self, proposal: Proposal) -> None:
         if self._propose is None:
             return
-        log.info("%s proposes SyncStateSet %s (set epoch %d)", self._ctx, sorted(proposal.new_sync_state_set),
-                 proposal.sss_epoch)
+        log.info(
+            "%s proposes SyncStateSet %s (set epoch %d)",
+            self._ctx,
+            sorted(proposal.new_sync_state_set),
+            proposal.sss_epoch,
+        )
         self._spawn(self._run_proposal(proposal))
 
     async def _run_proposal(self, proposal: Proposal) -> None:
@@ -222,12 +247,18 @@ class HaMaster:
         except (UnavailableError, TimeoutError) as exc:
             # Unknown outcome: the controller may still apply it. Keep counting the union until a
             # newer set arrives; if none does within a few heartbeats, the change was not made.
-            log.warning("%s SyncStateSet change %s: no answer (%s); waiting for the controller's state",
-                        self._ctx, sorted(proposal.new_sync_state_set), exc)
+            log.warning(
+                "%s SyncStateSet change %s: no answer (%s); waiting for the controller's state",
+                self._ctx,
+                sorted(proposal.new_sync_state_set),
+                exc,
+            )
             await asyncio.sleep(3 * self.heartbeat_interval)
             failed = AlterFailed(proposal, epoch_before)
         except Exception as exc:  # refused: the next check proposes again
-            log.warning("%s SyncStateSet change %s refused: %s", self._ctx, sorted(proposal.new_sync_state_set), exc)
+            log.warning(
+                "%s SyncStateSet change %s refused: %s", self._ctx, sorted(proposal.new_sync_state_set), exc
+            )
             failed = AlterFailed(proposal, epoch_before)
         if not self._closed:
             self._step(failed)
@@ -237,41 +268,72 @@ class HaMaster:
 
     # ------------------------------------------------------------------ connections
 
-    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: AuthHello) -> None:
+    async def accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: AuthHello
+    ) -> None:
         """Run one slave connection whose AuthHello was already read: prove the cluster secret to
         the slave, check its proof, read its Handshake, then `serve`. Nothing of the log is sent
         before the slave's proof checks out; every frame read here is small (MAX_AUTH_FRAME)."""
         peer = writer.get_extra_info("peername")
         if hello.broker_set != self.broker_set or hello.broker_id == self.broker_id:
-            await _send_error(writer, "HA_PROTOCOL", f"this is broker {self.broker_id} of {self.broker_set}, not "
-                                                     f"a master for {hello.broker_set}/{hello.broker_id}")
+            await _send_error(
+                writer,
+                "HA_PROTOCOL",
+                f"this is broker {self.broker_id} of {self.broker_set}, not "
+                f"a master for {hello.broker_set}/{hello.broker_id}",
+            )
             return
         nonce = new_nonce()
         fields = (self.broker_set, self.broker_id, hello.broker_id, self.epoch, hello.nonce, nonce)
-        writer.write(encode(AuthChallenge(self.broker_id, self.epoch, nonce, ha_auth.master_proof(self.secret, *fields))))
+        writer.write(
+            encode(
+                AuthChallenge(self.broker_id, self.epoch, nonce, ha_auth.master_proof(self.secret, *fields))
+            )
+        )
         await writer.drain()
         proof = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         if not isinstance(proof, AuthProof) or not ha_auth.check_slave(self.secret, proof.proof, *fields):
-            log.warning("%s HA connection from %s claiming broker %d did not prove the cluster secret; closing",
-                        self._ctx, peer, hello.broker_id)
+            log.warning(
+                "%s HA connection from %s claiming broker %d did not prove the cluster secret; closing",
+                self._ctx,
+                peer,
+                hello.broker_id,
+            )
             await _send_error(writer, "UNAUTHENTICATED", "the cluster secret was not proven")
             return
         first = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
-        if not isinstance(first, Handshake) or (first.broker_set, first.broker_id) != (hello.broker_set,
-                                                                                       hello.broker_id):
+        if not isinstance(first, Handshake) or (first.broker_set, first.broker_id) != (
+            hello.broker_set,
+            hello.broker_id,
+        ):
             raise HaProtocolError("the handshake does not match the identity the slave proved")
         await self.serve(reader, writer, first)
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: Handshake) -> None:
+    async def serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: Handshake
+    ) -> None:
         """Run one authenticated slave connection whose Handshake was already read."""
         peer = str(writer.get_extra_info("peername"))
         if first.broker_set != self.broker_set:
-            await _send_error(writer, "HA_PROTOCOL", f"this is broker set {self.broker_set}, not {first.broker_set}")
+            await _send_error(
+                writer, "HA_PROTOCOL", f"this is broker set {self.broker_set}, not {first.broker_set}"
+            )
             return
         slave_id = first.broker_id
-        log.info("%s slave %d connected from %s (its max offset %d)", self._ctx, slave_id, peer, first.max_offset)
-        writer.write(encode(HandshakeReply(self.broker_id, self.epoch, self.log.max_offset, self.log.min_offset,
-                                           tuple(self.log.epochs.pairs()))))
+        log.info(
+            "%s slave %d connected from %s (its max offset %d)", self._ctx, slave_id, peer, first.max_offset
+        )
+        writer.write(
+            encode(
+                HandshakeReply(
+                    self.broker_id,
+                    self.epoch,
+                    self.log.max_offset,
+                    self.log.min_offset,
+                    tuple(self.log.epochs.pairs()),
+                )
+            )
+        )
         await writer.drain()
         start = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         while isinstance(start, LedgerFenced):  # the slave's fences come before its first ack
@@ -280,9 +342,12 @@ class HaMaster:
         if not isinstance(start, Ack):
             raise HaProtocolError(f"expected the slave's start offset, got {type(start).__name__}")
         if start.max_offset > self.log.max_offset or start.max_offset < self.log.min_offset:
-            await _send_error(writer, "OFFSET_MISMATCH",
-                              f"cannot stream from {start.max_offset}: this log holds "
-                              f"[{self.log.min_offset}, {self.log.max_offset})")
+            await _send_error(
+                writer,
+                "OFFSET_MISMATCH",
+                f"cannot stream from {start.max_offset}: this log holds "
+                f"[{self.log.min_offset}, {self.log.max_offset})",
+            )
             return
         old = self.connections.get(slave_id)
         if old is not None and old.writer is not None:
@@ -297,13 +362,18 @@ class HaMaster:
             await cancel_and_wait(sender)
             if self.connections.get(slave_id) is conn:
                 del self.connections[slave_id]
-                log.info("%s slave %d disconnected (acked %d)", self._ctx, slave_id,
-                         self.core.slaves[slave_id].ack_offset if slave_id in self.core.slaves else -1)
+                log.info(
+                    "%s slave %d disconnected (acked %d)",
+                    self._ctx,
+                    slave_id,
+                    self.core.slaves[slave_id].ack_offset if slave_id in self.core.slaves else -1,
+                )
                 if not self._closed:
                     self._step(SlaveLeft(slave_id))
 
-    async def _read_slave_frames(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                                 conn: SlaveConnection) -> None:
+    async def _read_slave_frames(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: SlaveConnection
+    ) -> None:
         slave_id = conn.broker_id
         while not self._closed:
             # a slave sends only small frames (acks, fences, errors)
@@ -327,11 +397,18 @@ class HaMaster:
         write, so the frame never interleaves with the sender's transfers."""
         end = req.offset + req.length
         if req.offset < self.log.min_offset or end > self.log.confirm_offset or req.length > MAX_REPAIR_BYTES:
-            raise HaProtocolError(f"slave {conn.broker_id} asked for [{req.offset}, {end}): outside "
-                                  f"[{self.log.min_offset}, confirm {self.log.confirm_offset}) or too long")
+            raise HaProtocolError(
+                f"slave {conn.broker_id} asked for [{req.offset}, {end}): outside "
+                f"[{self.log.min_offset}, confirm {self.log.confirm_offset}) or too long"
+            )
         data, _ = self.log.read_raw_chunk(req.offset, req.length)
-        log.warning("%s slave %d reports damaged bytes [%d, %d): sending this log's copy", self._ctx,
-                    conn.broker_id, req.offset, end)
+        log.warning(
+            "%s slave %d reports damaged bytes [%d, %d): sending this log's copy",
+            self._ctx,
+            conn.broker_id,
+            req.offset,
+            end,
+        )
         writer.write(encode(RangeData(req.offset, data)))
 
     def _ledger_fenced(self, slave_id: int, ledger_id: int) -> None:
@@ -347,13 +424,25 @@ class HaMaster:
             event = self._new_data
             if offset < self.log.max_offset:
                 entry = self.log.epochs.find(offset)
-                epoch, epoch_start, epoch_end = (entry.epoch, entry.start, entry.end) if entry else (0, 0, OPEN_END)
-                limit = self.batch_bytes if epoch_end == OPEN_END else min(self.batch_bytes, epoch_end - offset)
+                epoch, epoch_start, epoch_end = (
+                    (entry.epoch, entry.start, entry.end) if entry else (0, 0, OPEN_END)
+                )
+                limit = (
+                    self.batch_bytes if epoch_end == OPEN_END else min(self.batch_bytes, epoch_end - offset)
+                )
                 data, nxt = self.log.read_raw_chunk(offset, limit)
-                self._step(Sent(conn.broker_id, nxt))  # before the write: the slave may ack before drain() returns
+                self._step(
+                    Sent(conn.broker_id, nxt)
+                )  # before the write: the slave may ack before drain() returns
                 # one write, so header and data leave in one send
-                writer.writelines((encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset,
-                                                          len(data)), data))
+                writer.writelines(
+                    (
+                        encode_transfer_header(
+                            offset, epoch, epoch_start, self.log.confirm_offset, len(data)
+                        ),
+                        data,
+                    )
+                )
                 await writer.drain()
                 offset = conn.send_offset = nxt
                 continue
@@ -377,8 +466,10 @@ class HaMaster:
     async def close(self, why: TidelogError | None = None) -> None:
         """Stop being master: drop slaves, fail waiting producers (their outcome is unknown)."""
         self._closed = True
-        err = why or NotMasterError("this broker stopped being master while the write waited for "
-                                    "replicas; the message may or may not survive")
+        err = why or NotMasterError(
+            "this broker stopped being master while the write waited for "
+            "replicas; the message may or may not survive"
+        )
         for waiters in self._waiters.values():
             waiters.fail_all(err)
         for conn in list(self.connections.values()):

@@ -30,8 +30,23 @@ from tidelog.ha.syncstate import Proposal, SyncStateTracker
 from tidelog.invariants import require
 
 __all__ = [
-    "Acked", "Action", "AlterFailed", "Appended", "ControllerState", "Event", "MasterCore", "Propose", "Reject",
-    "Release", "Sent", "SetConfirm", "ShrinkCheck", "SlaveJoined", "SlaveLeft", "SlaveView", "Waiting",
+    "Acked",
+    "Action",
+    "AlterFailed",
+    "Appended",
+    "ControllerState",
+    "Event",
+    "MasterCore",
+    "Propose",
+    "Reject",
+    "Release",
+    "Sent",
+    "SetConfirm",
+    "ShrinkCheck",
+    "SlaveJoined",
+    "SlaveLeft",
+    "SlaveView",
+    "Waiting",
 ]
 
 
@@ -102,7 +117,9 @@ class ShrinkCheck:
     """The periodic check for members to drop (stale or disconnected)."""
 
 
-Event = Appended | SlaveJoined | Sent | Acked | SlaveLeft | ControllerState | AlterFailed | Waiting | ShrinkCheck
+Event = (
+    Appended | SlaveJoined | Sent | Acked | SlaveLeft | ControllerState | AlterFailed | Waiting | ShrinkCheck
+)
 
 
 # ---------------------------------------------------------------------------------- actions
@@ -157,14 +174,32 @@ class MasterCore:
     needs: set[int] = field(default_factory=set)
 
     @classmethod
-    def start(cls, *, broker_id: int, epoch: int, sync_state_set: frozenset[int], sss_epoch: int,
-              master_max: int, confirm: int, epoch_start: int, max_not_catchup_ms: int, now_ms: int) -> MasterCore:
+    def start(
+        cls,
+        *,
+        broker_id: int,
+        epoch: int,
+        sync_state_set: frozenset[int],
+        sss_epoch: int,
+        master_max: int,
+        confirm: int,
+        epoch_start: int,
+        max_not_catchup_ms: int,
+        now_ms: int,
+    ) -> MasterCore:
         # A master is always in its SyncStateSet (the controller makes it so at election); one handed
         # a set without it has a role from somewhere else and must not stream.
-        require(broker_id in sync_state_set, f"master {broker_id} of epoch {epoch} is not in its SyncStateSet "
-                                             f"{sorted(sync_state_set)}")
-        tracker = SyncStateTracker(broker_id, frozenset(sync_state_set), sss_epoch,
-                                   max_not_catchup_ms=max_not_catchup_ms, now_ms=now_ms)
+        require(
+            broker_id in sync_state_set,
+            f"master {broker_id} of epoch {epoch} is not in its SyncStateSet {sorted(sync_state_set)}",
+        )
+        tracker = SyncStateTracker(
+            broker_id,
+            frozenset(sync_state_set),
+            sss_epoch,
+            max_not_catchup_ms=max_not_catchup_ms,
+            now_ms=now_ms,
+        )
         core = cls(broker_id, epoch, tracker, master_max, confirm, epoch_start)
         core.check()
         return core
@@ -179,7 +214,9 @@ class MasterCore:
 
         Only the confirmed set votes: a member of a pending expansion is not electable yet, and a
         write it acknowledged could be lost if the controller never applies the expansion."""
-        held: int = ackpolicy.acked_by(needed, self.broker_id, self.master_max, self.acks(), self.tracker.local)
+        held: int = ackpolicy.acked_by(
+            needed, self.broker_id, self.master_max, self.acks(), self.tracker.local
+        )
         return held
 
     # ------------------------------------------------------------------ the one entry
@@ -192,8 +229,10 @@ class MasterCore:
             actions.append(Propose(proposal))
         if not any(isinstance(a, Reject) for a in actions):
             self._settle(actions)
-        require(self.confirm >= confirm_before, f"master {self.broker_id}: confirm went back from {confirm_before} "
-                                                f"to {self.confirm}")
+        require(
+            self.confirm >= confirm_before,
+            f"master {self.broker_id}: confirm went back from {confirm_before} to {self.confirm}",
+        )
         self.check()
         return actions
 
@@ -201,8 +240,10 @@ class MasterCore:
         """Fold `event` into the state; returns the SyncStateSet change it calls for, if any."""
         match event:
             case Appended(master_max):
-                require(master_max >= self.master_max, f"master {self.broker_id}: the log went back from "
-                                                       f"{self.master_max} to {master_max}")
+                require(
+                    master_max >= self.master_max,
+                    f"master {self.broker_id}: the log went back from {self.master_max} to {master_max}",
+                )
                 self.master_max = master_max
             case SlaveJoined(slave, start):
                 self.slaves[slave] = SlaveView(sent_end=start)
@@ -245,19 +286,32 @@ class MasterCore:
         if offset > view.sent_end:
             # Only what this connection carried can be held because of it: a higher ack is a
             # confused or hostile peer, and counting it could acknowledge writes no replica holds.
-            actions.append(Reject(slave, f"slave {slave} acked {offset}, beyond the {view.sent_end} sent to it "
-                                         f"(this log's max {self.master_max})"))
+            actions.append(
+                Reject(
+                    slave,
+                    f"slave {slave} acked {offset}, beyond the {view.sent_end} sent to it "
+                    f"(this log's max {self.master_max})",
+                )
+            )
             return None
         view.ack_offset = max(view.ack_offset, offset)
-        return self.tracker.on_ack(slave, view.ack_offset, now_ms=now_ms, master_max=self.master_max,
-                                   last_sent_master_max=view.last_sent_master_max, last_sent_ms=view.last_sent_ms,
-                                   confirm_offset=self.confirm, epoch_start=self.epoch_start)
+        return self.tracker.on_ack(
+            slave,
+            view.ack_offset,
+            now_ms=now_ms,
+            master_max=self.master_max,
+            last_sent_master_max=view.last_sent_master_max,
+            last_sent_ms=view.last_sent_ms,
+            confirm_offset=self.confirm,
+            epoch_start=self.epoch_start,
+        )
 
     def _settle(self, actions: list[Action]) -> None:
         """Move the confirm offset and release producers whose acks are in."""
         acks = self.acks()
-        new = ackpolicy.confirm_offset(self.broker_id, self.master_max, acks, set(self.slaves),
-                                       self.tracker.effective, self.confirm)
+        new = ackpolicy.confirm_offset(
+            self.broker_id, self.master_max, acks, set(self.slaves), self.tracker.effective, self.confirm
+        )
         if new != self.confirm:
             self.confirm = new
             actions.append(SetConfirm(new))
@@ -266,8 +320,14 @@ class MasterCore:
     def check(self) -> None:
         """The invariants of a master's replication state; a violation stops the process."""
         ctx = f"master {self.broker_id} of epoch {self.epoch}"
-        require(self.confirm <= self.master_max, f"{ctx}: confirm {self.confirm} passes max {self.master_max}")
-        require(self.broker_id in self.tracker.local, f"{ctx} left its SyncStateSet {sorted(self.tracker.local)}")
+        require(
+            self.confirm <= self.master_max, f"{ctx}: confirm {self.confirm} passes max {self.master_max}"
+        )
+        require(
+            self.broker_id in self.tracker.local, f"{ctx} left its SyncStateSet {sorted(self.tracker.local)}"
+        )
         for sid, view in self.slaves.items():
-            require(view.ack_offset <= view.sent_end, f"{ctx}: slave {sid} counted at {view.ack_offset}, beyond "
-                                                      f"the {view.sent_end} sent to it")
+            require(
+                view.ack_offset <= view.sent_end,
+                f"{ctx}: slave {sid} counted at {view.ack_offset}, beyond the {view.sent_end} sent to it",
+            )

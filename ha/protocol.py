@@ -106,10 +106,10 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")
 _U64_PAIR = _PAIR
-_HANDSHAKE_FIXED = struct.Struct(">QQ")          # broker_id, max_offset (after the broker set)
-_REPLY_FIXED = struct.Struct(">QQQQ")            # master_id, master_epoch, max_offset, min_offset
-_TRANSFER_FIXED = struct.Struct(">QQQQ")         # offset, epoch, epoch_start, confirm_offset
-_TRANSFER_HEADER = struct.Struct(">IBQQQQ")      # length, type, then the fixed fields
+_HANDSHAKE_FIXED = struct.Struct(">QQ")  # broker_id, max_offset (after the broker set)
+_REPLY_FIXED = struct.Struct(">QQQQ")  # master_id, master_epoch, max_offset, min_offset
+_TRANSFER_FIXED = struct.Struct(">QQQQ")  # offset, epoch, epoch_start, confirm_offset
+_TRANSFER_HEADER = struct.Struct(">IBQQQQ")  # length, type, then the fixed fields
 
 TRANSFER_HEADER_SIZE = _TRANSFER_HEADER.size
 MAX_TRANSFER_DATA = MAX_FRAME - 1 - _TRANSFER_FIXED.size
@@ -233,8 +233,19 @@ class ErrorFrame:
     message: str
 
 
-Frame = (Handshake | HandshakeReply | Transfer | Ack | LedgerFenced | ErrorFrame | AuthHello | AuthChallenge | AuthProof
-         | RangeRequest | RangeData)
+Frame = (
+    Handshake
+    | HandshakeReply
+    | Transfer
+    | Ack
+    | LedgerFenced
+    | ErrorFrame
+    | AuthHello
+    | AuthChallenge
+    | AuthProof
+    | RangeRequest
+    | RangeData
+)
 
 
 # --- encoding -----------------------------------------------------------------------------
@@ -291,21 +302,41 @@ def _encode_range_request(frame: RangeRequest) -> bytes:
 
 # One encoder per frame type (the payload layouts in the module docstring).
 _ENCODERS: dict[type, Callable[[Any], bytes]] = {
-    Transfer: lambda f: encode_transfer_header(f.offset, f.epoch, f.epoch_start, f.confirm_offset,
-                                               len(f.data)) + bytes(f.data),
+    Transfer: lambda f: (
+        encode_transfer_header(f.offset, f.epoch, f.epoch_start, f.confirm_offset, len(f.data))
+        + bytes(f.data)
+    ),
     Ack: lambda f: _frame(FrameType.ACK, _u64(f.max_offset, "max_offset")),
     LedgerFenced: lambda f: _frame(FrameType.LEDGER_FENCED, _u64(f.ledger_id, "ledger_id")),
-    Handshake: lambda f: _frame(FrameType.HANDSHAKE, _str(f.broker_set, "broker_set") + _u64(f.broker_id, "broker_id")
-                                + _u64(f.max_offset, "max_offset") + _epochs(f.epochs)),
-    HandshakeReply: lambda f: _frame(FrameType.HANDSHAKE_REPLY, _u64(f.master_id, "master_id")
-                                     + _u64(f.master_epoch, "master_epoch") + _u64(f.max_offset, "max_offset")
-                                     + _u64(f.min_offset, "min_offset") + _epochs(f.epochs)),
+    Handshake: lambda f: _frame(
+        FrameType.HANDSHAKE,
+        _str(f.broker_set, "broker_set")
+        + _u64(f.broker_id, "broker_id")
+        + _u64(f.max_offset, "max_offset")
+        + _epochs(f.epochs),
+    ),
+    HandshakeReply: lambda f: _frame(
+        FrameType.HANDSHAKE_REPLY,
+        _u64(f.master_id, "master_id")
+        + _u64(f.master_epoch, "master_epoch")
+        + _u64(f.max_offset, "max_offset")
+        + _u64(f.min_offset, "min_offset")
+        + _epochs(f.epochs),
+    ),
     ErrorFrame: lambda f: _frame(FrameType.ERROR, _str(f.code, "code") + _str(f.message, "message")),
-    AuthHello: lambda f: _frame(FrameType.AUTH_HELLO, _str(f.broker_set, "broker_set") + _u64(f.broker_id, "broker_id")
-                                + _fixed(f.nonce, NONCE_BYTES, "nonce")),
-    AuthChallenge: lambda f: _frame(FrameType.AUTH_CHALLENGE, _u64(f.master_id, "master_id")
-                                    + _u64(f.master_epoch, "master_epoch") + _fixed(f.nonce, NONCE_BYTES, "nonce")
-                                    + _fixed(f.proof, PROOF_BYTES, "proof")),
+    AuthHello: lambda f: _frame(
+        FrameType.AUTH_HELLO,
+        _str(f.broker_set, "broker_set")
+        + _u64(f.broker_id, "broker_id")
+        + _fixed(f.nonce, NONCE_BYTES, "nonce"),
+    ),
+    AuthChallenge: lambda f: _frame(
+        FrameType.AUTH_CHALLENGE,
+        _u64(f.master_id, "master_id")
+        + _u64(f.master_epoch, "master_epoch")
+        + _fixed(f.nonce, NONCE_BYTES, "nonce")
+        + _fixed(f.proof, PROOF_BYTES, "proof"),
+    ),
     AuthProof: lambda f: _frame(FrameType.AUTH_PROOF, _fixed(f.proof, PROOF_BYTES, "proof")),
     RangeRequest: _encode_range_request,
     RangeData: lambda f: _frame(FrameType.RANGE_DATA, _u64(f.offset, "offset") + bytes(f.data)),
@@ -320,16 +351,21 @@ def encode(frame: Frame) -> bytes:
     return encoder(frame)
 
 
-def encode_transfer_header(offset: int, epoch: int, epoch_start: int, confirm_offset: int,
-                           data_len: int) -> bytes:
+def encode_transfer_header(
+    offset: int, epoch: int, epoch_start: int, confirm_offset: int, data_len: int
+) -> bytes:
     """The frame bytes before a transfer's data, so a large batch is written without copying it.
 
     ``encode_transfer_header(o, e, s, c, len(data)) + data == encode(Transfer(o, e, s, c, data))``.
     """
     if not isinstance(data_len, int) or not 0 <= data_len <= MAX_TRANSFER_DATA:
         raise HaProtocolError(f"transfer of {data_len!r} bytes: at most {MAX_TRANSFER_DATA} fit in a frame")
-    fields = (_u64(offset, "offset"), _u64(epoch, "epoch"), _u64(epoch_start, "epoch_start"),
-              _u64(confirm_offset, "confirm_offset"))
+    fields = (
+        _u64(offset, "offset"),
+        _u64(epoch, "epoch"),
+        _u64(epoch_start, "epoch_start"),
+        _u64(confirm_offset, "confirm_offset"),
+    )
     return _LEN.pack(1 + _TRANSFER_FIXED.size + data_len) + _U8.pack(FrameType.TRANSFER) + b"".join(fields)
 
 
@@ -363,9 +399,10 @@ class _Cursor:
 
     def take(self, n: int, field: str) -> memoryview:
         if n > self.remaining():
-            raise HaProtocolError(f"{self._what} frame too short: {field} needs {n} bytes, "
-                                  f"{self.remaining()} left")
-        out = self._buf[self._pos:self._pos + n]
+            raise HaProtocolError(
+                f"{self._what} frame too short: {field} needs {n} bytes, {self.remaining()} left"
+            )
+        out = self._buf[self._pos : self._pos + n]
         self._pos += n
         return out
 
@@ -388,8 +425,9 @@ class _Cursor:
         # Check the count against what is left before building anything: a forged count must
         # not make us allocate (or loop) beyond the frame's own size.
         if count * _PAIR.size != self.remaining():
-            raise HaProtocolError(f"{self._what} frame: {count} epochs need {count * _PAIR.size} bytes, "
-                                  f"{self.remaining()} left")
+            raise HaProtocolError(
+                f"{self._what} frame: {count} epochs need {count * _PAIR.size} bytes, {self.remaining()} left"
+            )
         raw = self.take(count * _PAIR.size, "epochs")
         out = tuple(_PAIR.iter_unpack(raw))
         _check_epoch_order(out)
@@ -423,8 +461,9 @@ def _decode_hello(cur: _Cursor) -> AuthHello:
 
 def _decode_challenge(cur: _Cursor) -> AuthChallenge:
     master_id, master_epoch = cur.unpack(_U64_PAIR, "challenge")
-    return AuthChallenge(master_id, master_epoch, bytes(cur.take(NONCE_BYTES, "nonce")),
-                         bytes(cur.take(PROOF_BYTES, "proof")))
+    return AuthChallenge(
+        master_id, master_epoch, bytes(cur.take(NONCE_BYTES, "nonce")), bytes(cur.take(PROOF_BYTES, "proof"))
+    )
 
 
 def _decode_range_request(cur: _Cursor) -> RangeRequest:
@@ -510,7 +549,7 @@ class FrameDecoder:
                 if end > len(buf):
                     break
                 with memoryview(buf) as view:
-                    frames.append(decode_body(view[pos + _LEN.size:end]))
+                    frames.append(decode_body(view[pos + _LEN.size : end]))
                 pos = end
             # One deletion per feed, not per frame: bytearray front deletion is cheap, but a
             # feed that completes thousands of acks should not pay for it thousands of times.

@@ -28,8 +28,22 @@ from enum import Enum
 from typing import Any
 
 __all__ = [
-    "MASTER", "NONE", "SLAVE", "TRANSITIONS", "Action", "Assigned", "Follow", "Kind", "Promote", "RefusePromotion",
-    "Role", "RoleCore", "StopMaster", "StopSlave", "UpdateSyncStateSet", "classify",
+    "MASTER",
+    "NONE",
+    "SLAVE",
+    "TRANSITIONS",
+    "Action",
+    "Assigned",
+    "Follow",
+    "Kind",
+    "Promote",
+    "RefusePromotion",
+    "Role",
+    "RoleCore",
+    "StopMaster",
+    "StopSlave",
+    "UpdateSyncStateSet",
+    "classify",
 ]
 
 MASTER, SLAVE, NONE = "master", "slave", "none"
@@ -50,8 +64,16 @@ class Role:
 
     @classmethod
     def from_pb(cls, pb: Any) -> Role:
-        return cls(pb.has_master, pb.master_id, pb.master_address, pb.master_ha_address, pb.master_epoch,
-                   frozenset(pb.sync_state_set), pb.sync_state_set_epoch, pb.last_unclean_epoch)
+        return cls(
+            pb.has_master,
+            pb.master_id,
+            pb.master_address,
+            pb.master_ha_address,
+            pb.master_epoch,
+            frozenset(pb.sync_state_set),
+            pb.sync_state_set_epoch,
+            pb.last_unclean_epoch,
+        )
 
 
 @dataclass(frozen=True)
@@ -65,7 +87,7 @@ class Assigned:
 
 
 class Kind(Enum):
-    STALE = "stale"                          # older than an assignment already acted on
+    STALE = "stale"  # older than an assignment already acted on
     NO_MASTER_NEWER = "no master, newer epoch"
     NO_MASTER_SAME = "no master, same epoch"
     SELF_SAME_TERM = "this broker, the epoch it leads"
@@ -123,7 +145,7 @@ _ANY = "any"
 TRANSITIONS: dict[tuple[str, Kind], tuple[tuple[str, ...], str]] = {
     (_ANY, Kind.STALE): ((), _SAME),
     (MASTER, Kind.NO_MASTER_NEWER): (("stop_master",), NONE),
-    (SLAVE, Kind.NO_MASTER_NEWER): ((), SLAVE),   # keep the stream until a master is named
+    (SLAVE, Kind.NO_MASTER_NEWER): ((), SLAVE),  # keep the stream until a master is named
     (NONE, Kind.NO_MASTER_NEWER): ((), NONE),
     (_ANY, Kind.NO_MASTER_SAME): ((), _SAME),
     (MASTER, Kind.SELF_SAME_TERM): (("update_sss",), MASTER),
@@ -141,8 +163,9 @@ class Following:
     ha_address: str
 
 
-def classify(*, role: str, known_epoch: int, leading: int | None, following: Following | None,
-             event: Assigned) -> Kind:
+def classify(
+    *, role: str, known_epoch: int, leading: int | None, following: Following | None, event: Assigned
+) -> Kind:
     """Which kind of assignment `event` is for a replica in this state (a pure function)."""
     a = event.role
     if a.master_epoch < known_epoch:
@@ -167,13 +190,18 @@ class RoleCore:
     master_id: int = -1
     master_address: str = ""
     last_sss_epoch: int = 0
-    leading: int | None = None          # the epoch this replica leads, when master
+    leading: int | None = None  # the epoch this replica leads, when master
     following: Following | None = None  # the master this replica streams from, when slave
 
     def step(self, event: Assigned, now_ms: int) -> list[Action]:
         del now_ms  # role changes follow the controller's word, not the clock
-        kind = classify(role=self.role, known_epoch=self.master_epoch, leading=self.leading,
-                        following=self.following, event=event)
+        kind = classify(
+            role=self.role,
+            known_epoch=self.master_epoch,
+            leading=self.leading,
+            following=self.following,
+            event=event,
+        )
         names, nxt = TRANSITIONS.get((self.role, kind)) or TRANSITIONS[(_ANY, kind)]
         actions = [self._make(name, event) for name in names]
         if nxt != _SAME:

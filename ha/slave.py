@@ -54,12 +54,24 @@ def now_ms() -> int:
 
 
 class HaSlave:
-    def __init__(self, commitlog: CommitLog, *, broker_set: str, broker_id: int, master_id: int,
-                 master_address: str, master_epoch: int, flush_sync: bool = False,
-                 ack_interval_ms: int = 1000, idle_timeout_ms: int = 5000, retry_ms: int = 500,
-                 on_progress: Callable[[], None] | None = None,
-                 fenced_ledgers: Callable[[], Iterable[int]] | None = None, secret: str = "",
-                 unclean_epoch: int = 0) -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        *,
+        broker_set: str,
+        broker_id: int,
+        master_id: int,
+        master_address: str,
+        master_epoch: int,
+        flush_sync: bool = False,
+        ack_interval_ms: int = 1000,
+        idle_timeout_ms: int = 5000,
+        retry_ms: int = 500,
+        on_progress: Callable[[], None] | None = None,
+        fenced_ledgers: Callable[[], Iterable[int]] | None = None,
+        secret: str = "",
+        unclean_epoch: int = 0,
+    ) -> None:
         self.log = commitlog
         self.secret = secret
         self.refusals = 0  # masters refused for demanding a cut below the confirm offset
@@ -83,8 +95,9 @@ class HaSlave:
         # The decisions (fork repair, what a transfer may do, acks): `unclean_epoch` is the last epoch
         # the controller elected outside the SyncStateSet; only a replica whose history ends before
         # it may have its confirmed tail cut by fork repair.
-        self.core = sc.SlaveCore(master_id, master_epoch, flush_sync, unclean_epoch,
-                                 seen_epoch=commitlog.epochs.last_epoch)
+        self.core = sc.SlaveCore(
+            master_id, master_epoch, flush_sync, unclean_epoch, seen_epoch=commitlog.epochs.last_epoch
+        )
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._ctx = f"[{broker_set}/{broker_id} slave of {master_id}@{master_address} epoch {master_epoch}]"
@@ -109,7 +122,9 @@ class HaSlave:
                 log.info("%s connection lost: %s", self._ctx, exc or type(exc).__name__)
             except TidelogError as exc:
                 log.warning("%s %s", self._ctx, exc)
-            except Exception as exc:  # a bug: log it and keep following the master (unless an invariant broke)
+            except (
+                Exception
+            ) as exc:  # a bug: log it and keep following the master (unless an invariant broke)
                 stop_if_violated(exc)
                 log.exception("%s replication failed", self._ctx)
             self.connected = False
@@ -120,16 +135,25 @@ class HaSlave:
         reader, writer = await within(asyncio.open_connection(host, int(port)), self.idle_timeout)
         try:
             await self._authenticate(reader, writer)
-            writer.write(encode(Handshake(self.broker_set, self.broker_id, self.log.max_offset,
-                                          tuple(self.log.epochs.pairs()))))
+            writer.write(
+                encode(
+                    Handshake(
+                        self.broker_set, self.broker_id, self.log.max_offset, tuple(self.log.epochs.pairs())
+                    )
+                )
+            )
             await writer.drain()
             reply = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
             if isinstance(reply, ErrorFrame):
                 raise HaProtocolError(f"master refused the handshake: {reply.code}: {reply.message}")
             if not isinstance(reply, HandshakeReply):
                 raise HaProtocolError(f"expected a handshake reply, got {type(reply).__name__}")
-            actions = self.core.step(sc.MasterAnswered(reply.master_epoch, reply.min_offset, reply.max_offset,
-                                                       tuple(reply.epochs), self._local()), now_ms())
+            actions = self.core.step(
+                sc.MasterAnswered(
+                    reply.master_epoch, reply.min_offset, reply.max_offset, tuple(reply.epochs), self._local()
+                ),
+                now_ms(),
+            )
             await self._carry_out(actions, writer, first_ack=True)
             self.handshakes += 1
             self._writer = writer
@@ -160,11 +184,22 @@ class HaSlave:
         if not isinstance(challenge, AuthChallenge):
             raise HaProtocolError(f"expected the master's challenge, got {type(challenge).__name__}")
         if challenge.master_id != self.master_id:
-            raise HaProtocolError(f"{self.master_address} answers as broker {challenge.master_id}, "
-                                  f"not the master {self.master_id} the controller named")
-        fields = (self.broker_set, self.master_id, self.broker_id, challenge.master_epoch, nonce, challenge.nonce)
+            raise HaProtocolError(
+                f"{self.master_address} answers as broker {challenge.master_id}, "
+                f"not the master {self.master_id} the controller named"
+            )
+        fields = (
+            self.broker_set,
+            self.master_id,
+            self.broker_id,
+            challenge.master_epoch,
+            nonce,
+            challenge.nonce,
+        )
         if not ha_auth.check_master(self.secret, challenge.proof, *fields):
-            log.error("%s %s did not prove the cluster secret: not following it", self._ctx, self.master_address)
+            log.error(
+                "%s %s did not prove the cluster secret: not following it", self._ctx, self.master_address
+            )
             raise HaProtocolError(f"{self.master_address} did not prove the cluster secret")
         writer.write(encode(AuthProof(ha_auth.slave_proof(self.secret, *fields))))
 
@@ -172,8 +207,12 @@ class HaSlave:
         """Ask the master for its copy of bytes found damaged here; False when not connected."""
         if self._writer is None or self._writer.is_closing() or (offset, length) in self._repairs:
             return False
-        log.error("%s damaged bytes [%d, %d) in this replica's log: asking the master for its copy", self._ctx,
-                  offset, offset + length)
+        log.error(
+            "%s damaged bytes [%d, %d) in this replica's log: asking the master for its copy",
+            self._ctx,
+            offset,
+            offset + length,
+        )
         self._repairs.add((offset, length))
         self._writer.write(encode(RangeRequest(offset, length)))
         return True
@@ -184,8 +223,13 @@ class HaSlave:
             self.log.repair_range(frame.offset, frame.data)
             self.repaired.append((frame.offset, frame.offset + len(frame.data)))
         except TidelogError as exc:  # the master's copy is no better, or the range moved: say so
-            log.error("%s could not repair [%d, %d) with the master's copy: %s", self._ctx, frame.offset,
-                      frame.offset + len(frame.data), exc)
+            log.error(
+                "%s could not repair [%d, %d) with the master's copy: %s",
+                self._ctx,
+                frame.offset,
+                frame.offset + len(frame.data),
+                exc,
+            )
 
     def notify_fenced(self, ledger_id: int) -> None:
         """Tell the master at once that this replica fenced `ledger_id` (before any later ack).
@@ -204,19 +248,36 @@ class HaSlave:
                 continue
             if not isinstance(frame, Transfer):
                 raise HaProtocolError(f"unexpected {type(frame).__name__} from the master")
-            event = sc.TransferArrived(frame.offset, frame.epoch, frame.epoch_start, frame.confirm_offset,
-                                       len(frame.data), self._local())
+            event = sc.TransferArrived(
+                frame.offset,
+                frame.epoch,
+                frame.epoch_start,
+                frame.confirm_offset,
+                len(frame.data),
+                self._local(),
+            )
             await self._carry_out(self.core.step(event, now_ms()), writer, data=frame.data)
             if self.on_progress is not None:
                 self.on_progress()
             await writer.drain()
 
     def _local(self) -> sc.LocalLog:
-        return sc.LocalLog(tuple(self.log.epochs.pairs()), self.log.min_offset, self.log.max_offset,
-                           self.log.confirm_offset, self.log.flushed_offset)
+        return sc.LocalLog(
+            tuple(self.log.epochs.pairs()),
+            self.log.min_offset,
+            self.log.max_offset,
+            self.log.confirm_offset,
+            self.log.flushed_offset,
+        )
 
-    async def _carry_out(self, actions: list[sc.Action], writer: asyncio.StreamWriter, *, data: bytes = b"",
-                         first_ack: bool = False) -> None:
+    async def _carry_out(
+        self,
+        actions: list[sc.Action],
+        writer: asyncio.StreamWriter,
+        *,
+        data: bytes = b"",
+        first_ack: bool = False,
+    ) -> None:
         """Do what the core decided, in its order."""
         for action in actions:
             match action:
@@ -240,14 +301,16 @@ class HaSlave:
             # Fences first, then the first ack, with no await in between: a fence made after this
             # point goes out through notify_fenced on the same writer, so the master always learns
             # of a fence before it counts an ack that could cover a fenced ledger's record.
-            for ledger_id in (self.fenced_ledgers() if self.fenced_ledgers is not None else ()):
+            for ledger_id in self.fenced_ledgers() if self.fenced_ledgers is not None else ():
                 writer.write(encode(LedgerFenced(ledger_id)))
         writer.write(encode(Ack(offset)))
 
     def _refuse(self, kind: str, reason: str) -> NoReturn:
         if kind == "below-confirm":
             self.refusals += 1
-            log.error("%s refusing fork repair: %s (local epochs %s)", self._ctx, reason, self.log.epochs.pairs())
+            log.error(
+                "%s refusing fork repair: %s (local epochs %s)", self._ctx, reason, self.log.epochs.pairs()
+            )
         if kind in ("below-retention", "offset-mismatch"):
             raise OffsetMismatchError(reason)
         raise HaProtocolError(f"{self.master_address}: {reason}")
@@ -255,10 +318,19 @@ class HaSlave:
     def _truncate(self, to: int, no_common: bool) -> None:
         local_max = self.log.max_offset
         if no_common:
-            log.error("%s no epoch in common with the master (local epochs %s): discarding the local log from %d",
-                      self._ctx, self.log.epochs.pairs(), to)
-        log.warning("%s fork repair: truncating from %d to %d (local epochs %s)", self._ctx, local_max, to,
-                    self.log.epochs.pairs())
+            log.error(
+                "%s no epoch in common with the master (local epochs %s): discarding the local log from %d",
+                self._ctx,
+                self.log.epochs.pairs(),
+                to,
+            )
+        log.warning(
+            "%s fork repair: truncating from %d to %d (local epochs %s)",
+            self._ctx,
+            local_max,
+            to,
+            self.log.epochs.pairs(),
+        )
         self.log.truncate(to)
         self.truncations.append((local_max, to))
 

@@ -28,8 +28,20 @@ from dataclasses import dataclass
 from tidelog.commitlog.epochs import last_consistent_point
 
 __all__ = [
-    "Ack", "AckTick", "Action", "Append", "AwaitFlush", "Event", "LocalLog", "MasterAnswered", "RecordEpoch",
-    "Refuse", "SetConfirm", "SlaveCore", "TransferArrived", "Truncate",
+    "Ack",
+    "AckTick",
+    "Action",
+    "Append",
+    "AwaitFlush",
+    "Event",
+    "LocalLog",
+    "MasterAnswered",
+    "RecordEpoch",
+    "Refuse",
+    "SetConfirm",
+    "SlaveCore",
+    "TransferArrived",
+    "Truncate",
 ]
 
 
@@ -152,8 +164,12 @@ class SlaveCore:
         local = ev.local
         known = max(self.master_epoch, local.last_epoch)
         if ev.master_epoch < known:
-            return [Refuse("deposed", f"the master is of epoch {ev.master_epoch}, older than epoch {known} known "
-                                      "here")]
+            return [
+                Refuse(
+                    "deposed",
+                    f"the master is of epoch {ev.master_epoch}, older than epoch {known} known here",
+                )
+            ]
         actions: list[Action] = []
         end = local.max_offset
         cut = self._repair_point(ev)
@@ -176,11 +192,16 @@ class SlaveCore:
         empty = local.max_offset == local.min_offset
         if empty and not local.epochs:
             if local.max_offset < ev.master_min:
-                return Refuse("below-retention", f"this empty replica starts at {local.max_offset}, below the "
-                                                 f"master's retention ({ev.master_min}); seed it from a copy of "
-                                                 "the master")
+                return Refuse(
+                    "below-retention",
+                    f"this empty replica starts at {local.max_offset}, below the "
+                    f"master's retention ({ev.master_min}); seed it from a copy of "
+                    "the master",
+                )
             return None
-        point = last_consistent_point(list(local.epochs), local.max_offset, list(ev.master_epochs), ev.master_max)
+        point = last_consistent_point(
+            list(local.epochs), local.max_offset, list(ev.master_epochs), ev.master_max
+        )
         no_common = point < 0
         if no_common:
             point = local.min_offset
@@ -189,8 +210,11 @@ class SlaveCore:
             # holds all of it, so a demand to cut there comes from a history the controller did not
             # choose. Refuse and keep retrying: the controller may name another master, or declare
             # the election unclean.
-            return Refuse("below-confirm", f"master {self.master_id} demands a cut to {point}, below the confirm "
-                                           f"offset {local.confirm_offset}; refused")
+            return Refuse(
+                "below-confirm",
+                f"master {self.master_id} demands a cut to {point}, below the confirm "
+                f"offset {local.confirm_offset}; refused",
+            )
         if point < local.max_offset:
             return Truncate(point, no_common_epoch=no_common)
         return None
@@ -198,11 +222,19 @@ class SlaveCore:
     def _transfer(self, ev: TransferArrived) -> list[Action]:
         local = ev.local
         if ev.epoch < self.seen_epoch:
-            return [Refuse("epoch-went-back", f"data of epoch {ev.epoch} after epoch {self.seen_epoch}: refusing "
-                                              "a deposed master")]
+            return [
+                Refuse(
+                    "epoch-went-back",
+                    f"data of epoch {ev.epoch} after epoch {self.seen_epoch}: refusing a deposed master",
+                )
+            ]
         if ev.offset != local.max_offset:
-            return [Refuse("offset-mismatch", f"transfer at {ev.offset}, local max is {local.max_offset}; "
-                                              "re-handshaking")]
+            return [
+                Refuse(
+                    "offset-mismatch",
+                    f"transfer at {ev.offset}, local max is {local.max_offset}; re-handshaking",
+                )
+            ]
         actions: list[Action] = []
         end = local.max_offset
         if ev.length:

@@ -63,8 +63,15 @@ class Proposal:
 
 
 class SyncStateTracker:
-    def __init__(self, master_id: int, sync_state_set: frozenset[int], sss_epoch: int, *,
-                 max_not_catchup_ms: int = 15000, now_ms: int) -> None:
+    def __init__(
+        self,
+        master_id: int,
+        sync_state_set: frozenset[int],
+        sss_epoch: int,
+        *,
+        max_not_catchup_ms: int = 15000,
+        now_ms: int,
+    ) -> None:
         if master_id not in sync_state_set:
             raise ValueError(f"the master {master_id} must be in its SyncStateSet {sorted(sync_state_set)}")
         if max_not_catchup_ms < 0:
@@ -111,8 +118,9 @@ class SyncStateTracker:
 
     # --- events -------------------------------------------------------------------------
 
-    def on_controller_state(self, sync_state_set: frozenset[int], sss_epoch: int, *,
-                            now_ms: int | None = None) -> bool:
+    def on_controller_state(
+        self, sync_state_set: frozenset[int], sss_epoch: int, *, now_ms: int | None = None
+    ) -> bool:
         """Apply a controller-confirmed set; True if it was applied.
 
         Applied only when its epoch is higher than `local`'s; then `pending` ends (the proposal
@@ -137,9 +145,18 @@ class SyncStateTracker:
         self._check()
         return True
 
-    def on_ack(self, slave_id: int, slave_max: int, *, now_ms: int, master_max: int,
-               last_sent_master_max: int, last_sent_ms: int, confirm_offset: int,
-               epoch_start: int) -> Proposal | None:
+    def on_ack(
+        self,
+        slave_id: int,
+        slave_max: int,
+        *,
+        now_ms: int,
+        master_max: int,
+        last_sent_master_max: int,
+        last_sent_ms: int,
+        confirm_offset: int,
+        epoch_start: int,
+    ) -> Proposal | None:
         """A slave acked `slave_max`; returns an expansion to propose, if any.
 
         `last_sent_master_max`/`last_sent_ms` are the master's max offset and the time when the
@@ -155,8 +172,12 @@ class SyncStateTracker:
             return None
         caught = now_ms if slave_max >= master_max else last_sent_ms
         self._caught_up[slave_id] = max(self._caught_up.get(slave_id, caught), caught)
-        if (slave_id in self._local or self._pending is not None
-                or slave_max < confirm_offset or slave_max < epoch_start):
+        if (
+            slave_id in self._local
+            or self._pending is not None
+            or slave_max < confirm_offset
+            or slave_max < epoch_start
+        ):
             return None
         return self._propose(self._local | {slave_id})
 
@@ -175,8 +196,11 @@ class SyncStateTracker:
         self._tick(now_ms)
         if self._pending is not None:
             return None
-        dropped = {m for m in self._local
-                   if m != self.master_id and (m in self._disconnected or self._stale(m, now_ms))}
+        dropped = {
+            m
+            for m in self._local
+            if m != self.master_id and (m in self._disconnected or self._stale(m, now_ms))
+        }
         if not dropped:
             return None
         return self._propose(self._local - dropped)
@@ -207,5 +231,7 @@ class SyncStateTracker:
 
     def _check(self) -> None:
         require(self.master_id in self._local, f"master {self.master_id} left its SyncStateSet {self._local}")
-        require(self._pending is None or self.master_id in self._pending.new_sync_state_set,
-                f"proposal {self._pending} drops the master {self.master_id}")
+        require(
+            self._pending is None or self.master_id in self._pending.new_sync_state_set,
+            f"proposal {self._pending} drops the master {self.master_id}",
+        )

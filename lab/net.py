@@ -78,8 +78,10 @@ def create(plan: LabPlan, lab_dir: Path) -> dict[str, Any]:
     clash = {h.netns for h in plan.hosts} | {plan.wan_netns}
     taken = clash & existing_namespaces()
     if taken:
-        raise ConfigError(f"network namespace {sorted(taken)[0]} already exists",
-                          hint="an earlier lab of this data dir is still there: run `tide cluster down`")
+        raise ConfigError(
+            f"network namespace {sorted(taken)[0]} already exists",
+            hint="an earlier lab of this data dir is still there: run `tide cluster down`",
+        )
     lab_dir.mkdir(parents=True, exist_ok=True)
     try:
         _run("ip", "netns", "add", plan.wan_netns)
@@ -96,7 +98,9 @@ def create(plan: LabPlan, lab_dir: Path) -> dict[str, Any]:
             _run("ip", "-n", h.netns, "route", "add", "default", "via", h.router)
             _run("ip", "-n", plan.wan_netns, "addr", "add", f"{h.router}/24", "dev", h.veth_router)
             _run("ip", "-n", plan.wan_netns, "link", "set", h.veth_router, "up")
-        _run("ip", "netns", "exec", plan.wan_netns, "nft", "-f", "-", stdin=rules.render_nat(plan, RELAY_PORT))
+        _run(
+            "ip", "netns", "exec", plan.wan_netns, "nft", "-f", "-", stdin=rules.render_nat(plan, RELAY_PORT)
+        )
         apply(plan, lab_dir, {}, rules.empty())  # no faults yet; the relay reads its delays from it
         relay_pid = _start_relay(plan, lab_dir)
     except BaseException:
@@ -108,10 +112,22 @@ def create(plan: LabPlan, lab_dir: Path) -> dict[str, Any]:
 
 def _start_relay(plan: LabPlan, lab_dir: Path) -> int:
     with open(lab_dir / "relay.log", "ab") as out:
-        proc = subprocess.Popen([*in_netns(plan.wan_netns), sys.executable, "-m", "tidelog.lab.relay",
-                                 "--config", str(lab_dir / RELAY_FILE), "--port", str(RELAY_PORT)],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                *in_netns(plan.wan_netns),
+                sys.executable,
+                "-m",
+                "tidelog.lab.relay",
+                "--config",
+                str(lab_dir / RELAY_FILE),
+                "--port",
+                str(RELAY_PORT),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -134,8 +150,9 @@ def destroy(plan: LabPlan, info: dict[str, Any]) -> list[str]:
     for ns in [h.netns for h in plan.hosts] + [plan.wan_netns]:
         if ns in present:
             # A process still inside would keep the namespace's links alive: stop it first.
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
-                                  check=False).stdout.split()
+            pids = subprocess.run(
+                ["ip", "netns", "pids", ns], capture_output=True, text=True, check=False
+            ).stdout.split()
             for p in pids:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(p), signal.SIGKILL)
@@ -168,7 +185,10 @@ def _write_faults(lab_dir: Path, state: rules.Faults) -> None:
 
 
 def _write_relay_config(plan: LabPlan, lab_dir: Path, state: rules.Faults) -> None:
-    doc = {"sites": {str(v): k for k, v in plan.site_octets.items()}, "delays": rules.relay_delays(plan, state)}
+    doc = {
+        "sites": {str(v): k for k, v in plan.site_octets.items()},
+        "delays": rules.relay_delays(plan, state),
+    }
     tmp = lab_dir / (RELAY_FILE + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2))
     tmp.replace(lab_dir / RELAY_FILE)

@@ -39,20 +39,20 @@ MAX_PROCESSES = 250
 class Host:
     """One process's place in the lab."""
 
-    name: str           # process name (controller-c1, broker-a-0) or `client`
-    site: str           # datacenter name, or `client`
-    index: int          # 1.., unique in the lab
-    address: str        # the process's own address
-    router: str         # the router's end of its link (its default route)
+    name: str  # process name (controller-c1, broker-a-0) or `client`
+    site: str  # datacenter name, or `client`
+    index: int  # 1.., unique in the lab
+    address: str  # the process's own address
+    router: str  # the router's end of its link (its default route)
     netns: str
-    veth_host: str      # the process side, named so before it moves into `netns` (then `eth0`)
-    veth_router: str    # the router side, in the `wan` namespace
+    veth_host: str  # the process side, named so before it moves into `netns` (then `eth0`)
+    veth_router: str  # the router side, in the `wan` namespace
 
 
 @dataclass(frozen=True)
 class LabPlan:
     prefix: str
-    sites: tuple[str, ...]           # datacenters in order, then `client`
+    sites: tuple[str, ...]  # datacenters in order, then `client`
     hosts: tuple[Host, ...]
     wan_netns: str
     wan_delay_ms: float = 0.0
@@ -62,8 +62,9 @@ class LabPlan:
         for h in self.hosts:
             if h.name == name:
                 return h
-        raise ConfigError(f"no process named {name!r} in this lab",
-                          hint=f"one of: {', '.join(h.name for h in self.hosts)}")
+        raise ConfigError(
+            f"no process named {name!r} in this lab", hint=f"one of: {', '.join(h.name for h in self.hosts)}"
+        )
 
     def site_of(self, address: str) -> str | None:
         parts = address.split(".")
@@ -78,16 +79,26 @@ class LabPlan:
         return [s for s in self.sites if s != CLIENT_SITE]
 
     def to_json(self) -> dict[str, object]:
-        return {"prefix": self.prefix, "sites": list(self.sites), "wan_netns": self.wan_netns,
-                "wan_delay_ms": self.wan_delay_ms, "site_octets": dict(self.site_octets),
-                "hosts": [h.__dict__ for h in self.hosts]}
+        return {
+            "prefix": self.prefix,
+            "sites": list(self.sites),
+            "wan_netns": self.wan_netns,
+            "wan_delay_ms": self.wan_delay_ms,
+            "site_octets": dict(self.site_octets),
+            "hosts": [h.__dict__ for h in self.hosts],
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> LabPlan:
         hosts = tuple(Host(**h) for h in doc["hosts"])
-        return cls(prefix=str(doc["prefix"]), sites=tuple(doc["sites"]), hosts=hosts,
-                   wan_netns=str(doc["wan_netns"]), wan_delay_ms=float(doc.get("wan_delay_ms", 0.0)),
-                   site_octets=dict(doc["site_octets"]))
+        return cls(
+            prefix=str(doc["prefix"]),
+            sites=tuple(doc["sites"]),
+            hosts=hosts,
+            wan_netns=str(doc["wan_netns"]),
+            wan_delay_ms=float(doc.get("wan_delay_ms", 0.0)),
+            site_octets=dict(doc["site_octets"]),
+        )
 
 
 def lab_prefix(data_dir: str) -> str:
@@ -106,8 +117,10 @@ def make_plan(data_dir: str, processes: Sequence[tuple[str, str]], *, wan_delay_
     sites: list[str] = []
     for name, dc in processes:
         if not dc:
-            raise ConfigError(f"{name} has no datacenter: with --netns every process needs one",
-                              hint="list `datacenters` for each broker set and for the controller")
+            raise ConfigError(
+                f"{name} has no datacenter: with --netns every process needs one",
+                hint="list `datacenters` for each broker set and for the controller",
+            )
         if dc == CLIENT_SITE:
             raise ConfigError(f"{name}: {CLIENT_SITE!r} is the lab's client side, not a datacenter name")
         if dc not in sites:
@@ -121,7 +134,23 @@ def make_plan(data_dir: str, processes: Sequence[tuple[str, str]], *, wan_delay_
     entries: Iterable[tuple[str, str]] = [*processes, (CLIENT_NAME, CLIENT_SITE)]
     for i, (name, site) in enumerate(entries, start=1):
         o = octets[site]
-        hosts.append(Host(name=name, site=site, index=i, address=f"10.{o}.{i}.2", router=f"10.{o}.{i}.1",
-                          netns=f"{prefix}-{name}", veth_host=f"{prefix}v{i}", veth_router=f"{prefix}w{i}"))
-    return LabPlan(prefix=prefix, sites=(*sites, CLIENT_SITE), hosts=tuple(hosts), wan_netns=f"{prefix}-wan",
-                   wan_delay_ms=float(wan_delay_ms), site_octets=octets)
+        hosts.append(
+            Host(
+                name=name,
+                site=site,
+                index=i,
+                address=f"10.{o}.{i}.2",
+                router=f"10.{o}.{i}.1",
+                netns=f"{prefix}-{name}",
+                veth_host=f"{prefix}v{i}",
+                veth_router=f"{prefix}w{i}",
+            )
+        )
+    return LabPlan(
+        prefix=prefix,
+        sites=(*sites, CLIENT_SITE),
+        hosts=tuple(hosts),
+        wan_netns=f"{prefix}-wan",
+        wan_delay_ms=float(wan_delay_ms),
+        site_octets=octets,
+    )

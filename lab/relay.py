@@ -62,10 +62,13 @@ class Relay:
             log.info("relay %s -> ?: %s", peer, exc)
             writer.close()
             return
-        await asyncio.gather(self._pipe(reader, w2, peer, dst), self._pipe(r2, writer, dst, peer),
-                             return_exceptions=True)
+        await asyncio.gather(
+            self._pipe(reader, w2, peer, dst), self._pipe(r2, writer, dst, peer), return_exceptions=True
+        )
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, src: str, dst: str) -> None:
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, src: str, dst: str
+    ) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
         async def send() -> None:

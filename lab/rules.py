@@ -62,7 +62,7 @@ class Delay:
 @dataclass(frozen=True)
 class Isolate:
     what: str
-    frm: str | None = None   # None: from every other process
+    frm: str | None = None  # None: from every other process
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,17 @@ def members(plan: LabPlan, group: str) -> list[str]:
     if group == "controllers":
         return [h.address for h in plan.hosts if h.name.startswith("controller-")]
     if group == "brokers":
-        return [h.address for h in plan.hosts if h.site != CLIENT_SITE and not h.name.startswith("controller-")]
+        return [
+            h.address for h in plan.hosts if h.site != CLIENT_SITE and not h.name.startswith("controller-")
+        ]
     for h in plan.hosts:
         if h.name == group:
             return [h.address]
-    raise ConfigError(f"no datacenter, process or group named {group!r} in this lab",
-                      hint=f"datacenters: {', '.join(plan.sites)}; processes: "
-                           f"{', '.join(h.name for h in plan.hosts)}; or controllers, brokers")
+    raise ConfigError(
+        f"no datacenter, process or group named {group!r} in this lab",
+        hint=f"datacenters: {', '.join(plan.sites)}; processes: "
+        f"{', '.join(h.name for h in plan.hosts)}; or controllers, brokers",
+    )
 
 
 def _pair(plan: LabPlan, a: str, b: str) -> tuple[list[str], list[str]]:
@@ -113,8 +117,10 @@ def _isolation(plan: LabPlan, what: str, frm: str | None) -> dict[str, Any]:
 def _check_delay(plan: LabPlan, a: str, b: str, ms: float) -> None:
     dcs = plan.dc_sites()
     if a not in dcs or b not in dcs or a == b:
-        raise ConfigError(f"delay is set between two datacenters ({', '.join(dcs)}), not {a} and {b}",
-                          hint="the relay that adds it sits on the links between datacenters")
+        raise ConfigError(
+            f"delay is set between two datacenters ({', '.join(dcs)}), not {a} and {b}",
+            hint="the relay that adds it sits on the links between datacenters",
+        )
     if not 0 <= ms <= 10_000:
         raise ConfigError(f"delay must be 0..10000 ms, not {ms}")
 
@@ -127,15 +133,18 @@ def step(plan: LabPlan, state: Faults, event: Event) -> Faults:
             return empty()
         case Cut(a, b, oneway):
             left, right = _pair(plan, a, b)
-            out["cuts"].append({"what": f"{a} {'->' if oneway else '<->'} {b}", "src": left, "dst": right,
-                                "oneway": oneway})
+            out["cuts"].append(
+                {"what": f"{a} {'->' if oneway else '<->'} {b}", "src": left, "dst": right, "oneway": oneway}
+            )
         case Isolate(what, frm):
             out["cuts"].append(_isolation(plan, what, frm))
         case Loss(a, b, percent):
             if not 0 < percent <= 100:
                 raise ConfigError(f"loss must be 1..100 percent, not {percent}")
             left, right = _pair(plan, a, b)
-            out["losses"].append({"what": f"{a} <-> {b} {percent}%", "src": left, "dst": right, "percent": percent})
+            out["losses"].append(
+                {"what": f"{a} <-> {b} {percent}%", "src": left, "dst": right, "percent": percent}
+            )
         case Delay(a, b, ms):
             _check_delay(plan, a, b, ms)
             out["delays"][f"{a}>{b}"] = ms
@@ -157,8 +166,12 @@ def _matches(state: Faults) -> list[str]:
             lines.append(f"ip saddr {_set(cut['dst'])} ip daddr {_set(cut['src'])} drop")
     for loss in state.get("losses", []):
         p = int(loss["percent"])
-        lines.append(f"ip saddr {_set(loss['src'])} ip daddr {_set(loss['dst'])} numgen random mod 100 < {p} drop")
-        lines.append(f"ip saddr {_set(loss['dst'])} ip daddr {_set(loss['src'])} numgen random mod 100 < {p} drop")
+        lines.append(
+            f"ip saddr {_set(loss['src'])} ip daddr {_set(loss['dst'])} numgen random mod 100 < {p} drop"
+        )
+        lines.append(
+            f"ip saddr {_set(loss['dst'])} ip daddr {_set(loss['src'])} numgen random mod 100 < {p} drop"
+        )
     return lines
 
 
@@ -167,13 +180,15 @@ def render(state: Faults) -> str:
     rules = _matches(state)
     pre = "".join(f"    {r}\n" for r in rules)
     post = "".join(f"    meta mark {LOCAL_MARK:#x} {r}\n" for r in rules)
-    return (f"table inet {TABLE}\ndelete table inet {TABLE}\n"
-            f"table inet {TABLE} {{\n"
-            f"  chain pre {{\n    type filter hook prerouting priority -150; policy accept;\n{pre}  }}\n"
-            f"  chain out {{\n    type filter hook output priority 0; policy accept;\n"
-            f"    meta mark set {LOCAL_MARK:#x}\n  }}\n"
-            f"  chain post {{\n    type filter hook postrouting priority 110; policy accept;\n{post}  }}\n"
-            f"}}\n")
+    return (
+        f"table inet {TABLE}\ndelete table inet {TABLE}\n"
+        f"table inet {TABLE} {{\n"
+        f"  chain pre {{\n    type filter hook prerouting priority -150; policy accept;\n{pre}  }}\n"
+        f"  chain out {{\n    type filter hook output priority 0; policy accept;\n"
+        f"    meta mark set {LOCAL_MARK:#x}\n  }}\n"
+        f"  chain post {{\n    type filter hook postrouting priority 110; policy accept;\n{post}  }}\n"
+        f"}}\n"
+    )
 
 
 def render_nat(plan: LabPlan, relay_port: int) -> str:
@@ -183,10 +198,15 @@ def render_nat(plan: LabPlan, relay_port: int) -> str:
     for a in dcs:
         for b in dcs:
             if a != b:
-                lines.append(f"    ip saddr 10.{plan.site_octets[a]}.0.0/16 ip daddr 10.{plan.site_octets[b]}.0.0/16 "
-                             f"meta l4proto tcp redirect to :{relay_port}\n")
-    return ("table ip tidenat {\n  chain pre {\n    type nat hook prerouting priority dstnat; policy accept;\n"
-            + "".join(lines) + "  }\n}\n")
+                lines.append(
+                    f"    ip saddr 10.{plan.site_octets[a]}.0.0/16 ip daddr 10.{plan.site_octets[b]}.0.0/16 "
+                    f"meta l4proto tcp redirect to :{relay_port}\n"
+                )
+    return (
+        "table ip tidenat {\n  chain pre {\n    type nat hook prerouting priority dstnat; policy accept;\n"
+        + "".join(lines)
+        + "  }\n}\n"
+    )
 
 
 def relay_delays(plan: LabPlan, state: Faults) -> dict[str, float]:
@@ -199,6 +219,8 @@ def relay_delays(plan: LabPlan, state: Faults) -> dict[str, float]:
 
 
 def describe(state: Faults) -> list[str]:
-    return ([c["what"] + (" cut" if not c["oneway"] else " cut one way") for c in state.get("cuts", [])]
-            + [f"{x['what']} loss" for x in state.get("losses", [])]
-            + [f"{k} {v:g}ms delay" for k, v in sorted(state.get("delays", {}).items())])
+    return (
+        [c["what"] + (" cut" if not c["oneway"] else " cut one way") for c in state.get("cuts", [])]
+        + [f"{x['what']} loss" for x in state.get("losses", [])]
+        + [f"{k} {v:g}ms delay" for k, v in sorted(state.get("delays", {}).items())]
+    )

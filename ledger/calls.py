@@ -56,8 +56,14 @@ _RETRY_MASTER = (NotMasterError, UnavailableError, FlushSlaveTimeoutError, NotEn
 class LedgerCalls:
     """The ledger I/O of one `AsyncClient` (its controller client and broker channels)."""
 
-    def __init__(self, client: AsyncClient, *, add_timeout: float = DEFAULT_ADD_TIMEOUT,
-                 rpc_timeout: float | None = None, max_entry_bytes: int = MAX_ENTRY_BYTES) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        add_timeout: float = DEFAULT_ADD_TIMEOUT,
+        rpc_timeout: float | None = None,
+        max_entry_bytes: int = MAX_ENTRY_BYTES,
+    ) -> None:
         self.client = client
         self.controller = client.controller
         self.add_timeout = add_timeout
@@ -88,12 +94,15 @@ class LedgerCalls:
     async def call(self, address: str, method: str, request: Any, timeout: float) -> Any:
         """One call of the Ledger service on one broker; errors come back typed."""
         try:
-            return await getattr(self.client.ledger_stub(address), method)(request, timeout=max(0.05, timeout))
+            return await getattr(self.client.ledger_stub(address), method)(
+                request, timeout=max(0.05, timeout)
+            )
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
 
-    async def call_master(self, broker_set: str, method: str, request: Any, *, deadline: float,
-                          what: str) -> Any:
+    async def call_master(
+        self, broker_set: str, method: str, request: Any, *, deadline: float, what: str
+    ) -> Any:
         """Call the set's master, retrying "not here / not now" after a refresh until `deadline`;
         then LedgerTimeoutError naming the last answer (the outcome is unknown)."""
         refresh = False
@@ -102,17 +111,24 @@ class LedgerCalls:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise LedgerTimeoutError(f"{what}: no confirmation within the timeout; last answer: {last}",
-                                         cause=str(last))
+                raise LedgerTimeoutError(
+                    f"{what}: no confirmation within the timeout; last answer: {last}", cause=str(last)
+                )
             try:
                 view = await self.broker_set(broker_set, refresh=refresh)
                 refresh = False
                 if not view.master_address:
                     raise UnavailableError(f"broker set {broker_set} has no master right now")
-                call = self.call(view.master_address, method, request,
-                                 min(self.rpc_timeout, deadline - time.monotonic()))
-                return await until_superseded(call, broker_set, view.master_address, view.master_epoch,
-                                              lambda: self._master_epoch(broker_set))
+                call = self.call(
+                    view.master_address, method, request, min(self.rpc_timeout, deadline - time.monotonic())
+                )
+                return await until_superseded(
+                    call,
+                    broker_set,
+                    view.master_address,
+                    view.master_epoch,
+                    lambda: self._master_epoch(broker_set),
+                )
             except _RETRY_MASTER as exc:
                 last = exc
                 refresh = True
@@ -126,17 +142,22 @@ class LedgerCalls:
             raise NoSuchLedgerExistsError(f"no ledger {ledger_id}", ledger_id=ledger_id) from None
         return LedgerMetadata.decode(entry.value, version=entry.version)
 
-    async def cas_metadata(self, new: LedgerMetadata, expected_version: int, password: bytes) -> LedgerMetadata | None:
+    async def cas_metadata(
+        self, new: LedgerMetadata, expected_version: int, password: bytes
+    ) -> LedgerMetadata | None:
         """Write `new` if the stored version is still `expected_version`: the stored metadata, or
         None when another write came first (re-read and decide again). The controller takes the
         write only with the ledger's `password` (RULES.md M8)."""
         try:
-            entry = await self.controller.meta_cas(ledger_key(new.ledger_id), new.encode(), expected_version,
-                                                   ledger_password=password)
+            entry = await self.controller.meta_cas(
+                ledger_key(new.ledger_id), new.encode(), expected_version, ledger_password=password
+            )
         except MetadataVersionMismatchError:
             return None
         except MetadataNotFoundError:
-            raise NoSuchLedgerExistsError(f"ledger {new.ledger_id} was deleted", ledger_id=new.ledger_id) from None
+            raise NoSuchLedgerExistsError(
+                f"ledger {new.ledger_id} was deleted", ledger_id=new.ledger_id
+            ) from None
         return LedgerMetadata.decode(entry.value, version=entry.version)
 
     async def seal_on_brokers(self, meta: LedgerMetadata, password: bytes) -> None:
@@ -145,22 +166,33 @@ class LedgerCalls:
         itself. Best effort: the metadata is the ledger's end whatever happens here, and readers
         never read past it; a failure is logged, not raised."""
         try:
-            await self.call_master(meta.broker_set, "Close", lpb.CloseRequest(ledger_id=meta.ledger_id,
-                                                                              password=password),
-                                   deadline=time.monotonic() + self.rpc_timeout, what=f"seal of ledger {meta.ledger_id}")
+            await self.call_master(
+                meta.broker_set,
+                "Close",
+                lpb.CloseRequest(ledger_id=meta.ledger_id, password=password),
+                deadline=time.monotonic() + self.rpc_timeout,
+                what=f"seal of ledger {meta.ledger_id}",
+            )
         except TidelogError as exc:
-            log.warning("ledger %d is closed, but its broker set could not seal it (readers still stop at the "
-                        "metadata's end): %s", meta.ledger_id, exc)
+            log.warning(
+                "ledger %d is closed, but its broker set could not seal it (readers still stop at the "
+                "metadata's end): %s",
+                meta.ledger_id,
+                exc,
+            )
 
-    async def query_lac(self, meta: LedgerMetadata, password: bytes, *, previous: int = -1,
-                        wait_ms: int = 0) -> tuple[int, int, bool]:
+    async def query_lac(
+        self, meta: LedgerMetadata, password: bytes, *, previous: int = -1, wait_ms: int = 0
+    ) -> tuple[int, int, bool]:
         """(LAC, length through it, whether a replica has the ledger fenced), asked of every
         replica at once. The master's answer is exact and ends the wait; otherwise the largest
         answer wins once all are in (or, long polling, the first above `previous`)."""
         view = await self.broker_set(meta.broker_set)
         targets = read_order(view, meta.replicas)
         if not targets:
-            raise LedgerReadError(f"no replica of ledger {meta.ledger_id} is known to broker set {meta.broker_set}")
+            raise LedgerReadError(
+                f"no replica of ledger {meta.ledger_id} is known to broker set {meta.broker_set}"
+            )
         req = lpb.LacRequest(ledger_id=meta.ledger_id, password=password, previous=previous, wait_ms=wait_ms)
         timeout = self.rpc_timeout + wait_ms / 1000
         tally = LacTally(previous, wait_ms)

@@ -73,8 +73,9 @@ def digest_input_header(ledger_id: int, entry_id: int, lac: int, length: int) ->
     try:
         return _HEADER.pack(ledger_id, entry_id, lac, length)
     except struct.error as exc:
-        raise IncorrectParameterError(f"ledger {ledger_id} entry {entry_id} lac {lac} length {length} "
-                                      f"out of range for a digest: {exc}") from None
+        raise IncorrectParameterError(
+            f"ledger {ledger_id} entry {entry_id} lac {lac} length {length} out of range for a digest: {exc}"
+        ) from None
 
 
 class Digester:
@@ -101,15 +102,22 @@ class Digester:
             return mac.digest()
         return b""
 
-    def matches(self, ledger_id: int, entry_id: int, lac: int, length: int, data: bytes, digest: bytes) -> bool:
+    def matches(
+        self, ledger_id: int, entry_id: int, lac: int, length: int, data: bytes, digest: bytes
+    ) -> bool:
         try:
             expected = self.compute(ledger_id, entry_id, lac, length, data)
         except IncorrectParameterError:
             return False  # fields no writer could have produced
         return hmac.compare_digest(expected, digest)
 
-    def verify(self, ledger_id: int, entry_id: int, lac: int, length: int, data: bytes, digest: bytes) -> None:
+    def verify(
+        self, ledger_id: int, entry_id: int, lac: int, length: int, data: bytes, digest: bytes
+    ) -> None:
         """Raise DigestMatchError unless `digest` is this entry's digest."""
         if not self.matches(ledger_id, entry_id, lac, length, data, digest):
-            raise DigestMatchError(f"ledger {ledger_id} entry {entry_id} failed its {self.digest_type} digest check",
-                                   ledger_id=ledger_id, entry_id=entry_id)
+            raise DigestMatchError(
+                f"ledger {ledger_id} entry {entry_id} failed its {self.digest_type} digest check",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+            )

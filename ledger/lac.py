@@ -49,13 +49,16 @@ class LacTally:
             for err in self.errors.values():
                 if isinstance(err, UnauthorizedAccessError):
                     raise err
-            raise LedgerReadError(f"no replica of ledger {ledger_id} answered a LAC read: "
-                                  f"{ {r: str(e) for r, e in sorted(self.errors.items())} }")
+            raise LedgerReadError(
+                f"no replica of ledger {ledger_id} answered a LAC read: "
+                f"{ {r: str(e) for r, e in sorted(self.errors.items())} }"
+            )
         return self.lac, self.length, self.fenced
 
 
-async def ask_replicas(call: Callable[[str], Awaitable[Any]], targets: Sequence[tuple[int, str]],
-                       tally: LacTally) -> None:
+async def ask_replicas(
+    call: Callable[[str], Awaitable[Any]], targets: Sequence[tuple[int, str]], tally: LacTally
+) -> None:
     """`call(address)` for every (replica, address) at once, each answer fed to `tally`, until
     the tally is final or every replica answered; calls still running then are cancelled."""
     tasks = {asyncio.ensure_future(call(address)): replica for replica, address in targets}

@@ -57,22 +57,48 @@ __all__ = ["AsyncLedgers"]
 class AsyncLedgers(LedgerCalls):
     """Ledger operations of one `AsyncClient`: `AsyncLedgers(client, add_timeout=..., ...)`."""
 
-    async def create_ledger(self, ensemble_size: int, write_quorum: int, ack_quorum: int, password: bytes,
-                            digest: str = "crc32c", custom_metadata: Mapping[str, bytes] | None = None,
-                            *, broker_set: str | None = None) -> AsyncWriteHandle:
+    async def create_ledger(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        password: bytes,
+        digest: str = "crc32c",
+        custom_metadata: Mapping[str, bytes] | None = None,
+        *,
+        broker_set: str | None = None,
+    ) -> AsyncWriteHandle:
         kind = parse_digest_type(digest)
         custom = {} if custom_metadata is None else custom_metadata
         # every parameter that does not depend on placement is checked before anything is written
-        check_create_params(ensemble_size, write_quorum, ack_quorum, ensemble_size, set_replicas=ensemble_size,
-                            password=password, digest_type=kind, custom_metadata=custom)
+        check_create_params(
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+            ensemble_size,
+            set_replicas=ensemble_size,
+            password=password,
+            digest_type=kind,
+            custom_metadata=custom,
+        )
         if broker_set is not None and not isinstance(broker_set, str):
             raise IncorrectParameterError(f"broker_set is a name, got {broker_set!r}")
         views = broker_set_views(await self.controller.describe_broker_sets())
         while True:
             ledger_id, counter_version = await self._peek_counter()
-            view = place_ledger(views, ledger_id, ensemble_size, write_quorum, ack_quorum, broker_set=broker_set)
-            meta = new_ledger_metadata(ledger_id, view.name, view.member_ids, ack_quorum, password=password,
-                                       digest_type=kind, custom_metadata=custom, ctime_ms=int(time.time() * 1000))
+            view = place_ledger(
+                views, ledger_id, ensemble_size, write_quorum, ack_quorum, broker_set=broker_set
+            )
+            meta = new_ledger_metadata(
+                ledger_id,
+                view.name,
+                view.member_ids,
+                ack_quorum,
+                password=password,
+                digest_type=kind,
+                custom_metadata=custom,
+                ctime_ms=int(time.time() * 1000),
+            )
             if not await self._take_counter(ledger_id, counter_version):
                 continue
             try:
@@ -83,8 +109,13 @@ class AsyncLedgers(LedgerCalls):
         meta = LedgerMetadata.decode(entry.value, version=entry.version)
         self.remember_set(view)
         try:
-            await self.call_master(view.name, "Create", lpb.CreateRequest(ledger_id=ledger_id, metadata=meta.encode()),
-                                   deadline=time.monotonic() + self.add_timeout, what=f"create of ledger {ledger_id}")
+            await self.call_master(
+                view.name,
+                "Create",
+                lpb.CreateRequest(ledger_id=ledger_id, metadata=meta.encode()),
+                deadline=time.monotonic() + self.add_timeout,
+                what=f"create of ledger {ledger_id}",
+            )
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.controller.meta_delete(ledger_key(ledger_id), ledger_password=password)
@@ -110,8 +141,9 @@ class AsyncLedgers(LedgerCalls):
             return False  # another creator took it (or our own retried write did): take the next
         return True
 
-    async def open_ledger(self, ledger_id: int, password: bytes, *, recovery: bool = True,
-                          digest: str | None = None) -> AsyncReadHandle:
+    async def open_ledger(
+        self, ledger_id: int, password: bytes, *, recovery: bool = True, digest: str | None = None
+    ) -> AsyncReadHandle:
         ledger_id = check_ledger_id_to_open(ledger_id)
         password = check_password(password)
         meta = await self.read_metadata(ledger_id)
@@ -120,7 +152,9 @@ class AsyncLedgers(LedgerCalls):
         if not meta.check_password(password):
             raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}", ledger_id=ledger_id)
         if digest is not None and parse_digest_type(digest) is not meta.digest_type:
-            raise DigestMatchError(f"ledger {ledger_id} uses {meta.digest_type}, not {digest}", ledger_id=ledger_id)
+            raise DigestMatchError(
+                f"ledger {ledger_id} uses {meta.digest_type}, not {digest}", ledger_id=ledger_id
+            )
         if recovery:
             meta = await RecoveryRun(self, meta, password).run()
             return AsyncReadHandle(self, meta, password, meta.last_entry_id, meta.length)

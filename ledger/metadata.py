@@ -136,8 +136,9 @@ class LedgerMetadata:
 
     def __post_init__(self) -> None:
         # normalise containers so equal metadata compares and encodes equal, whatever was passed
-        object.__setattr__(self, "ensembles", tuple(
-            (int(first), tuple(members)) for first, members in self.ensembles))
+        object.__setattr__(
+            self, "ensembles", tuple((int(first), tuple(members)) for first, members in self.ensembles)
+        )
         custom = self.custom_metadata
         pairs = custom.items() if isinstance(custom, Mapping) else custom
         object.__setattr__(self, "custom_metadata", tuple(sorted((str(k), bytes(v)) for k, v in pairs)))
@@ -156,8 +157,17 @@ class LedgerMetadata:
             raise _bad("password_hash must be bytes")
 
     def _validate_fields(self) -> None:
-        for name in ("ledger_id", "ensemble_size", "write_quorum", "ack_quorum", "last_entry_id",
-                     "length", "ctime_ms", "format_version", "version"):
+        for name in (
+            "ledger_id",
+            "ensemble_size",
+            "write_quorum",
+            "ack_quorum",
+            "last_entry_id",
+            "length",
+            "ctime_ms",
+            "format_version",
+            "version",
+        ):
             if not is_int(getattr(self, name)):
                 raise _bad(f"{name} must be an integer, got {getattr(self, name)!r}")
         if self.ledger_id < 0:
@@ -177,8 +187,10 @@ class LedgerMetadata:
                 raise _bad(f"ensemble keys must strictly increase: {first} after {previous}")
             previous = first
             if len(members) != self.ensemble_size or len(set(members)) != len(members):
-                raise _bad(f"the ensemble at {first} must have {self.ensemble_size} distinct replicas, "
-                           f"got {list(members)}")
+                raise _bad(
+                    f"the ensemble at {first} must have {self.ensemble_size} distinct replicas, "
+                    f"got {list(members)}"
+                )
             if not all(is_int(m) and m >= 0 for m in members):
                 raise _bad(f"replicas are broker ids (non-negative integers), got {list(members)}")
 
@@ -186,13 +198,17 @@ class LedgerMetadata:
         # M3: last entry id and length describe the end only once the ledger is CLOSED
         if self.state is LedgerState.CLOSED:
             if self.last_entry_id < -1 or self.length < 0:
-                raise _bad(f"a CLOSED ledger ends at an entry id ≥ -1 with a length ≥ 0, got "
-                           f"{self.last_entry_id}/{self.length}")
+                raise _bad(
+                    f"a CLOSED ledger ends at an entry id ≥ -1 with a length ≥ 0, got "
+                    f"{self.last_entry_id}/{self.length}"
+                )
             if self.last_entry_id == -1 and self.length != 0:
                 raise _bad("an empty CLOSED ledger has length 0")
         elif self.last_entry_id != -1 or self.length != 0:
-            raise _bad(f"a {self.state} ledger has no last entry id or length yet (-1/0), got "
-                       f"{self.last_entry_id}/{self.length}")
+            raise _bad(
+                f"a {self.state} ledger has no last entry id or length yet (-1/0), got "
+                f"{self.last_entry_id}/{self.length}"
+            )
 
     # --- lookups -----------------------------------------------------------------------------
 
@@ -280,8 +296,9 @@ class LedgerMetadata:
                 state=LedgerState(doc["state"]),
                 last_entry_id=doc["last_entry_id"],
                 length=doc["length"],
-                custom_metadata=tuple((k, base64.b64decode(v, validate=True))
-                                      for k, v in doc["custom_metadata"].items()),
+                custom_metadata=tuple(
+                    (k, base64.b64decode(v, validate=True)) for k, v in doc["custom_metadata"].items()
+                ),
                 ctime_ms=doc["ctime_ms"],
                 format_version=fmt,
                 version=version,
@@ -299,8 +316,11 @@ class LedgerMetadata:
 def _check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
     # docs/reference/bookkeeper-ledger.md §1.2: E=0, WQ=0, AQ≤0, WQ>E, AQ>WQ are IncorrectParameter; BookKeeper's old API
     # throws IllegalArgumentException for WQ<AQ, we answer the typed error for both APIs
-    for name, value in (("ensemble_size", ensemble_size), ("write_quorum", write_quorum),
-                        ("ack_quorum", ack_quorum)):
+    for name, value in (
+        ("ensemble_size", ensemble_size),
+        ("write_quorum", write_quorum),
+        ("ack_quorum", ack_quorum),
+    ):
         if not is_int(value) or value <= 0:
             raise _bad(f"{name} must be a positive integer, got {value!r}")
     if write_quorum > ensemble_size:
@@ -308,14 +328,23 @@ def _check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> No
     if ack_quorum > write_quorum:
         raise _bad(f"ack_quorum ({ack_quorum}) must not exceed write_quorum ({write_quorum})")
     if ensemble_size != write_quorum:
-        raise _bad(f"tidelog requires ensemble_size == write_quorum (every entry goes to every replica of "
-                   f"the broker set), got E={ensemble_size}, WQ={write_quorum}")
+        raise _bad(
+            f"tidelog requires ensemble_size == write_quorum (every entry goes to every replica of "
+            f"the broker set), got E={ensemble_size}, WQ={write_quorum}"
+        )
 
 
-def check_create_params(ensemble_size: int, write_quorum: int, ack_quorum: int, available_replicas: int,
-                        *, set_replicas: int, password: bytes | None,
-                        digest_type: DigestType | str | None = DigestType.CRC32C,
-                        custom_metadata: Mapping[str, bytes] | None = None) -> None:
+def check_create_params(
+    ensemble_size: int,
+    write_quorum: int,
+    ack_quorum: int,
+    available_replicas: int,
+    *,
+    set_replicas: int,
+    password: bytes | None,
+    digest_type: DigestType | str | None = DigestType.CRC32C,
+    custom_metadata: Mapping[str, bytes] | None = None,
+) -> None:
     """Refuse a create request that breaks the reference's parameter rules (rules C1–C4).
 
     `set_replicas` is how many replicas the broker set has; `available_replicas` how many of them
@@ -340,28 +369,34 @@ def check_create_params(ensemble_size: int, write_quorum: int, ack_quorum: int, 
     if not is_int(set_replicas) or set_replicas <= 0:
         raise _bad(f"set_replicas must be a positive integer, got {set_replicas!r}")
     if ensemble_size != set_replicas:
-        raise _bad(f"tidelog requires ensemble_size == write_quorum == the number of replicas of the broker "
-                   f"set ({set_replicas}), got E=WQ={ensemble_size}", set_replicas=set_replicas)
+        raise _bad(
+            f"tidelog requires ensemble_size == write_quorum == the number of replicas of the broker "
+            f"set ({set_replicas}), got E=WQ={ensemble_size}",
+            set_replicas=set_replicas,
+        )
     if not is_int(available_replicas) or available_replicas < 0:
         raise _bad(f"available_replicas must be a non-negative integer, got {available_replicas!r}")
     if available_replicas < ensemble_size:
         raise NotEnoughBookiesError(
             f"the ledger needs {ensemble_size} replicas, {available_replicas} of the broker set's "
-            f"{set_replicas} are available", available=available_replicas, needed=ensemble_size)
+            f"{set_replicas} are available",
+            available=available_replicas,
+            needed=ensemble_size,
+        )
 
 
 # --- the state table ----------------------------------------------------------------------
 
 
 class LedgerEvent(enum.StrEnum):
-    WRITER_CLOSE = "WRITER_CLOSE"        # the writer seals its ledger at its LAC
-    RECOVERY_OPEN = "RECOVERY_OPEN"      # another client starts recovery
-    RECOVERY_CLOSE = "RECOVERY_CLOSE"    # the recoverer seals at the last recoverable entry
+    WRITER_CLOSE = "WRITER_CLOSE"  # the writer seals its ledger at its LAC
+    RECOVERY_OPEN = "RECOVERY_OPEN"  # another client starts recovery
+    RECOVERY_CLOSE = "RECOVERY_CLOSE"  # the recoverer seals at the last recoverable entry
 
 
 class Outcome(enum.StrEnum):
-    APPLY = "APPLY"      # write the new state by CAS
-    NOOP = "NOOP"        # nothing to write; the caller adopts the current metadata
+    APPLY = "APPLY"  # write the new state by CAS
+    NOOP = "NOOP"  # nothing to write; the caller adopts the current metadata
     SAME_END = "SAME_END"  # a CLOSED ledger: no-op if it ends where the caller would close it, else an error
 
 
@@ -388,18 +423,25 @@ def decide_transition(state: LedgerState, event: LedgerEvent) -> LedgerState | O
     try:
         result = TRANSITIONS[(LedgerState(state), LedgerEvent(event))]
     except KeyError:
-        raise IllegalOpError(f"{event} is not allowed on a {state} ledger (states only move forward)",
-                             state=str(state), event=str(event)) from None
+        raise IllegalOpError(
+            f"{event} is not allowed on a {state} ledger (states only move forward)",
+            state=str(state),
+            event=str(event),
+        ) from None
     if isinstance(result, type):
         if result is LedgerFencedError:
-            raise LedgerFencedError("the ledger is being recovered by another client; the writer's close fails",
-                                    state=str(state), event=str(event))
+            raise LedgerFencedError(
+                "the ledger is being recovered by another client; the writer's close fails",
+                state=str(state),
+                event=str(event),
+            )
         raise result(f"{event} on a {state} ledger", state=str(state), event=str(event))
     return result
 
 
-def apply_transition(meta: LedgerMetadata, event: LedgerEvent, *, last_entry_id: int = -1,
-                     length: int = 0) -> LedgerMetadata | None:
+def apply_transition(
+    meta: LedgerMetadata, event: LedgerEvent, *, last_entry_id: int = -1, length: int = 0
+) -> LedgerMetadata | None:
     """The metadata to CAS for `event`, or None when nothing must be written (adopt `meta`).
 
     Closing events pass the end (`last_entry_id`, `length`). The result keeps `meta.version`:
@@ -415,7 +457,9 @@ def apply_transition(meta: LedgerMetadata, event: LedgerEvent, *, last_entry_id:
         raise MetadataVersionError(
             f"the ledger was closed by someone else at {meta.last_entry_id} (length {meta.length}), "
             f"not at {last_entry_id} (length {length})",
-            last_entry_id=meta.last_entry_id, length=meta.length)
+            last_entry_id=meta.last_entry_id,
+            length=meta.length,
+        )
     require(isinstance(decision, LedgerState), f"a close decision must be a ledger state, not {decision!r}")
     if decision is LedgerState.CLOSED:
         return replace(meta, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
@@ -424,17 +468,28 @@ def apply_transition(meta: LedgerMetadata, event: LedgerEvent, *, last_entry_id:
 
 # Which state a CAS may write over which, whoever writes it (the controller checks every ledger
 # metadata CAS with `check_update`, so a buggy or hostile client cannot move a ledger backwards).
-STATE_CHANGES: frozenset[tuple[LedgerState, LedgerState]] = frozenset({
-    (LedgerState.OPEN, LedgerState.OPEN),                # ensemble change while writing
-    (LedgerState.OPEN, LedgerState.IN_RECOVERY),
-    (LedgerState.OPEN, LedgerState.CLOSED),
-    (LedgerState.IN_RECOVERY, LedgerState.IN_RECOVERY),  # nothing but ensembles may change
-    (LedgerState.IN_RECOVERY, LedgerState.CLOSED),
-    (LedgerState.CLOSED, LedgerState.CLOSED),            # re-replication swaps replicas only
-})
+STATE_CHANGES: frozenset[tuple[LedgerState, LedgerState]] = frozenset(
+    {
+        (LedgerState.OPEN, LedgerState.OPEN),  # ensemble change while writing
+        (LedgerState.OPEN, LedgerState.IN_RECOVERY),
+        (LedgerState.OPEN, LedgerState.CLOSED),
+        (LedgerState.IN_RECOVERY, LedgerState.IN_RECOVERY),  # nothing but ensembles may change
+        (LedgerState.IN_RECOVERY, LedgerState.CLOSED),
+        (LedgerState.CLOSED, LedgerState.CLOSED),  # re-replication swaps replicas only
+    }
+)
 
-_IMMUTABLE = ("ledger_id", "broker_set", "ensemble_size", "write_quorum", "ack_quorum", "digest_type",
-              "password_hash", "custom_metadata", "ctime_ms")
+_IMMUTABLE = (
+    "ledger_id",
+    "broker_set",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+    "digest_type",
+    "password_hash",
+    "custom_metadata",
+    "ctime_ms",
+)
 
 
 def check_update(old: LedgerMetadata, new: LedgerMetadata) -> None:
@@ -446,18 +501,25 @@ def check_update(old: LedgerMetadata, new: LedgerMetadata) -> None:
     comes after the last one, and a CLOSED ledger gets no new key.
     """
     if (old.state, new.state) not in STATE_CHANGES:
-        raise IllegalOpError(f"ledger {old.ledger_id}: {old.state} may not become {new.state}",
-                             old_state=str(old.state), new_state=str(new.state))
+        raise IllegalOpError(
+            f"ledger {old.ledger_id}: {old.state} may not become {new.state}",
+            old_state=str(old.state),
+            new_state=str(new.state),
+        )
     for name in _IMMUTABLE:
         if getattr(old, name) != getattr(new, name):
             raise IllegalOpError(f"ledger {old.ledger_id}: {name} never changes", field=name)
     if old.state is LedgerState.CLOSED and (old.last_entry_id, old.length) != (new.last_entry_id, new.length):
-        raise IllegalOpError(f"ledger {old.ledger_id} is CLOSED at {old.last_entry_id}; its end never changes")
+        raise IllegalOpError(
+            f"ledger {old.ledger_id} is CLOSED at {old.last_entry_id}; its end never changes"
+        )
     old_keys = [first for first, _ in old.ensembles]
     new_keys = [first for first, _ in new.ensembles]
-    if new_keys[:len(old_keys)] != old_keys:
-        raise IllegalOpError(f"ledger {old.ledger_id}: ensembles may only be replaced at existing keys or "
-                             f"appended after the last one ({old_keys} → {new_keys})")
+    if new_keys[: len(old_keys)] != old_keys:
+        raise IllegalOpError(
+            f"ledger {old.ledger_id}: ensembles may only be replaced at existing keys or "
+            f"appended after the last one ({old_keys} → {new_keys})"
+        )
     if old.state is LedgerState.CLOSED and len(new_keys) != len(old_keys):
         raise IllegalOpError(f"ledger {old.ledger_id} is CLOSED: no new ensemble")
 
@@ -466,23 +528,49 @@ def check_change_proof(stored: LedgerMetadata, presented_hash: bytes | None, *, 
     """Refuse a metadata CAS or delete (`what`) of `stored` unless `presented_hash` — the
     `hash_password` of the password the request carried — is the ledger's (rule M8)."""
     if presented_hash is None:
-        raise UnauthorizedAccessError(f"ledger {stored.ledger_id}: a metadata {what} needs the ledger's password",
-                                      ledger_id=stored.ledger_id,
-                                      hint="send the ledger's password with the request (ledger_password)")
+        raise UnauthorizedAccessError(
+            f"ledger {stored.ledger_id}: a metadata {what} needs the ledger's password",
+            ledger_id=stored.ledger_id,
+            hint="send the ledger's password with the request (ledger_password)",
+        )
     if not hmac.compare_digest(presented_hash, stored.password_hash):
-        raise UnauthorizedAccessError(f"ledger {stored.ledger_id}: wrong password for a metadata {what}",
-                                      ledger_id=stored.ledger_id)
+        raise UnauthorizedAccessError(
+            f"ledger {stored.ledger_id}: wrong password for a metadata {what}", ledger_id=stored.ledger_id
+        )
 
 
-def new_ledger_metadata(ledger_id: int, broker_set: str, replicas: Sequence[int], ack_quorum: int, *,
-                        password: bytes, digest_type: DigestType | str = DigestType.CRC32C,
-                        custom_metadata: Mapping[str, bytes] | None = None,
-                        ctime_ms: int = -1) -> LedgerMetadata:
+def new_ledger_metadata(
+    ledger_id: int,
+    broker_set: str,
+    replicas: Sequence[int],
+    ack_quorum: int,
+    *,
+    password: bytes,
+    digest_type: DigestType | str = DigestType.CRC32C,
+    custom_metadata: Mapping[str, bytes] | None = None,
+    ctime_ms: int = -1,
+) -> LedgerMetadata:
     """A fresh OPEN ledger on `replicas` (the broker set's members), E = WQ = len(replicas)."""
     n = len(replicas)
-    check_create_params(n, n, ack_quorum, n, set_replicas=n, password=password, digest_type=digest_type,
-                        custom_metadata={} if custom_metadata is None else custom_metadata)
-    return LedgerMetadata(ledger_id=ledger_id, broker_set=broker_set, ensemble_size=n, write_quorum=n,
-                          ack_quorum=ack_quorum, ensembles=((0, tuple(replicas)),),
-                          digest_type=DigestType(digest_type), password_hash=hash_password(password),
-                          custom_metadata=tuple((custom_metadata or {}).items()), ctime_ms=ctime_ms)
+    check_create_params(
+        n,
+        n,
+        ack_quorum,
+        n,
+        set_replicas=n,
+        password=password,
+        digest_type=digest_type,
+        custom_metadata={} if custom_metadata is None else custom_metadata,
+    )
+    return LedgerMetadata(
+        ledger_id=ledger_id,
+        broker_set=broker_set,
+        ensemble_size=n,
+        write_quorum=n,
+        ack_quorum=ack_quorum,
+        ensembles=((0, tuple(replicas)),),
+        digest_type=DigestType(digest_type),
+        password_hash=hash_password(password),
+        custom_metadata=tuple((custom_metadata or {}).items()),
+        ctime_ms=ctime_ms,
+    )

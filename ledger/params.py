@@ -57,7 +57,7 @@ def ledger_id_of_key(key: str) -> int | None:
     """The ledger id of a `ledger_key`, or None for any other key."""
     if not key.startswith(LEDGER_KEY_PREFIX):
         return None
-    rest = key[len(LEDGER_KEY_PREFIX):]
+    rest = key[len(LEDGER_KEY_PREFIX) :]
     return int(rest) if rest.isdigit() and rest.isascii() else None
 
 
@@ -67,7 +67,9 @@ def check_ledger_id_to_open(ledger_id: object) -> int:
     if not is_int(ledger_id):
         raise IncorrectParameterError(f"a ledger id is an integer, got {ledger_id!r}")
     if not 0 <= ledger_id <= MAX_LEDGER_ID:
-        raise NoSuchLedgerExistsError(f"no ledger {ledger_id} (ledger ids are never negative)", ledger_id=ledger_id)
+        raise NoSuchLedgerExistsError(
+            f"no ledger {ledger_id} (ledger ids are never negative)", ledger_id=ledger_id
+        )
     return ledger_id
 
 
@@ -84,8 +86,9 @@ def check_entry_data(data: object, max_bytes: int = MAX_ENTRY_BYTES) -> bytes:
     if not isinstance(data, bytes):
         raise IncorrectParameterError(f"entry data is bytes, got {type(data).__name__}")
     if len(data) > max_bytes:
-        raise IncorrectParameterError(f"an entry holds at most {max_bytes} bytes, got {len(data)}",
-                                      size=len(data), max_bytes=max_bytes)
+        raise IncorrectParameterError(
+            f"an entry holds at most {max_bytes} bytes, got {len(data)}", size=len(data), max_bytes=max_bytes
+        )
     return data
 
 

@@ -59,16 +59,32 @@ def broker_set_views(reply: controller_pb2.DescribeBrokerSetsReply) -> list[Brok
     for b in reply.broker_sets:
         role = b.role
         alive_known = reply.liveness_known
-        members = tuple(ReplicaView(int(m.broker_id), m.address, bool(m.alive) if alive_known else True)
-                        for m in sorted(b.members, key=lambda m: m.broker_id))
-        out.append(BrokerSetView(role.broker_set, int(role.master_id) if role.has_master else None,
-                                 role.master_address if role.has_master else "", members,
-                                 frozenset(int(i) for i in role.sync_state_set), int(role.master_epoch)))
+        members = tuple(
+            ReplicaView(int(m.broker_id), m.address, bool(m.alive) if alive_known else True)
+            for m in sorted(b.members, key=lambda m: m.broker_id)
+        )
+        out.append(
+            BrokerSetView(
+                role.broker_set,
+                int(role.master_id) if role.has_master else None,
+                role.master_address if role.has_master else "",
+                members,
+                frozenset(int(i) for i in role.sync_state_set),
+                int(role.master_epoch),
+            )
+        )
     return sorted(out, key=lambda v: v.name)
 
 
-def place_ledger(sets: Sequence[BrokerSetView], ledger_id: int, ensemble_size: int, write_quorum: int,
-                 ack_quorum: int, *, broker_set: str | None = None) -> BrokerSetView:
+def place_ledger(
+    sets: Sequence[BrokerSetView],
+    ledger_id: int,
+    ensemble_size: int,
+    write_quorum: int,
+    ack_quorum: int,
+    *,
+    broker_set: str | None = None,
+) -> BrokerSetView:
     """The broker set a new ledger goes to (rules C1–C4).
 
     Named set: it must exist and match the quorums. Otherwise, among the sets with exactly
@@ -77,15 +93,24 @@ def place_ledger(sets: Sequence[BrokerSetView], ledger_id: int, ensemble_size: i
     IncorrectParameterError (can never succeed); sets of that size but none ready:
     NotEnoughBookiesError (retryable).
     """
+
     def check(view: BrokerSetView) -> None:
-        check_create_params(ensemble_size, write_quorum, ack_quorum, view.available,
-                            set_replicas=len(view.members), password=b"", custom_metadata={})
+        check_create_params(
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+            view.available,
+            set_replicas=len(view.members),
+            password=b"",
+            custom_metadata={},
+        )
 
     if broker_set is not None:
         named = [s for s in sets if s.name == broker_set]
         if not named:
-            raise IncorrectParameterError(f"no broker set {broker_set!r} (known: {sorted(s.name for s in sets)})",
-                                          broker_set=broker_set)
+            raise IncorrectParameterError(
+                f"no broker set {broker_set!r} (known: {sorted(s.name for s in sets)})", broker_set=broker_set
+            )
         check(named[0])
         return named[0]
     fitting = sorted((s for s in sets if len(s.members) == ensemble_size), key=lambda s: s.name)
@@ -93,7 +118,9 @@ def place_ledger(sets: Sequence[BrokerSetView], ledger_id: int, ensemble_size: i
         sizes = {s.name: len(s.members) for s in sets}
         raise IncorrectParameterError(
             f"tidelog requires ensemble_size == write_quorum == the replicas of a broker set; no broker set has "
-            f"{ensemble_size} replicas (sizes: {sizes})", sizes=sizes)
+            f"{ensemble_size} replicas (sizes: {sizes})",
+            sizes=sizes,
+        )
     ready = [s for s in fitting if s.available >= ensemble_size]
     if not ready:
         # let the core word the error for the best of them (quorum errors come first)

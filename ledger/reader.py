@@ -33,8 +33,9 @@ __all__ = ["AsyncReadHandle"]
 class AsyncReadHandle:
     """A read-only handle: reads up to the LAC it knows, refreshes the LAC, tails with a long poll."""
 
-    def __init__(self, ledgers: LedgerCalls, metadata: LedgerMetadata, password: bytes, lac: int,
-                 length: int) -> None:
+    def __init__(
+        self, ledgers: LedgerCalls, metadata: LedgerMetadata, password: bytes, lac: int, length: int
+    ) -> None:
         self._ledgers = ledgers
         self._meta = metadata
         self._password = password
@@ -81,9 +82,11 @@ class AsyncReadHandle:
         otherwise, without asking any replica)."""
         first, last = check_entry_range(first, last)
         if last > self._lac:
-            raise LedgerReadError(f"ledger {self.ledger_id}: entry {last} is beyond the last add confirmed "
-                                  f"({self._lac}); refresh it with read_last_add_confirmed",
-                                  last_add_confirmed=self._lac)
+            raise LedgerReadError(
+                f"ledger {self.ledger_id}: entry {last} is beyond the last add confirmed "
+                f"({self._lac}); refresh it with read_last_add_confirmed",
+                last_add_confirmed=self._lac,
+            )
         return await self._read(first, last)
 
     async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
@@ -91,8 +94,10 @@ class AsyncReadHandle:
         be cut off by a later recovery (docs/reference/bookkeeper-ledger.md §2.9 hazard 8). Missing ones: NoSuchEntryError."""
         first, last = check_entry_range(first, last)
         if self._meta.state is LedgerState.CLOSED and last > self._meta.last_entry_id:
-            raise NoSuchEntryError(f"ledger {self.ledger_id} is closed at entry {self._meta.last_entry_id}",
-                                   last_entry_id=self._meta.last_entry_id)
+            raise NoSuchEntryError(
+                f"ledger {self.ledger_id} is closed at entry {self._meta.last_entry_id}",
+                last_entry_id=self._meta.last_entry_id,
+            )
         return await self._read(first, last)
 
     async def _read(self, first: int, last: int) -> list[LedgerEntry]:
@@ -104,13 +109,16 @@ class AsyncReadHandle:
             refresh = False
             try:
                 # Slaves first; a silent one is passed over after SPECULATIVE_READ_S.
-                _, got = await first_answer(read_order(view, self._meta.ensemble_for(nxt)),
-                                            lambda ra, start=nxt: self._read_from(ra[1], start, last),
-                                            after_s=SPECULATIVE_READ_S,
-                                            give_up=lambda exc: not isinstance(exc, TidelogError))
+                _, got = await first_answer(
+                    read_order(view, self._meta.ensemble_for(nxt)),
+                    lambda ra, start=nxt: self._read_from(ra[1], start, last),
+                    after_s=SPECULATIVE_READ_S,
+                    give_up=lambda exc: not isinstance(exc, TidelogError),
+                )
             except AllFailed as failed:
-                errors: dict[int, TidelogError] = {r: e for (r, _), e in failed.errors.items()
-                                                   if isinstance(e, TidelogError)}
+                errors: dict[int, TidelogError] = {
+                    r: e for (r, _), e in failed.errors.items() if isinstance(e, TidelogError)
+                }
             else:
                 out.extend(got)
                 nxt += len(got)
@@ -124,18 +132,27 @@ class AsyncReadHandle:
     async def _read_from(self, address: str, first: int, last: int) -> list[LedgerEntry]:
         """Entries from `first` on as one replica returns them, up to the first that is missing
         or fails its digest. Nothing usable raises."""
-        reply = await self._ledgers.call(address, "Read", lpb.ReadRequest(
-            ledger_id=self.ledger_id, password=self._password, first=first, last=last, fence=False),
-            self._ledgers.rpc_timeout)
+        reply = await self._ledgers.call(
+            address,
+            "Read",
+            lpb.ReadRequest(
+                ledger_id=self.ledger_id, password=self._password, first=first, last=last, fence=False
+            ),
+            self._ledgers.rpc_timeout,
+        )
         got: list[LedgerEntry] = []
         problem: TidelogError | None = None
         for e in reply.entries:
             if e.entry_id != first + len(got) or e.entry_id > last:
-                problem = LedgerReadError(f"replica returned entry {e.entry_id} where {first + len(got)} was due")
+                problem = LedgerReadError(
+                    f"replica returned entry {e.entry_id} where {first + len(got)} was due"
+                )
                 break
             if not self._digester.matches(self.ledger_id, e.entry_id, e.lac, e.length, e.data, e.digest):
-                problem = DigestMatchError(f"ledger {self.ledger_id} entry {e.entry_id} failed its digest check",
-                                           entry_id=int(e.entry_id))
+                problem = DigestMatchError(
+                    f"ledger {self.ledger_id} entry {e.entry_id} failed its digest check",
+                    entry_id=int(e.entry_id),
+                )
                 break
             got.append(entry_of(e))
         # the replica's LAC moves ours up when we also know the length there (a returned entry)
@@ -151,14 +168,18 @@ class AsyncReadHandle:
             if isinstance(err, UnauthorizedAccessError):
                 return err
         if errors and all(isinstance(e, NoSuchEntryError) for e in errors.values()):
-            return NoSuchEntryError(f"no replica of ledger {self.ledger_id} has entry {entry_id}", entry_id=entry_id)
+            return NoSuchEntryError(
+                f"no replica of ledger {self.ledger_id} has entry {entry_id}", entry_id=entry_id
+            )
         # as in BookKeeper, a real answer outweighs an unreachable replica
         real = [e for e in errors.values() if not isinstance(e, UnavailableError)] or list(errors.values())
         if real and all(type(e) is type(real[0]) for e in real):
             return real[0]
         detail = {r: str(e) for r, e in sorted(errors.items())} or "no replica is known"
-        return LedgerReadError(f"ledger {self.ledger_id} entry {entry_id}: no replica could serve it: {detail}",
-                               entry_id=entry_id)
+        return LedgerReadError(
+            f"ledger {self.ledger_id} entry {entry_id}: no replica could serve it: {detail}",
+            entry_id=entry_id,
+        )
 
     async def read_last_add_confirmed(self) -> int:
         """Ask the replicas for the LAC (the master's answer is exact); the handle's LAC only moves up."""
@@ -179,8 +200,9 @@ class AsyncReadHandle:
             raise IncorrectParameterError(f"timeout is a non-negative number of seconds, got {timeout!r}")
         if self._lac > previous or self._meta.state is LedgerState.CLOSED:
             return self._lac
-        lac, length, fenced = await self._ledgers.query_lac(self._meta, self._password, previous=previous,
-                                                            wait_ms=int(timeout * 1000))
+        lac, length, fenced = await self._ledgers.query_lac(
+            self._meta, self._password, previous=previous, wait_ms=int(timeout * 1000)
+        )
         self._raise_lac(lac, length)
         if fenced and self._lac <= previous:
             await self.refresh_metadata()

@@ -102,10 +102,14 @@ def negative_quorum(write_quorum: int, ack_quorum: int) -> int:
 def _check_ensemble(ensemble: Sequence[int], write_quorum: int, ack_quorum: int) -> tuple[int, ...]:
     members = tuple(ensemble)
     if not members or len(set(members)) != len(members):
-        raise RecoveryProtocolError(f"an ensemble is a non-empty list of distinct replicas, got {list(members)}")
+        raise RecoveryProtocolError(
+            f"an ensemble is a non-empty list of distinct replicas, got {list(members)}"
+        )
     if write_quorum != len(members):
         # the E > WQ coverage rule is per write-set window (docs/reference/bookkeeper-ledger.md §2.3); tidelog has E = WQ only
-        raise RecoveryProtocolError(f"tidelog recovery needs E == WQ, got E={len(members)}, WQ={write_quorum}")
+        raise RecoveryProtocolError(
+            f"tidelog recovery needs E == WQ, got E={len(members)}, WQ={write_quorum}"
+        )
     if not 1 <= ack_quorum <= write_quorum:
         raise RecoveryProtocolError(f"ack quorum must be in 1..{write_quorum}, got {ack_quorum}")
     return members
@@ -115,9 +119,9 @@ def _check_ensemble(ensemble: Sequence[int], write_quorum: int, ack_quorum: int)
 
 
 class FenceOutcome(enum.StrEnum):
-    FENCED = "FENCED"              # the replica persisted the fence (a replica new to the ledger too, LAC -1)
-    ERROR = "ERROR"                # any failure, including lost or corrupt data
-    TIMEOUT = "TIMEOUT"            # no answer in time
+    FENCED = "FENCED"  # the replica persisted the fence (a replica new to the ledger too, LAC -1)
+    ERROR = "ERROR"  # any failure, including lost or corrupt data
+    TIMEOUT = "TIMEOUT"  # no answer in time
     UNAUTHORIZED = "UNAUTHORIZED"  # the replica refused our password: stop at once
 
 
@@ -130,8 +134,14 @@ class FenceTracker:
     `floor_lac` (the last ensemble's first entry id − 1, docs/reference/bookkeeper-ledger.md §2.4 step 2, defect 2).
     """
 
-    def __init__(self, ensemble: Sequence[int], ack_quorum: int, *, floor_lac: int = -1,
-                 floor_length: int | None = None) -> None:
+    def __init__(
+        self,
+        ensemble: Sequence[int],
+        ack_quorum: int,
+        *,
+        floor_lac: int = -1,
+        floor_length: int | None = None,
+    ) -> None:
         self.ensemble = _check_ensemble(ensemble, len(tuple(ensemble)), ack_quorum)
         self.ack_quorum = ack_quorum
         self.needed = fencing_quorum(len(self.ensemble), ack_quorum)
@@ -171,8 +181,9 @@ class FenceTracker:
             return
         if outcome is FenceOutcome.UNAUTHORIZED:
             self.failed = True
-            self.error = UnauthorizedAccessError(f"replica {replica} refused the fence: wrong password",
-                                                 replica=replica)
+            self.error = UnauthorizedAccessError(
+                f"replica {replica} refused the fence: wrong password", replica=replica
+            )
         elif self.fenced_count >= self.needed:
             self.fenced = True
         elif len(self.answers) - self.fenced_count > len(self.ensemble) - self.needed:
@@ -180,17 +191,19 @@ class FenceTracker:
             others = {r: str(o) for r, o in sorted(self.answers.items()) if o is not FenceOutcome.FENCED}
             self.error = LedgerRecoveryError(
                 f"fencing cannot complete: {self.needed} of {len(self.ensemble)} replicas must answer fenced, "
-                f"{len(others)} answered otherwise ({others})", answers=others)
+                f"{len(others)} answered otherwise ({others})",
+                answers=others,
+            )
 
 
 # --- one entry's recovery read ------------------------------------------------------------
 
 
 class ReadOutcome(enum.StrEnum):
-    PRESENT = "PRESENT"                # the entry, digest checked by the shell
-    NO_SUCH_ENTRY = "NO_SUCH_ENTRY"    # the replica knows it never had this entry
+    PRESENT = "PRESENT"  # the entry, digest checked by the shell
+    NO_SUCH_ENTRY = "NO_SUCH_ENTRY"  # the replica knows it never had this entry
     NO_SUCH_LEDGER = "NO_SUCH_LEDGER"  # the replica knows it never had this ledger (counts as no-such-entry)
-    ERROR = "ERROR"                    # lost, behind retention, corrupt, failed digest, any other failure
+    ERROR = "ERROR"  # lost, behind retention, corrupt, failed digest, any other failure
     TIMEOUT = "TIMEOUT"
     UNAUTHORIZED = "UNAUTHORIZED"
 
@@ -200,9 +213,9 @@ _NEGATIVE = frozenset({ReadOutcome.NO_SUCH_ENTRY, ReadOutcome.NO_SUCH_LEDGER})
 
 class EntryDecision(enum.StrEnum):
     PENDING = "PENDING"
-    RECOVERABLE = "RECOVERABLE"      # a replica returned it: rewrite it and read the next one
+    RECOVERABLE = "RECOVERABLE"  # a replica returned it: rewrite it and read the next one
     UNRECOVERABLE = "UNRECOVERABLE"  # (WQ − AQ) + 1 replicas never had it: the ledger ends before it
-    ABORT = "ABORT"                  # every replica answered and neither held: unknown, never guess
+    ABORT = "ABORT"  # every replica answered and neither held: unknown, never guess
 
 
 class EntryRecoveryTracker:
@@ -225,12 +238,14 @@ class EntryRecoveryTracker:
     def negatives(self) -> int:
         return sum(1 for o in self.answers.values() if o in _NEGATIVE)
 
-    def on_response(self, replica: int, outcome: ReadOutcome, payload: bytes | None = None,
-                    length: int | None = None) -> EntryDecision:
+    def on_response(
+        self, replica: int, outcome: ReadOutcome, payload: bytes | None = None, length: int | None = None
+    ) -> EntryDecision:
         """Record one replica's answer; return the (possibly unchanged) decision."""
         if replica not in self.write_set:
-            raise RecoveryProtocolError(f"replica {replica} is not in the write set {list(self.write_set)} "
-                                        f"of entry {self.entry_id}")
+            raise RecoveryProtocolError(
+                f"replica {replica} is not in the write set {list(self.write_set)} of entry {self.entry_id}"
+            )
         if replica in self.answers:
             raise RecoveryProtocolError(f"replica {replica} answered entry {self.entry_id} twice")
         outcome = ReadOutcome(outcome)
@@ -245,8 +260,11 @@ class EntryRecoveryTracker:
             self.length = length
         elif outcome is ReadOutcome.UNAUTHORIZED:
             self.decision = EntryDecision.ABORT
-            self.error = UnauthorizedAccessError(f"replica {replica} refused the recovery read: wrong password",
-                                                 replica=replica, entry_id=self.entry_id)
+            self.error = UnauthorizedAccessError(
+                f"replica {replica} refused the recovery read: wrong password",
+                replica=replica,
+                entry_id=self.entry_id,
+            )
         elif self.negatives >= self.needed_negative:
             self.decision = EntryDecision.UNRECOVERABLE
         elif len(self.answers) == len(self.write_set):
@@ -256,7 +274,9 @@ class EntryRecoveryTracker:
             self.error = LedgerRecoveryError(
                 f"entry {self.entry_id} is unknown: no replica returned it and only {self.negatives} of the "
                 f"{self.needed_negative} needed answered no-such-entry ({answers})",
-                entry_id=self.entry_id, answers=answers)
+                entry_id=self.entry_id,
+                answers=answers,
+            )
         return self.decision
 
 
@@ -266,6 +286,7 @@ class EntryRecoveryTracker:
 @dataclass(frozen=True)
 class MarkInRecovery:
     """CAS the metadata from OPEN to IN_RECOVERY, expecting `expected_version`."""
+
     ledger_id: int
     expected_version: int
 
@@ -273,6 +294,7 @@ class MarkInRecovery:
 @dataclass(frozen=True)
 class SendFence:
     """Send a fence request to each replica; each answers FENCED with its LAC and length, or fails."""
+
     ledger_id: int
     replicas: tuple[int, ...]
 
@@ -281,6 +303,7 @@ class SendFence:
 class ReadEntry:
     """Read `entry_id` from each replica. The read fences too (docs/reference/bookkeeper-ledger.md §2.9 hazard 1): a replica
     that answers no-such-entry must also refuse the writer's later add of it."""
+
     ledger_id: int
     entry_id: int
     replicas: tuple[int, ...]
@@ -291,6 +314,7 @@ class ReadEntry:
 class RewriteEntry:
     """Write a recovered entry again (a recovery add: accepted by fenced replicas) until AQ
     replicas confirm it; report each replica's confirmation or failure."""
+
     ledger_id: int
     entry_id: int
     payload: bytes
@@ -301,6 +325,7 @@ class RewriteEntry:
 @dataclass(frozen=True)
 class CloseLedger:
     """CAS the metadata from IN_RECOVERY to CLOSED at (`last_entry_id`, `length`)."""
+
     ledger_id: int
     last_entry_id: int
     length: int
@@ -317,6 +342,7 @@ class RecoveryResult:
     `our_end` is the end this recovery decided, or None if it adopted an end before deciding
     one. It can differ from `last_entry_id` only when someone else closed first; whose CAS won
     is the shell's knowledge, not the core's."""
+
     last_entry_id: int
     length: int
     metadata: LedgerMetadata
@@ -324,13 +350,13 @@ class RecoveryResult:
 
 
 class RecoveryState(enum.StrEnum):
-    MARKING = "MARKING"    # waiting for the OPEN → IN_RECOVERY CAS
-    FENCING = "FENCING"    # fences sent, waiting for (E − AQ) + 1 fenced answers
-    READING = "READING"    # reading forward from max LAC + 1, rewriting what is found
+    MARKING = "MARKING"  # waiting for the OPEN → IN_RECOVERY CAS
+    FENCING = "FENCING"  # fences sent, waiting for (E − AQ) + 1 fenced answers
+    READING = "READING"  # reading forward from max LAC + 1, rewriting what is found
     DRAINING = "DRAINING"  # the end is known; waiting until every rewrite has AQ confirmations
-    CLOSING = "CLOSING"    # the IN_RECOVERY → CLOSED CAS is out
-    DONE = "DONE"          # the ledger is CLOSED; `result` says where it ends
-    ABORTED = "ABORTED"    # unknown or refused; `error` says why; retry the whole recovery
+    CLOSING = "CLOSING"  # the IN_RECOVERY → CLOSED CAS is out
+    DONE = "DONE"  # the ledger is CLOSED; `result` says where it ends
+    ABORTED = "ABORTED"  # unknown or refused; `error` says why; retry the whole recovery
 
 
 # Every move the machine may make; `_move` asserts against it, so a transition the table does not
@@ -338,8 +364,9 @@ class RecoveryState(enum.StrEnum):
 RECOVERY_TRANSITIONS: dict[RecoveryState, frozenset[RecoveryState]] = {
     RecoveryState.MARKING: frozenset({RecoveryState.FENCING, RecoveryState.DONE}),
     RecoveryState.FENCING: frozenset({RecoveryState.READING, RecoveryState.ABORTED, RecoveryState.DONE}),
-    RecoveryState.READING: frozenset({RecoveryState.DRAINING, RecoveryState.CLOSING, RecoveryState.ABORTED,
-                                      RecoveryState.DONE}),
+    RecoveryState.READING: frozenset(
+        {RecoveryState.DRAINING, RecoveryState.CLOSING, RecoveryState.ABORTED, RecoveryState.DONE}
+    ),
     RecoveryState.DRAINING: frozenset({RecoveryState.CLOSING, RecoveryState.ABORTED, RecoveryState.DONE}),
     RecoveryState.CLOSING: frozenset({RecoveryState.DONE}),
     RecoveryState.DONE: frozenset(),
@@ -359,8 +386,9 @@ class Recovery:
     unrecoverable entry is rewritten.
     """
 
-    def __init__(self, metadata: LedgerMetadata, *, read_ahead: int = 1,
-                 floor_length: int | None = None) -> None:
+    def __init__(
+        self, metadata: LedgerMetadata, *, read_ahead: int = 1, floor_length: int | None = None
+    ) -> None:
         if read_ahead < 1:
             raise RecoveryProtocolError(f"read_ahead must be at least 1, got {read_ahead}")
         self.metadata = metadata
@@ -377,8 +405,8 @@ class Recovery:
         self._reads: dict[int, EntryRecoveryTracker] = {}
         self._next_to_decide = 0
         self._next_to_read = 0
-        self._end: int | None = None            # last entry id to close at, once known
-        self._length: int | None = 0            # cumulative length through the last recovered entry
+        self._end: int | None = None  # last entry id to close at, once known
+        self._length: int | None = 0  # cumulative length through the last recovered entry
         self._rewrites: dict[int, set[int]] = {}  # entry → replicas that confirmed its rewrite
         self._rewrite_failures: dict[int, set[int]] = {}
 
@@ -389,7 +417,9 @@ class Recovery:
         self.state = to
 
     def _finish(self, meta: LedgerMetadata) -> list[Action]:
-        require(meta.state is LedgerState.CLOSED, f"recovery finished with ledger {meta.ledger_id} {meta.state}")
+        require(
+            meta.state is LedgerState.CLOSED, f"recovery finished with ledger {meta.ledger_id} {meta.state}"
+        )
         self.metadata = meta
         self.result = RecoveryResult(meta.last_entry_id, meta.length, meta, self._end)
         self._move(RecoveryState.DONE)
@@ -406,7 +436,9 @@ class Recovery:
 
     def _check_ledger(self, meta: LedgerMetadata) -> None:
         if meta.ledger_id != self.ledger_id:
-            raise RecoveryProtocolError(f"metadata of ledger {meta.ledger_id} fed to the recovery of {self.ledger_id}")
+            raise RecoveryProtocolError(
+                f"metadata of ledger {meta.ledger_id} fed to the recovery of {self.ledger_id}"
+            )
 
     # --- events ----------------------------------------------------------------------------
 
@@ -452,15 +484,27 @@ class Recovery:
         # the ensemble snapshot for the whole recovery (docs/reference/bookkeeper-ledger.md §2.4 step 3, §2.9 hazard 3)
         self.metadata = meta
         self.replicas = meta.replicas
-        self.fence = FenceTracker(self.replicas, meta.ack_quorum,
-                                  floor_lac=meta.last_ensemble_first_entry - 1, floor_length=self.floor_length)
+        self.fence = FenceTracker(
+            self.replicas,
+            meta.ack_quorum,
+            floor_lac=meta.last_ensemble_first_entry - 1,
+            floor_length=self.floor_length,
+        )
         self._move(RecoveryState.FENCING)
         return [SendFence(self.ledger_id, self.replicas)]
 
-    def on_fence_response(self, replica: int, outcome: FenceOutcome, lac: int = -1,
-                          length: int = 0) -> list[Action]:
-        self._expect(RecoveryState.FENCING, RecoveryState.READING, RecoveryState.DRAINING,
-                     RecoveryState.CLOSING, RecoveryState.DONE, RecoveryState.ABORTED, event="a fence answer")
+    def on_fence_response(
+        self, replica: int, outcome: FenceOutcome, lac: int = -1, length: int = 0
+    ) -> list[Action]:
+        self._expect(
+            RecoveryState.FENCING,
+            RecoveryState.READING,
+            RecoveryState.DRAINING,
+            RecoveryState.CLOSING,
+            RecoveryState.DONE,
+            RecoveryState.ABORTED,
+            event="a fence answer",
+        )
         if self.fence is None:
             # DONE/ABORTED without ever fencing (a CLOSED ledger): no fence was sent
             raise RecoveryProtocolError("no fence was sent")
@@ -481,18 +525,31 @@ class Recovery:
         actions: list[Action] = []
         while self._end is None and self._next_to_read < self._next_to_decide + self.read_ahead:
             entry = self._next_to_read
-            self._reads[entry] = EntryRecoveryTracker(entry, self.replicas, self.metadata.write_quorum,
-                                                      self.metadata.ack_quorum)
+            self._reads[entry] = EntryRecoveryTracker(
+                entry, self.replicas, self.metadata.write_quorum, self.metadata.ack_quorum
+            )
             actions.append(ReadEntry(self.ledger_id, entry, self.replicas))
             self._next_to_read += 1
         return actions
 
-    def on_read_response(self, entry_id: int, replica: int, outcome: ReadOutcome,
-                         payload: bytes | None = None, length: int | None = None) -> list[Action]:
+    def on_read_response(
+        self,
+        entry_id: int,
+        replica: int,
+        outcome: ReadOutcome,
+        payload: bytes | None = None,
+        length: int | None = None,
+    ) -> list[Action]:
         """One replica's answer to `ReadEntry(entry_id)`. `length` is the cumulative ledger
         length the entry carries, if the shell has it; otherwise it is computed from payloads."""
-        self._expect(RecoveryState.READING, RecoveryState.DRAINING, RecoveryState.CLOSING,
-                     RecoveryState.DONE, RecoveryState.ABORTED, event="a read answer")
+        self._expect(
+            RecoveryState.READING,
+            RecoveryState.DRAINING,
+            RecoveryState.CLOSING,
+            RecoveryState.DONE,
+            RecoveryState.ABORTED,
+            event="a read answer",
+        )
         tracker = self._reads.get(entry_id)
         if tracker is None:
             if self.start_lac is not None and self.start_lac < entry_id < self._next_to_read:
@@ -524,16 +581,29 @@ class Recovery:
                 self._length += len(payload)
             self._rewrites[head.entry_id] = set()
             self._rewrite_failures[head.entry_id] = set()
-            actions.append(RewriteEntry(self.ledger_id, head.entry_id, payload,
-                                        -1 if self._length is None else self._length, self.replicas))
+            actions.append(
+                RewriteEntry(
+                    self.ledger_id,
+                    head.entry_id,
+                    payload,
+                    -1 if self._length is None else self._length,
+                    self.replicas,
+                )
+            )
             self._next_to_decide += 1
         actions.extend(self._fill_reads())
         return actions
 
     def on_rewrite_response(self, entry_id: int, replica: int, ok: bool) -> list[Action]:
         """One replica confirmed (`ok`) or failed the rewrite of `entry_id`."""
-        self._expect(RecoveryState.READING, RecoveryState.DRAINING, RecoveryState.CLOSING,
-                     RecoveryState.DONE, RecoveryState.ABORTED, event="a rewrite answer")
+        self._expect(
+            RecoveryState.READING,
+            RecoveryState.DRAINING,
+            RecoveryState.CLOSING,
+            RecoveryState.DONE,
+            RecoveryState.ABORTED,
+            event="a rewrite answer",
+        )
         if entry_id not in self._rewrites:
             raise RecoveryProtocolError(f"entry {entry_id} was not rewritten")
         if replica not in self.replicas:
@@ -545,9 +615,13 @@ class Recovery:
             return []
         if len(self._rewrite_failures[entry_id]) > len(self.replicas) - self.metadata.ack_quorum:
             # AQ confirmations are out of reach; closing now would claim an entry fewer than AQ hold
-            return self._abort(LedgerRecoveryError(
-                f"the rewrite of entry {entry_id} cannot reach {self.metadata.ack_quorum} replicas "
-                f"(failed on {sorted(self._rewrite_failures[entry_id])})", entry_id=entry_id))
+            return self._abort(
+                LedgerRecoveryError(
+                    f"the rewrite of entry {entry_id} cannot reach {self.metadata.ack_quorum} replicas "
+                    f"(failed on {sorted(self._rewrite_failures[entry_id])})",
+                    entry_id=entry_id,
+                )
+            )
         return self._maybe_close()
 
     def _maybe_close(self) -> list[Action]:
@@ -557,14 +631,20 @@ class Recovery:
         if any(len(confirmed) < aq for confirmed in self._rewrites.values()):
             return []  # close only once every rewrite is safe (§2.4 step 5)
         end = present(self._end, "closing without a recovered end")
-        require(self.start_lac is not None and end >= self.start_lac,
-                f"closing at end {end} below the start LAC {self.start_lac}")
+        require(
+            self.start_lac is not None and end >= self.start_lac,
+            f"closing at end {end} below the start LAC {self.start_lac}",
+        )
         if self._length is None:
             # the end is at the ensemble floor and no entry told us the length there: writing a
             # made-up length into the metadata would be a guess
-            return self._abort(LedgerRecoveryError(
-                f"the ledger ends at {self._end}, the last ensemble's floor, and its length there is unknown; "
-                f"retry with floor_length", entry_id=self._end))
+            return self._abort(
+                LedgerRecoveryError(
+                    f"the ledger ends at {self._end}, the last ensemble's floor, and its length there is unknown; "
+                    f"retry with floor_length",
+                    entry_id=self._end,
+                )
+            )
         self._move(RecoveryState.CLOSING)
         return [CloseLedger(self.ledger_id, end, self._length, self.metadata.version)]
 
@@ -592,13 +672,14 @@ class WriterLedger:
       the next `begin_add` raises LedgerClosedError.
     """
 
-    def __init__(self, replicas: Sequence[int], ack_quorum: int, *, last_add_confirmed: int = -1,
-                 length: int = 0) -> None:
+    def __init__(
+        self, replicas: Sequence[int], ack_quorum: int, *, last_add_confirmed: int = -1, length: int = 0
+    ) -> None:
         self.replicas = _check_ensemble(replicas, len(tuple(replicas)), ack_quorum)
         self.ack_quorum = ack_quorum
         self.lac = last_add_confirmed
         self.lap = last_add_confirmed  # last add pushed
-        self.length = length           # cumulative length through the LAC
+        self.length = length  # cumulative length through the LAC
         self._lengths: dict[int, int] = {}
         self._acks: dict[int, set[int]] = {}
         self.closed = False
@@ -610,8 +691,10 @@ class WriterLedger:
 
     def begin_add(self, size: int) -> int:
         if self.closed:
-            raise LedgerClosedError("the ledger handle is closed" + (" (fenced by a recovery)" if self.fenced else ""),
-                                    last_add_confirmed=self.lac)
+            raise LedgerClosedError(
+                "the ledger handle is closed" + (" (fenced by a recovery)" if self.fenced else ""),
+                last_add_confirmed=self.lac,
+            )
         if size < 0:
             raise IncorrectParameterError(f"an entry's size is not negative, got {size}")
         self.lap += 1
@@ -646,9 +729,14 @@ class WriterLedger:
         if self.closed:
             return {}
         failed: dict[int, TidelogError] = {
-            e: LedgerFencedError(f"entry {e}: the ledger was fenced by a recovery; whether the entry exists "
-                                 f"is for the recovery to decide", entry_id=e, fenced_at=entry_id)
-            for e in self.pending}
+            e: LedgerFencedError(
+                f"entry {e}: the ledger was fenced by a recovery; whether the entry exists "
+                f"is for the recovery to decide",
+                entry_id=e,
+                fenced_at=entry_id,
+            )
+            for e in self.pending
+        }
         self.closed = True
         self.fenced = True
         self._acks.clear()
@@ -659,9 +747,16 @@ class WriterLedger:
 
         The end is the LAC, not the last add pushed: only confirmed entries are the writer's to
         claim (docs/reference/bookkeeper-ledger.md §2.7)."""
-        failed: dict[int, TidelogError] = {} if self.closed else {
-            e: LedgerClosedError(f"entry {e}: the handle was closed before AQ replicas confirmed it",
-                                 entry_id=e) for e in self.pending}
+        failed: dict[int, TidelogError] = (
+            {}
+            if self.closed
+            else {
+                e: LedgerClosedError(
+                    f"entry {e}: the handle was closed before AQ replicas confirmed it", entry_id=e
+                )
+                for e in self.pending
+            }
+        )
         self.closed = True
         self._acks.clear()
         return failed, self.lac, self.length

@@ -99,14 +99,18 @@ class RecoveryRun:
             self._launch(self.core.start())
             while self.core.state not in (RecoveryState.DONE, RecoveryState.ABORTED):
                 if self.feeds.empty() and not self.tasks:
-                    raise LedgerRecoveryError(f"recovery of ledger {self.ledger_id} stalled in {self.core.state}")
+                    raise LedgerRecoveryError(
+                        f"recovery of ledger {self.ledger_id} stalled in {self.core.state}"
+                    )
                 feed = await self.feeds.get()
                 self._launch(feed())
         except (UnauthorizedAccessError, NoSuchLedgerExistsError, LedgerRecoveryError):
             raise
         except TidelogError as err:
             # R9: every other failure of a recovery open is retryable LedgerRecoveryError
-            raise LedgerRecoveryError(f"recovery of ledger {self.ledger_id} failed: {err}", cause=err.code) from err
+            raise LedgerRecoveryError(
+                f"recovery of ledger {self.ledger_id} failed: {err}", cause=err.code
+            ) from err
         finally:
             for t in self.tasks:
                 t.cancel()
@@ -115,8 +119,12 @@ class RecoveryRun:
             raise self.core.error or InvariantViolation("an aborted recovery names its error")
         if self.core.result is None:
             raise InvariantViolation("a finished recovery has a result")
-        log.info("recovered ledger %d: closed at entry %d (length %d)", self.ledger_id,
-                 self.core.result.last_entry_id, self.core.result.length)
+        log.info(
+            "recovered ledger %d: closed at entry %d (length %d)",
+            self.ledger_id,
+            self.core.result.last_entry_id,
+            self.core.result.length,
+        )
         return self.core.result.metadata
 
     def _launch(self, actions: Sequence[Action]) -> None:
@@ -147,6 +155,7 @@ class RecoveryRun:
 
                 def feed() -> list[Action]:
                     raise error
+
             self.feeds.put_nowait(feed)
 
         task = asyncio.ensure_future(run())
@@ -168,8 +177,9 @@ class RecoveryRun:
         return lambda: self.core.on_metadata(after)
 
     async def _close(self, meta: LedgerMetadata, action: CloseLedger) -> _Feed:
-        new = apply_transition(meta, LedgerEvent.RECOVERY_CLOSE, last_entry_id=action.last_entry_id,
-                               length=action.length)
+        new = apply_transition(
+            meta, LedgerEvent.RECOVERY_CLOSE, last_entry_id=action.last_entry_id, length=action.length
+        )
         after = meta if new is None else await self._cas(new, action.expected_version)
         return lambda: self.core.on_metadata(after)
 
@@ -179,8 +189,12 @@ class RecoveryRun:
             # the broker id left the set (e.g. its data was wiped and it came back under a new id)
             return lambda: self.core.on_fence_response(replica, FenceOutcome.ERROR)
         try:
-            reply = await self.ledgers.call(address, "Fence", lpb.FenceRequest(
-                ledger_id=self.ledger_id, password=self.password), self.timeout)
+            reply = await self.ledgers.call(
+                address,
+                "Fence",
+                lpb.FenceRequest(ledger_id=self.ledger_id, password=self.password),
+                self.timeout,
+            )
         except TidelogError as exc:
             outcome = fence_outcome(exc)
             log.info("ledger %d: fence of replica %d: %s (%s)", self.ledger_id, replica, outcome, exc)
@@ -193,37 +207,65 @@ class RecoveryRun:
         if address is None:
             return lambda: self.core.on_read_response(entry_id, replica, ReadOutcome.ERROR)
         try:
-            reply = await self.ledgers.call(address, "Read", lpb.ReadRequest(
-                ledger_id=self.ledger_id, password=self.password, first=entry_id, last=entry_id, fence=True),
-                self.timeout)
+            reply = await self.ledgers.call(
+                address,
+                "Read",
+                lpb.ReadRequest(
+                    ledger_id=self.ledger_id,
+                    password=self.password,
+                    first=entry_id,
+                    last=entry_id,
+                    fence=True,
+                ),
+                self.timeout,
+            )
         except TidelogError as exc:
             outcome = read_outcome(exc)
             return lambda: self.core.on_read_response(entry_id, replica, outcome)
         entry = next((e for e in reply.entries if e.entry_id == entry_id), None)
-        if entry is None or not self.digester.matches(self.ledger_id, entry.entry_id, entry.lac, entry.length,
-                                                      entry.data, entry.digest):
+        if entry is None or not self.digester.matches(
+            self.ledger_id, entry.entry_id, entry.lac, entry.length, entry.data, entry.digest
+        ):
             # an empty answer or a corrupt copy is an unknown, never "no such entry"
             why = "no entry" if entry is None else "a failed digest"
-            log.warning("ledger %d: recovery read of entry %d from replica %d returned %s",
-                        self.ledger_id, entry_id, replica, why)
+            log.warning(
+                "ledger %d: recovery read of entry %d from replica %d returned %s",
+                self.ledger_id,
+                entry_id,
+                replica,
+                why,
+            )
             return lambda: self.core.on_read_response(entry_id, replica, ReadOutcome.ERROR)
         found = entry
 
         def feed() -> list[Action]:
             self.found.setdefault(entry_id, found)
-            return self.core.on_read_response(entry_id, replica, ReadOutcome.PRESENT, bytes(found.data),
-                                              int(found.length))
+            return self.core.on_read_response(
+                entry_id, replica, ReadOutcome.PRESENT, bytes(found.data), int(found.length)
+            )
+
         return feed
 
     async def _rewrite(self, action: RewriteEntry) -> _Feed:
         entry = self.found[action.entry_id]
-        request = lpb.AddRequest(ledger_id=self.ledger_id, entry_id=entry.entry_id, password=self.password,
-                                 lac=entry.lac, length=entry.length, digest=entry.digest, data=entry.data,
-                                 recovery=True)
+        request = lpb.AddRequest(
+            ledger_id=self.ledger_id,
+            entry_id=entry.entry_id,
+            password=self.password,
+            lac=entry.lac,
+            length=entry.length,
+            digest=entry.digest,
+            data=entry.data,
+            recovery=True,
+        )
         try:
             reply = await self.ledgers.call_master(
-                self.core.metadata.broker_set, "Add", request, deadline=time.monotonic() + self.timeout,
-                what=f"recovery rewrite of ledger {self.ledger_id} entry {entry.entry_id}")
+                self.core.metadata.broker_set,
+                "Add",
+                request,
+                deadline=time.monotonic() + self.timeout,
+                what=f"recovery rewrite of ledger {self.ledger_id} entry {entry.entry_id}",
+            )
             holders = set(reply.replicas)
         except UnauthorizedAccessError:
             raise
@@ -236,4 +278,5 @@ class RecoveryRun:
             for r in action.replicas:
                 actions.extend(self.core.on_rewrite_response(action.entry_id, r, ok=r in holders))
             return actions
+
         return feed

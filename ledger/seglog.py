@@ -63,11 +63,24 @@ class AsyncSegmentedLog:
     the log works through (by default `AsyncLedgers(client)`).
     """
 
-    def __init__(self, client: AsyncClient, name: str, *, password: bytes = b"",
-                 ensemble_size: int | None = None, ack_quorum: int | None = None, digest: str = "crc32c",
-                 roll: RollPolicy | None = None, owner: str | None = None, broker_set: str | None = None,
-                 clock: Any = time.monotonic, max_acquire_attempts: int = 20, acquire_backoff_s: float = 0.05,
-                 cached_readers: int = 8, ledgers: AsyncLedgers | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        *,
+        password: bytes = b"",
+        ensemble_size: int | None = None,
+        ack_quorum: int | None = None,
+        digest: str = "crc32c",
+        roll: RollPolicy | None = None,
+        owner: str | None = None,
+        broker_set: str | None = None,
+        clock: Any = time.monotonic,
+        max_acquire_attempts: int = 20,
+        acquire_backoff_s: float = 0.05,
+        cached_readers: int = 8,
+        ledgers: AsyncLedgers | None = None,
+    ) -> None:
         if not isinstance(password, bytes):
             raise IncorrectParameterError("a segmented log's password is bytes (empty is allowed)")
         self.name = check_log_name(name)
@@ -86,10 +99,10 @@ class AsyncSegmentedLog:
         self._acquire_backoff_s = acquire_backoff_s
         self._lock = asyncio.Lock()
         # owner state
-        self._writer: Any = None            # the current ledger's write handle
+        self._writer: Any = None  # the current ledger's write handle
         self._generation = 0
         self._lost: SegmentedLogOwnershipLostError | None = None
-        self._must_roll = False             # an add failed with an unknown outcome: seal before the next
+        self._must_roll = False  # an add failed with an unknown outcome: seal before the next
         self._entries = 0
         self._bytes = 0
         self._opened_at = 0.0
@@ -102,8 +115,11 @@ class AsyncSegmentedLog:
         """The log's record as stored now (MetadataNotFoundError if the log was never acquired)."""
         rec = await self._get_record()
         if rec is None:
-            raise MetadataNotFoundError(f"no segmented log named {self.name!r}", key=self.key,
-                                        hint="a log exists once an owner acquired it; check the name")
+            raise MetadataNotFoundError(
+                f"no segmented log named {self.name!r}",
+                key=self.key,
+                hint="a log exists once an owner acquired it; check the name",
+            )
         return rec
 
     async def _get_record(self) -> SegmentedLogRecord | None:
@@ -147,9 +163,14 @@ class AsyncSegmentedLog:
     async def _create_ledger(self) -> Any:
         e, aq = await self._ledger_params()
         return await self._ledgers.create_ledger(
-            e, e, aq, self._password, digest=self._digest,
+            e,
+            e,
+            aq,
+            self._password,
+            digest=self._digest,
             custom_metadata={"seglog": self.name.encode(), "owner": self.owner.encode()},
-            broker_set=self._broker_set)
+            broker_set=self._broker_set,
+        )
 
     async def _discard_ledger(self, handle: Any) -> None:
         """Delete a ledger that never made it onto the list (best effort: an orphan only costs space)."""
@@ -158,7 +179,9 @@ class AsyncSegmentedLog:
         try:
             await self._ledgers.delete_ledger(handle.ledger_id, self._password)
         except TidelogError as exc:
-            log.warning("segmented log %s: could not delete unlisted ledger %s: %s", self.name, handle.ledger_id, exc)
+            log.warning(
+                "segmented log %s: could not delete unlisted ledger %s: %s", self.name, handle.ledger_id, exc
+            )
 
     async def _seal(self, ledger_id: int) -> None:
         """Make sure `ledger_id` is CLOSED: recover it (fencing its writer) unless it already is."""
@@ -170,8 +193,12 @@ class AsyncSegmentedLog:
         if meta.state is LedgerState.CLOSED:
             return
         handle = await self._ledgers.open_ledger(ledger_id, self._password, recovery=True)
-        log.info("segmented log %s: recovered ledger %s, it ends at %s", self.name, ledger_id,
-                 handle.last_add_confirmed)
+        log.info(
+            "segmented log %s: recovered ledger %s, it ends at %s",
+            self.name,
+            ledger_id,
+            handle.last_add_confirmed,
+        )
         await handle.close()
 
     async def acquire(self) -> SegmentedLogRecord:
@@ -184,7 +211,10 @@ class AsyncSegmentedLog:
         async with self._lock:
             if self.is_owner:
                 current = await self._get_record()
-                if current is not None and (current.owner, current.generation) == (self.owner, self._generation):
+                if current is not None and (current.owner, current.generation) == (
+                    self.owner,
+                    self._generation,
+                ):
                     return current
                 # the record names someone else: ownership was taken over; acquire it back
             await self._drop_writer()
@@ -210,11 +240,16 @@ class AsyncSegmentedLog:
                 self._start_ledger(handle)
                 self._generation = new.generation
                 self._lost = None
-                log.info("segmented log %s: acquired as generation %d, writing ledger %s",
-                         self.name, new.generation, handle.ledger_id)
+                log.info(
+                    "segmented log %s: acquired as generation %d, writing ledger %s",
+                    self.name,
+                    new.generation,
+                    handle.ledger_id,
+                )
                 return new
             raise MetadataVersionMismatchError(
-                f"segmented log {self.name!r}: lost the record to other owners {self._max_acquire_attempts} times")
+                f"segmented log {self.name!r}: lost the record to other owners {self._max_acquire_attempts} times"
+            )
 
     def _start_ledger(self, handle: Any) -> None:
         self._writer = handle
@@ -240,7 +275,9 @@ class AsyncSegmentedLog:
                 self._lost = SegmentedLogOwnershipLostError(
                     f"segmented log {self.name!r}: ledger {ledger} was fenced or closed by another client "
                     f"(a new owner acquired the log, or the ledger was recovered): {what}",
-                    ledger_id=ledger, generation=self._generation)
+                    ledger_id=ledger,
+                    generation=self._generation,
+                )
             log.warning("%s", self._lost)
         return self._lost
 
@@ -272,15 +309,22 @@ class AsyncSegmentedLog:
                 # else wrote the record; in both cases this owner's list is no longer the list
                 raise SegmentedLogOwnershipLostError(
                     f"segmented log {self.name!r}: the record changed under the owner (now generation "
-                    f"{after.generation} of {after.owner or 'nobody'})", generation=after.generation)
+                    f"{after.generation} of {after.owner or 'nobody'})",
+                    generation=after.generation,
+                )
         except SegmentedLogOwnershipLostError as exc:
             await self._discard_ledger(handle)
             raise self._lose(exc) from exc
         except BaseException:
             await self._discard_ledger(handle)
             raise
-        log.info("segmented log %s: rolled from ledger %s (%d entries) to %s", self.name, old.ledger_id,
-                 self._entries, handle.ledger_id)
+        log.info(
+            "segmented log %s: rolled from ledger %s (%d entries) to %s",
+            self.name,
+            old.ledger_id,
+            self._entries,
+            handle.ledger_id,
+        )
         self._start_ledger(handle)
 
     async def append(self, data: bytes) -> Position:
@@ -294,8 +338,9 @@ class AsyncSegmentedLog:
         data = bytes(data)
         async with self._lock:
             self._check_owner()
-            if self._must_roll or should_roll(self._entries, self._bytes, self._opened_at, self._clock(),
-                                              self.roll_policy):
+            if self._must_roll or should_roll(
+                self._entries, self._bytes, self._opened_at, self._clock(), self.roll_policy
+            ):
                 await self._roll()
             handle = self._writer
             try:
@@ -340,13 +385,20 @@ class AsyncSegmentedLog:
         """
         return await self._reading.read(from_position, max_entries)
 
-    async def read_from(self, from_position: Position = START,
-                        max_entries: int = 100) -> tuple[list[LogEntry], Position]:
+    async def read_from(
+        self, from_position: Position = START, max_entries: int = 100
+    ) -> tuple[list[LogEntry], Position]:
         """`read`, plus the position to continue from."""
         return await self._reading.read_from(from_position, max_entries)
 
-    def entries(self, from_position: Position = START, *, follow: bool = False,
-                batch: int = 100, poll_timeout: float = 1.0) -> AsyncIterator[LogEntry]:
+    def entries(
+        self,
+        from_position: Position = START,
+        *,
+        follow: bool = False,
+        batch: int = 100,
+        poll_timeout: float = 1.0,
+    ) -> AsyncIterator[LogEntry]:
         """Every confirmed entry from `from_position` on; with `follow`, wait for new ones for ever."""
         return self._reading.entries(from_position, follow=follow, batch=batch, poll_timeout=poll_timeout)
 

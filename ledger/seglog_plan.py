@@ -54,8 +54,9 @@ def locate(ledgers: Sequence[int], position: Position) -> tuple[int, int]:
     return len(ledgers), 0
 
 
-def plan_read(ledgers: Sequence[int], ends: Mapping[int, LedgerEnd], start: Position,
-              max_entries: int) -> ReadPlan:
+def plan_read(
+    ledgers: Sequence[int], ends: Mapping[int, LedgerEnd], start: Position, max_entries: int
+) -> ReadPlan:
     """Plan reading up to `max_entries` entries from `start`, with the ledger ends known so far.
 
     Walks the list from `start`: a ledger with a known end gives the span [entry, min(end, ...)];

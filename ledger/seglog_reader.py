@@ -26,8 +26,14 @@ __all__ = ["SegmentReader"]
 class SegmentReader:
     """Reads the ledgers of one segmented log; `record` returns the log's record as stored now."""
 
-    def __init__(self, ledgers: AsyncLedgers, password: bytes,
-                 record: Callable[[], Awaitable[SegmentedLogRecord]], *, cached_readers: int = 8) -> None:
+    def __init__(
+        self,
+        ledgers: AsyncLedgers,
+        password: bytes,
+        record: Callable[[], Awaitable[SegmentedLogRecord]],
+        *,
+        cached_readers: int = 8,
+    ) -> None:
         self._ledgers = ledgers
         self._password = password
         self._record = record
@@ -76,8 +82,9 @@ class SegmentReader:
         entries, _ = await self.read_from(from_position, max_entries)
         return entries
 
-    async def read_from(self, from_position: Position = START,
-                        max_entries: int = 100) -> tuple[list[LogEntry], Position]:
+    async def read_from(
+        self, from_position: Position = START, max_entries: int = 100
+    ) -> tuple[list[LogEntry], Position]:
         """`read`, plus the position to continue from."""
         from_position = check_position(from_position)
         rec = await self._record()
@@ -100,8 +107,14 @@ class SegmentReader:
                 first = int(got[-1].entry_id) + 1
         return out, plan.next_position
 
-    async def entries(self, from_position: Position = START, *, follow: bool = False,
-                      batch: int = 100, poll_timeout: float = 1.0) -> AsyncIterator[LogEntry]:
+    async def entries(
+        self,
+        from_position: Position = START,
+        *,
+        follow: bool = False,
+        batch: int = 100,
+        poll_timeout: float = 1.0,
+    ) -> AsyncIterator[LogEntry]:
         """Every confirmed entry from `from_position` on; with `follow`, wait for new ones for ever."""
         position = check_position(from_position)
         while True:

@@ -42,7 +42,8 @@ def check_log_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise IncorrectParameterError(
             f"a segmented log name is 1-200 characters of letters, digits, '.', '_' and '-', starting "
-            f"with a letter or digit; got {name!r}")
+            f"with a letter or digit; got {name!r}"
+        )
     return name
 
 
@@ -85,8 +86,13 @@ START = Position(0, 0)
 
 
 def check_position(position: Any) -> Position:
-    if (not isinstance(position, tuple) or len(position) != 2 or not all(is_int(v) for v in position)
-            or position[0] < 0 or position[1] < 0):
+    if (
+        not isinstance(position, tuple)
+        or len(position) != 2
+        or not all(is_int(v) for v in position)
+        or position[0] < 0
+        or position[1] < 0
+    ):
         raise IncorrectParameterError(f"a position is (ledger id ≥ 0, entry id ≥ 0), got {position!r}")
     return Position(*position)
 
@@ -105,8 +111,8 @@ class SegmentedLogRecord:
 
     name: str
     ledgers: tuple[int, ...] = ()
-    owner: str = ""         # the token of the owner that last acquired the log ("" = never)
-    generation: int = 0     # bumped by every acquire; a roll keeps it
+    owner: str = ""  # the token of the owner that last acquired the log ("" = never)
+    generation: int = 0  # bumped by every acquire; a roll keeps it
     format_version: int = RECORD_FORMAT
     version: int = field(default=0, compare=False)  # the store's CAS version, not part of the value
 
@@ -118,12 +124,15 @@ class SegmentedLogRecord:
         if not all(is_int(lid) and lid >= 0 for lid in self.ledgers):
             raise IncorrectParameterError(f"ledger ids are non-negative integers, got {list(self.ledgers)}")
         if any(b <= a for a, b in zip(self.ledgers, self.ledgers[1:], strict=False)):
-            raise IncorrectParameterError(f"the ledgers of a segmented log strictly increase, got "
-                                          f"{list(self.ledgers)}")
+            raise IncorrectParameterError(
+                f"the ledgers of a segmented log strictly increase, got {list(self.ledgers)}"
+            )
         if not isinstance(self.owner, str):
             raise IncorrectParameterError(f"owner must be a string, got {self.owner!r}")
         if not is_int(self.generation) or self.generation < 0:
-            raise IncorrectParameterError(f"generation must be a non-negative integer, got {self.generation!r}")
+            raise IncorrectParameterError(
+                f"generation must be a non-negative integer, got {self.generation!r}"
+            )
 
     @property
     def key(self) -> str:
@@ -135,8 +144,13 @@ class SegmentedLogRecord:
 
     def encode(self) -> bytes:
         """Deterministic JSON (sorted keys, compact); equal records, equal bytes."""
-        doc = {"format": self.format_version, "name": self.name, "ledgers": list(self.ledgers),
-               "owner": self.owner, "generation": self.generation}
+        doc = {
+            "format": self.format_version,
+            "name": self.name,
+            "ledgers": list(self.ledgers),
+            "owner": self.owner,
+            "generation": self.generation,
+        }
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     @classmethod
@@ -149,16 +163,23 @@ class SegmentedLogRecord:
                 raise IncorrectParameterError(f"unknown segmented log record format {doc['format']!r}")
             if not isinstance(doc["ledgers"], list):
                 raise ValueError("ledgers is not a list")
-            return cls(name=doc["name"], ledgers=tuple(doc["ledgers"]), owner=doc["owner"],
-                       generation=doc["generation"], format_version=doc["format"], version=version)
+            return cls(
+                name=doc["name"],
+                ledgers=tuple(doc["ledgers"]),
+                owner=doc["owner"],
+                generation=doc["generation"],
+                format_version=doc["format"],
+                version=version,
+            )
         except TidelogError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise IncorrectParameterError(f"undecodable segmented log record: {exc}") from exc
 
 
-def acquired_record(current: SegmentedLogRecord | None, name: str, new_ledger: int,
-                    owner: str) -> SegmentedLogRecord:
+def acquired_record(
+    current: SegmentedLogRecord | None, name: str, new_ledger: int, owner: str
+) -> SegmentedLogRecord:
     """The record an acquire CASes: `new_ledger` appended, `owner` named, the generation bumped.
 
     `current` is None when the log does not exist yet (the acquire creates it). The result keeps
@@ -168,12 +189,14 @@ def acquired_record(current: SegmentedLogRecord | None, name: str, new_ledger: i
         return SegmentedLogRecord(name=name, ledgers=(new_ledger,), owner=owner, generation=1)
     if current.name != name:
         raise IncorrectParameterError(f"record of log {current.name!r} read for log {name!r}")
-    return replace(current, ledgers=current.ledgers + (new_ledger,), owner=owner,
-                   generation=current.generation + 1)
+    return replace(
+        current, ledgers=current.ledgers + (new_ledger,), owner=owner, generation=current.generation + 1
+    )
 
 
-def rolled_record(current: SegmentedLogRecord, new_ledger: int, owner: str,
-                  generation: int) -> SegmentedLogRecord:
+def rolled_record(
+    current: SegmentedLogRecord, new_ledger: int, owner: str, generation: int
+) -> SegmentedLogRecord:
     """The record a roll CASes: `new_ledger` appended by the owner that holds `generation`.
 
     If the record names another owner or generation, ownership was taken over in between:
@@ -183,7 +206,9 @@ def rolled_record(current: SegmentedLogRecord, new_ledger: int, owner: str,
         raise SegmentedLogOwnershipLostError(
             f"segmented log {current.name!r} is now owned by generation {current.generation} "
             f"({current.owner or 'nobody'}), not by this owner's generation {generation}",
-            owner=current.owner, generation=current.generation)
+            owner=current.owner,
+            generation=current.generation,
+        )
     return replace(current, ledgers=current.ledgers + (new_ledger,))
 
 
@@ -194,5 +219,9 @@ def cas_applied(after: SegmentedLogRecord | None, intended: SegmentedLogRecord) 
     write in place. The owner token, generation and last ledger identify our write exactly: no
     other writer can produce that triple (nobody else holds our token; the ledger is ours).
     """
-    return (after is not None and after.owner == intended.owner and after.generation == intended.generation
-            and after.last_ledger == intended.last_ledger)
+    return (
+        after is not None
+        and after.owner == intended.owner
+        and after.generation == intended.generation
+        and after.last_ledger == intended.last_ledger
+    )

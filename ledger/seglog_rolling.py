@@ -62,8 +62,10 @@ def choose_ensemble_size(replica_counts: Sequence[int]) -> int:
     if not counts:
         raise IncorrectParameterError("no broker set has a master: cannot choose an ensemble size")
     if len(counts) > 1:
-        raise IncorrectParameterError(f"broker sets have {counts} replicas: give the ensemble size (it must "
-                                      f"equal the replica count of the broker set the ledger goes to)")
+        raise IncorrectParameterError(
+            f"broker sets have {counts} replicas: give the ensemble size (it must "
+            f"equal the replica count of the broker set the ledger goes to)"
+        )
     return counts[0]
 
 

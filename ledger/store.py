@@ -74,20 +74,42 @@ __all__ = [
 
 
 def create_message(meta: LedgerMetadata) -> Message:
-    return Message(LEDGER_TOPIC, 0, meta.encode(), properties={"k": KIND_CREATE, "l": str(meta.ledger_id)},
-                   flags=FLAG_LEDGER)
+    return Message(
+        LEDGER_TOPIC,
+        0,
+        meta.encode(),
+        properties={"k": KIND_CREATE, "l": str(meta.ledger_id)},
+        flags=FLAG_LEDGER,
+    )
 
 
-def add_message(ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes, data: bytes, *,
-                recovery: bool) -> Message:
-    return Message(LEDGER_TOPIC, 0, data, flags=FLAG_LEDGER, properties={
-        "k": KIND_RECOVERY_ADD if recovery else KIND_ADD, "l": str(ledger_id), "e": str(entry_id),
-        "lac": str(lac), "len": str(length), "d": digest.hex()})
+def add_message(
+    ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes, data: bytes, *, recovery: bool
+) -> Message:
+    return Message(
+        LEDGER_TOPIC,
+        0,
+        data,
+        flags=FLAG_LEDGER,
+        properties={
+            "k": KIND_RECOVERY_ADD if recovery else KIND_ADD,
+            "l": str(ledger_id),
+            "e": str(entry_id),
+            "lac": str(lac),
+            "len": str(length),
+            "d": digest.hex(),
+        },
+    )
 
 
 def close_message(ledger_id: int, last_entry_id: int, length: int) -> Message:
-    return Message(LEDGER_TOPIC, 0, b"", flags=FLAG_LEDGER, properties={
-        "k": KIND_CLOSE, "l": str(ledger_id), "last": str(last_entry_id), "len": str(length)})
+    return Message(
+        LEDGER_TOPIC,
+        0,
+        b"",
+        flags=FLAG_LEDGER,
+        properties={"k": KIND_CLOSE, "l": str(ledger_id), "last": str(last_entry_id), "len": str(length)},
+    )
 
 
 def entry_visible(kind: str, offset: int, fence_offset: int | None) -> bool:
@@ -112,11 +134,11 @@ class LedgerView:
     create_offset: int
     metadata: LedgerMetadata  # as created (state OPEN): password hash, quorums, replicas
     entries: dict[int, IndexedEntry] = field(default_factory=dict)
-    carried_lac: int = -1     # the largest LAC a visible entry carries (or the CLOSE record)
-    last_entry: int = -1      # the largest visible entry id
+    carried_lac: int = -1  # the largest LAC a visible entry carries (or the CLOSE record)
+    last_entry: int = -1  # the largest visible entry id
     closed_at: int | None = None  # the last entry id of a CLOSE record, if this replica holds one
     closed_length: int = 0
-    close_end: int = 0        # where the CLOSE record ends in the log
+    close_end: int = 0  # where the CLOSE record ends in the log
 
     def confirmed_point(self, extra_lac: int = -1) -> tuple[int, int]:
         """(LAC, length through it) this replica can vouch for.
@@ -174,7 +196,9 @@ class LedgerIndex:
             return False
         self._fences[ledger_id] = self.log.max_offset
         self._save_fences()
-        log.info("fenced ledger %d at offset %d in %s", ledger_id, self._fences[ledger_id], self.log.directory)
+        log.info(
+            "fenced ledger %d at offset %d in %s", ledger_id, self._fences[ledger_id], self.log.directory
+        )
         return True
 
     def is_fenced(self, ledger_id: int) -> bool:

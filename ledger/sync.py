@@ -45,8 +45,10 @@ class WriteHandle(SyncFacade):
                     outer.set_exception(f.exception())
                 else:
                     outer.set_result(f.result())
+
             inner.add_done_callback(copy)
             return outer
+
         return self._runner.run(start())
 
     def __enter__(self) -> WriteHandle:

@@ -87,15 +87,22 @@ class AsyncWriteHandle:
         LedgerClosedError here, at call time: the id is handed out only if the entry is sent."""
         data = check_entry_data(data, self._ledgers.max_entry_bytes)
         if self._failure is not None and not self._core.closed:
-            raise LedgerClosedError(f"ledger {self.ledger_id}: the handle failed and takes no more adds "
-                                    f"({self._failure})", ledger_id=self.ledger_id)
+            raise LedgerClosedError(
+                f"ledger {self.ledger_id}: the handle failed and takes no more adds ({self._failure})",
+                ledger_id=self.ledger_id,
+            )
         entry_id = self._core.begin_add(len(data))  # LedgerClosedError once closed or fenced
         self._pushed_length += len(data)
         lac = self._core.lac
         request = lpb.AddRequest(
-            ledger_id=self.ledger_id, entry_id=entry_id, password=self._password, lac=lac,
+            ledger_id=self.ledger_id,
+            entry_id=entry_id,
+            password=self._password,
+            lac=lac,
             length=self._pushed_length,
-            digest=self._digester.compute(self.ledger_id, entry_id, lac, self._pushed_length, data), data=data)
+            digest=self._digester.compute(self.ledger_id, entry_id, lac, self._pushed_length, data),
+            data=data,
+        )
         loop = asyncio.get_running_loop()
         add = _PendingAdd(entry_id, request, loop.create_future())
         self._pending[entry_id] = add
@@ -107,8 +114,12 @@ class AsyncWriteHandle:
         while True:
             try:
                 reply = await self._ledgers.call_master(
-                    self._meta.broker_set, "Add", add.request, deadline=deadline,
-                    what=f"add of ledger {self.ledger_id} entry {add.entry_id}")
+                    self._meta.broker_set,
+                    "Add",
+                    add.request,
+                    deadline=deadline,
+                    what=f"add of ledger {self.ledger_id} entry {add.entry_id}",
+                )
             except LedgerFencedError:
                 self._on_fenced(add.entry_id)
                 return
@@ -116,7 +127,9 @@ class AsyncWriteHandle:
                 # The master completes adds in id order and refuses this one when an earlier one
                 # failed there; if that earlier one is still being retried here, wait for it and
                 # send this one again (its id stays the same), rather than fail the handle.
-                earlier = [a.future for e, a in self._pending.items() if e < add.entry_id and not a.future.done()]
+                earlier = [
+                    a.future for e, a in self._pending.items() if e < add.entry_id and not a.future.done()
+                ]
                 if earlier and time.monotonic() < deadline:
                     await asyncio.wait(earlier, timeout=deadline - time.monotonic())
                     if add.future.done():
@@ -133,9 +146,13 @@ class AsyncWriteHandle:
             return  # the add was failed already (fence, close, an earlier failure)
         holders = sorted(set(reply.replicas) & set(self._core.replicas))
         if len(holders) < self._meta.ack_quorum:
-            self._on_failed(entry_id, NotEnoughBookiesError(
-                f"entry {entry_id}: the master reported {sorted(reply.replicas)}, fewer than "
-                f"{self._meta.ack_quorum} replicas of the ensemble {list(self._core.replicas)}"))
+            self._on_failed(
+                entry_id,
+                NotEnoughBookiesError(
+                    f"entry {entry_id}: the master reported {sorted(reply.replicas)}, fewer than "
+                    f"{self._meta.ack_quorum} replicas of the ensemble {list(self._core.replicas)}"
+                ),
+            )
             return
         confirmed: list[int] = []
         for r in holders:
@@ -179,8 +196,11 @@ class AsyncWriteHandle:
 
     async def _close(self) -> None:
         failed, last, length = self._core.close()
-        leftover = {e: LedgerClosedError(f"entry {e}: the handle was closed", entry_id=e)
-                    for e in self._pending if e not in failed}
+        leftover = {
+            e: LedgerClosedError(f"entry {e}: the handle was closed", entry_id=e)
+            for e in self._pending
+            if e not in failed
+        }
         tasks = [a.task for a in self._pending.values() if a.task is not None]
         self._fail({**failed, **leftover})
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -43,6 +43,8 @@ def __getattr__(name: str) -> Any:
         try:
             from tidelog.spark.source import TidelogDataSource
         except ImportError as exc:
-            raise ImportError(f"tidelog.spark needs pyspark and pyarrow: pip install 'tidelog[spark]' ({exc})") from exc
+            raise ImportError(
+                f"tidelog.spark needs pyspark and pyarrow: pip install 'tidelog[spark]' ({exc})"
+            ) from exc
         return TidelogDataSource
     raise AttributeError(name)

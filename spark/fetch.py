@@ -87,8 +87,9 @@ async def cluster_view(client: AsyncClient, topics: Sequence[str], *, timeout: f
         refresh = True
 
 
-async def _routes(client: AsyncClient, topics: Sequence[str], *, refresh: bool,
-                  deadline: float) -> dict[str, TopicRoute] | None:
+async def _routes(
+    client: AsyncClient, topics: Sequence[str], *, refresh: bool, deadline: float
+) -> dict[str, TopicRoute] | None:
     """The route of every topic; None (after a pause) while the controllers are unavailable and
     there is time left to ask again. A topic without queues is TopicNotFoundError."""
     routes: dict[str, TopicRoute] = {}
@@ -122,9 +123,20 @@ async def _queue_offsets(client: AsyncClient, routes: dict[str, TopicRoute]) -> 
 class RangeReader:
     """Reads `[start, end)` of one queue in chunks, from whichever replica answers."""
 
-    def __init__(self, client: AsyncClient, topic: str, broker_set: str, queue: int, start: int, end: int,
-                 replicas: Sequence[str], *, fail_on_data_loss: bool = True, max_messages: int = 4096,
-                 timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        topic: str,
+        broker_set: str,
+        queue: int,
+        start: int,
+        end: int,
+        replicas: Sequence[str],
+        *,
+        fail_on_data_loss: bool = True,
+        max_messages: int = 4096,
+        timeout: float = 60.0,
+    ) -> None:
         self.client = client
         self.topic = topic
         self.broker_set = broker_set
@@ -151,8 +163,9 @@ class RangeReader:
             self.replicas = bs.read_addresses()
 
     async def _min_offset(self, address: str) -> int:
-        reply = await self.client.call_broker(address, "GetOffsets",
-                                              bpb.GetOffsetsRequest(topic=self.topic, queue=self.queue))
+        reply = await self.client.call_broker(
+            address, "GetOffsets", bpb.GetOffsetsRequest(topic=self.topic, queue=self.queue)
+        )
         return int(reply.offsets.min)
 
     async def next_chunk(self) -> list[bpb.PulledMessage]:
@@ -167,33 +180,51 @@ class RangeReader:
                 await self._refresh_replicas()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise UnavailableError(f"{self.where}: could not read offsets {self.position}..{self.end} within "
-                                       f"{self.timeout:.0f}s from {self.replicas}; last error: {last}",
-                                       hint="check the broker set's replicas; the range is confirmed, so "
-                                            "a retried task will read the same rows")
+                raise UnavailableError(
+                    f"{self.where}: could not read offsets {self.position}..{self.end} within "
+                    f"{self.timeout:.0f}s from {self.replicas}; last error: {last}",
+                    hint="check the broker set's replicas; the range is confirmed, so "
+                    "a retried task will read the same rows",
+                )
             turn = self._turn % len(self.replicas) if self.replicas else 0
             order = self.replicas[turn:] + self.replicas[:turn]
-            request = bpb.PullRequest(topic=self.topic, queue=self.queue, offset=self.position,
-                                      max_messages=min(self.max_messages, self.end - self.position),
-                                      max_bytes=PULL_MAX_BYTES, wait_ms=int(min(PULL_WAIT_MS, remaining * 1000)))
+            request = bpb.PullRequest(
+                topic=self.topic,
+                queue=self.queue,
+                offset=self.position,
+                max_messages=min(self.max_messages, self.end - self.position),
+                max_bytes=PULL_MAX_BYTES,
+                wait_ms=int(min(PULL_WAIT_MS, remaining * 1000)),
+            )
             try:
-                address, msgs = await first_answer(order, lambda a, r=request: self._pull(a, r),
-                                                   after_s=request.wait_ms / 1000 + SPECULATIVE_READ_S,
-                                                   give_up=lambda exc: not isinstance(exc, _REPLICA_ERRORS))
+                address, msgs = await first_answer(
+                    order,
+                    lambda a, r=request: self._pull(a, r),
+                    after_s=request.wait_ms / 1000 + SPECULATIVE_READ_S,
+                    give_up=lambda exc: not isinstance(exc, _REPLICA_ERRORS),
+                )
             except AllFailed as failed:
                 errors = list(failed.errors.values())
-                last = errors[-1] if errors else UnavailableError(
-                    f"broker set {self.broker_set} has no replica to read from")
-                log.info("%s: no replica could serve offset %d (%s); asking the controllers again", self.where,
-                         self.position, last)
+                last = (
+                    errors[-1]
+                    if errors
+                    else UnavailableError(f"broker set {self.broker_set} has no replica to read from")
+                )
+                log.info(
+                    "%s: no replica could serve offset %d (%s); asking the controllers again",
+                    self.where,
+                    self.position,
+                    last,
+                )
                 self._turn += 1
                 await asyncio.sleep(0.2)
                 await self._refresh_replicas()
                 continue
             if msgs is None:  # below the replica's retention floor
                 floor = await self._min_offset(address)
-                self.position = check_start(self.position, floor, self.end,
-                                            fail_on_data_loss=self.fail_on_data_loss, where=self.where)
+                self.position = check_start(
+                    self.position, floor, self.end, fail_on_data_loss=self.fail_on_data_loss, where=self.where
+                )
                 continue
             self._check_contiguous(msgs, address)
             self.served_by.append((address, self.position, len(msgs)))
@@ -205,8 +236,9 @@ class RangeReader:
         """The messages of the range one replica holds from `request.offset`, None below its
         retention floor; a replica with nothing there yet raises (another may have it)."""
         try:
-            reply = await self.client.call_broker(address, "Pull", request,
-                                                  timeout=self.client.rpc_timeout + PULL_WAIT_MS / 1000)
+            reply = await self.client.call_broker(
+                address, "Pull", request, timeout=self.client.rpc_timeout + PULL_WAIT_MS / 1000
+            )
         except OffsetBelowRetentionError:
             return None
         msgs = [m for m in reply.messages if m.offset < self.end]
@@ -220,19 +252,41 @@ class RangeReader:
     def _check_contiguous(self, msgs: Sequence[bpb.PulledMessage], address: str) -> None:
         first, last = msgs[0].offset, msgs[-1].offset
         if first != self.position or last != self.position + len(msgs) - 1:
-            raise TidelogError(f"{self.where}: {address} returned offsets {first}..{last} for a read at "
-                               f"{self.position} ({len(msgs)} messages); queue offsets must be contiguous")
+            raise TidelogError(
+                f"{self.where}: {address} returned offsets {first}..{last} for a read at "
+                f"{self.position} ({len(msgs)} messages); queue offsets must be contiguous"
+            )
 
 
-def read_range(controllers: str, topic: str, broker_set: str, queue: int, start: int, end: int,
-               replicas: Sequence[str], *, fail_on_data_loss: bool = True, max_messages: int = 4096,
-               timeout: float = 60.0) -> Iterator[list[bpb.PulledMessage]]:
+def read_range(
+    controllers: str,
+    topic: str,
+    broker_set: str,
+    queue: int,
+    start: int,
+    end: int,
+    replicas: Sequence[str],
+    *,
+    fail_on_data_loss: bool = True,
+    max_messages: int = 4096,
+    timeout: float = 60.0,
+) -> Iterator[list[bpb.PulledMessage]]:
     """Chunks of messages of `[start, end)`, in offset order; a synchronous generator for Spark's `read()`."""
     loop = asyncio.new_event_loop()
     client = AsyncClient(controllers, rpc_timeout=5.0)
     try:
-        reader = RangeReader(client, topic, broker_set, queue, start, end, replicas,
-                             fail_on_data_loss=fail_on_data_loss, max_messages=max_messages, timeout=timeout)
+        reader = RangeReader(
+            client,
+            topic,
+            broker_set,
+            queue,
+            start,
+            end,
+            replicas,
+            fail_on_data_loss=fail_on_data_loss,
+            max_messages=max_messages,
+            timeout=timeout,
+        )
         while True:
             chunk = loop.run_until_complete(reader.next_chunk())
             if not chunk:

@@ -71,7 +71,9 @@ def parse_queue_name(name: str) -> tuple[str, int]:
     """`"broker-a:3"` -> `("broker-a", 3)`; broker set names may not hold ':' but topics may."""
     bs, sep, q = name.rpartition(":")
     if not sep or not bs or not q.isdigit():
-        raise InvalidArgumentError(f"bad queue name {name!r}: expected '<broker set>:<queue id>', e.g. 'broker-a:0'")
+        raise InvalidArgumentError(
+            f"bad queue name {name!r}: expected '<broker set>:<queue id>', e.g. 'broker-a:0'"
+        )
     return bs, int(q)
 
 
@@ -95,7 +97,7 @@ def offsets_from_json(doc: Any, *, what: str = "offsets", allow_special: bool = 
         except json.JSONDecodeError as exc:
             raise InvalidArgumentError(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise InvalidArgumentError(f"{what} must be a JSON object {{\"topic\": {{\"broker-a:0\": 42}}}}")
+        raise InvalidArgumentError(f'{what} must be a JSON object {{"topic": {{"broker-a:0": 42}}}}')
     out: Offsets = {}
     low = EARLIEST if allow_special else 0
     for topic, queues in doc.items():
@@ -104,7 +106,9 @@ def offsets_from_json(doc: Any, *, what: str = "offsets", allow_special: bool = 
         for name, off in queues.items():
             bs, q = parse_queue_name(name)
             if isinstance(off, bool) or not isinstance(off, int) or off < low:
-                raise InvalidArgumentError(f"{what}: offset of {topic} {name} must be an integer >= {low}, not {off!r}")
+                raise InvalidArgumentError(
+                    f"{what}: offset of {topic} {name} must be an integer >= {low}, not {off!r}"
+                )
             out[(topic, bs, q)] = off
     return out
 
@@ -178,8 +182,10 @@ def _float(options: Mapping[str, str], name: str, default: float) -> float:
 def controllers_option(options: Mapping[str, str]) -> str:
     controllers = (options.get("controllers") or os.environ.get(CONTROLLERS_ENV, "")).strip()
     if not controllers:
-        raise InvalidArgumentError("option controllers is required (host:port[,host:port...])",
-                                   hint=f"or set {CONTROLLERS_ENV} in the environment of the Spark processes")
+        raise InvalidArgumentError(
+            "option controllers is required (host:port[,host:port...])",
+            hint=f"or set {CONTROLLERS_ENV} in the environment of the Spark processes",
+        )
     return controllers
 
 
@@ -204,7 +210,9 @@ class ReadOptions:
         one, many = opts.get("topic"), opts.get("topics")
         if one and many:
             raise InvalidArgumentError("give option topic or option topics, not both")
-        topics = tuple(t.strip() for t in (one or many or "").split(",") if t.strip()) if (one or many) else ()
+        topics = (
+            tuple(t.strip() for t in (one or many or "").split(",") if t.strip()) if (one or many) else ()
+        )
         if one and len(topics) != 1:
             raise InvalidArgumentError(f"option topic names one topic, not {one!r} (use topics for several)")
         if not topics:
@@ -212,8 +220,9 @@ class ReadOptions:
         if len(set(topics)) != len(topics):
             raise InvalidArgumentError(f"option topics names a topic twice: {many!r}")
         # Kafka's defaults: a batch reads everything confirmed; a stream starts at the end.
-        starting = parse_offset_spec(opts.get("startingoffsets"), option="startingOffsets",
-                                     default=LATEST if streaming else EARLIEST)
+        starting = parse_offset_spec(
+            opts.get("startingoffsets"), option="startingOffsets", default=LATEST if streaming else EARLIEST
+        )
         if streaming and opts.get("endingoffsets"):
             raise InvalidArgumentError("option endingOffsets is for batch reads only")
         ending = parse_offset_spec(opts.get("endingoffsets"), option="endingOffsets", default=LATEST)
@@ -249,7 +258,7 @@ class QueueState:
     topic: str
     broker_set: str
     queue: int
-    min: int        # lowest offset retention has kept
+    min: int  # lowest offset retention has kept
     confirmed: int  # readers see offsets below this
 
     @property
@@ -285,17 +294,27 @@ def check_start(start: int, min_offset: int, end: int, *, fail_on_data_loss: boo
     if start >= min_offset:
         return start
     if fail_on_data_loss:
-        err = OffsetBelowRetentionError(start, min_offset, what=f"start offset of {where}",
-                                        hint="retention deleted these messages; start from the current "
-                                             "minimum, or set failOnDataLoss=false to skip ahead")
+        err = OffsetBelowRetentionError(
+            start,
+            min_offset,
+            what=f"start offset of {where}",
+            hint="retention deleted these messages; start from the current "
+            "minimum, or set failOnDataLoss=false to skip ahead",
+        )
         raise err
-    log.warning("%s: offsets %d..%d were deleted by retention; skipping to %d (failOnDataLoss=false)",
-                where, start, min_offset, min(min_offset, end))
+    log.warning(
+        "%s: offsets %d..%d were deleted by retention; skipping to %d (failOnDataLoss=false)",
+        where,
+        start,
+        min_offset,
+        min(min_offset, end),
+    )
     return min(min_offset, end)
 
 
-def resolve_ranges(states: Iterable[QueueState], starting: OffsetSpec, ending: OffsetSpec, *,
-                   fail_on_data_loss: bool) -> list[Range]:
+def resolve_ranges(
+    states: Iterable[QueueState], starting: OffsetSpec, ending: OffsetSpec, *, fail_on_data_loss: bool
+) -> list[Range]:
     """One `[start, end)` per queue for a batch read; ends are clamped to the confirmed offset."""
     out = []
     states = list(states)
@@ -303,8 +322,9 @@ def resolve_ranges(states: Iterable[QueueState], starting: OffsetSpec, ending: O
     for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
         missing = sorted(set(spec.explicit) - known)
         if missing:
-            raise InvalidArgumentError(f"{name} names queues the topics do not have: "
-                                       f"{offsets_to_json(dict.fromkeys(missing, 0))}")
+            raise InvalidArgumentError(
+                f"{name} names queues the topics do not have: {offsets_to_json(dict.fromkeys(missing, 0))}"
+            )
     for s in sorted(states, key=lambda s: s.qid):
         where = f"{s.topic} {queue_name(s.broker_set, s.queue)}"
         want_end = ending.for_queue(s.qid)
@@ -312,8 +332,13 @@ def resolve_ranges(states: Iterable[QueueState], starting: OffsetSpec, ending: O
         if want_end == EARLIEST:
             end = s.min
         if end > s.confirmed:
-            log.warning("%s: endingOffsets %d is past the confirmed offset %d; reading to %d", where, end,
-                        s.confirmed, s.confirmed)
+            log.warning(
+                "%s: endingOffsets %d is past the confirmed offset %d; reading to %d",
+                where,
+                end,
+                s.confirmed,
+                s.confirmed,
+            )
             end = s.confirmed
         want_start = starting.for_queue(s.qid)
         if want_start == EARLIEST:
@@ -323,8 +348,9 @@ def resolve_ranges(states: Iterable[QueueState], starting: OffsetSpec, ending: O
         else:
             start = want_start
         if start > end:
-            raise InvalidArgumentError(f"{where}: startingOffsets {start} is after the end {end} "
-                                       f"(confirmed offset {s.confirmed})")
+            raise InvalidArgumentError(
+                f"{where}: startingOffsets {start} is after the end {end} (confirmed offset {s.confirmed})"
+            )
         start = check_start(start, s.min, end, fail_on_data_loss=fail_on_data_loss, where=where)
         out.append(Range(s.topic, s.broker_set, s.queue, start, end))
     return out
@@ -349,8 +375,11 @@ def split_range(start: int, end: int, max_size: int) -> list[tuple[int, int]]:
 
 def split_ranges(ranges: Iterable[Range], max_size: int) -> list[Range]:
     """Spark partitions for the ranges: empty ranges dropped, big ones split."""
-    return [Range(r.topic, r.broker_set, r.queue, a, b, r.earliest)
-            for r in ranges for a, b in split_range(r.start, r.end, max_size)]
+    return [
+        Range(r.topic, r.broker_set, r.queue, a, b, r.earliest)
+        for r in ranges
+        for a, b in split_range(r.start, r.end, max_size)
+    ]
 
 
 # --- streaming -----------------------------------------------------------------------------

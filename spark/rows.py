@@ -67,14 +67,17 @@ def _column(name: str, msgs: Sequence[bpb.PulledMessage], topic: str, broker_set
     raise InvalidArgumentError(f"unknown column {name}")
 
 
-def record_batch(msgs: Sequence[bpb.PulledMessage], topic: str, broker_set: str,
-                 names: Sequence[str]) -> pa.RecordBatch:
+def record_batch(
+    msgs: Sequence[bpb.PulledMessage], topic: str, broker_set: str, names: Sequence[str]
+) -> pa.RecordBatch:
     """One record batch holding `msgs`, with exactly the columns `names`, in that order."""
     schema = pa.schema([pa.field(n, ARROW_TYPES[n]) for n in names])
     return pa.RecordBatch.from_arrays([_column(n, msgs, topic, broker_set) for n in names], schema=schema)
 
 
-def tuples(msgs: Sequence[bpb.PulledMessage], topic: str, broker_set: str, names: Sequence[str]) -> list[tuple[Any, ...]]:
+def tuples(
+    msgs: Sequence[bpb.PulledMessage], topic: str, broker_set: str, names: Sequence[str]
+) -> list[tuple[Any, ...]]:
     """The same rows as one Python tuple per message (the slow path, kept to measure against)."""
     getters = {
         "topic": lambda m: topic,

@@ -45,14 +45,18 @@ class TidelogCommitMessage(WriterCommitMessage):
 
     partition: int
     count: int
-    queues: dict[tuple[str, str, int], tuple[int, int, int]] = field(default_factory=dict)  # (count, first, last)
+    queues: dict[tuple[str, str, int], tuple[int, int, int]] = field(
+        default_factory=dict
+    )  # (count, first, last)
 
 
 def messages_from_batch(batch: pa.RecordBatch, topic: str | None) -> list[tuple[str, OutMessage]]:
     """`(topic, message)` for every row of an Arrow batch, checked."""
     names = batch.schema.names
     if "body" not in names:
-        raise InvalidArgumentError(f"the tidelog sink needs a body column (binary or string); the rows have {names}")
+        raise InvalidArgumentError(
+            f"the tidelog sink needs a body column (binary or string); the rows have {names}"
+        )
     if topic is None and "topic" not in names:
         raise InvalidArgumentError("the tidelog sink needs option topic, or a topic column")
 
@@ -60,8 +64,11 @@ def messages_from_batch(batch: pa.RecordBatch, topic: str | None) -> list[tuple[
         return batch.column(names.index(name)).to_pylist() if name in names else [None] * batch.num_rows
 
     for name in ("key", "tags", "topic"):
-        if name in names and not pa.types.is_string(batch.schema.field(name).type) and \
-                not pa.types.is_large_string(batch.schema.field(name).type):
+        if (
+            name in names
+            and not pa.types.is_string(batch.schema.field(name).type)
+            and not pa.types.is_large_string(batch.schema.field(name).type)
+        ):
             raise InvalidArgumentError(f"column {name} must be a string, not {batch.schema.field(name).type}")
     bodies, keys, tags = column("body"), column("key"), column("tags")
     headers = column("headers")
@@ -72,8 +79,10 @@ def messages_from_batch(batch: pa.RecordBatch, topic: str | None) -> list[tuple[
         if isinstance(body, str):
             body = body.encode()
         if not isinstance(body, bytes):
-            raise InvalidArgumentError(f"row {i}: body must be binary or string, not {type(body).__name__}"
-                                       + (" (null)" if body is None else ""))
+            raise InvalidArgumentError(
+                f"row {i}: body must be binary or string, not {type(body).__name__}"
+                + (" (null)" if body is None else "")
+            )
         t = topics[i]
         if not isinstance(t, str) or not t:
             raise InvalidArgumentError(f"row {i}: the topic column is empty")
@@ -96,8 +105,9 @@ def _chunks(items: Sequence[OutMessage]) -> Iterator[list[OutMessage]]:
         yield chunk
 
 
-async def _send_all(client: AsyncClient, batches: Iterator[pa.RecordBatch], topic: str | None,
-                    partition: int) -> TidelogCommitMessage:
+async def _send_all(
+    client: AsyncClient, batches: Iterator[pa.RecordBatch], topic: str | None, partition: int
+) -> TidelogCommitMessage:
     producer = client.producer()
     result = TidelogCommitMessage(partition, 0)
 
@@ -132,8 +142,9 @@ def _partition_id() -> int:
 class _Writing:
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         if overwrite:
-            raise InvalidArgumentError("the tidelog sink only appends; use mode('append')",
-                                       hint="a log cannot be overwritten")
+            raise InvalidArgumentError(
+                "the tidelog sink only appends; use mode('append')", hint="a log cannot be overwritten"
+            )
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         self.controllers = plan.controllers_option(opts)
         self.topic = opts.get("topic") or None
@@ -141,7 +152,9 @@ class _Writing:
         self.send_timeout = float(rpc_timeout) if rpc_timeout else 30.0
         names = [f.name for f in schema.fields]
         if "body" not in names:
-            raise InvalidArgumentError(f"the tidelog sink needs a body column (binary or string); the rows have {names}")
+            raise InvalidArgumentError(
+                f"the tidelog sink needs a body column (binary or string); the rows have {names}"
+            )
         if self.topic is None and "topic" not in names:
             raise InvalidArgumentError("the tidelog sink needs option topic, or a topic column")
 
@@ -156,8 +169,12 @@ class _Writing:
                 await client.close()
 
         result = asyncio.run(main())
-        log.info("tidelog sink task %d stored %d message(s): %s", partition, result.count,
-                 {f"{t} {plan.queue_name(b, q)}": v for (t, b, q), v in sorted(result.queues.items())})
+        log.info(
+            "tidelog sink task %d stored %d message(s): %s",
+            partition,
+            result.count,
+            {f"{t} {plan.queue_name(b, q)}": v for (t, b, q), v in sorted(result.queues.items())},
+        )
         return result
 
     @staticmethod
@@ -173,8 +190,12 @@ class TidelogWriter(_Writing, DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
         count, tasks = self._total(messages)
-        log.warning("tidelog sink: job failed; %d message(s) from %d finished task(s) stay in the log, and "
-                    "failed tasks may have stored part of their rows (at-least-once)", count, tasks)
+        log.warning(
+            "tidelog sink: job failed; %d message(s) from %d finished task(s) stay in the log, and "
+            "failed tasks may have stored part of their rows (at-least-once)",
+            count,
+            tasks,
+        )
 
 
 class TidelogStreamWriter(_Writing, DataSourceStreamArrowWriter):
@@ -184,5 +205,10 @@ class TidelogStreamWriter(_Writing, DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         count, tasks = self._total(messages)
-        log.warning("tidelog sink: batch %d failed; %d message(s) from %d finished task(s) stay in the log "
-                    "and will be sent again when the batch is retried (at-least-once)", batchId, count, tasks)
+        log.warning(
+            "tidelog sink: batch %d failed; %d message(s) from %d finished task(s) stay in the log "
+            "and will be sent again when the batch is retried (at-least-once)",
+            batchId,
+            count,
+            tasks,
+        )

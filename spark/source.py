@@ -68,17 +68,37 @@ class _Reading:
         self.columns = rows.check_columns([f.name for f in schema.fields])
         self.row_format = _row_format(opts)
 
-    def _partitions(self, ranges: list[plan.Range],
-                    replicas: Mapping[tuple[str, str], tuple[str, ...]]) -> list[TidelogPartition]:
+    def _partitions(
+        self, ranges: list[plan.Range], replicas: Mapping[tuple[str, str], tuple[str, ...]]
+    ) -> list[TidelogPartition]:
         parts = plan.split_ranges(ranges, self.opts.max_offsets_per_partition)
-        return [TidelogPartition(r.topic, r.broker_set, r.queue, r.start, r.end, r.earliest,
-                                 tuple(replicas.get((r.topic, r.broker_set), ()))) for r in parts]
+        return [
+            TidelogPartition(
+                r.topic,
+                r.broker_set,
+                r.queue,
+                r.start,
+                r.end,
+                r.earliest,
+                tuple(replicas.get((r.topic, r.broker_set), ())),
+            )
+            for r in parts
+        ]
 
     def read(self, partition: TidelogPartition) -> Iterator[Any]:
         p = partition
-        chunks = fetch.read_range(self.opts.controllers, p.topic, p.broker_set, p.queue, p.start, p.end, p.replicas,
-                                  fail_on_data_loss=self.opts.fail_on_data_loss and not p.earliest,
-                                  max_messages=self.opts.fetch_max_messages, timeout=self.opts.read_timeout_s)
+        chunks = fetch.read_range(
+            self.opts.controllers,
+            p.topic,
+            p.broker_set,
+            p.queue,
+            p.start,
+            p.end,
+            p.replicas,
+            fail_on_data_loss=self.opts.fail_on_data_loss and not p.earliest,
+            max_messages=self.opts.fetch_max_messages,
+            timeout=self.opts.read_timeout_s,
+        )
         if self.row_format == "arrow":
             for chunk in chunks:
                 yield rows.record_batch(chunk, p.topic, p.broker_set, self.columns)
@@ -96,8 +116,13 @@ class TidelogBatchReader(_Reading, DataSourceReader):
         view = fetch.run(lambda c: fetch.cluster_view(c, o.topics), o.controllers)
         ranges = plan.resolve_ranges(view.states, o.starting, o.ending, fail_on_data_loss=o.fail_on_data_loss)
         parts = self._partitions(ranges, view.replicas)
-        log.info("tidelog batch read of %s: %d offsets in %d partitions (%s)", ",".join(o.topics),
-                 sum(len(r) for r in ranges), len(parts), plan.offsets_to_json({r.qid: r.end for r in ranges}))
+        log.info(
+            "tidelog batch read of %s: %d offsets in %d partitions (%s)",
+            ",".join(o.topics),
+            sum(len(r) for r in ranges),
+            len(parts),
+            plan.offsets_to_json({r.qid: r.end for r in ranges}),
+        )
         return parts
 
 
@@ -127,8 +152,10 @@ class TidelogStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvail
             start[s.qid] = s.min if want == plan.EARLIEST else s.confirmed if want == plan.LATEST else want
         missing = set(self.opts.starting.explicit) - set(start)
         if missing:
-            raise InvalidArgumentError(f"startingOffsets names queues the topics do not have: "
-                                       f"{plan.offsets_to_json(dict.fromkeys(missing, 0))}")
+            raise InvalidArgumentError(
+                f"startingOffsets names queues the topics do not have: "
+                f"{plan.offsets_to_json(dict.fromkeys(missing, 0))}"
+            )
         log.info("tidelog stream of %s starts at %s", ",".join(self.opts.topics), plan.offsets_to_json(start))
         return plan.offsets_to_json(start)
 
@@ -140,8 +167,11 @@ class TidelogStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvail
         # Fix the end now, so that the query ends even while producers keep writing, and still
         # splits the backlog into micro-batches of maxOffsetsPerTrigger.
         self._target = self._view().states
-        log.info("tidelog stream of %s reads until %s (availableNow)", ",".join(self.opts.topics),
-                 plan.offsets_to_json({s.qid: s.confirmed for s in self._target}))
+        log.info(
+            "tidelog stream of %s reads until %s (availableNow)",
+            ",".join(self.opts.topics),
+            plan.offsets_to_json({s.qid: s.confirmed for s in self._target}),
+        )
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[override]
         states = self._target if self._target is not None else self._view().states
@@ -152,8 +182,9 @@ class TidelogStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvail
         return plan.offsets_to_json(plan.budget(current, latest, cap))
 
     def partitions(self, start: dict, end: dict) -> list[TidelogPartition]:  # type: ignore[override]
-        ranges = plan.stream_ranges(plan.offsets_from_json(start, what="start offset"),
-                                    plan.offsets_from_json(end, what="end offset"))
+        ranges = plan.stream_ranges(
+            plan.offsets_from_json(start, what="start offset"), plan.offsets_from_json(end, what="end offset")
+        )
         return self._partitions(ranges, self._replicas)
 
     def commit(self, end: dict) -> None:

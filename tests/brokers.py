@@ -20,8 +20,17 @@ from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import error_from_rpc
 
-__all__ = ["BrokerClient", "BrokerSetProcs", "create_topic", "pause", "read_queues", "resume",
-           "retry_produce", "status_of", "wait_topic"]
+__all__ = [
+    "BrokerClient",
+    "BrokerSetProcs",
+    "create_topic",
+    "pause",
+    "read_queues",
+    "resume",
+    "retry_produce",
+    "status_of",
+    "wait_topic",
+]
 
 # Short failure detection, so a test's failover happens in seconds; small segments, so tests roll them.
 TEST_BROKER_SETTINGS: dict[str, Any] = {
@@ -47,8 +56,15 @@ class BrokerClient:
         except grpc.RpcError as exc:
             raise _typed(exc) from None
 
-    def produce(self, topic: str, bodies: list[bytes], *, key: str | None = None, queue: int | None = None,
-                timeout: float | None = None) -> pb.ProduceReply:
+    def produce(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        *,
+        key: str | None = None,
+        queue: int | None = None,
+        timeout: float | None = None,
+    ) -> pb.ProduceReply:
         msgs = []
         for b in bodies:
             m = pb.ProduceMessage(body=b)
@@ -59,9 +75,15 @@ class BrokerClient:
             msgs.append(m)
         return self._call("Produce", pb.ProduceRequest(topic=topic, messages=msgs), timeout)
 
-    def pull(self, topic: str, queue: int, offset: int, max_messages: int = 1000, wait_ms: int = 0) -> pb.PullReply:
-        return self._call("Pull", pb.PullRequest(topic=topic, queue=queue, offset=offset,
-                                                 max_messages=max_messages, wait_ms=wait_ms))
+    def pull(
+        self, topic: str, queue: int, offset: int, max_messages: int = 1000, wait_ms: int = 0
+    ) -> pb.PullReply:
+        return self._call(
+            "Pull",
+            pb.PullRequest(
+                topic=topic, queue=queue, offset=offset, max_messages=max_messages, wait_ms=wait_ms
+            ),
+        )
 
     def pull_all(self, topic: str, queue: int, start: int = 0) -> list[pb.PulledMessage]:
         out: list[pb.PulledMessage] = []
@@ -77,7 +99,9 @@ class BrokerClient:
         return self._call("GetOffsets", pb.GetOffsetsRequest(topic=topic, queue=queue)).offsets
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
-        self._call("CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue=queue, offset=offset))
+        self._call(
+            "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue=queue, offset=offset)
+        )
 
     def fetch(self, group: str, topic: str, queue: int) -> int | None:
         r = self._call("FetchOffset", pb.FetchOffsetRequest(group=group, topic=topic, queue=queue))
@@ -112,8 +136,9 @@ class BrokerSetProcs(localcluster.BrokerSet):
 
     def __init__(self, root: Path, name: str, replicas: int, controllers: str, **options: Any) -> None:
         settings = {**TEST_BROKER_SETTINGS, **options}
-        super().__init__(root, name, replicas, controllers, secret=settings.pop("secret", CLUSTER_SECRET),
-                         **settings)
+        super().__init__(
+            root, name, replicas, controllers, secret=settings.pop("secret", CLUSTER_SECRET), **settings
+        )
         self.clients = [BrokerClient(a) for a in self.addresses]
 
     def stop(self) -> None:
@@ -122,7 +147,9 @@ class BrokerSetProcs(localcluster.BrokerSet):
             c.close()
 
 
-def retry_produce(client_for: Any, topic: str, body: bytes, deadline_s: float, **kw: Any) -> pb.ProduceReply | None:
+def retry_produce(
+    client_for: Any, topic: str, body: bytes, deadline_s: float, **kw: Any
+) -> pb.ProduceReply | None:
     """Send until acknowledged or the deadline passes; `client_for()` names the current master client."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
@@ -139,8 +166,9 @@ def retry_produce(client_for: Any, topic: str, body: bytes, deadline_s: float, *
 # --- helpers for the multi-process broker/HA tests (tests/broker/) ---------------------------------
 
 
-def wait_topic(bs: BrokerSetProcs, topic: str, indices: list[int] | None = None,
-               timeout: float = 10.0) -> None:
+def wait_topic(
+    bs: BrokerSetProcs, topic: str, indices: list[int] | None = None, timeout: float = 10.0
+) -> None:
     """Wait until the given replicas (default: all running ones) serve `topic`."""
     bs.wait_topic(topic, indices, timeout)
 

@@ -32,7 +32,9 @@ def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
 
 
 @pytest.fixture
-def controller_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., ControllerCluster]]:
+def controller_cluster(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., ControllerCluster]]:
     """Factory: `controller_cluster(size, **options)` starts a controller cluster of processes
     (`start=False`: only writes its config, for tests that start nodes themselves).
 

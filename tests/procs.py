@@ -12,8 +12,15 @@ from typing import Any
 from tidelog import localcluster
 from tidelog.localcluster import LOOPBACK, Proc, free_address, free_port, wait_until
 
-__all__ = ["CLUSTER_SECRET", "LOOPBACK", "ControllerCluster", "Proc", "free_address", "free_port",
-           "wait_until"]
+__all__ = [
+    "CLUSTER_SECRET",
+    "LOOPBACK",
+    "ControllerCluster",
+    "Proc",
+    "free_address",
+    "free_port",
+    "wait_until",
+]
 
 # The cluster secret every test cluster shares (controllers and brokers alike).
 CLUSTER_SECRET = "test-cluster-secret"

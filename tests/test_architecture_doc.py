@@ -28,6 +28,7 @@ DOTTED = re.compile(r"^tidelog(?:\.[A-Za-z_]\w*)+$")
 CLASS_ATTR = re.compile(r"^([A-Z]\w+)\.([a-z_]\w*)$")
 HEADING = re.compile(r"^(#+)\s+(\d+)(?:\.(\d+))?[.\s]")
 
+
 def _ticked() -> list[str]:
     return TICKED.findall(DOC.read_text())
 
@@ -129,9 +130,12 @@ def test_sections_are_numbered_in_order() -> None:
 
 def test_citations_of_this_page_name_sections_it_has() -> None:
     heads = _sections(DOC)
-    bad = [f"{src.relative_to(ROOT)}: {m.group(0)}" for src in _sources()
-           for m in CITED_DOC.finditer(src.read_text(errors="replace"))
-           if m.group(1) == "docs/ARCHITECTURE.md" and m.group(2) and m.group(2) not in heads]
+    bad = [
+        f"{src.relative_to(ROOT)}: {m.group(0)}"
+        for src in _sources()
+        for m in CITED_DOC.finditer(src.read_text(errors="replace"))
+        if m.group(1) == "docs/ARCHITECTURE.md" and m.group(2) and m.group(2) not in heads
+    ]
     assert not bad, bad
 
 

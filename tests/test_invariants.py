@@ -14,9 +14,11 @@ from tidelog.invariants import EXIT_INVARIANT_VIOLATED, InvariantViolation
 
 
 def test_a_violation_stops_the_process_even_under_python_O() -> None:
-    code = ("from tidelog.invariants import require, stop_if_violated\n"
-            "try:\n    require(1 + 1 == 3, 'arithmetic broke')\n"
-            "except Exception as exc:\n    stop_if_violated(exc)\nprint('still running')\n")
+    code = (
+        "from tidelog.invariants import require, stop_if_violated\n"
+        "try:\n    require(1 + 1 == 3, 'arithmetic broke')\n"
+        "except Exception as exc:\n    stop_if_violated(exc)\nprint('still running')\n"
+    )
     done = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == EXIT_INVARIANT_VIOLATED
     assert "still running" not in done.stdout

@@ -51,16 +51,25 @@ def test_make_run(tmp_path: Path) -> None:
     fresh = subprocess.run(["make", "-q", "install"], cwd=REPO, env=env, capture_output=True).returncode == 0
     command = ["make", "run"] if fresh else ["make", "-o", ".venv/.installed", "run"]
     before = set(tidelog_processes())
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
             proc.wait(10)
-    leftovers = {pid: line for pid, line in tidelog_processes().items()
-                 if pid not in before and str(tmp_path) in line}
+    leftovers = {
+        pid: line for pid, line in tidelog_processes().items() if pid not in before and str(tmp_path) in line
+    }
     for pid in leftovers:  # do not leave them running even when the assertion below fails
         os.kill(pid, 9)
 

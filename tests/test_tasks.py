@@ -103,8 +103,9 @@ class _Writer:
         pass
 
 
-def test_slave_stops_when_its_connection_completes_as_it_is_stopped(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slave_stops_when_its_connection_completes_as_it_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The race of the resumed replica, at unit level: the connect resolves in the same loop
     iteration as stop() cancels the slave; stop() must still return."""
     log = CommitLog.open(tmp_path, flush_interval_ms=10**6, checkpoint_interval_ms=10**6)
@@ -118,8 +119,16 @@ def test_slave_stops_when_its_connection_completes_as_it_is_stopped(tmp_path: Pa
             return connecting[-1]
 
         monkeypatch.setattr(asyncio, "open_connection", open_connection)
-        slave = HaSlave(log, broker_set="bs", broker_id=2, master_id=1, master_address="127.0.0.1:1",
-                        master_epoch=1, retry_ms=10, secret="s" * 32).start()
+        slave = HaSlave(
+            log,
+            broker_set="bs",
+            broker_id=2,
+            master_id=1,
+            master_address="127.0.0.1:1",
+            master_epoch=1,
+            retry_ms=10,
+            secret="s" * 32,
+        ).start()
         await asyncio.sleep(0.01)
         assert len(connecting) == 1
         reader = asyncio.StreamReader()

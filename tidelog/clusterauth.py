@@ -36,8 +36,22 @@ from typing import NamedTuple
 
 from tidelog.errors import ConfigError, UnauthenticatedError
 
-__all__ = ["CALL_KEY", "CALL_WINDOW_MS", "NONCE_BYTES", "PROOF_BYTES", "SECRET_ENV", "CallIdentity", "ReplayCache",
-           "check_call", "new_nonce", "new_secret", "prove", "secret_from_env", "sign_call", "verify"]
+__all__ = [
+    "CALL_KEY",
+    "CALL_WINDOW_MS",
+    "NONCE_BYTES",
+    "PROOF_BYTES",
+    "SECRET_ENV",
+    "CallIdentity",
+    "ReplayCache",
+    "check_call",
+    "new_nonce",
+    "new_secret",
+    "prove",
+    "secret_from_env",
+    "sign_call",
+    "verify",
+]
 
 SECRET_ENV = "TIDE_CLUSTER_SECRET"
 NONCE_BYTES = 16
@@ -68,9 +82,12 @@ PLACEHOLDER_SECRETS = frozenset({"change-me-to-a-long-random-string"})
 def require_real_secret(secret: str) -> None:
     """Refuse the examples' placeholder secret at start-up."""
     if secret.strip() in PLACEHOLDER_SECRETS:
-        raise ConfigError("the cluster secret is still the example's placeholder", key="secret",
-                          hint="generate one (python -c 'import secrets; print(secrets.token_urlsafe(32))') "
-                               "and put the same value in every controller and broker config")
+        raise ConfigError(
+            "the cluster secret is still the example's placeholder",
+            key="secret",
+            hint="generate one (python -c 'import secrets; print(secrets.token_urlsafe(32))') "
+            "and put the same value in every controller and broker config",
+        )
 
 
 def find_secret(secret_file: str | None = None, data_dir: str | None = None) -> str | None:
@@ -151,8 +168,15 @@ class CallIdentity(NamedTuple):
     broker_id: int
 
 
-def sign_call(secret: str, method: str, request: bytes, broker_set: str, broker_id: int, now_ms: int,
-              nonce: bytes | None = None) -> str:
+def sign_call(
+    secret: str,
+    method: str,
+    request: bytes,
+    broker_set: str,
+    broker_id: int,
+    now_ms: int,
+    nonce: bytes | None = None,
+) -> str:
     """The metadata value proving the secret for this one call."""
     nonce = nonce if nonce is not None else new_nonce()
     mac = prove(secret, CALL_PURPOSE, method, broker_set, broker_id, now_ms, nonce, request)
@@ -196,8 +220,9 @@ class ReplayCache:
         return True
 
 
-def check_call(secret: str, token: str | None, method: str, request: bytes, now_ms: int,
-               seen: ReplayCache) -> CallIdentity:
+def check_call(
+    secret: str, token: str | None, method: str, request: bytes, now_ms: int, seen: ReplayCache
+) -> CallIdentity:
     """The identity a signed call proves, or UnauthenticatedError saying why not."""
     if not token:
         raise UnauthenticatedError(f"{method} changes cluster membership and must prove the cluster secret")
@@ -213,13 +238,16 @@ def check_call(secret: str, token: str | None, method: str, request: bytes, now_
     if version != "v1" or len(nonce) != NONCE_BYTES:
         raise UnauthenticatedError("malformed authentication token")
     if abs(now_ms - at) > seen.window_ms:
-        raise UnauthenticatedError(f"the call was signed {abs(now_ms - at) / 1000:.0f}s away from this "
-                                   "controller's clock", hint="synchronise the clocks (NTP) of brokers and controllers")
+        raise UnauthenticatedError(
+            f"the call was signed {abs(now_ms - at) / 1000:.0f}s away from this controller's clock",
+            hint="synchronise the clocks (NTP) of brokers and controllers",
+        )
     if not verify(secret, mac, CALL_PURPOSE, method, broker_set, broker_id, at, nonce, request):
         raise UnauthenticatedError("the cluster secret was not proven")
     if not seen.admits(at):
-        raise UnauthenticatedError("the controller had to forget calls signed this early (a flood of calls); "
-                                   "sign the call again")
+        raise UnauthenticatedError(
+            "the controller had to forget calls signed this early (a flood of calls); sign the call again"
+        )
     if not seen.add(nonce, now_ms, at):
         raise UnauthenticatedError("this signed call was already used (a replay)")
     return CallIdentity(broker_set, broker_id)

@@ -114,9 +114,15 @@ class OffsetBelowRetentionError(TidelogError):
     status = "OUT_OF_RANGE"
     hint = "start from the current minimum offset"
 
-    def __init__(self, offset: int, min_offset: int, what: str = "offset", *, hint: str | None = None) -> None:
-        super().__init__(f"{what} {offset} is below retention (minimum is {min_offset})", hint=hint,
-                         offset=offset, min_offset=min_offset)
+    def __init__(
+        self, offset: int, min_offset: int, what: str = "offset", *, hint: str | None = None
+    ) -> None:
+        super().__init__(
+            f"{what} {offset} is below retention (minimum is {min_offset})",
+            hint=hint,
+            offset=offset,
+            min_offset=min_offset,
+        )
         self.offset = offset
         self.min_offset = min_offset
 
@@ -256,8 +262,9 @@ class ControllerNotLeaderError(TidelogError):
     retryable = True
 
     def __init__(self, message: str = "", *, leader: str | None = None, **details: Any) -> None:
-        super().__init__(message or f"not the controller leader (leader: {leader or 'unknown'})",
-                         leader=leader, **details)
+        super().__init__(
+            message or f"not the controller leader (leader: {leader or 'unknown'})", leader=leader, **details
+        )
         self.leader = leader
 
 
@@ -336,8 +343,10 @@ class ClusterMismatchError(TidelogError):
 
     code = "CLUSTER_MISMATCH"
     status = "FAILED_PRECONDITION"
-    hint = ("this disk was written by another cluster: point the broker at its own data directory, or wipe this "
-            "one to join as a new, empty replica")
+    hint = (
+        "this disk was written by another cluster: point the broker at its own data directory, or wipe this "
+        "one to join as a new, empty replica"
+    )
 
 
 @_register
@@ -347,7 +356,9 @@ class ControllerBrokerIdInvalidError(TidelogError):
     code = "CONTROLLER_BROKER_ID_INVALID"
     status = "FAILED_PRECONDITION"
     number = 2014
-    hint = "two brokers claim one id: check the broker's data directory; register without an id to get a new one"
+    hint = (
+        "two brokers claim one id: check the broker's data directory; register without an id to get a new one"
+    )
 
 
 @_register
@@ -433,8 +444,11 @@ class NotMasterError(TidelogError):
         # The gRPC convention (tidelog.wire) carries an error's redirect as "leader"; a client
         # rebuilding this error from the wire hands the address back under that name.
         master_address = master_address or str(details.pop("leader", None) or "")
-        super().__init__(message or f"not the master (master: {master_address or 'unknown'})",
-                         master_address=master_address, **details)
+        super().__init__(
+            message or f"not the master (master: {master_address or 'unknown'})",
+            master_address=master_address,
+            **details,
+        )
         self.master_address = master_address
 
     @property
@@ -449,7 +463,9 @@ class InSyncReplicasNotEnoughError(TidelogError):
 
     code = "IN_SYNC_REPLICAS_NOT_ENOUGH"
     status = "UNAVAILABLE"
-    hint = "nothing was written, so retrying is safe: retry later or on another broker set once slaves catch up"
+    hint = (
+        "nothing was written, so retrying is safe: retry later or on another broker set once slaves catch up"
+    )
     retryable = True
 
 
@@ -459,8 +475,10 @@ class FlushSlaveTimeoutError(TidelogError):
 
     code = "FLUSH_SLAVE_TIMEOUT"
     status = "DEADLINE_EXCEEDED"
-    hint = ("the message IS stored on the master and may still replicate, so the outcome is unknown; "
-            "retrying may store it twice, so retry only if consumers tolerate duplicates (or deduplicate by key)")
+    hint = (
+        "the message IS stored on the master and may still replicate, so the outcome is unknown; "
+        "retrying may store it twice, so retry only if consumers tolerate duplicates (or deduplicate by key)"
+    )
 
 
 @_register
@@ -469,9 +487,11 @@ class SlaveNotAvailableError(TidelogError):
 
     code = "SLAVE_NOT_AVAILABLE"
     status = "UNAVAILABLE"
-    hint = ("start or reconnect a slave of this broker set, or send to another broker set; if the master "
-            "had already stored the message it replicates once a slave connects, so as with FLUSH_SLAVE_TIMEOUT "
-            "a retry may duplicate it")
+    hint = (
+        "start or reconnect a slave of this broker set, or send to another broker set; if the master "
+        "had already stored the message it replicates once a slave connects, so as with FLUSH_SLAVE_TIMEOUT "
+        "a retry may duplicate it"
+    )
 
 
 @_register
@@ -480,8 +500,10 @@ class FlushDiskTimeoutError(TidelogError):
 
     code = "FLUSH_DISK_TIMEOUT"
     status = "DEADLINE_EXCEEDED"
-    hint = ("the message is in the master's log but may not be on disk yet, so the outcome is unknown; "
-            "retrying may store it twice; check disk latency")
+    hint = (
+        "the message is in the master's log but may not be on disk yet, so the outcome is unknown; "
+        "retrying may store it twice; check disk latency"
+    )
 
 
 # --- client -----------------------------------------------------------------------------------
@@ -493,8 +515,10 @@ class SendFailedError(TidelogError):
 
     code = "SEND_FAILED"
     status = "UNAVAILABLE"
-    hint = ("check `tide cluster status`; if an attempt timed out after the broker stored the message, "
-            "it may still be delivered, so a retry can duplicate it")
+    hint = (
+        "check `tide cluster status`; if an attempt timed out after the broker stored the message, "
+        "it may still be delivered, so a retry can duplicate it"
+    )
     retryable = True
 
 
@@ -625,8 +649,10 @@ class LedgerFencedError(TidelogError):
     code = "LEDGER_FENCED"
     status = "FAILED_PRECONDITION"
     number = -101
-    hint = ("the outcome of the failed add is unknown: recovery decides whether it exists; "
-            "open the ledger with recovery to read where it ends")
+    hint = (
+        "the outcome of the failed add is unknown: recovery decides whether it exists; "
+        "open the ledger with recovery to read where it ends"
+    )
 
 
 @_register
@@ -648,8 +674,10 @@ class SegmentedLogOwnershipLostError(TidelogError):
 
     code = "SEGMENTED_LOG_OWNERSHIP_LOST"
     status = "FAILED_PRECONDITION"
-    hint = ("the failed append's outcome is unknown: read the log to learn whether it is there; "
-            "acquire the log again to keep appending")
+    hint = (
+        "the failed append's outcome is unknown: read the log to learn whether it is there; "
+        "acquire the log again to keep appending"
+    )
 
 
 # --- cluster membership -------------------------------------------------------------------
@@ -661,8 +689,10 @@ class UnauthenticatedError(TidelogError):
 
     code = "UNAUTHENTICATED"
     status = "UNAUTHENTICATED"
-    hint = ("give this process the cluster secret (key 'secret' in its config or $TIDE_CLUSTER_SECRET), "
-            "the same value as the controllers'")
+    hint = (
+        "give this process the cluster secret (key 'secret' in its config or $TIDE_CLUSTER_SECRET), "
+        "the same value as the controllers'"
+    )
 
 
 # --- storage failures ---------------------------------------------------------------------
@@ -697,6 +727,8 @@ class TopicDeletionPendingError(TidelogError):
 
     code = "TOPIC_DELETION_PENDING"
     status = "UNAVAILABLE"
-    hint = ("retry once the brokers have had time to drop the deleted topic's data "
-            "(one controller heartbeat timeout after the delete)")
+    hint = (
+        "retry once the brokers have had time to drop the deleted topic's data "
+        "(one controller heartbeat timeout after the delete)"
+    )
     retryable = True

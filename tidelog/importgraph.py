@@ -26,7 +26,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The package folders, in the order they are printed; see pyproject.toml's package-dir.
 FOLDERS: tuple[str, ...] = (
-    "broker", "client", "commitlog", "controller", "ha", "ledger", "spark", "lab", "tidelog",
+    "broker",
+    "client",
+    "commitlog",
+    "controller",
+    "ha",
+    "ledger",
+    "spark",
+    "lab",
+    "tidelog",
 )
 GENERATED_SUFFIXES: tuple[str, ...] = ("_pb2.py", "_pb2_grpc.py")
 
@@ -199,8 +207,11 @@ def print_modules(modules: list[Module]) -> int:
 def main(argv: list[str] | None = None) -> int:
     summary = (__doc__ or "").splitlines()[0]
     parser = argparse.ArgumentParser(prog="python -m tidelog.importgraph", description=summary)
-    parser.add_argument("--modules", action="store_true",
-                        help="one line per module: its line count and the first line of its docstring")
+    parser.add_argument(
+        "--modules",
+        action="store_true",
+        help="one line per module: its line count and the first line of its docstring",
+    )
     args = parser.parse_args(argv)
     graph, modules = build()
     try:

@@ -181,7 +181,9 @@ def error_from_rpc(err: grpc.aio.AioRpcError | grpc.RpcError) -> TidelogError:
         return _instantiate(by_code(code), message, details)
     if status in _UNREACHABLE:
         # the error's own code already says UNAVAILABLE; name other statuses (deadline, cancelled)
-        return UnavailableError(message if status == grpc.StatusCode.UNAVAILABLE else f"{status.name}: {message}")
+        return UnavailableError(
+            message if status == grpc.StatusCode.UNAVAILABLE else f"{status.name}: {message}"
+        )
     return TidelogError(f"{status.name}: {message}")
 
 

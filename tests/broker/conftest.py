@@ -38,8 +38,14 @@ def broker_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
     started: list[BrokerCluster] = []
     pending: list[Any] = []
 
-    def start(replicas: int = 2, controllers: int = 1, *, wait_in_sync: bool = True,
-              controller_options: dict[str, Any] | None = None, **broker_options: Any) -> BrokerCluster:
+    def start(
+        replicas: int = 2,
+        controllers: int = 1,
+        *,
+        wait_in_sync: bool = True,
+        controller_options: dict[str, Any] | None = None,
+        **broker_options: Any,
+    ) -> BrokerCluster:
         root = tmp_path / f"cluster{len(started) + len(pending)}"
         (root / "controllers").mkdir(parents=True)
         options: dict[str, Any] = {}

@@ -27,6 +27,7 @@ def main() -> None:
     controllers, out_path = sys.argv[1], sys.argv[2]
     aq = int(sys.argv[3]) if len(sys.argv) > 3 else 2
     with Client(controllers) as client, open(out_path, "a") as out:
+
         def say(line: str) -> None:
             out.write(line + "\n")
             out.flush()

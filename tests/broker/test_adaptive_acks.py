@@ -39,8 +39,9 @@ def _pending(bs: BrokerSetProcs, master: int) -> list[int]:
 
 
 def test_acks_shrink_with_the_set_then_refuse(broker_cluster: Callable[..., BrokerCluster]) -> None:
-    bs = broker_cluster(3, in_sync_replicas=3, min_in_sync_replicas=2, auto_in_sync_replicas=True,
-                        flush="sync").bs
+    bs = broker_cluster(
+        3, in_sync_replicas=3, min_in_sync_replicas=2, auto_in_sync_replicas=True, flush="sync"
+    ).bs
     m = bs.wait_master()
     client = bs.clients[m]
     ids = {i: bs.clients[i].status().broker_id for i in range(3)}
@@ -56,8 +57,11 @@ def test_acks_shrink_with_the_set_then_refuse(broker_cluster: Callable[..., Brok
 
     # one slave dead: once the set has shrunk to two, each write needs (and gets) two acks
     bs.procs[a].kill9()
-    wait_until(lambda: sorted(_sss(bs, m)) == sorted([ids[m], ids[b]]), 15,
-               what="the SyncStateSet to drop the dead slave")
+    wait_until(
+        lambda: sorted(_sss(bs, m)) == sorted([ids[m], ids[b]]),
+        15,
+        what="the SyncStateSet to drop the dead slave",
+    )
     for i in range(5):
         produce(b"two-%d" % i)
 
@@ -75,15 +79,21 @@ def test_acks_shrink_with_the_set_then_refuse(broker_cluster: Callable[..., Brok
 
     # a slave comes back, catches up and rejoins; writes succeed again
     bs.procs[b].start()
-    wait_until(lambda: sorted(_sss(bs, m)) == sorted([ids[m], ids[b]]), 20,
-               what="the restarted slave to rejoin the SyncStateSet")
+    wait_until(
+        lambda: sorted(_sss(bs, m)) == sorted([ids[m], ids[b]]),
+        20,
+        what="the restarted slave to rejoin the SyncStateSet",
+    )
     for i in range(5):
         produce(b"rejoined-%d" % i)
     assert bs.master_index() == m
 
     end = client.status().max_offset
-    wait_until(lambda: (s := status_of(bs, b)) is not None and s.max_offset == end and s.confirm_offset == end,
-               10, what="the rejoined slave to hold and confirm everything")
+    wait_until(
+        lambda: (s := status_of(bs, b)) is not None and s.max_offset == end and s.confirm_offset == end,
+        10,
+        what="the rejoined slave to hold and confirm everything",
+    )
     on_master = read_queues(client, TOPIC, QUEUES)
     assert read_queues(bs.clients[b], TOPIC, QUEUES) == on_master
     stored = [x for q in on_master.values() for x in q]
@@ -91,7 +101,8 @@ def test_acks_shrink_with_the_set_then_refuse(broker_cluster: Callable[..., Brok
         assert on_master[q][offset] == body, f"acked {body!r} is not at queue {q} offset {offset}"
     assert not [x for x in stored if x.startswith(b"refused-")], "a refused write is readable"
     assert sorted(x for x in stored if not x.startswith(b"all-three")) == sorted(
-        [b"two-%d" % i for i in range(5)] + [b"rejoined-%d" % i for i in range(5)])
+        [b"two-%d" % i for i in range(5)] + [b"rejoined-%d" % i for i in range(5)]
+    )
 
 
 def test_ack_from_a_pending_member_survives_failover(broker_cluster: Callable[..., BrokerCluster]) -> None:
@@ -108,8 +119,11 @@ def test_ack_from_a_pending_member_survives_failover(broker_cluster: Callable[..
     # c drops out of the set (the controller applies it), then the controller stops answering
     pause(bs.procs[c])
     try:
-        wait_until(lambda: sorted(_sss(bs, a)) == sorted([ids[a], ids[b]]), 15,
-                   what="the SyncStateSet to drop the paused slave")
+        wait_until(
+            lambda: sorted(_sss(bs, a)) == sorted([ids[a], ids[b]]),
+            15,
+            what="the SyncStateSet to drop the paused slave",
+        )
         pause(controller)
     finally:
         resume(bs.procs[c])
@@ -128,9 +142,11 @@ def test_ack_from_a_pending_member_survives_failover(broker_cluster: Callable[..
         controller.start()
 
     # the controller's SyncStateSet is {a, b}: b is the only member that can be elected
-    wait_until(lambda: (s := status_of(bs, b)) is not None and s.role == "master", 20,
-               what="b to be elected")
+    wait_until(lambda: (s := status_of(bs, b)) is not None and s.role == "master", 20, what="b to be elected")
     end = bs.clients[b].status().max_offset
-    wait_until(lambda: (s := status_of(bs, c)) is not None and s.role == "slave" and s.max_offset == end, 15,
-               what="c to follow the new master")
+    wait_until(
+        lambda: (s := status_of(bs, c)) is not None and s.role == "slave" and s.max_offset == end,
+        15,
+        what="c to follow the new master",
+    )
     assert b"acked" in read_queues(bs.clients[b], TOPIC, QUEUES)[0], "an acknowledged write was lost"

@@ -40,8 +40,11 @@ def _replicated_write_ok(bs: BrokerSetProcs, master: int, body: bytes) -> None:
     assert len(bs.clients[master].status().sync_state_set) == 2
     r = bs.clients[master].produce(TOPIC, [body], timeout=10).results[0]
     slave = 1 - master
-    wait_until(lambda: any(m.body == body for m in bs.clients[slave].pull(TOPIC, r.queue, r.queue_offset).messages),
-               5, what="the write to be readable on the slave")
+    wait_until(
+        lambda: any(m.body == body for m in bs.clients[slave].pull(TOPIC, r.queue, r.queue_offset).messages),
+        5,
+        what="the write to be readable on the slave",
+    )
 
 
 def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerCluster]) -> None:
@@ -61,18 +64,40 @@ def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerC
         ("pull, negative queue", InvalidArgumentError, lambda: c.pull(TOPIC, -1, 0)),
         ("pull, queue out of range", InvalidArgumentError, lambda: c.pull(TOPIC, QUEUES, 0)),
         ("pull, negative offset", InvalidArgumentError, lambda: c.pull(TOPIC, 0, -5)),
-        ("pull, negative limit", InvalidArgumentError,
-         lambda: c._call("Pull", pb.PullRequest(topic=TOPIC, queue=0, offset=0, max_messages=-1))),
-        ("pull, wait too long", InvalidArgumentError,
-         lambda: c._call("Pull", pb.PullRequest(topic=TOPIC, queue=0, offset=0, wait_ms=10**9))),
+        (
+            "pull, negative limit",
+            InvalidArgumentError,
+            lambda: c._call("Pull", pb.PullRequest(topic=TOPIC, queue=0, offset=0, max_messages=-1)),
+        ),
+        (
+            "pull, wait too long",
+            InvalidArgumentError,
+            lambda: c._call("Pull", pb.PullRequest(topic=TOPIC, queue=0, offset=0, wait_ms=10**9)),
+        ),
         ("offsets, queue out of range", InvalidArgumentError, lambda: c.offsets(TOPIC, QUEUES)),
         ("offsets, unknown topic", TopicNotFoundError, lambda: c.offsets("no-such-topic", 0)),
         ("commit, empty group", InvalidArgumentError, lambda: c.commit("", TOPIC, 0, 1)),
         ("commit, group too long", InvalidArgumentError, lambda: c.commit("g" * 300, TOPIC, 0, 1)),
-        ("produce, reserved property", InvalidArgumentError, lambda: c._call("Produce", pb.ProduceRequest(
-            topic=TOPIC, messages=[pb.ProduceMessage(body=b"x", properties={"KEYS": "k"})]))),
-        ("produce, properties too large", MessageTooLargeError, lambda: c._call("Produce", pb.ProduceRequest(
-            topic=TOPIC, messages=[pb.ProduceMessage(body=b"x", properties={"p": "v" * 40_000})]))),
+        (
+            "produce, reserved property",
+            InvalidArgumentError,
+            lambda: c._call(
+                "Produce",
+                pb.ProduceRequest(
+                    topic=TOPIC, messages=[pb.ProduceMessage(body=b"x", properties={"KEYS": "k"})]
+                ),
+            ),
+        ),
+        (
+            "produce, properties too large",
+            MessageTooLargeError,
+            lambda: c._call(
+                "Produce",
+                pb.ProduceRequest(
+                    topic=TOPIC, messages=[pb.ProduceMessage(body=b"x", properties={"p": "v" * 40_000})]
+                ),
+            ),
+        ),
         ("commit, negative offset", InvalidArgumentError, lambda: c.commit("g", TOPIC, 0, -1)),
         ("commit, queue out of range", InvalidArgumentError, lambda: c.commit("g", TOPIC, QUEUES, 1)),
         ("commit, unknown topic", TopicNotFoundError, lambda: c.commit("g", "no-such-topic", 0, 1)),
@@ -97,8 +122,9 @@ def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerC
 
     # NOT_MASTER names the master, so a client can redirect without a route refresh
     with pytest.raises(grpc.RpcError) as info:
-        bs.clients[1 - m].stub.Produce(pb.ProduceRequest(topic=TOPIC, messages=[pb.ProduceMessage(body=b"x")]),
-                                       timeout=5)
+        bs.clients[1 - m].stub.Produce(
+            pb.ProduceRequest(topic=TOPIC, messages=[pb.ProduceMessage(body=b"x")]), timeout=5
+        )
     md = dict(info.value.trailing_metadata() or ())
     assert md.get("tidelog-error-code") == "NOT_MASTER", md
     assert md.get("tidelog-leader") == bs.addresses[m], md
@@ -140,7 +166,9 @@ def test_ha_port_survives_garbage(broker_cluster: Callable[..., BrokerCluster]) 
         "ack first": encode(Ack(0)),
         "handshake cut short": encode(Handshake(SET, 999, 0, ()))[:9],
         "handshake of another set": encode(Handshake("broker-zz", 999, 0, ())),
-        "ack beyond the log": encode(Handshake(SET, 999, 0, ())) + encode(Ack(0)) + encode(Ack(max_offset + 10**6)),
+        "ack beyond the log": encode(Handshake(SET, 999, 0, ()))
+        + encode(Ack(0))
+        + encode(Ack(max_offset + 10**6)),
     }
     results = {}
     for name, data in streams.items():
@@ -174,17 +202,26 @@ def test_wiped_replica_registers_under_a_new_id(broker_cluster: Callable[..., Br
     bs.procs[s].stop()
     shutil.rmtree(bs.data_dirs[s])
     bs.procs[s].start()
-    fresh = wait_until(lambda: (st := status_of(bs, s)) is not None and st.broker_id > 0 and st, 15,
-                       what="the wiped replica to register")
+    fresh = wait_until(
+        lambda: (st := status_of(bs, s)) is not None and st.broker_id > 0 and st,
+        15,
+        what="the wiped replica to register",
+    )
     assert fresh.broker_id not in (old_id, master_id), f"the wiped replica came back as {fresh.broker_id}"
 
     # it copies the whole log from the master and joins the SyncStateSet under its new id
-    wait_until(lambda: set(bs.clients[m].status().sync_state_set) == {master_id, fresh.broker_id}, 20,
-               what="the new replica to join the SyncStateSet")
+    wait_until(
+        lambda: set(bs.clients[m].status().sync_state_set) == {master_id, fresh.broker_id},
+        20,
+        what="the new replica to join the SyncStateSet",
+    )
     _replicated_write_ok(bs, m, b"after-wipe")
     end = bs.clients[m].status().max_offset
-    wait_until(lambda: (st := status_of(bs, s)) is not None and st.confirm_offset == end, 10,
-               what="the new replica to confirm the log")
+    wait_until(
+        lambda: (st := status_of(bs, s)) is not None and st.confirm_offset == end,
+        10,
+        what="the new replica to confirm the log",
+    )
     assert read_queues(bs.clients[s], TOPIC, QUEUES) == read_queues(bs.clients[m], TOPIC, QUEUES)
     assert bs.clients[s].status().broker_id == fresh.broker_id
 

@@ -29,8 +29,12 @@ N = 1500
 
 
 def _verify(data_dir: Path) -> tuple[int, dict]:
-    done = subprocess.run([sys.executable, "-m", "tidelog.cli", "broker", "verify", "--data-dir", str(data_dir),
-                           "--json"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "broker", "verify", "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return done.returncode, json.loads(done.stdout)
 
 
@@ -43,8 +47,11 @@ def test_a_damaged_slave_is_read_around_and_repaired(broker_cluster: Callable[..
     for start in range(0, N, 50):
         bs.clients[master].produce(TOPIC, [bodies[i] for i in range(start, start + 50)], queue=0)
     end = bs.clients[master].status().max_offset
-    wait_until(lambda: (s := status_of(bs, slave)) is not None and s.confirm_offset == end, 15,
-               what="the slave to hold and confirm everything")
+    wait_until(
+        lambda: (s := status_of(bs, slave)) is not None and s.confirm_offset == end,
+        15,
+        what="the slave to hold and confirm everything",
+    )
     segs = sorted((bs.data_dirs[slave] / "commitlog").iterdir())
     assert len(segs) >= 2, "the test needs an older segment"
     victim = segs[0]
@@ -60,7 +67,9 @@ def test_a_damaged_slave_is_read_around_and_repaired(broker_cluster: Callable[..
 
     bs.procs[slave].start()
     wait_topic(bs, TOPIC, [slave], timeout=20)
-    wait_until(lambda: (s := status_of(bs, slave)) is not None and s.role == "slave", 20, what="the slave back")
+    wait_until(
+        lambda: (s := status_of(bs, slave)) is not None and s.role == "slave", 20, what="the slave back"
+    )
     with Client(cluster.controllers) as client:
         reader = client.reader(TOPIC, 0, 0)
         got: list[bytes] = []
@@ -71,8 +80,14 @@ def test_a_damaged_slave_is_read_around_and_repaired(broker_cluster: Callable[..
     assert got == [bodies[i] for i in range(N)]
 
     master_bytes = (bs.data_dirs[master] / "commitlog" / victim.name).read_bytes()
-    wait_until(lambda: victim.read_bytes()[damage["start"]:damage["end"]] ==
-               master_bytes[damage["start"]:damage["end"]], 20, what="the slave to repair the damaged range")
+    wait_until(
+        lambda: (
+            victim.read_bytes()[damage["start"] : damage["end"]]
+            == master_bytes[damage["start"] : damage["end"]]
+        ),
+        20,
+        what="the slave to repair the damaged range",
+    )
     direct = bs.clients[slave].pull_all(TOPIC, 0)
     assert [m.body for m in direct] == [bodies[i] for i in range(N)]
     bs.procs[slave].stop()
@@ -88,10 +103,13 @@ def test_a_damaged_master_hands_over_and_repairs_itself(broker_cluster: Callable
     new = 1 - old
     bodies = [b"m-%05d-" % i + b"q" * 1000 for i in range(N)]
     for start in range(0, N, 50):
-        bs.clients[old].produce(TOPIC, bodies[start:start + 50], queue=0)
+        bs.clients[old].produce(TOPIC, bodies[start : start + 50], queue=0)
     end = bs.clients[old].status().max_offset
-    wait_until(lambda: (s := status_of(bs, new)) is not None and s.confirm_offset == end, 15,
-               what="the slave to hold and confirm everything")
+    wait_until(
+        lambda: (s := status_of(bs, new)) is not None and s.confirm_offset == end,
+        15,
+        what="the slave to hold and confirm everything",
+    )
     victim = sorted((bs.data_dirs[old] / "commitlog").iterdir())[0]
     with open(victim, "r+b") as f:  # damage under the running master (its reads see the page cache)
         f.seek(300_000)
@@ -100,9 +118,16 @@ def test_a_damaged_master_hands_over_and_repairs_itself(broker_cluster: Callable
         f.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(CorruptRecordError):
         bs.clients[old].pull_all(TOPIC, 0)
-    wait_until(lambda: (s := status_of(bs, new)) is not None and s.role == "master", 20,
-               what="the in-sync slave to take over from the damaged master")
-    wait_until(lambda: (s := status_of(bs, old)) is not None and s.role == "slave", 20, what="the old master to follow")
+    wait_until(
+        lambda: (s := status_of(bs, new)) is not None and s.role == "master",
+        20,
+        what="the in-sync slave to take over from the damaged master",
+    )
+    wait_until(
+        lambda: (s := status_of(bs, old)) is not None and s.role == "slave",
+        20,
+        what="the old master to follow",
+    )
 
     def repaired() -> bool:
         try:  # a read on the damaged replica (now a slave) asks the new master for the range

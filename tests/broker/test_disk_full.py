@@ -28,13 +28,22 @@ from tidelog.errors import TidelogError
 
 pytestmark = pytest.mark.slow
 
-RETRYABLE = {"DISK_FULL", "STORE_ERROR", "UNAVAILABLE", "NOT_MASTER", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT",
-             "IN_SYNC_REPLICAS_NOT_ENOUGH", "SEND_FAILED"}
+RETRYABLE = {
+    "DISK_FULL",
+    "STORE_ERROR",
+    "UNAVAILABLE",
+    "NOT_MASTER",
+    "FLUSH_DISK_TIMEOUT",
+    "FLUSH_SLAVE_TIMEOUT",
+    "IN_SYNC_REPLICAS_NOT_ENOUGH",
+    "SEND_FAILED",
+}
 
 
 @contextlib.contextmanager
-def _cluster(root: Path, replicas: int, disk_mb: int, **options: object) -> Iterator[tuple[ControllerCluster,
-                                                                                         BrokerSetProcs]]:
+def _cluster(
+    root: Path, replicas: int, disk_mb: int, **options: object
+) -> Iterator[tuple[ControllerCluster, BrokerSetProcs]]:
     (root / "controllers").mkdir(parents=True)
     cc = ControllerCluster(root / "controllers", 1)
     bs = BrokerSetProcs(root, SET, replicas, cc.address_list, **options)
@@ -55,8 +64,9 @@ def _cluster(root: Path, replicas: int, disk_mb: int, **options: object) -> Iter
             cc.stop()
 
 
-def _produce_until_refused(bs: BrokerSetProcs, index: int, acked: list[bytes], codes: set[str],
-                           limit_s: float = 60) -> None:
+def _produce_until_refused(
+    bs: BrokerSetProcs, index: int, acked: list[bytes], codes: set[str], limit_s: float = 60
+) -> None:
     deadline = time.monotonic() + limit_s
     i = len(acked)
     failures = 0
@@ -83,8 +93,11 @@ def test_one_replica_with_sync_flush_loses_nothing_and_serves_again(tmp_path: Pa
         assert bs.procs[0].alive(), "the broker exited instead of stepping down"
         # room again: the broker recovers in place (same process id) and is master again
         subprocess.run(["mount", "-o", "remount,size=64m", str(bs.data_dirs[0])], check=True)
-        wait_until(lambda: (s := status_of(bs, 0)) is not None and s.role == "master", 30,
-                   what="the broker to serve again after space was freed")
+        wait_until(
+            lambda: (s := status_of(bs, 0)) is not None and s.role == "master",
+            30,
+            what="the broker to serve again after space was freed",
+        )
         stored = {b for q in read_queues(bs.clients[0], TOPIC, QUEUES).values() for b in q}
         lost = [b for b in acked if b not in stored]
         assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages lost"
@@ -118,9 +131,14 @@ def test_the_master_of_two_steps_down_and_rejoins(tmp_path: Path) -> None:
         assert bs.procs[old].alive(), "the old master exited instead of stepping down"
         stored = {b for q in read_queues(bs.clients[new], TOPIC, QUEUES).values() for b in q}
         lost = [b for b in acked if b not in stored]
-        assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages lost (errors seen: {set(errors)})"
+        assert not lost, (
+            f"{len(lost)} of {len(acked)} acknowledged messages lost (errors seen: {set(errors)})"
+        )
         # room again: the old master recovers in place and follows the new one
         filler.unlink()
         end = bs.clients[new].status().max_offset
-        wait_until(lambda: (s := status_of(bs, old)) is not None and s.role == "slave" and s.max_offset >= end,
-                   40, what="the old master to rejoin as a slave and catch up")
+        wait_until(
+            lambda: (s := status_of(bs, old)) is not None and s.role == "slave" and s.max_offset >= end,
+            40,
+            what="the old master to rejoin as a slave and catch up",
+        )

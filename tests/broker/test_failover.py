@@ -25,8 +25,9 @@ HEARTBEAT_TIMEOUT_S = 2.0  # ControllerCluster's default heartbeat_timeout_ms
 
 
 @pytest.mark.parametrize(("replicas", "controllers"), [(2, 1), (3, 3)], ids=["2rep-1ctl", "3rep-3ctl"])
-def test_kill_master_loses_no_acked_write(broker_cluster: Callable[..., BrokerCluster], replicas: int,
-                                          controllers: int) -> None:
+def test_kill_master_loses_no_acked_write(
+    broker_cluster: Callable[..., BrokerCluster], replicas: int, controllers: int
+) -> None:
     bs = broker_cluster(replicas, controllers, flush="sync", replication="sync").bs
     old = bs.wait_master()
     producer = FollowingProducer(bs, TOPIC, QUEUES).start()
@@ -48,9 +49,16 @@ def test_kill_master_loses_no_acked_write(broker_cluster: Callable[..., BrokerCl
     assert bs.master_index() == new
     master_max = bs.clients[new].status().max_offset
     # every replica holds the whole log and has learnt that all of it is confirmed
-    wait_until(lambda: all((s := status_of(bs, i)) is not None and s.max_offset == master_max
-                           and s.confirm_offset == master_max for i in range(replicas)),
-               15, what=f"every replica to hold and confirm offset {master_max}")
+    wait_until(
+        lambda: all(
+            (s := status_of(bs, i)) is not None
+            and s.max_offset == master_max
+            and s.confirm_offset == master_max
+            for i in range(replicas)
+        ),
+        15,
+        what=f"every replica to hold and confirm offset {master_max}",
+    )
     roles = sorted(s.role for s in bs.statuses() if s is not None)
     assert roles == ["master"] + ["slave"] * (replicas - 1), roles
 
@@ -63,9 +71,11 @@ def test_kill_master_loses_no_acked_write(broker_cluster: Callable[..., BrokerCl
             assert on_replica == on_master, f"replica {i} differs from the master"
 
     total = sum(len(v) for v in on_master.values())
-    print(f"\n[{replicas} replicas, {controllers} controller(s)] acked {len(producer.acked)}, stored {total}, "
-          f"uncertain {len(producer.uncertain)}, given up {len(producer.given_up)}, failover {failover_s:.2f}s, "
-          f"write gap {producer.max_gap():.2f}s, errors {dict(producer.errors)}")
+    print(
+        f"\n[{replicas} replicas, {controllers} controller(s)] acked {len(producer.acked)}, stored {total}, "
+        f"uncertain {len(producer.uncertain)}, given up {len(producer.given_up)}, failover {failover_s:.2f}s, "
+        f"write gap {producer.max_gap():.2f}s, errors {dict(producer.errors)}"
+    )
     assert not producer.given_up, f"bodies never acknowledged: {producer.given_up}"
 
 
@@ -82,5 +92,6 @@ def test_rejoined_replica_stays_in_sync_while_idle(broker_cluster: Callable[...,
     time.sleep(2.0)  # an observation window: nothing happens in it unless the connection churns
     later = bs.clients[new].status()
     assert len(later.sync_state_set) == 2 and all(r.connected for r in later.replicas), later
-    assert later.sync_state_set_epoch == first.sync_state_set_epoch, \
+    assert later.sync_state_set_epoch == first.sync_state_set_epoch, (
         f"the SyncStateSet changed {later.sync_state_set_epoch - first.sync_state_set_epoch} times while idle"
+    )

@@ -28,9 +28,9 @@ from tidelog.errors import FlushSlaveTimeoutError
 
 pytestmark = pytest.mark.slow
 
-BODY = 200 * 1024          # five records per 1 MiB segment
-TAIL_REQUESTS = 4          # sent concurrently while the slave is paused ...
-TAIL_BATCH = 12            # ... each carrying this many bodies: ~9.6 MiB in all
+BODY = 200 * 1024  # five records per 1 MiB segment
+TAIL_REQUESTS = 4  # sent concurrently while the slave is paused ...
+TAIL_BATCH = 12  # ... each carrying this many bodies: ~9.6 MiB in all
 
 
 def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[..., BrokerCluster]) -> None:
@@ -48,10 +48,12 @@ def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[...,
     pause(bs.procs[new])
     paused_at = time.monotonic()
     try:
+
         def unacked(r: int) -> type[Exception] | None:
             try:
-                master.produce(TOPIC, [b"tail-%d-%d-" % (r, k) + b"x" * BODY for k in range(TAIL_BATCH)],
-                               timeout=10)
+                master.produce(
+                    TOPIC, [b"tail-%d-%d-" % (r, k) + b"x" * BODY for k in range(TAIL_BATCH)], timeout=10
+                )
             except Exception as exc:
                 return type(exc)
             return None
@@ -69,8 +71,13 @@ def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[...,
         assert tail_end > before.max_offset + TAIL_REQUESTS * TAIL_BATCH * BODY, "the tail was not appended"
 
         # the slave is elected for a new epoch and takes writes
-        promoted = wait_until(lambda: (s := status_of(bs, new)) is not None and s.role == "master"
-                              and s.master_epoch > epoch1 and s, 15, what="the slave to be elected")
+        promoted = wait_until(
+            lambda: (
+                (s := status_of(bs, new)) is not None and s.role == "master" and s.master_epoch > epoch1 and s
+            ),
+            15,
+            what="the slave to be elected",
+        )
         epoch2_start = promoted.max_offset
         assert before.max_offset <= epoch2_start < tail_end, (before.max_offset, epoch2_start, tail_end)
         for i in range(5):
@@ -79,12 +86,28 @@ def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[...,
         resume(bs.procs[old])
 
     # the old master learns it was deposed, repairs its fork and follows
-    wait_until(lambda: (s := status_of(bs, old)) is not None and s.role == "slave"
-               and s.master_epoch == promoted.master_epoch, 15, what="the old master to become a slave")
-    final = wait_until(lambda: (m := status_of(bs, new)) is not None and (s := status_of(bs, old)) is not None
-                       and m.max_offset == s.max_offset and m.confirm_offset == m.max_offset
-                       and s.confirm_offset == m.max_offset and s.flushed_offset >= m.max_offset and m,
-                       15, what="both replicas to hold, confirm and flush the same log")
+    wait_until(
+        lambda: (
+            (s := status_of(bs, old)) is not None
+            and s.role == "slave"
+            and s.master_epoch == promoted.master_epoch
+        ),
+        15,
+        what="the old master to become a slave",
+    )
+    final = wait_until(
+        lambda: (
+            (m := status_of(bs, new)) is not None
+            and (s := status_of(bs, old)) is not None
+            and m.max_offset == s.max_offset
+            and m.confirm_offset == m.max_offset
+            and s.confirm_offset == m.max_offset
+            and s.flushed_offset >= m.max_offset
+            and m
+        ),
+        15,
+        what="both replicas to hold, confirm and flush the same log",
+    )
     assert final.max_offset < tail_end, "the old master kept bytes the new master never had"
     assert final.max_offset > epoch2_start, "the new epoch's writes are missing"
 
@@ -96,9 +119,13 @@ def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[...,
     same = read_queues(master, TOPIC, QUEUES) == on_new
     assert same, "the replicas serve different messages"
     bodies = [b for q in on_new.values() for b in q]
-    assert all(b"acked-%d" % i in bodies for i in range(8)) and all(b"epoch2-%d" % i in bodies for i in range(5))
-    print(f"\nunacked tail [{before.max_offset}, {tail_end}); epoch {promoted.master_epoch} starts at {epoch2_start}; "
-          f"old master truncated {tail_end - epoch2_start} bytes; slave paused {slave_paused_s:.2f}s")
+    assert all(b"acked-%d" % i in bodies for i in range(8)) and all(
+        b"epoch2-%d" % i in bodies for i in range(5)
+    )
+    print(
+        f"\nunacked tail [{before.max_offset}, {tail_end}); epoch {promoted.master_epoch} starts at {epoch2_start}; "
+        f"old master truncated {tail_end - epoch2_start} bytes; slave paused {slave_paused_s:.2f}s"
+    )
 
 
 def _first_diff(a: bytes, b: bytes) -> int:
@@ -106,42 +133,59 @@ def _first_diff(a: bytes, b: bytes) -> int:
 
 
 def test_restarted_master_does_not_confirm_its_unreplicated_tail(
-        broker_cluster: Callable[..., BrokerCluster]) -> None:
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     """What a reader saw on a master that restarted fast (same epoch) survives the next failover."""
     # a long controller timeout: the master restarts well within it and keeps its epoch
-    bs = broker_cluster(2, slave_timeout_ms=1000, flush="sync",
-                        controller_options={"heartbeat_timeout_ms": 6000}).bs
+    bs = broker_cluster(
+        2, slave_timeout_ms=1000, flush="sync", controller_options={"heartbeat_timeout_ms": 6000}
+    ).bs
     old = bs.wait_master()
     new = 1 - old
     master = bs.clients[old]
     for i in range(4):
         master.produce(TOPIC, [b"acked-%d" % i], queue=i % QUEUES)
     before = master.status()
-    wait_until(lambda: bs.clients[new].status().max_offset == before.max_offset, 5, what="the slave to catch up")
+    wait_until(
+        lambda: bs.clients[new].status().max_offset == before.max_offset, 5, what="the slave to catch up"
+    )
 
     pause(bs.procs[new])
     try:
+
         def unacked(r: int) -> None:
             with contextlib.suppress(FlushSlaveTimeoutError):
-                master.produce(TOPIC, [b"tail-%d-%d-" % (r, k) + b"x" * BODY for k in range(TAIL_BATCH)],
-                               queue=r % QUEUES, timeout=10)
+                master.produce(
+                    TOPIC,
+                    [b"tail-%d-%d-" % (r, k) + b"x" * BODY for k in range(TAIL_BATCH)],
+                    queue=r % QUEUES,
+                    timeout=10,
+                )
 
         with ThreadPoolExecutor(TAIL_REQUESTS) as pool:
             list(pool.map(unacked, range(TAIL_REQUESTS)))
         bs.procs[old].kill9()
         bs.procs[old].start()
-        again = wait_until(lambda: (s := status_of(bs, old)) is not None and s.role == "master" and s, 10,
-                           what="the restarted broker to be master again")
+        again = wait_until(
+            lambda: (s := status_of(bs, old)) is not None and s.role == "master" and s,
+            10,
+            what="the restarted broker to be master again",
+        )
         assert again.master_epoch == before.master_epoch, "the restart was not fast enough to keep the epoch"
         seen = read_queues(master, TOPIC, QUEUES)  # what a consumer reads from the restarted master now
         bs.procs[old].kill9()
     finally:
         resume(bs.procs[new])
 
-    wait_until(lambda: (s := status_of(bs, new)) is not None and s.role == "master", 15,
-               what="the slave to be elected")
+    wait_until(
+        lambda: (s := status_of(bs, new)) is not None and s.role == "master",
+        15,
+        what="the slave to be elected",
+    )
     after = read_queues(bs.clients[new], TOPIC, QUEUES)
     for q in range(QUEUES):
-        kept = after[q][:len(seen[q])] == seen[q]
-        assert kept, (f"queue {q}: {len(seen[q]) - len(after[q])} messages a reader saw on the restarted master "
-                      "are gone after the failover")
+        kept = after[q][: len(seen[q])] == seen[q]
+        assert kept, (
+            f"queue {q}: {len(seen[q]) - len(after[q])} messages a reader saw on the restarted master "
+            "are gone after the failover"
+        )

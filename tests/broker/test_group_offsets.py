@@ -40,8 +40,11 @@ def test_committed_offsets_survive_failover(broker_cluster: Callable[..., Broker
     bs.procs[old].start()
     bs.wait_in_sync(2, timeout=20)
     assert bs.master_index() == new
-    wait_until(lambda: bs.clients[old].fetch("g1", TOPIC, 0) == 3, 10,
-               what="the rejoined replica to apply the new commit")
+    wait_until(
+        lambda: bs.clients[old].fetch("g1", TOPIC, 0) == 3,
+        10,
+        what="the rejoined replica to apply the new commit",
+    )
     for (group, q), offset in committed.items():
         if (group, q) != ("g1", 0):
             assert bs.clients[old].fetch(group, TOPIC, q) == offset

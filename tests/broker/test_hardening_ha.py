@@ -83,7 +83,9 @@ def _stranger_forged_proof(address: str, broker_id: int) -> bytes:
     with _connect(address) as sock:
         sock.sendall(encode(AuthHello(SET, broker_id, os.urandom(16))))
         time.sleep(0.2)
-        sock.sendall(encode(AuthProof(os.urandom(32))) + encode(Handshake(SET, broker_id, 0, ())) + encode(Ack(0)))
+        sock.sendall(
+            encode(AuthProof(os.urandom(32))) + encode(Handshake(SET, broker_id, 0, ())) + encode(Ack(0))
+        )
         return _drain(sock)
 
 
@@ -98,14 +100,20 @@ def test_a_stranger_gets_no_byte_of_the_log(broker_cluster: Callable[..., Broker
             got = attempt(bs.ha_addresses[master], claim)
             assert b"secret-payload" not in got, f"{attempt.__name__} as broker {claim} received log bytes"
             frames = _frames(got)
-            assert not [f for f in frames if isinstance(f, Transfer | HandshakeReply)], (attempt.__name__, frames)
+            assert not [f for f in frames if isinstance(f, Transfer | HandshakeReply)], (
+                attempt.__name__,
+                frames,
+            )
             if attempt is _stranger_forged_proof:
                 assert any(isinstance(f, ErrorFrame) and f.code == "UNAUTHENTICATED" for f in frames), frames
     assert "did not prove the cluster secret" in bs.procs[master].output()
     # the real slave still replicates
     end = bs.clients[master].status().max_offset
-    wait_until(lambda: (s := status_of(bs, 1 - master)) is not None and s.max_offset == end, 10,
-               what="the real slave to keep replicating")
+    wait_until(
+        lambda: (s := status_of(bs, 1 - master)) is not None and s.max_offset == end,
+        10,
+        what="the real slave to keep replicating",
+    )
 
 
 class _FakeSlave(threading.Thread):
@@ -182,7 +190,9 @@ def test_a_fake_slave_cannot_acknowledge_writes(broker_cluster: Callable[..., Br
     assert not lost, f"{len(lost)} acknowledged messages lost after the failover: {sorted(lost)[:5]}"
 
 
-def test_hostile_frame_sizes_and_connection_floods_stay_bounded(broker_cluster: Callable[..., BrokerCluster]) -> None:
+def test_hostile_frame_sizes_and_connection_floods_stay_bounded(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     cluster = broker_cluster(2, ha_max_connections=8)
     bs = cluster.bs
     master = bs.wait_master()
@@ -232,5 +242,8 @@ def test_hostile_frame_sizes_and_connection_floods_stay_bounded(broker_cluster: 
     # and the real slave is still replicating
     bs.clients[master].produce(TOPIC, [b"after-the-flood"])
     end = bs.clients[master].status().max_offset
-    wait_until(lambda: (s := status_of(bs, 1 - master)) is not None and s.max_offset == end, 15,
-               what="the real slave to keep replicating")
+    wait_until(
+        lambda: (s := status_of(bs, 1 - master)) is not None and s.max_offset == end,
+        15,
+        what="the real slave to keep replicating",
+    )

@@ -29,8 +29,19 @@ SET = "broker-a"
 
 
 def _token(secret: str, method: str, request: object, broker_id: int) -> tuple[tuple[str, str], ...]:
-    return ((CALL_KEY, sign_call(secret, method, request.SerializeToString(deterministic=True),  # type: ignore[attr-defined]
-                                 SET, broker_id, int(time.time() * 1000))),)
+    return (
+        (
+            CALL_KEY,
+            sign_call(
+                secret,
+                method,
+                request.SerializeToString(deterministic=True),  # type: ignore[attr-defined]
+                SET,
+                broker_id,
+                int(time.time() * 1000),
+            ),
+        ),
+    )
 
 
 def test_the_takeover_is_refused_at_the_first_step(broker_cluster: Callable[..., BrokerCluster]) -> None:
@@ -44,18 +55,29 @@ def test_the_takeover_is_refused_at_the_first_step(broker_cluster: Callable[...,
     master_epoch = bs.clients[master].status().master_epoch
     controller = cluster.cc.addresses[0]
     stub = pb_grpc.ControllerBrokerStub(grpc.insecure_channel(controller))
-    register = pb.RegisterBrokerRequest(broker_set=SET, address="127.0.0.1:1", ha_address="127.0.0.1:2",
-                                        identity="fake")
+    register = pb.RegisterBrokerRequest(
+        broker_set=SET, address="127.0.0.1:1", ha_address="127.0.0.1:2", identity="fake"
+    )
     forged = [
         ("RegisterBroker", register),
-        ("Heartbeat", pb.HeartbeatRequest(broker_set=SET, broker_id=3, epoch=master_epoch, max_offset=1 << 40)),
-        ("AlterSyncStateSet", pb.AlterSyncStateSetRequest(broker_set=SET, master_id=1, master_epoch=master_epoch,
-                                                          new_sync_state_set=[1, 2, 3], sync_state_set_epoch=2)),
+        (
+            "Heartbeat",
+            pb.HeartbeatRequest(broker_set=SET, broker_id=3, epoch=master_epoch, max_offset=1 << 40),
+        ),
+        (
+            "AlterSyncStateSet",
+            pb.AlterSyncStateSetRequest(
+                broker_set=SET,
+                master_id=1,
+                master_epoch=master_epoch,
+                new_sync_state_set=[1, 2, 3],
+                sync_state_set_epoch=2,
+            ),
+        ),
         ("ElectMaster", pb.ElectMasterRequest(broker_set=SET, broker_id=3, designated=True)),
     ]
     for method, request in forged:
-        for metadata in (None, _token("a-wrong-secret", method, request, 3),
-                         ((CALL_KEY, "v1:garbage"),)):
+        for metadata in (None, _token("a-wrong-secret", method, request, 3), ((CALL_KEY, "v1:garbage"),)):
             with pytest.raises(grpc.RpcError) as info:
                 getattr(stub, method)(request, timeout=5, metadata=metadata)
             assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, (method, info.value)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 MAX_PULL_BYTES = 16 << 20  # the documented default of `max_pull_bytes`
 BODY = 128 << 10
-COUNT = 320                # 40 MiB in one queue: more than two full replies
+COUNT = 320  # 40 MiB in one queue: more than two full replies
 
 
 def _hwm_bytes(pid: int) -> int:
@@ -34,16 +34,19 @@ def _hwm_bytes(pid: int) -> int:
 
 
 def test_a_pull_asking_for_2_62_bytes_gets_a_bounded_reply_and_nothing_is_lost(
-        broker_cluster: Callable[..., BrokerCluster]) -> None:
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     c = broker_cluster(2)
     m = c.bs.wait_in_sync(2)
     master = c.bs.clients[m]
     bodies = [i.to_bytes(4, "big") * (BODY // 4) for i in range(COUNT)]
     for i in range(0, COUNT, 8):
-        master.produce(TOPIC, bodies[i:i + 8], queue=0)
+        master.produce(TOPIC, bodies[i : i + 8], queue=0)
     wait_until(lambda: master.offsets(TOPIC, 0).confirmed == COUNT, 20, what="every message confirmed")
 
-    channel = grpc.insecure_channel(c.bs.addresses[m], options=[("grpc.max_receive_message_length", 256 << 20)])
+    channel = grpc.insecure_channel(
+        c.bs.addresses[m], options=[("grpc.max_receive_message_length", 256 << 20)]
+    )
     stub = pb_grpc.BrokerStub(channel)
     try:
         pid = c.bs.procs[m].pid
@@ -64,8 +67,10 @@ def test_a_pull_asking_for_2_62_bytes_gets_a_bounded_reply_and_nothing_is_lost(
         # asking for too much again and again still reads everything, in order
         got, offset = [], 0
         while offset < COUNT:
-            r = stub.Pull(pb.PullRequest(topic=TOPIC, queue=0, offset=offset, max_messages=2**31 - 1,
-                                         max_bytes=2**62), timeout=30)
+            r = stub.Pull(
+                pb.PullRequest(topic=TOPIC, queue=0, offset=offset, max_messages=2**31 - 1, max_bytes=2**62),
+                timeout=30,
+            )
             assert r.messages and r.ByteSize() <= MAX_PULL_BYTES + BODY + (64 << 10)
             got.extend(msg.body for msg in r.messages)
             offset = r.next_offset
@@ -75,14 +80,19 @@ def test_a_pull_asking_for_2_62_bytes_gets_a_bounded_reply_and_nothing_is_lost(
 
     # and so does the consumer of tidelog.client
     seen: list[bytes] = []
-    with Client(c.controllers) as client, client.consumer(group="g", topic=TOPIC, start="earliest") as consumer:
+    with (
+        Client(c.controllers) as client,
+        client.consumer(group="g", topic=TOPIC, start="earliest") as consumer,
+    ):
         deadline = time.monotonic() + 60
         while len(seen) < COUNT and time.monotonic() < deadline:
             seen.extend(msg.body for msg in consumer.poll(max_messages=1000, timeout=1.0) if msg.queue == 0)
     assert seen == bodies
 
 
-def test_a_committed_offset_beyond_the_queue_end_is_refused(broker_cluster: Callable[..., BrokerCluster]) -> None:
+def test_a_committed_offset_beyond_the_queue_end_is_refused(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     c = broker_cluster(2)
     m = c.bs.wait_master()
     master = c.bs.clients[m]

@@ -31,6 +31,7 @@ def _admin(controllers: str, action: str) -> None:
                 await c.create_topic(TOPIC, {SET: QUEUES})
             else:
                 await c.delete_topic(TOPIC)
+
     asyncio.run(run())
 
 
@@ -65,14 +66,19 @@ def _all_see(bs: BrokerSetProcs, expected: dict[int, list[bytes]], what: str) ->
         for i in live:
             for q, bodies in expected.items():
                 got = _bodies(bs.clients[i], q)
-                assert not any(b.startswith(b"old-") for b in got), f"replica {i} shows old messages of {q}: {got}"
+                assert not any(b.startswith(b"old-") for b in got), (
+                    f"replica {i} shows old messages of {q}: {got}"
+                )
                 if got != bodies:
                     return False
         return True
+
     wait_until(seen, 20, what=what)
 
 
-def test_delete_and_recreate_shows_no_old_message_on_any_replica(broker_cluster: Callable[..., BrokerCluster]) -> None:
+def test_delete_and_recreate_shows_no_old_message_on_any_replica(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     c = broker_cluster(2)
     bs = c.bs
     _admin(c.controllers, "create")
@@ -82,16 +88,22 @@ def test_delete_and_recreate_shows_no_old_message_on_any_replica(broker_cluster:
     for i in range(10):
         bs.clients[m].produce(TOPIC, [b"old-%d" % i], queue=i % QUEUES)
     bs.clients[m].commit("g", TOPIC, 0, 3)
-    wait_until(lambda: all(len(_bodies(bs.clients[i], q)) == 5 for i in (m, s) for q in range(QUEUES)), 10,
-               what="the old messages on both replicas")
+    wait_until(
+        lambda: all(len(_bodies(bs.clients[i], q)) == 5 for i in (m, s) for q in range(QUEUES)),
+        10,
+        what="the old messages on both replicas",
+    )
     ends = {q: bs.clients[m].offsets(TOPIC, q).max for q in range(QUEUES)}
 
     _admin(c.controllers, "delete")
     for i in (m, s):
         wait_until(lambda i=i: _refused(bs.clients[i]), 10, what=f"replica {i} to learn of the deletion")
     # the deleted topic's consume-queue units go at once, on the master and on the slave
-    wait_until(lambda: _units(bs.data_dirs[m]) == 0 and _units(bs.data_dirs[s]) == 0, 10,
-               what="the deleted topic's consume-queue files to go")
+    wait_until(
+        lambda: _units(bs.data_dirs[m]) == 0 and _units(bs.data_dirs[s]) == 0,
+        10,
+        what="the deleted topic's consume-queue files to go",
+    )
 
     took = _recreate(c.controllers)
     assert took < 15

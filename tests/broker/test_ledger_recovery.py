@@ -36,8 +36,12 @@ REPO = Path(__file__).resolve().parents[2]
 class Writer:
     def __init__(self, controllers: str, out: Path, aq: int = 2) -> None:
         self.out = out
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.broker.ledger_writer", controllers, str(out),
-                                      str(aq)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.broker.ledger_writer", controllers, str(out), str(aq)],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
 
     def lines(self) -> list[str]:
         return self.out.read_text().splitlines() if self.out.exists() else []
@@ -57,6 +61,7 @@ class Writer:
         def enough() -> bool:
             assert self.proc.poll() is None, f"the writer exited: {self.proc.stderr.read().decode()[-3000:]}"  # type: ignore[union-attr]
             return len(self.acked()) >= n
+
         wait_until(enough, timeout, 0.1, what=f"{n} acknowledged entries")
 
     def kill(self) -> None:
@@ -90,7 +95,11 @@ def _recover(controllers: str, ledger_id: int, attempts_s: float = 60.0) -> Any:
         while True:
             try:
                 handle = Ledgers(client).open_ledger(ledger_id, PASSWORD, recovery=True)
-                entries = handle.read_entries(0, handle.last_add_confirmed) if handle.last_add_confirmed >= 0 else []
+                entries = (
+                    handle.read_entries(0, handle.last_add_confirmed)
+                    if handle.last_add_confirmed >= 0
+                    else []
+                )
                 return handle.last_add_confirmed, [(e.entry_id, e.data) for e in entries]
             except (LedgerRecoveryError, NotEnoughBookiesError) as exc:
                 if time.monotonic() > deadline:
@@ -108,8 +117,9 @@ def _check(writer: Writer, end: int, entries: list[tuple[int, bytes]]) -> None:
         assert data == payload(e), f"entry {e} reads back different bytes"
 
 
-def test_stalled_writer_is_fenced_and_recovery_keeps_every_ack(broker_cluster: Callable[..., Any],
-                                                                 start_writer: Callable[[str, int], Writer]) -> None:
+def test_stalled_writer_is_fenced_and_recovery_keeps_every_ack(
+    broker_cluster: Callable[..., Any], start_writer: Callable[[str, int], Writer]
+) -> None:
     c = broker_cluster(2)
     w = start_writer(c.controllers, 40)
     os.kill(w.proc.pid, signal.SIGSTOP)
@@ -124,8 +134,9 @@ def test_stalled_writer_is_fenced_and_recovery_keeps_every_ack(broker_cluster: C
     assert (again_end, again) == (end, entries)
 
 
-def test_killed_writer_recovered_while_master_is_killed(broker_cluster: Callable[..., Any],
-                                                        start_writer: Callable[[str, int], Writer]) -> None:
+def test_killed_writer_recovered_while_master_is_killed(
+    broker_cluster: Callable[..., Any], start_writer: Callable[[str, int], Writer]
+) -> None:
     c = broker_cluster(2)
     w = start_writer(c.controllers, 30)
     w.kill()
@@ -159,9 +170,9 @@ def test_killed_writer_recovered_while_master_is_killed(broker_cluster: Callable
 
 
 @pytest.mark.parametrize("same_id", [False, True], ids=["new-identity", "kept-identity"])
-def test_wiped_replica_does_not_make_recovery_close_short(broker_cluster: Callable[..., Any],
-                                                           start_writer: Callable[[str, int], Writer],
-                                                           same_id: bool) -> None:
+def test_wiped_replica_does_not_make_recovery_close_short(
+    broker_cluster: Callable[..., Any], start_writer: Callable[[str, int], Writer], same_id: bool
+) -> None:
     c = broker_cluster(2)
     w = start_writer(c.controllers, 30)
     w.kill()
@@ -203,7 +214,9 @@ def test_wiped_replica_does_not_make_recovery_close_short(broker_cluster: Callab
     _check(w, end, entries)
 
 
-def test_recovery_with_wrong_password_fences_nothing(broker_cluster: Callable[..., Any], start_writer: Callable[[str, int], Writer]) -> None:
+def test_recovery_with_wrong_password_fences_nothing(
+    broker_cluster: Callable[..., Any], start_writer: Callable[[str, int], Writer]
+) -> None:
     c = broker_cluster(2)
     w = start_writer(c.controllers, 10)
     with Client(c.controllers) as client, pytest.raises(UnauthorizedAccessError):

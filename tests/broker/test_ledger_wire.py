@@ -46,15 +46,38 @@ class LedgerWire:
             raise _typed(exc) from None
 
 
-def _add(w: LedgerWire, ledger_id: int, entry_id: int, data: bytes, *, lac: int, length: int,
-         recovery: bool = False, password: bytes = PASSWORD, timeout: float = 10.0) -> Any:
+def _add(
+    w: LedgerWire,
+    ledger_id: int,
+    entry_id: int,
+    data: bytes,
+    *,
+    lac: int,
+    length: int,
+    recovery: bool = False,
+    password: bytes = PASSWORD,
+    timeout: float = 10.0,
+) -> Any:
     digest = Digester(DigestType.CRC32C).compute(ledger_id, entry_id, lac, length, data)
-    return w.call("Add", lpb.AddRequest(ledger_id=ledger_id, entry_id=entry_id, password=password, lac=lac,
-                                        length=length, digest=digest, data=data, recovery=recovery),
-                  timeout=timeout)
+    return w.call(
+        "Add",
+        lpb.AddRequest(
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            password=password,
+            lac=lac,
+            length=length,
+            digest=digest,
+            data=data,
+            recovery=recovery,
+        ),
+        timeout=timeout,
+    )
 
 
-def _setup(broker_cluster: Callable[..., Any], ack_quorum: int = 2) -> tuple[Any, LedgerWire, LedgerWire, int, int]:
+def _setup(
+    broker_cluster: Callable[..., Any], ack_quorum: int = 2
+) -> tuple[Any, LedgerWire, LedgerWire, int, int]:
     c = broker_cluster(2)
     m = c.bs.wait_in_sync(2)
     s = 1 - m
@@ -86,9 +109,18 @@ def test_adds_reads_and_lac_on_both_replicas(broker_cluster: Callable[..., Any])
     # a retried add with the same digest is answered, not stored twice
     _add(master, 7, 4, b"entry-4" * 5, lac=3, length=length)
     with pytest.raises(IncorrectParameterError):
-        master.call("Add", lpb.AddRequest(ledger_id=7, entry_id=4, password=PASSWORD, lac=3, length=length,
-                                          digest=Digester(DigestType.CRC32C).compute(7, 4, 3, length, b"x"),
-                                          data=b"x"))
+        master.call(
+            "Add",
+            lpb.AddRequest(
+                ledger_id=7,
+                entry_id=4,
+                password=PASSWORD,
+                lac=3,
+                length=length,
+                digest=Digester(DigestType.CRC32C).compute(7, 4, 3, length, b"x"),
+                data=b"x",
+            ),
+        )
     with pytest.raises(NotMasterError):
         _add(slave, 7, 5, b"x", lac=4, length=length + 1)
 
@@ -134,7 +166,9 @@ def test_fence_on_slave_fails_writer_and_hides_later_adds(broker_cluster: Callab
     # a recovery add is still accepted, and reaches the fenced slave as an entry
     rep = _add(master, 7, 3, b"three", lac=2, length=15, recovery=True)
     assert len(rep.replicas) == 2
-    got = slave.call("Read", lpb.ReadRequest(ledger_id=7, password=PASSWORD, first=0, last=3, fence=True)).entries
+    got = slave.call(
+        "Read", lpb.ReadRequest(ledger_id=7, password=PASSWORD, first=0, last=3, fence=True)
+    ).entries
     assert [x.data for x in got] == [b"zero", b"one", b"two", b"three"]
 
 

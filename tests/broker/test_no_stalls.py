@@ -22,9 +22,14 @@ pytestmark = pytest.mark.slow
 
 # The controller heartbeat also releases waiters (it refreshes the SyncStateSet): stretch it too,
 # or a missed wake-up would be hidden behind it.
-SLOW_TIMERS = {"flush": "sync", "flush_interval_ms": 5000, "ha_heartbeat_interval_ms": 5000,
-               "ha_idle_timeout_ms": 20000, "heartbeat_interval_ms": 3000,
-               "controller_options": {"heartbeat_interval_ms": 3000, "heartbeat_timeout_ms": 15000}}
+SLOW_TIMERS = {
+    "flush": "sync",
+    "flush_interval_ms": 5000,
+    "ha_heartbeat_interval_ms": 5000,
+    "ha_idle_timeout_ms": 20000,
+    "heartbeat_interval_ms": 3000,
+    "controller_options": {"heartbeat_interval_ms": 3000, "heartbeat_timeout_ms": 15000},
+}
 BOUND_S = 1.0
 
 

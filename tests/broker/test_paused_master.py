@@ -47,8 +47,13 @@ def test_resumed_master_refuses_writes_and_follows(broker_cluster: Callable[...,
 
     pause(bs.procs[old])
     try:
-        promoted = wait_until(lambda: (s := status_of(bs, new)) is not None and s.role == "master"
-                              and s.master_epoch > epoch1 and s, 15, what="the slave to be elected")
+        promoted = wait_until(
+            lambda: (
+                (s := status_of(bs, new)) is not None and s.role == "master" and s.master_epoch > epoch1 and s
+            ),
+            15,
+            what="the slave to be elected",
+        )
         for i in range(5):
             bs.clients[new].produce(TOPIC, [b"after-%d" % i])
         with ThreadPoolExecutor(1) as pool:
@@ -64,26 +69,39 @@ def test_resumed_master_refuses_writes_and_follows(broker_cluster: Callable[...,
         assert outcome is not None, f"the deposed master acknowledged the {what} write"
         assert isinstance(outcome, REFUSALS), f"the {what} write failed with {outcome!r}"
 
-    wait_until(lambda: (s := status_of(bs, old)) is not None and s.role == "slave"
-               and s.master_epoch == promoted.master_epoch, 10, what="the old master to report role slave")
+    wait_until(
+        lambda: (
+            (s := status_of(bs, old)) is not None
+            and s.role == "slave"
+            and s.master_epoch == promoted.master_epoch
+        ),
+        10,
+        what="the old master to report role slave",
+    )
     with pytest.raises(NotMasterError):
         bs.clients[old].produce(TOPIC, [b"stale-late"])
     bs.clients[new].produce(TOPIC, [b"after-rejoin"])
     end = bs.clients[new].status().max_offset
-    wait_until(lambda: (s := status_of(bs, old)) is not None and s.max_offset == end and s.confirm_offset == end,
-               15, what="the old master to hold the new master's log")
+    wait_until(
+        lambda: (s := status_of(bs, old)) is not None and s.max_offset == end and s.confirm_offset == end,
+        15,
+        what="the old master to hold the new master's log",
+    )
     assert bs.master_index() == new
 
     on_new = read_queues(bs.clients[new], TOPIC, QUEUES)
     assert read_queues(bs.clients[old], TOPIC, QUEUES) == on_new
     stored = sorted(b for q in on_new.values() for b in q)
-    expected = sorted([b"before-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(5)] + [b"after-rejoin"])
+    expected = sorted(
+        [b"before-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(5)] + [b"after-rejoin"]
+    )
     assert stored == expected, stored
     print(f"\nqueued write: {type(first).__name__}; write right after resume: {type(right_after).__name__}")
 
 
 def test_master_cut_off_from_controller_with_a_slave_loses_no_acked_write(
-        broker_cluster: Callable[..., BrokerCluster]) -> None:
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     cluster = broker_cluster(3, ha_idle_timeout_ms=30000, flush="sync")
     bs = cluster.bs
     old = bs.wait_master()
@@ -95,8 +113,16 @@ def test_master_cut_off_from_controller_with_a_slave_loses_no_acked_write(
     pause(bs.procs[old])
     pause(bs.procs[follower])
     try:
-        promoted = wait_until(lambda: (s := status_of(bs, elected)) is not None and s.role == "master"
-                              and s.master_epoch > epoch1 and s, 15, what="the third replica to be elected")
+        promoted = wait_until(
+            lambda: (
+                (s := status_of(bs, elected)) is not None
+                and s.role == "master"
+                and s.master_epoch > epoch1
+                and s
+            ),
+            15,
+            what="the third replica to be elected",
+        )
         pause(controller)  # from here on, nobody learns anything from the controller
         resume(bs.procs[old])
         resume(bs.procs[follower])
@@ -106,18 +132,29 @@ def test_master_cut_off_from_controller_with_a_slave_loses_no_acked_write(
         resume(bs.procs[old])
         resume(bs.procs[follower])
 
-    wait_until(lambda: all((s := status_of(bs, i)) is not None and s.role == "slave"
-                           and s.master_epoch == promoted.master_epoch for i in (old, follower)),
-               15, what="both resumed replicas to follow the new master")
+    wait_until(
+        lambda: all(
+            (s := status_of(bs, i)) is not None
+            and s.role == "slave"
+            and s.master_epoch == promoted.master_epoch
+            for i in (old, follower)
+        ),
+        15,
+        what="both resumed replicas to follow the new master",
+    )
     if outcome is not None:
         assert isinstance(outcome, REFUSALS), f"the write failed with {outcome!r}"
         return  # refused: nothing was promised
     end = bs.clients[elected].status().max_offset
-    wait_until(lambda: all((s := status_of(bs, i)) is not None and s.max_offset == end for i in (old, follower)),
-               15, what="the replicas to converge")
+    wait_until(
+        lambda: all((s := status_of(bs, i)) is not None and s.max_offset == end for i in (old, follower)),
+        15,
+        what="the replicas to converge",
+    )
     stored = [b for q in read_queues(bs.clients[elected], TOPIC, QUEUES).values() for b in q]
-    assert b"acked-by-a-deposed-master" in stored, \
+    assert b"acked-by-a-deposed-master" in stored, (
         f"a write acknowledged by the deposed master (epoch {epoch1}) is gone after epoch {promoted.master_epoch}"
+    )
 
 
 def produce_to(client: BrokerClient, body: bytes) -> BaseException | None:

@@ -42,8 +42,16 @@ class ElectionWatch:
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
-        wait_until(lambda: (s := status_of(self.bs, 1 - self.old)) is not None and s.role == "master"
-                   and s.master_epoch > self.epoch, 30, 0.05, what="the slave to be elected")
+        wait_until(
+            lambda: (
+                (s := status_of(self.bs, 1 - self.old)) is not None
+                and s.role == "master"
+                and s.master_epoch > self.epoch
+            ),
+            30,
+            0.05,
+            what="the slave to be elected",
+        )
         self.elected_at.append(time.monotonic())
 
     def stop_master(self) -> None:
@@ -59,7 +67,9 @@ class ElectionWatch:
         assert late <= AFTER_ELECTION_S, f"{what} completed {late:.1f}s after the new master was elected"
 
 
-def test_a_send_moves_to_the_new_master_soon_after_the_election(broker_cluster: Callable[..., BrokerCluster]) -> None:
+def test_a_send_moves_to_the_new_master_soon_after_the_election(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     cluster = broker_cluster(2)
     bs = cluster.bs
     old = bs.wait_master()
@@ -118,7 +128,8 @@ def test_a_read_falls_back_from_a_silent_slave(broker_cluster: Callable[..., Bro
 
 
 def test_a_ledger_add_moves_to_the_new_master_soon_after_the_election(
-        broker_cluster: Callable[..., BrokerCluster]) -> None:
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     cluster = broker_cluster(2)
     bs = cluster.bs
     old = bs.wait_master()
@@ -144,7 +155,9 @@ def test_a_ledger_add_moves_to_the_new_master_soon_after_the_election(
     watch.assert_soon_after(done, "the ledger add")
 
 
-def test_ledger_and_spark_reads_fall_back_from_a_silent_slave(broker_cluster: Callable[..., BrokerCluster]) -> None:
+def test_ledger_and_spark_reads_fall_back_from_a_silent_slave(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
     from tidelog.spark.fetch import RangeReader
 
     cluster = broker_cluster(2)
@@ -164,8 +177,15 @@ def test_ledger_and_spark_reads_fall_back_from_a_silent_slave(broker_cluster: Ca
             entries = [e.data for e in await tail.read_entries(0, 4)]
             ledger_took = time.monotonic() - t0
             # The Spark source's reader, given the slave first as its plan does.
-            reader = RangeReader(client, TOPIC, bs_route.name, queue, 0, 5,
-                                 [bs.clients[1 - master].address, bs.clients[master].address])
+            reader = RangeReader(
+                client,
+                TOPIC,
+                bs_route.name,
+                queue,
+                0,
+                5,
+                [bs.clients[1 - master].address, bs.clients[master].address],
+            )
             t0 = time.monotonic()
             rows: list[bytes] = []
             while chunk := await reader.next_chunk():
@@ -179,4 +199,6 @@ def test_ledger_and_spark_reads_fall_back_from_a_silent_slave(broker_cluster: Ca
     assert entries == [b"e%d" % i for i in range(5)]
     assert rows == [b"m%d" % i for i in range(5)]
     assert ledger_took <= AFTER_ELECTION_S, f"the ledger read took {ledger_took:.1f}s with the slave stopped"
-    assert spark_took <= AFTER_ELECTION_S, f"the Spark range read took {spark_took:.1f}s with the slave stopped"
+    assert spark_took <= AFTER_ELECTION_S, (
+        f"the Spark range read took {spark_took:.1f}s with the slave stopped"
+    )

@@ -33,6 +33,7 @@ def _append(log: CommitLog):
         placed = log.append([msg])[-1]
         log.confirm_offset = log.max_offset
         return placed
+
     return append
 
 
@@ -59,14 +60,27 @@ def _index(log: CommitLog, queues: int = 2) -> dict[int, tuple[int, int, list[by
     return out
 
 
-@given(st.text(min_size=1, max_size=20), st.integers(0, 2**40),
-       st.dictionaries(st.integers(0, 65535), st.integers(0, 2**50), max_size=8))
+@given(
+    st.text(min_size=1, max_size=20),
+    st.integers(0, 2**40),
+    st.dictionaries(st.integers(0, 65535), st.integers(0, 2**50), max_size=8),
+)
 def test_markers_round_trip(topic: str, generation: int, cuts: dict[int, int]) -> None:
     assert decode_mark(mark_message(topic, generation, cuts).body) == (topic, generation, cuts)
 
 
-@pytest.mark.parametrize("body", [b"", b"{}", b"[1]", b'{"t": 1, "g": 1, "cut": {}}', b'{"t": "x", "g": -1, "cut": {}}',
-                                  b'{"t": "x", "g": 1, "cut": {"0": "5"}}', b'{"t": "x", "g": true, "cut": {}}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{}",
+        b"[1]",
+        b'{"t": 1, "g": 1, "cut": {}}',
+        b'{"t": "x", "g": -1, "cut": {}}',
+        b'{"t": "x", "g": 1, "cut": {"0": "5"}}',
+        b'{"t": "x", "g": true, "cut": {}}',
+    ],
+)
 def test_anything_else_is_not_a_marker(body: bytes) -> None:
     with pytest.raises(ValueError):
         decode_mark(body)
@@ -78,20 +92,20 @@ def test_a_marker_cuts_the_same_offsets_on_every_replica_whenever_applied(tmp_pa
     table.update("a", [_topic(1)])
     assert table.serve(T, _append(master)) == 2
     _produce(master, "old", 10)
-    table.update("a", [_topic(2)])                   # deleted and created again
+    table.update("a", [_topic(2)])  # deleted and created again
     slaves = {name: TopicTable(log) for name, log in (("early", early), ("late", late))}
     for s in slaves.values():
         s.update("a", [_topic(2)])
     _copy(master, early)
-    with pytest.raises(UnavailableError):             # a slave without the marker does not serve the topic
+    with pytest.raises(UnavailableError):  # a slave without the marker does not serve the topic
         slaves["early"].serve(T, None)
-    table.enforce(_append(master))                    # the master writes the marker
+    table.enforce(_append(master))  # the master writes the marker
     assert _index(master) == {0: (5, 5, []), 1: (5, 5, [])}
     _produce(master, "new", 4)
     _copy(master, early)
-    slaves["early"].serve(T, None)                    # applied as soon as asked, after newer records arrived
+    slaves["early"].serve(T, None)  # applied as soon as asked, after newer records arrived
     _copy(master, late)
-    slaves["late"].serve(T, None)                     # applied after every record arrived
+    slaves["late"].serve(T, None)  # applied after every record arrived
     want = {0: (5, 7, [b"new-0", b"new-2"]), 1: (5, 7, [b"new-1", b"new-3"])}
     assert _index(master) == _index(early) == _index(late) == want
     for log in (master, early, late):
@@ -107,10 +121,10 @@ def test_the_cut_holds_after_a_restart_and_its_files_go_at_once(tmp_path: Path) 
     table.serve(T, _append(log))
     _produce(log, "old", 6)
     log.flush()
-    log.close()                                       # consume-queue files written
+    log.close()  # consume-queue files written
     log = _open(tmp_path / "m")
     table = TopicTable(log)
-    table.update("a", [], [_topic(1)])               # deleted: a tombstone
+    table.update("a", [], [_topic(1)])  # deleted: a tombstone
     table.enforce(_append(log))
     qdir = tmp_path / "m" / "consumequeue" / T
     assert all(f.stat().st_size == 0 for f in qdir.rglob("*") if f.is_file()), "units of the cut queue remain"
@@ -122,7 +136,7 @@ def test_the_cut_holds_after_a_restart_and_its_files_go_at_once(tmp_path: Path) 
     _produce(log, "new", 2)
     log.close()
     log = _open(tmp_path / "m")
-    TopicTable(log)                                   # the fold at start-up
+    TopicTable(log)  # the fold at start-up
     assert _index(log) == {0: (3, 4, [b"new-0"]), 1: (3, 4, [b"new-1"])}
     log.close()
 
@@ -134,16 +148,16 @@ def test_a_truncated_marker_gives_the_repaired_replica_the_new_masters_index(tmp
     ta.serve(T, _append(a))
     _produce(a, "old", 4)
     fork = a.max_offset
-    _copy(a, c)                                        # c: the common history
-    _produce(a, "old-a", 2)                            # a takes old-generation records c never gets
+    _copy(a, c)  # c: the common history
+    _produce(a, "old-a", 2)  # a takes old-generation records c never gets
     ta.update("a", [_topic(2)])
-    ta.enforce(_append(a))                             # a writes a marker that c never gets
+    ta.enforce(_append(a))  # a writes a marker that c never gets
     _produce(a, "new-a", 2)
     _copy(a, b)
     tb = TopicTable(b)
     tb.update("a", [_topic(2)])
     tb.serve(T, None)
-    assert _index(b)[0][0] == 3                        # cut at a's marker
+    assert _index(b)[0][0] == 3  # cut at a's marker
     # c becomes master: more old-generation records, then its own marker, then new ones
     tc = TopicTable(c)
     tc.update("a", [_topic(1)])
@@ -177,5 +191,5 @@ def test_a_commit_from_before_the_marker_belongs_to_the_old_topic(tmp_path: Path
     log.confirm_offset = log.max_offset
     assert offsets.fetch("g", T, 0, since=table.marks.marked_at(T)) is None
     assert offsets.fetch("h", T, 1, since=table.marks.marked_at(T)) == 2
-    assert offsets.fetch("g", T, 0) == 2                # without a marker position: as stored
+    assert offsets.fetch("g", T, 0) == 2  # without a marker position: as stored
     log.close()

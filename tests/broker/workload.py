@@ -43,8 +43,8 @@ class FollowingProducer:
     body_deadline_s: float = 20.0
     rpc_timeout_s: float = 2.0
     acked: list[Ack] = field(default_factory=list)
-    uncertain: set[bytes] = field(default_factory=set)   # some attempt had an unknown outcome
-    given_up: list[bytes] = field(default_factory=list)   # never acknowledged before the deadline
+    uncertain: set[bytes] = field(default_factory=set)  # some attempt had an unknown outcome
+    given_up: list[bytes] = field(default_factory=list)  # never acknowledged before the deadline
     errors: Counter[str] = field(default_factory=Counter)
     crashed: BaseException | None = None
 
@@ -99,7 +99,9 @@ class FollowingProducer:
             except NOT_WRITTEN as exc:
                 self.errors[type(exc).__name__] += 1
                 time.sleep(0.05)
-            except Exception as exc:  # NOT_MASTER, FLUSH_SLAVE_TIMEOUT, UNAVAILABLE, deadline: unknown outcome
+            except (
+                Exception
+            ) as exc:  # NOT_MASTER, FLUSH_SLAVE_TIMEOUT, UNAVAILABLE, deadline: unknown outcome
                 self.errors[type(exc).__name__] += 1
                 self.uncertain.add(body)
                 self._master = None
@@ -115,17 +117,22 @@ def check_log(per_queue: dict[int, list[bytes]], producer: FollowingProducer, wh
     sent = {a.body for a in producer.acked} | producer.uncertain | set(producer.given_up)
     for q, bodies in per_queue.items():
         counts = Counter(bodies)
-        assert set(bodies) <= sent, f"{where} queue {q} holds bodies never sent: {sorted(set(bodies) - sent)[:5]}"
+        assert set(bodies) <= sent, (
+            f"{where} queue {q} holds bodies never sent: {sorted(set(bodies) - sent)[:5]}"
+        )
         dups = {b for b, n in counts.items() if n > 1}
-        assert dups <= producer.uncertain, \
+        assert dups <= producer.uncertain, (
             f"{where} queue {q} repeats bodies whose first attempt did not fail: {sorted(dups - producer.uncertain)}"
+        )
         first: list[bytes] = []
         seen: set[bytes] = set()
         for b in bodies:
             if b not in seen:
                 seen.add(b)
                 first.append(b)
-        assert [seq_of(b) for b in first] == sorted(seq_of(b) for b in first), f"{where} queue {q} is out of order"
+        assert [seq_of(b) for b in first] == sorted(seq_of(b) for b in first), (
+            f"{where} queue {q} is out of order"
+        )
         acked_q = [a.body for a in producer.acked if a.queue == q]
         missing = [b for b in acked_q if b not in seen]
         assert not missing, f"{where} queue {q} lost {len(missing)} acked bodies, e.g. {missing[:5]}"

@@ -42,11 +42,20 @@ def tide_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def tide(*args: str, timeout: float = 120.0, input: str | None = None,
-         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def tide(
+    *args: str, timeout: float = 120.0, input: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `tide ARGS` to completion from the repository root (bounded by `timeout`)."""
-    return subprocess.run([*TIDE, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          input=input, stdin=None if input is not None else subprocess.DEVNULL, env=tide_env(env))
+    return subprocess.run(
+        [*TIDE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+        env=tide_env(env),
+    )
 
 
 def cmdline(pid: int) -> str:
@@ -119,8 +128,18 @@ _ACTIVE: list[LocalCluster] = []
 def start_cluster(data_dir: Path, topology: Path = LOCAL_TOPOLOGY, wait: float = 90.0) -> LocalCluster:
     data_dir = data_dir.resolve()
     try:
-        out = tide("cluster", "up", "-c", str(topology), "--data-dir", str(data_dir), "--wait", str(wait), "--json",
-                   timeout=wait + 60)
+        out = tide(
+            "cluster",
+            "up",
+            "-c",
+            str(topology),
+            "--data-dir",
+            str(data_dir),
+            "--wait",
+            str(wait),
+            "--json",
+            timeout=wait + 60,
+        )
         failure = None if out.returncode == 0 else f"exited {out.returncode}: {out.stderr}"
     except subprocess.TimeoutExpired:
         failure = f"did not return within {wait + 60:.0f}s"
@@ -129,8 +148,13 @@ def start_cluster(data_dir: Path, topology: Path = LOCAL_TOPOLOGY, wait: float =
         for pid in leftovers:  # only processes that run from this cluster's own directory
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in data_dir.glob("*.log"))
-        pytest.fail(f"tide cluster up {failure}\n{logs}" + (f"\nkilled leftover pids {leftovers}" if leftovers else ""))
+        logs = "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in data_dir.glob("*.log")
+        )
+        pytest.fail(
+            f"tide cluster up {failure}\n{logs}"
+            + (f"\nkilled leftover pids {leftovers}" if leftovers else "")
+        )
     cluster = LocalCluster(data_dir, out.stdout, json.loads(out.stdout))
     cluster.state()
     _ACTIVE.append(cluster)

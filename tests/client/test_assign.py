@@ -14,7 +14,9 @@ from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_fo
 @pytest.mark.parametrize("n_queues", [1, 2, 3, 4, 7, 12])
 def test_assignment_partitions_the_queues(n_members: int, n_queues: int) -> None:
     members = [f"m{i}" for i in range(n_members)]
-    queues = [("broker-b", q) for q in range(n_queues // 2)] + [("broker-a", q) for q in range(n_queues - n_queues // 2)]
+    queues = [("broker-b", q) for q in range(n_queues // 2)] + [
+        ("broker-a", q) for q in range(n_queues - n_queues // 2)
+    ]
     owned = [asg.assign(m, list(reversed(members)), queues) for m in members]
     flat = [q for o in owned for q in o]
     assert sorted(flat) == sorted(queues) and len(flat) == len(set(flat))
@@ -24,11 +26,13 @@ def test_assignment_partitions_the_queues(n_members: int, n_queues: int) -> None
 
 def test_live_members_by_session_timeout_and_topic() -> None:
     prefix = asg.members_prefix("g")
-    entries = [(prefix + "a", asg.announcement(10_000, "t")),
-               (prefix + "b", asg.announcement(4_000, "t")),   # last seen 6 s ago
-               (prefix + "c", asg.announcement(9_000, "other")),
-               (prefix + "d", b"not json"),
-               (prefix + "e", json.dumps({"topic": "t"}).encode())]
+    entries = [
+        (prefix + "a", asg.announcement(10_000, "t")),
+        (prefix + "b", asg.announcement(4_000, "t")),  # last seen 6 s ago
+        (prefix + "c", asg.announcement(9_000, "other")),
+        (prefix + "d", b"not json"),
+        (prefix + "e", json.dumps({"topic": "t"}).encode()),
+    ]
     assert asg.live_members(entries, prefix, 10_000, 5_000) == ["a", "c"]
     assert asg.live_members(entries, prefix, 10_000, 6_000, "t") == ["a", "b"]
     assert asg.live_members(entries, prefix, 10_000, 6_000, "other") == ["c"]
@@ -36,14 +40,21 @@ def test_live_members_by_session_timeout_and_topic() -> None:
 
 
 def _route(*sets: tuple[str, int, bool]) -> TopicRoute:
-    return TopicRoute.build("t", [BrokerSetRoute(name, n, f"{name}:1" if master else "", 1,
-                                                 (Replica(1, f"{name}:1", master),)) for name, n, master in sets])
+    return TopicRoute.build(
+        "t",
+        [
+            BrokerSetRoute(name, n, f"{name}:1" if master else "", 1, (Replica(1, f"{name}:1", master),))
+            for name, n, master in sets
+        ],
+    )
 
 
 def test_a_key_maps_to_one_queue_whatever_the_masters() -> None:
     up = _route(("broker-b", 4, True), ("broker-a", 4, True))
     down = _route(("broker-a", 4, True), ("broker-b", 4, False))
-    assert up.queue_list == down.queue_list == tuple((s, q) for s in ("broker-a", "broker-b") for q in range(4))
+    assert (
+        up.queue_list == down.queue_list == tuple((s, q) for s in ("broker-a", "broker-b") for q in range(4))
+    )
     for i in range(200):
         assert queue_for_key(up, f"k{i}") == queue_for_key(down, f"k{i}")
     assert len({queue_for_key(up, f"k{i}") for i in range(200)}) == 8

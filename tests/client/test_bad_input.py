@@ -37,17 +37,27 @@ def test_unreachable_controller() -> None:
         "group describe": ["group", "describe", "g", "--topic", "orders"],
     }
     started = time.monotonic()
-    running = {name: subprocess.Popen([*TIDE, *args, "--controllers", NOWHERE], cwd=REPO, env=tide_env(),
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True)
-               for name, args in commands.items()}  # in parallel: each may take its retry budget
+    running = {
+        name: subprocess.Popen(
+            [*TIDE, *args, "--controllers", NOWHERE],
+            cwd=REPO,
+            env=tide_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, args in commands.items()
+    }  # in parallel: each may take its retry budget
     results = {}
     try:
         for name, proc in running.items():
             # A generous bound: the client's retry budget is 15 s; over 40 s means it is not bounded.
             stdout, stderr = proc.communicate(timeout=max(1.0, 40 - (time.monotonic() - started)))
-            results[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr),
-                             time.monotonic() - started)
+            results[name] = (
+                subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr),
+                time.monotonic() - started,
+            )
     finally:
         for proc in running.values():
             if proc.poll() is None:
@@ -64,10 +74,15 @@ TOPOLOGIES = {
     "unknown key": ("hosts: 127.0.0.1\nbroker_sets: [{name: broker-a, replicas: 2}]\n", ["'hosts'"]),
     "no broker sets": ("host: 127.0.0.1\n", ["broker_sets"]),
     "broker set without replicas": ("broker_sets: [{name: broker-a, replicas: 0}]\n", ["broker_sets[0]"]),
-    "controller not a mapping": ("broker_sets: [{name: broker-a, replicas: 1}]\ncontroller: 3\n", ["controller"]),
+    "controller not a mapping": (
+        "broker_sets: [{name: broker-a, replicas: 1}]\ncontroller: 3\n",
+        ["controller"],
+    ),
     "broker not a mapping": ("broker_sets: [{name: broker-a, replicas: 1}]\nbroker: [flush]\n", ["broker"]),
-    "two controllers": ("broker_sets: [{name: broker-a, replicas: 1}]\ncontroller: {nodes: 2}\n",
-                        ["controller.nodes"]),
+    "two controllers": (
+        "broker_sets: [{name: broker-a, replicas: 1}]\ncontroller: {nodes: 2}\n",
+        ["controller.nodes"],
+    ),
     "same name twice": ("broker_sets: [{name: a, replicas: 1}, {name: a, replicas: 1}]\n", ["'a'", "twice"]),
     "name with a slash": ("broker_sets: [{name: ../a, replicas: 1}]\n", ["broker_sets[0]"]),
     "bad ports": ("ports: lots\nbroker_sets: [{name: broker-a, replicas: 1}]\n", ["ports"]),
@@ -98,7 +113,9 @@ def test_fixed_port_already_in_use(tmp_path: Path) -> None:
         held.listen()
         port = held.getsockname()[1]
         topology = tmp_path / "fixed.yaml"
-        topology.write_text(f"host: 127.0.0.1\nports: {port}\nbroker_sets: [{{name: broker-a, replicas: 2}}]\n")
+        topology.write_text(
+            f"host: 127.0.0.1\nports: {port}\nbroker_sets: [{{name: broker-a, replicas: 2}}]\n"
+        )
         data_dir = tmp_path / "data"
         out = tide("cluster", "up", "-c", str(topology), "--data-dir", str(data_dir), timeout=60)
         line = one_clear_line(out, str(port), "in use")
@@ -133,19 +150,24 @@ def test_broker_rejects_its_settings(tmp_path: Path, broker: str) -> None:
 @pytest.mark.slow
 def test_up_that_times_out_stops_what_it_started(tmp_path: Path) -> None:
     data_dir = (tmp_path / "data").resolve()
-    out = tide("cluster", "up", "-c", "deploy/local.yaml", "--data-dir", str(data_dir), "--wait", "0.2", timeout=120)
+    out = tide(
+        "cluster", "up", "-c", "deploy/local.yaml", "--data-dir", str(data_dir), "--wait", "0.2", timeout=120
+    )
     one_clear_line(out, "master", "within")
     assert (data_dir / "controller-c1.log").exists(), "nothing was started: the test would prove nothing"
     assert [pid for pid in tidelog_pids() if runs_from(pid, data_dir)] == []
     assert not (data_dir / "cluster.json").exists()
 
 
-@pytest.mark.parametrize(("args", "option"), [
-    (["consume", "orders", "--group", "g", "--max-messages", "-1"], "--max-messages"),
-    (["consume", "orders", "--group", "g", "--max-messages", "0"], "--max-messages"),
-    (["consume", "orders", "--group", "g", "--idle-timeout", "-3"], "--idle-timeout"),
-    (["placement", "repair", "--max-ledgers", "0"], "--max-ledgers"),
-])
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["consume", "orders", "--group", "g", "--max-messages", "-1"], "--max-messages"),
+        (["consume", "orders", "--group", "g", "--max-messages", "0"], "--max-messages"),
+        (["consume", "orders", "--group", "g", "--idle-timeout", "-3"], "--idle-timeout"),
+        (["placement", "repair", "--max-ledgers", "0"], "--max-ledgers"),
+    ],
+)
 def test_out_of_range_options_are_refused_before_anything_is_contacted(args: list[str], option: str) -> None:
     out = tide(*args, "--controllers", "127.0.0.1:1", timeout=30)
     assert out.returncode == 2, out.stdout + out.stderr

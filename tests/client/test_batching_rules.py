@@ -11,8 +11,9 @@ from tidelog.errors import InvalidArgumentError
 
 
 @given(st.lists(st.integers(1, 5000), max_size=200), st.integers(1, 50), st.integers(1024, 20000))
-def test_batches_cover_every_send_once_in_order_within_limits(sizes: list[int], max_messages: int,
-                                                              max_bytes: int) -> None:
+def test_batches_cover_every_send_once_in_order_within_limits(
+    sizes: list[int], max_messages: int, max_bytes: int
+) -> None:
     rest = list(enumerate(sizes))
     batches: list[list[int]] = []
     while rest:
@@ -25,9 +26,18 @@ def test_batches_cover_every_send_once_in_order_within_limits(sizes: list[int], 
     assert take_batch([], max_messages, max_bytes) == 0
 
 
-@pytest.mark.parametrize("kw", [{"linger_ms": -1}, {"linger_ms": 60_001}, {"batch_max_messages": 0},
-                                {"batch_max_bytes": 10}, {"max_in_flight": 0}, {"max_in_flight": True},
-                                {"linger_ms": 1.5}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"linger_ms": -1},
+        {"linger_ms": 60_001},
+        {"batch_max_messages": 0},
+        {"batch_max_bytes": 10},
+        {"max_in_flight": 0},
+        {"max_in_flight": True},
+        {"linger_ms": 1.5},
+    ],
+)
 def test_out_of_range_options_are_refused(kw: dict[str, object]) -> None:
     with pytest.raises(InvalidArgumentError):
         BatchLimits(**kw)  # type: ignore[arg-type]

@@ -35,8 +35,18 @@ def ok_json(*args: str, input: str | None = None, timeout: float = 120.0) -> Any
 
 
 def consume_json(cluster: LocalCluster, topic: str, group: str, *extra: str) -> list[dict[str, Any]]:
-    out = ok("consume", topic, "--group", group, "--controllers", cluster.controllers, "--json",
-             "--idle-timeout", "3", *extra)
+    out = ok(
+        "consume",
+        topic,
+        "--group",
+        group,
+        "--controllers",
+        cluster.controllers,
+        "--json",
+        "--idle-timeout",
+        "3",
+        *extra,
+    )
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -67,7 +77,10 @@ def test_status_shows_master_epoch_sync_state_set_and_offsets(cluster: LocalClus
         doc = status()
         (bs,) = doc["broker_sets"]
         members = {m["broker_id"]: m for m in bs["members"]}
-        if all(m["confirm_offset"] == m["max_offset"] for m in members.values()) or time.monotonic() > deadline:
+        if (
+            all(m["confirm_offset"] == m["max_offset"] for m in members.values())
+            or time.monotonic() > deadline
+        ):
             break
         time.sleep(0.3)
     assert bs["name"] == "broker-a"
@@ -105,8 +118,12 @@ def test_produce_count_and_consume_in_two_runs(cluster: LocalCluster) -> None:
     """`--max-messages` stops a run; the next run of the same group continues where it stopped."""
     c = cluster.controllers
     ok("topic", "create", "cli-split", "--queues", "4", "--controllers", c)
-    assert ok_json("produce", "cli-split", "--count", "300", "--batch", "5", "--size", "32",
-                   "--controllers", c)["sent"] == 300
+    assert (
+        ok_json("produce", "cli-split", "--count", "300", "--batch", "5", "--size", "32", "--controllers", c)[
+            "sent"
+        ]
+        == 300
+    )
     first = consume_json(cluster, "cli-split", "split", "--from-beginning", "--max-messages", "123")
     second = consume_json(cluster, "cli-split", "split", "--from-beginning")
     assert len(first) == 123
@@ -121,7 +138,9 @@ def test_group_describe_shows_committed_offsets_and_lag(cluster: LocalCluster) -
     c = cluster.controllers
     ok("topic", "create", "cli-lag", "--queues", "4", "--controllers", c)
     ok("produce", "cli-lag", "--count", "200", "--batch", "10", "--controllers", c)
-    assert len(consume_json(cluster, "cli-lag", "lagging", "--from-beginning", "--max-messages", "200")) == 200
+    assert (
+        len(consume_json(cluster, "cli-lag", "lagging", "--from-beginning", "--max-messages", "200")) == 200
+    )
     rows = ok_json("group", "describe", "lagging", "--topic", "cli-lag", "--controllers", c)
     assert len(rows) == 4
     assert sum(r["committed"] for r in rows) == 200
@@ -136,9 +155,11 @@ def test_group_describe_shows_committed_offsets_and_lag(cluster: LocalCluster) -
 
 
 def test_unknown_topic_is_one_clear_line(cluster: LocalCluster) -> None:
-    for args in (["produce", "nosuch", "--count", "1"],
-                 ["consume", "nosuch", "--group", "g", "--max-messages", "1", "--idle-timeout", "1"],
-                 ["topic", "describe", "nosuch"]):
+    for args in (
+        ["produce", "nosuch", "--count", "1"],
+        ["consume", "nosuch", "--group", "g", "--max-messages", "1", "--idle-timeout", "1"],
+        ["topic", "describe", "nosuch"],
+    ):
         out = tide(*args, "--controllers", cluster.controllers, timeout=60)
         assert out.returncode != 0, args
         assert "Traceback" not in out.stderr + out.stdout
@@ -146,11 +167,22 @@ def test_unknown_topic_is_one_clear_line(cluster: LocalCluster) -> None:
         assert len(lines) == 1 and "nosuch" in lines[0] and "TOPIC_NOT_FOUND" in lines[0], (args, out.stderr)
 
 
-def test_drill_kill_master_loses_no_acknowledged_message(cluster_factory: Callable[..., LocalCluster]) -> None:
+def test_drill_kill_master_loses_no_acknowledged_message(
+    cluster_factory: Callable[..., LocalCluster],
+) -> None:
     c = cluster_factory(name="drill")
     before = c.pids()
-    out = ok("drill", "kill-master", "broker-a", "--duration", "10s", "--data-dir", str(c.data_dir), "--json",
-             timeout=180)
+    out = ok(
+        "drill",
+        "kill-master",
+        "broker-a",
+        "--duration",
+        "10s",
+        "--data-dir",
+        str(c.data_dir),
+        "--json",
+        timeout=180,
+    )
     report = json.loads(out.stdout)  # one JSON object and nothing else on stdout
     assert isinstance(report, dict)
     assert report["acked"] > 0
@@ -190,7 +222,9 @@ broker: {flush: async, replication: async, heartbeat_interval_ms: 500}
 """
 
 
-def test_down_stops_exactly_what_up_started(tmp_path: Path, cluster_factory: Callable[..., LocalCluster]) -> None:
+def test_down_stops_exactly_what_up_started(
+    tmp_path: Path, cluster_factory: Callable[..., LocalCluster]
+) -> None:
     topology = tmp_path / "small.yaml"
     topology.write_text(SMALL)
     (tmp_path / "bystander").mkdir()
@@ -213,15 +247,19 @@ def test_down_stops_exactly_what_up_started(tmp_path: Path, cluster_factory: Cal
         bystander.stop()
 
 
-def test_down_does_not_signal_a_reused_pid(tmp_path: Path, cluster_factory: Callable[..., LocalCluster]) -> None:
+def test_down_does_not_signal_a_reused_pid(
+    tmp_path: Path, cluster_factory: Callable[..., LocalCluster]
+) -> None:
     """A recorded pid that now belongs to another tidelog process (pids are reused) is left alone."""
     topology = tmp_path / "small.yaml"
     topology.write_text(SMALL)
     c = cluster_factory(topology, name="reuse")
     pids = c.pids()
     # A process that looks like tidelog (its command line says so) but was not started by `up`.
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "tidelog.cli", "controller"],
-                                stdin=subprocess.DEVNULL)
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "tidelog.cli", "controller"],
+        stdin=subprocess.DEVNULL,
+    )
     try:
         state_path = c.data_dir / "cluster.json"
         state = json.loads(state_path.read_text())
@@ -243,14 +281,25 @@ def test_down_does_not_signal_a_reused_pid(tmp_path: Path, cluster_factory: Call
         stranger.wait(10)
 
 
-def test_drill_refuses_a_set_with_one_replica(tmp_path: Path, cluster_factory: Callable[..., LocalCluster]) -> None:
+def test_drill_refuses_a_set_with_one_replica(
+    tmp_path: Path, cluster_factory: Callable[..., LocalCluster]
+) -> None:
     """Killing the only replica leaves nothing to fail over to: the drill says so and kills nothing."""
     topology = tmp_path / "small.yaml"
     topology.write_text(SMALL)
     c = cluster_factory(topology, name="single")
     pids = c.pids()
-    out = tide("drill", "kill-master", "broker-a", "--duration", "3s", "--data-dir", str(c.data_dir), "--json",
-               timeout=120)
+    out = tide(
+        "drill",
+        "kill-master",
+        "broker-a",
+        "--duration",
+        "3s",
+        "--data-dir",
+        str(c.data_dir),
+        "--json",
+        timeout=120,
+    )
     assert out.returncode != 0 and "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "broker-a" in lines[0] and "replica" in lines[0], out.stderr
@@ -271,7 +320,15 @@ def test_consume_without_from_beginning_starts_at_the_end(cluster: LocalCluster)
     ok("topic", "create", "cli-latest", "--queues", "2", "--controllers", c)
     ok("produce", "cli-latest", "--controllers", c, input="".join(f"old {i}\n" for i in range(20)))
     assert consume_json(cluster, "cli-latest", "late", "--idle-timeout", "1") == []
-    ok("produce", "cli-latest", "--controllers", c, "--batch", "1", input="".join(f"new {i}\n" for i in range(6)))
+    ok(
+        "produce",
+        "cli-latest",
+        "--controllers",
+        c,
+        "--batch",
+        "1",
+        input="".join(f"new {i}\n" for i in range(6)),
+    )
     # The first run committed where it started, so the second run reads exactly what came after.
     msgs = consume_json(cluster, "cli-latest", "late", "--idle-timeout", "2")
     assert sorted(m["body"] for m in msgs) == sorted(f"new {i}" for i in range(6))

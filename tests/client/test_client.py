@@ -27,8 +27,9 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
         yield c
 
 
-def read_queue(client: Client, topic: str, queue: int, start: int, count: int, timeout: float = 20.0) -> list[
-        ConsumedMessage]:
+def read_queue(
+    client: Client, topic: str, queue: int, start: int, count: int, timeout: float = 20.0
+) -> list[ConsumedMessage]:
     """`count` messages of one queue from `start`, waiting (bounded) for them to be confirmed."""
     reader = client.reader(topic, queue, start)
     out: list[ConsumedMessage] = []
@@ -42,8 +43,14 @@ def at(receipt: Receipt) -> Pos:
     return receipt.queue, receipt.queue_offset
 
 
-def poll_until(members: list, seen: collections.Counter[Pos], done: Callable[[], bool], timeout: float,
-               bodies: dict[Pos, bytes] | None = None, what: str = "condition") -> None:
+def poll_until(
+    members: list,
+    seen: collections.Counter[Pos],
+    done: Callable[[], bool],
+    timeout: float,
+    bodies: dict[Pos, bytes] | None = None,
+    what: str = "condition",
+) -> None:
     """Poll every member in turn (0.2 s each) until `done()`; count every (queue, offset) seen."""
     deadline = time.monotonic() + timeout
     while not done():
@@ -65,14 +72,18 @@ def test_round_trip_keeps_body_key_tags_and_properties(client: Client) -> None:
     client.admin().create_topic("roundtrip", queues=4)
     producer = client.producer()
     sent: dict[Pos, OutMessage] = {}
-    singles = [OutMessage(bytes(range(256)) * 3, "k-bin", "a", {"n": "1", "unicode": "é ✓"}),
-               OutMessage(b"", "k-empty", "empty-body", {}),
-               OutMessage(b"no key, no tags"),
-               OutMessage(b"\x00\xff" * 500, None, "tag-only", {"x": ""})]
+    singles = [
+        OutMessage(bytes(range(256)) * 3, "k-bin", "a", {"n": "1", "unicode": "é ✓"}),
+        OutMessage(b"", "k-empty", "empty-body", {}),
+        OutMessage(b"no key, no tags"),
+        OutMessage(b"\x00\xff" * 500, None, "tag-only", {"x": ""}),
+    ]
     for m in singles:
         sent[at(producer.send("roundtrip", m.body, key=m.key, tags=m.tags, properties=m.properties))] = m
-    batch = [OutMessage(f"batch {i}".encode(), f"key-{i % 5}" if i % 3 else None, f"t{i % 2}", {"i": str(i)})
-             for i in range(60)]
+    batch = [
+        OutMessage(f"batch {i}".encode(), f"key-{i % 5}" if i % 3 else None, f"t{i % 2}", {"i": str(i)})
+        for i in range(60)
+    ]
     receipts = producer.send_batch("roundtrip", batch)
     assert len(receipts) == len(batch)
     sent.update((at(r), m) for r, m in zip(receipts, batch, strict=True))
@@ -156,7 +167,9 @@ def test_consumer_group_shares_queues_and_hands_over_when_a_member_leaves(client
         assert set(owners) == queues
         seen.clear()
         second = produce(120, "second")
-        poll_until(members, seen, lambda: second <= set(seen), 60, bodies, "every message of the second batch")
+        poll_until(
+            members, seen, lambda: second <= set(seen), 60, bodies, "every message of the second batch"
+        )
         assert settled(members, queues)
         assert {p: c for p, c in seen.items() if c > 1} == {}, "duplicates without any rebalance"
         assert all(bodies[p] == sent[p] for p in second)
@@ -200,12 +213,16 @@ def test_offsets_resume_after_consumer_restart(cluster: LocalCluster, client: Cl
     topic, group = "resume", "resumers"
     client.admin().create_topic(topic, queues=4)
     producer = client.producer()
-    first = {at(r) for r in producer.send_batch(topic, [OutMessage(f"a{i}".encode(), f"k{i}") for i in range(80)])}
+    first = {
+        at(r) for r in producer.send_batch(topic, [OutMessage(f"a{i}".encode(), f"k{i}") for i in range(80)])
+    }
     assert {q for q, _ in first} == {0, 1, 2, 3}
 
     before: set[Pos] = set()
-    with Client(cluster.controllers) as c1, \
-            c1.consumer(group=group, topic=topic, auto_commit=False, heartbeat_interval=0.3) as a:
+    with (
+        Client(cluster.controllers) as c1,
+        c1.consumer(group=group, topic=topic, auto_commit=False, heartbeat_interval=0.3) as a,
+    ):
         deadline = time.monotonic() + 30
         while len(before) < 30:
             assert time.monotonic() < deadline, "the first consumer read nothing"
@@ -216,10 +233,14 @@ def test_offsets_resume_after_consumer_restart(cluster: LocalCluster, client: Cl
     assert before == {(q, o) for q, off in committed.items() for o in range(off)}
     assert 0 < sum(committed.values()) < len(first)
 
-    later = {at(r) for r in producer.send_batch(topic, [OutMessage(f"b{i}".encode(), f"k{i}") for i in range(40)])}
+    later = {
+        at(r) for r in producer.send_batch(topic, [OutMessage(f"b{i}".encode(), f"k{i}") for i in range(40)])
+    }
     after: list[Pos] = []
-    with Client(cluster.controllers) as c2, \
-            c2.consumer(group=group, topic=topic, auto_commit=False, heartbeat_interval=0.3) as b:
+    with (
+        Client(cluster.controllers) as c2,
+        c2.consumer(group=group, topic=topic, auto_commit=False, heartbeat_interval=0.3) as b,
+    ):
         deadline = time.monotonic() + 30
         while not (first | later) - before <= set(after):
             assert time.monotonic() < deadline, f"the restarted consumer read {len(after)} messages"
@@ -265,10 +286,15 @@ def test_async_client_round_trip(cluster: LocalCluster) -> None:
         async with AsyncClient(cluster.controllers) as c:
             await c.admin().create_topic("async", queues=2)
             p = c.producer()
-            receipts = [await p.send("async", f"one {i}".encode(), key=f"k{i}", tags="single",
-                                     properties={"i": str(i)}) for i in range(10)]
-            receipts += await p.send_batch("async", [OutMessage(f"two {i}".encode(), None, "batch", {"i": str(i)})
-                                                     for i in range(10)])
+            receipts = [
+                await p.send(
+                    "async", f"one {i}".encode(), key=f"k{i}", tags="single", properties={"i": str(i)}
+                )
+                for i in range(10)
+            ]
+            receipts += await p.send_batch(
+                "async", [OutMessage(f"two {i}".encode(), None, "batch", {"i": str(i)}) for i in range(10)]
+            )
             consumer = c.consumer(group="async-readers", topic="async", heartbeat_interval=0.3)
             got: dict[Pos, ConsumedMessage] = {}
             deadline = time.monotonic() + 30
@@ -282,8 +308,9 @@ def test_async_client_round_trip(cluster: LocalCluster) -> None:
 
     receipts, got = asyncio.run(main())
     assert len(receipts) == 20
-    expected = [(f"one {i}".encode(), f"k{i}", "single", {"i": str(i)}) for i in range(10)] + \
-               [(f"two {i}".encode(), None, "batch", {"i": str(i)}) for i in range(10)]
+    expected = [(f"one {i}".encode(), f"k{i}", "single", {"i": str(i)}) for i in range(10)] + [
+        (f"two {i}".encode(), None, "batch", {"i": str(i)}) for i in range(10)
+    ]
     for r, want in zip(receipts, expected, strict=True):
         m = got.get(at(r))
         assert m is not None, f"acknowledged message at {at(r)} not consumed"
@@ -297,8 +324,9 @@ def test_consumer_started_right_after_create_topic(client: Client) -> None:
         client.admin().create_topic(topic, queues=2)
         with client.consumer(group="fresh", topic=topic, heartbeat_interval=0.3) as consumer:
             got = consumer.poll(max_messages=10, timeout=0.1)  # at once: before any broker heard of it
-            receipts = client.producer().send_batch(topic, [OutMessage(f"{topic} {j}".encode(), f"k{j}")
-                                                            for j in range(10)])
+            receipts = client.producer().send_batch(
+                topic, [OutMessage(f"{topic} {j}".encode(), f"k{j}") for j in range(10)]
+            )
             deadline = time.monotonic() + 20
             while len(got) < len(receipts) and time.monotonic() < deadline:
                 got += consumer.poll(max_messages=10, timeout=0.3)
@@ -335,8 +363,13 @@ def test_a_member_that_stops_heartbeating_loses_its_queues(client: Client) -> No
     survivor = client.consumer(group="crashy", topic="crashy", **opts)
     try:
         seen: collections.Counter[Pos] = collections.Counter()
-        poll_until([crashed, survivor], seen, lambda: settled([crashed, survivor], {0, 1, 2, 3}), 30,
-                   what="two members to share the queues")
+        poll_until(
+            [crashed, survivor],
+            seen,
+            lambda: settled([crashed, survivor], {0, 1, 2, 3}),
+            30,
+            what="two members to share the queues",
+        )
         lost_queues = {q for _, q in crashed.assignment}
         sent |= produce("after")  # the crashed member never reads these
         poll_until([survivor], seen, lambda: sent <= set(seen), 30, what="the survivor to read everything")
@@ -352,8 +385,13 @@ def test_one_group_on_two_topics_reads_both_fully(client: Client) -> None:
     client.admin().create_topic("left", queues=4)
     client.admin().create_topic("right", queues=4)
     producer = client.producer()
-    sent = {t: {at(r) for r in producer.send_batch(t, [OutMessage(f"{t} {i}".encode(), f"k{i}") for i in range(60)])}
-            for t in ("left", "right")}
+    sent = {
+        t: {
+            at(r)
+            for r in producer.send_batch(t, [OutMessage(f"{t} {i}".encode(), f"k{i}") for i in range(60)])
+        }
+        for t in ("left", "right")
+    }
     members = {t: client.consumer(group="both", topic=t, heartbeat_interval=0.3) for t in ("left", "right")}
     try:
         seen: dict[str, set[Pos]] = {"left": set(), "right": set()}

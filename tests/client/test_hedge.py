@@ -66,8 +66,10 @@ def test_all_failing_reports_every_error() -> None:
 
 def test_a_final_error_is_raised_at_once() -> None:
     with pytest.raises(ValueError):
-        run({"a": (0, ValueError("bad request")), "b": (0, "never asked")},
-            give_up=lambda e: isinstance(e, ValueError))
+        run(
+            {"a": (0, ValueError("bad request")), "b": (0, "never asked")},
+            give_up=lambda e: isinstance(e, ValueError),
+        )
 
 
 def test_no_candidates() -> None:

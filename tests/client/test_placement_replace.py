@@ -70,7 +70,8 @@ def wait(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
 
 
 def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_one(
-        tmp_path: Path, cluster_factory: Callable[..., LocalCluster]) -> None:
+    tmp_path: Path, cluster_factory: Callable[..., LocalCluster]
+) -> None:
     topo = tmp_path / "two-dc.yaml"
     topo.write_text(TOPOLOGY)
     cluster = cluster_factory(topo)
@@ -78,10 +79,30 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     assert run(cluster, "topic", "create", "orders", "--queues", "2").returncode == 0
     sent = run(cluster, "produce", "orders", "--count", "3000", "--size", "200")
     assert sent.returncode == 0, sent.stderr
-    before = wait("both replicas in sync", lambda: (r := replicas(cluster)) and len(r) == 2
-                  and all(x["in_sync"] and x["alive"] for x in r.values()) and r)
+    before = wait(
+        "both replicas in sync",
+        lambda: (
+            (r := replicas(cluster))
+            and len(r) == 2
+            and all(x["in_sync"] and x["alive"] for x in r.values())
+            and r
+        ),
+    )
     # A ledger on both replicas; its ensemble will name the replica that is wiped.
-    wrote = run(cluster, "ledger", "append", "-d", "first", "-d", "second", "-d", "third", "--password", "pw", "--json")
+    wrote = run(
+        cluster,
+        "ledger",
+        "append",
+        "-d",
+        "first",
+        "-d",
+        "second",
+        "-d",
+        "third",
+        "--password",
+        "pw",
+        "--json",
+    )
     assert wrote.returncode == 0, wrote.stderr
     ledger = str(json.loads(wrote.stdout)["ledger_id"])
     master = next(i for i, r in before.items() if r["master"])
@@ -93,8 +114,9 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
 
     # Decommissions that would lose the set's safety are refused with a typed error.
     for args in ([str(master)], [str(old)]):
-        refused = run(cluster, "broker", "decommission", *args, "--broker-set", "broker-a",
-                      "--data-dir", str(data))
+        refused = run(
+            cluster, "broker", "decommission", *args, "--broker-set", "broker-a", "--data-dir", str(data)
+        )
         assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
     assert set(replicas(cluster)) == {master, old}
 
@@ -104,8 +126,9 @@ def test_a_wiped_replica_rejoins_as_new_copies_everything_and_replaces_the_old_o
     _refuse_a_foreign_disk(cluster, process, master, new, away)
 
 
-def _wipe_and_rejoin(cluster: LocalCluster, process: str, master_process: str, master: int, old: int,
-                     away: str) -> int:
+def _wipe_and_rejoin(
+    cluster: LocalCluster, process: str, master_process: str, master: int, old: int, away: str
+) -> int:
     """The slave's disk is wiped: it comes back under a new id, empty. The master is paused before
     the new broker starts, so the new one cannot copy anything yet: it must be neither in sync nor
     elected while the master is silent, however long (no acknowledged byte is on it)."""
@@ -115,10 +138,21 @@ def _wipe_and_rejoin(cluster: LocalCluster, process: str, master_process: str, m
     assert tide("fault", "pause", master_process, "--data-dir", str(data)).returncode == 0
     try:
         assert tide("fault", "dc-up", away, "--data-dir", str(data)).returncode == 0
-        new = wait(f"a new broker id in {away}", lambda: next(
-            (i for i, r in replicas(cluster).items() if i not in (master, old) and r["datacenter"] == away), None))
+        new = wait(
+            f"a new broker id in {away}",
+            lambda: next(
+                (
+                    i
+                    for i, r in replicas(cluster).items()
+                    if i not in (master, old) and r["datacenter"] == away
+                ),
+                None,
+            ),
+        )
         assert new > old, "a wiped replica must not come back under its old id"
-        until = time.monotonic() + 5  # past the controller's heartbeat timeout (3 s): the master is dead to it
+        until = (
+            time.monotonic() + 5
+        )  # past the controller's heartbeat timeout (3 s): the master is dead to it
         while time.monotonic() < until:
             r = replicas(cluster)[new]
             assert r["alive"] and not r["master"] and not r["in_sync"], f"the empty replica was promoted: {r}"
@@ -126,8 +160,15 @@ def _wipe_and_rejoin(cluster: LocalCluster, process: str, master_process: str, m
     finally:
         tide("fault", "resume", master_process, "--data-dir", str(data))
     assert run(cluster, "produce", "orders", "--count", "500", "--size", "200").returncode == 0
-    now = wait("the new replica to catch up and join the SyncStateSet", lambda: (
-        r := replicas(cluster)) and r[new]["in_sync"] and r[new]["max_offset"] == r[master]["max_offset"] and r)
+    now = wait(
+        "the new replica to catch up and join the SyncStateSet",
+        lambda: (
+            (r := replicas(cluster))
+            and r[new]["in_sync"]
+            and r[new]["max_offset"] == r[master]["max_offset"]
+            and r
+        ),
+    )
     assert not now[old]["alive"]
     # The old id is not shown as a live slave although its address now answers as the new broker.
     shown = run(cluster, "cluster", "status", "--json")
@@ -142,12 +183,24 @@ def _replace(cluster: LocalCluster, ledger: str, master: int, old: int, new: int
     """The new replica still runs, and it is the only in-sync one in its datacenter: it cannot go.
     Replacing the old id with it re-replicates the ledger's ensembles and leaves a clean audit."""
     data = cluster.data_dir
-    refused = run(cluster, "broker", "decommission", str(new), "--broker-set", "broker-a", "--data-dir", str(data))
+    refused = run(
+        cluster, "broker", "decommission", str(new), "--broker-set", "broker-a", "--data-dir", str(data)
+    )
     assert refused.returncode != 0 and "PLACEMENT_REFUSED" in refused.stderr, refused.stderr
 
     def replace() -> Any:
-        out = run(cluster, "broker", "replace", str(old), "--with", str(new), "--broker-set", "broker-a",
-                  "--data-dir", str(data))
+        out = run(
+            cluster,
+            "broker",
+            "replace",
+            str(old),
+            "--with",
+            str(new),
+            "--broker-set",
+            "broker-a",
+            "--data-dir",
+            str(data),
+        )
         # Under load the master may drop a lagging replica from the SyncStateSet for a moment: the
         # refusal says so, and the operator tries again (a bounded wait, not a speed assertion).
         return out if out.returncode == 0 or "not in the SyncStateSet" not in out.stderr else None
@@ -164,13 +217,17 @@ def _replace(cluster: LocalCluster, ledger: str, master: int, old: int, new: int
     assert json.loads(repaired.stdout)["repaired"] == []
     shown = status(cluster)["repairs"]  # the replace's re-replication is visible
     assert [(r["ledger"], r["replaced"]) for r in shown] == [(ledger, {str(old): new})]
-    audit = wait("a clean audit", lambda: (a := run(cluster, "placement", "audit", "--json")).returncode == 0 and a)
+    audit = wait(
+        "a clean audit", lambda: (a := run(cluster, "placement", "audit", "--json")).returncode == 0 and a
+    )
     assert json.loads(audit.stdout)["violations"] == []
 
 
 def _read_back(cluster: LocalCluster, ledger: str) -> None:
     """Every acknowledged message reads back through the client from the set the new replica is in."""
-    got = run(cluster, "consume", "orders", "--group", "check", "--from-beginning", "--json", "--idle-timeout", "3")
+    got = run(
+        cluster, "consume", "orders", "--group", "check", "--from-beginning", "--json", "--idle-timeout", "3"
+    )
     assert got.returncode == 0, got.stderr
     assert len([line for line in got.stdout.splitlines() if line.strip()]) == 3500
     entries = run(cluster, "ledger", "read", ledger, "--password", "pw", "--json")
@@ -189,8 +246,14 @@ def _refuse_a_foreign_disk(cluster: LocalCluster, process: str, master: int, new
     ident_path.write_text(json.dumps({**ident, "cluster_id": "another-cluster"}))
     assert tide("fault", "dc-up", away, "--data-dir", str(data)).returncode == 0
     log = data / f"{process}.log"
-    wait("the broker to refuse the foreign disk", lambda: "CLUSTER_MISMATCH" in log.read_text(errors="replace")
-         or "belongs to cluster another-cluster" in log.read_text(errors="replace"), timeout=30)
+    wait(
+        "the broker to refuse the foreign disk",
+        lambda: (
+            "CLUSTER_MISMATCH" in log.read_text(errors="replace")
+            or "belongs to cluster another-cluster" in log.read_text(errors="replace")
+        ),
+        timeout=30,
+    )
     pid = next(p["pid"] for p in cluster.state()["processes"] if p["name"] == process)
     wait("the refused broker to exit", lambda: exited(pid), timeout=30)
     assert set(replicas(cluster)) == {master, new}

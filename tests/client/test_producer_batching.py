@@ -81,5 +81,6 @@ def test_threads_on_the_sync_client_and_an_oversize_message(cluster: LocalCluste
         receipts = [f.result(timeout=30) for f in futures]
         stored = _read_back(client, "threaded", 2)
         assert sorted(stored[(r.queue, r.queue_offset)][0] for r in receipts) == sorted(
-            b"small-%d" % i for i in range(40))
+            b"small-%d" % i for i in range(40)
+        )
         producer.flush()

@@ -53,8 +53,11 @@ def test_keys_and_groups_span_both_sets(two_sets: LocalCluster) -> None:
         per_key: dict[str, list[Where]] = collections.defaultdict(list)
         for i in range(300):
             key = f"user-{i % 30}"
-            r = producer.send("wide", f"{key} #{i}".encode(), key=key) if i % 2 else \
-                producer.send_batch("wide", [OutMessage(f"{key} #{i}".encode(), key)])[0]
+            r = (
+                producer.send("wide", f"{key} #{i}".encode(), key=key)
+                if i % 2
+                else producer.send_batch("wide", [OutMessage(f"{key} #{i}".encode(), key)])[0]
+            )
             sent[where(r)] = f"{key} #{i}".encode()
             per_key[key].append(where(r))
         assert {(s, q) for s, q, _ in sent} == pairs, "the keys did not reach every (broker set, queue)"
@@ -90,8 +93,11 @@ def test_keys_and_groups_span_both_sets(two_sets: LocalCluster) -> None:
             got: list[tuple[int, bytes]] = []
             deadline = time.monotonic() + 10
             while len(got) < len(expected) and time.monotonic() < deadline:
-                got += [(m.offset, m.body) for m in reader.read(max_messages=500, timeout=0.3)
-                        if (s, q, m.offset) in sent]
+                got += [
+                    (m.offset, m.body)
+                    for m in reader.read(max_messages=500, timeout=0.3)
+                    if (s, q, m.offset) in sent
+                ]
             assert got == expected, (s, q)
 
     status = tide("cluster", "status", "--controllers", two_sets.controllers, "--json")

@@ -45,7 +45,9 @@ def _read_all(log: CommitLog) -> list[StoredMessage]:
             if not got:
                 break
             for i, m in enumerate(got):
-                assert m.queue_offset == offset + i, f"queue {q}: offset {m.queue_offset} where {offset + i} was due"
+                assert m.queue_offset == offset + i, (
+                    f"queue {q}: offset {m.queue_offset} where {offset + i} was due"
+                )
             offset += len(got)
             out.extend(got)
         assert log.queue_offsets(cw.TOPIC, q).max == offset, f"queue {q} has units past what reads return"
@@ -70,14 +72,20 @@ def _check_recovered(directory: Path, seed: int, acked: set[int], what: str) -> 
         assert m.queue_offset == seq // cw.QUEUES, f"{what}: seq {seq} has queue offset {m.queue_offset}"
         assert m.body == cw.body_for(seed, seq), f"{what}: body of seq {seq} differs"
     lost = sorted(s for s in acked if s >= len(msgs))
-    assert not lost, (f"{what}: {len(lost)} acknowledged messages are missing after recovery "
-                      f"(first {lost[:5]}, log holds {len(msgs)})")
+    assert not lost, (
+        f"{what}: {len(lost)} acknowledged messages are missing after recovery "
+        f"(first {lost[:5]}, log holds {len(msgs)})"
+    )
     # Recovery is idempotent: the first one left nothing for a second one to cut.
     again = CommitLog.open(directory, segment_bytes=cw.SEGMENT_BYTES, flush="sync")
     try:
-        assert again.max_offset == max_offset, f"{what}: second recovery moved max offset {max_offset} -> {again.max_offset}"
+        assert again.max_offset == max_offset, (
+            f"{what}: second recovery moved max offset {max_offset} -> {again.max_offset}"
+        )
         again.confirm_offset = again.max_offset
-        assert len(_read_all(again)) == len(msgs), f"{what}: second recovery reads a different number of messages"
+        assert len(_read_all(again)) == len(msgs), (
+            f"{what}: second recovery reads a different number of messages"
+        )
     finally:
         again.close()
     return len(msgs)
@@ -91,8 +99,12 @@ def _run_child(tmp: Path, seed: int) -> tuple[set[int], Path, Path]:
     stderr_path = tmp / "child.stderr"
     acked: set[int] = set()
     with open(stderr_path, "wb") as stderr:
-        child = subprocess.Popen([sys.executable, str(WRITER), str(log_dir), str(shadow_dir), str(seed)],
-                                 stdout=subprocess.PIPE, stderr=stderr, text=True)
+        child = subprocess.Popen(
+            [sys.executable, str(WRITER), str(log_dir), str(shadow_dir), str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     watchdog = threading.Timer(CHILD_TIMEOUT_S, lambda: child.kill())
     watchdog.start()
     try:
@@ -114,8 +126,10 @@ def _run_child(tmp: Path, seed: int) -> tuple[set[int], Path, Path]:
             child.wait()
         if child.stdout is not None:
             child.stdout.close()
-    assert len(acked) >= kill_after, (f"the writer stopped after {len(acked)} acks (rc {child.returncode}):\n"
-                                      + stderr_path.read_text()[-3000:])
+    assert len(acked) >= kill_after, (
+        f"the writer stopped after {len(acked)} acks (rc {child.returncode}):\n"
+        + stderr_path.read_text()[-3000:]
+    )
     assert child.returncode == -signal.SIGKILL
     return acked, log_dir, shadow_dir
 

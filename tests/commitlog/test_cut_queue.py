@@ -97,7 +97,7 @@ def test_a_cut_below_newer_units_keeps_them(tmp_path: Path) -> None:
 def test_recovery_after_a_crash_does_not_index_cut_records_again(tmp_path: Path) -> None:
     log = open_log(tmp_path / "live")
     put(log, "old", 6)
-    log.flush()                  # records durable; consume queues never synced (checkpoint offset 0)
+    log.flush()  # records durable; consume queues never synced (checkpoint offset 0)
     log.cut_queue("t", 0, 6)
     put(log, "new", 2)
     log.flush()
@@ -133,5 +133,15 @@ def _rewritten(log: CommitLog, at: int, *, qoff: int) -> bytes:
     from tidelog.commitlog import record as rec
 
     m = log.read_at(at)
-    return rec.encode(topic=m.topic.encode(), props=b"", body=m.body, flags=m.flags, queue_id=m.queue_id,
-                      epoch=m.epoch, queue_offset=qoff, phys_offset=at, born_ts=m.born_ts, store_ts=m.store_ts)
+    return rec.encode(
+        topic=m.topic.encode(),
+        props=b"",
+        body=m.body,
+        flags=m.flags,
+        queue_id=m.queue_id,
+        epoch=m.epoch,
+        queue_offset=qoff,
+        phys_offset=at,
+        born_ts=m.born_ts,
+        store_ts=m.store_ts,
+    )

@@ -73,8 +73,9 @@ def test_appends_until_the_disk_is_full_lose_nothing_acknowledged(tmp_path: Path
         reopened.close()
 
 
-def test_a_short_write_is_completed_and_a_stalled_one_fails_the_log(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_short_write_is_completed_and_a_stalled_one_fails_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = os.pwrite
     calls = {"n": 0}
 

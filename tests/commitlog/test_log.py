@@ -45,9 +45,16 @@ def msgs(n, *, seed=0, topics=("a", "b"), queues=3, max_body=400):
     out = []
     for i in range(n):
         body = f"{seed}:{i}:".encode() + r.randbytes(r.randint(0, max_body))
-        out.append(Message(r.choice(topics), r.randrange(queues), body,
-                           key=f"k{i}" if i % 2 else None, tags="T" if i % 3 == 0 else None,
-                           properties={"n": str(i)} if i % 5 == 0 else None))
+        out.append(
+            Message(
+                r.choice(topics),
+                r.randrange(queues),
+                body,
+                key=f"k{i}" if i % 2 else None,
+                tags="T" if i % 3 == 0 else None,
+                properties={"n": str(i)} if i % 5 == 0 else None,
+            )
+        )
     return out
 
 
@@ -81,7 +88,9 @@ def assert_same(read, messages):
         assert [g.key for g in got] == [m.key for m in ms]
         assert [g.tags for g in got] == [m.tags for m in ms]
         assert [g.properties for g in got] == [dict(m.properties or {}) for m in ms]
-        assert [g.queue_offset for g in got] == list(range(got[0].queue_offset, got[0].queue_offset + len(got)))
+        assert [g.queue_offset for g in got] == list(
+            range(got[0].queue_offset, got[0].queue_offset + len(got))
+        )
 
 
 def confirm_all(log):

@@ -15,8 +15,9 @@ from tidelog.commitlog import record as rec
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-%", min_size=1, max_size=40)
 values = st.text(max_size=30)
-props_st = st.dictionaries(st.text(min_size=1, max_size=12).filter(lambda k: k not in rec.RESERVED_PROPERTIES),
-                           values, max_size=4)
+props_st = st.dictionaries(
+    st.text(min_size=1, max_size=12).filter(lambda k: k not in rec.RESERVED_PROPERTIES), values, max_size=4
+)
 u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**63 - 1)
 
@@ -48,10 +49,27 @@ def test_round_trip(case):
     data = rec.encode(**fields)
     assert rec.check_at(data, 0) == (rec.VALID, len(data), "")
     m = rec.decode(data)
-    assert (m.topic.encode(), m.body, m.flags, m.queue_id, m.epoch, m.queue_offset, m.phys_offset,
-            m.born_ts, m.store_ts) == (fields["topic"], fields["body"], fields["flags"], fields["queue_id"],
-                                       fields["epoch"], fields["queue_offset"], fields["phys_offset"],
-                                       fields["born_ts"], fields["store_ts"])
+    assert (
+        m.topic.encode(),
+        m.body,
+        m.flags,
+        m.queue_id,
+        m.epoch,
+        m.queue_offset,
+        m.phys_offset,
+        m.born_ts,
+        m.store_ts,
+    ) == (
+        fields["topic"],
+        fields["body"],
+        fields["flags"],
+        fields["queue_id"],
+        fields["epoch"],
+        fields["queue_offset"],
+        fields["phys_offset"],
+        fields["born_ts"],
+        fields["store_ts"],
+    )
     assert (m.key, m.tags, m.properties) == (key, tags, props)
     assert m.size == len(data)
 
@@ -79,8 +97,18 @@ def test_blank_marker_and_end_of_data():
 
 
 def test_truncated_record_is_damaged_not_end():
-    data = rec.encode(topic=b"t", props=b"", body=b"x" * 100, flags=0, queue_id=0, epoch=0,
-                      queue_offset=0, phys_offset=0, born_ts=0, store_ts=0)
+    data = rec.encode(
+        topic=b"t",
+        props=b"",
+        body=b"x" * 100,
+        flags=0,
+        queue_id=0,
+        epoch=0,
+        queue_offset=0,
+        phys_offset=0,
+        born_ts=0,
+        store_ts=0,
+    )
     kind, _, reason = rec.check_at(data[:-1], 0)
     assert kind == rec.DAMAGED and "runs past" in reason
 
@@ -105,11 +133,21 @@ def test_the_log_writes_the_documented_bytes(tmp_path) -> None:
     (placed,) = log.append([msg], now_ms=222)
     written = log.read_raw(0, 1 << 16)
     log.close()
-    props = (struct.pack(">H", 4) + b"KEYS" + struct.pack(">I", 1) + b"k"
-             + struct.pack(">H", 4) + b"TAGS" + struct.pack(">I", 2) + b"tg"
-             + struct.pack(">H", 1) + b"a" + struct.pack(">I", 1) + b"b")
+    props = (
+        struct.pack(">H", 4)
+        + b"KEYS"
+        + struct.pack(">I", 1)
+        + b"k"
+        + struct.pack(">H", 4)
+        + b"TAGS"
+        + struct.pack(">I", 2)
+        + b"tg"
+        + struct.pack(">H", 1)
+        + b"a"
+        + struct.pack(">I", 1)
+        + b"b"
+    )
     size = 64 + 2 + len(props) + 4
-    covered = (struct.pack(">HHIIQQQQII", 2, 2, 3, 7, 0, 0, 111, 222, len(props), 4)
-               + b"tp" + props + b"body")
+    covered = struct.pack(">HHIIQQQQII", 2, 2, 3, 7, 0, 0, 111, 222, len(props), 4) + b"tp" + props + b"body"
     assert written == struct.pack(">III", size, 0x7DE10601, crc32c(covered)) + covered
     assert placed == (0, 0, size)

@@ -16,7 +16,9 @@ from tidelog.tasks import within
 
 
 @contextlib.asynccontextmanager
-async def single_node(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[ControllerNode, ControllerClient]]:
+async def single_node(
+    tmp_path: Path, **overrides: Any
+) -> AsyncIterator[tuple[ControllerNode, ControllerClient]]:
     raw: dict[str, Any] = {
         "data_dir": str(tmp_path / "data"),
         "heartbeat_interval_ms": 300,

@@ -14,8 +14,16 @@ from tidelog.proto import controller_pb2 as pb
 
 
 class SimBroker:
-    def __init__(self, client: ControllerClient, broker_set: str, n: int, *, epoch: int = 0,
-                 max_offset: int = 0, interval: float = 0.3) -> None:
+    def __init__(
+        self,
+        client: ControllerClient,
+        broker_set: str,
+        n: int,
+        *,
+        epoch: int = 0,
+        max_offset: int = 0,
+        interval: float = 0.3,
+    ) -> None:
         self.client = client
         self.broker_set = broker_set
         self.address = f"127.0.0.1:{40000 + n}"  # never dialled: the controller only records it
@@ -30,16 +38,18 @@ class SimBroker:
         self._task: asyncio.Task[None] | None = None
 
     async def register(self) -> int:
-        reply = await self.client.register_broker(self.broker_set, self.address, self.ha_address,
-                                                  identity=self.identity, broker_id=self.broker_id)
+        reply = await self.client.register_broker(
+            self.broker_set, self.address, self.ha_address, identity=self.identity, broker_id=self.broker_id
+        )
         self.broker_id = reply.broker_id
         self.role = reply.role
         return reply.broker_id
 
     async def beat_once(self) -> pb.HeartbeatReply:
         assert self.broker_id is not None
-        reply = await self.client.heartbeat(self.broker_set, self.broker_id, epoch=self.epoch,
-                                            max_offset=self.max_offset, total_timeout=2.0)
+        reply = await self.client.heartbeat(
+            self.broker_set, self.broker_id, epoch=self.epoch, max_offset=self.max_offset, total_timeout=2.0
+        )
         self.role = reply.role
         self.beats += 1
         return reply
@@ -77,6 +87,8 @@ async def wait_for(predicate, timeout: float, interval: float = 0.1, what: str =
         except Exception as exc:
             last = exc
         if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}"
-                                 + (f" (last error: {last!r})" if last else ""))
+            raise AssertionError(
+                f"timed out after {timeout:.1f}s waiting for {what}"
+                + (f" (last error: {last!r})" if last else "")
+            )
         await asyncio.sleep(interval)

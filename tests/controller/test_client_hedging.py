@@ -22,7 +22,9 @@ class _Silent(pb_grpc.ControllerRouteServicer):
     def __init__(self) -> None:
         self.calls = 0
 
-    async def GetRoute(self, request: pb.GetRouteRequest, context: grpc.aio.ServicerContext) -> pb.GetRouteReply:
+    async def GetRoute(
+        self, request: pb.GetRouteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRouteReply:
         self.calls += 1
         await asyncio.sleep(60)
         return pb.GetRouteReply()
@@ -33,7 +35,9 @@ class _Answers(pb_grpc.ControllerRouteServicer):
         self.name = name
         self.calls = 0
 
-    async def GetRoute(self, request: pb.GetRouteRequest, context: grpc.aio.ServicerContext) -> pb.GetRouteReply:
+    async def GetRoute(
+        self, request: pb.GetRouteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRouteReply:
         self.calls += 1
         return pb.GetRouteReply(topic=request.topic + "@" + self.name)
 

@@ -19,8 +19,14 @@ pytestmark = pytest.mark.slow
 
 
 def tide(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidelog.cli", *args], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def tide_json(*args: str) -> Any:
@@ -36,8 +42,9 @@ def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) ->
     async def register() -> None:
         async with ControllerClient(cluster.address_list) as c:
             for i in (1, 2):
-                r = await c.register_broker("broker-a", f"127.0.0.1:{30000 + i}", f"127.0.0.1:{31000 + i}",
-                                            identity=f"a-{i}")
+                r = await c.register_broker(
+                    "broker-a", f"127.0.0.1:{30000 + i}", f"127.0.0.1:{31000 + i}", identity=f"a-{i}"
+                )
                 await c.heartbeat("broker-a", r.broker_id, epoch=0, max_offset=0)
 
     asyncio.run(register())
@@ -52,7 +59,10 @@ def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) ->
     assert sets["liveness_known"] is True
     (bs,) = sets["broker_sets"]
     assert bs["role"]["sync_state_set"] == [1]
-    assert [(m["broker_id"], m["is_master"], m["alive"]) for m in bs["members"]] == [(1, True, True), (2, False, True)]
+    assert [(m["broker_id"], m["is_master"], m["alive"]) for m in bs["members"]] == [
+        (1, True, True),
+        (2, False, True),
+    ]
     table = tide(*ctl, "broker-sets")
     assert table.returncode == 0 and "broker-a" in table.stdout
 

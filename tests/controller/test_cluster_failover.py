@@ -42,8 +42,9 @@ async def _set_up(client: ControllerClient, name: str, n: int) -> list[SimBroker
     return brokers
 
 
-async def _stop_master_and_wait(client: ControllerClient, name: str, master: SimBroker,
-                                done: Callable[[pb.RoleAssignment], bool]) -> tuple[pb.RoleAssignment, float]:
+async def _stop_master_and_wait(
+    client: ControllerClient, name: str, master: SimBroker, done: Callable[[pb.RoleAssignment], bool]
+) -> tuple[pb.RoleAssignment, float]:
     await master.stop()
     stopped = time.monotonic()
 
@@ -61,8 +62,13 @@ async def _clean_and_unclean_off(cluster: ControllerCluster) -> dict[str, float]
         # 1. master dies, a SyncStateSet member takes over: epoch +1, SSS = {new master}
         b1, b2, b3 = await _set_up(client, "broker-a", 3)
         role = await _role(client, "broker-a")
-        reply = await client.alter_sync_state_set("broker-a", b1.broker_id, role.master_epoch,
-                                                  {b1.broker_id, b2.broker_id}, role.sync_state_set_epoch)
+        reply = await client.alter_sync_state_set(
+            "broker-a",
+            b1.broker_id,
+            role.master_epoch,
+            {b1.broker_id, b2.broker_id},
+            role.sync_state_set_epoch,
+        )
         assert list(reply.role.sync_state_set) == [1, 2]
         before = reply.role
         b2.max_offset = 10  # b3 (not in sync) has a longer log but must not win: it is not in the SSS
@@ -76,8 +82,11 @@ async def _clean_and_unclean_off(cluster: ControllerCluster) -> dict[str, float]
         assert list(role.sync_state_set) == [b2.broker_id]
         assert role.master_address == b2.address and role.master_ha_address == b2.ha_address
         # the surviving brokers learn it from their heartbeat replies
-        await wait_for(lambda: _async_true(b3.role is not None and b3.role.master_id == b2.broker_id), 3,
-                       what="heartbeat reply carrying the new role")
+        await wait_for(
+            lambda: _async_true(b3.role is not None and b3.role.master_id == b2.broker_id),
+            3,
+            what="heartbeat reply carrying the new role",
+        )
 
         # 2. every SSS member dead, unclean election off: nobody is master (the safe answer)
         c1, c2 = await _set_up(client, "broker-b", 2)  # SSS = {1}; c2 alive but not in sync
@@ -117,7 +126,9 @@ async def _unclean_on(cluster: ControllerCluster) -> float:
     async with ControllerClient(cluster.address_list, total_timeout=20) as client:
         b1, b2 = await _set_up(client, "broker-u", 2)  # SSS = {1}
         before = await _role(client, "broker-u")
-        role, took = await _stop_master_and_wait(client, "broker-u", b1, lambda r: r.master_id == b2.broker_id)
+        role, took = await _stop_master_and_wait(
+            client, "broker-u", b1, lambda r: r.master_id == b2.broker_id
+        )
         assert took <= BOUND_S
         assert role.master_epoch == before.master_epoch + 1
         assert list(role.sync_state_set) == [b2.broker_id]
@@ -126,22 +137,30 @@ async def _unclean_on(cluster: ControllerCluster) -> float:
 
 
 @pytest.mark.parametrize("size", [1, 3])
-def test_dead_master_is_replaced_from_its_sync_state_set(controller_cluster: Callable[..., ControllerCluster],
-                                                         size: int) -> None:
+def test_dead_master_is_replaced_from_its_sync_state_set(
+    controller_cluster: Callable[..., ControllerCluster], size: int
+) -> None:
     cluster = controller_cluster(size, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS)
     timings = asyncio.run(_clean_and_unclean_off(cluster))
-    print(f"{size}-node controller failover timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
+    print(
+        f"{size}-node controller failover timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items())
+    )
 
 
 @pytest.mark.parametrize("size", [1, 3])
-def test_unclean_election_picks_an_alive_replica(controller_cluster: Callable[..., ControllerCluster],
-                                                 size: int) -> None:
-    cluster = controller_cluster(size, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS, unclean=True)
+def test_unclean_election_picks_an_alive_replica(
+    controller_cluster: Callable[..., ControllerCluster], size: int
+) -> None:
+    cluster = controller_cluster(
+        size, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS, unclean=True
+    )
     took = asyncio.run(_unclean_on(cluster))
     print(f"{size}-node controller unclean failover took {took:.2f}s")
 
 
-async def _controller_leader(client: ControllerClient, cluster: ControllerCluster, among: list[str]) -> str | None:
+async def _controller_leader(
+    client: ControllerClient, cluster: ControllerCluster, among: list[str]
+) -> str | None:
     for nid in among:
         try:
             st = await client.cluster_status(address=cluster.grpc[nid])
@@ -157,29 +176,39 @@ async def _leader_change(cluster: ControllerCluster) -> dict[str, float]:
     async with ControllerClient(cluster.address_list, total_timeout=20) as client:
         b1, b2 = await _set_up(client, "broker-g", 2)
         role = await _role(client, "broker-g")
-        await client.alter_sync_state_set("broker-g", b1.broker_id, role.master_epoch, {1, 2},
-                                          role.sync_state_set_epoch)
+        await client.alter_sync_state_set(
+            "broker-g", b1.broker_id, role.master_epoch, {1, 2}, role.sync_state_set_epoch
+        )
         before = await _role(client, "broker-g")
         leader = await wait_for(lambda: _controller_leader(client, cluster, cluster.ids), 10, what="leader")
         cluster.procs[leader].kill9()
         killed = time.monotonic()
         others = [i for i in cluster.ids if i != leader]
-        await wait_for(lambda: _controller_leader(client, cluster, others), 10, interval=0.05, what="new leader")
+        await wait_for(
+            lambda: _controller_leader(client, cluster, others), 10, interval=0.05, what="new leader"
+        )
         timings["controller leader change"] = time.monotonic() - killed
         # The new leader knew no heartbeats; brokers that keep beating must not be failed over.
         await asyncio.sleep(TIMEOUT_MS / 1000 + 1.5)
         after = await _role(client, "broker-g")
         assert (after.master_id, after.master_epoch, list(after.sync_state_set)) == (
-            before.master_id, before.master_epoch, list(before.sync_state_set))
+            before.master_id,
+            before.master_epoch,
+            list(before.sync_state_set),
+        )
         # ...but a master that stops heartbeating now is failed over by the new leader.
-        role, took = await _stop_master_and_wait(client, "broker-g", b1, lambda r: r.master_id == b2.broker_id)
+        role, took = await _stop_master_and_wait(
+            client, "broker-g", b1, lambda r: r.master_id == b2.broker_id
+        )
         timings["failover by the new controller leader"] = took
         assert took <= BOUND_S and role.master_epoch == before.master_epoch + 1
         await b2.stop()
     return timings
 
 
-def test_new_controller_leader_gives_grace_then_fails_over(controller_cluster: Callable[..., ControllerCluster]) -> None:
+def test_new_controller_leader_gives_grace_then_fails_over(
+    controller_cluster: Callable[..., ControllerCluster],
+) -> None:
     cluster = controller_cluster(3, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS)
     timings = asyncio.run(_leader_change(cluster))
     print("3-node controller: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
@@ -189,25 +218,32 @@ async def _leader_and_master_die_together(cluster: ControllerCluster) -> float:
     async with ControllerClient(cluster.address_list, total_timeout=20) as client:
         b1, b2 = await _set_up(client, "broker-h", 2)
         role = await _role(client, "broker-h")
-        await client.alter_sync_state_set("broker-h", b1.broker_id, role.master_epoch, {1, 2},
-                                          role.sync_state_set_epoch)
+        await client.alter_sync_state_set(
+            "broker-h", b1.broker_id, role.master_epoch, {1, 2}, role.sync_state_set_epoch
+        )
         # Every node, followers too, hears both brokers: they send their heartbeats to all nodes.
         for nid in cluster.ids:
+
             async def heard(nid: str = nid) -> bool:
                 return (await client.cluster_status(address=cluster.grpc[nid])).brokers_heard == 2
+
             # a bounded wait for liveness: under a loaded CI machine a follower may take a while to
             # apply the registrations it needs before it records the copies
             await wait_for(heard, 30, what=f"controller {nid} hearing both brokers")
         leader = await wait_for(lambda: _controller_leader(client, cluster, cluster.ids), 10, what="leader")
         # The controller leader's datacenter goes dark with the master in it.
         cluster.procs[leader].kill9()
-        role, took = await _stop_master_and_wait(client, "broker-h", b1, lambda r: r.master_id == b2.broker_id)
+        role, took = await _stop_master_and_wait(
+            client, "broker-h", b1, lambda r: r.master_id == b2.broker_id
+        )
         assert role.master_epoch == 2 and list(role.sync_state_set) == [b2.broker_id]
         await b2.stop()
         return took
 
 
-def test_leader_and_master_lost_together_fail_over(controller_cluster: Callable[..., ControllerCluster]) -> None:
+def test_leader_and_master_lost_together_fail_over(
+    controller_cluster: Callable[..., ControllerCluster],
+) -> None:
     cluster = controller_cluster(3, heartbeat_interval_ms=300, heartbeat_timeout_ms=TIMEOUT_MS)
     took = asyncio.run(_leader_and_master_die_together(cluster))
     print(f"3-node controller: leader and master lost together, new master after {took:.2f}s")

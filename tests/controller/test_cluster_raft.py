@@ -26,8 +26,9 @@ from tidelog.proto import controller_pb2 as pb
 pytestmark = pytest.mark.slow
 
 
-async def _leader(client: ControllerClient, cluster: ControllerCluster, among: list[str],
-                  all_up: bool = False) -> str | None:
+async def _leader(
+    client: ControllerClient, cluster: ControllerCluster, among: list[str], all_up: bool = False
+) -> str | None:
     """The node id every answering node in `among` agrees leads (every node must answer if `all_up`)."""
     seen = set()
     for nid in among:
@@ -49,12 +50,20 @@ async def _leader(client: ControllerClient, cluster: ControllerCluster, among: l
 async def _scenario(cluster: ControllerCluster) -> dict[str, float]:
     timings: dict[str, float] = {}
     async with ControllerClient(cluster.address_list, total_timeout=20) as client:
-        leader = await wait_for(lambda: _leader(client, cluster, cluster.ids, all_up=True), 20, what="a first leader")
+        leader = await wait_for(
+            lambda: _leader(client, cluster, cluster.ids, all_up=True), 20, what="a first leader"
+        )
         followers = [i for i in cluster.ids if i != leader]
 
         # committed state before the crash: broker registrations, a topic, metadata
-        ids = [(await client.register_broker("broker-a", f"127.0.0.1:{30001 + i}", f"127.0.0.1:{31001 + i}",
-                                             identity=f"a-{i}")).broker_id for i in range(2)]
+        ids = [
+            (
+                await client.register_broker(
+                    "broker-a", f"127.0.0.1:{30001 + i}", f"127.0.0.1:{31001 + i}", identity=f"a-{i}"
+                )
+            ).broker_id
+            for i in range(2)
+        ]
         assert ids == [1, 2]
         await client.create_topic("orders", {"broker-a": 8})
         await client.meta_create("ledgers/1", b"open")
@@ -62,8 +71,12 @@ async def _scenario(cluster: ControllerCluster) -> dict[str, float]:
 
         # a follower answers a write with NOT_LEADER naming the leader's gRPC address
         with pytest.raises(errors.ControllerNotLeaderError) as info:
-            await client.call("admin", "CreateTopic",
-                              pb.CreateTopicRequest(name="direct", queues={"broker-a": 1}), address=cluster.grpc[followers[0]])
+            await client.call(
+                "admin",
+                "CreateTopic",
+                pb.CreateTopicRequest(name="direct", queues={"broker-a": 1}),
+                address=cluster.grpc[followers[0]],
+            )
         assert info.value.leader == cluster.grpc[leader]
         # ... and any follower answers reads from its replica
         st = await client.cluster_status(address=cluster.grpc[followers[0]])
@@ -76,8 +89,9 @@ async def _scenario(cluster: ControllerCluster) -> dict[str, float]:
         # kill -9 the leader: a new leader within 5 s
         cluster.procs[leader].kill9()
         killed_at = time.monotonic()
-        new_leader = await wait_for(lambda: _leader(client, cluster, followers), 10, interval=0.05,
-                                    what="a new leader")
+        new_leader = await wait_for(
+            lambda: _leader(client, cluster, followers), 10, interval=0.05, what="a new leader"
+        )
         timings["leader election after kill -9"] = time.monotonic() - killed_at
         assert new_leader in followers
         assert timings["leader election after kill -9"] < 5.0
@@ -102,10 +116,17 @@ async def _scenario(cluster: ControllerCluster) -> dict[str, float]:
 
         async def caught_up() -> bool:
             topics = await _topics_on(client, cluster, leader)
-            meta = await client.call("admin", "MetaGet", pb.MetaGetRequest(key="ledgers/1"), address=restarted)
-            sets = await client.call("route", "DescribeBrokerSets", pb.DescribeBrokerSetsRequest(), address=restarted)
-            return ("after-crash" in topics and meta.value == b"reopened"
-                    and len(sets.broker_sets[0].members) == 3)
+            meta = await client.call(
+                "admin", "MetaGet", pb.MetaGetRequest(key="ledgers/1"), address=restarted
+            )
+            sets = await client.call(
+                "route", "DescribeBrokerSets", pb.DescribeBrokerSetsRequest(), address=restarted
+            )
+            return (
+                "after-crash" in topics
+                and meta.value == b"reopened"
+                and len(sets.broker_sets[0].members) == 3
+            )
 
         t0 = time.monotonic()
         await wait_for(caught_up, 20, interval=0.2, what="the restarted node to catch up")
@@ -122,14 +143,16 @@ async def _topics_on(client: ControllerClient, cluster: ControllerCluster, nid: 
 
 
 def test_leader_crash_keeps_committed_state_and_restart_catches_up(
-        controller_cluster: Callable[..., ControllerCluster]) -> None:
+    controller_cluster: Callable[..., ControllerCluster],
+) -> None:
     cluster = controller_cluster(3)
     timings = asyncio.run(_scenario(cluster))
     print("3-node controller: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
 
 
 def test_multi_node_controller_without_secret_refuses_to_start(
-        controller_cluster: Callable[..., ControllerCluster]) -> None:
+    controller_cluster: Callable[..., ControllerCluster],
+) -> None:
     cluster = controller_cluster(3, secret=None, start=False)
     for p in cluster.procs.values():
         p.env = {"TIDE_CLUSTER_SECRET": "", "TIDE_CONTROLLER_SECRET": ""}
@@ -139,7 +162,9 @@ def test_multi_node_controller_without_secret_refuses_to_start(
         assert "secret" in p.output()
 
 
-def test_a_node_with_the_wrong_secret_cannot_join(controller_cluster: Callable[..., ControllerCluster]) -> None:
+def test_a_node_with_the_wrong_secret_cannot_join(
+    controller_cluster: Callable[..., ControllerCluster],
+) -> None:
     cluster = controller_cluster(3, start=False)
     # c3 is told a different secret: the others must not let it in, nor must it learn the state.
     text = cluster.config_path.read_text().replace("test-cluster-secret", "a-different-secret")

@@ -55,8 +55,9 @@ def _listening(port: int) -> set[str]:
     return out
 
 
-def test_a_pickled_payload_on_the_raft_port_does_nothing(controller_cluster: Callable[..., ControllerCluster],
-                                                         tmp_path: Path) -> None:
+def test_a_pickled_payload_on_the_raft_port_does_nothing(
+    controller_cluster: Callable[..., ControllerCluster], tmp_path: Path
+) -> None:
     cluster = controller_cluster(1, secret=None, start=False)
     proc = cluster.procs["c1"]
     proc.env = {"TIDE_CLUSTER_SECRET": "", "TIDE_CONTROLLER_SECRET": ""}  # like deploy/local.yaml by hand
@@ -85,10 +86,17 @@ def test_a_pickled_payload_on_the_raft_port_does_nothing(controller_cluster: Cal
 def test_a_controller_refuses_to_start_under_python_O(tmp_path: Path) -> None:
     # PySyncObj's checks of what peers send are asserts; -O would remove them silently.
     cfg = tmp_path / "controller.yaml"
-    cfg.write_text(f"data_dir: {tmp_path / 'data'}\nsecret: a-real-secret-for-this-test-only-0123456789\n"
-                   f"nodes:\n  - id: c1\n    raft: {free_address()}\n    grpc: {free_address()}\n")
-    out = subprocess.run([sys.executable, "-O", "-m", "tidelog.cli", "controller", "--config", str(cfg),
-                          "--node-id", "c1"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    cfg.write_text(
+        f"data_dir: {tmp_path / 'data'}\nsecret: a-real-secret-for-this-test-only-0123456789\n"
+        f"nodes:\n  - id: c1\n    raft: {free_address()}\n    grpc: {free_address()}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-O", "-m", "tidelog.cli", "controller", "--config", str(cfg), "--node-id", "c1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode != 0
     assert "python -O" in out.stderr and "CONFIG_INVALID" in out.stderr
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*.log"))

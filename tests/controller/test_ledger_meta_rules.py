@@ -36,8 +36,13 @@ def with_ledger(meta: LedgerMetadata) -> ControllerState:
     return s
 
 
-def cas(s: ControllerState, new: LedgerMetadata | bytes, version: int = 1, key: str = KEY,
-        proof: bytes | None = PROOF):
+def cas(
+    s: ControllerState,
+    new: LedgerMetadata | bytes,
+    version: int = 1,
+    key: str = KEY,
+    proof: bytes | None = PROOF,
+):
     value = new if isinstance(new, bytes) else new.encode()
     return s.apply(MetaCompareAndSet(key, value, version, now_ms=2, ledger_password_hash=proof))
 
@@ -55,20 +60,39 @@ def test_allowed_moves_are_applied():
 CLOSED_AT_9 = dict(state=LedgerState.CLOSED, last_entry_id=9, length=100)
 
 
-@pytest.mark.parametrize(("name", "old", "new", "error"), [
-    ("M5 CLOSED never goes back to OPEN", CLOSED_AT_9, {"state": LedgerState.OPEN, "last_entry_id": -1, "length": 0},
-     IllegalOpError),
-    ("M5 IN_RECOVERY never goes back to OPEN", {"state": LedgerState.IN_RECOVERY}, {"state": LedgerState.OPEN},
-     IllegalOpError),
-    ("M6 a CLOSED ledger's end never changes", CLOSED_AT_9, dict(CLOSED_AT_9, last_entry_id=5, length=50),
-     IllegalOpError),
-    ("M6 the ack quorum never changes", {}, {"ack_quorum": 3}, IllegalOpError),
-    ("M6 the password never changes", {}, {"password_hash": b"x" * 32}, IllegalOpError),
-    ("M6 the ledger id never changes", {}, {"ledger_id": 43}, IllegalOpError),
-    ("M7 ensembles keep their keys", {}, {"ensembles": ((0, (1, 2, 3)), (5, (1, 2, 4)))}, None),
-    ("M7 a CLOSED ledger gets no new ensemble", CLOSED_AT_9,
-     dict(CLOSED_AT_9, ensembles=((0, (1, 2, 3)), (5, (1, 2, 4)))), IllegalOpError),
-])
+@pytest.mark.parametrize(
+    ("name", "old", "new", "error"),
+    [
+        (
+            "M5 CLOSED never goes back to OPEN",
+            CLOSED_AT_9,
+            {"state": LedgerState.OPEN, "last_entry_id": -1, "length": 0},
+            IllegalOpError,
+        ),
+        (
+            "M5 IN_RECOVERY never goes back to OPEN",
+            {"state": LedgerState.IN_RECOVERY},
+            {"state": LedgerState.OPEN},
+            IllegalOpError,
+        ),
+        (
+            "M6 a CLOSED ledger's end never changes",
+            CLOSED_AT_9,
+            dict(CLOSED_AT_9, last_entry_id=5, length=50),
+            IllegalOpError,
+        ),
+        ("M6 the ack quorum never changes", {}, {"ack_quorum": 3}, IllegalOpError),
+        ("M6 the password never changes", {}, {"password_hash": b"x" * 32}, IllegalOpError),
+        ("M6 the ledger id never changes", {}, {"ledger_id": 43}, IllegalOpError),
+        ("M7 ensembles keep their keys", {}, {"ensembles": ((0, (1, 2, 3)), (5, (1, 2, 4)))}, None),
+        (
+            "M7 a CLOSED ledger gets no new ensemble",
+            CLOSED_AT_9,
+            dict(CLOSED_AT_9, ensembles=((0, (1, 2, 3)), (5, (1, 2, 4)))),
+            IllegalOpError,
+        ),
+    ],
+)
 def test_table(name, old, new, error):
     before = replace(opened(), **old)
     s = with_ledger(before)
@@ -106,23 +130,41 @@ def test_the_check_is_deterministic_across_replicas():
     """Two replicas applying the same commands end equal (refusals included)."""
     a, b = with_ledger(opened()), with_ledger(opened())
     closed = replace(opened(), **CLOSED_AT_9).encode()
-    cmds = [MetaCompareAndSet(KEY, b"junk", 1, ledger_password_hash=PROOF), MetaCompareAndSet(KEY, closed, 1),
-            MetaCompareAndSet(KEY, closed, 1, ledger_password_hash=PROOF),
-            MetaCompareAndSet(KEY, replace(opened(), state=LedgerState.OPEN).encode(), 2,
-                              ledger_password_hash=PROOF),
-            MetaDelete(KEY, ledger_password_hash=hash_password(b"no")), MetaDelete(KEY, ledger_password_hash=PROOF)]
+    cmds = [
+        MetaCompareAndSet(KEY, b"junk", 1, ledger_password_hash=PROOF),
+        MetaCompareAndSet(KEY, closed, 1),
+        MetaCompareAndSet(KEY, closed, 1, ledger_password_hash=PROOF),
+        MetaCompareAndSet(
+            KEY, replace(opened(), state=LedgerState.OPEN).encode(), 2, ledger_password_hash=PROOF
+        ),
+        MetaDelete(KEY, ledger_password_hash=hash_password(b"no")),
+        MetaDelete(KEY, ledger_password_hash=PROOF),
+    ]
     ra = [a.apply(c) for c in cmds]
     rb = [b.apply(c) for c in cmds]
-    assert [r.code for r in ra] == [r.code for r in rb] == [
-        "LEDGER_INCORRECT_PARAMETER", "LEDGER_UNAUTHORIZED", "OK", "LEDGER_ILLEGAL_OP", "LEDGER_UNAUTHORIZED", "OK"]
+    assert (
+        [r.code for r in ra]
+        == [r.code for r in rb]
+        == [
+            "LEDGER_INCORRECT_PARAMETER",
+            "LEDGER_UNAUTHORIZED",
+            "OK",
+            "LEDGER_ILLEGAL_OP",
+            "LEDGER_UNAUTHORIZED",
+            "OK",
+        ]
+    )
     assert a == b
 
 
 # --- M8: only a holder of the password changes or deletes a ledger's metadata ------------------
 
 
-@pytest.mark.parametrize("proof", [None, hash_password(b"wrong"), b"", hash_password(b"pw")[:-1]],
-                         ids=["none", "wrong", "empty", "truncated"])
+@pytest.mark.parametrize(
+    "proof",
+    [None, hash_password(b"wrong"), b"", hash_password(b"pw")[:-1]],
+    ids=["none", "wrong", "empty", "truncated"],
+)
 def test_a_change_without_the_password_is_refused(proof):
     s = with_ledger(opened())
     snapshot = copy.deepcopy(s.metadata)

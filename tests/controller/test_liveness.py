@@ -226,8 +226,10 @@ def test_timeout_must_be_a_positive_int(bad: object) -> None:
         HeartbeatTable(bad)  # type: ignore[arg-type]
 
 
-beats = st.lists(st.tuples(st.integers(-1, 3), st.integers(-1, 1000), st.integers(-1, 1000),
-                           st.integers(0, 20_000)), max_size=30)
+beats = st.lists(
+    st.tuples(st.integers(-1, 3), st.integers(-1, 1000), st.integers(-1, 1000), st.integers(0, 20_000)),
+    max_size=30,
+)
 
 
 @settings(max_examples=200, deadline=None)

@@ -53,13 +53,20 @@ TWO_DCS = ("dc-a", "dc-b")
 
 
 def member(broker_id: int, dc: str) -> Member:
-    return Member(broker_id, f"127.0.0.1:{10900 + broker_id}", f"127.0.0.1:{10800 + broker_id}", datacenter=dc)
+    return Member(
+        broker_id, f"127.0.0.1:{10900 + broker_id}", f"127.0.0.1:{10800 + broker_id}", datacenter=dc
+    )
 
 
 def broker_set(dcs: Mapping[int, str], master: int | None, sss: Iterable[int], name: str = SET) -> BrokerSet:
     """A set whose member ``i`` is labelled ``dcs[i]``; ``master`` and ``sss`` as given."""
-    return BrokerSet(name=name, members={i: member(i, dc) for i, dc in dcs.items()}, master_id=master,
-                     master_epoch=1 if master is not None else 0, sync_state_set=frozenset(sss))
+    return BrokerSet(
+        name=name,
+        members={i: member(i, dc) for i, dc in dcs.items()},
+        master_id=master,
+        master_epoch=1 if master is not None else 0,
+        sync_state_set=frozenset(sss),
+    )
 
 
 def live(offsets: Mapping[int, int]) -> dict[int, LiveInfo]:
@@ -98,45 +105,142 @@ def test_p1_undeclared_uses_member_labels_and_unlabelled_members_count_for_no_da
 # (members' datacenters, master, SyncStateSet, live brokers -> max offset, declared placement,
 #  expected codes in audit order, a phrase each expected reason must contain)
 SET_SCENARIOS = [
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1, 2}, {1: 1000, 2: 1000}, {SET: TWO_DCS}, [], [],
-                 id="p3-p4-all-well-two-dcs-in-sync-and-alive"),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1, 2},
+        {1: 1000, 2: 1000},
+        {SET: TWO_DCS},
+        [],
+        [],
+        id="p3-p4-all-well-two-dcs-in-sync-and-alive",
+    ),
     # The outage: dc-b's broker is silent and the master shrank the SyncStateSet to itself. It
     # is reported as down, not also as out of sync (one cause, one violation).
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1}, {1: 1000}, {SET: TWO_DCS}, ["DATACENTER_DOWN"],
-                 ["no live replica of broker-a in dc-b (broker 2 silent)"], id="p3-dc-b-down"),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1},
+        {1: 1000},
+        {SET: TWO_DCS},
+        ["DATACENTER_DOWN"],
+        ["no live replica of broker-a in dc-b (broker 2 silent)"],
+        id="p3-dc-b-down",
+    ),
     # dc-b is back but still copying: acknowledged bytes live in dc-a only (BP-54's trap).
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1}, {1: 1000, 2: 400}, {SET: TWO_DCS}, ["NOT_IN_SYNC"],
-                 ["held in dc-a only: dc-b's replica", "broker 2 600 bytes behind"],
-                 id="p4-dc-b-back-alive-not-yet-in-sync"),
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1, 2}, {1: 1400, 2: 1400}, {SET: TWO_DCS}, [], [],
-                 id="p4-dc-b-back-in-sync-is-clean"),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1},
+        {1: 1000, 2: 400},
+        {SET: TWO_DCS},
+        ["NOT_IN_SYNC"],
+        ["held in dc-a only: dc-b's replica", "broker 2 600 bytes behind"],
+        id="p4-dc-b-back-alive-not-yet-in-sync",
+    ),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1, 2},
+        {1: 1400, 2: 1400},
+        {SET: TWO_DCS},
+        [],
+        [],
+        id="p4-dc-b-back-in-sync-is-clean",
+    ),
     # A replica ahead of the master's report (heartbeats race) is 0 bytes behind, never negative.
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1}, {1: 1000, 2: 1200}, {SET: TWO_DCS}, ["NOT_IN_SYNC"],
-                 ["broker 2 0 bytes behind"], id="p4-lag-never-negative"),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1},
+        {1: 1000, 2: 1200},
+        {SET: TWO_DCS},
+        ["NOT_IN_SYNC"],
+        ["broker 2 0 bytes behind"],
+        id="p4-lag-never-negative",
+    ),
     # Without a live master nobody knows the lag: the replica is only "catching up".
-    pytest.param({1: "dc-a", 2: "dc-b", 3: "dc-a"}, 1, {1, 3}, {2: 10, 3: 50}, {SET: TWO_DCS}, ["NOT_IN_SYNC"],
-                 ["broker 2 catching up"], id="p4-lag-unknown-without-live-master"),
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1, 2}, {1: 0, 2: 0}, {SET: ("dc-a", "dc-b", "dc-c")},
-                 ["NO_REPLICA"], ["no replica of broker-a is registered in dc-c"], id="p2-no-member-in-declared-dc"),
-    pytest.param({1: "dc-a", 2: "dc-b"}, None, {1, 2}, {1: 0, 2: 0}, {SET: TWO_DCS}, ["NO_MASTER"],
-                 ["broker-a has no master"], id="p5-no-master"),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b", 3: "dc-a"},
+        1,
+        {1, 3},
+        {2: 10, 3: 50},
+        {SET: TWO_DCS},
+        ["NOT_IN_SYNC"],
+        ["broker 2 catching up"],
+        id="p4-lag-unknown-without-live-master",
+    ),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1, 2},
+        {1: 0, 2: 0},
+        {SET: ("dc-a", "dc-b", "dc-c")},
+        ["NO_REPLICA"],
+        ["no replica of broker-a is registered in dc-c"],
+        id="p2-no-member-in-declared-dc",
+    ),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        None,
+        {1, 2},
+        {1: 0, 2: 0},
+        {SET: TWO_DCS},
+        ["NO_MASTER"],
+        ["broker-a has no master"],
+        id="p5-no-master",
+    ),
     # PL1 undeclared: the labels dc-a and dc-b make two required datacenters.
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1}, {1: 500, 2: 200}, {}, ["NOT_IN_SYNC"],
-                 ["broker 2 300 bytes behind"], id="p1-undeclared-uses-labels-not-in-sync"),
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1, 2}, {1: 500}, {}, ["DATACENTER_DOWN"],
-                 ["in dc-b (broker 2 silent)"], id="p1-undeclared-uses-labels-down"),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1},
+        {1: 500, 2: 200},
+        {},
+        ["NOT_IN_SYNC"],
+        ["broker 2 300 bytes behind"],
+        id="p1-undeclared-uses-labels-not-in-sync",
+    ),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1, 2},
+        {1: 500},
+        {},
+        ["DATACENTER_DOWN"],
+        ["in dc-b (broker 2 silent)"],
+        id="p1-undeclared-uses-labels-down",
+    ),
     # One required datacenter: sync is the broker's business, not a placement violation.
-    pytest.param({1: "dc-a", 2: "dc-a"}, 1, {1}, {1: 500, 2: 0}, {}, [], [], id="p1-p4-single-dc-never-not-in-sync"),
-    pytest.param({1: "dc-a", 2: "dc-b"}, 1, {1}, {1: 500, 2: 0}, {SET: ("dc-a",)}, [], [],
-                 id="p1-p4-declared-single-dc-overrides-labels"),
+    pytest.param(
+        {1: "dc-a", 2: "dc-a"}, 1, {1}, {1: 500, 2: 0}, {}, [], [], id="p1-p4-single-dc-never-not-in-sync"
+    ),
+    pytest.param(
+        {1: "dc-a", 2: "dc-b"},
+        1,
+        {1},
+        {1: 500, 2: 0},
+        {SET: ("dc-a",)},
+        [],
+        [],
+        id="p1-p4-declared-single-dc-overrides-labels",
+    ),
     pytest.param({1: "", 2: ""}, 1, {1}, {1: 500}, {}, [], [], id="p1-unlabelled-members-require-nothing"),
 ]
 
 
-@pytest.mark.parametrize(("dcs", "master", "sss", "offsets", "declared", "expected", "phrases"), SET_SCENARIOS)
-def test_p2_p5_broker_set_audit(dcs: dict[int, str], master: int | None, sss: set[int], offsets: dict[int, int],
-                                declared: dict[str, tuple[str, ...]], expected: list[str],
-                                phrases: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("dcs", "master", "sss", "offsets", "declared", "expected", "phrases"), SET_SCENARIOS
+)
+def test_p2_p5_broker_set_audit(
+    dcs: dict[int, str],
+    master: int | None,
+    sss: set[int],
+    offsets: dict[int, int],
+    declared: dict[str, tuple[str, ...]],
+    expected: list[str],
+    phrases: list[str],
+) -> None:
     bs = broker_set(dcs, master, sss)
     got = audit(state_of(bs), declared, {SET: live(offsets)})
     assert codes(got) == expected, got
@@ -172,9 +276,14 @@ def test_p2_declared_broker_set_that_never_registered_is_no_replica_in_each_dc()
 def test_audit_covers_every_set_and_is_sorted() -> None:
     a = broker_set({1: "dc-a", 2: "dc-b"}, None, {1, 2}, name="broker-a")
     b = broker_set({1: "dc-a", 2: "dc-b"}, 1, {1}, name="broker-b")
-    got = audit(state_of(b, a), {"broker-c": ("dc-a",)}, {"broker-a": live({1: 0, 2: 0}), "broker-b": live({1: 0})})
+    got = audit(
+        state_of(b, a), {"broker-c": ("dc-a",)}, {"broker-a": live({1: 0, 2: 0}), "broker-b": live({1: 0})}
+    )
     assert [(v.name, v.code) for v in got] == [
-        ("broker-a", "NO_MASTER"), ("broker-b", "DATACENTER_DOWN"), ("broker-c", "NO_REPLICA")]
+        ("broker-a", "NO_MASTER"),
+        ("broker-b", "DATACENTER_DOWN"),
+        ("broker-c", "NO_REPLICA"),
+    ]
     assert got == sorted(got)
 
 
@@ -184,25 +293,67 @@ def test_audit_covers_every_set_and_is_sorted() -> None:
 LEDGER_SET = {1: "dc-a", 2: "dc-b", 3: "dc-a"}
 
 
-@pytest.mark.parametrize(("ledger", "sss", "offsets", "expected", "phrase"), [
-    pytest.param(LedgerPlacement(7, SET, (1, 2)), {1, 2, 3}, {1: 0, 2: 0, 3: 0}, [], "", id="clean"),
-    pytest.param(LedgerPlacement(7, SET, (1, 2, 9)), {1, 2, 3}, {1: 0, 2: 0, 3: 0}, ["REPLICA_GONE"],
-                 "ensemble names broker 9, no longer a member of broker-a", id="ensemble-names-removed-broker"),
-    pytest.param(LedgerPlacement(7, SET, (1, 3)), {1, 2, 3}, {1: 0, 2: 0, 3: 0}, ["ENSEMBLE_ONE_DATACENTER"],
-                 "ledger 7's ensemble has no replica in dc-b", id="ensemble-in-one-dc-of-two"),
-    pytest.param(LedgerPlacement(7, SET, (1, 2)), {1, 3}, {1: 0, 3: 0}, ["BROKER_SET_DEGRADED"],
-                 "no live replica of broker-a in dc-b", id="set-degraded-by-dc-down"),
-    pytest.param(LedgerPlacement(7, SET, (1, 2)), {1, 3}, {1: 50, 2: 20, 3: 50}, ["BROKER_SET_DEGRADED"],
-                 "broker 2 30 bytes behind", id="set-degraded-by-not-in-sync"),
-    # A removed broker and a missing datacenter at once: both are reported.
-    pytest.param(LedgerPlacement(7, SET, (1, 9)), {1, 2, 3}, {1: 0, 2: 0, 3: 0},
-                 ["ENSEMBLE_ONE_DATACENTER", "REPLICA_GONE"], "ledger 7", id="gone-and-one-dc"),
-    pytest.param(LedgerPlacement(7, SET, (1, 9), deleted=True), {1, 3}, {1: 0}, [], "", id="deleted-not-audited"),
-    pytest.param(LedgerPlacement(7, "broker-z", (1, 2)), {1, 2, 3}, {1: 0, 2: 0, 3: 0}, ["REPLICA_GONE"],
-                 "broker set broker-z no longer exists", id="unknown-broker-set"),
-])
-def test_p6_ledger_audit(ledger: LedgerPlacement, sss: set[int], offsets: dict[int, int], expected: list[str],
-                         phrase: str) -> None:
+@pytest.mark.parametrize(
+    ("ledger", "sss", "offsets", "expected", "phrase"),
+    [
+        pytest.param(LedgerPlacement(7, SET, (1, 2)), {1, 2, 3}, {1: 0, 2: 0, 3: 0}, [], "", id="clean"),
+        pytest.param(
+            LedgerPlacement(7, SET, (1, 2, 9)),
+            {1, 2, 3},
+            {1: 0, 2: 0, 3: 0},
+            ["REPLICA_GONE"],
+            "ensemble names broker 9, no longer a member of broker-a",
+            id="ensemble-names-removed-broker",
+        ),
+        pytest.param(
+            LedgerPlacement(7, SET, (1, 3)),
+            {1, 2, 3},
+            {1: 0, 2: 0, 3: 0},
+            ["ENSEMBLE_ONE_DATACENTER"],
+            "ledger 7's ensemble has no replica in dc-b",
+            id="ensemble-in-one-dc-of-two",
+        ),
+        pytest.param(
+            LedgerPlacement(7, SET, (1, 2)),
+            {1, 3},
+            {1: 0, 3: 0},
+            ["BROKER_SET_DEGRADED"],
+            "no live replica of broker-a in dc-b",
+            id="set-degraded-by-dc-down",
+        ),
+        pytest.param(
+            LedgerPlacement(7, SET, (1, 2)),
+            {1, 3},
+            {1: 50, 2: 20, 3: 50},
+            ["BROKER_SET_DEGRADED"],
+            "broker 2 30 bytes behind",
+            id="set-degraded-by-not-in-sync",
+        ),
+        # A removed broker and a missing datacenter at once: both are reported.
+        pytest.param(
+            LedgerPlacement(7, SET, (1, 9)),
+            {1, 2, 3},
+            {1: 0, 2: 0, 3: 0},
+            ["ENSEMBLE_ONE_DATACENTER", "REPLICA_GONE"],
+            "ledger 7",
+            id="gone-and-one-dc",
+        ),
+        pytest.param(
+            LedgerPlacement(7, SET, (1, 9), deleted=True), {1, 3}, {1: 0}, [], "", id="deleted-not-audited"
+        ),
+        pytest.param(
+            LedgerPlacement(7, "broker-z", (1, 2)),
+            {1, 2, 3},
+            {1: 0, 2: 0, 3: 0},
+            ["REPLICA_GONE"],
+            "broker set broker-z no longer exists",
+            id="unknown-broker-set",
+        ),
+    ],
+)
+def test_p6_ledger_audit(
+    ledger: LedgerPlacement, sss: set[int], offsets: dict[int, int], expected: list[str], phrase: str
+) -> None:
     bs = broker_set(LEDGER_SET, 1, sss)
     got = [v for v in audit(state_of(bs), {SET: TWO_DCS}, {SET: live(offsets)}, [ledger]) if v.kind == LEDGER]
     assert codes(got) == expected, got
@@ -215,7 +366,9 @@ def test_p6_one_datacenter_ensemble_is_fine_when_one_datacenter_is_required() ->
     bs = broker_set(LEDGER_SET, 1, {1, 2, 3})
     assert audit_ledger(LedgerPlacement(3, SET, (1, 3)), bs, ("dc-a",), []) == []
     # the same ensemble is a violation once a second datacenter is required
-    assert codes(audit_ledger(LedgerPlacement(3, SET, (1, 3)), bs, TWO_DCS, [])) == ["ENSEMBLE_ONE_DATACENTER"]
+    assert codes(audit_ledger(LedgerPlacement(3, SET, (1, 3)), bs, TWO_DCS, [])) == [
+        "ENSEMBLE_ONE_DATACENTER"
+    ]
 
 
 def test_p6_only_down_and_not_in_sync_degrade_a_ledger() -> None:
@@ -226,7 +379,9 @@ def test_p6_only_down_and_not_in_sync_degrade_a_ledger() -> None:
     assert audit_ledger(LedgerPlacement(3, SET, (1, 2)), bs, TWO_DCS, others) == []
 
 
-def _store(state: ControllerState, ledger_id: int, replicas: Sequence[int], broker_set_name: str = SET) -> None:
+def _store(
+    state: ControllerState, ledger_id: int, replicas: Sequence[int], broker_set_name: str = SET
+) -> None:
     meta = new_ledger_metadata(ledger_id, broker_set_name, replicas, 1, password=b"pw")
     result = state.apply(MetaCreate(key=ledger_key(ledger_id), value=meta.encode(), now_ms=1))
     assert result.code == "OK", result
@@ -237,8 +392,9 @@ def test_p6_ledger_placements_reads_the_current_ensemble_of_every_stored_ledger(
     _store(state, 12, (1, 2))
     _store(state, 3, (2, 3), "broker-b")
     # An ensemble change: the ledger's new entries go to the last ensemble, so that is the one audited.
-    changed = dataclasses.replace(new_ledger_metadata(40, SET, (1, 2), 1, password=b"pw"),
-                                  ensembles=((0, (1, 2)), (10, (1, 4))))
+    changed = dataclasses.replace(
+        new_ledger_metadata(40, SET, (1, 2), 1, password=b"pw"), ensembles=((0, (1, 2)), (10, (1, 4)))
+    )
     state.metadata[ledger_key(40)] = MetaEntry(ledger_key(40), changed.encode(), version=2)
     # Not ledger metadata: skipped rather than failing the whole audit.
     state.metadata[ledger_key(41)] = MetaEntry(ledger_key(41), b"not json", version=1)
@@ -266,32 +422,80 @@ def test_p6_stored_ledgers_flow_into_the_audit() -> None:
 DECOM_SET = {1: "dc-a", 2: "dc-b", 3: "dc-b", 4: "dc-a"}
 
 
-@pytest.mark.parametrize(("dcs", "master", "sss", "required", "broker", "force", "refusal"), [
-    pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 1, False, "is the master of broker-a", id="master"),
-    pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 1, True, "is the master of broker-a", id="master-even-forced"),
-    # The master died and was cleared: broker 2 alone holds every acknowledged byte.
-    pytest.param(DECOM_SET, None, {2}, TWO_DCS, 2, False, "last in-sync replica", id="last-in-sync"),
-    pytest.param(DECOM_SET, None, {2}, TWO_DCS, 2, True, "last in-sync replica", id="last-in-sync-even-forced"),
-    pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 2, False, "only in-sync replica of broker-a in dc-b",
-                 id="only-remote-in-sync"),
-    # An unlabelled in-sync member holds no required datacenter: broker 2 is still dc-b's only one.
-    pytest.param({1: "dc-a", 2: "dc-b", 3: "", 4: "dc-b"}, 1, {1, 2, 3}, TWO_DCS, 2, False,
-                 "only in-sync replica of broker-a in dc-b", id="unlabelled-does-not-cover"),
-    pytest.param({1: "dc-a", 2: "dc-b", 3: "dc-c", 4: "dc-b"}, 1, {1, 2, 3}, TWO_DCS, 2, False,
-                 "only in-sync replica of broker-a in dc-b", id="unrequired-dc-does-not-cover"),
-    pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 2, True, None, id="only-remote-in-sync-forced"),
-    pytest.param(DECOM_SET, 1, {1, 2, 3}, TWO_DCS, 2, False, None, id="another-remote-stays-in-sync"),
-    pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 3, False, None, id="out-of-sync-replica"),
-    pytest.param(DECOM_SET, 1, {1, 2, 4}, TWO_DCS, 4, False, None, id="home-dc-replica"),
-    # Nothing is in sync outside dc-a yet: removing a dc-a replica loses nothing that is there.
-    pytest.param(DECOM_SET, 1, {1, 4}, TWO_DCS, 4, False, None, id="no-remote-to-lose"),
-    pytest.param(DECOM_SET, 1, {1, 2}, ("dc-a",), 2, False, None, id="single-dc-placement"),
-    pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 9, False, "broker 9 is not a member of broker-a", id="non-member"),
-    pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 9, True, "broker 9 is not a member of broker-a",
-                 id="non-member-forced"),
-])
-def test_p7_decommission_problem(dcs: dict[int, str], master: int | None, sss: set[int],
-                                 required: tuple[str, ...], broker: int, force: bool, refusal: str | None) -> None:
+@pytest.mark.parametrize(
+    ("dcs", "master", "sss", "required", "broker", "force", "refusal"),
+    [
+        pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 1, False, "is the master of broker-a", id="master"),
+        pytest.param(
+            DECOM_SET, 1, {1, 2}, TWO_DCS, 1, True, "is the master of broker-a", id="master-even-forced"
+        ),
+        # The master died and was cleared: broker 2 alone holds every acknowledged byte.
+        pytest.param(DECOM_SET, None, {2}, TWO_DCS, 2, False, "last in-sync replica", id="last-in-sync"),
+        pytest.param(
+            DECOM_SET, None, {2}, TWO_DCS, 2, True, "last in-sync replica", id="last-in-sync-even-forced"
+        ),
+        pytest.param(
+            DECOM_SET,
+            1,
+            {1, 2},
+            TWO_DCS,
+            2,
+            False,
+            "only in-sync replica of broker-a in dc-b",
+            id="only-remote-in-sync",
+        ),
+        # An unlabelled in-sync member holds no required datacenter: broker 2 is still dc-b's only one.
+        pytest.param(
+            {1: "dc-a", 2: "dc-b", 3: "", 4: "dc-b"},
+            1,
+            {1, 2, 3},
+            TWO_DCS,
+            2,
+            False,
+            "only in-sync replica of broker-a in dc-b",
+            id="unlabelled-does-not-cover",
+        ),
+        pytest.param(
+            {1: "dc-a", 2: "dc-b", 3: "dc-c", 4: "dc-b"},
+            1,
+            {1, 2, 3},
+            TWO_DCS,
+            2,
+            False,
+            "only in-sync replica of broker-a in dc-b",
+            id="unrequired-dc-does-not-cover",
+        ),
+        pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 2, True, None, id="only-remote-in-sync-forced"),
+        pytest.param(DECOM_SET, 1, {1, 2, 3}, TWO_DCS, 2, False, None, id="another-remote-stays-in-sync"),
+        pytest.param(DECOM_SET, 1, {1, 2}, TWO_DCS, 3, False, None, id="out-of-sync-replica"),
+        pytest.param(DECOM_SET, 1, {1, 2, 4}, TWO_DCS, 4, False, None, id="home-dc-replica"),
+        # Nothing is in sync outside dc-a yet: removing a dc-a replica loses nothing that is there.
+        pytest.param(DECOM_SET, 1, {1, 4}, TWO_DCS, 4, False, None, id="no-remote-to-lose"),
+        pytest.param(DECOM_SET, 1, {1, 2}, ("dc-a",), 2, False, None, id="single-dc-placement"),
+        pytest.param(
+            DECOM_SET, 1, {1, 2}, TWO_DCS, 9, False, "broker 9 is not a member of broker-a", id="non-member"
+        ),
+        pytest.param(
+            DECOM_SET,
+            1,
+            {1, 2},
+            TWO_DCS,
+            9,
+            True,
+            "broker 9 is not a member of broker-a",
+            id="non-member-forced",
+        ),
+    ],
+)
+def test_p7_decommission_problem(
+    dcs: dict[int, str],
+    master: int | None,
+    sss: set[int],
+    required: tuple[str, ...],
+    broker: int,
+    force: bool,
+    refusal: str | None,
+) -> None:
     problem = decommission_problem(broker_set(dcs, master, sss), broker, required, force=force)
     if refusal is None:
         assert problem is None
@@ -303,16 +507,19 @@ REPLACE_SET = broker_set({1: "dc-a", 2: "dc-b", 3: "dc-b", 4: "dc-a", 5: "dc-b",
 REPLACE_ALIVE = (1, 3, 4, 6)  # 2 (the broker being replaced) and 5 are silent
 
 
-@pytest.mark.parametrize(("old", "new", "force", "refusal"), [
-    pytest.param(2, 2, False, "cannot replace itself", id="self"),
-    pytest.param(2, 9, False, "broker 9 is not a member of broker-a", id="not-a-member"),
-    pytest.param(2, 5, False, "broker 5 of broker-a is not alive", id="not-alive"),
-    pytest.param(2, 6, False, "broker 6 is not in the SyncStateSet of broker-a", id="not-in-sync"),
-    pytest.param(2, 6, True, "not in the SyncStateSet", id="not-in-sync-even-forced"),
-    pytest.param(2, 4, False, "broker 4 is in dc-a, broker 2 in dc-b: pass --force", id="other-dc"),
-    pytest.param(2, 4, True, None, id="other-dc-forced"),
-    pytest.param(2, 3, False, None, id="same-dc-in-sync-alive"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "force", "refusal"),
+    [
+        pytest.param(2, 2, False, "cannot replace itself", id="self"),
+        pytest.param(2, 9, False, "broker 9 is not a member of broker-a", id="not-a-member"),
+        pytest.param(2, 5, False, "broker 5 of broker-a is not alive", id="not-alive"),
+        pytest.param(2, 6, False, "broker 6 is not in the SyncStateSet of broker-a", id="not-in-sync"),
+        pytest.param(2, 6, True, "not in the SyncStateSet", id="not-in-sync-even-forced"),
+        pytest.param(2, 4, False, "broker 4 is in dc-a, broker 2 in dc-b: pass --force", id="other-dc"),
+        pytest.param(2, 4, True, None, id="other-dc-forced"),
+        pytest.param(2, 3, False, None, id="same-dc-in-sync-alive"),
+    ],
+)
 def test_p7_replacement_problem(old: int, new: int, force: bool, refusal: str | None) -> None:
     # alive given as a generator: the function must accept any iterable, once
     problem = replacement_problem(REPLACE_SET, old, new, (i for i in REPLACE_ALIVE), force=force)
@@ -390,8 +597,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         sss.add(master)  # the master is always in its SyncStateSet
     alive_ids = draw(st.sets(st.sampled_from(ids)))
     alive = {i: LiveInfo(epoch=1, max_offset=draw(st.integers(0, 10**6))) for i in sorted(alive_ids)}
-    declared = draw(st.none() | st.lists(st.sampled_from(LABELS[:3]), min_size=1, max_size=3, unique=True)
-                    .map(tuple))
+    declared = draw(
+        st.none() | st.lists(st.sampled_from(LABELS[:3]), min_size=1, max_size=3, unique=True).map(tuple)
+    )
     return Scenario(broker_set(dcs, master, sss), alive, declared)
 
 
@@ -418,14 +626,19 @@ def test_property_p4_not_in_sync_exactly_when_a_live_required_dc_is_outside_the_
     if all(dc in sss_dcs for dc in required):
         assert not_in_sync == []
     # and conversely: a required dc with a live member but no in-sync one is reported, once
-    lagging = [dc for dc in required if dc not in sss_dcs
-               and any(m.datacenter == dc and i in sc.alive for i, m in sc.bs.members.items())]
+    lagging = [
+        dc
+        for dc in required
+        if dc not in sss_dcs and any(m.datacenter == dc and i in sc.alive for i, m in sc.bs.members.items())
+    ]
     assert len(not_in_sync) == (len(lagging) if len(required) >= 2 else 0)
 
 
 @settings(max_examples=300, deadline=None)
 @given(scenarios(), st.booleans())
-def test_property_p7_master_and_sole_in_sync_replica_are_never_decommissioned(sc: Scenario, force: bool) -> None:
+def test_property_p7_master_and_sole_in_sync_replica_are_never_decommissioned(
+    sc: Scenario, force: bool
+) -> None:
     bs = sc.bs
     if bs.master_id is not None:
         assert decommission_problem(bs, bs.master_id, sc.required, force=force) is not None
@@ -436,8 +649,9 @@ def test_property_p7_master_and_sole_in_sync_replica_are_never_decommissioned(sc
 
 @settings(max_examples=300, deadline=None)
 @given(scenarios(), st.integers(1, 4))
-def test_property_p7_an_allowed_decommission_keeps_every_required_dc_the_sss_holds(sc: Scenario,
-                                                                                 broker: int) -> None:
+def test_property_p7_an_allowed_decommission_keeps_every_required_dc_the_sss_holds(
+    sc: Scenario, broker: int
+) -> None:
     bs, required = sc.bs, sc.required
     if decommission_problem(bs, broker, required, force=False) is not None:
         return
@@ -454,18 +668,21 @@ def test_property_p7_an_allowed_decommission_keeps_every_required_dc_the_sss_hol
 # --- PL8: re-replication of ledgers -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("replicas", "sss", "alive", "expected"), [
-    # broker 2 (dc-b) left; broker 5 (dc-b) is in sync: it takes 2's place
-    pytest.param((1, 2), {1, 3, 5}, {1, 3, 5}, ((2, 5),), id="prefers-the-missing-datacenter"),
-    # no live in-sync replica beyond those already named: wait for one to catch up
-    pytest.param((1, 2), {1}, {1, 5}, (), id="no-candidate-yet"),
-    pytest.param((1, 3), {1, 3, 5}, {1, 3, 5}, (), id="nothing-gone"),
-    # a dc-a replacement only when no dc-b one is in sync
-    pytest.param((1, 2), {1, 3}, {1, 3}, ((2, 3),), id="falls-back-to-another-datacenter"),
-])
-def test_p8_ledger_repair_picks_a_live_in_sync_replacement(replicas: tuple[int, ...], sss: set[int],
-                                                           alive: set[int], expected: tuple[tuple[int, int], ...]
-                                                           ) -> None:
+@pytest.mark.parametrize(
+    ("replicas", "sss", "alive", "expected"),
+    [
+        # broker 2 (dc-b) left; broker 5 (dc-b) is in sync: it takes 2's place
+        pytest.param((1, 2), {1, 3, 5}, {1, 3, 5}, ((2, 5),), id="prefers-the-missing-datacenter"),
+        # no live in-sync replica beyond those already named: wait for one to catch up
+        pytest.param((1, 2), {1}, {1, 5}, (), id="no-candidate-yet"),
+        pytest.param((1, 3), {1, 3, 5}, {1, 3, 5}, (), id="nothing-gone"),
+        # a dc-a replacement only when no dc-b one is in sync
+        pytest.param((1, 2), {1, 3}, {1, 3}, ((2, 3),), id="falls-back-to-another-datacenter"),
+    ],
+)
+def test_p8_ledger_repair_picks_a_live_in_sync_replacement(
+    replicas: tuple[int, ...], sss: set[int], alive: set[int], expected: tuple[tuple[int, int], ...]
+) -> None:
     bs = broker_set({1: "dc-a", 3: "dc-a", 5: "dc-b"}, 1, sss)
     ledger = LedgerPlacement(7, SET, replicas, key=ledger_key(7), replicas=replicas)
     assert ledger_repair(ledger, bs, TWO_DCS, alive) == expected
@@ -473,7 +690,9 @@ def test_p8_ledger_repair_picks_a_live_in_sync_replacement(replicas: tuple[int, 
 
 def applied_state(dcs: Mapping[int, str], master: int, sss: Iterable[int]) -> ControllerState:
     """A state whose broker set also passes the state machine's invariants (ids, epochs)."""
-    bs = dataclasses.replace(broker_set(dcs, master, sss), next_broker_id=max(dcs) + 1, master_epoch=1, sss_epoch=1)
+    bs = dataclasses.replace(
+        broker_set(dcs, master, sss), next_broker_id=max(dcs) + 1, master_epoch=1, sss_epoch=1
+    )
     return state_of(bs)
 
 
@@ -483,8 +702,9 @@ def _replace(state: ControllerState, pairs: tuple[tuple[int, int], ...], ledger_
 
 def test_p8_replace_ledger_replicas_rewrites_every_ensemble_and_nothing_else() -> None:
     state = applied_state({1: "dc-a", 5: "dc-b"}, 1, {1, 5})
-    meta = dataclasses.replace(new_ledger_metadata(9, SET, (1, 2), 1, password=b"pw"),
-                               ensembles=((0, (1, 2)), (10, (2, 1))))
+    meta = dataclasses.replace(
+        new_ledger_metadata(9, SET, (1, 2), 1, password=b"pw"), ensembles=((0, (1, 2)), (10, (2, 1)))
+    )
     state.metadata[ledger_key(9)] = MetaEntry(ledger_key(9), meta.encode(), version=3)
     result = _replace(state, ((2, 5),))
     assert result.ok and result.value == [ledger_key(9)]
@@ -495,12 +715,17 @@ def test_p8_replace_ledger_replicas_rewrites_every_ensemble_and_nothing_else() -
     assert after.password_hash == meta.password_hash
 
 
-@pytest.mark.parametrize(("pairs", "code"), [
-    pytest.param(((1, 5),), "PLACEMENT_REFUSED", id="old-still-a-member"),
-    pytest.param(((2, 6),), "PLACEMENT_REFUSED", id="new-not-in-sync"),
-    pytest.param(((2, -1),), "INVALID_ARGUMENT", id="bad-id"),
-])
-def test_p8_replace_ledger_replicas_refusals_change_nothing(pairs: tuple[tuple[int, int], ...], code: str) -> None:
+@pytest.mark.parametrize(
+    ("pairs", "code"),
+    [
+        pytest.param(((1, 5),), "PLACEMENT_REFUSED", id="old-still-a-member"),
+        pytest.param(((2, 6),), "PLACEMENT_REFUSED", id="new-not-in-sync"),
+        pytest.param(((2, -1),), "INVALID_ARGUMENT", id="bad-id"),
+    ],
+)
+def test_p8_replace_ledger_replicas_refusals_change_nothing(
+    pairs: tuple[tuple[int, int], ...], code: str
+) -> None:
     state = applied_state({1: "dc-a", 5: "dc-b", 6: "dc-b"}, 1, {1, 5})
     _store(state, 9, (1, 2))
     before = state.metadata[ledger_key(9)]
@@ -511,20 +736,26 @@ def test_p8_replace_ledger_replicas_refusals_change_nothing(pairs: tuple[tuple[i
 def test_p8_a_ledger_deleted_since_the_plan_is_skipped_and_the_others_repaired() -> None:
     state = applied_state({1: "dc-a", 5: "dc-b"}, 1, {1, 5})
     _store(state, 9, (1, 2))
-    result = state.apply(ReplaceLedgerReplicas(SET, ((ledger_key(77), ((2, 5),)), (ledger_key(9), ((2, 5),))),
-                                               now_ms=5))
+    result = state.apply(
+        ReplaceLedgerReplicas(SET, ((ledger_key(77), ((2, 5),)), (ledger_key(9), ((2, 5),))), now_ms=5)
+    )
     assert result.ok and result.value == [ledger_key(9)]
     twice = ReplaceLedgerReplicas(SET, ((ledger_key(9), ((5, 6),)), (ledger_key(9), ((5, 6),))), now_ms=6)
     assert state.apply(twice).code == "INVALID_ARGUMENT"
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 6), min_size=2, max_size=2, unique=True), min_size=1, max_size=4),
-       st.dictionaries(st.integers(0, 6), st.integers(0, 6), max_size=3))
-def test_property_p8_replacement_keeps_keys_sizes_and_distinct_replicas(ensembles: list[list[int]],
-                                                                        pairs: dict[int, int]) -> None:
-    meta = dataclasses.replace(new_ledger_metadata(1, SET, tuple(ensembles[0]), 1, password=b"pw"),
-                               ensembles=tuple((10 * n, tuple(e)) for n, e in enumerate(ensembles)))
+@given(
+    st.lists(st.lists(st.integers(0, 6), min_size=2, max_size=2, unique=True), min_size=1, max_size=4),
+    st.dictionaries(st.integers(0, 6), st.integers(0, 6), max_size=3),
+)
+def test_property_p8_replacement_keeps_keys_sizes_and_distinct_replicas(
+    ensembles: list[list[int]], pairs: dict[int, int]
+) -> None:
+    meta = dataclasses.replace(
+        new_ledger_metadata(1, SET, tuple(ensembles[0]), 1, password=b"pw"),
+        ensembles=tuple((10 * n, tuple(e)) for n, e in enumerate(ensembles)),
+    )
     after = meta.with_replicas_replaced(pairs)  # its own validation refuses duplicates or wrong sizes
     assert [k for k, _ in after.ensembles] == [k for k, _ in meta.ensembles]
     for (_, old), (_, new) in zip(meta.ensembles, after.ensembles, strict=True):

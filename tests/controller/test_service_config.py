@@ -44,7 +44,8 @@ def test_secret_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_multi_node_without_secret_refuses_and_a_single_node_generates_one(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv(SECRET_ENV, raising=False)
     monkeypatch.delenv(CLUSTER_SECRET_ENV, raising=False)
     raw = _raw()
@@ -63,27 +64,33 @@ def test_multi_node_without_secret_refuses_and_a_single_node_generates_one(
     assert with_secret(single).secret == first
 
 
-@pytest.mark.parametrize(("over", "key"), [
-    ({"nodes": []}, "nodes"),
-    ({"nodes": N3[:2]}, "nodes"),  # 2 nodes: no majority survives a failure
-    ({"nodes": [N3[0], {**N3[1], "id": "c1"}, N3[2]]}, "nodes.id"),
-    ({"nodes": [N3[0], {**N3[1], "grpc": N3[0]["grpc"]}, N3[2]]}, "nodes.grpc"),
-    ({"nodes": [N3[0], {**N3[1], "raft": "nohost"}, N3[2]]}, "nodes[1].raft"),
-    ({"nodes": [N3[0], {**N3[1], "grpc": "h:99999"}, N3[2]]}, "nodes[1].grpc"),
-    ({"nodes": [N3[0], {"raft": "h:1", "grpc": "h:2"}, N3[2]]}, "nodes[1].id"),
-    ({"nodes": [N3[0], {**N3[1], "port": 1}, N3[2]]}, "nodes[1].port"),
-    ({"node_id": "c9"}, "node_id"),
-    ({"node_id": None}, "node_id"),
-    ({"data_dir": ""}, "data_dir"),
-    ({"heartbeat_interval_ms": 0}, "heartbeat_interval_ms"),
-    ({"heartbeat_timeout_ms": "5s"}, "heartbeat_timeout_ms"),
-    ({"heartbeat_interval_ms": 3000, "heartbeat_timeout_ms": 2000}, "heartbeat_timeout_ms"),
-    ({"enable_elect_unclean_master": "yes"}, "enable_elect_unclean_master"),
-    ({"secret": ""}, "secret"),
-    ({"raft": {"election_min_timeout_ms": 200, "append_entries_period_ms": 100}}, "raft.election_min_timeout_ms"),
-    ({"raft": {"elect": 1}}, "raft.elect"),
-    ({"heartbeat": 1}, "heartbeat"),
-])
+@pytest.mark.parametrize(
+    ("over", "key"),
+    [
+        ({"nodes": []}, "nodes"),
+        ({"nodes": N3[:2]}, "nodes"),  # 2 nodes: no majority survives a failure
+        ({"nodes": [N3[0], {**N3[1], "id": "c1"}, N3[2]]}, "nodes.id"),
+        ({"nodes": [N3[0], {**N3[1], "grpc": N3[0]["grpc"]}, N3[2]]}, "nodes.grpc"),
+        ({"nodes": [N3[0], {**N3[1], "raft": "nohost"}, N3[2]]}, "nodes[1].raft"),
+        ({"nodes": [N3[0], {**N3[1], "grpc": "h:99999"}, N3[2]]}, "nodes[1].grpc"),
+        ({"nodes": [N3[0], {"raft": "h:1", "grpc": "h:2"}, N3[2]]}, "nodes[1].id"),
+        ({"nodes": [N3[0], {**N3[1], "port": 1}, N3[2]]}, "nodes[1].port"),
+        ({"node_id": "c9"}, "node_id"),
+        ({"node_id": None}, "node_id"),
+        ({"data_dir": ""}, "data_dir"),
+        ({"heartbeat_interval_ms": 0}, "heartbeat_interval_ms"),
+        ({"heartbeat_timeout_ms": "5s"}, "heartbeat_timeout_ms"),
+        ({"heartbeat_interval_ms": 3000, "heartbeat_timeout_ms": 2000}, "heartbeat_timeout_ms"),
+        ({"enable_elect_unclean_master": "yes"}, "enable_elect_unclean_master"),
+        ({"secret": ""}, "secret"),
+        (
+            {"raft": {"election_min_timeout_ms": 200, "append_entries_period_ms": 100}},
+            "raft.election_min_timeout_ms",
+        ),
+        ({"raft": {"elect": 1}}, "raft.elect"),
+        ({"heartbeat": 1}, "heartbeat"),
+    ],
+)
 def test_each_mistake_names_its_key(over: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse(_raw(**over))

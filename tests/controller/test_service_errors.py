@@ -46,19 +46,33 @@ def test_bad_requests_answer_typed_errors_and_the_node_keeps_serving(tmp_path: P
                 # unknown broker set
                 (client.describe_broker_sets(["no-such-set"]), errors.ControllerBrokerMetadataNotExistError),
                 (client.elect_master("no-such-set", 1), errors.ControllerBrokerMetadataNotExistError),
-                (client.heartbeat("no-such-set", 1, epoch=0, max_offset=0),
-                 errors.ControllerBrokerNeedToBeRegisteredError),
-                (client.alter_sync_state_set("no-such-set", 1, 1, {1}, 1),
-                 errors.ControllerAlterSyncStateSetFailedError),
+                (
+                    client.heartbeat("no-such-set", 1, epoch=0, max_offset=0),
+                    errors.ControllerBrokerNeedToBeRegisteredError,
+                ),
+                (
+                    client.alter_sync_state_set("no-such-set", 1, 1, {1}, 1),
+                    errors.ControllerAlterSyncStateSetFailedError,
+                ),
                 # stale epochs
-                (client.alter_sync_state_set("broker-a", b1.broker_id, role.master_epoch - 1, {1, 2},
-                                             role.sync_state_set_epoch),
-                 errors.ControllerFencedMasterEpochError),
-                (client.alter_sync_state_set("broker-a", b1.broker_id, role.master_epoch, {1, 2},
-                                             role.sync_state_set_epoch + 5),
-                 errors.ControllerFencedSyncStateSetEpochError),
-                (client.alter_sync_state_set("broker-a", 2, role.master_epoch, {1, 2}, role.sync_state_set_epoch),
-                 errors.ControllerInvalidMasterError),
+                (
+                    client.alter_sync_state_set(
+                        "broker-a", b1.broker_id, role.master_epoch - 1, {1, 2}, role.sync_state_set_epoch
+                    ),
+                    errors.ControllerFencedMasterEpochError,
+                ),
+                (
+                    client.alter_sync_state_set(
+                        "broker-a", b1.broker_id, role.master_epoch, {1, 2}, role.sync_state_set_epoch + 5
+                    ),
+                    errors.ControllerFencedSyncStateSetEpochError,
+                ),
+                (
+                    client.alter_sync_state_set(
+                        "broker-a", 2, role.master_epoch, {1, 2}, role.sync_state_set_epoch
+                    ),
+                    errors.ControllerInvalidMasterError,
+                ),
                 # malformed
                 (client.create_topic("", {"broker-a": 4}), errors.InvalidArgumentError),
                 (client.create_topic("t", {}), errors.InvalidArgumentError),
@@ -67,13 +81,24 @@ def test_bad_requests_answer_typed_errors_and_the_node_keeps_serving(tmp_path: P
                 (client.create_topic("bad name!", {"broker-a": 4}), errors.InvalidArgumentError),
                 (client.heartbeat("broker-a", -1, epoch=0, max_offset=0), errors.InvalidArgumentError),
                 (client.elect_master("broker-a", -3), errors.InvalidArgumentError),
-                (client.register_broker("", "127.0.0.1:1", "127.0.0.1:2", identity="x"), errors.InvalidArgumentError),
-                (client.register_broker("broker-a", "not-an-address", "127.0.0.1:2", identity="x"),
-                 errors.InvalidArgumentError),
-                (client.register_broker("broker-a", "127.0.0.1:1", "127.0.0.1:2", identity=""),
-                 errors.InvalidArgumentError),
-                (client.register_broker("broker-a", "127.0.0.1:1", "127.0.0.1:2", identity="x", broker_id=-2),
-                 errors.InvalidArgumentError),
+                (
+                    client.register_broker("", "127.0.0.1:1", "127.0.0.1:2", identity="x"),
+                    errors.InvalidArgumentError,
+                ),
+                (
+                    client.register_broker("broker-a", "not-an-address", "127.0.0.1:2", identity="x"),
+                    errors.InvalidArgumentError,
+                ),
+                (
+                    client.register_broker("broker-a", "127.0.0.1:1", "127.0.0.1:2", identity=""),
+                    errors.InvalidArgumentError,
+                ),
+                (
+                    client.register_broker(
+                        "broker-a", "127.0.0.1:1", "127.0.0.1:2", identity="x", broker_id=-2
+                    ),
+                    errors.InvalidArgumentError,
+                ),
                 (client.alter_sync_state_set("broker-a", 1, 1, [], 1), errors.InvalidArgumentError),
                 (client.alter_sync_state_set("broker-a", 1, 1, [1, -2], 1), errors.InvalidArgumentError),
                 (client.clean_broker_data("broker-a", [-1]), errors.InvalidArgumentError),
@@ -86,8 +111,12 @@ def test_bad_requests_answer_typed_errors_and_the_node_keeps_serving(tmp_path: P
                 (client.delete_topic("no-such-topic"), errors.TopicNotFoundError),
                 (client.meta_get("no/such/key"), errors.MetadataNotFoundError),
                 (client.create_topic("t", {"no-such-set": 4}), errors.ControllerBrokerMetadataNotExistError),
-                (client.register_broker("broker-a", "127.0.0.1:1", "127.0.0.1:2", identity="impostor",
-                                        broker_id=b1.broker_id), errors.ControllerBrokerIdInvalidError),
+                (
+                    client.register_broker(
+                        "broker-a", "127.0.0.1:1", "127.0.0.1:2", identity="impostor", broker_id=b1.broker_id
+                    ),
+                    errors.ControllerBrokerIdInvalidError,
+                ),
                 (client.elect_master("broker-a", b1.broker_id), errors.ControllerMasterStillExistError),
             ]
             for call, expected in cases:

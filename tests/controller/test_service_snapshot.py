@@ -34,9 +34,13 @@ def test_restart_restores_state_from_snapshot_and_journal(tmp_path: Path) -> Non
             assert (entries[0].value, entries[0].version) == (b"changed", 2)
             assert [t.name for t in await client.list_topics()] == ["orders"]
             sets = (await client.describe_broker_sets()).broker_sets
-            assert [(s.role.broker_set, [m.broker_id for m in s.members]) for s in sets] == [("broker-a", [1])]
+            assert [(s.role.broker_set, [m.broker_id for m in s.members]) for s in sets] == [
+                ("broker-a", [1])
+            ]
             # ids keep counting from where they were
-            reply = await client.register_broker("broker-a", "127.0.0.1:30002", "127.0.0.1:31002", identity="a-2")
+            reply = await client.register_broker(
+                "broker-a", "127.0.0.1:30002", "127.0.0.1:31002", identity="a-2"
+            )
             assert reply.broker_id == 2
 
     asyncio.run(first_life())

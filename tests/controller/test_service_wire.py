@@ -12,13 +12,20 @@ from tidelog import errors
 from tidelog.wire import ERROR_CODE_KEY, LEADER_KEY, error_from_rpc, make_error, non_empty, non_negative, rpc
 
 
-def _rpc_error(status: grpc.StatusCode, details: str, md: tuple[tuple[str, str], ...] = ()) -> grpc.aio.AioRpcError:
+def _rpc_error(
+    status: grpc.StatusCode, details: str, md: tuple[tuple[str, str], ...] = ()
+) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(status, grpc.aio.Metadata(), grpc.aio.Metadata(*md), details=details)
 
 
 def test_typed_error_comes_back_with_its_class_and_leader() -> None:
-    err = error_from_rpc(_rpc_error(grpc.StatusCode.UNAVAILABLE, "not the leader",
-                                    ((ERROR_CODE_KEY, "CONTROLLER_NOT_LEADER"), (LEADER_KEY, "127.0.0.1:9702"))))
+    err = error_from_rpc(
+        _rpc_error(
+            grpc.StatusCode.UNAVAILABLE,
+            "not the leader",
+            ((ERROR_CODE_KEY, "CONTROLLER_NOT_LEADER"), (LEADER_KEY, "127.0.0.1:9702")),
+        )
+    )
     assert isinstance(err, errors.ControllerNotLeaderError)
     assert err.leader == "127.0.0.1:9702" and err.retryable
 
@@ -29,7 +36,9 @@ def test_errors_with_their_own_constructor_are_still_rebuilt() -> None:
 
 
 def test_unknown_code_and_transport_failures() -> None:
-    err = error_from_rpc(_rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "?", ((ERROR_CODE_KEY, "FROM_THE_FUTURE"),)))
+    err = error_from_rpc(
+        _rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "?", ((ERROR_CODE_KEY, "FROM_THE_FUTURE"),))
+    )
     assert type(err) is errors.TidelogError
     err = error_from_rpc(_rpc_error(grpc.StatusCode.UNAVAILABLE, "connection refused"))
     assert type(err) is errors.UnavailableError
@@ -67,11 +76,14 @@ class _Servicer:
         raise KeyError("oops")
 
 
-@pytest.mark.parametrize(("method", "request_", "status", "code"), [
-    ("Typed", None, grpc.StatusCode.UNAVAILABLE, "CONTROLLER_NOT_LEADER"),
-    ("Invalid", "  ", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
-    ("Bug", None, grpc.StatusCode.INTERNAL, None),
-])
+@pytest.mark.parametrize(
+    ("method", "request_", "status", "code"),
+    [
+        ("Typed", None, grpc.StatusCode.UNAVAILABLE, "CONTROLLER_NOT_LEADER"),
+        ("Invalid", "  ", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
+        ("Bug", None, grpc.StatusCode.INTERNAL, None),
+    ],
+)
 def test_server_side_decorator(method: str, request_: Any, status: grpc.StatusCode, code: str | None) -> None:
     ctx = _Context()
     with pytest.raises(_Abort):

@@ -52,10 +52,12 @@ ops = st.one_of(
     st.tuples(st.just("kill"), small, small),
     st.tuples(st.just("new_leader")),
     st.tuples(st.just("alter"), small, st.integers(0, 15), st.booleans(), st.integers(0, 3)),
-    st.tuples(st.just("elect"), small, st.sampled_from(["broker", "controller", "designated"]), small,
-              st.booleans()),
-    st.tuples(st.just("elect"), small, st.sampled_from(["broker", "controller", "designated"]), small,
-              st.booleans()),
+    st.tuples(
+        st.just("elect"), small, st.sampled_from(["broker", "controller", "designated"]), small, st.booleans()
+    ),
+    st.tuples(
+        st.just("elect"), small, st.sampled_from(["broker", "controller", "designated"]), small, st.booleans()
+    ),
     st.tuples(st.just("clean"), small, st.integers(0, 15), st.booleans()),
     st.tuples(st.just("report"), small, small, st.integers(0, 3), st.integers(0, 1000)),
     st.tuples(st.just("scan"), st.booleans()),
@@ -117,8 +119,9 @@ class World:
             if bs.master_id is not None:
                 assert bs.master_id in bs.sync_state_set and bs.master_id in bs.members
                 key = (name, self.incarnation[name], bs.master_epoch)
-                assert self.masters_by_epoch.setdefault(key, bs.master_id) == bs.master_id, \
+                assert self.masters_by_epoch.setdefault(key, bs.master_id) == bs.master_id, (
                     "two masters in one epoch"
+                )
             epochs = (bs.master_epoch, bs.sss_epoch)
             prev = self.last_epochs.get(name, (0, 0))
             assert epochs[0] >= prev[0] and epochs[1] >= prev[1], f"epoch went back {prev} -> {epochs}"
@@ -140,8 +143,16 @@ class World:
         elif kind == "register":
             name, slot = SETS[op[1] % 2], op[2] % SLOTS
             known = self.ids(name).get(slot)
-            self.apply(RegisterBroker(name, f"10.0.0.{slot}:1{op[1]}", f"10.0.0.{slot}:2", identity=f"{name}-{slot}",
-                                      broker_id=known if op[2] >= SLOTS else None, now_ms=self.now))
+            self.apply(
+                RegisterBroker(
+                    name,
+                    f"10.0.0.{slot}:1{op[1]}",
+                    f"10.0.0.{slot}:2",
+                    identity=f"{name}-{slot}",
+                    broker_id=known if op[2] >= SLOTS else None,
+                    now_ms=self.now,
+                )
+            )
         elif kind == "beat":
             name = SETS[op[1] % 2]
             bid = self.pick(name, op[2])
@@ -166,21 +177,39 @@ class World:
         elif kind == "elect":
             name, mode, slot, unclean = SETS[op[1] % 2], op[2], op[3], op[4]
             bid = self.pick(name, slot) if slot < 6 else 99  # 99: never a member
-            self.apply(ElectMaster(name, None if mode == "controller" else bid, designated=mode == "designated",
-                                   alive=self.hb.alive(name, self.now), enable_unclean=unclean, now_ms=self.now))
+            self.apply(
+                ElectMaster(
+                    name,
+                    None if mode == "controller" else bid,
+                    designated=mode == "designated",
+                    alive=self.hb.alive(name, self.now),
+                    enable_unclean=unclean,
+                    now_ms=self.now,
+                )
+            )
         elif kind == "clean":
             name, mask, living = SETS[op[1] % 2], op[2], op[3]
-            ids = frozenset(b for s, b in self.ids(name).items() if mask >> s & 1) if mask != 15 else frozenset()
-            self.apply(CleanBrokerData(name, ids, clean_living=living, alive=self.hb.alive_ids(name, self.now),
-                                       now_ms=self.now))
+            ids = (
+                frozenset(b for s, b in self.ids(name).items() if mask >> s & 1)
+                if mask != 15
+                else frozenset()
+            )
+            self.apply(
+                CleanBrokerData(
+                    name, ids, clean_living=living, alive=self.hb.alive_ids(name, self.now), now_ms=self.now
+                )
+            )
         elif kind == "report":
             name = SETS[op[1] % 2]
             bid = self.pick(name, op[2]) or 99
             self.apply(ReportOffsets(name, bid, op[3], op[4]))
         elif kind == "scan":
             for name in self.hb.masters_needing_election(self.state, self.now):
-                r = self.apply(ElectMaster(name, None, alive=self.hb.alive(name, self.now),
-                                           enable_unclean=op[1], now_ms=self.now))
+                r = self.apply(
+                    ElectMaster(
+                        name, None, alive=self.hb.alive(name, self.now), enable_unclean=op[1], now_ms=self.now
+                    )
+                )
                 assert r.code in ("OK", "CONTROLLER_MASTER_NOT_AVAILABLE"), r
         if len(self.log) == 10 and self.snapshot_at is None:
             self.snapshot_at = (len(self.log), json.loads(json.dumps(self.state.to_dict())))
@@ -193,15 +222,28 @@ class World:
             master = bs.master_id if bs.master_id is not None else 1
             epoch, sss_epoch = bs.master_epoch, bs.sss_epoch
         if not honest:  # a stale or confused master
-            master, epoch, sss_epoch = master + (skew == 1), max(0, epoch - (skew == 2)), max(0, sss_epoch - (skew == 3))
+            master, epoch, sss_epoch = (
+                master + (skew == 1),
+                max(0, epoch - (skew == 2)),
+                max(0, sss_epoch - (skew == 3)),
+            )
         ids = self.ids(name)
         if honest:  # what a real master proposes: itself plus caught-up (alive) replicas
             alive = self.hb.alive_ids(name, self.now)
             new = {b for s, b in ids.items() if mask >> s & 1 and b in alive} | {master}
         else:
             new = {b for s, b in ids.items() if mask >> s & 1}
-        self.apply(AlterSyncStateSet(name, master, epoch, frozenset(new), sss_epoch,
-                                     alive=self.hb.alive_ids(name, self.now), now_ms=self.now))
+        self.apply(
+            AlterSyncStateSet(
+                name,
+                master,
+                epoch,
+                frozenset(new),
+                sss_epoch,
+                alive=self.hb.alive_ids(name, self.now),
+                now_ms=self.now,
+            )
+        )
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -229,20 +271,36 @@ def test_properties_hold_over_random_histories(history: list[tuple]) -> None:
 def test_generator_reaches_elections_and_failovers() -> None:
     """A fixed history that exercises the failover path end to end through the same World."""
     w = World()
-    for op in [("register", 0, 0), ("register", 0, 1), ("register", 0, 2),
-               ("beat", 0, 0, 0, 1), ("beat", 0, 1, 0, 1), ("beat", 0, 2, 0, 1),
-               ("elect", 0, "broker", 0, False), ("alter", 0, 0b011, True, 0),
-               ("advance", 3000), ("beat", 0, 1, 0, 2), ("beat", 0, 2, 0, 3), ("advance", 3000),
-               ("scan", False)]:
+    for op in [
+        ("register", 0, 0),
+        ("register", 0, 1),
+        ("register", 0, 2),
+        ("beat", 0, 0, 0, 1),
+        ("beat", 0, 1, 0, 1),
+        ("beat", 0, 2, 0, 1),
+        ("elect", 0, "broker", 0, False),
+        ("alter", 0, 0b011, True, 0),
+        ("advance", 3000),
+        ("beat", 0, 1, 0, 2),
+        ("beat", 0, 2, 0, 3),
+        ("advance", 3000),
+        ("scan", False),
+    ]:
         w.step(op)
     bs = w.state.broker_sets["broker-a"]
     assert (bs.master_id, bs.master_epoch, bs.sync_state_set) == (2, 2, {2})
     assert w.masters_by_epoch[("broker-a", 0, 1)] == 1 and w.masters_by_epoch[("broker-a", 0, 2)] == 2
 
 
-meta_ops = st.lists(st.tuples(
-    st.sampled_from(["create", "cas", "delete", "delete_any"]), st.sampled_from(["a", "b", "a/x"]),
-    st.binary(max_size=12), st.integers(0, 4)), max_size=40)
+meta_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["create", "cas", "delete", "delete_any"]),
+        st.sampled_from(["a", "b", "a/x"]),
+        st.binary(max_size=12),
+        st.integers(0, 4),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -256,20 +314,32 @@ def test_m1_metadata_behaves_like_a_versioned_map(seq) -> None:
         cur = model.get(key)
         if kind == "create":
             r = s.apply(MetaCreate(key, value))
-            expect = ("METADATA_TOO_LARGE" if len(value) > 10 else "METADATA_EXISTS" if cur else "OK")
+            expect = "METADATA_TOO_LARGE" if len(value) > 10 else "METADATA_EXISTS" if cur else "OK"
             if expect == "OK":
                 model[key] = (value, 1)
         elif kind == "cas":
             r = s.apply(MetaCompareAndSet(key, value, version))
-            expect = ("METADATA_TOO_LARGE" if len(value) > 10 else "METADATA_NOT_FOUND" if cur is None
-                      else "METADATA_VERSION_MISMATCH" if cur[1] != version else "OK")
+            expect = (
+                "METADATA_TOO_LARGE"
+                if len(value) > 10
+                else "METADATA_NOT_FOUND"
+                if cur is None
+                else "METADATA_VERSION_MISMATCH"
+                if cur[1] != version
+                else "OK"
+            )
             if expect == "OK":
                 model[key] = (value, version + 1)
         else:
             expected = version if kind == "delete" else None
             r = s.apply(MetaDelete(key, expected))
-            expect = ("METADATA_NOT_FOUND" if cur is None
-                      else "METADATA_VERSION_MISMATCH" if expected is not None and cur[1] != expected else "OK")
+            expect = (
+                "METADATA_NOT_FOUND"
+                if cur is None
+                else "METADATA_VERSION_MISMATCH"
+                if expected is not None and cur[1] != expected
+                else "OK"
+            )
             if expect == "OK":
                 del model[key]
         assert r.code == expect, (kind, key, r)

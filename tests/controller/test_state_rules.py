@@ -36,10 +36,18 @@ from tidelog.controller.state import (
 A = "broker-a"
 
 
-def reg(broker_id: int | None = None, identity: str = "id-1", address: str = "10.0.0.1:10911",
-        name: str = A, **kw) -> RegisterBroker:
-    return RegisterBroker(broker_set=name, address=address, ha_address=kw.pop("ha_address", "10.0.0.1:10912"),
-                          identity=identity, broker_id=broker_id, now_ms=kw.pop("now_ms", 1), **kw)
+def reg(
+    broker_id: int | None = None, identity: str = "id-1", address: str = "10.0.0.1:10911", name: str = A, **kw
+) -> RegisterBroker:
+    return RegisterBroker(
+        broker_set=name,
+        address=address,
+        ha_address=kw.pop("ha_address", "10.0.0.1:10912"),
+        identity=identity,
+        broker_id=broker_id,
+        now_ms=kw.pop("now_ms", 1),
+        **kw,
+    )
 
 
 def live(*ids: int, epoch: int = 1, offset: int = 100) -> dict[int, LiveInfo]:
@@ -82,16 +90,27 @@ def bs_tuple(s: ControllerState) -> tuple:
 # --- codes exist ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code, number", [
-    ("CONTROLLER_FENCED_MASTER_EPOCH", 2000), ("CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH", 2001),
-    ("CONTROLLER_INVALID_MASTER", 2002), ("CONTROLLER_INVALID_REPLICAS", 2003),
-    ("CONTROLLER_MASTER_NOT_AVAILABLE", 2004), ("CONTROLLER_BROKER_NOT_ALIVE", 2006),
-    ("CONTROLLER_NOT_LEADER", 2007), ("CONTROLLER_BROKER_METADATA_NOT_EXIST", 2008),
-    ("CONTROLLER_INVALID_CLEAN_BROKER_METADATA", 2009), ("CONTROLLER_BROKER_NEED_TO_BE_REGISTERED", 2010),
-    ("CONTROLLER_MASTER_STILL_EXIST", 2011), ("CONTROLLER_ELECT_MASTER_FAILED", 2012),
-    ("CONTROLLER_ALTER_SYNC_STATE_SET_FAILED", 2013), ("CONTROLLER_BROKER_ID_INVALID", 2014),
-    ("TOPIC_NOT_FOUND", 17), ("TOPIC_EXISTS", 18),
-])
+@pytest.mark.parametrize(
+    "code, number",
+    [
+        ("CONTROLLER_FENCED_MASTER_EPOCH", 2000),
+        ("CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH", 2001),
+        ("CONTROLLER_INVALID_MASTER", 2002),
+        ("CONTROLLER_INVALID_REPLICAS", 2003),
+        ("CONTROLLER_MASTER_NOT_AVAILABLE", 2004),
+        ("CONTROLLER_BROKER_NOT_ALIVE", 2006),
+        ("CONTROLLER_NOT_LEADER", 2007),
+        ("CONTROLLER_BROKER_METADATA_NOT_EXIST", 2008),
+        ("CONTROLLER_INVALID_CLEAN_BROKER_METADATA", 2009),
+        ("CONTROLLER_BROKER_NEED_TO_BE_REGISTERED", 2010),
+        ("CONTROLLER_MASTER_STILL_EXIST", 2011),
+        ("CONTROLLER_ELECT_MASTER_FAILED", 2012),
+        ("CONTROLLER_ALTER_SYNC_STATE_SET_FAILED", 2013),
+        ("CONTROLLER_BROKER_ID_INVALID", 2014),
+        ("TOPIC_NOT_FOUND", 17),
+        ("TOPIC_EXISTS", 18),
+    ],
+)
 def test_1_2_result_codes_are_registered_errors_with_reference_numbers(code: str, number: int) -> None:
     cls = errors.by_code(code)
     assert cls is not errors.TidelogError
@@ -99,8 +118,16 @@ def test_1_2_result_codes_are_registered_errors_with_reference_numbers(code: str
     assert cls.hint and cls.__doc__
 
 
-@pytest.mark.parametrize("code", ["METADATA_EXISTS", "METADATA_NOT_FOUND", "METADATA_VERSION_MISMATCH",
-                                  "METADATA_TOO_LARGE", "INVALID_ARGUMENT"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "METADATA_EXISTS",
+        "METADATA_NOT_FOUND",
+        "METADATA_VERSION_MISMATCH",
+        "METADATA_TOO_LARGE",
+        "INVALID_ARGUMENT",
+    ],
+)
 def test_metadata_codes_are_registered(code: str) -> None:
     assert errors.by_code(code).code == code
 
@@ -112,8 +139,9 @@ def test_not_leader_error_carries_the_leader_address() -> None:
 
 def test_result_error_maps_to_the_exception_class() -> None:
     assert Result().error() is None
-    assert isinstance(Result("CONTROLLER_FENCED_MASTER_EPOCH", "x").error(),
-                      errors.ControllerFencedMasterEpochError)
+    assert isinstance(
+        Result("CONTROLLER_FENCED_MASTER_EPOCH", "x").error(), errors.ControllerFencedMasterEpochError
+    )
 
 
 # --- registration (R1-R6) -------------------------------------------------------------------
@@ -125,7 +153,12 @@ def test_1_2_register_new_broker_creates_set_with_empty_sync_state_info() -> Non
     assert r.ok and r.changed and r.value == 1
     bs = s.broker_sets[A]
     assert (bs.master_id, bs.master_epoch, bs.sync_state_set, bs.sss_epoch, bs.next_broker_id) == (
-        None, 0, frozenset(), 0, 2)
+        None,
+        0,
+        frozenset(),
+        0,
+        2,
+    )
     assert bs.members[1].identity == "id-1" and bs.members[1].address == "10.0.0.1:10911"
 
 
@@ -171,8 +204,15 @@ def test_r5_same_id_same_identity_is_idempotent() -> None:
 
 def test_r5_address_update_allowed() -> None:
     s = mastered()
-    r = s.apply(reg(broker_id=1, identity="id-1", address="10.9.9.9:10911", ha_address="10.9.9.9:10912",
-                    datacenter="dc2"))
+    r = s.apply(
+        reg(
+            broker_id=1,
+            identity="id-1",
+            address="10.9.9.9:10911",
+            ha_address="10.9.9.9:10912",
+            datacenter="dc2",
+        )
+    )
     assert r.ok and r.changed and r.value == 1
     m = s.broker_sets[A].members[1]
     assert (m.address, m.ha_address, m.datacenter) == ("10.9.9.9:10911", "10.9.9.9:10912", "dc2")
@@ -236,12 +276,28 @@ def test_r7_a_refused_first_registration_does_not_fix_the_cluster_id() -> None:
     assert s.apply(reg(new_cluster_id="beef")).ok and s.cluster_id == "beef"
 
 
-@pytest.mark.parametrize("cmd", [
-    reg(name="bad name"), reg(name=""), reg(name="x" * 128), reg(address=""), reg(address="host"),
-    reg(address="host:0"), reg(address="host:65536"), reg(address=":80"), reg(ha_address=""),
-    reg(identity=""), reg(broker_id=-1), reg(broker_id=True), reg(datacenter="d c"), reg(now_ms=-1),
-    reg(cluster_id="Not Hex!"), reg(new_cluster_id="x" * 65),
-], ids=lambda c: repr(c)[15:70])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        reg(name="bad name"),
+        reg(name=""),
+        reg(name="x" * 128),
+        reg(address=""),
+        reg(address="host"),
+        reg(address="host:0"),
+        reg(address="host:65536"),
+        reg(address=":80"),
+        reg(ha_address=""),
+        reg(identity=""),
+        reg(broker_id=-1),
+        reg(broker_id=True),
+        reg(datacenter="d c"),
+        reg(now_ms=-1),
+        reg(cluster_id="Not Hex!"),
+        reg(new_cluster_id="x" * 65),
+    ],
+    ids=lambda c: repr(c)[15:70],
+)
 def test_v0_register_rejects_malformed_input(cmd: RegisterBroker) -> None:
     refused(fresh(1), cmd, "INVALID_ARGUMENT")
 
@@ -392,10 +448,18 @@ def test_2_1_elect_uses_liveinfo_order() -> None:
     assert r.ok and r.value.master_id == 3
 
 
-@pytest.mark.parametrize("cmd", [
-    ElectMaster("bad name", 1), ElectMaster(A, -1), ElectMaster(A, None, designated=True),
-    ElectMaster(A, 1, designated=1), ElectMaster(A, 1, alive={1: (1, 2)}), ElectMaster(A, 1, now_ms=-5),
-], ids=repr)
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ElectMaster("bad name", 1),
+        ElectMaster(A, -1),
+        ElectMaster(A, None, designated=True),
+        ElectMaster(A, 1, designated=1),
+        ElectMaster(A, 1, alive={1: (1, 2)}),
+        ElectMaster(A, 1, now_ms=-5),
+    ],
+    ids=repr,
+)
 def test_v0_elect_rejects_malformed_input(cmd: ElectMaster) -> None:
     refused(mastered(), cmd, "INVALID_ARGUMENT")
 
@@ -403,8 +467,14 @@ def test_v0_elect_rejects_malformed_input(cmd: ElectMaster) -> None:
 # --- alterSyncStateSet (A1-A8, in order) ---------------------------------------------------
 
 
-def alter(new: set[int], master: int = 1, epoch: int = 1, sss_epoch: int = 2, alive=frozenset({1, 2, 3}),
-          name: str = A) -> AlterSyncStateSet:
+def alter(
+    new: set[int],
+    master: int = 1,
+    epoch: int = 1,
+    sss_epoch: int = 2,
+    alive=frozenset({1, 2, 3}),
+    name: str = A,
+) -> AlterSyncStateSet:
     return AlterSyncStateSet(name, master, epoch, frozenset(new), sss_epoch, alive=frozenset(alive))
 
 
@@ -415,7 +485,9 @@ def test_1_2_alter_sss_check1_unknown_set() -> None:
 
 def test_1_2_alter_sss_check2_unchanged_set_before_master_check() -> None:
     # a stale master with a stale epoch proposing the same set gets 2013, not 2002/2000
-    refused(mastered(), alter({1, 2}, master=3, epoch=0, sss_epoch=0), "CONTROLLER_ALTER_SYNC_STATE_SET_FAILED")
+    refused(
+        mastered(), alter({1, 2}, master=3, epoch=0, sss_epoch=0), "CONTROLLER_ALTER_SYNC_STATE_SET_FAILED"
+    )
 
 
 def test_1_2_alter_sss_check3_not_the_master() -> None:
@@ -473,10 +545,16 @@ def test_1_2_alter_sss_check8_success_expands_and_shrinks() -> None:
     assert bs_tuple(s) == (1, 1, {1}, 4)
 
 
-@pytest.mark.parametrize("cmd", [
-    alter({1, 2, 3}, master=-1), alter({1, 2, 3}, epoch=-1), alter({1, -2}),
-    AlterSyncStateSet(A, 1, 1, [1, 2, 3], 2, alive=frozenset({1, 2, 3})),  # type: ignore[arg-type]
-], ids=repr)
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        alter({1, 2, 3}, master=-1),
+        alter({1, 2, 3}, epoch=-1),
+        alter({1, -2}),
+        AlterSyncStateSet(A, 1, 1, [1, 2, 3], 2, alive=frozenset({1, 2, 3})),  # type: ignore[arg-type]
+    ],
+    ids=repr,
+)
 def test_v0_alter_rejects_malformed_input(cmd: AlterSyncStateSet) -> None:
     refused(mastered(), cmd, "INVALID_ARGUMENT")
 
@@ -485,8 +563,11 @@ def test_v0_alter_rejects_malformed_input(cmd: AlterSyncStateSet) -> None:
 
 
 def test_1_2_clean_c1_refuses_alive_listed_broker() -> None:
-    r = refused(mastered(), CleanBrokerData(A, frozenset({2, 3}), alive=frozenset({3})),
-                "CONTROLLER_INVALID_CLEAN_BROKER_METADATA")
+    r = refused(
+        mastered(),
+        CleanBrokerData(A, frozenset({2, 3}), alive=frozenset({3})),
+        "CONTROLLER_INVALID_CLEAN_BROKER_METADATA",
+    )
     assert "still alive" in r.message
 
 
@@ -519,7 +600,9 @@ def test_c2a_a_decommission_checked_at_other_epochs_is_refused_and_changes_nothi
     epochs = (bs.master_epoch, bs.sss_epoch)
     assert s.apply(CleanBrokerData(A, frozenset({2}), expect_epochs=epochs)).ok
     before = bs_tuple(s)
-    refused(s, CleanBrokerData(A, frozenset({3}), expect_epochs=epochs), "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH")
+    refused(
+        s, CleanBrokerData(A, frozenset({3}), expect_epochs=epochs), "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH"
+    )
     assert bs_tuple(s) == before and 3 in s.broker_sets[A].members
     refused(s, CleanBrokerData(A, frozenset({3}), expect_epochs=(1,)), "INVALID_ARGUMENT")
 
@@ -584,12 +667,23 @@ def test_t1_topic_errors() -> None:
     assert s.apply(DeleteTopic("orders")).ok and "orders" not in s.topics
 
 
-@pytest.mark.parametrize("cmd", [
-    CreateTopic("bad/name", {A: 1}), CreateTopic("t", {}), CreateTopic("t", {A: 0}), CreateTopic("t", {A: 1025}),
-    CreateTopic("t", {A: 1}, perm="x"), CreateTopic("t", {"bad name": 1}), DeleteTopic(""),
-    # names brokers refuse to serve (one rule: commitlog/consumequeue.py user_topic_problem)
-    CreateTopic(".", {A: 1}), CreateTopic("..", {A: 1}), CreateTopic("%sys", {A: 1}),
-], ids=repr)
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        CreateTopic("bad/name", {A: 1}),
+        CreateTopic("t", {}),
+        CreateTopic("t", {A: 0}),
+        CreateTopic("t", {A: 1025}),
+        CreateTopic("t", {A: 1}, perm="x"),
+        CreateTopic("t", {"bad name": 1}),
+        DeleteTopic(""),
+        # names brokers refuse to serve (one rule: commitlog/consumequeue.py user_topic_problem)
+        CreateTopic(".", {A: 1}),
+        CreateTopic("..", {A: 1}),
+        CreateTopic("%sys", {A: 1}),
+    ],
+    ids=repr,
+)
 def test_v0_topic_rejects_malformed_input(cmd: object) -> None:
     refused(mastered(), cmd, "INVALID_ARGUMENT")
 
@@ -642,10 +736,18 @@ def test_m_list_prefix_is_sorted() -> None:
     assert [e.key for e in s.list_prefix("ledgers/")] == ["ledgers/1", "ledgers/10", "ledgers/2"]
 
 
-@pytest.mark.parametrize("cmd", [
-    MetaCreate("", b"v"), MetaCreate("k\n", b"v"), MetaCreate("k" * 1025, b"v"), MetaCreate("k", "str"),
-    MetaCompareAndSet("k", b"v", -1), MetaDelete("k", -1),
-], ids=repr)
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        MetaCreate("", b"v"),
+        MetaCreate("k\n", b"v"),
+        MetaCreate("k" * 1025, b"v"),
+        MetaCreate("k", "str"),
+        MetaCompareAndSet("k", b"v", -1),
+        MetaDelete("k", -1),
+    ],
+    ids=repr,
+)
 def test_v0_metadata_rejects_malformed_input(cmd: object) -> None:
     s = ControllerState()
     s.apply(MetaCreate("k", b"v"))
@@ -684,18 +786,34 @@ def test_snapshot_rejects_unknown_format_and_broken_invariants() -> None:
 
 
 def test_commands_pickle() -> None:
-    for cmd in [reg(), ElectMaster(A, None, alive=live(1)), alter({1, 2, 3}), CleanBrokerData(A),
-                CreateTopic("t", {A: 1}), MetaCompareAndSet("k", b"v", 1)]:
+    for cmd in [
+        reg(),
+        ElectMaster(A, None, alive=live(1)),
+        alter({1, 2, 3}),
+        CleanBrokerData(A),
+        CreateTopic("t", {A: 1}),
+        MetaCompareAndSet("k", b"v", 1),
+    ]:
         assert pickle.loads(pickle.dumps(cmd)) == cmd
 
 
 def test_commands_pickle_under_the_class_path_the_raft_log_has_always_used() -> None:
     # The journal and the entries sent between nodes name each class by module: a node of an
     # older layout (everything in state.py) must read what a newer one writes, and back.
-    for cmd in [reg(), ElectMaster(A, None, alive=live(1)), alter({1, 2, 3}), CleanBrokerData(A),
-                CreateTopic("t", {A: 1}), DeleteTopic("t"), MetaCompareAndSet("k", b"v", 1)]:
-        names = {(op.name, arg) for op, arg, _ in pickletools.genops(pickle.dumps(cmd))
-                 if op.name in ("SHORT_BINUNICODE", "BINUNICODE") and arg.startswith("tidelog.")}
+    for cmd in [
+        reg(),
+        ElectMaster(A, None, alive=live(1)),
+        alter({1, 2, 3}),
+        CleanBrokerData(A),
+        CreateTopic("t", {A: 1}),
+        DeleteTopic("t"),
+        MetaCompareAndSet("k", b"v", 1),
+    ]:
+        names = {
+            (op.name, arg)
+            for op, arg, _ in pickletools.genops(pickle.dumps(cmd))
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE") and arg.startswith("tidelog.")
+        }
         assert names and all(arg == "tidelog.controller.state" for _, arg in names), names
 
 

@@ -42,7 +42,9 @@ def test_generations_and_tombstones_survive_a_snapshot() -> None:
     restored = ControllerState.from_dict(json.loads(json.dumps(s.to_dict())))
     assert restored == s
     assert restored.apply(CreateTopic("c", {A: 1})).value.generation == 3
-    assert refused(restored, CreateTopic("a", {A: 1}, now_ms=6, recreate_after_ms=10), "TOPIC_DELETION_PENDING")
+    assert refused(
+        restored, CreateTopic("a", {A: 1}, now_ms=6, recreate_after_ms=10), "TOPIC_DELETION_PENDING"
+    )
 
 
 def test_a_snapshot_from_before_generations_loads_with_generation_0() -> None:

@@ -18,8 +18,12 @@ M = 0  # the master's broker id in the tables
     [
         # async answers after the local append, whatever the set looks like
         ("async needs only the master", AckConfig(replication="async", in_sync_replicas=3), 1, 1),
-        ("async ignores min_in_sync", AckConfig(replication="async", in_sync_replicas=2,
-                                                min_in_sync_replicas=2), 1, 1),
+        (
+            "async ignores min_in_sync",
+            AckConfig(replication="async", in_sync_replicas=2, min_in_sync_replicas=2),
+            1,
+            1,
+        ),
         # §4 defaults: inSyncReplicas=1, minInSyncReplicas=1
         ("defaults: the master alone", AckConfig(), 1, 1),
         ("defaults with a slave in the set still need 1", AckConfig(), 2, 1),
@@ -31,21 +35,47 @@ M = 0  # the master's broker id in the tables
         ("need above the set fails fast", AckConfig(in_sync_replicas=2), 1, FAIL),
         ("need 3 of a set of 2 fails fast", AckConfig(in_sync_replicas=3, min_in_sync_replicas=2), 2, FAIL),
         # docs/ARCHITECTURE.md §3.4: needed = max(min(in_sync_replicas, |SSS|), min_in_sync_replicas)
-        ("auto: three of three", AckConfig(in_sync_replicas=3, min_in_sync_replicas=2,
-                                           auto_in_sync_replicas=True), 3, 3),
-        ("auto: two of three replicas left, min 2", AckConfig(in_sync_replicas=3, min_in_sync_replicas=2,
-                                                              auto_in_sync_replicas=True), 2, 2),
-        ("auto: one left, min 2, fails fast", AckConfig(in_sync_replicas=3, min_in_sync_replicas=2,
-                                                        auto_in_sync_replicas=True), 1, FAIL),
-        ("auto: min 1 lets the master go alone", AckConfig(in_sync_replicas=3, auto_in_sync_replicas=True), 1, 1),
+        (
+            "auto: three of three",
+            AckConfig(in_sync_replicas=3, min_in_sync_replicas=2, auto_in_sync_replicas=True),
+            3,
+            3,
+        ),
+        (
+            "auto: two of three replicas left, min 2",
+            AckConfig(in_sync_replicas=3, min_in_sync_replicas=2, auto_in_sync_replicas=True),
+            2,
+            2,
+        ),
+        (
+            "auto: one left, min 2, fails fast",
+            AckConfig(in_sync_replicas=3, min_in_sync_replicas=2, auto_in_sync_replicas=True),
+            1,
+            FAIL,
+        ),
+        (
+            "auto: min 1 lets the master go alone",
+            AckConfig(in_sync_replicas=3, auto_in_sync_replicas=True),
+            1,
+            1,
+        ),
         ("auto never raises the need", AckConfig(in_sync_replicas=2, auto_in_sync_replicas=True), 5, 2),
         # §4 allAckInSyncStateSet: need = -1 = every member of getSyncStateSet()
         ("all_ack: every member of 3", AckConfig(all_ack_in_sync_state_set=True), 3, 3),
         ("all_ack: the master alone", AckConfig(all_ack_in_sync_state_set=True), 1, 1),
         # a pending expansion {M, A} -> {M, A, B}: the caller passes |local ∪ proposed| = 3
-        ("all_ack with a pending expansion counts the union", AckConfig(all_ack_in_sync_state_set=True), 3, 3),
-        ("all_ack still honours min_in_sync", AckConfig(in_sync_replicas=2, min_in_sync_replicas=2,
-                                                        all_ack_in_sync_state_set=True), 1, FAIL),
+        (
+            "all_ack with a pending expansion counts the union",
+            AckConfig(all_ack_in_sync_state_set=True),
+            3,
+            3,
+        ),
+        (
+            "all_ack still honours min_in_sync",
+            AckConfig(in_sync_replicas=2, min_in_sync_replicas=2, all_ack_in_sync_state_set=True),
+            1,
+            FAIL,
+        ),
         ("all_ack wins over in_sync", AckConfig(in_sync_replicas=3, all_ack_in_sync_state_set=True), 2, 2),
     ],
 )
@@ -162,8 +192,12 @@ def test_acked_by_everyone_is_the_minimum_over_the_set(s):
     assert acked_by(len(sss), M, master_offset, acks, sss) == expected
 
 
-@given(s=situations(), connected=st.frozensets(IDS), current_frac=st.floats(0, 1),
-       later=st.lists(st.tuples(OFF, st.dictionaries(IDS, OFF, max_size=6)), max_size=5))
+@given(
+    s=situations(),
+    connected=st.frozensets(IDS),
+    current_frac=st.floats(0, 1),
+    later=st.lists(st.tuples(OFF, st.dictionaries(IDS, OFF, max_size=6)), max_size=5),
+)
 def test_confirm_offset_never_decreases_nor_passes_the_master(s, connected, current_frac, later):
     _, master_offset, acks, sss = s
     current = int(master_offset * current_frac)
@@ -183,10 +217,13 @@ def test_confirm_offset_never_decreases_nor_passes_the_master(s, connected, curr
 @st.composite
 def configs(draw) -> AckConfig:
     in_sync = draw(st.integers(1, 5))
-    return AckConfig(replication=draw(st.sampled_from(["sync", "async"])), in_sync_replicas=in_sync,
-                     min_in_sync_replicas=draw(st.integers(1, in_sync)),
-                     auto_in_sync_replicas=draw(st.booleans()),
-                     all_ack_in_sync_state_set=draw(st.booleans()))
+    return AckConfig(
+        replication=draw(st.sampled_from(["sync", "async"])),
+        in_sync_replicas=in_sync,
+        min_in_sync_replicas=draw(st.integers(1, in_sync)),
+        auto_in_sync_replicas=draw(st.booleans()),
+        all_ack_in_sync_state_set=draw(st.booleans()),
+    )
 
 
 @given(cfg=configs(), sss_size=st.integers(1, 6))

@@ -49,8 +49,17 @@ def test_a_fake_master_changes_nothing(tmp_path) -> None:  # type: ignore[no-unt
 
         server = await asyncio.start_server(fake, "127.0.0.1", 0)
         address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        slave = HaSlave(slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID, master_address=address,
-                        master_epoch=9, idle_timeout_ms=500, retry_ms=50, secret=SECRET).start()
+        slave = HaSlave(
+            slog,
+            broker_set="bs",
+            broker_id=SLAVE_ID,
+            master_id=MASTER_ID,
+            master_address=address,
+            master_epoch=9,
+            idle_timeout_ms=500,
+            retry_ms=50,
+            secret=SECRET,
+        ).start()
         await asyncio.sleep(1.0)
         await slave.stop()
         server.close()
@@ -78,17 +87,37 @@ def test_a_cut_below_the_confirm_offset_needs_an_unclean_election(tmp_path) -> N
             assert pair.slog.max_offset == confirmed and slave.truncations == []
             await slave.stop()
             # an unclean election this replica's history already includes (epoch 1) changes nothing
-            lived = HaSlave(pair.slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID,
-                            master_address=pair.address, master_epoch=2, ack_interval_ms=100, idle_timeout_ms=2000,
-                            retry_ms=50, secret=SECRET, unclean_epoch=1).start()
+            lived = HaSlave(
+                pair.slog,
+                broker_set="bs",
+                broker_id=SLAVE_ID,
+                master_id=MASTER_ID,
+                master_address=pair.address,
+                master_epoch=2,
+                ack_interval_ms=100,
+                idle_timeout_ms=2000,
+                retry_ms=50,
+                secret=SECRET,
+                unclean_epoch=1,
+            ).start()
             await until(lambda: lived.refusals >= 1, what="a refusal despite an older unclean epoch")
             await lived.stop()
             assert pair.slog.max_offset == confirmed
             # the controller elected uncleanly after this replica's history (epoch 2 > its epoch 1):
             # the loss is the operator's choice, even if a clean election followed
-            pair.slave = HaSlave(pair.slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID,
-                                 master_address=pair.address, master_epoch=2, ack_interval_ms=100,
-                                 idle_timeout_ms=2000, retry_ms=50, secret=SECRET, unclean_epoch=2).start()
+            pair.slave = HaSlave(
+                pair.slog,
+                broker_set="bs",
+                broker_id=SLAVE_ID,
+                master_id=MASTER_ID,
+                master_address=pair.address,
+                master_epoch=2,
+                ack_interval_ms=100,
+                idle_timeout_ms=2000,
+                retry_ms=50,
+                secret=SECRET,
+                unclean_epoch=2,
+            ).start()
             await until(lambda: pair.slog.max_offset == end, what="the unclean repair and catch-up")
             assert pair.slave.truncations == [(confirmed, 0)]
         finally:
@@ -97,8 +126,14 @@ def test_a_cut_below_the_confirm_offset_needs_an_unclean_election(tmp_path) -> N
     asyncio.run(main())
 
 
-_fields = st.tuples(st.text(min_size=1, max_size=20), st.integers(0, 2**63), st.integers(0, 2**63),
-                    st.integers(0, 2**63), st.binary(min_size=16, max_size=16), st.binary(min_size=16, max_size=16))
+_fields = st.tuples(
+    st.text(min_size=1, max_size=20),
+    st.integers(0, 2**63),
+    st.integers(0, 2**63),
+    st.integers(0, 2**63),
+    st.binary(min_size=16, max_size=16),
+    st.binary(min_size=16, max_size=16),
+)
 
 
 @given(_fields, _fields)

@@ -32,16 +32,39 @@ M = 0  # the master
 SLAVES = (1, 2, 3)
 
 
-def core(sss=frozenset({M, 1}), *, sss_epoch: int = 1, master_max: int = 100, confirm: int = 100,
-         epoch_start: int = 0, max_not_catchup_ms: int = 1000) -> MasterCore:
-    return MasterCore.start(broker_id=M, epoch=3, sync_state_set=frozenset(sss), sss_epoch=sss_epoch,
-                            master_max=master_max, confirm=confirm, epoch_start=epoch_start,
-                            max_not_catchup_ms=max_not_catchup_ms, now_ms=0)
+def core(
+    sss=frozenset({M, 1}),
+    *,
+    sss_epoch: int = 1,
+    master_max: int = 100,
+    confirm: int = 100,
+    epoch_start: int = 0,
+    max_not_catchup_ms: int = 1000,
+) -> MasterCore:
+    return MasterCore.start(
+        broker_id=M,
+        epoch=3,
+        sync_state_set=frozenset(sss),
+        sss_epoch=sss_epoch,
+        master_max=master_max,
+        confirm=confirm,
+        epoch_start=epoch_start,
+        max_not_catchup_ms=max_not_catchup_ms,
+        now_ms=0,
+    )
 
 
 def snapshot(c: MasterCore) -> tuple:
-    return (c.master_max, c.confirm, {s: vars(v).copy() for s, v in c.slaves.items()}, set(c.needs),
-            c.tracker.local, c.tracker.sss_epoch, c.tracker.pending, c.tracker.effective)
+    return (
+        c.master_max,
+        c.confirm,
+        {s: vars(v).copy() for s, v in c.slaves.items()},
+        set(c.needs),
+        c.tracker.local,
+        c.tracker.sss_epoch,
+        c.tracker.pending,
+        c.tracker.effective,
+    )
 
 
 # --- acks and the confirm offset (§3.1, §3.3, §4.4) ---------------------------------------
@@ -49,7 +72,7 @@ def snapshot(c: MasterCore) -> tuple:
 
 def test_4_4_write_acked_by_the_in_sync_slave_is_released_and_confirmed():
     c = core()
-    assert c.step(SlaveJoined(1, 100), 1) == []     # holds what is confirmed: nothing moves
+    assert c.step(SlaveJoined(1, 100), 1) == []  # holds what is confirmed: nothing moves
     assert c.step(Waiting(2), 2) == [Release(2, 100)]
     assert c.step(Appended(150), 3) == [Release(2, 100)]  # only the master holds 100..150
     assert c.confirm == 100
@@ -68,7 +91,7 @@ def test_4_4_ack_beyond_what_was_sent_is_rejected_and_counts_nothing():
     actions = c.step(Acked(1, 150), 5)
     assert [type(a) for a in actions] == [Reject]
     assert actions[0].slave == 1
-    assert snapshot(c) == before               # no ack recorded, no confirm, no release
+    assert snapshot(c) == before  # no ack recorded, no confirm, no release
     assert c.slaves[1].ack_offset == 100
 
 
@@ -78,9 +101,9 @@ def test_3_3_disconnected_member_holds_the_confirm_offset_and_is_proposed_out():
     c.step(Appended(150), 2)
     c.step(Sent(1, 150), 3)
     assert c.step(SlaveLeft(1), 4) == [Propose(Proposal(frozenset({M}), 1))]
-    assert c.tracker.effective == {M, 1}       # a pending shrink is not applied yet
+    assert c.tracker.effective == {M, 1}  # a pending shrink is not applied yet
     assert c.step(Appended(200), 5) == []
-    assert c.confirm == 100                    # its last ack may be stale: no advance at all
+    assert c.confirm == 100  # its last ack may be stale: no advance at all
     # the controller confirms the shrink: the master alone confirms its end
     assert c.step(ControllerState(frozenset({M}), 2), 6) == [SetConfirm(200)]
 
@@ -92,7 +115,7 @@ def test_3_3_connected_member_holds_the_confirm_offset_at_its_ack():
     c.step(Appended(200), 2)
     c.step(Sent(1, 200), 3)
     c.step(Sent(2, 200), 3)
-    assert c.step(Acked(1, 200), 4) == []       # member 2 still holds only 100
+    assert c.step(Acked(1, 200), 4) == []  # member 2 still holds only 100
     assert c.step(Acked(2, 160), 5) == [SetConfirm(160)]
     assert c.step(Acked(2, 200), 6) == [SetConfirm(200)]
 
@@ -102,9 +125,9 @@ def test_3_1_pending_expansion_member_does_not_release_but_holds_the_confirm_off
     # caught up, at the confirm offset and past the epoch start: proposed into the set
     assert c.step(SlaveJoined(1, 100), 1) == [Propose(Proposal(frozenset({M, 1}), 1))]
     assert c.tracker.local == {M} and c.tracker.effective == {M, 1}
-    assert c.step(Waiting(2), 2) == [Release(2, 0)]           # a set of one cannot give two acks
+    assert c.step(Waiting(2), 2) == [Release(2, 0)]  # a set of one cannot give two acks
     assert c.step(Appended(150), 3) == [Release(2, 0)]
-    assert c.confirm == 100                                   # the confirm offset waits for the newcomer
+    assert c.confirm == 100  # the confirm offset waits for the newcomer
     c.step(Sent(1, 150), 4)
     assert c.step(Acked(1, 150), 5) == [SetConfirm(150), Release(2, 0)]  # its ack is not a vote
     # the controller confirms the expansion: now its ack counts
@@ -114,7 +137,7 @@ def test_3_1_pending_expansion_member_does_not_release_but_holds_the_confirm_off
 def test_3_1_ack_of_a_slave_outside_the_set_counts_nowhere():
     c = core(frozenset({M, 1}))
     c.step(SlaveJoined(1, 100), 1)
-    c.step(SlaveJoined(2, 50), 1)               # behind the confirm offset: not proposed
+    c.step(SlaveJoined(2, 50), 1)  # behind the confirm offset: not proposed
     assert c.tracker.pending is None
     assert c.step(Waiting(2), 2) == [Release(2, 100)]
     c.step(Appended(150), 3)
@@ -123,13 +146,13 @@ def test_3_1_ack_of_a_slave_outside_the_set_counts_nowhere():
     # slave 2 holds 150 and is proposed, but only member 1 (at 100) votes
     assert c.step(Acked(2, 150), 5) == [Propose(Proposal(frozenset({M, 1, 2}), 1)), Release(2, 100)]
     assert c.step(ControllerState(frozenset({M, 1, 2}), 2), 6) == [Release(2, 150)]
-    assert c.confirm == 100                    # member 1 still holds only 100
+    assert c.confirm == 100  # member 1 still holds only 100
 
 
 def test_4_4_new_member_is_proposed_only_past_the_epoch_start():
     c = core(frozenset({M, 1}), master_max=100, confirm=50, epoch_start=90)
     assert c.step(SlaveJoined(1, 60), 1) == [SetConfirm(60)]
-    assert c.step(SlaveJoined(2, 85), 1) == []                 # past the confirm offset, not this epoch's start
+    assert c.step(SlaveJoined(2, 85), 1) == []  # past the confirm offset, not this epoch's start
     c.step(Sent(2, 100), 2)
     assert c.step(Acked(2, 100), 3) == [Propose(Proposal(frozenset({M, 1, 2}), 1))]
 
@@ -158,7 +181,7 @@ def test_4_5_unknown_outcome_of_an_overtaken_proposal_is_ignored():
     c, old, new = _with_newer_proposal()
     assert c.step(AlterFailed(old, 1), 5) == []
     assert c.tracker.pending == new
-    assert c.tracker.effective == {M, 2}        # the newer proposal still holds the confirm offset
+    assert c.tracker.effective == {M, 2}  # the newer proposal still holds the confirm offset
     assert c.step(Appended(150), 6) == []
     assert c.confirm == 100
 
@@ -187,15 +210,15 @@ def test_4_5_refusal_ends_the_pending_proposal():
     [p] = c.step(SlaveLeft(1), 2)
     c.step(AlterFailed(p.proposal, 1), 3)
     assert c.tracker.pending is None
-    assert c.step(ShrinkCheck(), 4) == [p]      # the next check proposes again
+    assert c.step(ShrinkCheck(), 4) == [p]  # the next check proposes again
 
 
 def test_4_5_late_refusal_of_an_overtaken_proposal_keeps_the_newer_one():
     c, old, new = _with_newer_proposal()
     c.step(AlterFailed(old, 1), 5)  # the refusal of the overtaken shrink comes in late
-    assert c.tracker.pending == new            # the expansion is still in flight: the controller may apply it
+    assert c.tracker.pending == new  # the expansion is still in flight: the controller may apply it
     c.step(Appended(150), 6)
-    assert c.confirm == 100                    # slave 2 may be in the set already and holds only 100
+    assert c.confirm == 100  # slave 2 may be in the set already and holds only 100
 
 
 def test_4_5_stale_member_is_proposed_out_after_the_grace():
@@ -203,7 +226,7 @@ def test_4_5_stale_member_is_proposed_out_after_the_grace():
     c.step(SlaveJoined(1, 100), 10)
     c.step(Appended(200), 20)
     c.step(Sent(1, 200), 20)
-    c.step(Acked(1, 150), 30)                  # lagging behind what was sent
+    c.step(Acked(1, 150), 30)  # lagging behind what was sent
     assert c.step(ShrinkCheck(), 900) == []
     assert c.step(ShrinkCheck(), 1100) == [Propose(Proposal(frozenset({M}), 1))]
 
@@ -230,7 +253,7 @@ def test_5_1_confirm_beyond_the_max_is_an_invariant_violation():
 def test_5_1_check_catches_an_ack_counted_beyond_what_was_sent():
     c = core()
     c.step(SlaveJoined(1, 100), 1)
-    c.slaves[1].ack_offset = 101               # what a missing sent_end check would leave behind
+    c.slaves[1].ack_offset = 101  # what a missing sent_end check would leave behind
     with pytest.raises(InvariantViolation, match="beyond"):
         c.check()
 
@@ -254,8 +277,14 @@ class MasterMachine(RuleBasedStateMachine):
         confirm = data.draw(st.integers(0, master_max), label="confirm")
         epoch_start = data.draw(st.integers(0, master_max), label="epoch_start")
         self.now = 0
-        self.core = core(others | {M}, sss_epoch=data.draw(st.integers(0, 3)), master_max=master_max,
-                         confirm=confirm, epoch_start=epoch_start, max_not_catchup_ms=300)
+        self.core = core(
+            others | {M},
+            sss_epoch=data.draw(st.integers(0, 3)),
+            master_max=master_max,
+            confirm=confirm,
+            epoch_start=epoch_start,
+            max_not_catchup_ms=300,
+        )
         self.confirm = confirm
 
     def drive(self, event, dt: int = 0) -> list:

@@ -47,7 +47,9 @@ async def until(predicate, timeout: float = 10.0, what: str = "condition"):  # t
 class Pair:
     """A master log served on a loopback port, and a slave log following it."""
 
-    def __init__(self, tmp: Path, master_epoch: int, sss: frozenset[int], *, slave_timeout_ms: int = 3000) -> None:
+    def __init__(
+        self, tmp: Path, master_epoch: int, sss: frozenset[int], *, slave_timeout_ms: int = 3000
+    ) -> None:
         self.mlog = open_log(tmp / "m")
         self.slog = open_log(tmp / "s")
         self.master_epoch = master_epoch
@@ -61,9 +63,19 @@ class Pair:
     async def start_master(self) -> None:
         if self.mlog.epochs.last_epoch < self.master_epoch:
             self.mlog.epochs.append(self.master_epoch, self.mlog.max_offset)
-        self.master = HaMaster(self.mlog, broker_set="bs", broker_id=MASTER_ID, epoch=self.master_epoch,
-                               sync_state_set=self.sss, sss_epoch=1, slave_timeout_ms=self.slave_timeout_ms,
-                               batch_bytes=4096, heartbeat_interval_ms=100, idle_timeout_ms=2000, secret=SECRET)
+        self.master = HaMaster(
+            self.mlog,
+            broker_set="bs",
+            broker_id=MASTER_ID,
+            epoch=self.master_epoch,
+            sync_state_set=self.sss,
+            sss_epoch=1,
+            slave_timeout_ms=self.slave_timeout_ms,
+            batch_bytes=4096,
+            heartbeat_interval_ms=100,
+            idle_timeout_ms=2000,
+            secret=SECRET,
+        )
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
@@ -80,9 +92,18 @@ class Pair:
         self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     def start_slave(self, master_epoch: int | None = None) -> HaSlave:
-        self.slave = HaSlave(self.slog, broker_set="bs", broker_id=SLAVE_ID, master_id=MASTER_ID,
-                             master_address=self.address, master_epoch=master_epoch or self.master_epoch,
-                             ack_interval_ms=100, idle_timeout_ms=2000, retry_ms=50, secret=SECRET).start()
+        self.slave = HaSlave(
+            self.slog,
+            broker_set="bs",
+            broker_id=SLAVE_ID,
+            master_id=MASTER_ID,
+            master_address=self.address,
+            master_epoch=master_epoch or self.master_epoch,
+            ack_interval_ms=100,
+            idle_timeout_ms=2000,
+            retry_ms=50,
+            secret=SECRET,
+        ).start()
         return self.slave
 
     def append(self, msgs: list[Message]) -> int:
@@ -246,8 +267,10 @@ def test_4_an_ack_from_a_member_whose_expansion_is_pending_does_not_count(tmp_pa
         try:
             pair.start_slave()
             end = pair.append(batch(5, "x"))
-            await until(lambda: pair.master.tracker.pending is not None and pair.slog.max_offset == end,
-                        what="the slave to catch up and the expansion to be proposed")
+            await until(
+                lambda: pair.master.tracker.pending is not None and pair.slog.max_offset == end,
+                what="the slave to catch up and the expansion to be proposed",
+            )
             assert pair.master.sync_state_set == {MASTER_ID, SLAVE_ID}  # the confirm offset waits for both
             assert pair.master.ack_set == {MASTER_ID}  # but only the confirmed set acknowledges
             with pytest.raises(FlushSlaveTimeoutError):

@@ -15,13 +15,28 @@ def tracker(sss=frozenset({M}), epoch=1, now=0, **kw) -> SyncStateTracker:
     return SyncStateTracker(M, frozenset(sss), epoch, now_ms=now, **kw)
 
 
-def ack(tr: SyncStateTracker, slave: int, slave_max: int, *, now: int, master_max: int = 100,
-        last_sent: int | None = None, last_sent_ms: int | None = None, confirm: int = 100,
-        epoch_start: int = 0) -> Proposal | None:
-    return tr.on_ack(slave, slave_max, now_ms=now, master_max=master_max,
-                     last_sent_master_max=master_max if last_sent is None else last_sent,
-                     last_sent_ms=now if last_sent_ms is None else last_sent_ms,
-                     confirm_offset=confirm, epoch_start=epoch_start)
+def ack(
+    tr: SyncStateTracker,
+    slave: int,
+    slave_max: int,
+    *,
+    now: int,
+    master_max: int = 100,
+    last_sent: int | None = None,
+    last_sent_ms: int | None = None,
+    confirm: int = 100,
+    epoch_start: int = 0,
+) -> Proposal | None:
+    return tr.on_ack(
+        slave,
+        slave_max,
+        now_ms=now,
+        master_max=master_max,
+        last_sent_master_max=master_max if last_sent is None else last_sent,
+        last_sent_ms=now if last_sent_ms is None else last_sent_ms,
+        confirm_offset=confirm,
+        epoch_start=epoch_start,
+    )
 
 
 # --- expand -------------------------------------------------------------------------------
@@ -32,8 +47,8 @@ def test_expand_when_caught_up_to_confirm_and_epoch_start():
     p = ack(tr, 1, 100, now=10, master_max=100, confirm=100, epoch_start=60)
     assert p == Proposal(frozenset({M, 1}), 1)
     assert tr.pending == p
-    assert tr.local == {M}                  # not until the controller confirms
-    assert tr.effective == {M, 1}           # but acks and confirm already wait for the newcomer
+    assert tr.local == {M}  # not until the controller confirms
+    assert tr.effective == {M, 1}  # but acks and confirm already wait for the newcomer
 
 
 @pytest.mark.parametrize(
@@ -46,7 +61,9 @@ def test_expand_when_caught_up_to_confirm_and_epoch_start():
 )
 def test_no_expand(name, slave_max, last_sent, confirm, epoch_start):
     tr = tracker()
-    assert ack(tr, 1, slave_max, now=10, last_sent=last_sent, confirm=confirm, epoch_start=epoch_start) is None
+    assert (
+        ack(tr, 1, slave_max, now=10, last_sent=last_sent, confirm=confirm, epoch_start=epoch_start) is None
+    )
     assert tr.pending is None and tr.effective == {M}
 
 
@@ -94,9 +111,9 @@ def test_caught_up_time_is_now_at_the_masters_end_else_the_last_send():
 def test_shrink_after_15_s_without_catching_up():
     tr = tracker({M, 1})
     ack(tr, 1, 100, now=1_000)
-    assert tr.check_shrink(now_ms=16_000) is None        # exactly 15 s: still in (strictly more is needed)
+    assert tr.check_shrink(now_ms=16_000) is None  # exactly 15 s: still in (strictly more is needed)
     assert tr.check_shrink(now_ms=16_001) == Proposal(frozenset({M}), 1)
-    assert tr.local == tr.effective == {M, 1}            # until the controller confirms
+    assert tr.local == tr.effective == {M, 1}  # until the controller confirms
 
 
 def test_catching_up_again_keeps_the_member():
@@ -144,8 +161,8 @@ def test_disconnect_of_a_non_member_proposes_nothing():
 
 def test_disconnect_while_pending_is_proposed_by_the_next_check():
     tr = tracker({M, 1})
-    ack(tr, 2, 100, now=10)                                # expansion {M, 1, 2} pending
-    assert tr.on_disconnect(1, now_ms=20) is None          # one proposal at a time
+    ack(tr, 2, 100, now=10)  # expansion {M, 1, 2} pending
+    assert tr.on_disconnect(1, now_ms=20) is None  # one proposal at a time
     assert tr.effective == {M, 1, 2}
     tr.on_alter_failed()
     assert tr.check_shrink(now_ms=30) == Proposal(frozenset({M}), 1)
@@ -183,14 +200,16 @@ def test_same_epoch_does_not_end_a_pending_proposal():
     p = ack(tr, 1, 100, now=10)
     assert not tr.on_controller_state(frozenset({M}), 5)
     assert tr.pending == p and tr.effective == {M, 1}
-    assert not tr.on_controller_state(frozenset({M, 9}), 5)  # same epoch, other set: not from a sane controller
+    assert not tr.on_controller_state(
+        frozenset({M, 9}), 5
+    )  # same epoch, other set: not from a sane controller
     assert tr.local == {M}
 
 
 def test_a_newer_state_ends_the_pending_proposal_whatever_it_says():
     tr = tracker({M, 1}, epoch=5)
     ack(tr, 2, 100, now=10)
-    assert tr.on_controller_state(frozenset({M, 3}), 7)      # someone else's change won
+    assert tr.on_controller_state(frozenset({M, 3}), 7)  # someone else's change won
     assert tr.local == tr.effective == {M, 3} and tr.pending is None
 
 
@@ -224,8 +243,14 @@ def test_the_master_must_start_in_its_set():
 # --- property: random event sequences against a controller that applies or refuses ------------
 
 EVENTS = st.one_of(
-    st.tuples(st.just("ack"), st.integers(1, 4), st.integers(0, 200), st.integers(0, 200),
-              st.integers(0, 200), st.integers(0, 200)),
+    st.tuples(
+        st.just("ack"),
+        st.integers(1, 4),
+        st.integers(0, 200),
+        st.integers(0, 200),
+        st.integers(0, 200),
+        st.integers(0, 200),
+    ),
     st.tuples(st.just("disconnect"), st.integers(0, 4)),
     st.tuples(st.just("check"), st.integers(0, 20_000)),
     st.tuples(st.just("apply")),
@@ -247,9 +272,16 @@ def test_invariants_over_random_event_sequences(events, initial):
         now += 100
         if kind == "ack":
             _, slave, slave_max, master_max, confirm, start = event
-            proposal = tr.on_ack(slave, slave_max, now_ms=now, master_max=master_max,
-                                 last_sent_master_max=min(master_max, slave_max + 10), last_sent_ms=now - 50,
-                                 confirm_offset=confirm, epoch_start=start)
+            proposal = tr.on_ack(
+                slave,
+                slave_max,
+                now_ms=now,
+                master_max=master_max,
+                last_sent_master_max=min(master_max, slave_max + 10),
+                last_sent_ms=now - 50,
+                confirm_offset=confirm,
+                epoch_start=start,
+            )
         elif kind == "disconnect":
             proposal = tr.on_disconnect(event[1], now_ms=now)
         elif kind == "check":
@@ -272,6 +304,6 @@ def test_invariants_over_random_event_sequences(events, initial):
         else:
             assert tr.effective == tr.local
         if proposal is not None:
-            assert before_pending is None          # at most one proposal in flight
+            assert before_pending is None  # at most one proposal in flight
             assert proposal == tr.pending
             assert M in proposal.new_sync_state_set

@@ -24,16 +24,25 @@ import pytest
 from tidelog.lab import net
 from tidelog.lab.plan import lab_prefix
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(net.unavailable_reason() is not None,
-                                 reason=f"network lab unavailable: {net.unavailable_reason()}")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        net.unavailable_reason() is not None, reason=f"network lab unavailable: {net.unavailable_reason()}"
+    ),
+]
 
 TOPOLOGY = Path(__file__).resolve().parents[2] / "deploy" / "two-dc-lab.yaml"
 
 
 def tide(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidelog.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 def namespaces() -> set[str]:
@@ -71,11 +80,18 @@ def connects(data_dir: Path, src: str, dst: str, port: int, timeout: float = 1.0
     procs = {p["name"]: p for p in state(data_dir)["processes"]}
     ns = procs[src]["netns"] if src != "client" else state(data_dir)["client_netns"]
     addr = procs[dst]["address"].split(":")[0]
-    code = ("import socket,sys,time\nt=time.monotonic()\n"
-            f"s=socket.create_connection(('{addr}',{port}),timeout={timeout})\n"
-            "print(time.monotonic()-t)")
-    out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=30, check=False)
+    code = (
+        "import socket,sys,time\nt=time.monotonic()\n"
+        f"s=socket.create_connection(('{addr}',{port}),timeout={timeout})\n"
+        "print(time.monotonic()-t)"
+    )
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     return float(out.stdout) if out.returncode == 0 else None
 
 
@@ -98,7 +114,9 @@ def test_partition_cuts_the_link_and_heal_restores_it(lab: Path) -> None:
     try:
         assert connects(lab, "broker-a-0", "broker-a-1", 7201) is None
         assert connects(lab, "broker-a-1", "broker-a-0", 7201) is None
-        assert connects(lab, "broker-a-0", "controller-c3", 7101) is not None  # the tie-breaker is still there
+        assert (
+            connects(lab, "broker-a-0", "controller-c3", 7101) is not None
+        )  # the tie-breaker is still there
         assert connects(lab, "client", "broker-a-1", 7200) is not None
     finally:
         healed = tide("fault", "heal", "--data-dir", str(lab))
@@ -110,7 +128,7 @@ def test_a_process_can_be_cut_from_the_controllers_alone(lab: Path) -> None:
     cut = tide("fault", "isolate", "broker-a-0", "--from", "controllers", "--data-dir", str(lab))
     assert cut.returncode == 0, cut.stderr
     try:
-        assert connects(lab, "broker-a-0", "controller-c1", 7101) is None   # same datacenter, still cut
+        assert connects(lab, "broker-a-0", "controller-c1", 7101) is None  # same datacenter, still cut
         assert connects(lab, "broker-a-0", "controller-c2", 7101) is None
         assert connects(lab, "broker-a-0", "broker-a-1", 7201) is not None
         assert connects(lab, "broker-a-1", "controller-c1", 7101) is not None
@@ -124,16 +142,31 @@ def test_wan_delay_is_added_between_datacenters_only(lab: Path) -> None:
     try:
         # Any byte from the far side crosses the relay's far-to-near direction, so it cannot
         # arrive sooner than the added one-way delay after the connect.
-        code = ("import socket,time\nt=time.monotonic()\ns=socket.create_connection(('{a}',7101),timeout=5)\n"
-                "s.sendall(b'x'*9)\ns.settimeout(5)\ntry:\n    s.recv(1)\nexcept Exception:\n    pass\n"
-                "print(time.monotonic()-t)")
+        code = (
+            "import socket,time\nt=time.monotonic()\ns=socket.create_connection(('{a}',7101),timeout=5)\n"
+            "s.sendall(b'x'*9)\ns.settimeout(5)\ntry:\n    s.recv(1)\nexcept Exception:\n    pass\n"
+            "print(time.monotonic()-t)"
+        )
         procs = {p["name"]: p for p in state(lab)["processes"]}
         far = procs["controller-c2"]["address"].split(":")[0]
         near = procs["controller-c1"]["address"].split(":")[0]
 
         def rtt(addr: str) -> float:
-            out = subprocess.run(["ip", "netns", "exec", procs["broker-a-0"]["netns"], sys.executable, "-c",
-                                  code.format(a=addr)], capture_output=True, text=True, timeout=30, check=True)
+            out = subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    procs["broker-a-0"]["netns"],
+                    sys.executable,
+                    "-c",
+                    code.format(a=addr),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
             return float(out.stdout)
 
         assert rtt(far) >= 0.14
@@ -144,8 +177,12 @@ def test_wan_delay_is_added_between_datacenters_only(lab: Path) -> None:
 
 def test_bad_fault_arguments_get_a_clear_error_and_change_nothing(lab: Path) -> None:
     before = (lab / "lab" / "faults.json").read_text()
-    for args in (["partition", "dc-a", "dc-z"], ["loss", "dc-a", "dc-b", "300%"], ["delay", "dc-a", "client", "5ms"],
-                 ["kill", "broker-z-9"]):
+    for args in (
+        ["partition", "dc-a", "dc-z"],
+        ["loss", "dc-a", "dc-b", "300%"],
+        ["delay", "dc-a", "client", "5ms"],
+        ["kill", "broker-z-9"],
+    ):
         out = tide("fault", *args, "--data-dir", str(lab))
         assert out.returncode != 0
         assert "Traceback" not in out.stderr and out.stderr.strip()
@@ -154,13 +191,27 @@ def test_bad_fault_arguments_get_a_clear_error_and_change_nothing(lab: Path) -> 
 
 def placement(lab: Path, what: str = "audit") -> dict[str, Any]:
     """`tide placement audit|status --json`, run on the lab's client side."""
-    out = tide("cluster", "exec", "--data-dir", str(lab), "--", sys.executable, "-m", "tidelog.cli", "placement",
-               what, "--json", timeout=60)
+    out = tide(
+        "cluster",
+        "exec",
+        "--data-dir",
+        str(lab),
+        "--",
+        sys.executable,
+        "-m",
+        "tidelog.cli",
+        "placement",
+        what,
+        "--json",
+        timeout=60,
+    )
     assert "{" in out.stdout, out.stderr[-2000:]
-    return json.loads(out.stdout[out.stdout.index("{"):])
+    return json.loads(out.stdout[out.stdout.index("{") :])
 
 
-def wait_placement(lab: Path, done: Any, timeout: float, what: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def wait_placement(
+    lab: Path, done: Any, timeout: float, what: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Poll the audit until `done(report)`; returns that report and every report seen before it."""
     seen: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
@@ -169,7 +220,9 @@ def wait_placement(lab: Path, done: Any, timeout: float, what: str) -> tuple[dic
         if done(report):
             return report, seen
         seen.append(report)
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}: last audit {report}"
+        assert time.monotonic() < deadline, (
+            f"timed out after {timeout}s waiting for {what}: last audit {report}"
+        )
         time.sleep(0.3)
 
 
@@ -179,29 +232,71 @@ def test_placement_audit_follows_a_datacenter_outage_and_its_repair(lab: Path) -
     (controller RULES.md PL3, PL4)."""
     wait_placement(lab, lambda r: not r["violations"], 60, "a clean audit before the outage")
     assert placement(lab)["required"] == {"broker-a": ["dc-a", "dc-b"]}
-    made = tide("cluster", "exec", "--data-dir", str(lab), "--", sys.executable, "-m", "tidelog.cli", "topic",
-                "create", "placement-load", "--queues", "2")
+    made = tide(
+        "cluster",
+        "exec",
+        "--data-dir",
+        str(lab),
+        "--",
+        sys.executable,
+        "-m",
+        "tidelog.cli",
+        "topic",
+        "create",
+        "placement-load",
+        "--queues",
+        "2",
+    )
     assert made.returncode == 0 or "exists" in (made.stdout + made.stderr), made.stderr
-    load = subprocess.Popen([sys.executable, "-m", "tidelog.cli", "cluster", "exec", "--data-dir", str(lab), "--",
-                             sys.executable, "-m", "tidelog.cli", "produce", "placement-load", "--count", "10000000",
-                             "--size", "512"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    load = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tidelog.cli",
+            "cluster",
+            "exec",
+            "--data-dir",
+            str(lab),
+            "--",
+            sys.executable,
+            "-m",
+            "tidelog.cli",
+            "produce",
+            "placement-load",
+            "--count",
+            "10000000",
+            "--size",
+            "512",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(1)
         down = tide("fault", "dc-down", "dc-b", "--data-dir", str(lab))
         assert down.returncode == 0, down.stderr
         t0 = time.monotonic()
         report, _ = wait_placement(
-            lab, lambda r: any(v["broker_set"] == "broker-a" and v["code"] == "DATACENTER_DOWN"
-                               for v in r["violations"]), 20, "the audit to name broker-a while dc-b is down")
+            lab,
+            lambda r: any(
+                v["broker_set"] == "broker-a" and v["code"] == "DATACENTER_DOWN" for v in r["violations"]
+            ),
+            20,
+            "the audit to name broker-a while dc-b is down",
+        )
         print(f"\nviolation reported {time.monotonic() - t0:.1f}s after dc-down: {report['violations']}")
         time.sleep(3)  # dc-a takes writes that dc-b will have to copy
         up = tide("fault", "dc-up", "dc-b", "--data-dir", str(lab))
         assert up.returncode == 0, up.stderr
         t1 = time.monotonic()
-        clean, before = wait_placement(lab, lambda r: not r["violations"], 90, "the audit to clear after dc-up")
+        clean, before = wait_placement(
+            lab, lambda r: not r["violations"], 90, "the audit to clear after dc-up"
+        )
         status = placement(lab, "status")
-        print(f"clean {time.monotonic() - t1:.1f}s after dc-up; audits before: "
-              f"{[sorted({v['code'] for v in r['violations']}) for r in before]}")
+        print(
+            f"clean {time.monotonic() - t1:.1f}s after dc-up; audits before: "
+            f"{[sorted({v['code'] for v in r['violations']}) for r in before]}"
+        )
     finally:
         load.terminate()
         load.wait(timeout=30)
@@ -213,18 +308,41 @@ def test_placement_audit_follows_a_datacenter_outage_and_its_repair(lab: Path) -
     assert clean["violations"] == []
 
 
-SCENARIOS = ["isolate-master-dc", "cut-dc-link", "master-from-controllers", "client-from-master", "lossy-wan",
-             "flapping-link", "cut-then-master-dc-down", "master-dc-down", "kill-master", "dr-rehearsal"]
+SCENARIOS = [
+    "isolate-master-dc",
+    "cut-dc-link",
+    "master-from-controllers",
+    "client-from-master",
+    "lossy-wan",
+    "flapping-link",
+    "cut-then-master-dc-down",
+    "master-dc-down",
+    "kill-master",
+    "dr-rehearsal",
+]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_drill_loses_nothing_acknowledged(lab: Path, scenario: str) -> None:
     t0 = time.monotonic()
     out = tide("drill", "run", scenario, "--data-dir", str(lab), "--json", timeout=400)
-    report = json.loads(out.stdout[out.stdout.index("{"):]) if "{" in out.stdout else None
+    report = json.loads(out.stdout[out.stdout.index("{") :]) if "{" in out.stdout else None
     assert report is not None, out.stderr[-3000:]
-    print(scenario, {k: report[k] for k in ("acked", "acked_lost", "duplicates", "max_write_gap_s",
-                                            "split_brain", "replicas_identical")}, f"{time.monotonic() - t0:.0f}s")
+    print(
+        scenario,
+        {
+            k: report[k]
+            for k in (
+                "acked",
+                "acked_lost",
+                "duplicates",
+                "max_write_gap_s",
+                "split_brain",
+                "replicas_identical",
+            )
+        },
+        f"{time.monotonic() - t0:.0f}s",
+    )
     assert report["acked"] > 0
     assert report["acked_lost"] == 0
     assert report["split_brain"] is False, report["split_brain_detail"]
@@ -240,13 +358,17 @@ def test_drill_loses_nothing_acknowledged(lab: Path, scenario: str) -> None:
         clean = steps.index("placement audit: clean")
         second_down = max(i for i, s in enumerate(steps) if s.startswith("dc-down"))
         assert up < clean < second_down
-        assert any(s.startswith("placement audit: NOT_IN_SYNC") or s.startswith("placement audit: DATACENTER_DOWN")
-                   for s in steps[up:clean])
+        assert any(
+            s.startswith("placement audit: NOT_IN_SYNC") or s.startswith("placement audit: DATACENTER_DOWN")
+            for s in steps[up:clean]
+        )
 
 
 def test_a_random_schedule_is_reproducible_and_checked(lab: Path) -> None:
-    out = tide("drill", "random", "--seed", "7", "--steps", "2", "--data-dir", str(lab), "--json", timeout=400)
-    report = json.loads(out.stdout[out.stdout.index("{"):])
+    out = tide(
+        "drill", "random", "--seed", "7", "--steps", "2", "--data-dir", str(lab), "--json", timeout=400
+    )
+    report = json.loads(out.stdout[out.stdout.index("{") :])
     assert out.returncode == 0, out.stderr[-3000:]
     assert report["acked"] > 0 and report["acked_lost"] == 0
     assert report["split_brain"] is False and report["replicas_identical"] is True
@@ -264,9 +386,28 @@ def test_netns_needs_root_and_creates_nothing_without_it() -> None:
         os.chmod(topo, 0o644)
         data_dir = base / "d"
         before = namespaces()
-        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
-                              "tidelog.cli", "cluster", "up", "--netns", "-c", str(topo), "--data-dir", str(data_dir)],
-                             capture_output=True, text=True, timeout=60, check=False)
+        out = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-m",
+                "tidelog.cli",
+                "cluster",
+                "up",
+                "--netns",
+                "-c",
+                str(topo),
+                "--data-dir",
+                str(data_dir),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert out.returncode != 0
         assert "needs root" in out.stderr, out.stderr
         assert namespaces() == before

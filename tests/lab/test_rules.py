@@ -13,8 +13,13 @@ from tidelog.errors import ConfigError
 from tidelog.lab import rules
 from tidelog.lab.plan import CLIENT_SITE, LabPlan, make_plan
 
-PROCS = [("controller-c1", "dc-a"), ("controller-c2", "dc-b"), ("controller-c3", "dc-c"),
-         ("broker-a-0", "dc-a"), ("broker-a-1", "dc-b")]
+PROCS = [
+    ("controller-c1", "dc-a"),
+    ("controller-c2", "dc-b"),
+    ("controller-c3", "dc-c"),
+    ("broker-a-0", "dc-a"),
+    ("broker-a-1", "dc-b"),
+]
 
 
 def plan() -> LabPlan:
@@ -39,11 +44,14 @@ def test_two_data_dirs_never_share_names() -> None:
     assert make_plan("/x/one", PROCS).prefix != make_plan("/x/two", PROCS).prefix
 
 
-@pytest.mark.parametrize("procs, message", [
-    ([], "at least one"),
-    ([("broker-a-0", "")], "has no datacenter"),
-    ([("broker-a-0", "client")], "client side"),
-])
+@pytest.mark.parametrize(
+    "procs, message",
+    [
+        ([], "at least one"),
+        ([("broker-a-0", "")], "has no datacenter"),
+        ([("broker-a-0", "client")], "client side"),
+    ],
+)
 def test_bad_plans_are_refused(procs: list[tuple[str, str]], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         make_plan("/d", procs)
@@ -97,16 +105,19 @@ def test_postrouting_matches_only_the_relays_own_packets() -> None:
     assert all(line.startswith(f"meta mark {rules.LOCAL_MARK:#x} ") for line in _drops(post))
 
 
-@pytest.mark.parametrize("event, message", [
-    (rules.Cut("dc-a", "nowhere"), "no datacenter, process or group"),
-    (rules.Cut("dc-a", "broker-a-0"), "share a process"),
-    (rules.Isolate("broker-a-0", "dc-a"), "share a process|is part of"),
-    (rules.Loss("dc-a", "dc-b", 0), "1..100"),
-    (rules.Loss("dc-a", "dc-b", 101), "1..100"),
-    (rules.Delay("dc-a", "client", 5), "between two datacenters"),
-    (rules.Delay("dc-a", "dc-a", 5), "between two datacenters"),
-    (rules.Delay("dc-a", "dc-b", -1), "0..10000"),
-])
+@pytest.mark.parametrize(
+    "event, message",
+    [
+        (rules.Cut("dc-a", "nowhere"), "no datacenter, process or group"),
+        (rules.Cut("dc-a", "broker-a-0"), "share a process"),
+        (rules.Isolate("broker-a-0", "dc-a"), "share a process|is part of"),
+        (rules.Loss("dc-a", "dc-b", 0), "1..100"),
+        (rules.Loss("dc-a", "dc-b", 101), "1..100"),
+        (rules.Delay("dc-a", "client", 5), "between two datacenters"),
+        (rules.Delay("dc-a", "dc-a", 5), "between two datacenters"),
+        (rules.Delay("dc-a", "dc-b", -1), "0..10000"),
+    ],
+)
 def test_bad_faults_are_refused_and_change_nothing(event: rules.Event, message: str) -> None:
     p = plan()
     before = rules.step(p, rules.empty(), rules.Cut("dc-a", "dc-c"))

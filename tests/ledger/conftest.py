@@ -25,16 +25,26 @@ async def _replicas_alive(controllers: str, replicas: int, timeout: float) -> No
     async with ControllerClient(controllers, rpc_timeout=1.0, total_timeout=2.0) as client:
         while True:
             reply = await client.describe_broker_sets()
-            if reply.liveness_known and reply.broker_sets and all(
-                    b.role.has_master and sum(m.alive for m in b.members) >= replicas for b in reply.broker_sets):
+            if (
+                reply.liveness_known
+                and reply.broker_sets
+                and all(
+                    b.role.has_master and sum(m.alive for m in b.members) >= replicas
+                    for b in reply.broker_sets
+                )
+            ):
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"not every broker set had {replicas} live replicas within {timeout:.0f}s")
+                raise AssertionError(
+                    f"not every broker set had {replicas} live replicas within {timeout:.0f}s"
+                )
             await asyncio.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[LocalCluster]:
     c = start_cluster(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]))
     try:
         asyncio.run(_replicas_alive(c.controllers, REPLICAS, timeout=60.0))

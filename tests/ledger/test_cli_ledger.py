@@ -14,8 +14,13 @@ from tests.client.conftest import LocalCluster, tide
 PASSWORD = "cli-secret"
 
 
-def run(cluster: LocalCluster, *args: str, input: str | None = None, password: str | None = PASSWORD,
-        ok: bool = True) -> subprocess.CompletedProcess[str]:
+def run(
+    cluster: LocalCluster,
+    *args: str,
+    input: str | None = None,
+    password: str | None = PASSWORD,
+    ok: bool = True,
+) -> subprocess.CompletedProcess[str]:
     env = {"TIDE_CONTROLLERS": cluster.controllers}
     if password is not None:
         env["TIDE_LEDGER_PASSWORD"] = password
@@ -53,13 +58,14 @@ def test_create_append_read_info_list_recover_delete(cluster):
     assert info["ensemble_size"] == info["write_quorum"] == 2 and info["ack_quorum"] == 2
     assert info["digest_type"] == "CRC32C"
     # a ledger left OPEN, as by a dead writer; recover seals it at its last acknowledged entry
-    open_one = doc(cluster, "append", "--keep-open", "--data", "a", "--data", "b", "--digest", "mac",
-                   "--ack-quorum", "1")
+    open_one = doc(
+        cluster, "append", "--keep-open", "--data", "a", "--data", "b", "--digest", "mac", "--ack-quorum", "1"
+    )
     oid = open_one["ledger_id"]
     assert doc(cluster, "info", str(oid))["state"] == "OPEN"
     recovered = doc(cluster, "recover", str(oid))
     assert (recovered["state"], recovered["last_entry_id"], recovered["length"]) == ("CLOSED", 1, 2)
-    assert doc(cluster, "recover", str(oid))["last_entry_id"] == 1        # recovering a closed ledger: no change
+    assert doc(cluster, "recover", str(oid))["last_entry_id"] == 1  # recovering a closed ledger: no change
     assert [e["data"] for e in doc(cluster, "read", str(oid))["entries"]] == ["a", "b"]
     # tail of a closed ledger prints every entry and stops at its end
     tailed = run(cluster, "tail", str(oid), "--json", "--idle-timeout", "10").stdout.splitlines()
@@ -74,7 +80,10 @@ def test_create_append_read_info_list_recover_delete(cluster):
     # delete needs the ledger's password, and refuses a wrong one
     refused = run(cluster, "delete", str(empty["ledger_id"]), password="not-it", ok=False)
     assert refused.returncode == 1 and "LEDGER_UNAUTHORIZED" in refused.stderr
-    assert doc(cluster, "delete", str(empty["ledger_id"])) == {"ledger_id": empty["ledger_id"], "deleted": True}
+    assert doc(cluster, "delete", str(empty["ledger_id"])) == {
+        "ledger_id": empty["ledger_id"],
+        "deleted": True,
+    }
     assert empty["ledger_id"] not in {row["ledger_id"] for row in doc(cluster, "list", password=None)}
     gone = run(cluster, "info", str(empty["ledger_id"]), ok=False)
     assert gone.returncode == 1 and "LEDGER_NO_SUCH_LEDGER" in gone.stderr
@@ -88,7 +97,7 @@ def test_bad_input_and_wrong_passwords_are_typed_errors_that_change_nothing(clus
     cases = [
         (("read", "abc"), "LEDGER_INCORRECT_PARAMETER"),
         (("read", str(lid), "--from", "2", "--to", "1"), "LEDGER_INCORRECT_PARAMETER"),
-        (("read", str(lid), "--to", "5"), "LEDGER_READ"),                      # beyond the LAC
+        (("read", str(lid), "--to", "5"), "LEDGER_READ"),  # beyond the LAC
         (("read", "999999"), "LEDGER_NO_SUCH_LEDGER"),
         (("append", "--data", "x", "--ack-quorum", "3"), "LEDGER_INCORRECT_PARAMETER"),
         (("append", "--data", "x", "--ensemble-size", "3"), "LEDGER_INCORRECT_PARAMETER"),
@@ -103,7 +112,7 @@ def test_bad_input_and_wrong_passwords_are_typed_errors_that_change_nothing(clus
     missing = run(cluster, "read", str(lid), password=None, ok=False)
     assert missing.returncode == 2 and "TIDE_LEDGER_PASSWORD" in missing.stderr
     assert doc(cluster, "info", str(lid)) == before
-    assert doc(cluster, "list", password=None) == listed_before       # no ledger was created or changed
+    assert doc(cluster, "list", password=None) == listed_before  # no ledger was created or changed
 
 
 @pytest.mark.slow

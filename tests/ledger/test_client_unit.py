@@ -66,10 +66,20 @@ def test_ledger_keys_round_trip_and_sort_like_ids():
         assert ledger_id_of_key(other) is None
 
 
-@pytest.mark.parametrize(("data", "ok"), [
-    (b"", True), (b"x" * 100, True), (bytearray(b"ab"), True), (memoryview(b"ab"), True),
-    (b"x" * 101, False), ("text", False), (None, False), (3, False), ([1], False),
-])
+@pytest.mark.parametrize(
+    ("data", "ok"),
+    [
+        (b"", True),
+        (b"x" * 100, True),
+        (bytearray(b"ab"), True),
+        (memoryview(b"ab"), True),
+        (b"x" * 101, False),
+        ("text", False),
+        (None, False),
+        (3, False),
+        ([1], False),
+    ],
+)
 def test_check_entry_data(data, ok):
     if ok:
         assert check_entry_data(data, max_bytes=100) == bytes(data)
@@ -79,11 +89,21 @@ def test_check_entry_data(data, ok):
         assert info.value.number == -14
 
 
-@pytest.mark.parametrize(("first", "last", "ok"), [
-    (0, 0, True), (0, 9, True), (5, 5, True),
-    (-1, 0, False), (0, -1, False), (3, 2, False), (True, 2, False), (0, 1.0, False), ("0", 1, False),
-    (0, 2**63, False),
-])
+@pytest.mark.parametrize(
+    ("first", "last", "ok"),
+    [
+        (0, 0, True),
+        (0, 9, True),
+        (5, 5, True),
+        (-1, 0, False),
+        (0, -1, False),
+        (3, 2, False),
+        (True, 2, False),
+        (0, 1.0, False),
+        ("0", 1, False),
+        (0, 2**63, False),
+    ],
+)
 def test_check_entry_range(first, last, ok):
     if ok:
         assert check_entry_range(first, last) == (first, last)
@@ -97,22 +117,33 @@ def view(name: str, n: int, *, master: bool = True, dead: int = 0) -> BrokerSetV
     return BrokerSetView(name, 1 if master else None, f"{name}:1" if master else "", members, frozenset())
 
 
-@pytest.mark.parametrize(("name", "sets", "ledger_id", "e", "aq", "named", "expected"), [
-    ("one fitting set", [view("a", 2)], 0, 2, 2, None, "a"),
-    ("the size picks the set", [view("a", 2), view("b", 3)], 0, 3, 2, None, "b"),
-    ("ids spread over equal sets", [view("a", 2), view("b", 2)], 1, 2, 1, None, "b"),
-    ("ids spread over equal sets (even)", [view("a", 2), view("b", 2)], 4, 2, 1, None, "a"),
-    ("a set with a dead member is skipped", [view("a", 2, dead=1), view("b", 2)], 0, 2, 2, None, "b"),
-    ("a set without master is skipped", [view("a", 2, master=False), view("b", 2)], 2, 2, 2, None, "b"),
-    ("no set of that size: can never succeed", [view("a", 2)], 0, 3, 2, None, IncorrectParameterError),
-    ("sets of that size, none ready: retryable", [view("a", 2, dead=1)], 0, 2, 2, None, NotEnoughBookiesError),
-    ("no master anywhere", [view("a", 2, master=False)], 0, 2, 1, None, NotEnoughBookiesError),
-    ("named set", [view("a", 2), view("b", 2)], 0, 2, 2, "b", "b"),
-    ("named set of another size", [view("a", 2), view("b", 3)], 0, 2, 2, "b", IncorrectParameterError),
-    ("named set unknown", [view("a", 2)], 0, 2, 2, "zz", IncorrectParameterError),
-    ("named set not ready", [view("a", 2, dead=1)], 0, 2, 2, "a", NotEnoughBookiesError),
-    ("AQ > E", [view("a", 2)], 0, 2, 3, None, IncorrectParameterError),
-])
+@pytest.mark.parametrize(
+    ("name", "sets", "ledger_id", "e", "aq", "named", "expected"),
+    [
+        ("one fitting set", [view("a", 2)], 0, 2, 2, None, "a"),
+        ("the size picks the set", [view("a", 2), view("b", 3)], 0, 3, 2, None, "b"),
+        ("ids spread over equal sets", [view("a", 2), view("b", 2)], 1, 2, 1, None, "b"),
+        ("ids spread over equal sets (even)", [view("a", 2), view("b", 2)], 4, 2, 1, None, "a"),
+        ("a set with a dead member is skipped", [view("a", 2, dead=1), view("b", 2)], 0, 2, 2, None, "b"),
+        ("a set without master is skipped", [view("a", 2, master=False), view("b", 2)], 2, 2, 2, None, "b"),
+        ("no set of that size: can never succeed", [view("a", 2)], 0, 3, 2, None, IncorrectParameterError),
+        (
+            "sets of that size, none ready: retryable",
+            [view("a", 2, dead=1)],
+            0,
+            2,
+            2,
+            None,
+            NotEnoughBookiesError,
+        ),
+        ("no master anywhere", [view("a", 2, master=False)], 0, 2, 1, None, NotEnoughBookiesError),
+        ("named set", [view("a", 2), view("b", 2)], 0, 2, 2, "b", "b"),
+        ("named set of another size", [view("a", 2), view("b", 3)], 0, 2, 2, "b", IncorrectParameterError),
+        ("named set unknown", [view("a", 2)], 0, 2, 2, "zz", IncorrectParameterError),
+        ("named set not ready", [view("a", 2, dead=1)], 0, 2, 2, "a", NotEnoughBookiesError),
+        ("AQ > E", [view("a", 2)], 0, 2, 3, None, IncorrectParameterError),
+    ],
+)
 def test_place_ledger(name, sets, ledger_id, e, aq, named, expected):
     if isinstance(expected, str):
         assert place_ledger(sets, ledger_id, e, e, aq, broker_set=named).name == expected, name
@@ -128,10 +159,16 @@ def test_read_order_puts_slaves_first_and_drops_unknown_replicas():
 
 
 def test_broker_set_views_read_liveness_only_when_known():
-    role = cpb.RoleAssignment(broker_set="a", has_master=True, master_id=2, master_address="h:2", sync_state_set=[2])
-    members = [cpb.MemberInfo(broker_id=2, address="h:2", alive=True), cpb.MemberInfo(broker_id=1, address="h:1")]
-    reply = cpb.DescribeBrokerSetsReply(broker_sets=[cpb.BrokerSetInfo(role=role, members=members)],
-                                        liveness_known=True)
+    role = cpb.RoleAssignment(
+        broker_set="a", has_master=True, master_id=2, master_address="h:2", sync_state_set=[2]
+    )
+    members = [
+        cpb.MemberInfo(broker_id=2, address="h:2", alive=True),
+        cpb.MemberInfo(broker_id=1, address="h:1"),
+    ]
+    reply = cpb.DescribeBrokerSetsReply(
+        broker_sets=[cpb.BrokerSetInfo(role=role, members=members)], liveness_known=True
+    )
     (v,) = broker_set_views(reply)
     assert (v.name, v.master_id, v.master_address, v.member_ids) == ("a", 2, "h:2", (1, 2))
     assert v.available == 1
@@ -139,17 +176,20 @@ def test_broker_set_views_read_liveness_only_when_known():
     assert broker_set_views(reply)[0].available == 2
 
 
-@pytest.mark.parametrize(("err", "fence", "read"), [
-    (UnauthorizedAccessError("x"), FenceOutcome.UNAUTHORIZED, ReadOutcome.UNAUTHORIZED),
-    (UnavailableError("x"), FenceOutcome.TIMEOUT, ReadOutcome.TIMEOUT),
-    (LedgerTimeoutError("x"), FenceOutcome.TIMEOUT, ReadOutcome.TIMEOUT),
-    (NoSuchEntryError("x"), FenceOutcome.ERROR, ReadOutcome.NO_SUCH_ENTRY),
-    # the replica cannot vouch for the ledger (lagging, lost to retention, wiped): never a "no"
-    (LedgerReadError("x"), FenceOutcome.ERROR, ReadOutcome.ERROR),
-    (NoSuchLedgerExistsError("x"), FenceOutcome.ERROR, ReadOutcome.ERROR),
-    (DigestMatchError("x"), FenceOutcome.ERROR, ReadOutcome.ERROR),
-    (NotMasterError("x"), FenceOutcome.ERROR, ReadOutcome.ERROR),
-])
+@pytest.mark.parametrize(
+    ("err", "fence", "read"),
+    [
+        (UnauthorizedAccessError("x"), FenceOutcome.UNAUTHORIZED, ReadOutcome.UNAUTHORIZED),
+        (UnavailableError("x"), FenceOutcome.TIMEOUT, ReadOutcome.TIMEOUT),
+        (LedgerTimeoutError("x"), FenceOutcome.TIMEOUT, ReadOutcome.TIMEOUT),
+        (NoSuchEntryError("x"), FenceOutcome.ERROR, ReadOutcome.NO_SUCH_ENTRY),
+        # the replica cannot vouch for the ledger (lagging, lost to retention, wiped): never a "no"
+        (LedgerReadError("x"), FenceOutcome.ERROR, ReadOutcome.ERROR),
+        (NoSuchLedgerExistsError("x"), FenceOutcome.ERROR, ReadOutcome.ERROR),
+        (DigestMatchError("x"), FenceOutcome.ERROR, ReadOutcome.ERROR),
+        (NotMasterError("x"), FenceOutcome.ERROR, ReadOutcome.ERROR),
+    ],
+)
 def test_error_outcomes(err, fence, read):
     assert fence_outcome(err) is fence
     assert read_outcome(err) is read
@@ -187,11 +227,16 @@ class FakeController:
     async def meta_create(self, key: str, value: bytes):
         return self._do(MetaCreate(key, value))
 
-    async def meta_cas(self, key: str, value: bytes, expected_version: int, *, ledger_password: bytes | None = None):
-        return self._do(MetaCompareAndSet(key, value, expected_version, ledger_password_hash=_proof(ledger_password)))
+    async def meta_cas(
+        self, key: str, value: bytes, expected_version: int, *, ledger_password: bytes | None = None
+    ):
+        return self._do(
+            MetaCompareAndSet(key, value, expected_version, ledger_password_hash=_proof(ledger_password))
+        )
 
-    async def meta_delete(self, key: str, expected_version: int | None = None, *,
-                          ledger_password: bytes | None = None) -> None:
+    async def meta_delete(
+        self, key: str, expected_version: int | None = None, *, ledger_password: bytes | None = None
+    ) -> None:
         self._do(MetaDelete(key, expected_version, ledger_password_hash=_proof(ledger_password)))
 
     async def meta_list(self, prefix: str = ""):
@@ -202,10 +247,21 @@ class FakeController:
         for v in self.sets:
             if names and v.name not in names:
                 continue
-            role = cpb.RoleAssignment(broker_set=v.name, has_master=v.master_id is not None,
-                                      master_id=v.master_id or 0, master_address=v.master_address)
-            infos.append(cpb.BrokerSetInfo(role=role, members=[
-                cpb.MemberInfo(broker_id=m.broker_id, address=m.address, alive=m.alive) for m in v.members]))
+            role = cpb.RoleAssignment(
+                broker_set=v.name,
+                has_master=v.master_id is not None,
+                master_id=v.master_id or 0,
+                master_address=v.master_address,
+            )
+            infos.append(
+                cpb.BrokerSetInfo(
+                    role=role,
+                    members=[
+                        cpb.MemberInfo(broker_id=m.broker_id, address=m.address, alive=m.alive)
+                        for m in v.members
+                    ],
+                )
+            )
         return cpb.DescribeBrokerSetsReply(broker_sets=infos, liveness_known=True)
 
 
@@ -262,15 +318,19 @@ class FakeSet:
         holders = []
         for r in self.replicas.values():
             if not r.down and (req.recovery or not r.fenced):
-                r.entries[req.entry_id] = lpb.Entry(entry_id=req.entry_id, lac=req.lac, length=req.length,
-                                                    digest=req.digest, data=req.data)
+                r.entries[req.entry_id] = lpb.Entry(
+                    entry_id=req.entry_id, lac=req.lac, length=req.length, digest=req.digest, data=req.data
+                )
                 holders.append(r.broker_id)
         self.master_lac = max(self.master_lac, req.entry_id)
         return lpb.AddReply(entry_id=req.entry_id, replicas=holders, broker_id=rep.broker_id)
 
     def _lac(self, rep) -> tuple[int, int]:
-        lac = self.master_lac if rep.broker_id == self.master else max((e.lac for e in rep.entries.values()),
-                                                                       default=-1)
+        lac = (
+            self.master_lac
+            if rep.broker_id == self.master
+            else max((e.lac for e in rep.entries.values()), default=-1)
+        )
         return lac, rep.entries[lac].length if lac in rep.entries else 0
 
     async def close(self, rep, req):
@@ -298,8 +358,13 @@ class FakeSet:
 
     async def lac(self, rep, req):
         lac, length = self._lac(rep)
-        return lpb.LacReply(lac=lac, length=length, fenced=rep.fenced, broker_id=rep.broker_id,
-                            is_master=rep.broker_id == self.master)
+        return lpb.LacReply(
+            lac=lac,
+            length=length,
+            fenced=rep.fenced,
+            broker_id=rep.broker_id,
+            is_master=rep.broker_id == self.master,
+        )
 
 
 def make(n: int = 3, *, add_timeout: float = 2.0) -> tuple[AsyncLedgers, FakeSet, FakeController]:
@@ -326,19 +391,31 @@ def test_create_takes_sequential_ids_and_stores_metadata_before_create():
         assert (a.ledger_id, b.ledger_id) == (0, 1)
         assert await ledgers.list_ledgers() == [0, 1]
         meta = await ledgers.get_metadata(1)
-        assert (meta.broker_set, meta.replicas, meta.ack_quorum, meta.state) == ("a", (1, 2, 3), 2, LedgerState.OPEN)
+        assert (meta.broker_set, meta.replicas, meta.ack_quorum, meta.state) == (
+            "a",
+            (1, 2, 3),
+            2,
+            LedgerState.OPEN,
+        )
         assert ("Create", 1) in fake.calls
+
     run(go())
 
 
 def test_bad_create_writes_nothing():
     async def go():
         ledgers, fake, controller = make()
-        for args, kw in [((3, 3, 4, PW), {}), ((2, 2, 2, PW), {}), ((3, 3, 2, None), {}),
-                         ((3, 3, 2, PW), {"digest": "md5"}), ((3, 3, 2, PW), {"custom_metadata": {"k": "str"}})]:
+        for args, kw in [
+            ((3, 3, 4, PW), {}),
+            ((2, 2, 2, PW), {}),
+            ((3, 3, 2, None), {}),
+            ((3, 3, 2, PW), {"digest": "md5"}),
+            ((3, 3, 2, PW), {"custom_metadata": {"k": "str"}}),
+        ]:
             with pytest.raises(IncorrectParameterError):
                 await ledgers.create_ledger(*args, **kw)
         assert controller.writes == 0 and fake.calls == []
+
     run(go())
 
 
@@ -349,6 +426,7 @@ def test_a_failed_create_deletes_its_metadata():
         with pytest.raises(IncorrectParameterError):
             await ledgers.create_ledger(3, 3, 2, PW)
         assert await ledgers.list_ledgers() == []
+
     run(go())
 
 
@@ -371,6 +449,7 @@ def test_adds_complete_in_id_order_even_when_answers_come_out_of_order():
         d = Digester("crc32c", PW)
         for e in fake.replicas[2].entries.values():
             d.verify(0, e.entry_id, e.lac, e.length, e.data, e.digest)
+
     run(go())
 
 
@@ -381,6 +460,7 @@ def test_not_master_and_unavailable_are_retried_on_the_same_entry_id():
         fake.fail[("Add", 100)] = [NotMasterError("moved"), UnavailableError("blip")]
         assert await w.add_entry(b"x") == 0
         assert sorted(fake.replicas[3].entries) == [0]
+
     run(go())
 
 
@@ -398,6 +478,7 @@ def test_fenced_answer_fails_every_pending_add_then_later_adds_are_closed():
         with pytest.raises(LedgerClosedError):
             await w.add_entry(b"later")
         assert w.last_add_confirmed == 0
+
     run(go())
 
 
@@ -417,6 +498,7 @@ def test_a_failed_add_fails_it_and_every_later_one_but_not_earlier_ones():
         with pytest.raises(LedgerClosedError):
             w.add_entry_async(b"refused")
         assert w.last_add_confirmed == 0
+
     run(go())
 
 
@@ -430,6 +512,7 @@ def test_an_add_refused_while_an_earlier_one_is_pending_is_sent_again():
         await asyncio.sleep(0.05)
         fake.hold[0].set()
         assert await asyncio.gather(*futures) == [0, 1, 2]
+
     run(go())
 
 
@@ -440,6 +523,7 @@ def test_an_add_that_never_gets_through_times_out():
         fake.fail[("Add", 100)] = [UnavailableError("down")] * 1000
         with pytest.raises(LedgerTimeoutError):
             await w.add_entry(b"x")
+
     run(go())
 
 
@@ -456,8 +540,11 @@ def test_close_seals_at_the_lac_and_fails_pending_adds():
             await pending
         meta = await ledgers.get_metadata(w.ledger_id)
         assert (meta.state, meta.last_entry_id, meta.length) == (LedgerState.CLOSED, 0, 3)
-        assert fake.calls[-1] == ("Close", fake.master) and w.ledger_id in fake.sealed, "sealed on the brokers too"
+        assert fake.calls[-1] == ("Close", fake.master) and w.ledger_id in fake.sealed, (
+            "sealed on the brokers too"
+        )
         await w.close()  # again: harmless
+
     run(go())
 
 
@@ -468,8 +555,13 @@ def test_close_over_a_recovery_fails_fenced_and_over_another_end_fails_version()
         await w.add_entry(b"abc")
         meta = await ledgers.get_metadata(w.ledger_id)
         from dataclasses import replace
-        await controller.meta_cas(ledger_key(0), replace(meta, state=LedgerState.IN_RECOVERY).encode(), meta.version,
-                                  ledger_password=PW)
+
+        await controller.meta_cas(
+            ledger_key(0),
+            replace(meta, state=LedgerState.IN_RECOVERY).encode(),
+            meta.version,
+            ledger_password=PW,
+        )
         with pytest.raises(LedgerFencedError):
             await w.close()
 
@@ -480,6 +572,7 @@ def test_close_over_a_recovery_fails_fenced_and_over_another_end_fails_version()
         await controller.meta_cas(ledger_key(1), closed.encode(), m2.version, ledger_password=PW)
         with pytest.raises(MetadataVersionError):
             await w2.close()
+
     run(go())
 
 
@@ -510,6 +603,7 @@ def test_wrong_password_is_refused_before_anything_is_sent():
             await ledgers.open_ledger(99, PW)
         with pytest.raises(NoSuchLedgerExistsError):
             await ledgers.open_ledger(-1, PW)
+
     run(go())
 
 
@@ -527,6 +621,7 @@ def test_recovery_closes_at_the_last_entry_and_fences_the_writer():
         writes = controller.writes
         again = await ledgers.open_ledger(w.ledger_id, PW)
         assert again.last_add_confirmed == 4 and fake.calls == [] and controller.writes == writes
+
     run(go())
 
 
@@ -541,6 +636,7 @@ def test_recovery_rewrites_an_entry_only_one_replica_holds():
         r = await ledgers.open_ledger(w.ledger_id, PW)
         assert r.last_add_confirmed == 3 and r.length == e3.length
         assert all(3 in rep.entries for rep in fake.replicas.values())
+
     run(go())
 
 
@@ -560,6 +656,7 @@ def test_an_unknown_aborts_recovery_retryably_and_never_closes_short():
             fake.replicas[rid].created = True
         r = await ledgers.open_ledger(w.ledger_id, PW)  # the retry continues from IN_RECOVERY
         assert r.last_add_confirmed == 2
+
     run(go())
 
 
@@ -578,6 +675,7 @@ def test_plain_open_reads_to_the_exact_lac_and_tails():
         assert (await r.read_entries(3, 3))[0].data == b"entry-3"
         with pytest.raises(NoSuchEntryError):
             await r.read_unconfirmed_entries(3, 9)
+
     run(go())
 
 
@@ -585,8 +683,9 @@ def test_reads_skip_a_replica_with_a_corrupt_entry():
     async def go():
         ledgers, fake, controller, w = await written(3)
         bad = fake.replicas[2].entries[1]
-        fake.replicas[2].entries[1] = lpb.Entry(entry_id=1, lac=bad.lac, length=bad.length, digest=bad.digest,
-                                                data=b"entry-X")
+        fake.replicas[2].entries[1] = lpb.Entry(
+            entry_id=1, lac=bad.lac, length=bad.length, digest=bad.digest, data=b"entry-X"
+        )
         fake.replicas[3].down = True
         r = await ledgers.open_ledger(w.ledger_id, PW, recovery=False)
         got = await r.read_entries(0, 2)  # replica 2 first (a slave), then the master for the rest
@@ -594,6 +693,7 @@ def test_reads_skip_a_replica_with_a_corrupt_entry():
         fake.replicas[1].down = True
         with pytest.raises(DigestMatchError):
             await r.read_entries(1, 1)
+
     run(go())
 
 
@@ -602,7 +702,9 @@ def test_delete_and_bad_ids():
         ledgers, fake, controller, w = await written(1)
         with pytest.raises(IncorrectParameterError):
             await ledgers.delete_ledger(-1, PW)
-        with pytest.raises(UnauthorizedAccessError):  # the controller deletes ledger metadata only with the password
+        with pytest.raises(
+            UnauthorizedAccessError
+        ):  # the controller deletes ledger metadata only with the password
             await ledgers.delete_ledger(w.ledger_id, b"not-" + PW)
         with pytest.raises(IncorrectParameterError):
             await ledgers.delete_ledger(w.ledger_id, None)  # type: ignore[arg-type]
@@ -615,6 +717,7 @@ def test_delete_and_bad_ids():
         assert await ledgers.list_ledgers() == []
         # the id is never handed out again
         assert (await ledgers.create_ledger(3, 3, 2, PW)).ledger_id == 1
+
     run(go())
 
 
@@ -623,4 +726,5 @@ def test_metadata_decodes_with_its_store_version():
         ledgers, fake, controller, w = await written(0)
         meta = await ledgers.get_metadata(w.ledger_id)
         assert isinstance(meta, LedgerMetadata) and meta.version == 1
+
     run(go())

@@ -21,11 +21,18 @@ payloads = st.binary(max_size=2048)
 passwords = st.binary(max_size=32)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("crc32c", DigestType.CRC32C), ("CRC32C", DigestType.CRC32C), ("crc32", DigestType.CRC32),
-    ("mac", DigestType.MAC), ("hmac", DigestType.MAC), ("dummy", DigestType.DUMMY),
-    (DigestType.MAC, DigestType.MAC),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("crc32c", DigestType.CRC32C),
+        ("CRC32C", DigestType.CRC32C),
+        ("crc32", DigestType.CRC32),
+        ("mac", DigestType.MAC),
+        ("hmac", DigestType.MAC),
+        ("dummy", DigestType.DUMMY),
+        (DigestType.MAC, DigestType.MAC),
+    ],
+)
 def test_parse_digest_type(text, expected):
     assert parse_digest_type(text) is expected
 
@@ -38,7 +45,9 @@ def test_unknown_digest_type_is_incorrect_parameter(bad):
 
 def test_crc_values_are_the_standard_checksums_over_header_and_data():
     header = digest_input_header(7, 3, 2, 100)
-    assert header == (7).to_bytes(8, "big") + (3).to_bytes(8, "big") + (2).to_bytes(8, "big") + (100).to_bytes(8, "big")
+    assert header == (7).to_bytes(8, "big") + (3).to_bytes(8, "big") + (2).to_bytes(8, "big") + (
+        100
+    ).to_bytes(8, "big")
     assert digest_input_header(1, 0, -1, 0)[16:24] == b"\xff" * 8  # LAC -1 is signed
     data = b"hello ledger"
     assert Digester("crc32c").compute(7, 3, 2, 100, data) == crc32c.crc32c(header + data).to_bytes(4, "big")
@@ -58,8 +67,15 @@ def test_out_of_range_fields_are_incorrect_parameter_and_never_match():
     assert not d.matches(1, 2**63, -1, 0, b"", b"\0\0\0\0")
 
 
-@given(kind=st.sampled_from(list(DigestType)), ledger=ids, entry=ids, lac=lacs, length=ids, data=payloads,
-       password=passwords)
+@given(
+    kind=st.sampled_from(list(DigestType)),
+    ledger=ids,
+    entry=ids,
+    lac=lacs,
+    length=ids,
+    data=payloads,
+    password=passwords,
+)
 def test_round_trip(kind, ledger, entry, lac, length, data, password):
     d = Digester(kind, password)
     digest = d.compute(ledger, entry, lac, length, data)
@@ -67,8 +83,16 @@ def test_round_trip(kind, ledger, entry, lac, length, data, password):
     assert Digester(kind, password).compute(ledger, entry, lac, length, data) == digest  # deterministic
 
 
-@given(kind=st.sampled_from(CHECKING), ledger=ids, entry=ids, lac=lacs, length=ids,
-       data=st.binary(min_size=1, max_size=512), password=passwords, where=st.integers(min_value=0))
+@given(
+    kind=st.sampled_from(CHECKING),
+    ledger=ids,
+    entry=ids,
+    lac=lacs,
+    length=ids,
+    data=st.binary(min_size=1, max_size=512),
+    password=passwords,
+    where=st.integers(min_value=0),
+)
 def test_any_single_bit_flip_in_the_data_is_detected(kind, ledger, entry, lac, length, data, password, where):
     d = Digester(kind, password)
     digest = d.compute(ledger, entry, lac, length, data)
@@ -90,8 +114,16 @@ def test_any_single_bit_flip_in_the_digest_is_detected(kind, data, password, whe
     assert not d.matches(3, 4, 3, len(data), data, bytes(corrupt))
 
 
-@given(kind=st.sampled_from(CHECKING), ledger=ids, entry=ids, lac=lacs, length=ids, data=payloads,
-       field=st.sampled_from(["ledger", "entry", "lac", "length"]), delta=st.integers(min_value=1, max_value=2**40))
+@given(
+    kind=st.sampled_from(CHECKING),
+    ledger=ids,
+    entry=ids,
+    lac=lacs,
+    length=ids,
+    data=payloads,
+    field=st.sampled_from(["ledger", "entry", "lac", "length"]),
+    delta=st.integers(min_value=1, max_value=2**40),
+)
 def test_the_entry_position_is_covered_too(kind, ledger, entry, lac, length, data, field, delta):
     """The right bytes under another ledger, entry id, LAC or length fail the check."""
     d = Digester(kind, b"pw")

@@ -41,17 +41,35 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
         yield c
 
 
-def _raw_add(client: Client, meta: LedgerMetadata, entry_id: int, data: bytes, *, lac: int, length: int,
-             digest: bytes | None = None, password: bytes = PASSWORD) -> Any:
+def _raw_add(
+    client: Client,
+    meta: LedgerMetadata,
+    entry_id: int,
+    data: bytes,
+    *,
+    lac: int,
+    length: int,
+    digest: bytes | None = None,
+    password: bytes = PASSWORD,
+) -> Any:
     """One Add to the set's master over raw gRPC; the digest is the right one unless given."""
     if digest is None:
         digest = Digester(meta.digest_type, password).compute(meta.ledger_id, entry_id, lac, length, data)
     address = Ledgers(client).broker_set(meta.broker_set, refresh=True).master_address
     with grpc.insecure_channel(address) as channel:
         try:
-            return lpb_grpc.LedgerStub(channel).Add(lpb.AddRequest(
-                ledger_id=meta.ledger_id, entry_id=entry_id, password=password, lac=lac, length=length,
-                digest=digest, data=data), timeout=20)
+            return lpb_grpc.LedgerStub(channel).Add(
+                lpb.AddRequest(
+                    ledger_id=meta.ledger_id,
+                    entry_id=entry_id,
+                    password=password,
+                    lac=lac,
+                    length=length,
+                    digest=digest,
+                    data=data,
+                ),
+                timeout=20,
+            )
         except grpc.RpcError as exc:
             raise _typed(exc) from None
 
@@ -85,9 +103,19 @@ def test_an_add_to_a_closed_ledger_is_refused_with_or_without_a_valid_digest(cli
         digest = Digester(meta.digest_type, PASSWORD).compute(meta.ledger_id, 5, 4, length + 4, data)
         with grpc.insecure_channel(address) as channel:
             try:
-                lpb_grpc.LedgerStub(channel).Add(lpb.AddRequest(
-                    ledger_id=meta.ledger_id, entry_id=5, password=PASSWORD, lac=4, length=length + 4,
-                    digest=digest, data=data, recovery=True), timeout=20)
+                lpb_grpc.LedgerStub(channel).Add(
+                    lpb.AddRequest(
+                        ledger_id=meta.ledger_id,
+                        entry_id=5,
+                        password=PASSWORD,
+                        lac=4,
+                        length=length + 4,
+                        digest=digest,
+                        data=data,
+                        recovery=True,
+                    ),
+                    timeout=20,
+                )
             except grpc.RpcError as exc:
                 raise _typed(exc) from None
     _reads_every_entry(client, w.ledger_id)
@@ -110,13 +138,17 @@ def test_an_add_whose_digest_does_not_verify_is_refused(client: Client, digest: 
     data = b"next"
     good = Digester(meta.digest_type, PASSWORD).compute(meta.ledger_id, 5, 4, length + len(data), data)
     bad = [
-        b"bogus",                                                                     # not a digest at all
-        bytes([good[0] ^ 1]) + good[1:],                                              # one bit off
-        Digester(meta.digest_type, PASSWORD).compute(meta.ledger_id, 5, 4, length, data),  # over another length
+        b"bogus",  # not a digest at all
+        bytes([good[0] ^ 1]) + good[1:],  # one bit off
+        Digester(meta.digest_type, PASSWORD).compute(
+            meta.ledger_id, 5, 4, length, data
+        ),  # over another length
         Digester(meta.digest_type, PASSWORD).compute(meta.ledger_id + 1, 5, 4, length + len(data), data),
     ]
     if digest == "mac":  # keyed by another password: only the ledger's password makes a valid MAC
-        bad.append(Digester(meta.digest_type, b"other").compute(meta.ledger_id, 5, 4, length + len(data), data))
+        bad.append(
+            Digester(meta.digest_type, b"other").compute(meta.ledger_id, 5, 4, length + len(data), data)
+        )
     for d in bad:
         with pytest.raises(DigestMatchError):
             _raw_add(client, meta, 5, data, lac=4, length=length + len(data), digest=d)
@@ -150,8 +182,8 @@ def test_metadata_changes_without_the_password_are_refused(cluster: LocalCluster
             assert (await cc.meta_get(key)).version == entry.version, "nothing changed"
 
     asyncio.run(attack())
-    _reads_every_entry(client, w.ledger_id)          # the ledger is still OPEN with every entry
-    w.add_entry(b"more")                              # and its writer goes on
+    _reads_every_entry(client, w.ledger_id)  # the ledger is still OPEN with every entry
+    w.add_entry(b"more")  # and its writer goes on
     w.close()
     with pytest.raises(UnauthorizedAccessError):
         Ledgers(client).delete_ledger(w.ledger_id, b"wrong")

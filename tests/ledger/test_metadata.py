@@ -35,8 +35,15 @@ WCLOSE, ROPEN, RCLOSE = LedgerEvent.WRITER_CLOSE, LedgerEvent.RECOVERY_OPEN, Led
 
 
 def meta(**kw) -> LedgerMetadata:
-    base = dict(ledger_id=7, broker_set="broker-a", ensemble_size=3, write_quorum=3, ack_quorum=2,
-                ensembles=((0, (1, 2, 3)),), password_hash=hash_password(b"pw"))
+    base = dict(
+        ledger_id=7,
+        broker_set="broker-a",
+        ensemble_size=3,
+        write_quorum=3,
+        ack_quorum=2,
+        ensembles=((0, (1, 2, 3)),),
+        password_hash=hash_password(b"pw"),
+    )
     base.update(kw)
     return LedgerMetadata(**base)
 
@@ -64,11 +71,26 @@ OK = None
         ("§1.2 null digest", 3, 3, 2, 3, {"digest_type": None}, IncorrectParameterError),
         ("§1.2 unknown digest", 3, 3, 2, 3, {"digest_type": "SHA1"}, IncorrectParameterError),
         ("§1.2 null custom metadata", 3, 3, 2, 3, {"custom_metadata": None}, IncorrectParameterError),
-        ("§1.2 custom metadata values are bytes", 3, 3, 2, 3, {"custom_metadata": {"k": "v"}},
-         IncorrectParameterError),
+        (
+            "§1.2 custom metadata values are bytes",
+            3,
+            3,
+            2,
+            3,
+            {"custom_metadata": {"k": "v"}},
+            IncorrectParameterError,
+        ),
         ("§1.2 a bool is not a quorum", 3, 3, True, 3, {}, IncorrectParameterError),
         ("tidelog: E>WQ is striping, not offered", 3, 2, 2, 3, {}, IncorrectParameterError),
-        ("tidelog: E must be the set's replica count", 2, 2, 2, 2, {"set_replicas": 3}, IncorrectParameterError),
+        (
+            "tidelog: E must be the set's replica count",
+            2,
+            2,
+            2,
+            2,
+            {"set_replicas": 3},
+            IncorrectParameterError,
+        ),
         ("tidelog: E above the set's replica count", 4, 4, 2, 4, {}, IncorrectParameterError),
         ("§1.4 -6: not enough replicas available now", 3, 3, 2, 2, {}, NotEnoughBookiesError),
         ("§1.4 -6: none available", 3, 3, 2, 0, {}, NotEnoughBookiesError),
@@ -169,9 +191,16 @@ def test_decode_takes_the_store_version():
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"[]", b"{", b'{"format": 2}', b"\xff", meta().encode().replace(b'"state":"OPEN"', b'"state":"GONE"'),
-     meta().encode().replace(b'"ack_quorum":2', b'"ack_quorum":5'),
-     meta().encode().replace(b'"password_hash":"', b'"password_hash":"!')],
+    [
+        b"",
+        b"[]",
+        b"{",
+        b'{"format": 2}',
+        b"\xff",
+        meta().encode().replace(b'"state":"OPEN"', b'"state":"GONE"'),
+        meta().encode().replace(b'"ack_quorum":2', b'"ack_quorum":5'),
+        meta().encode().replace(b'"password_hash":"', b'"password_hash":"!'),
+    ],
 )
 def test_decode_refuses_bad_input(data):
     with pytest.raises(IncorrectParameterError):
@@ -191,12 +220,20 @@ def metadatas(draw) -> LedgerMetadata:
         last = draw(st.integers(-1, 10_000))
         length = 0 if last == -1 else draw(st.integers(0, 10**9))
     return LedgerMetadata(
-        ledger_id=draw(st.integers(0, 2**63)), broker_set=draw(st.text(min_size=1, max_size=10)),
-        ensemble_size=e, write_quorum=e, ack_quorum=aq, ensembles=ensembles,
-        digest_type=draw(st.sampled_from(list(DigestType))), password_hash=draw(st.binary(max_size=32)),
-        state=state, last_entry_id=last, length=length,
+        ledger_id=draw(st.integers(0, 2**63)),
+        broker_set=draw(st.text(min_size=1, max_size=10)),
+        ensemble_size=e,
+        write_quorum=e,
+        ack_quorum=aq,
+        ensembles=ensembles,
+        digest_type=draw(st.sampled_from(list(DigestType))),
+        password_hash=draw(st.binary(max_size=32)),
+        state=state,
+        last_entry_id=last,
+        length=length,
         custom_metadata=draw(st.dictionaries(st.text(max_size=5), st.binary(max_size=8), max_size=3)),
-        ctime_ms=draw(st.integers(-1, 2**50)))
+        ctime_ms=draw(st.integers(-1, 2**50)),
+    )
 
 
 @given(m=metadatas(), version=st.integers(0, 10**6))
@@ -222,7 +259,12 @@ APPLY_TO = {(OPEN, WCLOSE): CLOSED, (OPEN, ROPEN): REC, (REC, RCLOSE): CLOSED}
         ("T3 §2.4 step 0: recovery of a CLOSED ledger does nothing", CLOSED, ROPEN, Outcome.NOOP),
         ("T5 §2.4 step 6/8: another recoverer closed first, adopt", CLOSED, RCLOSE, Outcome.NOOP),
         ("T6 §2.7 writer close over CLOSED compares ends", CLOSED, WCLOSE, Outcome.SAME_END),
-        ("T4 §2.7/§7 writer close over IN_RECOVERY fails (protocol.md, TLA+)", REC, WCLOSE, LedgerFencedError),
+        (
+            "T4 §2.7/§7 writer close over IN_RECOVERY fails (protocol.md, TLA+)",
+            REC,
+            WCLOSE,
+            LedgerFencedError,
+        ),
         ("T7 recovery never closes a ledger it did not mark", OPEN, RCLOSE, IllegalOpError),
     ],
 )
@@ -248,19 +290,50 @@ def test_every_pair_is_in_the_table_or_refused():
 @pytest.mark.parametrize(
     ("name", "start", "event", "end", "expected"),
     [
-        ("§2.7 writer close of an OPEN ledger", meta(), WCLOSE, (4, 50), meta(state=CLOSED, last_entry_id=4, length=50)),
+        (
+            "§2.7 writer close of an OPEN ledger",
+            meta(),
+            WCLOSE,
+            (4, 50),
+            meta(state=CLOSED, last_entry_id=4, length=50),
+        ),
         ("§2.7 writer close of an empty ledger", meta(), WCLOSE, (-1, 0), meta(state=CLOSED)),
-        ("§2.7 writer close over the same end is a no-op", meta(state=CLOSED, last_entry_id=4, length=50),
-         WCLOSE, (4, 50), None),
-        ("§2.7 writer close over another end: MetadataVersion (-17)",
-         meta(state=CLOSED, last_entry_id=5, length=60), WCLOSE, (4, 50), MetadataVersionError),
-        ("§2.7 writer close over IN_RECOVERY: LedgerFenced (-101), we differ from BookKeeper's code",
-         meta(state=REC), WCLOSE, (4, 50), LedgerFencedError),
+        (
+            "§2.7 writer close over the same end is a no-op",
+            meta(state=CLOSED, last_entry_id=4, length=50),
+            WCLOSE,
+            (4, 50),
+            None,
+        ),
+        (
+            "§2.7 writer close over another end: MetadataVersion (-17)",
+            meta(state=CLOSED, last_entry_id=5, length=60),
+            WCLOSE,
+            (4, 50),
+            MetadataVersionError,
+        ),
+        (
+            "§2.7 writer close over IN_RECOVERY: LedgerFenced (-101), we differ from BookKeeper's code",
+            meta(state=REC),
+            WCLOSE,
+            (4, 50),
+            LedgerFencedError,
+        ),
         ("§2.4 recovery marks IN_RECOVERY", meta(), ROPEN, (-1, 0), meta(state=REC)),
-        ("§2.4 recovery closes at the last recoverable entry", meta(state=REC), RCLOSE, (6, 70),
-         meta(state=CLOSED, last_entry_id=6, length=70)),
-        ("§2.4 step 6: closed meanwhile by another recoverer, adopt",
-         meta(state=CLOSED, last_entry_id=5, length=60), RCLOSE, (6, 70), None),
+        (
+            "§2.4 recovery closes at the last recoverable entry",
+            meta(state=REC),
+            RCLOSE,
+            (6, 70),
+            meta(state=CLOSED, last_entry_id=6, length=70),
+        ),
+        (
+            "§2.4 step 6: closed meanwhile by another recoverer, adopt",
+            meta(state=CLOSED, last_entry_id=5, length=60),
+            RCLOSE,
+            (6, 70),
+            None,
+        ),
     ],
 )
 def test_apply_transition_table(name, start, event, end, expected):
@@ -295,14 +368,30 @@ TWO_ENS = meta(ensembles=((0, (1, 2, 3)), (5, (1, 2, 4))))
         ("M6 the password never changes", meta(), meta(password_hash=hash_password(b"x")), False),
         ("M6 custom metadata never changes", meta(), meta(custom_metadata={"k": b"v"}), False),
         ("M7 §1.3 a new ensemble after the last key", meta(), TWO_ENS, True),
-        ("M7 §1.3 replace the last ensemble at its key", TWO_ENS,
-         meta(ensembles=((0, (1, 2, 3)), (5, (1, 2, 5)))), True),
-        ("M7 §1.3 re-replication of a CLOSED ledger swaps replicas",
-         CLOSED_4, meta(state=CLOSED, last_entry_id=4, length=40, ensembles=((0, (1, 2, 9)),)), True),
-        ("M7 a CLOSED ledger gets no new ensemble", CLOSED_4,
-         meta(state=CLOSED, last_entry_id=4, length=40, ensembles=((0, (1, 2, 3)), (5, (1, 2, 4)))), False),
-        ("M7 §1.3 no key below the last (defect 2)", TWO_ENS,
-         meta(ensembles=((0, (1, 2, 3)), (3, (1, 2, 4)), (5, (1, 2, 4)))), False),
+        (
+            "M7 §1.3 replace the last ensemble at its key",
+            TWO_ENS,
+            meta(ensembles=((0, (1, 2, 3)), (5, (1, 2, 5)))),
+            True,
+        ),
+        (
+            "M7 §1.3 re-replication of a CLOSED ledger swaps replicas",
+            CLOSED_4,
+            meta(state=CLOSED, last_entry_id=4, length=40, ensembles=((0, (1, 2, 9)),)),
+            True,
+        ),
+        (
+            "M7 a CLOSED ledger gets no new ensemble",
+            CLOSED_4,
+            meta(state=CLOSED, last_entry_id=4, length=40, ensembles=((0, (1, 2, 3)), (5, (1, 2, 4)))),
+            False,
+        ),
+        (
+            "M7 §1.3 no key below the last (defect 2)",
+            TWO_ENS,
+            meta(ensembles=((0, (1, 2, 3)), (3, (1, 2, 4)), (5, (1, 2, 4)))),
+            False,
+        ),
         ("M7 keys are never dropped", TWO_ENS, meta(), False),
     ],
 )
@@ -317,13 +406,24 @@ def test_metadata_update_table(name, old, new, ok):
 # --- §1.4 error codes ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "number"), [
-    ("LedgerFencedError", -101), ("LedgerClosedError", -11), ("NoSuchEntryError", -13),
-    ("NoSuchLedgerExistsError", -25), ("UnauthorizedAccessError", -102), ("DigestMatchError", -5),
-    ("LedgerRecoveryError", -10), ("NotEnoughBookiesError", -6), ("IncorrectParameterError", -14),
-    ("MetadataVersionError", -17), ("LedgerTimeoutError", -23), ("LedgerReadError", -1),
-    ("IllegalOpError", -100),
-])
+@pytest.mark.parametrize(
+    ("name", "number"),
+    [
+        ("LedgerFencedError", -101),
+        ("LedgerClosedError", -11),
+        ("NoSuchEntryError", -13),
+        ("NoSuchLedgerExistsError", -25),
+        ("UnauthorizedAccessError", -102),
+        ("DigestMatchError", -5),
+        ("LedgerRecoveryError", -10),
+        ("NotEnoughBookiesError", -6),
+        ("IncorrectParameterError", -14),
+        ("MetadataVersionError", -17),
+        ("LedgerTimeoutError", -23),
+        ("LedgerReadError", -1),
+        ("IllegalOpError", -100),
+    ],
+)
 def test_s1_4_errors_carry_bookkeepers_numbers(name, number):
     import grpc
 

@@ -83,10 +83,20 @@ from tidelog.ledger import (
 )
 
 F, FE, FT, FU = FenceOutcome.FENCED, FenceOutcome.ERROR, FenceOutcome.TIMEOUT, FenceOutcome.UNAUTHORIZED
-P, NSE, NSL, ERR, TMO, UNA = (ReadOutcome.PRESENT, ReadOutcome.NO_SUCH_ENTRY, ReadOutcome.NO_SUCH_LEDGER,
-                              ReadOutcome.ERROR, ReadOutcome.TIMEOUT, ReadOutcome.UNAUTHORIZED)
-RECOVERABLE, UNRECOVERABLE, ABORT, PENDING = (EntryDecision.RECOVERABLE, EntryDecision.UNRECOVERABLE,
-                                              EntryDecision.ABORT, EntryDecision.PENDING)
+P, NSE, NSL, ERR, TMO, UNA = (
+    ReadOutcome.PRESENT,
+    ReadOutcome.NO_SUCH_ENTRY,
+    ReadOutcome.NO_SUCH_LEDGER,
+    ReadOutcome.ERROR,
+    ReadOutcome.TIMEOUT,
+    ReadOutcome.UNAUTHORIZED,
+)
+RECOVERABLE, UNRECOVERABLE, ABORT, PENDING = (
+    EntryDecision.RECOVERABLE,
+    EntryDecision.UNRECOVERABLE,
+    EntryDecision.ABORT,
+    EntryDecision.PENDING,
+)
 
 
 def payload(i: int) -> bytes:
@@ -97,12 +107,29 @@ def cumulative(i: int) -> int:
     return sum(len(payload(j)) for j in range(i + 1))
 
 
-def ledger(e: int = 3, aq: int = 2, state: LedgerState = LedgerState.OPEN, *, ensembles=None,
-           last: int = -1, length: int = 0, version: int = 1) -> LedgerMetadata:
-    return LedgerMetadata(ledger_id=1, broker_set="broker-a", ensemble_size=e, write_quorum=e, ack_quorum=aq,
-                          ensembles=ensembles or ((0, tuple(range(1, e + 1))),),
-                          password_hash=hash_password(b"pw"), state=state, last_entry_id=last, length=length,
-                          version=version)
+def ledger(
+    e: int = 3,
+    aq: int = 2,
+    state: LedgerState = LedgerState.OPEN,
+    *,
+    ensembles=None,
+    last: int = -1,
+    length: int = 0,
+    version: int = 1,
+) -> LedgerMetadata:
+    return LedgerMetadata(
+        ledger_id=1,
+        broker_set="broker-a",
+        ensemble_size=e,
+        write_quorum=e,
+        ack_quorum=aq,
+        ensembles=ensembles or ((0, tuple(range(1, e + 1))),),
+        password_hash=hash_password(b"pw"),
+        state=state,
+        last_entry_id=last,
+        length=length,
+        version=version,
+    )
 
 
 # --- §2.3 quorum coverage, E = WQ -------------------------------------------------------------
@@ -230,8 +257,8 @@ def test_trackers_refuse_e_other_than_wq_and_protocol_slips():
 
 @dataclass
 class Replica:
-    held: dict[int, int] = field(default_factory=dict)   # entry → the writer's LAC piggybacked on it
-    lost: set[int] = field(default_factory=set)          # held once, now unreadable: answers ERROR
+    held: dict[int, int] = field(default_factory=dict)  # entry → the writer's LAC piggybacked on it
+    lost: set[int] = field(default_factory=set)  # held once, now unreadable: answers ERROR
     fence: FenceOutcome = F
     reads: dict[int, ReadOutcome] = field(default_factory=dict)  # entry → forced answer (timeouts, errors)
     rewrite_ok: bool = True
@@ -269,44 +296,59 @@ class Cluster:
         self.actions.append(action)
         out = []
         if isinstance(action, MarkInRecovery):
-            new = replace(self.meta, state=LedgerState.IN_RECOVERY) if self.meta.state is LedgerState.OPEN else self.meta
+            new = (
+                replace(self.meta, state=LedgerState.IN_RECOVERY)
+                if self.meta.state is LedgerState.OPEN
+                else self.meta
+            )
             out.append(lambda: rec.on_metadata(self.cas(action.expected_version, new)))
         elif isinstance(action, CloseLedger):
             # what the replicas hold when the close is asked for: the AQ check must hold *then*,
             # not only after stragglers arrive
-            self.held_at_close = {e: sum(1 for rep in self.replicas.values()
-                                         if e in rep.held and e not in rep.lost)
-                                  for e in self.rewritten}
+            self.held_at_close = {
+                e: sum(1 for rep in self.replicas.values() if e in rep.held and e not in rep.lost)
+                for e in self.rewritten
+            }
             new = self.meta
             if self.meta.state is LedgerState.IN_RECOVERY:
-                new = replace(self.meta, state=LedgerState.CLOSED, last_entry_id=action.last_entry_id,
-                              length=action.length)
+                new = replace(
+                    self.meta,
+                    state=LedgerState.CLOSED,
+                    last_entry_id=action.last_entry_id,
+                    length=action.length,
+                )
             out.append(lambda: rec.on_metadata(self.cas(action.expected_version, new)))
         elif isinstance(action, SendFence):
             for r in action.replicas:
+
                 def fence(r=r):
                     self.replicas[r].fenced = True
                     return rec.on_fence_response(r, *self.replicas[r].fence_answer())
+
                 out.append(fence)
         elif isinstance(action, ReadEntry):
             assert action.fence  # §2.9 hazard 1: every recovery read fences
             for r in action.replicas:
+
                 def read(r=r, e=action.entry_id):
                     self.replicas[r].fenced = True
                     outcome = self.replicas[r].read_answer(e)
                     if outcome is P:  # a stored entry carries the cumulative length in its header
                         return rec.on_read_response(e, r, outcome, payload(e), cumulative(e))
                     return rec.on_read_response(e, r, outcome)
+
                 out.append(read)
         elif isinstance(action, RewriteEntry):
             self.rewritten[action.entry_id] = action.payload
             for r in action.replicas:
+
                 def rewrite(r=r, e=action.entry_id):
                     ok = self.replicas[r].rewrite_ok
                     if ok:
                         self.replicas[r].held.setdefault(e, e - 1)
                         self.replicas[r].lost.discard(e)
                     return rec.on_rewrite_response(e, r, ok)
+
                 out.append(rewrite)
         else:  # pragma: no cover - a new action type must be handled here
             raise AssertionError(action)
@@ -466,16 +508,31 @@ def test_s2_4_step6_close_cas_conflict_still_in_recovery_retries():
 @pytest.mark.parametrize(
     ("name", "setup", "error"),
     [
-        ("§2.4-7 a fence timeout quorum → LedgerRecovery, retryable",
-         lambda reps: [setattr(reps[r], "fence", FT) for r in (1, 2)], LedgerRecoveryError),
-        ("§2.4-7 Unauthorized passes through",
-         lambda reps: setattr(reps[1], "fence", FU), UnauthorizedAccessError),
-        ("§2.9-4 timeouts are never no-such-entry",
-         lambda reps: [reps[r].reads.update({2: TMO}) for r in (2, 3)], LedgerRecoveryError),
-        ("§2.9-5 a replica that lost acknowledged data answers ERROR: abort, not truncate",
-         lambda reps: [reps[1].lost.add(1), reps[2].reads.update({1: TMO})], LedgerRecoveryError),
-        ("§2.9-5 retention or corruption on two replicas",
-         lambda reps: [reps[1].reads.update({1: ERR}), reps[2].reads.update({1: ERR})], LedgerRecoveryError),
+        (
+            "§2.4-7 a fence timeout quorum → LedgerRecovery, retryable",
+            lambda reps: [setattr(reps[r], "fence", FT) for r in (1, 2)],
+            LedgerRecoveryError,
+        ),
+        (
+            "§2.4-7 Unauthorized passes through",
+            lambda reps: setattr(reps[1], "fence", FU),
+            UnauthorizedAccessError,
+        ),
+        (
+            "§2.9-4 timeouts are never no-such-entry",
+            lambda reps: [reps[r].reads.update({2: TMO}) for r in (2, 3)],
+            LedgerRecoveryError,
+        ),
+        (
+            "§2.9-5 a replica that lost acknowledged data answers ERROR: abort, not truncate",
+            lambda reps: [reps[1].lost.add(1), reps[2].reads.update({1: TMO})],
+            LedgerRecoveryError,
+        ),
+        (
+            "§2.9-5 retention or corruption on two replicas",
+            lambda reps: [reps[1].reads.update({1: ERR}), reps[2].reads.update({1: ERR})],
+            LedgerRecoveryError,
+        ),
     ],
 )
 def test_s2_4_step7_error_mapping(name, setup, error):
@@ -682,8 +739,9 @@ def test_entry_decision_does_not_depend_on_answer_order(data, e):
 @given(data=st.data(), e=st.integers(1, 5))
 def test_fencing_does_not_depend_on_answer_order(data, e):
     aq = data.draw(st.integers(1, e))
-    answers = data.draw(st.lists(st.tuples(st.sampled_from([F, FE, FT]), st.integers(-1, 9)),
-                                 min_size=e, max_size=e))
+    answers = data.draw(
+        st.lists(st.tuples(st.sampled_from([F, FE, FT]), st.integers(-1, 9)), min_size=e, max_size=e)
+    )
     results = set()
     for order in [list(range(e)), data.draw(st.permutations(range(e)))]:
         t = FenceTracker(range(e), aq)

@@ -38,24 +38,34 @@ PASSWORD = b"seglog-test"
 # --- the owner process -------------------------------------------------------------------------
 
 
-def worker(controllers: str, log_name: str, me: str, acks_path: str, rounds: int, per_round: int,
-           pause: float) -> None:
+def worker(
+    controllers: str, log_name: str, me: str, acks_path: str, rounds: int, per_round: int, pause: float
+) -> None:
     """Contend for `log_name`: `rounds` times acquire and append up to `per_round` entries."""
     seq = 0
     rng = random.Random(me)
     with open(acks_path, "a", encoding="utf-8") as acks, Client(controllers) as client:
-        log = SegmentedLog(client, log_name, password=PASSWORD, ensemble_size=2, ack_quorum=2,
-                           roll=RollPolicy(max_entries=3, max_bytes=None, max_age_s=None), owner=me)
+        log = SegmentedLog(
+            client,
+            log_name,
+            password=PASSWORD,
+            ensemble_size=2,
+            ack_quorum=2,
+            roll=RollPolicy(max_entries=3, max_bytes=None, max_age_s=None),
+            owner=me,
+        )
         for round_no in range(rounds):
             for attempt in range(30):
                 try:
                     rec = log.acquire()
                     break
-                except LedgerRecoveryError:      # retryable: the other owner's ledger was mid-change
+                except LedgerRecoveryError:  # retryable: the other owner's ledger was mid-change
                     time.sleep(0.1 * (attempt + 1))
             else:
                 raise SystemExit(f"{me}: could not acquire {log_name}")
-            acks.write(json.dumps({"event": "acquired", "generation": rec.generation, "round": round_no}) + "\n")
+            acks.write(
+                json.dumps({"event": "acquired", "generation": rec.generation, "round": round_no}) + "\n"
+            )
             for _ in range(per_round):
                 data = f"{me}:{seq}"
                 t0 = time.monotonic()
@@ -66,12 +76,22 @@ def worker(controllers: str, log_name: str, me: str, acks_path: str, rounds: int
                     acks.write(json.dumps({"event": "lost", "data": data, "round": round_no}) + "\n")
                     acks.flush()
                     break
-                acks.write(json.dumps({"event": "ack", "ledger": position.ledger_id, "entry": position.entry_id,
-                                       "data": data, "t": round(time.monotonic() - t0, 4)}) + "\n")
+                acks.write(
+                    json.dumps(
+                        {
+                            "event": "ack",
+                            "ledger": position.ledger_id,
+                            "entry": position.entry_id,
+                            "data": data,
+                            "t": round(time.monotonic() - t0, 4),
+                        }
+                    )
+                    + "\n"
+                )
                 acks.flush()
                 time.sleep(pause)
-            time.sleep(rng.uniform(0.3, 1.5))   # let the other owner write a while before taking over
-        with contextlib.suppress(SegmentedLogOwnershipLostError):   # taken over after its last append
+            time.sleep(rng.uniform(0.3, 1.5))  # let the other owner write a while before taking over
+        with contextlib.suppress(SegmentedLogOwnershipLostError):  # taken over after its last append
             log.release()
 
 
@@ -91,9 +111,27 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
     procs = {}
     for me in ("alpha", "beta"):
         acks = tmp_path / f"{me}.acks"
-        procs[me] = (subprocess.Popen(
-            [sys.executable, __file__, "worker", cluster.controllers, "contended", me, str(acks), "8", "12", "0.03"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), acks)
+        procs[me] = (
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "worker",
+                    cluster.controllers,
+                    "contended",
+                    me,
+                    str(acks),
+                    "8",
+                    "12",
+                    "0.03",
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            ),
+            acks,
+        )
     try:
         for me, (proc, _) in procs.items():
             out, _ = proc.communicate(timeout=240)
@@ -107,15 +145,19 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
     events = {me: _read_acks(acks) for me, (_, acks) in procs.items()}
     with Client(cluster.controllers) as client:
         checker = SegmentedLog(client, "contended", password=PASSWORD, ensemble_size=2)
-        checker.acquire()       # seals whatever the last owner left open
+        checker.acquire()  # seals whatever the last owner left open
         checker.release()
         record = checker.record()
         log = list(checker.entries())
         states = {lid: Ledgers(client).get_metadata(lid).state for lid in record.ledgers}
 
     at = {e.position: e.data.decode() for e in log}
-    acked = [(me, Position(e["ledger"], e["entry"]), e["data"]) for me, evs in events.items()
-             for e in evs if e["event"] == "ack"]
+    acked = [
+        (me, Position(e["ledger"], e["entry"]), e["data"])
+        for me, evs in events.items()
+        for e in evs
+        if e["event"] == "ack"
+    ]
     missing = [(me, p, d) for me, p, d in acked if at.get(p) != d]
     assert not missing, f"acknowledged appends not in the log: {missing[:10]}"
     datas = [e.data.decode() for e in log]
@@ -142,17 +184,23 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
     assert record.generation > max(holders)  # the checker's acquire came last
     for me in events:
         assert any(who == me for who, _, _ in acked), f"{me} never appended: nothing to interleave"
-    assert len(owners_of) >= 3           # entries in several ledgers, of both owners
+    assert len(owners_of) >= 3  # entries in several ledgers, of both owners
 
 
 @pytest.mark.slow
 def test_a_follower_reads_across_rolls_while_the_owner_appends(cluster):
     """An owner rolls every 3 entries while a follower (entries(follow=True)) reads: it sees the
     appends in order, byte for byte, across ledger boundaries, and only confirmed ones."""
+
     async def go() -> tuple[list[Position], list[tuple[Position, bytes]], list[tuple[Position, bytes]]]:
         async with AsyncClient(cluster.controllers) as client:
-            owner = AsyncSegmentedLog(client, "followed", password=PASSWORD, ensemble_size=2,
-                                      roll=RollPolicy(max_entries=3, max_bytes=None, max_age_s=None))
+            owner = AsyncSegmentedLog(
+                client,
+                "followed",
+                password=PASSWORD,
+                ensemble_size=2,
+                roll=RollPolicy(max_entries=3, max_bytes=None, max_age_s=None),
+            )
             follower = AsyncSegmentedLog(client, "followed", password=PASSWORD, ensemble_size=2)
             await owner.acquire()
             payloads = [os.urandom(40) + b"%d" % i for i in range(10)]
@@ -208,4 +256,6 @@ if __name__ == "__main__":
         _, _, controllers, name, me, acks_path, rounds, per_round, pause = sys.argv
         worker(controllers, name, me, acks_path, int(rounds), int(per_round), float(pause))
     else:
-        raise SystemExit("usage: test_segmented_cluster.py worker CONTROLLERS LOG NAME ACKS ROUNDS PER_ROUND PAUSE")
+        raise SystemExit(
+            "usage: test_segmented_cluster.py worker CONTROLLERS LOG NAME ACKS ROUNDS PER_ROUND PAUSE"
+        )

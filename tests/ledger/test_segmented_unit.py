@@ -75,19 +75,26 @@ def test_record_round_trips_and_encodes_deterministically(rec, version):
     assert doc["format"] == 1 and doc["ledgers"] == list(rec.ledgers)
 
 
-@pytest.mark.parametrize("data", [
-    b"", b"[]", b"{}", b"not json", b'{"format": 2, "name": "a", "ledgers": [], "owner": "", "generation": 0}',
-    b'{"format": 1, "name": "a", "ledgers": [3, 2], "owner": "", "generation": 0}',     # not increasing
-    b'{"format": 1, "name": "a", "ledgers": [1, 1], "owner": "", "generation": 0}',
-    b'{"format": 1, "name": "a", "ledgers": [-1], "owner": "", "generation": 0}',
-    b'{"format": 1, "name": "a", "ledgers": "1", "owner": "", "generation": 0}',
-    b'{"format": 1, "name": "a", "ledgers": [true], "owner": "", "generation": 0}',
-    b'{"format": 1, "name": "", "ledgers": [], "owner": "", "generation": 0}',
-    b'{"format": 1, "name": "a", "ledgers": [], "owner": 5, "generation": 0}',
-    b'{"format": 1, "name": "a", "ledgers": [], "owner": "", "generation": -1}',
-    b'{"format": 1, "name": "a", "ledgers": [], "owner": ""}',
-    b"\xff\xfe",
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"[]",
+        b"{}",
+        b"not json",
+        b'{"format": 2, "name": "a", "ledgers": [], "owner": "", "generation": 0}',
+        b'{"format": 1, "name": "a", "ledgers": [3, 2], "owner": "", "generation": 0}',  # not increasing
+        b'{"format": 1, "name": "a", "ledgers": [1, 1], "owner": "", "generation": 0}',
+        b'{"format": 1, "name": "a", "ledgers": [-1], "owner": "", "generation": 0}',
+        b'{"format": 1, "name": "a", "ledgers": "1", "owner": "", "generation": 0}',
+        b'{"format": 1, "name": "a", "ledgers": [true], "owner": "", "generation": 0}',
+        b'{"format": 1, "name": "", "ledgers": [], "owner": "", "generation": 0}',
+        b'{"format": 1, "name": "a", "ledgers": [], "owner": 5, "generation": 0}',
+        b'{"format": 1, "name": "a", "ledgers": [], "owner": "", "generation": -1}',
+        b'{"format": 1, "name": "a", "ledgers": [], "owner": ""}',
+        b"\xff\xfe",
+    ],
+)
 def test_undecodable_records_are_typed_errors(data):
     with pytest.raises(IncorrectParameterError):
         SegmentedLogRecord.decode(data)
@@ -112,7 +119,7 @@ def test_acquire_appends_the_ledger_and_bumps_the_generation():
     assert (second.ledgers, second.owner, second.generation, second.version) == ((5, 9), "owner-b", 2, 7)
     with pytest.raises(IncorrectParameterError):
         acquired_record(stored, "other", 9, "owner-b")
-    with pytest.raises(IncorrectParameterError):        # ids must increase along the list
+    with pytest.raises(IncorrectParameterError):  # ids must increase along the list
         acquired_record(stored, "log", 4, "owner-b")
 
 
@@ -130,7 +137,7 @@ def test_cas_applied_recognises_only_our_own_write():
     assert cas_applied(replace(ours, version=9), ours)
     assert not cas_applied(None, ours)
     assert not cas_applied(SegmentedLogRecord("log", (1, 3), "b", 2), ours)
-    assert not cas_applied(SegmentedLogRecord("log", (1, 2, 3), "a", 2), ours)   # a later write, not this one
+    assert not cas_applied(SegmentedLogRecord("log", (1, 2, 3), "a", 2), ours)  # a later write, not this one
     assert not cas_applied(SegmentedLogRecord("log", (1, 2), "a", 3), ours)
 
 
@@ -139,23 +146,37 @@ def test_cas_applied_recognises_only_our_own_write():
 P = RollPolicy(max_entries=10, max_bytes=100, max_age_s=60.0)
 
 
-@pytest.mark.parametrize(("entries", "size", "opened", "now", "policy", "expected"), [
-    (0, 10**9, 0.0, 10**6, P, False),          # an empty ledger is never rolled
-    (1, 0, 0.0, 0.0, P, False),
-    (9, 99, 0.0, 59.9, P, False),
-    (10, 0, 0.0, 0.0, P, True),                # entry count reached
-    (1, 100, 0.0, 0.0, P, True),               # size reached
-    (1, 0, 100.0, 160.0, P, True),             # age reached, with the time passed in
-    (1, 0, 100.0, 159.0, P, False),
-    (10**6, 10**12, 0.0, 10**6, RollPolicy(None, None, None), False),
-    (10**6, 0, 0.0, 0.0, RollPolicy(None, 100, None), False),
-])
+@pytest.mark.parametrize(
+    ("entries", "size", "opened", "now", "policy", "expected"),
+    [
+        (0, 10**9, 0.0, 10**6, P, False),  # an empty ledger is never rolled
+        (1, 0, 0.0, 0.0, P, False),
+        (9, 99, 0.0, 59.9, P, False),
+        (10, 0, 0.0, 0.0, P, True),  # entry count reached
+        (1, 100, 0.0, 0.0, P, True),  # size reached
+        (1, 0, 100.0, 160.0, P, True),  # age reached, with the time passed in
+        (1, 0, 100.0, 159.0, P, False),
+        (10**6, 10**12, 0.0, 10**6, RollPolicy(None, None, None), False),
+        (10**6, 0, 0.0, 0.0, RollPolicy(None, 100, None), False),
+    ],
+)
 def test_should_roll(entries, size, opened, now, policy, expected):
     assert should_roll(entries, size, opened, now, policy) is expected
 
 
-@pytest.mark.parametrize("kw", [{"max_entries": 0}, {"max_entries": True}, {"max_bytes": -1}, {"max_bytes": 1.5},
-                                {"max_age_s": 0}, {"max_age_s": -1.0}, {"max_age_s": True}, {"max_age_s": "1"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_entries": 0},
+        {"max_entries": True},
+        {"max_bytes": -1},
+        {"max_bytes": 1.5},
+        {"max_age_s": 0},
+        {"max_age_s": -1.0},
+        {"max_age_s": True},
+        {"max_age_s": "1"},
+    ],
+)
 def test_roll_policy_refuses_bad_limits(kw):
     with pytest.raises(IncorrectParameterError):
         RollPolicy(**kw)
@@ -173,14 +194,17 @@ def test_position_parse_and_order():
             Position.parse(bad)
 
 
-@pytest.mark.parametrize(("ledgers", "position", "expected"), [
-    ((), Position(0, 0), (0, 0)),
-    ((3, 5, 9), Position(0, 0), (0, 0)),
-    ((3, 5, 9), Position(3, 7), (0, 7)),
-    ((3, 5, 9), Position(4, 7), (1, 0)),      # a ledger not on the list: start of the next one
-    ((3, 5, 9), Position(9, 2), (2, 2)),
-    ((3, 5, 9), Position(10, 0), (3, 0)),     # after every ledger
-])
+@pytest.mark.parametrize(
+    ("ledgers", "position", "expected"),
+    [
+        ((), Position(0, 0), (0, 0)),
+        ((3, 5, 9), Position(0, 0), (0, 0)),
+        ((3, 5, 9), Position(3, 7), (0, 7)),
+        ((3, 5, 9), Position(4, 7), (1, 0)),  # a ledger not on the list: start of the next one
+        ((3, 5, 9), Position(9, 2), (2, 2)),
+        ((3, 5, 9), Position(10, 0), (3, 0)),  # after every ledger
+    ],
+)
 def test_locate(ledgers, position, expected):
     assert locate(ledgers, position) == expected
 
@@ -192,7 +216,7 @@ def test_plan_asks_for_ends_it_does_not_know_and_stops_at_an_open_ledger():
     ends = {3: LedgerEnd(2, True)}
     plan = plan_read(ledgers, ends, START, 10)
     assert plan.spans == (Span(3, 0, 2),) and plan.need == 5
-    ends[5] = LedgerEnd(-1, True)               # an empty closed ledger is skipped
+    ends[5] = LedgerEnd(-1, True)  # an empty closed ledger is skipped
     ends[9] = LedgerEnd(4, False)
     plan = plan_read(ledgers, ends, START, 10)
     assert plan.spans == (Span(3, 0, 2), Span(9, 0, 4)) and plan.need is None
@@ -212,7 +236,7 @@ def logs(draw):
     ids = sorted(draw(st.lists(st.integers(0, 50), unique=True, max_size=6)))
     ends = {lid: LedgerEnd(draw(st.integers(-1, 6)), True) for lid in ids}
     if ids and draw(st.booleans()):
-        ends[ids[-1]] = ends[ids[-1]]._replace(closed=False)   # the owner's ledger, still open
+        ends[ids[-1]] = ends[ids[-1]]._replace(closed=False)  # the owner's ledger, still open
     return tuple(ids), ends
 
 
@@ -338,7 +362,7 @@ class FakeWriter:
             self.is_closed = True
             future.set_exception(LedgerFencedError("fenced"))
             return future
-        self.ledger.entries.append(data)     # on the replicas now; acknowledged later
+        self.ledger.entries.append(data)  # on the replicas now; acknowledged later
         self.last_add_pushed = len(self.ledger.entries) - 1
         self._acks.append(future)
         asyncio.get_running_loop().create_task(self._ack(future, self.last_add_pushed))
@@ -347,7 +371,7 @@ class FakeWriter:
     async def _ack(self, future, entry_id):
         await self.cluster.yield_some()
         # acks complete in id order (W1): wait for the earlier ones
-        while any(not f.done() for f in self._acks[:self._acks.index(future)]):
+        while any(not f.done() for f in self._acks[: self._acks.index(future)]):
             await asyncio.sleep(0)
         if future.done():
             return
@@ -372,10 +396,14 @@ class FakeWriter:
             raise LedgerFencedError("in recovery")
         if meta.state is LedgerState.CLOSED:
             if meta.last_entry_id != self.last_add_confirmed:
-                raise LedgerFencedError("closed by recovery elsewhere")   # MetadataVersion in the real one
+                raise LedgerFencedError("closed by recovery elsewhere")  # MetadataVersion in the real one
             return
-        self.ledger.meta = replace(meta, state=LedgerState.CLOSED, last_entry_id=self.last_add_confirmed,
-                                   length=sum(len(d) for d in self.ledger.entries[:self.last_add_confirmed + 1]))
+        self.ledger.meta = replace(
+            meta,
+            state=LedgerState.CLOSED,
+            last_entry_id=self.last_add_confirmed,
+            length=sum(len(d) for d in self.ledger.entries[: self.last_add_confirmed + 1]),
+        )
 
 
 class FakeReader:
@@ -390,7 +418,7 @@ class FakeReader:
         return self.last_add_confirmed
 
     def _acked(self):
-        return max(-1, len(self.ledger.entries) - 2)      # what a slave would answer: some lag is fine
+        return max(-1, len(self.ledger.entries) - 2)  # what a slave would answer: some lag is fine
 
     async def read_entries(self, first, last):
         if first < 0 or last < first or last > self.last_add_confirmed:
@@ -409,12 +437,15 @@ class FakeLedgers:
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
 
-    async def create_ledger(self, e, wq, aq, password, digest="crc32c", custom_metadata=None, *, broker_set=None):
+    async def create_ledger(
+        self, e, wq, aq, password, digest="crc32c", custom_metadata=None, *, broker_set=None
+    ):
         await self.cluster.yield_some()
         lid = self.cluster.next_id
         self.cluster.next_id += 1
-        meta = new_ledger_metadata(lid, "broker-a", tuple(range(e)), aq, password=password,
-                                   custom_metadata=custom_metadata)
+        meta = new_ledger_metadata(
+            lid, "broker-a", tuple(range(e)), aq, password=password, custom_metadata=custom_metadata
+        )
         ledger = self.cluster.ledgers[lid] = FakeLedger(meta, password)
         return FakeWriter(self.cluster, ledger)
 
@@ -437,8 +468,12 @@ class FakeLedgers:
             ledger.fenced = True
             await self.cluster.yield_some()
             last = len(ledger.entries) - 1
-            ledger.meta = replace(ledger.meta, state=LedgerState.CLOSED, last_entry_id=last,
-                                  length=sum(map(len, ledger.entries)))
+            ledger.meta = replace(
+                ledger.meta,
+                state=LedgerState.CLOSED,
+                last_entry_id=last,
+                length=sum(map(len, ledger.entries)),
+            )
         if ledger.meta.state is LedgerState.CLOSED:
             return FakeReader(ledger, ledger.meta.last_entry_id)
         reader = FakeReader(ledger, -1)
@@ -495,7 +530,8 @@ def test_append_before_acquire_and_reading_an_unknown_log_are_typed_errors():
             await log.read()
         await log.acquire()
         with pytest.raises(IncorrectParameterError):
-            await log.append("text")   # type: ignore[arg-type]
+            await log.append("text")  # type: ignore[arg-type]
+
     asyncio.run(go())
 
 
@@ -507,11 +543,13 @@ def test_an_owner_rolls_by_entry_count_and_readers_see_one_log():
         assert rec.generation == 1 and len(rec.ledgers) == 1
         positions = [await log.append(b"e%d" % i) for i in range(8)]
         rec = await log.record()
-        assert len(rec.ledgers) == 3 and rec.generation == 1            # rolls keep the generation
+        assert len(rec.ledgers) == 3 and rec.generation == 1  # rolls keep the generation
         assert positions == sorted(positions) and len(set(positions)) == 8
         assert [p.entry_id for p in positions] == [0, 1, 2, 0, 1, 2, 0, 1]
         # every ledger but the last is CLOSED at its last entry
-        assert [cluster.ledgers[lid].meta.state for lid in rec.ledgers] == [LedgerState.CLOSED] * 2 + [LedgerState.OPEN]
+        assert [cluster.ledgers[lid].meta.state for lid in rec.ledgers] == [LedgerState.CLOSED] * 2 + [
+            LedgerState.OPEN
+        ]
         await log.release()
         reader = seglog(cluster, "reader")
         got = await read_all(reader)
@@ -519,6 +557,7 @@ def test_an_owner_rolls_by_entry_count_and_readers_see_one_log():
         # reading from the middle, in small batches
         entries, nxt = await reader.read_from(positions[2], 2)
         assert [e.position for e in entries] == positions[2:4] and nxt == Position(positions[3].ledger_id, 1)
+
     asyncio.run(go())
 
 
@@ -526,8 +565,12 @@ def test_an_owner_rolls_by_age_with_its_clock():
     async def go():
         now = [100.0]
         cluster = FakeCluster()
-        log = seglog(cluster, "a", roll=RollPolicy(max_entries=None, max_bytes=None, max_age_s=10.0),
-                     clock=lambda: now[0])
+        log = seglog(
+            cluster,
+            "a",
+            roll=RollPolicy(max_entries=None, max_bytes=None, max_age_s=10.0),
+            clock=lambda: now[0],
+        )
         await log.acquire()
         p0 = await log.append(b"a")
         now[0] += 9.9
@@ -535,6 +578,7 @@ def test_an_owner_rolls_by_age_with_its_clock():
         now[0] += 0.2
         p2 = await log.append(b"c")
         assert p0.ledger_id == p1.ledger_id != p2.ledger_id and p2.entry_id == 0
+
     asyncio.run(go())
 
 
@@ -546,11 +590,11 @@ def test_a_new_owner_fences_the_old_one_which_fails_loudly():
         acked = [await a.append(b"a%d" % i) for i in range(3)]
         rec = await b.acquire()
         assert rec.owner == "b" and rec.generation == 2
-        assert cluster.ledgers[acked[0].ledger_id].meta.state is LedgerState.CLOSED   # recovered
+        assert cluster.ledgers[acked[0].ledger_id].meta.state is LedgerState.CLOSED  # recovered
         with pytest.raises(SegmentedLogOwnershipLostError) as info:
             await a.append(b"a3")
         assert isinstance(info.value.__cause__, LedgerFencedError | LedgerClosedError)
-        with pytest.raises(SegmentedLogOwnershipLostError):     # and again: it never continues silently
+        with pytest.raises(SegmentedLogOwnershipLostError):  # and again: it never continues silently
             await a.append(b"a4")
         assert not a.is_owner and b.is_owner
         pb = await b.append(b"b0")
@@ -561,6 +605,7 @@ def test_a_new_owner_fences_the_old_one_which_fails_loudly():
             await b.append(b"b1")
         got = [d for _, d in await read_all(seglog(cluster, "r"))]
         assert got[:3] == [b"a0", b"a1", b"a2"] and b"b0" in got and b"a4" not in got
+
     asyncio.run(go())
 
 
@@ -578,6 +623,7 @@ def test_a_released_log_is_acquired_without_recovery():
         assert first.meta.state is LedgerState.CLOSED and not first.fenced
         with pytest.raises(IllegalOpError):
             await a.append(b"y")
+
     asyncio.run(go())
 
 
@@ -591,11 +637,15 @@ def test_a_roll_that_loses_the_record_deletes_its_ledger_and_reports_the_loss():
         store = cluster.controller
         value, version = store.values["seglog/log"]
         rec = SegmentedLogRecord.decode(value, version=version)
-        store.values["seglog/log"] = (replace(rec, owner="b", generation=rec.generation + 1).encode(), version + 1)
+        store.values["seglog/log"] = (
+            replace(rec, owner="b", generation=rec.generation + 1).encode(),
+            version + 1,
+        )
         before = set(cluster.ledgers)
         with pytest.raises(SegmentedLogOwnershipLostError):
             await a.append(b"a1")
-        assert set(cluster.ledgers) == before and cluster.deleted   # the new ledger was deleted again
+        assert set(cluster.ledgers) == before and cluster.deleted  # the new ledger was deleted again
+
     asyncio.run(go())
 
 
@@ -621,7 +671,7 @@ async def contend(seed: int, owners: int, rounds: int, per_round: int, policy: R
                 for _ in range(rng.randrange(3)):
                     await asyncio.sleep(0)
             if rng.random() < 0.3:
-                with contextlib.suppress(SegmentedLogOwnershipLostError):   # fenced before it could close
+                with contextlib.suppress(SegmentedLogOwnershipLostError):  # fenced before it could close
                     await log.release()
 
     await asyncio.gather(*(owner(f"o{i}") for i in range(owners)))

@@ -46,18 +46,21 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tidelog.spark import register
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (SparkSession.builder.master("local[2]").appName("tidelog-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.sql.warehouse.dir", str(warehouse))
-               .config("spark.sql.session.timeZone", "UTC")
-               # A stopped query must not wait forever for a task stuck on a dead broker.
-               .config("spark.sql.streaming.stopTimeout", "60s")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidelog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.sql.session.timeZone", "UTC")
+        # A stopped query must not wait forever for a task stuck on a dead broker.
+        .config("spark.sql.streaming.stopTimeout", "60s")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     try:
@@ -81,7 +84,7 @@ def produce(client: Client, topic: str, messages: list[OutMessage]) -> dict[Pos,
     out: dict[Pos, OutMessage] = {}
     producer = client.producer()
     for i in range(0, len(messages), 200):
-        chunk = messages[i:i + 200]
+        chunk = messages[i : i + 200]
         receipts: list[Receipt] = producer.send_batch(topic, chunk)
         for r, m in zip(receipts, chunk, strict=True):
             out[(r.broker_set, r.queue, r.queue_offset)] = m

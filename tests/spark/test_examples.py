@@ -37,8 +37,9 @@ def key_counts(sent: list[OutMessage]) -> dict[str, int]:
     return dict(collections.Counter(m.key or "(none)" for m in sent))
 
 
-def test_batch_example_aggregates_a_topic_into_parquet(spark: Any, cluster: LocalCluster, client: Client,
-                                                       tmp_path: Path) -> None:
+def test_batch_example_aggregates_a_topic_into_parquet(
+    spark: Any, cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
     make_topic(client, "ex-batch", 2)
     sent = keyed(150, "b")
     produce(client, "ex-batch", sent)
@@ -51,14 +52,17 @@ def test_batch_example_aggregates_a_topic_into_parquet(spark: Any, cluster: Loca
     assert sum(r["body_bytes"] for r in rows) == sum(len(m.body) for m in sent)
 
 
-def test_streaming_example_keeps_exact_counts_across_restarts(spark: Any, cluster: LocalCluster, client: Client,
-                                                              tmp_path: Path) -> None:
+def test_streaming_example_keeps_exact_counts_across_restarts(
+    spark: Any, cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
     make_topic(client, "ex-stream", 2)
     ex = example("key_counts_stream")
     ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "counts")
 
     def run_once() -> dict[str, int]:
-        q = ex.start(spark, cluster.controllers, "ex-stream", ckpt, out, available_now=True, max_per_trigger=40)
+        q = ex.start(
+            spark, cluster.controllers, "ex-stream", ckpt, out, available_now=True, max_per_trigger=40
+        )
         assert q.awaitTermination(120)
         assert q.exception() is None
         return {r["key"]: r["messages"] for r in spark.read.parquet(out).collect()}

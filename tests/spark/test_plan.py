@@ -34,10 +34,21 @@ def test_offset_json_names_queues_by_broker_set_and_id() -> None:
     assert plan.offsets_to_json(offsets) == {"orders": {"broker-a:0": 42, "broker-b:3": 7}, "t:x": {"a:1": 0}}
 
 
-@pytest.mark.parametrize("bad", [
-    "not json", "[1, 2]", '{"t": 5}', '{"t": {"broker-a": 1}}', '{"t": {"broker-a:x": 1}}', '{"t": {":0": 1}}',
-    '{"t": {"broker-a:0": -1}}', '{"t": {"broker-a:0": true}}', '{"t": {"broker-a:0": 1.5}}', '{"": {"a:0": 1}}',
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not json",
+        "[1, 2]",
+        '{"t": 5}',
+        '{"t": {"broker-a": 1}}',
+        '{"t": {"broker-a:x": 1}}',
+        '{"t": {":0": 1}}',
+        '{"t": {"broker-a:0": -1}}',
+        '{"t": {"broker-a:0": true}}',
+        '{"t": {"broker-a:0": 1.5}}',
+        '{"": {"a:0": 1}}',
+    ],
+)
 def test_bad_offset_json_is_an_invalid_argument(bad: str) -> None:
     with pytest.raises(InvalidArgumentError):
         plan.offsets_from_json(bad)
@@ -45,8 +56,11 @@ def test_bad_offset_json_is_an_invalid_argument(bad: str) -> None:
 
 def test_kafka_special_offsets_only_in_options() -> None:
     text = '{"t": {"a:0": -2, "a:1": -1, "a:2": 9}}'
-    assert plan.offsets_from_json(text, allow_special=True) == {("t", "a", 0): EARLIEST, ("t", "a", 1): LATEST,
-                                                                  ("t", "a", 2): 9}
+    assert plan.offsets_from_json(text, allow_special=True) == {
+        ("t", "a", 0): EARLIEST,
+        ("t", "a", 1): LATEST,
+        ("t", "a", 2): 9,
+    }
     with pytest.raises(InvalidArgumentError):
         plan.offsets_from_json(text)
     with pytest.raises(InvalidArgumentError):
@@ -59,18 +73,35 @@ def test_kafka_special_offsets_only_in_options() -> None:
 def test_defaults_follow_kafka_batch_reads_all_stream_starts_at_the_end() -> None:
     batch = ReadOptions.parse({"controllers": "h:1", "topic": "t"}, streaming=False)
     assert (batch.starting, batch.ending) == (OffsetSpec(EARLIEST), OffsetSpec(LATEST))
-    assert (batch.include_headers, batch.fail_on_data_loss, batch.max_offsets_per_trigger) == (False, True, None)
+    assert (batch.include_headers, batch.fail_on_data_loss, batch.max_offsets_per_trigger) == (
+        False,
+        True,
+        None,
+    )
     stream = ReadOptions.parse({"controllers": "h:1", "topic": "t"}, streaming=True)
     assert stream.starting == OffsetSpec(LATEST)
 
 
 def test_option_names_are_case_insensitive_and_values_strings() -> None:
-    o = ReadOptions.parse({"Controllers": "h:1,h:2", "TOPICS": "a, b", "startingOffsets": "earliest",
-                           "maxoffsetspertrigger": "500", "includeHeaders": "TRUE", "FailOnDataLoss": "false",
-                           "maxOffsetsPerPartition": "10"}, streaming=True)
+    o = ReadOptions.parse(
+        {
+            "Controllers": "h:1,h:2",
+            "TOPICS": "a, b",
+            "startingOffsets": "earliest",
+            "maxoffsetspertrigger": "500",
+            "includeHeaders": "TRUE",
+            "FailOnDataLoss": "false",
+            "maxOffsetsPerPartition": "10",
+        },
+        streaming=True,
+    )
     assert o.topics == ("a", "b") and o.controllers == "h:1,h:2"
-    assert (o.max_offsets_per_trigger, o.include_headers, o.fail_on_data_loss, o.max_offsets_per_partition) == \
-        (500, True, False, 10)
+    assert (
+        o.max_offsets_per_trigger,
+        o.include_headers,
+        o.fail_on_data_loss,
+        o.max_offsets_per_partition,
+    ) == (500, True, False, 10)
 
 
 def test_controllers_come_from_the_environment_when_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,28 +112,33 @@ def test_controllers_come_from_the_environment_when_not_given(monkeypatch: pytes
         ReadOptions.parse({"topic": "t"}, streaming=False)
 
 
-@pytest.mark.parametrize("options,streaming,match", [
-    ({}, False, "topic"),
-    ({"topic": "a", "topics": "b"}, False, "not both"),
-    ({"topic": "a,b"}, False, "one topic"),
-    ({"topics": "a,a"}, False, "twice"),
-    ({"topic": "a", "endingOffsets": "latest"}, True, "batch reads only"),
-    ({"topic": "a", "maxOffsetsPerTrigger": "5"}, False, "streaming reads only"),
-    ({"topic": "a", "maxOffsetsPerTrigger": "0"}, True, ">= 1"),
-    ({"topic": "a", "maxOffsetsPerTrigger": "lots"}, True, "integer"),
-    ({"topic": "a", "includeHeaders": "maybe"}, False, "true or false"),
-    ({"topic": "a", "endingOffsets": "earliest"}, False, "reads nothing"),
-    ({"topic": "a", "startingOffsets": '{"b": {"x:0": 1}}'}, False, "not read"),
-    ({"topic": "a", "readTimeout": "-1"}, False, "positive"),
-])
+@pytest.mark.parametrize(
+    "options,streaming,match",
+    [
+        ({}, False, "topic"),
+        ({"topic": "a", "topics": "b"}, False, "not both"),
+        ({"topic": "a,b"}, False, "one topic"),
+        ({"topics": "a,a"}, False, "twice"),
+        ({"topic": "a", "endingOffsets": "latest"}, True, "batch reads only"),
+        ({"topic": "a", "maxOffsetsPerTrigger": "5"}, False, "streaming reads only"),
+        ({"topic": "a", "maxOffsetsPerTrigger": "0"}, True, ">= 1"),
+        ({"topic": "a", "maxOffsetsPerTrigger": "lots"}, True, "integer"),
+        ({"topic": "a", "includeHeaders": "maybe"}, False, "true or false"),
+        ({"topic": "a", "endingOffsets": "earliest"}, False, "reads nothing"),
+        ({"topic": "a", "startingOffsets": '{"b": {"x:0": 1}}'}, False, "not read"),
+        ({"topic": "a", "readTimeout": "-1"}, False, "positive"),
+    ],
+)
 def test_bad_options_are_invalid_arguments(options: dict, streaming: bool, match: str) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
         ReadOptions.parse({"controllers": "h:1", **options}, streaming=streaming)
 
 
 def test_schema_has_headers_only_when_asked() -> None:
-    assert plan.schema_ddl(False) == ("topic string, broker_set string, queue int, offset bigint, key string, "
-                                      "tags string, body binary, timestamp timestamp")
+    assert plan.schema_ddl(False) == (
+        "topic string, broker_set string, queue int, offset bigint, key string, "
+        "tags string, body binary, timestamp timestamp"
+    )
     assert plan.schema_ddl(True).endswith(", headers map<string,string>")
 
 
@@ -113,7 +149,9 @@ STATES = [QueueState("t", "a", 0, min=0, confirmed=100), QueueState("t", "a", 1,
 
 
 def ranges(starting: OffsetSpec, ending: OffsetSpec, fail: bool = True) -> dict:
-    return {r.qid: (r.start, r.end) for r in plan.resolve_ranges(STATES, starting, ending, fail_on_data_loss=fail)}
+    return {
+        r.qid: (r.start, r.end) for r in plan.resolve_ranges(STATES, starting, ending, fail_on_data_loss=fail)
+    }
 
 
 def test_earliest_to_latest_is_min_to_confirmed() -> None:
@@ -122,9 +160,14 @@ def test_earliest_to_latest_is_min_to_confirmed() -> None:
 
 
 def test_explicit_offsets_per_queue_others_take_the_default() -> None:
-    assert ranges(OffsetSpec(EARLIEST, {A0: 10}), OffsetSpec(LATEST, {A0: 30})) == {A0: (10, 30), A1: (20, 50)}
-    assert ranges(OffsetSpec(EARLIEST, {A1: LATEST}), OffsetSpec(LATEST, {A0: EARLIEST})) == \
-        {A0: (0, 0), A1: (50, 50)}
+    assert ranges(OffsetSpec(EARLIEST, {A0: 10}), OffsetSpec(LATEST, {A0: 30})) == {
+        A0: (10, 30),
+        A1: (20, 50),
+    }
+    assert ranges(OffsetSpec(EARLIEST, {A1: LATEST}), OffsetSpec(LATEST, {A0: EARLIEST})) == {
+        A0: (0, 0),
+        A1: (50, 50),
+    }
 
 
 def test_an_end_past_the_confirmed_offset_is_clamped_to_it() -> None:
@@ -154,7 +197,9 @@ def test_fail_on_data_loss_false_skips_ahead_to_the_minimum() -> None:
 
 
 @given(st.integers(0, 1000), st.integers(0, 1000), st.integers(0, 1000))
-def test_check_start_never_reads_deleted_offsets_nor_past_the_end(start: int, min_offset: int, extra: int) -> None:
+def test_check_start_never_reads_deleted_offsets_nor_past_the_end(
+    start: int, min_offset: int, extra: int
+) -> None:
     end = start + extra
     got = plan.check_start(start, min_offset, end, fail_on_data_loss=False, where="q")
     assert start <= got <= end
@@ -180,7 +225,11 @@ def test_split_ranges_cover_exactly_without_overlap(start: int, length: int, max
 
 def test_split_ranges_drop_empty_queues_and_keep_the_queue() -> None:
     got = plan.split_ranges([Range("t", "a", 0, 10, 10), Range("t", "a", 1, 0, 5, earliest=True)], 2)
-    assert got == [Range("t", "a", 1, 0, 2, True), Range("t", "a", 1, 2, 4, True), Range("t", "a", 1, 4, 5, True)]
+    assert got == [
+        Range("t", "a", 1, 0, 2, True),
+        Range("t", "a", 1, 2, 4, True),
+        Range("t", "a", 1, 4, 5, True),
+    ]
 
 
 # --- streaming ------------------------------------------------------------------------------
@@ -188,13 +237,17 @@ def test_split_ranges_drop_empty_queues_and_keep_the_queue() -> None:
 
 def test_next_offsets_never_move_back_and_new_queues_start_at_their_minimum() -> None:
     start = {A0: 80, ("t", "a", 9): 3}
-    current, latest = plan.next_offsets(start, [QueueState("t", "a", 0, 0, 70), QueueState("t", "a", 1, 20, 50)])
+    current, latest = plan.next_offsets(
+        start, [QueueState("t", "a", 0, 0, 70), QueueState("t", "a", 1, 20, 50)]
+    )
     # A lagging replica reported 70 for queue 0: the query stays at 80. Queue 9 was not reported: kept.
     assert current == {A0: 80, A1: 20, ("t", "a", 9): 3}
     assert latest == {A0: 80, A1: 50, ("t", "a", 9): 3}
 
 
-starts_and_latest = st.dictionaries(qids, st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)), max_size=10)
+starts_and_latest = st.dictionaries(
+    qids, st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)), max_size=10
+)
 
 
 @given(starts_and_latest, st.one_of(st.none(), st.integers(0, 10**6), st.integers(0, 2**63)))

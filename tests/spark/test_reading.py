@@ -20,8 +20,13 @@ from tidelog.spark.fetch import RangeReader
 
 
 def message(offset: int, queue: int = 0) -> bpb.PulledMessage:
-    m = bpb.PulledMessage(topic="t", queue=queue, offset=offset, body=f"body-{offset}".encode() + bytes([offset % 256]),
-                          store_ts=1_700_000_000_000 + offset)
+    m = bpb.PulledMessage(
+        topic="t",
+        queue=queue,
+        offset=offset,
+        body=f"body-{offset}".encode() + bytes([offset % 256]),
+        store_ts=1_700_000_000_000 + offset,
+    )
     if offset % 2:
         m.key = f"k{offset % 5}"
     if offset % 3 == 0:
@@ -37,8 +42,14 @@ LOG = [message(i) for i in range(200)]
 class FakeReplica:
     """One replica: serves LOG[min:confirmed]; `fail_after` pulls answered, then unreachable."""
 
-    def __init__(self, confirmed: int = 200, min_offset: int = 0, fail_after: int | None = None,
-                 lag_pulls: int = 0, gap: bool = False) -> None:
+    def __init__(
+        self,
+        confirmed: int = 200,
+        min_offset: int = 0,
+        fail_after: int | None = None,
+        lag_pulls: int = 0,
+        gap: bool = False,
+    ) -> None:
         self.confirmed = confirmed
         self.min = min_offset
         self.fail_after = fail_after
@@ -56,7 +67,7 @@ class FakeReplica:
             return bpb.PullReply(next_offset=req.offset)
         # Like a broker: up to max_messages, never past its confirmed offset (but it does not know the range's end).
         stop = min(self.confirmed, req.offset + max(req.max_messages, 1) + (5 if self.gap else 0))
-        msgs = LOG[req.offset + (1 if self.gap else 0):stop]
+        msgs = LOG[req.offset + (1 if self.gap else 0) : stop]
         return bpb.PullReply(messages=msgs, next_offset=stop)
 
 
@@ -71,7 +82,9 @@ class FakeClient:
         if method == "Pull":
             return replica.pull(request)
         if method == "GetOffsets":
-            return bpb.GetOffsetsReply(offsets=bpb.QueueOffsets(min=replica.min, max=200, confirmed=replica.confirmed))
+            return bpb.GetOffsetsReply(
+                offsets=bpb.QueueOffsets(min=replica.min, max=200, confirmed=replica.confirmed)
+            )
         raise AssertionError(method)
 
     async def route(self, topic: str, refresh: bool = False) -> Any:
@@ -92,11 +105,16 @@ def read_all(replicas: dict[str, FakeReplica], start: int, end: int, **kw: Any) 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 150), st.integers(0, 50), st.integers(1, 40), st.integers(0, 6), st.integers(0, 3))
-def test_a_replica_failing_at_any_point_gives_the_same_rows(start: int, length: int, chunk: int, fail_after: int,
-                                                           lag: int) -> None:
+def test_a_replica_failing_at_any_point_gives_the_same_rows(
+    start: int, length: int, chunk: int, fail_after: int, lag: int
+) -> None:
     end = start + length
-    got, reader = read_all({"slave": FakeReplica(fail_after=fail_after, lag_pulls=lag),
-                            "master": FakeReplica()}, start, end, max_messages=chunk)
+    got, reader = read_all(
+        {"slave": FakeReplica(fail_after=fail_after, lag_pulls=lag), "master": FakeReplica()},
+        start,
+        end,
+        max_messages=chunk,
+    )
     assert got == LOG[start:end]
     assert sum(n for _, _, n in reader.served_by) == length
 
@@ -110,7 +128,9 @@ def test_reads_prefer_the_first_replica_and_never_pass_the_planned_end() -> None
 
 def test_a_lagging_replica_hands_over_to_one_that_has_the_data() -> None:
     # The slave's confirmed offset is behind the planned end (the master already confirmed 200).
-    got, reader = read_all({"slave": FakeReplica(confirmed=30), "master": FakeReplica()}, 0, 100, max_messages=50)
+    got, reader = read_all(
+        {"slave": FakeReplica(confirmed=30), "master": FakeReplica()}, 0, 100, max_messages=50
+    )
     assert got == LOG[:100]
     assert {a for a, _, _ in reader.served_by} == {"slave", "master"}
 
@@ -167,28 +187,40 @@ def test_tuples_hold_the_same_rows_as_record_batches() -> None:
 
 
 def test_sink_rows_become_messages() -> None:
-    batch = pa.RecordBatch.from_pydict({
-        "body": pa.array([b"a", b"", b"\x00c"], pa.binary()),
-        "key": ["k", None, "k"], "tags": [None, "t", None],
-        "headers": pa.array([[("h", "1")], None, []], pa.map_(pa.string(), pa.string())),
-        "offset": [1, 2, 3],  # columns the sink does not use are ignored
-    })
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "body": pa.array([b"a", b"", b"\x00c"], pa.binary()),
+            "key": ["k", None, "k"],
+            "tags": [None, "t", None],
+            "headers": pa.array([[("h", "1")], None, []], pa.map_(pa.string(), pa.string())),
+            "offset": [1, 2, 3],  # columns the sink does not use are ignored
+        }
+    )
     got = sink.messages_from_batch(batch, "orders")
     assert [(t, m.body, m.key, m.tags, m.properties) for t, m in got] == [
-        ("orders", b"a", "k", None, {"h": "1"}), ("orders", b"", None, "t", None), ("orders", b"\x00c", "k", None, None)]
+        ("orders", b"a", "k", None, {"h": "1"}),
+        ("orders", b"", None, "t", None),
+        ("orders", b"\x00c", "k", None, None),
+    ]
 
 
 def test_sink_string_bodies_are_utf8_and_a_topic_column_routes_rows() -> None:
     batch = pa.RecordBatch.from_pydict({"body": ["héllo", "x"], "topic": ["a", "b"]})
-    assert [(t, m.body) for t, m in sink.messages_from_batch(batch, None)] == [("a", "héllo".encode()), ("b", b"x")]
+    assert [(t, m.body) for t, m in sink.messages_from_batch(batch, None)] == [
+        ("a", "héllo".encode()),
+        ("b", b"x"),
+    ]
 
 
-@pytest.mark.parametrize("columns,topic,match", [
-    ({"value": [b"x"]}, "t", "body column"),
-    ({"body": [b"x"]}, None, "option topic"),
-    ({"body": pa.array([None], pa.binary())}, "t", "null"),
-    ({"body": [b"x"], "key": [1]}, "t", "key must be a string"),
-])
+@pytest.mark.parametrize(
+    "columns,topic,match",
+    [
+        ({"value": [b"x"]}, "t", "body column"),
+        ({"body": [b"x"]}, None, "option topic"),
+        ({"body": pa.array([None], pa.binary())}, "t", "null"),
+        ({"body": [b"x"], "key": [1]}, "t", "key must be a string"),
+    ],
+)
 def test_sink_rejects_rows_it_cannot_send(columns: dict, topic: str | None, match: str) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
         sink.messages_from_batch(pa.RecordBatch.from_pydict(columns), topic)
@@ -211,7 +243,9 @@ def test_sink_refuses_overwrite_and_rows_without_a_body() -> None:
     with pytest.raises(InvalidArgumentError, match="only appends"):
         sink.TidelogWriter({"controllers": "h:1", "topic": "t"}, with_body, True)
     with pytest.raises(InvalidArgumentError, match="body column"):
-        sink.TidelogWriter({"controllers": "h:1", "topic": "t"}, StructType([StructField("value", StringType())]), False)
+        sink.TidelogWriter(
+            {"controllers": "h:1", "topic": "t"}, StructType([StructField("value", StringType())]), False
+        )
     with pytest.raises(InvalidArgumentError, match="option topic"):
         sink.TidelogStreamWriter({"controllers": "h:1"}, with_body, False)
     assert sink.TidelogWriter({"Controllers": "h:1", "TOPIC": "t"}, with_body, False).topic == "t"

@@ -37,11 +37,16 @@ def kill9(pid: int) -> None:
 
 
 def test_slave_killed_mid_read_is_retried_on_the_master_with_identical_bytes(
-        spark: Any, cluster_factory: Callable[..., LocalCluster]) -> None:
+    spark: Any, cluster_factory: Callable[..., LocalCluster]
+) -> None:
     cluster = cluster_factory(name="midread")
     with Client(cluster.controllers) as client:
         client.admin().create_topic("midread", queues=1)
-        produce(client, "midread", [OutMessage(f"{i:06d}".encode() + bytes([i % 251]) * 1000) for i in range(3000)])
+        produce(
+            client,
+            "midread",
+            [OutMessage(f"{i:06d}".encode() + bytes([i % 251]) * 1000) for i in range(3000)],
+        )
         truth = log_contents(client, "midread")
     assert len(truth) == 3000
     view = fetch.run(lambda c: fetch.cluster_view(c, ["midread"]), cluster.controllers)
@@ -50,7 +55,9 @@ def test_slave_killed_mid_read_is_retried_on_the_master_with_identical_bytes(
     assert len(replicas) == 2 and state.confirmed == 3000
 
     async def read_with_a_kill(client: AsyncClient) -> tuple[list[Any], list[tuple[str, int, int]]]:
-        reader = fetch.RangeReader(client, "midread", "broker-a", 0, 0, state.confirmed, replicas, max_messages=500)
+        reader = fetch.RangeReader(
+            client, "midread", "broker-a", 0, 0, state.confirmed, replicas, max_messages=500
+        )
         got = list(await reader.next_chunk())
         assert reader.served_by == [(replicas[0], 0, 500)], "reads prefer the slave"
         kill9(pid_of(cluster, replicas[0]))  # the slave dies between two pulls of the same range
@@ -63,15 +70,21 @@ def test_slave_killed_mid_read_is_retried_on_the_master_with_identical_bytes(
     assert [m.offset for m in got] == list(range(3000))
     assert [m.body for m in got] == [truth[("broker-a", 0, i)].body for i in range(3000)]
     # Spark, planning now, still lists the dead slave first; its tasks fall back to the master.
-    df = spark.read.format("tidelog").option("controllers", cluster.controllers).option("topic", "midread") \
-        .option("maxOffsetsPerPartition", "1000").load()
+    df = (
+        spark.read.format("tidelog")
+        .option("controllers", cluster.controllers)
+        .option("topic", "midread")
+        .option("maxOffsetsPerPartition", "1000")
+        .load()
+    )
     rows = rows_by_pos(df.collect())
     assert sorted(rows) == sorted(truth)
     assert all(rows[p]["body"] == truth[p].body for p in truth)
 
 
 def test_master_killed_between_micro_batches_gives_no_gap_and_no_duplicate(
-        spark: Any, cluster_factory: Callable[..., LocalCluster], tmp_path: Path) -> None:
+    spark: Any, cluster_factory: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
     cluster = cluster_factory(name="failover")
     client = Client(cluster.controllers, send_timeout=60.0)
     try:
@@ -84,7 +97,9 @@ def test_master_killed_between_micro_batches_gives_no_gap_and_no_duplicate(
             i = 0
             try:
                 while not stop.is_set():
-                    acked.update(produce(client, "failover", [OutMessage(f"m{i}-{j}".encode()) for j in range(20)]))
+                    acked.update(
+                        produce(client, "failover", [OutMessage(f"m{i}-{j}".encode()) for j in range(20)])
+                    )
                     i += 1
                     time.sleep(0.05)
             except BaseException as exc:  # reported by the test, not lost in the thread
@@ -100,28 +115,43 @@ def test_master_killed_between_micro_batches_gives_no_gap_and_no_duplicate(
 
         producer = threading.Thread(target=keep_producing)
         producer.start()
-        q = (spark.readStream.format("tidelog").option("controllers", cluster.controllers)
-             .option("topic", "failover").option("startingOffsets", "earliest").load()
-             .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(processingTime="500 milliseconds").start())
+        q = (
+            spark.readStream.format("tidelog")
+            .option("controllers", cluster.controllers)
+            .option("topic", "failover")
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
         try:
             deadline = time.monotonic() + 90
             while len([b for b in batches.values() if b]) < 2:
-                assert time.monotonic() < deadline and q.isActive, f"no two batches with data: {q.exception()}"
+                assert time.monotonic() < deadline and q.isActive, (
+                    f"no two batches with data: {q.exception()}"
+                )
                 time.sleep(0.1)
-            master = client.runner.run(client.aio.route("failover", refresh=True)).broker_sets[0].master_address
+            master = (
+                client.runner.run(client.aio.route("failover", refresh=True)).broker_sets[0].master_address
+            )
             batches_before_kill = max(batches)
             kill9(pid_of(cluster, master))
             # The query keeps going: more batches with data after the kill.
             while len([b for b, rows in batches.items() if b > batches_before_kill + 1 and rows]) < 2:
-                assert time.monotonic() < deadline + 60 and q.isActive, f"stalled after the kill: {q.exception()}"
+                assert time.monotonic() < deadline + 60 and q.isActive, (
+                    f"stalled after the kill: {q.exception()}"
+                )
                 time.sleep(0.2)
             stop.set()
             producer.join(90)
             assert not errors, f"the producer failed: {errors}"
             truth = log_contents(client, "failover")
             while seen() < len(truth):
-                assert time.monotonic() < deadline + 120 and q.isActive, f"caught up to {seen()} of {len(truth)}"
+                assert time.monotonic() < deadline + 120 and q.isActive, (
+                    f"caught up to {seen()} of {len(truth)}"
+                )
                 time.sleep(0.2)
         finally:
             stop.set()

@@ -24,14 +24,23 @@ T = TypeVar("T")
 
 
 def _run(ctx: click.Context, fn: Callable[[ControllerClient], Awaitable[T]]) -> T:
-    return controller_call(ctx.obj["controllers"], fn, timeout=ctx.obj["timeout"], secret_file=ctx.obj["secret_file"],
-                           data_dir=ctx.obj["data_dir"])
+    return controller_call(
+        ctx.obj["controllers"],
+        fn,
+        timeout=ctx.obj["timeout"],
+        secret_file=ctx.obj["secret_file"],
+        data_dir=ctx.obj["data_dir"],
+    )
 
 
 def _to_jsonable(value: Any) -> Any:
     if isinstance(value, Message):
-        return json_format.MessageToDict(value, always_print_fields_with_no_presence=True, unquote_int64_if_possible=True,
-                                         preserving_proto_field_name=True)
+        return json_format.MessageToDict(
+            value,
+            always_print_fields_with_no_presence=True,
+            unquote_int64_if_possible=True,
+            preserving_proto_field_name=True,
+        )
     if isinstance(value, list | tuple):
         return [_to_jsonable(v) for v in value]
     return value
@@ -49,21 +58,39 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print the re
 
 
 @click.group("admin")
-@click.option("--controllers", default=lambda: os.environ.get(CONTROLLERS_ENV, "127.0.0.1:9701"),
-              show_default=f"${CONTROLLERS_ENV} or 127.0.0.1:9701", help="controller addresses host:port[,...]")
+@click.option(
+    "--controllers",
+    default=lambda: os.environ.get(CONTROLLERS_ENV, "127.0.0.1:9701"),
+    show_default=f"${CONTROLLERS_ENV} or 127.0.0.1:9701",
+    help="controller addresses host:port[,...]",
+)
 @click.option("--timeout", default=15.0, show_default=True, help="total seconds to find the leader")
-@click.option("--secret-file", default=None, type=click.Path(dir_okay=False),
-              help="file holding the cluster secret (elect and clean are signed with it)")
-@click.option("--data-dir", default=lambda: os.environ.get("TIDE_DATA_DIR", "tide-data"),
-              show_default="$TIDE_DATA_DIR or ./tide-data",
-              help="a cluster started by `tide cluster up`: its controller.yaml holds the secret")
+@click.option(
+    "--secret-file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="file holding the cluster secret (elect and clean are signed with it)",
+)
+@click.option(
+    "--data-dir",
+    default=lambda: os.environ.get("TIDE_DATA_DIR", "tide-data"),
+    show_default="$TIDE_DATA_DIR or ./tide-data",
+    help="a cluster started by `tide cluster up`: its controller.yaml holds the secret",
+)
 @click.pass_context
-def admin(ctx: click.Context, controllers: str, timeout: float, secret_file: str | None, data_dir: str) -> None:
+def admin(
+    ctx: click.Context, controllers: str, timeout: float, secret_file: str | None, data_dir: str
+) -> None:
     """Operate a controller cluster: broker sets, elections, topics.
 
     `elect` and `clean` are membership calls, signed with the cluster secret: from --secret-file,
     else $TIDE_CLUSTER_SECRET, else the controller.yaml that `tide cluster up` wrote in --data-dir."""
-    ctx.obj = {"controllers": controllers, "timeout": timeout, "secret_file": secret_file, "data_dir": data_dir}
+    ctx.obj = {
+        "controllers": controllers,
+        "timeout": timeout,
+        "secret_file": secret_file,
+        "data_dir": data_dir,
+    }
 
 
 @admin.command("status")
@@ -92,8 +119,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
         if isinstance(r, dict):
             table.add_row(r["address"], f"[red]{r['error']}[/red]", "", "", "", "", "", "")
         else:
-            table.add_row(r.node_id, r.raft_state, r.leader_address or "-", str(r.term), str(r.commit_index),
-                          str(r.last_applied), "yes" if r.ready else "no", str(r.brokers_heard))
+            table.add_row(
+                r.node_id,
+                r.raft_state,
+                r.leader_address or "-",
+                str(r.term),
+                str(r.commit_index),
+                str(r.last_applied),
+                "yes" if r.ready else "no",
+                str(r.brokers_heard),
+            )
     Console().print(table)
 
 
@@ -108,7 +143,9 @@ def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> No
         _emit_json(reply)
         return
     console = Console()
-    table = Table(title="broker sets" + ("" if reply.liveness_known else " (liveness unknown: not the leader)"))
+    table = Table(
+        title="broker sets" + ("" if reply.liveness_known else " (liveness unknown: not the leader)")
+    )
     for col in ("broker set", "master", "epoch", "SyncStateSet", "sss epoch", "members"):
         table.add_column(col)
     for info in reply.broker_sets:
@@ -118,9 +155,14 @@ def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> No
             flags = ("M" if m.is_master else "") + ("S" if m.in_sync else "")
             life = ("up" if m.alive else "down") if reply.liveness_known else "?"
             members.append(f"{m.broker_id}@{m.address} [{flags or '-'}] {life}")
-        table.add_row(role.broker_set, str(role.master_id) if role.has_master else "[red]none[/red]",
-                      str(role.master_epoch), _ids(role.sync_state_set), str(role.sync_state_set_epoch),
-                      "\n".join(members))
+        table.add_row(
+            role.broker_set,
+            str(role.master_id) if role.has_master else "[red]none[/red]",
+            str(role.master_epoch),
+            _ids(role.sync_state_set),
+            str(role.sync_state_set_epoch),
+            "\n".join(members),
+        )
     console.print(table)
 
 
@@ -136,8 +178,10 @@ def elect(ctx: click.Context, broker_set: str, broker_id: int | None, as_json: b
         _emit_json(reply)
         return
     role = reply.role
-    click.echo(f"{role.broker_set}: master {role.master_id if role.has_master else 'none'} at epoch "
-               f"{role.master_epoch}, SyncStateSet {_ids(role.sync_state_set)} (epoch {role.sync_state_set_epoch})")
+    click.echo(
+        f"{role.broker_set}: master {role.master_id if role.has_master else 'none'} at epoch "
+        f"{role.master_epoch}, SyncStateSet {_ids(role.sync_state_set)} (epoch {role.sync_state_set_epoch})"
+    )
 
 
 @admin.group("topics")
@@ -180,8 +224,14 @@ def _parse_queues(values: tuple[str, ...]) -> dict[str, int]:
 
 @topics.command("create")
 @click.argument("name")
-@click.option("--queues", "queues", multiple=True, required=True, metavar="BROKER_SET=COUNT",
-              help="queues in a broker set; repeat for several broker sets")
+@click.option(
+    "--queues",
+    "queues",
+    multiple=True,
+    required=True,
+    metavar="BROKER_SET=COUNT",
+    help="queues in a broker set; repeat for several broker sets",
+)
 @click.option("--perm", default="rw", show_default=True, type=click.Choice(["rw", "r", "w"]))
 @json_option
 @click.pass_context
@@ -212,12 +262,19 @@ def topics_delete(ctx: click.Context, name: str, as_json: bool) -> None:
 
 @admin.command("clean")
 @click.argument("broker_set")
-@click.option("--broker-id", "broker_ids", type=int, multiple=True,
-              help="forget this broker (repeatable); default: the whole broker set")
+@click.option(
+    "--broker-id",
+    "broker_ids",
+    type=int,
+    multiple=True,
+    help="forget this broker (repeatable); default: the whole broker set",
+)
 @click.option("--clean-living", is_flag=True, help="also forget brokers that still heartbeat")
 @json_option
 @click.pass_context
-def clean(ctx: click.Context, broker_set: str, broker_ids: tuple[int, ...], clean_living: bool, as_json: bool) -> None:
+def clean(
+    ctx: click.Context, broker_set: str, broker_ids: tuple[int, ...], clean_living: bool, as_json: bool
+) -> None:
     """Forget decommissioned brokers of BROKER_SET (or the whole set)."""
     _run(ctx, lambda c: c.clean_broker_data(broker_set, broker_ids, clean_living=clean_living))
     what = f"brokers {', '.join(map(str, sorted(broker_ids)))} of {broker_set}" if broker_ids else broker_set

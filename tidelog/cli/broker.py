@@ -20,11 +20,22 @@ from tidelog.cli.common import controller_call, controllers_option, require_cont
 @click.option("--listen", default=None, help="override the gRPC address (host:port)")
 @click.option("--ha-listen", default=None, help="override the HA address (host:port)")
 @click.option("--controllers", default=None, help="override the controller addresses")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 @click.pass_context
-def broker(ctx: click.Context, config_path: str | None, data_dir: str | None, listen: str | None,
-           ha_listen: str | None, controllers: str | None, log_level: str) -> None:
+def broker(
+    ctx: click.Context,
+    config_path: str | None,
+    data_dir: str | None,
+    listen: str | None,
+    ha_listen: str | None,
+    controllers: str | None,
+    log_level: str,
+) -> None:
     """Run a broker replica: commit log, replication and the produce/consume service.
 
     `tide broker verify --data-dir DIR` checks a replica's commit log instead."""
@@ -33,23 +44,37 @@ def broker(ctx: click.Context, config_path: str | None, data_dir: str | None, li
     if config_path is None:
         raise click.UsageError("--config is required to run a broker")
     cfg = bcfg.load(config_path)
-    overrides = {k: v for k, v in (("data_dir", data_dir), ("listen", listen), ("ha_listen", ha_listen),
-                                   ("controllers", controllers)) if v is not None}
+    overrides = {
+        k: v
+        for k, v in (
+            ("data_dir", data_dir),
+            ("listen", listen),
+            ("ha_listen", ha_listen),
+            ("controllers", controllers),
+        )
+        if v is not None
+    }
     if overrides:
         doc = {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
         doc.update(overrides)
         doc["data_dir"] = str(doc["data_dir"])
         cfg = bcfg.from_mapping(doc, source=config_path)
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s [" + cfg.broker_set + "] %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [" + cfg.broker_set + "] %(message)s",
+    )
     from tidelog.broker.server import run  # late: `tide --help` need not load gRPC
 
     run(cfg)
 
 
 @broker.command("verify")
-@click.option("--data-dir", required=True, type=click.Path(exists=True, file_okay=False),
-              help="the broker's data dir (the broker may be stopped)")
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="the broker's data dir (the broker may be stopped)",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 def verify(data_dir: str, as_json: bool) -> None:
     """Check every record's length, magic and CRC; exit 1 when a damaged range is found."""
@@ -60,8 +85,17 @@ def verify(data_dir: str, as_json: bool) -> None:
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps({"segments": report.segments, "records": report.records, "bytes": report.bytes,
-                               "damaged": [dataclasses.asdict(d) for d in report.damage]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "segments": report.segments,
+                    "records": report.records,
+                    "bytes": report.bytes,
+                    "damaged": [dataclasses.asdict(d) for d in report.damage],
+                },
+                indent=2,
+            )
+        )
     else:
         console = Console()
         console.print(f"{report.segments} segments, {report.records} records, {report.bytes} bytes checked")
@@ -76,27 +110,42 @@ def verify(data_dir: str, as_json: bool) -> None:
         raise SystemExit(1)
 
 
-def _decommission(controllers: str, broker_set: str, broker_id: int, force: bool, replacement: int | None,
-                  secret_file: str | None, data_dir: str) -> None:
+def _decommission(
+    controllers: str,
+    broker_set: str,
+    broker_id: int,
+    force: bool,
+    replacement: int | None,
+    secret_file: str | None,
+    data_dir: str,
+) -> None:
     reply = controller_call(
         require_controllers(controllers),
         lambda c: c.decommission_broker(broker_set, broker_id, force=force, replacement=replacement),
-        secret_file=secret_file, data_dir=data_dir)
+        secret_file=secret_file,
+        data_dir=data_dir,
+    )
     role = reply.role
     what = f"replaced by broker {replacement}" if replacement is not None else "decommissioned"
-    click.echo(f"{broker_set}: broker {broker_id} {what}; master {role.master_id if role.has_master else 'none'}, "
-               f"SyncStateSet {sorted(role.sync_state_set)}")
+    click.echo(
+        f"{broker_set}: broker {broker_id} {what}; master {role.master_id if role.has_master else 'none'}, "
+        f"SyncStateSet {sorted(role.sync_state_set)}"
+    )
 
 
 @broker.command("decommission")
 @click.argument("broker_id", type=int)
 @click.option("--broker-set", required=True, help="the broker set BROKER_ID belongs to")
-@click.option("--force", is_flag=True,
-              help="also when it is the only in-sync replica of a required datacenter, or the broker still runs")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="also when it is the only in-sync replica of a required datacenter, or the broker still runs",
+)
 @controllers_option
 @secret_options
-def decommission(broker_id: int, broker_set: str, force: bool, controllers: str, secret_file: str | None,
-                 data_dir: str) -> None:
+def decommission(
+    broker_id: int, broker_set: str, force: bool, controllers: str, secret_file: str | None, data_dir: str
+) -> None:
     """Take a stopped broker out of its set for good (its id is never reused).
 
     Refused for the master, for the last in-sync replica, and (without --force) when the set
@@ -111,8 +160,9 @@ def decommission(broker_id: int, broker_set: str, force: bool, controllers: str,
 @click.option("--force", is_flag=True, help="also across datacenters, or while OLD still runs")
 @controllers_option
 @secret_options
-def replace(old: int, new: int, broker_set: str, force: bool, controllers: str, secret_file: str | None,
-            data_dir: str) -> None:
+def replace(
+    old: int, new: int, broker_set: str, force: bool, controllers: str, secret_file: str | None, data_dir: str
+) -> None:
     """Replace broker OLD by NEW: a new broker (e.g. on a fresh disk) started with the set's config
     registers under a new id and copies the whole log; once the master has taken it into the
     SyncStateSet, OLD is decommissioned. Refused before NEW is in sync."""

@@ -18,9 +18,13 @@ DATA_DIR_ENV = "TIDE_DATA_DIR"
 
 
 def data_dir_option(fn: Any) -> Any:
-    return click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
-                        default=lambda: os.environ.get(DATA_DIR_ENV, "tide-data"), show_default="./tide-data",
-                        help="where the cluster keeps its data, configs, logs and pids")(fn)
+    return click.option(
+        "--data-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=lambda: os.environ.get(DATA_DIR_ENV, "tide-data"),
+        show_default="./tide-data",
+        help="where the cluster keeps its data, configs, logs and pids",
+    )(fn)
 
 
 @click.group("cluster")
@@ -29,17 +33,27 @@ def cluster() -> None:
 
 
 @cluster.command("up")
-@click.option("-c", "--config", "config_path", default="deploy/local.yaml", show_default=True,
-              help="topology file")
+@click.option(
+    "-c", "--config", "config_path", default="deploy/local.yaml", show_default=True, help="topology file"
+)
 @data_dir_option
 @click.option("--wait", type=float, default=60.0, show_default=True, help="seconds to wait for masters")
-@click.option("--netns", is_flag=True,
-              help="each process in its own network namespace, grouped by datacenter, behind a router that "
-                   "applies `tide fault` and the WAN delay (needs root, ip and nft)")
-@click.option("--wan-delay", default=None, help="one-way delay between datacenters with --netns, e.g. 5ms "
-                                                "(default: the topology's lab.wan_delay_ms, else 0)")
+@click.option(
+    "--netns",
+    is_flag=True,
+    help="each process in its own network namespace, grouped by datacenter, behind a router that "
+    "applies `tide fault` and the WAN delay (needs root, ip and nft)",
+)
+@click.option(
+    "--wan-delay",
+    default=None,
+    help="one-way delay between datacenters with --netns, e.g. 5ms "
+    "(default: the topology's lab.wan_delay_ms, else 0)",
+)
 @json_option
-def up(config_path: str, data_dir: Path, wait: float, netns: bool, wan_delay: str | None, as_json: bool) -> None:
+def up(
+    config_path: str, data_dir: Path, wait: float, netns: bool, wan_delay: str | None, as_json: bool
+) -> None:
     """Start every process of the topology in the background; return once each broker set has a master."""
     topo = localcluster.load_topology(config_path)
     delay_ms = None if wan_delay is None else parse_duration(wan_delay) * 1000
@@ -48,15 +62,27 @@ def up(config_path: str, data_dir: Path, wait: float, netns: bool, wan_delay: st
     state = localcluster.up(topo, data_dir, wait_s=wait, netns=netns, wan_delay_ms=delay_ms)
     cols = ("name", "kind", "pid", "address", "datacenter", "netns", "log")
     if as_json:
-        emit({"controllers": state["controllers"], "data_dir": state["data_dir"],
-              "client_netns": state.get("client_netns"),
-              "processes": [{k: p.get(k) for k in cols} for p in state["processes"]]}, True)
+        emit(
+            {
+                "controllers": state["controllers"],
+                "data_dir": state["data_dir"],
+                "client_netns": state.get("client_netns"),
+                "processes": [{k: p.get(k) for k in cols} for p in state["processes"]],
+            },
+            True,
+        )
         return
-    emit([{k: p.get(k) for k in cols} for p in state["processes"]], False,
-         title=f"cluster up in {state['data_dir']}", columns=[c for c in cols if netns or c != "netns"])
+    emit(
+        [{k: p.get(k) for k in cols} for p in state["processes"]],
+        False,
+        title=f"cluster up in {state['data_dir']}",
+        columns=[c for c in cols if netns or c != "netns"],
+    )
     click.echo(f"export TIDE_CONTROLLERS={state['controllers']}")
     if state.get("client_netns"):
-        click.echo("# the processes are reachable from the lab's client side: tide cluster exec -- tide cluster status")
+        click.echo(
+            "# the processes are reachable from the lab's client side: tide cluster exec -- tide cluster status"
+        )
 
 
 @cluster.command("wait-masters", hidden=True)
@@ -102,10 +128,16 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
             members = []
             master_max = None
             for m in b.members:
-                row: dict[str, Any] = {"broker_id": m.broker_id, "address": m.address, "role": "unreachable",
-                                       "max_offset": None, "confirm_offset": None, "in_sync": m.in_sync,
-                                       "datacenter": m.datacenter,
-                                       "alive": m.alive if reply.liveness_known else None}
+                row: dict[str, Any] = {
+                    "broker_id": m.broker_id,
+                    "address": m.address,
+                    "role": "unreachable",
+                    "max_offset": None,
+                    "confirm_offset": None,
+                    "in_sync": m.in_sync,
+                    "datacenter": m.datacenter,
+                    "alive": m.alive if reply.liveness_known else None,
+                }
                 try:
                     s = await client.call_broker(m.address, "Status", bpb.StatusRequest(), timeout=2.0)
                     if s.broker_id != m.broker_id:
@@ -113,18 +145,33 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
                         # id): this id is gone, not a live slave
                         row["role"] = f"gone (broker {s.broker_id} answers here)"
                     else:
-                        row.update(role=s.role, max_offset=s.max_offset, confirm_offset=s.confirm_offset,
-                                   epoch=s.last_epoch)
+                        row.update(
+                            role=s.role,
+                            max_offset=s.max_offset,
+                            confirm_offset=s.confirm_offset,
+                            epoch=s.last_epoch,
+                        )
                         if role.has_master and m.broker_id == role.master_id:
                             master_max = s.max_offset
                 except Exception:
                     pass
                 members.append(row)
             for row in members:
-                row["lag"] = None if master_max is None or row["max_offset"] is None else master_max - row["max_offset"]
-            out.append({"name": role.broker_set, "master": role.master_id if role.has_master else None,
-                        "epoch": role.master_epoch, "sync_state_set": list(role.sync_state_set),
-                        "sync_state_set_epoch": role.sync_state_set_epoch, "members": members})
+                row["lag"] = (
+                    None
+                    if master_max is None or row["max_offset"] is None
+                    else master_max - row["max_offset"]
+                )
+            out.append(
+                {
+                    "name": role.broker_set,
+                    "master": role.master_id if role.has_master else None,
+                    "epoch": role.master_epoch,
+                    "sync_state_set": list(role.sync_state_set),
+                    "sync_state_set_epoch": role.sync_state_set_epoch,
+                    "members": members,
+                }
+            )
         return out
 
 
@@ -140,12 +187,37 @@ def status(controllers: str, as_json: bool) -> None:
     rows = []
     for s in sets:
         for m in s["members"]:
-            rows.append({"broker_set": s["name"], "broker": m["broker_id"], "address": m["address"],
-                         "datacenter": m["datacenter"] or "-", "role": m["role"], "epoch": s["epoch"],
-                         "in_sync": "yes" if m["in_sync"] else "no", "max_offset": m["max_offset"],
-                         "confirm_offset": m["confirm_offset"], "lag": m["lag"]})
-    emit(rows, False, title="cluster status", columns=["broker_set", "broker", "address", "datacenter", "role",
-                                                        "epoch", "in_sync", "max_offset", "confirm_offset", "lag"])
+            rows.append(
+                {
+                    "broker_set": s["name"],
+                    "broker": m["broker_id"],
+                    "address": m["address"],
+                    "datacenter": m["datacenter"] or "-",
+                    "role": m["role"],
+                    "epoch": s["epoch"],
+                    "in_sync": "yes" if m["in_sync"] else "no",
+                    "max_offset": m["max_offset"],
+                    "confirm_offset": m["confirm_offset"],
+                    "lag": m["lag"],
+                }
+            )
+    emit(
+        rows,
+        False,
+        title="cluster status",
+        columns=[
+            "broker_set",
+            "broker",
+            "address",
+            "datacenter",
+            "role",
+            "epoch",
+            "in_sync",
+            "max_offset",
+            "confirm_offset",
+            "lag",
+        ],
+    )
 
 
 def parse_duration(text: str) -> float:
@@ -171,7 +243,9 @@ def kill_master(broker_set: str, duration: str, data_dir: Path, as_json: bool) -
     from tidelog.drill.killmaster import kill_master as run
 
     seconds = parse_duration(duration)
-    report = run(data_dir, broker_set, seconds, on_event=None if as_json else lambda msg: click.echo(f"  {msg}"))
+    report = run(
+        data_dir, broker_set, seconds, on_event=None if as_json else lambda msg: click.echo(f"  {msg}")
+    )
     emit(report, as_json, title=f"drill: kill the master of {broker_set}")
     if report["acked_lost"]:
         raise click.ClickException(f"{report['acked_lost']} acknowledged messages were lost")
@@ -181,8 +255,11 @@ def _drill_report(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         emit(report, True)
     else:
-        emit({k: v for k, v in report.items() if k not in ("steps", "split_brain_detail")}, False,
-             title=f"drill: {report['scenario']}")
+        emit(
+            {k: v for k, v in report.items() if k not in ("steps", "split_brain_detail")},
+            False,
+            title=f"drill: {report['scenario']}",
+        )
     problems = []
     if report["acked_lost"]:
         problems.append(f"{report['acked_lost']} acknowledged messages were lost")
@@ -210,13 +287,18 @@ def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> Non
 
 @drill.command("run")
 @click.argument("scenario")
-@click.option("--broker-set", default=None, help="the broker set to drill (default: the first of 2+ replicas)")
+@click.option(
+    "--broker-set", default=None, help="the broker set to drill (default: the first of 2+ replicas)"
+)
 @data_dir_option
 @json_option
 def drill_run(scenario: str, broker_set: str | None, data_dir: Path, as_json: bool) -> None:
     """Run a named SCENARIO under a sync-replicated producer, heal, and check (see `tide drill list`)."""
-    argv = ["drill", "run", scenario, "--data-dir", str(data_dir.resolve())] + (["--json"] if as_json else []) \
+    argv = (
+        ["drill", "run", scenario, "--data-dir", str(data_dir.resolve())]
+        + (["--json"] if as_json else [])
         + (["--broker-set", broker_set] if broker_set else [])
+    )
     _run_drill(data_dir, as_json, argv, scenario=scenario, broker_set=broker_set)
 
 
@@ -228,8 +310,11 @@ def drill_run(scenario: str, broker_set: str | None, data_dir: Path, as_json: bo
 @json_option
 def drill_random(seed: int, steps: int, broker_set: str | None, data_dir: Path, as_json: bool) -> None:
     """A seeded schedule of STEPS faults (each held 1-5 s, then healed), then the check."""
-    argv = ["drill", "random", "--seed", str(seed), "--steps", str(steps), "--data-dir",
-            str(data_dir.resolve())] + (["--json"] if as_json else []) + (["--broker-set", broker_set] if broker_set else [])
+    argv = (
+        ["drill", "random", "--seed", str(seed), "--steps", str(steps), "--data-dir", str(data_dir.resolve())]
+        + (["--json"] if as_json else [])
+        + (["--broker-set", broker_set] if broker_set else [])
+    )
     _run_drill(data_dir, as_json, argv, seed=seed, steps=steps, broker_set=broker_set)
 
 
@@ -239,5 +324,8 @@ def drill_list(as_json: bool) -> None:
     """The named scenarios."""
     from tidelog.drill.scenarios import SCENARIOS
 
-    emit([{"scenario": k, "needs_netns": v[1], "what": v[2]} for k, v in SCENARIOS.items()], as_json,
-         title="drill scenarios")
+    emit(
+        [{"scenario": k, "needs_netns": v[1], "what": v[2]} for k, v in SCENARIOS.items()],
+        as_json,
+        title="drill scenarios",
+    )

@@ -20,9 +20,12 @@ T = TypeVar("T")
 
 
 def controllers_option(fn: F) -> F:
-    return click.option("--controllers", default=lambda: os.environ.get(CONTROLLERS_ENV, ""),
-                        show_default=f"${CONTROLLERS_ENV}",
-                        help="controller addresses host:port[,host:port...]")(fn)
+    return click.option(
+        "--controllers",
+        default=lambda: os.environ.get(CONTROLLERS_ENV, ""),
+        show_default=f"${CONTROLLERS_ENV}",
+        help="controller addresses host:port[,host:port...]",
+    )(fn)
 
 
 def json_option(fn: F) -> F:
@@ -31,17 +34,28 @@ def json_option(fn: F) -> F:
 
 def secret_options(fn: F) -> F:
     """--secret-file and --data-dir: where a signed (membership) call finds the cluster secret."""
-    fn = click.option("--secret-file", default=None, type=click.Path(dir_okay=False),
-                      help="file holding the cluster secret")(fn)
-    return click.option("--data-dir", default=lambda: os.environ.get("TIDE_DATA_DIR", "tide-data"),
-                        show_default="$TIDE_DATA_DIR or ./tide-data",
-                        help="a cluster started by `tide cluster up`: its controller.yaml holds the secret")(fn)
+    fn = click.option(
+        "--secret-file", default=None, type=click.Path(dir_okay=False), help="file holding the cluster secret"
+    )(fn)
+    return click.option(
+        "--data-dir",
+        default=lambda: os.environ.get("TIDE_DATA_DIR", "tide-data"),
+        show_default="$TIDE_DATA_DIR or ./tide-data",
+        help="a cluster started by `tide cluster up`: its controller.yaml holds the secret",
+    )(fn)
 
 
-def controller_call(controllers: str, fn: Callable[[ControllerClient], Awaitable[T]], *, timeout: float = 15.0,
-                    secret_file: str | None = None, data_dir: str | None = None) -> T:
+def controller_call(
+    controllers: str,
+    fn: Callable[[ControllerClient], Awaitable[T]],
+    *,
+    timeout: float = 15.0,
+    secret_file: str | None = None,
+    data_dir: str | None = None,
+) -> T:
     """Run one coroutine against the controller cluster, signing membership calls with the
     cluster secret found by `find_secret` (a file, the environment, or a cluster's data dir)."""
+
     async def go() -> T:
         secret = find_secret(secret_file, data_dir)
         async with ControllerClient(controllers, total_timeout=timeout, secret=secret) as client:

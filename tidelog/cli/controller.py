@@ -13,13 +13,18 @@ from tidelog.controller import config as ccfg
 @click.option("--config", "config_path", required=True, metavar="FILE", help="controller YAML config")
 @click.option("--node-id", default=None, help="which of the config's nodes this process is")
 @click.option("--data-dir", default=None, help="override the config's data_dir")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 def controller(config_path: str, node_id: str | None, data_dir: str | None, log_level: str) -> None:
     """Run a controller node (Raft-replicated authority over masters, epochs and SyncStateSets)."""
     cfg = ccfg.load(config_path, node_id=node_id, data_dir=data_dir)
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s [" + cfg.node_id + "] %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s [" + cfg.node_id + "] %(message)s"
+    )
     # Imported late so that `tide --help` does not pay for gRPC and PySyncObj.
     from tidelog.controller.node import run, with_secret
 

@@ -26,7 +26,9 @@ def topic() -> None:
 @click.option("--broker-set", "broker_sets", multiple=True, help="only these broker sets (default: all)")
 @controllers_option
 @json_option
-def topic_create(name: str, queues: int, broker_sets: tuple[str, ...], controllers: str, as_json: bool) -> None:
+def topic_create(
+    name: str, queues: int, broker_sets: tuple[str, ...], controllers: str, as_json: bool
+) -> None:
     """Create topic NAME with QUEUES queues in each broker set."""
     with Client(require_controllers(controllers)) as c:
         result = c.admin().create_topic(name, queues=queues, broker_sets=broker_sets or None)
@@ -62,8 +64,15 @@ def topic_describe(name: str, controllers: str, as_json: bool) -> None:
 @click.option("--batch", type=int, default=100, show_default=True, help="messages per request")
 @controllers_option
 @json_option
-def produce(topic_name: str, count: int | None, size: int, key: str | None, batch: int, controllers: str,
-            as_json: bool) -> None:
+def produce(
+    topic_name: str,
+    count: int | None,
+    size: int,
+    key: str | None,
+    batch: int,
+    controllers: str,
+    as_json: bool,
+) -> None:
     """Send messages to TOPIC: COUNT generated ones, or one per line of standard input."""
     if batch < 1 or size < 0 or (count is not None and count < 0):
         raise click.UsageError("--count, --size and --batch must not be negative (--batch at least 1)")
@@ -78,8 +87,9 @@ def produce(topic_name: str, count: int | None, size: int, key: str | None, batc
                     n = min(batch, count - sent)
                     # each body starts with its sequence number, so every message is distinct
                     pad = os.urandom(size // 2 + 1).hex().encode()
-                    p.send_batch(topic_name, [OutMessage((b"%d " % (sent + i) + pad)[:size], key)
-                                              for i in range(n)])
+                    p.send_batch(
+                        topic_name, [OutMessage((b"%d " % (sent + i) + pad)[:size], key) for i in range(n)]
+                    )
                     sent += n
                     progress.update(task, advance=n)
         else:
@@ -94,37 +104,75 @@ def produce(topic_name: str, count: int | None, size: int, key: str | None, batc
                 p.send_batch(topic_name, pending)
                 sent += len(pending)
     elapsed = time.monotonic() - t0
-    emit({"topic": topic_name, "sent": sent, "seconds": round(elapsed, 3),
-          "per_second": round(sent / elapsed) if elapsed > 0 else None}, as_json, title="produced")
+    emit(
+        {
+            "topic": topic_name,
+            "sent": sent,
+            "seconds": round(elapsed, 3),
+            "per_second": round(sent / elapsed) if elapsed > 0 else None,
+        },
+        as_json,
+        title="produced",
+    )
 
 
 @click.command("consume")
 @click.argument("topic_name", metavar="TOPIC")
 @click.option("--group", required=True, help="consumer group")
-@click.option("--from-beginning", is_flag=True, help="with no committed offset, start at the earliest message")
-@click.option("--max-messages", type=click.IntRange(min=1), default=None, help="stop after this many messages")
-@click.option("--idle-timeout", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="stop after this many seconds without a message (0 = never)")
+@click.option(
+    "--from-beginning", is_flag=True, help="with no committed offset, start at the earliest message"
+)
+@click.option(
+    "--max-messages", type=click.IntRange(min=1), default=None, help="stop after this many messages"
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="stop after this many seconds without a message (0 = never)",
+)
 @controllers_option
 @json_option
-def consume(topic_name: str, group: str, from_beginning: bool, max_messages: int | None, idle_timeout: float,
-            controllers: str, as_json: bool) -> None:
+def consume(
+    topic_name: str,
+    group: str,
+    from_beginning: bool,
+    max_messages: int | None,
+    idle_timeout: float,
+    controllers: str,
+    as_json: bool,
+) -> None:
     """Read TOPIC as a member of GROUP, printing one line per message; offsets are committed."""
     got = 0
     last = time.monotonic()
     start = "earliest" if from_beginning else "latest"
-    with Client(require_controllers(controllers)) as c, \
-            c.consumer(group=group, topic=topic_name, start=start) as cons, contextlib.suppress(KeyboardInterrupt):
+    with (
+        Client(require_controllers(controllers)) as c,
+        c.consumer(group=group, topic=topic_name, start=start) as cons,
+        contextlib.suppress(KeyboardInterrupt),
+    ):
         while max_messages is None or got < max_messages:
             msgs = cons.poll(max_messages=min(500, (max_messages or 500) - got), timeout=0.5)
             for m in msgs:
                 if as_json:
-                    click.echo(json.dumps({"topic": m.topic, "broker_set": m.broker_set, "queue": m.queue,
-                                           "offset": m.offset, "key": m.key,
-                                           "body": m.body.decode("utf-8", "replace")}))
+                    click.echo(
+                        json.dumps(
+                            {
+                                "topic": m.topic,
+                                "broker_set": m.broker_set,
+                                "queue": m.queue,
+                                "offset": m.offset,
+                                "key": m.key,
+                                "body": m.body.decode("utf-8", "replace"),
+                            }
+                        )
+                    )
                 else:
-                    click.echo(f"{m.broker_set}/{m.queue}@{m.offset} {m.key or '-'} "
-                               f"{m.body.decode('utf-8', 'replace')}")
+                    click.echo(
+                        f"{m.broker_set}/{m.queue}@{m.offset} {m.key or '-'} "
+                        f"{m.body.decode('utf-8', 'replace')}"
+                    )
             got += len(msgs)
             if msgs:
                 last = time.monotonic()
@@ -140,7 +188,9 @@ def group() -> None:
 
 @group.command("describe")
 @click.argument("name")
-@click.option("--topic", "topic_name", default=None, help="the topic (default: the one its live members read)")
+@click.option(
+    "--topic", "topic_name", default=None, help="the topic (default: the one its live members read)"
+)
 @controllers_option
 @json_option
 def group_describe(name: str, topic_name: str | None, controllers: str, as_json: bool) -> None:
@@ -153,5 +203,9 @@ def group_describe(name: str, topic_name: str | None, controllers: str, as_json:
                 raise click.UsageError(f"group {name} has {found}: name the topic with --topic")
             topic_name = topics[0]
         rows = c.admin().group_lag(name, topic_name)
-    emit(rows, as_json, title=f"group {name} on {topic_name}",
-         columns=["broker_set", "queue", "committed", "confirmed", "lag"])
+    emit(
+        rows,
+        as_json,
+        title=f"group {name} on {topic_name}",
+        columns=["broker_set", "queue", "committed", "confirmed", "lag"],
+    )

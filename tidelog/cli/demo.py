@@ -136,10 +136,14 @@ def run_cluster_demo(workdir: Path, topology: Path | None, drill_s: float, say: 
             producer = client.producer()
             sent = []
             for i in range(20):
-                batch = [OutMessage(f"order {i * 100 + j}".encode(), key=f"customer-{j % 7}") for j in range(100)]
+                batch = [
+                    OutMessage(f"order {i * 100 + j}".encode(), key=f"customer-{j % 7}") for j in range(100)
+                ]
                 sent += producer.send_batch("demo", batch)
             say("consuming them with a consumer group of three members ...")
-            members = [client.consumer(group="demo-readers", topic="demo", heartbeat_interval=0.3) for _ in range(3)]
+            members = [
+                client.consumer(group="demo-readers", topic="demo", heartbeat_interval=0.3) for _ in range(3)
+            ]
             seen: set[tuple[int, int]] = set()
             deadline = time.monotonic() + 30
             while len(seen) < len(sent) and time.monotonic() < deadline:
@@ -166,13 +170,26 @@ def run_cluster_demo(workdir: Path, topology: Path | None, drill_s: float, say: 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="print the summary as one JSON object")
 @click.option("--storage", is_flag=True, help="walk the storage engine alone (no processes)")
-@click.option("-c", "--config", "topology", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="topology file (default: the embedded default of deploy/local.yaml)")
+@click.option(
+    "-c",
+    "--config",
+    "topology",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="topology file (default: the embedded default of deploy/local.yaml)",
+)
 @click.option("--drill-duration", default=15.0, show_default=True, help="seconds of the kill-master drill")
-@click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="run in this directory and keep the data")
-def demo(as_json: bool, storage: bool, topology: Path | None, drill_duration: float, keep: Path | None) -> None:
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="run in this directory and keep the data",
+)
+def demo(
+    as_json: bool, storage: bool, topology: Path | None, drill_duration: float, keep: Path | None
+) -> None:
     """Start the embedded default cluster, produce, consume, kill the master, show that nothing was lost."""
+
     def say(msg: str) -> None:
         if not as_json:
             click.echo(msg)

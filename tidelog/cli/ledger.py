@@ -76,8 +76,10 @@ def parse_position(text: str | None) -> Position:
 
 def password_bytes(password: str | None) -> bytes:
     if password is None:
-        raise click.UsageError(f"the ledger password is needed: pass --password or set ${PASSWORD_ENV} "
-                               f"(--password '' for an empty one)")
+        raise click.UsageError(
+            f"the ledger password is needed: pass --password or set ${PASSWORD_ENV} "
+            f"(--password '' for an empty one)"
+        )
     return password.encode("utf-8")
 
 
@@ -93,7 +95,11 @@ def read_inputs(data: tuple[str, ...]) -> list[bytes]:
 
 def entry_doc(data: bytes, **where: Any) -> dict[str, Any]:
     """One entry for output: where it is (entry_id, or position in a log) and its data."""
-    return {**where, "data": data.decode("utf-8", "replace"), "data_base64": base64.b64encode(data).decode("ascii")}
+    return {
+        **where,
+        "data": data.decode("utf-8", "replace"),
+        "data_base64": base64.b64encode(data).decode("ascii"),
+    }
 
 
 def metadata_doc(meta: LedgerMetadata) -> dict[str, Any]:
@@ -117,13 +123,17 @@ def _metadata_rows(meta: LedgerMetadata) -> dict[str, Any]:
     doc = metadata_doc(meta)
     doc["ensembles"] = "; ".join(f"from {k}: {v}" for k, v in doc["ensembles"].items())
     doc["custom_metadata"] = ", ".join(f"{k}={v}" for k, v in doc["custom_metadata"].items()) or None
-    doc["created"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta.ctime_ms / 1000)) \
-        if meta.ctime_ms >= 0 else None
+    doc["created"] = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta.ctime_ms / 1000))
+        if meta.ctime_ms >= 0
+        else None
+    )
     return doc
 
 
-def _entries_table(rows: list[dict[str, Any]], as_json: bool, doc: dict[str, Any], title: str,
-                   columns: list[str]) -> None:
+def _entries_table(
+    rows: list[dict[str, Any]], as_json: bool, doc: dict[str, Any], title: str, columns: list[str]
+) -> None:
     if as_json:
         emit({**doc, "entries": rows}, True)
     else:
@@ -134,27 +144,49 @@ def _entries_table(rows: list[dict[str, Any]], as_json: bool, doc: dict[str, Any
 
 
 def password_option(fn: Any) -> Any:
-    return click.option("--password", envvar=PASSWORD_ENV, default=None, show_envvar=True,
-                        help=f"ledger password (UTF-8); default ${PASSWORD_ENV}")(fn)
+    return click.option(
+        "--password",
+        envvar=PASSWORD_ENV,
+        default=None,
+        show_envvar=True,
+        help=f"ledger password (UTF-8); default ${PASSWORD_ENV}",
+    )(fn)
 
 
 def create_options(fn: Any) -> Any:
-    for option in reversed([
-        click.option("--ensemble-size", "-e", type=int, default=None,
-                     help="E = WQ: the replica count of the broker set (default: what the broker sets have)"),
-        click.option("--write-quorum", "-w", type=int, default=None, help="WQ (default: E; must equal E)"),
-        click.option("--ack-quorum", "-a", type=int, default=None, help="AQ ≤ WQ (default: WQ)"),
-        click.option("--digest", type=click.Choice(DIGESTS, case_sensitive=False), default="crc32c",
-                     show_default=True, help="per-entry digest"),
-        click.option("--meta", "custom", multiple=True, metavar="KEY=VALUE", help="custom metadata (repeatable)"),
-        click.option("--broker-set", default=None, help="place the ledger in this broker set"),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--ensemble-size",
+                "-e",
+                type=int,
+                default=None,
+                help="E = WQ: the replica count of the broker set (default: what the broker sets have)",
+            ),
+            click.option(
+                "--write-quorum", "-w", type=int, default=None, help="WQ (default: E; must equal E)"
+            ),
+            click.option("--ack-quorum", "-a", type=int, default=None, help="AQ ≤ WQ (default: WQ)"),
+            click.option(
+                "--digest",
+                type=click.Choice(DIGESTS, case_sensitive=False),
+                default="crc32c",
+                show_default=True,
+                help="per-entry digest",
+            ),
+            click.option(
+                "--meta", "custom", multiple=True, metavar="KEY=VALUE", help="custom metadata (repeatable)"
+            ),
+            click.option("--broker-set", default=None, help="place the ledger in this broker set"),
+        ]
+    ):
         fn = option(fn)
     return fn
 
 
-def _quorums(client: Client, ensemble_size: int | None, write_quorum: int | None,
-             ack_quorum: int | None) -> tuple[int, int, int]:
+def _quorums(
+    client: Client, ensemble_size: int | None, write_quorum: int | None, ack_quorum: int | None
+) -> tuple[int, int, int]:
     if ensemble_size is None:
         ensemble_size = client.runner.run(default_ensemble_size(client.aio))
     wq = ensemble_size if write_quorum is None else write_quorum
@@ -175,9 +207,18 @@ def ledger() -> None:
 @password_option
 @controllers_option
 @json_option
-def create(ensemble_size: int | None, write_quorum: int | None, ack_quorum: int | None, digest: str,
-           custom: tuple[str, ...], broker_set: str | None, close_it: bool, password: str | None,
-           controllers: str, as_json: bool) -> None:
+def create(
+    ensemble_size: int | None,
+    write_quorum: int | None,
+    ack_quorum: int | None,
+    digest: str,
+    custom: tuple[str, ...],
+    broker_set: str | None,
+    close_it: bool,
+    password: str | None,
+    controllers: str,
+    as_json: bool,
+) -> None:
     """Create an empty ledger and print its metadata.
 
     Only the creating handle may add to a ledger, and it ends with this command: the ledger stays
@@ -186,7 +227,9 @@ def create(ensemble_size: int | None, write_quorum: int | None, ack_quorum: int 
     pw, meta = password_bytes(password), parse_custom(custom)
     with Client(require_controllers(controllers)) as c:
         e, wq, aq = _quorums(c, ensemble_size, write_quorum, ack_quorum)
-        handle = Ledgers(c).create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
+        handle = Ledgers(c).create_ledger(
+            e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set
+        )
         if close_it:
             handle.close()
         info = Ledgers(c).get_metadata(handle.ledger_id)
@@ -201,9 +244,20 @@ def create(ensemble_size: int | None, write_quorum: int | None, ack_quorum: int 
 @password_option
 @controllers_option
 @json_option
-def append(data: tuple[str, ...], log_name: str | None, keep_open: bool, ensemble_size: int | None,
-           write_quorum: int | None, ack_quorum: int | None, digest: str, custom: tuple[str, ...],
-           broker_set: str | None, password: str | None, controllers: str, as_json: bool) -> None:
+def append(
+    data: tuple[str, ...],
+    log_name: str | None,
+    keep_open: bool,
+    ensemble_size: int | None,
+    write_quorum: int | None,
+    ack_quorum: int | None,
+    digest: str,
+    custom: tuple[str, ...],
+    broker_set: str | None,
+    password: str | None,
+    controllers: str,
+    as_json: bool,
+) -> None:
     """Write entries (each --data, or each line of stdin) to a new ledger, then close it.
 
     With --log NAME: acquire segmented log NAME (fencing its previous owner), append, release.
@@ -217,25 +271,43 @@ def append(data: tuple[str, ...], log_name: str | None, keep_open: bool, ensembl
         e, wq, aq = _quorums(c, ensemble_size, write_quorum, ack_quorum)
         if log_name is not None:
             if wq != e:
-                raise IncorrectParameterError(f"tidelog requires write_quorum == ensemble_size, got {wq} and {e}")
-            with SegmentedLog(c, log_name, password=pw, ensemble_size=e, ack_quorum=aq, digest=digest,
-                              broker_set=broker_set) as log:
+                raise IncorrectParameterError(
+                    f"tidelog requires write_quorum == ensemble_size, got {wq} and {e}"
+                )
+            with SegmentedLog(
+                c, log_name, password=pw, ensemble_size=e, ack_quorum=aq, digest=digest, broker_set=broker_set
+            ) as log:
                 rec = log.acquire()
                 positions = [log.append(d) for d in entries]
             elapsed = time.monotonic() - t0
             shown: Any = [str(p) for p in positions]
-            emit({"log": log_name, "generation": rec.generation, "appended": len(positions),
-                  "positions": shown if as_json else " ".join(shown), "seconds": round(elapsed, 3)}, as_json,
-                 title=f"appended to log {log_name}")
+            emit(
+                {
+                    "log": log_name,
+                    "generation": rec.generation,
+                    "appended": len(positions),
+                    "positions": shown if as_json else " ".join(shown),
+                    "seconds": round(elapsed, 3),
+                },
+                as_json,
+                title=f"appended to log {log_name}",
+            )
             return
-        handle = Ledgers(c).create_ledger(e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set)
-        futures = [handle.add_entry_async(d) for d in entries]   # pipelined; they complete in order
+        handle = Ledgers(c).create_ledger(
+            e, wq, aq, pw, digest=digest, custom_metadata=meta, broker_set=broker_set
+        )
+        futures = [handle.add_entry_async(d) for d in entries]  # pipelined; they complete in order
         ids = [f.result() for f in futures]
         if not keep_open:
             handle.close()
-        doc = {"ledger_id": handle.ledger_id, "entry_ids": ids, "last_add_confirmed": handle.last_add_confirmed,
-               "length": handle.length, "state": "OPEN" if keep_open else "CLOSED",
-               "seconds": round(time.monotonic() - t0, 3)}
+        doc = {
+            "ledger_id": handle.ledger_id,
+            "entry_ids": ids,
+            "last_add_confirmed": handle.last_add_confirmed,
+            "length": handle.length,
+            "state": "OPEN" if keep_open else "CLOSED",
+            "seconds": round(time.monotonic() - t0, 3),
+        }
     if not as_json:
         doc["entry_ids"] = f"{ids[0]}..{ids[-1]}" if ids else "none"
     emit(doc, as_json, title=f"ledger {doc['ledger_id']}")
@@ -246,29 +318,57 @@ def append(data: tuple[str, ...], log_name: str | None, keep_open: bool, ensembl
 @click.option("--from", "first", type=int, default=None, help="first entry id (default 0)")
 @click.option("--to", "last", type=int, default=None, help="last entry id (default: the LAC)")
 @click.option("--log", "log_name", default=None, help="read segmented log NAME")
-@click.option("--from-position", "from_position", default=None, metavar="LEDGER:ENTRY",
-              help="with --log: where to start (default: the beginning)")
-@click.option("--max-entries", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="with --log: at most this many entries")
-@click.option("--unconfirmed", is_flag=True, help="read past the LAC (entries whose outcome may be undecided)")
+@click.option(
+    "--from-position",
+    "from_position",
+    default=None,
+    metavar="LEDGER:ENTRY",
+    help="with --log: where to start (default: the beginning)",
+)
+@click.option(
+    "--max-entries",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="with --log: at most this many entries",
+)
+@click.option(
+    "--unconfirmed", is_flag=True, help="read past the LAC (entries whose outcome may be undecided)"
+)
 @password_option
 @controllers_option
 @json_option
-def read(ledger_id: str | None, first: int | None, last: int | None, log_name: str | None,
-         from_position: str | None, max_entries: int, unconfirmed: bool, password: str | None, controllers: str,
-         as_json: bool) -> None:
+def read(
+    ledger_id: str | None,
+    first: int | None,
+    last: int | None,
+    log_name: str | None,
+    from_position: str | None,
+    max_entries: int,
+    unconfirmed: bool,
+    password: str | None,
+    controllers: str,
+    as_json: bool,
+) -> None:
     """Print entries FROM..TO of LEDGER_ID (by default all confirmed ones), or of a segmented log."""
     pw = password_bytes(password)
     check_range(first, last)
     if log_name is not None:
         if ledger_id is not None or first is not None or last is not None or unconfirmed:
-            raise click.UsageError("with --log, give --from-position and --max-entries, not a ledger id or --from/--to")
+            raise click.UsageError(
+                "with --log, give --from-position and --max-entries, not a ledger id or --from/--to"
+            )
         start = parse_position(from_position)
         with Client(require_controllers(controllers)) as c, SegmentedLog(c, log_name, password=pw) as log:
             got, nxt = log.read_from(start, max_entries)
         rows = [entry_doc(e.data, position=str(e.position)) for e in got]
-        _entries_table(rows, as_json, {"log": log_name, "next_position": str(nxt)}, f"log {log_name}",
-                       ["position", "data"])
+        _entries_table(
+            rows,
+            as_json,
+            {"log": log_name, "next_position": str(nxt)},
+            f"log {log_name}",
+            ["position", "data"],
+        )
         return
     if ledger_id is None:
         raise click.UsageError("give a LEDGER_ID, or --log NAME")
@@ -286,8 +386,13 @@ def read(ledger_id: str | None, first: int | None, last: int | None, log_name: s
             got = reader(lo, hi)
         handle.close()
     rows = [entry_doc(e.data, entry_id=e.entry_id, length=e.length) for e in got]
-    _entries_table(rows, as_json, {"ledger_id": lid, "last_add_confirmed": lac}, f"ledger {lid} (LAC {lac})",
-                   ["entry_id", "length", "data"])
+    _entries_table(
+        rows,
+        as_json,
+        {"ledger_id": lid, "last_add_confirmed": lac},
+        f"ledger {lid} (LAC {lac})",
+        ["entry_id", "length", "data"],
+    )
 
 
 def _print_entry(as_json: bool, doc: dict[str, Any], label: str) -> None:
@@ -302,13 +407,26 @@ def _print_entry(as_json: bool, doc: dict[str, Any], label: str) -> None:
 @click.option("--from", "first", type=int, default=0, show_default=True, help="first entry id")
 @click.option("--log", "log_name", default=None, help="follow segmented log NAME")
 @click.option("--max-entries", type=click.IntRange(min=1), default=None, help="stop after this many entries")
-@click.option("--idle-timeout", type=float, default=0.0, show_default=True,
-              help="stop after this many seconds without a new entry (0 = never)")
+@click.option(
+    "--idle-timeout",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="stop after this many seconds without a new entry (0 = never)",
+)
 @password_option
 @controllers_option
 @json_option
-def tail(ledger_id: str | None, first: int, log_name: str | None, max_entries: int | None, idle_timeout: float,
-         password: str | None, controllers: str, as_json: bool) -> None:
+def tail(
+    ledger_id: str | None,
+    first: int,
+    log_name: str | None,
+    max_entries: int | None,
+    idle_timeout: float,
+    password: str | None,
+    controllers: str,
+    as_json: bool,
+) -> None:
     """Print entries of LEDGER_ID as they are confirmed (long-polling the LAC); stops once the
     ledger is closed and read to its end. One line per entry (JSON with --json)."""
     pw = password_bytes(password)
@@ -410,8 +528,17 @@ def recover(ledger_id: str, password: str | None, controllers: str, as_json: boo
         handle = Ledgers(c).open_ledger(lid, pw, recovery=True)
         meta = handle.metadata
         handle.close()
-    emit({"ledger_id": lid, "state": str(meta.state), "last_entry_id": meta.last_entry_id, "length": meta.length,
-          "seconds": round(time.monotonic() - t0, 3)}, as_json, title=f"ledger {lid} recovered")
+    emit(
+        {
+            "ledger_id": lid,
+            "state": str(meta.state),
+            "last_entry_id": meta.last_entry_id,
+            "length": meta.length,
+            "seconds": round(time.monotonic() - t0, 3),
+        },
+        as_json,
+        title=f"ledger {lid} recovered",
+    )
 
 
 @ledger.command("info")
@@ -426,13 +553,20 @@ def info(ledger_id: str | None, log_name: str | None, controllers: str, as_json:
     with Client(require_controllers(controllers)) as c:
         if log_name is not None:
             rec = SegmentedLog(c, log_name).record()
-            doc = {"log": rec.name, "ledgers": list(rec.ledgers), "owner": rec.owner, "generation": rec.generation,
-                   "version": rec.version}
+            doc = {
+                "log": rec.name,
+                "ledgers": list(rec.ledgers),
+                "owner": rec.owner,
+                "generation": rec.generation,
+                "version": rec.version,
+            }
             if not as_json:
                 doc["ledgers"] = " ".join(map(str, rec.ledgers))
             emit(doc, as_json, title=f"log {log_name}")
             return
-        meta = Ledgers(c).get_metadata(parse_ledger_id(present(ledger_id, "neither a ledger id nor a log name")))
+        meta = Ledgers(c).get_metadata(
+            parse_ledger_id(present(ledger_id, "neither a ledger id nor a log name"))
+        )
     emit(metadata_doc(meta) if as_json else _metadata_rows(meta), as_json, title=f"ledger {meta.ledger_id}")
 
 
@@ -450,10 +584,37 @@ def list_(controllers: str, as_json: bool) -> None:
             except NoSuchLedgerExistsError:
                 continue  # deleted between the list and the read
             d = metadata_doc(meta)
-            rows.append({k: d[k] for k in ("ledger_id", "state", "broker_set", "ensemble_size", "write_quorum",
-                                            "ack_quorum", "last_entry_id", "length", "digest_type")})
-    emit(rows, as_json, title="ledgers", columns=["ledger_id", "state", "broker_set", "ensemble_size",
-                                                  "write_quorum", "ack_quorum", "last_entry_id", "length"])
+            rows.append(
+                {
+                    k: d[k]
+                    for k in (
+                        "ledger_id",
+                        "state",
+                        "broker_set",
+                        "ensemble_size",
+                        "write_quorum",
+                        "ack_quorum",
+                        "last_entry_id",
+                        "length",
+                        "digest_type",
+                    )
+                }
+            )
+    emit(
+        rows,
+        as_json,
+        title="ledgers",
+        columns=[
+            "ledger_id",
+            "state",
+            "broker_set",
+            "ensemble_size",
+            "write_quorum",
+            "ack_quorum",
+            "last_entry_id",
+            "length",
+        ],
+    )
 
 
 @ledger.command("delete")
@@ -469,4 +630,3 @@ def delete(ledger_id: str, password: str | None, controllers: str, as_json: bool
     with Client(require_controllers(controllers)) as c:
         Ledgers(c).delete_ledger(lid, pw)
     emit({"ledger_id": lid, "deleted": True}, as_json, title="deleted")
-

@@ -33,14 +33,23 @@ def placement() -> None:
 
 
 def _violation(v: pb.PlacementViolation) -> dict[str, Any]:
-    return {"kind": v.kind, v.kind: v.name, "name": v.name, "broker_set": v.broker_set, "code": v.code,
-            "reason": v.reason, "since_s": round(v.since_ms_ago / 1000, 1)}
+    return {
+        "kind": v.kind,
+        v.kind: v.name,
+        "name": v.name,
+        "broker_set": v.broker_set,
+        "code": v.code,
+        "reason": v.reason,
+        "since_s": round(v.since_ms_ago / 1000, 1),
+    }
 
 
 def audit_document(reply: pb.PlacementAuditReply) -> dict[str, Any]:
     """The JSON of `tide placement audit --json`: `violations` empty when all is well."""
-    return {"violations": [_violation(v) for v in reply.violations],
-            "required": {k: list(v.datacenters) for k, v in sorted(reply.required.items())}}
+    return {
+        "violations": [_violation(v) for v in reply.violations],
+        "required": {k: list(v.datacenters) for k, v in sorted(reply.required.items())},
+    }
 
 
 @placement.command("audit")
@@ -74,13 +83,37 @@ def status(controllers: str, as_json: bool) -> None:
         return await client.placement_audit(), await client.describe_broker_sets()
 
     reply, sets = controller_call(require_controllers(controllers), go)
-    replicas = [{"broker_set": info.role.broker_set, "broker_id": m.broker_id, "address": m.address, "datacenter": m.datacenter,
-                 "alive": m.alive, "in_sync": m.in_sync, "master": m.is_master, "max_offset": m.last_max_offset}
-                for info in sets.broker_sets for m in info.members]
-    events = [{"ago_s": round(e.ms_ago / 1000, 1), "change": "opened" if e.opened else "cleared",
-               **_violation(e.violation)} for e in reply.events]
-    repairs = [{"ago_s": round(r.ms_ago / 1000, 1), "broker_set": r.broker_set, "ledger": r.ledger,
-                "replaced": {str(k): v for k, v in sorted(r.replaced.items())}} for r in reply.repairs]
+    replicas = [
+        {
+            "broker_set": info.role.broker_set,
+            "broker_id": m.broker_id,
+            "address": m.address,
+            "datacenter": m.datacenter,
+            "alive": m.alive,
+            "in_sync": m.in_sync,
+            "master": m.is_master,
+            "max_offset": m.last_max_offset,
+        }
+        for info in sets.broker_sets
+        for m in info.members
+    ]
+    events = [
+        {
+            "ago_s": round(e.ms_ago / 1000, 1),
+            "change": "opened" if e.opened else "cleared",
+            **_violation(e.violation),
+        }
+        for e in reply.events
+    ]
+    repairs = [
+        {
+            "ago_s": round(r.ms_ago / 1000, 1),
+            "broker_set": r.broker_set,
+            "ledger": r.ledger,
+            "replaced": {str(k): v for k, v in sorted(r.replaced.items())},
+        }
+        for r in reply.repairs
+    ]
     doc = {**audit_document(reply), "replicas": replicas, "events": events, "repairs": repairs}
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
@@ -90,25 +123,40 @@ def status(controllers: str, as_json: bool) -> None:
     for col in ("broker set", "id", "datacenter", "role", "live", "in sync", "max offset"):
         table.add_column(col)
     for r in replicas:
-        table.add_row(r["broker_set"], str(r["broker_id"]), r["datacenter"] or "-", "master" if r["master"] else "slave",
-                      "yes" if r["alive"] else "[red]no[/red]", "yes" if r["in_sync"] else "[yellow]no[/yellow]",
-                      str(r["max_offset"]))
+        table.add_row(
+            r["broker_set"],
+            str(r["broker_id"]),
+            r["datacenter"] or "-",
+            "master" if r["master"] else "slave",
+            "yes" if r["alive"] else "[red]no[/red]",
+            "yes" if r["in_sync"] else "[yellow]no[/yellow]",
+            str(r["max_offset"]),
+        )
     console.print(table)
     if doc["violations"]:
         for v in doc["violations"]:
-            console.print(f"[red]{v['kind']} {v['name']}[/red] {v['code']} for {v['since_s']} s: {v['reason']}")
+            console.print(
+                f"[red]{v['kind']} {v['name']}[/red] {v['code']} for {v['since_s']} s: {v['reason']}"
+            )
     else:
         console.print("no placement violations")
     for e in events[-20:]:
         console.print(f"{e['ago_s']} s ago: {e['kind']} {e['name']} {e['change']} {e['code']}")
     for r in repairs[-20:]:
         pairs = ", ".join(f"{k} -> {v}" for k, v in r["replaced"].items())
-        console.print(f"{r['ago_s']} s ago: ledger {r['ledger']} of {r['broker_set']} re-replicated ({pairs})")
+        console.print(
+            f"{r['ago_s']} s ago: ledger {r['ledger']} of {r['broker_set']} re-replicated ({pairs})"
+        )
 
 
 @placement.command("repair")
-@click.option("--max-ledgers", type=click.IntRange(1, 10_000), default=100, show_default=True,
-              help="re-replicate at most this many ledgers in this call (spreads a large repair out)")
+@click.option(
+    "--max-ledgers",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="re-replicate at most this many ledgers in this call (spreads a large repair out)",
+)
 @controllers_option
 @secret_options
 @json_option
@@ -116,11 +164,24 @@ def repair(max_ledgers: int, controllers: str, secret_file: str | None, data_dir
     """Fix what can be fixed now: ledgers naming a broker that left their set are re-replicated to
     an in-sync replica (controller RULES.md PL8). Says what is left and what fixes it; exit status
     1 while anything is left."""
-    reply = controller_call(require_controllers(controllers), lambda c: c.repair_placement(max_ledgers),
-                            secret_file=secret_file, data_dir=data_dir)
-    doc = {"repaired": [{"broker_set": r.broker_set, "ledger": r.ledger,
-                         "replaced": {str(k): v for k, v in sorted(r.replaced.items())}} for r in reply.repaired],
-           "violations": [_violation(v) for v in reply.remaining], "advice": list(reply.advice)}
+    reply = controller_call(
+        require_controllers(controllers),
+        lambda c: c.repair_placement(max_ledgers),
+        secret_file=secret_file,
+        data_dir=data_dir,
+    )
+    doc = {
+        "repaired": [
+            {
+                "broker_set": r.broker_set,
+                "ledger": r.ledger,
+                "replaced": {str(k): v for k, v in sorted(r.replaced.items())},
+            }
+            for r in reply.repaired
+        ],
+        "violations": [_violation(v) for v in reply.remaining],
+        "advice": list(reply.advice),
+    }
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:

@@ -28,8 +28,10 @@ def _lab(data_dir: Path) -> tuple[LabPlan, dict[str, Any], Path]:
     state = localcluster.read_state(data_dir.resolve())
     lab = state.get("lab")
     if not lab:
-        raise ConfigError(f"the cluster in {data_dir} was started without --netns: network faults need the lab",
-                          hint="start it with `tide cluster up --netns`")
+        raise ConfigError(
+            f"the cluster in {data_dir} was started without --netns: network faults need the lab",
+            hint="start it with `tide cluster up --netns`",
+        )
     return LabPlan.from_json(lab["plan"]), lab, data_dir.resolve() / "lab"
 
 
@@ -84,8 +86,10 @@ def datacenter(data_dir: Path, verb: str, dc: str) -> list[str]:
     names = [p["name"] for p in state["processes"] if p.get("datacenter") == dc]
     if not names:
         known = sorted({p.get("datacenter") or "" for p in state["processes"]} - {""})
-        raise ConfigError(f"no process of {data_dir} runs in datacenter {dc!r}",
-                          hint=f"datacenters: {', '.join(known) or 'none recorded'}")
+        raise ConfigError(
+            f"no process of {data_dir} runs in datacenter {dc!r}",
+            hint=f"datacenters: {', '.join(known) or 'none recorded'}",
+        )
     for name in names:
         if verb == "down":
             localcluster.kill(data_dir, name, signal.SIGKILL)

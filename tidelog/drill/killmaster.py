@@ -32,19 +32,29 @@ def describe_set(client: Client, broker_set: str) -> Any:
     async def go() -> Any:
         reply = await client.aio.controller.describe_broker_sets([broker_set])
         return reply.broker_sets[0] if reply.broker_sets else None
+
     return client.runner.run(go())
 
 
 def placement_violations(client: Client) -> list[tuple[str, str, str]]:
     """(broker set, code, reason) of every broker-set placement violation the leader sees now."""
+
     async def go() -> list[tuple[str, str, str]]:
         reply = await client.aio.controller.placement_audit()
         return [(v.broker_set, v.code, v.reason) for v in reply.violations if v.kind == "broker_set"]
+
     return client.runner.run(go())
 
 
-def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, topic: str | None = None,
-                queues: int = 4, on_event: Any = None) -> dict[str, Any]:
+def kill_master(
+    data_dir: Path,
+    broker_set: str,
+    duration_s: float = 30.0,
+    *,
+    topic: str | None = None,
+    queues: int = 4,
+    on_event: Any = None,
+) -> dict[str, Any]:
     state = localcluster.read_state(data_dir)
     _check_drillable(state, data_dir, broker_set)
     note = on_event or (lambda _msg: None)
@@ -76,16 +86,22 @@ def kill_master(data_dir: Path, broker_set: str, duration_s: float = 30.0, *, to
 def _check_drillable(state: dict[str, Any], data_dir: Path, broker_set: str) -> None:
     """ConfigError unless `broker_set` is part of the cluster and has a replica to fail over to."""
     if broker_set not in state["broker_sets"]:
-        raise ConfigError(f"broker set {broker_set!r} is not part of the cluster in {data_dir} "
-                          f"(it has {', '.join(state['broker_sets'])})")
+        raise ConfigError(
+            f"broker set {broker_set!r} is not part of the cluster in {data_dir} "
+            f"(it has {', '.join(state['broker_sets'])})"
+        )
     replicas = sum(1 for p in state["processes"] if p.get("broker_set") == broker_set)
     if replicas < 2:
-        raise ConfigError(f"broker set {broker_set!r} has {replicas} replica(s): killing its master leaves no "
-                          "replica to fail over to", hint="run the drill on a broker set of two or more replicas")
+        raise ConfigError(
+            f"broker set {broker_set!r} has {replicas} replica(s): killing its master leaves no "
+            "replica to fail over to",
+            hint="run the drill on a broker set of two or more replicas",
+        )
 
 
-def _current_master(client: Client, state: dict[str, Any], data_dir: Path,
-                    broker_set: str) -> tuple[dict[str, Any], Any]:
+def _current_master(
+    client: Client, state: dict[str, Any], data_dir: Path, broker_set: str
+) -> tuple[dict[str, Any], Any]:
     """(the master's process in cluster.json, the controller's view of the set) right now."""
     before = describe_set(client, broker_set)
     if before is None or not before.role.has_master:
@@ -134,7 +150,7 @@ class _Failover:
     old_id: int
     t_kill: float
     failover_s: float | None = None  # until the controller named a new master
-    rejoin_s: float | None = None    # until the old master was back in the SyncStateSet
+    rejoin_s: float | None = None  # until the old master was back in the SyncStateSet
     restarted: bool = False
 
     @property
@@ -145,12 +161,23 @@ class _Failover:
         return info is not None and info.role.has_master and info.role.master_id != self.old_id
 
     def rejoined(self, info: Any) -> bool:
-        return (info is not None and info.role.master_id != self.old_id
-                and self.old_id in info.role.sync_state_set)
+        return (
+            info is not None
+            and info.role.master_id != self.old_id
+            and self.old_id in info.role.sync_state_set
+        )
 
 
-def _watch_failover(client: Client, data_dir: Path, broker_set: str, victim: str, failover: _Failover,
-                    deadline: float, load: _Load, note: Any) -> None:
+def _watch_failover(
+    client: Client,
+    data_dir: Path,
+    broker_set: str,
+    victim: str,
+    failover: _Failover,
+    deadline: float,
+    load: _Load,
+    note: Any,
+) -> None:
     """Watch the set until the drill's time is up and the failover and the rejoin were both seen
     (at most a minute longer): restart the victim once a new master is named, stop the load at
     the deadline."""
@@ -160,8 +187,10 @@ def _watch_failover(client: Client, data_dir: Path, broker_set: str, victim: str
         info = describe_set(client, broker_set)
         if failover.failover_s is None and failover.new_master(info):
             failover.failover_s = time.monotonic() - failover.t_kill
-            note(f"new master: broker {info.role.master_id} (epoch {info.role.master_epoch}) "
-                 f"after {failover.failover_s:.1f}s")
+            note(
+                f"new master: broker {info.role.master_id} (epoch {info.role.master_epoch}) "
+                f"after {failover.failover_s:.1f}s"
+            )
         if failover.failover_s is not None and not failover.restarted:
             localcluster.restart(data_dir, victim)
             failover.restarted = True
@@ -174,8 +203,9 @@ def _watch_failover(client: Client, data_dir: Path, broker_set: str, victim: str
         time.sleep(0.1)
 
 
-def _report(broker_set: str, topic: str, load: _Load, read: list[bytes], t0: float,
-            failover: _Failover) -> dict[str, Any]:
+def _report(
+    broker_set: str, topic: str, load: _Load, read: list[bytes], t0: float, failover: _Failover
+) -> dict[str, Any]:
     counts = collections.Counter(read)
     acked_bodies = [b for b, _ in load.acked]
     times = [t0] + [t for _, t in load.acked]
@@ -187,7 +217,9 @@ def _report(broker_set: str, topic: str, load: _Load, read: list[bytes], t0: flo
         "duplicates": sum(c - 1 for c in counts.values() if c > 1),
         "sends_failed": load.failed,
         "read": len(read),
-        "max_write_gap_s": round(max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0), 3),
+        "max_write_gap_s": round(
+            max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0), 3
+        ),
         "failover_s": None if failover.failover_s is None else round(failover.failover_s, 3),
         "rejoin_s": None if failover.rejoin_s is None else round(failover.rejoin_s, 3),
         "killed_broker_id": failover.old_id,

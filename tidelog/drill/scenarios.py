@@ -157,8 +157,11 @@ class Drill:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                mine = [(code, reason) for name, code, reason in placement_violations(self.client)
-                        if name == self.broker_set]
+                mine = [
+                    (code, reason)
+                    for name, code, reason in placement_violations(self.client)
+                    if name == self.broker_set
+                ]
             except TidelogError as exc:
                 mine = [("AUDIT_UNAVAILABLE", str(exc))]
             for code, reason in mine:
@@ -169,7 +172,9 @@ class Drill:
                 self.log("placement audit: clean")
                 return seen
             if time.monotonic() > deadline:
-                raise UnavailableError(f"placement of {self.broker_set} not clean within {timeout_s:.0f}s: {mine}")
+                raise UnavailableError(
+                    f"placement of {self.broker_set} not clean within {timeout_s:.0f}s: {mine}"
+                )
             time.sleep(0.25)
 
     def heal(self) -> None:
@@ -180,8 +185,13 @@ class Drill:
         self.log("heal")
 
     def dcs(self) -> list[str]:
-        return list(dict.fromkeys(p.get("datacenter") for p in self.state["processes"]
-                                  if p.get("broker_set") == self.broker_set and p.get("datacenter")))
+        return list(
+            dict.fromkeys(
+                p.get("datacenter")
+                for p in self.state["processes"]
+                if p.get("broker_set") == self.broker_set and p.get("datacenter")
+            )
+        )
 
     def other_dc(self, dc: str) -> str:
         others = [d for d in self.dcs() if d != dc]
@@ -285,12 +295,21 @@ SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
     "client-from-master": (_client_from_master, True, "the client cannot reach the master; all else can"),
     "lossy-wan": (_lossy_wan, True, "30% loss and 20 ms delay between the datacenters"),
     "flapping-link": (_flapping_link, True, "the link between the datacenters cut and healed every 2 s"),
-    "cut-then-master-dc-down": (_cut_then_master_dc_down, True,
-                                "the link is cut, then the master's datacenter goes down"),
-    "master-dc-down": (_master_dc_down, False,
-                       "kill -9 of every process in the master's datacenter (isolate-master-dc's baseline)"),
-    "dr-rehearsal": (_dr_rehearsal, False,
-                     "the master's datacenter down 30 s and back; once placement is clean, the other one goes down"),
+    "cut-then-master-dc-down": (
+        _cut_then_master_dc_down,
+        True,
+        "the link is cut, then the master's datacenter goes down",
+    ),
+    "master-dc-down": (
+        _master_dc_down,
+        False,
+        "kill -9 of every process in the master's datacenter (isolate-master-dc's baseline)",
+    ),
+    "dr-rehearsal": (
+        _dr_rehearsal,
+        False,
+        "the master's datacenter down 30 s and back; once placement is clean, the other one goes down",
+    ),
     "kill-master": (_kill_master, False, "kill -9 of the master (the baseline write gap)"),
     "pause-master": (_pause_master, False, "SIGSTOP of the master for 8 s"),
 }
@@ -360,9 +379,17 @@ def random_schedule(seed: int, steps: int, lab: bool) -> Callable[[Drill], None]
     return run
 
 
-def run(data_dir: Path, scenario: str | None = None, *, seed: int | None = None, steps: int = 5,
-        broker_set: str | None = None, warmup_s: float = 3.0, settle_s: float = 4.0,
-        note: Note | None = None) -> dict[str, Any]:
+def run(
+    data_dir: Path,
+    scenario: str | None = None,
+    *,
+    seed: int | None = None,
+    steps: int = 5,
+    broker_set: str | None = None,
+    warmup_s: float = 3.0,
+    settle_s: float = 4.0,
+    note: Note | None = None,
+) -> dict[str, Any]:
     """Run one named scenario (or a random schedule with `seed`) and return the checked report."""
     data_dir = data_dir.resolve()
     state = localcluster.read_state(data_dir)
@@ -372,7 +399,9 @@ def run(data_dir: Path, scenario: str | None = None, *, seed: int | None = None,
             raise ConfigError(f"no drill scenario {scenario!r}", hint=f"one of: {', '.join(SCENARIOS)}")
         schedule, needs_lab, _ = SCENARIOS[scenario]
         if needs_lab and not lab:
-            raise ConfigError(f"scenario {scenario} cuts the network: start the cluster with `tide cluster up --netns`")
+            raise ConfigError(
+                f"scenario {scenario} cuts the network: start the cluster with `tide cluster up --netns`"
+            )
         name = scenario
     else:
         if steps < 1 or steps > 1000:
@@ -380,8 +409,13 @@ def run(data_dir: Path, scenario: str | None = None, *, seed: int | None = None,
         schedule = random_schedule(seed, steps, lab)
         name = f"random seed {seed}, {steps} steps"
     broker_set = broker_set or next(
-        (b for b in state["broker_sets"]
-         if sum(1 for p in state["processes"] if p.get("broker_set") == b) >= 2), None)
+        (
+            b
+            for b in state["broker_sets"]
+            if sum(1 for p in state["processes"] if p.get("broker_set") == b) >= 2
+        ),
+        None,
+    )
     if broker_set is None or broker_set not in state["broker_sets"]:
         raise ConfigError("a drill needs a broker set of two or more replicas")
     say = note or (lambda _msg: None)
@@ -416,8 +450,9 @@ def wait_whole(client: Client, broker_set: str, timeout_s: float) -> float | Non
     return None
 
 
-def check(data_dir: Path, client: Client, broker_set: str, topic: str, work: Workload,
-          t0: float) -> dict[str, Any]:
+def check(
+    data_dir: Path, client: Client, broker_set: str, topic: str, work: Workload, t0: float
+) -> dict[str, Any]:
     read = read_all(client, topic)
     counts = collections.Counter(read)
     acks = sorted(work.acks, key=lambda a: a.acked)
@@ -448,14 +483,18 @@ def split_brain(acks: list[Ack], epochs: list[tuple[int, int]]) -> list[str]:
     for a in acks:
         other = by_offset.setdefault(a.phys_offset, a.body)
         if other != a.body:
-            out.append(f"two acknowledged messages at physical offset {a.phys_offset}: {other!r} and {a.body!r}")
+            out.append(
+                f"two acknowledged messages at physical offset {a.phys_offset}: {other!r} and {a.body!r}"
+            )
     if epochs:
+
         def epoch_of(offset: int) -> int:
             e = epochs[0][0]
             for epoch, start in epochs:
                 if start <= offset:
                     e = epoch
             return e
+
         first_ack: dict[int, float] = {}
         for a in acks:
             e = epoch_of(a.phys_offset)
@@ -464,8 +503,10 @@ def split_brain(acks: list[Ack], epochs: list[tuple[int, int]]) -> list[str]:
             e = epoch_of(a.phys_offset)
             newer = [t for epoch, t in first_ack.items() if epoch > e and t < a.sent]
             if newer:
-                out.append(f"{a.body!r} was sent after epoch {max(k for k in first_ack if k > e)} acknowledged "
-                           f"a write, and acknowledged in epoch {e}")
+                out.append(
+                    f"{a.body!r} was sent after epoch {max(k for k in first_ack if k > e)} acknowledged "
+                    f"a write, and acknowledged in epoch {e}"
+                )
                 break
     return out[:10]
 
@@ -491,8 +532,9 @@ def _read_range(directory: Path, start: int, end: int) -> bytes:
     return bytes(out)
 
 
-def compare_replicas(data_dir: Path, client: Client, broker_set: str,
-                     timeout_s: float = 60.0) -> tuple[bool, str, list[tuple[int, int]]]:
+def compare_replicas(
+    data_dir: Path, client: Client, broker_set: str, timeout_s: float = 60.0
+) -> tuple[bool, str, list[tuple[int, int]]]:
     """Do all replicas hold the same bytes up to the master's confirm offset? Waits for slaves to
     reach it. Returns (identical, detail, the master's epochs)."""
     from tidelog.proto import broker_pb2 as bpb
@@ -505,7 +547,8 @@ def compare_replicas(data_dir: Path, client: Client, broker_set: str,
         for p in procs:
             with contextlib.suppress(Exception):  # an unreachable replica is reported below
                 statuses[p["name"]] = client.runner.run(
-                    client.aio.call_broker(p["address"], "Status", bpb.StatusRequest(), timeout=2.0))
+                    client.aio.call_broker(p["address"], "Status", bpb.StatusRequest(), timeout=2.0)
+                )
         masters = [n for n, s in statuses.items() if s.role == "master"]
         if len(statuses) == len(procs) and len(masters) == 1:
             confirm = statuses[masters[0]].confirm_offset
@@ -524,8 +567,14 @@ def compare_replicas(data_dir: Path, client: Client, broker_set: str,
             continue
         got = _read_range(d, start, confirm)
         if got != ref:
-            at = next((i for i, (x, y) in enumerate(zip(got, ref, strict=False)) if x != y), min(len(got), len(ref)))
-            return False, f"{name} differs from {ref_name} at offset {start + at} (compared {start}..{confirm})", []
+            at = next(
+                (i for i, (x, y) in enumerate(zip(got, ref, strict=False)) if x != y), min(len(got), len(ref))
+            )
+            return (
+                False,
+                f"{name} differs from {ref_name} at offset {start + at} (compared {start}..{confirm})",
+                [],
+            )
     epochs = EpochFile(str(dirs[ref_name]), lambda: confirm).pairs()
     return True, f"{len(dirs)} replicas identical over {start}..{confirm}", epochs
 

@@ -64,8 +64,10 @@ class _Ports:
             try:
                 s.bind((self.host, port))
             except OSError as exc:
-                raise ConfigError(f"port {port} on {self.host} is already in use ({exc.strerror})",
-                                  hint="stop what uses it, or set `ports: auto`") from exc
+                raise ConfigError(
+                    f"port {port} on {self.host} is already in use ({exc.strerror})",
+                    hint="stop what uses it, or set `ports: auto`",
+                ) from exc
         return f"{self.host}:{port}"
 
 
@@ -81,8 +83,10 @@ def read_state(data_dir: Path) -> dict[str, Any]:
     try:
         return json.loads(_state_path(data_dir).read_text())
     except FileNotFoundError:
-        raise ConfigError(f"no cluster was started in {data_dir} (no {STATE_FILE})",
-                          hint="start one with `tide cluster up --data-dir DIR`") from None
+        raise ConfigError(
+            f"no cluster was started in {data_dir} (no {STATE_FILE})",
+            hint="start one with `tide cluster up --data-dir DIR`",
+        ) from None
     except ValueError as exc:
         raise ConfigError(f"{_state_path(data_dir)} is damaged: {exc}") from exc
 
@@ -100,10 +104,10 @@ def is_running(proc: dict[str, Any]) -> bool:
 class _Layout:
     """Where each process of a topology listens: controller nodes and broker replicas."""
 
-    nodes: list[dict[str, str]]              # id, raft, grpc (+ datacenter with a lab)
-    brokers: list[dict[str, Any]]            # broker_set, replica, datacenter, listen, ha_listen
+    nodes: list[dict[str, str]]  # id, raft, grpc (+ datacenter with a lab)
+    brokers: list[dict[str, Any]]  # broker_set, replica, datacenter, listen, ha_listen
     plan: LabPlan | None = None
-    settings: dict[str, Any] = field(default_factory=dict)   # the controller keys besides nodes
+    settings: dict[str, Any] = field(default_factory=dict)  # the controller keys besides nodes
 
     @property
     def controllers(self) -> str:
@@ -113,8 +117,14 @@ class _Layout:
         return self.plan.host(name).netns if self.plan else None
 
 
-def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0, netns: bool = False,
-       wan_delay_ms: float | None = None) -> dict[str, Any]:
+def up(
+    topology: Topology,
+    data_dir: Path,
+    *,
+    wait_s: float = 60.0,
+    netns: bool = False,
+    wan_delay_ms: float | None = None,
+) -> dict[str, Any]:
     """Start the topology's processes; return once every broker set has a master.
 
     With `netns`, every process gets its own network namespace and address, grouped by
@@ -123,9 +133,13 @@ def up(topology: Topology, data_dir: Path, *, wait_s: float = 60.0, netns: bool 
     _prepare(data_dir, netns)
     layout = _layout(topology, data_dir, netns, wan_delay_ms)
     ctrl_cfg, secret = _write_controller_config(topology, data_dir, layout)
-    state: dict[str, Any] = {"controllers": layout.controllers, "data_dir": str(data_dir), "processes": [],
-                             "broker_sets": [bs["name"] for bs in topology.broker_sets],
-                             "started": time.time()}
+    state: dict[str, Any] = {
+        "controllers": layout.controllers,
+        "data_dir": str(data_dir),
+        "processes": [],
+        "broker_sets": [bs["name"] for bs in topology.broker_sets],
+        "started": time.time(),
+    }
     if layout.plan is not None:
         state["lab"] = {"plan": layout.plan.to_json(), **net.create(layout.plan, data_dir / "lab")}
         state["client_netns"] = layout.plan.host(CLIENT_NAME).netns
@@ -154,8 +168,9 @@ def _prepare(data_dir: Path, netns: bool) -> None:
     if _state_path(data_dir).exists():
         old = read_state(data_dir)
         if any(is_ours(p["pid"], p.get("args")) for p in old.get("processes", [])):
-            raise ConfigError(f"a cluster is already running in {data_dir}",
-                              hint="run `tide cluster down` first")
+            raise ConfigError(
+                f"a cluster is already running in {data_dir}", hint="run `tide cluster down` first"
+            )
         if old.get("lab"):
             net.destroy(LabPlan.from_json(old["lab"]["plan"]), old["lab"])
 
@@ -168,8 +183,9 @@ def _layout(topology: Topology, data_dir: Path, netns: bool, wan_delay_ms: float
     for bs in topology.broker_sets:
         dcs = bs.get("datacenters") or []
         for r in range(bs["replicas"]):
-            brokers.append({"broker_set": bs["name"], "replica": r,
-                            "datacenter": dcs[r % len(dcs)] if dcs else ""})
+            brokers.append(
+                {"broker_set": bs["name"], "replica": r, "datacenter": dcs[r % len(dcs)] if dcs else ""}
+            )
     if not netns:
         ports = _Ports(topology.host, topology.ports)
         nodes = [{"id": n, "raft": ports.take(), "grpc": ports.take()} for n in names]
@@ -180,22 +196,37 @@ def _layout(topology: Topology, data_dir: Path, netns: bool, wan_delay_ms: float
     return _lab_layout(data_dir, names, ctrl_dcs, brokers, wan_delay, settings)
 
 
-def _lab_layout(data_dir: Path, names: list[str], ctrl_dcs: Any, brokers: list[dict[str, Any]],
-                wan_delay: float, settings: dict[str, Any]) -> _Layout:
+def _lab_layout(
+    data_dir: Path,
+    names: list[str],
+    ctrl_dcs: Any,
+    brokers: list[dict[str, Any]],
+    wan_delay: float,
+    settings: dict[str, Any],
+) -> _Layout:
     """Every process at its own address in the lab, controller node i in datacenter i (round robin)."""
     if ctrl_dcs is None:
         ctrl_dcs = list(dict.fromkeys(b["datacenter"] for b in brokers if b["datacenter"])) or [""]
     if not isinstance(ctrl_dcs, list) or not ctrl_dcs:
         raise ConfigError("controller.datacenters must list datacenters", key="controller.datacenters")
     node_dc = {n: ctrl_dcs[i % len(ctrl_dcs)] for i, n in enumerate(names)}
-    plan = make_plan(str(data_dir), [(f"controller-{n}", node_dc[n]) for n in names]
-                     + [(f"{b['broker_set']}-{b['replica']}", b["datacenter"]) for b in brokers],
-                     wan_delay_ms=wan_delay)
+    plan = make_plan(
+        str(data_dir),
+        [(f"controller-{n}", node_dc[n]) for n in names]
+        + [(f"{b['broker_set']}-{b['replica']}", b["datacenter"]) for b in brokers],
+        wan_delay_ms=wan_delay,
+    )
     nodes = []
     for n in names:
         addr = plan.host(f"controller-{n}").address
-        nodes.append({"id": n, "raft": f"{addr}:{CONTROLLER_RAFT_PORT}",
-                      "grpc": f"{addr}:{CONTROLLER_GRPC_PORT}", "datacenter": node_dc[n]})
+        nodes.append(
+            {
+                "id": n,
+                "raft": f"{addr}:{CONTROLLER_RAFT_PORT}",
+                "grpc": f"{addr}:{CONTROLLER_GRPC_PORT}",
+                "datacenter": node_dc[n],
+            }
+        )
     for b in brokers:
         addr = plan.host(f"{b['broker_set']}-{b['replica']}").address
         b.update(listen=f"{addr}:{BROKER_PORT}", ha_listen=f"{addr}:{BROKER_HA_PORT}")
@@ -209,8 +240,11 @@ def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout
     broker's membership (controller calls and the HA handshake)."""
     settings = dict(layout.settings)
     # The datacenters a broker set is spread over are the ones its placement requires (RULES.md PL1).
-    placement = {bs["name"]: list(dict.fromkeys(bs["datacenters"])) for bs in topology.broker_sets
-                 if bs.get("datacenters")}
+    placement = {
+        bs["name"]: list(dict.fromkeys(bs["datacenters"]))
+        for bs in topology.broker_sets
+        if bs.get("datacenters")
+    }
     if placement and "placement" not in settings:
         settings["placement"] = placement
     secret = settings.pop("secret", None) or topology.broker.get("secret") or new_secret()
@@ -225,27 +259,54 @@ def _start_controllers(data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: l
         args = ["controller", "--config", str(ctrl_cfg), "--node-id", n["id"]]
         log_path = data_dir / f"{name}.log"
         ns = layout.netns(name)
-        procs.append({"name": name, "kind": "controller", "args": args, "log": str(log_path),
-                      "address": n["grpc"], "datacenter": n.get("datacenter", ""), "netns": ns,
-                      "pid": _spawn(name, args, log_path, ns)})
+        procs.append(
+            {
+                "name": name,
+                "kind": "controller",
+                "args": args,
+                "log": str(log_path),
+                "address": n["grpc"],
+                "datacenter": n.get("datacenter", ""),
+                "netns": ns,
+                "pid": _spawn(name, args, log_path, ns),
+            }
+        )
 
 
-def _start_brokers(topology: Topology, data_dir: Path, layout: _Layout, secret: str,
-                   procs: list[dict[str, Any]]) -> None:
+def _start_brokers(
+    topology: Topology, data_dir: Path, layout: _Layout, secret: str, procs: list[dict[str, Any]]
+) -> None:
     # The topology's broker keys may set anything but the secret, which is the cluster's.
     settings = {k: v for k, v in topology.broker.items() if k != "secret"}
     for b in layout.brokers:
         name = f"{b['broker_set']}-{b['replica']}"
-        doc = broker_doc(b["broker_set"], data_dir / name, layout.controllers, b["listen"], b["ha_listen"],
-                         secret=None, **{"datacenter": b["datacenter"], **settings})
+        doc = broker_doc(
+            b["broker_set"],
+            data_dir / name,
+            layout.controllers,
+            b["listen"],
+            b["ha_listen"],
+            secret=None,
+            **{"datacenter": b["datacenter"], **settings},
+        )
         doc["secret"] = secret
         cfg = write_config(data_dir / f"{name}.yaml", doc)
         args = ["broker", "--config", str(cfg)]
         log_path = data_dir / f"{name}.log"
         ns = layout.netns(name)
-        procs.append({"name": name, "kind": "broker", "broker_set": b["broker_set"], "args": args,
-                      "log": str(log_path), "address": b["listen"], "datacenter": b["datacenter"],
-                      "netns": ns, "pid": _spawn(name, args, log_path, ns)})
+        procs.append(
+            {
+                "name": name,
+                "kind": "broker",
+                "broker_set": b["broker_set"],
+                "args": args,
+                "log": str(log_path),
+                "address": b["listen"],
+                "datacenter": b["datacenter"],
+                "netns": ns,
+                "pid": _spawn(name, args, log_path, ns),
+            }
+        )
 
 
 def _dead_on_start(procs: list[dict[str, Any]]) -> UnavailableError | None:
@@ -256,11 +317,23 @@ def _dead_on_start(procs: list[dict[str, Any]]) -> UnavailableError | None:
     return UnavailableError(f"{dead[0]['name']} exited during start-up: {_tail(Path(dead[0]['log']))}")
 
 
-def _wait_masters_in(netns: str, controllers: str, names: list[str], procs: list[dict[str, Any]],
-                     wait_s: float) -> None:
+def _wait_masters_in(
+    netns: str, controllers: str, names: list[str], procs: list[dict[str, Any]], wait_s: float
+) -> None:
     """`wait_masters` from the lab's client namespace (the only side that reaches every process)."""
-    cmd = [*net.in_netns(netns), sys.executable, "-m", "tidelog.cli", "cluster", "wait-masters",
-           "--controllers", controllers, "--wait", str(wait_s), *names]
+    cmd = [
+        *net.in_netns(netns),
+        sys.executable,
+        "-m",
+        "tidelog.cli",
+        "cluster",
+        "wait-masters",
+        "--controllers",
+        controllers,
+        "--wait",
+        str(wait_s),
+        *names,
+    ]
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     while child.poll() is None:
         dead = _dead_on_start(procs)
@@ -271,12 +344,14 @@ def _wait_masters_in(netns: str, controllers: str, names: list[str], procs: list
         time.sleep(0.1)
     if child.returncode != 0:
         out = (child.stdout.read() if child.stdout else b"").decode(errors="replace").strip()
-        raise UnavailableError(out.splitlines()[-1] if out
-                               else f"not every broker set had a master within {wait_s:.0f}s")
+        raise UnavailableError(
+            out.splitlines()[-1] if out else f"not every broker set had a master within {wait_s:.0f}s"
+        )
 
 
-async def wait_masters(controllers: str, names: list[str], procs: list[dict[str, Any]],
-                       wait_s: float) -> None:
+async def wait_masters(
+    controllers: str, names: list[str], procs: list[dict[str, Any]], wait_s: float
+) -> None:
     from tidelog.client.controllers import ControllerClient
 
     deadline = time.monotonic() + wait_s

@@ -19,8 +19,9 @@ def write_config(path: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
-def controller_doc(data_dir: Path, nodes: list[dict[str, str]], *, secret: str | None,
-                   **settings: Any) -> dict[str, Any]:
+def controller_doc(
+    data_dir: Path, nodes: list[dict[str, str]], *, secret: str | None, **settings: Any
+) -> dict[str, Any]:
     """One controller config for every node (`nodes`: id, raft, grpc); each node starts with `--node-id`."""
     doc: dict[str, Any] = {"data_dir": str(data_dir), "nodes": nodes, **settings}
     if secret:
@@ -28,11 +29,24 @@ def controller_doc(data_dir: Path, nodes: list[dict[str, str]], *, secret: str |
     return doc
 
 
-def broker_doc(broker_set: str, data_dir: Path, controllers: str, listen: str, ha_listen: str, *,
-               secret: str | None, **settings: Any) -> dict[str, Any]:
+def broker_doc(
+    broker_set: str,
+    data_dir: Path,
+    controllers: str,
+    listen: str,
+    ha_listen: str,
+    *,
+    secret: str | None,
+    **settings: Any,
+) -> dict[str, Any]:
     """The config of one broker replica of `broker_set`, registering with `controllers`."""
-    doc: dict[str, Any] = {"broker_set": broker_set, "data_dir": str(data_dir), "controllers": controllers,
-                           "listen": listen, "ha_listen": ha_listen}
+    doc: dict[str, Any] = {
+        "broker_set": broker_set,
+        "data_dir": str(data_dir),
+        "controllers": controllers,
+        "listen": listen,
+        "ha_listen": ha_listen,
+    }
     if secret:
         doc["secret"] = secret
     doc.update(settings)

@@ -24,21 +24,38 @@ from tidelog.proto import broker_pb2_grpc as pb_grpc
 class ControllerCluster:
     """1, 3 or 5 controller processes from one generated YAML config in `root`."""
 
-    def __init__(self, root: Path, size: int, *, secret: str | None,
-                 heartbeat_interval_ms: int = 500, heartbeat_timeout_ms: int = 2000,
-                 unclean: bool = False, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        size: int,
+        *,
+        secret: str | None,
+        heartbeat_interval_ms: int = 500,
+        heartbeat_timeout_ms: int = 2000,
+        unclean: bool = False,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self.root = root
         self.ids = [f"c{i + 1}" for i in range(size)]
         self.grpc = {i: free_address() for i in self.ids}
         self.raft = {i: free_address() for i in self.ids}
         nodes = [{"id": i, "raft": self.raft[i], "grpc": self.grpc[i]} for i in self.ids]
-        doc = controller_doc(root / "data", nodes, secret=secret, heartbeat_interval_ms=heartbeat_interval_ms,
-                             heartbeat_timeout_ms=heartbeat_timeout_ms, enable_elect_unclean_master=unclean)
+        doc = controller_doc(
+            root / "data",
+            nodes,
+            secret=secret,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            heartbeat_timeout_ms=heartbeat_timeout_ms,
+            enable_elect_unclean_master=unclean,
+        )
         doc.update(extra or {})
         self.config_path = write_config(root / "controller.yaml", doc)
         self.procs: dict[str, Proc] = {
-            i: Proc(f"controller-{i}", ["controller", "--config", str(self.config_path), "--node-id", i],
-                    root / f"{i}.log")
+            i: Proc(
+                f"controller-{i}",
+                ["controller", "--config", str(self.config_path), "--node-id", i],
+                root / f"{i}.log",
+            )
             for i in self.ids
         }
 
@@ -72,8 +89,17 @@ class BrokerSet:
     `log_level` is passed on the command line (a bench measures the broker, not its INFO lines);
     `settings` are deploy/CONFIG.md broker keys written into every replica's config."""
 
-    def __init__(self, root: Path, name: str, replicas: int, controllers: str, *, secret: str | None,
-                 log_level: str | None = None, **settings: Any) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        replicas: int,
+        controllers: str,
+        *,
+        secret: str | None,
+        log_level: str | None = None,
+        **settings: Any,
+    ) -> None:
         self.root = root
         self.name = name
         self.procs: list[Proc] = []
@@ -82,8 +108,9 @@ class BrokerSet:
         self.data_dirs: list[Path] = []
         for i in range(replicas):
             data = root / f"{name}-{i}"
-            doc = broker_doc(name, data, controllers, free_address(), free_address(), secret=secret,
-                             **settings)
+            doc = broker_doc(
+                name, data, controllers, free_address(), free_address(), secret=secret, **settings
+            )
             cfg = write_config(root / f"{name}-{i}.yaml", doc)
             args = ["broker", "--config", str(cfg), *(["--log-level", log_level] if log_level else [])]
             self.procs.append(Proc(f"{name}-{i}", args, root / f"{name}-{i}.log"))
@@ -130,6 +157,7 @@ class BrokerSet:
         def found() -> tuple[int] | None:
             i = self.master_index(exclude)
             return None if i is None else (i,)  # a tuple, so that index 0 counts as found
+
         return wait_until(found, timeout, 0.1, what=f"a master of {self.name}")[0]
 
     def wait_in_sync(self, count: int | None = None, timeout: float = 30.0) -> int:
@@ -141,6 +169,7 @@ class BrokerSet:
             i = self.master_index()
             s = None if i is None else self.status(i)
             return (i,) if i is not None and s is not None and len(s.sync_state_set) >= want else None
+
         return wait_until(ok, timeout, 0.2, what=f"{want} in-sync replicas of {self.name}")[0]
 
     def serves(self, i: int, topic: str) -> bool:
@@ -154,8 +183,12 @@ class BrokerSet:
     def wait_topic(self, topic: str, indices: list[int] | None = None, timeout: float = 10.0) -> None:
         """Wait until the given replicas (default: all running ones) serve `topic`."""
         which = indices if indices is not None else [i for i, p in enumerate(self.procs) if p.alive()]
-        wait_until(lambda: all(self.serves(i, topic) for i in which), timeout, 0.1,
-                   what=f"{topic} to be known to replicas {which}")
+        wait_until(
+            lambda: all(self.serves(i, topic) for i in which),
+            timeout,
+            0.1,
+            what=f"{topic} to be known to replicas {which}",
+        )
 
 
 def create_topic(controllers: str, topic: str, queues: dict[str, int], timeout: float = 20.0) -> None:

@@ -46,8 +46,9 @@ def free_address(host: str = LOOPBACK) -> str:
     return f"{host}:{free_port(host)}"
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1,
-               what: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition"
+) -> Any:
     """Poll until `predicate()` is truthy; return its value or fail after `timeout` seconds.
 
     Fails with AssertionError: in a test that is the failure to show, and a bench stops on it."""
@@ -61,8 +62,10 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
         except Exception as exc:  # the thing polled for may not be up yet
             last_exc = exc
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}"
-                                 + (f" (last error: {last_exc})" if last_exc else ""))
+            raise AssertionError(
+                f"timed out after {timeout:.1f}s waiting for {what}"
+                + (f" (last error: {last_exc})" if last_exc else "")
+            )
         time.sleep(interval)
 
 
@@ -78,8 +81,16 @@ class Proc:
     `netns`: it runs in that network namespace (`ip netns exec` execs in place, so the pid is
     the tidelog process's own)."""
 
-    def __init__(self, name: str, args: Sequence[str], log_path: Path, env: dict[str, str] | None = None, *,
-                 netns: str | None = None, new_session: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        netns: str | None = None,
+        new_session: bool = False,
+    ) -> None:
         self.name = name
         self.args = list(args)
         self.log_path = log_path
@@ -94,9 +105,14 @@ class Proc:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
         # The child holds its own copy of the log's descriptor: ours can close at once.
         with open(self.log_path, "ab") as log_file:
-            self.popen = subprocess.Popen([*prefix, sys.executable, "-m", "tidelog.cli", *self.args],
-                                          stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=env, start_new_session=self.new_session)
+            self.popen = subprocess.Popen(
+                [*prefix, sys.executable, "-m", "tidelog.cli", *self.args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=self.new_session,
+            )
         _children[self.popen.pid] = self
         return self
 
@@ -156,7 +172,7 @@ def is_ours(pid: int, args: list[str] | None = None) -> bool:
     whose config path lies in the data directory; a reused pid running anything else is not ours)."""
     parts = proc_args(pid)
     want = ["tidelog.cli", *(args or [])]
-    return any(parts[i:i + len(want)] == want for i in range(len(parts)))
+    return any(parts[i : i + len(want)] == want for i in range(len(parts)))
 
 
 def running(pid: int, args: list[str] | None = None) -> bool:

@@ -34,7 +34,7 @@ class Topology:
     controller: dict[str, Any] = field(default_factory=dict)
     broker_sets: list[dict[str, Any]] = field(default_factory=list)
     broker: dict[str, Any] = field(default_factory=dict)
-    lab: dict[str, Any] = field(default_factory=dict)   # with --netns: {wan_delay_ms: N}
+    lab: dict[str, Any] = field(default_factory=dict)  # with --netns: {wan_delay_ms: N}
 
 
 def load_topology(path: str | Path) -> Topology:
@@ -79,14 +79,23 @@ def _check_broker_sets(p: Path, broker_sets: list[Any]) -> None:
     names = set()
     for i, bs in enumerate(broker_sets):
         replicas = bs.get("replicas", 0) if isinstance(bs, dict) else 0
-        if not isinstance(bs, dict) or not isinstance(bs.get("name"), str) \
-                or not _NAME.fullmatch(bs["name"]) or type(replicas) is not int or replicas < 1:
-            raise ConfigError(f"{p}: broker_sets[{i}] needs a name (letters, digits, '.', '_', '-') "
-                              "and replicas >= 1", key=f"broker_sets[{i}]")
+        if (
+            not isinstance(bs, dict)
+            or not isinstance(bs.get("name"), str)
+            or not _NAME.fullmatch(bs["name"])
+            or type(replicas) is not int
+            or replicas < 1
+        ):
+            raise ConfigError(
+                f"{p}: broker_sets[{i}] needs a name (letters, digits, '.', '_', '-') and replicas >= 1",
+                key=f"broker_sets[{i}]",
+            )
         if bs["name"] in names:
             raise ConfigError(f"{p}: broker set {bs['name']!r} is listed twice", key=f"broker_sets[{i}]")
         names.add(bs["name"])
         dcs = bs.get("datacenters")
         if dcs is not None and (not isinstance(dcs, list) or not all(isinstance(d, str) for d in dcs)):
-            raise ConfigError(f"{p}: broker_sets[{i}].datacenters must be a list of names",
-                              key=f"broker_sets[{i}].datacenters")
+            raise ConfigError(
+                f"{p}: broker_sets[{i}].datacenters must be a list of names",
+                key=f"broker_sets[{i}].datacenters",
+            )
