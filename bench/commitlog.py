@@ -309,6 +309,111 @@ def _spread(samples: list[dict[str, Any]], key: str) -> dict[str, float]:
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
 
 
+def _config(duration: float, max_bytes: int, read_count: int, repeats: int) -> dict[str, Any]:
+    """The run's settings, as recorded in the result."""
+    return {
+        "body_bytes": BODY_BYTES,
+        "segment_bytes": SEGMENT_BYTES,
+        "duration_s": duration,
+        "max_bytes": max_bytes,
+        "read_max_count": read_count,
+        "repeats": repeats,
+    }
+
+
+def _measure_append_read_raw(
+    work: str, duration: float, max_bytes: int, read_count: int, repeats: int
+) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Append at each batch size; batch 1000 `repeats` times, each paired with the raw baseline.
+
+    The last batch-1000 log is read back warm then cold. Returns (appends by batch, raws, reads).
+    """
+    appends: dict[int, list[dict[str, Any]]] = {}
+    for batch in BATCH_SIZES[:-1]:
+        ldir = os.path.join(work, f"append-{batch}")
+        figures, log = bench_append(ldir, batch, duration, max_bytes)
+        log.close()
+        shutil.rmtree(ldir)
+        appends[batch] = [figures]
+    big = BATCH_SIZES[-1]
+    appends[big] = []
+    raws: list[dict[str, Any]] = []
+    reads: list[dict[str, Any]] = []
+    for i in range(repeats):
+        ldir = os.path.join(work, f"append-{big}-{i}")
+        figures, log = bench_append(ldir, big, duration, max_bytes)
+        try:
+            if i == repeats - 1:  # read back what the last run wrote
+                reads.append(bench_read(log, read_count, cold=False))
+                reads.append(bench_read(log, read_count, cold=True))
+        finally:
+            log.close()
+            shutil.rmtree(ldir)
+        appends[big].append(figures)
+        raws.append(bench_raw(work, figures["bytes"], min_seconds=1.0))
+    return appends, raws, reads
+
+
+def _measure_group_commit(work: str, duration: float, repeats: int) -> dict[int, list[dict[str, Any]]]:
+    """Sync group commit: one and 64 appenders back to back `repeats` times, the middle counts once."""
+
+    def sync(n: int, i: int) -> dict[str, Any]:
+        gdir = os.path.join(work, f"sync-{n}-{i}")
+        try:
+            return bench_group_commit(gdir, n, duration)
+        finally:
+            shutil.rmtree(gdir, ignore_errors=True)
+
+    one, many = APPENDER_COUNTS[0], APPENDER_COUNTS[-1]
+    gc: dict[int, list[dict[str, Any]]] = {n: [] for n in APPENDER_COUNTS}
+    for i in range(repeats):
+        gc[one].append(sync(one, i))
+        gc[many].append(sync(many, i))
+        if i == 0:
+            for n in APPENDER_COUNTS[1:-1]:
+                gc[n].append(sync(n, i))
+    return gc
+
+
+def _group_commit_summary(gc: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per appender count: the samples and their medians (records per flush when every sample has it)."""
+    return [
+        {
+            "appenders": n,
+            "samples": s,
+            "records_per_s": _spread(s, "records_per_s"),
+            "latency_p50_ms": _median(s, "latency_p50_ms"),
+            "latency_p99_ms": _median(s, "latency_p99_ms"),
+            **(
+                {"records_per_flush": _median(s, "records_per_flush")}
+                if all("records_per_flush" in x for x in s)
+                else {}
+            ),
+        }
+        for n, s in gc.items()
+    ]
+
+
+def _targets(append_ratios: list[float], gc_ratios: list[float]) -> dict[str, Any]:
+    """Judge each target on the median of its per-pair ratios."""
+    append_ratio = statistics.median(append_ratios)
+    gc_ratio = statistics.median(gc_ratios)
+    return {
+        "append_vs_raw": {
+            "ratio": append_ratio,
+            "samples": append_ratios,
+            "target": APPEND_TARGET_FRACTION,
+            "pass": append_ratio >= APPEND_TARGET_FRACTION,
+        },
+        "group_commit_64_vs_1": {
+            "ratio": gc_ratio,
+            "samples": gc_ratios,
+            "target": GROUP_COMMIT_TARGET,
+            "pass": gc_ratio >= GROUP_COMMIT_TARGET,
+        },
+    }
+
+
 def run(base_dir: str, duration: float, max_bytes: int, read_count: int, repeats: int) -> dict[str, Any]:
     """Every measurement, in an order that keeps the two target ratios fair on a noisy machine.
 
@@ -322,55 +427,14 @@ def run(base_dir: str, duration: float, max_bytes: int, read_count: int, repeats
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "code": code_version(),
             "machine": machine_info(work),
-            "config": {
-                "body_bytes": BODY_BYTES,
-                "segment_bytes": SEGMENT_BYTES,
-                "duration_s": duration,
-                "max_bytes": max_bytes,
-                "read_max_count": read_count,
-                "repeats": repeats,
-            },
+            "config": _config(duration, max_bytes, read_count, repeats),
         }
-        appends: dict[int, list[dict[str, Any]]] = {}
-        for batch in BATCH_SIZES[:-1]:
-            ldir = os.path.join(work, f"append-{batch}")
-            figures, log = bench_append(ldir, batch, duration, max_bytes)
-            log.close()
-            shutil.rmtree(ldir)
-            appends[batch] = [figures]
+        appends, raws, reads = _measure_append_read_raw(work, duration, max_bytes, read_count, repeats)
         big = BATCH_SIZES[-1]
-        appends[big] = []
-        raws: list[dict[str, Any]] = []
-        reads: list[dict[str, Any]] = []
-        for i in range(repeats):
-            ldir = os.path.join(work, f"append-{big}-{i}")
-            figures, log = bench_append(ldir, big, duration, max_bytes)
-            try:
-                if i == repeats - 1:  # read back what the last run wrote
-                    reads.append(bench_read(log, read_count, cold=False))
-                    reads.append(bench_read(log, read_count, cold=True))
-            finally:
-                log.close()
-                shutil.rmtree(ldir)
-            appends[big].append(figures)
-            raws.append(bench_raw(work, figures["bytes"], min_seconds=1.0))
         append_ratios = [a["mb_per_s"] / r["mb_per_s"] for a, r in zip(appends[big], raws, strict=True)]
 
-        def sync(n: int, i: int) -> dict[str, Any]:
-            gdir = os.path.join(work, f"sync-{n}-{i}")
-            try:
-                return bench_group_commit(gdir, n, duration)
-            finally:
-                shutil.rmtree(gdir, ignore_errors=True)
-
+        gc = _measure_group_commit(work, duration, repeats)
         one, many = APPENDER_COUNTS[0], APPENDER_COUNTS[-1]
-        gc: dict[int, list[dict[str, Any]]] = {n: [] for n in APPENDER_COUNTS}
-        for i in range(repeats):
-            gc[one].append(sync(one, i))
-            gc[many].append(sync(many, i))
-            if i == 0:
-                for n in APPENDER_COUNTS[1:-1]:
-                    gc[n].append(sync(n, i))
         gc_ratios = [m["records_per_s"] / o["records_per_s"] for o, m in zip(gc[one], gc[many], strict=True)]
 
         result["append"] = [
@@ -384,37 +448,8 @@ def run(base_dir: str, duration: float, max_bytes: int, read_count: int, repeats
         ]
         result["read"] = reads
         result["raw"] = {"samples": raws, "mb_per_s": _spread(raws, "mb_per_s")}
-        result["group_commit"] = [
-            {
-                "appenders": n,
-                "samples": s,
-                "records_per_s": _spread(s, "records_per_s"),
-                "latency_p50_ms": _median(s, "latency_p50_ms"),
-                "latency_p99_ms": _median(s, "latency_p99_ms"),
-                **(
-                    {"records_per_flush": _median(s, "records_per_flush")}
-                    if all("records_per_flush" in x for x in s)
-                    else {}
-                ),
-            }
-            for n, s in gc.items()
-        ]
-        append_ratio = statistics.median(append_ratios)
-        gc_ratio = statistics.median(gc_ratios)
-        result["targets"] = {
-            "append_vs_raw": {
-                "ratio": append_ratio,
-                "samples": append_ratios,
-                "target": APPEND_TARGET_FRACTION,
-                "pass": append_ratio >= APPEND_TARGET_FRACTION,
-            },
-            "group_commit_64_vs_1": {
-                "ratio": gc_ratio,
-                "samples": gc_ratios,
-                "target": GROUP_COMMIT_TARGET,
-                "pass": gc_ratio >= GROUP_COMMIT_TARGET,
-            },
-        }
+        result["group_commit"] = _group_commit_summary(gc)
+        result["targets"] = _targets(append_ratios, gc_ratios)
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)

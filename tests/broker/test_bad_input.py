@@ -47,11 +47,13 @@ def _replicated_write_ok(bs: BrokerSetProcs, master: int, body: bytes) -> None:
     )
 
 
-def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerCluster]) -> None:
-    bs = broker_cluster(2).bs
-    m = bs.wait_master()
+Case = tuple[str, type[TidelogError], Callable[[], object]]
+
+
+def _bad_request_cases(bs: BrokerSetProcs, m: int) -> list[Case]:
+    """Every invalid request, named, with the typed error it must get (master `m`, slave 1 - m)."""
     c: BrokerClient = bs.clients[m]
-    cases: list[tuple[str, type[TidelogError], Callable[[], object]]] = [
+    return [
         ("produce, empty topic", InvalidArgumentError, lambda: c.produce("", [b"x"])),
         ("produce, unknown topic", TopicNotFoundError, lambda: c.produce("no-such-topic", [b"x"])),
         ("produce, reserved topic", InvalidArgumentError, lambda: c.produce("%OFFSETS%", [b"x"])),
@@ -105,6 +107,10 @@ def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerC
         ("produce to the slave", NotMasterError, lambda: bs.clients[1 - m].produce(TOPIC, [b"x"])),
         ("commit on the slave", NotMasterError, lambda: bs.clients[1 - m].commit("g", TOPIC, 0, 1)),
     ]
+
+
+def _assert_each_case_refused(c: BrokerClient, cases: list[Case]) -> None:
+    """Each case raises exactly its typed error and appends nothing."""
     before = c.status().max_offset
     wrong = []
     for name, expected, call in cases:
@@ -116,11 +122,10 @@ def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerC
                 wrong.append(f"{name}: {exc!r}, expected {expected.__name__}")
     assert not wrong, "\n".join(wrong)
     assert c.status().max_offset == before, "a refused request appended something"
-    assert all(p.alive() for p in bs.procs)
-    r = c.produce(TOPIC, [b"good"], queue=1).results[0]
-    assert [x.body for x in c.pull(TOPIC, 1, r.queue_offset).messages] == [b"good"]
 
-    # NOT_MASTER names the master, so a client can redirect without a route refresh
+
+def _assert_not_master_names_the_master(bs: BrokerSetProcs, m: int) -> None:
+    """NOT_MASTER names the master, so a client can redirect without a route refresh."""
     with pytest.raises(grpc.RpcError) as info:
         bs.clients[1 - m].stub.Produce(
             pb.ProduceRequest(topic=TOPIC, messages=[pb.ProduceMessage(body=b"x")]), timeout=5
@@ -128,6 +133,18 @@ def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerC
     md = dict(info.value.trailing_metadata() or ())
     assert md.get("tidelog-error-code") == "NOT_MASTER", md
     assert md.get("tidelog-leader") == bs.addresses[m], md
+
+
+def test_invalid_requests_get_typed_errors(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    bs = broker_cluster(2).bs
+    m = bs.wait_master()
+    c: BrokerClient = bs.clients[m]
+    cases = _bad_request_cases(bs, m)
+    _assert_each_case_refused(c, cases)
+    assert all(p.alive() for p in bs.procs)
+    r = c.produce(TOPIC, [b"good"], queue=1).results[0]
+    assert [x.body for x in c.pull(TOPIC, 1, r.queue_offset).messages] == [b"good"]
+    _assert_not_master_names_the_master(bs, m)
 
 
 def _ha_address(bs: BrokerSetProcs, i: int) -> tuple[str, int]:

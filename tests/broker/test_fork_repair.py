@@ -22,9 +22,18 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
-from tests.brokers import commitlog_prefix, pause, read_queues, resume, status_of
+from tests.brokers import (
+    BrokerClient,
+    BrokerSetProcs,
+    commitlog_prefix,
+    pause,
+    read_queues,
+    resume,
+    status_of,
+)
 from tests.procs import wait_until
 from tidelog.errors import FlushSlaveTimeoutError
+from tidelog.proto import broker_pb2 as pb
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +42,14 @@ TAIL_REQUESTS = 4  # sent concurrently while the slave is paused ...
 TAIL_BATCH = 12  # ... each carrying this many bodies: ~9.6 MiB in all
 
 
-def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[..., BrokerCluster]) -> None:
-    # the idle timeout is raised so that only ha_max_time_slave_not_catchup_ms (4 s) bounds the pause
-    bs = broker_cluster(2, slave_timeout_ms=1000, flush="sync", ha_idle_timeout_ms=6000).bs
-    old = bs.wait_master()
-    new = 1 - old
-    master, slave = bs.clients[old], bs.clients[new]
-    for i in range(8):
-        master.produce(TOPIC, [b"acked-%d" % i])
-    before = master.status()
-    epoch1 = before.master_epoch
-    wait_until(lambda: slave.status().max_offset == before.max_offset, 5, what="the slave to catch up")
+def _append_unacked_tail(
+    bs: BrokerSetProcs, old: int, new: int, master: BrokerClient
+) -> tuple[list[type[Exception] | None], int, float]:
+    """Pause the slave, append a tail nobody acks, then pause the master and resume the slave.
 
+    Returns each tail request's outcome, the master's max offset after the tail, and how long the
+    slave was paused.
+    """
     pause(bs.procs[new])
     paused_at = time.monotonic()
     try:
@@ -65,37 +70,28 @@ def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[...,
     finally:
         resume(bs.procs[new])
     slave_paused_s = time.monotonic() - paused_at
-    try:
-        assert slave_paused_s < 3.5, f"the slave was paused {slave_paused_s:.1f}s, too long for this scenario"
-        assert outcomes == [FlushSlaveTimeoutError] * TAIL_REQUESTS, outcomes
-        assert tail_end > before.max_offset + TAIL_REQUESTS * TAIL_BATCH * BODY, "the tail was not appended"
+    return outcomes, tail_end, slave_paused_s
 
-        # the slave is elected for a new epoch and takes writes
-        promoted = wait_until(
-            lambda: (
-                (s := status_of(bs, new)) is not None and s.role == "master" and s.master_epoch > epoch1 and s
-            ),
-            15,
-            what="the slave to be elected",
-        )
-        epoch2_start = promoted.max_offset
-        assert before.max_offset <= epoch2_start < tail_end, (before.max_offset, epoch2_start, tail_end)
-        for i in range(5):
-            slave.produce(TOPIC, [b"epoch2-%d" % i])
-    finally:
-        resume(bs.procs[old])
 
-    # the old master learns it was deposed, repairs its fork and follows
-    wait_until(
+def _slave_elected_for_a_new_epoch(bs: BrokerSetProcs, new: int, epoch1: int) -> pb.StatusReply:
+    """The slave is elected for a new epoch (its status once it is master)."""
+    return wait_until(
         lambda: (
-            (s := status_of(bs, old)) is not None
-            and s.role == "slave"
-            and s.master_epoch == promoted.master_epoch
+            (s := status_of(bs, new)) is not None and s.role == "master" and s.master_epoch > epoch1 and s
         ),
+        15,
+        what="the slave to be elected",
+    )
+
+
+def _old_master_repairs_and_follows(bs: BrokerSetProcs, old: int, new: int, epoch2: int) -> pb.StatusReply:
+    """The old master learns it was deposed, repairs its fork and follows; the new master's final status."""
+    wait_until(
+        lambda: (s := status_of(bs, old)) is not None and s.role == "slave" and s.master_epoch == epoch2,
         15,
         what="the old master to become a slave",
     )
-    final = wait_until(
+    return wait_until(
         lambda: (
             (m := status_of(bs, new)) is not None
             and (s := status_of(bs, old)) is not None
@@ -108,11 +104,14 @@ def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[...,
         15,
         what="both replicas to hold, confirm and flush the same log",
     )
-    assert final.max_offset < tail_end, "the old master kept bytes the new master never had"
-    assert final.max_offset > epoch2_start, "the new epoch's writes are missing"
 
-    theirs = commitlog_prefix(bs.data_dirs[new], final.confirm_offset)
-    mine = commitlog_prefix(bs.data_dirs[old], final.confirm_offset)
+
+def _assert_replicas_match(
+    bs: BrokerSetProcs, old: int, new: int, master: BrokerClient, slave: BrokerClient, confirm_offset: int
+) -> None:
+    """Byte-identical commit logs up to the confirm offset, the same messages served, none lost."""
+    theirs = commitlog_prefix(bs.data_dirs[new], confirm_offset)
+    mine = commitlog_prefix(bs.data_dirs[old], confirm_offset)
     assert mine == theirs, f"the commit logs differ first at offset {_first_diff(mine, theirs)}"
 
     on_new = read_queues(slave, TOPIC, QUEUES)
@@ -122,6 +121,40 @@ def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[...,
     assert all(b"acked-%d" % i in bodies for i in range(8)) and all(
         b"epoch2-%d" % i in bodies for i in range(5)
     )
+
+
+def test_deposed_master_truncates_its_unacked_tail(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    # the idle timeout is raised so that only ha_max_time_slave_not_catchup_ms (4 s) bounds the pause
+    bs = broker_cluster(2, slave_timeout_ms=1000, flush="sync", ha_idle_timeout_ms=6000).bs
+    old = bs.wait_master()
+    new = 1 - old
+    master, slave = bs.clients[old], bs.clients[new]
+    for i in range(8):
+        master.produce(TOPIC, [b"acked-%d" % i])
+    before = master.status()
+    epoch1 = before.master_epoch
+    wait_until(lambda: slave.status().max_offset == before.max_offset, 5, what="the slave to catch up")
+
+    outcomes, tail_end, slave_paused_s = _append_unacked_tail(bs, old, new, master)
+    try:
+        assert slave_paused_s < 3.5, f"the slave was paused {slave_paused_s:.1f}s, too long for this scenario"
+        assert outcomes == [FlushSlaveTimeoutError] * TAIL_REQUESTS, outcomes
+        assert tail_end > before.max_offset + TAIL_REQUESTS * TAIL_BATCH * BODY, "the tail was not appended"
+
+        # the slave is elected for a new epoch and takes writes
+        promoted = _slave_elected_for_a_new_epoch(bs, new, epoch1)
+        epoch2_start = promoted.max_offset
+        assert before.max_offset <= epoch2_start < tail_end, (before.max_offset, epoch2_start, tail_end)
+        for i in range(5):
+            slave.produce(TOPIC, [b"epoch2-%d" % i])
+    finally:
+        resume(bs.procs[old])
+
+    final = _old_master_repairs_and_follows(bs, old, new, promoted.master_epoch)
+    assert final.max_offset < tail_end, "the old master kept bytes the new master never had"
+    assert final.max_offset > epoch2_start, "the new epoch's writes are missing"
+
+    _assert_replicas_match(bs, old, new, master, slave, final.confirm_offset)
     print(
         f"\nunacked tail [{before.max_offset}, {tail_end}); epoch {promoted.master_epoch} starts at {epoch2_start}; "
         f"old master truncated {tail_end - epoch2_start} bytes; slave paused {slave_paused_s:.2f}s"

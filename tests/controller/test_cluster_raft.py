@@ -47,6 +47,112 @@ async def _leader(
     return seen.pop() if len(seen) == 1 else None
 
 
+async def _commit_initial_state(client: ControllerClient) -> None:
+    """Committed state before the crash: broker registrations, a topic, metadata."""
+    ids = [
+        (
+            await client.register_broker(
+                "broker-a", f"127.0.0.1:{30001 + i}", f"127.0.0.1:{31001 + i}", identity=f"a-{i}"
+            )
+        ).broker_id
+        for i in range(2)
+    ]
+    assert ids == [1, 2]
+    await client.create_topic("orders", {"broker-a": 8})
+    await client.meta_create("ledgers/1", b"open")
+    await client.meta_cas("ledgers/1", b"closed", 1)
+
+
+async def _check_followers_redirect_writes(
+    client: ControllerClient, cluster: ControllerCluster, leader: str, followers: list[str]
+) -> None:
+    """A follower refuses a write naming the leader, answers reads, and a client follows it to the leader."""
+    # a follower answers a write with NOT_LEADER naming the leader's gRPC address
+    with pytest.raises(errors.ControllerNotLeaderError) as info:
+        await client.call(
+            "admin",
+            "CreateTopic",
+            pb.CreateTopicRequest(name="direct", queues={"broker-a": 1}),
+            address=cluster.grpc[followers[0]],
+        )
+    assert info.value.leader == cluster.grpc[leader]
+    # ... and any follower answers reads from its replica
+    st = await client.cluster_status(address=cluster.grpc[followers[0]])
+    assert st.leader_address == cluster.grpc[leader]
+    # a client that knows only followers first still gets its write done
+    async with ControllerClient([cluster.grpc[f] for f in followers] + [cluster.grpc[leader]]) as fc:
+        await fc.create_topic("via-follower", {"broker-a": 2})
+        assert fc.leader_hint == cluster.grpc[leader]
+
+
+async def _kill_leader_and_elect(
+    client: ControllerClient,
+    cluster: ControllerCluster,
+    leader: str,
+    followers: list[str],
+    timings: dict[str, float],
+) -> tuple[str, float]:
+    """kill -9 the leader: a new leader within 5 s. Returns the new leader and when the kill happened."""
+    cluster.procs[leader].kill9()
+    killed_at = time.monotonic()
+    new_leader = await wait_for(
+        lambda: _leader(client, cluster, followers), 10, interval=0.05, what="a new leader"
+    )
+    timings["leader election after kill -9"] = time.monotonic() - killed_at
+    assert new_leader in followers
+    assert timings["leader election after kill -9"] < 5.0
+    return new_leader, killed_at
+
+
+async def _check_state_kept_and_writes_resume(
+    client: ControllerClient,
+    cluster: ControllerCluster,
+    followers: list[str],
+    killed_at: float,
+    timings: dict[str, float],
+) -> None:
+    """Every committed change is still there, and the surviving majority takes writes again."""
+    # every committed change is still there, read from the new leader
+    for nid in followers:
+        assert {"orders", "via-follower"} <= await _topics_on(client, cluster, nid)
+    assert (await client.meta_get("ledgers/1")).value == b"closed"
+    members = (await client.describe_broker_sets(["broker-a"])).broker_sets[0].members
+    assert [m.broker_id for m in members] == [1, 2]
+    # the cluster takes writes again (2 of 3 is a majority)
+    write_ok_at = time.monotonic()
+    await client.create_topic("after-crash", {"broker-a": 4})
+    timings["first write after kill -9"] = time.monotonic() - killed_at
+    await client.meta_cas("ledgers/1", b"reopened", 2)
+    await client.register_broker("broker-a", "127.0.0.1:30009", "127.0.0.1:31009", identity="a-late")
+    assert time.monotonic() - write_ok_at < 10
+
+
+async def _restart_and_catch_up(
+    client: ControllerClient,
+    cluster: ControllerCluster,
+    leader: str,
+    new_leader: str,
+    timings: dict[str, float],
+) -> None:
+    """The killed node restarts with the same data dir, catches up and follows the new leader."""
+    cluster.procs[leader].start()
+    restarted = cluster.grpc[leader]
+
+    async def caught_up() -> bool:
+        topics = await _topics_on(client, cluster, leader)
+        meta = await client.call("admin", "MetaGet", pb.MetaGetRequest(key="ledgers/1"), address=restarted)
+        sets = await client.call(
+            "route", "DescribeBrokerSets", pb.DescribeBrokerSetsRequest(), address=restarted
+        )
+        return "after-crash" in topics and meta.value == b"reopened" and len(sets.broker_sets[0].members) == 3
+
+    t0 = time.monotonic()
+    await wait_for(caught_up, 20, interval=0.2, what="the restarted node to catch up")
+    timings["restarted node caught up"] = time.monotonic() - t0
+    status = await client.cluster_status(address=restarted)
+    assert status.raft_state == "follower" and status.leader_address == cluster.grpc[new_leader]
+
+
 async def _scenario(cluster: ControllerCluster) -> dict[str, float]:
     timings: dict[str, float] = {}
     async with ControllerClient(cluster.address_list, total_timeout=20) as client:
@@ -54,85 +160,11 @@ async def _scenario(cluster: ControllerCluster) -> dict[str, float]:
             lambda: _leader(client, cluster, cluster.ids, all_up=True), 20, what="a first leader"
         )
         followers = [i for i in cluster.ids if i != leader]
-
-        # committed state before the crash: broker registrations, a topic, metadata
-        ids = [
-            (
-                await client.register_broker(
-                    "broker-a", f"127.0.0.1:{30001 + i}", f"127.0.0.1:{31001 + i}", identity=f"a-{i}"
-                )
-            ).broker_id
-            for i in range(2)
-        ]
-        assert ids == [1, 2]
-        await client.create_topic("orders", {"broker-a": 8})
-        await client.meta_create("ledgers/1", b"open")
-        await client.meta_cas("ledgers/1", b"closed", 1)
-
-        # a follower answers a write with NOT_LEADER naming the leader's gRPC address
-        with pytest.raises(errors.ControllerNotLeaderError) as info:
-            await client.call(
-                "admin",
-                "CreateTopic",
-                pb.CreateTopicRequest(name="direct", queues={"broker-a": 1}),
-                address=cluster.grpc[followers[0]],
-            )
-        assert info.value.leader == cluster.grpc[leader]
-        # ... and any follower answers reads from its replica
-        st = await client.cluster_status(address=cluster.grpc[followers[0]])
-        assert st.leader_address == cluster.grpc[leader]
-        # a client that knows only followers first still gets its write done
-        async with ControllerClient([cluster.grpc[f] for f in followers] + [cluster.grpc[leader]]) as fc:
-            await fc.create_topic("via-follower", {"broker-a": 2})
-            assert fc.leader_hint == cluster.grpc[leader]
-
-        # kill -9 the leader: a new leader within 5 s
-        cluster.procs[leader].kill9()
-        killed_at = time.monotonic()
-        new_leader = await wait_for(
-            lambda: _leader(client, cluster, followers), 10, interval=0.05, what="a new leader"
-        )
-        timings["leader election after kill -9"] = time.monotonic() - killed_at
-        assert new_leader in followers
-        assert timings["leader election after kill -9"] < 5.0
-
-        # every committed change is still there, read from the new leader
-        for nid in followers:
-            assert {"orders", "via-follower"} <= await _topics_on(client, cluster, nid)
-        assert (await client.meta_get("ledgers/1")).value == b"closed"
-        members = (await client.describe_broker_sets(["broker-a"])).broker_sets[0].members
-        assert [m.broker_id for m in members] == [1, 2]
-        # the cluster takes writes again (2 of 3 is a majority)
-        write_ok_at = time.monotonic()
-        await client.create_topic("after-crash", {"broker-a": 4})
-        timings["first write after kill -9"] = time.monotonic() - killed_at
-        await client.meta_cas("ledgers/1", b"reopened", 2)
-        await client.register_broker("broker-a", "127.0.0.1:30009", "127.0.0.1:31009", identity="a-late")
-        assert time.monotonic() - write_ok_at < 10
-
-        # the killed node restarts with the same data dir and catches up
-        cluster.procs[leader].start()
-        restarted = cluster.grpc[leader]
-
-        async def caught_up() -> bool:
-            topics = await _topics_on(client, cluster, leader)
-            meta = await client.call(
-                "admin", "MetaGet", pb.MetaGetRequest(key="ledgers/1"), address=restarted
-            )
-            sets = await client.call(
-                "route", "DescribeBrokerSets", pb.DescribeBrokerSetsRequest(), address=restarted
-            )
-            return (
-                "after-crash" in topics
-                and meta.value == b"reopened"
-                and len(sets.broker_sets[0].members) == 3
-            )
-
-        t0 = time.monotonic()
-        await wait_for(caught_up, 20, interval=0.2, what="the restarted node to catch up")
-        timings["restarted node caught up"] = time.monotonic() - t0
-        status = await client.cluster_status(address=restarted)
-        assert status.raft_state == "follower" and status.leader_address == cluster.grpc[new_leader]
+        await _commit_initial_state(client)
+        await _check_followers_redirect_writes(client, cluster, leader, followers)
+        new_leader, killed_at = await _kill_leader_and_elect(client, cluster, leader, followers, timings)
+        await _check_state_kept_and_writes_resume(client, cluster, followers, killed_at, timings)
+        await _restart_and_catch_up(client, cluster, leader, new_leader, timings)
     return timings
 
 

@@ -7,7 +7,9 @@ client would see), then proves the node still serves with a good request.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -37,92 +39,119 @@ async def _mastered_set(client: ControllerClient, name: str = "broker-a") -> tup
     return b1, b2
 
 
+Case = tuple[Coroutine[Any, Any, object], type[errors.TidelogError]]
+
+
+def _unknown_set_and_stale_epoch_cases(
+    client: ControllerClient, b1: SimBroker, role: pb.RoleAssignment
+) -> list[Case]:
+    """Requests naming a broker set that does not exist, or carrying a stale epoch or a wrong master."""
+    return [
+        # unknown broker set
+        (client.describe_broker_sets(["no-such-set"]), errors.ControllerBrokerMetadataNotExistError),
+        (client.elect_master("no-such-set", 1), errors.ControllerBrokerMetadataNotExistError),
+        (
+            client.heartbeat("no-such-set", 1, epoch=0, max_offset=0),
+            errors.ControllerBrokerNeedToBeRegisteredError,
+        ),
+        (
+            client.alter_sync_state_set("no-such-set", 1, 1, {1}, 1),
+            errors.ControllerAlterSyncStateSetFailedError,
+        ),
+        # stale epochs
+        (
+            client.alter_sync_state_set(
+                "broker-a", b1.broker_id, role.master_epoch - 1, {1, 2}, role.sync_state_set_epoch
+            ),
+            errors.ControllerFencedMasterEpochError,
+        ),
+        (
+            client.alter_sync_state_set(
+                "broker-a", b1.broker_id, role.master_epoch, {1, 2}, role.sync_state_set_epoch + 5
+            ),
+            errors.ControllerFencedSyncStateSetEpochError,
+        ),
+        (
+            client.alter_sync_state_set("broker-a", 2, role.master_epoch, {1, 2}, role.sync_state_set_epoch),
+            errors.ControllerInvalidMasterError,
+        ),
+    ]
+
+
+def _malformed_cases(client: ControllerClient) -> list[Case]:
+    """Malformed requests (and oversized metadata, which never reaches the Raft log)."""
+    return [
+        # malformed
+        (client.create_topic("", {"broker-a": 4}), errors.InvalidArgumentError),
+        (client.create_topic("t", {}), errors.InvalidArgumentError),
+        (client.create_topic("t", {"broker-a": -1}), errors.InvalidArgumentError),
+        (client.create_topic("t", {"broker-a": 4}, perm="x"), errors.InvalidArgumentError),
+        (client.create_topic("bad name!", {"broker-a": 4}), errors.InvalidArgumentError),
+        (client.heartbeat("broker-a", -1, epoch=0, max_offset=0), errors.InvalidArgumentError),
+        (client.elect_master("broker-a", -3), errors.InvalidArgumentError),
+        (
+            client.register_broker("", "127.0.0.1:1", "127.0.0.1:2", identity="x"),
+            errors.InvalidArgumentError,
+        ),
+        (
+            client.register_broker("broker-a", "not-an-address", "127.0.0.1:2", identity="x"),
+            errors.InvalidArgumentError,
+        ),
+        (
+            client.register_broker("broker-a", "127.0.0.1:1", "127.0.0.1:2", identity=""),
+            errors.InvalidArgumentError,
+        ),
+        (
+            client.register_broker("broker-a", "127.0.0.1:1", "127.0.0.1:2", identity="x", broker_id=-2),
+            errors.InvalidArgumentError,
+        ),
+        (client.alter_sync_state_set("broker-a", 1, 1, [], 1), errors.InvalidArgumentError),
+        (client.alter_sync_state_set("broker-a", 1, 1, [1, -2], 1), errors.InvalidArgumentError),
+        (client.clean_broker_data("broker-a", [-1]), errors.InvalidArgumentError),
+        (client.meta_create("", b"v"), errors.InvalidArgumentError),
+        (client.meta_cas("k", b"v", -1), errors.InvalidArgumentError),
+        # oversized metadata never reaches the Raft log
+        (client.meta_create("big", b"x" * ((1 << 20) + 1)), errors.MetadataTooLargeError),
+    ]
+
+
+def _state_cases(client: ControllerClient, b1: SimBroker) -> list[Case]:
+    """Well-formed requests that the current state refuses (missing things, a taken id, a live master)."""
+    return [
+        # answers about state
+        (client.get_route("no-such-topic"), errors.TopicNotFoundError),
+        (client.delete_topic("no-such-topic"), errors.TopicNotFoundError),
+        (client.meta_get("no/such/key"), errors.MetadataNotFoundError),
+        (client.create_topic("t", {"no-such-set": 4}), errors.ControllerBrokerMetadataNotExistError),
+        (
+            client.register_broker(
+                "broker-a", "127.0.0.1:1", "127.0.0.1:2", identity="impostor", broker_id=b1.broker_id
+            ),
+            errors.ControllerBrokerIdInvalidError,
+        ),
+        (client.elect_master("broker-a", b1.broker_id), errors.ControllerMasterStillExistError),
+    ]
+
+
+async def _each_case_raises_and_the_node_serves(client: ControllerClient, cases: list[Case]) -> None:
+    """Each case raises its typed error, and the node still serves a good request after each."""
+    for call, expected in cases:
+        with pytest.raises(expected):
+            await call
+        await _still_serving(client)
+
+
 def test_bad_requests_answer_typed_errors_and_the_node_keeps_serving(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with single_node(tmp_path) as (_node, client):
             b1, b2 = await _mastered_set(client)
             role = (await client.describe_broker_sets(["broker-a"])).broker_sets[0].role
-            cases = [
-                # unknown broker set
-                (client.describe_broker_sets(["no-such-set"]), errors.ControllerBrokerMetadataNotExistError),
-                (client.elect_master("no-such-set", 1), errors.ControllerBrokerMetadataNotExistError),
-                (
-                    client.heartbeat("no-such-set", 1, epoch=0, max_offset=0),
-                    errors.ControllerBrokerNeedToBeRegisteredError,
-                ),
-                (
-                    client.alter_sync_state_set("no-such-set", 1, 1, {1}, 1),
-                    errors.ControllerAlterSyncStateSetFailedError,
-                ),
-                # stale epochs
-                (
-                    client.alter_sync_state_set(
-                        "broker-a", b1.broker_id, role.master_epoch - 1, {1, 2}, role.sync_state_set_epoch
-                    ),
-                    errors.ControllerFencedMasterEpochError,
-                ),
-                (
-                    client.alter_sync_state_set(
-                        "broker-a", b1.broker_id, role.master_epoch, {1, 2}, role.sync_state_set_epoch + 5
-                    ),
-                    errors.ControllerFencedSyncStateSetEpochError,
-                ),
-                (
-                    client.alter_sync_state_set(
-                        "broker-a", 2, role.master_epoch, {1, 2}, role.sync_state_set_epoch
-                    ),
-                    errors.ControllerInvalidMasterError,
-                ),
-                # malformed
-                (client.create_topic("", {"broker-a": 4}), errors.InvalidArgumentError),
-                (client.create_topic("t", {}), errors.InvalidArgumentError),
-                (client.create_topic("t", {"broker-a": -1}), errors.InvalidArgumentError),
-                (client.create_topic("t", {"broker-a": 4}, perm="x"), errors.InvalidArgumentError),
-                (client.create_topic("bad name!", {"broker-a": 4}), errors.InvalidArgumentError),
-                (client.heartbeat("broker-a", -1, epoch=0, max_offset=0), errors.InvalidArgumentError),
-                (client.elect_master("broker-a", -3), errors.InvalidArgumentError),
-                (
-                    client.register_broker("", "127.0.0.1:1", "127.0.0.1:2", identity="x"),
-                    errors.InvalidArgumentError,
-                ),
-                (
-                    client.register_broker("broker-a", "not-an-address", "127.0.0.1:2", identity="x"),
-                    errors.InvalidArgumentError,
-                ),
-                (
-                    client.register_broker("broker-a", "127.0.0.1:1", "127.0.0.1:2", identity=""),
-                    errors.InvalidArgumentError,
-                ),
-                (
-                    client.register_broker(
-                        "broker-a", "127.0.0.1:1", "127.0.0.1:2", identity="x", broker_id=-2
-                    ),
-                    errors.InvalidArgumentError,
-                ),
-                (client.alter_sync_state_set("broker-a", 1, 1, [], 1), errors.InvalidArgumentError),
-                (client.alter_sync_state_set("broker-a", 1, 1, [1, -2], 1), errors.InvalidArgumentError),
-                (client.clean_broker_data("broker-a", [-1]), errors.InvalidArgumentError),
-                (client.meta_create("", b"v"), errors.InvalidArgumentError),
-                (client.meta_cas("k", b"v", -1), errors.InvalidArgumentError),
-                # oversized metadata never reaches the Raft log
-                (client.meta_create("big", b"x" * ((1 << 20) + 1)), errors.MetadataTooLargeError),
-                # answers about state
-                (client.get_route("no-such-topic"), errors.TopicNotFoundError),
-                (client.delete_topic("no-such-topic"), errors.TopicNotFoundError),
-                (client.meta_get("no/such/key"), errors.MetadataNotFoundError),
-                (client.create_topic("t", {"no-such-set": 4}), errors.ControllerBrokerMetadataNotExistError),
-                (
-                    client.register_broker(
-                        "broker-a", "127.0.0.1:1", "127.0.0.1:2", identity="impostor", broker_id=b1.broker_id
-                    ),
-                    errors.ControllerBrokerIdInvalidError,
-                ),
-                (client.elect_master("broker-a", b1.broker_id), errors.ControllerMasterStillExistError),
-            ]
-            for call, expected in cases:
-                with pytest.raises(expected):
-                    await call
-                await _still_serving(client)
+            cases = (
+                _unknown_set_and_stale_epoch_cases(client, b1, role)
+                + _malformed_cases(client)
+                + _state_cases(client, b1)
+            )
+            await _each_case_raises_and_the_node_serves(client, cases)
             assert not await client.meta_list("big")
             await b1.stop()
             await b2.stop()

@@ -133,86 +133,123 @@ class World:
         return ids[n % len(ids)] if ids else None
 
     def step(self, op: tuple) -> None:
+        """Apply one generated op (each kind is one method below), then snapshot at the 10th command."""
         kind = op[0]
-        if kind == "boot":  # bring up a whole broker set: the common start of a history
-            name = SETS[op[1] % 2]
-            for slot in range(3):
-                self.step(("register", op[1], slot))
-            for bid in self.ids(name).values():
-                self.hb.beat(name, bid, 0, 0, 0, self.now)
+        if kind == "boot":
+            self._boot(op)
         elif kind == "register":
-            name, slot = SETS[op[1] % 2], op[2] % SLOTS
-            known = self.ids(name).get(slot)
-            self.apply(
-                RegisterBroker(
-                    name,
-                    f"10.0.0.{slot}:1{op[1]}",
-                    f"10.0.0.{slot}:2",
-                    identity=f"{name}-{slot}",
-                    broker_id=known if op[2] >= SLOTS else None,
-                    now_ms=self.now,
-                )
-            )
+            self._register(op)
         elif kind == "beat":
-            name = SETS[op[1] % 2]
-            bid = self.pick(name, op[2])
-            if bid is not None:
-                epoch, offset = self.logs.get((name, bid), (0, 0))
-                epoch, offset = epoch + (op[3] == 2), offset + op[4] * 10
-                self.logs[(name, bid)] = (epoch, offset)
-                self.hb.beat(name, bid, epoch, offset, offset, self.now, priority=op[2])
+            self._beat(op)
         elif kind == "advance":
-            self.now += op[1]
-            self.hb.expire(self.now)
+            self._advance(op)
         elif kind == "kill":
-            name = SETS[op[1] % 2]
-            bid = self.pick(name, op[2])
-            if bid is not None:
-                self.hb.forget(name, bid)
+            self._kill(op)
         elif kind == "new_leader":
-            self.hb = HeartbeatTable(TIMEOUT)
-            self.hb.on_leadership(self.now)
+            self._new_leader()
         elif kind == "alter":
             self.alter(SETS[op[1] % 2], op[2], op[3], op[4])
         elif kind == "elect":
-            name, mode, slot, unclean = SETS[op[1] % 2], op[2], op[3], op[4]
-            bid = self.pick(name, slot) if slot < 6 else 99  # 99: never a member
-            self.apply(
-                ElectMaster(
-                    name,
-                    None if mode == "controller" else bid,
-                    designated=mode == "designated",
-                    alive=self.hb.alive(name, self.now),
-                    enable_unclean=unclean,
-                    now_ms=self.now,
-                )
-            )
+            self._elect(op)
         elif kind == "clean":
-            name, mask, living = SETS[op[1] % 2], op[2], op[3]
-            ids = (
-                frozenset(b for s, b in self.ids(name).items() if mask >> s & 1)
-                if mask != 15
-                else frozenset()
-            )
-            self.apply(
-                CleanBrokerData(
-                    name, ids, clean_living=living, alive=self.hb.alive_ids(name, self.now), now_ms=self.now
-                )
-            )
+            self._clean(op)
         elif kind == "report":
-            name = SETS[op[1] % 2]
-            bid = self.pick(name, op[2]) or 99
-            self.apply(ReportOffsets(name, bid, op[3], op[4]))
+            self._report(op)
         elif kind == "scan":
-            for name in self.hb.masters_needing_election(self.state, self.now):
-                r = self.apply(
-                    ElectMaster(
-                        name, None, alive=self.hb.alive(name, self.now), enable_unclean=op[1], now_ms=self.now
-                    )
-                )
-                assert r.code in ("OK", "CONTROLLER_MASTER_NOT_AVAILABLE"), r
+            self._scan(op)
         if len(self.log) == 10 and self.snapshot_at is None:
             self.snapshot_at = (len(self.log), json.loads(json.dumps(self.state.to_dict())))
+
+    def _boot(self, op: tuple) -> None:
+        """Bring up a whole broker set (three registrations, one beat each): the common start of a history."""
+        name = SETS[op[1] % 2]
+        for slot in range(3):
+            self.step(("register", op[1], slot))
+        for bid in self.ids(name).values():
+            self.hb.beat(name, bid, 0, 0, 0, self.now)
+
+    def _register(self, op: tuple) -> None:
+        """Register a slot; a slot number past SLOTS re-registers under the id it already has."""
+        name, slot = SETS[op[1] % 2], op[2] % SLOTS
+        known = self.ids(name).get(slot)
+        self.apply(
+            RegisterBroker(
+                name,
+                f"10.0.0.{slot}:1{op[1]}",
+                f"10.0.0.{slot}:2",
+                identity=f"{name}-{slot}",
+                broker_id=known if op[2] >= SLOTS else None,
+                now_ms=self.now,
+            )
+        )
+
+    def _beat(self, op: tuple) -> None:
+        """A registered broker heartbeats, its log growing (and sometimes its epoch)."""
+        name = SETS[op[1] % 2]
+        bid = self.pick(name, op[2])
+        if bid is not None:
+            epoch, offset = self.logs.get((name, bid), (0, 0))
+            epoch, offset = epoch + (op[3] == 2), offset + op[4] * 10
+            self.logs[(name, bid)] = (epoch, offset)
+            self.hb.beat(name, bid, epoch, offset, offset, self.now, priority=op[2])
+
+    def _advance(self, op: tuple) -> None:
+        """Time passes; heartbeats older than the timeout expire."""
+        self.now += op[1]
+        self.hb.expire(self.now)
+
+    def _kill(self, op: tuple) -> None:
+        """A broker dies: the leader forgets its heartbeat."""
+        name = SETS[op[1] % 2]
+        bid = self.pick(name, op[2])
+        if bid is not None:
+            self.hb.forget(name, bid)
+
+    def _new_leader(self) -> None:
+        """A controller leader change: a fresh HeartbeatTable that starts its grace period now."""
+        self.hb = HeartbeatTable(TIMEOUT)
+        self.hb.on_leadership(self.now)
+
+    def _elect(self, op: tuple) -> None:
+        """An election by a broker, by the controller or of a designated broker (slot >= 6: a non-member)."""
+        name, mode, slot, unclean = SETS[op[1] % 2], op[2], op[3], op[4]
+        bid = self.pick(name, slot) if slot < 6 else 99  # 99: never a member
+        self.apply(
+            ElectMaster(
+                name,
+                None if mode == "controller" else bid,
+                designated=mode == "designated",
+                alive=self.hb.alive(name, self.now),
+                enable_unclean=unclean,
+                now_ms=self.now,
+            )
+        )
+
+    def _clean(self, op: tuple) -> None:
+        """Clean the data of the slots in a mask (mask 15: an empty id set)."""
+        name, mask, living = SETS[op[1] % 2], op[2], op[3]
+        ids = frozenset(b for s, b in self.ids(name).items() if mask >> s & 1) if mask != 15 else frozenset()
+        self.apply(
+            CleanBrokerData(
+                name, ids, clean_living=living, alive=self.hb.alive_ids(name, self.now), now_ms=self.now
+            )
+        )
+
+    def _report(self, op: tuple) -> None:
+        """A broker (or the non-member 99) reports its offsets."""
+        name = SETS[op[1] % 2]
+        bid = self.pick(name, op[2]) or 99
+        self.apply(ReportOffsets(name, bid, op[3], op[4]))
+
+    def _scan(self, op: tuple) -> None:
+        """The liveness scan: elect where a master is needed; only OK or "no master" may come back."""
+        for name in self.hb.masters_needing_election(self.state, self.now):
+            r = self.apply(
+                ElectMaster(
+                    name, None, alive=self.hb.alive(name, self.now), enable_unclean=op[1], now_ms=self.now
+                )
+            )
+            assert r.code in ("OK", "CONTROLLER_MASTER_NOT_AVAILABLE"), r
 
     def alter(self, name: str, mask: int, honest: bool, skew: int) -> None:
         bs = self.state.broker_sets.get(name)

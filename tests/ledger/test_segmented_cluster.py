@@ -29,7 +29,15 @@ if str(REPO) not in sys.path:  # the script form needs the repository's tests pa
 from tidelog.client import Client  # noqa: E402
 from tidelog.client.aio import AsyncClient  # noqa: E402
 from tidelog.errors import LedgerRecoveryError, SegmentedLogOwnershipLostError, TidelogError  # noqa: E402
-from tidelog.ledger import AsyncSegmentedLog, Ledgers, LedgerState, Position, RollPolicy, SegmentedLog  # noqa: E402
+from tidelog.ledger import (  # noqa: E402
+    AsyncSegmentedLog,
+    Ledgers,
+    LedgerState,
+    Position,
+    RollPolicy,
+    SegmentedLog,
+    SegmentedLogRecord,
+)
 from tidelog.tasks import within  # noqa: E402
 
 PASSWORD = b"seglog-test"
@@ -102,12 +110,8 @@ def _read_acks(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.slow
-def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger(cluster, tmp_path):
-    """Two owner processes take the log from each other again and again. Afterwards (a last
-    acquire seals the log) the log read across ledgers holds every acknowledged append at the
-    position its owner was told; no ledger holds entries of both owners; each owner's entries are
-    in the order it sent them; and the takeovers really fenced a writer mid-round."""
+def _run_owners(cluster, tmp_path: Path) -> dict[str, Path]:
+    """Run the two owner processes to the end (each must exit 0); their ack files, by owner."""
     procs = {}
     for me in ("alpha", "beta"):
         acks = tmp_path / f"{me}.acks"
@@ -141,8 +145,11 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    return {me: acks for me, (_, acks) in procs.items()}
 
-    events = {me: _read_acks(acks) for me, (_, acks) in procs.items()}
+
+def _seal_and_read(cluster) -> tuple[SegmentedLogRecord, list, dict]:
+    """A last acquire seals the log; then its record, every entry, and each ledger's state."""
     with Client(cluster.controllers) as client:
         checker = SegmentedLog(client, "contended", password=PASSWORD, ensemble_size=2)
         checker.acquire()  # seals whatever the last owner left open
@@ -150,7 +157,14 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
         record = checker.record()
         log = list(checker.entries())
         states = {lid: Ledgers(client).get_metadata(lid).state for lid in record.ledgers}
+    return record, log, states
 
+
+def _check_log_holds_the_acks(
+    events: dict[str, list[dict]], log: list, states: dict
+) -> tuple[list[tuple[str, Position, str]], dict[int, set[str]]]:
+    """Every ack is in the log where its owner was told, once; one owner per ledger; each owner's
+    entries in order; every ledger closed; positions ascending. Returns the acks and the owners by ledger."""
     at = {e.position: e.data.decode() for e in log}
     acked = [
         (me, Position(e["ledger"], e["entry"]), e["data"])
@@ -171,6 +185,16 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
         assert seqs == sorted(seqs)
     assert all(s is LedgerState.CLOSED for s in states.values())
     assert [e.position for e in log] == sorted(e.position for e in log)
+    return acked, owners_of
+
+
+def _check_the_owners_contended(
+    events: dict[str, list[dict]],
+    record: SegmentedLogRecord,
+    acked: list[tuple[str, Position, str]],
+    owners_of: dict[int, set[str]],
+) -> None:
+    """The owners were fenced mid-round, never shared a generation, both appended, across ledgers."""
     # the test means something only if owners were fenced while writing and ledgers rolled
     lost = sum(1 for evs in events.values() for e in evs if e["event"] == "lost")
     assert lost >= 1, "no owner was ever fenced mid-round: the processes did not contend"
@@ -185,6 +209,19 @@ def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger
     for me in events:
         assert any(who == me for who, _, _ in acked), f"{me} never appended: nothing to interleave"
     assert len(owners_of) >= 3  # entries in several ledgers, of both owners
+
+
+@pytest.mark.slow
+def test_two_processes_contending_for_a_log_lose_no_ack_and_never_share_a_ledger(cluster, tmp_path):
+    """Two owner processes take the log from each other again and again. Afterwards (a last
+    acquire seals the log) the log read across ledgers holds every acknowledged append at the
+    position its owner was told; no ledger holds entries of both owners; each owner's entries are
+    in the order it sent them; and the takeovers really fenced a writer mid-round."""
+    ack_files = _run_owners(cluster, tmp_path)
+    events = {me: _read_acks(acks) for me, acks in ack_files.items()}
+    record, log, states = _seal_and_read(cluster)
+    acked, owners_of = _check_log_holds_the_acks(events, log, states)
+    _check_the_owners_contended(events, record, acked, owners_of)
 
 
 @pytest.mark.slow

@@ -82,6 +82,102 @@ def test_slave_killed_mid_read_is_retried_on_the_master_with_identical_bytes(
     assert all(rows[p]["body"] == truth[p].body for p in truth)
 
 
+def _start_producer(
+    client: Client, acked: dict, stop: threading.Event, errors: list[BaseException]
+) -> threading.Thread:
+    """A started thread producing batches of 20 messages until `stop`, every ack into `acked`."""
+
+    def keep_producing() -> None:
+        i = 0
+        try:
+            while not stop.is_set():
+                acked.update(
+                    produce(client, "failover", [OutMessage(f"m{i}-{j}".encode()) for j in range(20)])
+                )
+                i += 1
+                time.sleep(0.05)
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    producer = threading.Thread(target=keep_producing)
+    producer.start()
+    return producer
+
+
+def _start_query(spark: Any, cluster: LocalCluster, tmp_path: Path, batches: dict[int, list]) -> Any:
+    """A streaming query from the earliest offsets, a micro-batch every 0.5 s, each collected into `batches`."""
+
+    def collect(df: Any, batch_id: int) -> None:
+        batches[batch_id] = df.collect()
+
+    return (
+        spark.readStream.format("tidelog")
+        .option("controllers", cluster.controllers)
+        .option("topic", "failover")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def _seen(batches: dict[int, list]) -> int:
+    return sum(len(b) for b in list(batches.values()))
+
+
+def _wait_for_two_batches_with_data(batches: dict[int, list], q: Any, deadline: float) -> None:
+    """The query runs: two micro-batches with data before the kill."""
+    while len([b for b in batches.values() if b]) < 2:
+        assert time.monotonic() < deadline and q.isActive, f"no two batches with data: {q.exception()}"
+        time.sleep(0.1)
+
+
+def _kill_master_and_see_more_batches(
+    client: Client, cluster: LocalCluster, batches: dict[int, list], q: Any, deadline: float
+) -> None:
+    """SIGKILL the master; the query keeps going: more batches with data after the kill."""
+    master = client.runner.run(client.aio.route("failover", refresh=True)).broker_sets[0].master_address
+    batches_before_kill = max(batches)
+    kill9(pid_of(cluster, master))
+    # The query keeps going: more batches with data after the kill.
+    while len([b for b, rows in batches.items() if b > batches_before_kill + 1 and rows]) < 2:
+        assert time.monotonic() < deadline + 60 and q.isActive, f"stalled after the kill: {q.exception()}"
+        time.sleep(0.2)
+
+
+def _stop_producing_and_catch_up(
+    client: Client,
+    producer: threading.Thread,
+    stop: threading.Event,
+    errors: list[BaseException],
+    batches: dict[int, list],
+    q: Any,
+    deadline: float,
+) -> dict:
+    """Stop the producer (it must not have failed); the query catches up with the log. Returns the log."""
+    stop.set()
+    producer.join(90)
+    assert not errors, f"the producer failed: {errors}"
+    truth = log_contents(client, "failover")
+    while _seen(batches) < len(truth):
+        assert time.monotonic() < deadline + 120 and q.isActive, (
+            f"caught up to {_seen(batches)} of {len(truth)}"
+        )
+        time.sleep(0.2)
+    return truth
+
+
+def _assert_the_query_read_the_log(batches: dict[int, list], truth: dict, acked: dict) -> None:
+    """No gap, no duplicate, the same bytes as the log, and every acknowledged message in it."""
+    rows = rows_by_pos([r for b in sorted(batches) for r in batches[b]])  # fails on a duplicate
+    assert sorted(rows) == sorted(truth), "every queue read from 0 to its end, without a gap"
+    assert all(rows[p]["body"] == truth[p].body for p in truth)
+    assert set(acked) <= set(truth), "an acknowledged message was lost"
+    assert all(truth[p].body == m.body for p, m in acked.items())
+
+
 def test_master_killed_between_micro_batches_gives_no_gap_and_no_duplicate(
     spark: Any, cluster_factory: Callable[..., LocalCluster], tmp_path: Path
 ) -> None:
@@ -92,75 +188,18 @@ def test_master_killed_between_micro_batches_gives_no_gap_and_no_duplicate(
         acked: dict = {}
         stop = threading.Event()
         errors: list[BaseException] = []
-
-        def keep_producing() -> None:
-            i = 0
-            try:
-                while not stop.is_set():
-                    acked.update(
-                        produce(client, "failover", [OutMessage(f"m{i}-{j}".encode()) for j in range(20)])
-                    )
-                    i += 1
-                    time.sleep(0.05)
-            except BaseException as exc:  # reported by the test, not lost in the thread
-                errors.append(exc)
-
         batches: dict[int, list] = {}
-
-        def collect(df: Any, batch_id: int) -> None:
-            batches[batch_id] = df.collect()
-
-        def seen() -> int:
-            return sum(len(b) for b in list(batches.values()))
-
-        producer = threading.Thread(target=keep_producing)
-        producer.start()
-        q = (
-            spark.readStream.format("tidelog")
-            .option("controllers", cluster.controllers)
-            .option("topic", "failover")
-            .option("startingOffsets", "earliest")
-            .load()
-            .writeStream.foreachBatch(collect)
-            .option("checkpointLocation", str(tmp_path / "ckpt"))
-            .trigger(processingTime="500 milliseconds")
-            .start()
-        )
+        producer = _start_producer(client, acked, stop, errors)
+        q = _start_query(spark, cluster, tmp_path, batches)
         try:
             deadline = time.monotonic() + 90
-            while len([b for b in batches.values() if b]) < 2:
-                assert time.monotonic() < deadline and q.isActive, (
-                    f"no two batches with data: {q.exception()}"
-                )
-                time.sleep(0.1)
-            master = (
-                client.runner.run(client.aio.route("failover", refresh=True)).broker_sets[0].master_address
-            )
-            batches_before_kill = max(batches)
-            kill9(pid_of(cluster, master))
-            # The query keeps going: more batches with data after the kill.
-            while len([b for b, rows in batches.items() if b > batches_before_kill + 1 and rows]) < 2:
-                assert time.monotonic() < deadline + 60 and q.isActive, (
-                    f"stalled after the kill: {q.exception()}"
-                )
-                time.sleep(0.2)
-            stop.set()
-            producer.join(90)
-            assert not errors, f"the producer failed: {errors}"
-            truth = log_contents(client, "failover")
-            while seen() < len(truth):
-                assert time.monotonic() < deadline + 120 and q.isActive, (
-                    f"caught up to {seen()} of {len(truth)}"
-                )
-                time.sleep(0.2)
+            _wait_for_two_batches_with_data(batches, q, deadline)
+            _kill_master_and_see_more_batches(client, cluster, batches, q, deadline)
+            truth = _stop_producing_and_catch_up(client, producer, stop, errors, batches, q, deadline)
         finally:
             stop.set()
             q.stop()
             producer.join(90)
-        rows = rows_by_pos([r for b in sorted(batches) for r in batches[b]])  # fails on a duplicate
-        assert sorted(rows) == sorted(truth), "every queue read from 0 to its end, without a gap"
-        assert all(rows[p]["body"] == truth[p].body for p in truth)
-        assert set(acked) <= set(truth), "an acknowledged message was lost"
-        assert all(truth[p].body == m.body for p, m in acked.items())
+        _assert_the_query_read_the_log(batches, truth, acked)
     finally:
         client.close()
