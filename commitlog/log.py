@@ -52,6 +52,7 @@ from tidelog.commitlog.append import Placement, append_batch
 from tidelog.commitlog.consumequeue import check_topic_queue
 from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.epochs import EpochFile
+from tidelog.commitlog.fileio import store_error
 from tidelog.commitlog.flusher import Flusher
 from tidelog.commitlog.queues import QueueOffsets
 from tidelog.errors import (
@@ -141,6 +142,11 @@ class CommitLog:
         )
         try:
             recovery.recover(self._core, full_scan)
+        except OSError as exc:
+            # Recovery writes too (the consume-queue units it rebuilds, the checkpoint): a full
+            # disk refuses the open with the same typed error an append gets, nothing is lost.
+            self._core.close_files()
+            raise store_error(f"cannot open the commit log in {directory}: {exc}", exc) from exc
         except BaseException:
             self._core.close_files()
             raise

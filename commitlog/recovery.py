@@ -38,6 +38,11 @@ def recover(core: LogCore, full_scan: bool) -> None:
     rebuild_cqs = cp is None or not os.path.isdir(core.queues.directory)
     if rebuild_cqs:
         core.queues.remove_files()
+        if cp is not None:
+            # Until the rebuild below is on disk, the checkpoint must not vouch for any unit: a
+            # rebuild cut short (a crash, a full disk) would otherwise leave a partial directory
+            # that the next open trusts, and records it never indexed could not be read.
+            checkpoint.write(cp.flushed_offset, cp.confirm_offset, 0, clean=False)
     if not len(segments):
         if cp is not None and cp.flushed_offset > 0:
             raise CorruptRecordError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -103,4 +104,25 @@ def test_a_short_write_is_completed_and_a_stalled_one_fails_the_log(
     log.close()
     reopened = _open(tmp_path / "store")
     assert _read_all(reopened)[0] == [b"y" * 5000]
+    reopened.close()
+
+
+def test_an_open_that_cannot_write_what_recovery_rebuilds_refuses_with_disk_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _open(tmp_path / "store")
+    placed = log.append([Message("t", 0, b"x" * 100)])
+    asyncio.run(log.flushed(placed[-1].phys_offset + placed[-1].size, timeout=5))
+    log.close()
+    shutil.rmtree(tmp_path / "store" / "consumequeue")  # recovery rebuilds the queues, and writes them
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("tidelog.commitlog.consumequeue.write_all", full)
+    with pytest.raises(DiskFullError, match="cannot open the commit log"):
+        _open(tmp_path / "store")
+    monkeypatch.undo()
+    reopened = _open(tmp_path / "store")  # with room, it opens and holds the record
+    assert _read_all(reopened)[0] == [b"x" * 100]
     reopened.close()
