@@ -57,6 +57,8 @@ class BrokerConfig:
     # reads: a Pull (or ledger Read) asking for more gets at most this much in one reply
     max_pull_bytes: int = 16 << 20
     max_pull_messages: int = 10_000
+    # process: "text" log lines, or one JSON object per line with the broker's identity (tidelog/logs.py)
+    log_format: str = "text"
 
     @property
     def advertised(self) -> str:
@@ -72,7 +74,11 @@ class BrokerConfig:
         return dataclasses.replace(self, **kw)
 
 
-_CHOICES = {"flush": ("sync", "async"), "replication": ("sync", "async")}
+_CHOICES = {
+    "flush": ("sync", "async"),
+    "replication": ("sync", "async"),
+    "log_format": ("text", "json"),
+}
 _POSITIVE = {
     "segment_bytes",
     "flush_interval_ms",

@@ -202,6 +202,7 @@ class Replica:
             epoch,
             self.log.max_offset,
             sorted(role.sync_state_set),
+            extra={"max_offset": self.log.max_offset, "confirm_offset": self.log.confirm_offset},
         )
 
     def _become_slave(self, role: Role) -> None:
@@ -226,6 +227,7 @@ class Replica:
             role.master_id,
             role.master_ha_address,
             role.master_epoch,
+            extra={"master_id": role.master_id, "max_offset": self.log.max_offset},
         )
 
     async def _stop_master(self) -> None:

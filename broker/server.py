@@ -21,6 +21,7 @@ import time
 
 import grpc
 
+from tidelog import logs
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledger_service import LedgerService
@@ -54,6 +55,7 @@ LEASE_FRACTION = 0.75  # of the controller's heartbeat timeout: a master's right
 class BrokerServer:
     def __init__(self, cfg: BrokerConfig) -> None:
         self.cfg = cfg
+        logs.identify(lambda: {"broker_set": cfg.broker_set})  # until the replica exists
         self.ident = identity.load_or_create(cfg.data_dir, cfg.broker_set)
         self.log = CommitLog.open(
             cfg.data_dir,
@@ -79,6 +81,17 @@ class BrokerServer:
         self._handing_over = 0.0
         self._background: set[asyncio.Task[None]] = set()
         self.replica.hand_over = self._hand_over
+        logs.identify(self.log_identity)
+
+    def log_identity(self) -> dict[str, object]:
+        """Who writes a log line, read when it is written: a promotion shows in the next line."""
+        r = self.replica
+        return {
+            "broker_set": self.cfg.broker_set,
+            "broker_id": r.broker_id if r.broker_id >= 0 else None,
+            "role": r.role,
+            "epoch": r.master_epoch,
+        }
 
     def _hand_over(self) -> None:
         """This master read damaged bytes below its confirm offset: have the controller elect an

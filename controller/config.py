@@ -35,6 +35,7 @@ _TOP_KEYS = {
     "max_meta_value_bytes",
     "placement",
     "placement_audit_interval_ms",
+    "log_format",
 }
 _RAFT_KEYS = {
     "election_min_timeout_ms",
@@ -81,6 +82,8 @@ class ControllerConfig:
     # members' labels
     placement: dict[str, tuple[str, ...]] = field(default_factory=dict)
     placement_audit_interval_ms: int = 1000
+    # "text" log lines, or one JSON object per line with the node's identity (tidelog/logs.py)
+    log_format: str = "text"
 
     @property
     def self_node(self) -> NodeAddress:
@@ -205,6 +208,12 @@ def _secret(key: str, secret: Any) -> str | None:
     return secret or os.environ.get(SECRET_ENV) or secret_from_env()
 
 
+def _log_format(key: str, value: Any) -> str:
+    if value not in ("text", "json"):
+        raise ConfigError(f"{key} must be text or json (got {value!r})", key=key)
+    return str(value)
+
+
 def _flag(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{key} must be true or false", key=key)
@@ -221,6 +230,7 @@ _SETTINGS: tuple[tuple[str, Callable[[str, Any], Any], Any], ...] = (
     ("max_meta_value_bytes", _positive_int, 1 << 20),
     ("placement", lambda _key, value: _placement(value), None),
     ("placement_audit_interval_ms", _positive_int, 1000),
+    ("log_format", _log_format, "text"),
 )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from tidelog import logs
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
 from tidelog.controller import service
@@ -80,7 +81,9 @@ class ControllerNode:
         self.cfg = cfg
         self.secret: str = cfg.secret or ""
         self._replays = ReplayCache()
+        logs.identify(lambda: {"node_id": cfg.node_id})  # until the Raft node exists
         self.raft = RaftNode(cfg)
+        logs.identify(lambda: {"node_id": cfg.node_id, "term": self.raft.term()})
         self.heartbeats = HeartbeatTable(cfg.heartbeat_timeout_ms)
         self._led_term: int | None = None
         self._ready_term: int | None = None
@@ -324,6 +327,7 @@ class ControllerNode:
                 new[0],
                 new[1],
                 new[2],
+                extra={"broker_set": name, "broker_id": new[0], "epoch": new[1]},
             )
         else:
             log.warning(
@@ -335,6 +339,7 @@ class ControllerNode:
                 result.code,
                 result.message,
                 new[1],
+                extra={"broker_set": name, "epoch": new[1]},
             )
 
     async def _leader_loop(self, stop: asyncio.Event) -> None:

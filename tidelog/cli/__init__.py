@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
+from tidelog import logs
 from tidelog.errors import TidelogError
+
+#: The format of the command line's own log lines (warnings of the client library): text or json.
+LOG_FORMAT_ENV = "TIDE_LOG_FORMAT"
 
 
 @click.group()
@@ -16,7 +21,7 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from tidelog.cli import admin, broker, cluster, controller, data, demo, fault, ledger, placement
+    from tidelog.cli import admin, broker, cluster, controller, data, demo, fault, ledger, placement, top
 
     cli.add_command(demo.demo)
     cli.add_command(controller.controller)
@@ -31,12 +36,15 @@ def _register_commands() -> None:
     cli.add_command(data.group)
     cli.add_command(ledger.ledger)
     cli.add_command(placement.placement)
+    cli.add_command(top.top)
 
 
 def main() -> None:
     """Console entry point: typed errors become one clear line and a non-zero exit."""
     _register_commands()
     try:
+        if os.environ.get(LOG_FORMAT_ENV):
+            logs.configure(os.environ[LOG_FORMAT_ENV], "WARNING")
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

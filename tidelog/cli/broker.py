@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from tidelog import logs
 from tidelog.broker import config as bcfg
 from tidelog.cli.common import controller_call, controllers_option, require_controllers, secret_options
 
@@ -26,6 +26,12 @@ from tidelog.cli.common import controller_call, controllers_option, require_cont
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@click.option(
+    "--log-format",
+    default=None,
+    type=click.Choice(["text", "json"]),
+    help="text lines, or one JSON object per line (default: the config's log_format, else text)",
+)
 @click.pass_context
 def broker(
     ctx: click.Context,
@@ -35,6 +41,7 @@ def broker(
     ha_listen: str | None,
     controllers: str | None,
     log_level: str,
+    log_format: str | None,
 ) -> None:
     """Run a broker replica: commit log, replication and the produce/consume service.
 
@@ -59,10 +66,7 @@ def broker(
         doc.update(overrides)
         doc["data_dir"] = str(doc["data_dir"])
         cfg = bcfg.from_mapping(doc, source=config_path)
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [" + cfg.broker_set + "] %(message)s",
-    )
+    logs.configure(log_format or cfg.log_format, log_level, tag=cfg.broker_set)
     from tidelog.broker.server import run  # late: `tide --help` need not load gRPC
 
     run(cfg)

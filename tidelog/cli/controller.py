@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
+from tidelog import logs
 from tidelog.controller import config as ccfg
 
 
@@ -19,12 +18,18 @@ from tidelog.controller import config as ccfg
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
-def controller(config_path: str, node_id: str | None, data_dir: str | None, log_level: str) -> None:
+@click.option(
+    "--log-format",
+    default=None,
+    type=click.Choice(["text", "json"]),
+    help="text lines, or one JSON object per line (default: the config's log_format, else text)",
+)
+def controller(
+    config_path: str, node_id: str | None, data_dir: str | None, log_level: str, log_format: str | None
+) -> None:
     """Run a controller node (Raft-replicated authority over masters, epochs and SyncStateSets)."""
     cfg = ccfg.load(config_path, node_id=node_id, data_dir=data_dir)
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s [" + cfg.node_id + "] %(message)s"
-    )
+    logs.configure(log_format or cfg.log_format, log_level, tag=cfg.node_id)
     # Imported late so that `tide --help` does not pay for gRPC and PySyncObj.
     from tidelog.controller.node import run, with_secret
 
