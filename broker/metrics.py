@@ -133,20 +133,28 @@ class BrokerCollector(Collector):
         epoch.add_metric(ident, r.master_epoch)
         yield epoch
         for name, value, doc in (
-            ("min_offset", log.min_offset, "First physical offset still held (moves with retention)"),
-            ("max_offset", log.max_offset, "End of the commit log (physical offset, bytes)"),
             (
-                "confirm_offset",
+                "tidelog_commitlog_min_offset",
+                log.min_offset,
+                "First physical offset still held (moves with retention)",
+            ),
+            (
+                "tidelog_commitlog_max_offset",
+                log.max_offset,
+                "End of the commit log (physical offset, bytes)",
+            ),
+            (
+                "tidelog_commitlog_confirm_offset",
                 log.confirm_offset,
                 "Physical offset below which every in-sync member holds the data",
             ),
             (
-                "flushed_offset",
+                "tidelog_commitlog_flushed_offset",
                 log.flushed_offset,
                 "Physical offset below which fdatasync covered every byte",
             ),
         ):
-            g = _gauge(f"tidelog_commitlog_{name}", doc)
+            g = _gauge(name, doc)
             g.add_metric(ident, value)
             yield g
         master = r.ha_master

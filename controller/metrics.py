@@ -27,7 +27,7 @@ IDENTITY = ("node_id",)
 
 def raft_metrics(node_id: str, status: RaftStatus) -> list[Metric]:
     """The Raft gauges of one node from its status."""
-    out = []
+    out: list[Metric] = []
     for name, value, doc in (
         ("tidelog_raft_term", status.term, "The node's current Raft term"),
         ("tidelog_raft_is_leader", 1 if status.is_leader else 0, "1 while this node is the Raft leader"),

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import socket
+from pathlib import Path
 
 import grpc
 import pytest
@@ -172,3 +175,36 @@ async def _test_rpc_timer_reports_every_call_with_its_reply_or_error_code() -> N
     assert count("tidelog_rpc_duration_seconds_count", {"node_id": "c1", "method": "Status"}) == 1
     assert count("tidelog_rpc_errors_total", {"node_id": "c1", "method": "Status", "code": "NOT_MASTER"}) == 1
     assert count("tidelog_rpc_errors_total", {"node_id": "c1", "method": "Produce", "code": "OK"}) is None
+
+
+REPO = Path(__file__).resolve().parents[1]
+_NAME = re.compile(r"\btidelog_[a-z_]+")
+_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
+
+
+def _base(name: str) -> str:
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _documented() -> set[str]:
+    return {_base(n) for n in _NAME.findall((REPO / "deploy" / "METRICS.md").read_text())}
+
+
+def test_every_exported_name_is_documented_in_metrics_md() -> None:
+    exported = set()
+    for path in ("tidelog/metrics.py", "broker/metrics.py", "controller/metrics.py"):
+        exported |= {_base(n) for n in re.findall(r'"(tidelog_[a-z_]+)', (REPO / path).read_text())}
+    assert len(exported) > 30
+    assert exported <= _documented(), sorted(exported - _documented())
+
+
+def test_the_grafana_dashboard_uses_documented_names_only() -> None:
+    dashboard = json.loads((REPO / "deploy" / "grafana-tidelog.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {_base(n) for e in exprs for n in _NAME.findall(e)}
+    for needed in ("tidelog_produced_messages", "tidelog_ack_wait_seconds", "tidelog_ha_lag_bytes"):
+        assert needed in used
+    assert used <= _documented(), sorted(used - _documented())

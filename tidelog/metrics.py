@@ -131,7 +131,7 @@ class MetricsServer:
         self.address = address
         self.registry = registry
         self.ready = ready
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._open = 0
 
     async def start(self) -> None:
