@@ -283,6 +283,7 @@ class BrokerMetrics:
         )
         self.registry.register(BrokerCollector(replica, Path(replica.cfg.data_dir)))
         self._server: MetricsServer | None = None
+        self._children: dict[tuple[int, str, str, str], tuple[Any, Any]] = {}
         replica.observe_ack_wait = self.on_ack_wait
         replica.log.flush_listeners.append(self.on_flush)
 
@@ -298,11 +299,23 @@ class BrokerMetrics:
         if reply is None:
             return
         if method == "Produce":
-            self.produced.labels(*ident, request.topic).inc(len(reply.results))
-            self.produced_bytes.labels(*ident, request.topic).inc(request.ByteSize())
+            messages, size = self._per_topic(self.produced, self.produced_bytes, ident, request.topic)
+            messages.inc(len(reply.results))
+            size.inc(request.ByteSize())
         elif method == "Pull" and reply.messages:
-            self.pulled.labels(*ident, request.topic).inc(len(reply.messages))
-            self.pulled_bytes.labels(*ident, request.topic).inc(reply.ByteSize())
+            messages, size = self._per_topic(self.pulled, self.pulled_bytes, ident, request.topic)
+            messages.inc(len(reply.messages))
+            size.inc(reply.ByteSize())
+
+    def _per_topic(
+        self, messages: Counter, size: Counter, ident: tuple[str, str], topic: str
+    ) -> tuple[Any, Any]:
+        """The (messages, bytes) counters of one topic, looked up once (a request then costs two adds)."""
+        key = (id(messages), *ident, topic)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (messages.labels(*ident, topic), size.labels(*ident, topic))
+        return children
 
     def on_ack_wait(self, seconds: float) -> None:
         self.ack_wait.labels(*self.identity()).observe(seconds)
