@@ -10,8 +10,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from prometheus_client import Counter
 
+from tidelog.broker import config as broker_config
+from tidelog.controller import config as controller_config
 from tidelog.errors import ConfigError, NotMasterError
 from tidelog.metrics import MetricsServer, RpcMetrics, RpcTimer, new_registry, respond, split_address
 from tidelog.proto import broker_pb2 as pb
@@ -208,3 +211,21 @@ def test_the_grafana_dashboard_uses_documented_names_only() -> None:
     for needed in ("tidelog_produced_messages", "tidelog_ack_wait_seconds", "tidelog_ha_lag_bytes"):
         assert needed in used
     assert used <= _documented(), sorted(used - _documented())
+
+
+def test_the_kubernetes_example_probes_the_configured_metrics_ports() -> None:
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "kubernetes.yaml").read_text()))
+    files = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    ctrl = controller_config.parse(yaml.safe_load(files["controller.yaml"]), node_id="tidelog-controller-0")
+    broker_doc = yaml.safe_load(files["broker-a.yaml.template"].replace("POD", "tidelog-broker-a-0"))
+    broker = broker_config.from_mapping({**broker_doc, "secret": "a-real-secret-for-the-tests-0123456789"})
+    ports = {"tidelog-controller": split_address(ctrl.self_node.metrics_address)[1]}
+    ports["tidelog-broker-a"] = split_address(broker.metrics_address)[1]
+    for sts in (d for d in docs if d["kind"] == "StatefulSet"):
+        pod = sts["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        named = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert named["metrics"] == ports[sts["metadata"]["name"]]
+        assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(named["metrics"])
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
