@@ -59,6 +59,8 @@ class BrokerConfig:
     max_pull_messages: int = 10_000
     # process: "text" log lines, or one JSON object per line with the broker's identity (tidelog/logs.py)
     log_format: str = "text"
+    # Prometheus /metrics, /healthz and /readyz over HTTP (deploy/METRICS.md); empty: off
+    metrics_address: str = ""
 
     @property
     def advertised(self) -> str:
@@ -154,7 +156,7 @@ def _check_value(name: str, value: Any, source: str) -> Any:
         raise ConfigError(f"{source}: {name} must be one of {', '.join(_CHOICES[name])}", key=name)
     if name == "secret" and not value:
         raise ConfigError(f"{source}: secret must be a non-empty string", key=name)
-    if name in ("listen", "ha_listen") or (name.endswith("advertise_address") and value):
+    if name in ("listen", "ha_listen") or (name.endswith("_address") and value):
         _host_port(name, value)
     return value
 
@@ -182,6 +184,11 @@ def _check_limits(cfg: BrokerConfig, source: str) -> None:
             f"{source}: max_pull_bytes is at most {MAX_PULL_BYTES_LIMIT} (a reply must fit "
             f"in a gRPC message)",
             key="max_pull_bytes",
+        )
+    if cfg.metrics_address and cfg.metrics_address in (cfg.listen, cfg.ha_listen):
+        raise ConfigError(
+            f"{source}: metrics_address {cfg.metrics_address} is also the listen or ha_listen address",
+            key="metrics_address",
         )
     if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
         raise ConfigError(

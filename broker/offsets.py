@@ -63,3 +63,8 @@ class GroupOffsets:
         if found is None or found[1] < since:
             return None
         return found[0]
+
+    def committed(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        """Every confirmed commit: (group, topic, queue) -> (offset, physical offset of the commit)."""
+        self._refresh()
+        return dict(self._offsets)

@@ -104,6 +104,7 @@ class Replica:
         self.lease_until = 0.0  # monotonic time until which this broker may acknowledge writes
         self._ha_connections = 0
         self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
+        self.observe_ack_wait: Callable[[float], None] | None = None  # seconds a write waited for acks
         if not cfg.secret:
             raise ConfigError(
                 "a broker needs the cluster secret (key 'secret' or $TIDE_CLUSTER_SECRET): "
@@ -390,7 +391,10 @@ class Replica:
                 raise FlushDiskTimeoutError(
                     f"fsync did not cover offset {end} within {self.cfg.flush_timeout_ms} ms"
                 ) from None
+        started = time.monotonic()
         await master.wait_acks(end, needed)
+        if self.observe_ack_wait is not None:
+            self.observe_ack_wait(time.monotonic() - started)
         # The acks may have arrived after this broker lost the right to speak for the set.
         self._check_lease(after_write=True)
 

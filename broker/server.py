@@ -25,6 +25,7 @@ from tidelog import logs
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledger_service import LedgerService
+from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.service import BrokerService
 from tidelog.client.controllers import ControllerClient
@@ -74,6 +75,7 @@ class BrokerServer:
             propose=self._alter,
         )
         self.replica.ledgers.metadata_source = self._ledger_metadata
+        self.metrics = BrokerMetrics(self.replica, cfg.data_dir) if cfg.metrics_address else None
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
         self._stopping = asyncio.Event()
@@ -160,7 +162,9 @@ class BrokerServer:
         # Past this many calls in progress, new ones are refused at once with RESOURCE_EXHAUSTED
         # (retryable for clients) instead of queueing until they are cancelled.
         self._grpc = grpc.aio.server(
-            maximum_concurrent_rpcs=self.cfg.max_concurrent_requests, options=SERVER_OPTIONS
+            maximum_concurrent_rpcs=self.cfg.max_concurrent_requests,
+            options=SERVER_OPTIONS,
+            interceptors=[self.metrics.interceptor()] if self.metrics else None,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
@@ -172,6 +176,8 @@ class BrokerServer:
         if not bound:
             raise ConfigError(f"cannot listen on {self.cfg.listen} (port in use?)", key="listen")
         await self._grpc.start()
+        if self.metrics is not None:
+            await self.metrics.start(self.cfg.metrics_address)
         log.info(
             "broker %s listening: grpc %s, ha %s; store %s [%d, %d)",
             self.cfg.broker_set,
@@ -212,6 +218,8 @@ class BrokerServer:
                 )
                 identity.save(self.cfg.data_dir, self.ident)
             self.replica.broker_id = reply.broker_id
+            if self.metrics is not None:
+                self.metrics.registered = True
             log.info("registered as broker %d of %s", reply.broker_id, self.cfg.broker_set)
             await self.replica.apply_role(Role.from_pb(reply.role))
             return
@@ -321,6 +329,8 @@ class BrokerServer:
             await self._grpc.stop(grace=1.0)
         if self._ha is not None:
             self._ha.close()
+        if self.metrics is not None:
+            await self.metrics.close()
         await self.replica.close()
         await self.controller.close()
         self.log.close()

@@ -58,6 +58,8 @@ class LogCore:
         self.failure: TidelogError | None = None
         # called (from any thread) with the typed error when a write or sync fails
         self.failure_listeners: list[Callable[[TidelogError], None]] = []
+        # called from the flusher thread with (seconds one fdatasync took, bytes it made durable)
+        self.flush_listeners: list[Callable[[float, int], None]] = []
         self._last_cp_state: tuple[int, int, int] = (-1, -1, -1)
 
     @property

@@ -111,8 +111,11 @@ class Flusher:
                 # only moves once every queue's units are written and synced
                 cqs: list[ConsumeQueue] = core.queues.write_dirty() if sync_cqs or clean else []
             if target > offsets.flushed:
+                size, started = target - offsets.flushed, time.monotonic()
                 core.segments.sync(segs)
                 offsets.mark_flushed(target)
+                for listener in core.flush_listeners:  # one call per fdatasync: the group commit's size
+                    listener(time.monotonic() - started, size)
             if cqs or clean:
                 for cq in cqs:
                     cq.sync()

@@ -215,6 +215,12 @@ class CommitLog:
         """Called (from any thread) with the typed error when a write or sync fails."""
         return self._core.failure_listeners
 
+    @property
+    def flush_listeners(self) -> list[Callable[[float, int], None]]:
+        """Called from the flusher thread after each fdatasync with (seconds it took, bytes it made
+        durable); they must be quick and must not raise."""
+        return self._core.flush_listeners
+
     # ------------------------------------------------------------------ append and flush
 
     def append(self, messages: Sequence[rec.Message], *, now_ms: int | None = None) -> list[Placement]:

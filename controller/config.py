@@ -52,6 +52,8 @@ class NodeAddress:
     id: str
     raft: str  # host:port of the PySyncObj port (peers only)
     grpc: str  # host:port of the gRPC service (brokers, clients, operators)
+    # host:port of the Prometheus /metrics, /healthz, /readyz endpoint (deploy/METRICS.md); "": off
+    metrics_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,16 +164,18 @@ def _node(i: int, item: Any) -> NodeAddress:
     prefix = f"nodes[{i}]"
     if not isinstance(item, dict):
         raise ConfigError(f"{prefix} must be a mapping with id, raft, grpc", key=prefix)
-    extra = set(item) - {"id", "raft", "grpc"}
+    extra = set(item) - {"id", "raft", "grpc", "metrics_address"}
     if extra:
         raise ConfigError(f"{prefix} has unknown key(s) {sorted(extra)}", key=f"{prefix}.{sorted(extra)[0]}")
     nid = item.get("id")
     if nid is None or not str(nid).strip():
         raise ConfigError(f"{prefix}.id is required", key=f"{prefix}.id")
+    metrics = item.get("metrics_address") or ""
     return NodeAddress(
         str(nid),
         _host_port(f"{prefix}.raft", item.get("raft")),
         _host_port(f"{prefix}.grpc", item.get("grpc")),
+        _host_port(f"{prefix}.metrics_address", metrics) if metrics else "",
     )
 
 
@@ -181,10 +185,16 @@ def _nodes(raw_nodes: Any) -> tuple[NodeAddress, ...]:
     if len(raw_nodes) not in (1, 3, 5):
         raise ConfigError(f"nodes must list 1, 3 or 5 controllers (got {len(raw_nodes)})", key="nodes")
     nodes = tuple(_node(i, item) for i, item in enumerate(raw_nodes))
-    for attr in ("id", "raft", "grpc"):
-        values = [getattr(n, attr) for n in nodes]
+    for attr in ("id", "raft", "grpc", "metrics_address"):
+        values = [getattr(n, attr) for n in nodes if getattr(n, attr)]
         if len(set(values)) != len(values):
             raise ConfigError(f"nodes[].{attr} must be unique", key=f"nodes.{attr}")
+    for i, n in enumerate(nodes):
+        if n.metrics_address in (n.raft, n.grpc):
+            raise ConfigError(
+                f"nodes[{i}].metrics_address {n.metrics_address} is also its raft or grpc address",
+                key=f"nodes[{i}].metrics_address",
+            )
     return nodes
 
 

@@ -36,6 +36,7 @@ from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.liveness import HeartbeatTable, heartbeat_problem
+from tidelog.controller.metrics import ControllerMetrics
 from tidelog.controller.placement import (
     LedgerPlacement,
     PlacementMonitor,
@@ -362,7 +363,10 @@ class ControllerNode:
     # --- process --------------------------------------------------------------------------
 
     async def serve(self, stop: asyncio.Event) -> None:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        metrics = ControllerMetrics(self) if self.cfg.self_node.metrics_address else None
+        server = grpc.aio.server(
+            options=SERVER_OPTIONS, interceptors=[metrics.interceptor()] if metrics else None
+        )
         service.add_to_server(server, self)
         address = self.cfg.self_node.grpc
         try:
@@ -374,6 +378,13 @@ class ControllerNode:
                 hint="another process holds the port; stop it or change nodes[].grpc",
             ) from None
         await server.start()
+        if metrics is not None:
+            try:
+                await metrics.start(self.cfg.self_node.metrics_address)
+            except ConfigError:
+                await server.stop(0)
+                self.raft.close()
+                raise
         log.info(
             "controller %s serving gRPC on %s (raft %s, %d node(s))",
             self.cfg.node_id,
@@ -388,6 +399,8 @@ class ControllerNode:
             log.info("controller %s stopping", self.cfg.node_id)
             await cancel_and_wait(loop_task)
             await server.stop(1.0)
+            if metrics is not None:
+                await metrics.close()
             for t in list(self._tasks):
                 t.cancel()
             self.raft.close()

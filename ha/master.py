@@ -142,6 +142,9 @@ class HaMaster:
         except InvariantViolation as exc:
             raise InvariantViolation(f"{self._ctx} {exc}") from None
         self.connections: dict[int, SlaveConnection] = {}
+        # slave -> its last ack when its connection ended: how far behind a slave that is gone is
+        # (the replication-lag metrics); a reconnected slave's own ack supersedes it
+        self.departed_acks: dict[int, int] = {}
         self._propose = propose
         self._on_confirm = on_confirm
         self._on_ledger_fenced = on_ledger_fenced
@@ -362,6 +365,8 @@ class HaMaster:
             await cancel_and_wait(sender)
             if self.connections.get(slave_id) is conn:
                 del self.connections[slave_id]
+                if slave_id in self.core.slaves:
+                    self.departed_acks[slave_id] = self.core.slaves[slave_id].ack_offset
                 log.info(
                     "%s slave %d disconnected (acked %d)",
                     self._ctx,

@@ -60,7 +60,7 @@ def up(
     if delay_ms is not None and not netns:
         raise click.UsageError("--wan-delay needs --netns")
     state = localcluster.up(topo, data_dir, wait_s=wait, netns=netns, wan_delay_ms=delay_ms)
-    cols = ("name", "kind", "pid", "address", "datacenter", "netns", "log")
+    cols = ("name", "kind", "pid", "address", "metrics", "datacenter", "netns", "log")
     if as_json:
         emit(
             {

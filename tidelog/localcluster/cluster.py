@@ -45,6 +45,7 @@ from tidelog.localcluster.procs import Proc, free_address, is_ours, reap, runnin
 from tidelog.localcluster.topology import Topology
 
 STATE_FILE = "cluster.json"
+LAB_METRICS_PORT = 7300  # every process's /metrics in the lab, at its own address
 
 
 class _Ports:
@@ -191,6 +192,9 @@ def _layout(topology: Topology, data_dir: Path, netns: bool, wan_delay_ms: float
         nodes = [{"id": n, "raft": ports.take(), "grpc": ports.take()} for n in names]
         for b in brokers:
             b.update(listen=ports.take(), ha_listen=ports.take())
+        # taken last, so that the other ports of a fixed-port topology keep their numbers
+        for proc in [*nodes, *brokers]:
+            proc["metrics_address"] = ports.take()
         return _Layout(nodes, brokers, None, settings)
     wan_delay = float(wan_delay_ms if wan_delay_ms is not None else topology.lab.get("wan_delay_ms", 0.0))
     return _lab_layout(data_dir, names, ctrl_dcs, brokers, wan_delay, settings)
@@ -224,12 +228,17 @@ def _lab_layout(
                 "id": n,
                 "raft": f"{addr}:{CONTROLLER_RAFT_PORT}",
                 "grpc": f"{addr}:{CONTROLLER_GRPC_PORT}",
+                "metrics_address": f"{addr}:{LAB_METRICS_PORT}",
                 "datacenter": node_dc[n],
             }
         )
     for b in brokers:
         addr = plan.host(f"{b['broker_set']}-{b['replica']}").address
-        b.update(listen=f"{addr}:{BROKER_PORT}", ha_listen=f"{addr}:{BROKER_HA_PORT}")
+        b.update(
+            listen=f"{addr}:{BROKER_PORT}",
+            ha_listen=f"{addr}:{BROKER_HA_PORT}",
+            metrics_address=f"{addr}:{LAB_METRICS_PORT}",
+        )
     return _Layout(nodes, brokers, plan, settings)
 
 
@@ -248,7 +257,7 @@ def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout
     if placement and "placement" not in settings:
         settings["placement"] = placement
     secret = settings.pop("secret", None) or topology.broker.get("secret") or new_secret()
-    nodes = [{k: n[k] for k in ("id", "raft", "grpc")} for n in layout.nodes]
+    nodes = [{k: n[k] for k in ("id", "raft", "grpc", "metrics_address")} for n in layout.nodes]
     doc = controller_doc(data_dir / "controller", nodes, secret=secret, **settings)
     return write_config(data_dir / "controller.yaml", doc), secret
 
@@ -266,6 +275,7 @@ def _start_controllers(data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: l
                 "args": args,
                 "log": str(log_path),
                 "address": n["grpc"],
+                "metrics": n["metrics_address"],
                 "datacenter": n.get("datacenter", ""),
                 "netns": ns,
                 "pid": _spawn(name, args, log_path, ns),
@@ -280,6 +290,8 @@ def _start_brokers(
     settings = {k: v for k, v in topology.broker.items() if k != "secret"}
     for b in layout.brokers:
         name = f"{b['broker_set']}-{b['replica']}"
+        # each broker its own metrics port; `metrics_address: ""` in the topology turns them off
+        metrics = "" if settings.get("metrics_address") == "" else b["metrics_address"]
         doc = broker_doc(
             b["broker_set"],
             data_dir / name,
@@ -287,7 +299,7 @@ def _start_brokers(
             b["listen"],
             b["ha_listen"],
             secret=None,
-            **{"datacenter": b["datacenter"], **settings},
+            **{"datacenter": b["datacenter"], **settings, "metrics_address": metrics},
         )
         doc["secret"] = secret
         cfg = write_config(data_dir / f"{name}.yaml", doc)
@@ -302,6 +314,7 @@ def _start_brokers(
                 "args": args,
                 "log": str(log_path),
                 "address": b["listen"],
+                "metrics": metrics,
                 "datacenter": b["datacenter"],
                 "netns": ns,
                 "pid": _spawn(name, args, log_path, ns),
