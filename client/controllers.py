@@ -432,6 +432,13 @@ class ControllerClient:
     async def delete_topic(self, name: str) -> None:
         await self.call("admin", "DeleteTopic", pb.DeleteTopicRequest(name=name))
 
+    async def alter_topic_queues(self, name: str, queues: dict[str, int]) -> pb.TopicConfig:
+        """Grow a topic's queues per broker set (never down: TOPIC_QUEUES_SHRINK)."""
+        reply = await self.call(
+            "admin", "AlterTopicQueues", pb.AlterTopicQueuesRequest(name=name, queues=queues)
+        )
+        return reply.topic
+
     async def list_topics(self) -> list[pb.TopicConfig]:
         return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)
 
