@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
 
-from tidelog.cli.common import controller_call
+from tidelog.cli.common import controller_call, describe_with_liveness
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 
 T = TypeVar("T")
@@ -138,13 +138,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
     """Describe broker sets: master, epochs, SyncStateSet and members."""
-    reply = _run(ctx, lambda c: c.describe_broker_sets(names))
+    reply = _run(ctx, lambda c: describe_with_liveness(c, names))
     if as_json:
         _emit_json(reply)
         return
     console = Console()
     table = Table(
-        title="broker sets" + ("" if reply.liveness_known else " (liveness unknown: not the leader)")
+        title="broker sets"
+        + ("" if reply.liveness_known else " (liveness unknown: no controller leader answered)")
     )
     for col in ("broker set", "master", "epoch", "SyncStateSet", "sss epoch", "members"):
         table.add_column(col)
@@ -186,7 +187,7 @@ def elect(ctx: click.Context, broker_set: str, broker_id: int | None, as_json: b
 
 @admin.group("topics")
 def topics() -> None:
-    """List, create and delete topics."""
+    """List and create topics with per-broker-set queue counts (`tide topic delete` deletes)."""
 
 
 def _topics_table(items: list[Any]) -> Table:
@@ -244,20 +245,6 @@ def topics_create(ctx: click.Context, name: str, queues: tuple[str, ...], perm: 
         _emit_json(topic)
         return
     Console().print(_topics_table([topic]))
-
-
-@topics.command("delete")
-@click.argument("name")
-@json_option
-@click.pass_context
-def topics_delete(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Delete topic NAME and its data: every broker drops its queues (the messages are never
-    readable again, also not in a topic created later under the same name)."""
-    _run(ctx, lambda c: c.delete_topic(name))
-    if as_json:
-        _emit_json({"deleted": name})
-        return
-    click.echo(f"topic {name} deleted")
 
 
 @admin.command("clean")

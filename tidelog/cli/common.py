@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -14,6 +15,8 @@ from rich.table import Table
 
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 from tidelog.clusterauth import find_secret
+from tidelog.errors import TidelogError
+from tidelog.proto import controller_pb2 as pb
 
 F = Callable[..., Any]
 T = TypeVar("T")
@@ -62,6 +65,26 @@ def controller_call(
             return await fn(client)
 
     return asyncio.run(go())
+
+
+async def describe_with_liveness(
+    client: ControllerClient, names: Sequence[str]
+) -> pb.DescribeBrokerSetsReply:
+    """Describe broker sets, from the leader when one answers: only the leader knows which
+    brokers are alive, and a read may be answered by any node."""
+    reply = await client.describe_broker_sets(names)
+    if reply.liveness_known:
+        return reply
+    request = pb.DescribeBrokerSetsRequest(names=list(names))
+    for address in client.addresses:
+        with contextlib.suppress(TidelogError):
+            # the leader may not be among the addresses given: each node names it
+            leader = (await client.cluster_status(address=address)).leader_address
+            if leader:
+                answer = await client.call("route", "DescribeBrokerSets", request, address=leader)
+                if answer.liveness_known:
+                    return answer
+    return reply
 
 
 def require_controllers(controllers: str) -> str:

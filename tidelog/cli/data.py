@@ -13,11 +13,12 @@ from rich.progress import Progress
 
 from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
 from tidelog.client import Client, OutMessage
+from tidelog.errors import TopicInUseError
 
 
 @click.group("topic")
 def topic() -> None:
-    """Create, list and describe topics."""
+    """Create, list, describe, grow and delete topics."""
 
 
 @topic.command("create")
@@ -54,6 +55,60 @@ def topic_describe(name: str, controllers: str, as_json: bool) -> None:
     with Client(require_controllers(controllers)) as c:
         rows = c.admin().describe_topic(name)
     emit(rows, as_json, title=f"topic {name}", columns=["broker_set", "queue", "min", "max", "confirmed"])
+
+
+@topic.command("alter")
+@click.argument("name")
+@click.option(
+    "--queues", type=click.IntRange(min=1), required=True, help="the new queue count per broker set (only up)"
+)
+@click.option(
+    "--broker-set", "broker_sets", multiple=True, help="only these broker sets (default: all of it)"
+)
+@controllers_option
+@json_option
+def topic_alter(
+    name: str, queues: int, broker_sets: tuple[str, ...], controllers: str, as_json: bool
+) -> None:
+    """Grow topic NAME to QUEUES queues in each of its broker sets. Queues only go up (a queue
+    that went away would orphan its messages and committed offsets); a broker set the topic does
+    not have yet is added. Messages sent by key may map to another queue afterwards."""
+    with Client(require_controllers(controllers)) as c:
+        result = c.admin().alter_topic_queues(name, queues, broker_sets=broker_sets or None)
+    emit({"topic": name, "queues": result}, as_json, title=f"topic {name}")
+
+
+@topic.command("delete")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="delete even while a consumer group reads it")
+@click.option(
+    "--in-use-window",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="in use = a group member polled it within this many seconds",
+)
+@controllers_option
+@json_option
+def topic_delete(name: str, force: bool, in_use_window: float, controllers: str, as_json: bool) -> None:
+    """Delete topic NAME. Its messages are never readable again (also not in a topic created
+    later under the same name); their bytes go with retention. Refused while a consumer group
+    reads it (a member announced it within --in-use-window), unless --force."""
+    with Client(require_controllers(controllers)) as c:
+        readers = c.admin().topic_readers(name, int(in_use_window * 1000))
+        if readers and not force:
+            raise TopicInUseError(
+                f"topic {name} is read by consumer group(s) {', '.join(readers)} "
+                f"(a member polled it within the last {in_use_window:g} s)",
+                topic=name,
+                groups=readers,
+            )
+        c.admin().delete_topic(name)
+    emit(
+        {"topic": name, "deleted": True, "forced": bool(readers), "readers": readers},
+        as_json,
+        title="deleted",
+    )
 
 
 @click.command("produce")
