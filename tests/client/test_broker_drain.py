@@ -100,6 +100,8 @@ def test_kill_9_failover_for_comparison(cluster_factory: Callable[..., LocalClus
     cluster = cluster_factory(name="kill9")
     report = kill_master(cluster.data_dir, BROKER_SET, duration_s=12.0, queues=2)
     assert report["acked_lost"] == 0 and report["acked"] > 100
+    with Client(cluster.controllers) as client:
+        assert report["topic_deleted"] and client.admin().list_topics() == [], "the drill's topic is gone"
     print(
         f"\nkill -9: {report['acked']} acked, 0 lost, longest write gap {report['max_write_gap_s']:.3f} s, "
         f"failover {report['failover_s']} s"

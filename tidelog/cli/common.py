@@ -6,11 +6,20 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
@@ -106,3 +115,31 @@ def emit(rows: Any, as_json: bool, *, title: str = "", columns: Sequence[str] | 
     for r in rows:
         table.add_row(*("" if r.get(c) is None else str(r.get(c)) for c in cols))
     Console().print(table)
+
+
+def progress_shown(as_json: bool) -> bool:
+    """Progress goes to a terminal only: never into --json output, a pipe or a log file."""
+    return not as_json and sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def progress(description: str, total: float | None, as_json: bool) -> Iterator[Callable[..., None]]:
+    """A progress bar on standard error, gone once the work is done; yields
+    `step(advance=1, description=None)`. Nothing is drawn unless `progress_shown`."""
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not progress_shown(as_json),
+    )
+    with bar:
+        task = bar.add_task(description, total=total)
+
+        def step(advance: float = 1, description: str | None = None) -> None:
+            bar.update(task, advance=advance, description=description)
+
+        yield step

@@ -9,9 +9,8 @@ import sys
 import time
 
 import click
-from rich.progress import Progress
 
-from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
+from tidelog.cli.common import controllers_option, emit, json_option, progress, require_controllers
 from tidelog.client import Client, OutMessage
 from tidelog.errors import TopicInUseError
 
@@ -136,8 +135,7 @@ def produce(
     with Client(require_controllers(controllers)) as c:
         p = c.producer()
         if count is not None:
-            with Progress(transient=True, disable=as_json or not sys.stderr.isatty()) as progress:
-                task = progress.add_task("producing", total=count)
+            with progress(f"producing to {topic_name}", count, as_json) as step:
                 while sent < count:
                     n = min(batch, count - sent)
                     # each body starts with its sequence number, so every message is distinct
@@ -146,7 +144,7 @@ def produce(
                         topic_name, [OutMessage((b"%d " % (sent + i) + pad)[:size], key) for i in range(n)]
                     )
                     sent += n
-                    progress.update(task, advance=n)
+                    step(n)
         else:
             pending: list[OutMessage] = []
             for line in sys.stdin.buffer:

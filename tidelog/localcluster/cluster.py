@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,11 +125,15 @@ def up(
     wait_s: float = 60.0,
     netns: bool = False,
     wan_delay_ms: float | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Start the topology's processes; return once every broker set has a master.
 
     With `netns`, every process gets its own network namespace and address, grouped by
-    datacenter, behind one router that applies faults and adds the WAN delay (tidelog/lab)."""
+    datacenter, behind one router that applies faults and adds the WAN delay (tidelog/lab).
+    `on_step(what)` is called as each process starts and before the wait for masters (one
+    call per process, then one: `process_count(topology) + 1` in all), for a progress bar."""
+    note = on_step or (lambda _what: None)
     data_dir = data_dir.resolve()
     _prepare(data_dir, netns)
     layout = _layout(topology, data_dir, netns, wan_delay_ms)
@@ -144,11 +149,12 @@ def up(
         state["lab"] = {"plan": layout.plan.to_json(), **net.create(layout.plan, data_dir / "lab")}
         state["client_netns"] = layout.plan.host(CLIENT_NAME).netns
     try:
-        _start_controllers(data_dir, layout, ctrl_cfg, state["processes"])
-        _start_brokers(topology, data_dir, layout, secret, state["processes"])
+        _start_controllers(data_dir, layout, ctrl_cfg, state["processes"], note)
+        _start_brokers(topology, data_dir, layout, secret, state["processes"], note)
     finally:
         _write_state(data_dir, state)  # whatever started is recorded, so `down` finds it
     names, procs = state["broker_sets"], state["processes"]
+    note(f"waiting for a master in {', '.join(names)}")
     try:
         if layout.plan is None:
             asyncio.run(wait_masters(layout.controllers, names, procs, wait_s))
@@ -253,9 +259,17 @@ def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout
     return write_config(data_dir / "controller.yaml", doc), secret
 
 
-def _start_controllers(data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: list[dict[str, Any]]) -> None:
+def process_count(topology: Topology) -> int:
+    """How many processes `up` starts for `topology`."""
+    return int(topology.controller.get("nodes", 1)) + sum(int(bs["replicas"]) for bs in topology.broker_sets)
+
+
+def _start_controllers(
+    data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: list[dict[str, Any]], note: Callable[[str], None]
+) -> None:
     for n in layout.nodes:
         name = f"controller-{n['id']}"
+        note(f"starting {name}")
         args = ["controller", "--config", str(ctrl_cfg), "--node-id", n["id"]]
         log_path = data_dir / f"{name}.log"
         ns = layout.netns(name)
@@ -274,12 +288,18 @@ def _start_controllers(data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: l
 
 
 def _start_brokers(
-    topology: Topology, data_dir: Path, layout: _Layout, secret: str, procs: list[dict[str, Any]]
+    topology: Topology,
+    data_dir: Path,
+    layout: _Layout,
+    secret: str,
+    procs: list[dict[str, Any]],
+    note: Callable[[str], None],
 ) -> None:
     # The topology's broker keys may set anything but the secret, which is the cluster's.
     settings = {k: v for k, v in topology.broker.items() if k != "secret"}
     for b in layout.brokers:
         name = f"{b['broker_set']}-{b['replica']}"
+        note(f"starting {name}")
         doc = broker_doc(
             b["broker_set"],
             data_dir / name,
