@@ -152,7 +152,10 @@ class MessageTooLargeError(TidelogError):
 
     code = "MESSAGE_ILLEGAL"
     status = "INVALID_ARGUMENT"
-    hint = "send smaller messages or raise max_message_bytes"
+    hint = (
+        "send smaller messages: a record is limited by the broker's max_message_bytes, and its "
+        "key, tags and properties together by a fixed 32 KiB"
+    )
 
 
 @_register

@@ -14,10 +14,9 @@ from typing import Any, TypeVar
 import click
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from rich.console import Console
 from rich.table import Table
 
-from tidelog.cli.common import controller_call, describe_with_liveness
+from tidelog.cli.common import console, controller_call, describe_with_liveness
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 
 T = TypeVar("T")
@@ -129,7 +128,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
                 "yes" if r.ready else "no",
                 str(r.brokers_heard),
             )
-    Console().print(table)
+    console().print(table)
 
 
 @admin.command("broker-sets")
@@ -142,7 +141,7 @@ def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> No
     if as_json:
         _emit_json(reply)
         return
-    console = Console()
+    out = console()
     table = Table(
         title="broker sets"
         + ("" if reply.liveness_known else " (liveness unknown: no controller leader answered)")
@@ -164,7 +163,7 @@ def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> No
             str(role.sync_state_set_epoch),
             "\n".join(members),
         )
-    console.print(table)
+    out.print(table)
 
 
 @admin.command("elect")
@@ -208,7 +207,7 @@ def topics_list(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         _emit_json(items)
         return
-    Console().print(_topics_table(items))
+    console().print(_topics_table(items))
 
 
 def _parse_queues(values: tuple[str, ...]) -> dict[str, int]:
@@ -244,7 +243,7 @@ def topics_create(ctx: click.Context, name: str, queues: tuple[str, ...], perm: 
     if as_json:
         _emit_json(topic)
         return
-    Console().print(_topics_table([topic]))
+    console().print(_topics_table([topic]))
 
 
 @admin.command("clean")

@@ -22,6 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from tidelog.client import Client
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 from tidelog.clusterauth import find_secret
 from tidelog.errors import TidelogError
@@ -71,6 +72,7 @@ def controller_call(
     async def go() -> T:
         secret = find_secret(secret_file, data_dir)
         async with ControllerClient(controllers, total_timeout=timeout, secret=secret) as client:
+            tell_waits(client)
             return await fn(client)
 
     return asyncio.run(go())
@@ -96,10 +98,37 @@ async def describe_with_liveness(
     return reply
 
 
+def tell_waits(client: ControllerClient) -> ControllerClient:
+    """Say on standard error what is still being tried when no controller answers at once."""
+    client.on_wait = lambda msg: click.echo(f"waiting: {msg}", err=True)
+    return client
+
+
+def open_client(controllers: str) -> Client:
+    """The client of a command, which says what it is trying while no controller answers."""
+    client = Client(require_controllers(controllers))
+    tell_waits(client.aio.controller)
+    return client
+
+
 def require_controllers(controllers: str) -> str:
     if not controllers.strip():
         raise click.UsageError(f"no controller address: pass --controllers or set ${CONTROLLERS_ENV}")
     return controllers
+
+
+#: The width of tables written to a pipe or a file: wide enough that no cell is folded or cut
+#: (rich would otherwise assume 80 columns); a terminal's own width is used as it is.
+PIPE_WIDTH = 1000
+
+
+def console() -> Console:
+    """Where tables go: the terminal at its width, or a pipe or file without folding at 80
+    columns (an explicit $COLUMNS still wins)."""
+    out = Console()
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out = Console(width=PIPE_WIDTH)
+    return out
 
 
 def emit(rows: Any, as_json: bool, *, title: str = "", columns: Sequence[str] | None = None) -> None:
@@ -114,7 +143,7 @@ def emit(rows: Any, as_json: bool, *, title: str = "", columns: Sequence[str] | 
         table.add_column(c.replace("_", " "))
     for r in rows:
         table.add_row(*("" if r.get(c) is None else str(r.get(c)) for c in cols))
-    Console().print(table)
+    console().print(table)
 
 
 def progress_shown(as_json: bool) -> bool:

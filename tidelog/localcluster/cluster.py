@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.clusterauth import new_secret
-from tidelog.errors import ConfigError, UnavailableError
+from tidelog.errors import ConfigError, TidelogError, UnavailableError, by_code
 from tidelog.lab import net
 from tidelog.lab.plan import (
     BROKER_HA_PORT,
@@ -44,6 +45,7 @@ from tidelog.lab.plan import (
 from tidelog.localcluster.configs import broker_doc, controller_doc, write_config
 from tidelog.localcluster.procs import Proc, free_address, is_ours, reap, running, stop_process
 from tidelog.localcluster.topology import Topology
+from tidelog.wire import make_error
 
 STATE_FILE = "cluster.json"
 
@@ -329,12 +331,27 @@ def _start_brokers(
         )
 
 
-def _dead_on_start(procs: list[dict[str, Any]]) -> UnavailableError | None:
+def _dead_on_start(procs: list[dict[str, Any]]) -> TidelogError | None:
     """The error to raise if a process of `procs` has exited during start-up (with its log's last word)."""
     dead = [p for p in procs if not running(p["pid"])]
     if not dead:
         return None
-    return UnavailableError(f"{dead[0]['name']} exited during start-up: {_tail(Path(dead[0]['log']))}")
+    return start_failure(dead[0]["name"], _tail(Path(dead[0]["log"])), dead[0]["log"])
+
+
+_ERROR_LINE = re.compile(r"error: ([A-Z][A-Z_]+): (.*)$")
+
+
+def start_failure(name: str, last_word: str, log: str) -> TidelogError:
+    """The error of a process that exited during start-up, as the typed error it printed last:
+    a configuration error stays one (its hint is to fix the configuration, not to retry later),
+    and its hint is said once."""
+    found = _ERROR_LINE.search(last_word)
+    if found is None:
+        return UnavailableError(f"{name} exited during start-up: {last_word}", hint=f"see {log}")
+    cls = by_code(found.group(1))
+    message = found.group(2).removesuffix(f" ({cls.hint})") if cls.hint else found.group(2)
+    return make_error(found.group(1), f"{name} exited during start-up: {message}")
 
 
 def _wait_masters_in(
