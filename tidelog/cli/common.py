@@ -126,7 +126,7 @@ def console() -> Console:
     """Where tables go: the terminal at its width, or a pipe or file without folding at 80
     columns (an explicit $COLUMNS still wins)."""
     out = Console()
-    if not out.is_terminal and "COLUMNS" not in os.environ:
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
         out = Console(width=PIPE_WIDTH)
     return out
 
