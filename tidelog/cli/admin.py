@@ -154,7 +154,8 @@ def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> No
         for m in info.members:
             flags = ("M" if m.is_master else "") + ("S" if m.in_sync else "")
             life = ("up" if m.alive else "down") if reply.liveness_known else "?"
-            members.append(f"{m.broker_id}@{m.address} [{flags or '-'}] {life}")
+            where = f" {m.datacenter}" if m.datacenter else ""
+            members.append(f"{m.broker_id}@{m.address}{where} [{flags or '-'}] {life}")
         table.add_row(
             role.broker_set,
             str(role.master_id) if role.has_master else "[red]none[/red]",

@@ -94,7 +94,8 @@ def _check_broker_sets(p: Path, broker_sets: list[Any]) -> None:
         unknown = sorted(set(bs) - _SET_KEYS)
         if unknown:
             raise ConfigError(
-                f"{p}: broker_sets[{i}] has an unknown key {unknown[0]!r} (known: {', '.join(sorted(_SET_KEYS))})",
+                f"{p}: broker_sets[{i}] has an unknown key {unknown[0]!r} "
+                f"(known: {', '.join(sorted(_SET_KEYS))})",
                 key=f"broker_sets[{i}].{unknown[0]}",
             )
         if bs["name"] in names:
