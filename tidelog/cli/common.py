@@ -99,8 +99,10 @@ async def describe_with_liveness(
 
 
 def tell_waits(client: ControllerClient) -> ControllerClient:
-    """Say on standard error what is still being tried when no controller answers at once."""
-    client.on_wait = lambda msg: click.echo(f"waiting: {msg}", err=True)
+    """Say on a terminal's standard error what is still being tried when no controller answers
+    at once (like progress: a pipe or a log gets only the final one-line error)."""
+    if progress_shown(as_json=False):
+        client.on_wait = lambda msg: click.echo(f"waiting: {msg}", err=True)
     return client
 
 
