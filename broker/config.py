@@ -7,6 +7,7 @@ ConfigError naming the key, raised before anything listens. deploy/CONFIG.md lis
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,9 @@ _POSITIVE = {
     "max_pull_messages",
 }
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
+# A broker set's name shows up in file names (`tide cluster up` writes <name>-<replica>.yaml) and
+# log lines: no path separators, no leading dot (`..`), as in a topology file.
+_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,126}")
 # A reply must stay well inside gRPC's 64 MiB message limit (broker/server.py): the records of
 # one reply are at most max_pull_bytes, plus one record that alone exceeds it.
 MAX_PULL_BYTES_LIMIT = 48 << 20
@@ -156,6 +160,12 @@ def _check_value(name: str, value: Any, source: str) -> Any:
         raise ConfigError(f"{source}: {name} must be one of {', '.join(_CHOICES[name])}", key=name)
     if name == "secret" and not value:
         raise ConfigError(f"{source}: secret must be a non-empty string", key=name)
+    if name == "broker_set" and not _SET_NAME.fullmatch(value):
+        raise ConfigError(
+            f"{source}: broker_set {value!r} must be letters, digits, '.', '_' or '-' "
+            "(starting with a letter or digit, at most 127)",
+            key=name,
+        )
     if name in ("listen", "ha_listen") or (name.endswith("_address") and value):
         _host_port(name, value)
     return value

@@ -43,7 +43,7 @@ from tidelog.ledger.client import ledger_key
 from tidelog.ledger.metadata import LedgerMetadata
 from tidelog.proto import broker_pb2_grpc, ledger_pb2_grpc
 from tidelog.tasks import cancel_and_wait, within
-from tidelog.wire import SERVER_OPTIONS
+from tidelog.wire import SERVER_OPTIONS, bind_problem
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +168,9 @@ class BrokerServer:
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
+        problem = bind_problem(self.cfg.listen)
+        if problem is not None:  # said before gRPC tries, whose C core would log its own lines
+            raise ConfigError(f"cannot listen on {self.cfg.listen}: {problem}", key="listen")
         try:
             bound = self._grpc.add_insecure_port(self.cfg.listen)
         except RuntimeError as exc:
@@ -325,13 +328,16 @@ class BrokerServer:
 
     async def stop(self) -> None:
         log.info("%s stopping", self.replica.ctx)
-        if self._grpc is not None:
-            await self._grpc.stop(grace=1.0)
+        grpc_stopped = asyncio.ensure_future(self._grpc.stop(grace=1.0)) if self._grpc is not None else None
+        # Writes waiting for replica acks answer now (NOT_MASTER: outcome unknown), within the
+        # grace, rather than being cancelled when it runs out, which gRPC logs as a traceback.
+        await self.replica.close()
+        if grpc_stopped is not None:
+            await grpc_stopped
         if self._ha is not None:
             self._ha.close()
         if self.metrics is not None:
             await self.metrics.close()
-        await self.replica.close()
         await self.controller.close()
         self.log.close()
 

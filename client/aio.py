@@ -916,6 +916,27 @@ class AsyncAdmin:
         await self.client.controller.delete_topic(name)
         self.client.forget_route(name)
 
+    async def alter_topic_queues(
+        self, name: str, queues: int, broker_sets: Iterable[str] | None = None
+    ) -> dict[str, int]:
+        """Grow topic `name` to `queues` queues in each of its broker sets (or the named ones)."""
+        sets = (
+            list(broker_sets)
+            if broker_sets
+            else sorted(b.name for b in (await self.client.route(name, refresh=True)).broker_sets)
+        )
+        cfg = await self.client.controller.alter_topic_queues(name, {s: queues for s in sets})
+        self.client.forget_route(name)
+        return dict(cfg.queues)
+
+    async def topic_readers(self, name: str, within_ms: int) -> list[str]:
+        """Consumer groups with a member that announced reading topic `name` within the last
+        `within_ms` milliseconds (members announce every few seconds while they poll)."""
+        entries = await self.client.controller.meta_list("group/")
+        return asg.groups_reading(
+            ((e.key, e.value) for e in entries), name, int(time.time() * 1000), within_ms
+        )
+
     async def list_topics(self) -> list[dict[str, Any]]:
         return [
             {"name": t.name, "queues": dict(t.queues), "perm": t.perm}

@@ -56,6 +56,21 @@ def live_members(
     return sorted(out)
 
 
+def groups_reading(
+    entries: Iterable[tuple[str, bytes]], topic: str, now_ms: int, within_ms: int
+) -> list[str]:
+    """Groups with a member whose announcement names `topic` and is at most `within_ms` old,
+    from metadata entries under `group/` (other keys are ignored), sorted."""
+    groups = set()
+    for key, value in entries:
+        group, sep, member = key.removeprefix("group/").rpartition("/members/")
+        if not sep or not group or not member or not key.startswith("group/"):
+            continue
+        if live_members([(key, value)], key[: len(key) - len(member)], now_ms, within_ms, topic):
+            groups.add(group)
+    return sorted(groups)
+
+
 def assign(member: str, members: Sequence[str], queues: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     """The queues `member` owns; empty when it is not (yet) among the live members."""
     ordered = sorted(members)

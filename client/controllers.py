@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,9 @@ class _Conn:
 _NO_REPLY = object()
 
 
+_FIRST_BACKOFF = 0.05  # seconds between the first two rounds over the nodes (then doubling to 0.5)
+
+
 @dataclass
 class _Hedge:
     """One hedged route call: the nodes in the order to ask them, and what is in flight."""
@@ -79,7 +82,7 @@ class _Hedge:
     pending: dict[asyncio.Task[Any], str] = field(default_factory=dict)
     tried: set[str] = field(default_factory=set)
     last: TidelogError | None = None
-    backoff: float = 0.05
+    backoff: float = _FIRST_BACKOFF
 
     def fresh(self) -> list[str]:
         return [a for a in self.order if a not in self.tried]
@@ -109,6 +112,16 @@ class ControllerClient:
         self._copies: dict[str, asyncio.Task[None]] = {}
         self.rpc_timeout = rpc_timeout
         self.total_timeout = total_timeout
+        # Told once per call when no node answered the first round (the command line says what
+        # it is still trying rather than waiting out the whole timeout in silence).
+        self.on_wait: Callable[[str], None] | None = None
+
+    def _waiting(self, err: TidelogError | None, deadline: float) -> None:
+        if self.on_wait is not None:
+            self.on_wait(
+                f"no controller answered yet ({err.message if err else 'no reply'}); still trying "
+                f"{', '.join(self._addresses)} for up to {max(0.0, deadline - time.monotonic()):.0f} s"
+            )
 
     @property
     def addresses(self) -> list[str]:
@@ -165,7 +178,7 @@ class ControllerClient:
         if service == "route" and len(self._addresses) > 1:
             return await self._hedged(method, request, per_call, deadline)
         last: TidelogError | None = None
-        backoff = 0.05
+        backoff = _FIRST_BACKOFF
         while True:
             reply, err = await self._sweep(service, method, request, per_call, deadline)
             if reply is not _NO_REPLY:
@@ -173,6 +186,8 @@ class ControllerClient:
             last = err or last
             if time.monotonic() >= deadline:
                 break
+            if backoff == _FIRST_BACKOFF:
+                self._waiting(last, deadline)
             await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, 0.5)
         if last is not None:
@@ -298,6 +313,8 @@ class ControllerClient:
         if not fresh:
             if time.monotonic() >= h.deadline:
                 raise h.last or UnavailableError("no controller answered the route request")
+            if h.backoff == _FIRST_BACKOFF:
+                self._waiting(h.last, h.deadline)
             await asyncio.sleep(min(h.backoff, max(0.0, h.deadline - time.monotonic())))
             h.backoff = min(h.backoff * 2, 0.5)
             h.tried.clear()
@@ -431,6 +448,13 @@ class ControllerClient:
 
     async def delete_topic(self, name: str) -> None:
         await self.call("admin", "DeleteTopic", pb.DeleteTopicRequest(name=name))
+
+    async def alter_topic_queues(self, name: str, queues: dict[str, int]) -> pb.TopicConfig:
+        """Grow a topic's queues per broker set (never down: TOPIC_QUEUES_SHRINK)."""
+        reply = await self.call(
+            "admin", "AlterTopicQueues", pb.AlterTopicQueuesRequest(name=name, queues=queues)
+        )
+        return reply.topic
 
     async def list_topics(self) -> list[pb.TopicConfig]:
         return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)

@@ -117,7 +117,10 @@ def _lay_out(
             except (ValueError, UnicodeEncodeError, AttributeError) as exc:
                 raise InvalidArgumentError(f"bad message properties: {exc}") from exc
             if len(props) > max_props:
-                raise MessageTooLargeError(f"properties of {len(props)} bytes exceed {max_props}")
+                raise MessageTooLargeError(
+                    f"key, tags and properties of {len(props)} bytes exceed the record format's "
+                    f"fixed limit of {max_props} bytes (max_message_bytes does not change it)"
+                )
             tag = tags_hash(m.tags)
         plen, blen = len(props), len(body)
         size = q.fixed + plen + blen

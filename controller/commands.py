@@ -88,6 +88,16 @@ class DeleteTopic:
 
 
 @dataclass(frozen=True)
+class AlterTopicQueues:
+    """Grow a topic's queues: ``queues`` maps broker sets to their new counts. Counts only go
+    up; a broker set the topic does not have yet is added."""
+
+    name: str
+    queues: Mapping[str, int]
+    now_ms: int = 0
+
+
+@dataclass(frozen=True)
 class MetaCreate:
     key: str
     value: bytes
@@ -166,6 +176,7 @@ for _command in (
     CleanBrokerData,
     CreateTopic,
     DeleteTopic,
+    AlterTopicQueues,
     MetaCreate,
     MetaCompareAndSet,
     MetaDelete,

@@ -49,7 +49,7 @@ from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.tasks import cancel_and_wait, within
-from tidelog.wire import SERVER_OPTIONS, make_error
+from tidelog.wire import SERVER_OPTIONS, bind_problem, make_error
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +369,13 @@ class ControllerNode:
         )
         service.add_to_server(server, self)
         address = self.cfg.self_node.grpc
+        problem = bind_problem(address)  # before gRPC tries: its C core would log its own lines
+        if problem is not None:
+            self.raft.close()
+            raise UnavailableError(
+                f"cannot listen on the gRPC address {address}: {problem}",
+                hint="another process holds the port; stop it or change nodes[].grpc",
+            )
         try:
             server.add_insecure_port(address)
         except RuntimeError as exc:  # grpc reports a failed bind this way

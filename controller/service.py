@@ -403,6 +403,19 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         return pb.DeleteTopicReply()
 
     @rpc
+    async def AlterTopicQueues(
+        self, request: pb.AlterTopicQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterTopicQueuesReply:
+        name = non_empty("name", request.name)
+        require(len(request.queues) > 0, "queues must name at least one broker set")
+        queues = {non_empty("queues key (broker set)", k): int(v) for k, v in request.queues.items()}
+        result = await self.node.write(
+            lambda now, hb: st.AlterTopicQueues(name=name, queues=queues, now_ms=now)
+        )
+        log.info("topic %s queues: %s", name, result.value.queues)
+        return pb.AlterTopicQueuesReply(topic=topic_of(result.value))
+
+    @rpc
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsReply:

@@ -11,7 +11,7 @@ reply. The parts live in modules named for what they hold, and are re-exported h
     validation.py   ``Reject`` and the input checks every handler shares
     membership.py   RegisterBroker, CleanBrokerData, ReportOffsets
     mastership.py   ElectMaster, AlterSyncStateSet
-    topics.py       CreateTopic, DeleteTopic, and routes
+    topics.py       CreateTopic, AlterTopicQueues, DeleteTopic, and routes
     ledgermeta.py   MetaCreate, MetaCompareAndSet, MetaDelete and the ledger rules
     replacement.py  ReplaceLedgerReplicas (RULES.md PL8)
     phases.py       the broker-set transition table and the invariants
@@ -55,6 +55,7 @@ from tidelog.invariants import InvariantViolation, require
 from . import ledgermeta, mastership, membership, replacement, snapshot, topics
 from .commands import (
     AlterSyncStateSet,
+    AlterTopicQueues,
     CleanBrokerData,
     CreateTopic,
     DeleteTopic,
@@ -100,6 +101,7 @@ __all__ = [
     "SNAPSHOT_FORMAT",
     "TOPIC_PERMS",
     "AlterSyncStateSet",
+    "AlterTopicQueues",
     "BrokerSet",
     "CleanBrokerData",
     "ControllerState",
@@ -133,6 +135,7 @@ HANDLERS: dict[type, Callable[[StateData, Any], Outcome]] = {
     CleanBrokerData: membership.clean,
     ReportOffsets: membership.report,
     CreateTopic: topics.create_topic,
+    AlterTopicQueues: topics.alter_topic_queues,
     DeleteTopic: topics.delete_topic,
     MetaCreate: ledgermeta.meta_create,
     MetaCompareAndSet: ledgermeta.meta_cas,

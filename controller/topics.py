@@ -1,5 +1,5 @@
-"""Topics in the controller state (RULES.md §6): creating and deleting them, and the route a
-topic's name resolves to.
+"""Topics in the controller state (RULES.md §6): creating, growing and deleting them, and the
+route a topic's name resolves to.
 
 Topics have a generation: a number from a counter that only grows, given to each topic when it
 is created, so a topic deleted and created again under the same name is a different topic to
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from tidelog.commitlog.consumequeue import user_topic_problem
 
-from .commands import CreateTopic, DeleteTopic, Result
+from .commands import AlterTopicQueues, CreateTopic, DeleteTopic, Result
 from .model import (
     MAX_QUEUES_PER_BROKER_SET,
     TOPIC_PERMS,
@@ -29,16 +29,20 @@ from .model import (
 from .validation import Outcome, Reject, bad, is_int, need_name, need_nonneg
 
 
+def _check_queue_counts(queues: object) -> None:
+    if not isinstance(queues, Mapping) or not queues:
+        raise bad("queues must map at least one broker set name to a queue count")
+    for name, count in queues.items():
+        need_name(name, "broker set name")
+        if not is_int(count) or not 1 <= count <= MAX_QUEUES_PER_BROKER_SET:
+            raise bad(f"queue count for {name} must be 1..{MAX_QUEUES_PER_BROKER_SET}, got {count!r}")
+
+
 def _check_create_args(c: CreateTopic) -> None:
     need_name(c.name, "topic name")
     if (problem := user_topic_problem(c.name)) is not None:
         raise bad(problem)
-    if not isinstance(c.queues, Mapping) or not c.queues:
-        raise bad("queues must map at least one broker set name to a queue count")
-    for name, count in c.queues.items():
-        need_name(name, "broker set name")
-        if not is_int(count) or not 1 <= count <= MAX_QUEUES_PER_BROKER_SET:
-            raise bad(f"queue count for {name} must be 1..{MAX_QUEUES_PER_BROKER_SET}, got {count!r}")
+    _check_queue_counts(c.queues)
     if c.perm not in TOPIC_PERMS:
         raise bad(f"perm must be one of {TOPIC_PERMS}, got {c.perm!r}")
     need_nonneg(c.now_ms, "now_ms")
@@ -77,6 +81,33 @@ def create_topic(s: StateData, c: CreateTopic) -> Outcome:
     s.deleted_topics.pop(c.name, None)
     s.topics[c.name] = t
     return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} created"), None
+
+
+def alter_topic_queues(s: StateData, c: AlterTopicQueues) -> Outcome:
+    """Grow a topic's queues (RULES.md T5): counts only go up, since a queue that went away would take its
+    messages and the groups' committed offsets with it. The generation stays: the brokers keep
+    the topic's data and serve the new queues from their next heartbeat. Messages sent by key
+    may land in another queue afterwards (the key hash is taken modulo the queue count)."""
+    need_name(c.name, "topic name")
+    _check_queue_counts(c.queues)
+    need_nonneg(c.now_ms, "now_ms")
+    t = s.topics.get(c.name)
+    if t is None:
+        raise Reject("TOPIC_NOT_FOUND", f"no topic {c.name}")
+    for name in sorted(c.queues):
+        if name not in s.broker_sets:
+            raise Reject("CONTROLLER_BROKER_METADATA_NOT_EXIST", f"no broker set {name}")
+        if c.queues[name] < t.queues.get(name, 0):
+            raise Reject(
+                "TOPIC_QUEUES_SHRINK",
+                f"topic {c.name} has {t.queues[name]} queues in {name}; "
+                f"they can only go up, not down to {c.queues[name]}",
+            )
+    grown = {**t.queues, **c.queues}
+    if grown == t.queues:
+        return Result(value=copy.deepcopy(t), message=f"topic {c.name} already has these queues"), None
+    t.queues = dict(sorted(grown.items()))
+    return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} now has {t.queues}"), None
 
 
 def delete_topic(s: StateData, c: DeleteTopic) -> Outcome:

@@ -13,6 +13,8 @@ imported on first use so that it stays importable without them.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +23,14 @@ if TYPE_CHECKING:
     from tidelog.spark.source import TidelogDataSource
 
 __all__ = ["TidelogDataSource", "register", "write"]
+
+# Spark starts its Python workers (which import this package) with `python3` from PATH unless
+# PYSPARK_PYTHON names another interpreter; outside an activated venv that interpreter has no
+# tidelog and every read fails with "No module named 'tidelog.spark'"
+# (`docs/reference/pyspark-datasource.md` §4). Importing this package before the session is
+# created, as every job must to register the source, makes the workers run this interpreter
+# unless the caller chose one.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def register(spark: SparkSession) -> None:

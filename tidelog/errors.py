@@ -152,7 +152,10 @@ class MessageTooLargeError(TidelogError):
 
     code = "MESSAGE_ILLEGAL"
     status = "INVALID_ARGUMENT"
-    hint = "send smaller messages or raise max_message_bytes"
+    hint = (
+        "send smaller messages: a record is limited by the broker's max_message_bytes, and its "
+        "key, tags and properties together by a fixed 32 KiB"
+    )
 
 
 @_register
@@ -732,3 +735,39 @@ class TopicDeletionPendingError(TidelogError):
         "(one controller heartbeat timeout after the delete)"
     )
     retryable = True
+
+
+# --- operator commands (topic alter and delete, broker drain) ---------------------------------
+
+
+@_register
+class TopicQueuesShrinkError(TidelogError):
+    """A topic's queue count in a broker set can only go up."""
+
+    code = "TOPIC_QUEUES_SHRINK"
+    status = "FAILED_PRECONDITION"
+    hint = (
+        "queues never go down (their messages and committed offsets would be orphaned); "
+        "create a new topic with fewer queues instead"
+    )
+
+
+@_register
+class TopicInUseError(TidelogError):
+    """A consumer group still reads the topic."""
+
+    code = "TOPIC_IN_USE"
+    status = "FAILED_PRECONDITION"
+    hint = "stop its consumers and wait for their sessions to lapse, or pass --force"
+
+
+@_register
+class NoOtherInSyncReplicaError(TidelogError):
+    """No other alive in-sync replica can take the master role over."""
+
+    code = "NO_OTHER_IN_SYNC_REPLICA"
+    status = "FAILED_PRECONDITION"
+    hint = (
+        "start or repair a slave and wait until it is in the SyncStateSet (`tide broker list`), "
+        "then drain again; stopping the master now would leave the broker set without writes"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -192,3 +193,21 @@ def is_unreachable(err: BaseException) -> bool:
     if isinstance(err, grpc.aio.AioRpcError):
         return err.code() in _UNREACHABLE
     return isinstance(err, TidelogError) and err.retryable and isinstance(err, UnavailableError)
+
+
+def bind_problem(address: str) -> str | None:
+    """Why `address` (host:port) cannot be listened on, e.g. "Address already in use"; None when
+    it can. Asked before a gRPC server binds: gRPC's C core would log its own failure to stderr,
+    in its own format, beside the one clear line the process prints."""
+    host, _, port = address.rpartition(":")
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            # a port whose last connections linger in TIME_WAIT is free to listen on
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(sockaddr)
+    except (OSError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
+    return None

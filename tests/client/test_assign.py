@@ -67,3 +67,18 @@ def test_round_robin_skips_sets_without_a_master_and_avoided_ones() -> None:
     assert {queue_round_robin(route, i, frozenset({"broker-a"}))[0] for i in range(4)} == {"broker-c"}
     # When every set is avoided, any set with a master still beats giving up.
     assert queue_round_robin(route, 0, frozenset({"broker-a", "broker-c"}))[0] in {"broker-a", "broker-c"}
+
+
+def test_groups_reading_names_the_groups_with_a_recent_member_on_the_topic() -> None:
+    from tidelog.client.assign import announcement, groups_reading
+
+    entries = [
+        ("group/g1/members/m1", announcement(10_000, "t")),
+        ("group/g2/members/m1", announcement(1_000, "t")),  # too old
+        ("group/g3/members/m1", announcement(10_000, "other")),
+        ("group/g4/topics/t", b""),  # not a member key
+        ("group/g5/members/m1", b"not json"),
+        ("group/a/members/b/members/m", announcement(10_000, "t")),  # a group named a/members/b
+    ]
+    assert groups_reading(entries, "t", now_ms=12_000, within_ms=5_000) == ["a/members/b", "g1"]
+    assert groups_reading(entries, "t", now_ms=12_000, within_ms=20_000) == ["a/members/b", "g1", "g2"]

@@ -178,6 +178,7 @@ def test_drill_kill_master_loses_no_acknowledged_message(
         "broker-a",
         "--duration",
         "10s",
+        "--keep-topic",
         "--data-dir",
         str(c.data_dir),
         "--json",

@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.procs import ControllerCluster
+from tidelog.client import assign as asg
 from tidelog.client.controllers import ControllerClient
 
 pytestmark = pytest.mark.slow
@@ -74,8 +76,8 @@ def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) ->
     table = tide(*ctl, "topics", "list")
     assert "orders" in table.stdout and "broker-a=4" in table.stdout
 
-    assert tide(*ctl, "topics", "delete", "orders").returncode == 0
-    again = tide(*ctl, "topics", "delete", "orders")
+    assert tide("topic", "delete", "orders", "--controllers", cluster.address_list).returncode == 0
+    again = tide("topic", "delete", "orders", "--controllers", cluster.address_list)
     assert again.returncode == 1 and "TOPIC_NOT_FOUND" in again.stderr
     bad = tide(*ctl, "topics", "create", "x", "--queues", "broker-a")
     assert bad.returncode != 0 and "BROKER_SET=COUNT" in bad.stderr
@@ -89,3 +91,50 @@ def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) ->
     assert tide(*ctl, "clean", "broker-a", "--broker-id", "2", "--clean-living").returncode == 0
     (bs,) = tide_json(*ctl, "broker-sets")["broker_sets"]
     assert [m["broker_id"] for m in bs["members"]] == [1]
+
+
+def test_topic_alter_delete_and_broker_list(controller_cluster: Callable[..., ControllerCluster]) -> None:
+    """`tide topic alter` grows queues and refuses to shrink them; `tide topic delete` refuses a
+    topic a group reads unless --force; `tide broker list` shows every broker with its liveness,
+    also when the address given is a follower's."""
+    cluster = controller_cluster(3, heartbeat_interval_ms=1000, heartbeat_timeout_ms=30000)
+    ctl = ["--controllers", cluster.address_list]
+
+    async def setup() -> str:
+        async with ControllerClient(cluster.address_list) as c:
+            for i in (1, 2):
+                r = await c.register_broker(
+                    "broker-a", f"127.0.0.1:{30000 + i}", f"127.0.0.1:{31000 + i}", identity=f"a-{i}"
+                )
+                await c.heartbeat("broker-a", r.broker_id, epoch=0, max_offset=0)
+            await c.elect_master("broker-a", 1)
+            await c.create_topic("orders", {"broker-a": 2})
+            # a consumer group member that polled "orders" just now
+            await c.meta_create(
+                asg.members_prefix("g1") + "m1", asg.announcement(int(time.time() * 1000), "orders")
+            )
+            statuses = [await c.cluster_status(address=a) for a in c.addresses]
+            return next(a for a, st in zip(c.addresses, statuses, strict=True) if st.raft_state != "leader")
+
+    follower = asyncio.run(setup())
+
+    grown = tide_json("topic", "alter", "orders", "--queues", "4", *ctl)
+    assert grown == {"topic": "orders", "queues": {"broker-a": 4}}
+    shrink = tide("topic", "alter", "orders", "--queues", "3", *ctl)
+    assert shrink.returncode == 1 and "TOPIC_QUEUES_SHRINK" in shrink.stderr and "only go up" in shrink.stderr
+    assert "Traceback" not in shrink.stderr
+
+    brokers = tide_json("broker", "list", "--controllers", follower)
+    assert [(b["broker_set"], b["id"], b["role"], b["alive"]) for b in brokers] == [
+        ("broker-a", 1, "master", True),
+        ("broker-a", 2, "slave (catching up)", True),
+    ]
+    table = tide("admin", "--controllers", follower, "broker-sets")
+    assert table.returncode == 0 and "liveness unknown" not in table.stdout and " up" in table.stdout
+
+    in_use = tide("topic", "delete", "orders", *ctl)
+    assert in_use.returncode == 1 and "TOPIC_IN_USE" in in_use.stderr and "g1" in in_use.stderr
+    assert tide_json("topic", "list", *ctl)[0]["name"] == "orders", "a refused delete deletes nothing"
+    forced = tide_json("topic", "delete", "orders", "--force", *ctl)
+    assert forced == {"topic": "orders", "deleted": True, "forced": True, "readers": ["g1"]}
+    assert tide_json("topic", "list", *ctl) == []

@@ -21,11 +21,24 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from tidelog.cli import admin, broker, cluster, controller, data, demo, fault, ledger, placement, top
+    from tidelog.cli import (
+        admin,
+        broker,
+        brokerops,
+        cluster,
+        controller,
+        data,
+        demo,
+        fault,
+        ledger,
+        placement,
+        top,
+    )
 
     cli.add_command(demo.demo)
     cli.add_command(controller.controller)
     cli.add_command(admin.admin)
+    brokerops.register(broker.broker)
     cli.add_command(broker.broker)
     cli.add_command(cluster.cluster)
     cli.add_command(cluster.drill)

@@ -14,10 +14,9 @@ from typing import Any, TypeVar
 import click
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from rich.console import Console
 from rich.table import Table
 
-from tidelog.cli.common import controller_call
+from tidelog.cli.common import console, controller_call, describe_with_liveness
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 
 T = TypeVar("T")
@@ -129,7 +128,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
                 "yes" if r.ready else "no",
                 str(r.brokers_heard),
             )
-    Console().print(table)
+    console().print(table)
 
 
 @admin.command("broker-sets")
@@ -138,13 +137,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
     """Describe broker sets: master, epochs, SyncStateSet and members."""
-    reply = _run(ctx, lambda c: c.describe_broker_sets(names))
+    reply = _run(ctx, lambda c: describe_with_liveness(c, names))
     if as_json:
         _emit_json(reply)
         return
-    console = Console()
+    out = console()
     table = Table(
-        title="broker sets" + ("" if reply.liveness_known else " (liveness unknown: not the leader)")
+        title="broker sets"
+        + ("" if reply.liveness_known else " (liveness unknown: no controller leader answered)")
     )
     for col in ("broker set", "master", "epoch", "SyncStateSet", "sss epoch", "members"):
         table.add_column(col)
@@ -154,7 +154,8 @@ def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> No
         for m in info.members:
             flags = ("M" if m.is_master else "") + ("S" if m.in_sync else "")
             life = ("up" if m.alive else "down") if reply.liveness_known else "?"
-            members.append(f"{m.broker_id}@{m.address} [{flags or '-'}] {life}")
+            where = f" {m.datacenter}" if m.datacenter else ""
+            members.append(f"{m.broker_id}@{m.address}{where} [{flags or '-'}] {life}")
         table.add_row(
             role.broker_set,
             str(role.master_id) if role.has_master else "[red]none[/red]",
@@ -163,7 +164,7 @@ def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> No
             str(role.sync_state_set_epoch),
             "\n".join(members),
         )
-    console.print(table)
+    out.print(table)
 
 
 @admin.command("elect")
@@ -186,7 +187,7 @@ def elect(ctx: click.Context, broker_set: str, broker_id: int | None, as_json: b
 
 @admin.group("topics")
 def topics() -> None:
-    """List, create and delete topics."""
+    """List and create topics with per-broker-set queue counts (`tide topic delete` deletes)."""
 
 
 def _topics_table(items: list[Any]) -> Table:
@@ -207,7 +208,7 @@ def topics_list(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         _emit_json(items)
         return
-    Console().print(_topics_table(items))
+    console().print(_topics_table(items))
 
 
 def _parse_queues(values: tuple[str, ...]) -> dict[str, int]:
@@ -243,21 +244,7 @@ def topics_create(ctx: click.Context, name: str, queues: tuple[str, ...], perm: 
     if as_json:
         _emit_json(topic)
         return
-    Console().print(_topics_table([topic]))
-
-
-@topics.command("delete")
-@click.argument("name")
-@json_option
-@click.pass_context
-def topics_delete(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Delete topic NAME and its data: every broker drops its queues (the messages are never
-    readable again, also not in a topic created later under the same name)."""
-    _run(ctx, lambda c: c.delete_topic(name))
-    if as_json:
-        _emit_json({"deleted": name})
-        return
-    click.echo(f"topic {name} deleted")
+    console().print(_topics_table([topic]))
 
 
 @admin.command("clean")

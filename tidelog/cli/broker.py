@@ -6,12 +6,17 @@ import dataclasses
 import json
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from tidelog import logs
 from tidelog.broker import config as bcfg
-from tidelog.cli.common import controller_call, controllers_option, require_controllers, secret_options
+from tidelog.cli.common import (
+    console,
+    controller_call,
+    controllers_option,
+    require_controllers,
+    secret_options,
+)
 
 
 @click.group("broker", invoke_without_command=True)
@@ -101,15 +106,15 @@ def verify(data_dir: str, as_json: bool) -> None:
             )
         )
     else:
-        console = Console()
-        console.print(f"{report.segments} segments, {report.records} records, {report.bytes} bytes checked")
+        out = console()
+        out.print(f"{report.segments} segments, {report.records} records, {report.bytes} bytes checked")
         if report.damage:
             table = Table("file", "from offset", "to offset", "reason")
             for d in report.damage:
                 table.add_row(d.path, str(d.start), str(d.end), d.reason)
-            console.print(table)
+            out.print(table)
         else:
-            console.print("no damaged record")
+            out.print("no damaged record")
     if report.damage:
         raise SystemExit(1)
 

@@ -11,7 +11,16 @@ from typing import Any
 import click
 
 from tidelog import localcluster
-from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
+from tidelog.cli.common import (
+    controllers_option,
+    describe_with_liveness,
+    emit,
+    json_option,
+    progress,
+    require_controllers,
+    tell_waits,
+)
+from tidelog.errors import ConfigError
 from tidelog.lab import net
 
 DATA_DIR_ENV = "TIDE_DATA_DIR"
@@ -59,7 +68,15 @@ def up(
     delay_ms = None if wan_delay is None else parse_duration(wan_delay) * 1000
     if delay_ms is not None and not netns:
         raise click.UsageError("--wan-delay needs --netns")
-    state = localcluster.up(topo, data_dir, wait_s=wait, netns=netns, wan_delay_ms=delay_ms)
+    with progress("starting", localcluster.process_count(topo) + 1, as_json) as step:
+        state = localcluster.up(
+            topo,
+            data_dir,
+            wait_s=wait,
+            netns=netns,
+            wan_delay_ms=delay_ms,
+            on_step=lambda what: step(description=what),
+        )
     cols = ("name", "kind", "pid", "address", "metrics", "datacenter", "netns", "log")
     if as_json:
         emit(
@@ -116,12 +133,38 @@ def down(data_dir: Path, as_json: bool) -> None:
     emit({"stopped": stopped}, as_json, title="cluster down")
 
 
+@cluster.command("restart")
+@click.argument("name")
+@data_dir_option
+@json_option
+def restart(name: str, data_dir: Path, as_json: bool) -> None:
+    """Restart process NAME of the cluster (a name from `tide cluster up`'s table, e.g. broker-a-0
+    or controller-c1): stopped with SIGTERM if it runs, then started again with the same config.
+    `tide cluster down` stops it like the others."""
+    data_dir = data_dir.resolve()
+    procs = localcluster.read_state(data_dir)["processes"]
+    proc = next((p for p in procs if p["name"] == name), None)
+    if proc is None:
+        raise ConfigError(
+            f"no process named {name!r} in {data_dir}", hint=f"one of: {', '.join(p['name'] for p in procs)}"
+        )
+    was_running = localcluster.is_running(proc)
+    if was_running:
+        localcluster.stop_process(proc["pid"], args=proc["args"])
+    started = localcluster.restart(data_dir, name)
+    emit(
+        {"name": name, "pid": started["pid"], "was_running": was_running, "log": started["log"]},
+        as_json,
+        title="restarted",
+    )
+
+
 async def _status(controllers: str) -> list[dict[str, Any]]:
     from tidelog.client.aio import AsyncClient
     from tidelog.proto import broker_pb2 as bpb
 
     async with AsyncClient(controllers) as client:
-        reply = await client.controller.describe_broker_sets()
+        reply = await describe_with_liveness(tell_waits(client.controller), ())
         out = []
         for b in reply.broker_sets:
             role = b.role
@@ -236,19 +279,31 @@ def drill() -> None:
 @drill.command("kill-master")
 @click.argument("broker_set")
 @click.option("--duration", default="30s", show_default=True, help="how long to produce (e.g. 30s)")
+@click.option("--keep-topic", is_flag=True, help="keep the drill's topic (deleted once checked by default)")
 @data_dir_option
 @json_option
-def kill_master(broker_set: str, duration: str, data_dir: Path, as_json: bool) -> None:
+def kill_master(broker_set: str, duration: str, keep_topic: bool, data_dir: Path, as_json: bool) -> None:
     """Produce with sync replication, SIGKILL BROKER_SET's master, verify every acknowledged message."""
     from tidelog.drill.killmaster import kill_master as run
 
     seconds = parse_duration(duration)
-    report = run(
-        data_dir, broker_set, seconds, on_event=None if as_json else lambda msg: click.echo(f"  {msg}")
-    )
+    with progress(f"drill: kill the master of {broker_set}", None, as_json) as step:
+        report = run(data_dir, broker_set, seconds, on_event=_noter(step, as_json), keep_topic=keep_topic)
     emit(report, as_json, title=f"drill: kill the master of {broker_set}")
     if report["acked_lost"]:
         raise click.ClickException(f"{report['acked_lost']} acknowledged messages were lost")
+
+
+def _noter(step: Any, as_json: bool) -> Any:
+    """A drill's event: a line of output, and the progress bar's description (terminal only)."""
+    if as_json:
+        return None
+
+    def note(msg: str) -> None:
+        click.echo(f"  {msg}")
+        step(0, description=msg.strip())
+
+    return note
 
 
 def _drill_report(report: dict[str, Any], as_json: bool) -> None:
@@ -281,7 +336,8 @@ def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> Non
 
         proc = subprocess.run([*prefix, sys.executable, "-m", "tidelog.cli", *argv], check=False)
         raise SystemExit(proc.returncode)
-    report = drills.run(data_dir, note=None if as_json else lambda msg: click.echo(f"  {msg}"), **kw)
+    with progress("drill", None, as_json) as step:
+        report = drills.run(data_dir, note=_noter(step, as_json), **kw)
     _drill_report(report, as_json)
 
 
@@ -290,32 +346,38 @@ def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> Non
 @click.option(
     "--broker-set", default=None, help="the broker set to drill (default: the first of 2+ replicas)"
 )
+@click.option("--keep-topic", is_flag=True, help="keep the drill's topic (deleted once checked by default)")
 @data_dir_option
 @json_option
-def drill_run(scenario: str, broker_set: str | None, data_dir: Path, as_json: bool) -> None:
+def drill_run(scenario: str, broker_set: str | None, keep_topic: bool, data_dir: Path, as_json: bool) -> None:
     """Run a named SCENARIO under a sync-replicated producer, heal, and check (see `tide drill list`)."""
     argv = (
         ["drill", "run", scenario, "--data-dir", str(data_dir.resolve())]
         + (["--json"] if as_json else [])
         + (["--broker-set", broker_set] if broker_set else [])
+        + (["--keep-topic"] if keep_topic else [])
     )
-    _run_drill(data_dir, as_json, argv, scenario=scenario, broker_set=broker_set)
+    _run_drill(data_dir, as_json, argv, scenario=scenario, broker_set=broker_set, keep_topic=keep_topic)
 
 
 @drill.command("random")
 @click.option("--seed", type=int, required=True)
 @click.option("--steps", type=click.IntRange(1, 1000), default=5, show_default=True)
 @click.option("--broker-set", default=None)
+@click.option("--keep-topic", is_flag=True, help="keep the drill's topic (deleted once checked by default)")
 @data_dir_option
 @json_option
-def drill_random(seed: int, steps: int, broker_set: str | None, data_dir: Path, as_json: bool) -> None:
+def drill_random(
+    seed: int, steps: int, broker_set: str | None, keep_topic: bool, data_dir: Path, as_json: bool
+) -> None:
     """A seeded schedule of STEPS faults (each held 1-5 s, then healed), then the check."""
     argv = (
         ["drill", "random", "--seed", str(seed), "--steps", str(steps), "--data-dir", str(data_dir.resolve())]
         + (["--json"] if as_json else [])
         + (["--broker-set", broker_set] if broker_set else [])
+        + (["--keep-topic"] if keep_topic else [])
     )
-    _run_drill(data_dir, as_json, argv, seed=seed, steps=steps, broker_set=broker_set)
+    _run_drill(data_dir, as_json, argv, seed=seed, steps=steps, broker_set=broker_set, keep_topic=keep_topic)
 
 
 @drill.command("list")

@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
+from tidelog.client import Client
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 from tidelog.clusterauth import find_secret
+from tidelog.errors import TidelogError
+from tidelog.proto import controller_pb2 as pb
 
 F = Callable[..., Any]
 T = TypeVar("T")
@@ -59,15 +72,65 @@ def controller_call(
     async def go() -> T:
         secret = find_secret(secret_file, data_dir)
         async with ControllerClient(controllers, total_timeout=timeout, secret=secret) as client:
+            tell_waits(client)
             return await fn(client)
 
     return asyncio.run(go())
+
+
+async def describe_with_liveness(
+    client: ControllerClient, names: Sequence[str]
+) -> pb.DescribeBrokerSetsReply:
+    """Describe broker sets, from the leader when one answers: only the leader knows which
+    brokers are alive, and a read may be answered by any node."""
+    reply = await client.describe_broker_sets(names)
+    if reply.liveness_known:
+        return reply
+    request = pb.DescribeBrokerSetsRequest(names=list(names))
+    for address in client.addresses:
+        with contextlib.suppress(TidelogError):
+            # the leader may not be among the addresses given: each node names it
+            leader = (await client.cluster_status(address=address)).leader_address
+            if leader:
+                answer = await client.call("route", "DescribeBrokerSets", request, address=leader)
+                if answer.liveness_known:
+                    return answer
+    return reply
+
+
+def tell_waits(client: ControllerClient) -> ControllerClient:
+    """Say on a terminal's standard error what is still being tried when no controller answers
+    at once (like progress: a pipe or a log gets only the final one-line error)."""
+    if progress_shown(as_json=False):
+        client.on_wait = lambda msg: click.echo(f"waiting: {msg}", err=True)
+    return client
+
+
+def open_client(controllers: str) -> Client:
+    """The client of a command, which says what it is trying while no controller answers."""
+    client = Client(require_controllers(controllers))
+    tell_waits(client.aio.controller)
+    return client
 
 
 def require_controllers(controllers: str) -> str:
     if not controllers.strip():
         raise click.UsageError(f"no controller address: pass --controllers or set ${CONTROLLERS_ENV}")
     return controllers
+
+
+#: The width of tables written to a pipe or a file: wide enough that no cell is folded or cut
+#: (rich would otherwise assume 80 columns); a terminal's own width is used as it is.
+PIPE_WIDTH = 1000
+
+
+def console() -> Console:
+    """Where tables go: the terminal at its width, or a pipe or file without folding at 80
+    columns (an explicit $COLUMNS still wins)."""
+    out = Console()
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
+        out = Console(width=PIPE_WIDTH)
+    return out
 
 
 def emit(rows: Any, as_json: bool, *, title: str = "", columns: Sequence[str] | None = None) -> None:
@@ -82,4 +145,32 @@ def emit(rows: Any, as_json: bool, *, title: str = "", columns: Sequence[str] | 
         table.add_column(c.replace("_", " "))
     for r in rows:
         table.add_row(*("" if r.get(c) is None else str(r.get(c)) for c in cols))
-    Console().print(table)
+    console().print(table)
+
+
+def progress_shown(as_json: bool) -> bool:
+    """Progress goes to a terminal only: never into --json output, a pipe or a log file."""
+    return not as_json and sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def progress(description: str, total: float | None, as_json: bool) -> Iterator[Callable[..., None]]:
+    """A progress bar on standard error, gone once the work is done; yields
+    `step(advance=1, description=None)`. Nothing is drawn unless `progress_shown`."""
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not progress_shown(as_json),
+    )
+    with bar:
+        task = bar.add_task(description, total=total)
+
+        def step(advance: float = 1, description: str | None = None) -> None:
+            bar.update(task, advance=advance, description=description)
+
+        yield step

@@ -9,15 +9,15 @@ import sys
 import time
 
 import click
-from rich.progress import Progress
 
-from tidelog.cli.common import controllers_option, emit, json_option, require_controllers
-from tidelog.client import Client, OutMessage
+from tidelog.cli.common import controllers_option, emit, json_option, open_client, progress
+from tidelog.client import OutMessage
+from tidelog.errors import TopicInUseError
 
 
 @click.group("topic")
 def topic() -> None:
-    """Create, list and describe topics."""
+    """Create, list, describe, grow and delete topics."""
 
 
 @topic.command("create")
@@ -30,7 +30,7 @@ def topic_create(
     name: str, queues: int, broker_sets: tuple[str, ...], controllers: str, as_json: bool
 ) -> None:
     """Create topic NAME with QUEUES queues in each broker set."""
-    with Client(require_controllers(controllers)) as c:
+    with open_client(controllers) as c:
         result = c.admin().create_topic(name, queues=queues, broker_sets=broker_sets or None)
     emit({"topic": name, "queues": result}, as_json, title=f"topic {name}")
 
@@ -40,7 +40,7 @@ def topic_create(
 @json_option
 def topic_list(controllers: str, as_json: bool) -> None:
     """List topics and their queues per broker set."""
-    with Client(require_controllers(controllers)) as c:
+    with open_client(controllers) as c:
         rows = c.admin().list_topics()
     emit(rows, as_json, title="topics", columns=["name", "queues", "perm"])
 
@@ -51,9 +51,63 @@ def topic_list(controllers: str, as_json: bool) -> None:
 @json_option
 def topic_describe(name: str, controllers: str, as_json: bool) -> None:
     """Per queue: min, max and confirmed offsets."""
-    with Client(require_controllers(controllers)) as c:
+    with open_client(controllers) as c:
         rows = c.admin().describe_topic(name)
     emit(rows, as_json, title=f"topic {name}", columns=["broker_set", "queue", "min", "max", "confirmed"])
+
+
+@topic.command("alter")
+@click.argument("name")
+@click.option(
+    "--queues", type=click.IntRange(min=1), required=True, help="the new queue count per broker set (only up)"
+)
+@click.option(
+    "--broker-set", "broker_sets", multiple=True, help="only these broker sets (default: all of it)"
+)
+@controllers_option
+@json_option
+def topic_alter(
+    name: str, queues: int, broker_sets: tuple[str, ...], controllers: str, as_json: bool
+) -> None:
+    """Grow topic NAME to QUEUES queues in each of its broker sets. Queues only go up (a queue
+    that went away would orphan its messages and committed offsets); a broker set the topic does
+    not have yet is added. Messages sent by key may map to another queue afterwards."""
+    with open_client(controllers) as c:
+        result = c.admin().alter_topic_queues(name, queues, broker_sets=broker_sets or None)
+    emit({"topic": name, "queues": result}, as_json, title=f"topic {name}")
+
+
+@topic.command("delete")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="delete even while a consumer group reads it")
+@click.option(
+    "--in-use-window",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="in use = a group member polled it within this many seconds",
+)
+@controllers_option
+@json_option
+def topic_delete(name: str, force: bool, in_use_window: float, controllers: str, as_json: bool) -> None:
+    """Delete topic NAME. Its messages are never readable again (also not in a topic created
+    later under the same name); their bytes go with retention. Refused while a consumer group
+    reads it (a member announced it within --in-use-window), unless --force."""
+    with open_client(controllers) as c:
+        readers = c.admin().topic_readers(name, int(in_use_window * 1000))
+        if readers and not force:
+            raise TopicInUseError(
+                f"topic {name} is read by consumer group(s) {', '.join(readers)} "
+                f"(a member polled it within the last {in_use_window:g} s)",
+                topic=name,
+                groups=readers,
+            )
+        c.admin().delete_topic(name)
+    emit(
+        {"topic": name, "deleted": True, "forced": bool(readers), "readers": readers},
+        as_json,
+        title="deleted",
+    )
 
 
 @click.command("produce")
@@ -78,11 +132,10 @@ def produce(
         raise click.UsageError("--count, --size and --batch must not be negative (--batch at least 1)")
     sent = 0
     t0 = time.monotonic()
-    with Client(require_controllers(controllers)) as c:
+    with open_client(controllers) as c:
         p = c.producer()
         if count is not None:
-            with Progress(transient=True, disable=as_json or not sys.stderr.isatty()) as progress:
-                task = progress.add_task("producing", total=count)
+            with progress(f"producing to {topic_name}", count, as_json) as step:
                 while sent < count:
                     n = min(batch, count - sent)
                     # each body starts with its sequence number, so every message is distinct
@@ -91,7 +144,7 @@ def produce(
                         topic_name, [OutMessage((b"%d " % (sent + i) + pad)[:size], key) for i in range(n)]
                     )
                     sent += n
-                    progress.update(task, advance=n)
+                    step(n)
         else:
             pending: list[OutMessage] = []
             for line in sys.stdin.buffer:
@@ -148,7 +201,7 @@ def consume(
     last = time.monotonic()
     start = "earliest" if from_beginning else "latest"
     with (
-        Client(require_controllers(controllers)) as c,
+        open_client(controllers) as c,
         c.consumer(group=group, topic=topic_name, start=start) as cons,
         contextlib.suppress(KeyboardInterrupt),
     ):
@@ -195,7 +248,7 @@ def group() -> None:
 @json_option
 def group_describe(name: str, topic_name: str | None, controllers: str, as_json: bool) -> None:
     """Committed offset and lag per queue for group NAME."""
-    with Client(require_controllers(controllers)) as c:
+    with open_client(controllers) as c:
         if topic_name is None:
             topics = c.admin().group_topics(name)
             if len(topics) != 1:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from tidelog.cli.common import console
 from tidelog.commitlog import CommitLog, Message
 
 SEGMENT_BYTES = 256 * 1024
@@ -211,6 +211,6 @@ def demo(
         table.add_column("value", justify="right")
         for key, value in summary.items():
             table.add_row(key.replace("_", " "), str(value))
-        Console().print(table)
+        console().print(table)
     if bad:
         raise click.ClickException("the demo found lost or diverging data")

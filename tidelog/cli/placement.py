@@ -13,10 +13,10 @@ import sys
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from tidelog.cli.common import (
+    console,
     controller_call,
     controllers_option,
     json_option,
@@ -69,7 +69,7 @@ def audit(controllers: str, as_json: bool) -> None:
             table.add_column(col)
         for v in doc["violations"]:
             table.add_row(v["kind"], v["name"], v["code"], f"{v['since_s']} s", v["reason"])
-        Console().print(table)
+        console().print(table)
     sys.exit(1 if doc["violations"] else 0)
 
 
@@ -118,7 +118,7 @@ def status(controllers: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
-    console = Console()
+    out = console()
     table = Table(title="replicas")
     for col in ("broker set", "id", "datacenter", "role", "live", "in sync", "max offset"):
         table.add_column(col)
@@ -132,21 +132,17 @@ def status(controllers: str, as_json: bool) -> None:
             "yes" if r["in_sync"] else "[yellow]no[/yellow]",
             str(r["max_offset"]),
         )
-    console.print(table)
+    out.print(table)
     if doc["violations"]:
         for v in doc["violations"]:
-            console.print(
-                f"[red]{v['kind']} {v['name']}[/red] {v['code']} for {v['since_s']} s: {v['reason']}"
-            )
+            out.print(f"[red]{v['kind']} {v['name']}[/red] {v['code']} for {v['since_s']} s: {v['reason']}")
     else:
-        console.print("no placement violations")
+        out.print("no placement violations")
     for e in events[-20:]:
-        console.print(f"{e['ago_s']} s ago: {e['kind']} {e['name']} {e['change']} {e['code']}")
+        out.print(f"{e['ago_s']} s ago: {e['kind']} {e['name']} {e['change']} {e['code']}")
     for r in repairs[-20:]:
         pairs = ", ".join(f"{k} -> {v}" for k, v in r["replaced"].items())
-        console.print(
-            f"{r['ago_s']} s ago: ledger {r['ledger']} of {r['broker_set']} re-replicated ({pairs})"
-        )
+        out.print(f"{r['ago_s']} s ago: ledger {r['ledger']} of {r['broker_set']} re-replicated ({pairs})")
 
 
 @placement.command("repair")

@@ -9,7 +9,8 @@ rejoin the SyncStateSet), keeps producing, then reads the whole topic back and r
 - `duplicates`: extra copies read (a retried send whose first attempt was stored anyway);
 - `max_write_gap_s`: the longest time between two acknowledgements (write unavailability);
 - `failover_s`: from the kill until the controller named a new master;
-- `rejoin_s`: from the kill until the old master was back in the SyncStateSet.
+- `rejoin_s`: from the kill until the old master was back in the SyncStateSet;
+- `topic_deleted`: the drill's topic is deleted once read back, unless `keep_topic`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def kill_master(
     topic: str | None = None,
     queues: int = 4,
     on_event: Any = None,
+    keep_topic: bool = False,
 ) -> dict[str, Any]:
     state = localcluster.read_state(data_dir)
     _check_drillable(state, data_dir, broker_set)
@@ -80,7 +82,19 @@ def kill_master(
             localcluster.restart(data_dir, victim["name"])
             note(f"restarted {victim['name']} (no new master was named)")
         read = read_all(client, topic)
-    return _report(broker_set, topic, load, read, t0, failover)
+        report = _report(broker_set, topic, load, read, t0, failover)
+        report["topic_deleted"] = not keep_topic and drop_topic(client, topic)
+    return report
+
+
+def drop_topic(client: Client, topic: str) -> bool:
+    """Delete a drill's own topic once it was read back (drills would otherwise pile topics up);
+    False if that failed, which only leaves the topic behind."""
+    try:
+        client.admin().delete_topic(topic)
+    except TidelogError:
+        return False
+    return True
 
 
 def _check_drillable(state: dict[str, Any], data_dir: Path, broker_set: str) -> None:

@@ -39,7 +39,7 @@ from tidelog import localcluster
 from tidelog.client import Client
 from tidelog.commitlog.epochs import EpochFile
 from tidelog.drill import faults as control
-from tidelog.drill.killmaster import describe_set, placement_violations, read_all
+from tidelog.drill.killmaster import describe_set, drop_topic, placement_violations, read_all
 from tidelog.errors import ConfigError, TidelogError, UnavailableError
 from tidelog.lab import net, rules
 
@@ -389,6 +389,7 @@ def run(
     warmup_s: float = 3.0,
     settle_s: float = 4.0,
     note: Note | None = None,
+    keep_topic: bool = False,
 ) -> dict[str, Any]:
     """Run one named scenario (or a random schedule with `seed`) and return the checked report."""
     data_dir = data_dir.resolve()
@@ -434,7 +435,9 @@ def run(
         work.stop()
         whole_s = wait_whole(client, broker_set, timeout_s=90)
         drill.log("broker set whole again" if whole_s is not None else "broker set NOT whole within 90 s")
+        drill.log("reading the topic back and checking")
         report = check(data_dir, client, broker_set, topic, work, drill.t0)
+        report["topic_deleted"] = not keep_topic and drop_topic(client, topic)
     report.update(scenario=name, steps=drill.steps, whole_after_heal=whole_s is not None)
     return report
 

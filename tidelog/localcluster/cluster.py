@@ -19,17 +19,19 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tidelog.clusterauth import new_secret
-from tidelog.errors import ConfigError, UnavailableError
+from tidelog.errors import ConfigError, TidelogError, UnavailableError, by_code
 from tidelog.lab import net
 from tidelog.lab.plan import (
     BROKER_HA_PORT,
@@ -43,6 +45,7 @@ from tidelog.lab.plan import (
 from tidelog.localcluster.configs import broker_doc, controller_doc, write_config
 from tidelog.localcluster.procs import Proc, free_address, is_ours, reap, running, stop_process
 from tidelog.localcluster.topology import Topology
+from tidelog.wire import make_error
 
 STATE_FILE = "cluster.json"
 LAB_METRICS_PORT = 7300  # every process's /metrics in the lab, at its own address
@@ -125,11 +128,15 @@ def up(
     wait_s: float = 60.0,
     netns: bool = False,
     wan_delay_ms: float | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Start the topology's processes; return once every broker set has a master.
 
     With `netns`, every process gets its own network namespace and address, grouped by
-    datacenter, behind one router that applies faults and adds the WAN delay (tidelog/lab)."""
+    datacenter, behind one router that applies faults and adds the WAN delay (tidelog/lab).
+    `on_step(what)` is called as each process starts and before the wait for masters (one
+    call per process, then one: `process_count(topology) + 1` in all), for a progress bar."""
+    note = on_step or (lambda _what: None)
     data_dir = data_dir.resolve()
     _prepare(data_dir, netns)
     layout = _layout(topology, data_dir, netns, wan_delay_ms)
@@ -145,11 +152,12 @@ def up(
         state["lab"] = {"plan": layout.plan.to_json(), **net.create(layout.plan, data_dir / "lab")}
         state["client_netns"] = layout.plan.host(CLIENT_NAME).netns
     try:
-        _start_controllers(data_dir, layout, ctrl_cfg, state["processes"])
-        _start_brokers(topology, data_dir, layout, secret, state["processes"])
+        _start_controllers(data_dir, layout, ctrl_cfg, state["processes"], note)
+        _start_brokers(topology, data_dir, layout, secret, state["processes"], note)
     finally:
         _write_state(data_dir, state)  # whatever started is recorded, so `down` finds it
     names, procs = state["broker_sets"], state["processes"]
+    note(f"waiting for a master in {', '.join(names)}")
     try:
         if layout.plan is None:
             asyncio.run(wait_masters(layout.controllers, names, procs, wait_s))
@@ -262,9 +270,17 @@ def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout
     return write_config(data_dir / "controller.yaml", doc), secret
 
 
-def _start_controllers(data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: list[dict[str, Any]]) -> None:
+def process_count(topology: Topology) -> int:
+    """How many processes `up` starts for `topology`."""
+    return int(topology.controller.get("nodes", 1)) + sum(int(bs["replicas"]) for bs in topology.broker_sets)
+
+
+def _start_controllers(
+    data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: list[dict[str, Any]], note: Callable[[str], None]
+) -> None:
     for n in layout.nodes:
         name = f"controller-{n['id']}"
+        note(f"starting {name}")
         args = ["controller", "--config", str(ctrl_cfg), "--node-id", n["id"]]
         log_path = data_dir / f"{name}.log"
         ns = layout.netns(name)
@@ -284,7 +300,12 @@ def _start_controllers(data_dir: Path, layout: _Layout, ctrl_cfg: Path, procs: l
 
 
 def _start_brokers(
-    topology: Topology, data_dir: Path, layout: _Layout, secret: str, procs: list[dict[str, Any]]
+    topology: Topology,
+    data_dir: Path,
+    layout: _Layout,
+    secret: str,
+    procs: list[dict[str, Any]],
+    note: Callable[[str], None],
 ) -> None:
     # The topology's broker keys may set anything but the secret, which is the cluster's.
     settings = {k: v for k, v in topology.broker.items() if k != "secret"}
@@ -292,6 +313,7 @@ def _start_brokers(
         name = f"{b['broker_set']}-{b['replica']}"
         # each broker its own metrics port; `metrics_address: ""` in the topology turns them off
         metrics = "" if settings.get("metrics_address") == "" else b["metrics_address"]
+        note(f"starting {name}")
         doc = broker_doc(
             b["broker_set"],
             data_dir / name,
@@ -322,12 +344,27 @@ def _start_brokers(
         )
 
 
-def _dead_on_start(procs: list[dict[str, Any]]) -> UnavailableError | None:
+def _dead_on_start(procs: list[dict[str, Any]]) -> TidelogError | None:
     """The error to raise if a process of `procs` has exited during start-up (with its log's last word)."""
     dead = [p for p in procs if not running(p["pid"])]
     if not dead:
         return None
-    return UnavailableError(f"{dead[0]['name']} exited during start-up: {_tail(Path(dead[0]['log']))}")
+    return start_failure(dead[0]["name"], _tail(Path(dead[0]["log"])), dead[0]["log"])
+
+
+_ERROR_LINE = re.compile(r"error: ([A-Z][A-Z_]+): (.*)$")
+
+
+def start_failure(name: str, last_word: str, log: str) -> TidelogError:
+    """The error of a process that exited during start-up, as the typed error it printed last:
+    a configuration error stays one (its hint is to fix the configuration, not to retry later),
+    and its hint is said once."""
+    found = _ERROR_LINE.search(last_word)
+    if found is None:
+        return UnavailableError(f"{name} exited during start-up: {last_word}", hint=f"see {log}")
+    cls = by_code(found.group(1))
+    message = found.group(2).removesuffix(f" ({cls.hint})") if cls.hint else found.group(2)
+    return make_error(found.group(1), f"{name} exited during start-up: {message}")
 
 
 def _wait_masters_in(

@@ -24,6 +24,7 @@ import yaml
 from tidelog.errors import ConfigError
 
 _TOP = {"host", "ports", "controller", "broker_sets", "broker", "lab"}
+_SET_KEYS = {"name", "replicas", "datacenters"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # also a file name: <name>-<replica>.yaml, .log
 
 
@@ -89,6 +90,13 @@ def _check_broker_sets(p: Path, broker_sets: list[Any]) -> None:
             raise ConfigError(
                 f"{p}: broker_sets[{i}] needs a name (letters, digits, '.', '_', '-') and replicas >= 1",
                 key=f"broker_sets[{i}]",
+            )
+        unknown = sorted(set(bs) - _SET_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"{p}: broker_sets[{i}] has an unknown key {unknown[0]!r} "
+                f"(known: {', '.join(sorted(_SET_KEYS))})",
+                key=f"broker_sets[{i}].{unknown[0]}",
             )
         if bs["name"] in names:
             raise ConfigError(f"{p}: broker set {bs['name']!r} is listed twice", key=f"broker_sets[{i}]")

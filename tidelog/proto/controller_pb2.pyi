@@ -262,6 +262,27 @@ class DeleteTopicReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class AlterTopicQueuesRequest(_message.Message):
+    __slots__ = ("name", "queues")
+    class QueuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queues: _containers.ScalarMap[str, int]
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class AlterTopicQueuesReply(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicConfig
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+
 class ListTopicsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -360,6 +360,11 @@ class ControllerAdminStub:
                 request_serializer=controller__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=controller__pb2.DeleteTopicReply.FromString,
                 _registered_method=True)
+        self.AlterTopicQueues = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/AlterTopicQueues',
+                request_serializer=controller__pb2.AlterTopicQueuesRequest.SerializeToString,
+                response_deserializer=controller__pb2.AlterTopicQueuesReply.FromString,
+                _registered_method=True)
         self.ListTopics = channel.unary_unary(
                 '/tidelog.controller.v1.ControllerAdmin/ListTopics',
                 request_serializer=controller__pb2.ListTopicsRequest.SerializeToString,
@@ -432,6 +437,12 @@ class ControllerAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterTopicQueues(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -521,6 +532,11 @@ def add_ControllerAdminServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=controller__pb2.DeleteTopicRequest.FromString,
                     response_serializer=controller__pb2.DeleteTopicReply.SerializeToString,
+            ),
+            'AlterTopicQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTopicQueues,
+                    request_deserializer=controller__pb2.AlterTopicQueuesRequest.FromString,
+                    response_serializer=controller__pb2.AlterTopicQueuesReply.SerializeToString,
             ),
             'ListTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopics,
@@ -637,6 +653,33 @@ class ControllerAdmin:
             '/tidelog.controller.v1.ControllerAdmin/DeleteTopic',
             controller__pb2.DeleteTopicRequest.SerializeToString,
             controller__pb2.DeleteTopicReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTopicQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/AlterTopicQueues',
+            controller__pb2.AlterTopicQueuesRequest.SerializeToString,
+            controller__pb2.AlterTopicQueuesReply.FromString,
             options,
             channel_credentials,
             insecure,
