@@ -57,6 +57,13 @@ class BrokerConfig:
     # reads: a Pull (or ledger Read) asking for more gets at most this much in one reply
     max_pull_bytes: int = 16 << 20
     max_pull_messages: int = 10_000
+    # retention (docs/ARCHITECTURE.md §6.4): whole segments older than retention_ms, or beyond
+    # retention_bytes of log, are deleted in the background; 0 turns a rule off
+    retention_ms: int = 72 * 3600 * 1000
+    retention_bytes: int = 0
+    retention_check_interval_ms: int = 10_000
+    retention_respect_groups: tuple[str, ...] = ()  # keep what these consumer groups have not consumed
+    retention_slave_hold_ms: int = 3600 * 1000  # how long a disconnected slave's position still holds
 
     @property
     def advertised(self) -> str:
@@ -90,7 +97,9 @@ _POSITIVE = {
     "max_concurrent_requests",
     "max_pull_bytes",
     "max_pull_messages",
+    "retention_check_interval_ms",
 }
+_NON_NEGATIVE = {"retention_ms", "retention_bytes", "retention_slave_hold_ms"}
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A reply must stay well inside gRPC's 64 MiB message limit (broker/server.py): the records of
 # one reply are at most max_pull_bytes, plus one record that alone exceeds it.
@@ -129,17 +138,34 @@ def _check_type(name: str, value: Any, source: str) -> Any:
     if name == "priority":
         if value is not None and not _is_int(value):
             raise ConfigError(f"{source}: priority must be an integer", key=name)
+    elif name == "retention_respect_groups":
+        return _group_names(name, value, source)
     elif isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: {name} must be true or false", key=name)
     elif isinstance(default, int):
-        if not _is_int(value):
-            raise ConfigError(f"{source}: {name} must be an integer", key=name)
-        if name in _POSITIVE and value <= 0:
-            raise ConfigError(f"{source}: {name} must be positive", key=name)
+        _check_int(name, value, source)
     elif not isinstance(value, str):
         raise ConfigError(f"{source}: {name} must be a string", key=name)
     return value
+
+
+def _check_int(name: str, value: Any, source: str) -> None:
+    if not _is_int(value):
+        raise ConfigError(f"{source}: {name} must be an integer", key=name)
+    if name in _POSITIVE and value <= 0:
+        raise ConfigError(f"{source}: {name} must be positive", key=name)
+    if name in _NON_NEGATIVE and value < 0:
+        raise ConfigError(f"{source}: {name} must not be negative (0 turns it off)", key=name)
+
+
+def _group_names(name: str, value: Any, source: str) -> tuple[str, ...]:
+    """A list of consumer-group names (as the brokers accept them: 1-255 characters)."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(g, str) and 0 < len(g) <= 255 for g in value
+    ):
+        raise ConfigError(f"{source}: {name} must be a list of consumer-group names", key=name)
+    return tuple(value)
 
 
 def _check_value(name: str, value: Any, source: str) -> Any:

@@ -54,6 +54,7 @@ from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.epochs import EpochFile
 from tidelog.commitlog.flusher import Flusher
 from tidelog.commitlog.queues import QueueOffsets
+from tidelog.commitlog.retentionpolicy import SegmentInfo
 from tidelog.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -385,3 +386,21 @@ class CommitLog:
         self._core.check_open()
         now = int(self._core.clock() * 1000) if now_ms is None else now_ms
         return retention.delete_expired(self._core, now, max_age_ms, max_total_bytes, keep_from)
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        """The segments, oldest first: (base, end, modification time in ms), for the retention rule
+        (`commitlog/retentionpolicy.py`)."""
+        return retention.segment_infos(self._core)
+
+    def delete_before(self, offset: int) -> int:
+        """Delete every segment whose bytes all lie below `offset` (never the active one); consume
+        queues, the epoch file and the confirm offset follow as in `delete_expired`. The caller
+        decided with the retention rule; returns the new min offset."""
+        return retention.delete_before(self._core, offset)
+
+    @property
+    def recovery_floor(self) -> int:
+        """The lowest offset a recovery after a crash would scan from (flushed and durable
+        consume-queue offsets): retention keeps it."""
+        offsets = self._core.offsets
+        return min(offsets.flushed, offsets.cq_durable)
