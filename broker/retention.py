@@ -1,8 +1,9 @@
 """Retention in a running broker: the background loop that gathers floors, carries metadata
 forward and deletes whole old segments (docs/ARCHITECTURE.md §6.4).
 
-Each round (every `retention_check_interval_ms`) does the slow part first — asks the controller
-which ledgers still exist, and on a slave asks its master for the master's min offset — then,
+Each round (every `retention_check_interval_ms`) does the slow part first — on a slave asks its
+master for the master's min offset; when some segment could go, asks the controller which of the
+ledgers in the way (and of those fenced here) still exist — then,
 without awaiting anything, gathers the floors, decides with the pure rule
 (`commitlog/retentionpolicy.py::decide`), lets the master append copies of the live metadata
 records in the segments that would go (`broker/compaction.py`), decides again with the
@@ -64,6 +65,7 @@ class RetentionLoop:
         self.deleted_segments = 0  # counters for status and metrics
         self.carried_records = 0
         self.last_decision: Decision | None = None
+        self.dead_ledgers: set[int] = set()  # ledgers the controller said it no longer has
 
     @property
     def enabled(self) -> bool:
@@ -91,7 +93,13 @@ class RetentionLoop:
             return 0
         if role == SLAVE:
             await self._learn_master_min()
-        dead = await self._dead_ledgers()
+        now_ms = int(self.clock() * 1000)
+        # A first look without the metadata floor: when nothing could go, nobody is asked anything.
+        first = decide(self.log.segment_infos(), now_ms, self.rules, self._floors(now_ms))
+        if not first.count:
+            self.last_decision = first
+            return 0
+        dead = await self._dead_ledgers(first.new_min)
         return self._decide_and_delete(int(self.clock() * 1000), dead)
 
     # ------------------------------------------------------------------ the synchronous part
@@ -189,23 +197,23 @@ class RetentionLoop:
 
     # ------------------------------------------------------------------ the asynchronous part
 
-    async def _dead_ledgers(self) -> set[int]:
-        """Ledgers known here (by their CREATE record, or a fence) that the controller no longer
-        has. A ledger the controller cannot be asked about counts as existing."""
+    async def _dead_ledgers(self, limit: int) -> set[int]:
+        """Ledgers the controller no longer has, among those created below `limit` or fenced here.
+        A ledger the controller cannot be asked about counts as existing; a deleted one never
+        comes back (ids are not reused), so it is asked about once."""
         source = self.replica.ledgers.metadata_source
         if source is None:
-            return set()
+            return set(self.dead_ledgers)
         index = self.replica.ledgers.index
-        ids = set(index.fenced_ledgers()) | set(index.ledger_starts())
-        dead = set()
-        for ledger_id in sorted(ids)[:MAX_LEDGER_LOOKUPS]:
+        ids = set(index.fenced_ledgers()) | {lid for lid, at in index.ledger_starts().items() if at < limit}
+        for ledger_id in sorted(ids - self.dead_ledgers)[:MAX_LEDGER_LOOKUPS]:
             try:
                 await source(ledger_id)
             except NoSuchLedgerExistsError:
-                dead.add(ledger_id)
+                self.dead_ledgers.add(ledger_id)
             except TidelogError as exc:
                 log.debug("ledger %d: existence unknown (%s)", ledger_id, exc)
-        return dead
+        return set(self.dead_ledgers)
 
     async def _learn_master_min(self) -> None:
         """Ask the master (gRPC Status) for its min offset; kept with the epoch it belongs to."""

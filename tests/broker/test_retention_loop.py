@@ -1,7 +1,8 @@
 """One broker's retention rounds (broker/retention.py) over a real commit log, with the replica's
 role and its slaves' acks stood in: the floors hold (a slave's ack, a disconnected slave's last
-ack for `retention_slave_hold_ms`, a named group's position, an unknown master min on a slave),
-consume queues follow, and a read below retention gets the typed error."""
+ack for `retention_slave_hold_ms`, a named group's position, an unknown master min on a slave,
+an existing ledger), consume queues follow, a read below retention gets the typed error, and a
+deleted ledger frees its segments and its fence."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from tidelog.broker.offsets import GroupOffsets, commit_message
 from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.topics import TopicTable
 from tidelog.commitlog import CommitLog, Message
-from tidelog.errors import NotMasterError, OffsetBelowRetentionError
-from tidelog.ledger.store import LedgerIndex
+from tidelog.errors import NoSuchLedgerExistsError, NotMasterError, OffsetBelowRetentionError
+from tidelog.ledger.metadata import new_ledger_metadata
+from tidelog.ledger.store import LedgerIndex, create_message
 
 SEG = 4096
 T = "t"
@@ -144,3 +146,28 @@ def test_retention_off_runs_no_rounds(log: CommitLog) -> None:
     loop = RetentionLoop(replica)  # type: ignore[arg-type]
     assert not loop.enabled
     asyncio.run(loop.run(asyncio.Event()))  # returns at once
+
+
+def test_an_existing_ledger_keeps_its_segments_and_a_deleted_one_frees_them(log: CommitLog) -> None:
+    replica = _Replica(log)
+    gone: set[int] = set()
+
+    async def metadata(ledger_id: int) -> Any:
+        if ledger_id in gone:
+            raise NoSuchLedgerExistsError(f"no ledger {ledger_id}", ledger_id=ledger_id)
+        return None
+
+    replica.ledgers.metadata_source = metadata
+    _fill(log, 1)
+    log.append([create_message(new_ledger_metadata(7, "a", [0], 1, password=b"pw"))])
+    replica.ledgers.index.fence(7)
+    _fill(log, 3)
+    create_at = replica.ledgers.index.ledger_starts()[7]
+    at = time.time() + 60
+    _round(replica, at)
+    assert log.min_offset <= create_at < log.segment_infos()[1].base  # held from its CREATE on
+    assert replica.ledgers.index.fenced_ledgers() == [7]
+    gone.add(7)  # its user deleted it
+    _round(replica, at)
+    assert log.min_offset == log.segment_infos()[-1].base
+    assert replica.ledgers.index.fenced_ledgers() == []  # and its fence went with it
