@@ -2,15 +2,20 @@
 §6.4): the decision's table, then rounds over a real commit log — group offsets and topic
 markers survive the deletion of the segments that held them, also for a replica that folds the
 log again from scratch; a commit of a deleted topic is not revived; a key with a newer
-unconfirmed record is kept rather than copied."""
+unconfirmed record is kept rather than copied; and, as a property over random mixes of commits
+and rounds, a fresh fold always finds every latest commit."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tidelog.broker.compaction import Live, MetadataFold, carry_plan, copy_message
 from tidelog.broker.offsets import GroupOffsets, commit_message
@@ -91,6 +96,8 @@ def _fill(log: CommitLog, segments: int) -> None:
 
 def _round(log: CommitLog) -> int:
     """One master round with every closed segment expired: copy, confirm, delete what may go."""
+    if not log.segment_infos():
+        return log.min_offset
     limit = log.segment_infos()[-1].base
     fold = MetadataFold(log)
     plan = carry_plan(*fold.refresh(), limit, {}, set())
@@ -162,3 +169,50 @@ def test_a_key_with_an_unconfirmed_newer_commit_keeps_its_segment(tmp_path: Path
     assert plan.carry == []  # a copy of offset 1 would land after the pending 2 and undo it
     assert plan.floor is not None and plan.floor < first.end
     log.close()
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.sampled_from(["commit", "unconfirmed"]),
+            st.sampled_from(["g", "h"]),
+            st.integers(0, 1),
+            st.integers(0, 9),
+        ),
+        st.tuples(st.just("fill"), st.integers(1, 2)),
+        st.tuples(st.just("round")),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_OPS)
+def test_any_mix_of_commits_and_rounds_keeps_every_latest_commit(ops: list[tuple[Any, ...]]) -> None:
+    """Property: whatever retention deleted, a fresh fold of the log gives each (group, queue)
+    the last offset committed — never an older one, never none."""
+    want: dict[tuple[str, int], int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = _open(Path(tmp))
+        try:
+            for op in ops:
+                if op[0] in ("commit", "unconfirmed"):
+                    kind, group, queue, offset = op
+                    _append(log, [commit_message(group, T, queue, offset)], confirm=kind == "commit")
+                    want[(group, queue)] = offset
+                elif op[0] == "fill":
+                    _fill(log, op[1])
+                else:
+                    _round(log)
+            _fill(log, 2)
+            _round(log)
+            _round(log)
+        finally:
+            log.close()
+        log = _open(Path(tmp))
+        try:
+            offsets = GroupOffsets(log)
+            got = {k: offsets.fetch(k[0], T, k[1]) for k in want}
+        finally:
+            log.close()
+    assert got == want
