@@ -321,6 +321,12 @@ class CommitLog:
         """
         return replication.append_raw(self._core, phys_offset, bytes(data))
 
+    def start_at(self, offset: int) -> None:
+        """Make an empty log begin at `offset`, a segment boundary (the master's min offset, when
+        its retention deleted what lay below): min and max offsets become `offset`. Refused for a
+        log that holds anything."""
+        replication.start_at(self._core, offset)
+
     # ------------------------------------------------------------------ repair and truncation
 
     def repair_range(self, offset: int, data: bytes) -> None:

@@ -12,6 +12,7 @@ over real sockets, 64 KiB segments and a few seconds of retention:
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -150,3 +151,33 @@ def test_group_offsets_survive_retention(broker_cluster: Callable[..., BrokerClu
     wait_until(lambda: bs.clients[s].status().role == "slave", 20, what="the slave to come back")
     wait_until(lambda: bs.clients[s].fetch("g", TOPIC, 1) == 4, 10, what="the slave's refold")
     assert bs.clients[s].fetch("g", TOPIC, 2) == 3
+
+
+def test_a_wiped_replica_joins_from_the_masters_min_offset(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    """Before retention ran, a wiped replica copied the whole log; once the start is gone, an
+    empty replica begins where the master's log begins (ha/slavecore.py StartAt) and catches up."""
+    bs = broker_cluster(2, **RETENTION).bs
+    m = bs.wait_master()
+    s = 1 - m
+    master = bs.clients[m]
+    master.commit("g", TOPIC, 0, 0)
+    _produce_for(master, 8)
+    wait_until(lambda: master.status().min_offset > 0, 20, what="retention on the master")
+    bs.procs[s].stop()
+    shutil.rmtree(bs.data_dirs[s])
+    bs.procs[s].start()
+    wait_until(
+        lambda: (st := bs.clients[s].status()).role == "slave" and st.min_offset > 0,
+        30,
+        what="the wiped replica to start at the master's min",
+    )
+    end = master.status().max_offset
+    wait_until(lambda: bs.clients[s].status().max_offset >= end, 30, what="the wiped replica to catch up")
+    bs.wait_in_sync(2, timeout=30)
+    assert bs.clients[s].fetch("g", TOPIC, 0) == 0  # the carried group commit is in what it copied
+    q = master.offsets(TOPIC, 1)
+    assert [x.body for x in bs.clients[s].pull(TOPIC, 1, q.min, max_messages=5).messages] == [
+        x.body for x in master.pull(TOPIC, 1, q.min, max_messages=5).messages
+    ]
