@@ -62,6 +62,13 @@ class BrokerConfig:
     log_format: str = "text"
     # Prometheus /metrics, /healthz and /readyz over HTTP (deploy/METRICS.md); empty: off
     metrics_address: str = ""
+    # retention (docs/ARCHITECTURE.md §6.4): whole segments older than retention_ms, or beyond
+    # retention_bytes of log, are deleted in the background; 0 turns a rule off
+    retention_ms: int = 72 * 3600 * 1000
+    retention_bytes: int = 0
+    retention_check_interval_ms: int = 10_000
+    retention_respect_groups: tuple[str, ...] = ()  # keep what these consumer groups have not consumed
+    retention_slave_hold_ms: int = 3600 * 1000  # how long a disconnected slave's position still holds
 
     @property
     def advertised(self) -> str:
@@ -99,7 +106,9 @@ _POSITIVE = {
     "max_concurrent_requests",
     "max_pull_bytes",
     "max_pull_messages",
+    "retention_check_interval_ms",
 }
+_NON_NEGATIVE = {"retention_ms", "retention_bytes", "retention_slave_hold_ms"}
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A broker set's name shows up in file names (`tide cluster up` writes <name>-<replica>.yaml) and
 # log lines: no path separators, no leading dot (`..`), as in a topology file.
@@ -141,17 +150,34 @@ def _check_type(name: str, value: Any, source: str) -> Any:
     if name == "priority":
         if value is not None and not _is_int(value):
             raise ConfigError(f"{source}: priority must be an integer", key=name)
+    elif name == "retention_respect_groups":
+        return _group_names(name, value, source)
     elif isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: {name} must be true or false", key=name)
     elif isinstance(default, int):
-        if not _is_int(value):
-            raise ConfigError(f"{source}: {name} must be an integer", key=name)
-        if name in _POSITIVE and value <= 0:
-            raise ConfigError(f"{source}: {name} must be positive", key=name)
+        _check_int(name, value, source)
     elif not isinstance(value, str):
         raise ConfigError(f"{source}: {name} must be a string", key=name)
     return value
+
+
+def _check_int(name: str, value: Any, source: str) -> None:
+    if not _is_int(value):
+        raise ConfigError(f"{source}: {name} must be an integer", key=name)
+    if name in _POSITIVE and value <= 0:
+        raise ConfigError(f"{source}: {name} must be positive", key=name)
+    if name in _NON_NEGATIVE and value < 0:
+        raise ConfigError(f"{source}: {name} must not be negative (0 turns it off)", key=name)
+
+
+def _group_names(name: str, value: Any, source: str) -> tuple[str, ...]:
+    """A list of consumer-group names (as the brokers accept them: 1-255 characters)."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(g, str) and 0 < len(g) <= 255 for g in value
+    ):
+        raise ConfigError(f"{source}: {name} must be a list of consumer-group names", key=name)
+    return tuple(value)
 
 
 def _check_value(name: str, value: Any, source: str) -> Any:

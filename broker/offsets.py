@@ -10,8 +10,8 @@ A commit of a topic made before the topic's latest generation marker (broker/top
 commit of the deleted topic of that name, not of the current one: `fetch` ignores it, so the
 group starts the new topic from its configured start instead of an old position.
 
-Known limit: retention that deletes old segments also deletes old commits; a group that has
-not committed since then reads as "no offset".
+Retention does not lose commits: before a segment holding the latest commit of a (group,
+topic, queue) goes, the master appends a copy of it (broker/compaction.py).
 """
 
 from __future__ import annotations

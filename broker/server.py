@@ -27,6 +27,7 @@ from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledger_service import LedgerService
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.replica import MASTER, Replica, Role
+from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.service import BrokerService
 from tidelog.client.controllers import ControllerClient
 from tidelog.commitlog import CommitLog
@@ -83,6 +84,7 @@ class BrokerServer:
         self._handing_over = 0.0
         self._background: set[asyncio.Task[None]] = set()
         self.replica.hand_over = self._hand_over
+        self.retention = RetentionLoop(self.replica)
         logs.identify(self.log_identity)
 
     def log_identity(self) -> dict[str, object]:
@@ -282,10 +284,11 @@ class BrokerServer:
         try:
             await self.register()
             beats = asyncio.ensure_future(self.heartbeat_loop())
+            retention = asyncio.ensure_future(self.retention.run(self._stopping))
             stopping = asyncio.ensure_future(self._stopping.wait())
             failed = asyncio.ensure_future(self._store_failed.wait())
             await asyncio.wait({stopping, failed}, return_when=asyncio.FIRST_COMPLETED)
-            await cancel_and_wait(beats, stopping, failed)
+            await cancel_and_wait(beats, retention, stopping, failed)
         finally:
             if self._store_failed.is_set():
                 # Step down at once: no more heartbeats (the controller elects an in-sync

@@ -33,7 +33,9 @@ its data.
   least the truncated marker's), and this replica serves the topic only after receiving it.
 
 Group commits of a topic made before its latest marker belong to an older generation:
-`GroupOffsets.fetch` ignores them.
+`GroupOffsets.fetch` ignores them. Retention carries the latest marker of each topic forward
+before its segment goes (broker/compaction.py); the copy names the original's position (`at`),
+which is what `marked_at` answers.
 """
 
 from __future__ import annotations
@@ -96,6 +98,16 @@ def decode_mark(body: bytes) -> Mark:
     return topic, generation, cuts
 
 
+def _origin(m: StoredMessage) -> int:
+    """Where a marker was first written: retention's copy of a marker (broker/compaction.py) names
+    the original's position in `at`, so the commits made between the two still count."""
+    try:
+        at = json.loads(m.body).get("at")
+    except (ValueError, AttributeError):
+        return m.phys_offset
+    return at if type(at) is int and 0 <= at <= m.phys_offset else m.phys_offset
+
+
 class TopicMarks:
     """This replica's fold of the markers in its log: each topic's generation here, its latest
     marker's position, and the cuts, applied to the consume queues."""
@@ -137,7 +149,7 @@ class TopicMarks:
             )
             return
         self._generation[topic] = max(self._generation.get(topic, 0), generation)
-        self._marked_at[topic] = m.phys_offset
+        self._marked_at[topic] = _origin(m)
 
     def _on_truncate(self, cut: int) -> None:
         self.refresh()  # markers not folded yet may be among those about to go

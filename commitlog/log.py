@@ -55,6 +55,7 @@ from tidelog.commitlog.epochs import EpochFile
 from tidelog.commitlog.fileio import store_error
 from tidelog.commitlog.flusher import Flusher
 from tidelog.commitlog.queues import QueueOffsets
+from tidelog.commitlog.retentionpolicy import SegmentInfo
 from tidelog.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -332,6 +333,12 @@ class CommitLog:
         """
         return replication.append_raw(self._core, phys_offset, bytes(data))
 
+    def start_at(self, offset: int) -> None:
+        """Make an empty log begin at `offset`, a segment boundary (the master's min offset, when
+        its retention deleted what lay below): min and max offsets become `offset`. Refused for a
+        log that holds anything."""
+        replication.start_at(self._core, offset)
+
     # ------------------------------------------------------------------ repair and truncation
 
     def repair_range(self, offset: int, data: bytes) -> None:
@@ -397,3 +404,21 @@ class CommitLog:
         self._core.check_open()
         now = int(self._core.clock() * 1000) if now_ms is None else now_ms
         return retention.delete_expired(self._core, now, max_age_ms, max_total_bytes, keep_from)
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        """The segments, oldest first: (base, end, modification time in ms), for the retention rule
+        (`commitlog/retentionpolicy.py`)."""
+        return retention.segment_infos(self._core)
+
+    def delete_before(self, offset: int) -> int:
+        """Delete every segment whose bytes all lie below `offset` (never the active one); consume
+        queues, the epoch file and the confirm offset follow as in `delete_expired`. The caller
+        decided with the retention rule; returns the new min offset."""
+        return retention.delete_before(self._core, offset)
+
+    @property
+    def recovery_floor(self) -> int:
+        """The lowest offset a recovery after a crash would scan from (flushed and durable
+        consume-queue offsets): retention keeps it."""
+        offsets = self._core.offsets
+        return min(offsets.flushed, offsets.cq_durable)

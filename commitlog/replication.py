@@ -22,6 +22,22 @@ _WHERE = "<replicated data>"
 _Unit = tuple[bytes, int, int, int, int, bytes]
 
 
+def start_at(core: LogCore, offset: int) -> None:
+    """See `CommitLog.start_at`."""
+    core.check_open()
+    with core.flush_lock, core.lock:
+        if core.offsets.max != core.min_offset or len(core.epochs.pairs()):
+            raise OffsetMismatchError(f"only an empty log can start at {offset}", expected=core.offsets.max)
+        if offset % core.segment_bytes or offset < core.offsets.max:
+            raise OffsetMismatchError(
+                f"a log starts at a segment boundary at or after its end, not {offset}",
+                expected=core.offsets.max,
+            )
+        core.segments.start_empty(offset)
+        core.offsets.restore(offset, offset)
+        core.write_checkpoint(clean=False)
+
+
 def append_raw(core: LogCore, phys_offset: int, data: bytes) -> int:
     """See `CommitLog.append_raw`."""
     core.check_open()

@@ -3,6 +3,9 @@
 The active (last) segment is never deleted, nor a segment holding any byte at or above
 `keep_from` (an offset a replica or consumer still needs). Each queue then starts at its first
 unit at or above the new min offset, and the confirm offset is raised to it if below.
+
+The broker decides with the pure rule of `commitlog/retentionpolicy.py` over `segment_infos`,
+then calls `delete_before`; `delete_expired` is the same for a caller with no floors beyond one.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import logging
 import os
 
 from tidelog.commitlog.core import LogCore
+from tidelog.commitlog.retentionpolicy import SegmentInfo
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +28,41 @@ def delete_expired(
         doomed = _count_doomed(core, now_ms, max_age_ms, max_total_bytes, keep_from)
         if not doomed:
             return core.min_offset
-        for seg in core.segments.delete_first(doomed):
-            log.info("retention deleted %s", seg.path)
-        new_min = core.min_offset
-        core.queues.trim_below(new_min)
-        core.epochs.truncate_prefix(new_min)
-        core.offsets.raise_confirm_to_min(new_min)
-        return new_min
+        return _delete_first(core, doomed)
+
+
+def segment_infos(core: LogCore) -> list[SegmentInfo]:
+    """The segments, oldest first, with their modification time as the newest write's upper bound."""
+    core.check_open()
+    with core.lock:
+        return [
+            SegmentInfo(s.base, s.base + s.size, int(os.fstat(s.fd).st_mtime * 1000))
+            for s in core.segments.list
+        ]
+
+
+def delete_before(core: LogCore, offset: int) -> int:
+    """Delete every segment that ends at or below `offset`, never the active one; the new min."""
+    core.check_open()
+    with core.flush_lock, core.lock:
+        segments = core.segments.list
+        doomed = 0
+        for seg in segments[:-1]:
+            if seg.base + core.segment_bytes > offset:
+                break
+            doomed += 1
+        return _delete_first(core, doomed) if doomed else core.min_offset
+
+
+def _delete_first(core: LogCore, doomed: int) -> int:
+    """Delete the `doomed` oldest segments and move everything derived from them (locks held)."""
+    for seg in core.segments.delete_first(doomed):
+        log.info("retention deleted %s", seg.path)
+    new_min = core.min_offset
+    core.queues.trim_below(new_min)
+    core.epochs.truncate_prefix(new_min)
+    core.offsets.raise_confirm_to_min(new_min)
+    return new_min
 
 
 def _count_doomed(

@@ -127,6 +127,15 @@ class SegmentFiles:
         fsync_dir(self.directory)  # the new file's name must survive a crash
         return seg
 
+    def start_empty(self, base: int) -> None:
+        """Replace the (empty) segment files by one empty segment at `base`: an empty log that
+        begins there (a replica joining a master whose retention deleted its start)."""
+        for seg in self.list:
+            os.close(seg.fd)
+            os.unlink(seg.path)
+        self.list.clear()
+        self._for_write(base)
+
     @staticmethod
     def sync(segs: Iterable[Segment]) -> None:
         for seg in segs:

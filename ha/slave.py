@@ -285,6 +285,9 @@ class HaSlave:
                     self._refuse(kind, reason)
                 case sc.Truncate(to, no_common):
                     self._truncate(to, no_common)
+                case sc.StartAt(offset):
+                    log.warning("%s empty replica: starting at the master's min offset %d", self._ctx, offset)
+                    self.log.start_at(offset)
                 case sc.RecordEpoch(epoch, start):
                     self.log.epochs.append(epoch, start)
                 case sc.Append():

@@ -9,8 +9,9 @@ decided here, from plain numbers (the local log's facts come in with each event)
   deposed master must not write here); otherwise find the last point both histories agree on
   (`commitlog.epochs.last_consistent_point`) and cut there (`Truncate`) — but never below the
   confirm offset unless the controller declared an election outside the SyncStateSet after the
-  last epoch this replica holds (a clean election keeps what every in-sync member held). Then
-  `Ack` the log's end (after `AwaitFlush` under flush: sync: the first ack counts too).
+  last epoch this replica holds (a clean election keeps what every in-sync member held). An
+  empty replica below the master's retention begins at the master's min offset (`StartAt`).
+  Then `Ack` the log's end (after `AwaitFlush` under flush: sync: the first ack counts too).
 - `TransferArrived`: refuse data of an older epoch than the stream already carried and data not
   starting exactly at the local end; otherwise `RecordEpoch` when a new epoch starts,
   `Append`, (`AwaitFlush`), `Ack`, and follow the master's confirm offset, never past the local
@@ -40,6 +41,7 @@ __all__ = [
     "Refuse",
     "SetConfirm",
     "SlaveCore",
+    "StartAt",
     "TransferArrived",
     "Truncate",
 ]
@@ -96,7 +98,7 @@ Event = MasterAnswered | TransferArrived | AckTick
 @dataclass(frozen=True)
 class Refuse:
     """Close the connection and count nothing of it. `kind` says why (for counters and logs):
-    'deposed', 'below-confirm', 'below-retention', 'epoch-went-back', 'offset-mismatch'."""
+    'deposed', 'below-confirm', 'epoch-went-back', 'offset-mismatch'."""
 
     kind: str
     reason: str
@@ -106,6 +108,13 @@ class Refuse:
 class Truncate:
     to: int
     no_common_epoch: bool = False  # the local log comes from a history the controller did not keep
+
+
+@dataclass(frozen=True)
+class StartAt:
+    """An empty log begins at `offset` (the master's min offset): nothing below it is here."""
+
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -134,7 +143,7 @@ class SetConfirm:
     offset: int
 
 
-Action = Refuse | Truncate | RecordEpoch | Append | AwaitFlush | Ack | SetConfirm
+Action = Refuse | Truncate | StartAt | RecordEpoch | Append | AwaitFlush | Ack | SetConfirm
 
 
 @dataclass
@@ -175,29 +184,32 @@ class SlaveCore:
         cut = self._repair_point(ev)
         if isinstance(cut, Refuse):
             return [cut]
-        if cut is not None:
+        if isinstance(cut, StartAt):
+            actions.append(cut)
+            end = cut.offset
+        elif cut is not None:
             actions.append(cut)
             end = cut.to
         # Within the stream, epochs never go back from what the repaired log holds; a lagging slave
         # still takes older epochs' records beyond its end (the master's history).
-        self.seen_epoch = local.last_epoch if cut is None else _last_epoch_below(local.epochs, end)
+        self.seen_epoch = (
+            _last_epoch_below(local.epochs, end) if isinstance(cut, Truncate) else local.last_epoch
+        )
         if self.flush_sync:
             actions.append(AwaitFlush(end))
         actions.append(Ack(end))
         return actions
 
-    def _repair_point(self, ev: MasterAnswered) -> Truncate | Refuse | None:
+    def _repair_point(self, ev: MasterAnswered) -> Truncate | StartAt | Refuse | None:
         """Where fork repair cuts the local log (None: nowhere), or why it must refuse."""
         local = ev.local
         empty = local.max_offset == local.min_offset
         if empty and not local.epochs:
             if local.max_offset < ev.master_min:
-                return Refuse(
-                    "below-retention",
-                    f"this empty replica starts at {local.max_offset}, below the "
-                    f"master's retention ({ev.master_min}); seed it from a copy of "
-                    "the master",
-                )
+                # Retention deleted the master's start: an empty replica begins where the
+                # master's log now begins (what lies below is gone from every replica that
+                # follows this master, and the master's state records were carried forward).
+                return StartAt(ev.master_min)
             return None
         point = last_consistent_point(
             list(local.epochs), local.max_offset, list(ev.master_epochs), ev.master_max

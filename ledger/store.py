@@ -207,6 +207,16 @@ class LedgerIndex:
     def fenced_ledgers(self) -> list[int]:
         return sorted(self._fences)
 
+    def prune_fences(self, dead: set[int]) -> list[int]:
+        """Forget the fences of ledgers the controller no longer has (deleted ones): nobody can
+        open or write them again, so their fences protect nothing. Returns the ids dropped."""
+        gone = sorted(lid for lid in self._fences if lid in dead)
+        if gone:
+            self._fences = {lid: f for lid, f in self._fences.items() if lid not in dead}
+            self._save_fences()
+            log.info("pruned the fences of deleted ledgers %s in %s", gone, self.log.directory)
+        return gone
+
     def _on_truncate(self, cut: int) -> None:
         lowered = {lid: min(f, cut) for lid, f in self._fences.items()}
         if lowered != self._fences:
@@ -264,6 +274,11 @@ class LedgerIndex:
         view.closed_at, view.closed_length, view.close_end = last, length, end
         # every entry up to the metadata's end was acknowledged, or rewritten by a recovery
         view.carried_lac = max(view.carried_lac, last)
+
+    def ledger_starts(self) -> dict[int, int]:
+        """Each ledger this replica knows: where its CREATE record is (its first record here)."""
+        self.refresh()
+        return {lid: v.create_offset for lid, v in self._views.items()}
 
     def view(self, ledger_id: int) -> LedgerView | None:
         self.refresh()

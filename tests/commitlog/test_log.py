@@ -500,3 +500,35 @@ def test_retention_by_age_and_keep_from(tmp_path):
     assert [f.name for f in segment_files(tmp_path)] == [f"{new_min:020d}"]  # the active segment stays
     assert new_min == log.max_offset - log.max_offset % SEG
     log.close()
+
+
+def test_an_empty_log_starts_at_a_masters_min_offset_and_takes_its_bytes_from_there(tmp_path):
+    """A replica joining a master whose retention deleted its start (ha/slavecore.py StartAt)."""
+    master = CommitLog.open(tmp_path / "m", segment_bytes=SEG)
+    while master.max_offset < 3 * SEG:
+        master.append([Message("t", 0, b"x" * 300)])
+    master.confirm_offset = master.max_offset
+    start = master.delete_before(2 * SEG)
+    assert start == 2 * SEG
+    replica = CommitLog.open(tmp_path / "r", segment_bytes=SEG)
+    with pytest.raises(OffsetMismatchError):
+        replica.start_at(start + 1)  # not a segment boundary
+    replica.start_at(start)
+    assert (replica.min_offset, replica.max_offset) == (start, start)
+    offset = start
+    while offset < master.max_offset:
+        data, offset_next = master.read_raw_chunk(offset, 1 << 20)
+        replica.append_raw(offset, data)
+        offset = offset_next if offset_next > offset else offset + len(data)
+    assert replica.max_offset == master.max_offset
+    replica.confirm_offset = replica.max_offset
+    first = master.queue_offsets("t", 0).min
+    assert [m.body for m in replica.read("t", 0, first, 5)] == [m.body for m in master.read("t", 0, first, 5)]
+    with pytest.raises(OffsetMismatchError):
+        replica.start_at(5 * SEG)  # it holds data now
+    replica.close()
+    replica = CommitLog.open(tmp_path / "r", segment_bytes=SEG)  # and it reopens as it was
+    assert (replica.min_offset, replica.max_offset) == (start, master.max_offset)
+    assert replica.queue_offsets("t", 0).min == first
+    replica.close()
+    master.close()

@@ -18,6 +18,7 @@ from tidelog.ha.slavecore import (
     Refuse,
     SetConfirm,
     SlaveCore,
+    StartAt,
     TransferArrived,
     Truncate,
 )
@@ -59,12 +60,12 @@ ANSWERED = {
         "deposed",
         None,
     ),
-    "4_2_empty_replica_below_the_masters_retention_is_refused": (
+    "4_2_empty_replica_below_the_masters_retention_starts_at_its_min": (
         slave(epoch=3),
-        MasterAnswered(3, 500, 900, ((3, 0),), local((), max_offset=0, confirm=0)),
-        [Refuse],
-        "below-retention",
+        MasterAnswered(3, 512, 900, ((3, 0),), local((), max_offset=0, confirm=0)),
+        [StartAt, Ack],
         None,
+        (StartAt(512), 512),
     ),
     "4_2_empty_replica_within_the_masters_log_starts_at_its_end": (
         slave(epoch=3),
@@ -385,6 +386,12 @@ def test_3_2_handshake_never_cuts_below_the_confirm_offset_after_a_clean_electio
         assert log.min_offset <= cut.to < log.max_offset
         assert cut.to >= log.confirm_offset or unclean > log.last_epoch
         end = cut.to
+    starts = [a for a in actions if isinstance(a, StartAt)]
+    if starts:  # only an empty replica below the master's retention begins anew, at the master's min
+        [start] = starts
+        assert actions[0] == start and not cuts
+        assert log.min_offset == log.max_offset < start.offset == master_log.min_offset and not log.epochs
+        end = start.offset
     assert actions[-1] == Ack(end)
     assert (AwaitFlush(end) in actions) == flush_sync
     assert core.seen_epoch <= log.last_epoch
