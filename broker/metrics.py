@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -238,6 +238,39 @@ class BrokerCollector(Collector):
         return lag
 
 
+class RetentionCounts(Protocol):
+    """What the retention loop counts (broker/retention.py)."""
+
+    deleted_segments: int
+    carried_records: int
+
+
+class RetentionCollector(Collector):
+    """Retention's work so far, read at scrape time."""
+
+    def __init__(self, identity: Callable[[], list[str]], counts: RetentionCounts) -> None:
+        self.identity = identity
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        ident = self.identity()
+        for name, value, doc in (
+            (
+                "tidelog_retention_deleted_segments",
+                self.counts.deleted_segments,
+                "Whole segments retention deleted",
+            ),
+            (
+                "tidelog_retention_carried_records",
+                self.counts.carried_records,
+                "Group commits and topic markers copied forward before their segment went",
+            ),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=list(IDENTITY))
+            counter.add_metric(ident, value)
+            yield counter
+
+
 class BrokerMetrics:
     """One broker's registry, its event metrics, its collector and its HTTP endpoint."""
 
@@ -281,11 +314,16 @@ class BrokerMetrics:
             registry=reg,
             buckets=FLUSH_SIZE_BUCKETS,
         )
-        self.registry.register(BrokerCollector(replica, Path(replica.cfg.data_dir)))
+        self.collector = BrokerCollector(replica, Path(replica.cfg.data_dir))
+        self.registry.register(self.collector)
         self._server: MetricsServer | None = None
         self._children: dict[tuple[int, str, str, str], tuple[Any, Any]] = {}
         replica.observe_ack_wait = self.on_ack_wait
         replica.log.flush_listeners.append(self.on_flush)
+
+    def watch_retention(self, counts: RetentionCounts) -> None:
+        """Export the retention loop's counters (it starts after the metrics)."""
+        self.registry.register(RetentionCollector(self.collector.identity, counts))
 
     def identity(self) -> tuple[str, str]:
         return self.replica.cfg.broker_set, str(self.replica.broker_id)

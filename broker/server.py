@@ -85,6 +85,8 @@ class BrokerServer:
         self._background: set[asyncio.Task[None]] = set()
         self.replica.hand_over = self._hand_over
         self.retention = RetentionLoop(self.replica)
+        if self.metrics is not None:
+            self.metrics.watch_retention(self.retention)
         logs.identify(self.log_identity)
 
     def log_identity(self) -> dict[str, object]:

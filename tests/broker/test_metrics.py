@@ -127,3 +127,21 @@ async def _master_exports(tmp_path: Path) -> None:
         await metrics.close()
         await replica.close()
         replica.log.close()
+
+
+def test_retention_counters_are_exported_as_they_grow() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tidelog.broker.metrics import RetentionCollector
+
+    class Counts:
+        deleted_segments = 0
+        carried_records = 0
+
+    counts = Counts()
+    registry = CollectorRegistry()
+    registry.register(RetentionCollector(lambda: ["broker-a", "1"], counts))
+    counts.deleted_segments, counts.carried_records = 3, 7
+    text = generate_latest(registry).decode()
+    assert 'tidelog_retention_deleted_segments_total{broker_id="1",broker_set="broker-a"} 3.0' in text
+    assert 'tidelog_retention_carried_records_total{broker_id="1",broker_set="broker-a"} 7.0' in text
