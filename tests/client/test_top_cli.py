@@ -72,7 +72,9 @@ def _check_members(doc: dict[str, Any], cluster: LocalCluster) -> dict[str, Any]
     for m in members.values():
         assert m["in_sync"] == (m["broker_id"] in bs["sync_state_set"])
         assert isinstance(m["lag_bytes"], int) and m["lag_bytes"] >= 0
-        assert m["confirm_offset"] <= m["max_offset"] <= bs["max_offset"]
+        # each member's offsets come from its own Status call, read after the set's: only the
+        # member's own pair is one reading
+        assert m["confirm_offset"] <= m["max_offset"]
     return bs
 
 
