@@ -22,7 +22,14 @@ Floors (a segment reaching any of them stays, and so does everything after it):
 - `groups`: the next message of each `retention_respect_groups` group in every queue it
   committed;
 - `metadata`: the oldest live group commit or topic marker not yet superseded by a confirmed
-  copy, and the CREATE record of every ledger the controller still has.
+  copy, and the CREATE record of every ledger the controller still has;
+- `topic:<name>`: a topic whose own retention is longer than the broker's — its first record in
+  the oldest segment young enough to hold one it must keep (`commitlog/topicretention.py`).
+
+Each round also applies the topics' own retention shorter than the broker's: their consume
+queues are cut past the segments older than it, so readers get OFFSET_BELOW_RETENTION there
+while the bytes go with the broker's rule. Rounds run whenever some topic has its own
+retention, even with the broker's retention off.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import grpc
 from tidelog.broker.compaction import MetadataFold, carry_plan, copy_message
 from tidelog.broker.replica import MASTER, SLAVE, Replica
 from tidelog.commitlog.retentionpolicy import Decision, RetentionRules, decide
+from tidelog.commitlog.topicretention import plan
 from tidelog.errors import NoSuchLedgerExistsError, OffsetBelowRetentionError, TidelogError
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc
@@ -64,17 +72,25 @@ class RetentionLoop:
         self.master_min: tuple[int, int] | None = None  # (master epoch, its min offset)
         self.deleted_segments = 0  # counters for status and metrics
         self.carried_records = 0
+        self.cut_messages = 0  # queue units cut by topics' own retention
         self.last_decision: Decision | None = None
         self.dead_ledgers: set[int] = set()  # ledgers the controller said it no longer has
 
     @property
     def enabled(self) -> bool:
+        """Whether the broker's own rule deletes anything (topics' retentions aside)."""
         return self.rules.retention_ms > 0 or self.rules.retention_bytes > 0
 
+    def topic_retentions(self) -> dict[str, int]:
+        """The topics served here with a retention of their own (ms)."""
+        return {t: ms for t, ms in self.replica.topic_table.retention.items() if ms > 0}
+
     async def run(self, stopping: asyncio.Event) -> None:
-        """Rounds until `stopping` is set; a failed round is logged and the next one tried."""
+        """Rounds until `stopping` is set; a failed round is logged and the next one tried.
+        With the broker's rule off a round does nothing until some topic has its own retention
+        (the controller may give one at any heartbeat)."""
         interval = self.cfg.retention_check_interval_ms / 1000
-        while self.enabled and not stopping.is_set():
+        while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await within(stopping.wait(), interval)
             if stopping.is_set():
@@ -89,7 +105,10 @@ class RetentionLoop:
     async def check_once(self) -> int:
         """One round; returns how many segments were deleted."""
         role = self.replica.role
-        if role not in (MASTER, SLAVE) or len(self.log.segment_infos()) < 2:
+        if role not in (MASTER, SLAVE):
+            return 0
+        self.cut_topics(int(self.clock() * 1000))
+        if not self.enabled or len(self.log.segment_infos()) < 2:
             return 0
         if role == SLAVE:
             await self._learn_master_min()
@@ -138,6 +157,53 @@ class RetentionLoop:
         )
         return decision.count
 
+    def cut_topics(self, now_ms: int) -> int:
+        """Cut the queues of topics whose own retention is shorter than the broker's past the
+        segments older than it; returns how many queue units went."""
+        topics = self.topic_retentions()
+        if not topics:
+            return 0
+        limit = self.log.max_offset  # read before the times: later records are never cut
+        cuts = plan(self.log.segment_infos(), now_ms, self.rules.retention_ms, topics, limit).cut_below
+        cut = 0
+        for topic, queue in self.log.queues():
+            below = cuts.get(topic)
+            if below is None:
+                continue
+            start = self.log.queue_offsets(topic, queue).min
+            offset, _ = self.log.queue_unit_at(topic, queue, below)
+            if offset > start:
+                self.log.cut_queue(topic, queue, offset)
+                cut += offset - start
+                log.info(
+                    "%s topic retention of %s: queue %d starts at %d (records below %d are older than %d ms)",
+                    self.replica.ctx,
+                    topic,
+                    queue,
+                    offset,
+                    below,
+                    topics[topic],
+                )
+        self.cut_messages += cut
+        return cut
+
+    def _topic_floors(self, now_ms: int) -> dict[str, int | None]:
+        """`topic:<name>` floors: the first record of each topic with a retention longer than the
+        broker's in the oldest segment that may hold one younger than it."""
+        topics = self.topic_retentions()
+        if not topics or self.rules.retention_ms <= 0:
+            return {}
+        young = plan(self.log.segment_infos(), now_ms, self.rules.retention_ms, topics, self.log.max_offset)
+        found: dict[str, int] = {}
+        for topic, queue in self.log.queues():
+            start = young.young_from.get(topic)
+            if start is None:
+                continue
+            _, phys = self.log.queue_unit_at(topic, queue, start)
+            if phys is not None:
+                found[topic] = min(phys, found.get(topic, phys))
+        return {f"topic:{topic}": at for topic, at in found.items()}
+
     def _writable(self) -> bool:
         try:
             self.replica.require_writable()
@@ -150,6 +216,7 @@ class RetentionLoop:
             "confirm": self.log.confirm_offset,
             "recovery": self.log.recovery_floor,
             "groups": self._group_floor(),
+            **self._topic_floors(now_ms),
         }
         if self.replica.role == MASTER:
             floors["slaves"] = self._slave_floor(now_ms)

@@ -170,6 +170,8 @@ class TopicTable:
         self.queues: dict[str, int] = {}  # topic -> queues in this broker set
         self.generations: dict[str, int] = {}  # topic -> the controller's generation
         self.deleted: dict[str, int] = {}  # deleted topic -> its last generation
+        # topic -> its own retention_ms (0: this broker's); broker/retention.py applies it
+        self.retention: dict[str, int] = {}
         self.broker_set = ""
 
     def update(self, broker_set: str, topics: Iterable[Any], deleted: Iterable[Any] = ()) -> None:
@@ -179,6 +181,8 @@ class TopicTable:
         self.queues = {t.name: int(t.queues.get(broker_set, 0)) for t in topics}
         self.generations = {t.name: int(t.generation) for t in topics}
         self.deleted = {t.name: int(t.generation) for t in deleted}
+        # a topic record without the field (duck-typed stand-ins) means the broker's retention
+        self.retention = {t.name: int(getattr(t, "retention_ms", 0)) for t in topics}
 
     def serve(self, topic: str, append: Callable[[Message], Placement] | None) -> int:
         """The queues of `topic` here, once this replica's log holds its current generation.

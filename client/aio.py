@@ -903,12 +903,18 @@ class AsyncAdmin:
         return sorted(b.role.broker_set for b in reply.broker_sets)
 
     async def create_topic(
-        self, name: str, queues: int = 4, broker_sets: Iterable[str] | None = None, perm: str = "rw"
+        self,
+        name: str,
+        queues: int = 4,
+        broker_sets: Iterable[str] | None = None,
+        perm: str = "rw",
+        retention_ms: int = 0,
     ) -> dict[str, int]:
+        """`retention_ms`: how long its messages stay readable (0: the brokers' retention_ms)."""
         sets = list(broker_sets) if broker_sets else await self.broker_sets()
         if not sets:
             raise UnavailableError("no broker set is registered yet", hint="start the brokers first")
-        cfg = await self.client.controller.create_topic(name, {s: queues for s in sets}, perm)
+        cfg = await self.client.controller.create_topic(name, {s: queues for s in sets}, perm, retention_ms)
         self.client.forget_route(name)
         return dict(cfg.queues)
 
@@ -929,6 +935,19 @@ class AsyncAdmin:
         self.client.forget_route(name)
         return dict(cfg.queues)
 
+    async def alter_topic_retention(self, name: str, retention_ms: int) -> int:
+        """Set how long topic `name`'s messages stay readable (0: the brokers' retention_ms);
+        returns the retention now stored."""
+        cfg = await self.client.controller.alter_topic_retention(name, retention_ms)
+        return int(cfg.retention_ms)
+
+    async def topic_retention(self, name: str) -> int:
+        """Topic `name`'s own retention in ms (0: the brokers'); TopicNotFoundError if none."""
+        for t in await self.client.controller.list_topics():
+            if t.name == name:
+                return int(t.retention_ms)
+        raise TopicNotFoundError(f"no topic {name!r}", hint="list them with `tide topic list`")
+
     async def topic_readers(self, name: str, within_ms: int) -> list[str]:
         """Consumer groups with a member that announced reading topic `name` within the last
         `within_ms` milliseconds (members announce every few seconds while they poll)."""
@@ -939,7 +958,7 @@ class AsyncAdmin:
 
     async def list_topics(self) -> list[dict[str, Any]]:
         return [
-            {"name": t.name, "queues": dict(t.queues), "perm": t.perm}
+            {"name": t.name, "queues": dict(t.queues), "perm": t.perm, "retention_ms": int(t.retention_ms)}
             for t in await self.client.controller.list_topics()
         ]
 

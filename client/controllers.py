@@ -441,8 +441,10 @@ class ControllerClient:
 
     # --- admin ----------------------------------------------------------------------------
 
-    async def create_topic(self, name: str, queues: dict[str, int], perm: str = "rw") -> pb.TopicConfig:
-        request = pb.CreateTopicRequest(name=name, queues=queues, perm=perm)
+    async def create_topic(
+        self, name: str, queues: dict[str, int], perm: str = "rw", retention_ms: int = 0
+    ) -> pb.TopicConfig:
+        request = pb.CreateTopicRequest(name=name, queues=queues, perm=perm, retention_ms=retention_ms)
         reply = await self.call("admin", "CreateTopic", request)
         return reply.topic
 
@@ -455,6 +457,11 @@ class ControllerClient:
             "admin", "AlterTopicQueues", pb.AlterTopicQueuesRequest(name=name, queues=queues)
         )
         return reply.topic
+
+    async def alter_topic_retention(self, name: str, retention_ms: int) -> pb.TopicConfig:
+        """Set how long a topic's messages stay readable (0: the brokers' retention_ms)."""
+        request = pb.AlterTopicRetentionRequest(name=name, retention_ms=retention_ms)
+        return (await self.call("admin", "AlterTopicRetention", request)).topic
 
     async def list_topics(self) -> list[pb.TopicConfig]:
         return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)

@@ -123,6 +123,14 @@ class ConsumeQueue:
             i -= 1
         return self.base + i
 
+    def unit_at(self, phys_offset: int) -> tuple[int, int | None]:
+        """(queue offset, physical offset) of the first unit whose record starts at or after
+        `phys_offset`; (next offset, None) when none does. Units are in physical order."""
+        i = bisect.bisect_left(self.phys, phys_offset)
+        if i == len(self.phys):
+            return self.next_offset, None
+        return self.base + i, self.phys[i]
+
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         i = queue_offset - self.base
         return self.phys[i], self.sizes[i], self.tags[i]

@@ -376,6 +376,20 @@ class CommitLog:
             core.queues.cut(cq, queue_offset)
         log.info("cut %s/%d below queue offset %d in %s", topic, queue_id, queue_offset, self.directory)
 
+    def queue_unit_at(self, topic: str, queue_id: int, phys_offset: int) -> tuple[int, int | None]:
+        """The first unit of (topic, queue) whose record starts at or after `phys_offset`: its
+        queue offset and physical offset, or (the queue's next offset, None) when there is none.
+        For per-topic retention (broker/retention.py), which cuts or holds a topic's queues by
+        physical position. A queue absent here is (0, None)."""
+        core = self._core
+        core.check_open()
+        check_topic_queue(topic, queue_id)
+        with core.lock:  # the appender extends the units under it
+            cq = core.queues.get(topic, queue_id)
+            if cq is None:
+                return 0, None
+            return cq.unit_at(phys_offset)
+
     def drop_queues(self, topic: str) -> None:
         """Forget every consume queue of `topic`, files included; each starts again at the queue
         offset of the next record of the topic appended or dispatched. For when the record that

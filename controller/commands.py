@@ -79,6 +79,9 @@ class CreateTopic:
     now_ms: int = 0
     # a topic of a deleted name is created only this long after the deletion (TOPIC_DELETION_PENDING)
     recreate_after_ms: int = 0
+    # 0: the brokers' retention_ms. A default, so CreateTopic commands journaled before the field
+    # existed unpickle with it (a dataclass default is a class attribute)
+    retention_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,15 @@ class AlterTopicQueues:
 
     name: str
     queues: Mapping[str, int]
+    now_ms: int = 0
+
+
+@dataclass(frozen=True)
+class AlterTopicRetention:
+    """Set how long a topic's messages stay readable (0: the brokers' own ``retention_ms``)."""
+
+    name: str
+    retention_ms: int
     now_ms: int = 0
 
 
@@ -177,6 +189,7 @@ for _command in (
     CreateTopic,
     DeleteTopic,
     AlterTopicQueues,
+    AlterTopicRetention,
     MetaCreate,
     MetaCompareAndSet,
     MetaDelete,

@@ -26,6 +26,9 @@ MAX_IDENTITY_CHARS = 256
 MAX_ADDRESS_CHARS = 255
 TOPIC_PERMS = ("r", "w", "rw")
 PRIORITY_DEFAULT = 2**31 - 1
+#: A topic's own retention: 0 (the brokers'), or from one second up to ten years.
+MIN_TOPIC_RETENTION_MS = 1000
+MAX_TOPIC_RETENTION_MS = 10 * 365 * 86_400_000
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class Topic:
     created_ms: int = 0
     generation: int = 0  # 0: created before generations existed (its data is never dropped by one)
     deleted_ms: int = 0  # tombstones only: when it was deleted
+    # how long its messages stay readable; 0: the brokers' retention_ms (docs/ARCHITECTURE.md §6.4)
+    retention_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,9 @@ def members_of(bs: st.BrokerSet, alive: set[int] | None) -> list[pb.MemberInfo]:
 
 
 def topic_of(t: st.Topic) -> pb.TopicConfig:
-    return pb.TopicConfig(name=t.name, queues=dict(t.queues), perm=t.perm, generation=t.generation)
+    return pb.TopicConfig(
+        name=t.name, queues=dict(t.queues), perm=t.perm, generation=t.generation, retention_ms=t.retention_ms
+    )
 
 
 def meta_of(e: st.MetaEntry) -> pb.MetaEntry:
@@ -385,6 +387,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 perm=perm,
                 now_ms=now,
                 recreate_after_ms=self.node.cfg.heartbeat_timeout_ms,
+                retention_ms=int(request.retention_ms),
             )
         )
         with self.node.raft.read() as state:
@@ -414,6 +417,18 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         )
         log.info("topic %s queues: %s", name, result.value.queues)
         return pb.AlterTopicQueuesReply(topic=topic_of(result.value))
+
+    @rpc
+    async def AlterTopicRetention(
+        self, request: pb.AlterTopicRetentionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterTopicRetentionReply:
+        name = non_empty("name", request.name)
+        retention_ms = int(request.retention_ms)
+        result = await self.node.write(
+            lambda now, hb: st.AlterTopicRetention(name=name, retention_ms=retention_ms, now_ms=now)
+        )
+        log.info("topic %s retention: %d ms (0: the brokers')", name, result.value.retention_ms)
+        return pb.AlterTopicRetentionReply(topic=topic_of(result.value))
 
     @rpc
     async def ListTopics(

@@ -3,7 +3,8 @@
 Raft stores the state as this plain data, not as pickled classes, so a snapshot survives
 refactors of the state classes. Bytes are base64, sets are sorted lists, order is canonical.
 Format 2 added the cluster id; format 1 snapshots are read, with none. Fields added later
-(tombstones, generations, ``unclean_epoch``, ``modified_ms``) read with their defaults.
+(tombstones, generations, ``unclean_epoch``, ``modified_ms``, a topic's ``retention_ms``) read
+with their defaults.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def _topic_dict(t: Topic) -> dict[str, Any]:
         "created_ms": t.created_ms,
         "generation": t.generation,
         "deleted_ms": t.deleted_ms,
+        "retention_ms": t.retention_ms,
     }
 
 
@@ -108,4 +110,5 @@ def _topic_from(d: Mapping[str, Any]) -> Topic:
         created_ms=d.get("created_ms", 0),
         generation=d.get("generation", 0),
         deleted_ms=d.get("deleted_ms", 0),
+        retention_ms=d.get("retention_ms", 0),
     )

@@ -11,7 +11,7 @@ reply. The parts live in modules named for what they hold, and are re-exported h
     validation.py   ``Reject`` and the input checks every handler shares
     membership.py   RegisterBroker, CleanBrokerData, ReportOffsets
     mastership.py   ElectMaster, AlterSyncStateSet
-    topics.py       CreateTopic, AlterTopicQueues, DeleteTopic, and routes
+    topics.py       CreateTopic, AlterTopicQueues, AlterTopicRetention, DeleteTopic, and routes
     ledgermeta.py   MetaCreate, MetaCompareAndSet, MetaDelete and the ledger rules
     replacement.py  ReplaceLedgerReplicas (RULES.md PL8)
     phases.py       the broker-set transition table and the invariants
@@ -56,6 +56,7 @@ from . import ledgermeta, mastership, membership, replacement, snapshot, topics
 from .commands import (
     AlterSyncStateSet,
     AlterTopicQueues,
+    AlterTopicRetention,
     CleanBrokerData,
     CreateTopic,
     DeleteTopic,
@@ -102,6 +103,7 @@ __all__ = [
     "TOPIC_PERMS",
     "AlterSyncStateSet",
     "AlterTopicQueues",
+    "AlterTopicRetention",
     "BrokerSet",
     "CleanBrokerData",
     "ControllerState",
@@ -136,6 +138,7 @@ HANDLERS: dict[type, Callable[[StateData, Any], Outcome]] = {
     ReportOffsets: membership.report,
     CreateTopic: topics.create_topic,
     AlterTopicQueues: topics.alter_topic_queues,
+    AlterTopicRetention: topics.alter_topic_retention,
     DeleteTopic: topics.delete_topic,
     MetaCreate: ledgermeta.meta_create,
     MetaCompareAndSet: ledgermeta.meta_cas,

@@ -17,9 +17,11 @@ from collections.abc import Mapping
 
 from tidelog.commitlog.consumequeue import user_topic_problem
 
-from .commands import AlterTopicQueues, CreateTopic, DeleteTopic, Result
+from .commands import AlterTopicQueues, AlterTopicRetention, CreateTopic, DeleteTopic, Result
 from .model import (
     MAX_QUEUES_PER_BROKER_SET,
+    MAX_TOPIC_RETENTION_MS,
+    MIN_TOPIC_RETENTION_MS,
     TOPIC_PERMS,
     QueueRoute,
     Route,
@@ -38,6 +40,18 @@ def _check_queue_counts(queues: object) -> None:
             raise bad(f"queue count for {name} must be 1..{MAX_QUEUES_PER_BROKER_SET}, got {count!r}")
 
 
+def _check_retention(retention_ms: object) -> None:
+    """0 (the brokers' retention), or one second up to ten years: a shorter one would cut a
+    topic's queues faster than the retention rounds run, a longer one is a typo."""
+    if not is_int(retention_ms) or not (
+        retention_ms == 0 or MIN_TOPIC_RETENTION_MS <= retention_ms <= MAX_TOPIC_RETENTION_MS
+    ):
+        raise bad(
+            f"retention_ms must be 0 (the brokers' retention) or "
+            f"{MIN_TOPIC_RETENTION_MS}..{MAX_TOPIC_RETENTION_MS}, got {retention_ms!r}"
+        )
+
+
 def _check_create_args(c: CreateTopic) -> None:
     need_name(c.name, "topic name")
     if (problem := user_topic_problem(c.name)) is not None:
@@ -47,6 +61,7 @@ def _check_create_args(c: CreateTopic) -> None:
         raise bad(f"perm must be one of {TOPIC_PERMS}, got {c.perm!r}")
     need_nonneg(c.now_ms, "now_ms")
     need_nonneg(c.recreate_after_ms, "recreate_after_ms")
+    _check_retention(c.retention_ms)
 
 
 def _check_creatable(s: StateData, c: CreateTopic) -> None:
@@ -76,6 +91,7 @@ def create_topic(s: StateData, c: CreateTopic) -> Outcome:
         perm=c.perm,
         created_ms=c.now_ms,
         generation=s.next_topic_generation,
+        retention_ms=c.retention_ms,
     )
     s.next_topic_generation += 1
     s.deleted_topics.pop(c.name, None)
@@ -108,6 +124,23 @@ def alter_topic_queues(s: StateData, c: AlterTopicQueues) -> Outcome:
         return Result(value=copy.deepcopy(t), message=f"topic {c.name} already has these queues"), None
     t.queues = dict(sorted(grown.items()))
     return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} now has {t.queues}"), None
+
+
+def alter_topic_retention(s: StateData, c: AlterTopicRetention) -> Outcome:
+    """Set how long a topic's messages stay readable (0: the brokers' own retention_ms). The
+    brokers apply it from their next heartbeat and retention round (docs/ARCHITECTURE.md §6.4);
+    messages already cut from a topic's queues by a shorter retention stay cut."""
+    need_name(c.name, "topic name")
+    _check_retention(c.retention_ms)
+    need_nonneg(c.now_ms, "now_ms")
+    t = s.topics.get(c.name)
+    if t is None:
+        raise Reject("TOPIC_NOT_FOUND", f"no topic {c.name}")
+    if t.retention_ms == c.retention_ms:
+        return Result(value=copy.deepcopy(t), message=f"topic {c.name} already has this retention"), None
+    t.retention_ms = c.retention_ms
+    shown = f"{c.retention_ms} ms" if c.retention_ms else "the brokers' retention"
+    return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} retention is {shown}"), None
 
 
 def delete_topic(s: StateData, c: DeleteTopic) -> Outcome:

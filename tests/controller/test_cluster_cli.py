@@ -69,7 +69,13 @@ def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) ->
     assert table.returncode == 0 and "broker-a" in table.stdout
 
     created = tide_json(*ctl, "topics", "create", "orders", "--queues", "broker-a=4")
-    assert created == {"name": "orders", "perm": "rw", "queues": {"broker-a": 4}, "generation": 1}
+    assert created == {
+        "name": "orders",
+        "perm": "rw",
+        "queues": {"broker-a": 4},
+        "generation": 1,
+        "retention_ms": 0,  # the brokers' own retention
+    }
     # $TIDE_CONTROLLERS is the default address list
     listed = tide("admin", "topics", "list", "--json", env={"TIDE_CONTROLLERS": cluster.address_list})
     assert listed.returncode == 0 and [t["name"] for t in json.loads(listed.stdout)] == ["orders"]

@@ -11,8 +11,13 @@ import time
 import click
 
 from tidelog.cli.common import controllers_option, emit, json_option, open_client, progress
+from tidelog.cli.durations import format_retention, retention_option
 from tidelog.client import OutMessage
 from tidelog.errors import TopicInUseError
+
+_RETENTION_HELP = (
+    "how long its messages stay readable: 30s, 15m, 2h, 7d; 0 or default: the brokers' retention_ms"
+)
 
 
 @click.group("topic")
@@ -24,25 +29,41 @@ def topic() -> None:
 @click.argument("name")
 @click.option("--queues", default=4, show_default=True, help="queues in each broker set")
 @click.option("--broker-set", "broker_sets", multiple=True, help="only these broker sets (default: all)")
+@click.option(
+    "--retention", default="default", metavar="DURATION", callback=retention_option, help=_RETENTION_HELP
+)
 @controllers_option
 @json_option
 def topic_create(
-    name: str, queues: int, broker_sets: tuple[str, ...], controllers: str, as_json: bool
+    name: str, queues: int, broker_sets: tuple[str, ...], retention: int, controllers: str, as_json: bool
 ) -> None:
     """Create topic NAME with QUEUES queues in each broker set."""
     with open_client(controllers) as c:
-        result = c.admin().create_topic(name, queues=queues, broker_sets=broker_sets or None)
-    emit({"topic": name, "queues": result}, as_json, title=f"topic {name}")
+        result = c.admin().create_topic(
+            name, queues=queues, broker_sets=broker_sets or None, retention_ms=retention
+        )
+    emit(
+        {
+            "topic": name,
+            "queues": result,
+            "retention_ms": retention,
+            "retention": format_retention(retention),
+        },
+        as_json,
+        title=f"topic {name}",
+    )
 
 
 @topic.command("list")
 @controllers_option
 @json_option
 def topic_list(controllers: str, as_json: bool) -> None:
-    """List topics and their queues per broker set."""
+    """List topics, their queues per broker set and their retention."""
     with open_client(controllers) as c:
         rows = c.admin().list_topics()
-    emit(rows, as_json, title="topics", columns=["name", "queues", "perm"])
+    for row in rows:
+        row["retention"] = format_retention(row["retention_ms"])
+    emit(rows, as_json, title="topics", columns=["name", "queues", "perm", "retention"])
 
 
 @topic.command("describe")
@@ -50,31 +71,59 @@ def topic_list(controllers: str, as_json: bool) -> None:
 @controllers_option
 @json_option
 def topic_describe(name: str, controllers: str, as_json: bool) -> None:
-    """Per queue: min, max and confirmed offsets."""
+    """Per queue: min, max and confirmed offsets, and the topic's retention (`broker`: the
+    brokers' retention_ms). `min` moves forward as retention removes old messages."""
     with open_client(controllers) as c:
-        rows = c.admin().describe_topic(name)
-    emit(rows, as_json, title=f"topic {name}", columns=["broker_set", "queue", "min", "max", "confirmed"])
+        admin = c.admin()
+        retention = admin.topic_retention(name)
+        rows = admin.describe_topic(name)
+    for row in rows:
+        row["retention_ms"] = retention
+        row["retention"] = format_retention(retention)
+    emit(
+        rows,
+        as_json,
+        title=f"topic {name} (retention {format_retention(retention)})",
+        columns=["broker_set", "queue", "min", "max", "confirmed"],
+    )
 
 
 @topic.command("alter")
 @click.argument("name")
-@click.option(
-    "--queues", type=click.IntRange(min=1), required=True, help="the new queue count per broker set (only up)"
-)
+@click.option("--queues", type=click.IntRange(min=1), help="the new queue count per broker set (only up)")
 @click.option(
     "--broker-set", "broker_sets", multiple=True, help="only these broker sets (default: all of it)"
+)
+@click.option(
+    "--retention", default=None, metavar="DURATION", callback=retention_option, help=_RETENTION_HELP
 )
 @controllers_option
 @json_option
 def topic_alter(
-    name: str, queues: int, broker_sets: tuple[str, ...], controllers: str, as_json: bool
+    name: str,
+    queues: int | None,
+    broker_sets: tuple[str, ...],
+    retention: int | None,
+    controllers: str,
+    as_json: bool,
 ) -> None:
-    """Grow topic NAME to QUEUES queues in each of its broker sets. Queues only go up (a queue
-    that went away would orphan its messages and committed offsets); a broker set the topic does
-    not have yet is added. Messages sent by key may map to another queue afterwards."""
+    """Grow topic NAME to QUEUES queues in each of its broker sets, and/or set its retention.
+
+    Queues only go up (a queue that went away would orphan its messages and committed offsets);
+    a broker set the topic does not have yet is added. Messages sent by key may map to another
+    queue afterwards. A retention shorter than the brokers' makes its old messages unreadable
+    sooner; a longer one keeps the segments holding them (docs/ARCHITECTURE.md §6.4)."""
+    if queues is None and retention is None:
+        raise click.UsageError("say what to change: --queues N and/or --retention DURATION")
+    out: dict[str, object] = {"topic": name}
     with open_client(controllers) as c:
-        result = c.admin().alter_topic_queues(name, queues, broker_sets=broker_sets or None)
-    emit({"topic": name, "queues": result}, as_json, title=f"topic {name}")
+        admin = c.admin()
+        if queues is not None:
+            out["queues"] = admin.alter_topic_queues(name, queues, broker_sets=broker_sets or None)
+        if retention is not None:
+            out["retention_ms"] = admin.alter_topic_retention(name, retention)
+            out["retention"] = format_retention(retention)
+    emit(out, as_json, title=f"topic {name}")
 
 
 @topic.command("delete")

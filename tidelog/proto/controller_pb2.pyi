@@ -63,7 +63,7 @@ class BrokerSetInfo(_message.Message):
     def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., members: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ..., next_broker_id: _Optional[int] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("name", "queues", "perm", "generation")
+    __slots__ = ("name", "queues", "perm", "generation", "retention_ms")
     class QueuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -75,11 +75,13 @@ class TopicConfig(_message.Message):
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     queues: _containers.ScalarMap[str, int]
     perm: str
     generation: int
-    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ..., perm: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+    retention_ms: int
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ..., perm: _Optional[str] = ..., generation: _Optional[int] = ..., retention_ms: _Optional[int] = ...) -> None: ...
 
 class MetaEntry(_message.Message):
     __slots__ = ("key", "value", "version")
@@ -230,7 +232,7 @@ class DescribeBrokerSetsReply(_message.Message):
     def __init__(self, broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., liveness_known: _Optional[bool] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "queues", "perm")
+    __slots__ = ("name", "queues", "perm", "retention_ms")
     class QueuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -241,10 +243,12 @@ class CreateTopicRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     queues: _containers.ScalarMap[str, int]
     perm: str
-    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ..., perm: _Optional[str] = ...) -> None: ...
+    retention_ms: int
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ..., perm: _Optional[str] = ..., retention_ms: _Optional[int] = ...) -> None: ...
 
 class CreateTopicReply(_message.Message):
     __slots__ = ("topic",)
@@ -278,6 +282,20 @@ class AlterTopicQueuesRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class AlterTopicQueuesReply(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicConfig
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+
+class AlterTopicRetentionRequest(_message.Message):
+    __slots__ = ("name", "retention_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    retention_ms: int
+    def __init__(self, name: _Optional[str] = ..., retention_ms: _Optional[int] = ...) -> None: ...
+
+class AlterTopicRetentionReply(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     topic: TopicConfig

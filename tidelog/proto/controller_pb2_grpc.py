@@ -365,6 +365,11 @@ class ControllerAdminStub:
                 request_serializer=controller__pb2.AlterTopicQueuesRequest.SerializeToString,
                 response_deserializer=controller__pb2.AlterTopicQueuesReply.FromString,
                 _registered_method=True)
+        self.AlterTopicRetention = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/AlterTopicRetention',
+                request_serializer=controller__pb2.AlterTopicRetentionRequest.SerializeToString,
+                response_deserializer=controller__pb2.AlterTopicRetentionReply.FromString,
+                _registered_method=True)
         self.ListTopics = channel.unary_unary(
                 '/tidelog.controller.v1.ControllerAdmin/ListTopics',
                 request_serializer=controller__pb2.ListTopicsRequest.SerializeToString,
@@ -443,6 +448,12 @@ class ControllerAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AlterTopicQueues(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterTopicRetention(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -537,6 +548,11 @@ def add_ControllerAdminServicer_to_server(servicer, server):
                     servicer.AlterTopicQueues,
                     request_deserializer=controller__pb2.AlterTopicQueuesRequest.FromString,
                     response_serializer=controller__pb2.AlterTopicQueuesReply.SerializeToString,
+            ),
+            'AlterTopicRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTopicRetention,
+                    request_deserializer=controller__pb2.AlterTopicRetentionRequest.FromString,
+                    response_serializer=controller__pb2.AlterTopicRetentionReply.SerializeToString,
             ),
             'ListTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopics,
@@ -680,6 +696,33 @@ class ControllerAdmin:
             '/tidelog.controller.v1.ControllerAdmin/AlterTopicQueues',
             controller__pb2.AlterTopicQueuesRequest.SerializeToString,
             controller__pb2.AlterTopicQueuesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTopicRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/AlterTopicRetention',
+            controller__pb2.AlterTopicRetentionRequest.SerializeToString,
+            controller__pb2.AlterTopicRetentionReply.FromString,
             options,
             channel_credentials,
             insecure,
