@@ -243,6 +243,7 @@ class RetentionCounts(Protocol):
 
     deleted_segments: int
     carried_records: int
+    cut_messages: int
 
 
 class RetentionCollector(Collector):
@@ -264,6 +265,11 @@ class RetentionCollector(Collector):
                 "tidelog_retention_carried_records",
                 self.counts.carried_records,
                 "Group commits and topic markers copied forward before their segment went",
+            ),
+            (
+                "tidelog_retention_cut_messages",
+                self.counts.cut_messages,
+                "Messages made unreadable by their topic's own, shorter retention",
             ),
         ):
             counter = CounterMetricFamily(name, doc, labels=list(IDENTITY))

@@ -137,11 +137,13 @@ def test_retention_counters_are_exported_as_they_grow() -> None:
     class Counts:
         deleted_segments = 0
         carried_records = 0
+        cut_messages = 0
 
     counts = Counts()
     registry = CollectorRegistry()
     registry.register(RetentionCollector(lambda: ["broker-a", "1"], counts))
-    counts.deleted_segments, counts.carried_records = 3, 7
+    counts.deleted_segments, counts.carried_records, counts.cut_messages = 3, 7, 11
     text = generate_latest(registry).decode()
     assert 'tidelog_retention_deleted_segments_total{broker_id="1",broker_set="broker-a"} 3.0' in text
     assert 'tidelog_retention_carried_records_total{broker_id="1",broker_set="broker-a"} 7.0' in text
+    assert 'tidelog_retention_cut_messages_total{broker_id="1",broker_set="broker-a"} 11.0' in text

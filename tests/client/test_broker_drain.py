@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import json
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,46 +19,11 @@ import pytest
 
 from tests.client.conftest import LocalCluster, tide
 from tidelog.client import Client
-from tidelog.drill.killmaster import describe_set, kill_master, read_all
-from tidelog.errors import TidelogError
+from tidelog.drill.killmaster import Load, describe_set, kill_master, read_all
 
 pytestmark = pytest.mark.slow
 
 BROKER_SET = "broker-a"
-
-
-class Load:
-    """Numbered messages sent one by one from a thread; what was acknowledged, and when."""
-
-    def __init__(self, client: Client, topic: str) -> None:
-        self.producer = client.producer()
-        self.topic = topic
-        self.acked: list[tuple[bytes, float]] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        seq = 0
-        while not self.stopping.is_set():
-            body = f"{self.topic}:{seq}".encode()
-            seq += 1
-            try:
-                self.producer.send(self.topic, body)
-                self.acked.append((body, time.monotonic()))
-            except TidelogError:
-                pass  # unknown outcome: not counted as acknowledged
-
-    def __enter__(self) -> Load:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=60)
-
-    def longest_gap(self, since: float) -> float:
-        times = [since] + [t for _, t in self.acked if t >= since]
-        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
 
 
 def test_drain_hands_the_master_role_over_under_load(cluster_factory: Callable[..., LocalCluster]) -> None:
@@ -67,7 +31,7 @@ def test_drain_hands_the_master_role_over_under_load(cluster_factory: Callable[.
     with Client(cluster.controllers) as client:
         client.admin().create_topic("drained", queues=2)
         old = describe_set(client, BROKER_SET).role.master_id
-        with Load(client, "drained") as load:
+        with Load(client.producer(), "drained") as load:
             time.sleep(3)
             t_drain = time.monotonic()
             out = tide(

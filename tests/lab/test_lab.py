@@ -226,12 +226,8 @@ def wait_placement(
         time.sleep(0.3)
 
 
-def test_placement_audit_follows_a_datacenter_outage_and_its_repair(lab: Path) -> None:
-    """Issue proof: with dc-b down under load the audit names broker-a within seconds; after dc-b
-    returns, the violation clears only once its replica has caught up and rejoined the SyncStateSet
-    (controller RULES.md PL3, PL4)."""
-    wait_placement(lab, lambda r: not r["violations"], 60, "a clean audit before the outage")
-    assert placement(lab)["required"] == {"broker-a": ["dc-a", "dc-b"]}
+def _start_placement_load(lab: Path) -> subprocess.Popen[bytes]:
+    """A producer on the lab's client side writing to `placement-load` until terminated."""
     made = tide(
         "cluster",
         "exec",
@@ -271,6 +267,16 @@ def test_placement_audit_follows_a_datacenter_outage_and_its_repair(lab: Path) -
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    return load
+
+
+def test_placement_audit_follows_a_datacenter_outage_and_its_repair(lab: Path) -> None:
+    """Issue proof: with dc-b down under load the audit names broker-a within seconds; after dc-b
+    returns, the violation clears only once its replica has caught up and rejoined the SyncStateSet
+    (controller RULES.md PL3, PL4)."""
+    wait_placement(lab, lambda r: not r["violations"], 60, "a clean audit before the outage")
+    assert placement(lab)["required"] == {"broker-a": ["dc-a", "dc-b"]}
+    load = _start_placement_load(lab)
     try:
         time.sleep(1)
         down = tide("fault", "dc-down", "dc-b", "--data-dir", str(lab))

@@ -14,6 +14,7 @@ from tidelog.cli.common import (
     console,
     controller_call,
     controllers_option,
+    log_options,
     require_controllers,
     secret_options,
 )
@@ -25,18 +26,7 @@ from tidelog.cli.common import (
 @click.option("--listen", default=None, help="override the gRPC address (host:port)")
 @click.option("--ha-listen", default=None, help="override the HA address (host:port)")
 @click.option("--controllers", default=None, help="override the controller addresses")
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-)
-@click.option(
-    "--log-format",
-    default=None,
-    type=click.Choice(["text", "json"]),
-    help="text lines, or one JSON object per line (default: the config's log_format, else text)",
-)
+@log_options
 @click.pass_context
 def broker(
     ctx: click.Context,

@@ -32,6 +32,22 @@ F = Callable[..., Any]
 T = TypeVar("T")
 
 
+def log_options(fn: F) -> F:
+    """`--log-level` and `--log-format`, the same on every long-running process (broker, controller)."""
+    fn = click.option(
+        "--log-format",
+        default=None,
+        type=click.Choice(["text", "json"]),
+        help="text lines, or one JSON object per line (default: the config's log_format, else text)",
+    )(fn)
+    return click.option(
+        "--log-level",
+        default="INFO",
+        show_default=True,
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    )(fn)
+
+
 def controllers_option(fn: F) -> F:
     return click.option(
         "--controllers",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tidelog import logs
+from tidelog.cli.common import log_options
 from tidelog.controller import config as ccfg
 
 
@@ -12,18 +13,7 @@ from tidelog.controller import config as ccfg
 @click.option("--config", "config_path", required=True, metavar="FILE", help="controller YAML config")
 @click.option("--node-id", default=None, help="which of the config's nodes this process is")
 @click.option("--data-dir", default=None, help="override the config's data_dir")
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-)
-@click.option(
-    "--log-format",
-    default=None,
-    type=click.Choice(["text", "json"]),
-    help="text lines, or one JSON object per line (default: the config's log_format, else text)",
-)
+@log_options
 def controller(
     config_path: str, node_id: str | None, data_dir: str | None, log_level: str, log_format: str | None
 ) -> None:

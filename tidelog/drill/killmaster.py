@@ -63,7 +63,7 @@ def kill_master(
     topic = topic or f"drill-{int(time.time())}"
     with Client(state["controllers"], send_timeout=30.0) as client:
         client.admin().create_topic(topic, queues=queues, broker_sets=[broker_set])
-        load = _Load(client.producer(), topic)
+        load = Load(client.producer(), topic)
         t0 = time.monotonic()
         load.start()
         time.sleep(duration_s / 3)
@@ -126,7 +126,7 @@ def _current_master(
     return victim, before
 
 
-class _Load:
+class Load:
     """A producer sending numbered messages from a thread until stopped; it keeps what was
     acknowledged (with when) and counts the sends that failed."""
 
@@ -155,6 +155,18 @@ class _Load:
     def stop(self) -> None:
         self.stopping.set()
         self.thread.join()
+
+    def __enter__(self) -> Load:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def longest_gap(self, since: float) -> float:
+        """The longest time without an acknowledgement from `since` to the last one."""
+        times = [since] + [t for _, t in self.acked if t >= since]
+        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
 
 
 @dataclass
@@ -189,7 +201,7 @@ def _watch_failover(
     victim: str,
     failover: _Failover,
     deadline: float,
-    load: _Load,
+    load: Load,
     note: Any,
 ) -> None:
     """Watch the set until the drill's time is up and the failover and the rejoin were both seen
@@ -218,7 +230,7 @@ def _watch_failover(
 
 
 def _report(
-    broker_set: str, topic: str, load: _Load, read: list[bytes], t0: float, failover: _Failover
+    broker_set: str, topic: str, load: Load, read: list[bytes], t0: float, failover: _Failover
 ) -> dict[str, Any]:
     counts = collections.Counter(read)
     acked_bodies = [b for b, _ in load.acked]
