@@ -83,7 +83,7 @@ def test_disk_use_stays_bounded_while_a_producer_runs(broker_cluster: Callable[.
     def sample() -> None:
         samples.append((_disk_bytes(bs.data_dirs[m]), _disk_bytes(bs.data_dirs[s])))
 
-    sent = _produce_for(bs.clients[m], 30, sample)
+    sent = _produce_for(bs.clients[m], 15, sample)
     # Without retention each replica would hold everything sent; with it, about what was sent
     # within the retention time plus a few segments. No rate is assumed: the bound is relative.
     assert sent > 40 * SEG, f"only {sent} bytes produced: too few to judge retention"

@@ -62,7 +62,7 @@ def test_drain_hands_the_master_role_over_under_load(cluster_factory: Callable[.
 def test_kill_9_failover_for_comparison(cluster_factory: Callable[..., LocalCluster]) -> None:
     """The same load through a kill -9 of the master (the drill `tide drill kill-master` runs)."""
     cluster = cluster_factory(name="kill9")
-    report = kill_master(cluster.data_dir, BROKER_SET, duration_s=12.0, queues=2)
+    report = kill_master(cluster.data_dir, BROKER_SET, duration_s=6.0, queues=2)
     assert report["acked_lost"] == 0 and report["acked"] > 100
     with Client(cluster.controllers) as client:
         assert report["topic_deleted"] and client.admin().list_topics() == [], "the drill's topic is gone"

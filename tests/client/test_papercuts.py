@@ -5,6 +5,7 @@ retried, tracebacks on SIGTERM, and no way to restart one process of a local clu
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import signal
@@ -58,12 +59,15 @@ def test_an_unreachable_controller_is_named_while_it_is_retried() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
-    _, shown, code = on_terminal("topic", "list", "--controllers", address, timeout=60)
+    # the terminal and the pipe each wait out the retry budget: side by side, not one after the other
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        on_tty = pool.submit(on_terminal, "topic", "list", "--controllers", address, timeout=60)
+        piped = pool.submit(tide, "topic", "list", "--controllers", address, timeout=60).result()
+        _, shown, code = on_tty.result()
     assert code == 1
     waiting, _, rest = shown.partition("\n")
     assert waiting.startswith("waiting: no controller answered yet") and address in waiting, shown
     assert rest.strip().startswith("error: UNAVAILABLE")
-    piped = tide("topic", "list", "--controllers", address, timeout=60)
     assert piped.stderr.startswith("error: UNAVAILABLE"), "a pipe gets the one-line error only"
 
 
@@ -71,9 +75,14 @@ def test_an_unreachable_controller_is_named_while_it_is_retried() -> None:
 def test_piped_tables_restart_and_a_quiet_sigterm(cluster_factory: Callable[..., LocalCluster]) -> None:
     c = cluster_factory(name="papercuts")
     # a piped table keeps its full width (an empty $COLUMNS: tide_env sets one otherwise)
-    wide = tide("broker", "list", "--controllers", c.controllers, env={"COLUMNS": ""})
-    assert wide.returncode == 0
-    rows = [line for line in wide.stdout.splitlines() if "broker-a" in line]
+    deadline = time.monotonic() + 30  # the slave joins the SyncStateSet once it has caught up
+    while True:
+        wide = tide("broker", "list", "--controllers", c.controllers, env={"COLUMNS": ""})
+        assert wide.returncode == 0
+        rows = [line for line in wide.stdout.splitlines() if "broker-a" in line]
+        if all("slave (in sync)" in r or "master" in r for r in rows) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert len(rows) == 2 and all("slave (in sync)" in r or "master" in r for r in rows), wide.stdout
     assert all(r.count("127.0.0.1:") == 1 for r in rows), "no address folded over two lines"
 

@@ -341,23 +341,64 @@ def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> Non
     _drill_report(report, as_json)
 
 
+def _pace_options(fn: Any) -> Any:
+    """How long the producer runs before the first fault and after the heal (the drill's pace)."""
+    fn = click.option(
+        "--settle",
+        type=click.FloatRange(0, 600),
+        default=4.0,
+        show_default=True,
+        help="seconds of producing after the heal, before the check",
+    )(fn)
+    return click.option(
+        "--warmup",
+        type=click.FloatRange(0, 600),
+        default=3.0,
+        show_default=True,
+        help="seconds of producing before the first fault",
+    )(fn)
+
+
+def _pace_argv(warmup: float, settle: float) -> list[str]:
+    return ["--warmup", str(warmup), "--settle", str(settle)]
+
+
 @drill.command("run")
 @click.argument("scenario")
 @click.option(
     "--broker-set", default=None, help="the broker set to drill (default: the first of 2+ replicas)"
 )
 @click.option("--keep-topic", is_flag=True, help="keep the drill's topic (deleted once checked by default)")
+@_pace_options
 @data_dir_option
 @json_option
-def drill_run(scenario: str, broker_set: str | None, keep_topic: bool, data_dir: Path, as_json: bool) -> None:
+def drill_run(
+    scenario: str,
+    broker_set: str | None,
+    keep_topic: bool,
+    warmup: float,
+    settle: float,
+    data_dir: Path,
+    as_json: bool,
+) -> None:
     """Run a named SCENARIO under a sync-replicated producer, heal, and check (see `tide drill list`)."""
     argv = (
         ["drill", "run", scenario, "--data-dir", str(data_dir.resolve())]
         + (["--json"] if as_json else [])
         + (["--broker-set", broker_set] if broker_set else [])
         + (["--keep-topic"] if keep_topic else [])
+        + _pace_argv(warmup, settle)
     )
-    _run_drill(data_dir, as_json, argv, scenario=scenario, broker_set=broker_set, keep_topic=keep_topic)
+    _run_drill(
+        data_dir,
+        as_json,
+        argv,
+        scenario=scenario,
+        broker_set=broker_set,
+        keep_topic=keep_topic,
+        warmup_s=warmup,
+        settle_s=settle,
+    )
 
 
 @drill.command("random")
@@ -365,10 +406,18 @@ def drill_run(scenario: str, broker_set: str | None, keep_topic: bool, data_dir:
 @click.option("--steps", type=click.IntRange(1, 1000), default=5, show_default=True)
 @click.option("--broker-set", default=None)
 @click.option("--keep-topic", is_flag=True, help="keep the drill's topic (deleted once checked by default)")
+@_pace_options
 @data_dir_option
 @json_option
 def drill_random(
-    seed: int, steps: int, broker_set: str | None, keep_topic: bool, data_dir: Path, as_json: bool
+    seed: int,
+    steps: int,
+    broker_set: str | None,
+    keep_topic: bool,
+    warmup: float,
+    settle: float,
+    data_dir: Path,
+    as_json: bool,
 ) -> None:
     """A seeded schedule of STEPS faults (each held 1-5 s, then healed), then the check."""
     argv = (
@@ -376,8 +425,19 @@ def drill_random(
         + (["--json"] if as_json else [])
         + (["--broker-set", broker_set] if broker_set else [])
         + (["--keep-topic"] if keep_topic else [])
+        + _pace_argv(warmup, settle)
     )
-    _run_drill(data_dir, as_json, argv, seed=seed, steps=steps, broker_set=broker_set, keep_topic=keep_topic)
+    _run_drill(
+        data_dir,
+        as_json,
+        argv,
+        seed=seed,
+        steps=steps,
+        broker_set=broker_set,
+        keep_topic=keep_topic,
+        warmup_s=warmup,
+        settle_s=settle,
+    )
 
 
 @drill.command("list")
