@@ -30,6 +30,7 @@ def _register_commands() -> None:
         data,
         demo,
         fault,
+        health,
         ledger,
         placement,
         top,
@@ -50,6 +51,7 @@ def _register_commands() -> None:
     cli.add_command(ledger.ledger)
     cli.add_command(placement.placement)
     cli.add_command(top.top)
+    cli.add_command(health.health)
 
 
 def main() -> None:
