@@ -227,12 +227,14 @@ class MasterCore:
         proposal = self._apply(event, now_ms, actions)
         if proposal is not None:
             actions.append(Propose(proposal))
-        if not any(isinstance(a, Reject) for a in actions):
+        # Bytes going out change no count (the hot path: once per transfer and heartbeat); a
+        # rejected ack is counted nowhere.
+        if not isinstance(event, Sent) and not any(isinstance(a, Reject) for a in actions):
             self._settle(actions)
-        require(
-            self.confirm >= confirm_before,
-            f"master {self.broker_id}: confirm went back from {confirm_before} to {self.confirm}",
-        )
+        if self.confirm < confirm_before:  # messages are built only on a violation: this is the hot path
+            require(
+                False, f"master {self.broker_id}: confirm went back from {confirm_before} to {self.confirm}"
+            )
         self.check()
         return actions
 
@@ -319,6 +321,12 @@ class MasterCore:
 
     def check(self) -> None:
         """The invariants of a master's replication state; a violation stops the process."""
+        if (
+            self.confirm <= self.master_max
+            and self.broker_id in self.tracker.local
+            and all(view.ack_offset <= view.sent_end for view in self.slaves.values())
+        ):
+            return  # every step passes here: the messages below are built only when one fails
         ctx = f"master {self.broker_id} of epoch {self.epoch}"
         require(
             self.confirm <= self.master_max, f"{ctx}: confirm {self.confirm} passes max {self.master_max}"

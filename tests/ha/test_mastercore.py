@@ -76,7 +76,7 @@ def test_4_4_write_acked_by_the_in_sync_slave_is_released_and_confirmed():
     assert c.step(Waiting(2), 2) == [Release(2, 100)]
     assert c.step(Appended(150), 3) == [Release(2, 100)]  # only the master holds 100..150
     assert c.confirm == 100
-    assert c.step(Sent(1, 150), 4) == [Release(2, 100)]
+    assert c.step(Sent(1, 150), 4) == []  # bytes going out change no count: nothing to release
     assert c.step(Acked(1, 150), 5) == [SetConfirm(150), Release(2, 150)]
     assert c.confirm == 150
 
