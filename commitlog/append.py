@@ -13,7 +13,10 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from crc32c import crc32c
+
 from tidelog.commitlog import record as rec
+from tidelog.commitlog.batch import STAMP, STAMP_AT, Checked
 from tidelog.commitlog.consumequeue import ConsumeQueue
 from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.queues import QueueIndex
@@ -186,3 +189,65 @@ def _encode(chunks: list[_Chunk]) -> bytes:
     except struct.error as exc:
         raise InvalidArgumentError(f"message field out of range: {exc}") from exc
     return b"".join(parts)
+
+
+def append_encoded(
+    core: LogCore, topic: str, queue_id: int, batch: bytearray, records: Sequence[Checked], store_ts: int
+) -> tuple[int, list[int]]:
+    """Append a producer's batch (checked by `batch.check_batch`) at the max offset, stamping each
+    record's broker fields and CRC in `batch` itself; returns (first queue offset, physical offset
+    of each record). The caller holds `core.lock`."""
+    cq = core.queues.open(topic, queue_id)
+    first = cq.next_offset
+    epoch, seg_bytes = core.epochs.last_epoch, core.segment_bytes
+    room = seg_bytes - rec.BLANK_SIZE
+    pos = core.offsets.max
+    seg_base = pos - pos % seg_bytes
+    stamp, head, stamp_at = STAMP.pack_into, rec.HEAD.pack_into, STAMP_AT
+    phys: list[int] = []
+    sizes: list[int] = []
+    tags: list[int] = []
+    rolls: list[tuple[int, int, int]] = []  # (batch position, segment base, blank marker size)
+    qoff = first
+    with memoryview(batch) as mv:
+        for at, size, tag, born in records:
+            if pos - seg_base + size > room:
+                rolls.append((at, seg_base, seg_bytes - (pos - seg_base)))
+                pos = seg_base = seg_base + seg_bytes
+            stamp(batch, at + stamp_at, queue_id, epoch, qoff, pos, born or store_ts, store_ts)
+            head(batch, at, size, rec.MAGIC, crc32c(mv[at + 12 : at + size]))
+            phys.append(pos)
+            sizes.append(size)
+            tags.append(tag)
+            qoff += 1
+            pos += size
+    spans, data = _encoded_spans(core.offsets.max, batch, rolls, seg_bytes)
+    try:
+        core.segments.write_spans(spans, data)
+    except OSError as exc:
+        raise core.fail(f"append at {core.offsets.max} failed: {exc}", exc) from exc
+    cq.extend(phys, sizes, tags)
+    core.queues.dirty.add(cq)
+    core.offsets.max = pos
+    return first, phys
+
+
+def _encoded_spans(
+    start: int, batch: bytearray, rolls: list[tuple[int, int, int]], seg_bytes: int
+) -> tuple[list[Span], bytes | bytearray]:
+    """Where a stamped batch's bytes go: one span per segment touched, each segment the batch
+    leaves closed by a blank marker (inserted into the bytes written)."""
+    if not rolls:
+        return [(start - start % seg_bytes, start, 0, len(batch), False)], batch
+    parts: list[bytes | bytearray] = []
+    spans: list[Span] = []
+    cut, at_phys, out = 0, start, 0
+    for pos, base, blank in rolls:
+        piece = batch[cut:pos] + rec.blank_marker(blank)
+        spans.append((base, at_phys, out, out + len(piece), True))
+        parts.append(piece)
+        out += len(piece)
+        cut, at_phys = pos, base + seg_bytes
+    parts.append(batch[cut:])
+    spans.append((at_phys, at_phys, out, out + len(batch) - cut, False))
+    return spans, b"".join(parts)

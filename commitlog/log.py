@@ -48,7 +48,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 from tidelog.commitlog import reads, recovery, repair, replication, retention, truncation
 from tidelog.commitlog import record as rec
-from tidelog.commitlog.append import Placement, append_batch
+from tidelog.commitlog.append import Placement, append_batch, append_encoded
+from tidelog.commitlog.batch import check_batch
 from tidelog.commitlog.consumequeue import check_topic_queue
 from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.epochs import EpochFile
@@ -238,6 +239,23 @@ class CommitLog:
         with core.lock:
             return append_batch(core, messages, store_ts)
 
+    def append_encoded(
+        self, topic: str, queue_id: int, batch: bytearray, count: int
+    ) -> tuple[int, list[int]]:
+        """Append a producer's record batch (commitlog/batch.py): every record is checked before
+        anything is written, then stamped in `batch` itself (queue and physical offsets, epoch,
+        store time, CRC) and written as it is. Returns (first queue offset, physical offset of each
+        record)."""
+        core = self._core
+        core.check_open()
+        check_topic_queue(topic, queue_id)
+        checked = check_batch(batch, topic.encode(), queue_id, count, core.max_message_bytes)
+        if not checked:
+            raise InvalidArgumentError("a record batch needs at least one record")
+        store_ts = int(core.clock() * 1000)
+        with core.lock:
+            return append_encoded(core, topic, queue_id, batch, checked, store_ts)
+
     async def flushed(self, offset: int, *, now: bool = False, timeout: float | None = None) -> int:
         """Wait until fdatasync covers every byte below `offset`; returns the flushed offset.
 
@@ -283,6 +301,13 @@ class CommitLog:
         a replica holds, confirmed or not), never for client reads.
         """
         return reads.read(self._core, topic, queue_id, queue_offset, max_count, max_bytes, confirmed_only)
+
+    def read_encoded(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int
+    ) -> tuple[bytes, int]:
+        """The stored bytes of confirmed records of (topic, queue) from `queue_offset` (as `read`
+        would return them, CRC-checked), and how many records they hold."""
+        return reads.read_encoded(self._core, topic, queue_id, queue_offset, max_count, max_bytes)
 
     def tail(self, topic: str, queue_id: int, start: int, batch: int = 256) -> Iterator[rec.StoredMessage]:
         """Every record of (topic, queue) from queue offset `start` to the end of the log, confirmed

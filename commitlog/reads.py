@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from tidelog.commitlog import record as rec
+from tidelog.commitlog.batch import walk
 from tidelog.commitlog.consumequeue import ConsumeQueue, check_topic_queue
 from tidelog.commitlog.core import LogCore
 from tidelog.errors import (
@@ -57,6 +58,52 @@ def read(
         budget = left
         i = run_end
     return out
+
+
+def read_encoded(
+    core: LogCore, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int
+) -> tuple[bytes, int]:
+    """See `CommitLog.read_encoded`: the bytes of whole confirmed records, at least one when any
+    is confirmed, within `max_bytes` otherwise."""
+    core.check_open()
+    check_topic_queue(topic, queue_id)
+    if not isinstance(queue_offset, int) or queue_offset < 0 or max_count < 1 or max_bytes < 1:
+        raise InvalidArgumentError("a read takes a non-negative offset and positive limits")
+    cq = core.queues.get(topic, queue_id)
+    if cq is None:
+        return b"", 0
+    cq.check_readable(queue_offset)
+    end = min(cq.confirmed_end(core.offsets.confirm), queue_offset + max_count)
+    parts: list[bytes] = []
+    budget = max_bytes
+    i = queue_offset
+    while i < end and budget > 0:
+        run_end, span = _contiguous_run(core, cq, i, end, budget)
+        phys = cq.unit(i)[0]
+        if span > budget:
+            if run_end - i == 1 and parts:
+                break  # the next record would overrun the budget: it starts the next read
+            if run_end - i > 1:
+                run_end -= 1
+                span -= cq.unit(run_end)[1]
+        data, seg = core.segments.pread(phys, span)
+        _check_run(cq, data, seg.path, phys, i, run_end - i)
+        parts.append(data)
+        budget -= span
+        i = run_end
+    return b"".join(parts), i - queue_offset
+
+
+def _check_run(cq: ConsumeQueue, data: bytes, path: str, phys: int, first: int, count: int) -> None:
+    """The run's bytes are `count` intact records, the first one the record the index names."""
+    starts = walk(data, path, phys)
+    if len(starts) != count:
+        raise CorruptRecordError(
+            path, phys, f"the index names {count} records here, the log holds {len(starts)}"
+        )
+    h = rec.decode_header(data, 0)
+    if h.topic != cq.topic or h.queue_id != cq.queue_id or h.queue_offset != first:
+        raise CorruptRecordError(path, phys, "index points at another queue's record")
 
 
 def _contiguous_run(core: LogCore, cq: ConsumeQueue, i: int, end: int, budget: int) -> tuple[int, int]:
@@ -135,6 +182,10 @@ def read_raw_chunk(core: LogCore, phys_offset: int, max_bytes: int) -> tuple[byt
     in_seg = phys_offset - seg.base
     avail = min(seg.size, core.offsets.max - seg.base) - in_seg
     data = os.pread(seg.fd, min(max(max_bytes, rec.HEADER_SIZE), avail), in_seg)
+    if len(data) == avail and seg.base + in_seg + avail == core.offsets.max:
+        # Everything up to the max offset, which is always a record boundary, and no blank marker
+        # (the max offset lies in this segment): whole records, no need to walk them.
+        return data, core.offsets.max
     pos = 0
     while pos + 8 <= len(data):
         size, magic = rec.BLANK.unpack_from(data, pos)

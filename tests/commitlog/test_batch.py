@@ -1,0 +1,144 @@
+"""Record batches (commitlog/FORMAT.md "Record batches"): a producer's encoding, the broker's checks
+and stamping, reads of stored bytes and their lazy decoding agree with the one record codec."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.commitlog import CommitLog
+from tidelog.commitlog import record as rec
+from tidelog.commitlog.batch import RecordView, check_batch, encode_batch, walk
+from tidelog.errors import CorruptRecordError, InvalidArgumentError, MessageTooLargeError
+
+
+@dataclass(frozen=True)
+class Out:
+    body: bytes
+    key: str | None = None
+    tags: str | None = None
+    properties: dict[str, str] | None = None
+
+
+values = st.text(max_size=20)
+outs = st.builds(
+    Out,
+    body=st.binary(max_size=300),
+    key=st.none() | values,
+    tags=st.none() | values,
+    properties=st.none()
+    | st.dictionaries(
+        st.text(min_size=1, max_size=8).filter(lambda k: k not in rec.RESERVED_PROPERTIES), values, max_size=3
+    ),
+)
+
+
+def _open(tmp_path, **kw) -> CommitLog:
+    return CommitLog.open(str(tmp_path), **kw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(outs, min_size=1, max_size=20), st.integers(0, 3))
+def test_what_a_producer_encodes_is_read_back_field_for_field(tmp_path_factory, batch, queue):
+    log = _open(tmp_path_factory.mktemp("log"))
+    try:
+        data = bytearray(encode_batch(b"orders", queue, batch, 1234))
+        first, phys = log.append_encoded("orders", queue, data, len(batch))
+        log.confirm_offset = log.max_offset
+        stored = log.read("orders", queue, first, len(batch))
+        raw, count = log.read_encoded("orders", queue, first, len(batch), 1 << 20)
+    finally:
+        log.close()
+    assert count == len(batch) and [m.phys_offset for m in stored] == phys
+    views = [RecordView(raw, pos, "bs") for pos in walk(raw, "test", phys[0])]
+    for out, m, v in zip(batch, stored, views, strict=True):
+        assert (m.body, m.key, m.tags, m.properties or {}) == (out.body, out.key, out.tags, out.properties or {})
+        assert (v.body, v.key, v.tags, dict(v.properties)) == (out.body, out.key, out.tags, out.properties or {})
+        assert (v.topic, v.queue, v.offset, v.phys_offset) == ("orders", queue, m.queue_offset, m.phys_offset)
+        assert (v.born_ts, v.store_ts) == (1234, m.store_ts) and m.born_ts == 1234
+
+
+def test_stored_bytes_are_the_producers_bytes_stamped(tmp_path):
+    log = _open(tmp_path)
+    sent = encode_batch(b"t", 0, [Out(b"a" * 10), Out(b"b", key="k")], 7)
+    data = bytearray(sent)
+    log.append_encoded("t", 0, data, 2)
+    on_disk = log.read_raw(0, 1 << 20)
+    log.close()
+    assert on_disk == bytes(data)
+    for pos in walk(on_disk, "t", 0):  # only the broker's fields and the CRC differ
+        size = struct.unpack_from(">I", on_disk, pos)[0]
+        assert on_disk[pos + 64 : pos + size] == sent[pos + 64 : pos + size]
+        assert on_disk[pos + 12 : pos + 16] == sent[pos + 12 : pos + 16]  # flags, topic length
+        assert rec.check_at(on_disk, pos)[0] == rec.VALID
+
+
+def test_a_batch_that_crosses_a_segment_end_is_split_by_a_blank_marker(tmp_path):
+    log = _open(tmp_path, segment_bytes=4096)
+    batch = [Out(bytes([i]) * 700) for i in range(12)]
+    first, phys = log.append_encoded("t", 0, bytearray(encode_batch(b"t", 0, batch, 1)), len(batch))
+    log.confirm_offset = log.max_offset
+    got = log.read("t", 0, first, 100)
+    log.close()
+    assert [m.body for m in got] == [o.body for o in batch]
+    assert all(p // 4096 == (p + 700 + 65) // 4096 for p in phys)  # no record spans two segments
+    assert phys[-1] >= 4096 * 2
+
+
+BAD = {
+    "flags set": (lambda b: b[:12] + b"\x00\x01" + b[14:], InvalidArgumentError),
+    "another queue": (lambda b: b[:16] + b"\x00\x00\x00\x09" + b[20:], InvalidArgumentError),
+    "cut short": (lambda b: b[:-3], InvalidArgumentError),
+    "size off by one": (lambda b: struct.pack(">I", len(b) + 1) + b[4:], InvalidArgumentError),
+    "bad magic": (lambda b: b[:4] + b"\x00\x00\x00\x00" + b[8:], InvalidArgumentError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_record_refuses_the_whole_batch_and_writes_nothing(tmp_path, case):
+    log = _open(tmp_path)
+    good = encode_batch(b"t", 0, [Out(b"x" * 50)], 1)
+    damage, error = BAD[case]
+    with pytest.raises(error):
+        log.append_encoded("t", 0, bytearray(good + damage(good)), 2)
+    assert log.max_offset == 0 and log.queue_offsets("t", 0).max == 0
+    log.close()
+
+
+def test_another_topic_count_mismatch_and_oversize_are_refused(tmp_path):
+    one = encode_batch(b"u", 0, [Out(b"x")], 1)
+    with pytest.raises(InvalidArgumentError, match="another topic"):
+        check_batch(one, b"t", 0, 1, 1 << 20)
+    two = encode_batch(b"t", 0, [Out(b"x"), Out(b"y")], 1)
+    with pytest.raises(InvalidArgumentError, match="not the 3"):
+        check_batch(two, b"t", 0, 3, 1 << 20)
+    with pytest.raises(MessageTooLargeError):
+        check_batch(encode_batch(b"t", 0, [Out(b"x" * 500)], 1), b"t", 0, 1, 200)
+
+
+def test_a_damaged_byte_in_a_pulled_run_is_named(tmp_path):
+    log = _open(tmp_path)
+    log.append_encoded("t", 0, bytearray(encode_batch(b"t", 0, [Out(b"abc")] * 3, 1)), 3)
+    raw = bytearray(log.read_raw(0, 1 << 20))
+    log.close()
+    raw[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC32C"):
+        walk(bytes(raw), "pull reply", 0)
+
+
+def test_reads_of_stored_bytes_stop_at_the_confirm_offset_and_the_byte_limit(tmp_path):
+    log = _open(tmp_path)
+    first, phys = log.append_encoded("t", 0, bytearray(encode_batch(b"t", 0, [Out(b"z" * 100)] * 10, 1)), 10)
+    assert log.read_encoded("t", 0, 0, 100, 1 << 20) == (b"", 0)  # nothing confirmed yet
+    log.confirm_offset = phys[5]  # records 0..4 end at or below it
+    assert log.read_encoded("t", 0, 0, 100, 1 << 20)[1] == 5
+    log.confirm_offset = log.max_offset
+    size = phys[1] - phys[0]
+    assert log.read_encoded("t", 0, 0, 100, size * 3 + 1)[1] == 3
+    assert log.read_encoded("t", 0, 0, 100, 1)[1] == 1  # at least one record
+    assert log.read_encoded("t", 0, 8, 100, 1 << 20)[1] == 2
+    log.close()
