@@ -29,6 +29,10 @@ class BrokerConfig:
     # listen, a NAT): empty means the listen address itself
     advertise_address: str = ""
     ha_advertise_address: str = ""
+    # produce and pull frames over plain TCP (tidelog/dataframes.py): "auto" listens on the host
+    # of `listen` with a port the system picks, "" turns the data port off (clients use gRPC)
+    data_listen: str = "auto"
+    data_advertise_address: str = ""
     datacenter: str = ""
     rack: str = ""
     priority: int | None = None  # election priority, lower wins
@@ -193,6 +197,8 @@ def _check_value(name: str, value: Any, source: str) -> Any:
             key=name,
         )
     if name in ("listen", "ha_listen") or (name.endswith("_address") and value):
+        _host_port(name, value)
+    if name == "data_listen" and value not in ("", "auto"):
         _host_port(name, value)
     return value
 

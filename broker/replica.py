@@ -103,6 +103,7 @@ class Replica:
         self._rr = itertools.count()
         self.lease_until = 0.0  # monotonic time until which this broker may acknowledge writes
         self._ha_connections = 0
+        self.data_address = ""  # where clients reach the data port (broker/dataport.py), if it runs
         self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
         self.observe_ack_wait: Callable[[float], None] | None = None  # seconds a write waited for acks
         if not cfg.secret:
@@ -429,6 +430,20 @@ class Replica:
         placed = await self.write(msgs)
         return [(p, m.queue_id) for p, m in zip(placed, msgs, strict=True)]
 
+    async def produce_encoded(
+        self, topic: str, queue: int, batch: bytearray, count: int
+    ) -> tuple[int, list[int]]:
+        """Append a producer's record batch to one queue and replicate it (the write path of
+        `write`, for bytes already in the log's format); returns (first queue offset, physical
+        offset of each record) once acknowledged."""
+        self._queue(topic, queue)
+        master = self.require_writable()
+        needed = required_acks(self.ack_cfg, len(master.ack_set))
+        first, phys = self.log.append_encoded(topic, queue, batch, count)
+        master.on_appended()
+        await self.persist(master, self.log.max_offset, needed)
+        return first, phys
+
     def _choose_queue(self, topic: str, queue: int | None, key: str | None, queues: int) -> int:
         if queue is not None:
             return self._queue(topic, queue, queues)
@@ -453,6 +468,25 @@ class Replica:
 
         msgs = await self.long_poll(poll, wait_ms)
         return msgs, self.log.queue_offsets(topic, queue)
+
+    async def pull_encoded(
+        self, topic: str, queue: int, offset: int, max_messages: int, max_bytes: int, wait_ms: int
+    ) -> tuple[bytes, int, QueueOffsets]:
+        """`pull`, answered with the stored bytes of the records: (records, count, offsets)."""
+        self._queue(topic, queue)
+        if offset < 0 or max_messages < 1 or max_bytes < 1 or wait_ms < 0:
+            raise InvalidArgumentError("offset and wait must not be negative; limits must be positive")
+
+        def poll() -> tuple[tuple[bytes, int], bool]:
+            try:
+                got = self.log.read_encoded(topic, queue, offset, max_messages, max_bytes)
+            except CorruptRecordError as exc:
+                self.on_corrupt(exc)
+                raise
+            return got, got[1] > 0
+
+        data, count = await self.long_poll(poll, wait_ms)
+        return data, count, self.log.queue_offsets(topic, queue)
 
     def on_corrupt(self, exc: CorruptRecordError) -> None:
         """A read met damaged bytes. The reader fails over to another replica (CORRUPT_RECORD); here
@@ -527,6 +561,7 @@ class Replica:
             else [],
             "master_address": self.master_address,
             "replicas": replicas,
+            "data_address": self.data_address,
         }
 
 

@@ -21,9 +21,10 @@ import time
 
 import grpc
 
-from tidelog import logs
+from tidelog import logs, loops
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.dataport import DataPort
 from tidelog.broker.ledger_service import LedgerService
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.replica import MASTER, Replica, Role
@@ -79,6 +80,7 @@ class BrokerServer:
         self.metrics = BrokerMetrics(self.replica, cfg.data_dir) if cfg.metrics_address else None
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
+        self.data_port: DataPort | None = None
         self._stopping = asyncio.Event()
         self._store_failed = asyncio.Event()
         self._handing_over = 0.0
@@ -183,6 +185,7 @@ class BrokerServer:
         if not bound:
             raise ConfigError(f"cannot listen on {self.cfg.listen} (port in use?)", key="listen")
         await self._grpc.start()
+        await self._start_data_port()
         if self.metrics is not None:
             await self.metrics.start(self.cfg.metrics_address)
         log.info(
@@ -193,6 +196,25 @@ class BrokerServer:
             self.cfg.data_dir,
             self.log.min_offset,
             self.log.max_offset,
+        )
+
+    async def _start_data_port(self) -> None:
+        """Produce and pull frames on the data port (broker/dataport.py), told to clients by Status."""
+        listen = self.cfg.data_listen
+        if not listen:
+            return
+        grpc_host = self.cfg.listen.rpartition(":")[0]
+        host, _, port = (f"{grpc_host}:0" if listen == "auto" else listen).rpartition(":")
+        self.data_port = DataPort(self.replica)
+        try:
+            bound = await self.data_port.start(host, int(port))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on data_listen {listen}: {exc.strerror}", key="data_listen"
+            ) from exc
+        advertised_host = self.cfg.advertised.rpartition(":")[0]
+        self.replica.data_address = (
+            self.cfg.data_advertise_address or f"{advertised_host}:{bound.rpartition(':')[2]}"
         )
 
     async def register(self) -> None:
@@ -337,6 +359,8 @@ class BrokerServer:
         # Writes waiting for replica acks answer now (NOT_MASTER: outcome unknown), within the
         # grace, rather than being cancelled when it runs out, which gRPC logs as a traceback.
         await self.replica.close()
+        if self.data_port is not None:
+            await self.data_port.close()
         if grpc_stopped is not None:
             await grpc_stopped
         if self._ha is not None:
@@ -355,7 +379,7 @@ def run(cfg: BrokerConfig) -> None:
         await server.wait_for_room()
         return not server.stopping
 
-    if asyncio.run(main()):
+    if loops.run(main()):
         # Start over in this same process (same pid, same arguments): a fresh open recovers the
         # log as after a crash, and the broker rejoins as whatever the controller says.
         logging.shutdown()

@@ -13,9 +13,11 @@ for more simply gets a shorter reply and pulls again from `next_offset`.
 from __future__ import annotations
 
 import grpc
+from crc32c import crc32c
 
 from tidelog.broker.replica import Replica
 from tidelog.commitlog import QueueOffsets
+from tidelog.dataframes import PullCall
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import non_empty, non_negative, require, rpc
@@ -37,6 +39,43 @@ def pull_limits(
 
 def _offsets(o: QueueOffsets) -> pb.QueueOffsets:
     return pb.QueueOffsets(min=o.min, max=o.max, confirmed=o.confirmed)
+
+
+async def produce_batch(
+    replica: Replica, topic: str, queue: int, records: bytes | memoryview, count: int, crc: int
+) -> tuple[str, int, list[int]]:
+    """A producer's record batch, checked and written (both transports: gRPC and the data port);
+    returns (broker set, first queue offset, physical offset of each record)."""
+    non_empty("topic", topic)
+    non_negative("queue", queue)
+    require(0 < count <= MAX_BATCH, f"a record batch carries 1..{MAX_BATCH} records")
+    require(crc32c(records) == crc, "the record batch's CRC32C does not match its bytes")
+    first, phys = await replica.produce_encoded(topic, queue, bytearray(records), count)
+    return replica.cfg.broker_set, first, phys
+
+
+def checked_pull(replica: Replica, call: PullCall) -> tuple[int, int]:
+    """Validate a pull; returns its (messages, bytes) limits, clamped to the broker's."""
+    non_empty("topic", call.topic)
+    non_negative("queue", call.queue)
+    non_negative("offset", call.offset)
+    require(0 <= call.wait_ms <= MAX_WAIT_MS, f"wait_ms must be 0..{MAX_WAIT_MS}")
+    require(call.max_messages >= 0 and call.max_bytes >= 0, "limits must not be negative")
+    cfg = replica.cfg
+    return pull_limits(
+        call.max_messages,
+        call.max_bytes,
+        max_pull_messages=cfg.max_pull_messages,
+        max_pull_bytes=cfg.max_pull_bytes,
+    )
+
+
+async def pull_encoded(replica: Replica, call: PullCall) -> tuple[bytes, int, QueueOffsets]:
+    """A pull answered with stored record bytes (both transports): (records, count, offsets)."""
+    max_messages, max_bytes = checked_pull(replica, call)
+    return await replica.pull_encoded(
+        call.topic, call.queue, call.offset, max_messages, max_bytes, call.wait_ms
+    )
 
 
 class BrokerService(pb_grpc.BrokerServicer):
@@ -77,19 +116,32 @@ class BrokerService(pb_grpc.BrokerServicer):
         return reply
 
     @rpc
+    async def ProduceBatch(
+        self, request: pb.ProduceBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceBatchReply:
+        bs, first, phys = await produce_batch(
+            self.replica, request.topic, request.queue, request.records, request.count, request.crc
+        )
+        return pb.ProduceBatchReply(
+            broker_set=bs, queue=request.queue, first_queue_offset=first, phys_offsets=phys
+        )
+
+    @rpc
     async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext) -> pb.PullReply:
-        non_empty("topic", request.topic)
-        non_negative("queue", request.queue)
-        non_negative("offset", request.offset)
-        require(0 <= request.wait_ms <= MAX_WAIT_MS, f"wait_ms must be 0..{MAX_WAIT_MS}")
-        require(request.max_messages >= 0 and request.max_bytes >= 0, "limits must not be negative")
-        cfg = self.replica.cfg
-        max_messages, max_bytes = pull_limits(
+        call = PullCall(
+            request.topic,
+            request.queue,
+            request.offset,
             request.max_messages,
             request.max_bytes,
-            max_pull_messages=cfg.max_pull_messages,
-            max_pull_bytes=cfg.max_pull_bytes,
+            request.wait_ms,
         )
+        if request.encoded:
+            data, count, offsets = await pull_encoded(self.replica, call)
+            return pb.PullReply(
+                records=data, count=count, next_offset=request.offset + count, offsets=_offsets(offsets)
+            )
+        max_messages, max_bytes = checked_pull(self.replica, call)
         msgs, offsets = await self.replica.pull(
             request.topic, request.queue, request.offset, max_messages, max_bytes, request.wait_ms
         )
@@ -162,4 +214,5 @@ class BrokerService(pb_grpc.BrokerServicer):
             master_address=s["master_address"],
             pending_sync_state_set=s["pending_sync_state_set"],
             replicas=[pb.ReplicaProgress(**r) for r in s["replicas"]],
+            data_address=s["data_address"],
         )

@@ -24,12 +24,14 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
+from crc32c import crc32c
 
+from tidelog import dataframes as df
 from tidelog.client import assign as asg
 from tidelog.client.batching import (
     DEFAULT_BATCH_MAX_BYTES,
@@ -41,10 +43,13 @@ from tidelog.client.batching import (
     BatchLimits,
     Pending,
     message_bytes,
+    split_keyless,
 )
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
+from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
+from tidelog.commitlog.batch import RecordView, encode_batch, walk
 from tidelog.errors import (
     CorruptRecordError,
     DiskFullError,
@@ -70,6 +75,7 @@ from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 _RETRY_SEND = (
@@ -83,30 +89,24 @@ _RETRY_SEND = (
 )
 
 
-@dataclass(frozen=True)
-class Receipt:
-    """Where an acknowledged message was stored."""
+class Receipt(NamedTuple):
+    """Where an acknowledged message was stored (a tuple: one is made per message sent)."""
 
-    message_id: str
     topic: str
     broker_set: str
     queue: int
     queue_offset: int
     phys_offset: int
 
+    @property
+    def message_id(self) -> str:
+        """ "<broker set>:<physical offset, hex>": unique in the cluster, and where to read it."""
+        return f"{self.broker_set}:{self.phys_offset:x}"
 
-@dataclass(frozen=True)
-class ConsumedMessage:
-    topic: str
-    broker_set: str
-    queue: int
-    offset: int
-    key: str | None
-    tags: str | None
-    body: bytes
-    properties: dict[str, str] = field(default_factory=dict)
-    born_ts: int = 0
-    store_ts: int = 0
+
+#: A message read back: topic, broker_set, queue, offset, key, tags, body, properties, born_ts,
+#: store_ts, phys_offset; decoded from the pulled record bytes when read (commitlog/batch.py).
+ConsumedMessage = RecordView
 
 
 @dataclass(frozen=True)
@@ -119,19 +119,16 @@ class OutMessage:
     properties: Mapping[str, str] | None = None
 
 
-def _consumed(m: bpb.PulledMessage, broker_set: str) -> ConsumedMessage:
-    return ConsumedMessage(
-        m.topic,
-        broker_set,
-        m.queue,
-        m.offset,
-        m.key if m.HasField("key") else None,
-        m.tags if m.HasField("tags") else None,
-        m.body,
-        dict(m.properties),
-        m.born_ts,
-        m.store_ts,
-    )
+def _consumed(reply: bpb.PullReply, broker_set: str, address: str) -> list[ConsumedMessage]:
+    """The records of an encoded pull, as lazily decoded messages; the bytes are checked (length,
+    magic, CRC) end to end here too."""
+    data = reply.records
+    starts = walk(data, f"pull reply from {address}", 0)
+    if len(starts) != reply.count:
+        raise CorruptRecordError(
+            f"pull from {address}", -1, f"{len(starts)} records, {reply.count} announced"
+        )
+    return [RecordView(data, pos, broker_set) for pos in starts]
 
 
 class AsyncClient:
@@ -144,6 +141,7 @@ class AsyncClient:
         send_timeout: float = 30.0,
         rpc_timeout: float = 10.0,
         route_ttl: float = 30.0,
+        data_port: bool = True,
     ) -> None:
         controllers = controllers or os.environ.get(CONTROLLERS_ENV, "")
         self.controller = ControllerClient(
@@ -155,8 +153,57 @@ class AsyncClient:
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._channels: dict[str, tuple[grpc.aio.Channel, bpb_grpc.BrokerStub]] = {}
         self._ledger_stubs: dict[str, Any] = {}
+        # produce and pull go through each broker's data port when it has one (client/dataconn.py)
+        self.data = DataPlane(self._data_address, enabled=data_port)
 
     # --- plumbing ---
+
+    async def _data_address(self, address: str) -> str:
+        reply = await self.call_broker(
+            address, "Status", bpb.StatusRequest(), timeout=min(self.rpc_timeout, 3.0)
+        )
+        return str(reply.data_address)
+
+    async def produce_records(
+        self, address: str, topic: str, queue: int, records: bytes, count: int, timeout: float
+    ) -> tuple[str, int, Sequence[int]]:
+        """One record batch to the broker at `address`: (broker set, first queue offset, physical
+        offsets), through its data port when it has one, else gRPC."""
+        crc = crc32c(records)
+        conn = await self.data.connection(address)
+        if conn is not None:
+            try:
+                body = await conn.call(
+                    df.OP_PRODUCE, [df.produce_request(topic, queue, count, crc), records], timeout
+                )
+            except UnavailableError:
+                self.data.failed(address)
+                raise
+            return df.parse_produced(body)
+        req = bpb.ProduceBatchRequest(topic=topic, queue=queue, records=records, count=count, crc=crc)
+        reply = await self.call_broker(address, "ProduceBatch", req, timeout=timeout)
+        return reply.broker_set, reply.first_queue_offset, reply.phys_offsets
+
+    async def pull_records(self, address: str, call: df.PullCall, timeout: float) -> Any:
+        """One encoded pull from the broker at `address` (a reply with records, count, next_offset
+        and offsets), through its data port when it has one, else gRPC."""
+        conn = await self.data.connection(address)
+        if conn is not None:
+            try:
+                return df.parse_pulled(await conn.call(df.OP_PULL, [df.pull_request(call)], timeout))
+            except UnavailableError:
+                self.data.failed(address)
+                raise
+        request = bpb.PullRequest(
+            topic=call.topic,
+            queue=call.queue,
+            offset=call.offset,
+            max_messages=call.max_messages,
+            max_bytes=call.max_bytes,
+            wait_ms=call.wait_ms,
+            encoded=True,
+        )
+        return await self.call_broker(address, "Pull", request, timeout=timeout)
 
     def _stub(self, address: str) -> bpb_grpc.BrokerStub:
         entry = self._channels.get(address)
@@ -184,13 +231,21 @@ class AsyncClient:
     ) -> Any:
         """Call the master of broker set `bs`, giving up as soon as the controllers name a newer one
         (`until_superseded`)."""
+        return await self.call_master_with(
+            topic, bs, lambda address: self.call_broker(address, method, request, timeout=timeout)
+        )
+
+    async def call_master_with(
+        self, topic: str, bs: BrokerSetRoute, call: Callable[[str], Awaitable[T]]
+    ) -> T:
+        """`call(master address)`, given up as soon as the controllers name a newer master."""
 
         async def newer_epoch() -> int | None:
             newer = (await self.route(topic, refresh=True)).broker_set(bs.name)
             return None if newer is None else newer.master_epoch
 
         return await until_superseded(
-            self.call_broker(bs.master_address, method, request, timeout=timeout),
+            call(bs.master_address),
             bs.name,
             bs.master_address,
             bs.master_epoch,
@@ -226,6 +281,7 @@ class AsyncClient:
         self._routes.pop(topic, None)
 
     async def close(self) -> None:
+        await self.data.close()
         channels, self._channels = list(self._channels.values()), {}
         self._ledger_stubs = {}
         for channel, _ in channels:
@@ -273,16 +329,12 @@ class AsyncClient:
         self, route: BrokerSetRoute, topic: str, queue: int, offset: int, *, max_messages: int, wait_ms: int
     ) -> tuple[list[ConsumedMessage], int]:
         """Pull from the first replica that answers; returns (messages, next offset)."""
-        request = bpb.PullRequest(
-            topic=topic, queue=queue, offset=offset, max_messages=max_messages, wait_ms=wait_ms
-        )
+        call = df.PullCall(topic, queue, offset, max_messages, 0, wait_ms)
         try:
             # A long poll may rightly take wait_ms; a replica silent beyond that is passed over.
-            _, reply = await first_answer(
+            address, reply = await first_answer(
                 route.read_addresses(),
-                lambda address: self.call_broker(
-                    address, "Pull", request, timeout=self.rpc_timeout + wait_ms / 1000
-                ),
+                lambda address: self.pull_records(address, call, self.rpc_timeout + wait_ms / 1000),
                 after_s=wait_ms / 1000 + SPECULATIVE_READ_S,
                 # A damaged record on one replica is intact on the others (and is being repaired).
                 give_up=lambda exc: (
@@ -296,7 +348,7 @@ class AsyncClient:
                 if errors
                 else UnavailableError(f"broker set {route.name} has no reachable replica")
             ) from None
-        return [_consumed(m, route.name) for m in reply.messages], reply.next_offset
+        return _consumed(reply, route.name, address), reply.next_offset
 
     async def queue_offsets(self, route: BrokerSetRoute, topic: str, queue: int) -> bpb.QueueOffsets:
         last: TidelogError | None = None
@@ -467,13 +519,13 @@ class AsyncProducer:
         _settle(batch, receipts)
 
     async def send_batch(self, topic: str, messages: Sequence[OutMessage | bytes]) -> list[Receipt]:
-        """Send messages; those with the same key keep their order. One request per broker set."""
-        items = [m if isinstance(m, OutMessage) else OutMessage(bytes(m)) for m in messages]
+        """Send messages; those with the same key keep their order, in one request per queue.
+        Keyless messages promise no order: a large share of them travels as a few concurrent
+        requests (`batching.split_keyless`), so that the broker sets replicate one while the
+        next arrives."""
+        items = [m if m.__class__ is OutMessage else _out_message(m) for m in messages]
         if not items:
             return []
-        for m in items:
-            if not isinstance(m.body, bytes | bytearray):
-                raise InvalidArgumentError("message bodies must be bytes")
         route = await self.client.route(topic)
         if not route.queue_list:
             raise TopicNotFoundError(f"topic {topic!r} has no queues")
@@ -482,13 +534,14 @@ class AsyncProducer:
         keyed: dict[tuple[str, int], list[int]] = {}
         keyless: list[int] = []
         for i, m in enumerate(items):
+            if m.body.__class__ is not bytes and not isinstance(m.body, bytes | bytearray):
+                raise InvalidArgumentError("message bodies must be bytes")
             if m.key:
                 keyed.setdefault(queue_for_key(route, m.key), []).append(i)
             else:
                 keyless.append(i)
         groups: list[tuple[tuple[str, int] | None, list[int]]] = [(q, idx) for q, idx in keyed.items()]
-        if keyless:
-            groups.append((None, keyless))
+        groups += [(None, piece) for piece in split_keyless(keyless)]
         await asyncio.gather(
             *(
                 self._send_group(topic, target, [items[i] for i in idx], idx, receipts)
@@ -566,18 +619,18 @@ class AsyncProducer:
         bs = route.broker_set(name)
         if bs is None or not bs.master_address:
             raise UnavailableError(f"broker set {name} has no master right now")
-        req = bpb.ProduceRequest(topic=topic, messages=[_produce_message(m, queue) for m in items])
-        reply = await self.client.call_master(
+        records = encode_batch(topic.encode(), queue, items, int(time.time() * 1000))
+        timeout = max(0.5, min(self.client.rpc_timeout, deadline - time.monotonic()))
+        name, qoff, phys = await self.client.call_master_with(
             topic,
             bs,
-            "Produce",
-            req,
-            timeout=max(0.5, min(self.client.rpc_timeout, deadline - time.monotonic())),
+            lambda address: self.client.produce_records(address, topic, queue, records, len(items), timeout),
         )
-        for i, r in zip(indexes, reply.results, strict=True):
-            receipts[i] = Receipt(
-                r.message_id, topic, reply.broker_set, r.queue, r.queue_offset, r.phys_offset
-            )
+        if len(phys) != len(items):
+            raise SendFailedError(f"the broker acknowledged {len(phys)} of {len(items)} records")
+        make = tuple.__new__
+        for n, (i, p) in enumerate(zip(indexes, phys, strict=True)):
+            receipts[i] = make(Receipt, (topic, name, queue, qoff + n, p))
 
 
 def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
@@ -600,15 +653,12 @@ def _settle(batch: Sequence[Pending], receipts: Sequence[Receipt | None]) -> Non
                 p.future.set_result(r)
 
 
-def _produce_message(m: OutMessage, queue: int) -> bpb.ProduceMessage:
-    pm = bpb.ProduceMessage(body=m.body, queue=queue)
-    if m.key is not None:
-        pm.key = m.key
-    if m.tags is not None:
-        pm.tags = m.tags
-    if m.properties:
-        pm.properties.update(m.properties)
-    return pm
+def _out_message(m: object) -> OutMessage:
+    if isinstance(m, OutMessage):
+        return m
+    if not isinstance(m, bytes | bytearray):
+        raise InvalidArgumentError("send_batch takes OutMessage objects or bytes")
+    return OutMessage(bytes(m))
 
 
 class AsyncReader:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62roker.proto\x12\x11tidelog.broker.v1\"\xec\x01\n\x0eProduceMessage\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x10\n\x03key\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x11\n\x04tags\x18\x03 \x01(\tH\x01\x88\x01\x01\x12\x45\n\nproperties\x18\x04 \x03(\x0b\x32\x31.tidelog.broker.v1.ProduceMessage.PropertiesEntry\x12\x12\n\x05queue\x18\x05 \x01(\x05H\x02\x88\x01\x01\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_keyB\x07\n\x05_tagsB\x08\n\x06_queue\"T\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x33\n\x08messages\x18\x02 \x03(\x0b\x32!.tidelog.broker.v1.ProduceMessage\"]\n\rProduceResult\x12\r\n\x05queue\x18\x01 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x02 \x01(\x03\x12\x13\n\x0bphys_offset\x18\x03 \x01(\x03\x12\x12\n\nmessage_id\x18\x04 \x01(\t\"U\n\x0cProduceReply\x12\x12\n\nbroker_set\x18\x01 \x01(\t\x12\x31\n\x07results\x18\x02 \x03(\x0b\x32 .tidelog.broker.v1.ProduceResult\";\n\x0cQueueOffsets\x12\x0b\n\x03min\x18\x01 \x01(\x03\x12\x0b\n\x03max\x18\x02 \x01(\x03\x12\x11\n\tconfirmed\x18\x03 \x01(\x03\"\xb2\x02\n\rPulledMessage\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x10\n\x03key\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x11\n\x04tags\x18\x05 \x01(\tH\x01\x88\x01\x01\x12\x44\n\nproperties\x18\x06 \x03(\x0b\x32\x30.tidelog.broker.v1.PulledMessage.PropertiesEntry\x12\x0c\n\x04\x62ody\x18\x07 \x01(\x0c\x12\x0f\n\x07\x62orn_ts\x18\x08 \x01(\x03\x12\x10\n\x08store_ts\x18\t \x01(\x03\x12\x13\n\x0bphys_offset\x18\n \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_keyB\x07\n\x05_tags\"u\n\x0bPullRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x05\"\x86\x01\n\tPullReply\x12\x32\n\x08messages\x18\x01 \x03(\x0b\x32 .tidelog.broker.v1.PulledMessage\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x30\n\x07offsets\x18\x03 \x01(\x0b\x32\x1f.tidelog.broker.v1.QueueOffsets\"1\n\x11GetOffsetsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\x05\"C\n\x0fGetOffsetsReply\x12\x30\n\x07offsets\x18\x01 \x01(\x0b\x32\x1f.tidelog.broker.v1.QueueOffsets\"R\n\x13\x43ommitOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"\x13\n\x11\x43ommitOffsetReply\"A\n\x12\x46\x65tchOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\x05\"1\n\x10\x46\x65tchOffsetReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x0f\n\rStatusRequest\"\\\n\x0fReplicaProgress\x12\x11\n\tbroker_id\x18\x01 \x01(\x03\x12\x12\n\nack_offset\x18\x02 \x01(\x03\x12\x11\n\tconnected\x18\x03 \x01(\x08\x12\x0f\n\x07in_sync\x18\x04 \x01(\x08\"\xe8\x02\n\x0bStatusReply\x12\x12\n\nbroker_set\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\x03\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x14\n\x0cmaster_epoch\x18\x04 \x01(\x03\x12\x12\n\nlast_epoch\x18\x05 \x01(\x03\x12\x12\n\nmin_offset\x18\x06 \x01(\x03\x12\x12\n\nmax_offset\x18\x07 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x08 \x01(\x03\x12\x16\n\x0e\x66lushed_offset\x18\t \x01(\x03\x12\x16\n\x0esync_state_set\x18\n \x03(\x03\x12\x1c\n\x14sync_state_set_epoch\x18\x0b \x01(\x03\x12\x16\n\x0emaster_address\x18\x0c \x01(\t\x12\x34\n\x08replicas\x18\r \x03(\x0b\x32\".tidelog.broker.v1.ReplicaProgress\x12\x1e\n\x16pending_sync_state_set\x18\x0e \x03(\x03\x32\xfa\x03\n\x06\x42roker\x12M\n\x07Produce\x12!.tidelog.broker.v1.ProduceRequest\x1a\x1f.tidelog.broker.v1.ProduceReply\x12\x44\n\x04Pull\x12\x1e.tidelog.broker.v1.PullRequest\x1a\x1c.tidelog.broker.v1.PullReply\x12V\n\nGetOffsets\x12$.tidelog.broker.v1.GetOffsetsRequest\x1a\".tidelog.broker.v1.GetOffsetsReply\x12\\\n\x0c\x43ommitOffset\x12&.tidelog.broker.v1.CommitOffsetRequest\x1a$.tidelog.broker.v1.CommitOffsetReply\x12Y\n\x0b\x46\x65tchOffset\x12%.tidelog.broker.v1.FetchOffsetRequest\x1a#.tidelog.broker.v1.FetchOffsetReply\x12J\n\x06Status\x12 .tidelog.broker.v1.StatusRequest\x1a\x1e.tidelog.broker.v1.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62roker.proto\x12\x11tidelog.broker.v1\"\xec\x01\n\x0eProduceMessage\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x10\n\x03key\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x11\n\x04tags\x18\x03 \x01(\tH\x01\x88\x01\x01\x12\x45\n\nproperties\x18\x04 \x03(\x0b\x32\x31.tidelog.broker.v1.ProduceMessage.PropertiesEntry\x12\x12\n\x05queue\x18\x05 \x01(\x05H\x02\x88\x01\x01\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_keyB\x07\n\x05_tagsB\x08\n\x06_queue\"T\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x33\n\x08messages\x18\x02 \x03(\x0b\x32!.tidelog.broker.v1.ProduceMessage\"]\n\rProduceResult\x12\r\n\x05queue\x18\x01 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x02 \x01(\x03\x12\x13\n\x0bphys_offset\x18\x03 \x01(\x03\x12\x12\n\nmessage_id\x18\x04 \x01(\t\"U\n\x0cProduceReply\x12\x12\n\nbroker_set\x18\x01 \x01(\t\x12\x31\n\x07results\x18\x02 \x03(\x0b\x32 .tidelog.broker.v1.ProduceResult\"`\n\x13ProduceBatchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\x05\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x0b\n\x03\x63rc\x18\x05 \x01(\r\"h\n\x11ProduceBatchReply\x12\x12\n\nbroker_set\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\x05\x12\x1a\n\x12\x66irst_queue_offset\x18\x03 \x01(\x03\x12\x14\n\x0cphys_offsets\x18\x04 \x03(\x03\";\n\x0cQueueOffsets\x12\x0b\n\x03min\x18\x01 \x01(\x03\x12\x0b\n\x03max\x18\x02 \x01(\x03\x12\x11\n\tconfirmed\x18\x03 \x01(\x03\"\xb2\x02\n\rPulledMessage\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x10\n\x03key\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x11\n\x04tags\x18\x05 \x01(\tH\x01\x88\x01\x01\x12\x44\n\nproperties\x18\x06 \x03(\x0b\x32\x30.tidelog.broker.v1.PulledMessage.PropertiesEntry\x12\x0c\n\x04\x62ody\x18\x07 \x01(\x0c\x12\x0f\n\x07\x62orn_ts\x18\x08 \x01(\x03\x12\x10\n\x08store_ts\x18\t \x01(\x03\x12\x13\n\x0bphys_offset\x18\n \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_keyB\x07\n\x05_tags\"\x86\x01\n\x0bPullRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x05\x12\x0f\n\x07\x65ncoded\x18\x07 \x01(\x08\"\xa6\x01\n\tPullReply\x12\x32\n\x08messages\x18\x01 \x03(\x0b\x32 .tidelog.broker.v1.PulledMessage\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x30\n\x07offsets\x18\x03 \x01(\x0b\x32\x1f.tidelog.broker.v1.QueueOffsets\x12\x0f\n\x07records\x18\x04 \x01(\x0c\x12\r\n\x05\x63ount\x18\x05 \x01(\x05\"1\n\x11GetOffsetsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\x05\"C\n\x0fGetOffsetsReply\x12\x30\n\x07offsets\x18\x01 \x01(\x0b\x32\x1f.tidelog.broker.v1.QueueOffsets\"R\n\x13\x43ommitOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"\x13\n\x11\x43ommitOffsetReply\"A\n\x12\x46\x65tchOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\x05\"1\n\x10\x46\x65tchOffsetReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x0f\n\rStatusRequest\"\\\n\x0fReplicaProgress\x12\x11\n\tbroker_id\x18\x01 \x01(\x03\x12\x12\n\nack_offset\x18\x02 \x01(\x03\x12\x11\n\tconnected\x18\x03 \x01(\x08\x12\x0f\n\x07in_sync\x18\x04 \x01(\x08\"\xfe\x02\n\x0bStatusReply\x12\x12\n\nbroker_set\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\x03\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x14\n\x0cmaster_epoch\x18\x04 \x01(\x03\x12\x12\n\nlast_epoch\x18\x05 \x01(\x03\x12\x12\n\nmin_offset\x18\x06 \x01(\x03\x12\x12\n\nmax_offset\x18\x07 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x08 \x01(\x03\x12\x16\n\x0e\x66lushed_offset\x18\t \x01(\x03\x12\x16\n\x0esync_state_set\x18\n \x03(\x03\x12\x1c\n\x14sync_state_set_epoch\x18\x0b \x01(\x03\x12\x16\n\x0emaster_address\x18\x0c \x01(\t\x12\x34\n\x08replicas\x18\r \x03(\x0b\x32\".tidelog.broker.v1.ReplicaProgress\x12\x1e\n\x16pending_sync_state_set\x18\x0e \x03(\x03\x12\x14\n\x0c\x64\x61ta_address\x18\x0f \x01(\t2\xd8\x04\n\x06\x42roker\x12M\n\x07Produce\x12!.tidelog.broker.v1.ProduceRequest\x1a\x1f.tidelog.broker.v1.ProduceReply\x12\\\n\x0cProduceBatch\x12&.tidelog.broker.v1.ProduceBatchRequest\x1a$.tidelog.broker.v1.ProduceBatchReply\x12\x44\n\x04Pull\x12\x1e.tidelog.broker.v1.PullRequest\x1a\x1c.tidelog.broker.v1.PullReply\x12V\n\nGetOffsets\x12$.tidelog.broker.v1.GetOffsetsRequest\x1a\".tidelog.broker.v1.GetOffsetsReply\x12\\\n\x0c\x43ommitOffset\x12&.tidelog.broker.v1.CommitOffsetRequest\x1a$.tidelog.broker.v1.CommitOffsetReply\x12Y\n\x0b\x46\x65tchOffset\x12%.tidelog.broker.v1.FetchOffsetRequest\x1a#.tidelog.broker.v1.FetchOffsetReply\x12J\n\x06Status\x12 .tidelog.broker.v1.StatusRequest\x1a\x1e.tidelog.broker.v1.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,34 +45,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PRODUCERESULT']._serialized_end=453
   _globals['_PRODUCEREPLY']._serialized_start=455
   _globals['_PRODUCEREPLY']._serialized_end=540
-  _globals['_QUEUEOFFSETS']._serialized_start=542
-  _globals['_QUEUEOFFSETS']._serialized_end=601
-  _globals['_PULLEDMESSAGE']._serialized_start=604
-  _globals['_PULLEDMESSAGE']._serialized_end=910
+  _globals['_PRODUCEBATCHREQUEST']._serialized_start=542
+  _globals['_PRODUCEBATCHREQUEST']._serialized_end=638
+  _globals['_PRODUCEBATCHREPLY']._serialized_start=640
+  _globals['_PRODUCEBATCHREPLY']._serialized_end=744
+  _globals['_QUEUEOFFSETS']._serialized_start=746
+  _globals['_QUEUEOFFSETS']._serialized_end=805
+  _globals['_PULLEDMESSAGE']._serialized_start=808
+  _globals['_PULLEDMESSAGE']._serialized_end=1114
   _globals['_PULLEDMESSAGE_PROPERTIESENTRY']._serialized_start=196
   _globals['_PULLEDMESSAGE_PROPERTIESENTRY']._serialized_end=245
-  _globals['_PULLREQUEST']._serialized_start=912
-  _globals['_PULLREQUEST']._serialized_end=1029
-  _globals['_PULLREPLY']._serialized_start=1032
-  _globals['_PULLREPLY']._serialized_end=1166
-  _globals['_GETOFFSETSREQUEST']._serialized_start=1168
-  _globals['_GETOFFSETSREQUEST']._serialized_end=1217
-  _globals['_GETOFFSETSREPLY']._serialized_start=1219
-  _globals['_GETOFFSETSREPLY']._serialized_end=1286
-  _globals['_COMMITOFFSETREQUEST']._serialized_start=1288
-  _globals['_COMMITOFFSETREQUEST']._serialized_end=1370
-  _globals['_COMMITOFFSETREPLY']._serialized_start=1372
-  _globals['_COMMITOFFSETREPLY']._serialized_end=1391
-  _globals['_FETCHOFFSETREQUEST']._serialized_start=1393
-  _globals['_FETCHOFFSETREQUEST']._serialized_end=1458
-  _globals['_FETCHOFFSETREPLY']._serialized_start=1460
-  _globals['_FETCHOFFSETREPLY']._serialized_end=1509
-  _globals['_STATUSREQUEST']._serialized_start=1511
-  _globals['_STATUSREQUEST']._serialized_end=1526
-  _globals['_REPLICAPROGRESS']._serialized_start=1528
-  _globals['_REPLICAPROGRESS']._serialized_end=1620
-  _globals['_STATUSREPLY']._serialized_start=1623
-  _globals['_STATUSREPLY']._serialized_end=1983
-  _globals['_BROKER']._serialized_start=1986
-  _globals['_BROKER']._serialized_end=2492
+  _globals['_PULLREQUEST']._serialized_start=1117
+  _globals['_PULLREQUEST']._serialized_end=1251
+  _globals['_PULLREPLY']._serialized_start=1254
+  _globals['_PULLREPLY']._serialized_end=1420
+  _globals['_GETOFFSETSREQUEST']._serialized_start=1422
+  _globals['_GETOFFSETSREQUEST']._serialized_end=1471
+  _globals['_GETOFFSETSREPLY']._serialized_start=1473
+  _globals['_GETOFFSETSREPLY']._serialized_end=1540
+  _globals['_COMMITOFFSETREQUEST']._serialized_start=1542
+  _globals['_COMMITOFFSETREQUEST']._serialized_end=1624
+  _globals['_COMMITOFFSETREPLY']._serialized_start=1626
+  _globals['_COMMITOFFSETREPLY']._serialized_end=1645
+  _globals['_FETCHOFFSETREQUEST']._serialized_start=1647
+  _globals['_FETCHOFFSETREQUEST']._serialized_end=1712
+  _globals['_FETCHOFFSETREPLY']._serialized_start=1714
+  _globals['_FETCHOFFSETREPLY']._serialized_end=1763
+  _globals['_STATUSREQUEST']._serialized_start=1765
+  _globals['_STATUSREQUEST']._serialized_end=1780
+  _globals['_REPLICAPROGRESS']._serialized_start=1782
+  _globals['_REPLICAPROGRESS']._serialized_end=1874
+  _globals['_STATUSREPLY']._serialized_start=1877
+  _globals['_STATUSREPLY']._serialized_end=2259
+  _globals['_BROKER']._serialized_start=2262
+  _globals['_BROKER']._serialized_end=2862
 # @@protoc_insertion_point(module_scope)

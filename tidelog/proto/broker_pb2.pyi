@@ -55,6 +55,32 @@ class ProduceReply(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[ProduceResult]
     def __init__(self, broker_set: _Optional[str] = ..., results: _Optional[_Iterable[_Union[ProduceResult, _Mapping]]] = ...) -> None: ...
 
+class ProduceBatchRequest(_message.Message):
+    __slots__ = ("topic", "queue", "records", "count", "crc")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue: int
+    records: bytes
+    count: int
+    crc: int
+    def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., crc: _Optional[int] = ...) -> None: ...
+
+class ProduceBatchReply(_message.Message):
+    __slots__ = ("broker_set", "queue", "first_queue_offset", "phys_offsets")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PHYS_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    queue: int
+    first_queue_offset: int
+    phys_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_set: _Optional[str] = ..., queue: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., phys_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class QueueOffsets(_message.Message):
     __slots__ = ("min", "max", "confirmed")
     MIN_FIELD_NUMBER: _ClassVar[int]
@@ -97,30 +123,36 @@ class PulledMessage(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ..., key: _Optional[str] = ..., tags: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ..., born_ts: _Optional[int] = ..., store_ts: _Optional[int] = ..., phys_offset: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("topic", "queue", "offset", "max_messages", "max_bytes", "wait_ms")
+    __slots__ = ("topic", "queue", "offset", "max_messages", "max_bytes", "wait_ms", "encoded")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue: int
     offset: int
     max_messages: int
     max_bytes: int
     wait_ms: int
-    def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    encoded: bool
+    def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., encoded: _Optional[bool] = ...) -> None: ...
 
 class PullReply(_message.Message):
-    __slots__ = ("messages", "next_offset", "offsets")
+    __slots__ = ("messages", "next_offset", "offsets", "records", "count")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[PulledMessage]
     next_offset: int
     offsets: QueueOffsets
-    def __init__(self, messages: _Optional[_Iterable[_Union[PulledMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., offsets: _Optional[_Union[QueueOffsets, _Mapping]] = ...) -> None: ...
+    records: bytes
+    count: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[PulledMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., offsets: _Optional[_Union[QueueOffsets, _Mapping]] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
     __slots__ = ("topic", "queue")
@@ -187,7 +219,7 @@ class ReplicaProgress(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., ack_offset: _Optional[int] = ..., connected: _Optional[bool] = ..., in_sync: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "role", "master_epoch", "last_epoch", "min_offset", "max_offset", "confirm_offset", "flushed_offset", "sync_state_set", "sync_state_set_epoch", "master_address", "replicas", "pending_sync_state_set")
+    __slots__ = ("broker_set", "broker_id", "role", "master_epoch", "last_epoch", "min_offset", "max_offset", "confirm_offset", "flushed_offset", "sync_state_set", "sync_state_set_epoch", "master_address", "replicas", "pending_sync_state_set", "data_address")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -202,6 +234,7 @@ class StatusReply(_message.Message):
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     PENDING_SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     role: str
@@ -216,4 +249,5 @@ class StatusReply(_message.Message):
     master_address: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
     pending_sync_state_set: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., master_epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., master_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., pending_sync_state_set: _Optional[_Iterable[int]] = ...) -> None: ...
+    data_address: str
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., master_epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., master_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., pending_sync_state_set: _Optional[_Iterable[int]] = ..., data_address: _Optional[str] = ...) -> None: ...

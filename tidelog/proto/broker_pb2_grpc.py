@@ -39,6 +39,11 @@ class BrokerStub:
                 request_serializer=broker__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=broker__pb2.ProduceReply.FromString,
                 _registered_method=True)
+        self.ProduceBatch = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/ProduceBatch',
+                request_serializer=broker__pb2.ProduceBatchRequest.SerializeToString,
+                response_deserializer=broker__pb2.ProduceBatchReply.FromString,
+                _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/tidelog.broker.v1.Broker/Pull',
                 request_serializer=broker__pb2.PullRequest.SerializeToString,
@@ -70,6 +75,12 @@ class BrokerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Produce(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceBatch(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -112,6 +123,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Produce,
                     request_deserializer=broker__pb2.ProduceRequest.FromString,
                     response_serializer=broker__pb2.ProduceReply.SerializeToString,
+            ),
+            'ProduceBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProduceBatch,
+                    request_deserializer=broker__pb2.ProduceBatchRequest.FromString,
+                    response_serializer=broker__pb2.ProduceBatchReply.SerializeToString,
             ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
@@ -166,6 +182,33 @@ class Broker:
             '/tidelog.broker.v1.Broker/Produce',
             broker__pb2.ProduceRequest.SerializeToString,
             broker__pb2.ProduceReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/ProduceBatch',
+            broker__pb2.ProduceBatchRequest.SerializeToString,
+            broker__pb2.ProduceBatchReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,72 @@
+"""The data port's frames (tidelog/dataframes.py): every field round-trips, and a frame that breaks
+the layout is a FrameError (its connection is closed), never another exception."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog import dataframes as df
+from tidelog.errors import NotMasterError
+
+topics = st.text(min_size=1, max_size=40)
+u32 = st.integers(0, 2**32 - 1)
+u63 = st.integers(0, 2**63 - 1)
+
+
+def _body(parts: list[bytes]) -> bytes:
+    """A frame's body, as the reader gets it after the head."""
+    whole = b"".join(parts)
+    length, _, _ = df.HEAD.unpack_from(whole)
+    assert df.body_length(length) == len(whole) - df.HEAD_SIZE
+    return whole[df.HEAD_SIZE :]
+
+
+@settings(max_examples=100, deadline=None)
+@given(topics, u32, u32, u32, st.binary(max_size=200))
+def test_produce_round_trips(topic, queue, count, crc, records):
+    body = _body(df.frame(df.OP_PRODUCE, 7, df.produce_request(topic, queue, count, crc), records))
+    call = df.parse_produce(body)
+    assert (call.topic, call.queue, call.count, call.crc, bytes(call.records)) == (topic, queue, count, crc, records)
+
+
+@settings(max_examples=100, deadline=None)
+@given(topics, u63, st.lists(u63, max_size=50))
+def test_produce_reply_round_trips(broker_set, first, phys):
+    assert df.parse_produced(df.produced(broker_set, first, phys)) == (broker_set, first, tuple(phys))
+
+
+@settings(max_examples=100, deadline=None)
+@given(topics, u32, u63, u32, u32, u32, u63, u63, u63, u32, st.binary(max_size=100))
+def test_pull_and_its_reply_round_trip(topic, queue, offset, n, size, wait, low, high, confirmed, count, records):
+    call = df.PullCall(topic, queue, offset, n, size, wait)
+    assert df.parse_pull(df.pull_request(call)) == call
+    offsets = df.Offsets(low, high, confirmed)
+    got = df.parse_pulled(df.pulled_head(offset, offsets, count) + records)
+    assert got == df.Pulled(offset, offsets, count, records)
+
+
+def test_an_error_carries_its_code_and_the_masters_address():
+    err = NotMasterError("not here", master_address="10.0.0.1:10911")
+    assert df.parse_error(df.error_body(err, err.leader)) == ("NOT_MASTER", "10.0.0.1:10911", "not here")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=80))
+def test_any_bytes_parse_or_raise_frame_error(blob):
+    for parse in (df.parse_produce, df.parse_pull, df.parse_pulled, df.parse_error, df.parse_produced):
+        try:
+            parse(blob)
+        except df.FrameError:
+            pass
+        except (struct.error, UnicodeDecodeError, ValueError):
+            pytest.fail(f"{parse.__name__} raised struct.error on {blob!r}")
+
+
+@pytest.mark.parametrize("length", [0, 4, df.MAX_FRAME + 1, 2**32 - 1])
+def test_a_lying_length_prefix_is_refused_before_the_body_is_read(length):
+    with pytest.raises(df.FrameError):
+        df.body_length(length)

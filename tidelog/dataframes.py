@@ -1,0 +1,185 @@
+"""The data plane's frames: produce and pull over a plain TCP connection (docs/ARCHITECTURE.md §1.5).
+
+gRPC costs a few hundred microseconds of Python per call on each side, and copies every byte
+of a message through protobuf; the record batches of a produce or a pull are already in the
+commit log's format (commitlog/batch.py), so they travel here as they are. Every broker serves
+these frames on its data port beside its gRPC port (which keeps everything else: admin, offsets,
+ledgers, status). Pure codec, no I/O; all integers big-endian.
+
+    request  = length u32 | op u8     | request id u32 | body      (length counts op onward)
+    reply    = length u32 | status u8 | request id u32 | body      (status 0 ok, 1 error)
+
+    PRODUCE  body: topic_len u16 | queue u32 | count u32 | crc u32 | topic | records
+             ok:   broker_set_len u16 | first queue offset u64 | n u32 | broker_set | n × phys u64
+    PULL     body: topic_len u16 | queue u32 | offset u64 | max_messages u32 | max_bytes u32 |
+                   wait_ms u32 | topic
+             ok:   next offset u64 | min u64 | max u64 | confirmed u64 | count u32 | records
+    error    body: code_len u16 | leader_len u16 | code | leader | message (UTF-8)
+
+Limits: a frame is at most MAX_FRAME bytes; a topic at most 255 bytes. A frame that breaks the
+layout is a protocol error: the connection that sent it is closed, nothing else.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from tidelog.errors import InvalidArgumentError, TidelogError
+
+OP_PRODUCE = 1
+OP_PULL = 2
+OK = 0
+ERROR = 1
+
+HEAD = struct.Struct(">IBI")
+HEAD_SIZE = HEAD.size  # 9
+MAX_FRAME = (64 << 20) + 4096  # the largest batch gRPC would take, plus room for the fields
+_PRODUCE = struct.Struct(">HIII")
+_PRODUCED = struct.Struct(">HQI")
+_PULL = struct.Struct(">HIQIII")
+_PULLED = struct.Struct(">QQQQI")
+_ERROR = struct.Struct(">HH")
+
+
+class FrameError(InvalidArgumentError):
+    """A frame that breaks the data plane's layout; its connection is closed."""
+
+
+def frame(kind: int, rid: int, *parts: bytes) -> list[bytes]:
+    """A whole frame as pieces to write (no copy of the payload)."""
+    return [HEAD.pack(HEAD_SIZE - 4 + sum(len(p) for p in parts), kind, rid), *parts]
+
+
+def body_length(length: int) -> int:
+    """The body's length from a frame's length field, or FrameError."""
+    if not HEAD_SIZE - 4 <= length <= MAX_FRAME:
+        raise FrameError(f"frame length {length} is outside 5..{MAX_FRAME}")
+    return length - (HEAD_SIZE - 4)
+
+
+# --- produce ---------------------------------------------------------------------------------
+
+
+class ProduceCall(NamedTuple):
+    topic: str
+    queue: int
+    count: int
+    crc: int
+    records: memoryview
+
+
+def produce_request(topic: str, queue: int, count: int, crc: int) -> bytes:
+    """The fields before a produce's records (the records follow as their own piece)."""
+    t = topic.encode()
+    return _PRODUCE.pack(len(t), queue, count, crc) + t
+
+
+def parse_produce(body: bytes) -> ProduceCall:
+    if len(body) < _PRODUCE.size:
+        raise FrameError("a produce frame is shorter than its fields")
+    tlen, queue, count, crc = _PRODUCE.unpack_from(body)
+    start = _PRODUCE.size + tlen
+    if start > len(body):
+        raise FrameError("a produce frame's topic runs past its end")
+    return ProduceCall(_text(body, _PRODUCE.size, start), queue, count, crc, memoryview(body)[start:])
+
+
+def produced(broker_set: str, first: int, phys: list[int]) -> bytes:
+    b = broker_set.encode()
+    return _PRODUCED.pack(len(b), first, len(phys)) + b + struct.pack(f">{len(phys)}Q", *phys)
+
+
+def parse_produced(body: bytes) -> tuple[str, int, tuple[int, ...]]:
+    """(broker set, first queue offset, physical offset of each record)."""
+    if len(body) < _PRODUCED.size:
+        raise FrameError("a produce reply is shorter than its fields")
+    blen, first, n = _PRODUCED.unpack_from(body)
+    at = _PRODUCED.size + blen
+    if len(body) != at + 8 * n:
+        raise FrameError("a produce reply's size does not match its fields")
+    return _text(body, _PRODUCED.size, at), first, struct.unpack_from(f">{n}Q", body, at)
+
+
+# --- pull ------------------------------------------------------------------------------------
+
+
+class PullCall(NamedTuple):
+    topic: str
+    queue: int
+    offset: int
+    max_messages: int
+    max_bytes: int
+    wait_ms: int
+
+
+class Offsets(NamedTuple):
+    min: int
+    max: int
+    confirmed: int
+
+
+class Pulled(NamedTuple):
+    """A pull's answer, with the names of the gRPC PullReply's fields."""
+
+    next_offset: int
+    offsets: Offsets
+    count: int
+    records: bytes
+
+
+def pull_request(call: PullCall) -> bytes:
+    t = call.topic.encode()
+    return _PULL.pack(len(t), call.queue, call.offset, call.max_messages, call.max_bytes, call.wait_ms) + t
+
+
+def parse_pull(body: bytes) -> PullCall:
+    if len(body) < _PULL.size:
+        raise FrameError("a pull frame is shorter than its fields")
+    tlen, queue, offset, max_messages, max_bytes, wait_ms = _PULL.unpack_from(body)
+    if _PULL.size + tlen != len(body):
+        raise FrameError("a pull frame's size does not match its topic")
+    return PullCall(_text(body, _PULL.size, len(body)), queue, offset, max_messages, max_bytes, wait_ms)
+
+
+def pulled_head(next_offset: int, offsets: Offsets, count: int) -> bytes:
+    """The fields before a pull reply's records (the records follow as their own piece)."""
+    return _PULLED.pack(next_offset, offsets.min, offsets.max, offsets.confirmed, count)
+
+
+def parse_pulled(body: bytes) -> Pulled:
+    if len(body) < _PULLED.size:
+        raise FrameError("a pull reply is shorter than its fields")
+    nxt, low, high, confirmed, count = _PULLED.unpack_from(body)
+    return Pulled(nxt, Offsets(low, high, confirmed), count, body[_PULLED.size :])
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def error_body(err: TidelogError, leader: str | None) -> bytes:
+    code = err.code.encode()
+    lead = (leader or "").encode()
+    return _ERROR.pack(len(code), len(lead)) + code + lead + err.message.encode()
+
+
+def parse_error(body: bytes) -> tuple[str, str, str]:
+    """(code, leader, message) of an error reply."""
+    if len(body) < _ERROR.size:
+        raise FrameError("an error reply is shorter than its fields")
+    clen, llen = _ERROR.unpack_from(body)
+    at = _ERROR.size
+    return (
+        _text(body, at, at + clen),
+        _text(body, at + clen, at + clen + llen),
+        _text(body, at + clen + llen, len(body)),
+    )
+
+
+def _text(body: bytes, start: int, end: int) -> str:
+    if end > len(body):
+        raise FrameError("a text field runs past the frame's end")
+    try:
+        return bytes(body[start:end]).decode()
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"a text field is not UTF-8: {exc}") from exc
