@@ -33,6 +33,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from tidelog import loops
+
 T = TypeVar("T")
 
 __all__ = ["LoopThread", "SyncFacade"]
@@ -42,7 +44,7 @@ class LoopThread:
     """One asyncio event loop on a daemon thread, for running coroutines from synchronous code."""
 
     def __init__(self, name: str = "tidelog-client") -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = loops.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from tidelog import logs
+from tidelog import logs, loops
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
 from tidelog.controller import service
@@ -455,4 +455,4 @@ def run(cfg: ControllerConfig) -> None:
         node = ControllerNode(cfg)
         await node.serve(stop)
 
-    asyncio.run(main())
+    loops.run(main())
