@@ -109,14 +109,41 @@ def _check_record(
 
 
 def _index(core: LogCore, units: list[_Unit]) -> None:
-    """Put the replicated records' units in their consume queues (the flusher writes them)."""
+    """Put the replicated records' units in their consume queues (the flusher writes them). A run
+    of records that continues one queue exactly (the usual shape: a producer's batch) goes in
+    with one `extend`; anything else unit by unit through `put`, which checks each."""
     where = core.segments.directory
     names: dict[bytes, str] = {}
     queues = core.queues
-    for tbytes, qid, qoff, phys, size, props in units:
+    i, n = 0, len(units)
+    while i < n:
+        tbytes, qid, qoff = units[i][0], units[i][1], units[i][2]
         topic = names.get(tbytes)
         if topic is None:
             topic = names[tbytes] = tbytes.decode()
         cq = queues.open(topic, qid)
-        cq.put(qoff, phys, size, rec.tags_hash(rec.tags_of(props)) if props else 0, where)
         queues.dirty.add(cq)
+        j = _run_end(units, i, tbytes, qid, qoff)
+        if qoff == cq.next_offset:
+            run = units[i:j]
+            cq.extend([u[3] for u in run], [u[4] for u in run], [_tag(u[5]) for u in run])
+        else:
+            for _, _, q, phys, size, props in units[i:j]:
+                cq.put(q, phys, size, _tag(props), where)
+        i = j
+
+
+def _run_end(units: list[_Unit], i: int, tbytes: bytes, qid: int, qoff: int) -> int:
+    """The end of the run of units from `i` that continue (topic, queue) at consecutive offsets."""
+    j = i + 1
+    n = len(units)
+    while j < n:
+        u = units[j]
+        if u[1] != qid or u[2] != qoff + (j - i) or u[0] != tbytes:
+            break
+        j += 1
+    return j
+
+
+def _tag(props: bytes) -> int:
+    return rec.tags_hash(rec.tags_of(props)) if props else 0
