@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tidelog import dataframes as df
@@ -30,6 +32,8 @@ from tidelog.wire import leader_of
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 256
+# named as the gRPC calls they stand for, so that dashboards see one Produce and one Pull
+_METHODS = {df.OP_PRODUCE: "Produce", df.OP_PULL: "Pull"}
 
 
 class DataPort:
@@ -40,6 +44,8 @@ class DataPort:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.address = ""
+        # (method, seconds, error code or "OK") of each answered request, for the broker's metrics
+        self.observe_call: Callable[[str, float, str], None] | None = None
 
     async def start(self, host: str, port: int) -> str:
         """Listen on host:port (port 0: any free one); returns the address bound."""
@@ -93,16 +99,22 @@ class DataPort:
             task.add_done_callback(lambda _t: slots.release())
 
     async def _answer(self, op: int, rid: int, body: bytes, writer: asyncio.StreamWriter) -> None:
+        started = time.monotonic()
+        code = "OK"
         try:
             parts = await self._serve(op, body)
             writer.writelines(df.frame(df.OK, rid, *parts))
         except TidelogError as err:
+            code = err.code
             writer.writelines(df.frame(df.ERROR, rid, df.error_body(err, leader_of(err))))
         except Exception as exc:  # a bug: log it, answer, keep serving (unless an invariant broke)
             stop_if_violated(exc)
             log.exception("%s data port: op %d failed unexpectedly", self.replica.ctx, op)
             err = TidelogError(f"internal error: {type(exc).__name__}: {exc}")
+            code = "INTERNAL"
             writer.writelines(df.frame(df.ERROR, rid, df.error_body(err, None)))
+        if self.observe_call is not None:
+            self.observe_call(_METHODS.get(op, "Unknown"), time.monotonic() - started, code)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 

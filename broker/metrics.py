@@ -325,6 +325,7 @@ class BrokerMetrics:
         self._server: MetricsServer | None = None
         self._children: dict[tuple[int, str, str, str], tuple[Any, Any]] = {}
         replica.observe_ack_wait = self.on_ack_wait
+        replica.observe_traffic = self.on_traffic
         replica.log.flush_listeners.append(self.on_flush)
 
     def watch_retention(self, counts: RetentionCounts) -> None:
@@ -340,16 +341,17 @@ class BrokerMetrics:
     def on_rpc(self, method: str, request: Any, reply: Any, seconds: float, code: str) -> None:
         ident = self.identity()
         self.rpc.observe(ident, method, seconds, code)
-        if reply is None:
-            return
-        if method == "Produce":
-            messages, size = self._per_topic(self.produced, self.produced_bytes, ident, request.topic)
-            messages.inc(len(reply.results))
-            size.inc(request.ByteSize())
-        elif method == "Pull" and reply.messages:
-            messages, size = self._per_topic(self.pulled, self.pulled_bytes, ident, request.topic)
-            messages.inc(len(reply.messages))
-            size.inc(reply.ByteSize())
+        if method == "Pull" and reply is not None and reply.messages:  # the pull of message objects
+            self.on_traffic("pulled", request.topic, len(reply.messages), reply.ByteSize())
+
+    def on_traffic(self, kind: str, topic: str, messages: int, size: int) -> None:
+        """A request answered, on any transport (gRPC or the data port)."""
+        pair = (
+            (self.produced, self.produced_bytes) if kind == "produced" else (self.pulled, self.pulled_bytes)
+        )
+        counted, sized = self._per_topic(*pair, self.identity(), topic)
+        counted.inc(messages)
+        sized.inc(size)
 
     def _per_topic(
         self, messages: Counter, size: Counter, ident: tuple[str, str], topic: str

@@ -106,6 +106,8 @@ class Replica:
         self.data_address = ""  # where clients reach the data port (broker/dataport.py), if it runs
         self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
         self.observe_ack_wait: Callable[[float], None] | None = None  # seconds a write waited for acks
+        # ("produced" | "pulled", topic, messages, bytes) of each answered request, any transport
+        self.observe_traffic: Callable[[str, str, int, int], None] | None = None
         if not cfg.secret:
             raise ConfigError(
                 "a broker needs the cluster secret (key 'secret' or $TIDE_CLUSTER_SECRET): "

@@ -206,6 +206,11 @@ class BrokerServer:
         grpc_host = self.cfg.listen.rpartition(":")[0]
         host, _, port = (f"{grpc_host}:0" if listen == "auto" else listen).rpartition(":")
         self.data_port = DataPort(self.replica)
+        if self.metrics is not None:
+            metrics = self.metrics
+            self.data_port.observe_call = lambda method, seconds, code: metrics.rpc.observe(
+                metrics.identity(), method, seconds, code
+            )
         try:
             bound = await self.data_port.start(host, int(port))
         except OSError as exc:

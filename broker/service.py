@@ -51,6 +51,8 @@ async def produce_batch(
     require(0 < count <= MAX_BATCH, f"a record batch carries 1..{MAX_BATCH} records")
     require(crc32c(records) == crc, "the record batch's CRC32C does not match its bytes")
     first, phys = await replica.produce_encoded(topic, queue, bytearray(records), count)
+    if replica.observe_traffic is not None:
+        replica.observe_traffic("produced", topic, count, len(records))
     return replica.cfg.broker_set, first, phys
 
 
@@ -73,9 +75,12 @@ def checked_pull(replica: Replica, call: PullCall) -> tuple[int, int]:
 async def pull_encoded(replica: Replica, call: PullCall) -> tuple[bytes, int, QueueOffsets]:
     """A pull answered with stored record bytes (both transports): (records, count, offsets)."""
     max_messages, max_bytes = checked_pull(replica, call)
-    return await replica.pull_encoded(
+    data, count, offsets = await replica.pull_encoded(
         call.topic, call.queue, call.offset, max_messages, max_bytes, call.wait_ms
     )
+    if count and replica.observe_traffic is not None:
+        replica.observe_traffic("pulled", call.topic, count, len(data))
+    return data, count, offsets
 
 
 class BrokerService(pb_grpc.BrokerServicer):
@@ -103,6 +108,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                 )
             )
         placed = await self.replica.produce(request.topic, items)
+        if self.replica.observe_traffic is not None:
+            self.replica.observe_traffic("produced", request.topic, len(placed), request.ByteSize())
         bs = self.replica.cfg.broker_set
         reply = pb.ProduceReply(broker_set=bs)
         add = reply.results.add

@@ -100,6 +100,8 @@ async def _master_exports(tmp_path: Path) -> None:
         reply = pb.ProduceReply(results=[pb.ProduceResult(queue=q) for _, q in placed])
         metrics.on_rpc("Produce", request, reply, 0.002, "OK")
         metrics.on_rpc("Produce", request, None, 0.001, "NOT_MASTER")  # refused: not counted as produced
+        # the service reports what it answered, whichever transport carried it (broker/service.py)
+        replica.observe_traffic("produced", "t", len(placed), request.ByteSize())
         await replica.commit_offset("g", "t", 0, 2)
         assert value("tidelog_produced_messages_total", {**ident, "topic": "t"}) == 5
         assert value("tidelog_produced_bytes_total", {**ident, "topic": "t"}) == request.ByteSize()
