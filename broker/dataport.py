@@ -43,6 +43,7 @@ class DataPort:
         self.replica = replica
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.address = ""
         # (method, seconds, error code or "OK") of each answered request, for the broker's metrics
         self.observe_call: Callable[[str, float, str], None] | None = None
@@ -55,9 +56,17 @@ class DataPort:
         return self.address
 
     async def close(self) -> None:
+        """Stop listening and end every connection: closing its transport ends its reader with
+        EOF, so each connection task finishes on its own (a cancelled one would be reported by
+        asyncio's server as an error)."""
         if self._server is not None:
             self._server.close()
-        await cancel_and_wait(*self._connections)
+        tasks = list(self._connections)
+        for writer in list(self._writers):
+            writer.close()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+        await cancel_and_wait(*tasks)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -65,6 +74,7 @@ class DataPort:
         me = asyncio.current_task()
         if me is not None:
             self._connections.add(me)
+        self._writers.add(writer)
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         running: set[asyncio.Task[None]] = set()
         try:
@@ -78,6 +88,7 @@ class DataPort:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+            self._writers.discard(writer)
             if me is not None:
                 self._connections.discard(me)
 

@@ -95,8 +95,14 @@ def read_encoded(
 
 
 def _check_run(cq: ConsumeQueue, data: bytes, path: str, phys: int, first: int, count: int) -> None:
-    """The run's bytes are `count` intact records, the first one the record the index names."""
-    starts = walk(data, path, phys)
+    """The run's bytes are `count` intact records, the first one the record the index names.
+    Damage names the size the index gives the damaged record, so that the replica can ask for a
+    copy of exactly it (`Replica.on_corrupt`)."""
+    try:
+        starts = walk(data, path, phys)
+    except CorruptRecordError as exc:
+        sizes = {p: size for p, size, _ in (cq.unit(q) for q in range(first, first + count))}
+        raise CorruptRecordError(path, exc.offset, exc.reason, size=sizes.get(exc.offset)) from None
     if len(starts) != count:
         raise CorruptRecordError(
             path, phys, f"the index names {count} records here, the log holds {len(starts)}"
