@@ -25,7 +25,6 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 import grpc
@@ -109,9 +108,8 @@ class Receipt(NamedTuple):
 ConsumedMessage = RecordView
 
 
-@dataclass(frozen=True)
-class OutMessage:
-    """One message of `send_batch`."""
+class OutMessage(NamedTuple):
+    """One message of `send_batch` (a tuple: `send` makes one per message)."""
 
     body: bytes
     key: str | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidelog.errors import InvalidArgumentError
 
@@ -76,8 +76,9 @@ def take_batch(sizes: list[int], max_messages: int, max_bytes: int) -> int:
     return n
 
 
-@dataclass
-class Pending:
+class Pending(NamedTuple):
+    """One queued send (a tuple: one is made per message)."""
+
     item: Any
     size: int
     future: asyncio.Future[Any]

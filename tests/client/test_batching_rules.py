@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidelog.client.batching import BatchLimits, take_batch
+from tidelog.client.batching import KEYLESS_PIECE_MIN, KEYLESS_PIECES, BatchLimits, split_keyless, take_batch
 from tidelog.errors import InvalidArgumentError
 
 
@@ -41,3 +41,12 @@ def test_batches_cover_every_send_once_in_order_within_limits(
 def test_out_of_range_options_are_refused(kw: dict[str, object]) -> None:
     with pytest.raises(InvalidArgumentError):
         BatchLimits(**kw)  # type: ignore[arg-type]
+
+
+@given(st.lists(st.integers(), max_size=3000, unique=True))
+def test_keyless_pieces_cover_every_message_once_and_stay_few_and_large(indexes: list[int]) -> None:
+    pieces = split_keyless(indexes)
+    assert [i for p in pieces for i in p] == indexes
+    assert len(pieces) <= KEYLESS_PIECES and all(pieces)
+    if len(pieces) > 1:
+        assert min(len(p) for p in pieces) >= KEYLESS_PIECE_MIN - KEYLESS_PIECES  # no tiny tail piece
