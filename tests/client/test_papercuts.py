@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import re
 import signal
 import socket
 import threading
@@ -20,6 +21,7 @@ import pytest
 from tests.client.conftest import LocalCluster, tide
 from tests.client.test_progress import on_terminal
 from tidelog import localcluster
+from tidelog.cli.common import CONTROLLER_TIMEOUT_ENV, DEFAULT_CONTROLLER_TIMEOUT, controller_timeout
 from tidelog.client import Client
 from tidelog.commitlog.record import MAX_PROPERTIES_BYTES
 from tidelog.errors import ConfigError, MessageTooLargeError, TidelogError, UnavailableError
@@ -54,19 +56,37 @@ def test_a_port_in_use_is_found_before_grpc_binds() -> None:
     assert bind_problem("127.0.0.1:notaport") is not None
 
 
-@pytest.mark.slow  # waits out the 15 s retry budget twice
+def test_the_controller_retry_budget_is_an_environment_knob() -> None:
+    assert controller_timeout({}) == DEFAULT_CONTROLLER_TIMEOUT == 15.0
+    assert controller_timeout({CONTROLLER_TIMEOUT_ENV: " 2.5 "}) == 2.5
+    for bad in ("soon", "0", "-1", "inf", "nan"):
+        with pytest.raises(ConfigError, match=CONTROLLER_TIMEOUT_ENV):
+            controller_timeout({CONTROLLER_TIMEOUT_ENV: bad})
+
+
+#: A short retry budget ($TIDE_CONTROLLER_TIMEOUT): what is told, and when, is the same as with 15 s.
+SHORT_BUDGET = {CONTROLLER_TIMEOUT_ENV: "2"}
+
+
+@pytest.mark.slow
 def test_an_unreachable_controller_is_named_while_it_is_retried() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
     # the terminal and the pipe each wait out the retry budget: side by side, not one after the other
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        on_tty = pool.submit(on_terminal, "topic", "list", "--controllers", address, timeout=60)
-        piped = pool.submit(tide, "topic", "list", "--controllers", address, timeout=60).result()
+        on_tty = pool.submit(
+            on_terminal, "topic", "list", "--controllers", address, timeout=60, env=SHORT_BUDGET
+        )
+        piped = pool.submit(
+            tide, "topic", "list", "--controllers", address, timeout=60, env=SHORT_BUDGET
+        ).result()
         _, shown, code = on_tty.result()
     assert code == 1
     waiting, _, rest = shown.partition("\n")
     assert waiting.startswith("waiting: no controller answered yet") and address in waiting, shown
+    budget = re.search(r"for up to (\d+) s", waiting)
+    assert budget and int(budget.group(1)) <= 2, f"the budget of the environment is used: {waiting}"
     assert rest.strip().startswith("error: UNAVAILABLE")
     assert piped.stderr.startswith("error: UNAVAILABLE"), "a pipe gets the one-line error only"
 

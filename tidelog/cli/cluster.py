@@ -15,10 +15,10 @@ from tidelog.cli.common import (
     controllers_option,
     describe_with_liveness,
     emit,
+    for_command,
     json_option,
     progress,
     require_controllers,
-    tell_waits,
 )
 from tidelog.errors import ConfigError
 from tidelog.lab import net
@@ -164,7 +164,7 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
     from tidelog.proto import broker_pb2 as bpb
 
     async with AsyncClient(controllers) as client:
-        reply = await describe_with_liveness(tell_waits(client.controller), ())
+        reply = await describe_with_liveness(for_command(client.controller), ())
         out = []
         for b in reply.broker_sets:
             role = b.role
