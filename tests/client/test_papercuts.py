@@ -1,7 +1,8 @@
 """A newcomer's paper cuts, each as it was seen: start-up failures that said "retry later" after
 a config error's own hint, hints that pointed at the wrong limit, tables folded at 80 columns in
 a pipe, gRPC's own log lines on a port in use, no word while an unreachable controller is
-retried, tracebacks on SIGTERM, and no way to restart one process of a local cluster."""
+retried (and no way to shorten that wait), tracebacks on SIGTERM, no way to restart one process
+of a local cluster, and a `tide consume` that read one message a poll after its first 500."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.client.conftest import LocalCluster, tide
 from tests.client.test_progress import on_terminal
 from tidelog import localcluster
 from tidelog.cli.common import CONTROLLER_TIMEOUT_ENV, DEFAULT_CONTROLLER_TIMEOUT, controller_timeout
+from tidelog.cli.data import poll_size
 from tidelog.client import Client
 from tidelog.commitlog.record import MAX_PROPERTIES_BYTES
 from tidelog.errors import ConfigError, MessageTooLargeError, TidelogError, UnavailableError
@@ -54,6 +56,14 @@ def test_a_port_in_use_is_found_before_grpc_binds() -> None:
         assert bind_problem(address) == "Address already in use"
     assert bind_problem(address) is None, "free again once closed"
     assert bind_problem("127.0.0.1:notaport") is not None
+
+
+def test_consume_without_a_limit_keeps_polling_full_batches() -> None:
+    # it asked for 500 - (what it had read): after 500 messages, one message a poll, and half a
+    # second of long poll on every empty queue in turn
+    assert [poll_size(None, got) for got in (0, 499, 500, 3400)] == [500] * 4
+    assert [poll_size(123, got) for got in (0, 100, 122)] == [123, 23, 1]
+    assert poll_size(2000, 600) == 500
 
 
 def test_the_controller_retry_budget_is_an_environment_knob() -> None:
