@@ -1,5 +1,5 @@
 """Retention in running brokers (broker/retention.py, docs/ARCHITECTURE.md §6.4), real processes
-over real sockets, 64 KiB segments and a few seconds of retention:
+over real sockets, 64 KiB segments and 1.5 s of retention (each producer runs for a few times that):
 
 - a broker's disk use stays bounded while a producer runs, min offsets move on the master and
   the slave (and in `tide topic describe`), and a read below them gets OFFSET_BELOW_RETENTION;
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 SEG = 64 << 10
 BODY = b"r" * 1000
-RETENTION = {"segment_bytes": SEG, "retention_ms": 3000, "retention_check_interval_ms": 300}
+RETENTION = {"segment_bytes": SEG, "retention_ms": 1500, "retention_check_interval_ms": 200}
 
 
 def _disk_bytes(data_dir: Path) -> int:
@@ -83,7 +83,7 @@ def test_disk_use_stays_bounded_while_a_producer_runs(broker_cluster: Callable[.
     def sample() -> None:
         samples.append((_disk_bytes(bs.data_dirs[m]), _disk_bytes(bs.data_dirs[s])))
 
-    sent = _produce_for(bs.clients[m], 15, sample)
+    sent = _produce_for(bs.clients[m], 8, sample)
     # Without retention each replica would hold everything sent; with it, about what was sent
     # within the retention time plus a few segments. No rate is assumed: the bound is relative.
     assert sent > 40 * SEG, f"only {sent} bytes produced: too few to judge retention"
@@ -108,13 +108,13 @@ def test_a_slave_that_is_down_keeps_what_it_needs_and_catches_up(
     bs = broker_cluster(2, **RETENTION).bs
     m = bs.wait_master()
     s = 1 - m
-    _produce_for(bs.clients[m], 3)
+    _produce_for(bs.clients[m], 1.5)
     wait_until(
         lambda: bs.clients[s].status().max_offset == bs.clients[m].status().max_offset, 10, what="catch-up"
     )
     held = bs.clients[s].status().max_offset
     bs.procs[s].stop()
-    _produce_for(bs.clients[m], 12)  # far beyond the retention time
+    _produce_for(bs.clients[m], 6)  # far beyond the retention time
     status = bs.clients[m].status()
     assert status.max_offset - held > 8 * SEG
     assert status.min_offset <= held, "the master deleted what its stopped slave still needs"
@@ -137,7 +137,7 @@ def test_group_offsets_survive_retention(broker_cluster: Callable[..., BrokerClu
     master.commit("g", TOPIC, 1, 4)
     master.commit("g", TOPIC, 2, 3)
     commit_end = master.status().max_offset
-    _produce_for(master, 8)
+    _produce_for(master, 4)
     wait_until(
         lambda: master.status().min_offset > commit_end and bs.clients[s].status().min_offset > commit_end,
         20,
@@ -163,7 +163,7 @@ def test_a_wiped_replica_joins_from_the_masters_min_offset(
     s = 1 - m
     master = bs.clients[m]
     master.commit("g", TOPIC, 0, 0)
-    _produce_for(master, 8)
+    _produce_for(master, 4)
     wait_until(lambda: master.status().min_offset > 0, 20, what="retention on the master")
     bs.procs[s].stop()
     shutil.rmtree(bs.data_dirs[s])

@@ -177,7 +177,7 @@ def test_drill_kill_master_loses_no_acknowledged_message(
         "kill-master",
         "broker-a",
         "--duration",
-        "10s",
+        "5s",  # the drill waits for the failover and the rejoin however long they take
         "--keep-topic",
         "--data-dir",
         str(c.data_dir),

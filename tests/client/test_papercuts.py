@@ -1,13 +1,15 @@
 """A newcomer's paper cuts, each as it was seen: start-up failures that said "retry later" after
 a config error's own hint, hints that pointed at the wrong limit, tables folded at 80 columns in
 a pipe, gRPC's own log lines on a port in use, no word while an unreachable controller is
-retried, tracebacks on SIGTERM, and no way to restart one process of a local cluster."""
+retried (and no way to shorten that wait), tracebacks on SIGTERM, no way to restart one process
+of a local cluster, and a `tide consume` that read one message a poll after its first 500."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
 import json
+import re
 import signal
 import socket
 import threading
@@ -20,6 +22,8 @@ import pytest
 from tests.client.conftest import LocalCluster, tide
 from tests.client.test_progress import on_terminal
 from tidelog import localcluster
+from tidelog.cli.common import CONTROLLER_TIMEOUT_ENV, DEFAULT_CONTROLLER_TIMEOUT, controller_timeout
+from tidelog.cli.data import poll_size
 from tidelog.client import Client
 from tidelog.commitlog.record import MAX_PROPERTIES_BYTES
 from tidelog.errors import ConfigError, MessageTooLargeError, TidelogError, UnavailableError
@@ -54,19 +58,45 @@ def test_a_port_in_use_is_found_before_grpc_binds() -> None:
     assert bind_problem("127.0.0.1:notaport") is not None
 
 
-@pytest.mark.slow  # waits out the 15 s retry budget twice
+def test_consume_without_a_limit_keeps_polling_full_batches() -> None:
+    # it asked for 500 - (what it had read): after 500 messages, one message a poll, and half a
+    # second of long poll on every empty queue in turn
+    assert [poll_size(None, got) for got in (0, 499, 500, 3400)] == [500] * 4
+    assert [poll_size(123, got) for got in (0, 100, 122)] == [123, 23, 1]
+    assert poll_size(2000, 600) == 500
+
+
+def test_the_controller_retry_budget_is_an_environment_knob() -> None:
+    assert controller_timeout({}) == DEFAULT_CONTROLLER_TIMEOUT == 15.0
+    assert controller_timeout({CONTROLLER_TIMEOUT_ENV: " 2.5 "}) == 2.5
+    for bad in ("soon", "0", "-1", "inf", "nan"):
+        with pytest.raises(ConfigError, match=CONTROLLER_TIMEOUT_ENV):
+            controller_timeout({CONTROLLER_TIMEOUT_ENV: bad})
+
+
+#: A short retry budget ($TIDE_CONTROLLER_TIMEOUT): what is told, and when, is the same as with 15 s.
+SHORT_BUDGET = {CONTROLLER_TIMEOUT_ENV: "2"}
+
+
+@pytest.mark.slow
 def test_an_unreachable_controller_is_named_while_it_is_retried() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
     # the terminal and the pipe each wait out the retry budget: side by side, not one after the other
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        on_tty = pool.submit(on_terminal, "topic", "list", "--controllers", address, timeout=60)
-        piped = pool.submit(tide, "topic", "list", "--controllers", address, timeout=60).result()
+        on_tty = pool.submit(
+            on_terminal, "topic", "list", "--controllers", address, timeout=60, env=SHORT_BUDGET
+        )
+        piped = pool.submit(
+            tide, "topic", "list", "--controllers", address, timeout=60, env=SHORT_BUDGET
+        ).result()
         _, shown, code = on_tty.result()
     assert code == 1
     waiting, _, rest = shown.partition("\n")
     assert waiting.startswith("waiting: no controller answered yet") and address in waiting, shown
+    budget = re.search(r"for up to (\d+) s", waiting)
+    assert budget and int(budget.group(1)) <= 2, f"the budget of the environment is used: {waiting}"
     assert rest.strip().startswith("error: UNAVAILABLE")
     assert piped.stderr.startswith("error: UNAVAILABLE"), "a pipe gets the one-line error only"
 

@@ -34,16 +34,18 @@ def test_progress_is_shown_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -
     assert not common.progress_shown(as_json=False), "never into a pipe or a file"
 
 
-def on_terminal(*args: str, timeout: float = 120.0) -> tuple[str, str, int]:
+def on_terminal(
+    *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> tuple[str, str, int]:
     """Run `tide ARGS` with standard error on a pseudo-terminal and standard output on a pipe:
-    (stdout, what the terminal showed, exit code)."""
+    (stdout, what the terminal showed, exit code). `env` adds variables to its environment."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
         [*TIDE, *args],
         stdout=subprocess.PIPE,
         stderr=follower,
         stdin=subprocess.DEVNULL,
-        env=tide_env({"TERM": "xterm"}),
+        env=tide_env({"TERM": "xterm", **(env or {})}),
     )
     os.close(follower)
     shown = b""

@@ -98,7 +98,7 @@ def worker(
                 )
                 acks.flush()
                 time.sleep(pause)
-            time.sleep(rng.uniform(0.3, 1.5))  # let the other owner write a while before taking over
+            time.sleep(rng.uniform(0.2, 0.8))  # let the other owner write a while before taking over
         with contextlib.suppress(SegmentedLogOwnershipLostError):  # taken over after its last append
             log.release()
 

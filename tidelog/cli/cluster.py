@@ -15,10 +15,10 @@ from tidelog.cli.common import (
     controllers_option,
     describe_with_liveness,
     emit,
+    for_command,
     json_option,
     progress,
     require_controllers,
-    tell_waits,
 )
 from tidelog.errors import ConfigError
 from tidelog.lab import net
@@ -164,7 +164,7 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
     from tidelog.proto import broker_pb2 as bpb
 
     async with AsyncClient(controllers) as client:
-        reply = await describe_with_liveness(tell_waits(client.controller), ())
+        reply = await describe_with_liveness(for_command(client.controller), ())
         out = []
         for b in reply.broker_sets:
             role = b.role
@@ -342,7 +342,16 @@ def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> Non
 
 
 def _pace_options(fn: Any) -> Any:
-    """How long the producer runs before the first fault and after the heal (the drill's pace)."""
+    """How long the producer runs before the first fault and after the heal, and how long each
+    fault lasts (the drill's pace)."""
+    fn = click.option(
+        "--hold",
+        type=click.FloatRange(0.05, 10),
+        default=1.0,
+        show_default=True,
+        help="scale every fault's duration by this factor (the drills assume liveness timeouts of "
+        "3 s for the controller and 5 s for HA idle: halve them, halve this)",
+    )(fn)
     fn = click.option(
         "--settle",
         type=click.FloatRange(0, 600),
@@ -359,8 +368,8 @@ def _pace_options(fn: Any) -> Any:
     )(fn)
 
 
-def _pace_argv(warmup: float, settle: float) -> list[str]:
-    return ["--warmup", str(warmup), "--settle", str(settle)]
+def _pace_argv(warmup: float, settle: float, hold: float) -> list[str]:
+    return ["--warmup", str(warmup), "--settle", str(settle), "--hold", str(hold)]
 
 
 @drill.command("run")
@@ -378,6 +387,7 @@ def drill_run(
     keep_topic: bool,
     warmup: float,
     settle: float,
+    hold: float,
     data_dir: Path,
     as_json: bool,
 ) -> None:
@@ -387,7 +397,7 @@ def drill_run(
         + (["--json"] if as_json else [])
         + (["--broker-set", broker_set] if broker_set else [])
         + (["--keep-topic"] if keep_topic else [])
-        + _pace_argv(warmup, settle)
+        + _pace_argv(warmup, settle, hold)
     )
     _run_drill(
         data_dir,
@@ -398,6 +408,7 @@ def drill_run(
         keep_topic=keep_topic,
         warmup_s=warmup,
         settle_s=settle,
+        hold_scale=hold,
     )
 
 
@@ -416,6 +427,7 @@ def drill_random(
     keep_topic: bool,
     warmup: float,
     settle: float,
+    hold: float,
     data_dir: Path,
     as_json: bool,
 ) -> None:
@@ -425,7 +437,7 @@ def drill_random(
         + (["--json"] if as_json else [])
         + (["--broker-set", broker_set] if broker_set else [])
         + (["--keep-topic"] if keep_topic else [])
-        + _pace_argv(warmup, settle)
+        + _pace_argv(warmup, settle, hold)
     )
     _run_drill(
         data_dir,
@@ -437,6 +449,7 @@ def drill_random(
         keep_topic=keep_topic,
         warmup_s=warmup,
         settle_s=settle,
+        hold_scale=hold,
     )
 
 

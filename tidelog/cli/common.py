@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -25,11 +25,15 @@ from rich.table import Table
 from tidelog.client import Client
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 from tidelog.clusterauth import find_secret
-from tidelog.errors import TidelogError
+from tidelog.errors import ConfigError, TidelogError
 from tidelog.proto import controller_pb2 as pb
 
 F = Callable[..., Any]
 T = TypeVar("T")
+
+#: How long a command keeps trying the controllers before it gives up with UNAVAILABLE.
+CONTROLLER_TIMEOUT_ENV = "TIDE_CONTROLLER_TIMEOUT"
+DEFAULT_CONTROLLER_TIMEOUT = 15.0
 
 
 def log_options(fn: F) -> F:
@@ -78,17 +82,20 @@ def controller_call(
     controllers: str,
     fn: Callable[[ControllerClient], Awaitable[T]],
     *,
-    timeout: float = 15.0,
+    timeout: float | None = None,
     secret_file: str | None = None,
     data_dir: str | None = None,
 ) -> T:
     """Run one coroutine against the controller cluster, signing membership calls with the
-    cluster secret found by `find_secret` (a file, the environment, or a cluster's data dir)."""
+    cluster secret found by `find_secret` (a file, the environment, or a cluster's data dir).
+    It keeps trying for `timeout` seconds (default: `controller_timeout()`)."""
 
     async def go() -> T:
         secret = find_secret(secret_file, data_dir)
-        async with ControllerClient(controllers, total_timeout=timeout, secret=secret) as client:
-            tell_waits(client)
+        async with ControllerClient(controllers, secret=secret) as client:
+            for_command(client)
+            if timeout is not None:
+                client.total_timeout = timeout
             return await fn(client)
 
     return asyncio.run(go())
@@ -114,6 +121,28 @@ async def describe_with_liveness(
     return reply
 
 
+def controller_timeout(environ: Mapping[str, str] = os.environ) -> float:
+    """Seconds a command keeps trying the controllers: $TIDE_CONTROLLER_TIMEOUT, else 15 (a
+    script that would rather fail fast, or wait out a long controller election, sets it)."""
+    raw = environ.get(CONTROLLER_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_CONTROLLER_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(f"${CONTROLLER_TIMEOUT_ENV} must be a positive number of seconds, not {raw!r}")
+    return seconds
+
+
+def for_command(client: ControllerClient) -> ControllerClient:
+    """A command's controller client: it tries for `controller_timeout()` seconds and says on a
+    terminal what it is still trying (`tell_waits`)."""
+    client.total_timeout = controller_timeout()
+    return tell_waits(client)
+
+
 def tell_waits(client: ControllerClient) -> ControllerClient:
     """Say on a terminal's standard error what is still being tried when no controller answers
     at once (like progress: a pipe or a log gets only the final one-line error)."""
@@ -125,7 +154,7 @@ def tell_waits(client: ControllerClient) -> ControllerClient:
 def open_client(controllers: str) -> Client:
     """The client of a command, which says what it is trying while no controller answers."""
     client = Client(require_controllers(controllers))
-    tell_waits(client.aio.controller)
+    for_command(client.aio.controller)
     return client
 
 

@@ -255,7 +255,7 @@ def consume(
         contextlib.suppress(KeyboardInterrupt),
     ):
         while max_messages is None or got < max_messages:
-            msgs = cons.poll(max_messages=min(500, (max_messages or 500) - got), timeout=0.5)
+            msgs = cons.poll(max_messages=poll_size(max_messages, got), timeout=0.5)
             for m in msgs:
                 if as_json:
                     click.echo(
@@ -281,6 +281,12 @@ def consume(
             elif idle_timeout and time.monotonic() - last > idle_timeout:
                 break
         cons.commit()
+
+
+def poll_size(max_messages: int | None, got: int) -> int:
+    """How many messages the next poll asks for: up to 500, never more than are still wanted
+    (with no limit, always 500: a size that shrank with what was read polled one at a time)."""
+    return 500 if max_messages is None else max(1, min(500, max_messages - got))
 
 
 @click.group("group")

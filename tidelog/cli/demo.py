@@ -178,7 +178,14 @@ def run_cluster_demo(workdir: Path, topology: Path | None, drill_s: float, say: 
     default=None,
     help="topology file (default: the embedded default of deploy/local.yaml)",
 )
-@click.option("--drill-duration", default=15.0, show_default=True, help="seconds of the kill-master drill")
+@click.option(
+    "--drill-duration",
+    default=15.0,
+    show_default=True,
+    envvar="TIDE_DEMO_DRILL_DURATION",
+    show_envvar=True,
+    help="seconds of the kill-master drill (`make run` passes no options: set it in the environment)",
+)
 @click.option(
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),

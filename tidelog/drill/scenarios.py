@@ -101,8 +101,11 @@ class Workload:
 class Drill:
     """What a schedule step can do, on one cluster and one broker set."""
 
-    def __init__(self, data_dir: Path, broker_set: str, client: Client, note: Note) -> None:
+    def __init__(
+        self, data_dir: Path, broker_set: str, client: Client, note: Note, hold_scale: float = 1.0
+    ) -> None:
         self.data_dir = data_dir
+        self.hold_scale = hold_scale
         self.broker_set = broker_set
         self.client = client
         self.note = note
@@ -110,6 +113,12 @@ class Drill:
         self.steps: list[dict[str, Any]] = []
         self.t0 = time.monotonic()
         self.lab = bool(self.state.get("lab"))
+
+    def hold(self, seconds: float) -> None:
+        """Let a fault (or a heal) last `seconds` times the drill's hold scale. The holds are
+        sized for liveness timeouts of 3 s (controller) and 5 s (HA idle); a cluster with shorter
+        ones gets the same effects from proportionally shorter holds."""
+        time.sleep(seconds * self.hold_scale)
 
     def log(self, what: str) -> None:
         """Record a step of the drill (with its time since the start) and tell the caller."""
@@ -203,26 +212,26 @@ class Drill:
 def _isolate_master_dc(d: Drill) -> None:
     dc = d.dc_of_master()
     d.net(rules.Isolate(dc), f"isolate {dc} (the master's datacenter)")
-    time.sleep(12)
+    d.hold(12)
 
 
 def _cut_dc_link(d: Drill) -> None:
     dc = d.dc_of_master()
     other = d.other_dc(dc)
     d.net(rules.Cut(dc, other), f"partition {dc} {other}")
-    time.sleep(10)
+    d.hold(10)
 
 
 def _master_from_controllers(d: Drill) -> None:
     m = d.master()["name"]
     d.net(rules.Isolate(m, "controllers"), f"isolate {m} --from controllers")
-    time.sleep(10)
+    d.hold(10)
 
 
 def _client_from_master(d: Drill) -> None:
     m = d.master()["name"]
     d.net(rules.Isolate("client", m), f"isolate client --from {m}")
-    time.sleep(6)
+    d.hold(6)
 
 
 def _lossy_wan(d: Drill) -> None:
@@ -230,7 +239,7 @@ def _lossy_wan(d: Drill) -> None:
     other = d.other_dc(dc)
     d.net(rules.Loss(dc, other, 30), f"loss {dc} {other} 30%")
     d.net(rules.Delay(dc, other, 20), f"delay {dc} {other} 20ms")
-    time.sleep(12)
+    d.hold(12)
 
 
 def _flapping_link(d: Drill) -> None:
@@ -238,24 +247,24 @@ def _flapping_link(d: Drill) -> None:
     other = d.other_dc(dc)
     for _ in range(4):
         d.net(rules.Cut(dc, other), f"partition {dc} {other}")
-        time.sleep(2)
+        d.hold(2)
         d.net(rules.Heal(), "heal the link")
-        time.sleep(2)
+        d.hold(2)
 
 
 def _cut_then_master_dc_down(d: Drill) -> None:
     dc = d.dc_of_master()
     other = d.other_dc(dc)
     d.net(rules.Cut(dc, other), f"partition {dc} {other}")
-    time.sleep(8)  # the SyncStateSet shrinks to the master alone: its acks no longer need dc-b
+    d.hold(8)  # the SyncStateSet shrinks to the master alone: its acks no longer need dc-b
     d.dc("down", dc)
-    time.sleep(8)  # without an unclean election the set has no master now
+    d.hold(8)  # without an unclean election the set has no master now
 
 
 def _master_dc_down(d: Drill) -> None:
     dc = d.dc_of_master()
     d.dc("down", dc)
-    time.sleep(12)
+    d.hold(12)
 
 
 def _dr_rehearsal(d: Drill) -> None:
@@ -266,25 +275,25 @@ def _dr_rehearsal(d: Drill) -> None:
     first = d.dc_of_master()
     second = d.other_dc(first)
     d.dc("down", first)
-    time.sleep(30)
+    d.hold(30)
     d.dc("up", first)
     flagged = [code for code in d.wait_placement_clean(timeout_s=90) if code != "AUDIT_UNAVAILABLE"]
     if not flagged:
         raise UnavailableError(f"the placement audit never named {d.broker_set} after {first} came back")
     d.dc("down", second)
-    time.sleep(10)
+    d.hold(10)
 
 
 def _kill_master(d: Drill) -> None:
     m = d.master()["name"]
     d.proc("kill", m)
-    time.sleep(8)
+    d.hold(8)
 
 
 def _pause_master(d: Drill) -> None:
     m = d.master()["name"]
     d.proc("pause", m)
-    time.sleep(8)
+    d.hold(8)
 
 
 SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
@@ -372,9 +381,9 @@ def random_schedule(seed: int, steps: int, lab: bool) -> Callable[[Drill], None]
             other = d.other_dc(dc) if len(d.dcs()) > 1 else dc
             side = rng.choice([dc, other])
             faults[kind](d, rng, dc, other, side)
-            time.sleep(hold)
+            d.hold(hold)
             d.heal()
-            time.sleep(rng.uniform(0.5, 2.0))
+            d.hold(rng.uniform(0.5, 2.0))
 
     return run
 
@@ -388,10 +397,14 @@ def run(
     broker_set: str | None = None,
     warmup_s: float = 3.0,
     settle_s: float = 4.0,
+    hold_scale: float = 1.0,
     note: Note | None = None,
     keep_topic: bool = False,
 ) -> dict[str, Any]:
-    """Run one named scenario (or a random schedule with `seed`) and return the checked report."""
+    """Run one named scenario (or a random schedule with `seed`) and return the checked report.
+    `hold_scale` scales how long each fault lasts (`Drill.hold`)."""
+    if not 0 < hold_scale <= 10:
+        raise ConfigError(f"the hold scale must be in (0, 10], not {hold_scale}")
     data_dir = data_dir.resolve()
     state = localcluster.read_state(data_dir)
     lab = bool(state.get("lab"))
@@ -423,7 +436,7 @@ def run(
     topic = f"drill-{int(time.time() * 1000) % 10**9}"
     with Client(state["controllers"], send_timeout=5.0) as client:
         client.admin().create_topic(topic, queues=4, broker_sets=[broker_set])
-        drill = Drill(data_dir, broker_set, client, say)
+        drill = Drill(data_dir, broker_set, client, say, hold_scale)
         work = Workload(client, topic)
         work.start()
         time.sleep(warmup_s)
