@@ -17,9 +17,10 @@ from tidelog.errors import CorruptRecordError, OffsetMismatchError
 _WHERE = "<replicated data>"
 
 
-#: A replicated record's consume-queue unit: (topic bytes, queue id, queue offset, physical
-#: offset, size, properties block). A plain tuple: one is made per record on the slave's hot path.
-_Unit = tuple[bytes, int, int, int, int, bytes]
+#: A replicated record's consume-queue unit: (where its topic starts in the data, topic length,
+#: queue id, queue offset, physical offset, size, properties length). Positions, not slices: one is
+#: made per record on the slave's hot path, and the topic is read once per run of one queue.
+_Unit = tuple[int, int, int, int, int, int, int]
 
 
 def start_at(core: LogCore, offset: int) -> None:
@@ -52,7 +53,7 @@ def append_raw(core: LogCore, phys_offset: int, data: bytes) -> int:
             core.segments.write_spans(spans, data)
         except OSError as exc:
             raise core.fail(f"raw append at {phys_offset} failed: {exc}", exc) from exc
-        _index(core, units)
+        _index(core, data, units)
         core.offsets.max = end
     return end
 
@@ -104,11 +105,10 @@ def _check_record(
         raise OffsetMismatchError(f"record at {at} says it belongs at {phys}")
     if in_seg + size + rec.BLANK_SIZE > seg_bytes:
         raise CorruptRecordError(_WHERE, at, "record does not fit in its segment")
-    t = pos + hsize
-    return (data[t : t + tlen], qid, qoff, phys, size, data[t + tlen : t + tlen + plen] if plen else b"")
+    return (pos + hsize, tlen, qid, qoff, phys, size, plen)
 
 
-def _index(core: LogCore, units: list[_Unit]) -> None:
+def _index(core: LogCore, data: bytes, units: list[_Unit]) -> None:
     """Put the replicated records' units in their consume queues (the flusher writes them). A run
     of records that continues one queue exactly (the usual shape: a producer's batch) goes in
     with one `extend`; anything else unit by unit through `put`, which checks each."""
@@ -117,33 +117,36 @@ def _index(core: LogCore, units: list[_Unit]) -> None:
     queues = core.queues
     i, n = 0, len(units)
     while i < n:
-        tbytes, qid, qoff = units[i][0], units[i][1], units[i][2]
+        t, tlen, qid, qoff = units[i][:4]
+        tbytes = data[t : t + tlen]
         topic = names.get(tbytes)
         if topic is None:
             topic = names[tbytes] = tbytes.decode()
         cq = queues.open(topic, qid)
         queues.dirty.add(cq)
-        j = _run_end(units, i, tbytes, qid, qoff)
+        j = _run_end(data, units, i, tbytes, qid, qoff)
+        run = units[i:j]
+        tags = [_tag(data, u[0] + u[1], u[6]) for u in run]
         if qoff == cq.next_offset:
-            run = units[i:j]
-            cq.extend([u[3] for u in run], [u[4] for u in run], [_tag(u[5]) for u in run])
+            cq.extend([u[4] for u in run], [u[5] for u in run], tags)
         else:
-            for _, _, q, phys, size, props in units[i:j]:
-                cq.put(q, phys, size, _tag(props), where)
+            for u, tag in zip(run, tags, strict=True):
+                cq.put(u[3], u[4], u[5], tag, where)
         i = j
 
 
-def _run_end(units: list[_Unit], i: int, tbytes: bytes, qid: int, qoff: int) -> int:
+def _run_end(data: bytes, units: list[_Unit], i: int, tbytes: bytes, qid: int, qoff: int) -> int:
     """The end of the run of units from `i` that continue (topic, queue) at consecutive offsets."""
     j = i + 1
     n = len(units)
+    tlen = len(tbytes)
     while j < n:
         u = units[j]
-        if u[1] != qid or u[2] != qoff + (j - i) or u[0] != tbytes:
+        if u[2] != qid or u[3] != qoff + (j - i) or u[1] != tlen or not data.startswith(tbytes, u[0]):
             break
         j += 1
     return j
 
 
-def _tag(props: bytes) -> int:
-    return rec.tags_hash(rec.tags_of(props)) if props else 0
+def _tag(data: bytes, at: int, plen: int) -> int:
+    return rec.tags_hash(rec.tags_of(data[at : at + plen])) if plen else 0
