@@ -97,10 +97,8 @@ async def _latency(client: AsyncClient, count: int) -> dict[str, Any]:
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in latency_summary(times).items()}
 
 
-async def _consume(
-    client: AsyncClient, meter: CpuMeter, total: int, broker_set: str | None
-) -> dict[str, Any]:
-    reader = client.reader(TOPIC, 0, 0, broker_set=broker_set)
+async def _consume(client: AsyncClient, meter: CpuMeter, total: int) -> dict[str, Any]:
+    reader = client.reader(TOPIC, 0, 0)
     got, t0 = 0, time.perf_counter()
     meter.start()
     while got < total:
