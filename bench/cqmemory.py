@@ -16,8 +16,8 @@ real broker process on it (one replica and one controller, on loopback) and meas
 
 `--baseline-path DIR` names a directory holding another build of the `tidelog` package (for the
 code before a change); the broker is then started a second time with `PYTHONPATH=DIR`, on the same
-data. The filled directory is reused when `--data` names one already filled with as many
-messages (`--keep` keeps it); otherwise it is deleted at the end.
+data. Every run fills a new directory (a broker registered with an earlier run's controller
+carries that cluster's epochs) and deletes it at the end unless `--keep` is given.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ TOPIC = "cqbench"
 BROKER_SET = "broker-a"
 BATCH = 1000
 BODY = b"0123456789abcdef"
-FILLED = "cqbench-filled.json"
 # A generation no controller of the bench reaches: the broker serves the filled topic as it is
 # instead of writing a marker that would cut its queues at their ends (broker/topics.py).
 GENERATION = 1 << 40
@@ -66,16 +65,7 @@ def fill(data_dir: Path, messages: int, queues: int) -> float:
         log.flush()
     finally:
         log.close()
-    (data_dir / FILLED).write_text(json.dumps({"messages": messages, "queues": queues}))
     return time.monotonic() - started
-
-
-def is_filled(data_dir: Path, messages: int, queues: int) -> bool:
-    try:
-        doc = json.loads((data_dir / FILLED).read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(doc == {"messages": messages, "queues": queues})
 
 
 def rss_kib(pid: int) -> int:
@@ -188,20 +178,20 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--queues", type=int, default=8)
-    ap.add_argument("--data", type=Path, help="work directory (reused when already filled)")
+    ap.add_argument("--data", type=Path, help="work directory (new or empty; default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--baseline-path", help="PYTHONPATH of the code to compare with")
     ap.add_argument("--repeat", type=int, default=1, help="starts per build")
     args = ap.parse_args(argv)
+    if args.data is not None and args.data.exists() and any(args.data.iterdir()):
+        ap.error(f"{args.data} is not empty")  # it is deleted at the end: never someone's data
     root = (args.data or Path(tempfile.mkdtemp(prefix="cqbench-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     data_dir = root / f"{BROKER_SET}-0"
     out: dict[str, Any] = {"messages": args.messages, "queues": args.queues}
     try:
-        if not is_filled(data_dir, args.messages, args.queues):
-            shutil.rmtree(data_dir, ignore_errors=True)
-            data_dir.mkdir(parents=True)
-            out["fill_s"] = round(fill(data_dir, args.messages, args.queues), 1)
+        data_dir.mkdir(parents=True)
+        out["fill_s"] = round(fill(data_dir, args.messages, args.queues), 1)
         out["disk"] = disk_use(data_dir)
         builds = [("this", None)] + ([("baseline", args.baseline_path)] if args.baseline_path else [])
         with Session(root, args.queues) as session:
@@ -211,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
                     out.setdefault(name, []).append(session.measure(path))
                     print(name, out[name][-1], file=sys.stderr, flush=True)
     finally:
-        if not (args.keep or args.data):
+        if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(out, indent=2))
 
