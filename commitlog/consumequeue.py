@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from tidelog.commitlog.fileio import write_all
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetBelowRetentionError
+from tidelog.invariants import require
 
 UNIT = struct.Struct("<QIQ")
 UNIT_SIZE = UNIT.size  # 20
@@ -64,6 +65,9 @@ def check_topic_queue(topic: str, queue_id: int) -> None:
 _READERS = 2  # sealed files kept open for reads, per queue: a reader scans one file at a time
 _SEARCH_SPAN = 256  # a binary search reads its last span of units in one pread
 _WRITE_UNITS = 4096  # units per write
+# units read at least, per pread of a read: a reader walks a queue a few units per call (its
+# records interleave with other queues'), and the block it keeps answers the next calls
+_READ_AHEAD = 128
 
 
 def phys_bisect(packed: bytes, x: int) -> int:
@@ -106,6 +110,11 @@ class ConsumeQueue:
         self._fd: int | None = None  # the last file, open for appends and reads
         self._readers: dict[int, int] = {}  # sealed file's first offset -> read fd, oldest first
         self._dirty: set[int] = set()
+        # the packed units last read from the files and the offset of the first: one attribute,
+        # so a reader without the lock sees a consistent pair (units in files never change but
+        # by truncation, which replaces it)
+        self._block: tuple[int, bytes] = (0, b"")
+        self._file_last: tuple[int, int] | None = None  # (phys, size) of the last unit in files
         self._lock = threading.Lock()
         self._load()
 
@@ -176,7 +185,7 @@ class ConsumeQueue:
             nxt = self._next
             if nxt == self.base:
                 return nxt
-            phys, size, _ = self._units(nxt - 1, nxt)[0]
+            phys, size = self._last_unit()
             if phys + size <= confirm_offset:
                 return nxt  # the usual case: everything indexed is confirmed
             i = self._search(confirm_offset)
@@ -199,11 +208,18 @@ class ConsumeQueue:
 
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         """(physical offset, size, tags hash) of the unit at `queue_offset`."""
+        lo, block = self._block  # the common case first: a unit of the block just read
+        at = (queue_offset - lo) * UNIT_SIZE
+        if queue_offset >= self.base and 0 <= at <= len(block) - UNIT_SIZE:
+            return UNIT.unpack_from(block, at)
         return self.units(queue_offset, queue_offset + 1)[0]
 
     def units(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
         """(physical offset, size, tags hash) of queue offsets [lo, hi): one pread per file
         touched, then the in-memory tail."""
+        blo, block = self._block  # the common case first: units of the block just read
+        if lo >= self.base and blo <= lo and (hi - blo) * UNIT_SIZE <= len(block):
+            return list(UNIT.iter_unpack(block[(lo - blo) * UNIT_SIZE : (hi - blo) * UNIT_SIZE]))
         with self._lock:
             if lo < self.base:
                 raise OffsetBelowRetentionError(
@@ -217,13 +233,37 @@ class ConsumeQueue:
 
     # --- reading files and tail (callers hold the lock) ---
 
+    def _last_unit(self) -> tuple[int, int]:
+        """(phys, size) of the queue's last unit; the queue holds one."""
+        if self.phys:
+            return self.phys[-1], self.sizes[-1]
+        require(self._file_last is not None, f"consume queue {self.dir}: no last unit in the files")
+        return self._file_last  # type: ignore[return-value]
+
     def _units(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
         w = self._written_end
-        out = list(UNIT.iter_unpack(self._file_bytes(lo, min(hi, w)))) if lo < w else []
+        out = list(UNIT.iter_unpack(self._cached_bytes(lo, min(hi, w)))) if lo < w else []
         if hi > w:
             a, b = max(lo, w) - w, hi - w
             out.extend(zip(self.phys[a:b], self.sizes[a:b], self.tags[a:b], strict=True))
         return out
+
+    def _cached_bytes(self, lo: int, hi: int) -> bytes:
+        """The packed units [lo, hi) (below the written end), from the block last read when it
+        holds them, else from a new block of at least `_READ_AHEAD` units."""
+        blo, block = self._block
+        if blo <= lo and (hi - blo) * UNIT_SIZE <= len(block):
+            return block[(lo - blo) * UNIT_SIZE : (hi - blo) * UNIT_SIZE]
+        block = self._file_bytes(lo, min(self._written_end, max(hi, lo + _READ_AHEAD)))
+        self._block = (lo, block)
+        return block[: (hi - lo) * UNIT_SIZE]
+
+    def _files_changed(self) -> None:
+        """Units in files changed other than by appending: forget what was read of them."""
+        self._block = (0, b"")
+        w = self._written_end
+        has = bool(self._files) and w > self._files[0]
+        self._file_last = UNIT.unpack(self._file_bytes(w - 1, w))[:2] if has else None
 
     def _file_bytes(self, lo: int, hi: int) -> bytes:
         """The packed units [lo, hi), all below the written end."""
@@ -330,6 +370,8 @@ class ConsumeQueue:
                 while done < len(self.phys):
                     done += self._write_some(done)
             finally:
+                if done:
+                    self._file_last = self.phys[done - 1], self.sizes[done - 1]
                 del self.phys[:done]
                 del self.sizes[:done]
                 del self.tags[:done]
@@ -406,6 +448,7 @@ class ConsumeQueue:
         self.base = self._written_end = queue_offset
         self._next = max(self._next, queue_offset)
         self._open_file(queue_offset)  # the anchor: an empty file named by the queue's start
+        self._files_changed()
 
     def _drop_files_below(self, queue_offset: int) -> None:
         while len(self._files) > 1 and self._files[1] <= queue_offset:
@@ -445,13 +488,13 @@ class ConsumeQueue:
             start = self._files.pop()
             self._close_readers_of(start)
             os.unlink(self._path(start))
-        if not self._files:
-            return
-        last = self._files[-1]
-        self._close_readers_of(last)  # the last file is read through its append descriptor
-        self._fd = os.open(self._path(last), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        os.ftruncate(self._fd, (end_qoff - last) * UNIT_SIZE)
-        self._dirty.add(self._fd)
+        if self._files:
+            last = self._files[-1]
+            self._close_readers_of(last)  # the last file is read through its append descriptor
+            self._fd = os.open(self._path(last), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            os.ftruncate(self._fd, (end_qoff - last) * UNIT_SIZE)
+            self._dirty.add(self._fd)
+        self._files_changed()
 
     def trim_below(self, min_phys: int) -> None:
         """Forget units whose record lies below the log's new min offset (retention)."""

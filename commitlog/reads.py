@@ -63,7 +63,8 @@ def read(
 def _contiguous_run(core: LogCore, cq: ConsumeQueue, i: int, end: int, budget: int) -> tuple[int, int]:
     """Queue offsets [i, run_end) whose records lie back to back in one segment (read in one
     pread), and their bytes; at least one record, more only while within `budget`."""
-    units, at = cq.units(i, min(end, i + _RUN_UNITS)), i  # units[0] is queue offset `at`
+    # this unit and the next (queues interleave: most runs are one record), then larger batches
+    units, at = cq.units(i, min(end, i + 2)), i  # units[0] is queue offset `at`
     phys, size, _ = units[0]
     if phys < core.min_offset:
         raise OffsetBelowRetentionError(i, cq.min_offset, what=f"queue offset of {cq.topic}/{cq.queue_id}")
