@@ -4,10 +4,16 @@ A consume queue is a directory `consumequeue/<topic>/<queue id>/` of files named
 offset of their first unit (20 digits). A unit is 20 bytes, little-endian: physical offset (u64),
 record size (u32), tags hash (u64). Unit i of a queue is queue offset `base + i`.
 
-The units also live in memory (three arrays), so reads and "how far is confirmed" are array
-look-ups and binary searches; the files are the durable copy. Files are written with plain
-writes after each batch and fsync'ed only at checkpoints: a consume queue can always be rebuilt
-from the commit log, and recovery re-dispatches everything past the checkpointed offset.
+Units already in files are read from the files (`pread`); only units not yet written live in
+memory, in a tail of three arrays that `write_pending` moves to the files at checkpoints. Memory
+per queue is that tail plus a list of file names, whatever the queue holds, and opening a queue
+reads no unit but the last of each file. Binary searches (confirmed end, unit at a physical
+offset, truncation, retention) run over files and tail alike: units are in physical order.
+Files are fsync'ed only at checkpoints: a consume queue can always be rebuilt from the commit
+log, and recovery re-dispatches everything past the checkpointed offset.
+
+A per-queue lock orders readers (which take no log lock) against the flusher moving the tail to
+the files and against cuts, so a reader never sees a unit twice or a closed descriptor.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ import functools
 import os
 import re
 import struct
+import threading
 from array import array
+from collections.abc import Callable
 
 from tidelog.commitlog.fileio import write_all
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetBelowRetentionError
+from tidelog.invariants import require
 
 UNIT = struct.Struct("<QIQ")
 UNIT_SIZE = UNIT.size  # 20
@@ -53,53 +62,99 @@ def check_topic_queue(topic: str, queue_id: int) -> None:
         raise InvalidArgumentError(f"invalid queue id {queue_id!r}: must be 0..{MAX_QUEUE_ID}")
 
 
+_READERS = 2  # sealed files kept open for reads, per queue: a reader scans one file at a time
+_SEARCH_SPAN = 256  # a binary search reads its last span of units in one pread
+_WRITE_UNITS = 4096  # units per write
+# units read at least, per pread of a read: a reader walks a queue a few units per call (its
+# records interleave with other queues'), and the block it keeps answers the next calls
+_READ_AHEAD = 128
+
+
+def phys_bisect(packed: bytes, x: int) -> int:
+    """Index of the first packed unit whose physical offset is at or above `x`."""
+    return bisect.bisect_left([u[0] for u in UNIT.iter_unpack(packed)], x)
+
+
+def written_units(size_of: Callable[[int], int], n: int) -> int:
+    """How many of a file's `n` whole units were written: the unwritten part of a file a crash
+    left behind is a suffix of zeros, and a written unit's size is never 0. `size_of(i)` reads
+    unit i's size field; a binary search reads O(log n) of them, only when the last is 0."""
+    if n == 0 or size_of(n - 1) != 0:
+        return n
+    lo, hi = 0, n - 1  # unit hi is unwritten
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if size_of(mid) == 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 class ConsumeQueue:
+    """One (topic, queue)'s units: queue offsets [base, written end) in files, [written end, next
+    offset) in the in-memory tail (`phys`, `sizes`, `tags`)."""
+
     def __init__(self, directory: str, topic: str, queue_id: int, units_per_file: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.dir = directory
         self._per_file = units_per_file
-        self.base = 0  # queue offset of phys[0]
-        self.phys = array("Q")
+        self.base = 0  # the queue's first readable offset; the first file may start below it
+        self._written_end = 0  # units below this queue offset are in files
+        self._next = 0
+        self.phys = array("Q")  # the tail: units from _written_end on, not yet in files
         self.sizes = array("I")
         self.tags = array("Q")
         self._files: list[int] = []  # first queue offset of each file, ascending
-        self._fd: int | None = None  # the last file, open for appends
-        self._written = 0  # units [0, _written) are in files
+        self._fd: int | None = None  # the last file, open for appends and reads
+        self._readers: dict[int, int] = {}  # sealed file's first offset -> read fd, oldest first
         self._dirty: set[int] = set()
+        # the packed units last read from the files and the offset of the first: one attribute,
+        # so a reader without the lock sees a consistent pair (units in files never change but
+        # by truncation, which replaces it)
+        self._block: tuple[int, bytes] = (0, b"")
+        self._file_last: tuple[int, int] | None = None  # (phys, size) of the last unit in files
+        self._lock = threading.Lock()
         self._load()
 
     # --- load ---
 
     def _load(self) -> None:
+        """Find each file's units from its size, reading only its last unit (and, when that one
+        is unwritten, a binary search of the zero tail): opening costs O(files), not O(units)."""
         os.makedirs(self.dir, exist_ok=True)
         names = sorted(n for n in os.listdir(self.dir) if n.isdigit() and len(n) == 20)
+        end: int | None = None
         for i, name in enumerate(names):
             start = int(name)
-            if self._files and start != self.base + len(self.phys):
+            if end is not None and start != end:
                 # A gap between files means units were lost: drop this file and later ones;
                 # the commit log re-dispatches their records.
                 self._unlink_names(names[i:])
                 break
-            if not self._files:
-                self.base = start
+            count, whole = self._count_units(name)
             self._files.append(start)
-            with open(os.path.join(self.dir, name), "rb") as f:
-                raw = f.read()
-            usable = len(raw) - len(raw) % UNIT_SIZE
-            complete = usable == len(raw)
-            for phys, size, tag in UNIT.iter_unpack(raw[:usable]):
-                if size == 0:
-                    complete = False  # unwritten tail
-                    break
-                self.phys.append(phys)
-                self.sizes.append(size)
-                self.tags.append(tag)
-            if not complete:
+            end = start + count
+            if not whole:
                 self._unlink_names(names[i + 1 :])
                 break
-        self._written = len(self.phys)
-        self._trim_files_to(self._written)
+        self.base = self._files[0] if self._files else 0
+        self._written_end = self._next = self.base if end is None else end
+        self._trim_files_to(self._written_end)
+
+    def _count_units(self, name: str) -> tuple[int, bool]:
+        """(units written in file `name`, whether it holds nothing else: no partial unit and no
+        unwritten zero tail)."""
+        fd = os.open(os.path.join(self.dir, name), os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            count = written_units(
+                lambda i: UNIT.unpack(os.pread(fd, UNIT_SIZE, i * UNIT_SIZE))[1], size // UNIT_SIZE
+            )
+        finally:
+            os.close(fd)
+        return count, count * UNIT_SIZE == size
 
     def _unlink_names(self, names: list[str]) -> None:
         for name in names:
@@ -109,116 +164,249 @@ class ConsumeQueue:
 
     @property
     def next_offset(self) -> int:
-        return self.base + len(self.phys)
+        return self._next
 
     @property
     def min_offset(self) -> int:
         return self.base
 
+    @property
+    def pending(self) -> int:
+        """Units held in memory: those not yet written to the files."""
+        return len(self.phys)
+
+    @property
+    def file_count(self) -> int:
+        return len(self._files)
+
     def confirmed_end(self, confirm_offset: int) -> int:
         """The queue offset just past the last unit whose record ends at or below `confirm_offset`."""
-        i = bisect.bisect_left(self.phys, confirm_offset)
-        # unit i-1 starts below confirm; it counts only if it also ends at or below it
-        while i > 0 and self.phys[i - 1] + self.sizes[i - 1] > confirm_offset:
-            i -= 1
-        return self.base + i
+        with self._lock:
+            nxt = self._next
+            if nxt == self.base:
+                return nxt
+            phys, size = self._last_unit()
+            if phys + size <= confirm_offset:
+                return nxt  # the usual case: everything indexed is confirmed
+            i = self._search(confirm_offset)
+            # unit i-1 starts below confirm; it counts only if it also ends at or below it
+            while i > self.base:
+                phys, size, _ = self._units(i - 1, i)[0]
+                if phys + size <= confirm_offset:
+                    break
+                i -= 1
+            return i
 
     def unit_at(self, phys_offset: int) -> tuple[int, int | None]:
         """(queue offset, physical offset) of the first unit whose record starts at or after
         `phys_offset`; (next offset, None) when none does. Units are in physical order."""
-        i = bisect.bisect_left(self.phys, phys_offset)
-        if i == len(self.phys):
-            return self.next_offset, None
-        return self.base + i, self.phys[i]
+        with self._lock:
+            i = self._search(phys_offset)
+            if i == self._next:
+                return i, None
+            return i, self._units(i, i + 1)[0][0]
 
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
-        i = queue_offset - self.base
-        return self.phys[i], self.sizes[i], self.tags[i]
+        """(physical offset, size, tags hash) of the unit at `queue_offset`."""
+        lo, block = self._block  # the common case first: a unit of the block just read
+        at = (queue_offset - lo) * UNIT_SIZE
+        if queue_offset >= self.base and 0 <= at <= len(block) - UNIT_SIZE:
+            return UNIT.unpack_from(block, at)
+        return self.units(queue_offset, queue_offset + 1)[0]
+
+    def units(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """(physical offset, size, tags hash) of queue offsets [lo, hi): one pread per file
+        touched, then the in-memory tail."""
+        blo, block = self._block  # the common case first: units of the block just read
+        if lo >= self.base and blo <= lo and (hi - blo) * UNIT_SIZE <= len(block):
+            return list(UNIT.iter_unpack(block[(lo - blo) * UNIT_SIZE : (hi - blo) * UNIT_SIZE]))
+        with self._lock:
+            if lo < self.base:
+                raise OffsetBelowRetentionError(
+                    lo, self.base, what=f"queue offset of {self.topic}/{self.queue_id}"
+                )
+            if hi > self._next:
+                raise InvalidArgumentError(
+                    f"queue offsets up to {hi} of {self.topic}/{self.queue_id} are past its end {self._next}"
+                )
+            return self._units(lo, hi)
+
+    # --- reading files and tail (callers hold the lock) ---
+
+    def _last_unit(self) -> tuple[int, int]:
+        """(phys, size) of the queue's last unit; the queue holds one."""
+        if self.phys:
+            return self.phys[-1], self.sizes[-1]
+        require(self._file_last is not None, f"consume queue {self.dir}: no last unit in the files")
+        return self._file_last  # type: ignore[return-value]
+
+    def _units(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        w = self._written_end
+        out = list(UNIT.iter_unpack(self._cached_bytes(lo, min(hi, w)))) if lo < w else []
+        if hi > w:
+            a, b = max(lo, w) - w, hi - w
+            out.extend(zip(self.phys[a:b], self.sizes[a:b], self.tags[a:b], strict=True))
+        return out
+
+    def _cached_bytes(self, lo: int, hi: int) -> bytes:
+        """The packed units [lo, hi) (below the written end), from the block last read when it
+        holds them, else from a new block of at least `_READ_AHEAD` units."""
+        blo, block = self._block
+        if blo <= lo and (hi - blo) * UNIT_SIZE <= len(block):
+            return block[(lo - blo) * UNIT_SIZE : (hi - blo) * UNIT_SIZE]
+        block = self._file_bytes(lo, min(self._written_end, max(hi, lo + _READ_AHEAD)))
+        self._block = (lo, block)
+        return block[: (hi - lo) * UNIT_SIZE]
+
+    def _files_changed(self) -> None:
+        """Units in files changed other than by appending: forget what was read of them."""
+        self._block = (0, b"")
+        w = self._written_end
+        has = bool(self._files) and w > self._files[0]
+        self._file_last = UNIT.unpack(self._file_bytes(w - 1, w))[:2] if has else None
+
+    def _file_bytes(self, lo: int, hi: int) -> bytes:
+        """The packed units [lo, hi), all below the written end."""
+        parts = []
+        while lo < hi:
+            k = bisect.bisect_right(self._files, lo) - 1
+            start = self._files[k]
+            stop = min(hi, self._files[k + 1] if k + 1 < len(self._files) else self._written_end)
+            want = (stop - lo) * UNIT_SIZE
+            raw = os.pread(self._read_fd(k), want, (lo - start) * UNIT_SIZE)
+            if len(raw) != want:
+                raise CorruptRecordError(
+                    self._path(start),
+                    (lo - start) * UNIT_SIZE,
+                    f"consume queue file ends before queue offset {stop}",
+                )
+            parts.append(raw)
+            lo = stop
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _read_fd(self, k: int) -> int:
+        start = self._files[k]
+        if k == len(self._files) - 1 and self._fd is not None:
+            return self._fd
+        fd = self._readers.pop(start, None)
+        if fd is None:
+            fd = os.open(self._path(start), os.O_RDONLY)
+            if len(self._readers) >= _READERS:
+                os.close(self._readers.pop(next(iter(self._readers))))
+        self._readers[start] = fd  # most recently used last
+        return fd
+
+    def _close_readers(self, at_or_above: int = 0) -> None:
+        for start in [s for s in self._readers if s >= at_or_above]:
+            os.close(self._readers.pop(start))
+
+    def _search(self, x: int) -> int:
+        """The first queue offset in [base, next) whose record starts at or after `x`; next if none."""
+        w = self._written_end
+        if self.phys and self.phys[0] < x:
+            return w + bisect.bisect_left(self.phys, x)
+        lo, hi = self.base, w  # the answer is in [lo, hi]: hi is the tail's first unit or the end
+        while hi - lo > _SEARCH_SPAN:
+            mid = (lo + hi) // 2
+            if UNIT.unpack(self._file_bytes(mid, mid + 1))[0] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo + phys_bisect(self._file_bytes(lo, hi), x)
+
+    def _path(self, start: int) -> str:
+        return os.path.join(self.dir, f"{start:020d}")
 
     # --- dispatch ---
 
     def put(self, queue_offset: int, phys_offset: int, size: int, tag: int, where: str) -> None:
         """Index one record. Re-dispatching an indexed record is a no-op (rebuilds are idempotent)."""
-        nxt = self.base + len(self.phys)
-        if queue_offset < self.base:
-            # below the queue's start (cut or retention): recovery skips those; anything else
-            # sending one here disagrees with this index
-            raise CorruptRecordError(
-                where,
-                phys_offset,
-                f"queue offset {queue_offset} of {self.topic}/"
-                f"{self.queue_id} is below the queue's start {self.base}",
-            )
-        if queue_offset < nxt:
-            i = queue_offset - self.base
-            if i >= 0 and self.phys[i] == phys_offset:
-                return
-            raise CorruptRecordError(
-                where,
-                phys_offset,
-                f"queue offset {queue_offset} of {self.topic}/"
-                f"{self.queue_id} is already taken by another record",
-            )
-        if queue_offset > nxt:
-            if self.phys:
+        with self._lock:
+            nxt = self._next
+            name = f"{self.topic}/{self.queue_id}"
+            if queue_offset < self.base:
+                # below the queue's start (cut or retention): recovery skips those; anything else
+                # sending one here disagrees with this index
                 raise CorruptRecordError(
                     where,
                     phys_offset,
-                    f"queue offset {queue_offset} of {self.topic}/{self.queue_id} skips ahead of {nxt}",
+                    f"queue offset {queue_offset} of {name} is below the queue's start {self.base}",
                 )
-            # a replica that starts mid-stream, or a queue emptied by retention
-            self._trim_files_to(0)
-            self._unlink_names([f"{start:020d}" for start in self._files])
-            self._files.clear()
-            if self._fd is not None:
-                self._dirty.discard(self._fd)
-                os.close(self._fd)
-                self._fd = None
-            self.base = queue_offset
-            self._written = 0
-        self.phys.append(phys_offset)
-        self.sizes.append(size)
-        self.tags.append(tag)
+            if queue_offset < nxt:
+                if self._units(queue_offset, queue_offset + 1)[0][0] == phys_offset:
+                    return
+                raise CorruptRecordError(
+                    where,
+                    phys_offset,
+                    f"queue offset {queue_offset} of {name} is already taken by another record",
+                )
+            if queue_offset > nxt:
+                if nxt > self.base:
+                    raise CorruptRecordError(
+                        where, phys_offset, f"queue offset {queue_offset} of {name} skips ahead of {nxt}"
+                    )
+                self._restart_at(
+                    queue_offset
+                )  # a replica that starts mid-stream, or a queue emptied by retention
+            self.phys.append(phys_offset)
+            self.sizes.append(size)
+            self.tags.append(tag)
+            self._next += 1
 
     def extend(self, phys: list[int], sizes: list[int], tags: list[int]) -> None:
         """Index a run of records appended just now, in queue order (the append fast path)."""
-        self.phys.extend(phys)
-        self.sizes.extend(sizes)
-        self.tags.extend(tags)
+        with self._lock:
+            self.phys.extend(phys)
+            self.sizes.extend(sizes)
+            self.tags.extend(tags)
+            self._next += len(phys)
 
     def write_pending(self) -> None:
-        """Write units not yet in files (one write per file touched)."""
-        while self._written < len(self.phys):
-            qoff = self.base + self._written
-            if not self._files or qoff - self._files[-1] >= self._per_file:
-                self._open_file(qoff)
-            room = self._per_file - (qoff - self._files[-1])
-            n = min(room, len(self.phys) - self._written, 4096)
-            lo, hi = self._written, self._written + n
-            flat = [
-                v
-                for unit in zip(self.phys[lo:hi], self.sizes[lo:hi], self.tags[lo:hi], strict=True)
-                for v in unit
-            ]
-            buf = _units_struct(n).pack(*flat)
-            if self._fd is None:
-                raise RuntimeError(f"consume queue {self.dir}: no open file to write units to")
+        """Move the tail to the files (one write per file touched, at most `_WRITE_UNITS` units
+        each); whatever was written leaves memory even if a later write fails."""
+        with self._lock:
+            done = 0
             try:
-                write_all(self._fd, buf)
-            except OSError:
-                # A partial unit would shift every later one: cut the file back to whole units.
-                os.ftruncate(self._fd, (qoff - self._files[-1]) * UNIT.size)
-                raise
-            self._dirty.add(self._fd)
-            self._written += n
+                while done < len(self.phys):
+                    done += self._write_some(done)
+            finally:
+                if done:
+                    self._file_last = self.phys[done - 1], self.sizes[done - 1]
+                del self.phys[:done]
+                del self.sizes[:done]
+                del self.tags[:done]
+
+    def _write_some(self, lo: int) -> int:
+        """Write tail units from index `lo` (queue offset `_written_end`) to the file they go to."""
+        qoff = self._written_end
+        if not self._files or qoff - self._files[-1] >= self._per_file:
+            self._open_file(qoff)
+        fd = self._fd
+        if fd is None:
+            raise RuntimeError(f"consume queue {self.dir}: no open file to write units to")
+        n = min(self._per_file - (qoff - self._files[-1]), len(self.phys) - lo, _WRITE_UNITS)
+        hi = lo + n
+        flat = [
+            v
+            for unit in zip(self.phys[lo:hi], self.sizes[lo:hi], self.tags[lo:hi], strict=True)
+            for v in unit
+        ]
+        try:
+            write_all(fd, _units_struct(n).pack(*flat))
+        except OSError:
+            # A partial unit would shift every later one: cut the file back to whole units.
+            os.ftruncate(fd, (qoff - self._files[-1]) * UNIT_SIZE)
+            raise
+        self._dirty.add(fd)
+        self._written_end += n
+        return n
 
     def _open_file(self, start: int) -> None:
         if self._fd is not None:
             self._dirty.discard(self._fd)
             os.fsync(self._fd)
             os.close(self._fd)
-        path = os.path.join(self.dir, f"{start:020d}")
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(self._path(start), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self._files.append(start)
 
     def sync(self) -> None:
@@ -232,45 +420,64 @@ class ConsumeQueue:
         """Forget every unit below `queue_offset` for good (a deleted topic's records): files that
         held only such units go now. The queue continues at its next offset; when no unit is left
         an empty file named `queue_offset` keeps that start across a restart."""
-        if queue_offset <= self.base:
-            return
-        nxt = self.next_offset
-        drop = min(queue_offset, nxt) - self.base
+        with self._lock:
+            if queue_offset <= self.base:
+                return
+            if queue_offset >= self._next or queue_offset > self._written_end:
+                self._restart_at(queue_offset)
+                return
+            self.base = queue_offset
+            # whole files below the cut go; the first kept one may still start below it (units the
+            # owner cuts again after a restart, see broker.topics)
+            self._drop_files_below(queue_offset)
+
+    def _restart_at(self, queue_offset: int) -> None:
+        """Start the files again at `queue_offset` (every unit in files lies below it): delete
+        them, keep the tail's units at or above it, and leave an empty file named by it."""
+        drop = min(max(0, queue_offset - self._written_end), len(self.phys))
         del self.phys[:drop]
         del self.sizes[:drop]
         del self.tags[:drop]
-        self._written = max(0, self._written - drop)
-        if queue_offset >= nxt:
-            if self._fd is not None:
-                self._dirty.discard(self._fd)
-                os.close(self._fd)
-                self._fd = None
-            self._unlink_names([f"{start:020d}" for start in self._files])
-            self._files.clear()
-            self.base = queue_offset
-            self._written = 0
-            self._open_file(queue_offset)  # the anchor: an empty file named by the queue's start
-            return
-        self.base = queue_offset
-        # whole files below the cut go; the first kept one may still start below it (units the
-        # owner cuts again after a restart, see broker.topics)
+        if self._fd is not None:
+            self._dirty.discard(self._fd)
+            os.close(self._fd)
+            self._fd = None
+        self._close_readers()
+        self._unlink_names([f"{start:020d}" for start in self._files])
+        self._files.clear()
+        self.base = self._written_end = queue_offset
+        self._next = max(self._next, queue_offset)
+        self._open_file(queue_offset)  # the anchor: an empty file named by the queue's start
+        self._files_changed()
+
+    def _drop_files_below(self, queue_offset: int) -> None:
         while len(self._files) > 1 and self._files[1] <= queue_offset:
-            os.unlink(os.path.join(self.dir, f"{self._files.pop(0):020d}"))
+            start = self._files.pop(0)
+            self._close_readers_of(start)
+            os.unlink(self._path(start))
+
+    def _close_readers_of(self, start: int) -> None:
+        fd = self._readers.pop(start, None)
+        if fd is not None:
+            os.close(fd)
 
     def truncate_phys(self, phys_offset: int) -> None:
         """Drop units whose record starts at or after `phys_offset` (commit-log truncation)."""
-        keep = bisect.bisect_left(self.phys, phys_offset)
-        if keep == len(self.phys):
-            return
-        del self.phys[keep:]
-        del self.sizes[keep:]
-        del self.tags[keep:]
-        self._written = min(self._written, keep)
-        self._trim_files_to(keep)
+        with self._lock:
+            keep = self._search(phys_offset)
+            if keep == self._next:
+                return
+            tail_keep = max(0, keep - self._written_end)
+            del self.phys[tail_keep:]
+            del self.sizes[tail_keep:]
+            del self.tags[tail_keep:]
+            self._next = keep
+            if keep < self._written_end:
+                self._written_end = keep
+                self._trim_files_to(keep)
 
-    def _trim_files_to(self, count: int) -> None:
-        """Make the files hold exactly units [0, count)."""
-        end_qoff = self.base + count
+    def _trim_files_to(self, end_qoff: int) -> None:
+        """Make the files hold exactly the units below `end_qoff`."""
         if self._fd is not None:
             os.close(self._fd)
             self._dirty.discard(self._fd)
@@ -278,29 +485,29 @@ class ConsumeQueue:
         # a file starting exactly at the end stays, empty: it may be the one that records where
         # a cut queue starts
         while self._files and self._files[-1] > end_qoff:
-            os.unlink(os.path.join(self.dir, f"{self._files.pop():020d}"))
-        if not self._files:
-            return
-        last = self._files[-1]
-        path = os.path.join(self.dir, f"{last:020d}")
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.ftruncate(self._fd, (end_qoff - last) * UNIT_SIZE)
-        self._dirty.add(self._fd)
+            start = self._files.pop()
+            self._close_readers_of(start)
+            os.unlink(self._path(start))
+        if self._files:
+            last = self._files[-1]
+            self._close_readers_of(last)  # the last file is read through its append descriptor
+            self._fd = os.open(self._path(last), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            os.ftruncate(self._fd, (end_qoff - last) * UNIT_SIZE)
+            self._dirty.add(self._fd)
+        self._files_changed()
 
     def trim_below(self, min_phys: int) -> None:
         """Forget units whose record lies below the log's new min offset (retention)."""
-        drop = bisect.bisect_left(self.phys, min_phys)
-        if drop == 0:
-            return
-        new_base = self.base + drop
-        del self.phys[:drop]
-        del self.sizes[:drop]
-        del self.tags[:drop]
-        self._written = max(0, self._written - drop)
-        self.base = new_base
-        # whole files below the new base go; the first kept file may start below it
-        while len(self._files) > 1 and self._files[1] <= new_base:
-            os.unlink(os.path.join(self.dir, f"{self._files.pop(0):020d}"))
+        with self._lock:
+            new_base = self._search(min_phys)
+            if new_base == self.base:
+                return
+            if new_base > self._written_end:
+                self._restart_at(new_base)
+                return
+            self.base = new_base
+            # whole files below the new base go; the first kept file may start below it
+            self._drop_files_below(new_base)
 
     def check_readable(self, queue_offset: int) -> None:
         if queue_offset < self.base:
@@ -309,7 +516,9 @@ class ConsumeQueue:
             )
 
     def close(self) -> None:
-        self.sync()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._lock:
+            self.sync()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            self._close_readers()

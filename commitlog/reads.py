@@ -22,6 +22,7 @@ from tidelog.errors import (
 )
 
 _NO_LIMIT = 1 << 62
+_RUN_UNITS = 256  # consume-queue units fetched at once while finding a run
 
 
 def read(
@@ -115,14 +116,18 @@ def _check_run(cq: ConsumeQueue, data: bytes, path: str, phys: int, first: int, 
 def _contiguous_run(core: LogCore, cq: ConsumeQueue, i: int, end: int, budget: int) -> tuple[int, int]:
     """Queue offsets [i, run_end) whose records lie back to back in one segment (read in one
     pread), and their bytes; at least one record, more only while within `budget`."""
-    phys, size, _ = cq.unit(i)
+    # this unit and the next (queues interleave: most runs are one record), then larger batches
+    units, at = cq.units(i, min(end, i + 2)), i  # units[0] is queue offset `at`
+    phys, size, _ = units[0]
     if phys < core.min_offset:
         raise OffsetBelowRetentionError(i, cq.min_offset, what=f"queue offset of {cq.topic}/{cq.queue_id}")
     run_end = i + 1
     span = size
     seg_end = phys - phys % core.segment_bytes + core.segment_bytes
     while run_end < end and span < budget:
-        nphys, nsize, _ = cq.unit(run_end)
+        if run_end - at == len(units):
+            units, at = cq.units(run_end, min(end, run_end + _RUN_UNITS)), run_end
+        nphys, nsize, _ = units[run_end - at]
         if nphys != phys + span or nphys + nsize > seg_end:
             break
         span += nsize
