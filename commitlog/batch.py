@@ -143,7 +143,7 @@ def _tag_of(data: bytes | bytearray | memoryview, at: int, plen: int, index: int
         props = rec.decode_properties(bytes(data[at : at + plen]))
     except (ValueError, UnicodeDecodeError, struct.error) as exc:
         raise InvalidArgumentError(f"record {index} of the batch has malformed properties: {exc}") from exc
-    return rec.tags_hash(props.get(rec.PROP_TAGS))
+    return int(rec.tags_hash(props.get(rec.PROP_TAGS)))
 
 
 # --- reading stored ranges ---------------------------------------------------------------

@@ -30,7 +30,13 @@ def _body(parts: list[bytes]) -> bytes:
 def test_produce_round_trips(topic, queue, count, crc, records):
     body = _body(df.frame(df.OP_PRODUCE, 7, df.produce_request(topic, queue, count, crc), records))
     call = df.parse_produce(body)
-    assert (call.topic, call.queue, call.count, call.crc, bytes(call.records)) == (topic, queue, count, crc, records)
+    assert (call.topic, call.queue, call.count, call.crc, bytes(call.records)) == (
+        topic,
+        queue,
+        count,
+        crc,
+        records,
+    )
 
 
 @settings(max_examples=100, deadline=None)
@@ -41,7 +47,9 @@ def test_produce_reply_round_trips(broker_set, first, phys):
 
 @settings(max_examples=100, deadline=None)
 @given(topics, u32, u63, u32, u32, u32, u63, u63, u63, u32, st.binary(max_size=100))
-def test_pull_and_its_reply_round_trip(topic, queue, offset, n, size, wait, low, high, confirmed, count, records):
+def test_pull_and_its_reply_round_trip(
+    topic, queue, offset, n, size, wait, low, high, confirmed, count, records
+):
     call = df.PullCall(topic, queue, offset, n, size, wait)
     assert df.parse_pull(df.pull_request(call)) == call
     offsets = df.Offsets(low, high, confirmed)

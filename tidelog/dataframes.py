@@ -23,6 +23,7 @@ layout is a protocol error: the connection that sent it is closed, nothing else.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from tidelog.errors import InvalidArgumentError, TidelogError
@@ -61,7 +62,8 @@ def body_length(length: int) -> int:
 # --- produce ---------------------------------------------------------------------------------
 
 
-class ProduceCall(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class ProduceCall:
     topic: str
     queue: int
     count: int
@@ -119,7 +121,8 @@ class Offsets(NamedTuple):
     confirmed: int
 
 
-class Pulled(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Pulled:
     """A pull's answer, with the names of the gRPC PullReply's fields."""
 
     next_offset: int

@@ -56,8 +56,18 @@ def test_what_a_producer_encodes_is_read_back_field_for_field(tmp_path_factory, 
     assert count == len(batch) and [m.phys_offset for m in stored] == phys
     views = [RecordView(raw, pos, "bs") for pos in walk(raw, "test", phys[0])]
     for out, m, v in zip(batch, stored, views, strict=True):
-        assert (m.body, m.key, m.tags, m.properties or {}) == (out.body, out.key, out.tags, out.properties or {})
-        assert (v.body, v.key, v.tags, dict(v.properties)) == (out.body, out.key, out.tags, out.properties or {})
+        assert (m.body, m.key, m.tags, m.properties or {}) == (
+            out.body,
+            out.key,
+            out.tags,
+            out.properties or {},
+        )
+        assert (v.body, v.key, v.tags, dict(v.properties)) == (
+            out.body,
+            out.key,
+            out.tags,
+            out.properties or {},
+        )
         assert (v.topic, v.queue, v.offset, v.phys_offset) == ("orders", queue, m.queue_offset, m.phys_offset)
         assert (v.born_ts, v.store_ts) == (1234, m.store_ts) and m.born_ts == 1234
 
