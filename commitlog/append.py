@@ -82,7 +82,7 @@ def append_batch(core: LogCore, messages: Sequence[rec.Message], store_ts: int) 
     for q in queues:
         q.cq.extend(q.phys, q.sizes, q.tags)
         dirty.add(q.cq)
-    core.offsets.max = chunks[-1].end
+    core.appended(chunks[-1].end)
     return placements
 
 
@@ -228,7 +228,7 @@ def append_encoded(
         raise core.fail(f"append at {core.offsets.max} failed: {exc}", exc) from exc
     cq.extend(phys, sizes, tags)
     core.queues.dirty.add(cq)
-    core.offsets.max = pos
+    core.appended(pos)
     return first, phys
 
 

@@ -10,6 +10,7 @@ file under a running fdatasync.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -26,6 +27,9 @@ from tidelog.commitlog.waiters import OffsetWaiters
 from tidelog.errors import StoreClosedError, TidelogError
 
 log = logging.getLogger(__name__)
+
+
+KEEP_ENDS = 1024  # recent append ends remembered (see LogCore.ends)
 
 
 class LogCore:
@@ -58,6 +62,9 @@ class LogCore:
         self.failure: TidelogError | None = None
         # called (from any thread) with the typed error when a write or sync fails
         self.failure_listeners: list[Callable[[TidelogError], None]] = []
+        # where recent appends ended, ascending: record boundaries a raw read can stop at without
+        # walking the records (the master's HA sender reads the newest bytes)
+        self.ends: list[int] = []
         # called from the flusher thread with (seconds one fdatasync took, bytes it made durable)
         self.flush_listeners: list[Callable[[float, int], None]] = []
         self._last_cp_state: tuple[int, int, int] = (-1, -1, -1)
@@ -65,6 +72,24 @@ class LogCore:
     @property
     def min_offset(self) -> int:
         return self.segments.min_offset(self.offsets.max)
+
+    def appended(self, end: int) -> None:
+        """The log now ends at `end`, a record boundary, after an append (of any kind)."""
+        self.offsets.max = end
+        ends = self.ends
+        ends.append(end)
+        if len(ends) > 2 * KEEP_ENDS:
+            del ends[:KEEP_ENDS]
+
+    def boundary_in(self, start: int, end: int) -> int | None:
+        """The last known record boundary in (start, end], or None."""
+        ends = self.ends
+        i = bisect.bisect_right(ends, end)
+        return ends[i - 1] if i and ends[i - 1] > start else None
+
+    def forget_ends_after(self, offset: int) -> None:
+        """Truncation: boundaries beyond `offset` are no longer in the log."""
+        self.ends = [e for e in self.ends if e <= offset]
 
     def check_open(self) -> None:
         if self.closed:

@@ -14,6 +14,7 @@ from tidelog.commitlog import record as rec
 from tidelog.commitlog.batch import walk
 from tidelog.commitlog.consumequeue import ConsumeQueue, check_topic_queue
 from tidelog.commitlog.core import LogCore
+from tidelog.commitlog.segments import Segment
 from tidelog.errors import (
     CorruptRecordError,
     DataUnavailableError,
@@ -197,11 +198,23 @@ def read_raw_chunk(core: LogCore, phys_offset: int, max_bytes: int) -> tuple[byt
         # Everything up to the max offset, which is always a record boundary, and no blank marker
         # (the max offset lies in this segment): whole records, no need to walk them.
         return data, core.offsets.max
+    # Where an append ended inside this segment: whole records before it. (An append that ended
+    # at the segment's end closed it with a blank marker, which must be read as the 8 bytes it is.)
+    known = core.boundary_in(phys_offset, min(phys_offset + len(data), seg.base + core.segment_bytes - 1))
+    if known is not None:
+        return data[: known - phys_offset], known
+    return _walk_chunk(seg, core.segment_bytes, data, phys_offset, in_seg)
+
+
+def _walk_chunk(
+    seg: Segment, segment_bytes: int, data: bytes, phys_offset: int, in_seg: int
+) -> tuple[bytes, int]:
+    """The whole records (or the blank marker) at the start of `data`, found record by record."""
     pos = 0
     while pos + 8 <= len(data):
         size, magic = rec.BLANK.unpack_from(data, pos)
         if magic == rec.BLANK_MAGIC:
-            return data[: pos + rec.BLANK_SIZE], seg.base + core.segment_bytes
+            return data[: pos + rec.BLANK_SIZE], seg.base + segment_bytes
         if magic != rec.MAGIC:
             raise CorruptRecordError(
                 seg.path,

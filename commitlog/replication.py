@@ -54,7 +54,7 @@ def append_raw(core: LogCore, phys_offset: int, data: bytes) -> int:
         except OSError as exc:
             raise core.fail(f"raw append at {phys_offset} failed: {exc}", exc) from exc
         _index(core, data, units)
-        core.offsets.max = end
+        core.appended(end)
     return end
 
 

@@ -38,4 +38,5 @@ def truncate(core: LogCore, phys_offset: int, listeners: Iterable[Callable[[int]
         core.queues.truncate_phys(phys_offset)
         core.epochs.truncate_suffix(phys_offset)
         core.offsets.lower_to(phys_offset)
+        core.forget_ends_after(phys_offset)
         core.write_checkpoint(clean=False)
