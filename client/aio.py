@@ -71,6 +71,7 @@ from tidelog.invariants import present
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
+from tidelog.tasks import cancel_and_wait
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,7 @@ class AsyncClient:
         self._ledger_stubs: dict[str, Any] = {}
         # produce and pull go through each broker's data port when it has one (client/dataconn.py)
         self.data = DataPlane(self._data_address, enabled=data_port)
+        self._background: set[asyncio.Future[Any]] = set()
 
     # --- plumbing ---
 
@@ -278,7 +280,17 @@ class AsyncClient:
     def forget_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
 
+    def background(self, coro: Any) -> asyncio.Future[Any]:
+        """Run `coro` as a task this client ends when it closes (a reader's read-ahead)."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        # retrieved here too: a read-ahead nobody came back for must not be reported as unhandled
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
     async def close(self) -> None:
+        await cancel_and_wait(*self._background)
         await self.data.close()
         channels, self._channels = list(self._channels.values()), {}
         self._ledger_stubs = {}
@@ -670,6 +682,8 @@ class AsyncReader:
         self.queue = queue
         self.position = start_offset
         self.broker_set = broker_set
+        self._ahead: asyncio.Future[tuple[list[ConsumedMessage], int]] | None = None
+        self._ahead_at = -1  # the position the read-ahead started from
 
     async def _route(self, refresh: bool = False) -> BrokerSetRoute:
         route = await self.client.route(self.topic, refresh=refresh)
@@ -686,34 +700,50 @@ class AsyncReader:
         return bs
 
     async def read(self, max_messages: int = 100, timeout: float = 0.0) -> list[ConsumedMessage]:
+        """The next messages from the position (at most `max_messages`), waiting up to `timeout`
+        for some. A full batch starts the next pull at once (read-ahead), so that the broker reads
+        it while the caller works on this one."""
+        msgs = await self._ahead_batch()
+        if msgs is None:
+            msgs, nxt = await self._pull(self.position, max_messages, int(timeout * 1000))
+            self.position = nxt
+        if len(msgs) >= max_messages:
+            self._ahead = self.client.background(self._pull(self.position, max_messages, 0))
+            self._ahead_at = self.position
+        return msgs
+
+    async def _ahead_batch(self) -> list[ConsumedMessage] | None:
+        """The read-ahead's messages, if one ran and brought any; else None (pull as usual)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        try:
+            msgs, nxt = await ahead
+        except TidelogError:
+            return None  # the pull made now will meet (and raise) whatever it was, or succeed
+        if not msgs or self._ahead_at != self.position:
+            return None
+        self.position = nxt
+        return msgs
+
+    async def _pull(self, offset: int, max_messages: int, wait_ms: int) -> tuple[list[ConsumedMessage], int]:
         bs = await self._route()
         try:
-            msgs, nxt = await self.client.pull(
-                bs,
-                self.topic,
-                self.queue,
-                self.position,
-                max_messages=max_messages,
-                wait_ms=int(timeout * 1000),
+            return await self.client.pull(
+                bs, self.topic, self.queue, offset, max_messages=max_messages, wait_ms=wait_ms
             )
         except UnavailableError:
             bs = await self._route(refresh=True)
-            msgs, nxt = await self.client.pull(
-                bs,
-                self.topic,
-                self.queue,
-                self.position,
-                max_messages=max_messages,
-                wait_ms=int(timeout * 1000),
+            return await self.client.pull(
+                bs, self.topic, self.queue, offset, max_messages=max_messages, wait_ms=wait_ms
             )
-        self.position = nxt
-        return msgs
 
     async def poll(self, max_messages: int = 100, timeout: float = 0.0) -> list[ConsumedMessage]:
         return await self.read(max_messages, timeout)
 
     async def close(self) -> None:
-        return None
+        ahead, self._ahead = self._ahead, None
+        await cancel_and_wait(ahead)
 
 
 class AsyncConsumer:

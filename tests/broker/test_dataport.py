@@ -69,6 +69,14 @@ async def _through_the_client(controllers: str) -> None:
                 while batch := await reader.read(1000, timeout=0.5):
                     got.update({(q, m.offset): (m.body, m.key, m.tags, dict(m.properties)) for m in batch})
             assert got == {k: (m.body, m.key, m.tags, dict(m.properties or {})) for k, m in sent.items()}
+        # a full batch starts the next pull early; moving the position discards what it brought
+        q = receipts[0].queue
+        reader = fast.reader(TOPIC, q, 0)
+        first = [m.offset for m in await reader.read(5)]
+        reader.position = 0
+        assert [m.offset for m in await reader.read(5)] == first == list(range(5))
+        assert [m.offset for m in await reader.read(5)] == list(range(5, 10))
+        await reader.close()
 
 
 def test_the_data_port_serves_produce_and_pull_and_survives_bad_frames(
