@@ -164,21 +164,29 @@ class AsyncClient:
         )
         return str(reply.data_address)
 
+    async def _over_data_port(
+        self, address: str, op: int, parts: list[bytes], timeout: float
+    ) -> bytes | None:
+        """A request's reply body through the data port of the broker at `address`, or None when
+        it has none (the caller uses gRPC). A data port that fails is left alone for a while."""
+        conn = await self.data.connection(address)
+        if conn is None:
+            return None
+        try:
+            return await conn.call(op, parts, timeout)
+        except UnavailableError:
+            self.data.failed(address)
+            raise
+
     async def produce_records(
         self, address: str, topic: str, queue: int, records: bytes, count: int, timeout: float
     ) -> tuple[str, int, Sequence[int]]:
         """One record batch to the broker at `address`: (broker set, first queue offset, physical
         offsets), through its data port when it has one, else gRPC."""
         crc = crc32c(records)
-        conn = await self.data.connection(address)
-        if conn is not None:
-            try:
-                body = await conn.call(
-                    df.OP_PRODUCE, [df.produce_request(topic, queue, count, crc), records], timeout
-                )
-            except UnavailableError:
-                self.data.failed(address)
-                raise
+        parts = [df.produce_request(topic, queue, count, crc), records]
+        body = await self._over_data_port(address, df.OP_PRODUCE, parts, timeout)
+        if body is not None:
             return df.parse_produced(body)
         req = bpb.ProduceBatchRequest(topic=topic, queue=queue, records=records, count=count, crc=crc)
         reply = await self.call_broker(address, "ProduceBatch", req, timeout=timeout)
@@ -187,13 +195,9 @@ class AsyncClient:
     async def pull_records(self, address: str, call: df.PullCall, timeout: float) -> Any:
         """One encoded pull from the broker at `address` (a reply with records, count, next_offset
         and offsets), through its data port when it has one, else gRPC."""
-        conn = await self.data.connection(address)
-        if conn is not None:
-            try:
-                return df.parse_pulled(await conn.call(df.OP_PULL, [df.pull_request(call)], timeout))
-            except UnavailableError:
-                self.data.failed(address)
-                raise
+        body = await self._over_data_port(address, df.OP_PULL, [df.pull_request(call)], timeout)
+        if body is not None:
+            return df.parse_pulled(body)
         request = bpb.PullRequest(
             topic=call.topic,
             queue=call.queue,
