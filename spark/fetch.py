@@ -9,6 +9,10 @@ set holds the same bytes for it. `read_range` reads from the replicas in order (
 as planned), and when one fails or lags behind the planned end it continues from the same offset
 on the next: the rows are identical whichever replica serves them. It never returns an offset at
 or past `end`, and checks that offsets arrive contiguous, so a retried task reads the same rows.
+
+A pull answers with the stored bytes of whole records (commitlog/FORMAT.md "Record batches"),
+which stay as they are: a `Chunk` is that buffer and where each record of the range starts in
+it, checked (length, magic, CRC) but not decoded; spark/rows.py turns it into Arrow columns.
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tidelog.client.aio import AsyncClient
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
+from tidelog.commitlog import record as rec
+from tidelog.commitlog.batch import RecordView, walk
+from tidelog.dataframes import PullCall
 from tidelog.errors import (
     CorruptRecordError,
     OffsetBelowRetentionError,
@@ -41,6 +48,32 @@ T = TypeVar("T")
 _REPLICA_ERRORS = (UnavailableError, TopicNotFoundError, CorruptRecordError)  # another replica has it
 PULL_MAX_BYTES = 8 << 20
 PULL_WAIT_MS = 1000
+
+
+class Chunk:
+    """Records of one pull, in queue-offset order: the reply's bytes (`data`) and where each record
+    of the range starts in them (`starts`; records past the range's end are left out).
+
+    Iterating gives each record as a lazily decoded `RecordView` (tests and tools); the Spark
+    source reads the buffer directly (spark/rows.py)."""
+
+    __slots__ = ("data", "starts", "broker_set")
+
+    def __init__(self, data: bytes, starts: list[int], broker_set: str) -> None:
+        self.data = data
+        self.starts = starts
+        self.broker_set = broker_set
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self) -> Iterator[RecordView]:
+        data, bs = self.data, self.broker_set
+        return (RecordView(data, pos, bs) for pos in self.starts)
+
+    def offset_at(self, index: int) -> int:
+        """The queue offset of record `index`."""
+        return int(rec.HEADER.unpack_from(self.data, self.starts[index])[7])
 
 
 def run(coro_fn: Callable[[AsyncClient], Awaitable[T]], controllers: str, *, rpc_timeout: float = 5.0) -> T:
@@ -168,8 +201,8 @@ class RangeReader:
         )
         return int(reply.offsets.min)
 
-    async def next_chunk(self) -> list[bpb.PulledMessage]:
-        """The next messages of the range (at least one), or [] once the range is done.
+    async def next_chunk(self) -> Chunk:
+        """The next records of the range (at least one), or an empty chunk once the range is done.
 
         Replicas are asked in turn, speculatively (client/hedge.py): one that has not answered
         within the pull's wait plus SPECULATIVE_READ_S (a silent replica) is passed over."""
@@ -188,73 +221,89 @@ class RangeReader:
                 )
             turn = self._turn % len(self.replicas) if self.replicas else 0
             order = self.replicas[turn:] + self.replicas[:turn]
-            request = bpb.PullRequest(
-                topic=self.topic,
-                queue=self.queue,
-                offset=self.position,
-                max_messages=min(self.max_messages, self.end - self.position),
-                max_bytes=PULL_MAX_BYTES,
-                wait_ms=int(min(PULL_WAIT_MS, remaining * 1000)),
+            call = PullCall(
+                self.topic,
+                self.queue,
+                self.position,
+                min(self.max_messages, self.end - self.position),
+                PULL_MAX_BYTES,
+                int(min(PULL_WAIT_MS, remaining * 1000)),
             )
             try:
-                address, msgs = await first_answer(
+                address, chunk = await first_answer(
                     order,
-                    lambda a, r=request: self._pull(a, r),
-                    after_s=request.wait_ms / 1000 + SPECULATIVE_READ_S,
+                    lambda a, c=call: self._pull(a, c),
+                    after_s=call.wait_ms / 1000 + SPECULATIVE_READ_S,
                     give_up=lambda exc: not isinstance(exc, _REPLICA_ERRORS),
                 )
             except AllFailed as failed:
-                errors = list(failed.errors.values())
-                last = (
-                    errors[-1]
-                    if errors
-                    else UnavailableError(f"broker set {self.broker_set} has no replica to read from")
-                )
-                log.info(
-                    "%s: no replica could serve offset %d (%s); asking the controllers again",
-                    self.where,
-                    self.position,
-                    last,
-                )
-                self._turn += 1
-                await asyncio.sleep(0.2)
-                await self._refresh_replicas()
+                last = await self._all_failed(failed)
                 continue
-            if msgs is None:  # below the replica's retention floor
+            if chunk is None:  # below the replica's retention floor
                 floor = await self._min_offset(address)
                 self.position = check_start(
                     self.position, floor, self.end, fail_on_data_loss=self.fail_on_data_loss, where=self.where
                 )
                 continue
-            self._check_contiguous(msgs, address)
-            self.served_by.append((address, self.position, len(msgs)))
-            self.position += len(msgs)
-            return msgs
-        return []
+            self._check_contiguous(chunk, address)
+            self.served_by.append((address, self.position, len(chunk)))
+            self.position += len(chunk)
+            return chunk
+        return Chunk(b"", [], self.broker_set)
 
-    async def _pull(self, address: str, request: bpb.PullRequest) -> list[bpb.PulledMessage] | None:
-        """The messages of the range one replica holds from `request.offset`, None below its
-        retention floor; a replica with nothing there yet raises (another may have it)."""
+    async def _all_failed(self, failed: AllFailed[Any]) -> BaseException:
+        """No replica served this pull: the next pull starts at another replica, with the
+        controllers' current list. Returns the last error, for the timeout's message."""
+        errors = list(failed.errors.values())
+        last = (
+            errors[-1]
+            if errors
+            else UnavailableError(f"broker set {self.broker_set} has no replica to read from")
+        )
+        log.info(
+            "%s: no replica could serve offset %d (%s); asking the controllers again",
+            self.where,
+            self.position,
+            last,
+        )
+        self._turn += 1
+        await asyncio.sleep(0.2)
+        await self._refresh_replicas()
+        return last
+
+    async def _pull(self, address: str, call: PullCall) -> Chunk | None:
+        """The records of the range one replica holds from `call.offset`, None below its
+        retention floor; a replica with nothing there yet raises (another may have it), as does
+        one whose reply fails its checks (length, magic, CRC, count)."""
         try:
-            reply = await self.client.call_broker(
-                address, "Pull", request, timeout=self.client.rpc_timeout + PULL_WAIT_MS / 1000
+            reply = await self.client.pull_records(
+                address, call, self.client.rpc_timeout + PULL_WAIT_MS / 1000
             )
         except OffsetBelowRetentionError:
             return None
-        msgs = [m for m in reply.messages if m.offset < self.end]
-        if not msgs:
+        data = reply.records
+        starts = walk(data, f"pull reply from {address}", 0)
+        if len(starts) != reply.count:
+            raise CorruptRecordError(
+                f"pull reply from {address}", -1, f"{len(starts)} records, {reply.count} announced"
+            )
+        if not starts:
             # This replica's confirmed offset is still below the planned end (a slave a push
             # behind, or a new master finishing its dispatch): the data is confirmed, so
             # another replica, or this one a moment later, has it.
-            raise UnavailableError(f"{address} has nothing at {request.offset} yet")
-        return msgs
+            raise UnavailableError(f"{address} has nothing at {call.offset} yet")
+        # A reply may run past the planned end (the broker does not know it): those records
+        # belong to a later range, and whether they are contiguous is checked by the caller.
+        del starts[max(0, self.end - call.offset) :]
+        return Chunk(data, starts, self.broker_set)
 
-    def _check_contiguous(self, msgs: Sequence[bpb.PulledMessage], address: str) -> None:
-        first, last = msgs[0].offset, msgs[-1].offset
-        if first != self.position or last != self.position + len(msgs) - 1:
+    def _check_contiguous(self, chunk: Chunk, address: str) -> None:
+        n = len(chunk)
+        first, last = chunk.offset_at(0), chunk.offset_at(n - 1)
+        if first != self.position or last != self.position + n - 1:
             raise TidelogError(
                 f"{self.where}: {address} returned offsets {first}..{last} for a read at "
-                f"{self.position} ({len(msgs)} messages); queue offsets must be contiguous"
+                f"{self.position} ({n} messages); queue offsets must be contiguous"
             )
 
 
@@ -270,8 +319,8 @@ def read_range(
     fail_on_data_loss: bool = True,
     max_messages: int = 4096,
     timeout: float = 60.0,
-) -> Iterator[list[bpb.PulledMessage]]:
-    """Chunks of messages of `[start, end)`, in offset order; a synchronous generator for Spark's `read()`."""
+) -> Iterator[Chunk]:
+    """Chunks of records of `[start, end)`, in offset order; a synchronous generator for Spark's `read()`."""
     loop = asyncio.new_event_loop()
     client = AsyncClient(controllers, rpc_timeout=5.0)
     try:
