@@ -11,24 +11,27 @@ on the next: the rows are identical whichever replica serves them. It never retu
 or past `end`, and checks that offsets arrive contiguous, so a retried task reads the same rows.
 
 A pull answers with the stored bytes of whole records (commitlog/FORMAT.md "Record batches"),
-which stay as they are: a `Chunk` is that buffer and where each record of the range starts in
-it, checked (length, magic, CRC) but not decoded; spark/rows.py turns it into Arrow columns.
+which stay as they are: a `Chunk` (spark/records.py) is that buffer, checked (length, magic,
+CRC), with the header fields of each record of the range; spark/rows.py turns it into Arrow
+columns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tidelog import loops
 from tidelog.client.aio import AsyncClient
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
-from tidelog.commitlog import record as rec
-from tidelog.commitlog.batch import RecordView, walk
 from tidelog.dataframes import PullCall
 from tidelog.errors import (
     CorruptRecordError,
@@ -39,6 +42,7 @@ from tidelog.errors import (
 )
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.spark.plan import QueueState, check_start, queue_name
+from tidelog.spark.records import NO_FIELDS, Chunk, scan
 
 log = logging.getLogger(__name__)
 
@@ -48,32 +52,6 @@ T = TypeVar("T")
 _REPLICA_ERRORS = (UnavailableError, TopicNotFoundError, CorruptRecordError)  # another replica has it
 PULL_MAX_BYTES = 8 << 20
 PULL_WAIT_MS = 1000
-
-
-class Chunk:
-    """Records of one pull, in queue-offset order: the reply's bytes (`data`) and where each record
-    of the range starts in them (`starts`; records past the range's end are left out).
-
-    Iterating gives each record as a lazily decoded `RecordView` (tests and tools); the Spark
-    source reads the buffer directly (spark/rows.py)."""
-
-    __slots__ = ("data", "starts", "broker_set")
-
-    def __init__(self, data: bytes, starts: list[int], broker_set: str) -> None:
-        self.data = data
-        self.starts = starts
-        self.broker_set = broker_set
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __iter__(self) -> Iterator[RecordView]:
-        data, bs = self.data, self.broker_set
-        return (RecordView(data, pos, bs) for pos in self.starts)
-
-    def offset_at(self, index: int) -> int:
-        """The queue offset of record `index`."""
-        return int(rec.HEADER.unpack_from(self.data, self.starts[index])[7])
 
 
 def run(coro_fn: Callable[[AsyncClient], Awaitable[T]], controllers: str, *, rpc_timeout: float = 5.0) -> T:
@@ -86,7 +64,7 @@ def run(coro_fn: Callable[[AsyncClient], Awaitable[T]], controllers: str, *, rpc
         finally:
             await client.close()
 
-    return asyncio.run(main())
+    return loops.run(main())
 
 
 @dataclass(frozen=True)
@@ -249,7 +227,7 @@ class RangeReader:
             self.served_by.append((address, self.position, len(chunk)))
             self.position += len(chunk)
             return chunk
-        return Chunk(b"", [], self.broker_set)
+        return Chunk(b"", NO_FIELDS, self.broker_set)
 
     async def _all_failed(self, failed: AllFailed[Any]) -> BaseException:
         """No replica served this pull: the next pull starts at another replica, with the
@@ -282,29 +260,46 @@ class RangeReader:
         except OffsetBelowRetentionError:
             return None
         data = reply.records
-        starts = walk(data, f"pull reply from {address}", 0)
-        if len(starts) != reply.count:
+        fields = scan(data, f"pull reply from {address}")
+        if len(fields.starts) != reply.count:
             raise CorruptRecordError(
-                f"pull reply from {address}", -1, f"{len(starts)} records, {reply.count} announced"
+                f"pull reply from {address}", -1, f"{len(fields.starts)} records, {reply.count} announced"
             )
-        if not starts:
+        if not fields.starts:
             # This replica's confirmed offset is still below the planned end (a slave a push
             # behind, or a new master finishing its dispatch): the data is confirmed, so
             # another replica, or this one a moment later, has it.
             raise UnavailableError(f"{address} has nothing at {call.offset} yet")
         # A reply may run past the planned end (the broker does not know it): those records
-        # belong to a later range, and whether they are contiguous is checked by the caller.
-        del starts[max(0, self.end - call.offset) :]
-        return Chunk(data, starts, self.broker_set)
+        # belong to a later range. Whether the rest are contiguous is checked by the caller.
+        keep = self.end - call.offset
+        return Chunk(data, fields.head(keep) if len(fields.starts) > keep else fields, self.broker_set)
 
     def _check_contiguous(self, chunk: Chunk, address: str) -> None:
-        n = len(chunk)
-        first, last = chunk.offset_at(0), chunk.offset_at(n - 1)
-        if first != self.position or last != self.position + n - 1:
+        offsets = chunk.fields.offsets
+        if tuple(offsets) != tuple(range(self.position, self.position + len(offsets))):
             raise TidelogError(
-                f"{self.where}: {address} returned offsets {first}..{last} for a read at "
-                f"{self.position} ({n} messages); queue offsets must be contiguous"
+                f"{self.where}: {address} returned offsets {offsets[0]}..{offsets[-1]} for a read at "
+                f"{self.position} ({len(offsets)} messages); queue offsets must be contiguous"
             )
+
+
+class _LoopThread:
+    """An event loop running in a thread of its own, so that a pull is under way while the
+    caller's thread turns the previous chunk into rows and Spark sends them on."""
+
+    def __init__(self) -> None:
+        self.loop = loops.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tidelog-range-read", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
 
 
 def read_range(
@@ -320,9 +315,12 @@ def read_range(
     max_messages: int = 4096,
     timeout: float = 60.0,
 ) -> Iterator[Chunk]:
-    """Chunks of records of `[start, end)`, in offset order; a synchronous generator for Spark's `read()`."""
-    loop = asyncio.new_event_loop()
+    """Chunks of records of `[start, end)`, in offset order; a synchronous generator for Spark's
+    `read()`. The next chunk is pulled while the caller handles the current one (one pull ahead:
+    at most two chunks are held)."""
+    runner = _LoopThread()
     client = AsyncClient(controllers, rpc_timeout=5.0)
+    pending: concurrent.futures.Future[Chunk] | None = None
     try:
         reader = RangeReader(
             client,
@@ -336,13 +334,17 @@ def read_range(
             max_messages=max_messages,
             timeout=timeout,
         )
-        while True:
-            chunk = loop.run_until_complete(reader.next_chunk())
-            if not chunk:
-                break
+        pending = runner.submit(reader.next_chunk())
+        while chunk := pending.result():
+            pending = runner.submit(reader.next_chunk())
             yield chunk
         if len(reader.served_by) > 1 and len({a for a, _, _ in reader.served_by}) > 1:
             log.info("%s [%d, %d) was served by %s", reader.where, start, end, reader.served_by)
     finally:
-        loop.run_until_complete(client.close())
-        loop.close()
+        if pending is not None and not pending.done():
+            # The caller stopped early (a limit, a failed task): the pull under way is not wanted.
+            pending.cancel()
+            with contextlib.suppress(concurrent.futures.CancelledError, Exception):
+                pending.result()
+        runner.submit(client.close()).result()
+        runner.stop()

@@ -1,10 +1,9 @@
 """Rows of the Spark source: pulled records turned into Arrow record batches (or tuples).
 
-A chunk is the stored bytes of whole records (spark/fetch.py `Chunk`; commitlog/FORMAT.md
-"Record"), and the columns are built from that buffer directly: one pass unpacks the few header
-fields a row needs (queue offset, store time, properties and body lengths) for every record at
-once, the integer columns are packed into arrays whose bytes become Arrow buffers, and the bodies
-are copied once, into the values buffer of the binary column. Properties (key, tags, headers)
+A chunk is the stored bytes of whole records with the header fields a row needs, read when the
+reply was checked (spark/records.py; commitlog/FORMAT.md "Record"), and the columns are built
+from them directly: the integer columns are packed into arrays whose bytes become Arrow buffers,
+and the bodies are copied once, into the values buffer of the binary column. Properties (key, tags, headers)
 are decoded only when one of those columns is asked for, and only for records that have any.
 No Python object is made per message beyond a body's slice and a header's tuple.
 
@@ -17,20 +16,20 @@ for `int`; microsecond UTC timestamps).
 
 from __future__ import annotations
 
-import struct
 from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from itertools import accumulate, compress, repeat
-from operator import add, sub
-from typing import Any, NamedTuple
+from itertools import accumulate
+from operator import sub
+from typing import Any
 
 import pyarrow as pa
 
 from tidelog.commitlog import record as rec
 from tidelog.errors import InvalidArgumentError
-from tidelog.spark.fetch import Chunk
+from tidelog.spark import records
 from tidelog.spark.plan import COLUMNS, HEADERS_COLUMN
+from tidelog.spark.records import Chunk
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "topic": pa.string(),
@@ -46,11 +45,6 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 KNOWN = {name for name, _ in COLUMNS} | {HEADERS_COLUMN[0]}
 PROPERTY_COLUMNS = frozenset({"key", "tags", "headers"})
 
-#: The header fields a row needs (commitlog/FORMAT.md "Record"): total_size, then (skipping magic,
-#: crc, flags, topic_len, queue_id, epoch) queue_offset, then (skipping phys_offset, born_ts)
-#: store_ts, props_len, body_len.
-_ROW_FIELDS = struct.Struct(">I20xQ16xQII")
-_QUEUE_ID = struct.Struct(">16xI")
 _MS_TIMESTAMP = pa.timestamp("ms", tz="UTC")
 # array typecodes of exactly 8 and 4 bytes, for buffers Arrow reads as int64 and int32
 _I64 = next(code for code in "lq" if array(code).itemsize == 8)
@@ -65,34 +59,12 @@ def check_columns(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
-class Fields(NamedTuple):
-    """The header fields of every record of a chunk, one sequence per field, in record order."""
-
-    offsets: Sequence[int]
-    store_ts: Sequence[int]
-    body_starts: Sequence[int]
-    body_ends: Sequence[int]
-    props_lens: Sequence[int]
-
-
-def scan(data: bytes, starts: Sequence[int]) -> Fields:
-    """One pass over the records' headers (already checked by the reader). The loops run in C:
-    `map` unpacks, `zip` turns the rows of fields into columns."""
-    if not starts:
-        return Fields((), (), (), (), ())
-    sizes, offsets, stamps, plens, blens = zip(
-        *map(_ROW_FIELDS.unpack_from, repeat(data), starts), strict=True
-    )
-    ends = list(map(add, starts, sizes))
-    return Fields(offsets, stamps, list(map(sub, ends, blens)), ends, plens)
-
-
 def _int_array(values: Sequence[int], kind: pa.DataType, code: str) -> pa.Array:
     packed = array(code, values)
     return pa.Array.from_buffers(kind, len(packed), [None, pa.py_buffer(packed)])
 
 
-def body_array(data: bytes, fields: Fields) -> pa.Array:
+def body_array(data: bytes, fields: records.Fields) -> pa.Array:
     """The binary column: value offsets from the body lengths, values as one join of the bodies'
     slices of the buffer (memoryviews: the join is the only copy)."""
     n = len(fields.body_ends)
@@ -101,15 +73,6 @@ def body_array(data: bytes, fields: Fields) -> pa.Array:
     with memoryview(data) as mv:
         values = b"".join(map(mv.__getitem__, map(slice, fields.body_starts, fields.body_ends)))
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)])
-
-
-def properties(data: bytes, fields: Fields) -> list[dict[str, str] | None]:
-    """Each record's properties (KEYS and TAGS included), None for a record without any."""
-    out: list[dict[str, str] | None] = [None] * len(fields.props_lens)
-    for i in compress(range(len(out)), fields.props_lens):
-        end = fields.body_starts[i]
-        out[i] = rec.decode_properties(data[end - fields.props_lens[i] : end])
-    return out
 
 
 def _property_column(name: str, props: list[dict[str, str] | None]) -> pa.Array:
@@ -126,7 +89,7 @@ def _property_column(name: str, props: list[dict[str, str] | None]) -> pa.Array:
     return pa.array([p.get(prop) if p else None for p in props], kind)
 
 
-def _column(name: str, chunk: Chunk, fields: Fields, topic: str, broker_set: str) -> pa.Array:
+def _column(name: str, chunk: Chunk, topic: str, broker_set: str) -> pa.Array:
     n = len(chunk)
     kind = ARROW_TYPES[name]
     if name == "topic":
@@ -134,25 +97,23 @@ def _column(name: str, chunk: Chunk, fields: Fields, topic: str, broker_set: str
     if name == "broker_set":
         return pa.repeat(pa.scalar(broker_set, kind), n)
     if name == "queue":
-        queue = _QUEUE_ID.unpack_from(chunk.data, chunk.starts[0])[0] if n else 0
-        return pa.repeat(pa.scalar(queue, kind), n)
+        return pa.repeat(pa.scalar(chunk.queue(), kind), n)
     if name == "offset":
-        return _int_array(fields.offsets, kind, _I64)
+        return _int_array(chunk.fields.offsets, kind, _I64)
     if name == "body":
-        return body_array(chunk.data, fields)
+        return body_array(chunk.data, chunk.fields)
     if name == "timestamp":
-        return _int_array(fields.store_ts, pa.int64(), _I64).view(_MS_TIMESTAMP).cast(kind)
+        return _int_array(chunk.fields.store_ts, pa.int64(), _I64).view(_MS_TIMESTAMP).cast(kind)
     raise InvalidArgumentError(f"unknown column {name}")
 
 
 def record_batch(chunk: Chunk, topic: str, broker_set: str, names: Sequence[str]) -> pa.RecordBatch:
     """One record batch holding the records of `chunk`, with exactly the columns `names`, in that
     order."""
-    fields = scan(chunk.data, chunk.starts)
-    props = properties(chunk.data, fields) if PROPERTY_COLUMNS.intersection(names) else []
+    props = records.properties(chunk.data, chunk.fields) if PROPERTY_COLUMNS.intersection(names) else []
     schema = pa.schema([pa.field(n, ARROW_TYPES[n]) for n in names])
     columns = [
-        _property_column(n, props) if n in PROPERTY_COLUMNS else _column(n, chunk, fields, topic, broker_set)
+        _property_column(n, props) if n in PROPERTY_COLUMNS else _column(n, chunk, topic, broker_set)
         for n in names
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -24,7 +24,8 @@ from tidelog.errors import (
 )
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.spark import rows, sink
-from tidelog.spark.fetch import Chunk, RangeReader
+from tidelog.spark.fetch import RangeReader
+from tidelog.spark.records import Chunk
 
 
 def record(offset: int, queue: int = 0) -> bytes:
@@ -51,9 +52,7 @@ LOG = [RecordView(r, 0, "a") for r in RAW]
 
 
 def chunk(lo: int, hi: int) -> Chunk:
-    data = b"".join(RAW[lo:hi])
-    starts = [sum(map(len, RAW[lo:i])) for i in range(lo, hi)]
-    return Chunk(data, starts, "a")
+    return Chunk.of(b"".join(RAW[lo:hi]), "a")
 
 
 class FakeReplica:

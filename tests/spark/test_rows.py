@@ -3,6 +3,7 @@ encodes, stored and read back as bytes by a real CommitLog, converted column by 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -13,8 +14,9 @@ from hypothesis import strategies as st
 from tidelog.commitlog import CommitLog
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.batch import encode_batch, walk
-from tidelog.spark import rows
-from tidelog.spark.fetch import Chunk
+from tidelog.errors import CorruptRecordError
+from tidelog.spark import records, rows
+from tidelog.spark.records import Chunk
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def stored(
 @given(st.lists(outs, min_size=1, max_size=25), st.integers(0, 5), st.integers(0, 3))
 def test_records_become_the_columns_of_their_messages(tmp_path_factory, batch, before, queue):  # type: ignore[no-untyped-def]
     raw, msgs = stored(str(tmp_path_factory.mktemp("log")), before, batch, queue)
-    chunk = Chunk(raw, walk(raw, "test", 0), "broker-a")
+    chunk = Chunk.of(raw, "broker-a")
     got = rows.record_batch(chunk, "orders", "broker-a", ALL)
     got.validate(full=True)
     assert got.schema == pa.schema([pa.field(n, t) for n, t in rows.ARROW_TYPES.items()])
@@ -87,7 +89,7 @@ def test_records_become_the_columns_of_their_messages(tmp_path_factory, batch, b
 @given(st.lists(outs, min_size=1, max_size=10), st.permutations(ALL), st.integers(1, len(ALL)))
 def test_any_subset_of_columns_in_any_order(tmp_path_factory, batch, order, k):  # type: ignore[no-untyped-def]
     raw, _ = stored(str(tmp_path_factory.mktemp("log")), 0, batch, 0)
-    chunk = Chunk(raw, walk(raw, "test", 0), "b")
+    chunk = Chunk.of(raw, "b")
     names = list(order[:k])
     full = rows.record_batch(chunk, "orders", "b", ALL)
     part = rows.record_batch(chunk, "orders", "b", names)
@@ -113,7 +115,8 @@ def test_records_past_the_chunk_are_not_converted() -> None:
         for i in range(5)
     ]
     data = b"".join(parts)
-    chunk = Chunk(data, walk(data, "test", 0)[:3], "b")
+    whole = Chunk.of(data, "b")
+    chunk = Chunk(data, whole.fields.head(3), "b")
     got = rows.record_batch(chunk, "t", "b", ["offset", "body", "key", "headers"]).to_pydict()
     assert got == {
         "offset": [10, 11, 12],
@@ -121,4 +124,30 @@ def test_records_past_the_chunk_are_not_converted() -> None:
         "key": [None] * 3,
         "headers": [[]] * 3,
     }
-    assert rows.record_batch(Chunk(b"", [], "b"), "t", "b", ALL).num_rows == 0
+    assert rows.record_batch(Chunk.of(b"", "b"), "t", "b", ALL).num_rows == 0
+
+
+def _outcome(fn: Callable[[], Sequence[int]]) -> Sequence[int] | str:
+    try:
+        return list(fn())
+    except CorruptRecordError:
+        return "corrupt"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(outs, min_size=1, max_size=8), st.data())
+def test_the_scan_checks_records_as_the_commit_log_does(tmp_path_factory, batch, data):  # type: ignore[no-untyped-def]
+    raw, msgs = stored(str(tmp_path_factory.mktemp("log")), 0, batch, 2)
+    fields = records.scan(raw, "test")
+    assert list(fields.starts) == walk(raw, "test", 0)
+    views = list(Chunk(raw, fields, "b"))
+    assert list(fields.offsets) == [v.offset for v in views] and list(fields.store_ts) == [
+        v.store_ts for v in views
+    ]
+    # One byte flipped, or the buffer cut short: the scan refuses exactly what walk refuses.
+    at = data.draw(st.integers(0, len(raw) - 1))
+    damaged = raw[:at] + bytes([raw[at] ^ data.draw(st.integers(1, 255))]) + raw[at + 1 :]
+    cut = raw[: data.draw(st.integers(0, len(raw)))]
+    for bad in (damaged, cut):
+        assert _outcome(lambda b=bad: records.scan(b, "t").starts) == _outcome(lambda b=bad: walk(b, "t", 0))
+    assert _outcome(lambda: records.scan(damaged, "t").starts) == "corrupt"
