@@ -14,11 +14,14 @@ Python client, then times these jobs in one local SparkSession (`local[2]`, defa
   Parquet count is answered from the file's metadata, so compare the noop and Parquet jobs.
 - the client alone: the range reads the executors run, in this one process, into Arrow batches
   (no Spark), as the ceiling one Python worker can reach against these brokers.
-- conversion alone, per row, on `--convert` pulled messages held in memory: what a Python
-  worker spends turning them into what Spark takes, as Arrow record batches (`rows.record_batch`)
-  or as tuples (`rows.tuples`) that PySpark then converts to Arrow itself
-  (`records_to_arrow_batches`, the function its reader worker runs). The Spark jobs above are
-  bound by the brokers' pull rate on this machine, which hides this difference.
+- conversion alone, per row, on `--convert` pulled records held in memory (the chunks the range
+  reader returns: the stored bytes of whole records, as pulls answer them): what a Python worker
+  spends turning them into what Spark takes, as Arrow record batches built from the buffer
+  (`rows.record_batch`) or as tuples decoded record by record (`rows.tuples`) that PySpark then
+  converts to Arrow itself (`records_to_arrow_batches`, the function its reader worker runs).
+
+The source pulls stored record bytes (through the brokers' data port, which the bench cluster
+runs by default) and builds Arrow columns straight from them (spark/rows.py).
 
 Every job runs `--repeat` times; the table shows the median (and the range). Run from the
 repository root:
@@ -96,7 +99,7 @@ def client_only(controllers: str) -> tuple[float, int]:
 
 
 def conversion(spark: Any, controllers: str, limit: int, repeat: int) -> dict[str, float]:
-    """Microseconds per row to turn pulled messages into Arrow, both ways (in this process)."""
+    """Microseconds per row to turn pulled records into Arrow, both ways (in this process)."""
     from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
     from tidelog.spark import fetch, plan, rows

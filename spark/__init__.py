@@ -6,7 +6,8 @@
           .option("topic", "orders").load())
 
 Modules: `plan` (pure decisions: options, offsets, ranges, budgets, data loss), `fetch` (queue
-offsets and range reads against the cluster), `rows` (Arrow record batches), `source` (the
+offsets and range reads against the cluster), `records` (a pull reply's records, checked),
+`rows` (Arrow record batches built from them), `source` (the
 PySpark classes), `sink` (writers). `plan` needs neither pyspark nor pyarrow; the names below are
 imported on first use so that it stays importable without them.
 """

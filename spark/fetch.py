@@ -9,20 +9,30 @@ set holds the same bytes for it. `read_range` reads from the replicas in order (
 as planned), and when one fails or lags behind the planned end it continues from the same offset
 on the next: the rows are identical whichever replica serves them. It never returns an offset at
 or past `end`, and checks that offsets arrive contiguous, so a retried task reads the same rows.
+
+A pull answers with the stored bytes of whole records (commitlog/FORMAT.md "Record batches"),
+which stay as they are: a `Chunk` (spark/records.py) is that buffer, checked (length, magic,
+CRC), with the header fields of each record of the range; spark/rows.py turns it into Arrow
+columns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from tidelog import loops
 from tidelog.client.aio import AsyncClient
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
+from tidelog.dataframes import PullCall
 from tidelog.errors import (
     CorruptRecordError,
     OffsetBelowRetentionError,
@@ -32,6 +42,7 @@ from tidelog.errors import (
 )
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.spark.plan import QueueState, check_start, queue_name
+from tidelog.spark.records import NO_FIELDS, Chunk, scan
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +64,7 @@ def run(coro_fn: Callable[[AsyncClient], Awaitable[T]], controllers: str, *, rpc
         finally:
             await client.close()
 
-    return asyncio.run(main())
+    return loops.run(main())
 
 
 @dataclass(frozen=True)
@@ -168,8 +179,8 @@ class RangeReader:
         )
         return int(reply.offsets.min)
 
-    async def next_chunk(self) -> list[bpb.PulledMessage]:
-        """The next messages of the range (at least one), or [] once the range is done.
+    async def next_chunk(self) -> Chunk:
+        """The next records of the range (at least one), or an empty chunk once the range is done.
 
         Replicas are asked in turn, speculatively (client/hedge.py): one that has not answered
         within the pull's wait plus SPECULATIVE_READ_S (a silent replica) is passed over."""
@@ -188,74 +199,107 @@ class RangeReader:
                 )
             turn = self._turn % len(self.replicas) if self.replicas else 0
             order = self.replicas[turn:] + self.replicas[:turn]
-            request = bpb.PullRequest(
-                topic=self.topic,
-                queue=self.queue,
-                offset=self.position,
-                max_messages=min(self.max_messages, self.end - self.position),
-                max_bytes=PULL_MAX_BYTES,
-                wait_ms=int(min(PULL_WAIT_MS, remaining * 1000)),
+            call = PullCall(
+                self.topic,
+                self.queue,
+                self.position,
+                min(self.max_messages, self.end - self.position),
+                PULL_MAX_BYTES,
+                int(min(PULL_WAIT_MS, remaining * 1000)),
             )
             try:
-                address, msgs = await first_answer(
+                address, chunk = await first_answer(
                     order,
-                    lambda a, r=request: self._pull(a, r),
-                    after_s=request.wait_ms / 1000 + SPECULATIVE_READ_S,
+                    lambda a, c=call: self._pull(a, c),
+                    after_s=call.wait_ms / 1000 + SPECULATIVE_READ_S,
                     give_up=lambda exc: not isinstance(exc, _REPLICA_ERRORS),
                 )
             except AllFailed as failed:
-                errors = list(failed.errors.values())
-                last = (
-                    errors[-1]
-                    if errors
-                    else UnavailableError(f"broker set {self.broker_set} has no replica to read from")
-                )
-                log.info(
-                    "%s: no replica could serve offset %d (%s); asking the controllers again",
-                    self.where,
-                    self.position,
-                    last,
-                )
-                self._turn += 1
-                await asyncio.sleep(0.2)
-                await self._refresh_replicas()
+                last = await self._all_failed(failed)
                 continue
-            if msgs is None:  # below the replica's retention floor
+            if chunk is None:  # below the replica's retention floor
                 floor = await self._min_offset(address)
                 self.position = check_start(
                     self.position, floor, self.end, fail_on_data_loss=self.fail_on_data_loss, where=self.where
                 )
                 continue
-            self._check_contiguous(msgs, address)
-            self.served_by.append((address, self.position, len(msgs)))
-            self.position += len(msgs)
-            return msgs
-        return []
+            self._check_contiguous(chunk, address)
+            self.served_by.append((address, self.position, len(chunk)))
+            self.position += len(chunk)
+            return chunk
+        return Chunk(b"", NO_FIELDS, self.broker_set)
 
-    async def _pull(self, address: str, request: bpb.PullRequest) -> list[bpb.PulledMessage] | None:
-        """The messages of the range one replica holds from `request.offset`, None below its
-        retention floor; a replica with nothing there yet raises (another may have it)."""
+    async def _all_failed(self, failed: AllFailed[Any]) -> BaseException:
+        """No replica served this pull: the next pull starts at another replica, with the
+        controllers' current list. Returns the last error, for the timeout's message."""
+        errors = list(failed.errors.values())
+        last = (
+            errors[-1]
+            if errors
+            else UnavailableError(f"broker set {self.broker_set} has no replica to read from")
+        )
+        log.info(
+            "%s: no replica could serve offset %d (%s); asking the controllers again",
+            self.where,
+            self.position,
+            last,
+        )
+        self._turn += 1
+        await asyncio.sleep(0.2)
+        await self._refresh_replicas()
+        return last
+
+    async def _pull(self, address: str, call: PullCall) -> Chunk | None:
+        """The records of the range one replica holds from `call.offset`, None below its
+        retention floor; a replica with nothing there yet raises (another may have it), as does
+        one whose reply fails its checks (length, magic, CRC, count)."""
         try:
-            reply = await self.client.call_broker(
-                address, "Pull", request, timeout=self.client.rpc_timeout + PULL_WAIT_MS / 1000
+            reply = await self.client.pull_records(
+                address, call, self.client.rpc_timeout + PULL_WAIT_MS / 1000
             )
         except OffsetBelowRetentionError:
             return None
-        msgs = [m for m in reply.messages if m.offset < self.end]
-        if not msgs:
+        data = reply.records
+        fields = scan(data, f"pull reply from {address}")
+        if len(fields.starts) != reply.count:
+            raise CorruptRecordError(
+                f"pull reply from {address}", -1, f"{len(fields.starts)} records, {reply.count} announced"
+            )
+        if not fields.starts:
             # This replica's confirmed offset is still below the planned end (a slave a push
             # behind, or a new master finishing its dispatch): the data is confirmed, so
             # another replica, or this one a moment later, has it.
-            raise UnavailableError(f"{address} has nothing at {request.offset} yet")
-        return msgs
+            raise UnavailableError(f"{address} has nothing at {call.offset} yet")
+        # A reply may run past the planned end (the broker does not know it): those records
+        # belong to a later range. Whether the rest are contiguous is checked by the caller.
+        keep = self.end - call.offset
+        return Chunk(data, fields.head(keep) if len(fields.starts) > keep else fields, self.broker_set)
 
-    def _check_contiguous(self, msgs: Sequence[bpb.PulledMessage], address: str) -> None:
-        first, last = msgs[0].offset, msgs[-1].offset
-        if first != self.position or last != self.position + len(msgs) - 1:
+    def _check_contiguous(self, chunk: Chunk, address: str) -> None:
+        offsets = chunk.fields.offsets
+        if tuple(offsets) != tuple(range(self.position, self.position + len(offsets))):
             raise TidelogError(
-                f"{self.where}: {address} returned offsets {first}..{last} for a read at "
-                f"{self.position} ({len(msgs)} messages); queue offsets must be contiguous"
+                f"{self.where}: {address} returned offsets {offsets[0]}..{offsets[-1]} for a read at "
+                f"{self.position} ({len(offsets)} messages); queue offsets must be contiguous"
             )
+
+
+class _LoopThread:
+    """An event loop running in a thread of its own, so that a pull is under way while the
+    caller's thread turns the previous chunk into rows and Spark sends them on."""
+
+    def __init__(self) -> None:
+        self.loop = loops.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tidelog-range-read", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
 
 
 def read_range(
@@ -270,10 +314,13 @@ def read_range(
     fail_on_data_loss: bool = True,
     max_messages: int = 4096,
     timeout: float = 60.0,
-) -> Iterator[list[bpb.PulledMessage]]:
-    """Chunks of messages of `[start, end)`, in offset order; a synchronous generator for Spark's `read()`."""
-    loop = asyncio.new_event_loop()
+) -> Iterator[Chunk]:
+    """Chunks of records of `[start, end)`, in offset order; a synchronous generator for Spark's
+    `read()`. The next chunk is pulled while the caller handles the current one (one pull ahead:
+    at most two chunks are held)."""
+    runner = _LoopThread()
     client = AsyncClient(controllers, rpc_timeout=5.0)
+    pending: concurrent.futures.Future[Chunk] | None = None
     try:
         reader = RangeReader(
             client,
@@ -287,13 +334,17 @@ def read_range(
             max_messages=max_messages,
             timeout=timeout,
         )
-        while True:
-            chunk = loop.run_until_complete(reader.next_chunk())
-            if not chunk:
-                break
+        pending = runner.submit(reader.next_chunk())
+        while chunk := pending.result():
+            pending = runner.submit(reader.next_chunk())
             yield chunk
         if len(reader.served_by) > 1 and len({a for a, _, _ in reader.served_by}) > 1:
             log.info("%s [%d, %d) was served by %s", reader.where, start, end, reader.served_by)
     finally:
-        loop.run_until_complete(client.close())
-        loop.close()
+        if pending is not None and not pending.done():
+            # The caller stopped early (a limit, a failed task): the pull under way is not wanted.
+            pending.cancel()
+            with contextlib.suppress(concurrent.futures.CancelledError, Exception):
+                pending.result()
+        runner.submit(client.close()).result()
+        runner.stop()

@@ -1,6 +1,6 @@
-"""Reading one planned range from replicas that fail, lag or misbehave (fake replicas, no
-processes), and the conversions of the source (messages -> Arrow) and of the sink (Arrow ->
-messages)."""
+"""Reading one planned range from replicas that fail, lag or misbehave (fake replicas answering
+with stored record bytes, no processes), and the conversions of the source (records -> Arrow)
+and of the sink (Arrow -> messages)."""
 
 from __future__ import annotations
 
@@ -13,30 +13,46 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog.errors import InvalidArgumentError, OffsetBelowRetentionError, TidelogError, UnavailableError
+from tidelog.commitlog import record as rec
+from tidelog.commitlog.batch import RecordView
+from tidelog.dataframes import Offsets, PullCall, Pulled
+from tidelog.errors import (
+    InvalidArgumentError,
+    OffsetBelowRetentionError,
+    TidelogError,
+    UnavailableError,
+)
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.spark import rows, sink
 from tidelog.spark.fetch import RangeReader
+from tidelog.spark.records import Chunk
 
 
-def message(offset: int, queue: int = 0) -> bpb.PulledMessage:
-    m = bpb.PulledMessage(
-        topic="t",
-        queue=queue,
-        offset=offset,
+def record(offset: int, queue: int = 0) -> bytes:
+    """The stored bytes of message `offset` of the fake log (key, tags and properties on some)."""
+    key = f"k{offset % 5}" if offset % 2 else None
+    tags = "x" if offset % 3 == 0 else None
+    props = {"n": str(offset)} if offset % 4 == 0 else None
+    return rec.encode(
+        topic=b"t",
+        props=rec.encode_properties(key, tags, props),
         body=f"body-{offset}".encode() + bytes([offset % 256]),
+        flags=0,
+        queue_id=queue,
+        epoch=1,
+        queue_offset=offset,
+        phys_offset=offset * 100,
+        born_ts=1_600_000_000_000,
         store_ts=1_700_000_000_000 + offset,
     )
-    if offset % 2:
-        m.key = f"k{offset % 5}"
-    if offset % 3 == 0:
-        m.tags = "x"
-    if offset % 4 == 0:
-        m.properties["n"] = str(offset)
-    return m
 
 
-LOG = [message(i) for i in range(200)]
+RAW = [record(i) for i in range(200)]
+LOG = [RecordView(r, 0, "a") for r in RAW]
+
+
+def chunk(lo: int, hi: int) -> Chunk:
+    return Chunk.of(b"".join(RAW[lo:hi]), "a")
 
 
 class FakeReplica:
@@ -49,26 +65,32 @@ class FakeReplica:
         fail_after: int | None = None,
         lag_pulls: int = 0,
         gap: bool = False,
+        damaged: bool = False,
     ) -> None:
         self.confirmed = confirmed
         self.min = min_offset
         self.fail_after = fail_after
         self.lag_pulls = lag_pulls  # the first pulls see nothing yet (a slave a push behind)
         self.gap = gap
+        self.damaged = damaged  # one byte of every reply's last record is flipped
         self.pulls = 0
 
-    def pull(self, req: bpb.PullRequest) -> bpb.PullReply:
+    def pull(self, call: PullCall) -> Pulled:
         self.pulls += 1
         if self.fail_after is not None and self.pulls > self.fail_after:
             raise UnavailableError("replica down")
-        if req.offset < self.min:
-            raise OffsetBelowRetentionError(req.offset, self.min)
+        if call.offset < self.min:
+            raise OffsetBelowRetentionError(call.offset, self.min)
+        offsets = Offsets(self.min, 200, self.confirmed)
         if self.pulls <= self.lag_pulls:
-            return bpb.PullReply(next_offset=req.offset)
+            return Pulled(call.offset, offsets, 0, b"")
         # Like a broker: up to max_messages, never past its confirmed offset (but it does not know the range's end).
-        stop = min(self.confirmed, req.offset + max(req.max_messages, 1) + (5 if self.gap else 0))
-        msgs = LOG[req.offset + (1 if self.gap else 0) : stop]
-        return bpb.PullReply(messages=msgs, next_offset=stop)
+        stop = min(self.confirmed, call.offset + max(call.max_messages, 1) + (5 if self.gap else 0))
+        records = RAW[call.offset + (1 if self.gap else 0) : stop]
+        data = b"".join(records)
+        if self.damaged and data:
+            data = data[:-1] + bytes([data[-1] ^ 0xFF])
+        return Pulled(stop, offsets, len(records), data)
 
 
 class FakeClient:
@@ -77,10 +99,11 @@ class FakeClient:
     def __init__(self, replicas: dict[str, FakeReplica]) -> None:
         self.replicas = replicas
 
+    async def pull_records(self, address: str, call: PullCall, timeout: float) -> Pulled:
+        return self.replicas[address].pull(call)
+
     async def call_broker(self, address: str, method: str, request: Any, timeout: float | None = None) -> Any:
         replica = self.replicas[address]
-        if method == "Pull":
-            return replica.pull(request)
         if method == "GetOffsets":
             return bpb.GetOffsetsReply(
                 offsets=bpb.QueueOffsets(min=replica.min, max=200, confirmed=replica.confirmed)
@@ -140,6 +163,15 @@ def test_offsets_that_are_not_contiguous_stop_the_read() -> None:
         read_all({"only": FakeReplica(gap=True)}, 0, 50)
 
 
+def test_a_damaged_reply_is_read_again_from_another_replica() -> None:
+    slave, master = FakeReplica(damaged=True), FakeReplica()
+    got, reader = read_all({"slave": slave, "master": master}, 0, 60, max_messages=25)
+    assert got == LOG[:60]
+    assert {a for a, _, _ in reader.served_by} == {"master"} and slave.pulls >= 1
+    with pytest.raises(UnavailableError, match="CRC32C"):
+        read_all({"only": FakeReplica(damaged=True)}, 0, 10, timeout=0.5)
+
+
 def test_no_replica_answering_fails_after_the_read_timeout() -> None:
     with pytest.raises(UnavailableError, match="could not read"):
         read_all({"a": FakeReplica(fail_after=0), "b": FakeReplica(fail_after=0)}, 0, 10, timeout=0.5)
@@ -156,31 +188,31 @@ def test_retention_under_a_read_fails_or_skips_ahead() -> None:
 
 
 def test_record_batches_have_exactly_the_types_spark_expects() -> None:
-    batch = rows.record_batch(LOG[3:9], "t", "broker-a", [n for n in rows.ARROW_TYPES])
+    batch = rows.record_batch(chunk(3, 9), "t", "broker-a", [n for n in rows.ARROW_TYPES])
     assert batch.schema == pa.schema([pa.field(n, t) for n, t in rows.ARROW_TYPES.items()])
     d = batch.to_pylist()
     assert [r["offset"] for r in d] == list(range(3, 9))
     assert {(r["topic"], r["broker_set"], r["queue"]) for r in d} == {("t", "broker-a", 0)}
     assert [r["body"] for r in d] == [m.body for m in LOG[3:9]]
-    assert [r["key"] for r in d] == [m.key if m.HasField("key") else None for m in LOG[3:9]]
-    assert [r["tags"] for r in d] == [m.tags if m.HasField("tags") else None for m in LOG[3:9]]
+    assert [r["key"] for r in d] == [m.key for m in LOG[3:9]]
+    assert [r["tags"] for r in d] == [m.tags for m in LOG[3:9]]
     assert [dict(r["headers"]) for r in d] == [dict(m.properties) for m in LOG[3:9]]
     assert d[0]["timestamp"] == datetime.fromtimestamp(1_700_000_000.003, tz=UTC)
 
 
 def test_only_the_asked_columns_are_built_in_the_asked_order() -> None:
-    batch = rows.record_batch(LOG[:4], "t", "a", ["body", "offset"])
+    batch = rows.record_batch(chunk(0, 4), "t", "a", ["body", "offset"])
     assert batch.schema.names == ["body", "offset"]
-    assert rows.tuples(LOG[:4], "t", "a", ["body", "offset"]) == [(m.body, m.offset) for m in LOG[:4]]
+    assert rows.tuples(chunk(0, 4), "t", "a", ["body", "offset"]) == [(m.body, m.offset) for m in LOG[:4]]
     with pytest.raises(InvalidArgumentError, match="no column"):
         rows.check_columns(["body", "value"])
 
 
 def test_tuples_hold_the_same_rows_as_record_batches() -> None:
     names = list(rows.ARROW_TYPES)
-    as_arrow = [tuple(r.values()) for r in rows.record_batch(LOG[:30], "t", "a", names).to_pylist()]
+    as_arrow = [tuple(r.values()) for r in rows.record_batch(chunk(0, 30), "t", "a", names).to_pylist()]
     as_arrow = [tuple(dict(v) if isinstance(v, list) else v for v in r) for r in as_arrow]
-    assert rows.tuples(LOG[:30], "t", "a", names) == as_arrow
+    assert rows.tuples(chunk(0, 30), "t", "a", names) == as_arrow
 
 
 # --- sink conversion ------------------------------------------------------------------------

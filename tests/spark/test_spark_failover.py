@@ -23,6 +23,9 @@ from tests.client.conftest import LocalCluster
 from tests.spark.conftest import log_contents, produce, rows_by_pos
 from tidelog.client import Client, OutMessage
 from tidelog.client.aio import AsyncClient
+from tidelog.dataframes import PullCall
+from tidelog.localcluster import wait_until
+from tidelog.proto import broker_pb2 as bpb
 from tidelog.spark import fetch
 
 pytestmark = pytest.mark.slow
@@ -54,7 +57,22 @@ def test_slave_killed_mid_read_is_retried_on_the_master_with_identical_bytes(
     replicas = view.replicas[("midread", "broker-a")]
     assert len(replicas) == 2 and state.confirmed == 3000
 
+    async def slave_confirmed(client: AsyncClient) -> int:
+        reply = await client.call_broker(
+            replicas[0], "GetOffsets", bpb.GetOffsetsRequest(topic="midread", queue=0)
+        )
+        return int(reply.offsets.confirmed)
+
+    # The slave learns the confirmed offset from the master's next push: wait for it, so that
+    # the first pull tests the preference for slaves, not that race.
+    wait_until(
+        lambda: fetch.run(slave_confirmed, cluster.controllers) == 3000, 10, what="the slave's confirm"
+    )
+
     async def read_with_a_kill(client: AsyncClient) -> tuple[list[Any], list[tuple[str, int, int]]]:
+        # Open the slave's data connection first (a Status call, then a connect): on a loaded
+        # machine that can take longer than the hedge waits before asking the next replica.
+        await client.pull_records(replicas[0], PullCall("midread", 0, 0, 1, 0, 0), 5.0)
         reader = fetch.RangeReader(
             client, "midread", "broker-a", 0, 0, state.confirmed, replicas, max_messages=500
         )
