@@ -17,6 +17,14 @@ for that record (a retry after an unknown outcome); an id beyond the next waits 
 gap to fill (pipelined calls can arrive out of order). Adds of one ledger complete in id order,
 so the master's acknowledged LAC only ever covers a prefix.
 
+**Batches (`add_batch`).** A writer's pipelined adds come as batches of consecutive entries. The
+whole batch is checked first (shape, contiguous ids, sizes, password, fencing, closing, every
+digest under one key derivation); then its leading entries this replica already holds with the
+same digest (a retried batch) are skipped, the rest must continue the ledger (or wait briefly for
+the gap, as above) and go to the log in ONE append, and the batch waits once for the fsync and
+the replicas: the per-entry cost is building and indexing its record, nothing more. The batch is
+one link of the ledger's order chain and is acknowledged, or fails, as a whole.
+
 **What an add must prove.** Before anything is appended the master checks, besides the password,
 that the ledger still takes writes and that the digest is the entry's:
 

@@ -1,6 +1,6 @@
 """The broker's `Ledger.AddBatch` over real processes, raw gRPC (no ledger client in between).
 
-A batch is checked as a whole before anything is written (docs/ARCHITECTURE.md §9): bad input
+A batch is checked as a whole before anything is written (docs/ARCHITECTURE.md §8.2): bad input
 answers a typed error and leaves the ledger exactly as it was, still writable; a good batch is
 one run of records that both replicas hold; a retried batch is answered, not stored twice;
 batches that arrive out of order are sequenced; a fenced ledger fails the whole batch.
