@@ -63,7 +63,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from tidelog.errors import (
     CorruptRecordError,
@@ -120,9 +120,9 @@ class AddRequest:
     recovery: bool = False
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One entry read back: what a Read answers per entry."""
+class Entry(NamedTuple):
+    """One entry: what a Read answers per entry, and what an AddBatch carries per entry. A tuple,
+    not a frozen dataclass: a batch builds thousands of them, at a third of the cost."""
 
     entry_id: int
     lac: int
