@@ -7,6 +7,8 @@ request slot goes at once (with whatever else was added in the same turn of the 
 `MAX_IN_FLIGHT_BATCHES` calls are in flight, later adds queue and go together as the next batch
 (at most `MAX_BATCH_ENTRIES` entries / `MAX_BATCH_BYTES`). So one add alone costs one round trip,
 and a pipelined writer pays one round trip, one append and one fsync per batch, not per entry.
+A long queue is shared over the free slots (`batch_size`): a writer that refills its whole window
+at once then keeps two calls in flight, one being written on the master while the next travels.
 
 "Not here / not now" answers are retried (the same batch, same ids) after a refresh of the master,
 until the add timeout; a fenced answer fails every pending add with LedgerFencedError; any other
@@ -45,6 +47,7 @@ MAX_BATCH_BYTES = 4 << 20  # of entry data; a single larger entry still goes, al
 # More than one call in flight keeps the pipe full while a reply travels back; the master
 # completes them in id order whatever order they arrive in (broker/ledgers.py).
 MAX_IN_FLIGHT_BATCHES = 2
+MIN_SPLIT = 64  # a queue shorter than twice this goes in one call even when two slots are free
 
 
 @dataclass
@@ -72,6 +75,16 @@ def take_batch(
         batch.append(queue.popleft())
         size += len(add.entry.data)
     return batch
+
+
+def batch_size(queued: int, free_slots: int) -> int:
+    """How many adds the next call takes: the queue shared over the free request slots, so that
+    a writer that refills its window at once keeps two calls in flight (one being written and
+    fsync'd on the master while the next travels) rather than one call and an idle slot; but
+    never fewer than MIN_SPLIT (small calls cost more than they overlap) nor more than
+    MAX_BATCH_ENTRIES."""
+    share = -(-queued // max(1, free_slots))
+    return min(MAX_BATCH_ENTRIES, max(MIN_SPLIT, share))
 
 
 class AsyncWriteHandle:
@@ -154,7 +167,8 @@ class AsyncWriteHandle:
         self._kick_scheduled = False
         loop = asyncio.get_running_loop()
         while self._queue and len(self._in_flight) < MAX_IN_FLIGHT_BATCHES:
-            batch = take_batch(self._queue, self._pending, MAX_BATCH_ENTRIES, MAX_BATCH_BYTES)
+            size = batch_size(len(self._queue), MAX_IN_FLIGHT_BATCHES - len(self._in_flight))
+            batch = take_batch(self._queue, self._pending, size, MAX_BATCH_BYTES)
             if not batch:
                 return
             task = loop.create_task(self._send_batch(batch))

@@ -14,7 +14,7 @@ from tests.ledger.test_client_unit import PW, make, run
 from tidelog.errors import UnauthorizedAccessError
 from tidelog.ledger import LedgerClosedError
 from tidelog.ledger import writer as writer_module
-from tidelog.ledger.writer import MAX_IN_FLIGHT_BATCHES, take_batch
+from tidelog.ledger.writer import MAX_BATCH_ENTRIES, MAX_IN_FLIGHT_BATCHES, MIN_SPLIT, batch_size, take_batch
 from tidelog.proto import ledger_pb2 as lpb
 
 
@@ -53,6 +53,27 @@ def test_take_batch_takes_live_adds_in_order_within_the_caps(
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+
+
+@given(queued=st.integers(1, 5_000), free=st.integers(1, MAX_IN_FLIGHT_BATCHES))
+def test_batch_size_shares_a_long_queue_over_the_free_slots(queued: int, free: int) -> None:
+    size = batch_size(queued, free)
+    assert MIN_SPLIT <= size <= MAX_BATCH_ENTRIES
+    if queued <= MIN_SPLIT:
+        assert size >= queued, "a short queue goes in one call"
+    elif size < MAX_BATCH_ENTRIES:
+        assert size * free >= queued > (size - 1) * free or size == MIN_SPLIT
+
+
+def test_a_refilled_window_goes_as_two_calls_not_one() -> None:
+    async def go() -> None:
+        ledgers, fake, _ = make()
+        w = await ledgers.create_ledger(3, 3, 2, PW)
+        assert await asyncio.gather(*[w.add_entry_async(b"e") for _ in range(500)]) == list(range(500))
+        assert fake.batches[:2] == [list(range(250)), list(range(250, 500))]
+        assert w.add_requests == 2
+
+    run(go())
 
 
 def test_adds_made_while_calls_are_in_flight_go_as_the_next_batch() -> None:
