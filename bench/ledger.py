@@ -15,9 +15,11 @@ once both replicas hold it), digest crc32c. MB = 10^6 bytes of entry data.
 
 - sequential adds: one `add_entry` at a time (the next is sent when the previous is
   acknowledged), ~500 adds after 20 untimed ones; p50/p99 of each add's call-to-ack time;
-- pipelined adds: `add_entry_async` keeping 1, 16 and 128 adds in flight (a new add is sent as
-  soon as the oldest completes; they complete in id order) for a few seconds each, on a fresh
-  ledger each; entries/s counts every add acknowledged, up to the last acknowledgement;
+- pipelined adds: `add_entry_async` keeping 1, 16, 128 and 1,000 adds in flight (a new add is
+  made as soon as the oldest completes; they complete in id order) for a few seconds each, on a
+  fresh ledger each; entries/s counts every add acknowledged, up to the last acknowledgement.
+  The writer sends the adds in batches, one `AddBatch` call each (ledger/writer.py): "per call"
+  is the mean number of entries a call carried;
 - recovery open: a ledger of ~10,000 entries (written with 128 in flight, all acknowledged)
   whose writer then stops without closing it (its client goes away, the ledger stays OPEN);
   another client times `open_ledger(id, password, recovery=True)`: mark IN_RECOVERY, fence both
@@ -63,7 +65,7 @@ BROKER_OPTIONS: dict[str, Any] = {
     "segment_bytes": 256 << 20,
 }
 TOPIC = "bench"  # BenchCluster.wait_ready waits on a topic; the ledgers do not use it
-WINDOWS = (1, 16, 128)
+WINDOWS = (1, 16, 128, 1000)
 RECOVERY_WINDOW = 128  # adds in flight while filling the ledger to recover
 READ_PASSES = 3
 WARMUP_ADDS = 20
@@ -179,9 +181,11 @@ async def _pipelined_windows(
         w = await _create(ledgers)
         for _ in range(WARMUP_ADDS):
             await w.add_entry(data)
+        calls_before = w.add_requests
         m = meter()
         r = await _pipelined(w, data, window, duration=window_seconds)
         cpu = m.stop()
+        calls = w.add_requests - calls_before
         await w.close()
         pipelined.append(
             {
@@ -191,6 +195,8 @@ async def _pipelined_windows(
                 "entries_per_s": r["entries"] / r["seconds"],
                 "mb_per_s": r["entries"] * ENTRY_BYTES / r["seconds"] / 1e6,
                 "add_latency": latency_summary(r["latencies"]),
+                "add_calls": calls,
+                "entries_per_call": r["entries"] / max(1, calls),
                 "cpu_pct": cpu,
             }
         )
@@ -314,18 +320,21 @@ def format_table(r: dict[str, Any]) -> str:
         f"cluster: 1 controller + a broker set of 2 replicas on loopback, replication sync, flush async; "
         f"ledgers E=WQ={ENSEMBLE}, AQ={ACK_QUORUM}, {ENTRY_BYTES} B entries",
         "",
-        f"{'phase':<36}{'entries/s':>10}{'MB/s':>7}{'add p50':>10}{'add p99':>10}  cpu% "
+        f"{'phase':<50}{'entries/s':>10}{'MB/s':>7}{'add p50':>10}{'add p99':>10}  cpu% "
         f"master/slave/client/others",
-        f"{seq_name:<36}{s['adds_per_s']:>10,.0f}"
+        f"{seq_name:<50}{s['adds_per_s']:>10,.0f}"
         f"{s['adds_per_s'] * ENTRY_BYTES / 1e6:>7.2f}{s['latency']['p50_ms']:>8.2f}ms"
         f"{s['latency']['p99_ms']:>8.2f}ms"
         f"  {_cpu(s['cpu_pct'])}",
     ]
     for p in r["pipelined"]:
-        name = f"pipelined, {p['in_flight']} in flight ({p['seconds']:.1f} s)"
+        name = (
+            f"pipelined, {p['in_flight']} in flight ({p['seconds']:.1f} s, "
+            f"{p.get('entries_per_call', 1):.0f} per call)"
+        )
         lat = p["add_latency"]
         lines.append(
-            f"{name:<36}{p['entries_per_s']:>10,.0f}{p['mb_per_s']:>7.2f}{lat['p50_ms']:>8.2f}ms"
+            f"{name:<50}{p['entries_per_s']:>10,.0f}{p['mb_per_s']:>7.2f}{lat['p50_ms']:>8.2f}ms"
             f"{lat['p99_ms']:>8.2f}ms  {_cpu(p['cpu_pct'])}"
         )
     rec, rd = r["recovery"], r["read"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grpc
 
-from tidelog.broker.ledgers import AddRequest, LedgerReplica
+from tidelog.broker.ledgers import AddRequest, Entry, LedgerReplica
 from tidelog.proto import ledger_pb2 as pb
 from tidelog.proto import ledger_pb2_grpc as pb_grpc
 from tidelog.wire import require, rpc
@@ -37,6 +37,19 @@ class LedgerService(pb_grpc.LedgerServicer):
         )
         replicas = await self.ledgers.add(add)
         return pb.AddReply(entry_id=request.entry_id, replicas=replicas, broker_id=self.ledgers.broker_id)
+
+    @rpc
+    async def AddBatch(
+        self, request: pb.AddBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AddBatchReply:
+        entries = [Entry(e.entry_id, e.lac, e.length, e.digest, e.data) for e in request.entries]
+        replicas = await self.ledgers.add_batch(request.ledger_id, request.password, entries)
+        return pb.AddBatchReply(
+            first_entry_id=entries[0].entry_id,
+            last_entry_id=entries[-1].entry_id,
+            replicas=replicas,
+            broker_id=self.ledgers.broker_id,
+        )
 
     @rpc
     async def Close(self, request: pb.CloseRequest, context: grpc.aio.ServicerContext) -> pb.CloseReply:

@@ -22,8 +22,8 @@ talk to the controller's versioned metadata store (every metadata change is a CA
   set (`place_ledger`), take an id from the `ledger-id-counter` key by CAS, store the metadata
   under `ledger/{id:019d}`, then `Ledger.Create` on the set's master. If that fails, the metadata
   is deleted again (best effort) and the error raised.
-- **Write** (`AsyncWriteHandle`): ids come from `WriterLedger` (0, 1, 2, …) at call time, adds are
-  sent to the master at once (pipelined) and complete in id order once the master reports AQ
+- **Write** (`AsyncWriteHandle`): ids come from `WriterLedger` (0, 1, 2, …) at call time, adds go
+  to the master in batches, one `AddBatch` call each (pipelined, ledger/writer.py), and complete in id order once the master reports AQ
   replicas (rules W1–W3). "Not here / not now" answers are retried on the same entry id after a
   refresh of the master, until the add timeout; a fenced answer fails every pending add with
   LedgerFencedError; any other failure fails that add and every later pending one, and the

@@ -286,6 +286,7 @@ class FakeSet:
         self.calls: list[tuple[str, int]] = []
         self.fail: dict[tuple[str, int], list[Exception]] = {}
         self.hold: dict[int, asyncio.Event] = {}
+        self.batches: list[list[int]] = []  # the entry ids of each AddBatch call, in call order
 
     def _raise(self, key: tuple[str, int]) -> None:
         errs = self.fail.get(key)
@@ -324,6 +325,33 @@ class FakeSet:
                 holders.append(r.broker_id)
         self.master_lac = max(self.master_lac, req.entry_id)
         return lpb.AddReply(entry_id=req.entry_id, replicas=holders, broker_id=rep.broker_id)
+
+    async def addbatch(self, rep, req):
+        """An AddBatch as the master answers it: every entry is checked (holds, queued errors,
+        fencing) before any is stored, and the batch is answered as a whole."""
+        if rep.broker_id != self.master:
+            raise NotMasterError("not master")
+        self.batches.append([e.entry_id for e in req.entries])
+        for e in req.entries:
+            if e.entry_id in self.hold:
+                await self.hold[e.entry_id].wait()
+            self._raise(("Add", 100 + e.entry_id))
+        if rep.fenced:
+            raise LedgerFencedError("fenced")
+        holders = [r.broker_id for r in self.replicas.values() if not r.down and not r.fenced]
+        for r in self.replicas.values():
+            if r.broker_id in holders:
+                for e in req.entries:
+                    r.entries[e.entry_id] = lpb.Entry(
+                        entry_id=e.entry_id, lac=e.lac, length=e.length, digest=e.digest, data=e.data
+                    )
+        self.master_lac = max(self.master_lac, req.entries[-1].entry_id)
+        return lpb.AddBatchReply(
+            first_entry_id=req.entries[0].entry_id,
+            last_entry_id=req.entries[-1].entry_id,
+            replicas=holders,
+            broker_id=rep.broker_id,
+        )
 
     def _lac(self, rep) -> tuple[int, int]:
         lac = (
@@ -430,13 +458,23 @@ def test_a_failed_create_deletes_its_metadata():
     run(go())
 
 
+async def one_call_each(w, n: int) -> list[asyncio.Future[int]]:
+    """`n` adds, each in its own turn of the loop: while a request slot is free an add goes in a
+    call of its own (ledger/writer.py), so the first ones are separate calls, as these tests need."""
+    futures = []
+    for i in range(n):
+        futures.append(w.add_entry_async(b"e%d" % i))
+        await asyncio.sleep(0)
+    return futures
+
+
 def test_adds_complete_in_id_order_even_when_answers_come_out_of_order():
     async def go():
         ledgers, fake, _ = make()
         w = await ledgers.create_ledger(3, 3, 2, PW)
         fake.hold[0] = asyncio.Event()
         done: list[int] = []
-        futures = [w.add_entry_async(b"e%d" % i) for i in range(5)]
+        futures = await one_call_each(w, 5)
         for f in futures:
             f.add_done_callback(lambda f: done.append(f.result()))
         await asyncio.sleep(0.05)
@@ -444,6 +482,7 @@ def test_adds_complete_in_id_order_even_when_answers_come_out_of_order():
         fake.hold[0].set()
         assert await asyncio.gather(*futures) == [0, 1, 2, 3, 4]
         assert done == [0, 1, 2, 3, 4]
+        assert fake.batches[:2] == [[0], [1]]  # entry 1's answer came first, and waited for 0
         assert w.last_add_confirmed == 4 and w.length == 10
         # the LAC each entry carries is the writer's LAC when it was sent; digests verify
         d = Digester("crc32c", PW)
@@ -489,7 +528,7 @@ def test_a_failed_add_fails_it_and_every_later_one_but_not_earlier_ones():
         fake.hold[0] = asyncio.Event()
         # refused while entry 0 is still pending: sent again once 0 is through, and refused again
         fake.fail[("Add", 101)] = [UnauthorizedAccessError("no"), UnauthorizedAccessError("no")]
-        futures = [w.add_entry_async(b"e%d" % i) for i in range(4)]
+        futures = await one_call_each(w, 4)
         await asyncio.sleep(0.05)
         fake.hold[0].set()
         results = await asyncio.gather(*futures, return_exceptions=True)
@@ -508,7 +547,7 @@ def test_an_add_refused_while_an_earlier_one_is_pending_is_sent_again():
         w = await ledgers.create_ledger(3, 3, 2, PW)
         fake.hold[0] = asyncio.Event()
         fake.fail[("Add", 101)] = [IncorrectParameterError("entry 0 failed here; retry from it")]
-        futures = [w.add_entry_async(b"e%d" % i) for i in range(3)]
+        futures = await one_call_each(w, 3)
         await asyncio.sleep(0.05)
         fake.hold[0].set()
         assert await asyncio.gather(*futures) == [0, 1, 2]

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cledger.proto\x12\x0etidelog.ledger\"4\n\rCreateRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08metadata\x18\x02 \x01(\x0c\" \n\x0b\x43reateReply\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\"\x90\x01\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x10\n\x08password\x18\x03 \x01(\x0c\x12\x0b\n\x03lac\x18\x04 \x01(\x03\x12\x0e\n\x06length\x18\x05 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x06 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\x12\x10\n\x08recovery\x18\x08 \x01(\x08\"3\n\x0c\x43loseRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\"F\n\nCloseReply\x12\x15\n\rlast_entry_id\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"A\n\x08\x41\x64\x64Reply\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x10\n\x08replicas\x18\x02 \x03(\x05\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"3\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\"<\n\nFenceReply\x12\x0b\n\x03lac\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"q\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\x12\r\n\x05\x66irst\x18\x03 \x01(\x03\x12\x0c\n\x04last\x18\x04 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x05 \x01(\x08\x12\x11\n\tmax_bytes\x18\x06 \x01(\r\"T\n\x05\x45ntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x0e\n\x06length\x18\x03 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x04 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\"S\n\tReadReply\x12&\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x15.tidelog.ledger.Entry\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"T\n\nLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\x12\x10\n\x08previous\x18\x03 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x04 \x01(\r\"]\n\x08LacReply\x12\x0b\n\x03lac\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\x12\x11\n\tbroker_id\x18\x04 \x01(\x05\x12\x11\n\tis_master\x18\x05 \x01(\x08\x32\x8e\x03\n\x06Ledger\x12\x44\n\x06\x43reate\x12\x1d.tidelog.ledger.CreateRequest\x1a\x1b.tidelog.ledger.CreateReply\x12;\n\x03\x41\x64\x64\x12\x1a.tidelog.ledger.AddRequest\x1a\x18.tidelog.ledger.AddReply\x12\x41\n\x05\x46\x65nce\x12\x1c.tidelog.ledger.FenceRequest\x1a\x1a.tidelog.ledger.FenceReply\x12>\n\x04Read\x12\x1b.tidelog.ledger.ReadRequest\x1a\x19.tidelog.ledger.ReadReply\x12;\n\x03Lac\x12\x1a.tidelog.ledger.LacRequest\x1a\x18.tidelog.ledger.LacReply\x12\x41\n\x05\x43lose\x12\x1c.tidelog.ledger.CloseRequest\x1a\x1a.tidelog.ledger.CloseReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cledger.proto\x12\x0etidelog.ledger\"4\n\rCreateRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08metadata\x18\x02 \x01(\x0c\" \n\x0b\x43reateReply\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\"\x90\x01\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x10\n\x08password\x18\x03 \x01(\x0c\x12\x0b\n\x03lac\x18\x04 \x01(\x03\x12\x0e\n\x06length\x18\x05 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x06 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\x12\x10\n\x08recovery\x18\x08 \x01(\x08\"^\n\x0f\x41\x64\x64\x42\x61tchRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\x12&\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x15.tidelog.ledger.Entry\"c\n\rAddBatchReply\x12\x16\n\x0e\x66irst_entry_id\x18\x01 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x02 \x01(\x03\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x11\n\tbroker_id\x18\x04 \x01(\x05\"3\n\x0c\x43loseRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\"F\n\nCloseReply\x12\x15\n\rlast_entry_id\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"A\n\x08\x41\x64\x64Reply\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x10\n\x08replicas\x18\x02 \x03(\x05\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"3\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\"<\n\nFenceReply\x12\x0b\n\x03lac\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"q\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\x12\r\n\x05\x66irst\x18\x03 \x01(\x03\x12\x0c\n\x04last\x18\x04 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x05 \x01(\x08\x12\x11\n\tmax_bytes\x18\x06 \x01(\r\"T\n\x05\x45ntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x0e\n\x06length\x18\x03 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x04 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\"S\n\tReadReply\x12&\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x15.tidelog.ledger.Entry\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"T\n\nLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\x12\x10\n\x08previous\x18\x03 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x04 \x01(\r\"]\n\x08LacReply\x12\x0b\n\x03lac\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\x12\x11\n\tbroker_id\x18\x04 \x01(\x05\x12\x11\n\tis_master\x18\x05 \x01(\x08\x32\xda\x03\n\x06Ledger\x12\x44\n\x06\x43reate\x12\x1d.tidelog.ledger.CreateRequest\x1a\x1b.tidelog.ledger.CreateReply\x12;\n\x03\x41\x64\x64\x12\x1a.tidelog.ledger.AddRequest\x1a\x18.tidelog.ledger.AddReply\x12J\n\x08\x41\x64\x64\x42\x61tch\x12\x1f.tidelog.ledger.AddBatchRequest\x1a\x1d.tidelog.ledger.AddBatchReply\x12\x41\n\x05\x46\x65nce\x12\x1c.tidelog.ledger.FenceRequest\x1a\x1a.tidelog.ledger.FenceReply\x12>\n\x04Read\x12\x1b.tidelog.ledger.ReadRequest\x1a\x19.tidelog.ledger.ReadReply\x12;\n\x03Lac\x12\x1a.tidelog.ledger.LacRequest\x1a\x18.tidelog.ledger.LacReply\x12\x41\n\x05\x43lose\x12\x1c.tidelog.ledger.CloseRequest\x1a\x1a.tidelog.ledger.CloseReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,26 +37,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATEREPLY']._serialized_end=118
   _globals['_ADDREQUEST']._serialized_start=121
   _globals['_ADDREQUEST']._serialized_end=265
-  _globals['_CLOSEREQUEST']._serialized_start=267
-  _globals['_CLOSEREQUEST']._serialized_end=318
-  _globals['_CLOSEREPLY']._serialized_start=320
-  _globals['_CLOSEREPLY']._serialized_end=390
-  _globals['_ADDREPLY']._serialized_start=392
-  _globals['_ADDREPLY']._serialized_end=457
-  _globals['_FENCEREQUEST']._serialized_start=459
-  _globals['_FENCEREQUEST']._serialized_end=510
-  _globals['_FENCEREPLY']._serialized_start=512
-  _globals['_FENCEREPLY']._serialized_end=572
-  _globals['_READREQUEST']._serialized_start=574
-  _globals['_READREQUEST']._serialized_end=687
-  _globals['_ENTRY']._serialized_start=689
-  _globals['_ENTRY']._serialized_end=773
-  _globals['_READREPLY']._serialized_start=775
-  _globals['_READREPLY']._serialized_end=858
-  _globals['_LACREQUEST']._serialized_start=860
-  _globals['_LACREQUEST']._serialized_end=944
-  _globals['_LACREPLY']._serialized_start=946
-  _globals['_LACREPLY']._serialized_end=1039
-  _globals['_LEDGER']._serialized_start=1042
-  _globals['_LEDGER']._serialized_end=1440
+  _globals['_ADDBATCHREQUEST']._serialized_start=267
+  _globals['_ADDBATCHREQUEST']._serialized_end=361
+  _globals['_ADDBATCHREPLY']._serialized_start=363
+  _globals['_ADDBATCHREPLY']._serialized_end=462
+  _globals['_CLOSEREQUEST']._serialized_start=464
+  _globals['_CLOSEREQUEST']._serialized_end=515
+  _globals['_CLOSEREPLY']._serialized_start=517
+  _globals['_CLOSEREPLY']._serialized_end=587
+  _globals['_ADDREPLY']._serialized_start=589
+  _globals['_ADDREPLY']._serialized_end=654
+  _globals['_FENCEREQUEST']._serialized_start=656
+  _globals['_FENCEREQUEST']._serialized_end=707
+  _globals['_FENCEREPLY']._serialized_start=709
+  _globals['_FENCEREPLY']._serialized_end=769
+  _globals['_READREQUEST']._serialized_start=771
+  _globals['_READREQUEST']._serialized_end=884
+  _globals['_ENTRY']._serialized_start=886
+  _globals['_ENTRY']._serialized_end=970
+  _globals['_READREPLY']._serialized_start=972
+  _globals['_READREPLY']._serialized_end=1055
+  _globals['_LACREQUEST']._serialized_start=1057
+  _globals['_LACREQUEST']._serialized_end=1141
+  _globals['_LACREPLY']._serialized_start=1143
+  _globals['_LACREPLY']._serialized_end=1236
+  _globals['_LEDGER']._serialized_start=1239
+  _globals['_LEDGER']._serialized_end=1713
 # @@protoc_insertion_point(module_scope)

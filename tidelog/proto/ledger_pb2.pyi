@@ -40,6 +40,28 @@ class AddRequest(_message.Message):
     recovery: bool
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., password: _Optional[bytes] = ..., lac: _Optional[int] = ..., length: _Optional[int] = ..., digest: _Optional[bytes] = ..., data: _Optional[bytes] = ..., recovery: _Optional[bool] = ...) -> None: ...
 
+class AddBatchRequest(_message.Message):
+    __slots__ = ("ledger_id", "password", "entries")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    password: bytes
+    entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    def __init__(self, ledger_id: _Optional[int] = ..., password: _Optional[bytes] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ...) -> None: ...
+
+class AddBatchReply(_message.Message):
+    __slots__ = ("first_entry_id", "last_entry_id", "replicas", "broker_id")
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    first_entry_id: int
+    last_entry_id: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    broker_id: int
+    def __init__(self, first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., broker_id: _Optional[int] = ...) -> None: ...
+
 class CloseRequest(_message.Message):
     __slots__ = ("ledger_id", "password")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]

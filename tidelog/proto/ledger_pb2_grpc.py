@@ -44,6 +44,11 @@ class LedgerStub:
                 request_serializer=ledger__pb2.AddRequest.SerializeToString,
                 response_deserializer=ledger__pb2.AddReply.FromString,
                 _registered_method=True)
+        self.AddBatch = channel.unary_unary(
+                '/tidelog.ledger.Ledger/AddBatch',
+                request_serializer=ledger__pb2.AddBatchRequest.SerializeToString,
+                response_deserializer=ledger__pb2.AddBatchReply.FromString,
+                _registered_method=True)
         self.Fence = channel.unary_unary(
                 '/tidelog.ledger.Ledger/Fence',
                 request_serializer=ledger__pb2.FenceRequest.SerializeToString,
@@ -76,6 +81,12 @@ class LedgerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Add(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddBatch(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,6 +128,11 @@ def add_LedgerServicer_to_server(servicer, server):
                     servicer.Add,
                     request_deserializer=ledger__pb2.AddRequest.FromString,
                     response_serializer=ledger__pb2.AddReply.SerializeToString,
+            ),
+            'AddBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddBatch,
+                    request_deserializer=ledger__pb2.AddBatchRequest.FromString,
+                    response_serializer=ledger__pb2.AddBatchReply.SerializeToString,
             ),
             'Fence': grpc.unary_unary_rpc_method_handler(
                     servicer.Fence,
@@ -193,6 +209,33 @@ class Ledger:
             '/tidelog.ledger.Ledger/Add',
             ledger__pb2.AddRequest.SerializeToString,
             ledger__pb2.AddReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.ledger.Ledger/AddBatch',
+            ledger__pb2.AddBatchRequest.SerializeToString,
+            ledger__pb2.AddBatchReply.FromString,
             options,
             channel_credentials,
             insecure,
