@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from crc32c import crc32c
+
 from tidelog import dataframes as df
 from tidelog.broker.replica import Replica
 from tidelog.broker.service import produce_batch, pull_encoded
@@ -139,5 +141,6 @@ class DataPort:
         if op == df.OP_PULL:
             pull = df.parse_pull(body)
             data, count, offsets = await pull_encoded(self.replica, pull)
-            return [df.pulled_head(pull.offset + count, df.Offsets(*offsets), count), data]
+            head = df.pulled_head(pull.offset + count, df.Offsets(*offsets), count, crc32c(data))
+            return [head, data]
         raise InvalidArgumentError(f"unknown data-port operation {op}")

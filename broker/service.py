@@ -146,7 +146,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         if request.encoded:
             data, count, offsets = await pull_encoded(self.replica, call)
             return pb.PullReply(
-                records=data, count=count, next_offset=request.offset + count, offsets=_offsets(offsets)
+                records=data,
+                count=count,
+                crc=crc32c(data),
+                next_offset=request.offset + count,
+                offsets=_offsets(offsets),
             )
         max_messages, max_bytes = checked_pull(self.replica, call)
         msgs, offsets = await self.replica.pull(

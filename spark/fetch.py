@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tidelog import loops
-from tidelog.client.aio import AsyncClient
+from tidelog.client.aio import AsyncClient, reply_records
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
 from tidelog.dataframes import PullCall
@@ -259,8 +259,8 @@ class RangeReader:
             )
         except OffsetBelowRetentionError:
             return None
-        data = reply.records
-        fields = scan(data, f"pull reply from {address}")
+        data = reply_records(reply, address)
+        fields = scan(data, f"pull reply from {address}", verify_crc=False)
         if len(fields.starts) != reply.count:
             raise CorruptRecordError(
                 f"pull reply from {address}", -1, f"{len(fields.starts)} records, {reply.count} announced"

@@ -44,13 +44,13 @@ class Fields(NamedTuple):
 NO_FIELDS = Fields((), (), (), (), (), ())
 
 
-def scan(data: bytes, where: str) -> Fields:
+def scan(data: bytes, where: str, verify_crc: bool = True) -> Fields:
     """Every record of `data` (whole records back to back, as a pull answers), checked for length,
     magic and CRC by `walk` (damage raises CorruptRecordError naming `where` and the byte in
     `data`), with its row's header fields. Reading the fields is C-level iteration: `map` unpacks
     each header, `zip` turns the rows of fields into columns (measured: a Python loop that both
     walks and unpacks is slower than `walk` followed by this)."""
-    starts = walk(data, where, 0)
+    starts = walk(data, where, 0, verify_crc)
     if not starts:
         return NO_FIELDS
     sizes, offsets, stamps, plens, blens = zip(*map(_ROW.unpack_from, repeat(data), starts), strict=True)

@@ -46,15 +46,15 @@ def test_produce_reply_round_trips(broker_set, first, phys):
 
 
 @settings(max_examples=100, deadline=None)
-@given(topics, u32, u63, u32, u32, u32, u63, u63, u63, u32, st.binary(max_size=100))
+@given(topics, u32, u63, u32, u32, u32, u63, u63, u63, u32, st.binary(max_size=100), u32)
 def test_pull_and_its_reply_round_trip(
-    topic, queue, offset, n, size, wait, low, high, confirmed, count, records
+    topic, queue, offset, n, size, wait, low, high, confirmed, count, records, crc
 ):
     call = df.PullCall(topic, queue, offset, n, size, wait)
     assert df.parse_pull(df.pull_request(call)) == call
     offsets = df.Offsets(low, high, confirmed)
-    got = df.parse_pulled(df.pulled_head(offset, offsets, count) + records)
-    assert got == df.Pulled(offset, offsets, count, records)
+    got = df.parse_pulled(df.pulled_head(offset, offsets, count, crc) + records)
+    assert got == df.Pulled(offset, offsets, count, records, crc)
 
 
 def test_an_error_carries_its_code_and_the_masters_address():

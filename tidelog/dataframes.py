@@ -13,7 +13,9 @@ ledgers, status). Pure codec, no I/O; all integers big-endian.
              ok:   broker_set_len u16 | first queue offset u64 | n u32 | broker_set | n × phys u64
     PULL     body: topic_len u16 | queue u32 | offset u64 | max_messages u32 | max_bytes u32 |
                    wait_ms u32 | topic
-             ok:   next offset u64 | min u64 | max u64 | confirmed u64 | count u32 | records
+             ok:   next offset u64 | min u64 | max u64 | confirmed u64 | count u32 | crc u32 | records
+                   (crc: CRC32C of the records, checked by the client; the broker checked each
+                   record's own CRC when it read them)
     error    body: code_len u16 | leader_len u16 | code | leader | message (UTF-8)
 
 Limits: a frame is at most MAX_FRAME bytes; a topic at most 255 bytes. A frame that breaks the
@@ -39,7 +41,7 @@ MAX_FRAME = (64 << 20) + 4096  # the largest batch gRPC would take, plus room fo
 _PRODUCE = struct.Struct(">HIII")
 _PRODUCED = struct.Struct(">HQI")
 _PULL = struct.Struct(">HIQIII")
-_PULLED = struct.Struct(">QQQQI")
+_PULLED = struct.Struct(">QQQQII")
 _ERROR = struct.Struct(">HH")
 
 
@@ -129,6 +131,7 @@ class Pulled:
     offsets: Offsets
     count: int
     records: bytes
+    crc: int
 
 
 def pull_request(call: PullCall) -> bytes:
@@ -145,16 +148,16 @@ def parse_pull(body: bytes) -> PullCall:
     return PullCall(_text(body, _PULL.size, len(body)), queue, offset, max_messages, max_bytes, wait_ms)
 
 
-def pulled_head(next_offset: int, offsets: Offsets, count: int) -> bytes:
+def pulled_head(next_offset: int, offsets: Offsets, count: int, crc: int) -> bytes:
     """The fields before a pull reply's records (the records follow as their own piece)."""
-    return _PULLED.pack(next_offset, offsets.min, offsets.max, offsets.confirmed, count)
+    return _PULLED.pack(next_offset, offsets.min, offsets.max, offsets.confirmed, count, crc)
 
 
 def parse_pulled(body: bytes) -> Pulled:
     if len(body) < _PULLED.size:
         raise FrameError("a pull reply is shorter than its fields")
-    nxt, low, high, confirmed, count = _PULLED.unpack_from(body)
-    return Pulled(nxt, Offsets(low, high, confirmed), count, body[_PULLED.size :])
+    nxt, low, high, confirmed, count, crc = _PULLED.unpack_from(body)
+    return Pulled(nxt, Offsets(low, high, confirmed), count, body[_PULLED.size :], crc)
 
 
 # --- errors ----------------------------------------------------------------------------------

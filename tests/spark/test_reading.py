@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,14 +84,15 @@ class FakeReplica:
             raise OffsetBelowRetentionError(call.offset, self.min)
         offsets = Offsets(self.min, 200, self.confirmed)
         if self.pulls <= self.lag_pulls:
-            return Pulled(call.offset, offsets, 0, b"")
+            return Pulled(call.offset, offsets, 0, b"", crc32c(b""))
         # Like a broker: up to max_messages, never past its confirmed offset (but it does not know the range's end).
         stop = min(self.confirmed, call.offset + max(call.max_messages, 1) + (5 if self.gap else 0))
         records = RAW[call.offset + (1 if self.gap else 0) : stop]
         data = b"".join(records)
+        crc = crc32c(data)  # what the broker sent; damage below happens on the way
         if self.damaged and data:
             data = data[:-1] + bytes([data[-1] ^ 0xFF])
-        return Pulled(stop, offsets, len(records), data)
+        return Pulled(stop, offsets, len(records), data, crc)
 
 
 class FakeClient:

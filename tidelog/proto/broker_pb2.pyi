@@ -141,18 +141,20 @@ class PullRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., encoded: _Optional[bool] = ...) -> None: ...
 
 class PullReply(_message.Message):
-    __slots__ = ("messages", "next_offset", "offsets", "records", "count")
+    __slots__ = ("messages", "next_offset", "offsets", "records", "count", "crc")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[PulledMessage]
     next_offset: int
     offsets: QueueOffsets
     records: bytes
     count: int
-    def __init__(self, messages: _Optional[_Iterable[_Union[PulledMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., offsets: _Optional[_Union[QueueOffsets, _Mapping]] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
+    crc: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[PulledMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., offsets: _Optional[_Union[QueueOffsets, _Mapping]] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., crc: _Optional[int] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
     __slots__ = ("topic", "queue")
