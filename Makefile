@@ -7,10 +7,17 @@ SPARK_STAMP := $(VENV)/.installed-spark
 
 .PHONY: install spark lab-tools run test check lint imports proto bench bench-spark clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py commitlog/_speedups.c
 	@# Debian ships venv separately (python3-venv); install it when we can rather than fail.
 	$(PYTHON) -m venv $(VENV) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		apt-get update -q && apt-get install -y -q python3-venv && rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+	@# The C loops (commitlog/_speedups.c) need a compiler and Python's headers: install Debian's when
+	@# we can. Without them pip skips the module and the same loops run in Python.
+	@command -v cc >/dev/null && $(PYTHON) -c "import os, sysconfig, sys; \
+		sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev; \
+		else echo "note: no C compiler or Python headers: tidelog runs its per-record loops in Python" >&2; fi; }
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from tidelog.commitlog import record as rec
+from tidelog.commitlog import speedups
 from tidelog.commitlog.batch import STAMP, STAMP_AT, Checked
 from tidelog.commitlog.consumequeue import ConsumeQueue
 from tidelog.commitlog.core import LogCore
@@ -200,14 +201,46 @@ def append_encoded(
     cq = core.queues.open(topic, queue_id)
     first = cq.next_offset
     epoch, seg_bytes = core.epochs.last_epoch, core.segment_bytes
+    accel = speedups.native
+    stamp = _stamp if accel is None else accel.stamp_batch
+    phys, sizes, tags, rolls, pos = stamp(
+        batch, records, queue_id, epoch, first, core.offsets.max, seg_bytes, store_ts
+    )
+    spans, data = _encoded_spans(core.offsets.max, batch, rolls, seg_bytes)
+    try:
+        core.segments.write_spans(spans, data)
+    except OSError as exc:
+        raise core.fail(f"append at {core.offsets.max} failed: {exc}", exc) from exc
+    cq.extend(phys, sizes, tags)
+    core.queues.dirty.add(cq)
+    core.appended(pos)
+    return first, phys
+
+
+_Stamped = tuple[list[int], list[int], list[int], list[tuple[int, int, int]], int]
+
+
+def _stamp(
+    batch: bytearray,
+    records: Sequence[Checked],
+    queue_id: int,
+    epoch: int,
+    first: int,
+    pos: int,
+    seg_bytes: int,
+    store_ts: int,
+) -> _Stamped:
+    """Stamp each checked record's broker fields and CRC in `batch`, placing it from `pos` on;
+    returns (physical offsets, sizes, tags hashes, segment rolls, the offset after the batch).
+    A roll is (batch position, segment base, blank marker size). The C loop `stamp_batch` is
+    the same function."""
     room = seg_bytes - rec.BLANK_SIZE
-    pos = core.offsets.max
     seg_base = pos - pos % seg_bytes
     stamp, head, stamp_at = STAMP.pack_into, rec.HEAD.pack_into, STAMP_AT
     phys: list[int] = []
     sizes: list[int] = []
     tags: list[int] = []
-    rolls: list[tuple[int, int, int]] = []  # (batch position, segment base, blank marker size)
+    rolls: list[tuple[int, int, int]] = []
     qoff = first
     with memoryview(batch) as mv:
         for at, size, tag, born in records:
@@ -221,15 +254,7 @@ def append_encoded(
             tags.append(tag)
             qoff += 1
             pos += size
-    spans, data = _encoded_spans(core.offsets.max, batch, rolls, seg_bytes)
-    try:
-        core.segments.write_spans(spans, data)
-    except OSError as exc:
-        raise core.fail(f"append at {core.offsets.max} failed: {exc}", exc) from exc
-    cq.extend(phys, sizes, tags)
-    core.queues.dirty.add(cq)
-    core.appended(pos)
-    return first, phys
+    return phys, sizes, tags, rolls, pos
 
 
 def _encoded_spans(

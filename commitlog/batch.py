@@ -20,6 +20,7 @@ from typing import NamedTuple, Protocol
 from crc32c import crc32c
 
 from tidelog.commitlog import record as rec
+from tidelog.commitlog import speedups
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, MessageTooLargeError
 
 #: A producer's record: magic, crc 0, flags 0 (a user message), the topic's length, queue id,
@@ -48,6 +49,16 @@ class Outgoing(Protocol):
 def encode_batch(topic: bytes, queue_id: int, messages: Sequence[Outgoing], born_ts: int) -> bytes:
     """The records of one batch, back to back, in the stored format with the broker's fields zero.
     Bad properties raise InvalidArgumentError (before anything is sent)."""
+    accel = speedups.native
+    if accel is not None and 0 <= queue_id <= 0xFFFF_FFFF and 0 <= born_ts <= speedups.I64:
+        out: bytes | None = accel.encode_batch(topic, queue_id, messages, born_ts, rec.encode_properties)
+        if out is not None:
+            return out
+    return _encode_batch_py(topic, queue_id, messages, born_ts)
+
+
+def _encode_batch_py(topic: bytes, queue_id: int, messages: Sequence[Outgoing], born_ts: int) -> bytes:
+    """`encode_batch` in Python: the reference, and what answers where the C loop declines."""
     pack = _PRODUCER_HEAD.pack
     magic = rec.MAGIC
     tlen = len(topic)
@@ -93,7 +104,21 @@ def check_batch(
     """Check a producer's batch record by record: sizes that add up, the magic, a user message
     (flags 0) of this topic and queue, well-formed properties, no record over `max_record`, exactly
     `count` records. Raises InvalidArgumentError / MessageTooLargeError naming the record.
-    The broker's hot path: one unpack and one slice per record, a plain tuple out."""
+    Each record comes out as (pos, size, tag, born): a `Checked`, or a plain tuple from the C loop."""
+    accel = speedups.native
+    if accel is not None and 0 <= queue_id <= 0xFFFF_FFFF and 0 <= count <= speedups.I64 and max_record >= 0:
+        checked: list[Checked] | None = accel.check_batch(
+            data, topic, queue_id, count, min(max_record, speedups.U64)
+        )
+        if checked is not None:
+            return checked
+    return _check_batch_py(data, topic, queue_id, count, max_record)
+
+
+def _check_batch_py(
+    data: bytes | bytearray | memoryview, topic: bytes, queue_id: int, count: int, max_record: int
+) -> list[Checked]:
+    """`check_batch` in Python: one unpack and one slice per record, a plain tuple out."""
     out: list[Checked] = []
     append = out.append
     n = len(data)
@@ -153,6 +178,11 @@ def walk(data: bytes | bytearray | memoryview, where: str, at: int, verify_crc: 
     """The start of every record in `data` (whole records back to back, as a pull answers), each
     checked for length, magic and (with `verify_crc`) CRC; damage raises CorruptRecordError naming
     `where` and the physical offset (`at` is the first record's)."""
+    accel = speedups.native
+    if accel is not None:
+        found: list[int] | None = accel.walk(data, verify_crc)
+        if found is not None:
+            return found
     starts: list[int] = []
     n = len(data)
     pos = 0

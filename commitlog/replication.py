@@ -10,6 +10,7 @@ from __future__ import annotations
 from crc32c import crc32c
 
 from tidelog.commitlog import record as rec
+from tidelog.commitlog import speedups
 from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.segments import Span
 from tidelog.errors import CorruptRecordError, OffsetMismatchError
@@ -21,6 +22,8 @@ _WHERE = "<replicated data>"
 #: queue id, queue offset, physical offset, size, properties length). Positions, not slices: one is
 #: made per record on the slave's hot path, and the topic is read once per run of one queue.
 _Unit = tuple[int, int, int, int, int, int, int]
+#: The records of one run: (topic bytes, queue id, first queue offset, physical offsets, sizes, tags hashes).
+_Run = tuple[bytes, int, int, list[int], list[int], list[int]]
 
 
 def start_at(core: LogCore, offset: int) -> None:
@@ -47,13 +50,19 @@ def append_raw(core: LogCore, phys_offset: int, data: bytes) -> int:
             f"raw append at {phys_offset}, but the max offset is {core.offsets.max}",
             expected=core.offsets.max,
         )
-    spans, units, end = _split(data, phys_offset, core.segment_bytes)
+    accel = speedups.native
+    split = None if accel is None else accel.split_raw(data, phys_offset, core.segment_bytes)
+    if split is None:  # the Python loop: the reference, and the one that names what is wrong
+        spans, units, end = _split(data, phys_offset, core.segment_bytes)
+        runs = _runs(data, units)
+    else:
+        spans, runs, end = split
     with core.lock:
         try:
             core.segments.write_spans(spans, data)
         except OSError as exc:
             raise core.fail(f"raw append at {phys_offset} failed: {exc}", exc) from exc
-        _index(core, data, units)
+        _index(core, runs)
         core.appended(end)
     return end
 
@@ -108,31 +117,40 @@ def _check_record(
     return (pos + hsize, tlen, qid, qoff, phys, size, plen)
 
 
-def _index(core: LogCore, data: bytes, units: list[_Unit]) -> None:
-    """Put the replicated records' units in their consume queues (the flusher writes them). A run
-    of records that continues one queue exactly (the usual shape: a producer's batch) goes in
-    with one `extend`; anything else unit by unit through `put`, which checks each."""
-    where = core.segments.directory
-    names: dict[bytes, str] = {}
-    queues = core.queues
+def _runs(data: bytes, units: list[_Unit]) -> list[_Run]:
+    """The units grouped in runs of records that continue one (topic, queue) at consecutive
+    offsets (the usual shape: a producer's batch). The C loop `split_raw` returns the same runs."""
+    runs: list[_Run] = []
     i, n = 0, len(units)
     while i < n:
         t, tlen, qid, qoff = units[i][:4]
         tbytes = data[t : t + tlen]
+        j = _run_end(data, units, i, tbytes, qid, qoff)
+        run = units[i:j]
+        tags = [_tag(data, u[0] + u[1], u[6]) for u in run]
+        runs.append((tbytes, qid, qoff, [u[4] for u in run], [u[5] for u in run], tags))
+        i = j
+    return runs
+
+
+def _index(core: LogCore, runs: list[_Run]) -> None:
+    """Put the replicated records' units in their consume queues (the flusher writes them). A run
+    that continues its queue exactly goes in with one `extend`; anything else unit by unit through
+    `put`, which checks each."""
+    where = core.segments.directory
+    names: dict[bytes, str] = {}
+    queues = core.queues
+    for tbytes, qid, first, phys, sizes, tags in runs:
         topic = names.get(tbytes)
         if topic is None:
             topic = names[tbytes] = tbytes.decode()
         cq = queues.open(topic, qid)
         queues.dirty.add(cq)
-        j = _run_end(data, units, i, tbytes, qid, qoff)
-        run = units[i:j]
-        tags = [_tag(data, u[0] + u[1], u[6]) for u in run]
-        if qoff == cq.next_offset:
-            cq.extend([u[4] for u in run], [u[5] for u in run], tags)
+        if first == cq.next_offset:
+            cq.extend(phys, sizes, tags)
         else:
-            for u, tag in zip(run, tags, strict=True):
-                cq.put(u[3], u[4], u[5], tag, where)
-        i = j
+            for k, (p, size, tag) in enumerate(zip(phys, sizes, tags, strict=True)):
+                cq.put(first + k, p, size, tag, where)
 
 
 def _run_end(data: bytes, units: list[_Unit], i: int, tbytes: bytes, qid: int, qoff: int) -> int:
