@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds between checkpoint records at least, outside checkpoints of the consume queues and clean
+#: stops (each record is a write and an fdatasync of its own).
+CHECKPOINT_MIN_INTERVAL = 0.05
+
 
 class FlushRequests:
     """The highest offset someone waits to see flushed, and the condition the flusher sleeps on."""
@@ -53,6 +57,7 @@ class Flusher:
         self.checkpoint_interval = checkpoint_interval
         self._thread: threading.Thread | None = None
         self._last_cq_sync = 0.0
+        self._last_checkpoint = 0.0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"flush:{self.core.directory}", daemon=True)
@@ -88,7 +93,7 @@ class Flusher:
                 time.sleep(0.05)
                 continue
             try:
-                self.flush_once(sync_cqs=now - self._last_cq_sync >= self.checkpoint_interval)
+                self.flush_once(sync_cqs=now - self._last_cq_sync >= self.checkpoint_interval, pace=True)
             except OSError as exc:
                 # After a failed fdatasync the kernel may have dropped the dirty pages: what they
                 # held is not known to be on disk, and retrying could report it durable. Stop.
@@ -98,9 +103,10 @@ class Flusher:
                 log.exception("flush of %s failed", core.directory)
                 time.sleep(0.05)
 
-    def flush_once(self, *, sync_cqs: bool, clean: bool = False) -> None:
-        """fdatasync every byte appended so far; with `sync_cqs` or `clean`, also write and sync
-        the consume queues; then record the checkpoint and release the waiters."""
+    def flush_once(self, *, sync_cqs: bool, clean: bool = False, pace: bool = False) -> None:
+        """fdatasync every byte appended so far and release its waiters; with `sync_cqs` or
+        `clean`, also write and sync the consume queues; then record the checkpoint (with `pace`,
+        the flusher's own rounds, at most every `CHECKPOINT_MIN_INTERVAL`)."""
         core = self.core
         offsets = core.offsets
         with core.flush_lock:
@@ -114,6 +120,9 @@ class Flusher:
                 size, started = target - offsets.flushed, time.monotonic()
                 core.segments.sync(segs)
                 offsets.mark_flushed(target)
+                # The bytes are on disk: their waiters go now, not after the checkpoint's own
+                # fdatasync below (which would double what a `flush: sync` write waits for).
+                core.waiters.release(target)
                 for listener in core.flush_listeners:  # one call per fdatasync: the group commit's size
                     listener(time.monotonic() - started, size)
             if cqs or clean:
@@ -121,5 +130,14 @@ class Flusher:
                     cq.sync()
                 offsets.cq_durable = target
                 self._last_cq_sync = time.monotonic()
-            core.write_checkpoint(clean=clean)
+            if clean or cqs or not pace or self._checkpoint_due():
+                core.write_checkpoint(clean=clean)
+                self._last_checkpoint = time.monotonic()
         core.waiters.release(offsets.flushed)
+
+    def _checkpoint_due(self) -> bool:
+        """Whether a flush records the checkpoint. A checkpoint lagging the flushed offset only
+        makes recovery scan a little more (it starts at the checkpoint, and intact records past it
+        are kept), so a flusher woken for every `flush: sync` write records it at most every
+        `CHECKPOINT_MIN_INTERVAL`; a periodic flush records what was deferred."""
+        return time.monotonic() - self._last_checkpoint >= CHECKPOINT_MIN_INTERVAL

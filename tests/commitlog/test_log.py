@@ -11,6 +11,8 @@ import asyncio
 import os
 import random
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -220,6 +222,34 @@ def test_sync_flush_resolves_only_after_fdatasync_covers_the_record(tmp_path):
     ends = asyncio.run(main())
     assert log.flushed_offset >= max(ends)
     log.close()
+
+
+def test_a_sync_write_is_released_by_its_fdatasync_not_by_the_checkpoint_after_it(tmp_path, monkeypatch):
+    """The checkpoint is a write and an fdatasync of its own: a `flush: sync` write waits for the
+    fdatasync of its bytes only. With the checkpoint's write held up, waiters are still released."""
+    from tidelog.commitlog.checkpoint import CheckpointFile
+
+    log = open_log(tmp_path, flush="sync")
+    held, real_write = threading.Event(), CheckpointFile.write
+
+    def slow_write(self, *args, **kwargs):
+        held.wait(10)
+        real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(CheckpointFile, "write", slow_write)
+
+    async def one_write() -> float:
+        placed = log.append([Message("t", 0, b"x" * 100)])
+        started = time.monotonic()
+        await log.flushed(placed[-1].phys_offset + placed[-1].size, timeout=5)
+        return time.monotonic() - started
+
+    try:
+        waited = asyncio.run(one_write())
+        assert not held.is_set() and waited < 5
+    finally:
+        held.set()
+        log.close()
 
 
 # --- truncation -----------------------------------------------------------------------------
