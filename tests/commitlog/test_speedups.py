@@ -10,12 +10,12 @@ import os
 import shutil
 import struct
 import sysconfig
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.commitlog.test_batch import Out as Attrs  # a message with attributes, not a tuple
 from tidelog.client.aio import OutMessage
 from tidelog.commitlog import CommitLog, batch, replication, speedups
 from tidelog.commitlog import append as appendmod
@@ -41,16 +41,6 @@ values = st.text(max_size=12)
 properties = st.dictionaries(
     st.text(min_size=1, max_size=6).filter(lambda k: k not in rec.RESERVED_PROPERTIES), values, max_size=2
 )
-
-
-@dataclass(frozen=True)
-class Attrs:
-    """A message with attributes, not a tuple (the Outgoing protocol)."""
-
-    body: bytes
-    key: str | None = None
-    tags: str | None = None
-    properties: dict[str, str] | None = None
 
 
 messages = st.builds(
