@@ -16,6 +16,7 @@ import pytest
 from tests.procs import ControllerCluster
 from tidelog.client import assign as asg
 from tidelog.client.controllers import ControllerClient
+from tidelog.errors import UnavailableError
 
 pytestmark = pytest.mark.slow
 
@@ -99,6 +100,19 @@ def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) ->
     assert [m["broker_id"] for m in bs["members"]] == [1]
 
 
+async def _status_once_serving(c: ControllerClient, address: str) -> Any:
+    """One node's status, waiting (20 s at most) for a node still starting to serve: the cluster
+    answers once a leader is elected, which does not need every node up."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return await c.cluster_status(address=address)
+        except UnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 def test_topic_alter_delete_and_broker_list(controller_cluster: Callable[..., ControllerCluster]) -> None:
     """`tide topic alter` grows queues and refuses to shrink them; `tide topic delete` refuses a
     topic a group reads unless --force; `tide broker list` shows every broker with its liveness,
@@ -119,7 +133,7 @@ def test_topic_alter_delete_and_broker_list(controller_cluster: Callable[..., Co
             await c.meta_create(
                 asg.members_prefix("g1") + "m1", asg.announcement(int(time.time() * 1000), "orders")
             )
-            statuses = [await c.cluster_status(address=a) for a in c.addresses]
+            statuses = [await _status_once_serving(c, a) for a in c.addresses]
             return next(a for a, st in zip(c.addresses, statuses, strict=True) if st.raft_state != "leader")
 
     follower = asyncio.run(setup())
