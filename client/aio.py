@@ -48,7 +48,7 @@ from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
-from tidelog.commitlog.batch import RecordView, encode_batch, walk
+from tidelog.commitlog.batch import RecordView, cut_batch, encode_batch, walk
 from tidelog.errors import (
     CorruptRecordError,
     DiskFullError,
@@ -530,9 +530,13 @@ class AsyncProducer:
             if len(batch) == 1:
                 _fail(batch[0].future, exc)
                 return
-            # one of them is over the broker's limit: send them one by one, so only it fails
-            for p in batch:
-                await self._deliver(acc, [p])
+            # One of them is over the broker's limit: send them one by one, so only it fails.
+            # A batch sent as several requests may have stored its first ones: those are done.
+            for p, r in zip(batch, receipts, strict=True):
+                if r is not None:
+                    _settle([p], [r])
+                else:
+                    await self._deliver(acc, [p])
             return
         except TidelogError as exc:
             _fail_all(batch, exc)
@@ -597,6 +601,8 @@ class AsyncProducer:
                     raise not_now or UnavailableError("no route")
                 refresh = False
                 name, queue = target or queue_round_robin(route, next(self._rr), frozenset(avoid))
+                if attempts > 1:  # an earlier attempt may have stored its first requests
+                    items, indexes = _unsent(items, indexes, receipts)
                 await self._produce(topic, route, name, queue, items, indexes, receipts, deadline)
                 return
             except _RETRY_SEND as exc:
@@ -639,22 +645,40 @@ class AsyncProducer:
         receipts: list[Receipt | None],
         deadline: float,
     ) -> None:
-        """One Produce request of `items` to queue `queue` of broker set `name`; fills `receipts`."""
+        """`items` to queue `queue` of broker set `name` in one Produce request, or in several when
+        they exceed what one request carries (`dataframes.produce_room`, MAX_PRODUCE_RECORDS); fills
+        `receipts` as each is acknowledged. The requests go one after another, never together, so
+        the queue keeps the items' order; a retry sends only those without a receipt."""
         bs = route.broker_set(name)
         if bs is None or not bs.master_address:
             raise UnavailableError(f"broker set {name} has no master right now")
         records = encode_batch(topic.encode(), queue, items, int(time.time() * 1000))
-        timeout = max(0.5, min(self.client.rpc_timeout, deadline - time.monotonic()))
-        name, qoff, phys = await self.client.call_master_with(
-            topic,
-            bs,
-            lambda address: self.client.produce_records(address, topic, queue, records, len(items), timeout),
-        )
-        if len(phys) != len(items):
-            raise SendFailedError(f"the broker acknowledged {len(phys)} of {len(items)} records")
-        make = tuple.__new__
-        for n, (i, p) in enumerate(zip(indexes, phys, strict=True)):
-            receipts[i] = make(Receipt, (topic, name, queue, qoff + n, p))
+        parts = cut_batch(records, len(items), df.produce_room(topic), df.MAX_PRODUCE_RECORDS)
+        done = 0
+        for start, end, count in parts:
+            part = records if count == len(items) else records[start:end]
+            timeout = max(0.5, min(self.client.rpc_timeout, deadline - time.monotonic()))
+            name, qoff, phys = await self.client.call_master_with(
+                topic,
+                bs,
+                lambda address, part=part, count=count, timeout=timeout: self.client.produce_records(
+                    address, topic, queue, part, count, timeout
+                ),
+            )
+            if len(phys) != count:
+                raise SendFailedError(f"the broker acknowledged {len(phys)} of {count} records")
+            make = tuple.__new__
+            for n, (i, p) in enumerate(zip(indexes[done : done + count], phys, strict=True)):
+                receipts[i] = make(Receipt, (topic, name, queue, qoff + n, p))
+            done += count
+
+
+def _unsent(
+    items: list[OutMessage], indexes: list[int], receipts: Sequence[Receipt | None]
+) -> tuple[list[OutMessage], list[int]]:
+    """The items (and their indexes) that have no receipt yet."""
+    keep = [n for n, i in enumerate(indexes) if receipts[i] is None]
+    return [items[n] for n in keep], [indexes[n] for n in keep]
 
 
 def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:

@@ -7,7 +7,8 @@
   another connection is served;
 - a client that pipelines pulls of 16 MiB replies and never reads grows the broker by a bounded
   amount (its connection's budget), while other clients are served; a connection beyond
-  `data_max_connections` is closed at once.
+  `data_max_connections` is closed at once;
+- a send_batch larger than one frame is stored whole and in order, on a connection that stays.
 """
 
 from __future__ import annotations
@@ -180,3 +181,26 @@ def _closed_now(sock: socket.socket) -> bool:
         return sock.recv(1) == b""
     except TimeoutError:
         return False
+
+
+async def _one_batch_over_a_frame(controllers: str) -> None:
+    bodies = [b"%04d" % i + b"b" * (512 << 10) for i in range(136)]  # 68 MiB: more than a frame
+    async with AsyncClient(controllers) as client:
+        receipts = await client.producer().send_batch(TOPIC, [OutMessage(b, key="one") for b in bodies])
+        (conn,) = client.data._connections.values()
+        assert not conn.closed, "the oversize batch cost the client its data connection"
+        q, first = receipts[0].queue, receipts[0].queue_offset
+        assert [(r.queue, r.queue_offset) for r in receipts] == [(q, first + i) for i in range(len(bodies))]
+        reader = client.reader(TOPIC, q, first)
+        got: list[bytes] = []
+        while batch := await reader.read(64, timeout=1.0):
+            got += [m.body for m in batch]
+        await reader.close()
+        assert got == bodies
+
+
+def test_a_send_batch_larger_than_a_frame_is_stored_whole_and_in_order(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    cluster = broker_cluster(1, segment_bytes=256 << 20)
+    asyncio.run(_one_batch_over_a_frame(cluster.controllers))
