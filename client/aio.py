@@ -118,9 +118,17 @@ class OutMessage(NamedTuple):
     properties: Mapping[str, str] | None = None
 
 
-def reply_records(reply: Any, address: str) -> bytes:
-    """The records of an encoded pull reply, checked end to end against the reply's CRC32C (the
-    broker checked each record's own CRC when it read it from its log)."""
+def reply_records(reply: Any, address: str, offset: int) -> bytes:
+    """The records of an encoded pull reply from `offset`, checked end to end against the reply's
+    CRC32C (the broker checked each record's own CRC when it read it from its log). A reply whose
+    next offset is not `offset` + its count (a broker that answers otherwise, as an older one
+    might) is refused: the reader would move past messages it never got."""
+    if reply.next_offset != offset + reply.count:
+        raise CorruptRecordError(
+            f"pull reply from {address}",
+            offset,
+            f"{reply.count} records from {offset} but next offset {reply.next_offset}",
+        )
     data: bytes = reply.records
     if crc32c(data) != reply.crc:
         raise CorruptRecordError(
@@ -129,9 +137,9 @@ def reply_records(reply: Any, address: str) -> bytes:
     return data
 
 
-def _consumed(reply: bpb.PullReply, broker_set: str, address: str) -> list[ConsumedMessage]:
-    """The records of an encoded pull, as lazily decoded messages."""
-    data = reply_records(reply, address)
+def _consumed(reply: Any, broker_set: str, address: str, offset: int) -> list[ConsumedMessage]:
+    """The records of an encoded pull from `offset`, as lazily decoded messages."""
+    data = reply_records(reply, address, offset)
     starts = walk(data, f"pull reply from {address}", 0, verify_crc=False)
     if len(starts) != reply.count:
         raise CorruptRecordError(
@@ -354,11 +362,17 @@ class AsyncClient:
     ) -> tuple[list[ConsumedMessage], int]:
         """Pull from the first replica that answers; returns (messages, next offset)."""
         call = df.PullCall(topic, queue, offset, max_messages, 0, wait_ms)
+
+        async def pull_checked(address: str) -> tuple[list[ConsumedMessage], int]:
+            # checked here, so that a reply that fails its checks is asked of another replica
+            reply = await self.pull_records(address, call, self.rpc_timeout + wait_ms / 1000)
+            return _consumed(reply, route.name, address, offset), reply.next_offset
+
         try:
             # A long poll may rightly take wait_ms; a replica silent beyond that is passed over.
-            address, reply = await first_answer(
+            _, answer = await first_answer(
                 route.read_addresses(),
-                lambda address: self.pull_records(address, call, self.rpc_timeout + wait_ms / 1000),
+                pull_checked,
                 after_s=wait_ms / 1000 + SPECULATIVE_READ_S,
                 # A damaged record on one replica is intact on the others (and is being repaired).
                 give_up=lambda exc: (
@@ -372,7 +386,7 @@ class AsyncClient:
                 if errors
                 else UnavailableError(f"broker set {route.name} has no reachable replica")
             ) from None
-        return _consumed(reply, route.name, address), reply.next_offset
+        return answer
 
     async def queue_offsets(self, route: BrokerSetRoute, topic: str, queue: int) -> bpb.QueueOffsets:
         last: TidelogError | None = None
