@@ -33,6 +33,9 @@ class BrokerConfig:
     # of `listen` with a port the system picks, "" turns the data port off (clients use gRPC)
     data_listen: str = "auto"
     data_advertise_address: str = ""
+    # open data-port connections before new ones are closed: each may hold up to 128 MiB of
+    # requests and replies (broker/dataport.py), so this bounds the data port's memory
+    data_max_connections: int = 64
     datacenter: str = ""
     rack: str = ""
     priority: int | None = None  # election priority, lower wins
@@ -106,6 +109,7 @@ _POSITIVE = {
     "ha_heartbeat_interval_ms",
     "ha_idle_timeout_ms",
     "ha_max_connections",
+    "data_max_connections",
     "heartbeat_interval_ms",
     "max_concurrent_requests",
     "max_pull_bytes",

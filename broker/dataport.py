@@ -7,9 +7,18 @@ other. The request itself goes through the same functions as the gRPC service
 TidelogError is answered with its code (and the master's address for NOT_MASTER), anything
 else is logged and answered INTERNAL. A frame that breaks the layout closes its connection only.
 
-Limits: at most MAX_IN_FLIGHT requests of one connection run at once (the reader stops reading
-until one finishes, so a client cannot queue unbounded work); a frame is at most
-dataframes.MAX_FRAME bytes, checked before its body is read.
+Limits (docs/ARCHITECTURE.md §1.5), so that a client that sends faster than it reads — or never
+reads — meets TCP back-pressure instead of filling the broker's memory:
+- at most `data_max_connections` connections (broker config); more are closed as they arrive;
+- a frame is at most dataframes.MAX_FRAME bytes, checked before its body is read;
+- at most MAX_IN_FLIGHT requests of one connection run at once, and one connection holds at most
+  CONNECTION_BYTES of request bodies and replies: before a body is read the reader takes a slot
+  and charges the body's length, and a pull charges the most its reply may hold before it reads
+  the log; both stay charged until the reply has been handed to the socket. The reader stops
+  reading while either is spent;
+- one reply of a connection is written at a time (a lock around write and drain), so at most one
+  reply beyond the transport's high-water mark sits in its buffer; a reply its client does not
+  take within WRITE_TIMEOUT_S closes the connection.
 """
 
 from __future__ import annotations
@@ -18,24 +27,120 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from crc32c import crc32c
 
 from tidelog import dataframes as df
 from tidelog.broker.replica import Replica
-from tidelog.broker.service import produce_batch, pull_encoded
+from tidelog.broker.service import checked_pull, produce_batch, pull_encoded
 from tidelog.errors import InvalidArgumentError, TidelogError
 from tidelog.invariants import stop_if_violated
-from tidelog.tasks import cancel_and_wait
+from tidelog.tasks import cancel_and_wait, within
 from tidelog.wire import leader_of
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 256
+#: Request bodies and replies one connection may hold at once: two of the largest frames, or
+#: eight pulls of the largest reply (max_pull_bytes' default, 16 MiB).
+CONNECTION_BYTES = 128 << 20
+#: A reply its client has not taken within this long closes the connection (a client that
+#: never reads would otherwise hold its requests' memory for good).
+WRITE_TIMEOUT_S = 60.0
+#: How long a closing connection may spend handing its last reply to the client.
+CLOSE_TIMEOUT_S = 5.0
+# the fields of a pull reply besides its records (frame head and pull head), charged with them
+_REPLY_FIELDS = 64
 # named as the gRPC calls they stand for, so that dashboards see one Produce and one Pull
 _METHODS = {df.OP_PRODUCE: "Produce", df.OP_PULL: "Pull"}
+
+
+class ByteBudget:
+    """The bytes one connection may hold; takers wait in the order they came (a large one is not
+    passed over for ever by small ones). A taking larger than the whole budget goes alone."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def _fits(self, n: int) -> bool:
+        return self.used == 0 or self.used + n <= self.limit
+
+    async def take(self, n: int) -> None:
+        if not self._waiting and self._fits(n):
+            self.used += n
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((n, granted))
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.give(n)  # granted just before the cancellation: hand it back
+            else:
+                self._wake()  # it may have held up the takers behind it
+            raise
+
+    def give(self, n: int) -> None:
+        self.used -= n
+        self._wake()
+
+    def charge(self, n: int) -> None:
+        """Charge (or, negative, give back) at once, without waiting: a reply whose true size
+        differs from what was taken for it."""
+        self.used += n
+        if n < 0:
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiting:
+            n, granted = self._waiting[0]
+            if granted.done():  # its taker was cancelled
+                self._waiting.popleft()
+                continue
+            if not self._fits(n):
+                return
+            self._waiting.popleft()
+            self.used += n
+            granted.set_result(None)
+
+
+class _Held:
+    """What one request holds of its connection's budget; all of it is given back at its end."""
+
+    __slots__ = ("budget", "n")
+
+    def __init__(self, budget: ByteBudget, n: int) -> None:
+        self.budget = budget
+        self.n = n
+
+    async def more(self, n: int) -> None:
+        await self.budget.take(n)
+        self.n += n
+
+    def resize(self, n: int) -> None:
+        self.budget.charge(n - self.n)
+        self.n = n
+
+    def release(self) -> None:
+        self.budget.give(self.n)
+        self.n = 0
+
+
+@dataclass
+class _Link:
+    """One client connection and its limits."""
+
+    writer: asyncio.StreamWriter
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT))
+    budget: ByteBudget = field(default_factory=lambda: ByteBudget(CONNECTION_BYTES))
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    running: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 class DataPort:
@@ -68,70 +173,107 @@ class DataPort:
             writer.close()
         if tasks:
             await asyncio.wait(tasks, timeout=2.0)
+        for writer in list(self._writers):
+            writer.transport.abort()  # a client that does not read keeps a closing transport open
         await cancel_and_wait(*tasks)
         if self._server is not None:
             await self._server.wait_closed()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        limit = self.replica.cfg.data_max_connections
+        if len(self._writers) >= limit:
+            log.warning(
+                "%s data port: connection from %s refused: %d connections already open",
+                self.replica.ctx,
+                writer.get_extra_info("peername"),
+                len(self._writers),
+            )
+            writer.close()
+            return
         me = asyncio.current_task()
         if me is not None:
             self._connections.add(me)
         self._writers.add(writer)
-        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        running: set[asyncio.Task[None]] = set()
+        link = _Link(writer)
         try:
-            await self._read_frames(reader, writer, slots, running)
+            await self._read_frames(reader, link)
         except df.FrameError as exc:
             log.warning("%s data port: closing a connection: %s", self.replica.ctx, exc.message)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away
         finally:
-            await cancel_and_wait(*running)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            await cancel_and_wait(*link.running)
+            await _close(writer)
             self._writers.discard(writer)
             if me is not None:
                 self._connections.discard(me)
 
-    async def _read_frames(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        slots: asyncio.Semaphore,
-        running: set[asyncio.Task[None]],
-    ) -> None:
+    async def _read_frames(self, reader: asyncio.StreamReader, link: _Link) -> None:
         while True:
             head = await reader.readexactly(df.HEAD_SIZE)
             length, op, rid = df.HEAD.unpack(head)
-            body = await reader.readexactly(df.body_length(length))
-            await slots.acquire()
-            task = asyncio.ensure_future(self._answer(op, rid, body, writer))
-            running.add(task)
-            task.add_done_callback(running.discard)
-            task.add_done_callback(lambda _t: slots.release())
+            size = df.body_length(length)
+            # The slot and the body's bytes are taken before the body is read: while they are
+            # spent the socket is not read, and the client's sends stall (TCP back-pressure).
+            await link.slots.acquire()
+            held = _Held(link.budget, 0)
+            await held.more(size)
+            if link.writer.is_closing():
+                held.release()
+                return  # a reply timed out meanwhile: the connection is going
+            body = await reader.readexactly(size)
+            task = asyncio.ensure_future(self._answer(op, rid, body, link, held))
+            link.running.add(task)
+            task.add_done_callback(link.running.discard)
+            task.add_done_callback(lambda _t: link.slots.release())
 
-    async def _answer(self, op: int, rid: int, body: bytes, writer: asyncio.StreamWriter) -> None:
+    async def _answer(self, op: int, rid: int, body: bytes, link: _Link, held: _Held) -> None:
         started = time.monotonic()
-        code = "OK"
         try:
-            parts = await self._serve(op, body)
-            writer.writelines(df.frame(df.OK, rid, *parts))
+            reply, code = await self._reply(op, rid, body, held)
+            if self.observe_call is not None:
+                self.observe_call(_METHODS.get(op, "Unknown"), time.monotonic() - started, code)
+            await self._write(link, reply)
+        finally:
+            held.release()
+
+    async def _reply(self, op: int, rid: int, body: bytes, held: _Held) -> tuple[list[bytes], str]:
+        """The reply frame of one request, and its outcome's code for the metrics."""
+        try:
+            return df.frame(df.OK, rid, *await self._serve(op, body, held)), "OK"
         except TidelogError as err:
-            code = err.code
-            writer.writelines(df.frame(df.ERROR, rid, df.error_body(err, leader_of(err))))
+            return df.frame(df.ERROR, rid, df.error_body(err, leader_of(err))), err.code
         except Exception as exc:  # a bug: log it, answer, keep serving (unless an invariant broke)
             stop_if_violated(exc)
             log.exception("%s data port: op %d failed unexpectedly", self.replica.ctx, op)
             err = TidelogError(f"internal error: {type(exc).__name__}: {exc}")
-            code = "INTERNAL"
-            writer.writelines(df.frame(df.ERROR, rid, df.error_body(err, None)))
-        if self.observe_call is not None:
-            self.observe_call(_METHODS.get(op, "Unknown"), time.monotonic() - started, code)
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+            return df.frame(df.ERROR, rid, df.error_body(err, None)), "INTERNAL"
 
-    async def _serve(self, op: int, body: bytes) -> list[Any]:
+    async def _write(self, link: _Link, reply: list[bytes]) -> None:
+        """Hand one reply to the socket: one at a time per connection, so that replies waiting
+        for a slow client stay in their tasks (charged to the budget) and not in the transport."""
+        writer = link.writer
+        async with link.writing:
+            if writer.is_closing():
+                return
+            writer.writelines(reply)
+            try:
+                await within(writer.drain(), WRITE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning(
+                    "%s data port: closing a connection whose client took no reply for %.0fs",
+                    self.replica.ctx,
+                    WRITE_TIMEOUT_S,
+                )
+                writer.transport.abort()  # close() would wait for the buffer to drain
+                me = asyncio.current_task()
+                for task in link.running:
+                    if task is not me:
+                        task.cancel()
+            except ConnectionError:
+                pass  # the client went away; its reader ends the connection
+
+    async def _serve(self, op: int, body: bytes, held: _Held) -> list[Any]:
         if op == df.OP_PRODUCE:
             call = df.parse_produce(body)
             bs, first, phys = await produce_batch(
@@ -140,7 +282,25 @@ class DataPort:
             return [df.produced(bs, first, phys)]
         if op == df.OP_PULL:
             pull = df.parse_pull(body)
+            _, max_bytes = checked_pull(self.replica, pull)
+            # Room for the largest reply is taken before the log is read: the replies of a
+            # connection wait for their turn to be written without the budget's knowledge
+            # otherwise. One record may exceed max_bytes (it is answered alone).
+            room = max(max_bytes, self.replica.cfg.max_message_bytes) + _REPLY_FIELDS
+            await held.more(room)
             data, count, offsets = await pull_encoded(self.replica, pull)
+            held.resize(len(body) + len(data) + _REPLY_FIELDS)
             head = df.pulled_head(pull.offset + count, df.Offsets(*offsets), count, crc32c(data))
             return [head, data]
         raise InvalidArgumentError(f"unknown data-port operation {op}")
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close a connection, letting its last reply reach the client for a while (a client that
+    does not read would keep a closing transport, and its buffer, for good)."""
+    writer.close()
+    with contextlib.suppress(Exception):  # whatever it failed with, the connection is gone
+        try:
+            await within(writer.wait_closed(), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            writer.transport.abort()

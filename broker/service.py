@@ -17,12 +17,12 @@ from crc32c import crc32c
 
 from tidelog.broker.replica import Replica
 from tidelog.commitlog import QueueOffsets
-from tidelog.dataframes import PullCall
+from tidelog.dataframes import MAX_PRODUCE_RECORDS, PullCall
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import non_empty, non_negative, require, rpc
 
-MAX_BATCH = 10_000
+MAX_BATCH = MAX_PRODUCE_RECORDS  # records per produce; clients cut larger batches (dataframes.py)
 DEFAULT_PULL_BYTES = 4 << 20
 DEFAULT_PULL_MESSAGES = 32
 MAX_WAIT_MS = 60_000

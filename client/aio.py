@@ -48,7 +48,7 @@ from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
 from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
-from tidelog.commitlog.batch import RecordView, encode_batch, walk
+from tidelog.commitlog.batch import RecordView, cut_batch, encode_batch, walk
 from tidelog.errors import (
     CorruptRecordError,
     DiskFullError,
@@ -118,9 +118,17 @@ class OutMessage(NamedTuple):
     properties: Mapping[str, str] | None = None
 
 
-def reply_records(reply: Any, address: str) -> bytes:
-    """The records of an encoded pull reply, checked end to end against the reply's CRC32C (the
-    broker checked each record's own CRC when it read it from its log)."""
+def reply_records(reply: Any, address: str, offset: int) -> bytes:
+    """The records of an encoded pull reply from `offset`, checked end to end against the reply's
+    CRC32C (the broker checked each record's own CRC when it read it from its log). A reply whose
+    next offset is not `offset` + its count (a broker that answers otherwise, as an older one
+    might) is refused: the reader would move past messages it never got."""
+    if reply.next_offset != offset + reply.count:
+        raise CorruptRecordError(
+            f"pull reply from {address}",
+            offset,
+            f"{reply.count} records from {offset} but next offset {reply.next_offset}",
+        )
     data: bytes = reply.records
     if crc32c(data) != reply.crc:
         raise CorruptRecordError(
@@ -129,9 +137,9 @@ def reply_records(reply: Any, address: str) -> bytes:
     return data
 
 
-def _consumed(reply: bpb.PullReply, broker_set: str, address: str) -> list[ConsumedMessage]:
-    """The records of an encoded pull, as lazily decoded messages."""
-    data = reply_records(reply, address)
+def _consumed(reply: Any, broker_set: str, address: str, offset: int) -> list[ConsumedMessage]:
+    """The records of an encoded pull from `offset`, as lazily decoded messages."""
+    data = reply_records(reply, address, offset)
     starts = walk(data, f"pull reply from {address}", 0, verify_crc=False)
     if len(starts) != reply.count:
         raise CorruptRecordError(
@@ -354,11 +362,17 @@ class AsyncClient:
     ) -> tuple[list[ConsumedMessage], int]:
         """Pull from the first replica that answers; returns (messages, next offset)."""
         call = df.PullCall(topic, queue, offset, max_messages, 0, wait_ms)
+
+        async def pull_checked(address: str) -> tuple[list[ConsumedMessage], int]:
+            # checked here, so that a reply that fails its checks is asked of another replica
+            reply = await self.pull_records(address, call, self.rpc_timeout + wait_ms / 1000)
+            return _consumed(reply, route.name, address, offset), reply.next_offset
+
         try:
             # A long poll may rightly take wait_ms; a replica silent beyond that is passed over.
-            address, reply = await first_answer(
+            _, answer = await first_answer(
                 route.read_addresses(),
-                lambda address: self.pull_records(address, call, self.rpc_timeout + wait_ms / 1000),
+                pull_checked,
                 after_s=wait_ms / 1000 + SPECULATIVE_READ_S,
                 # A damaged record on one replica is intact on the others (and is being repaired).
                 give_up=lambda exc: (
@@ -372,7 +386,7 @@ class AsyncClient:
                 if errors
                 else UnavailableError(f"broker set {route.name} has no reachable replica")
             ) from None
-        return _consumed(reply, route.name, address), reply.next_offset
+        return answer
 
     async def queue_offsets(self, route: BrokerSetRoute, topic: str, queue: int) -> bpb.QueueOffsets:
         last: TidelogError | None = None
@@ -530,9 +544,13 @@ class AsyncProducer:
             if len(batch) == 1:
                 _fail(batch[0].future, exc)
                 return
-            # one of them is over the broker's limit: send them one by one, so only it fails
-            for p in batch:
-                await self._deliver(acc, [p])
+            # One of them is over the broker's limit: send them one by one, so only it fails.
+            # A batch sent as several requests may have stored its first ones: those are done.
+            for p, r in zip(batch, receipts, strict=True):
+                if r is not None:
+                    _settle([p], [r])
+                else:
+                    await self._deliver(acc, [p])
             return
         except TidelogError as exc:
             _fail_all(batch, exc)
@@ -597,6 +615,8 @@ class AsyncProducer:
                     raise not_now or UnavailableError("no route")
                 refresh = False
                 name, queue = target or queue_round_robin(route, next(self._rr), frozenset(avoid))
+                if attempts > 1:  # an earlier attempt may have stored its first requests
+                    items, indexes = _unsent(items, indexes, receipts)
                 await self._produce(topic, route, name, queue, items, indexes, receipts, deadline)
                 return
             except _RETRY_SEND as exc:
@@ -639,22 +659,40 @@ class AsyncProducer:
         receipts: list[Receipt | None],
         deadline: float,
     ) -> None:
-        """One Produce request of `items` to queue `queue` of broker set `name`; fills `receipts`."""
+        """`items` to queue `queue` of broker set `name` in one Produce request, or in several when
+        they exceed what one request carries (`dataframes.produce_room`, MAX_PRODUCE_RECORDS); fills
+        `receipts` as each is acknowledged. The requests go one after another, never together, so
+        the queue keeps the items' order; a retry sends only those without a receipt."""
         bs = route.broker_set(name)
         if bs is None or not bs.master_address:
             raise UnavailableError(f"broker set {name} has no master right now")
         records = encode_batch(topic.encode(), queue, items, int(time.time() * 1000))
-        timeout = max(0.5, min(self.client.rpc_timeout, deadline - time.monotonic()))
-        name, qoff, phys = await self.client.call_master_with(
-            topic,
-            bs,
-            lambda address: self.client.produce_records(address, topic, queue, records, len(items), timeout),
-        )
-        if len(phys) != len(items):
-            raise SendFailedError(f"the broker acknowledged {len(phys)} of {len(items)} records")
-        make = tuple.__new__
-        for n, (i, p) in enumerate(zip(indexes, phys, strict=True)):
-            receipts[i] = make(Receipt, (topic, name, queue, qoff + n, p))
+        parts = cut_batch(records, len(items), df.produce_room(topic), df.MAX_PRODUCE_RECORDS)
+        done = 0
+        for start, end, count in parts:
+            part = records if count == len(items) else records[start:end]
+            timeout = max(0.5, min(self.client.rpc_timeout, deadline - time.monotonic()))
+            name, qoff, phys = await self.client.call_master_with(
+                topic,
+                bs,
+                lambda address, part=part, count=count, timeout=timeout: self.client.produce_records(
+                    address, topic, queue, part, count, timeout
+                ),
+            )
+            if len(phys) != count:
+                raise SendFailedError(f"the broker acknowledged {len(phys)} of {count} records")
+            make = tuple.__new__
+            for n, (i, p) in enumerate(zip(indexes[done : done + count], phys, strict=True)):
+                receipts[i] = make(Receipt, (topic, name, queue, qoff + n, p))
+            done += count
+
+
+def _unsent(
+    items: list[OutMessage], indexes: list[int], receipts: Sequence[Receipt | None]
+) -> tuple[list[OutMessage], list[int]]:
+    """The items (and their indexes) that have no receipt yet."""
+    keep = [n for n, i in enumerate(indexes) if receipts[i] is None]
+    return [items[n] for n in keep], [indexes[n] for n in keep]
 
 
 def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:

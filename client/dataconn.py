@@ -96,6 +96,10 @@ class DataConnection:
             why = str(exc) or why
         finally:
             self.closed = True
+            # The socket goes with the reader: nobody writes on a closed connection, and the
+            # plane replaces it without closing it.
+            if self._writer is not None:
+                self._writer.close()
             for fut in self._pending.values():
                 if not fut.done():
                     fut.set_exception(

@@ -31,6 +31,7 @@ _PRODUCER_HEAD = struct.Struct(">IIIHHIIQQQQII")
 STAMP = struct.Struct(">IIQQQQ")
 STAMP_AT = 16
 _CHECK = struct.Struct(">IIIHHIIQQQQII")
+_SIZE = struct.Struct(">I")  # a record's first field: its whole size
 
 
 class Outgoing(Protocol):
@@ -86,6 +87,31 @@ def _encode_batch_py(topic: bytes, queue_id: int, messages: Sequence[Outgoing], 
     except (ValueError, UnicodeEncodeError, AttributeError) as exc:
         raise InvalidArgumentError(f"bad message properties: {exc}") from exc
     return b"".join(parts)
+
+
+def cut_batch(data: bytes, count: int, max_bytes: int, max_records: int) -> list[tuple[int, int, int]]:
+    """Where to cut an encoded batch of `count` records so that each part has at most `max_bytes`
+    bytes and `max_records` records: (start, end, records) of each part, in order, whole records
+    only — the whole batch as one part when it fits. A record larger than `max_bytes` alone
+    raises MessageTooLargeError, before any part is named (none of them is to be sent)."""
+    if len(data) <= max_bytes and count <= max_records:
+        return [(0, len(data), count)]
+    parts: list[tuple[int, int, int]] = []
+    start = pos = n = 0
+    size_of = _SIZE.unpack_from
+    for index in range(count):
+        size = size_of(data, pos)[0]
+        if size > max_bytes:
+            raise MessageTooLargeError(
+                f"record {index} of the batch is {size} bytes, over the {max_bytes} one request carries"
+            )
+        if pos + size - start > max_bytes or n == max_records:
+            parts.append((start, pos, n))
+            start, n = pos, 0
+        pos += size
+        n += 1
+    parts.append((start, pos, n))
+    return parts
 
 
 class Checked(NamedTuple):

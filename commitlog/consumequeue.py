@@ -406,6 +406,9 @@ class ConsumeQueue:
             self._dirty.discard(self._fd)
             os.fsync(self._fd)
             os.close(self._fd)
+            # Forgotten before the open: if it fails, close() must not close this number again,
+            # which by then may be another file's.
+            self._fd = None
         self._fd = os.open(self._path(start), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self._files.append(start)
 

@@ -259,7 +259,7 @@ class RangeReader:
             )
         except OffsetBelowRetentionError:
             return None
-        data = reply_records(reply, address)
+        data = reply_records(reply, address, call.offset)
         fields = scan(data, f"pull reply from {address}", verify_crc=False)
         if len(fields.starts) != reply.count:
             raise CorruptRecordError(

@@ -18,7 +18,8 @@ ledgers, status). Pure codec, no I/O; all integers big-endian.
                    record's own CRC when it read them)
     error    body: code_len u16 | leader_len u16 | code | leader | message (UTF-8)
 
-Limits: a frame is at most MAX_FRAME bytes; a topic at most 255 bytes. A frame that breaks the
+Limits: a frame is at most MAX_FRAME bytes (`produce_room`: the records a produce may carry); a
+produce at most MAX_PRODUCE_RECORDS records; a topic at most 255 bytes. A frame that breaks the
 layout is a protocol error: the connection that sent it is closed, nothing else.
 """
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tidelog.errors import InvalidArgumentError, TidelogError
+from tidelog.wire import MAX_MESSAGE_BYTES
 
 OP_PRODUCE = 1
 OP_PULL = 2
@@ -38,6 +40,11 @@ ERROR = 1
 HEAD = struct.Struct(">IBI")
 HEAD_SIZE = HEAD.size  # 9
 MAX_FRAME = (64 << 20) + 4096  # the largest batch gRPC would take, plus room for the fields
+#: The most records one produce request carries (the broker refuses more, on both transports).
+MAX_PRODUCE_RECORDS = 10_000
+# room for a ProduceBatchRequest's fields beside its records in one gRPC message (the topic is
+# at most 255 bytes; every other field is a few bytes)
+_GRPC_PRODUCE_FIELDS = 1024
 _PRODUCE = struct.Struct(">HIII")
 _PRODUCED = struct.Struct(">HQI")
 _PULL = struct.Struct(">HIQIII")
@@ -77,6 +84,14 @@ def produce_request(topic: str, queue: int, count: int, crc: int) -> bytes:
     """The fields before a produce's records (the records follow as their own piece)."""
     t = topic.encode()
     return _PRODUCE.pack(len(t), queue, count, crc) + t
+
+
+def produce_room(topic: str) -> int:
+    """The most record bytes one produce request to `topic` may carry: within one frame, and
+    within one gRPC message for the fall-back. A client cuts a larger batch into several
+    requests: a frame over MAX_FRAME would close its whole connection."""
+    fields = HEAD_SIZE - 4 + _PRODUCE.size + len(topic.encode())
+    return min(MAX_FRAME - fields, MAX_MESSAGE_BYTES - _GRPC_PRODUCE_FIELDS)
 
 
 def parse_produce(body: bytes) -> ProduceCall:

@@ -1,5 +1,6 @@
 """Which transport a client uses per broker (client/dataconn.py): the data port a broker's Status
-names, gRPC when it names none, cannot be asked, or its data port just failed."""
+names, gRPC when it names none, cannot be asked, or its data port just failed; a connection the
+broker closed closes its socket too."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 
 import pytest
 
+from tidelog import dataframes as df
 from tidelog.client import dataconn
 from tidelog.client.dataconn import DataPlane
 from tidelog.errors import UnavailableError
@@ -49,5 +51,38 @@ def test_a_data_port_nobody_listens_on_answers_unavailable() -> None:
             await conn.call(1, [b""], timeout=2.0)
         assert conn.closed
         await conn.close()
+
+    asyncio.run(main())
+
+
+def test_a_connection_the_broker_closed_closes_its_socket_before_the_plane_replaces_it() -> None:
+    async def main() -> None:
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(df.HEAD_SIZE)  # a request arrived: go away without answering
+            writer.close()
+
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+        async def status(_grpc_address: str) -> str:
+            return address
+
+        plane = DataPlane(status)
+        try:
+            conn = await plane.connection("b1:1")
+            assert conn is not None
+            with pytest.raises(UnavailableError, match="was lost"):
+                await conn.call(df.OP_PULL, [b"x"], timeout=5.0)
+            sock = conn._writer.get_extra_info("socket")  # type: ignore[union-attr]
+            for _ in range(50):
+                if sock.fileno() == -1:
+                    break
+                await asyncio.sleep(0.02)
+            assert sock.fileno() == -1, "the lost connection's socket is still open"
+            assert await plane.connection("b1:1") is not conn  # replaced, with nothing left open
+        finally:
+            await plane.close()
+            server.close()
+            await server.wait_closed()
 
     asyncio.run(main())

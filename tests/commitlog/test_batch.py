@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tidelog.commitlog import CommitLog
 from tidelog.commitlog import record as rec
-from tidelog.commitlog.batch import RecordView, check_batch, encode_batch, walk
+from tidelog.commitlog.batch import RecordView, check_batch, cut_batch, encode_batch, walk
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, MessageTooLargeError
 
 
@@ -190,3 +190,23 @@ def _all_bytes(log: CommitLog) -> bytes:
         data, at = log.read_raw_chunk(at, 1 << 20)
         out.append(data)
     return b"".join(out)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=40), st.integers(400, 3000), st.integers(1, 8))
+def test_a_batch_is_cut_into_whole_records_within_both_limits(bodies, max_bytes, max_records):
+    data = encode_batch(b"t", 0, [Out(b) for b in bodies], 1)
+    parts = cut_batch(data, len(bodies), max_bytes, max_records)
+    assert b"".join(data[s:e] for s, e, _ in parts) == data  # in order, nothing left out
+    assert sum(n for _, _, n in parts) == len(bodies)
+    for s, e, n in parts:
+        assert e - s <= max_bytes and 1 <= n <= max_records
+        assert len(walk(data[s:e], "part", 0, verify_crc=False)) == n
+    if len(data) <= max_bytes and len(bodies) <= max_records:
+        assert parts == [(0, len(data), len(bodies))]
+
+
+def test_a_record_larger_than_one_part_refuses_the_cut():
+    data = encode_batch(b"t", 0, [Out(b"a"), Out(b"b" * 1000), Out(b"c")], 1)
+    with pytest.raises(MessageTooLargeError, match="record 1 of the batch"):
+        cut_batch(data, 3, 500, 10)

@@ -1,5 +1,6 @@
 """Consume queues read from their files: the on-disk queue against an in-memory model, memory that
-holds only unwritten units, an open that reads no whole file, and no descriptor left behind."""
+holds only unwritten units, an open that reads no whole file, no descriptor left behind, and none
+closed twice after the open of a queue's next file failed."""
 
 from __future__ import annotations
 
@@ -293,3 +294,33 @@ def test_a_reader_never_sees_a_unit_move_from_the_tail_to_the_files(tmp_path: Pa
         t.join()
         cq.close()
     assert not bad
+
+
+def test_a_failed_open_of_the_next_file_leaves_no_closed_descriptor_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cq = ConsumeQueue(str(tmp_path / "q"), "t", 0, 10)
+    fill(cq, 10)  # the first file is full: the next unit opens the next file
+    old_fd = cq._fd
+    assert old_fd is not None
+    real_open = os.open
+
+    def fail_once(*args: object, **kw: object) -> int:
+        monkeypatch.setattr(os, "open", real_open)
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "open", fail_once)
+    cq.extend([1000], [100], [10])
+    with pytest.raises(OSError, match="Too many open files"):
+        cq.write_pending()
+    # The old descriptor is closed; its number now belongs to another file, as it would once
+    # anything else opened one.
+    sentinel = real_open(os.devnull, os.O_RDONLY)
+    if sentinel != old_fd:  # the lowest free number is usually that one already
+        os.dup2(sentinel, old_fd)
+        os.close(sentinel)
+    try:
+        cq.close()
+        os.fstat(old_fd)  # still open: the queue did not close what it no longer owned
+    finally:
+        os.close(old_fd)

@@ -92,7 +92,7 @@ class FakeReplica:
         crc = crc32c(data)  # what the broker sent; damage below happens on the way
         if self.damaged and data:
             data = data[:-1] + bytes([data[-1] ^ 0xFF])
-        return Pulled(stop, offsets, len(records), data, crc)
+        return Pulled(call.offset + len(records), offsets, len(records), data, crc)
 
 
 class FakeClient:
