@@ -69,8 +69,10 @@ lint: install
 imports: install
 	$(BIN)/python -m tidelog.importgraph
 
+# The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
 test: install spark lab-tools lint
 	$(BIN)/pytest -q
+	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -m "not slow" -p no:cacheprovider tests/commitlog
 
 # The fast loop: lint and every test that starts no cluster (the `slow` ones run in `make test`).
 check: install lint

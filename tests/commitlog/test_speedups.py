@@ -70,7 +70,7 @@ damage = st.tuples(
 
 
 @native
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=3000))
 def test_crc32c_is_the_packages(data):
     from crc32c import crc32c
@@ -115,7 +115,7 @@ header_damage = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 90), st.in
 
 
 @native
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(messages, min_size=1, max_size=10),
     damage,
