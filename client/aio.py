@@ -1208,6 +1208,10 @@ class AsyncAdmin:
         route = await self.client.route(topic, refresh=True)
         rows = []
         probe = AsyncConsumer(self.client, group, topic, auto_commit=False)
+        prefix = ho.owners_prefix(group, topic)
+        owners = ho.parse_owners(
+            ((e.key, e.value, e.version) for e in await self.client.controller.meta_list(prefix)), prefix
+        )
         for bs in route.broker_sets:
             for q in range(bs.queues):
                 o = await self.client.queue_offsets(bs, topic, q)
@@ -1219,6 +1223,8 @@ class AsyncAdmin:
                         "committed": committed,
                         "confirmed": o.confirmed,
                         "lag": o.confirmed - (committed or o.min),
+                        # the member holding the queue's owner key (client/handover.py), if any
+                        "owner": owners[(bs.name, q)].member if (bs.name, q) in owners else None,
                     }
                 )
         return rows

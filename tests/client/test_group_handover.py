@@ -101,9 +101,16 @@ def test_members_started_together_deliver_every_message_once(cluster: LocalClust
         for m in members:
             m.start()
         wait_for("every message", lambda: set(tally(members)) >= sent, 35)
+        ids = {m.consumer.member_id for m in members}
+
+        def owners() -> set[str | None]:
+            return {r["owner"] for r in client.admin().group_lag("together", "together")}
+
+        wait_for("`tide group describe` to show the three owners", lambda: owners() == ids, 10)
     finally:
         for m in members:
             m.leave()
+    assert owners() == {None}, "close() released every queue"
     seen = tally(members)
     assert set(seen) == sent
     assert {p: n for p, n in seen.items() if n > 1} == {}, "duplicates at the start of the group"
