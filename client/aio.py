@@ -907,10 +907,14 @@ class AsyncConsumer:
         await self._announce()
         route = await self.client.route(self.topic, refresh=force)
         live, owners = await self._read_group()
-        step = ho.plan(self.member_id, live, route.queue_list, owners, self.positions)
+        step = ho.plan(self.member_id, live, route.queue_list, owners, self.positions, self._revoked)
         for q in step.lost:
             log.info("group %s: queue %s was taken over; member %s stops", self.group, q, self.member_id)
             self._drop(q)
+        if step.resume:
+            self._revoked.difference_update(step.resume)
+            if self.on_assigned is not None:
+                self.on_assigned(list(step.resume))
         await self._release({q: owners[q].version for q in step.release})
         taken = await self._take(route, step)
         if step.lost or step.release or taken:

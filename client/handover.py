@@ -103,6 +103,8 @@ class Plan:
         member id, or a create whose reply was lost): start at the committed offset.
     lost: queues it reads whose key names another member or is gone (its own session expired and
         another member took over): stop at once, without committing over the new owner.
+    resume: queues it revoked but still holds (their commit was deferred) that the target gives
+        back to it: read them again.
     """
 
     release: tuple[Queue, ...] = ()
@@ -110,6 +112,7 @@ class Plan:
     take_over: tuple[tuple[Queue, int], ...] = ()
     adopt: tuple[Queue, ...] = ()
     lost: tuple[Queue, ...] = ()
+    resume: tuple[Queue, ...] = ()
 
 
 def plan(
@@ -118,9 +121,11 @@ def plan(
     queues: Iterable[Queue],
     owners: Mapping[Queue, Owner],
     reading: Iterable[Queue],
+    revoked: Iterable[Queue] = (),
 ) -> Plan:
     """This member's actions given the live members (sessions not expired, `me` among them when
-    its own announcement is current), the route's queues, the owner keys and what it reads now."""
+    its own announcement is current), the route's queues, the owner keys, the queues it has
+    started and, among them, those it revoked but has not released yet."""
     live_set = set(live)
     target = sticky_assign(live_set, queues, {q: o.member for q, o in owners.items()})
     reading_set = set(reading)
@@ -138,6 +143,7 @@ def plan(
         take_over=tuple(take_over),
         adopt=tuple(sorted(q for q in mine if target.get(q) == me and q not in reading_set)),
         lost=tuple(sorted(reading_set - mine)),
+        resume=tuple(sorted(q for q in set(revoked) & mine & reading_set if target.get(q) == me)),
     )
 
 

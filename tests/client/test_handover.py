@@ -95,6 +95,15 @@ def test_a_queue_whose_key_another_member_holds_is_lost_at_once() -> None:
     assert ho.plan("m1", ["m1"], Q[:1], {}, [Q[0]]).lost == (Q[0],)
 
 
+def test_a_revoked_queue_still_held_is_resumed_when_the_target_gives_it_back() -> None:
+    # m1 revoked Q[1] for m2 but its commit was deferred; m2 left before taking it
+    owners = owners_of({Q[0]: "m1", Q[1]: "m1"})
+    p = ho.plan("m1", ["m1"], Q[:2], owners, Q[:2], revoked=[Q[1]])
+    assert p.resume == (Q[1],) and not p.release
+    still = ho.plan("m1", ["m1", "m2"], Q[:2], owners, Q[:2], revoked=[Q[1]])
+    assert still.release == (Q[1],) and not still.resume
+
+
 def test_a_member_that_is_not_live_releases_everything() -> None:
     owners = owners_of({Q[0]: "m1", Q[1]: "m1"})
     assert ho.plan("m1", ["m2"], Q[:2], owners, Q[:2]).release == tuple(Q[:2])
