@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ def wait_for(what: str, done: Any, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def tally(members: list[Member], extra: list[Pos] = ()) -> collections.Counter[Pos]:  # type: ignore[assignment]
+def tally(members: list[Member], extra: Iterable[Pos] = ()) -> collections.Counter[Pos]:
     return collections.Counter([p for m in members for p in list(m.seen)] + list(extra))
 
 
@@ -153,9 +153,8 @@ def read_member_output(path: Path) -> tuple[list[Pos], dict[tuple[str, int], int
             bs, q, off = rest.split()
             delivered.append((bs, int(q), int(off)))
         elif kind == "C":
-            with_newline_cut = rest.strip()
             try:
-                doc = json.loads(with_newline_cut)
+                doc = json.loads(rest)
             except ValueError:
                 continue  # the last line, cut by the kill
             for bs, q, off in doc:
