@@ -30,11 +30,20 @@ from tidelog.client.aio import (
     AsyncReader,
     ConsumedMessage,
     OutMessage,
+    RebalanceListener,
     Receipt,
 )
 from tidelog.client.runner import LoopThread, SyncFacade
 
-__all__ = ["AsyncClient", "Client", "ConsumedMessage", "LoopThread", "OutMessage", "Receipt"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ConsumedMessage",
+    "LoopThread",
+    "OutMessage",
+    "RebalanceListener",
+    "Receipt",
+]
 
 
 class Producer(SyncFacade):
@@ -98,8 +107,25 @@ class Client:
     def producer(self, **kw: Any) -> Producer:
         return Producer(self.runner, self.aio.producer(**kw))
 
-    def consumer(self, group: str, topic: str, **kw: Any) -> Consumer:
-        return Consumer(self.runner, self.aio.consumer(group, topic, **kw))
+    def consumer(
+        self,
+        group: str,
+        topic: str,
+        *,
+        on_assigned: RebalanceListener | None = None,
+        on_revoked: RebalanceListener | None = None,
+        **kw: Any,
+    ) -> Consumer:
+        """A member of consumer group `group` reading `topic` (options: `AsyncConsumer`).
+
+        `on_revoked(queues)` is called before this member commits and releases queues it hands
+        over, `on_assigned(queues)` after it took queues; both run on the client's event loop
+        thread, so they must return promptly and not call this client's blocking methods.
+        """
+        return Consumer(
+            self.runner,
+            self.aio.consumer(group, topic, on_assigned=on_assigned, on_revoked=on_revoked, **kw),
+        )
 
     def reader(self, topic: str, queue: int, start_offset: int = 0, **kw: Any) -> Reader:
         return Reader(self.runner, self.aio.reader(topic, queue, start_offset, **kw))

@@ -32,6 +32,7 @@ from crc32c import crc32c
 
 from tidelog import dataframes as df
 from tidelog.client import assign as asg
+from tidelog.client import handover as ho
 from tidelog.client.batching import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
@@ -798,8 +799,18 @@ class AsyncReader:
         await cancel_and_wait(ahead)
 
 
+#: A rebalance listener: called with the (broker set, queue) pairs concerned, on the client's loop.
+RebalanceListener = Callable[[list[tuple[str, int]]], None]
+
+
 class AsyncConsumer:
-    """A member of a consumer group (clustering mode): the group's live members share the queues."""
+    """A member of a consumer group (clustering mode): the group's live members share the queues.
+
+    A queue is read by the member holding its owner key (client/handover.py). At each rebalance
+    the member releases the queues the sticky assignment gives elsewhere (`on_revoked`, stop
+    pulling, commit what `poll` returned, delete the key) and takes the free ones (create the key,
+    start at the committed offset, `on_assigned`), so a clean hand-over delivers nothing twice.
+    """
 
     def __init__(
         self,
@@ -813,6 +824,8 @@ class AsyncConsumer:
         start: str = "earliest",
         session_timeout: float = 6.0,
         heartbeat_interval: float = 1.0,
+        on_assigned: RebalanceListener | None = None,
+        on_revoked: RebalanceListener | None = None,
     ) -> None:
         if not group or "/" in group:
             raise InvalidArgumentError("group must be a non-empty name without '/'")
@@ -827,9 +840,15 @@ class AsyncConsumer:
         self.start = start
         self.session_timeout_ms = int(session_timeout * 1000)
         self.heartbeat_interval = heartbeat_interval
+        self.on_assigned = on_assigned
+        self.on_revoked = on_revoked
+        # Queues whose owner key this member holds and that it started: the delivered position.
         self.positions: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
+        # Revoked queues not yet released (their commit was deferred): held, but no longer pulled.
+        self._revoked: set[tuple[str, int]] = set()
         self._key = asg.members_prefix(group) + self.member_id
+        self._owners_prefix = ho.owners_prefix(group, topic)
         self._version: int | None = None
         self._last_beat = 0.0
         self._last_commit = time.monotonic()
@@ -838,7 +857,13 @@ class AsyncConsumer:
 
     @property
     def assignment(self) -> list[tuple[str, int]]:
-        return sorted(self.positions)
+        """The queues this member reads now."""
+        return sorted(q for q in self.positions if q not in self._revoked)
+
+    @property
+    def committed(self) -> dict[tuple[str, int], int]:
+        """The offsets this member last committed (or started from), per owned queue."""
+        return dict(self._committed)
 
     async def _announce(self) -> None:
         value = asg.announcement(int(time.time() * 1000), self.topic)
@@ -858,39 +883,97 @@ class AsyncConsumer:
             entry = await c.meta_create(self._key, value)
         self._version = entry.version
 
-    async def rebalance(self, force: bool = False) -> None:
-        """Announce this member, read the group's membership and take this member's queues."""
-        now = time.monotonic()
-        if not force and now - self._last_beat < self.heartbeat_interval:
-            return
-        self._last_beat = now
-        await self._announce()
+    async def _read_group(self) -> tuple[list[str], dict[tuple[str, int], ho.Owner]]:
+        """The live members reading this topic, and the owner keys of its queues."""
         prefix = asg.members_prefix(self.group)
         entries = await self.client.controller.meta_list(prefix)
-        members = asg.live_members(
+        live = asg.live_members(
             ((e.key, e.value) for e in entries),
             prefix,
             int(time.time() * 1000),
             self.session_timeout_ms,
             self.topic,
         )
+        keys = await self.client.controller.meta_list(self._owners_prefix)
+        return live, ho.parse_owners(((e.key, e.value, e.version) for e in keys), self._owners_prefix)
+
+    async def rebalance(self, force: bool = False) -> None:
+        """Announce this member, then follow the hand-over plan: drop the queues another member
+        took over, release those the assignment moves elsewhere, take the free ones."""
+        now = time.monotonic()
+        if not force and now - self._last_beat < self.heartbeat_interval:
+            return
+        self._last_beat = now
+        await self._announce()
         route = await self.client.route(self.topic, refresh=force)
-        mine = set(asg.assign(self.member_id, members, route.queue_list))
-        revoked = [q for q in self.positions if q not in mine]
-        if revoked:
-            if self.auto_commit:
-                await self._commit(revoked)
-            for q in revoked:
-                self.positions.pop(q, None)
-        for q in sorted(mine - set(self.positions)):
+        live, owners = await self._read_group()
+        step = ho.plan(self.member_id, live, route.queue_list, owners, self.positions, self._revoked)
+        for q in step.lost:
+            log.info("group %s: queue %s was taken over; member %s stops", self.group, q, self.member_id)
+            self._drop(q)
+        if step.resume:
+            self._revoked.difference_update(step.resume)
+            if self.on_assigned is not None:
+                self.on_assigned(list(step.resume))
+        await self._release({q: owners[q].version for q in step.release})
+        taken = await self._take(route, step)
+        if step.lost or step.release or taken:
+            log.info("group %s member %s owns %s", self.group, self.member_id, self.assignment)
+
+    async def _release(self, keys: Mapping[tuple[str, int], int], *, closing: bool = False) -> None:
+        """Revoke → commit → release: stop pulling `keys` (queue → owner key version), commit what
+        was delivered, then delete each key. A queue whose commit was deferred keeps its key (and
+        nobody reads it) until a later rebalance commits it, unless this member is closing."""
+        if not keys:
+            return
+        fresh = sorted(q for q in keys if q in self.positions and q not in self._revoked)
+        self._revoked.update(keys)
+        if fresh and self.on_revoked is not None:
+            self.on_revoked(fresh)
+        if self.auto_commit:
+            await self._commit(list(keys))
+        for q, version in sorted(keys.items()):
+            pending = self.auto_commit and q in self.positions and self._committed.get(q) != self.positions[q]
+            if pending and not closing:
+                continue
+            # Gone or at another version: the key was taken over after this member's session
+            # lapsed; either way it is no longer this member's.
+            with contextlib.suppress(MetadataNotFoundError, MetadataVersionMismatchError):
+                await self.client.controller.meta_delete(ho.owner_key(self.group, self.topic, q), version)
+            self._drop(q)
+
+    def _drop(self, q: tuple[str, int]) -> None:
+        self.positions.pop(q, None)
+        self._committed.pop(q, None)
+        self._revoked.discard(q)
+
+    async def _take(self, route: TopicRoute, step: ho.Plan) -> list[tuple[str, int]]:
+        """Claim the plan's queues (create a free key, replace an expired holder's at its version)
+        and start each claimed one at the committed offset; returns the queues started."""
+        c = self.client.controller
+        me = self.member_id.encode()
+        claimed = list(step.adopt)
+        for q in step.take:
+            with contextlib.suppress(MetadataExistsError):  # another member was quicker
+                await c.meta_create(ho.owner_key(self.group, self.topic, q), me)
+                claimed.append(q)
+        for q, version in step.take_over:
+            with contextlib.suppress(MetadataVersionMismatchError, MetadataNotFoundError):
+                await c.meta_cas(ho.owner_key(self.group, self.topic, q), me, version)
+                claimed.append(q)
+        started = []
+        for q in sorted(claimed):
             try:
                 self.positions[q] = await self._start_offset(route, q)
+                started.append(q)
             except (TopicNotFoundError, UnavailableError) as exc:
                 # The route has the topic but no replica serves it yet (a broker learns a new topic
-                # from its next heartbeat) or none answers: take the queue at a later rebalance.
-                log.info("group %s: queue %s not taken yet: %s", self.group, q, exc)
-        if revoked or mine - set(self._committed):
-            log.info("group %s member %s owns %s", self.group, self.member_id, sorted(self.positions))
+                # from its next heartbeat) or none answers: the key is held, so the next rebalance
+                # adopts it and tries again.
+                log.info("group %s: queue %s not started yet: %s", self.group, q, exc)
+        if started and self.on_assigned is not None:
+            self.on_assigned(started)
+        return started
 
     async def _start_offset(self, route: TopicRoute, q: tuple[str, int]) -> int:
         bs = present(route.broker_set(q[0]), f"the route of {q[0]} lost its broker set")
@@ -919,11 +1002,11 @@ class AsyncConsumer:
         await self.rebalance()
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
             await self.commit()
-        if not self.positions:
+        queues = self.assignment
+        if not queues:
             await asyncio.sleep(min(timeout, self.heartbeat_interval))
             return []
         route = await self.client.route(self.topic)
-        queues = self.assignment
         self._rr = (self._rr + 1) % len(queues)
         queues = queues[self._rr :] + queues[: self._rr]
         # Never pull more than can be returned: a pulled message moves its queue's position, so
@@ -946,7 +1029,7 @@ class AsyncConsumer:
         self, route: TopicRoute, q: tuple[str, int], max_messages: int, wait_ms: int
     ) -> list[ConsumedMessage]:
         bs = route.broker_set(q[0])
-        if bs is None or q not in self.positions:
+        if bs is None or q not in self.positions or q in self._revoked:
             return []
         try:
             msgs, nxt = await self.client.pull(
@@ -961,7 +1044,7 @@ class AsyncConsumer:
         return msgs
 
     async def commit(self) -> None:
-        """Commit the current position of every owned queue (at-least-once on failover)."""
+        """Commit the delivered position of every owned queue (at-least-once on failover)."""
         await self._commit(list(self.positions))
 
     async def _commit(self, queues: Sequence[tuple[str, int]]) -> None:
@@ -995,14 +1078,25 @@ class AsyncConsumer:
             self._committed[q] = pos
 
     async def close(self) -> None:
+        """Commit and release every queue this member holds, then leave the group: the members
+        that take its queues over start where it stopped."""
         if self._closed:
             return
         self._closed = True
-        if self.auto_commit:
-            with contextlib.suppress(TidelogError):
-                await self.commit()
         if self._version is None:
             return  # never announced (e.g. the controller was unreachable): nothing to take back
+        try:
+            _, owners = await self._read_group()
+        except TidelogError:
+            # The owner keys cannot be read: commit anyway, so that whoever takes over once this
+            # member's session lapses starts where it stopped.
+            if self.auto_commit:
+                with contextlib.suppress(TidelogError):
+                    await self.commit()
+        else:
+            mine = {q: o.version for q, o in owners.items() if o.member == self.member_id}
+            with contextlib.suppress(TidelogError):
+                await self._release(mine, closing=True)
         with contextlib.suppress(TidelogError):
             await self.client.controller.meta_delete(self._key)
 
@@ -1118,6 +1212,10 @@ class AsyncAdmin:
         route = await self.client.route(topic, refresh=True)
         rows = []
         probe = AsyncConsumer(self.client, group, topic, auto_commit=False)
+        prefix = ho.owners_prefix(group, topic)
+        owners = ho.parse_owners(
+            ((e.key, e.value, e.version) for e in await self.client.controller.meta_list(prefix)), prefix
+        )
         for bs in route.broker_sets:
             for q in range(bs.queues):
                 o = await self.client.queue_offsets(bs, topic, q)
@@ -1129,6 +1227,8 @@ class AsyncAdmin:
                         "committed": committed,
                         "confirmed": o.confirmed,
                         "lag": o.confirmed - (committed or o.min),
+                        # the member holding the queue's owner key (client/handover.py), if any
+                        "owner": owners[(bs.name, q)].member if (bs.name, q) in owners else None,
                     }
                 )
         return rows

@@ -1,17 +1,15 @@
-"""Consumer-group membership and queue assignment (pure; time passed in).
+"""Consumer-group membership (pure; time passed in).
 
 Members announce themselves in the controller's metadata store under
 `group/<group>/members/<member id>` with the time of their last announcement and their topic. A
-member is live if it announced within the session timeout. Every member of a topic sorts the live
-member ids of that topic and the topic's queues the same way and takes queues `i, i + n, i + 2n, …`
-(i = its rank, n = members), so all members agree once they see the same membership: each queue
-has exactly one owner.
+member is live if it announced within the session timeout. Which live member reads which queue
+is decided from the live members and the queues' owner keys (client/handover.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 MEMBERS_PREFIX = "group/{group}/members/"
 # One key per topic a group has ever consumed; it outlives the members (for `tide group describe`).
@@ -69,12 +67,3 @@ def groups_reading(
         if live_members([(key, value)], key[: len(key) - len(member)], now_ms, within_ms, topic):
             groups.add(group)
     return sorted(groups)
-
-
-def assign(member: str, members: Sequence[str], queues: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
-    """The queues `member` owns; empty when it is not (yet) among the live members."""
-    ordered = sorted(members)
-    if member not in ordered:
-        return []
-    rank = ordered.index(member)
-    return sorted(queues)[rank :: len(ordered)]

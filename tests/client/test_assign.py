@@ -1,4 +1,4 @@
-"""The client's pure rules: group assignment and queue choice (no processes)."""
+"""The client's pure rules: group membership, assignment and queue choice (no processes)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tidelog.client import assign as asg
+from tidelog.client import handover as ho
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
 
 
@@ -17,11 +18,12 @@ def test_assignment_partitions_the_queues(n_members: int, n_queues: int) -> None
     queues = [("broker-b", q) for q in range(n_queues // 2)] + [
         ("broker-a", q) for q in range(n_queues - n_queues // 2)
     ]
-    owned = [asg.assign(m, list(reversed(members)), queues) for m in members]
+    target = ho.sticky_assign(list(reversed(members)), queues, {})
+    owned = [[q for q, o in target.items() if o == m] for m in members]
     flat = [q for o in owned for q in o]
     assert sorted(flat) == sorted(queues) and len(flat) == len(set(flat))
     assert max(map(len, owned)) - min(map(len, owned)) <= 1
-    assert asg.assign("stranger", members, queues) == []
+    assert "stranger" not in target.values()
 
 
 def test_live_members_by_session_timeout_and_topic() -> None:

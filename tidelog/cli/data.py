@@ -302,7 +302,7 @@ def group() -> None:
 @controllers_option
 @json_option
 def group_describe(name: str, topic_name: str | None, controllers: str, as_json: bool) -> None:
-    """Committed offset and lag per queue for group NAME."""
+    """Committed offset, lag and owning member per queue for group NAME."""
     with open_client(controllers) as c:
         if topic_name is None:
             topics = c.admin().group_topics(name)
@@ -315,5 +315,5 @@ def group_describe(name: str, topic_name: str | None, controllers: str, as_json:
         rows,
         as_json,
         title=f"group {name} on {topic_name}",
-        columns=["broker_set", "queue", "committed", "confirmed", "lag"],
+        columns=["broker_set", "queue", "committed", "confirmed", "lag", "owner"],
     )
