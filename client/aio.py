@@ -18,6 +18,7 @@ for synchronous callers.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -724,6 +725,11 @@ def _out_message(m: object) -> OutMessage:
     return OutMessage(bytes(m))
 
 
+#: Pulls a reader keeps under way after a full batch: the broker reads the next while the client
+#: checks and decodes the last (three measured faster than one or two on 2 cores; bench/RESULTS.md).
+READ_AHEAD = 3
+
+
 class AsyncReader:
     """Reads one queue from an offset, without a group."""
 
@@ -735,8 +741,10 @@ class AsyncReader:
         self.queue = queue
         self.position = start_offset
         self.broker_set = broker_set
-        self._ahead: asyncio.Future[tuple[list[ConsumedMessage], int]] | None = None
-        self._ahead_at = -1  # the position the read-ahead started from
+        # Pulls started ahead of the caller: (the offset each starts at, its future), in order.
+        self._ahead: collections.deque[tuple[int, asyncio.Future[tuple[list[ConsumedMessage], int]]]] = (
+            collections.deque()
+        )
 
     async def _route(self, refresh: bool = False) -> BrokerSetRoute:
         route = await self.client.route(self.topic, refresh=refresh)
@@ -754,30 +762,45 @@ class AsyncReader:
 
     async def read(self, max_messages: int = 100, timeout: float = 0.0) -> list[ConsumedMessage]:
         """The next messages from the position (at most `max_messages`), waiting up to `timeout`
-        for some. A full batch starts the next pull at once (read-ahead), so that the broker reads
-        it while the caller works on this one."""
+        for some. A full batch keeps `READ_AHEAD` pulls under way (read-ahead): the first from the
+        new position, the next from where a full batch would end, so that the broker reads them
+        while the caller works on this one. A read-ahead that does not start exactly at the
+        position (an earlier batch came back short) is dropped, never used."""
         msgs = await self._ahead_batch()
         if msgs is None:
             msgs, nxt = await self._pull(self.position, max_messages, int(timeout * 1000))
             self.position = nxt
         if len(msgs) >= max_messages:
-            self._ahead = self.client.background(self._pull(self.position, max_messages, 0))
-            self._ahead_at = self.position
+            start = self._ahead[-1][0] + max_messages if self._ahead else self.position
+            while len(self._ahead) < READ_AHEAD:
+                self._ahead.append((start, self.client.background(self._pull(start, max_messages, 0))))
+                start += max_messages
         return msgs
 
     async def _ahead_batch(self) -> list[ConsumedMessage] | None:
-        """The read-ahead's messages, if one ran and brought any; else None (pull as usual)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
+        """The first read-ahead's messages, if it starts at the position and brought any; else None
+        (and every read-ahead is dropped: pull as usual)."""
+        if not self._ahead:
             return None
+        start, ahead = self._ahead[0]
+        if start != self.position:
+            await self._drop_ahead()
+            return None
+        self._ahead.popleft()
         try:
             msgs, nxt = await ahead
         except TidelogError:
-            return None  # the pull made now will meet (and raise) whatever it was, or succeed
-        if not msgs or self._ahead_at != self.position:
+            msgs = []  # the pull made now will meet (and raise) whatever it was, or succeed
+        if not msgs:
+            await self._drop_ahead()
             return None
         self.position = nxt
         return msgs
+
+    async def _drop_ahead(self) -> None:
+        ahead = [f for _, f in self._ahead]
+        self._ahead.clear()
+        await cancel_and_wait(*ahead)
 
     async def _pull(self, offset: int, max_messages: int, wait_ms: int) -> tuple[list[ConsumedMessage], int]:
         bs = await self._route()
@@ -795,8 +818,7 @@ class AsyncReader:
         return await self.read(max_messages, timeout)
 
     async def close(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        await cancel_and_wait(ahead)
+        await self._drop_ahead()
 
 
 #: A rebalance listener: called with the (broker set, queue) pairs concerned, on the client's loop.

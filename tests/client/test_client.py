@@ -405,3 +405,25 @@ def test_one_group_on_two_topics_reads_both_fully(client: Client) -> None:
     finally:
         for m in members.values():
             m.close()
+
+
+def test_reader_read_ahead_returns_each_message_once_in_order_across_short_batches(client: Client) -> None:
+    """Full batches keep two pulls under way, the second from where a full batch would end: when a
+    batch comes back short (the end of what is confirmed), the pulls started past it are dropped,
+    and the reader goes on exactly where the short batch ended."""
+    client.admin().create_topic("ahead", queues=1)
+    producer = client.producer()
+    producer.send_batch("ahead", [OutMessage(f"a{i}".encode()) for i in range(2500)])
+    reader = client.reader("ahead", 0, 0)
+    got: list[ConsumedMessage] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 2500 and time.monotonic() < deadline:
+        got.extend(reader.read(max_messages=1000, timeout=0.5))
+    producer.send_batch("ahead", [OutMessage(f"b{i}".encode()) for i in range(700)])
+    while len(got) < 3200 and time.monotonic() < deadline:
+        got.extend(reader.read(max_messages=1000, timeout=0.5))
+    assert reader.read(max_messages=1000, timeout=0.2) == []
+    assert [m.offset for m in got] == list(range(3200))
+    assert [m.body for m in got] == [f"a{i}".encode() for i in range(2500)] + [
+        f"b{i}".encode() for i in range(700)
+    ]
