@@ -335,7 +335,7 @@ class LedgerReplica:
         else:
             _, placed = self.replica.append([create_message(meta)])
             end = placed[-1].phys_offset + placed[-1].size
-        await self.replica.persist(master, end, max(1, len(master.ack_set)), fsync=True)
+        await self.replica.persist(master, end, max(1, master.write_set_size), fsync=True)
         log.info(
             "%s created ledger %d (AQ %d, replicas %s)",
             self._ctx,
@@ -411,7 +411,7 @@ class LedgerReplica:
 
     @staticmethod
     def _require_members(master: HaMaster, ledger_id: int, aq: int) -> int:
-        members = len(master.ack_set)
+        members = master.write_set_size
         if members < aq:
             raise NotEnoughBookiesError(
                 f"ledger {ledger_id} needs {aq} replicas to acknowledge; the broker "
@@ -541,7 +541,7 @@ class LedgerReplica:
                 )
         if view.closed_at is None:  # pragma: no cover - the record was just folded in
             raise LedgerReadError(f"ledger {ledger_id}: the CLOSE record is not in the index")
-        await self.replica.persist(master, view.close_end, max(1, len(master.ack_set)), fsync=True)
+        await self.replica.persist(master, view.close_end, max(1, master.write_set_size), fsync=True)
         return view.closed_at, view.closed_length
 
     async def _complete(

@@ -379,7 +379,7 @@ class Replica:
     async def write(self, msgs: list[Message]) -> list[Placement]:
         """The whole write: check, append, and wait until the ack policy's replicas hold it."""
         master = self.require_writable()
-        needed = required_acks(self.ack_cfg, len(master.ack_set))
+        needed = required_acks(self.ack_cfg, master.write_set_size)
         _, placed = self.append(msgs)
         await self.persist(master, placed[-1].phys_offset + placed[-1].size, needed)
         return placed
@@ -440,7 +440,7 @@ class Replica:
         offset of each record) once acknowledged."""
         self._queue(topic, queue)
         master = self.require_writable()
-        needed = required_acks(self.ack_cfg, len(master.ack_set))
+        needed = required_acks(self.ack_cfg, master.write_set_size)
         first, phys = self.log.append_encoded(topic, queue, batch, count)
         master.on_appended()
         await self.persist(master, self.log.max_offset, needed)

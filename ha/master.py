@@ -169,6 +169,17 @@ class HaMaster:
         """The members whose acks count toward a write: only the controller-confirmed set."""
         return self.core.tracker.local
 
+    @property
+    def write_set_size(self) -> int:
+        """How many members a write is sized for (`ackpolicy.required_acks`): the effective set,
+        a pending expansion included. A member being added is elected as soon as the controller
+        applies the change, so a write acknowledged meanwhile must be one it holds: sized for the
+        larger set but counted over the confirmed one, the write waits until the controller's
+        answer makes the new member's ack count, and that ack covers it. Sized for the confirmed
+        set alone, it was acknowledged by the master alone and lost when the new member, elected
+        before it had copied the write, took over (the dr-rehearsal drill found this)."""
+        return len(self.core.tracker.effective)
+
     def acks(self) -> dict[int, int]:
         return self.core.acks()
 

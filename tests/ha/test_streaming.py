@@ -280,3 +280,55 @@ def test_4_an_ack_from_a_member_whose_expansion_is_pending_does_not_count(tmp_pa
             await pair.close()
 
     asyncio.run(main())
+
+
+def test_4_5_a_write_made_while_an_expansion_is_pending_waits_for_the_new_member(tmp_path):
+    """The dr-rehearsal drill's loss: a slave caught up, the master proposed it into the
+    SyncStateSet, and a write made while the proposal was in flight was sized for the confirmed set
+    (the master alone) and acknowledged at once. The controller then applied the expansion, the
+    master's datacenter went down before the slave had copied that write, and the slave, now a
+    member, was elected without it. Sized for the effective set, the write is acknowledged only
+    once the new member's ack counts and covers it."""
+    from tidelog.ha.ackpolicy import AckConfig, required_acks
+
+    auto = AckConfig(
+        replication="sync", in_sync_replicas=2, min_in_sync_replicas=1, auto_in_sync_replicas=True
+    )
+
+    async def main() -> None:
+        pair = Pair(tmp_path, 1, frozenset({MASTER_ID}), slave_timeout_ms=5000)
+        await pair.start_master()
+        assert pair.master is not None
+        master = pair.master
+        answer = asyncio.Event()
+
+        async def slow_controller(proposal):  # applies the change once told to
+            await answer.wait()
+            master.on_controller_state(proposal.new_sync_state_set, proposal.sss_epoch + 1)
+
+        master._propose = slow_controller
+        try:
+            pair.start_slave()
+            first = pair.append(batch(5, "x"))
+            await until(
+                lambda: master.tracker.pending is not None and pair.slog.max_offset == first,
+                what="the slave to catch up and the expansion to be proposed",
+            )
+            assert pair.slave is not None
+            await pair.slave.stop()  # the link goes down: the slave copies nothing more
+            needed = required_acks(auto, master.write_set_size)
+            end = pair.append(batch(3, "during"))
+            acked = asyncio.ensure_future(master.wait_acks(end, needed))
+            await asyncio.sleep(0.3)
+            answer.set()  # the controller applies the expansion: the slave may now be elected
+            await until(lambda: master.ack_set == {MASTER_ID, SLAVE_ID}, what="the expansion applied")
+            await asyncio.sleep(0.3)
+            assert not acked.done(), "acknowledged a write the electable slave does not hold"
+            pair.start_slave()  # the link is back: the slave copies the write, its ack covers it
+            await acked
+            assert pair.slog.max_offset >= end
+        finally:
+            answer.set()
+            await pair.close()
+
+    asyncio.run(main())
