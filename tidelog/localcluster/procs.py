@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,12 +28,40 @@ LOOPBACK = "127.0.0.1"
 _handed_out: set[tuple[str, int]] = set()
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A port on `host` that was free a moment ago (bind port 0, then release it).
+#: Where free ports are drawn from: below the kernel's ephemeral range, which outgoing connections
+#: take their local ports from. A port drawn from that range (bind port 0) could be taken by any
+#: process's next outgoing connection between the check and the server's own bind, and the
+#: server then failed to start ("Address already in use"), as seen in the test suite.
+_PORTS_FROM = 20000
 
-    The kernel may offer a just-released port again; two processes given the same port fail to
-    start, so a port is never handed out twice by this process.
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port on `host` that was free a moment ago, drawn at random below the ephemeral range
+    (where no outgoing connection takes it meanwhile); bind port 0 where that range is too small.
+
+    Two processes given the same port fail to start, so a port is never handed out twice by
+    this process.
     """
+    top = _ephemeral_low()
+    for _ in range(200 if top - _PORTS_FROM >= 1000 else 0):
+        port = random.randrange(_PORTS_FROM, top)
+        if (host, port) in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add((host, port))
+        return port
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
