@@ -436,66 +436,64 @@ static int message_fields(PyObject *m, PyObject **f) {
     return 0;
 }
 
+/* One message's body and encoded properties (None without any), new references in `pair`;
+   -1 where the Python encoder would decide (not bytes, bad properties, a size out of range). */
+static int message_parts(PyObject *m, PyObject *encode_props, size_t fixed, PyObject **pair, size_t *size) {
+    PyObject *f[4];
+    if (message_fields(m, f) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *p = NULL;
+    int has_props = !PyBytes_CheckExact(f[0]) ? -1 : f[3] != Py_None ? PyObject_IsTrue(f[3]) : 0;
+    if (has_props == 0 && f[1] == Py_None && f[2] == Py_None) p = Py_NewRef(Py_None);
+    else if (has_props >= 0) p = PyObject_CallFunctionObjArgs(encode_props, f[1], f[2], f[3], NULL);
+    int ok = p != NULL && (p == Py_None || PyBytes_CheckExact(p));
+    size_t blen = ok ? (size_t)PyBytes_GET_SIZE(f[0]) : 0;
+    size_t plen = ok && p != Py_None ? (size_t)PyBytes_GET_SIZE(p) : 0;
+    ok = ok && fixed + plen + blen <= 0xFFFFFFFFu;
+    pair[0] = Py_NewRef(f[0]);
+    pair[1] = p;
+    for (int k = 0; k < 4; k++) Py_DECREF(f[k]);
+    if (!ok) {
+        Py_CLEAR(pair[0]);
+        Py_CLEAR(pair[1]);
+        PyErr_Clear();
+        return -1;
+    }
+    *size = fixed + plen + blen;
+    return 0;
+}
+
 static PyObject *encode_batch(PyObject *self, PyObject *args) {
     Py_buffer topic;
     unsigned long queue_id;
     PyObject *messages, *encode_props;
     long long born;
     if (!PyArg_ParseTuple(args, "y*kOLO", &topic, &queue_id, &messages, &born, &encode_props)) return NULL;
-    PyObject *fast = NULL, *props = NULL, *out = NULL;
-    Py_ssize_t m_count = 0;
+    PyObject *fast = NULL, *parts = NULL, *out = NULL;
     size_t total = 0, tlen = (size_t)topic.len;
     if (born < 0 || tlen > 0xFFFF || queue_id > 0xFFFFFFFFul) goto refuse;
     fast = PySequence_Fast(messages, "messages must be a sequence");
     if (fast == NULL) goto done;
-    m_count = PySequence_Fast_GET_SIZE(fast);
-    props = PyList_New(m_count); /* each message's encoded properties, or None */
-    if (props == NULL) goto done;
+    Py_ssize_t m_count = PySequence_Fast_GET_SIZE(fast);
+    parts = PyList_New(2 * m_count); /* body, encoded properties (or None), per message */
+    if (parts == NULL) goto done;
     for (Py_ssize_t i = 0; i < m_count; i++) {
-        PyObject *f[4];
-        if (message_fields(PySequence_Fast_GET_ITEM(fast, i), f) < 0) {
-            PyErr_Clear();
+        PyObject *pair[2];
+        size_t size;
+        if (message_parts(PySequence_Fast_GET_ITEM(fast, i), encode_props, HEADER_SIZE + tlen, pair, &size) < 0)
             goto refuse;
-        }
-        int bad = !PyBytes_CheckExact(f[0]);
-        PyObject *p = Py_NewRef(Py_None);
-        if (!bad) {
-            int has_props = f[3] != Py_None && PyObject_IsTrue(f[3]);
-            if (has_props < 0) bad = 1;
-            else if (f[1] != Py_None || f[2] != Py_None || has_props) {
-                Py_DECREF(p);
-                p = PyObject_CallFunctionObjArgs(encode_props, f[1], f[2], f[3], NULL);
-                bad = p == NULL || !PyBytes_CheckExact(p);
-            }
-        }
-        size_t blen = bad ? 0 : (size_t)PyBytes_GET_SIZE(f[0]);
-        size_t plen = (bad || p == Py_None) ? 0 : (size_t)PyBytes_GET_SIZE(p);
-        for (int k = 0; k < 4; k++) Py_DECREF(f[k]);
-        if (bad || blen > 0xFFFFFFFFu || plen > 0xFFFFFFFFu || HEADER_SIZE + tlen + plen + blen > 0xFFFFFFFFu) {
-            Py_XDECREF(p);
-            PyErr_Clear();
-            goto refuse;
-        }
-        PyList_SET_ITEM(props, i, p);
-        total += HEADER_SIZE + tlen + plen + blen;
+        PyList_SET_ITEM(parts, 2 * i, pair[0]);
+        PyList_SET_ITEM(parts, 2 * i + 1, pair[1]);
+        total += size;
     }
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
     if (out == NULL) goto done;
     unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < m_count; i++) {
-        PyObject *msg = PySequence_Fast_GET_ITEM(fast, i), *f[4];
-        if (message_fields(msg, f) < 0) {
-            Py_CLEAR(out);
-            goto done;
-        }
-        PyObject *p = PyList_GET_ITEM(props, i);
-        size_t plen = p == Py_None ? 0 : (size_t)PyBytes_GET_SIZE(p);
-        if (!PyBytes_CheckExact(f[0])) { /* changed under us: let the Python encoder decide */
-            for (int k = 0; k < 4; k++) Py_DECREF(f[k]);
-            Py_CLEAR(out);
-            goto refuse;
-        }
-        size_t blen = (size_t)PyBytes_GET_SIZE(f[0]);
+        PyObject *body = PyList_GET_ITEM(parts, 2 * i), *p = PyList_GET_ITEM(parts, 2 * i + 1);
+        size_t plen = p == Py_None ? 0 : (size_t)PyBytes_GET_SIZE(p), blen = (size_t)PyBytes_GET_SIZE(body);
         memset(w, 0, HEADER_SIZE);
         put32(w, (uint32_t)(HEADER_SIZE + tlen + plen + blen));
         put32(w + 4, MAGIC);
@@ -510,16 +508,15 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         w += tlen;
         if (plen) memcpy(w, PyBytes_AS_STRING(p), plen);
         w += plen;
-        memcpy(w, PyBytes_AS_STRING(f[0]), blen);
+        memcpy(w, PyBytes_AS_STRING(body), blen);
         w += blen;
-        for (int k = 0; k < 4; k++) Py_DECREF(f[k]);
     }
     goto done;
 refuse:
-    out = Py_NewRef(Py_None);
+    Py_XSETREF(out, Py_NewRef(Py_None));
 done:
     Py_XDECREF(fast);
-    Py_XDECREF(props);
+    Py_XDECREF(parts);
     PyBuffer_Release(&topic);
     return out;
 }
