@@ -107,15 +107,7 @@ class Client:
     def producer(self, **kw: Any) -> Producer:
         return Producer(self.runner, self.aio.producer(**kw))
 
-    def consumer(
-        self,
-        group: str,
-        topic: str,
-        *,
-        on_assigned: RebalanceListener | None = None,
-        on_revoked: RebalanceListener | None = None,
-        **kw: Any,
-    ) -> Consumer:
+    def consumer(self, group: str, topic: str, **kw: Any) -> Consumer:
         """A member of consumer group `group` reading `topic` (options: `AsyncConsumer`).
 
         `on_revoked(queues)` is called before this member commits and releases queues it hands
@@ -124,7 +116,7 @@ class Client:
         """
         return Consumer(
             self.runner,
-            self.aio.consumer(group, topic, on_assigned=on_assigned, on_revoked=on_revoked, **kw),
+            self.aio.consumer(group, topic, **kw),
         )
 
     def reader(self, topic: str, queue: int, start_offset: int = 0, **kw: Any) -> Reader:
