@@ -411,15 +411,15 @@ def test_reader_read_ahead_returns_each_message_once_in_order_across_short_batch
     """Full batches keep two pulls under way, the second from where a full batch would end: when a
     batch comes back short (the end of what is confirmed), the pulls started past it are dropped,
     and the reader goes on exactly where the short batch ended."""
-    client.admin().create_topic("ahead", queues=1)
+    client.admin().create_topic("ahead", queues=1)  # one key below: keyless requests may overlap
     producer = client.producer()
-    producer.send_batch("ahead", [OutMessage(f"a{i}".encode()) for i in range(2500)])
+    producer.send_batch("ahead", [OutMessage(f"a{i}".encode(), key="k") for i in range(2500)])
     reader = client.reader("ahead", 0, 0)
     got: list[ConsumedMessage] = []
     deadline = time.monotonic() + 30
     while len(got) < 2500 and time.monotonic() < deadline:
         got.extend(reader.read(max_messages=1000, timeout=0.5))
-    producer.send_batch("ahead", [OutMessage(f"b{i}".encode()) for i in range(700)])
+    producer.send_batch("ahead", [OutMessage(f"b{i}".encode(), key="k") for i in range(700)])
     while len(got) < 3200 and time.monotonic() < deadline:
         got.extend(reader.read(max_messages=1000, timeout=0.5))
     assert reader.read(max_messages=1000, timeout=0.2) == []
