@@ -26,7 +26,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import grpc
 from crc32c import crc32c
@@ -34,6 +34,7 @@ from crc32c import crc32c
 from tidelog import dataframes as df
 from tidelog.client import assign as asg
 from tidelog.client import handover as ho
+from tidelog.client import modes as md
 from tidelog.client.batching import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
@@ -65,6 +66,7 @@ from tidelog.errors import (
     NotMasterError,
     SendFailedError,
     StoreError,
+    SubscriptionConflictError,
     TidelogError,
     TopicNotFoundError,
     UnavailableError,
@@ -826,7 +828,10 @@ RebalanceListener = Callable[[list[tuple[str, int]]], None]
 
 
 class AsyncConsumer:
-    """A member of a consumer group (clustering mode): the group's live members share the queues.
+    """A member of a consumer group, in one of the subscription modes of client/modes.py:
+    `clustering` (the default: the group's live members share the queues), `failover` (one active
+    member reads them all, standbys take over), `exclusive` (one member; a second is refused) or
+    `broadcast` (every member reads everything, with its own offsets).
 
     A queue is read by the member holding its owner key (client/handover.py). At each rebalance
     the member releases the queues the sticky assignment gives elsewhere (`on_revoked`, stop
@@ -848,15 +853,24 @@ class AsyncConsumer:
         heartbeat_interval: float = 1.0,
         on_assigned: RebalanceListener | None = None,
         on_revoked: RebalanceListener | None = None,
+        mode: str = md.CLUSTERING,
     ) -> None:
-        if not group or "/" in group:
-            raise InvalidArgumentError("group must be a non-empty name without '/'")
+        if not group or "/" in group or "@" in group:
+            raise InvalidArgumentError("group must be a non-empty name without '/' or '@'")
+        if mode not in md.MODES:
+            raise InvalidArgumentError(f"mode must be one of {', '.join(md.MODES)}, not {mode!r}")
         if start not in ("earliest", "latest"):
             raise InvalidArgumentError("start must be 'earliest' or 'latest'")
         self.client = client
         self.group = group
         self.topic = topic
         self.member_id = member_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        if "/" in self.member_id or "@" in self.member_id:
+            raise InvalidArgumentError("member_id must not contain '/' or '@'")
+        self.mode = mode
+        # Owner keys and commits live under this name (`<group>@<member>` in broadcast mode).
+        self._state = md.state_group(group, mode, self.member_id)
+        self._since_ms: int | None = None  # the first announcement's time
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval
         self.start = start
@@ -870,7 +884,7 @@ class AsyncConsumer:
         # Revoked queues not yet released (their commit was deferred): held, but no longer pulled.
         self._revoked: set[tuple[str, int]] = set()
         self._key = asg.members_prefix(group) + self.member_id
-        self._owners_prefix = ho.owners_prefix(group, topic)
+        self._owners_prefix = ho.owners_prefix(self._state, topic)
         self._version: int | None = None
         self._last_beat = 0.0
         self._last_commit = time.monotonic()
@@ -888,7 +902,10 @@ class AsyncConsumer:
         return dict(self._committed)
 
     async def _announce(self) -> None:
-        value = asg.announcement(int(time.time() * 1000), self.topic)
+        now_ms = int(time.time() * 1000)
+        if self._since_ms is None:
+            self._since_ms = now_ms
+        value = asg.announcement(now_ms, self.topic, self.mode, self._since_ms)
         c = self.client.controller
         if self._version is None:
             # Remember the group's topic beyond this member's life: the member key goes on close.
@@ -905,11 +922,11 @@ class AsyncConsumer:
             entry = await c.meta_create(self._key, value)
         self._version = entry.version
 
-    async def _read_group(self) -> tuple[list[str], dict[tuple[str, int], ho.Owner]]:
-        """The live members reading this topic, and the owner keys of its queues."""
+    async def _read_group(self) -> tuple[dict[str, md.Announced], dict[tuple[str, int], ho.Owner]]:
+        """The live members reading this topic (with their modes), and the owner keys of its queues."""
         prefix = asg.members_prefix(self.group)
         entries = await self.client.controller.meta_list(prefix)
-        live = asg.live_members(
+        live = asg.live_announced(
             ((e.key, e.value) for e in entries),
             prefix,
             int(time.time() * 1000),
@@ -929,7 +946,14 @@ class AsyncConsumer:
         await self._announce()
         route = await self.client.route(self.topic, refresh=force)
         live, owners = await self._read_group()
-        step = ho.plan(self.member_id, live, route.queue_list, owners, self.positions, self._revoked)
+        other = md.conflict(self.member_id, md.Announced(self.mode, self._since_ms or 0), live)
+        if other is not None:
+            await self._refuse(
+                f"member {other} of group {self.group} reads {self.topic} in {live[other].mode} mode"
+            )
+        active = await self._claim_active(set(live)) if self.mode in md.SINGLE_ACTIVE else None
+        sharing = md.sharing(self.mode, self.member_id, live, active)
+        step = ho.plan(self.member_id, sharing, route.queue_list, owners, self.positions, self._revoked)
         for q in step.lost:
             log.info("group %s: queue %s was taken over; member %s stops", self.group, q, self.member_id)
             self._drop(q)
@@ -941,6 +965,57 @@ class AsyncConsumer:
         taken = await self._take(route, step)
         if step.lost or step.release or taken:
             log.info("group %s member %s owns %s", self.group, self.member_id, self.assignment)
+
+    async def _claim_active(self, live: set[str]) -> str | None:
+        """Failover and exclusive modes: the member holding the group's active key after this
+        member took it if it could (None: nobody yet); refuses this member (exclusive) when
+        another live member holds it."""
+        c = self.client.controller
+        key = md.active_key(self.group, self.topic)
+        try:
+            entry = await c.meta_get(key)
+            holder: tuple[str, int] | None = (entry.value.decode(errors="replace"), entry.version)
+        except MetadataNotFoundError:
+            holder = None
+        decision = md.decide_active(self.member_id, self.mode, holder, live)
+        me = self.member_id.encode()
+        try:
+            if decision.action == "create":
+                await c.meta_create(key, me)
+            elif decision.action == "replace":
+                await c.meta_cas(key, me, present(decision.version, "a replace names the key's version"))
+                log.info(
+                    "group %s: member %s takes %s over from %s, whose session expired",
+                    self.group,
+                    self.member_id,
+                    self.topic,
+                    decision.holder,
+                )
+            elif decision.action == "refuse":
+                await self._refuse(
+                    f"member {decision.holder} of group {self.group} reads {self.topic} exclusively"
+                )
+            else:
+                return decision.holder
+        except (MetadataExistsError, MetadataVersionMismatchError, MetadataNotFoundError):
+            return None  # another member was quicker: the next round says who
+        return self.member_id
+
+    async def _refuse(self, why: str) -> NoReturn:
+        """Leave the group (stop reading, commit and release what this member held, withdraw its
+        announcement) and raise SubscriptionConflictError."""
+        with contextlib.suppress(TidelogError):
+            _, owners = await self._read_group()
+            await self._release(
+                {q: o.version for q, o in owners.items() if o.member == self.member_id}, closing=True
+            )
+        self.positions.clear()
+        self._committed.clear()
+        self._revoked.clear()
+        with contextlib.suppress(TidelogError):
+            await self.client.controller.meta_delete(self._key)
+        self._version = None
+        raise SubscriptionConflictError(why)
 
     async def _release(self, keys: Mapping[tuple[str, int], int], *, closing: bool = False) -> None:
         """Revoke → commit → release: stop pulling `keys` (queue → owner key version), commit what
@@ -961,7 +1036,7 @@ class AsyncConsumer:
             # Gone or at another version: the key was taken over after this member's session
             # lapsed; either way it is no longer this member's.
             with contextlib.suppress(MetadataNotFoundError, MetadataVersionMismatchError):
-                await self.client.controller.meta_delete(ho.owner_key(self.group, self.topic, q), version)
+                await self.client.controller.meta_delete(ho.owner_key(self._state, self.topic, q), version)
             self._drop(q)
 
     def _drop(self, q: tuple[str, int]) -> None:
@@ -977,11 +1052,11 @@ class AsyncConsumer:
         claimed = list(step.adopt)
         for q in step.take:
             with contextlib.suppress(MetadataExistsError):  # another member was quicker
-                await c.meta_create(ho.owner_key(self.group, self.topic, q), me)
+                await c.meta_create(ho.owner_key(self._state, self.topic, q), me)
                 claimed.append(q)
         for q, version in step.take_over:
             with contextlib.suppress(MetadataVersionMismatchError, MetadataNotFoundError):
-                await c.meta_cas(ho.owner_key(self.group, self.topic, q), me, version)
+                await c.meta_cas(ho.owner_key(self._state, self.topic, q), me, version)
                 claimed.append(q)
         started = []
         for q in sorted(claimed):
@@ -1008,7 +1083,7 @@ class AsyncConsumer:
 
     async def fetch_committed(self, bs: BrokerSetRoute, queue: int) -> int | None:
         """The group's committed offset of `queue` in broker set `bs` (None: nothing committed)."""
-        req = bpb.FetchOffsetRequest(group=self.group, topic=self.topic, queue=queue)
+        req = bpb.FetchOffsetRequest(group=self._state, topic=self.topic, queue=queue)
         addresses = ([bs.master_address] if bs.master_address else []) + bs.read_addresses()
         last: TidelogError | None = None
         for address in addresses:
@@ -1086,7 +1161,7 @@ class AsyncConsumer:
                 await self.client.call_broker(
                     bs.master_address,
                     "CommitOffset",
-                    bpb.CommitOffsetRequest(group=self.group, topic=self.topic, queue=q[1], offset=pos),
+                    bpb.CommitOffsetRequest(group=self._state, topic=self.topic, queue=q[1], offset=pos),
                 )
             except (
                 NotMasterError,
@@ -1119,6 +1194,12 @@ class AsyncConsumer:
             mine = {q: o.version for q, o in owners.items() if o.member == self.member_id}
             with contextlib.suppress(TidelogError):
                 await self._release(mine, closing=True)
+            if self.mode in md.SINGLE_ACTIVE:
+                # After the commits: the standby that takes the key starts where this member stopped.
+                with contextlib.suppress(TidelogError):
+                    entry = await self.client.controller.meta_get(md.active_key(self.group, self.topic))
+                    if entry.value == self.member_id.encode():
+                        await self.client.controller.meta_delete(entry.key, entry.version)
         with contextlib.suppress(TidelogError):
             await self.client.controller.meta_delete(self._key)
 

@@ -525,6 +525,19 @@ class SendFailedError(TidelogError):
     retryable = True
 
 
+@_register
+class SubscriptionConflictError(TidelogError):
+    """This consumer cannot join its group: an exclusive member already reads the topic, or the
+    group's live members read it in another subscription mode."""
+
+    code = "SUBSCRIPTION_CONFLICT"
+    status = "FAILED_PRECONDITION"
+    hint = (
+        "wait until the other member leaves (its session ends after session_timeout), use another "
+        "group name, or use the mode the group's members use (`tide group describe`)"
+    )
+
+
 # --- ledger -------------------------------------------------------------------------------
 # `number` is BookKeeper's BKException code for the same condition (reference
 # bookkeeper-ledger.md §1.4), so logs and tests can be compared with a BookKeeper client.

@@ -1,6 +1,6 @@
 """A consumer group member in a process of its own, for tests that kill it with SIGKILL.
 
-    python tests/client/handover_member.py CONTROLLERS GROUP TOPIC SESSION_TIMEOUT
+    python tests/client/handover_member.py CONTROLLERS GROUP TOPIC SESSION_TIMEOUT [MODE]
 
 It polls until killed and prints, flushed line by line, every message `poll` returned as
 `D <broker set> <queue> <offset>` and, whenever they change, its committed offsets as
@@ -16,7 +16,7 @@ import time
 from tidelog.client import Client
 
 
-def main(controllers: str, group: str, topic: str, session_timeout: str) -> None:
+def main(controllers: str, group: str, topic: str, session_timeout: str, mode: str = "clustering") -> None:
     with (
         Client(controllers) as client,
         client.consumer(
@@ -25,6 +25,7 @@ def main(controllers: str, group: str, topic: str, session_timeout: str) -> None
             heartbeat_interval=0.3,
             session_timeout=float(session_timeout),
             auto_commit_interval=0.5,
+            mode=mode,
         ) as consumer,
     ):
         last: list[list[object]] = []
@@ -39,4 +40,4 @@ def main(controllers: str, group: str, topic: str, session_timeout: str) -> None
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -222,6 +222,15 @@ def produce(
 @click.argument("topic_name", metavar="TOPIC")
 @click.option("--group", required=True, help="consumer group")
 @click.option(
+    "--mode",
+    type=click.Choice(["clustering", "broadcast", "exclusive", "failover"]),
+    default="clustering",
+    show_default=True,
+    help="subscription mode: share the queues, read all with own offsets, one member only, "
+    "one active member with standbys",
+)
+@click.option("--member-id", default=None, help="this member's id (broadcast: keeps its offsets across runs)")
+@click.option(
     "--from-beginning", is_flag=True, help="with no committed offset, start at the earliest message"
 )
 @click.option(
@@ -239,6 +248,8 @@ def produce(
 def consume(
     topic_name: str,
     group: str,
+    mode: str,
+    member_id: str | None,
     from_beginning: bool,
     max_messages: int | None,
     idle_timeout: float,
@@ -251,7 +262,7 @@ def consume(
     start = "earliest" if from_beginning else "latest"
     with (
         open_client(controllers) as c,
-        c.consumer(group=group, topic=topic_name, start=start) as cons,
+        c.consumer(group=group, topic=topic_name, start=start, mode=mode, member_id=member_id) as cons,
         contextlib.suppress(KeyboardInterrupt),
     ):
         while max_messages is None or got < max_messages:
