@@ -31,6 +31,7 @@ from crc32c import crc32c
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
 from tidelog.broker.offsets import GroupOffsets, commit_message
+from tidelog.broker.shared import SharedSubscriptions
 from tidelog.broker.topics import TopicTable
 from tidelog.clusterauth import require_real_secret
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
@@ -90,6 +91,7 @@ class Replica:
         self.topic_table = TopicTable(commitlog)  # topics served, and their generations in the log
         self.offsets = GroupOffsets(commitlog)
         self.ledgers = LedgerReplica(self)
+        self.shared = SharedSubscriptions(self)  # shared-mode receives and acks (master only)
         self.ack_cfg = AckConfig(
             replication=cfg.replication,
             in_sync_replicas=cfg.in_sync_replicas,

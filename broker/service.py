@@ -16,6 +16,7 @@ import grpc
 from crc32c import crc32c
 
 from tidelog.broker.replica import Replica
+from tidelog.broker.shared import Key as SharedKey
 from tidelog.commitlog import QueueOffsets
 from tidelog.dataframes import MAX_PRODUCE_RECORDS, PullCall
 from tidelog.proto import broker_pb2 as pb
@@ -35,6 +36,15 @@ def pull_limits(
     messages = min(max_messages or DEFAULT_PULL_MESSAGES, max_pull_messages)
     size = min(max_bytes or DEFAULT_PULL_BYTES, max_pull_bytes)
     return messages, size
+
+
+def _shared_key(
+    request: pb.SharedReceiveRequest | pb.SharedAckRequest | pb.SharedChangeInvisibleRequest,
+) -> SharedKey:
+    non_empty("group", request.group)
+    non_empty("topic", request.topic)
+    non_negative("queue", request.queue)
+    return (request.group, request.topic, request.queue)
 
 
 def _offsets(o: QueueOffsets) -> pb.QueueOffsets:
@@ -206,6 +216,40 @@ class BrokerService(pb_grpc.BrokerServicer):
         non_negative("queue", request.queue)
         offset = self.replica.fetch_offset(request.group, request.topic, request.queue)
         return pb.FetchOffsetReply(found=offset is not None, offset=offset or 0)
+
+    @rpc
+    async def SharedReceive(
+        self, request: pb.SharedReceiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SharedReceiveReply:
+        key = _shared_key(request)
+        require(0 <= request.wait_ms <= MAX_WAIT_MS, f"wait_ms must be in [0, {MAX_WAIT_MS}]")
+        data, count, receipts, attempts = await self.replica.shared.receive(
+            key,
+            max_messages=request.max_messages,
+            invisible_ms=request.invisible_ms,
+            max_attempts=request.max_attempts,
+            start_latest=request.start_latest,
+            wait_ms=request.wait_ms,
+        )
+        return pb.SharedReceiveReply(
+            records=data, count=count, crc=crc32c(data), receipts=receipts, attempts=attempts
+        )
+
+    @rpc
+    async def SharedAck(
+        self, request: pb.SharedAckRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SharedAckReply:
+        await self.replica.shared.ack(_shared_key(request), list(request.receipts))
+        return pb.SharedAckReply()
+
+    @rpc
+    async def SharedChangeInvisible(
+        self, request: pb.SharedChangeInvisibleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SharedChangeInvisibleReply:
+        receipts = await self.replica.shared.change_invisible(
+            _shared_key(request), list(request.receipts), request.invisible_ms
+        )
+        return pb.SharedChangeInvisibleReply(receipts=receipts)
 
     @rpc
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusReply:

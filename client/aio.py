@@ -349,6 +349,12 @@ class AsyncClient:
         )
 
     def consumer(self, group: str, topic: str, **kw: Any) -> AsyncConsumer:
+        """A member of consumer group `group` reading `topic`; `mode` (client/modes.py) picks the
+        subscription mode, `shared` gives an AsyncSharedConsumer (client/sharedconsumer.py)."""
+        if kw.get("mode") == md.SHARED:
+            from tidelog.client.sharedconsumer import AsyncSharedConsumer  # it builds on AsyncConsumer
+
+            return AsyncSharedConsumer(self, group, topic, **kw)
         return AsyncConsumer(self, group, topic, **kw)
 
     def reader(

@@ -15,6 +15,10 @@ must agree on it:
 - `broadcast`: every member reads every queue, with its own offsets and owner keys, kept under the
   group name `<group>@<member id>`: a member that restarts under the same member id resumes where
   it stopped; a new member id starts from the consumer's `start`.
+- `shared`: no member owns a queue; any member receives any message, acknowledges each one, and an
+  unacknowledged message comes back after its invisible duration, to the group's dead-letter topic
+  `%DLQ%<group>` after `max_delivery_attempts` deliveries (the broker keeps that state in the log:
+  broker/shared.py, broker/sharedstate.py).
 
 A member whose mode differs from that of a live member that announced itself earlier is refused:
 the first mode in a group stays until its last member leaves. "Earlier" is the first announcement's
@@ -27,11 +31,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from tidelog.commitlog.consumequeue import DEAD_LETTER_PREFIX
+
 CLUSTERING = "clustering"
 BROADCAST = "broadcast"
 EXCLUSIVE = "exclusive"
 FAILOVER = "failover"
-MODES = (CLUSTERING, BROADCAST, EXCLUSIVE, FAILOVER)
+SHARED = "shared"
+MODES = (CLUSTERING, BROADCAST, EXCLUSIVE, FAILOVER, SHARED)
 #: The modes in which one active member reads everything.
 SINGLE_ACTIVE = (EXCLUSIVE, FAILOVER)
 
@@ -40,6 +47,18 @@ ACTIVE_KEY = "group/{group}/active/{topic}"
 
 def active_key(group: str, topic: str) -> str:
     return ACTIVE_KEY.format(group=group, topic=topic)
+
+
+#: The properties of a message moved to the group's dead-letter topic (shared mode).
+ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE"
+ORIGIN_OFFSET = "DLQ_ORIGIN_OFFSET"
+ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+DELIVERY_ATTEMPTS = "DLQ_DELIVERY_ATTEMPTS"
+
+
+def dlq_topic(group: str) -> str:
+    return f"{DEAD_LETTER_PREFIX}{group}"
 
 
 def state_group(group: str, mode: str, member_id: str) -> str:
@@ -98,7 +117,10 @@ def decide_active(me: str, mode: str, holder: tuple[str, int] | None, live: Coll
 def sharing(mode: str, me: str, live: Collection[str], active: str | None) -> list[str]:
     """The members among which the topic's queues are shared, as `handover.plan` takes them:
     every live member (clustering), this member alone (broadcast: its own owner keys), or the
-    active member alone (failover, exclusive; nobody while no member holds the active key)."""
+    active member alone (failover, exclusive; nobody while no member holds the active key), or
+    nobody (shared: no member owns a queue)."""
+    if mode == SHARED:
+        return []
     if mode == CLUSTERING:
         return sorted(live)
     if mode == BROADCAST:

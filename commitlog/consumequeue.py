@@ -43,6 +43,9 @@ def _units_struct(n: int) -> struct.Struct:
 
 
 INTERNAL_TOPIC_PREFIX = "%"  # group offsets, topic markers, ledgers: never a user's topic
+#: ... except a consumer group's dead-letter topic (shared mode: client/modes.py), `%DLQ%<group>`,
+#: which its members create and read like any topic.
+DEAD_LETTER_PREFIX: str = "%DLQ%"
 
 
 def user_topic_problem(name: object) -> str | None:
@@ -50,7 +53,9 @@ def user_topic_problem(name: object) -> str | None:
     the brokers (serving it) share, so no topic is created that brokers would then refuse."""
     if not isinstance(name, str) or not TOPIC_RE.match(name) or name in (".", ".."):
         return f"invalid topic name {name!r}: use 1-127 of A-Z a-z 0-9 _ . % - (not '.' or '..')"
-    if name.startswith(INTERNAL_TOPIC_PREFIX):
+    if name.startswith(INTERNAL_TOPIC_PREFIX) and not (
+        name.startswith(DEAD_LETTER_PREFIX) and len(name) > len(DEAD_LETTER_PREFIX)
+    ):
         return f"invalid topic name {name!r}: names starting with {INTERNAL_TOPIC_PREFIX} are tidelog's own"
     return None
 

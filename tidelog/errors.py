@@ -538,6 +538,16 @@ class SubscriptionConflictError(TidelogError):
     )
 
 
+@_register
+class ReceiptInvalidError(TidelogError):
+    """A receipt handle of the shared mode is not the current lease of its message: its invisible
+    time ran out and the message went to another receive, or it was never given."""
+
+    code = "RECEIPT_INVALID"
+    status = "FAILED_PRECONDITION"
+    hint = "receive the message again; acknowledge within its invisible duration, or extend it"
+
+
 # --- ledger -------------------------------------------------------------------------------
 # `number` is BookKeeper's BKException code for the same condition (reference
 # bookkeeper-ledger.md §1.4), so logs and tests can be compared with a BookKeeper client.

@@ -223,11 +223,11 @@ def produce(
 @click.option("--group", required=True, help="consumer group")
 @click.option(
     "--mode",
-    type=click.Choice(["clustering", "broadcast", "exclusive", "failover"]),
+    type=click.Choice(["clustering", "broadcast", "exclusive", "failover", "shared"]),
     default="clustering",
     show_default=True,
     help="subscription mode: share the queues, read all with own offsets, one member only, "
-    "one active member with standbys",
+    "one active member with standbys, or any member any message (each acknowledged once printed)",
 )
 @click.option("--member-id", default=None, help="this member's id (broadcast: keeps its offsets across runs)")
 @click.option(
@@ -286,6 +286,8 @@ def consume(
                         f"{m.broker_set}/{m.queue}@{m.offset} {m.key or '-'} "
                         f"{m.body.decode('utf-8', 'replace')}"
                     )
+            if msgs and mode == "shared":
+                cons.ack_all(msgs)  # each message once printed: none comes back
             got += len(msgs)
             if msgs:
                 last = time.monotonic()

@@ -253,3 +253,73 @@ class StatusReply(_message.Message):
     pending_sync_state_set: _containers.RepeatedScalarFieldContainer[int]
     data_address: str
     def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., master_epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., master_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., pending_sync_state_set: _Optional[_Iterable[int]] = ..., data_address: _Optional[str] = ...) -> None: ...
+
+class SharedReceiveRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue", "max_messages", "invisible_ms", "max_attempts", "start_latest", "wait_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    START_LATEST_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue: int
+    max_messages: int
+    invisible_ms: int
+    max_attempts: int
+    start_latest: bool
+    wait_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., start_latest: _Optional[bool] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class SharedReceiveReply(_message.Message):
+    __slots__ = ("records", "count", "crc", "receipts", "attempts")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    records: bytes
+    count: int
+    crc: int
+    receipts: _containers.RepeatedScalarFieldContainer[str]
+    attempts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, records: _Optional[bytes] = ..., count: _Optional[int] = ..., crc: _Optional[int] = ..., receipts: _Optional[_Iterable[str]] = ..., attempts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SharedAckRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue", "receipts")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue: int
+    receipts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue: _Optional[int] = ..., receipts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SharedAckReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SharedChangeInvisibleRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue", "receipts", "invisible_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue: int
+    receipts: _containers.RepeatedScalarFieldContainer[str]
+    invisible_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue: _Optional[int] = ..., receipts: _Optional[_Iterable[str]] = ..., invisible_ms: _Optional[int] = ...) -> None: ...
+
+class SharedChangeInvisibleReply(_message.Message):
+    __slots__ = ("receipts",)
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    receipts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, receipts: _Optional[_Iterable[str]] = ...) -> None: ...

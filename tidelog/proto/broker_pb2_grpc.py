@@ -69,6 +69,21 @@ class BrokerStub:
                 request_serializer=broker__pb2.StatusRequest.SerializeToString,
                 response_deserializer=broker__pb2.StatusReply.FromString,
                 _registered_method=True)
+        self.SharedReceive = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/SharedReceive',
+                request_serializer=broker__pb2.SharedReceiveRequest.SerializeToString,
+                response_deserializer=broker__pb2.SharedReceiveReply.FromString,
+                _registered_method=True)
+        self.SharedAck = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/SharedAck',
+                request_serializer=broker__pb2.SharedAckRequest.SerializeToString,
+                response_deserializer=broker__pb2.SharedAckReply.FromString,
+                _registered_method=True)
+        self.SharedChangeInvisible = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/SharedChangeInvisible',
+                request_serializer=broker__pb2.SharedChangeInvisibleRequest.SerializeToString,
+                response_deserializer=broker__pb2.SharedChangeInvisibleReply.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -116,6 +131,24 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SharedReceive(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SharedAck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SharedChangeInvisible(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +186,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=broker__pb2.StatusRequest.FromString,
                     response_serializer=broker__pb2.StatusReply.SerializeToString,
+            ),
+            'SharedReceive': grpc.unary_unary_rpc_method_handler(
+                    servicer.SharedReceive,
+                    request_deserializer=broker__pb2.SharedReceiveRequest.FromString,
+                    response_serializer=broker__pb2.SharedReceiveReply.SerializeToString,
+            ),
+            'SharedAck': grpc.unary_unary_rpc_method_handler(
+                    servicer.SharedAck,
+                    request_deserializer=broker__pb2.SharedAckRequest.FromString,
+                    response_serializer=broker__pb2.SharedAckReply.SerializeToString,
+            ),
+            'SharedChangeInvisible': grpc.unary_unary_rpc_method_handler(
+                    servicer.SharedChangeInvisible,
+                    request_deserializer=broker__pb2.SharedChangeInvisibleRequest.FromString,
+                    response_serializer=broker__pb2.SharedChangeInvisibleReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +392,87 @@ class Broker:
             '/tidelog.broker.v1.Broker/Status',
             broker__pb2.StatusRequest.SerializeToString,
             broker__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SharedReceive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/SharedReceive',
+            broker__pb2.SharedReceiveRequest.SerializeToString,
+            broker__pb2.SharedReceiveReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SharedAck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/SharedAck',
+            broker__pb2.SharedAckRequest.SerializeToString,
+            broker__pb2.SharedAckReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SharedChangeInvisible(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/SharedChangeInvisible',
+            broker__pb2.SharedChangeInvisibleRequest.SerializeToString,
+            broker__pb2.SharedChangeInvisibleReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,343 @@
+"""Shared subscriptions on the broker: receive with an invisible time, acknowledge each message,
+change the invisible time, move dead messages to the group's dead-letter topic.
+
+The rules are broker/sharedstate.py's (pure); this module stores and serves them. The state of
+each (group, topic, queue) is a record of the reserved topic `%SHARED%` (queue 0), written whole
+after every change through the master's one write path, so it is acknowledged under the same
+replication rules as messages and a new master resumes from the last confirmed record: an
+acknowledgement that was answered is never undone by a failover, and a lease given by a master
+that died before its record was confirmed is simply given again (at-least-once).
+
+Dead letters: a message delivered `max_attempts` times is copied, by the receive that finds its
+last lease expired, to the topic `%DLQ%<group>` (queue 0 of the same broker set), with properties
+naming where it came from; the copies and the state that finishes them are one write. A master
+that died between the two leaves copies without a state: its successor, before it copies a
+message, looks for that message's copy among the last `DLQ_SCAN` records of the dead-letter queue,
+so a message lands there once.
+
+Calls on one (group, topic, queue) are serialized (a lock; a long poll waits outside it), and each
+starts from the state the previous one wrote: two receives never hand out the same lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from tidelog.broker import sharedstate as ss
+from tidelog.client.modes import (
+    DELIVERY_ATTEMPTS,
+    ORIGIN_MESSAGE_ID,
+    ORIGIN_OFFSET,
+    ORIGIN_QUEUE,
+    ORIGIN_TOPIC,
+    dlq_topic,
+)
+from tidelog.commitlog import CommitLog, Message, StoredMessage
+from tidelog.errors import InvalidArgumentError, TopicNotFoundError
+
+if TYPE_CHECKING:
+    from tidelog.broker.replica import Replica
+
+log = logging.getLogger(__name__)
+
+SHARED_TOPIC = "%SHARED%"
+FLAG_SHARED = 8
+#: How far back in the dead-letter queue a master looks for a copy its predecessor made.
+DLQ_SCAN = 1000
+#: Bounds of one receive.
+MAX_RECEIVE = 1024
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+MAX_ATTEMPTS = 1000
+
+Key = tuple[str, str, int]  # (group, topic, queue)
+
+
+def state_message(key: Key, st: ss.SharedQueue) -> Message:
+    group, topic, queue = key
+    doc = {"g": group, "t": topic, "q": queue, "st": ss.encode(st)}
+    return Message(SHARED_TOPIC, 0, json.dumps(doc, separators=(",", ":")).encode(), flags=FLAG_SHARED)
+
+
+def parse_state(body: bytes) -> tuple[Key, ss.SharedQueue]:
+    """A `%SHARED%` record's key and state; ValueError if it is not one."""
+    try:
+        doc = json.loads(body)
+        key = (str(doc["g"]), str(doc["t"]), int(doc["q"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a shared-subscription record: {exc}") from None
+    return key, ss.decode(doc.get("st"))
+
+
+class SharedStates:
+    """The latest state per (group, topic, queue), folded from `%SHARED%` on demand.
+
+    It folds the whole local log, confirmed or not: only a master uses it, and a master's log is
+    the set's history (what it appended and has not had confirmed yet is what it answers next).
+    The next decision must start from the last one written, even while that record waits for its
+    acknowledgements. A truncation (fork repair, when this broker was a master no more) folds again."""
+
+    def __init__(self, commitlog: CommitLog) -> None:
+        self._log = commitlog
+        self._states: dict[Key, ss.SharedQueue] = {}
+        self._applied = 0  # next queue offset of %SHARED%/0 to fold in
+
+    def refresh(self) -> None:
+        if self._log.queue_offsets(SHARED_TOPIC, 0).max < self._applied:
+            self._states.clear()
+            self._applied = 0
+        for m in self._log.tail(SHARED_TOPIC, 0, self._applied):
+            self._applied = m.queue_offset + 1
+            try:
+                key, st = parse_state(m.body)
+            except ValueError as exc:
+                log.error("skipping the %s record at %d: %s", SHARED_TOPIC, m.phys_offset, exc)
+                continue
+            self._states[key] = st
+
+    def get(self, key: Key) -> ss.SharedQueue | None:
+        """A copy of the latest state of `key` (None: the group never received from it)."""
+        self.refresh()
+        st = self._states.get(key)
+        return None if st is None else st.copy()
+
+    def items(self) -> Iterator[tuple[Key, ss.SharedQueue]]:
+        self.refresh()
+        yield from self._states.items()
+
+
+class SharedSubscriptions:
+    """The shared-mode calls of one broker (master only: every call writes the state)."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.states = SharedStates(replica.log)
+        self._locks: dict[Key, asyncio.Lock] = {}
+        # Lease numbers of this master term start above any an earlier master gave: a lease it gave
+        # whose record was lost with it must not share a receipt with one given now.
+        self._term: tuple[int, int] = (-1, 0)  # (master epoch, the term's first lease number)
+
+    def _lock(self, key: Key) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _state(self, key: Key, start_latest: bool) -> ss.SharedQueue:
+        """The state to change: the confirmed one, trimmed to retention, or a new one."""
+        offsets = self.replica.queue_offsets(key[1], key[2])
+        st = self.states.get(key)
+        if st is None:
+            st = ss.start(offsets.confirmed if start_latest else offsets.min)
+        ss.trim(st, offsets.min)
+        epoch = self.replica.master_epoch
+        if self._term[0] != epoch:
+            self._term = (epoch, _now_ms() << 8)
+        st.seq = max(st.seq, self._term[1])
+        return st
+
+    async def receive(
+        self,
+        key: Key,
+        *,
+        max_messages: int,
+        invisible_ms: int,
+        max_attempts: int,
+        start_latest: bool,
+        wait_ms: int,
+    ) -> tuple[bytes, int, list[str], list[int]]:
+        """Up to `max_messages` messages: (their stored records, count, receipts, delivery counts);
+        waits up to `wait_ms` for one."""
+        _check_key(key)
+        _check_receive(max_messages, invisible_ms, max_attempts, wait_ms)
+        self.replica.queue_offsets(key[1], key[2])  # the queue exists here
+        self.replica.require_master()
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            got, due = await self._receive_now(key, max_messages, invisible_ms, max_attempts, start_latest)
+            if got is not None:
+                return got
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return b"", 0, [], []
+            if due is not None:
+                remaining = min(remaining, max(0.001, (due - _now_ms()) / 1000))
+            # woken by the confirm offset moving (new messages), or when the earliest lease ends
+            await self.replica.long_poll(lambda: (None, False), int(remaining * 1000) or 1)
+
+    async def _receive_now(
+        self, key: Key, max_messages: int, invisible_ms: int, max_attempts: int, start_latest: bool
+    ) -> tuple[tuple[bytes, int, list[str], list[int]] | None, int | None]:
+        """(what a receive hands out now, or None and when the earliest lease ends)."""
+        group, topic, queue = key
+        r = self.replica
+        async with self._lock(key):
+            now = _now_ms()
+            st = self._state(key, start_latest)
+            confirmed = r.queue_offsets(topic, queue).confirmed
+            if not ss.deliverable(st, now, confirmed, ss.DEFAULT_WINDOW):
+                return None, ss.next_visible(st)
+            got = ss.receive(
+                st,
+                now,
+                confirmed,
+                max_messages,
+                invisible_ms,
+                max_attempts,
+                dead_letters=self._serves(dlq_topic(group)),
+            )
+            if not got.deliveries and not got.dead:
+                # only messages waiting for the dead-letter topic to be served here: look again soon
+                return None, _now_ms() + 200
+            copies = self._dead_letters(key, got.dead)
+            await r.write([*copies, state_message(key, st)])
+            if got.dead:
+                log.info(
+                    "group %s: %d message(s) of %s/%d moved to %s after %d deliveries",
+                    group,
+                    len(got.dead),
+                    topic,
+                    queue,
+                    dlq_topic(group),
+                    max_attempts,
+                )
+            if not got.deliveries:
+                return None, _now_ms()  # only dead letters moved: look again at once
+            data, count = self._records(topic, queue, [d.offset for d in got.deliveries])
+            return (
+                data,
+                count,
+                [d.receipt for d in got.deliveries],
+                [d.attempts for d in got.deliveries],
+            ), None
+
+    async def ack(self, key: Key, receipts: list[str]) -> None:
+        """Finish every message of `receipts`; none is finished if one of them is invalid."""
+        _check_key(key)
+        _check_receipts(receipts)
+        async with self._lock(key):
+            st = self._state(key, False)
+            for text in receipts:
+                ss.ack(st, text)
+            await self.replica.write([state_message(key, st)])
+
+    async def change_invisible(self, key: Key, receipts: list[str], invisible_ms: int) -> list[str]:
+        """Each message of `receipts` stays invisible `invisible_ms` from now (0: visible again now,
+        a nack); returns their new receipts. None changes if one receipt is invalid."""
+        _check_key(key)
+        _check_receipts(receipts)
+        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise InvalidArgumentError(f"the invisible duration must be in [0, {MAX_INVISIBLE_MS}] ms")
+        async with self._lock(key):
+            st = self._state(key, False)
+            now = _now_ms()
+            out = [ss.change_invisible(st, text, now, invisible_ms).receipt for text in receipts]
+            await self.replica.write([state_message(key, st)])
+        return out
+
+    def _serves(self, topic: str) -> bool:
+        """Whether this broker serves `topic` now. A dead-letter copy written before the broker
+        learned of its topic would land before the topic's generation marker: lost to readers."""
+        try:
+            self.replica.queue_offsets(topic, 0)
+        except (InvalidArgumentError, TopicNotFoundError):
+            return False
+        return True
+
+    def _records(self, topic: str, queue: int, offsets: list[int]) -> tuple[bytes, int]:
+        """The stored bytes of the records at `offsets` (ascending), in that order."""
+        parts: list[bytes] = []
+        count = 0
+        for first, n in _runs(offsets):
+            off = first
+            while off < first + n:
+                data, got = self.replica.log.read_encoded(topic, queue, off, first + n - off, 64 << 20)
+                if got == 0:
+                    raise InvalidArgumentError(f"offset {off} of {topic}/{queue} is not readable now")
+                parts.append(data)
+                count += got
+                off += got
+        return b"".join(parts), count
+
+    def _dead_letters(self, key: Key, dead: list[tuple[int, int]]) -> list[Message]:
+        """Copies of the dead messages for the dead-letter topic, without those already there."""
+        if not dead:
+            return []
+        group, topic, queue = key
+        dlq = dlq_topic(group)
+        there = set(self._copied(dlq, topic, queue))
+        out = []
+        for off, attempts in dead:
+            if off in there:
+                continue
+            m = self.replica.log.read(topic, queue, off, 1)[0]
+            props = dict(m.properties)
+            props.update(
+                {
+                    ORIGIN_TOPIC: topic,
+                    ORIGIN_QUEUE: str(queue),
+                    ORIGIN_OFFSET: str(off),
+                    ORIGIN_MESSAGE_ID: f"{self.replica.cfg.broker_set}:{m.phys_offset:x}",
+                    DELIVERY_ATTEMPTS: str(attempts),
+                }
+            )
+            out.append(Message(dlq, 0, m.body, m.key, m.tags, props, born_ts=m.born_ts))
+        return out
+
+    def _copied(self, dlq: str, topic: str, queue: int) -> Iterator[int]:
+        """Origin offsets of `topic`/`queue` among the last DLQ_SCAN records of the dead-letter queue."""
+        end = self.replica.log.queue_offsets(dlq, 0).max
+        m: StoredMessage
+        for m in self.replica.log.tail(dlq, 0, max(0, end - DLQ_SCAN)):
+            p = m.properties
+            if p.get(ORIGIN_TOPIC) == topic and p.get(ORIGIN_QUEUE) == str(queue):
+                origin = p.get(ORIGIN_OFFSET, "")
+                if origin.isdigit():
+                    yield int(origin)
+
+
+def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:
+    """(first, count) of each run of consecutive offsets."""
+    i = 0
+    while i < len(offsets):
+        j = i + 1
+        while j < len(offsets) and offsets[j] == offsets[j - 1] + 1:
+            j += 1
+        yield offsets[i], j - i
+        i = j
+
+
+def _check_key(key: Key) -> None:
+    group, topic, queue = key
+    if not group or len(group) > 255 or "/" in group or "@" in group:
+        raise InvalidArgumentError("group must be 1-255 characters without '/' or '@'")
+    if not topic:
+        raise InvalidArgumentError("topic must not be empty")
+    if queue < 0:
+        raise InvalidArgumentError("queue must not be negative")
+
+
+def _check_receive(max_messages: int, invisible_ms: int, max_attempts: int, wait_ms: int) -> None:
+    if not 1 <= max_messages <= MAX_RECEIVE:
+        raise InvalidArgumentError(f"max_messages must be in [1, {MAX_RECEIVE}]")
+    if not 0 < invisible_ms <= MAX_INVISIBLE_MS:
+        raise InvalidArgumentError(f"the invisible duration must be in (0, {MAX_INVISIBLE_MS}] ms")
+    if not 1 <= max_attempts <= MAX_ATTEMPTS:
+        raise InvalidArgumentError(f"max_attempts must be in [1, {MAX_ATTEMPTS}]")
+    if wait_ms < 0:
+        raise InvalidArgumentError("wait_ms must not be negative")
+
+
+def _check_receipts(receipts: list[str]) -> None:
+    if not 1 <= len(receipts) <= MAX_RECEIVE:
+        raise InvalidArgumentError(f"name 1 to {MAX_RECEIVE} receipts")
+    if len(set(receipts)) != len(receipts):
+        raise InvalidArgumentError("a receipt is named twice")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
