@@ -181,7 +181,9 @@ def test_a_tombstone_is_never_copied_and_goes_with_the_commit_it_hides(tmp_path:
     _fill(log, 3)
     _round(log)
     _round(log)
-    copies = [json.loads(m.body) for m in log.read("%OFFSETS%", 0, log.queue_offsets("%OFFSETS%", 0).min, 100)]
+    copies = [
+        json.loads(m.body) for m in log.read("%OFFSETS%", 0, log.queue_offsets("%OFFSETS%", 0).min, 100)
+    ]
     assert copies == [{"g": "h", "t": T, "q": 0, "o": 1}]  # only h's commit was carried forward
     log.close()
     log = _open(tmp_path)  # a replica folding its log again after retention
