@@ -1,9 +1,12 @@
 """Consumer-group membership (pure; time passed in).
 
 Members announce themselves in the controller's metadata store under
-`group/<group>/members/<member id>` with the time of their last announcement and their topic. A
-member is live if it announced within the session timeout. Which live member reads which queue
-is decided from the live members and the queues' owner keys (client/handover.py).
+`group/<group>/members/<member id>` with the time of their last announcement, their topic and
+their session timeout. A member is live if it announced within the session timeout. Which live
+member reads which queue is decided from the live members and the queues' owner keys
+(client/handover.py). An operator's command that must not run under live members (resetting or
+deleting the group's offsets) judges each member by the session timeout it announced
+(`active_members`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from collections.abc import Iterable
 MEMBERS_PREFIX = "group/{group}/members/"
 # One key per topic a group has ever consumed; it outlives the members (for `tide group describe`).
 TOPICS_PREFIX = "group/{group}/topics/"
+GROUP_PREFIX = "group/{group}/"  # every key of a group: members, topics, owner keys
+# The session timeout of a member that did not announce one (`AsyncConsumer`'s default).
+DEFAULT_SESSION_MS = 6000
 
 
 def members_prefix(group: str) -> str:
@@ -24,8 +30,15 @@ def topics_prefix(group: str) -> str:
     return TOPICS_PREFIX.format(group=group)
 
 
-def announcement(now_ms: int, topic: str) -> bytes:
-    return json.dumps({"ts": now_ms, "topic": topic}).encode()
+def group_prefix(group: str) -> str:
+    return GROUP_PREFIX.format(group=group)
+
+
+def announcement(now_ms: int, topic: str, session_ms: int | None = None) -> bytes:
+    doc: dict[str, object] = {"ts": now_ms, "topic": topic}
+    if session_ms is not None:
+        doc["session_ms"] = session_ms
+    return json.dumps(doc).encode()
 
 
 def live_members(
@@ -67,3 +80,22 @@ def groups_reading(
         if live_members([(key, value)], key[: len(key) - len(member)], now_ms, within_ms, topic):
             groups.add(group)
     return sorted(groups)
+
+
+def active_members(
+    entries: Iterable[tuple[str, bytes]], prefix: str, now_ms: int, topics: Iterable[str] | None = None
+) -> dict[str, str]:
+    """Member id -> topic of the members under `prefix` that are live by the session timeout each
+    announced (DEFAULT_SESSION_MS if none), and that read one of `topics` if given."""
+    wanted = None if topics is None else set(topics)
+    out = {}
+    for key, value in entries:
+        try:
+            doc = json.loads(value)
+            ts, topic = int(doc["ts"]), str(doc["topic"])
+            session_ms = int(doc.get("session_ms", DEFAULT_SESSION_MS))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if key.startswith(prefix) and (wanted is None or topic in wanted) and now_ms - ts <= session_ms:
+            out[key[len(prefix) :]] = topic
+    return dict(sorted(out.items()))
