@@ -6,8 +6,9 @@ metadata store, lets the pure code decide, and only then writes — commits thro
 master (`CommitOffset`), tombstones through each broker set's master (`DeleteGroupOffsets`,
 broker/offsets.py), then the owner keys. A refused or invalid request writes nothing.
 
-Both are refused while the group has live members reading the topic (`GroupInUseError`): a
-member keeps its position in memory and its next commit would undo the change. With `force`
+Both are refused while the group has live members reading the topic (`GroupInUseError`; not a
+reset's dry run, which writes nothing and names them): a member keeps its position in memory
+and its next commit would undo the change. With `force`
 they go ahead and then delete the owner keys of the queues changed: each member finds its
 queues taken from it (client/handover.py `lost`), drops them without committing, and takes them
 again at the next rebalance from the new commits (or, after a delete, from its configured start).
@@ -139,7 +140,8 @@ async def reset_offsets(
     route = await client.route(topic, refresh=True)  # TopicNotFoundError for a topic that is not there
     chosen = rp.select_queues(route.queue_list, queue, list(broker_sets))
     await _require_known(client, group, route.broker_sets)
-    live = await _refuse_if_live(client, group, [topic], force)
+    # a dry run writes nothing, so live members do not stop it: it names them
+    live = await _refuse_if_live(client, group, [topic], force or dry_run)
     plan = rp.plan_reset(target, await _states(admin, route, group, chosen, target))
     if not dry_run:
         for p in plan:

@@ -200,9 +200,11 @@ def test_a_live_member_refuses_a_reset_unless_forced(cluster: LocalCluster, clie
             )
             assert cons.member_id in line and "--force" in line
             refused(cluster, "GROUP_IN_USE", "group", "delete", "lv-g")
-            assert committed(cluster, "lv-g", "lv") == {("broker-a", 0): 20}, (
-                "a refused reset changed offsets"
-            )
+            assert committed(cluster, "lv-g", "lv") == {("broker-a", 0): 20}, "a refusal changed offsets"
+            dry = ["group", "reset-offsets", "lv-g", "--topic", "lv", "--to", "earliest", "--dry-run"]
+            plan = run(cluster, *dry)  # a dry run writes nothing: live members do not stop it
+            assert plan["live_members"] == [cons.member_id] and plan["queues"][0]["after"] == 0
+            assert committed(cluster, "lv-g", "lv") == {("broker-a", 0): 20}, "a dry run changed offsets"
 
             out = run(
                 cluster,

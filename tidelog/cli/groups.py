@@ -76,7 +76,9 @@ def group_describe(name: str, topic_name: str | None, controllers: str, as_json:
 @click.option(
     "--force", is_flag=True, help="even while the group has live members (they restart their queues)"
 )
-@click.option("--dry-run", is_flag=True, help="only show the offsets each queue would get")
+@click.option(
+    "--dry-run", is_flag=True, help="only show the offsets each queue would get (also while members are live)"
+)
 @controllers_option
 @json_option
 def group_reset_offsets(
