@@ -860,8 +860,7 @@ class AsyncConsumer:
         on_assigned: RebalanceListener | None = None,
         on_revoked: RebalanceListener | None = None,
     ) -> None:
-        if not group or "/" in group:
-            raise InvalidArgumentError("group must be a non-empty name without '/'")
+        asg.check_group_name(group)
         if start not in ("earliest", "latest"):
             raise InvalidArgumentError("start must be 'earliest' or 'latest'")
         self.client = client

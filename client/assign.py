@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from tidelog.errors import InvalidArgumentError
+
 MEMBERS_PREFIX = "group/{group}/members/"
 # One key per topic a group has ever consumed; it outlives the members (for `tide group describe`).
 TOPICS_PREFIX = "group/{group}/topics/"
@@ -28,6 +30,12 @@ def members_prefix(group: str) -> str:
 
 def topics_prefix(group: str) -> str:
     return TOPICS_PREFIX.format(group=group)
+
+
+def check_group_name(group: str) -> None:
+    """A group name is a key segment of the metadata store: not empty, no '/'."""
+    if not group or "/" in group:
+        raise InvalidArgumentError("group must be a non-empty name without '/'")
 
 
 def group_prefix(group: str) -> str:

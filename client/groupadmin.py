@@ -8,12 +8,14 @@ broker/offsets.py), then the owner keys. A refused or invalid request writes not
 
 Both are refused while the group has live members reading the topic (`GroupInUseError`; not a
 reset's dry run, which writes nothing and names them): a member keeps its position in memory
-and its next commit would undo the change. With `force`
-they go ahead and then delete the owner keys of the queues changed: each member finds its
-queues taken from it (client/handover.py `lost`), drops them without committing, and takes them
-again at the next rebalance from the new commits (or, after a delete, from its configured start).
-A member that commits in the moment between the two steps keeps its own position: run the
-command again. Members that join while the command runs are not seen either (as in RocketMQ).
+and its next commit would undo the change. With `force` they go ahead and then delete the owner
+keys of the queues changed: each member finds its queues taken from it (client/handover.py
+`lost`), drops them without committing, and takes them again at the next rebalance from the new
+commits (or, after a delete, from its configured start). A member that commits in the moment
+between the two steps keeps its own position: run the command again. Members that join while
+the command runs are not seen either (as in RocketMQ). The writes to several broker sets are
+not one transaction: one that fails (a master lost meanwhile) leaves the queues before it
+changed and the rest not, and running the command again completes it.
 """
 
 from __future__ import annotations
@@ -41,11 +43,6 @@ if TYPE_CHECKING:
     from tidelog.client.aio import AsyncAdmin, AsyncClient
 
 log = logging.getLogger(__name__)
-
-
-def _check_group(group: str) -> None:
-    if not group or "/" in group:
-        raise InvalidArgumentError("group must be a non-empty name without '/'")
 
 
 async def live_members(
@@ -135,7 +132,7 @@ async def reset_offsets(
 ) -> dict[str, Any]:
     """Set the group's committed offset of the selected queues of `topic` (all, or those of
     `broker_sets` and/or with id `queue`) to `target`; `dry_run`: only say what would be set."""
-    _check_group(group)
+    asg.check_group_name(group)
     client = admin.client
     route = await client.route(topic, refresh=True)  # TopicNotFoundError for a topic that is not there
     chosen = rp.select_queues(route.queue_list, queue, list(broker_sets))
@@ -181,7 +178,7 @@ async def delete_group(
     """Delete the group's committed offsets (of `topic`, or of every topic) in every broker set,
     and its keys in the metadata store (owner keys and read topics; without `topic`, also the
     member keys of members that are not live)."""
-    _check_group(group)
+    asg.check_group_name(group)
     client = admin.client
     topics = [topic] if topic is not None else [t["name"] for t in await admin.list_topics()]
     sets = await _broker_sets(admin, topics)  # TopicNotFoundError for a named topic not there
