@@ -14,6 +14,9 @@ any of them:
   has a newer record not yet confirmed is not copied (the copy would land after it and undo it);
   its confirmed record keeps its segment until the newer one is confirmed.
   A commit made before its topic's latest marker belongs to a deleted topic: dead, never copied.
+  A tombstone (a deleted group's offsets, `broker/offsets.py`) is the latest record of its key
+  but never live: it is not copied and holds no floor, since every commit it hides is older and
+  goes with it (segments go oldest first).
   A marker's copy carries `at`, the original's position, so commits between the original and
   the copy still count as made after the marker (`broker/topics.py`).
 - **Ledgers** are never copied: every segment from a ledger's CREATE record on stays while the
@@ -30,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from tidelog.broker.offsets import FLAG_CONSUMER_OFFSET, OFFSETS_TOPIC
+from tidelog.broker.offsets import FLAG_CONSUMER_OFFSET, OFFSETS_TOPIC, is_tombstone
 from tidelog.broker.topics import FLAG_TOPIC_MARK, MARKS_TOPIC
 from tidelog.commitlog import CommitLog, Message, StoredMessage
 from tidelog.errors import OffsetBelowRetentionError
@@ -168,7 +171,7 @@ class MetadataFold:
 
     def refresh(self) -> tuple[list[Live], set[Key]]:
         """(live records, keys with a pending record). Commits made before their topic's latest
-        marker are dead (`GroupOffsets.fetch` ignores them) and left out."""
+        marker are dead (`GroupOffsets.fetch` ignores them) and left out, and so are tombstones."""
         self._offsets.refresh()
         self._marks.refresh()
         marked_at = {}
@@ -178,5 +181,9 @@ class MetadataFold:
             except (ValueError, TypeError, AttributeError):
                 marked_at[key[1]] = rec.offset
         live = list(self._marks.latest.values())
-        live += [r for r in self._offsets.latest.values() if r.offset >= marked_at.get(r.key[2], -1)]
+        live += [
+            r
+            for r in self._offsets.latest.values()
+            if r.offset >= marked_at.get(r.key[2], -1) and not is_tombstone(r.body)
+        ]
         return live, self._offsets.pending() | self._marks.pending()

@@ -6,6 +6,12 @@ slaves with everything else and survive a failover exactly as messages do: a com
 acknowledged under the same replication rules, and readers (here: `fetch`) only apply confirmed
 records. The latest value per (group, topic, queue) is folded into a dict on demand.
 
+Deleting a group's offsets (`tide group delete`) is a record too, so that it replicates and
+survives a failover like a commit: a **tombstone**, the same body with `"o": -1` (a commit is
+never negative: `Replica.commit_offset` refuses it). The fold (`fold_commit`) treats it as "no
+commit", and compaction never carries it forward: the commits it hides are older, so they lie
+in the same or earlier segments and go with it.
+
 A commit of a topic made before the topic's latest generation marker (broker/topics.py) is a
 commit of the deleted topic of that name, not of the current one: `fetch` ignores it, so the
 group starts the new topic from its configured start instead of an old position.
@@ -23,6 +29,10 @@ from tidelog.errors import OffsetBelowRetentionError
 
 OFFSETS_TOPIC = "%OFFSETS%"
 FLAG_CONSUMER_OFFSET = 1
+TOMBSTONE = -1  # the offset of a record that deletes the commit of its (group, topic, queue)
+
+#: (group, topic, queue)
+Key = tuple[str, str, int]
 
 
 def commit_message(group: str, topic: str, queue: int, offset: int) -> Message:
@@ -30,11 +40,44 @@ def commit_message(group: str, topic: str, queue: int, offset: int) -> Message:
     return Message(OFFSETS_TOPIC, 0, body, flags=FLAG_CONSUMER_OFFSET)
 
 
+def tombstone_message(group: str, topic: str, queue: int) -> Message:
+    """The record that deletes the group's commit of (topic, queue)."""
+    return commit_message(group, topic, queue, TOMBSTONE)
+
+
+def parse_commit(body: bytes) -> tuple[Key, int] | None:
+    """((group, topic, queue), offset) of a commit record's body (TOMBSTONE: a delete), or None
+    for a malformed body, which every reader ignores."""
+    try:
+        doc = json.loads(body)
+        return (str(doc["g"]), str(doc["t"]), int(doc["q"])), int(doc["o"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def is_tombstone(body: bytes) -> bool:
+    parsed = parse_commit(body)
+    return parsed is not None and parsed[1] < 0
+
+
+def fold_commit(offsets: dict[Key, tuple[int, int]], body: bytes, phys_offset: int) -> None:
+    """Apply one confirmed record (at `phys_offset`) to the fold: (group, topic, queue) ->
+    (offset, physical offset of the commit). A tombstone removes the key."""
+    parsed = parse_commit(body)
+    if parsed is None:
+        return
+    key, offset = parsed
+    if offset < 0:
+        offsets.pop(key, None)
+    else:
+        offsets[key] = (offset, phys_offset)
+
+
 class GroupOffsets:
     def __init__(self, commitlog: CommitLog) -> None:
         self._log = commitlog
         # (group, topic, queue) -> (offset, physical offset of the commit record)
-        self._offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
+        self._offsets: dict[Key, tuple[int, int]] = {}
         self._applied = 0  # next queue offset of %OFFSETS%/0 to fold in
 
     def _refresh(self) -> None:
@@ -51,8 +94,7 @@ class GroupOffsets:
             if not batch:
                 break
             for m in batch:
-                doc = json.loads(m.body)
-                self._offsets[(doc["g"], doc["t"], int(doc["q"]))] = (int(doc["o"]), m.phys_offset)
+                fold_commit(self._offsets, m.body, m.phys_offset)
             self._applied = batch[-1].queue_offset + 1
 
     def fetch(self, group: str, topic: str, queue: int, *, since: int = -1) -> int | None:
@@ -64,7 +106,7 @@ class GroupOffsets:
             return None
         return found[0]
 
-    def committed(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+    def committed(self) -> dict[Key, tuple[int, int]]:
         """Every confirmed commit: (group, topic, queue) -> (offset, physical offset of the commit)."""
         self._refresh()
         return dict(self._offsets)

@@ -30,7 +30,7 @@ from crc32c import crc32c
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
-from tidelog.broker.offsets import GroupOffsets, commit_message
+from tidelog.broker.offsets import GroupOffsets, commit_message, tombstone_message
 from tidelog.broker.shared import SharedSubscriptions
 from tidelog.broker.topics import TopicTable
 from tidelog.clusterauth import require_real_secret
@@ -531,6 +531,41 @@ class Replica:
         marks.refresh()
         # a commit from before the topic's latest marker is a commit of a deleted topic of that name
         return self.offsets.fetch(group, topic, queue, since=marks.marked_at(topic))
+
+    def group_offsets(self, group: str, topic: str | None = None) -> list[tuple[str, int, int]]:
+        """The group's confirmed commits here, (topic, queue, offset) sorted; only `topic`'s if given.
+        Commits of a deleted topic of the same name (before its latest marker) are not listed."""
+        if not group:
+            raise InvalidArgumentError("group must not be empty")
+        marks = self.topic_table.marks
+        marks.refresh()
+        return sorted(
+            (t, q, offset)
+            for (g, t, q), (offset, at) in self.offsets.committed().items()
+            if g == group and (topic is None or t == topic) and at >= marks.marked_at(t)
+        )
+
+    async def delete_group_offsets(self, group: str, topic: str | None = None) -> list[tuple[str, int, int]]:
+        """Delete the group's commits here (all, or `topic`'s): one tombstone per commit, written
+        and replicated like a commit; returns the commits deleted (none: nothing is written)."""
+        self.require_master()  # a slave's fold may lag: only the master judges what is committed
+        found = self.group_offsets(group, topic)
+        if found:
+            await self.write([tombstone_message(group, t, q) for t, q, _ in found])
+            log.info("%s deleted %d committed offsets of group %s", self.ctx, len(found), group)
+        return found
+
+    def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> tuple[int, QueueOffsets]:
+        """The first confirmed offset of the queue stored at or after `timestamp_ms`, and the
+        queue's offsets."""
+        self._queue(topic, queue)
+        if timestamp_ms < 0:
+            raise InvalidArgumentError("the timestamp must not be negative (epoch milliseconds)")
+        try:
+            return self.log.offset_for_time(topic, queue, timestamp_ms), self.log.queue_offsets(topic, queue)
+        except CorruptRecordError as exc:
+            self.on_corrupt(exc)
+            raise
 
     def status(self) -> dict[str, Any]:
         master = self.ha_master

@@ -252,6 +252,36 @@ class BrokerService(pb_grpc.BrokerServicer):
         return pb.SharedChangeInvisibleReply(receipts=receipts)
 
     @rpc
+    async def SearchOffset(
+        self, request: pb.SearchOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchOffsetReply:
+        non_empty("topic", request.topic)
+        non_negative("queue", request.queue)
+        non_negative("timestamp_ms", request.timestamp_ms)
+        offset, offsets = self.replica.offset_for_time(request.topic, request.queue, request.timestamp_ms)
+        return pb.SearchOffsetReply(offset=offset, offsets=_offsets(offsets))
+
+    @rpc
+    async def ListGroupOffsets(
+        self, request: pb.ListGroupOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListGroupOffsetsReply:
+        non_empty("group", request.group)
+        found = self.replica.group_offsets(request.group, request.topic or None)
+        return pb.ListGroupOffsetsReply(
+            offsets=[pb.GroupOffset(topic=t, queue=q, offset=o) for t, q, o in found]
+        )
+
+    @rpc
+    async def DeleteGroupOffsets(
+        self, request: pb.DeleteGroupOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteGroupOffsetsReply:
+        non_empty("group", request.group)
+        deleted = await self.replica.delete_group_offsets(request.group, request.topic or None)
+        return pb.DeleteGroupOffsetsReply(
+            deleted=[pb.GroupOffset(topic=t, queue=q, offset=o) for t, q, o in deleted]
+        )
+
+    @rpc
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusReply:
         s = self.replica.status()
         return pb.StatusReply(

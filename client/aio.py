@@ -33,8 +33,10 @@ from crc32c import crc32c
 
 from tidelog import dataframes as df
 from tidelog.client import assign as asg
+from tidelog.client import groupadmin as ga
 from tidelog.client import handover as ho
 from tidelog.client import modes as md
+from tidelog.client import resetplan as rp
 from tidelog.client.batching import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
@@ -399,16 +401,25 @@ class AsyncClient:
         return answer
 
     async def queue_offsets(self, route: BrokerSetRoute, topic: str, queue: int) -> bpb.QueueOffsets:
+        request = bpb.GetOffsetsRequest(topic=topic, queue=queue)
+        reply = await self.ask_replicas(route, "GetOffsets", request, (UnavailableError, TopicNotFoundError))
+        return reply.offsets
+
+    async def ask_replicas(
+        self,
+        route: BrokerSetRoute,
+        method: str,
+        request: Any,
+        move_on: tuple[type[TidelogError], ...] = (UnavailableError,),
+    ) -> Any:
+        """A read asked of the master of `route` first (it has the latest word), then of each other
+        replica in turn while they answer with an error of the `move_on` kinds."""
         last: TidelogError | None = None
         addresses = ([route.master_address] if route.master_address else []) + route.read_addresses()
-        for address in addresses:
+        for address in dict.fromkeys(addresses):
             try:
-                return (
-                    await self.call_broker(
-                        address, "GetOffsets", bpb.GetOffsetsRequest(topic=topic, queue=queue)
-                    )
-                ).offsets
-            except (UnavailableError, TopicNotFoundError) as exc:
+                return await self.call_broker(address, method, request)
+            except move_on as exc:
                 last = exc
         raise last or UnavailableError(f"broker set {route.name} has no reachable replica")
 
@@ -861,8 +872,7 @@ class AsyncConsumer:
         on_revoked: RebalanceListener | None = None,
         mode: str = md.CLUSTERING,
     ) -> None:
-        if not group or "/" in group or "@" in group:
-            raise InvalidArgumentError("group must be a non-empty name without '/' or '@'")
+        asg.check_group_name(group)
         if mode not in md.MODES:
             raise InvalidArgumentError(f"mode must be one of {', '.join(md.MODES)}, not {mode!r}")
         if start not in ("earliest", "latest"):
@@ -911,7 +921,7 @@ class AsyncConsumer:
         now_ms = int(time.time() * 1000)
         if self._since_ms is None:
             self._since_ms = now_ms
-        value = asg.announcement(now_ms, self.topic, self.mode, self._since_ms)
+        value = asg.announcement(now_ms, self.topic, self.session_timeout_ms, self.mode, self._since_ms)
         c = self.client.controller
         if self._version is None:
             # Remember the group's topic beyond this member's life: the member key goes on close.
@@ -1090,15 +1100,8 @@ class AsyncConsumer:
     async def fetch_committed(self, bs: BrokerSetRoute, queue: int) -> int | None:
         """The group's committed offset of `queue` in broker set `bs` (None: nothing committed)."""
         req = bpb.FetchOffsetRequest(group=self._state, topic=self.topic, queue=queue)
-        addresses = ([bs.master_address] if bs.master_address else []) + bs.read_addresses()
-        last: TidelogError | None = None
-        for address in addresses:
-            try:
-                reply = await self.client.call_broker(address, "FetchOffset", req)
-                return reply.offset if reply.found else None
-            except UnavailableError as exc:
-                last = exc
-        raise last or UnavailableError(f"broker set {bs.name} has no reachable replica")
+        reply = await self.client.ask_replicas(bs, "FetchOffset", req)
+        return reply.offset if reply.found else None
 
     async def poll(self, max_messages: int = 100, timeout: float = 1.0) -> list[ConsumedMessage]:
         """Messages from this member's queues, each queue in order; waits up to `timeout` for some."""
@@ -1317,6 +1320,40 @@ class AsyncAdmin:
                 topics.add(json.loads(e.value)["topic"])
         return sorted(topics)
 
+    async def group_members(self, group: str, topic: str | None = None) -> dict[str, str]:
+        """Member id -> topic of the group's live members (those reading `topic`, if given), each
+        judged by the session timeout it announced."""
+        return await ga.live_members(self.client, group, None if topic is None else [topic])
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        to: str,
+        *,
+        offset: int | None = None,
+        timestamp: str | None = None,
+        queue: int | None = None,
+        broker_sets: Iterable[str] = (),
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Move the group's committed offsets of `topic`'s queues `to` "earliest", "latest",
+        "timestamp" (`timestamp`: epoch ms or ISO-8601) or "offset" (`offset`); only the queues
+        with id `queue` and/or of `broker_sets`, if given. Refused while the group has live
+        members unless `force`; `dry_run` only says what each queue would get (client/groupadmin.py)."""
+        target = rp.target(to, offset, timestamp)
+        return await ga.reset_offsets(
+            self, group, topic, target, queue=queue, broker_sets=broker_sets, force=force, dry_run=dry_run
+        )
+
+    async def delete_group(
+        self, group: str, topic: str | None = None, *, force: bool = False
+    ) -> dict[str, Any]:
+        """Delete the group's committed offsets (of `topic`, else all) and its owner keys; refused
+        while the group has live members unless `force` (client/groupadmin.py)."""
+        return await ga.delete_group(self, group, topic, force=force)
+
     async def group_lag(self, group: str, topic: str) -> list[dict[str, Any]]:
         route = await self.client.route(topic, refresh=True)
         rows = []
@@ -1333,6 +1370,7 @@ class AsyncAdmin:
                     {
                         "broker_set": bs.name,
                         "queue": q,
+                        "min": o.min,
                         "committed": committed,
                         "confirmed": o.confirmed,
                         "lag": o.confirmed - (committed or o.min),

@@ -2,9 +2,12 @@
 
 Members announce themselves in the controller's metadata store under
 `group/<group>/members/<member id>` with the time of their last announcement, their topic, their
-subscription mode and the time of their first announcement (client/modes.py). A member is live if
-it announced within the session timeout. Which live member reads which queue
-is decided from the live members and the queues' owner keys (client/handover.py).
+session timeout, their subscription mode and the time of their first announcement
+(client/modes.py). A member is live if it announced within the session timeout. Which live member
+reads which queue is decided from the live members and the queues' owner keys
+(client/handover.py). An operator's command that must not run under live members (resetting or
+deleting the group's offsets) judges each member by the session timeout it announced
+(`active_members`).
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ import json
 from collections.abc import Iterable
 
 from tidelog.client.modes import CLUSTERING, MODES, Announced
+from tidelog.errors import InvalidArgumentError
 
 MEMBERS_PREFIX = "group/{group}/members/"
 # One key per topic a group has ever consumed; it outlives the members (for `tide group describe`).
 TOPICS_PREFIX = "group/{group}/topics/"
+GROUP_PREFIX = "group/{group}/"  # every key of a group: members, topics, owner keys
+# The session timeout of a member that did not announce one (`AsyncConsumer`'s default).
+DEFAULT_SESSION_MS = 6000
 
 
 def members_prefix(group: str) -> str:
@@ -27,10 +34,29 @@ def topics_prefix(group: str) -> str:
     return TOPICS_PREFIX.format(group=group)
 
 
-def announcement(now_ms: int, topic: str, mode: str = CLUSTERING, since_ms: int | None = None) -> bytes:
-    return json.dumps(
-        {"ts": now_ms, "topic": topic, "mode": mode, "since": now_ms if since_ms is None else since_ms}
-    ).encode()
+def check_group_name(group: str) -> None:
+    """A group name is a key segment of the metadata store: not empty, no '/'; no '@' either (a
+    broadcast member keeps its own state under `<group>@<member id>`, client/modes.py)."""
+    if not group or "/" in group or "@" in group:
+        raise InvalidArgumentError("group must be a non-empty name without '/' or '@'")
+
+
+def group_prefix(group: str) -> str:
+    return GROUP_PREFIX.format(group=group)
+
+
+def announcement(
+    now_ms: int,
+    topic: str,
+    session_ms: int | None = None,
+    mode: str = CLUSTERING,
+    since_ms: int | None = None,
+) -> bytes:
+    doc: dict[str, object] = {"ts": now_ms, "topic": topic, "mode": mode}
+    doc["since"] = now_ms if since_ms is None else since_ms
+    if session_ms is not None:
+        doc["session_ms"] = session_ms
+    return json.dumps(doc).encode()
 
 
 def live_announced(
@@ -86,3 +112,22 @@ def groups_reading(
         if live_members([(key, value)], key[: len(key) - len(member)], now_ms, within_ms, topic):
             groups.add(group)
     return sorted(groups)
+
+
+def active_members(
+    entries: Iterable[tuple[str, bytes]], prefix: str, now_ms: int, topics: Iterable[str] | None = None
+) -> dict[str, str]:
+    """Member id -> topic of the members under `prefix` that are live by the session timeout each
+    announced (DEFAULT_SESSION_MS if none), and that read one of `topics` if given."""
+    wanted = None if topics is None else set(topics)
+    out = {}
+    for key, value in entries:
+        try:
+            doc = json.loads(value)
+            ts, topic = int(doc["ts"]), str(doc["topic"])
+            session_ms = int(doc.get("session_ms", DEFAULT_SESSION_MS))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if key.startswith(prefix) and (wanted is None or topic in wanted) and now_ms - ts <= session_ms:
+            out[key[len(prefix) :]] = topic
+    return dict(sorted(out.items()))

@@ -9,7 +9,7 @@
     recovery.py     the scan at open: torn tails cut, corruption below the flushed offset refused
     append.py       the append path: lay out, encode with record.py, write, index
     flusher.py      group commit: the flusher thread, fdatasync, checkpoints
-    reads.py        reads by queue offset, by physical offset, raw chunks for replication
+    reads.py        reads by queue offset, by physical offset, by store time, raw chunks for replication
     replication.py  raw appends of bytes copied from a master
     truncation.py   truncation (fork repair)
     repair.py       in-place repair of damaged bytes from another replica
@@ -323,6 +323,13 @@ class CommitLog:
                 return
             yield from msgs
             start = msgs[-1].queue_offset + 1
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first confirmed queue offset of (topic, queue) whose record was stored at or after
+        `timestamp_ms` (epoch ms), or the queue's confirmed end when none was: where a group
+        reset to that time starts (RocketMQ's searchOffset). A binary search over the consume
+        queue reading each probed record's store time, so O(log n) record reads."""
+        return reads.offset_for_time(self._core, topic, queue_id, timestamp_ms)
 
     def read_at(self, phys_offset: int) -> rec.StoredMessage:
         """The record at a physical offset (any record kind), CRC-checked."""

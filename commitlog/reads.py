@@ -1,5 +1,5 @@
-"""Reads: by queue offset (clients and the broker's indexes), by physical offset, and raw chunks
-of whole records for replication.
+"""Reads: by queue offset (clients and the broker's indexes), by physical offset, by store time,
+and raw chunks of whole records for replication.
 
 Reads by queue offset never return a record that ends past the confirm offset unless asked to
 (`confirmed_only=False`, for the broker's own indexes); every record read is CRC-checked, so
@@ -8,7 +8,9 @@ damage that recovery did not scan is an error, never a silent gap.
 
 from __future__ import annotations
 
+import bisect
 import os
+from collections.abc import Callable
 
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.batch import walk
@@ -161,6 +163,28 @@ def _decode_run(
         pos += rsize
         i += 1
     return budget
+
+
+def first_stored_at(lo: int, hi: int, timestamp_ms: int, store_ts_at: Callable[[int], int]) -> int:
+    """The first offset in [lo, hi) whose store time is at or after `timestamp_ms` (hi: none), by
+    binary search: store times within a queue do not go down (the master stamps them as it
+    appends). `store_ts_at(i)` reads the store time of offset i."""
+    return bisect.bisect_left(range(lo, hi), timestamp_ms, key=store_ts_at) + lo
+
+
+def offset_for_time(core: LogCore, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    """See `CommitLog.offset_for_time`."""
+    core.check_open()
+    lo, _, hi = core.queues.offsets(topic, queue_id, core.offsets.confirm)
+
+    def store_ts_at(i: int) -> int:
+        try:
+            got = read(core, topic, queue_id, i, 1, None, True)
+        except OffsetBelowRetentionError:
+            return -1  # retention took it during the search: it was older than what stays
+        return got[0].store_ts if got else timestamp_ms  # confirm lowered meanwhile (fork repair)
+
+    return first_stored_at(lo, hi, timestamp_ms, store_ts_at)
 
 
 def read_at(core: LogCore, phys_offset: int) -> rec.StoredMessage:

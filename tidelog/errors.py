@@ -794,3 +794,42 @@ class NoOtherInSyncReplicaError(TidelogError):
         "start or repair a slave and wait until it is in the SyncStateSet (`tide broker list`), "
         "then drain again; stopping the master now would leave the broker set without writes"
     )
+
+
+# --- consumer-group offsets admin (tide group reset-offsets / delete) ----------------------------
+
+
+@_register
+class GroupNotFoundError(TidelogError):
+    """The consumer group has no committed offsets and no members: nothing knows it."""
+
+    code = "GROUP_NOT_FOUND"
+    status = "NOT_FOUND"
+    hint = (
+        "check the group's name; a group exists once one of its members has consumed "
+        "(`tide consume --group NAME`) or committed an offset"
+    )
+
+
+@_register
+class GroupInUseError(TidelogError):
+    """The consumer group has live members, whose own positions would overwrite the change."""
+
+    code = "GROUP_IN_USE"
+    status = "FAILED_PRECONDITION"
+    hint = (
+        "stop its consumers and wait for their sessions to lapse (a few seconds), or pass --force "
+        "(its members then drop their queues and start them again from the new offsets)"
+    )
+
+
+@_register
+class ResetOffsetOutOfRangeError(TidelogError):
+    """A reset would put a queue at an offset it does not have: nothing was changed."""
+
+    code = "RESET_OFFSET_OUT_OF_RANGE"
+    status = "OUT_OF_RANGE"
+    hint = (
+        "pick an offset between the queue's min and confirmed offsets (`tide topic describe TOPIC`), "
+        "limit the reset to some queues with --queue/--broker-set, or reset --to earliest|latest"
+    )

@@ -2,8 +2,9 @@
 §6.4): the decision's table, then rounds over a real commit log — group offsets and topic
 markers survive the deletion of the segments that held them, also for a replica that folds the
 log again from scratch; a commit of a deleted topic is not revived; a key with a newer
-unconfirmed record is kept rather than copied; and, as a property over random mixes of commits
-and rounds, a fresh fold always finds every latest commit."""
+unconfirmed record is kept rather than copied; a tombstone (a deleted group's offsets) is never
+copied and takes the commits it hides with it; and, as a property over random mixes of commits,
+deletes and rounds, a fresh fold always finds every latest commit and none that was deleted."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidelog.broker.compaction import Live, MetadataFold, carry_plan, copy_message
-from tidelog.broker.offsets import GroupOffsets, commit_message
+from tidelog.broker.offsets import GroupOffsets, commit_message, tombstone_message
 from tidelog.broker.topics import MARKS_TOPIC, TopicTable, decode_mark
 from tidelog.commitlog import CommitLog, Message
 
@@ -171,6 +172,29 @@ def test_a_key_with_an_unconfirmed_newer_commit_keeps_its_segment(tmp_path: Path
     log.close()
 
 
+def test_a_tombstone_is_never_copied_and_goes_with_the_commit_it_hides(tmp_path: Path) -> None:
+    log = _open(tmp_path)
+    _append(log, [commit_message("g", T, 0, 3), commit_message("h", T, 0, 1)])
+    _append(log, [tombstone_message("g", T, 0)])
+    live, _ = MetadataFold(log).refresh()
+    assert [json.loads(r.body)["g"] for r in live] == ["h"]  # g's commit is hidden, its tombstone dead
+    _fill(log, 3)
+    _round(log)
+    _round(log)
+    copies = [
+        json.loads(m.body) for m in log.read("%OFFSETS%", 0, log.queue_offsets("%OFFSETS%", 0).min, 100)
+    ]
+    assert copies == [{"g": "h", "t": T, "q": 0, "o": 1}]  # only h's commit was carried forward
+    log.close()
+    log = _open(tmp_path)  # a replica folding its log again after retention
+    try:
+        offsets = GroupOffsets(log)
+        assert offsets.fetch("g", T, 0) is None
+        assert offsets.fetch("h", T, 0) == 1
+    finally:
+        log.close()
+
+
 _OPS = st.lists(
     st.one_of(
         st.tuples(
@@ -178,6 +202,9 @@ _OPS = st.lists(
             st.sampled_from(["g", "h"]),
             st.integers(0, 1),
             st.integers(0, 9),
+        ),
+        st.tuples(
+            st.sampled_from(["delete", "unconfirmed-delete"]), st.sampled_from(["g", "h"]), st.integers(0, 1)
         ),
         st.tuples(st.just("fill"), st.integers(1, 2)),
         st.tuples(st.just("round")),
@@ -190,8 +217,8 @@ _OPS = st.lists(
 @given(_OPS)
 def test_any_mix_of_commits_and_rounds_keeps_every_latest_commit(ops: list[tuple[Any, ...]]) -> None:
     """Property: whatever retention deleted, a fresh fold of the log gives each (group, queue)
-    the last offset committed — never an older one, never none."""
-    want: dict[tuple[str, int], int] = {}
+    the last offset committed — never an older one, never none — and nothing once deleted."""
+    want: dict[tuple[str, int], int | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
         log = _open(Path(tmp))
         try:
@@ -200,6 +227,10 @@ def test_any_mix_of_commits_and_rounds_keeps_every_latest_commit(ops: list[tuple
                     kind, group, queue, offset = op
                     _append(log, [commit_message(group, T, queue, offset)], confirm=kind == "commit")
                     want[(group, queue)] = offset
+                elif op[0] in ("delete", "unconfirmed-delete"):
+                    kind, group, queue = op
+                    _append(log, [tombstone_message(group, T, queue)], confirm=kind == "delete")
+                    want[(group, queue)] = None
                 elif op[0] == "fill":
                     _fill(log, op[1])
                 else:

@@ -141,15 +141,18 @@ def test_group_describe_shows_committed_offsets_and_lag(cluster: LocalCluster) -
     assert (
         len(consume_json(cluster, "cli-lag", "lagging", "--from-beginning", "--max-messages", "200")) == 200
     )
-    rows = ok_json("group", "describe", "lagging", "--topic", "cli-lag", "--controllers", c)
+    doc = ok_json("group", "describe", "lagging", "--topic", "cli-lag", "--controllers", c)
+    rows = doc["queues"]
     assert len(rows) == 4
     assert sum(r["committed"] for r in rows) == 200
     assert all(r["lag"] == 0 and r["committed"] == r["confirmed"] for r in rows)
+    assert all({"broker_set", "queue", "committed", "confirmed", "lag", "owner"} <= set(r) for r in rows)
+    assert doc["members"] == []  # the consumer closed: it holds no queue and is not live
 
     ok("produce", "cli-lag", "--count", "40", "--batch", "10", "--controllers", c)
     # Without --topic: the group's topic is found from what its (now gone) members consumed.
-    rows = ok_json("group", "describe", "lagging", "--controllers", c)
-    assert sum(r["lag"] for r in rows) == 40
+    doc = ok_json("group", "describe", "lagging", "--controllers", c)
+    assert doc["topic"] == "cli-lag" and sum(r["lag"] for r in doc["queues"]) == 40
     table = ok("group", "describe", "lagging", "--controllers", c)
     assert "cli-lag" in table.stdout
 

@@ -111,9 +111,9 @@ def test_a_displaced_active_member_releases_what_it_holds() -> None:
 def test_announcements_carry_the_mode_and_older_ones_are_clustering() -> None:
     prefix = asg.members_prefix("g")
     entries = [
-        (prefix + "a", asg.announcement(10_000, "t", "failover", 4_000)),
+        (prefix + "a", asg.announcement(10_000, "t", mode="failover", since_ms=4_000)),
         (prefix + "b", b'{"ts": 10000, "topic": "t"}'),  # written before modes existed
-        (prefix + "c", asg.announcement(10_000, "t", "no-such-mode")),
+        (prefix + "c", asg.announcement(10_000, "t", mode="no-such-mode")),
         (prefix + "d", b"[1, 2]"),
     ]
     assert asg.live_announced(entries, prefix, 10_000, 5_000, "t") == {

@@ -30,6 +30,7 @@ def _register_commands() -> None:
         data,
         demo,
         fault,
+        groups,
         health,
         ledger,
         placement,
@@ -47,7 +48,7 @@ def _register_commands() -> None:
     cli.add_command(data.topic)
     cli.add_command(data.produce)
     cli.add_command(data.consume)
-    cli.add_command(data.group)
+    cli.add_command(groups.group)
     cli.add_command(ledger.ledger)
     cli.add_command(placement.placement)
     cli.add_command(top.top)

@@ -1,4 +1,5 @@
-"""`tide topic|produce|consume|group`: the client-facing commands, thin over tidelog.client."""
+"""`tide topic|produce|consume`: the client-facing commands, thin over tidelog.client
+(`tide group` is tidelog/cli/groups.py)."""
 
 from __future__ import annotations
 
@@ -300,33 +301,3 @@ def poll_size(max_messages: int | None, got: int) -> int:
     """How many messages the next poll asks for: up to 500, never more than are still wanted
     (with no limit, always 500: a size that shrank with what was read polled one at a time)."""
     return 500 if max_messages is None else max(1, min(500, max_messages - got))
-
-
-@click.group("group")
-def group() -> None:
-    """Consumer groups."""
-
-
-@group.command("describe")
-@click.argument("name")
-@click.option(
-    "--topic", "topic_name", default=None, help="the topic (default: the one its live members read)"
-)
-@controllers_option
-@json_option
-def group_describe(name: str, topic_name: str | None, controllers: str, as_json: bool) -> None:
-    """Committed offset, lag and owning member per queue for group NAME."""
-    with open_client(controllers) as c:
-        if topic_name is None:
-            topics = c.admin().group_topics(name)
-            if len(topics) != 1:
-                found = "no members" if not topics else "members on " + ", ".join(topics)
-                raise click.UsageError(f"group {name} has {found}: name the topic with --topic")
-            topic_name = topics[0]
-        rows = c.admin().group_lag(name, topic_name)
-    emit(
-        rows,
-        as_json,
-        title=f"group {name} on {topic_name}",
-        columns=["broker_set", "queue", "committed", "confirmed", "lag", "owner"],
-    )

@@ -204,6 +204,62 @@ class FetchOffsetReply(_message.Message):
     offset: int
     def __init__(self, found: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
+class SearchOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue: int
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class SearchOffsetReply(_message.Message):
+    __slots__ = ("offset", "offsets")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    offsets: QueueOffsets
+    def __init__(self, offset: _Optional[int] = ..., offsets: _Optional[_Union[QueueOffsets, _Mapping]] = ...) -> None: ...
+
+class GroupOffset(_message.Message):
+    __slots__ = ("topic", "queue", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ListGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class ListGroupOffsetsReply(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[GroupOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ...) -> None: ...
+
+class DeleteGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupOffsetsReply(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: _containers.RepeatedCompositeFieldContainer[GroupOffset]
+    def __init__(self, deleted: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ...) -> None: ...
+
 class StatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -64,6 +64,21 @@ class BrokerStub:
                 request_serializer=broker__pb2.FetchOffsetRequest.SerializeToString,
                 response_deserializer=broker__pb2.FetchOffsetReply.FromString,
                 _registered_method=True)
+        self.SearchOffset = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/SearchOffset',
+                request_serializer=broker__pb2.SearchOffsetRequest.SerializeToString,
+                response_deserializer=broker__pb2.SearchOffsetReply.FromString,
+                _registered_method=True)
+        self.ListGroupOffsets = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/ListGroupOffsets',
+                request_serializer=broker__pb2.ListGroupOffsetsRequest.SerializeToString,
+                response_deserializer=broker__pb2.ListGroupOffsetsReply.FromString,
+                _registered_method=True)
+        self.DeleteGroupOffsets = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/DeleteGroupOffsets',
+                request_serializer=broker__pb2.DeleteGroupOffsetsRequest.SerializeToString,
+                response_deserializer=broker__pb2.DeleteGroupOffsetsReply.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/tidelog.broker.v1.Broker/Status',
                 request_serializer=broker__pb2.StatusRequest.SerializeToString,
@@ -125,6 +140,24 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SearchOffset(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroupOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroupOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -181,6 +214,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.FetchOffset,
                     request_deserializer=broker__pb2.FetchOffsetRequest.FromString,
                     response_serializer=broker__pb2.FetchOffsetReply.SerializeToString,
+            ),
+            'SearchOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchOffset,
+                    request_deserializer=broker__pb2.SearchOffsetRequest.FromString,
+                    response_serializer=broker__pb2.SearchOffsetReply.SerializeToString,
+            ),
+            'ListGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroupOffsets,
+                    request_deserializer=broker__pb2.ListGroupOffsetsRequest.FromString,
+                    response_serializer=broker__pb2.ListGroupOffsetsReply.SerializeToString,
+            ),
+            'DeleteGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroupOffsets,
+                    request_deserializer=broker__pb2.DeleteGroupOffsetsRequest.FromString,
+                    response_serializer=broker__pb2.DeleteGroupOffsetsReply.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -365,6 +413,87 @@ class Broker:
             '/tidelog.broker.v1.Broker/FetchOffset',
             broker__pb2.FetchOffsetRequest.SerializeToString,
             broker__pb2.FetchOffsetReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/SearchOffset',
+            broker__pb2.SearchOffsetRequest.SerializeToString,
+            broker__pb2.SearchOffsetReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/ListGroupOffsets',
+            broker__pb2.ListGroupOffsetsRequest.SerializeToString,
+            broker__pb2.ListGroupOffsetsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/DeleteGroupOffsets',
+            broker__pb2.DeleteGroupOffsetsRequest.SerializeToString,
+            broker__pb2.DeleteGroupOffsetsReply.FromString,
             options,
             channel_credentials,
             insecure,
