@@ -32,6 +32,7 @@ def _register_commands() -> None:
         fault,
         health,
         ledger,
+        message,
         placement,
         top,
     )
@@ -48,6 +49,7 @@ def _register_commands() -> None:
     cli.add_command(data.produce)
     cli.add_command(data.consume)
     cli.add_command(data.group)
+    cli.add_command(message.message)
     cli.add_command(ledger.ledger)
     cli.add_command(placement.placement)
     cli.add_command(top.top)
