@@ -152,21 +152,27 @@ class IndexFile:
         self.dirty_pages.add(s // _PAGE_SLOTS)
 
     def append(self, items: list[tuple[int, int, int]]) -> None:
-        """Add entries (key hash, phys, store time), in physical order; the file has room."""
-        if self.slots is None:
+        """Add entries (key hash, phys, store time), in physical order; the file has room. The
+        slots change only once the entries are written: a failed write (a full disk) leaves the
+        file as it was, and the same entries are added again later."""
+        table = self.slots
+        if table is None:
             raise RuntimeError(f"key index {self.path} is not active")
         h = self.header
         slots, first = h.slots, h.used + 1
         lo, hi = h.first_ts if h.used else items[0][2], h.last_ts
+        heads: dict[int, int] = {}
         parts = []
         n = h.used
         for key_hash, phys, ts in items:
             n += 1
             s = key_hash % slots
-            parts.append(kf.encode_entry(kf.Entry(key_hash, int(self.slots[s]), phys, ts)))
-            self.set_slot(s, n)
+            parts.append(kf.encode_entry(kf.Entry(key_hash, heads.get(s, int(table[s])), phys, ts)))
+            heads[s] = n
             lo, hi = min(lo, ts), max(hi, ts)
         pwrite_all(self.fd, b"".join(parts), kf.entry_position(slots, first))
+        for s, head in heads.items():
+            self.set_slot(s, head)
         self.header = h._replace(used=n, first_ts=lo, last_ts=hi)
 
     def sync(self, *, clean: bool) -> None:

@@ -490,3 +490,27 @@ def test_ids_below_retention_say_so(log):
     log.delete_before(log.max_offset - SEG)
     with pytest.raises(OffsetBelowRetentionError):
         log.message_at(placed[0].phys_offset)
+
+
+def test_a_failed_index_write_is_retried_without_duplicates(log, monkeypatch):
+    from tidelog.commitlog import keyindex
+
+    written = keyed(25)
+    log.append(written)
+    real = keyindex.pwrite_all
+    calls = {"n": 0}
+
+    def flaky(fd: int, data: bytes, offset: int) -> None:
+        if offset >= kf.entry_position(8, 1) and len(data) % kf.ENTRY_BYTES == 0:
+            calls["n"] += 1
+            if calls["n"] == 2:  # a full disk: the entries of the second file, after a roll
+                raise OSError(28, "No space left on device")
+        real(fd, data, offset)
+
+    monkeypatch.setattr(keyindex, "pwrite_all", flaky)
+    with pytest.raises(OSError):
+        log.index_keys()
+    monkeypatch.setattr(keyindex, "pwrite_all", real)
+    log.confirm_offset = log.max_offset
+    for k in range(5):
+        assert find(log, f"k{k}") == expected(written, f"k{k}")
