@@ -492,6 +492,39 @@ class Replica:
         data, count = await self.long_poll(poll, wait_ms)
         return data, count, self.log.queue_offsets(topic, queue)
 
+    # ------------------------------------------------------------------ lookups
+
+    def get_message(self, topic: str, queue: int, offset: int) -> bytes:
+        """The stored bytes of the confirmed message at `offset` of (topic, queue); any replica
+        answers, as pulls do."""
+        self._queue(topic, queue)
+        return self._reading(lambda: self.log.message_in_queue(topic, queue, offset))
+
+    def get_message_at(self, phys_offset: int) -> bytes:
+        """The stored bytes of the confirmed user message at `phys_offset` (a message id of this
+        broker set)."""
+        return self._reading(lambda: self.log.message_at(phys_offset))
+
+    async def find_messages(
+        self, topic: str, key: str, begin_ts: int, end_ts: int, max_messages: int, max_bytes: int
+    ) -> tuple[list[bytes], bool]:
+        """The confirmed messages of `topic` with `key`, newest first, and whether more match.
+        Runs off the event loop: the key index may first have to catch up with the log."""
+        self._queues_of(topic)  # a topic served here (or TOPIC_NOT_FOUND), as for a pull
+        return await asyncio.to_thread(
+            self._reading,
+            lambda: self.log.find_by_key(
+                topic, key, begin_ts=begin_ts, end_ts=end_ts, max_results=max_messages, max_bytes=max_bytes
+            ),
+        )
+
+    def _reading(self, read: Callable[[], T]) -> T:
+        try:
+            return read()
+        except CorruptRecordError as exc:
+            self.on_corrupt(exc)
+            raise
+
     def on_corrupt(self, exc: CorruptRecordError) -> None:
         """A read met damaged bytes. The reader fails over to another replica (CORRUPT_RECORD); here
         a slave asks its master for that range, and a master hands its role to an in-sync replica

@@ -4,6 +4,10 @@ Every method goes through `tidelog.wire.rpc`, so a TidelogError becomes a gRPC s
 error code in trailing metadata, and an unexpected exception is logged and answered INTERNAL
 without stopping the broker.
 
+Lookups (GetMessage, GetMessageById, FindMessages) answer with stored record bytes like an encoded
+pull, and only confirmed user messages; a message id must name this broker's set. A
+FindMessages reply holds at most `max_pull_messages` records and `max_pull_bytes` of them.
+
 A Pull's limits are clamped, not refused: `max_bytes` to `max_pull_bytes` and `max_messages` to
 `max_pull_messages` (broker config), so no request can make the broker build a reply larger
 than the gRPC message limit or hold more than that in memory for one call. A client that asks
@@ -18,7 +22,11 @@ from crc32c import crc32c
 from tidelog.broker.replica import Replica
 from tidelog.broker.shared import Key as SharedKey
 from tidelog.commitlog import QueueOffsets
+from tidelog.commitlog.keyformat import parse_message_id
+from tidelog.commitlog.log import NO_END
+from tidelog.commitlog.lookups import MAX_KEY_BYTES
 from tidelog.dataframes import MAX_PRODUCE_RECORDS, PullCall
+from tidelog.errors import InvalidArgumentError
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import non_empty, non_negative, require, rpc
@@ -49,6 +57,13 @@ def _shared_key(
 
 def _offsets(o: QueueOffsets) -> pb.QueueOffsets:
     return pb.QueueOffsets(min=o.min, max=o.max, confirmed=o.confirmed)
+
+
+def _lookup_reply(broker_set: str, records: list[bytes], more: bool = False) -> pb.LookupReply:
+    data = b"".join(records)
+    return pb.LookupReply(
+        broker_set=broker_set, records=data, count=len(records), crc=crc32c(data), more=more
+    )
 
 
 async def produce_batch(
@@ -187,6 +202,55 @@ class BrokerService(pb_grpc.BrokerServicer):
             if m.properties:
                 pm.properties.update(m.properties)
         return reply
+
+    @rpc
+    async def GetMessage(
+        self, request: pb.GetMessageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LookupReply:
+        non_empty("topic", request.topic)
+        non_negative("queue", request.queue)
+        non_negative("offset", request.offset)
+        data = self.replica.get_message(request.topic, request.queue, request.offset)
+        return _lookup_reply(self.replica.cfg.broker_set, [data])
+
+    @rpc
+    async def GetMessageById(
+        self, request: pb.GetMessageByIdRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LookupReply:
+        parsed = parse_message_id(request.message_id)
+        if parsed is None:
+            raise InvalidArgumentError(
+                f"{request.message_id[:300]!r} is not a message id (<broker set>:<physical offset, hex>)"
+            )
+        broker_set, phys = parsed
+        own = self.replica.cfg.broker_set
+        require(
+            broker_set == own, f"message id {request.message_id} names broker set {broker_set}, not {own}"
+        )
+        return _lookup_reply(own, [self.replica.get_message_at(phys)])
+
+    @rpc
+    async def FindMessages(
+        self, request: pb.FindMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LookupReply:
+        non_empty("topic", request.topic)
+        require(bool(request.key), "key must not be empty")
+        require(len(request.key.encode()) <= MAX_KEY_BYTES, f"key is longer than {MAX_KEY_BYTES} bytes")
+        non_negative("begin_ts", request.begin_ts)
+        non_negative("end_ts", request.end_ts)
+        end = request.end_ts or NO_END
+        require(request.begin_ts <= end, "begin_ts must not be after end_ts")
+        require(request.max_messages >= 0, "max_messages must not be negative")
+        cfg = self.replica.cfg
+        found, more = await self.replica.find_messages(
+            request.topic,
+            request.key,
+            request.begin_ts,
+            end,
+            min(request.max_messages or DEFAULT_PULL_MESSAGES, cfg.max_pull_messages),
+            cfg.max_pull_bytes,
+        )
+        return _lookup_reply(cfg.broker_set, found, more)
 
     @rpc
     async def GetOffsets(

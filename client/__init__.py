@@ -125,6 +125,30 @@ class Client:
     def admin(self) -> Admin:
         return Admin(self.runner, self.aio.admin())
 
+    def get_message(
+        self, topic: str, queue: int, offset: int, *, broker_set: str | None = None
+    ) -> ConsumedMessage:
+        """The confirmed message at `offset` of a queue (`AsyncClient.get_message`)."""
+        return self.runner.run(self.aio.get_message(topic, queue, offset, broker_set=broker_set))
+
+    def get_message_by_id(self, message_id: str) -> ConsumedMessage:
+        """The confirmed message a receipt's `message_id` names."""
+        return self.runner.run(self.aio.get_message_by_id(message_id))
+
+    def find_messages(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ts: int | None = None,
+        end_ts: int | None = None,
+        max_messages: int = 32,
+    ) -> list[ConsumedMessage]:
+        """The confirmed messages of `topic` with `key`, newest first (`AsyncClient.find_messages`)."""
+        return self.runner.run(
+            self.aio.find_messages(topic, key, begin_ts=begin_ts, end_ts=end_ts, max_messages=max_messages)
+        )
+
     def close(self) -> None:
         try:
             self.runner.run(self.aio.close())

@@ -12,6 +12,10 @@ for synchronous callers.
   first attempt timed out after the broker stored it can be delivered twice: at-least-once.
 - Reads go to any replica of the queue's broker set (slaves first) and never see past its
   confirm offset; a failed replica is skipped for the next one.
+- Lookups (`get_message`, `get_message_by_id`, `find_messages`) read confirmed messages from any
+  replica: by position and id slaves first, moving on when one is unreachable or has not
+  confirmed the message yet; by key the master first (its confirm offset leads) and every broker
+  set of the topic, merged newest first.
 - Channels are cached per address and reused; there is no thread per message.
 """
 
@@ -54,13 +58,16 @@ from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
 from tidelog.commitlog.batch import RecordView, cut_batch, encode_batch, walk
+from tidelog.commitlog.keyformat import parse_message_id
 from tidelog.errors import (
+    ControllerBrokerMetadataNotExistError,
     CorruptRecordError,
     DiskFullError,
     FlushDiskTimeoutError,
     FlushSlaveTimeoutError,
     InSyncReplicasNotEnoughError,
     InvalidArgumentError,
+    MessageNotFoundError,
     MessageTooLargeError,
     MetadataExistsError,
     MetadataNotFoundError,
@@ -399,6 +406,117 @@ class AsyncClient:
                 else UnavailableError(f"broker set {route.name} has no reachable replica")
             ) from None
         return answer
+
+    # --- lookups ---
+
+    async def get_message(
+        self, topic: str, queue: int, offset: int, *, broker_set: str | None = None
+    ) -> ConsumedMessage:
+        """The confirmed message at `offset` of queue `queue` of `topic` in `broker_set` (which may
+        be left out when the topic lives in one broker set)."""
+        route = await self.route(topic)
+        if broker_set is None:
+            if len(route.broker_sets) != 1:
+                names = ", ".join(b.name for b in route.broker_sets) or "none"
+                raise InvalidArgumentError(
+                    f"topic {topic} has queues in several broker sets ({names}): name one",
+                    hint="queues are numbered per broker set; pass broker_set=",
+                )
+            bs = route.broker_sets[0]
+        else:
+            named = route.broker_set(broker_set)
+            if named is None:
+                raise InvalidArgumentError(f"topic {topic} has no queues in broker set {broker_set}")
+            bs = named
+        if not 0 <= queue < bs.queues:
+            raise InvalidArgumentError(
+                f"queue {queue} does not exist (topic {topic} has {bs.queues} in {bs.name})"
+            )
+        if offset < 0:
+            raise InvalidArgumentError(f"offset must not be negative (got {offset})")
+        request = bpb.GetMessageRequest(topic=topic, queue=queue, offset=offset)
+        (found,) = await self._lookup(bs.name, bs.read_addresses(), "GetMessage", request)
+        return found
+
+    async def get_message_by_id(self, message_id: str) -> ConsumedMessage:
+        """The confirmed message a receipt's `message_id` names."""
+        parsed = parse_message_id(message_id)
+        if parsed is None:
+            raise InvalidArgumentError(
+                f"{message_id!r} is not a message id", hint="an id is <broker set>:<physical offset, hex>"
+            )
+        name = parsed[0]
+        try:
+            reply = await self.controller.describe_broker_sets([name])
+        except ControllerBrokerMetadataNotExistError:
+            raise MessageNotFoundError(
+                f"message id {message_id} names broker set {name}, which does not exist"
+            ) from None
+        members = [m for b in reply.broker_sets if b.role.broker_set == name for m in b.members if m.address]
+        if not members:
+            raise MessageNotFoundError(
+                f"message id {message_id} names broker set {name}, which does not exist"
+            )
+        addresses = [m.address for m in members if not m.is_master] + [
+            m.address for m in members if m.is_master
+        ]
+        request = bpb.GetMessageByIdRequest(message_id=message_id)
+        (found,) = await self._lookup(name, addresses, "GetMessageById", request)
+        return found
+
+    async def find_messages(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ts: int | None = None,
+        end_ts: int | None = None,
+        max_messages: int = 32,
+    ) -> list[ConsumedMessage]:
+        """The confirmed messages of `topic` sent with `key` and stored within [begin_ts, end_ts]
+        (ms since the epoch, inclusive; None: unbounded), newest first (by store time across
+        broker sets), at most `max_messages`."""
+        if not key:
+            raise InvalidArgumentError("a key lookup needs a non-empty key")
+        if max_messages < 1 or (begin_ts or 0) < 0 or (end_ts is not None and end_ts < (begin_ts or 0)):
+            raise InvalidArgumentError("max_messages must be positive and begin_ts..end_ts a range of times")
+        route = await self.route(topic)
+        request = bpb.FindMessagesRequest(
+            topic=topic, key=key, begin_ts=begin_ts or 0, end_ts=end_ts or 0, max_messages=max_messages
+        )
+        per_set = await asyncio.gather(
+            *(
+                self._lookup(bs.name, bs.read_addresses(prefer_slaves=False), "FindMessages", request)
+                for bs in route.broker_sets
+            )
+        )
+        found = [m for ms in per_set for m in ms]
+        found.sort(key=lambda m: (m.store_ts, m.phys_offset), reverse=True)
+        return found[:max_messages]
+
+    async def _lookup(
+        self, name: str, addresses: Sequence[str], method: str, request: Any
+    ) -> list[ConsumedMessage]:
+        """A lookup answered by the first of `addresses` that has it: a replica that cannot be
+        reached, has not confirmed the message yet or holds a damaged copy passes to the next."""
+        last: TidelogError | None = None
+        for address in addresses:
+            try:
+                reply = await self.call_broker(address, method, request)
+                data = reply.records
+                if crc32c(data) != reply.crc:
+                    raise CorruptRecordError(f"{method} reply from {address}", 0, "CRC32C mismatch")
+                starts = walk(data, f"{method} reply from {address}", 0)
+                if len(starts) != reply.count:
+                    raise CorruptRecordError(
+                        f"{method} reply from {address}",
+                        -1,
+                        f"{len(starts)} records, {reply.count} announced",
+                    )
+                return [RecordView(data, pos, reply.broker_set or name) for pos in starts]
+            except (UnavailableError, MessageNotFoundError, CorruptRecordError) as exc:
+                last = exc
+        raise last or UnavailableError(f"broker set {name} has no reachable replica")
 
     async def queue_offsets(self, route: BrokerSetRoute, topic: str, queue: int) -> bpb.QueueOffsets:
         request = bpb.GetOffsetsRequest(topic=topic, queue=queue)

@@ -1,9 +1,9 @@
 """The state the parts of the commit log share, and the log's failure stop.
 
 `LogCore` holds the configuration, the segment files, the offsets, the consume-queue index, the
-epoch and checkpoint files, the two locks and the flush waiters; the façade (`commitlog/log.py`)
-and the modules for each job (append, reads, replication, truncation, repair, retention,
-recovery, flushing) work on it. Locks: `lock` guards the segment list and the offsets against the
+key index, the epoch and checkpoint files, the two locks and the flush waiters; the façade
+(`commitlog/log.py`) and the modules for each job (append, reads, replication, truncation,
+repair, retention, recovery, flushing, lookups) work on it. Locks: `lock` guards the segment list and the offsets against the
 flusher thread; `flush_lock` keeps truncation, repair and retention from closing or rewriting a
 file under a running fdatasync.
 """
@@ -20,6 +20,7 @@ from tidelog.commitlog.checkpoint import CheckpointFile
 from tidelog.commitlog.epochs import EpochFile
 from tidelog.commitlog.fileio import store_error
 from tidelog.commitlog.flusher import FlushRequests
+from tidelog.commitlog.keyindex import KeyIndex
 from tidelog.commitlog.offsets import Offsets
 from tidelog.commitlog.queues import QueueIndex
 from tidelog.commitlog.segments import SegmentFiles
@@ -44,6 +45,8 @@ class LogCore:
         max_message_bytes: int,
         cq_units_per_file: int,
         clock: Callable[[], float],
+        key_index_slots: int,
+        key_index_entries: int,
     ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
@@ -52,6 +55,7 @@ class LogCore:
         self.segments = SegmentFiles(os.path.join(directory, "commitlog"), segment_bytes)
         self.queues = QueueIndex(os.path.join(directory, "consumequeue"), cq_units_per_file)
         self.offsets = Offsets(directory)
+        self.keys = KeyIndex(os.path.join(directory, "index"), key_index_slots, key_index_entries)
         self.lock = threading.RLock()
         self.flush_lock = threading.Lock()
         self.flush_requests = FlushRequests(sync_flush)
@@ -124,5 +128,6 @@ class LogCore:
     def close_files(self) -> None:
         self.segments.close_all()
         self.queues.close_all()
+        self.keys.close()
         if self.checkpoint is not None:
             self.checkpoint.close()

@@ -14,6 +14,8 @@
     truncation.py   truncation (fork repair)
     repair.py       in-place repair of damaged bytes from another replica
     retention.py    deletion of whole old segments
+    keyindex.py     the key index files (hash of topic and key -> physical offsets)
+    lookups.py      lookups by queue offset, message id and key; the key indexer thread
 
 Theory of operation
 -------------------
@@ -37,6 +39,10 @@ Theory of operation
   or above the flushed offset is a torn tail and is cut; damage below it is corruption and stops
   the open with the file and offset named. Reads verify every record's CRC, so damage in an
   older segment that recovery did not scan is still an error, never a silent gap.
+- Keys. A thread of its own (`lookups.KeyIndexer`) reads what was written since the key index's
+  end and indexes the keyed user messages; a lookup by key first brings the index up to the
+  confirm offset. The index is derived data: recovery cuts it back to the log's end, and a
+  damaged one is rebuilt from the log.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from tidelog.commitlog import reads, recovery, repair, replication, retention, truncation
+from tidelog.commitlog import lookups, reads, recovery, repair, replication, retention, truncation
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.append import Placement, append_batch, append_encoded
 from tidelog.commitlog.batch import check_batch
@@ -55,6 +61,7 @@ from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.epochs import EpochFile
 from tidelog.commitlog.fileio import store_error
 from tidelog.commitlog.flusher import Flusher
+from tidelog.commitlog.keyindex import DEFAULT_CAPACITY, DEFAULT_SLOTS
 from tidelog.commitlog.queues import QueueOffsets
 from tidelog.commitlog.retentionpolicy import SegmentInfo
 from tidelog.errors import (
@@ -70,6 +77,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
 MIN_SEGMENT_BYTES = 4096
+KEY_INDEX_INTERVAL_MS = 200  # how often the indexer looks for new records
+NO_END = (1 << 63) - 1
 
 __all__ = ["CommitLog", "Placement", "QueueOffsets"]
 
@@ -88,6 +97,8 @@ class CommitLog:
         cq_units_per_file: int,
         checkpoint_interval_ms: int,
         clock: Callable[[], float],
+        key_index_slots: int = DEFAULT_SLOTS,
+        key_index_entries: int = DEFAULT_CAPACITY,
     ) -> None:
         if flush not in ("sync", "async"):
             raise ConfigError(f"flush must be 'sync' or 'async', not {flush!r}")
@@ -107,11 +118,16 @@ class CommitLog:
             max_message_bytes=max_message_bytes,
             cq_units_per_file=cq_units_per_file,
             clock=clock,
+            key_index_slots=key_index_slots,
+            key_index_entries=key_index_entries,
         )
         checkpoint_interval = checkpoint_interval_ms / 1000.0
         # async mode flushes every flush_interval_ms; sync mode wakes on demand, and at checkpoints
         interval = flush_interval_ms / 1000.0 if flush == "async" else checkpoint_interval
         self._flusher = Flusher(self._core, interval=interval, checkpoint_interval=checkpoint_interval)
+        self._indexer = lookups.KeyIndexer(
+            self._core, interval=KEY_INDEX_INTERVAL_MS / 1000, sync_interval=checkpoint_interval
+        )
         # called with the cut offset at the start of every truncate(), before anything is removed
         self.truncate_listeners: list[Callable[[int], None]] = []
 
@@ -130,8 +146,12 @@ class CommitLog:
         checkpoint_interval_ms: int = 1000,
         full_scan: bool = False,
         clock: Callable[[], float] = time.time,
+        key_index_slots: int = DEFAULT_SLOTS,
+        key_index_entries: int = DEFAULT_CAPACITY,
     ) -> CommitLog:
-        """Open (creating if needed) and recover the log in `directory`."""
+        """Open (creating if needed) and recover the log in `directory`. The key index has
+        `key_index_slots` hash slots per file (4 bytes each, in memory for the active file) and
+        `key_index_entries` entries per file (commitlog/FORMAT.md "Key index")."""
         self = cls(
             os.fspath(directory),
             segment_bytes=segment_bytes,
@@ -141,6 +161,8 @@ class CommitLog:
             cq_units_per_file=cq_units_per_file,
             checkpoint_interval_ms=checkpoint_interval_ms,
             clock=clock,
+            key_index_slots=key_index_slots,
+            key_index_entries=key_index_entries,
         )
         try:
             recovery.recover(self._core, full_scan)
@@ -153,6 +175,7 @@ class CommitLog:
             self._core.close_files()
             raise
         self._flusher.start()
+        self._indexer.start()
         return self
 
     def close(self) -> None:
@@ -161,7 +184,12 @@ class CommitLog:
         if core.closed:
             return
         core.closed = True
+        self._indexer.stop()
         self._flusher.stop()
+        try:
+            core.keys.sync(clean=True)
+        except OSError as exc:  # derived data: the next open repairs or rebuilds it
+            log.warning("key index of %s not synced at close: %s", self.directory, exc)
         try:
             if core.failure is None:
                 self._flusher.flush_once(sync_cqs=True, clean=True)
@@ -334,6 +362,40 @@ class CommitLog:
     def read_at(self, phys_offset: int) -> rec.StoredMessage:
         """The record at a physical offset (any record kind), CRC-checked."""
         return reads.read_at(self._core, phys_offset)
+
+    # ------------------------------------------------------------------ lookups
+
+    def message_in_queue(self, topic: str, queue_id: int, queue_offset: int) -> bytes:
+        """The stored bytes of the confirmed message at `queue_offset` of (topic, queue):
+        MESSAGE_NOT_FOUND past the confirmed end, OFFSET_BELOW_RETENTION below the start."""
+        return lookups.in_queue(self._core, topic, queue_id, queue_offset)
+
+    def message_at(self, phys_offset: int) -> bytes:
+        """The stored bytes of the confirmed user message starting at `phys_offset` (the offset a
+        message id names); MESSAGE_NOT_FOUND where no such message starts (commitlog/lookups.py)."""
+        return lookups.at_offset(self._core, phys_offset)
+
+    def find_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ts: int = 0,
+        end_ts: int = NO_END,
+        max_results: int = 32,
+        max_bytes: int = 4 << 20,
+    ) -> tuple[list[bytes], bool]:
+        """The stored bytes of the confirmed messages of `topic` with `key` stored within
+        [begin_ts, end_ts] (ms), newest first, within the limits (at least one message when any
+        matches); and whether more may match. Blocks while the key index catches up: call it
+        off the event loop."""
+        return lookups.by_key(self._core, topic, key, begin_ts, end_ts, max_results, max_bytes)
+
+    def index_keys(self) -> None:
+        """Bring the key index up to the end of the log now (the indexer does so every
+        `KEY_INDEX_INTERVAL_MS`), and sync it."""
+        lookups.catch_up(self._core)
+        self._core.keys.sync()
 
     def queue_offsets(self, topic: str, queue_id: int) -> QueueOffsets:
         return self._core.queues.offsets(topic, queue_id, self._core.offsets.confirm)

@@ -4,7 +4,8 @@ Recovery scans from the segment holding min(checkpointed flushed offset, durable
 offset) (from the first segment with `full_scan`): damage at or above the flushed offset is a
 torn tail and is cut; damage below it is corruption and stops the open with the file and offset
 named (commitlog/FORMAT.md "Recovery"). Records past the durable consume-queue offset are
-indexed again on the way.
+indexed again on the way. The key index is then opened against the recovered end (its entries
+past it dropped); the indexer extends it from its last synced point (commitlog/lookups.py).
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import shutil
 
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.checkpoint import CheckpointFile
 from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.epochs import EpochFile
 from tidelog.commitlog.segments import Segment
-from tidelog.errors import CorruptRecordError
+from tidelog.errors import CorruptRecordError, TidelogError
+from tidelog.invariants import stop_if_violated
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ def recover(core: LogCore, full_scan: bool) -> None:
         core.offsets.restore(0, 0)
         core.epochs = EpochFile(core.directory, lambda: core.offsets.max)
         checkpoint.write(0, 0, 0, clean=False)
+        open_key_index(core, 0, 0)
         return
     min_off = segments.list[0].base
     cq_cp = min_off if rebuild_cqs else max(min_off, cp.cq_offset if cp else 0)
@@ -67,6 +71,7 @@ def recover(core: LogCore, full_scan: bool) -> None:
     core.epochs = EpochFile(core.directory, lambda: core.offsets.max)
     core.epochs.truncate_after(end)
     core.write_checkpoint(clean=False)
+    open_key_index(core, end, min_off)
     log.info(
         "recovered %s: offsets [%d, %d), confirm %d, last epoch %d, %d queues",
         core.directory,
@@ -76,6 +81,25 @@ def recover(core: LogCore, full_scan: bool) -> None:
         core.epochs.last_epoch,
         len(core.queues.by_key),
     )
+
+
+def open_key_index(core: LogCore, end: int, min_off: int) -> None:
+    """Open the key index against the recovered log. It is derived data: whatever is wrong with
+    it costs a rebuild from the log (which the indexer then does), never the open."""
+    keys = core.keys
+    try:
+        keys.open(end, min_off)
+    except Exception as exc:  # an index we cannot make sense of: start it again
+        if isinstance(exc, OSError | ValueError | TidelogError):
+            log.warning(
+                "key index in %s cannot be opened (%s): rebuilding it from the log", keys.directory, exc
+            )
+        else:
+            stop_if_violated(exc)
+            log.exception("key index in %s cannot be opened: rebuilding it from the log", keys.directory)
+        keys.close()
+        shutil.rmtree(keys.directory, ignore_errors=True)
+        keys.open(end, min_off)
 
 
 def scan(core: LogCore, scan_from: int, flushed_cp: int, dispatch_from: int) -> int:

@@ -2,7 +2,8 @@
 
 The active (last) segment is never deleted, nor a segment holding any byte at or above
 `keep_from` (an offset a replica or consumer still needs). Each queue then starts at its first
-unit at or above the new min offset, and the confirm offset is raised to it if below.
+unit at or above the new min offset, key index files whose entries all point below it are
+deleted, and the confirm offset is raised to it if below.
 
 The broker decides with the pure rule of `commitlog/retentionpolicy.py` over `segment_infos`,
 then calls `delete_before`; `delete_expired` is the same for a caller with no floors beyond one.
@@ -60,6 +61,7 @@ def _delete_first(core: LogCore, doomed: int) -> int:
         log.info("retention deleted %s", seg.path)
     new_min = core.min_offset
     core.queues.trim_below(new_min)
+    core.keys.drop_below(new_min)
     core.epochs.truncate_prefix(new_min)
     core.offsets.raise_confirm_to_min(new_min)
     return new_min

@@ -1,6 +1,6 @@
 """Truncation (fork repair): durably drop every record at and beyond an offset.
 
-Consume-queue units and epoch entries go with the records; the max, confirm, flushed and
+Consume-queue units, key index entries and epoch entries go with the records; the max, confirm, flushed and
 consume-queue offsets come down to the cut (`Offsets.lower_to`, the one place the confirm offset
 goes back). Truncate listeners run first, so state derived from the log (ledger fences) is made
 safe before records disappear.
@@ -36,6 +36,7 @@ def truncate(core: LogCore, phys_offset: int, listeners: Iterable[Callable[[int]
         log.warning("truncating %s at offset %d (max was %d)", core.directory, phys_offset, core.offsets.max)
         core.segments.truncate_at(phys_offset)
         core.queues.truncate_phys(phys_offset)
+        core.keys.truncate(phys_offset)
         core.epochs.truncate_suffix(phys_offset)
         core.offsets.lower_to(phys_offset)
         core.forget_ends_after(phys_offset)

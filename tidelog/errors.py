@@ -177,6 +177,19 @@ class StoreClosedError(TidelogError):
     retryable = True
 
 
+@_register
+class MessageNotFoundError(TidelogError):
+    """No confirmed message is where a lookup looked: an id that names no record (a forged or
+    stale id, an offset inside a record or past the log), or a queue offset not written yet."""
+
+    code = "MESSAGE_NOT_FOUND"
+    status = "NOT_FOUND"
+    hint = (
+        "check the id or offset; a message is found once it is confirmed, and never below "
+        "retention (that answers OFFSET_BELOW_RETENTION)"
+    )
+
+
 # --- controller ---------------------------------------------------------------------------
 # `number` is RocketMQ's ResponseCode for the same condition, kept so logs and drills can be
 # compared side by side with a RocketMQ controller. The rules that produce each code are in

@@ -33,6 +33,7 @@ def _register_commands() -> None:
         groups,
         health,
         ledger,
+        message,
         placement,
         top,
     )
@@ -49,6 +50,7 @@ def _register_commands() -> None:
     cli.add_command(data.produce)
     cli.add_command(data.consume)
     cli.add_command(groups.group)
+    cli.add_command(message.message)
     cli.add_command(ledger.ledger)
     cli.add_command(placement.placement)
     cli.add_command(top.top)

@@ -260,6 +260,50 @@ class DeleteGroupOffsetsReply(_message.Message):
     deleted: _containers.RepeatedCompositeFieldContainer[GroupOffset]
     def __init__(self, deleted: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ...) -> None: ...
 
+class GetMessageRequest(_message.Message):
+    __slots__ = ("topic", "queue", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class GetMessageByIdRequest(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class FindMessagesRequest(_message.Message):
+    __slots__ = ("topic", "key", "begin_ts", "end_ts", "max_messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TS_FIELD_NUMBER: _ClassVar[int]
+    END_TS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    begin_ts: int
+    end_ts: int
+    max_messages: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., begin_ts: _Optional[int] = ..., end_ts: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class LookupReply(_message.Message):
+    __slots__ = ("broker_set", "records", "count", "crc", "more")
+    BROKER_SET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    broker_set: str
+    records: bytes
+    count: int
+    crc: int
+    more: bool
+    def __init__(self, broker_set: _Optional[str] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., crc: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
+
 class StatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -49,6 +49,21 @@ class BrokerStub:
                 request_serializer=broker__pb2.PullRequest.SerializeToString,
                 response_deserializer=broker__pb2.PullReply.FromString,
                 _registered_method=True)
+        self.GetMessage = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/GetMessage',
+                request_serializer=broker__pb2.GetMessageRequest.SerializeToString,
+                response_deserializer=broker__pb2.LookupReply.FromString,
+                _registered_method=True)
+        self.GetMessageById = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/GetMessageById',
+                request_serializer=broker__pb2.GetMessageByIdRequest.SerializeToString,
+                response_deserializer=broker__pb2.LookupReply.FromString,
+                _registered_method=True)
+        self.FindMessages = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/FindMessages',
+                request_serializer=broker__pb2.FindMessagesRequest.SerializeToString,
+                response_deserializer=broker__pb2.LookupReply.FromString,
+                _registered_method=True)
         self.GetOffsets = channel.unary_unary(
                 '/tidelog.broker.v1.Broker/GetOffsets',
                 request_serializer=broker__pb2.GetOffsetsRequest.SerializeToString,
@@ -117,6 +132,24 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Pull(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMessageById(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindMessages(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -199,6 +232,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Pull,
                     request_deserializer=broker__pb2.PullRequest.FromString,
                     response_serializer=broker__pb2.PullReply.SerializeToString,
+            ),
+            'GetMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessage,
+                    request_deserializer=broker__pb2.GetMessageRequest.FromString,
+                    response_serializer=broker__pb2.LookupReply.SerializeToString,
+            ),
+            'GetMessageById': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessageById,
+                    request_deserializer=broker__pb2.GetMessageByIdRequest.FromString,
+                    response_serializer=broker__pb2.LookupReply.SerializeToString,
+            ),
+            'FindMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindMessages,
+                    request_deserializer=broker__pb2.FindMessagesRequest.FromString,
+                    response_serializer=broker__pb2.LookupReply.SerializeToString,
             ),
             'GetOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.GetOffsets,
@@ -332,6 +380,87 @@ class Broker:
             '/tidelog.broker.v1.Broker/Pull',
             broker__pb2.PullRequest.SerializeToString,
             broker__pb2.PullReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/GetMessage',
+            broker__pb2.GetMessageRequest.SerializeToString,
+            broker__pb2.LookupReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessageById(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/GetMessageById',
+            broker__pb2.GetMessageByIdRequest.SerializeToString,
+            broker__pb2.LookupReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/FindMessages',
+            broker__pb2.FindMessagesRequest.SerializeToString,
+            broker__pb2.LookupReply.FromString,
             options,
             channel_credentials,
             insecure,
