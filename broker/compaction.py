@@ -2,18 +2,20 @@
 
 Theory of operation (docs/ARCHITECTURE.md §6.4)
 ------------------------------------------------
-The commit log holds state besides messages: group-offset commits (`broker/offsets.py`), topic
-generation markers (`broker/TOPICS.md`) and ledger records (`ledger/store.py`). A replica
+The commit log holds state besides messages: group-offset commits (`broker/offsets.py`),
+shared-mode states (`broker/shared.py`), topic generation markers (`broker/TOPICS.md`) and
+ledger records (`ledger/store.py`). A replica
 rebuilding its indexes folds them from the log, so retention must not delete the last word on
 any of them:
 
-- **Group offsets, topic markers** are *carried forward*: the latest *confirmed* record per key
-  ((group, topic, queue); topic) that lies in a segment about to go is appended again, by the
+- **Group offsets, shared-mode states, topic markers** are *carried forward*: the latest
+  *confirmed* record per key ((group, topic, queue); topic) that lies in a segment about to go is appended again, by the
   master, at the end of the log. The original stays until the copy is confirmed (a later round
   sees the original superseded), so a failover never leaves a replica with neither. A key that
   has a newer record not yet confirmed is not copied (the copy would land after it and undo it);
   its confirmed record keeps its segment until the newer one is confirmed.
-  A commit made before its topic's latest marker belongs to a deleted topic: dead, never copied.
+  A commit (or shared-mode state) made before its topic's latest marker belongs to a deleted
+  topic: dead, never copied.
   A tombstone (a deleted group's offsets, `broker/offsets.py`) is the latest record of its key
   but never live: it is not copied and holds no floor, since every commit it hides is older and
   goes with it (segments go oldest first).
@@ -34,6 +36,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from tidelog.broker.offsets import FLAG_CONSUMER_OFFSET, OFFSETS_TOPIC, is_tombstone
+from tidelog.broker.shared import FLAG_SHARED, SHARED_TOPIC
 from tidelog.broker.topics import FLAG_TOPIC_MARK, MARKS_TOPIC
 from tidelog.commitlog import CommitLog, Message, StoredMessage
 from tidelog.errors import OffsetBelowRetentionError
@@ -99,6 +102,8 @@ def copy_message(rec: Live) -> Message:
         doc.setdefault("at", rec.offset)  # a copy of a copy keeps the original's position
         body = json.dumps(doc, separators=(",", ":")).encode()
         return Message(MARKS_TOPIC, 0, body, flags=FLAG_TOPIC_MARK)
+    if rec.key[0] == "shared":
+        return Message(SHARED_TOPIC, 0, rec.body, flags=FLAG_SHARED)
     return Message(OFFSETS_TOPIC, 0, rec.body, flags=FLAG_CONSUMER_OFFSET)
 
 
@@ -107,6 +112,8 @@ def _key(topic: str, body: bytes) -> Key | None:
         doc = json.loads(body)
         if topic == OFFSETS_TOPIC:
             return ("offsets", str(doc["g"]), str(doc["t"]), str(int(doc["q"])))
+        if topic == SHARED_TOPIC:
+            return ("shared", str(doc["g"]), str(doc["t"]), str(int(doc["q"])))
         return ("topic", str(doc["t"]))
     except (ValueError, KeyError, TypeError):
         return None  # malformed: its reader ignores it too
@@ -163,17 +170,20 @@ class MetadataFold:
     def __init__(self, commitlog: CommitLog) -> None:
         self._offsets = _TopicFold(commitlog, OFFSETS_TOPIC)
         self._marks = _TopicFold(commitlog, MARKS_TOPIC)
+        self._shared = _TopicFold(commitlog, SHARED_TOPIC)
         commitlog.truncate_listeners.append(self._on_truncate)
 
     def _on_truncate(self, _cut: int) -> None:
         self._offsets.reset()
         self._marks.reset()
+        self._shared.reset()
 
     def refresh(self) -> tuple[list[Live], set[Key]]:
         """(live records, keys with a pending record). Commits made before their topic's latest
         marker are dead (`GroupOffsets.fetch` ignores them) and left out, and so are tombstones."""
         self._offsets.refresh()
         self._marks.refresh()
+        self._shared.refresh()
         marked_at = {}
         for key, rec in self._marks.latest.items():
             try:
@@ -186,4 +196,5 @@ class MetadataFold:
             for r in self._offsets.latest.values()
             if r.offset >= marked_at.get(r.key[2], -1) and not is_tombstone(r.body)
         ]
-        return live, self._offsets.pending() | self._marks.pending()
+        live += [r for r in self._shared.latest.values() if r.offset >= marked_at.get(r.key[2], -1)]
+        return live, self._offsets.pending() | self._marks.pending() | self._shared.pending()

@@ -83,7 +83,7 @@ class SharedStates:
 
     def __init__(self, commitlog: CommitLog) -> None:
         self._log = commitlog
-        self._states: dict[Key, ss.SharedQueue] = {}
+        self._states: dict[Key, tuple[ss.SharedQueue, int]] = {}  # with the record's physical offset
         self._applied = 0  # next queue offset of %SHARED%/0 to fold in
 
     def refresh(self) -> None:
@@ -97,17 +97,15 @@ class SharedStates:
             except ValueError as exc:
                 log.error("skipping the %s record at %d: %s", SHARED_TOPIC, m.phys_offset, exc)
                 continue
-            self._states[key] = st
+            self._states[key] = (st, m.phys_offset)
 
-    def get(self, key: Key) -> ss.SharedQueue | None:
-        """A copy of the latest state of `key` (None: the group never received from it)."""
+    def get(self, key: Key, since: int = -1) -> ss.SharedQueue | None:
+        """A copy of the latest state of `key` written at or after the physical offset `since`
+        (the topic's latest generation marker: a state from before it belongs to a deleted topic
+        of that name); None: the group never received from this queue of this topic."""
         self.refresh()
-        st = self._states.get(key)
-        return None if st is None else st.copy()
-
-    def items(self) -> Iterator[tuple[Key, ss.SharedQueue]]:
-        self.refresh()
-        yield from self._states.items()
+        found = self._states.get(key)
+        return None if found is None or found[1] < since else found[0].copy()
 
 
 class SharedSubscriptions:
@@ -130,7 +128,9 @@ class SharedSubscriptions:
     def _state(self, key: Key, start_latest: bool) -> ss.SharedQueue:
         """The state to change: the confirmed one, trimmed to retention, or a new one."""
         offsets = self.replica.queue_offsets(key[1], key[2])
-        st = self.states.get(key)
+        marks = self.replica.topic_table.marks
+        marks.refresh()
+        st = self.states.get(key, since=marks.marked_at(key[1]))
         if st is None:
             st = ss.start(offsets.confirmed if start_latest else offsets.min)
         ss.trim(st, offsets.min)

@@ -18,8 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidelog.broker import sharedstate as ss
 from tidelog.broker.compaction import Live, MetadataFold, carry_plan, copy_message
 from tidelog.broker.offsets import GroupOffsets, commit_message, tombstone_message
+from tidelog.broker.shared import SharedStates, state_message
 from tidelog.broker.topics import MARKS_TOPIC, TopicTable, decode_mark
 from tidelog.commitlog import CommitLog, Message
 
@@ -247,3 +249,44 @@ def test_any_mix_of_commits_and_rounds_keeps_every_latest_commit(ops: list[tuple
         finally:
             log.close()
     assert got == want
+
+
+def test_shared_subscription_states_survive_retention_and_a_refold(tmp_path: Path) -> None:
+    """broker/shared.py: a group's shared-mode state (its floor, its leases) is carried forward
+    like an offset commit, so retention never sends a group back to redeliver what it finished."""
+    log = _open(tmp_path)
+    table = _table(log, 1)
+    table.serve(T, lambda m: log.append([m])[-1])
+    _append(log, [Message(T, 0, b"m%d" % i) for i in range(5)])
+    st = ss.start(0)
+    got = ss.receive(st, 0, 5, 3, 1000, 5)
+    ss.ack(st, got.deliveries[0].receipt)
+    _append(log, [state_message(("g", T, 0), st)])
+    marker_at = table.marks.marked_at(T)
+    _fill(log, 3)
+    _round(log)
+    assert _round(log) > marker_at  # the original state record is gone now
+    log.close()
+
+    log = _open(tmp_path)
+    table = _table(log, 1)
+    table.marks.refresh()
+    kept = SharedStates(log).get(("g", T, 0), since=table.marks.marked_at(T))
+    assert kept is not None and ss.encode(kept) == ss.encode(st)
+    assert (kept.floor, sorted(kept.leases)) == (1, [1, 2])
+    log.close()
+
+
+def test_a_shared_state_of_a_deleted_topic_is_not_revived(tmp_path: Path) -> None:
+    log = _open(tmp_path)
+    table = _table(log, 1)
+    table.serve(T, lambda m: log.append([m])[-1])
+    _append(log, [state_message(("g", T, 0), ss.start(7))])
+    table.update("a", [SimpleNamespace(name=T, queues={"a": 2}, generation=2)])
+    table.serve(T, lambda m: log.append([m])[-1])  # the topic deleted and created again
+    log.confirm_offset = log.max_offset
+    table.marks.refresh()
+    assert SharedStates(log).get(("g", T, 0), since=table.marks.marked_at(T)) is None
+    live, _ = MetadataFold(log).refresh()
+    assert not [r for r in live if r.key[0] == "shared"], "never carried forward"
+    log.close()
