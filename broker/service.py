@@ -294,6 +294,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             max_attempts=request.max_attempts,
             start_latest=request.start_latest,
             wait_ms=request.wait_ms,
+            key_ordered=request.key_ordered,
         )
         return pb.SharedReceiveReply(
             records=data, count=count, crc=crc32c(data), receipts=receipts, attempts=attempts

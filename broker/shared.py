@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from crc32c import crc32c
+
 from tidelog.broker import sharedstate as ss
 from tidelog.client.modes import (
     DELIVERY_ATTEMPTS,
@@ -149,6 +151,7 @@ class SharedSubscriptions:
         max_attempts: int,
         start_latest: bool,
         wait_ms: int,
+        key_ordered: bool = False,
     ) -> tuple[bytes, int, list[str], list[int]]:
         """Up to `max_messages` messages: (their stored records, count, receipts, delivery counts);
         waits up to `wait_ms` for one."""
@@ -158,7 +161,9 @@ class SharedSubscriptions:
         self.replica.require_master()
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            got, due = await self._receive_now(key, max_messages, invisible_ms, max_attempts, start_latest)
+            got, due = await self._receive_now(
+                key, max_messages, invisible_ms, max_attempts, start_latest, key_ordered
+            )
             if got is not None:
                 return got
             remaining = deadline - time.monotonic()
@@ -170,9 +175,15 @@ class SharedSubscriptions:
             await self.replica.long_poll(lambda: (None, False), int(remaining * 1000) or 1)
 
     async def _receive_now(
-        self, key: Key, max_messages: int, invisible_ms: int, max_attempts: int, start_latest: bool
+        self,
+        key: Key,
+        max_messages: int,
+        invisible_ms: int,
+        max_attempts: int,
+        start_latest: bool,
+        key_ordered: bool,
     ) -> tuple[tuple[bytes, int, list[str], list[int]] | None, int | None]:
-        """(what a receive hands out now, or None and when the earliest lease ends)."""
+        """(what a receive hands out now, or None and when to look again)."""
         group, topic, queue = key
         r = self.replica
         async with self._lock(key):
@@ -181,6 +192,7 @@ class SharedSubscriptions:
             confirmed = r.queue_offsets(topic, queue).confirmed
             if not ss.deliverable(st, now, confirmed, ss.DEFAULT_WINDOW):
                 return None, ss.next_visible(st)
+            before = st.next
             got = ss.receive(
                 st,
                 now,
@@ -189,9 +201,10 @@ class SharedSubscriptions:
                 invisible_ms,
                 max_attempts,
                 dead_letters=self._serves(dlq_topic(group)),
+                keys=self._keys(st, topic, queue, confirmed, max_messages) if key_ordered else None,
             )
-            if not got.deliveries and not got.dead:
-                # only messages waiting for the dead-letter topic to be served here: look again soon
+            if not got.deliveries and not got.dead and st.next == before:
+                # only messages waiting for their key or for the dead-letter topic: look again soon
                 return None, _now_ms() + 200
             copies = self._dead_letters(key, got.dead)
             await r.write([*copies, state_message(key, st)])
@@ -206,7 +219,7 @@ class SharedSubscriptions:
                     max_attempts,
                 )
             if not got.deliveries:
-                return None, _now_ms()  # only dead letters moved: look again at once
+                return None, _now_ms()  # only dead letters moved, or messages skipped: look again
             data, count = self._records(topic, queue, [d.offset for d in got.deliveries])
             return (
                 data,
@@ -214,6 +227,23 @@ class SharedSubscriptions:
                 [d.receipt for d in got.deliveries],
                 [d.attempts for d in got.deliveries],
             ), None
+
+    def _keys(
+        self, st: ss.SharedQueue, topic: str, queue: int, confirmed: int, max_messages: int
+    ) -> dict[int, int | None]:
+        """Key order: the key (CRC32C of it; None: keyless) of the next new offsets a receive may
+        hand out, a few times `max_messages` of them (those it skips are remembered)."""
+        end = min(confirmed, st.floor + ss.DEFAULT_WINDOW, st.next + 4 * max_messages + 16)
+        out: dict[int, int | None] = {}
+        off = st.next
+        while off < end:
+            msgs = self.replica.log.read(topic, queue, off, end - off)
+            if not msgs:
+                break
+            for m in msgs:
+                out[m.queue_offset] = crc32c(m.key.encode()) if m.key else None
+            off = msgs[-1].queue_offset + 1
+        return out
 
     async def ack(self, key: Key, receipts: list[str]) -> None:
         """Finish every message of `receipts`; none is finished if one of them is invalid."""

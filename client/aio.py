@@ -359,8 +359,8 @@ class AsyncClient:
 
     def consumer(self, group: str, topic: str, **kw: Any) -> AsyncConsumer:
         """A member of consumer group `group` reading `topic`; `mode` (client/modes.py) picks the
-        subscription mode, `shared` gives an AsyncSharedConsumer (client/sharedconsumer.py)."""
-        if kw.get("mode") == md.SHARED:
+        subscription mode; `shared` and `key_shared` give an AsyncSharedConsumer (client/sharedconsumer.py)."""
+        if kw.get("mode") in md.PER_MESSAGE:
             from tidelog.client.sharedconsumer import AsyncSharedConsumer  # it builds on AsyncConsumer
 
             return AsyncSharedConsumer(self, group, topic, **kw)

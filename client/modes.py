@@ -19,6 +19,9 @@ must agree on it:
   unacknowledged message comes back after its invisible duration, to the group's dead-letter topic
   `%DLQ%<group>` after `max_delivery_attempts` deliveries (the broker keeps that state in the log:
   broker/shared.py, broker/sharedstate.py).
+- `key_shared`: like shared, but the messages of one key go out one at a time, in order: the next
+  message of a key is handed out (to whichever member asks) once the previous one is acknowledged
+  or dead, so no two members ever hold messages of one key at once.
 
 A member whose mode differs from that of a live member that announced itself earlier is refused:
 the first mode in a group stays until its last member leaves. "Earlier" is the first announcement's
@@ -38,7 +41,10 @@ BROADCAST = "broadcast"
 EXCLUSIVE = "exclusive"
 FAILOVER = "failover"
 SHARED = "shared"
-MODES = (CLUSTERING, BROADCAST, EXCLUSIVE, FAILOVER, SHARED)
+KEY_SHARED = "key_shared"
+MODES = (CLUSTERING, BROADCAST, EXCLUSIVE, FAILOVER, SHARED, KEY_SHARED)
+#: The modes in which no member owns a queue: each message is received and acknowledged.
+PER_MESSAGE = (SHARED, KEY_SHARED)
 #: The modes in which one active member reads everything.
 SINGLE_ACTIVE = (EXCLUSIVE, FAILOVER)
 
@@ -118,8 +124,8 @@ def sharing(mode: str, me: str, live: Collection[str], active: str | None) -> li
     """The members among which the topic's queues are shared, as `handover.plan` takes them:
     every live member (clustering), this member alone (broadcast: its own owner keys), or the
     active member alone (failover, exclusive; nobody while no member holds the active key), or
-    nobody (shared: no member owns a queue)."""
-    if mode == SHARED:
+    nobody (shared, key_shared: no member owns a queue)."""
+    if mode in PER_MESSAGE:
         return []
     if mode == CLUSTERING:
         return sorted(live)

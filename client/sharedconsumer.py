@@ -1,4 +1,5 @@
-"""A consumer group member in the shared mode: any member receives any message, each acknowledged.
+"""A consumer group member in the shared or key_shared mode: any member receives any message,
+each acknowledged (key_shared: a key's messages one at a time, in order).
 
 No member owns a queue. `poll` asks the master of each queue's broker set for messages
 (SharedReceive, broker/shared.py): a received message stays invisible to the other receives for
@@ -75,8 +76,8 @@ class AsyncSharedConsumer(AsyncConsumer):
         max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
         mode: str = md.SHARED,
     ) -> None:
-        if mode != md.SHARED:
-            raise InvalidArgumentError(f"a shared consumer's mode is {md.SHARED}, not {mode!r}")
+        if mode not in md.PER_MESSAGE:
+            raise InvalidArgumentError(f"a shared consumer's mode is one of {md.PER_MESSAGE}, not {mode!r}")
         super().__init__(
             client,
             group,
@@ -86,7 +87,7 @@ class AsyncSharedConsumer(AsyncConsumer):
             start=start,
             session_timeout=session_timeout,
             heartbeat_interval=heartbeat_interval,
-            mode=md.SHARED,
+            mode=mode,
         )
         self.invisible_ms = _invisible_ms(invisible_duration, low=1)
         if isinstance(max_delivery_attempts, bool) or not 1 <= max_delivery_attempts <= 1000:
@@ -167,6 +168,7 @@ class AsyncSharedConsumer(AsyncConsumer):
             max_attempts=self.max_delivery_attempts,
             start_latest=self.start == "latest",
             wait_ms=wait_ms,
+            key_ordered=self.mode == md.KEY_SHARED,
         )
         timeout = self.client.rpc_timeout + wait_ms / 1000
         try:

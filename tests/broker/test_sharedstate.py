@@ -4,6 +4,7 @@ table tests of the documented cases and Hypothesis over random sequences of call
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -183,3 +184,76 @@ def test_a_stored_state_with_offsets_out_of_place_does_not_decode(
     else:
         with pytest.raises(ValueError):
             ss.decode(doc)
+
+
+def test_key_order_holds_a_keys_next_message_until_the_one_out_is_finished() -> None:
+    q = ss.start(0)
+    keys = {0: 7, 1: 7, 2: None, 3: 8, 4: 7}
+    got = ss.receive(q, 0, 5, 10, INV, 5, keys=keys)
+    assert [d.offset for d in got.deliveries] == [0, 2, 3], "offsets 1 and 4 wait for key 7"
+    assert q.skipped == {1: 7, 4: 7}
+    ss.ack(q, got.deliveries[0].receipt)
+    again = ss.receive(q, 1, 5, 10, INV, 5, keys=keys)
+    assert [d.offset for d in again.deliveries] == [1], "then the next of key 7, and only it"
+    # an expired lease of the key goes out again before anything later of that key
+    later = ss.receive(q, 1 + INV, 5, 10, INV, 5, keys=keys)
+    assert [(d.offset, d.attempts) for d in later.deliveries] == [(1, 2), (2, 2), (3, 2)]
+    assert 4 in q.skipped
+
+
+KeyOp = st.one_of(
+    st.tuples(st.just("receive"), st.integers(1, 4), st.integers(0, 1500)),
+    st.tuples(st.just("ack"), st.integers(0, 20), st.integers(0, 1500)),
+    st.tuples(st.just("nack"), st.integers(0, 20), st.integers(0, 1500)),
+    st.tuples(
+        st.just("produce"),
+        st.lists(st.sampled_from([None, 1, 2, 3]), min_size=1, max_size=4),
+        st.integers(0, 1500),
+    ),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(KeyOp, max_size=60), st.integers(1, 3))
+def test_key_order_one_message_of_a_key_out_at_a_time_in_order(
+    ops: list[tuple[str, Any, int]], max_attempts: int
+) -> None:
+    q = ss.start(0)
+    keys: dict[int, int | None] = {}
+    now = 0
+    held: dict[int, str] = {}
+    finished: set[int] = set()
+    first_delivery: dict[int, int] = {}  # key -> the highest offset delivered for the first time
+    for kind, arg, dt in ops:
+        now += dt
+        if kind == "produce":
+            for k in arg:
+                keys[len(keys)] = k
+        elif kind == "receive":
+            got = ss.receive(q, now, len(keys), arg, INV, max_attempts, window=8, keys=keys)
+            for off, _ in got.dead:
+                finished.add(off)
+                held.pop(off, None)
+            for d in got.deliveries:
+                k = keys[d.offset]
+                held[d.offset] = d.receipt
+                if k is not None:
+                    earlier = [o for o in range(d.offset) if keys[o] == k and o not in finished]
+                    assert earlier == [], f"offset {d.offset} of key {k} out before {earlier} finished"
+                    if d.attempts == 1:
+                        assert d.offset > first_delivery.get(k, -1)
+                        first_delivery[k] = d.offset
+        elif held:
+            off = sorted(held)[arg % len(held)]
+            lease = q.leases.get(off)
+            if lease is None or ss.receipt(off, lease) != held[off]:
+                del held[off]
+            elif kind == "ack":
+                ss.ack(q, held.pop(off))
+                finished.add(off)
+            else:
+                held[off] = ss.change_invisible(q, held[off], now, 0).receipt
+        leased_keys = [le.key for le in q.leases.values() if le.key is not None]
+        assert len(leased_keys) == len(set(leased_keys)), "two messages of one key out at once"
+        assert set(q.leases) | q.finished | set(q.skipped) == set(range(q.floor, q.next))
+        assert ss.encode(ss.decode(json.loads(ss.dumps(q)))) == ss.encode(q)

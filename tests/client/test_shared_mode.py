@@ -58,9 +58,8 @@ class SharedMember(threading.Thread):
     def __init__(self, controllers: str, group: str, topic: str, decide: Callable[[Any], str], **opts: Any):
         super().__init__(daemon=True)
         self.client = Client(controllers)
-        self.consumer = self.client.consumer(
-            group=group, topic=topic, mode="shared", heartbeat_interval=0.3, **opts
-        )
+        opts = {"mode": "shared", "heartbeat_interval": 0.3, **opts}
+        self.consumer = self.client.consumer(group=group, topic=topic, **opts)
         self.decide = decide
         self.delivered: list[tuple[Pos, int]] = []  # (where, delivery count)
         self.acked: list[tuple[Pos, int]] = []
@@ -238,3 +237,47 @@ def _master_name(c: LocalCluster) -> str:
     rows = json.loads(tide("broker", "list", "--controllers", c.controllers, "--json").stdout)
     address = next(r["address"] for r in rows if r["role"] == "master")
     return next(p["name"] for p in c.state()["processes"] if p.get("address") == address)
+
+
+def test_key_shared_keeps_each_keys_order_across_a_join_and_a_leave(
+    cluster: LocalCluster, client: Client
+) -> None:
+    client.admin().create_topic("ks", queues=4)
+    n_keys, per_key = 12, 40
+    batch = [OutMessage(f"{k}:{i}".encode(), f"k{k}") for i in range(per_key) for k in range(n_keys)]
+    client.producer().send_batch("ks", batch)
+    events: list[tuple[str, int, int]] = []  # (key, index, delivery count) in the order delivered
+    lock = threading.Lock()
+
+    def work(m: Any) -> str:
+        k, i = m.body.decode().split(":")
+        with lock:  # recorded before the acknowledgement that lets the key's next message out
+            events.append((k, int(i), m.delivery_count))
+        time.sleep(0.002)
+        return "ack"
+
+    def member() -> SharedMember:
+        return SharedMember(cluster.controllers, "ksg", "ks", work, mode="key_shared")
+
+    first, second = member(), member()
+    first.start()
+    second.start()
+    late: SharedMember | None = None
+    try:
+        wait_for("a third of the messages", lambda: len(acked([first, second])) >= len(batch) // 3, 60)
+        late = member()
+        late.start()
+        wait_for("the newcomer to work", lambda: len(late.acked) >= 20, 30)
+        first.leave()
+        wait_for("every message", lambda: len(acked([first, second, late])) >= len(batch), 60)
+    finally:
+        for m in (first, second, late):
+            if m is not None and m.is_alive():
+                m.leave()
+    members = [first, second, late]
+    done = acked(members)
+    assert len(done) == len(batch) and max(done.values()) == 1
+    for k in range(n_keys):
+        order = [i for key, i, n in events if key == str(k) and n == 1]
+        assert order == list(range(per_key)), f"key {k} out of order: {order}"
+    assert all(m.acked for m in members), "every member took part"

@@ -224,7 +224,7 @@ def produce(
 @click.option("--group", required=True, help="consumer group")
 @click.option(
     "--mode",
-    type=click.Choice(["clustering", "broadcast", "exclusive", "failover", "shared"]),
+    type=click.Choice(["clustering", "broadcast", "exclusive", "failover", "shared", "key_shared"]),
     default="clustering",
     show_default=True,
     help="subscription mode: share the queues, read all with own offsets, one member only, "
@@ -287,7 +287,7 @@ def consume(
                         f"{m.broker_set}/{m.queue}@{m.offset} {m.key or '-'} "
                         f"{m.body.decode('utf-8', 'replace')}"
                     )
-            if msgs and mode == "shared":
+            if msgs and mode in ("shared", "key_shared"):
                 cons.ack_all(msgs)  # each message once printed: none comes back
             got += len(msgs)
             if msgs:

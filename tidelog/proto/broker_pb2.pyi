@@ -355,7 +355,7 @@ class StatusReply(_message.Message):
     def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., master_epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., master_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., pending_sync_state_set: _Optional[_Iterable[int]] = ..., data_address: _Optional[str] = ...) -> None: ...
 
 class SharedReceiveRequest(_message.Message):
-    __slots__ = ("group", "topic", "queue", "max_messages", "invisible_ms", "max_attempts", "start_latest", "wait_ms")
+    __slots__ = ("group", "topic", "queue", "max_messages", "invisible_ms", "max_attempts", "start_latest", "wait_ms", "key_ordered")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +364,7 @@ class SharedReceiveRequest(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     START_LATEST_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    KEY_ORDERED_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     queue: int
@@ -372,7 +373,8 @@ class SharedReceiveRequest(_message.Message):
     max_attempts: int
     start_latest: bool
     wait_ms: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., start_latest: _Optional[bool] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    key_ordered: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., start_latest: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., key_ordered: _Optional[bool] = ...) -> None: ...
 
 class SharedReceiveReply(_message.Message):
     __slots__ = ("records", "count", "crc", "receipts", "attempts")
