@@ -11,9 +11,10 @@ from crc32c import crc32c
 
 from tidelog.commitlog import record as rec
 from tidelog.commitlog import speedups
+from tidelog.commitlog.consumequeue import check_topic_queue
 from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.segments import Span
-from tidelog.errors import CorruptRecordError, OffsetMismatchError
+from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetMismatchError
 
 _WHERE = "<replicated data>"
 
@@ -135,17 +136,19 @@ def _runs(data: bytes, units: list[_Unit]) -> list[_Run]:
 
 
 def _topics(runs: list[_Run]) -> list[str]:
-    """The topic of each run, or CorruptRecordError: a record whose CRC holds but whose topic is
-    not UTF-8 comes from a faulty master, and must not get past the check into the log."""
+    """The topic of each run, or CorruptRecordError: a record whose CRC holds but whose topic or
+    queue id no consume queue can take (not UTF-8, not a topic name) comes from a faulty master,
+    and must not get past the check into the log, where it could not be indexed."""
     names: dict[bytes, str] = {}
     out = []
-    for tbytes, _, _, phys, _, _ in runs:
+    for tbytes, qid, _, phys, _, _ in runs:
         topic = names.get(tbytes)
-        if topic is None:
-            try:
+        try:
+            if topic is None:
                 topic = names[tbytes] = tbytes.decode()
-            except UnicodeDecodeError as exc:
-                raise CorruptRecordError(_WHERE, phys[0], f"the topic is not UTF-8: {exc}") from None
+            check_topic_queue(topic, qid)
+        except (UnicodeDecodeError, InvalidArgumentError) as exc:
+            raise CorruptRecordError(_WHERE, phys[0], f"no queue can index this record: {exc}") from None
         out.append(topic)
     return out
 

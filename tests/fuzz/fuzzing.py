@@ -17,7 +17,6 @@ import random
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import ContextManager
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -46,10 +45,10 @@ class Fuzzer:
 
     name: str
     seeds: st.SearchStrategy[bytes]
-    open: Callable[[], ContextManager[Check]]
+    open: Callable[[], contextlib.AbstractContextManager[Check]]
 
 
-def plain(check: Check) -> Callable[[], ContextManager[Check]]:
+def plain(check: Check) -> Callable[[], contextlib.AbstractContextManager[Check]]:
     """`Fuzzer.open` for a check that needs nothing set up."""
 
     @contextlib.contextmanager

@@ -74,7 +74,11 @@ def stored(draw: st.DrawFn) -> bytes:
 
 
 messages = st.builds(
-    OutMessage, st.binary(max_size=40), st.none() | st.text(max_size=6), st.none() | st.text(max_size=6), st.none()
+    OutMessage,
+    st.binary(max_size=40),
+    st.none() | st.text(max_size=6),
+    st.none() | st.text(max_size=6),
+    st.none(),
 )
 producer_batches = st.builds(
     lambda topic, msgs, born: batch.encode_batch(topic, 7, msgs, born),
