@@ -124,11 +124,12 @@ def check_parsers(data: bytes) -> None:
 
 
 def _cut_wait(op: int, body: bytes) -> bytes:
-    """A pull's wait_ms cut to at most 20 ms (the field after topic_len, queue, offset and limits)."""
-    if op != df.OP_PULL or len(body) < 30:
+    """A pull's wait_ms cut to at most 20 ms (the u32 after topic_len, queue, offset and limits)."""
+    at = df._PULL.size - 4
+    if op != df.OP_PULL or len(body) < df._PULL.size:
         return body
-    (wait,) = struct.unpack_from(">I", body, 26)
-    return body[:26] + struct.pack(">I", min(wait, 20)) + body[30:]
+    (wait,) = struct.unpack_from(">I", body, at)
+    return body[:at] + struct.pack(">I", min(wait, 20)) + body[at + 4 :]
 
 
 @contextlib.contextmanager
