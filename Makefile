@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install spark lab-tools run test check lint imports proto bench bench-spark clean
+.PHONY: install spark lab-tools run test check lint imports proto bench bench-spark fuzz clean
 
 $(STAMP): pyproject.toml setup.py commitlog/_speedups.c
 	@# Debian ships venv separately (python3-venv); install it when we can rather than fail.
@@ -82,6 +82,12 @@ proto: install
 	$(BIN)/python -m grpc_tools.protoc -I tidelog/proto --python_out=tidelog/proto --pyi_out=tidelog/proto \
 		--grpc_python_out=tidelog/proto tidelog/proto/*.proto
 	sed -i -E 's/^import ([a-z_]+_pb2) as /from tidelog.proto import \1 as /' tidelog/proto/*_pb2*.py
+
+# The fuzzers of tests/fuzz with FUZZ_EXAMPLES inputs each (the pytest run tries a few hundred):
+# a line per fuzzer with its inputs, time and failures; a failing input is printed in full.
+FUZZ_EXAMPLES ?= 1000000
+fuzz: install
+	$(BIN)/python -m tests.fuzz.run --examples $(FUZZ_EXAMPLES)
 
 bench: install
 	$(BIN)/python -m bench.commitlog

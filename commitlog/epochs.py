@@ -145,18 +145,33 @@ class EpochFile:
             return []
         try:
             doc = json.loads(raw)
-            entries = [(int(e), int(s)) for e, s in doc["entries"]]
+            entries = [(_whole(e), _whole(s)) for e, s in doc["entries"]]
             ok = doc["crc"] == crc32c(_canonical(entries))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            # RecursionError: a document nested deeper than json's parser goes
             raise CorruptRecordError(self._path, 0, f"unreadable epoch file: {exc}") from exc
         if not ok:
             raise CorruptRecordError(self._path, 0, "epoch file CRC mismatch")
+        # The map is only ever written in this order (check_append); one out of it did not come
+        # from here, and fork repair and reads by epoch would go wrong on it.
+        for i, (epoch, start) in enumerate(entries):
+            try:
+                check_append(entries[:i], epoch, start)
+            except EpochRejectedError as exc:
+                raise CorruptRecordError(self._path, 0, f"epoch file out of order: {exc.message}") from None
         return entries
 
     def _store(self, entries: list[tuple[int, int]]) -> None:
         doc = {"version": 1, "entries": entries, "crc": crc32c(_canonical(entries))}
         atomic_write(self._path, json.dumps(doc).encode())
         self._entries = entries
+
+
+def _whole(value: object) -> int:
+    """An epoch or offset as the file stores it: a JSON integer (not a float, bool or string)."""
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not an integer")
+    return value
 
 
 def _canonical(entries: Sequence[tuple[int, int]]) -> bytes:

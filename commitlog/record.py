@@ -129,16 +129,22 @@ def _prop(parts: list[bytes], name: str, value: str) -> None:
 
 
 def decode_properties(data: bytes) -> dict[str, str]:
+    """The properties block as a dict; ValueError (UnicodeDecodeError included) for a block that
+    breaks the layout, and nothing else: callers turn it into their own typed error."""
     out: dict[str, str] = {}
     pos = 0
     end = len(data)
     while pos < end:
+        if end - pos < _KEY.size:
+            raise ValueError("a property name length is cut short")
         (nlen,) = _KEY.unpack_from(data, pos)
-        pos += 2
+        pos += _KEY.size
+        if end - pos < nlen + _VAL.size:
+            raise ValueError("a property name runs past the properties block")
         name = data[pos : pos + nlen].decode()
         pos += nlen
         (vlen,) = _VAL.unpack_from(data, pos)
-        pos += 4
+        pos += _VAL.size
         if pos + vlen > end:
             raise ValueError("property value runs past the properties block")
         out[name] = data[pos : pos + vlen].decode()
@@ -330,6 +336,20 @@ def _record_damage(data: Readable, pos: int, size: int, remaining: int, verify_c
             actual = crc32c(mv[pos + 12 : pos + size])
         if actual != crc:
             return f"CRC32C mismatch (stored 0x{crc:08x}, computed 0x{actual:08x})"
+        return _fields_damage(data, pos + HEADER_SIZE, tlen, plen)
+    return ""
+
+
+def _fields_damage(data: Readable, at: int, tlen: int, plen: int) -> str:
+    """Why a record's topic (at `at`) or properties cannot be decoded, or "". Its CRC holds, so
+    only a faulty writer made it: a VALID record must decode (recovery indexes it, reads return
+    it), so such a record is damage with the place named, never an exception from the decoder."""
+    try:
+        bytes(data[at : at + tlen]).decode()
+        if plen:
+            decode_properties(bytes(data[at + tlen : at + tlen + plen]))
+    except ValueError as exc:
+        return f"undecodable topic or properties: {exc}"
     return ""
 
 

@@ -20,7 +20,7 @@ from tidelog.commitlog.checkpoint import CheckpointFile
 from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.epochs import EpochFile
 from tidelog.commitlog.segments import Segment
-from tidelog.errors import CorruptRecordError, TidelogError
+from tidelog.errors import CorruptRecordError, InvalidArgumentError, TidelogError
 from tidelog.invariants import stop_if_violated
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,9 @@ def _scan_segment(core: LogCore, seg: Segment, flushed_cp: int, dispatch_from: i
             kind, size, reason = rec.check_at(mm, pos)
             if kind == rec.VALID:
                 if offset >= dispatch_from:
-                    core.queues.dispatch(rec.decode_header(mm, pos), seg.path)
+                    reason = _dispatch(core, mm, pos, seg.path)
+                    if reason:
+                        return _end_of_data(seg, offset, rec.DAMAGED, reason, flushed_cp)
                 pos += size
                 continue
             if kind == rec.IS_BLANK and size == seg_bytes - pos:
@@ -138,6 +140,17 @@ def _scan_segment(core: LogCore, seg: Segment, flushed_cp: int, dispatch_from: i
             if kind == rec.IS_BLANK:
                 kind, reason = rec.DAMAGED, f"blank marker declares {size} bytes, {seg_bytes - pos} left"
             return _end_of_data(seg, offset, kind, reason, flushed_cp)
+
+
+def _dispatch(core: LogCore, mm: mmap.mmap, pos: int, path: str) -> str:
+    """Index the record at `pos`; "" once done, else why no queue can take it. Its CRC holds, so
+    a topic name or queue id out of the rules comes from a faulty writer: damage at this offset
+    (corruption below the flushed offset, a tail to cut above it), not a refused request."""
+    try:
+        core.queues.dispatch(rec.decode_header(mm, pos), path)
+    except InvalidArgumentError as exc:
+        return f"no queue can index this record: {exc.message}"
+    return ""
 
 
 def _end_of_data(seg: Segment, offset: int, kind: str, reason: str, flushed_cp: int) -> int:

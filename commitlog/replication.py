@@ -11,9 +11,10 @@ from crc32c import crc32c
 
 from tidelog.commitlog import record as rec
 from tidelog.commitlog import speedups
+from tidelog.commitlog.consumequeue import check_topic_queue
 from tidelog.commitlog.core import LogCore
 from tidelog.commitlog.segments import Span
-from tidelog.errors import CorruptRecordError, OffsetMismatchError
+from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetMismatchError
 
 _WHERE = "<replicated data>"
 
@@ -57,12 +58,13 @@ def append_raw(core: LogCore, phys_offset: int, data: bytes) -> int:
         runs = _runs(data, units)
     else:
         spans, runs, end = split
+    topics = _topics(runs)  # before any byte is written: a run that cannot be indexed is refused whole
     with core.lock:
         try:
             core.segments.write_spans(spans, data)
         except OSError as exc:
             raise core.fail(f"raw append at {phys_offset} failed: {exc}", exc) from exc
-        _index(core, runs)
+        _index(core, runs, topics)
         core.appended(end)
     return end
 
@@ -127,23 +129,37 @@ def _runs(data: bytes, units: list[_Unit]) -> list[_Run]:
         tbytes = data[t : t + tlen]
         j = _run_end(data, units, i, tbytes, qid, qoff)
         run = units[i:j]
-        tags = [_tag(data, u[0] + u[1], u[6]) for u in run]
+        tags = [_tag(data, u) for u in run]
         runs.append((tbytes, qid, qoff, [u[4] for u in run], [u[5] for u in run], tags))
         i = j
     return runs
 
 
-def _index(core: LogCore, runs: list[_Run]) -> None:
+def _topics(runs: list[_Run]) -> list[str]:
+    """The topic of each run, or CorruptRecordError: a record whose CRC holds but whose topic or
+    queue id no consume queue can take (not UTF-8, not a topic name) comes from a faulty master,
+    and must not get past the check into the log, where it could not be indexed."""
+    names: dict[bytes, str] = {}
+    out = []
+    for tbytes, qid, _, phys, _, _ in runs:
+        topic = names.get(tbytes)
+        try:
+            if topic is None:
+                topic = names[tbytes] = tbytes.decode()
+            check_topic_queue(topic, qid)
+        except (UnicodeDecodeError, InvalidArgumentError) as exc:
+            raise CorruptRecordError(_WHERE, phys[0], f"no queue can index this record: {exc}") from None
+        out.append(topic)
+    return out
+
+
+def _index(core: LogCore, runs: list[_Run], topics: list[str]) -> None:
     """Put the replicated records' units in their consume queues (the flusher writes them). A run
     that continues its queue exactly goes in with one `extend`; anything else unit by unit through
     `put`, which checks each."""
     where = core.segments.directory
-    names: dict[bytes, str] = {}
     queues = core.queues
-    for tbytes, qid, first, phys, sizes, tags in runs:
-        topic = names.get(tbytes)
-        if topic is None:
-            topic = names[tbytes] = tbytes.decode()
+    for topic, (_, qid, first, phys, sizes, tags) in zip(topics, runs, strict=True):
         cq = queues.open(topic, qid)
         queues.dirty.add(cq)
         if first == cq.next_offset:
@@ -166,5 +182,13 @@ def _run_end(data: bytes, units: list[_Unit], i: int, tbytes: bytes, qid: int, q
     return j
 
 
-def _tag(data: bytes, at: int, plen: int) -> int:
-    return rec.tags_hash(rec.tags_of(data[at : at + plen])) if plen else 0
+def _tag(data: bytes, unit: _Unit) -> int:
+    """The tags hash of a unit's record; CorruptRecordError for properties that break the layout
+    (the C loop declines those records, so this names them for both)."""
+    at, plen = unit[0] + unit[1], unit[6]
+    if not plen:
+        return 0
+    try:
+        return rec.tags_hash(rec.tags_of(data[at : at + plen]))
+    except ValueError as exc:
+        raise CorruptRecordError(_WHERE, unit[4], f"malformed properties: {exc}") from None
