@@ -18,7 +18,11 @@ reads — meets TCP back-pressure instead of filling the broker's memory:
   reading while either is spent;
 - one reply of a connection is written at a time (a lock around write and drain), so at most one
   reply beyond the transport's high-water mark sits in its buffer; a reply its client does not
-  take within WRITE_TIMEOUT_S closes the connection.
+  take within WRITE_TIMEOUT_S closes the connection;
+- a frame, once its first byte has arrived, must arrive whole within FRAME_TIMEOUT_S plus a second
+  per MIN_FRAME_RATE bytes of its body, or the connection is closed: a client that trickles
+  frames (a slowloris) would otherwise hold one of the `data_max_connections` slots for good. An
+  idle connection between frames is not timed: pooled clients keep theirs open.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ CONNECTION_BYTES = 128 << 20
 #: A reply its client has not taken within this long closes the connection (a client that
 #: never reads would otherwise hold its requests' memory for good).
 WRITE_TIMEOUT_S = 60.0
+#: A frame started must be whole within this long, plus a second per MIN_FRAME_RATE body bytes.
+FRAME_TIMEOUT_S = 30.0
+MIN_FRAME_RATE = 1 << 20
 #: How long a closing connection may spend handing its last reply to the client.
 CLOSE_TIMEOUT_S = 5.0
 # the fields of a pull reply besides its records (frame head and pull head), charged with them
@@ -201,6 +208,12 @@ class DataPort:
             log.warning("%s data port: closing a connection: %s", self.replica.ctx, exc.message)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away
+        except TimeoutError:
+            log.warning(
+                "%s data port: closing a connection from %s: a frame did not arrive whole in time",
+                self.replica.ctx,
+                writer.get_extra_info("peername"),
+            )
         finally:
             await cancel_and_wait(*link.running)
             await _close(writer)
@@ -210,7 +223,8 @@ class DataPort:
 
     async def _read_frames(self, reader: asyncio.StreamReader, link: _Link) -> None:
         while True:
-            head = await reader.readexactly(df.HEAD_SIZE)
+            first = await reader.readexactly(1)  # an idle connection may wait here for good
+            head = first + await within(reader.readexactly(df.HEAD_SIZE - 1), FRAME_TIMEOUT_S)
             length, op, rid = df.HEAD.unpack(head)
             size = df.body_length(length)
             # The slot and the body's bytes are taken before the body is read: while they are
@@ -221,7 +235,8 @@ class DataPort:
             if link.writer.is_closing():
                 held.release()
                 return  # a reply timed out meanwhile: the connection is going
-            body = await reader.readexactly(size)
+            # the wait for budget above is the broker's, not the client's: the body's clock starts after it
+            body = await within(reader.readexactly(size), FRAME_TIMEOUT_S + size / MIN_FRAME_RATE)
             task = asyncio.ensure_future(self._answer(op, rid, body, link, held))
             link.running.add(task)
             task.add_done_callback(link.running.discard)

@@ -127,6 +127,43 @@ def test_connections_beyond_data_max_connections_are_closed_at_once() -> None:
     asyncio.run(main())
 
 
+def test_a_trickled_frame_closes_its_connection_and_frees_the_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slowloris: a client that starts frames and never finishes them is closed after
+    FRAME_TIMEOUT_S, so it cannot keep `data_max_connections` slots; an idle one is left alone."""
+    monkeypatch.setattr(dataport, "FRAME_TIMEOUT_S", 0.5)
+
+    async def pull_encoded(replica: Any, call: df.PullCall) -> tuple[bytes, int, QueueOffsets]:
+        return b"r" * 100, 1, QueueOffsets(0, 1, 1)
+
+    monkeypatch.setattr(dataport, "pull_encoded", pull_encoded)
+
+    async def main() -> None:
+        port = DataPort(_replica(max_connections=2))
+        address = await port.start("127.0.0.1", 0)
+        host, _, p = address.rpartition(":")
+        idle = await asyncio.open_connection(host, int(p))
+        slow_head = await asyncio.open_connection(host, int(p))
+        try:
+            slow_head[1].write(_pull_frame(0)[:3])  # a head begun, never finished
+            await slow_head[1].drain()
+            assert await within(slow_head[0].read(1), 3.0) == b"", "a half-sent head kept its slot"
+            slow_body = await asyncio.open_connection(host, int(p))
+            frame = _pull_frame(0)
+            slow_body[1].write(frame[: df.HEAD_SIZE + 2])  # the head, then part of the body
+            await slow_body[1].drain()
+            assert await within(slow_body[0].read(1), 3.0) == b"", "a half-sent body kept its slot"
+            slow_body[1].close()
+            await asyncio.sleep(0.8)
+            assert not idle[1].is_closing() and len(port._writers) == 1, "the idle connection stays"
+            assert await _one_pull(address) == 1, "the freed slots serve again"
+        finally:
+            for _, w in (idle, slow_head):
+                w.close()
+            await port.close()
+
+    asyncio.run(main())
+
+
 def test_the_budget_serves_takers_in_order_and_a_cancelled_one_gives_way() -> None:
     async def main() -> None:
         budget = ByteBudget(10)
