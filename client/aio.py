@@ -1443,6 +1443,10 @@ class AsyncAdmin:
         judged by the session timeout it announced."""
         return await ga.live_members(self.client, group, None if topic is None else [topic])
 
+    async def group_modes(self, group: str) -> dict[str, str]:
+        """Member id -> the subscription mode it announced (client/modes.py)."""
+        return await ga.member_modes(self.client, group)
+
     async def reset_offsets(
         self,
         group: str,

@@ -88,6 +88,19 @@ def live_announced(
     return out
 
 
+def modes(entries: Iterable[tuple[str, bytes]], prefix: str) -> dict[str, str]:
+    """Member id -> the subscription mode its announcement names (clustering if none)."""
+    out = {}
+    for key, value in entries:
+        try:
+            mode = json.loads(value).get("mode", CLUSTERING)
+        except (ValueError, AttributeError):
+            continue
+        if key.startswith(prefix) and mode in MODES:
+            out[key[len(prefix) :]] = mode
+    return out
+
+
 def live_members(
     entries: Iterable[tuple[str, bytes]],
     prefix: str,

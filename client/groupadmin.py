@@ -54,6 +54,13 @@ async def live_members(
     return asg.active_members(((e.key, e.value) for e in entries), prefix, int(time.time() * 1000), topics)
 
 
+async def member_modes(client: AsyncClient, group: str) -> dict[str, str]:
+    """Member id -> subscription mode, of every member that announced itself (live or not)."""
+    prefix = asg.members_prefix(group)
+    entries = await client.controller.meta_list(prefix)
+    return asg.modes(((e.key, e.value) for e in entries), prefix)
+
+
 async def _refuse_if_live(
     client: AsyncClient, group: str, topics: list[str] | None, force: bool
 ) -> list[str]:

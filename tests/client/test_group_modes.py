@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import REPO, LocalCluster
+from tests.client.conftest import REPO, LocalCluster, tide
 from tests.client.test_group_handover import (
     MEMBER_SCRIPT,
     N_MESSAGES,
@@ -162,6 +163,21 @@ def test_a_member_of_another_mode_is_refused(cluster: LocalCluster, client: Clie
         refused(other)
         other.leave()
         assert first.is_alive() and first.error is None
+        described = json.loads(
+            tide(
+                "group",
+                "describe",
+                "mixed",
+                "--topic",
+                "mixed",
+                "--json",
+                "--controllers",
+                cluster.controllers,
+            ).stdout
+        )
+        assert [(m["member"], m["mode"]) for m in described["members"]] == [
+            (first.consumer.member_id, "failover")
+        ]
     finally:
         first.leave()
 

@@ -120,3 +120,14 @@ def test_announcements_carry_the_mode_and_older_ones_are_clustering() -> None:
         "a": md.Announced("failover", 4_000),
         "b": md.Announced("clustering", 10_000),
     }
+
+
+def test_the_modes_members_announced_live_or_not() -> None:
+    prefix = asg.members_prefix("g")
+    entries = [
+        (prefix + "a", asg.announcement(1, "t", mode="shared")),
+        (prefix + "b", b'{"ts": 1, "topic": "t"}'),
+        (prefix + "c", b"not json"),
+        ("group/other/members/d", asg.announcement(1, "t", mode="failover")),
+    ]
+    assert asg.modes(entries, prefix) == {"a": "shared", "b": "clustering"}

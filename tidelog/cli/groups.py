@@ -37,12 +37,14 @@ def _only_topic(c: Client, name: str) -> str:
 @json_option
 def group_describe(name: str, topic_name: str | None, controllers: str, as_json: bool) -> None:
     """Committed offset, lag and owning member per queue for group NAME, and per member the
-    queues it holds and their total lag. `--json`: {"queues": [...], "members": [...]}."""
+    queues it holds, their total lag and its subscription mode. `--json`: {"queues": [...],
+    "members": [...]}."""
     with open_client(controllers) as c:
         topic_name = topic_name or _only_topic(c, name)
         rows = c.admin().group_lag(name, topic_name)
         live = c.admin().group_members(name, topic_name)
-    members = member_lag(rows, live)
+        modes = c.admin().group_modes(name)
+    members = [{**m, "mode": modes.get(m["member"], "clustering")} for m in member_lag(rows, live)]
     if as_json:
         emit({"group": name, "topic": topic_name, "queues": rows, "members": members}, True)
         return
@@ -54,7 +56,10 @@ def group_describe(name: str, topic_name: str | None, controllers: str, as_json:
     )
     shown = [{**m, "queues": " ".join(m["queues"]) or "-"} for m in members]
     emit(
-        shown, False, title=f"members of {name} on {topic_name}", columns=["member", "queues", "lag", "live"]
+        shown,
+        False,
+        title=f"members of {name} on {topic_name}",
+        columns=["member", "mode", "queues", "lag", "live"],
     )
 
 
