@@ -9,7 +9,9 @@ rebuilding its indexes folds them from the log, so retention must not delete the
 any of them:
 
 - **Group offsets, shared-mode states, topic markers** are *carried forward*: the latest
-  *confirmed* record per key ((group, topic, queue); topic) that lies in a segment about to go is appended again, by the
+  *confirmed* record per key ((group, topic, queue); topic; a shared-mode state is carried as one
+  whole-state record of its confirmed fold, which replaces its last whole state and the
+  acknowledgements after it) that lies in a segment about to go is appended again, by the
   master, at the end of the log. The original stays until the copy is confirmed (a later round
   sees the original superseded), so a failover never leaves a replica with neither. A key that
   has a newer record not yet confirmed is not copied (the copy would land after it and undo it);
@@ -36,7 +38,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from tidelog.broker.offsets import FLAG_CONSUMER_OFFSET, OFFSETS_TOPIC, is_tombstone
-from tidelog.broker.shared import FLAG_SHARED, SHARED_TOPIC
+from tidelog.broker.shared import FLAG_SHARED, SHARED_TOPIC, SharedStates
 from tidelog.broker.topics import FLAG_TOPIC_MARK, MARKS_TOPIC
 from tidelog.commitlog import CommitLog, Message, StoredMessage
 from tidelog.errors import OffsetBelowRetentionError
@@ -170,7 +172,7 @@ class MetadataFold:
     def __init__(self, commitlog: CommitLog) -> None:
         self._offsets = _TopicFold(commitlog, OFFSETS_TOPIC)
         self._marks = _TopicFold(commitlog, MARKS_TOPIC)
-        self._shared = _TopicFold(commitlog, SHARED_TOPIC)
+        self._shared = SharedStates(commitlog, confirmed_only=True)
         commitlog.truncate_listeners.append(self._on_truncate)
 
     def _on_truncate(self, _cut: int) -> None:
@@ -183,7 +185,6 @@ class MetadataFold:
         marker are dead (`GroupOffsets.fetch` ignores them) and left out, and so are tombstones."""
         self._offsets.refresh()
         self._marks.refresh()
-        self._shared.refresh()
         marked_at = {}
         for key, rec in self._marks.latest.items():
             try:
@@ -196,5 +197,9 @@ class MetadataFold:
             for r in self._offsets.latest.values()
             if r.offset >= marked_at.get(r.key[2], -1) and not is_tombstone(r.body)
         ]
-        live += [r for r in self._shared.latest.values() if r.offset >= marked_at.get(r.key[2], -1)]
+        live += [
+            Live(("shared", g, t, str(q)), at, body)
+            for (g, t, q), at, body in self._shared.whole()
+            if at >= marked_at.get(t, -1)
+        ]
         return live, self._offsets.pending() | self._marks.pending() | self._shared.pending()

@@ -22,6 +22,7 @@ starts from the state the previous one wrote: two receives never hand out the sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -40,7 +41,7 @@ from tidelog.client.modes import (
     dlq_topic,
 )
 from tidelog.commitlog import CommitLog, Message, StoredMessage
-from tidelog.errors import InvalidArgumentError, TopicNotFoundError
+from tidelog.errors import InvalidArgumentError, OffsetBelowRetentionError, TopicNotFoundError
 
 if TYPE_CHECKING:
     from tidelog.broker.replica import Replica
@@ -60,54 +61,109 @@ Key = tuple[str, str, int]  # (group, topic, queue)
 
 
 def state_message(key: Key, st: ss.SharedQueue) -> Message:
+    """A whole state: written by receives and invisible-time changes."""
     group, topic, queue = key
     doc = {"g": group, "t": topic, "q": queue, "st": ss.encode(st)}
     return Message(SHARED_TOPIC, 0, json.dumps(doc, separators=(",", ":")).encode(), flags=FLAG_SHARED)
 
 
-def parse_state(body: bytes) -> tuple[Key, ss.SharedQueue]:
-    """A `%SHARED%` record's key and state; ValueError if it is not one."""
+def ack_message(key: Key, offsets: list[int]) -> Message:
+    """Acknowledged offsets, finished on the state before it: an acknowledgement writes only
+    these, not the whole state (acks come one message at a time)."""
+    group, topic, queue = key
+    doc = {"g": group, "t": topic, "q": queue, "a": offsets}
+    return Message(SHARED_TOPIC, 0, json.dumps(doc, separators=(",", ":")).encode(), flags=FLAG_SHARED)
+
+
+def parse_record(body: bytes) -> tuple[Key, ss.SharedQueue | None, list[int]]:
+    """A `%SHARED%` record: its key, and its whole state or the offsets it acknowledges;
+    ValueError if it is not one."""
     try:
         doc = json.loads(body)
         key = (str(doc["g"]), str(doc["t"]), int(doc["q"]))
-    except (ValueError, KeyError, TypeError) as exc:
+        if "st" in doc:
+            return key, ss.decode(doc["st"]), []
+        return key, None, [int(o) for o in doc["a"]]
+    except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a shared-subscription record: {exc}") from None
-    return key, ss.decode(doc.get("st"))
 
 
 class SharedStates:
-    """The latest state per (group, topic, queue), folded from `%SHARED%` on demand.
+    """The state per (group, topic, queue), folded from `%SHARED%`: the latest whole state, and
+    the acknowledgements after it.
 
-    It folds the whole local log, confirmed or not: only a master uses it, and a master's log is
-    the set's history (what it appended and has not had confirmed yet is what it answers next).
-    The next decision must start from the last one written, even while that record waits for its
-    acknowledgements. A truncation (fork repair, when this broker was a master no more) folds again."""
+    The master's fold reads its whole local log, confirmed or not: a master's log is the set's
+    history (what it appended and has not had confirmed yet is what it answers next), and the next
+    decision must start from the last one written, even while that record waits for its
+    acknowledgements. Retention's fold (`confirmed_only`, broker/compaction.py) reads what is
+    confirmed, and gives each state as one whole record to carry forward. A truncation (fork
+    repair, when this broker was a master no more) folds again."""
 
-    def __init__(self, commitlog: CommitLog) -> None:
+    def __init__(self, commitlog: CommitLog, *, confirmed_only: bool = False) -> None:
         self._log = commitlog
-        self._states: dict[Key, tuple[ss.SharedQueue, int]] = {}  # with the record's physical offset
+        self._confirmed_only = confirmed_only
+        # the state, and the physical offset of the whole-state record it was folded from
+        self._states: dict[Key, tuple[ss.SharedQueue, int]] = {}
         self._applied = 0  # next queue offset of %SHARED%/0 to fold in
+
+    def reset(self) -> None:
+        self._states.clear()
+        self._applied = 0
+
+    def _records(self, start: int, confirmed_only: bool) -> Iterator[StoredMessage]:
+        if not confirmed_only:
+            yield from self._log.tail(SHARED_TOPIC, 0, start)
+            return
+        while True:
+            try:
+                batch = self._log.read(SHARED_TOPIC, 0, start, 256)
+            except OffsetBelowRetentionError as exc:
+                start = exc.min_offset
+                continue
+            if not batch:
+                return
+            yield from batch
+            start = batch[-1].queue_offset + 1
 
     def refresh(self) -> None:
         if self._log.queue_offsets(SHARED_TOPIC, 0).max < self._applied:
-            self._states.clear()
-            self._applied = 0
-        for m in self._log.tail(SHARED_TOPIC, 0, self._applied):
+            self.reset()
+        for m in self._records(self._applied, self._confirmed_only):
             self._applied = m.queue_offset + 1
             try:
-                key, st = parse_state(m.body)
+                key, whole, acked = parse_record(m.body)
             except ValueError as exc:
                 log.error("skipping the %s record at %d: %s", SHARED_TOPIC, m.phys_offset, exc)
                 continue
-            self._states[key] = (st, m.phys_offset)
+            if whole is not None:
+                self._states[key] = (whole, m.phys_offset)
+            elif key in self._states:
+                st = self._states[key][0]
+                for off in acked:
+                    ss.finish(st, off)
 
     def get(self, key: Key, since: int = -1) -> ss.SharedQueue | None:
-        """A copy of the latest state of `key` written at or after the physical offset `since`
-        (the topic's latest generation marker: a state from before it belongs to a deleted topic
-        of that name); None: the group never received from this queue of this topic."""
+        """A copy of the state of `key` whose whole-state record was written at or after the
+        physical offset `since` (the topic's latest generation marker: a state from before it
+        belongs to a deleted topic of that name); None: the group never received from this queue
+        of this topic."""
         self.refresh()
         found = self._states.get(key)
         return None if found is None or found[1] < since else found[0].copy()
+
+    def whole(self) -> list[tuple[Key, int, bytes]]:
+        """Every state as (key, the physical offset its fold starts at, one whole-state record's
+        body): what retention carries forward."""
+        self.refresh()
+        return [(key, at, state_message(key, st).body) for key, (st, at) in self._states.items()]
+
+    def pending(self) -> set[Key]:
+        """Keys with a record not confirmed yet."""
+        keys = set()
+        for m in self._records(self._applied, False):
+            with contextlib.suppress(ValueError):
+                keys.add(parse_record(m.body)[0])
+        return keys
 
 
 class SharedSubscriptions:
@@ -251,9 +307,8 @@ class SharedSubscriptions:
         _check_receipts(receipts)
         async with self._lock(key):
             st = self._state(key, False)
-            for text in receipts:
-                ss.ack(st, text)
-            await self.replica.write([state_message(key, st)])
+            done = [ss.ack(st, text) for text in receipts]  # all checked before anything is written
+            await self.replica.write([ack_message(key, done)])
 
     async def change_invisible(self, key: Key, receipts: list[str], invisible_ms: int) -> list[str]:
         """Each message of `receipts` stays invisible `invisible_ms` from now (0: visible again now,

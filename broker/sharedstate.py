@@ -233,6 +233,13 @@ def _lease(st: SharedQueue, off: int, attempts: int, visible_ms: int, key: int |
     return Delivery(off, attempts, receipt(off, lease))
 
 
+def finish(st: SharedQueue, off: int) -> None:
+    """Finish a leased offset (an acknowledgement read back from the log); others are left as
+    they are (an acknowledgement can only name a leased offset)."""
+    if off in st.leases:
+        _finish(st, off)
+
+
 def _finish(st: SharedQueue, off: int) -> None:
     st.leases.pop(off, None)
     st.finished.add(off)
