@@ -82,6 +82,14 @@ proto: install
 	$(BIN)/python -m grpc_tools.protoc -I tidelog/proto --python_out=tidelog/proto --pyi_out=tidelog/proto \
 		--grpc_python_out=tidelog/proto tidelog/proto/*.proto
 	sed -i -E 's/^import ([a-z_]+_pb2) as /from tidelog.proto import \1 as /' tidelog/proto/*_pb2*.py
+	@# RocketMQ's gRPC API (apache/rocketmq-apis v2, vendored unchanged under its own paths) is
+	@# generated flat into tidelog/proto/rocketmq, its imports naming that package.
+	$(BIN)/python -m grpc_tools.protoc -I tidelog/proto/rocketmq --python_out=tidelog/proto/rocketmq \
+		--pyi_out=tidelog/proto/rocketmq --grpc_python_out=tidelog/proto/rocketmq \
+		tidelog/proto/rocketmq/apache/rocketmq/v2/*.proto
+	mv tidelog/proto/rocketmq/apache/rocketmq/v2/*_pb2* tidelog/proto/rocketmq/
+	sed -i -E 's/^from apache\.rocketmq\.v2 import ([a-z_]+_pb2) as /from tidelog.proto.rocketmq import \1 as /' \
+		tidelog/proto/rocketmq/*_pb2*.py tidelog/proto/rocketmq/*_pb2.pyi
 
 bench: install
 	$(BIN)/python -m bench.commitlog
