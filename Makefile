@@ -58,7 +58,7 @@ CORES = controller/liveness.py controller/election.py controller/state.py contro
 	controller/mastership.py controller/topics.py controller/ledgermeta.py controller/replacement.py \
 	controller/snapshot.py controller/placement.py ha/syncstate.py ha/ackpolicy.py ha/mastercore.py \
 	ha/slavecore.py ha/roles.py commitlog/retentionpolicy.py commitlog/topicretention.py commitlog/batch.py commitlog/keyformat.py tidelog/dataframes.py ledger/recovery.py ledger/seglog_plan.py ledger/seglog_rolling.py \
-	spark/plan.py client/hedge.py client/batching.py client/assign.py client/handover.py client/modes.py client/resetplan.py broker/sharedstate.py lab/plan.py lab/rules.py
+	spark/plan.py client/hedge.py client/batching.py client/assign.py client/handover.py client/modes.py client/resetplan.py broker/sharedstate.py broker/rocketmqrules.py lab/plan.py lab/rules.py
 
 lint: install
 	$(BIN)/ruff check .
@@ -82,6 +82,14 @@ proto: install
 	$(BIN)/python -m grpc_tools.protoc -I tidelog/proto --python_out=tidelog/proto --pyi_out=tidelog/proto \
 		--grpc_python_out=tidelog/proto tidelog/proto/*.proto
 	sed -i -E 's/^import ([a-z_]+_pb2) as /from tidelog.proto import \1 as /' tidelog/proto/*_pb2*.py
+	@# RocketMQ's gRPC API (apache/rocketmq-apis v2, vendored unchanged under its own paths) is
+	@# generated flat into tidelog/proto/rocketmq, its imports naming that package.
+	$(BIN)/python -m grpc_tools.protoc -I tidelog/proto/rocketmq --python_out=tidelog/proto/rocketmq \
+		--pyi_out=tidelog/proto/rocketmq --grpc_python_out=tidelog/proto/rocketmq \
+		tidelog/proto/rocketmq/apache/rocketmq/v2/*.proto
+	mv tidelog/proto/rocketmq/apache/rocketmq/v2/*_pb2* tidelog/proto/rocketmq/
+	sed -i -E 's/^from apache\.rocketmq\.v2 import ([a-z_]+_pb2) as /from tidelog.proto.rocketmq import \1 as /' \
+		tidelog/proto/rocketmq/*_pb2*.py tidelog/proto/rocketmq/*_pb2.pyi
 
 # The fuzzers of tests/fuzz with FUZZ_EXAMPLES inputs each (the pytest run tries a few hundred):
 # a line per fuzzer with its inputs, time and failures; a failing input is printed in full.

@@ -36,6 +36,10 @@ class BrokerConfig:
     # open data-port connections before new ones are closed: each may hold up to 128 MiB of
     # requests and replies (broker/dataport.py), so this bounds the data port's memory
     data_max_connections: int = 64
+    # RocketMQ 5's gRPC protocol for the official RocketMQ clients (broker/rocketmq.py): "auto"
+    # listens on the host of `listen` with a port the system picks, "" turns it off
+    rocketmq_listen: str = "auto"
+    rocketmq_advertise_address: str = ""
     datacenter: str = ""
     rack: str = ""
     priority: int | None = None  # election priority, lower wins
@@ -202,7 +206,7 @@ def _check_value(name: str, value: Any, source: str) -> Any:
         )
     if name in ("listen", "ha_listen") or (name.endswith("_address") and value):
         _host_port(name, value)
-    if name == "data_listen" and value not in ("", "auto"):
+    if name in ("data_listen", "rocketmq_listen") and value not in ("", "auto"):
         _host_port(name, value)
     return value
 

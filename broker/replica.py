@@ -106,6 +106,9 @@ class Replica:
         self.lease_until = 0.0  # monotonic time until which this broker may acknowledge writes
         self._ha_connections = 0
         self.data_address = ""  # where clients reach the data port (broker/dataport.py), if it runs
+        self.rocketmq_address = (
+            ""  # where RocketMQ clients reach this broker (broker/rocketmq.py), if it does
+        )
         self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
         self.observe_ack_wait: Callable[[float], None] | None = None  # seconds a write waited for acks
         # ("produced" | "pulled", topic, messages, bytes) of each answered request, any transport
@@ -634,6 +637,7 @@ class Replica:
             "master_address": self.master_address,
             "replicas": replicas,
             "data_address": self.data_address,
+            "rocketmq_address": self.rocketmq_address,
         }
 
 

@@ -29,6 +29,7 @@ from tidelog.broker.ledger_service import LedgerService
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.retention import RetentionLoop
+from tidelog.broker.rocketmq import RocketMQEndpoint
 from tidelog.broker.service import BrokerService
 from tidelog.client.controllers import ControllerClient
 from tidelog.commitlog import CommitLog
@@ -81,6 +82,7 @@ class BrokerServer:
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
         self.data_port: DataPort | None = None
+        self.rocketmq: RocketMQEndpoint | None = None
         self._stopping = asyncio.Event()
         self._store_failed = asyncio.Event()
         self._handing_over = 0.0
@@ -186,6 +188,9 @@ class BrokerServer:
             raise ConfigError(f"cannot listen on {self.cfg.listen} (port in use?)", key="listen")
         await self._grpc.start()
         await self._start_data_port()
+        if self.cfg.rocketmq_listen:
+            self.rocketmq = RocketMQEndpoint(self.cfg)
+            self.replica.rocketmq_address = await self.rocketmq.start()
         if self.metrics is not None:
             await self.metrics.start(self.cfg.metrics_address)
         log.info(
@@ -366,6 +371,8 @@ class BrokerServer:
         await self.replica.close()
         if self.data_port is not None:
             await self.data_port.close()
+        if self.rocketmq is not None:
+            await self.rocketmq.close()
         if grpc_stopped is not None:
             await grpc_stopped
         if self._ha is not None:

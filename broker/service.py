@@ -365,4 +365,5 @@ class BrokerService(pb_grpc.BrokerServicer):
             pending_sync_state_set=s["pending_sync_state_set"],
             replicas=[pb.ReplicaProgress(**r) for r in s["replicas"]],
             data_address=s["data_address"],
+            rocketmq_address=s["rocketmq_address"],
         )

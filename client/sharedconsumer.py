@@ -177,7 +177,7 @@ class AsyncSharedConsumer(AsyncConsumer):
             log.info("group %s: receive from %s deferred: %s", self.group, q, exc)
             self.client.forget_route(self.topic)
             return []
-        return _messages(reply, bs.name, bs.master_address)
+        return decode_receive_reply(reply, bs.name, bs.master_address)
 
     async def ack(self, message: ConsumedMessage) -> None:
         """Finish `message`: it is not delivered again. RECEIPT_INVALID if its invisible time ran out
@@ -251,7 +251,8 @@ def _by_queue(messages: Sequence[ConsumedMessage]) -> dict[tuple[str, int], list
     return out
 
 
-def _messages(reply: Any, broker_set: str, address: str) -> list[ConsumedMessage]:
+def decode_receive_reply(reply: Any, broker_set: str, address: str) -> list[ConsumedMessage]:
+    """The messages of a SharedReceive reply (each a SharedMessage), checked against its CRC."""
     data: bytes = reply.records
     if crc32c(data) != reply.crc:
         raise CorruptRecordError(

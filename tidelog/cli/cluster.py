@@ -180,6 +180,8 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
                     "in_sync": m.in_sync,
                     "datacenter": m.datacenter,
                     "alive": m.alive if reply.liveness_known else None,
+                    # where the official RocketMQ clients connect (broker/rocketmq.py); None: off
+                    "rocketmq_endpoint": None,
                 }
                 try:
                     s = await client.call_broker(m.address, "Status", bpb.StatusRequest(), timeout=2.0)
@@ -193,6 +195,7 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
                             max_offset=s.max_offset,
                             confirm_offset=s.confirm_offset,
                             epoch=s.last_epoch,
+                            rocketmq_endpoint=s.rocketmq_address or None,
                         )
                         if role.has_master and m.broker_id == role.master_id:
                             master_max = s.max_offset

@@ -1,0 +1,570 @@
+"""RocketMQ 5's gRPC protocol (`apache.rocketmq.v2.MessagingService`) on every broker, so that the
+official RocketMQ clients work against tidelog as they are.
+
+Each broker runs this second gRPC server (config `rocketmq_listen`) beside its own. It serves any
+topic of the cluster, not only its broker set's: it holds a tidelog client (client/aio.py) to the
+controllers and does what a tidelog client would, so routing, a master's move (NOT_MASTER) and
+retries are that client's. The mapping of RocketMQ's concepts (docs/ARCHITECTURE.md, "RocketMQ
+endpoint"): a broker set is a RocketMQ broker (id 0, the master) whose queues are the topic's
+queues in that set; a route advertises, per set, the RocketMQ endpoint of its master (learned from
+the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage and
+ChangeInvisibleDuration are the shared subscription mode's SharedReceive, SharedAck and
+SharedChangeInvisible (broker/shared.py) on the queue the client names, the receipt handle
+carrying (broker set, queue, shared receipt). The rules (codes, handles, filters, properties) are
+broker/rocketmqrules.py's.
+
+Every call answers a RocketMQ `Status`: a tidelog error by its mapped code, a malformed request by
+a 400 code, an RPC tidelog does not serve by NOT_IMPLEMENTED (never gRPC UNIMPLEMENTED), and a
+call beyond `max_concurrent_requests` in progress by TOO_MANY_REQUESTS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from tidelog.broker import rocketmqrules as rules
+from tidelog.broker.config import BrokerConfig
+from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
+from tidelog.client.modes import dlq_topic
+from tidelog.client.routing import BrokerSetRoute, TopicRoute
+from tidelog.client.sharedconsumer import SharedMessage, decode_receive_reply
+from tidelog.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    TidelogError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
+from tidelog.proto import broker_pb2 as bpb
+from tidelog.proto.rocketmq import definition_pb2 as d
+from tidelog.proto.rocketmq import service_pb2 as s
+from tidelog.proto.rocketmq import service_pb2_grpc as s_grpc
+from tidelog.tasks import within
+from tidelog.wire import SERVER_OPTIONS
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+MAX_BATCH = 1024  # messages of one SendMessage, entries of one AckMessage, messages of one receive
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+ENDPOINT_TTL_S = 10.0  # how long a master's RocketMQ endpoint (from its Status) is trusted
+ACCEPTED_TYPES = (d.NORMAL, d.FIFO)
+TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO"}
+
+
+def refused(code: str, message: str) -> InvalidArgumentError:
+    """A malformed request, answered with RocketMQ code `code` (a Code name)."""
+    return InvalidArgumentError(message, rocketmq=code)
+
+
+def status_of(exc: BaseException) -> d.Status:
+    if isinstance(exc, TidelogError):
+        code = exc.details.get("rocketmq") or rules.code_for(exc.code, exc.retryable)
+        return _status(code, exc.message)
+    if isinstance(exc, TimeoutError):
+        return _status(rules.TIMEOUT, "tidelog did not answer within the client's deadline")
+    log.error("RocketMQ endpoint: unexpected error", exc_info=exc)
+    return _status(rules.INTERNAL, f"unexpected error: {type(exc).__name__}")
+
+
+def _status(code: str, message: str = "") -> d.Status:
+    return d.Status(code=d.Code.Value(code), message=message[:1000])
+
+
+OK = _status(rules.OK)
+
+
+def _ms(duration: duration_pb2.Duration) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def _name(what: str, value: str) -> str:
+    if not value or len(value) > 255 or not all(c.isalnum() or c in "%_-" for c in value):
+        code = "ILLEGAL_TOPIC" if what == "topic" else "ILLEGAL_CONSUMER_GROUP"
+        raise refused(code, f"{what} {value[:100]!r} must be 1-255 letters, digits, '%', '_' or '-'")
+    return value
+
+
+def _endpoints(address: str) -> d.Endpoints:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        scheme = d.IPv6 if ipaddress.ip_address(host).version == 6 else d.IPv4
+    except ValueError:
+        scheme = d.DOMAIN_NAME
+    return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])
+
+
+class MessagingService(s_grpc.MessagingServiceServicer):
+    """The RPCs of `apache.rocketmq.v2.MessagingService` on tidelog (see the module docstring)."""
+
+    def __init__(self, cfg: BrokerConfig, advertised: Callable[[], str]) -> None:
+        self.cfg = cfg
+        self.advertised = advertised
+        self.client = AsyncClient(cfg.controllers, send_timeout=30.0, rpc_timeout=10.0)
+        self.producer: AsyncProducer = self.client.producer()
+        self._in_progress = 0
+        self._masters: dict[str, tuple[float, str]] = {}  # broker address -> (when, its RocketMQ endpoint)
+        self._dlq_ready: set[str] = set()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    # --- plumbing ---
+
+    async def _answer(
+        self, reply: Callable[..., R], work: Callable[[], Awaitable[R]], context: grpc.aio.ServicerContext
+    ) -> R:
+        """`work()`'s reply, or `reply(status=...)` for what went wrong (never a gRPC error)."""
+        if self._in_progress >= self.cfg.max_concurrent_requests:
+            return reply(status=_status(rules.TOO_MANY_REQUESTS, "too many calls in progress on this broker"))
+        self._in_progress += 1
+        try:
+            return await within(work(), _remaining(context))
+        except Exception as exc:
+            return reply(status=status_of(exc))
+        finally:
+            self._in_progress -= 1
+
+    async def _route(self, topic: str) -> TopicRoute:
+        route = await self.client.route(_name("topic", topic))
+        if not route.queue_list:
+            raise TopicNotFoundError(f"topic {topic!r} has no queues")
+        return route
+
+    async def _broker_set(self, topic: str, name: str) -> BrokerSetRoute:
+        bs = (await self._route(topic)).broker_set(name)
+        if bs is None:
+            raise refused("BAD_REQUEST", f"topic {topic} has no queues in broker {name!r}")
+        return bs
+
+    async def _endpoint_of(self, bs: BrokerSetRoute) -> str:
+        """The RocketMQ endpoint of `bs`'s master (its Status says), else this broker's own."""
+        own = self.advertised()
+        if not bs.master_address:
+            return own
+        now = time.monotonic()
+        known = self._masters.get(bs.master_address)
+        if known is not None and now - known[0] < ENDPOINT_TTL_S:
+            return known[1] or own
+        found = ""
+        try:
+            st = await self.client.call_broker(bs.master_address, "Status", bpb.StatusRequest(), timeout=2.0)
+            found = st.rocketmq_address
+        except TidelogError as exc:
+            log.info("no RocketMQ endpoint from %s (%s): advertising this broker's", bs.master_address, exc)
+        self._masters[bs.master_address] = (now, found)
+        return found or own
+
+    # --- routes, sessions ---
+
+    async def QueryRoute(
+        self, request: s.QueryRouteRequest, context: grpc.aio.ServicerContext
+    ) -> s.QueryRouteResponse:
+        async def work() -> s.QueryRouteResponse:
+            route = await self._route(request.topic.name)
+            queues = []
+            for bs in route.broker_sets:
+                broker = d.Broker(name=bs.name, id=0, endpoints=_endpoints(await self._endpoint_of(bs)))
+                queues += [
+                    d.MessageQueue(
+                        topic=request.topic,
+                        id=q,
+                        permission=d.READ_WRITE,
+                        broker=broker,
+                        accept_message_types=ACCEPTED_TYPES,
+                    )
+                    for q in range(bs.queues)
+                ]
+            return s.QueryRouteResponse(status=OK, message_queues=queues)
+
+        return await self._answer(s.QueryRouteResponse, work, context)
+
+    async def QueryAssignment(
+        self, request: s.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> s.QueryAssignmentResponse:
+        """Every queue to every member: in the shared mode any member may receive from any queue."""
+
+        async def work() -> s.QueryAssignmentResponse:
+            _name("group", request.group.name)
+            route = await self.QueryRoute(s.QueryRouteRequest(topic=request.topic), context)
+            if route.status.code != d.OK:
+                return s.QueryAssignmentResponse(status=route.status)
+            return s.QueryAssignmentResponse(
+                status=OK, assignments=[d.Assignment(message_queue=q) for q in route.message_queues]
+            )
+
+        return await self._answer(s.QueryAssignmentResponse, work, context)
+
+    async def Heartbeat(
+        self, request: s.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> s.HeartbeatResponse:
+        return s.HeartbeatResponse(status=OK)
+
+    async def NotifyClientTermination(
+        self, request: s.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
+    ) -> s.NotifyClientTerminationResponse:
+        return s.NotifyClientTerminationResponse(status=OK)
+
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[s.TelemetryCommand], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[s.TelemetryCommand]:
+        """Each Settings the client announces is answered with the settings it is to use; the
+        other commands (answers to commands this endpoint never sends) are read and dropped."""
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            async for command in request_iterator:
+                if command.HasField("settings"):
+                    yield s.TelemetryCommand(status=OK, settings=self._settings(command.settings))
+
+    def _settings(self, theirs: d.Settings) -> d.Settings:
+        out = d.Settings()
+        out.CopyFrom(theirs)
+        consumer = theirs.client_type != d.PRODUCER
+        out.backoff_policy.CopyFrom(
+            d.RetryPolicy(
+                max_attempts=rules.DEFAULT_MAX_ATTEMPTS if consumer else 3,
+                exponential_backoff=d.ExponentialBackoff(
+                    initial=duration_pb2.Duration(nanos=10_000_000),
+                    max=duration_pb2.Duration(seconds=1),
+                    multiplier=2.0,
+                ),
+            )
+        )
+        if theirs.client_type == d.PRODUCER:
+            out.publishing.max_body_size = self.cfg.max_message_bytes - 64 * 1024
+            out.publishing.validate_message_type = True
+        elif consumer:
+            out.subscription.fifo = False
+            out.subscription.receive_batch_size = 32
+            if not out.subscription.HasField("long_polling_timeout"):
+                out.subscription.long_polling_timeout.FromMilliseconds(rules.DEFAULT_LONG_POLL_MS)
+        return out
+
+    # --- sending ---
+
+    async def SendMessage(
+        self, request: s.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> s.SendMessageResponse:
+        return await self._answer(s.SendMessageResponse, lambda: self._send(request), context)
+
+    async def _send(self, request: s.SendMessageRequest) -> s.SendMessageResponse:
+        if not 1 <= len(request.messages) <= MAX_BATCH:
+            raise refused("BAD_REQUEST", f"send 1 to {MAX_BATCH} messages")
+        topic = _name("topic", request.messages[0].topic.name)
+        if any(m.topic.name != topic for m in request.messages):
+            raise refused("ILLEGAL_TOPIC", "the messages of one SendMessage go to one topic")
+        await self._route(topic)
+        # every message is checked before any is sent: a refused request stores nothing
+        stored = [_stored(m) for m in request.messages]
+        futures = [
+            self.producer.send(topic, m.body, st.key, st.tags, st.properties)
+            for m, st in zip(request.messages, stored, strict=True)
+        ]
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        entries = []
+        for out in outcomes:
+            if isinstance(out, Receipt):
+                entries.append(
+                    s.SendResultEntry(status=OK, message_id=out.message_id, offset=out.queue_offset)
+                )
+            else:
+                entries.append(s.SendResultEntry(status=status_of(out)))
+        codes = {e.status.code for e in entries}
+        if len(codes) == 1:
+            return s.SendMessageResponse(status=entries[0].status, entries=entries)
+        return s.SendMessageResponse(status=_status("MULTIPLE_RESULTS"), entries=entries)
+
+    # --- receiving ---
+
+    async def ReceiveMessage(
+        self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[s.ReceiveMessageResponse]:
+        """A status, then (when there are messages) the delivery time and the messages."""
+        got: list[SharedMessage] = []
+
+        async def work() -> s.ReceiveMessageResponse:
+            got.extend(await self._receive(request, context))
+            if not got:
+                return s.ReceiveMessageResponse(status=_status("MESSAGE_NOT_FOUND", "no new message"))
+            return s.ReceiveMessageResponse(status=OK)
+
+        first = await self._answer(s.ReceiveMessageResponse, work, context)
+        yield first
+        if not got:
+            return
+        now = timestamp_pb2.Timestamp()
+        now.GetCurrentTime()
+        yield s.ReceiveMessageResponse(delivery_timestamp=now)
+        invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
+        for m in got:
+            yield s.ReceiveMessageResponse(message=self._message(request, m, invisible_ms))
+
+    async def _receive(
+        self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> list[SharedMessage]:
+        group = _name("group", request.group.name)
+        mq = request.message_queue
+        topic = _name("topic", mq.topic.name)
+        accepted = _tag_filter(request.filter_expression)
+        batch = request.batch_size or 32
+        if not 1 <= batch <= MAX_BATCH:
+            raise refused("BAD_REQUEST", f"batch_size must be in [1, {MAX_BATCH}]")
+        invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
+        if not 0 < invisible_ms <= MAX_INVISIBLE_MS:
+            raise refused("ILLEGAL_INVISIBLE_TIME", "the invisible duration must be in (0, 12h]")
+        remaining = _remaining(context)
+        wait_ms = rules.long_poll_ms(
+            _ms(request.long_polling_timeout), None if remaining is None else int(remaining * 1000)
+        )
+        bs = await self._broker_set(topic, mq.broker.name)
+        if not 0 <= mq.id < bs.queues:
+            raise refused("BAD_REQUEST", f"topic {topic} has {bs.queues} queue(s) in {bs.name}, not {mq.id}")
+        await self._dead_letter_topic(group)
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            req = bpb.SharedReceiveRequest(
+                group=group,
+                topic=topic,
+                queue=mq.id,
+                max_messages=batch,
+                invisible_ms=invisible_ms,
+                max_attempts=rules.DEFAULT_MAX_ATTEMPTS,
+                start_latest=False,
+                wait_ms=left,
+            )
+            timeout = self.client.rpc_timeout + left / 1000
+            reply = await self.client.call_master(topic, bs, "SharedReceive", req, timeout)
+            msgs = decode_receive_reply(reply, bs.name, bs.master_address)
+            keep = [m for m in msgs if isinstance(m, SharedMessage) and rules.tag_matches(accepted, m.tags)]
+            skip = [m.receipt for m in msgs if isinstance(m, SharedMessage) and m not in keep]
+            if skip:  # filtered out: finished for this group, as RocketMQ does with a tag filter
+                ack = bpb.SharedAckRequest(group=group, topic=topic, queue=mq.id, receipts=skip)
+                await self.client.call_master(topic, bs, "SharedAck", ack, self.client.rpc_timeout)
+            if keep or time.monotonic() >= deadline:
+                return keep
+
+    async def _dead_letter_topic(self, group: str) -> None:
+        """The group's dead-letter topic (one queue per broker set), created once, as the shared
+        consumer of tidelog's own client does: without it, dead messages wait."""
+        if group in self._dlq_ready:
+            return
+        with contextlib.suppress(TopicExistsError):
+            await self.client.admin().create_topic(dlq_topic(group), queues=1)
+        self._dlq_ready.add(group)
+
+    def _message(self, request: s.ReceiveMessageRequest, m: SharedMessage, invisible_ms: int) -> d.Message:
+        loaded = rules.from_stored(m.key, m.properties)
+        body = m.body
+        out = d.Message(topic=request.message_queue.topic, user_properties=loaded.user_properties, body=body)
+        sp = out.system_properties
+        if m.tags:
+            sp.tag = m.tags
+        sp.keys.extend(loaded.keys)
+        sp.message_id = f"{m.broker_set}:{m.phys_offset:x}"
+        sp.body_digest.type = d.CRC32
+        sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+        sp.body_encoding = d.IDENTITY
+        sp.message_type = (
+            d.MessageType.Value(loaded.message_type)
+            if loaded.message_type in ("NORMAL", "FIFO")
+            else d.NORMAL
+        )
+        sp.born_timestamp.FromMilliseconds(m.born_ts)
+        sp.born_host = loaded.born_host or "unknown"
+        sp.store_timestamp.FromMilliseconds(m.store_ts)
+        sp.store_host = self.advertised()
+        sp.receipt_handle = rules.encode_handle(m.broker_set, m.queue, m.receipt)
+        sp.queue_id = m.queue
+        sp.queue_offset = m.offset
+        sp.delivery_attempt = m.delivery_count
+        sp.invisible_duration.FromMilliseconds(invisible_ms)
+        if loaded.message_group:
+            sp.message_group = loaded.message_group
+        return out
+
+    async def AckMessage(
+        self, request: s.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> s.AckMessageResponse:
+        async def work() -> s.AckMessageResponse:
+            group = _name("group", request.group.name)
+            topic = _name("topic", request.topic.name)
+            if not 1 <= len(request.entries) <= MAX_BATCH:
+                raise refused("BAD_REQUEST", f"acknowledge 1 to {MAX_BATCH} messages")
+            results = await asyncio.gather(
+                *(self._ack_one(group, topic, e) for e in request.entries), return_exceptions=True
+            )
+            entries = [
+                s.AckMessageResultEntry(
+                    message_id=e.message_id,
+                    receipt_handle=e.receipt_handle,
+                    status=OK if r is None else status_of(r),
+                )
+                for e, r in zip(request.entries, results, strict=True)
+            ]
+            codes = {e.status.code for e in entries}
+            status = entries[0].status if len(codes) == 1 else _status("MULTIPLE_RESULTS")
+            return s.AckMessageResponse(status=status, entries=entries)
+
+        return await self._answer(s.AckMessageResponse, work, context)
+
+    async def _ack_one(self, group: str, topic: str, entry: s.AckMessageEntry) -> None:
+        handle = _handle(entry.receipt_handle)
+        bs = await self._broker_set(topic, handle.broker_set)
+        req = bpb.SharedAckRequest(group=group, topic=topic, queue=handle.queue, receipts=[handle.receipt])
+        await self.client.call_master(topic, bs, "SharedAck", req, self.client.rpc_timeout)
+
+    async def ChangeInvisibleDuration(
+        self, request: s.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> s.ChangeInvisibleDurationResponse:
+        async def work() -> s.ChangeInvisibleDurationResponse:
+            group = _name("group", request.group.name)
+            topic = _name("topic", request.topic.name)
+            handle = _handle(request.receipt_handle)
+            invisible_ms = _ms(request.invisible_duration)
+            if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+                raise refused("ILLEGAL_INVISIBLE_TIME", "the invisible duration must be in [0, 12h]")
+            bs = await self._broker_set(topic, handle.broker_set)
+            req = bpb.SharedChangeInvisibleRequest(
+                group=group,
+                topic=topic,
+                queue=handle.queue,
+                receipts=[handle.receipt],
+                invisible_ms=invisible_ms,
+            )
+            reply = await self.client.call_master(
+                topic, bs, "SharedChangeInvisible", req, self.client.rpc_timeout
+            )
+            return s.ChangeInvisibleDurationResponse(
+                status=OK, receipt_handle=rules.encode_handle(bs.name, handle.queue, reply.receipts[0])
+            )
+
+        return await self._answer(s.ChangeInvisibleDurationResponse, work, context)
+
+    # --- not served (yet): an explicit RocketMQ status, never gRPC UNIMPLEMENTED ---
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        return s.ForwardMessageToDeadLetterQueueResponse(
+            status=_not_served("ForwardMessageToDeadLetterQueue")
+        )
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        return s.EndTransactionResponse(status=_not_served("EndTransaction (transactional messages)"))
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        return s.UpdateOffsetResponse(status=_not_served("UpdateOffset"))
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        return s.GetOffsetResponse(status=_not_served("GetOffset"))
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        return s.QueryOffsetResponse(status=_not_served("QueryOffset"))
+
+    async def RecallMessage(self, request: Any, context: Any) -> Any:
+        return s.RecallMessageResponse(status=_not_served("RecallMessage"))
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
+        return s.SyncLiteSubscriptionResponse(status=_not_served("SyncLiteSubscription (lite topics)"))
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[s.PullMessageResponse]:
+        yield s.PullMessageResponse(status=_not_served("PullMessage"))
+
+
+def _stored(m: d.Message) -> rules.Stored:
+    """How message `m` is stored; refused (with the code that says why) if it cannot be."""
+    sp = m.system_properties
+    if not m.body:
+        raise refused("MESSAGE_BODY_EMPTY", "a message needs a body")
+    if sp.message_type not in TYPE_NAMES:
+        raise refused(
+            rules.UNSUPPORTED,
+            f"{d.MessageType.Name(sp.message_type)} messages are not served by tidelog yet (NORMAL and FIFO are)",
+        )
+    if sp.message_type == d.FIFO and not sp.message_group:
+        raise refused("ILLEGAL_MESSAGE_GROUP", "a FIFO message needs a message group")
+    if sp.body_encoding not in (d.IDENTITY, d.ENCODING_UNSPECIFIED):
+        raise refused(rules.UNSUPPORTED, "compressed bodies are not served by tidelog yet")
+    try:
+        return rules.to_stored(
+            message_id=sp.message_id,
+            message_type=TYPE_NAMES[sp.message_type],
+            tag=sp.tag,
+            keys=list(sp.keys),
+            message_group=sp.message_group,
+            born_host=sp.born_host,
+            user_properties=dict(m.user_properties),
+        )
+    except ValueError as exc:
+        raise refused("ILLEGAL_MESSAGE_PROPERTY_KEY", str(exc)) from None
+
+
+def _not_served(what: str) -> d.Status:
+    return _status(rules.NOT_IMPLEMENTED, f"{what} is not implemented by tidelog yet")
+
+
+def _remaining(context: grpc.aio.ServicerContext) -> float | None:
+    left = context.time_remaining()
+    return None if left is None else max(0.0, left)
+
+
+def _handle(text: str) -> rules.Handle:
+    handle = rules.decode_handle(text)
+    if handle is None:
+        raise refused("INVALID_RECEIPT_HANDLE", f"{text[:200]!r} is not a receipt handle tidelog gave")
+    return handle
+
+
+def _tag_filter(expression: d.FilterExpression) -> frozenset[str] | None:
+    if expression.type == d.SQL:
+        raise refused(rules.UNSUPPORTED, "SQL92 filters are not served by tidelog yet (tag filters are)")
+    try:
+        return rules.parse_tag_filter(expression.expression)
+    except ValueError as exc:
+        raise refused("ILLEGAL_FILTER_EXPRESSION", str(exc)) from None
+
+
+class RocketMQEndpoint:
+    """The second gRPC server of a broker, serving MessagingService."""
+
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.cfg = cfg
+        self.address = ""  # what clients are told, once bound
+        self.service = MessagingService(cfg, lambda: self.address)
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> str:
+        """Listen on `rocketmq_listen` ("auto": the host of `listen`, a port the system picks);
+        returns the advertised address."""
+        listen = self.cfg.rocketmq_listen
+        host = self.cfg.listen.rpartition(":")[0]
+        target = f"{host}:0" if listen == "auto" else listen
+        self._server = grpc.aio.server(options=SERVER_OPTIONS)
+        s_grpc.add_MessagingServiceServicer_to_server(self.service, self._server)
+        try:
+            port = self._server.add_insecure_port(target)
+        except RuntimeError:
+            port = 0
+        if not port:
+            raise ConfigError(
+                f"cannot listen on rocketmq_listen {target} (port in use?)", key="rocketmq_listen"
+            )
+        await self._server.start()
+        adv_host = self.cfg.advertised.rpartition(":")[0]
+        self.address = self.cfg.rocketmq_advertise_address or f"{adv_host}:{port}"
+        log.info("RocketMQ endpoint listening on %s (advertised %s)", target, self.address)
+        return self.address
+
+    async def close(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+        await self.service.close()

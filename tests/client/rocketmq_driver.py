@@ -1,0 +1,163 @@
+"""Drives the official RocketMQ Python client (rocketmq-python-client, unmodified) against a
+broker's RocketMQ endpoint, in its own process: its generated modules and tidelog's register the
+same protobuf names, so the two cannot share one process. Prints one JSON document.
+
+    python rocketmq_driver.py ENDPOINT send TOPIC COUNT ASYNC_COUNT
+    python rocketmq_driver.py ENDPOINT receive TOPIC GROUP EXPECTED FILTER
+    python rocketmq_driver.py ENDPOINT redeliver TOPIC GROUP
+    python rocketmq_driver.py ENDPOINT raw TOPIC
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import grpc
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+from rocketmq.grpc_protocol import (
+    AckMessageRequest,
+    Code,
+    EndTransactionRequest,
+    MessagingServiceStub,
+    QueryRouteRequest,
+)
+
+
+def config(endpoint: str) -> ClientConfiguration:
+    return ClientConfiguration(endpoint, Credentials("ak", "sk"), request_timeout=10)
+
+
+def message(topic: str, i: int) -> Message:
+    m = Message()
+    m.topic = topic
+    m.body = f"body-{i}".encode()
+    m.tag = ("a", "b", "c")[i % 3]
+    m.keys = f"key-{i}"
+    m.add_property("seq", str(i))
+    return m
+
+
+def send(endpoint: str, topic: str, count: int, async_count: int) -> dict[str, Any]:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        sent = []
+        for i in range(count):
+            r = producer.send(message(topic, i))
+            sent.append({"i": i, "id": r.message_id, "offset": r.offset})
+        futures = [(i, producer.send_async(message(topic, i))) for i in range(count, count + async_count)]
+        for i, f in futures:
+            r = f.result(timeout=60)
+            sent.append({"i": i, "id": r.message_id, "offset": r.offset})
+        errors = []
+        try:
+            producer.send(message(f"{topic}-missing", 0))
+        except Exception as exc:
+            errors.append(str(exc))
+        return {"sent": sent, "unknown_topic_errors": errors}
+    finally:
+        producer.shutdown()
+
+
+def described(m: Any) -> dict[str, Any]:
+    return {
+        "id": m.message_id,
+        "body": m.body.decode(),
+        "tag": m.tag,
+        "keys": sorted(m.keys),
+        "properties": dict(m.properties),
+        "attempt": m.delivery_attempt,
+    }
+
+
+def receive(endpoint: str, topic: str, group: str, expected: int, expression: str) -> dict[str, Any]:
+    consumer = SimpleConsumer(
+        config(endpoint), group, {topic: FilterExpression(expression)}, await_duration=2
+    )
+    consumer.startup()
+    try:
+        got: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 60
+        idle = 0
+        while time.monotonic() < deadline and (len(got) < expected or idle < 3):
+            batch = consumer.receive(32, 15)
+            idle = 0 if batch else idle + 1
+            for m in batch:
+                consumer.ack(m)
+                got.append(described(m))
+        return {"received": got}
+    finally:
+        consumer.shutdown()
+
+
+def redeliver(endpoint: str, topic: str, group: str) -> dict[str, Any]:
+    """Receive one message with a 2 s invisible duration, leave it unacknowledged, receive it again."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        rounds = []
+        deadline = time.monotonic() + 40
+        while len(rounds) < 2 and time.monotonic() < deadline:
+            for m in consumer.receive(1, 2):
+                rounds.append({**described(m), "at": time.monotonic()})
+                if len(rounds) == 2:
+                    consumer.ack(m)
+        return {"rounds": rounds}
+    finally:
+        consumer.shutdown()
+
+
+def raw(endpoint: str, topic: str) -> dict[str, Any]:
+    """Status codes of malformed or unserved calls, through the client's own generated stub."""
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = MessagingServiceStub(channel)
+        route = QueryRouteRequest()
+        route.topic.name = f"{topic}-missing"
+        bad_name = QueryRouteRequest()
+        bad_name.topic.name = "no spaces allowed"
+        ack = AckMessageRequest()
+        ack.group.name = "g"
+        ack.topic.name = topic
+        entry = ack.entries.add()
+        entry.message_id = "x"
+        entry.receipt_handle = "not-a-handle"
+        ok_route = QueryRouteRequest()
+        ok_route.topic.name = topic
+        routed = stub.QueryRoute(ok_route, timeout=10)
+        return {
+            "unknown_topic": Code.Name(stub.QueryRoute(route, timeout=10).status.code),
+            "bad_topic_name": Code.Name(stub.QueryRoute(bad_name, timeout=10).status.code),
+            "bad_receipt": Code.Name(stub.AckMessage(ack, timeout=10).entries[0].status.code),
+            "end_transaction": Code.Name(
+                stub.EndTransaction(EndTransactionRequest(), timeout=10).status.code
+            ),
+            "route": [
+                {
+                    "broker": q.broker.name,
+                    "broker_id": q.broker.id,
+                    "queue": q.id,
+                    "endpoints": [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses],
+                }
+                for q in routed.message_queues
+            ],
+        }
+
+
+def main() -> None:
+    endpoint, command, *args = sys.argv[1:]
+    if command == "send":
+        out = send(endpoint, args[0], int(args[1]), int(args[2]))
+    elif command == "receive":
+        out = receive(endpoint, args[0], args[1], int(args[2]), args[3])
+    elif command == "redeliver":
+        out = redeliver(endpoint, args[0], args[1])
+    else:
+        out = raw(endpoint, args[0])
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The official RocketMQ Python client, unmodified, against the brokers' RocketMQ endpoint of a
+cluster started by `tide cluster up` (broker/rocketmq.py). The client runs in its own process
+(tests/client/rocketmq_driver.py): its generated modules and tidelog's share protobuf names."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.client.conftest import LocalCluster, tide
+from tidelog.client.aio import AsyncClient
+
+pytestmark = pytest.mark.slow
+
+DRIVER = Path(__file__).with_name("rocketmq_driver.py")
+
+
+def drive(*args: str, timeout: float = 180) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(DRIVER), *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
+
+
+@pytest.fixture(scope="module")
+def endpoint(cluster: LocalCluster) -> str:
+    """The master's RocketMQ endpoint, as `tide cluster status --json` names it."""
+    out = tide("cluster", "status", "--json", env={"TIDE_CONTROLLERS": cluster.controllers})
+    assert out.returncode == 0, out.stderr
+    members = [m for s in json.loads(out.stdout)["broker_sets"] for m in s["members"]]
+    assert all(m["rocketmq_endpoint"] for m in members), members
+    return str(next(m["rocketmq_endpoint"] for m in members if m["role"] == "master"))
+
+
+def create_topic(cluster: LocalCluster, name: str) -> None:
+    async def go() -> None:
+        async with AsyncClient(cluster.controllers) as client:
+            await client.admin().create_topic(name, queues=4)
+
+    asyncio.run(go())
+
+
+def test_sends_are_readable_through_tidelog_and_received_by_a_simple_consumer(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    create_topic(cluster, "rmq-orders")
+    sent = drive(endpoint, "send", "rmq-orders", "200", "100")
+    receipts = sent["sent"]
+    assert len(receipts) == 300 and len({r["id"] for r in receipts}) == 300
+    # a topic no one created: the send fails (the client reports the route it could not get)
+    assert sent["unknown_topic_errors"], "a send to a missing topic must fail"
+
+    async def read_back() -> list[Any]:
+        async with AsyncClient(cluster.controllers) as client:
+            return await asyncio.gather(*(client.get_message_by_id(r["id"]) for r in receipts))
+
+    for r, m in zip(receipts, asyncio.run(read_back()), strict=True):
+        i = r["i"]
+        assert m.topic == "rmq-orders"
+        assert m.body == f"body-{i}".encode()
+        assert m.tags == ("a", "b", "c")[i % 3]
+        assert m.key == f"key-{i}"
+        assert m.properties["seq"] == str(i)
+        assert m.properties["rmq.keys"] == f"key-{i}"
+
+    got = drive(endpoint, "receive", "rmq-orders", "g-all", "300", "*")["received"]
+    assert sorted(m["id"] for m in got) == sorted(r["id"] for r in receipts)  # each once
+    by_id = {r["id"]: r["i"] for r in receipts}
+    for m in got:
+        i = by_id[m["id"]]
+        assert (m["body"], m["tag"], m["keys"], m["properties"], m["attempt"]) == (
+            f"body-{i}",
+            ("a", "b", "c")[i % 3],
+            [f"key-{i}"],
+            {"seq": str(i)},
+            1,
+        )
+    # all acknowledged: nothing comes back
+    assert drive(endpoint, "receive", "rmq-orders", "g-all", "0", "*")["received"] == []
+
+    # a tag filter: only a||c, each once (the b messages are skipped for this group)
+    tagged = drive(endpoint, "receive", "rmq-orders", "g-tags", "200", "a||c")["received"]
+    assert sorted(m["id"] for m in tagged) == sorted(r["id"] for r in receipts if r["i"] % 3 != 1)
+
+
+def test_an_unacknowledged_message_comes_back_after_its_invisible_duration(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    create_topic(cluster, "rmq-retry")
+    (receipt,) = drive(endpoint, "send", "rmq-retry", "1", "0")["sent"]
+    first, second = drive(endpoint, "redeliver", "rmq-retry", "g-retry")["rounds"]
+    assert first["id"] == second["id"] == receipt["id"]
+    assert (first["attempt"], second["attempt"]) == (1, 2)
+    assert second["at"] - first["at"] >= 1.5  # not before its invisible duration (2 s) ran out
+
+
+def test_bad_input_and_unserved_calls_answer_rocketmq_codes(cluster: LocalCluster, endpoint: str) -> None:
+    create_topic(cluster, "rmq-raw")
+    out = drive(endpoint, "raw", "rmq-raw")
+    assert out["unknown_topic"] == "TOPIC_NOT_FOUND"
+    assert out["bad_topic_name"] == "ILLEGAL_TOPIC"
+    assert out["bad_receipt"] == "INVALID_RECEIPT_HANDLE"
+    assert out["end_transaction"] == "NOT_IMPLEMENTED"
+    assert sorted(q["queue"] for q in out["route"]) == [0, 1, 2, 3]
+    assert {(q["broker"], q["broker_id"]) for q in out["route"]} == {("broker-a", 0)}
+    assert {e for q in out["route"] for e in q["endpoints"]} == {endpoint}  # the master's
