@@ -1,4 +1,4 @@
-"""The broker's data port: produce and pull frames (tidelog/dataframes.py) over plain TCP.
+"""The broker's data port: produce and pull frames (tidelog/dataframes.py) over TCP (TLS with a `tls:` config).
 
 One task per connection reads frames; each request runs as its own task (a long poll does not
 hold up the produce behind it) and answers with its request id, so replies may overtake each
@@ -40,6 +40,7 @@ from tidelog.broker.service import checked_pull, produce_batch, pull_encoded
 from tidelog.errors import InvalidArgumentError, TidelogError
 from tidelog.invariants import stop_if_violated
 from tidelog.tasks import cancel_and_wait, within
+from tidelog.tlsconfig import ServerTls, start_server
 from tidelog.wire import leader_of
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,9 @@ class _Link:
 class DataPort:
     """Serves one replica's produce and pull frames."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, tls: ServerTls | None = None) -> None:
         self.replica = replica
+        self.tls = tls  # TLS for every connection (tidelog/tlsconfig.py), None: plain text
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -157,7 +159,7 @@ class DataPort:
 
     async def start(self, host: str, port: int) -> str:
         """Listen on host:port (port 0: any free one); returns the address bound."""
-        self._server = await asyncio.start_server(self._connection, host, port, limit=1 << 20)
+        self._server = await start_server(self._connection, host, port, self.tls, limit=1 << 20)
         bound = self._server.sockets[0].getsockname()
         self.address = f"{host}:{bound[1]}"
         return self.address

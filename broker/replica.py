@@ -59,6 +59,7 @@ from tidelog.ha.slave import HaSlave
 from tidelog.ha.syncstate import Proposal
 from tidelog.invariants import stop_if_violated
 from tidelog.tasks import within
+from tidelog.tlsconfig import member_client
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,7 @@ class Replica:
             fenced_ledgers=self.ledgers.index.fenced_ledgers,
             secret=self.secret,
             unclean_epoch=role.unclean_epoch,
+            tls=member_client(self.cfg.tls),
         ).start()
         log.warning(
             "%s following master %d at %s (epoch %d)",
