@@ -201,8 +201,8 @@ class DataPort:
             await self._read_frames(reader, link)
         except df.FrameError as exc:
             log.warning("%s data port: closing a connection: %s", self.replica.ctx, exc.message)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away
+        except (asyncio.IncompleteReadError, OSError):
+            pass  # the client went away (OSError: with TLS, a broken record is an ssl.SSLError)
         finally:
             await cancel_and_wait(*link.running)
             await _close(writer)
@@ -272,8 +272,8 @@ class DataPort:
                 for task in link.running:
                     if task is not me:
                         task.cancel()
-            except ConnectionError:
-                pass  # the client went away; its reader ends the connection
+            except OSError:
+                pass  # the client went away (or its TLS broke); its reader ends the connection
 
     async def _serve(self, op: int, body: bytes, held: _Held) -> list[Any]:
         if op == df.OP_PRODUCE:

@@ -314,7 +314,8 @@ class Replica:
                 await writer.drain()
                 return
             await master.accept(reader, writer, hello)
-        except (HaProtocolError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
+        # OSError: a reset, or with TLS an ssl.SSLError (a peer without the right certificate)
+        except (HaProtocolError, asyncio.IncompleteReadError, OSError, TimeoutError) as exc:
             log.info("%s HA connection from %s closed: %s", self.ctx, peer, exc or type(exc).__name__)
         except Exception as exc:
             stop_if_violated(exc)

@@ -94,7 +94,8 @@ class DataConnection:
                 fut = self._pending.get(rid)
                 if fut is not None and not fut.done():
                     fut.set_result((status, body))
-        except (asyncio.IncompleteReadError, ConnectionError, df.FrameError) as exc:
+        # OSError: a reset, or with TLS an ssl.SSLError (such as a refused client certificate)
+        except (asyncio.IncompleteReadError, OSError, df.FrameError) as exc:
             why = str(exc) or why
         finally:
             self.closed = True

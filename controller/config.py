@@ -89,7 +89,7 @@ class ControllerConfig:
     # "text" log lines, or one JSON object per line with the node's identity (tidelog/logs.py)
     log_format: str = "text"
     # TLS on the gRPC port (tidelog/tlsconfig.py); None: plain text. The Raft port is PySyncObj's,
-    # encrypted with the cluster secret instead (docs/ARCHITECTURE.md §11)
+    # encrypted with the cluster secret instead (docs/ARCHITECTURE.md §12.1)
     tls: TlsSettings | None = None
 
     @property

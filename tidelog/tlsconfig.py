@@ -1,6 +1,6 @@
 """TLS on every tidelog port and every connection to one: the only place TLS contexts are built.
 
-Owns three things, used by every server and client of the project (docs/ARCHITECTURE.md §11):
+Owns three things, used by every server and client of the project (docs/ARCHITECTURE.md §12.1):
 
 - `TlsSettings` and `parse_section`: the `tls:` section of a broker or controller config (`cert`,
   `key`, `ca`, `require_client_cert`), checked up front: a missing file, a key without a
@@ -321,5 +321,5 @@ async def start_server(
 def add_grpc_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> int:
     """Bind `address` on a gRPC server, with TLS when `tls` is given; the port bound (0: failed)."""
     if tls is None:
-        return server.add_insecure_port(address)
-    return server.add_secure_port(address, tls.grpc_credentials())
+        return int(server.add_insecure_port(address))
+    return int(server.add_secure_port(address, tls.grpc_credentials()))

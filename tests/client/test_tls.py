@@ -30,7 +30,7 @@ from tidelog.client import AsyncClient, Client
 from tidelog.client.dataconn import DataConnection
 from tidelog.errors import TidelogError, UnavailableError
 from tidelog.ha.protocol import NONCE_BYTES, AuthHello, encode
-from tidelog.localcluster import certs
+from tidelog.localcluster import certs, client_tls
 from tidelog.proto import broker_pb2 as bpb
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,10 @@ def ports(c: LocalCluster, name: str) -> dict[str, str]:
     cfg = yaml.safe_load((c.data_dir / f"{name}.yaml").read_text())
 
     async def data_address() -> str:
-        async with AsyncClient(c.controllers, ca_file=ca_of(c)) as client:
+        # with the client pair as well, which a cluster with require_client_cert asks for
+        client = AsyncClient(c.controllers, ca_file=ca_of(c))
+        client.tls = client_tls(c.state())
+        async with client:
             reply = await client.call_broker(cfg["listen"], "Status", bpb.StatusRequest(), timeout=5)
             return str(reply.data_address)
 
@@ -187,7 +190,7 @@ async def _ha_answer(address: str, tls: tlsconfig.ClientTls | None) -> bytes:
         writer.write(encode(AuthHello("broker-a", 1, b"\0" * NONCE_BYTES)))
         await writer.drain()
         return await reader.read(1024)
-    except ConnectionError:
+    except (ConnectionError, ssl.SSLError):  # TLS 1.3: a refused certificate shows after the handshake
         return b""
     finally:
         writer.close()
@@ -308,3 +311,35 @@ def test_a_tidelog_error_is_what_a_refused_client_sees(secure: LocalCluster, str
         with pytest.raises(TidelogError) as err:
             client.admin().create_topic("never", queues=1)
         assert err.value.code == "UNAVAILABLE"
+
+
+def test_mutual_tls_refuses_a_client_without_a_certificate(
+    cluster_factory: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    topo = yaml.safe_load(SECURE.read_text())
+    topo["tls"] = {"require_client_cert": True}
+    path = tmp_path / "mutual.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    c = cluster_factory(topology=path, name="mutual")  # the members reached each other: mTLS works
+    doc = c.up_doc
+    env = {
+        "TIDE_CONTROLLERS": c.controllers,
+        "TIDE_CA_FILE": doc["ca_file"],
+        "TIDE_CERT_FILE": doc["cert_file"],
+        "TIDE_KEY_FILE": doc["key_file"],
+        "TIDE_CONTROLLER_TIMEOUT": "3",
+    }
+    out = tide("topic", "create", "mtls", "--queues", "1", env=env)
+    assert out.returncode == 0, out.stderr
+    out = tide("produce", "mtls", "--count", "10", "--json", env=env)
+    assert out.returncode == 0 and json.loads(out.stdout)["sent"] == 10, out.stderr
+    without = {k: v for k, v in env.items() if k not in ("TIDE_CERT_FILE", "TIDE_KEY_FILE")}
+    out = tide("topic", "describe", "mtls", env=without, timeout=60)
+    assert out.returncode != 0 and "UNAVAILABLE" in out.stderr, out.stderr
+    addresses = ports(c, "broker-a-0")  # (asks Status with the client pair from the state)
+
+    async def go() -> None:
+        await _data_refused(addresses["data"], tlsconfig.ClientTls(Path(doc["ca_file"])))
+        assert await _ha_answer(addresses["ha"], tlsconfig.ClientTls(Path(doc["ca_file"]))) == b""
+
+    asyncio.run(go())
