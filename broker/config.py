@@ -16,6 +16,7 @@ import yaml
 
 from tidelog.clusterauth import secret_from_env
 from tidelog.errors import ConfigError
+from tidelog.tlsconfig import TlsSettings, parse_section
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ class BrokerConfig:
     retention_check_interval_ms: int = 10_000
     retention_respect_groups: tuple[str, ...] = ()  # keep what these consumer groups have not consumed
     retention_slave_hold_ms: int = 3600 * 1000  # how long a disconnected slave's position still holds
+    # TLS on the gRPC, data and HA ports, and toward the controllers and the other brokers
+    # (tidelog/tlsconfig.py); None: plain text
+    tls: TlsSettings | None = None
 
     @property
     def advertised(self) -> str:
@@ -159,6 +163,8 @@ def _check_type(name: str, value: Any, source: str) -> Any:
     default = _FIELDS[name].default
     if name == "data_dir":
         return Path(str(value))
+    if name == "tls":
+        return None if value is None else parse_section(value, source)
     if name == "priority":
         if value is not None and not _is_int(value):
             raise ConfigError(f"{source}: priority must be an integer", key=name)

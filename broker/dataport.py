@@ -1,4 +1,4 @@
-"""The broker's data port: produce and pull frames (tidelog/dataframes.py) over plain TCP.
+"""The broker's data port: produce and pull frames (tidelog/dataframes.py) over TCP (TLS with a `tls:` config).
 
 One task per connection reads frames; each request runs as its own task (a long poll does not
 hold up the produce behind it) and answers with its request id, so replies may overtake each
@@ -44,6 +44,7 @@ from tidelog.broker.service import checked_pull, produce_batch, pull_encoded
 from tidelog.errors import InvalidArgumentError, TidelogError
 from tidelog.invariants import stop_if_violated
 from tidelog.tasks import cancel_and_wait, within
+from tidelog.tlsconfig import ServerTls, start_server
 from tidelog.wire import leader_of
 
 log = logging.getLogger(__name__)
@@ -153,8 +154,9 @@ class _Link:
 class DataPort:
     """Serves one replica's produce and pull frames."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, tls: ServerTls | None = None) -> None:
         self.replica = replica
+        self.tls = tls  # TLS for every connection (tidelog/tlsconfig.py), None: plain text
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -164,7 +166,7 @@ class DataPort:
 
     async def start(self, host: str, port: int) -> str:
         """Listen on host:port (port 0: any free one); returns the address bound."""
-        self._server = await asyncio.start_server(self._connection, host, port, limit=1 << 20)
+        self._server = await start_server(self._connection, host, port, self.tls, limit=1 << 20)
         bound = self._server.sockets[0].getsockname()
         self.address = f"{host}:{bound[1]}"
         return self.address
@@ -206,14 +208,14 @@ class DataPort:
             await self._read_frames(reader, link)
         except df.FrameError as exc:
             log.warning("%s data port: closing a connection: %s", self.replica.ctx, exc.message)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away
-        except TimeoutError:
+        except TimeoutError:  # before OSError, of which it is a kind
             log.warning(
                 "%s data port: closing a connection from %s: a frame did not arrive whole in time",
                 self.replica.ctx,
                 writer.get_extra_info("peername"),
             )
+        except (asyncio.IncompleteReadError, OSError):
+            pass  # the client went away (OSError: with TLS, a broken record is an ssl.SSLError)
         finally:
             await cancel_and_wait(*link.running)
             await _close(writer)
@@ -285,8 +287,8 @@ class DataPort:
                 for task in link.running:
                     if task is not me:
                         task.cancel()
-            except ConnectionError:
-                pass  # the client went away; its reader ends the connection
+            except OSError:
+                pass  # the client went away (or its TLS broke); its reader ends the connection
 
     async def _serve(self, op: int, body: bytes, held: _Held) -> list[Any]:
         if op == df.OP_PRODUCE:

@@ -59,6 +59,7 @@ from tidelog.ha.slave import HaSlave
 from tidelog.ha.syncstate import Proposal
 from tidelog.invariants import stop_if_violated
 from tidelog.tasks import within
+from tidelog.tlsconfig import member_client
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +230,7 @@ class Replica:
             fenced_ledgers=self.ledgers.index.fenced_ledgers,
             secret=self.secret,
             unclean_epoch=role.unclean_epoch,
+            tls=member_client(self.cfg.tls),
         ).start()
         log.warning(
             "%s following master %d at %s (epoch %d)",
@@ -315,7 +317,8 @@ class Replica:
                 await writer.drain()
                 return
             await master.accept(reader, writer, hello)
-        except (HaProtocolError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
+        # OSError: a reset, or with TLS an ssl.SSLError (a peer without the right certificate)
+        except (HaProtocolError, asyncio.IncompleteReadError, OSError, TimeoutError) as exc:
             log.info("%s HA connection from %s closed: %s", self.ctx, peer, exc or type(exc).__name__)
         except Exception as exc:
             stop_if_violated(exc)

@@ -50,6 +50,7 @@ from tidelog.errors import NoSuchLedgerExistsError, OffsetBelowRetentionError, T
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc
 from tidelog.tasks import within
+from tidelog.tlsconfig import aio_channel, member_client
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,7 @@ class RetentionLoop:
         if not address:
             return
         try:
-            async with grpc.aio.insecure_channel(address) as channel:
+            async with aio_channel(address, member_client(self.cfg.tls)) as channel:
                 reply = await broker_pb2_grpc.BrokerStub(channel).Status(pb.StatusRequest(), timeout=2.0)
         except grpc.aio.AioRpcError as exc:
             log.debug("retention: the master's min offset is unknown (%s)", exc.code())

@@ -7,6 +7,7 @@ broker registers before it heartbeats. The heartbeat loop reports (last epoch, m
 confirm offset) every interval and applies the role in each reply; when the set has no master
 it asks for an election (a broker-triggered election, which the controller validates).
 SIGTERM/SIGINT stop the broker cleanly: servers first, then replication, then the commit log.
+SIGHUP reloads the TLS certificate (tidelog/tlsconfig.py) without stopping anything.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 
 import grpc
 
-from tidelog import logs, loops
+from tidelog import logs, loops, tlsconfig
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.dataport import DataPort
@@ -68,8 +69,14 @@ class BrokerServer:
             flush_interval_ms=cfg.flush_interval_ms,
             max_message_bytes=cfg.max_message_bytes,
         )
+        # one certificate for the gRPC, data and HA ports, reloaded on SIGHUP
+        self.tls = tlsconfig.ServerTls(cfg.tls) if cfg.tls is not None else None
         self.controller = ControllerClient(
-            cfg.controllers, rpc_timeout=2.0, total_timeout=5.0, secret=cfg.secret
+            cfg.controllers,
+            rpc_timeout=2.0,
+            total_timeout=5.0,
+            secret=cfg.secret,
+            tls=tlsconfig.member_client(cfg.tls),
         )
         self.replica = Replica(
             cfg,
@@ -162,7 +169,9 @@ class BrokerServer:
     async def start(self) -> None:
         host, _, port = self.cfg.ha_listen.rpartition(":")
         try:
-            self._ha = await asyncio.start_server(self.replica.handle_ha_connection, host, int(port))
+            self._ha = await tlsconfig.start_server(
+                self.replica.handle_ha_connection, host, int(port), self.tls
+            )
         except OSError as exc:
             raise ConfigError(
                 f"cannot listen on ha_listen {self.cfg.ha_listen}: {exc.strerror}", key="ha_listen"
@@ -180,7 +189,7 @@ class BrokerServer:
         if problem is not None:  # said before gRPC tries, whose C core would log its own lines
             raise ConfigError(f"cannot listen on {self.cfg.listen}: {problem}", key="listen")
         try:
-            bound = self._grpc.add_insecure_port(self.cfg.listen)
+            bound = tlsconfig.add_grpc_port(self._grpc, self.cfg.listen, self.tls)
         except RuntimeError as exc:
             bound = 0
             log.debug("bind failed: %s", exc)
@@ -194,8 +203,9 @@ class BrokerServer:
         if self.metrics is not None:
             await self.metrics.start(self.cfg.metrics_address)
         log.info(
-            "broker %s listening: grpc %s, ha %s; store %s [%d, %d)",
+            "broker %s listening%s: grpc %s, ha %s; store %s [%d, %d)",
             self.cfg.broker_set,
+            " with TLS" if self.tls is not None else "",
             self.cfg.listen,
             self.cfg.ha_listen,
             self.cfg.data_dir,
@@ -210,7 +220,7 @@ class BrokerServer:
             return
         grpc_host = self.cfg.listen.rpartition(":")[0]
         host, _, port = (f"{grpc_host}:0" if listen == "auto" else listen).rpartition(":")
-        self.data_port = DataPort(self.replica)
+        self.data_port = DataPort(self.replica, self.tls)
         if self.metrics is not None:
             metrics = self.metrics
             self.data_port.observe_call = lambda method, seconds, code: metrics.rpc.observe(
@@ -312,6 +322,8 @@ class BrokerServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, self._stopping.set)
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signal.SIGHUP, tlsconfig.reload_on_signal, self.tls)
         # A failed write or sync (a full disk, an I/O error) may come from the flusher thread.
         self.log.failure_listeners.append(lambda err: loop.call_soon_threadsafe(self._store_failed.set))
         await self.start()

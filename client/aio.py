@@ -85,6 +85,7 @@ from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 from tidelog.tasks import cancel_and_wait
+from tidelog.tlsconfig import aio_channel, client_from_env
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 log = logging.getLogger(__name__)
@@ -172,10 +173,13 @@ class AsyncClient:
         rpc_timeout: float = 10.0,
         route_ttl: float = 30.0,
         data_port: bool = True,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
         controllers = controllers or os.environ.get(CONTROLLERS_ENV, "")
+        # TLS to controllers, brokers and data ports alike: `ca_file`, else $TIDE_CA_FILE
+        self.tls = client_from_env(ca_file)
         self.controller = ControllerClient(
-            controllers, rpc_timeout=3.0, total_timeout=min(send_timeout, 15.0)
+            controllers, rpc_timeout=3.0, total_timeout=min(send_timeout, 15.0), tls=self.tls
         )
         self.send_timeout = send_timeout
         self.rpc_timeout = rpc_timeout
@@ -184,7 +188,7 @@ class AsyncClient:
         self._channels: dict[str, tuple[grpc.aio.Channel, bpb_grpc.BrokerStub]] = {}
         self._ledger_stubs: dict[str, Any] = {}
         # produce and pull go through each broker's data port when it has one (client/dataconn.py)
-        self.data = DataPlane(self._data_address, enabled=data_port)
+        self.data = DataPlane(self._data_address, enabled=data_port, tls=self.tls)
         self._background: set[asyncio.Future[Any]] = set()
 
     # --- plumbing ---
@@ -243,7 +247,7 @@ class AsyncClient:
     def _stub(self, address: str) -> bpb_grpc.BrokerStub:
         entry = self._channels.get(address)
         if entry is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = aio_channel(address, self.tls, CHANNEL_OPTIONS)
             entry = self._channels[address] = (channel, bpb_grpc.BrokerStub(channel))
         return entry[1]
 

@@ -22,6 +22,7 @@ from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
 from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
+from tidelog.tlsconfig import FROM_ENV, ClientTls, FromEnv, aio_channel, resolve_client
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,9 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
 
 
 class _Conn:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: ClientTls | None) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
@@ -103,8 +104,12 @@ class ControllerClient:
         rpc_timeout: float = 3.0,
         total_timeout: float = 15.0,
         secret: str | None = None,
+        tls: ClientTls | None | FromEnv = FROM_ENV,
     ) -> None:
         self._addresses = parse_addresses(addresses)
+        # TLS toward every node: brokers pass their own (or None), tools and applications take
+        # $TIDE_CA_FILE (tidelog/tlsconfig.py)
+        self.tls = resolve_client(tls)
         # Signs the membership calls (SIGNED); brokers pass theirs, operators' tools the environment's.
         self.secret = secret or secret_from_env()
         self._conns: dict[str, _Conn] = {}
@@ -135,7 +140,7 @@ class ControllerClient:
     def _conn(self, address: str) -> _Conn:
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = _Conn(address)
+            conn = self._conns[address] = _Conn(address, self.tls)
         return conn
 
     async def close(self) -> None:

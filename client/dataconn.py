@@ -1,4 +1,4 @@
-"""The client side of the data port: produce and pull frames (tidelog/dataframes.py) over TCP.
+"""The client side of the data port: produce and pull frames (tidelog/dataframes.py) over TCP or TLS.
 
 `DataPlane` keeps, per broker (by its gRPC address), where that broker's data port is — asked
 once through gRPC `Status`, which names it — and one `DataConnection` to it. A connection
@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from tidelog import dataframes as df
 from tidelog.errors import TidelogError, UnavailableError
 from tidelog.tasks import cancel_and_wait, within
+from tidelog.tlsconfig import ClientTls, open_connection
 from tidelog.wire import make_error
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,11 @@ RETRY_AFTER_S = 5.0
 
 
 class DataConnection:
-    """One TCP connection to a broker's data port, shared by concurrent calls."""
+    """One TCP (or TLS) connection to a broker's data port, shared by concurrent calls."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: ClientTls | None = None) -> None:
         self.address = address
+        self.tls = tls
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
@@ -50,7 +52,7 @@ class DataConnection:
             if self._writer is None:
                 host, _, port = self.address.rpartition(":")
                 self._reader, self._writer = await within(
-                    asyncio.open_connection(host, int(port), limit=1 << 20), timeout
+                    open_connection(host, int(port), self.tls, limit=1 << 20), timeout
                 )
                 self._receiver = asyncio.ensure_future(self._receive(self._reader))
             return self._writer
@@ -92,7 +94,8 @@ class DataConnection:
                 fut = self._pending.get(rid)
                 if fut is not None and not fut.done():
                     fut.set_result((status, body))
-        except (asyncio.IncompleteReadError, ConnectionError, df.FrameError) as exc:
+        # OSError: a reset, or with TLS an ssl.SSLError (such as a refused client certificate)
+        except (asyncio.IncompleteReadError, OSError, df.FrameError) as exc:
             why = str(exc) or why
         finally:
             self.closed = True
@@ -116,9 +119,12 @@ class DataConnection:
 class DataPlane:
     """Data ports of the brokers one client talks to, found through `status(address)`."""
 
-    def __init__(self, status: Callable[[str], Awaitable[str]], enabled: bool = True) -> None:
+    def __init__(
+        self, status: Callable[[str], Awaitable[str]], enabled: bool = True, tls: ClientTls | None = None
+    ) -> None:
         self._status = status  # gRPC address -> data address ("" when the broker has none)
         self.enabled = enabled
+        self.tls = tls  # the data ports speak TLS when the brokers' gRPC ports do
         self._where: dict[str, tuple[str, float]] = {}  # gRPC address -> (data address, when known)
         self._connections: dict[str, DataConnection] = {}
 
@@ -137,7 +143,7 @@ class DataPlane:
             return None
         conn = self._connections.get(known[0])
         if conn is None or conn.closed:
-            conn = self._connections[known[0]] = DataConnection(known[0])
+            conn = self._connections[known[0]] = DataConnection(known[0], self.tls)
         return conn
 
     def failed(self, address: str) -> None:

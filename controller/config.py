@@ -20,6 +20,7 @@ import yaml
 
 from tidelog.clusterauth import secret_from_env
 from tidelog.errors import ConfigError
+from tidelog.tlsconfig import TlsSettings, parse_section
 
 SECRET_ENV = "TIDE_CONTROLLER_SECRET"
 
@@ -36,6 +37,7 @@ _TOP_KEYS = {
     "placement",
     "placement_audit_interval_ms",
     "log_format",
+    "tls",
 }
 _RAFT_KEYS = {
     "election_min_timeout_ms",
@@ -86,6 +88,9 @@ class ControllerConfig:
     placement_audit_interval_ms: int = 1000
     # "text" log lines, or one JSON object per line with the node's identity (tidelog/logs.py)
     log_format: str = "text"
+    # TLS on the gRPC port (tidelog/tlsconfig.py); None: plain text. The Raft port is PySyncObj's,
+    # encrypted with the cluster secret instead (docs/ARCHITECTURE.md §12.1)
+    tls: TlsSettings | None = None
 
     @property
     def self_node(self) -> NodeAddress:
@@ -241,6 +246,7 @@ _SETTINGS: tuple[tuple[str, Callable[[str, Any], Any], Any], ...] = (
     ("placement", lambda _key, value: _placement(value), None),
     ("placement_audit_interval_ms", _positive_int, 1000),
     ("log_format", _log_format, "text"),
+    ("tls", lambda _key, value: None if value is None else parse_section(value, "controller config"), None),
 )
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from tidelog import logs, loops
+from tidelog import logs, loops, tlsconfig
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
 from tidelog.controller import service
@@ -81,6 +81,8 @@ class ControllerNode:
         require_real_secret(cfg.secret or "")
         self.cfg = cfg
         self.secret: str = cfg.secret or ""
+        # TLS on the gRPC port, reloaded on SIGHUP (tidelog/tlsconfig.py); None: plain text
+        self.tls = tlsconfig.ServerTls(cfg.tls) if cfg.tls is not None else None
         self._replays = ReplayCache()
         logs.identify(lambda: {"node_id": cfg.node_id})  # until the Raft node exists
         self.raft = RaftNode(cfg)
@@ -377,13 +379,16 @@ class ControllerNode:
                 hint="another process holds the port; stop it or change nodes[].grpc",
             )
         try:
-            server.add_insecure_port(address)
+            bound = tlsconfig.add_grpc_port(server, address, self.tls)
         except RuntimeError as exc:  # grpc reports a failed bind this way
             self.raft.close()
             raise UnavailableError(
                 f"cannot listen on the gRPC address {address}: {exc}",
                 hint="another process holds the port; stop it or change nodes[].grpc",
             ) from None
+        if not bound:
+            self.raft.close()
+            raise UnavailableError(f"cannot listen on the gRPC address {address}", hint="is the port in use?")
         await server.start()
         if metrics is not None:
             try:
@@ -393,8 +398,9 @@ class ControllerNode:
                 self.raft.close()
                 raise
         log.info(
-            "controller %s serving gRPC on %s (raft %s, %d node(s))",
+            "controller %s serving gRPC%s on %s (raft %s, %d node(s))",
             self.cfg.node_id,
+            " with TLS" if self.tls is not None else "",
             address,
             self.cfg.self_node.raft,
             len(self.cfg.nodes),
@@ -445,7 +451,7 @@ def with_secret(cfg: ControllerConfig) -> ControllerConfig:
 
 
 def run(cfg: ControllerConfig) -> None:
-    """Run a controller node until SIGTERM/SIGINT."""
+    """Run a controller node until SIGTERM/SIGINT; SIGHUP reloads its TLS certificate."""
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -453,6 +459,7 @@ def run(cfg: ControllerConfig) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         node = ControllerNode(cfg)
+        loop.add_signal_handler(signal.SIGHUP, tlsconfig.reload_on_signal, node.tls)
         await node.serve(stop)
 
     loops.run(main())

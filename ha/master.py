@@ -505,5 +505,5 @@ def _epoch_start(commitlog: CommitLog, epoch: int) -> int:
 
 async def _send_error(writer: asyncio.StreamWriter, code: str, message: str) -> None:
     writer.write(encode(ErrorFrame(code, message)))
-    with contextlib.suppress(ConnectionError):
+    with contextlib.suppress(OSError):  # a reset, or a broken TLS stream (ssl.SSLError)
         await writer.drain()

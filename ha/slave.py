@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 `HaSlave.run()` loops until stopped: connect to the master's HA address, prove the cluster
-secret both ways, send a Handshake (this broker's id, epoch map and max offset) and read the
+secret both ways (over TLS when the broker has a `tls:` section), send a Handshake (this broker's id, epoch map and max offset) and read the
 master's epoch map. What to do with it — refuse a deposed master, cut a forked tail (fork
 repair), refuse a cut below the confirm offset after a clean election — and with every Transfer
 that follows (record a new epoch, append, flush, ack, follow the confirm offset) is decided by
@@ -45,6 +45,7 @@ from tidelog.ha.protocol import (
 )
 from tidelog.invariants import stop_if_violated
 from tidelog.tasks import cancel_and_wait, within
+from tidelog.tlsconfig import ClientTls, open_connection
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,11 @@ class HaSlave:
         fenced_ledgers: Callable[[], Iterable[int]] | None = None,
         secret: str = "",
         unclean_epoch: int = 0,
+        tls: ClientTls | None = None,
     ) -> None:
         self.log = commitlog
         self.secret = secret
+        self.tls = tls  # the master's HA port speaks TLS: verify it against this CA
         self.refusals = 0  # masters refused for demanding a cut below the confirm offset
         self._repairs: set[tuple[int, int]] = set()  # damaged ranges asked of the master
         self.repaired: list[tuple[int, int]] = []  # ranges rewritten from the master's copy
@@ -132,7 +135,7 @@ class HaSlave:
 
     async def _session(self) -> None:
         host, _, port = self.master_address.rpartition(":")
-        reader, writer = await within(asyncio.open_connection(host, int(port)), self.idle_timeout)
+        reader, writer = await within(open_connection(host, int(port), self.tls), self.idle_timeout)
         try:
             await self._authenticate(reader, writer)
             writer.write(

@@ -54,11 +54,18 @@ PULL_MAX_BYTES = 8 << 20
 PULL_WAIT_MS = 1000
 
 
-def run(coro_fn: Callable[[AsyncClient], Awaitable[T]], controllers: str, *, rpc_timeout: float = 5.0) -> T:
-    """Run `coro_fn(client)` on a fresh event loop with a client that is closed afterwards."""
+def run(
+    coro_fn: Callable[[AsyncClient], Awaitable[T]],
+    controllers: str,
+    *,
+    rpc_timeout: float = 5.0,
+    ca_file: str | None = None,
+) -> T:
+    """Run `coro_fn(client)` on a fresh event loop with a client that is closed afterwards
+    (TLS with `ca_file`, else with $TIDE_CA_FILE when it is set)."""
 
     async def main() -> T:
-        client = AsyncClient(controllers, rpc_timeout=rpc_timeout)
+        client = AsyncClient(controllers, rpc_timeout=rpc_timeout, ca_file=ca_file)
         try:
             return await coro_fn(client)
         finally:
@@ -314,12 +321,13 @@ def read_range(
     fail_on_data_loss: bool = True,
     max_messages: int = 4096,
     timeout: float = 60.0,
+    ca_file: str | None = None,
 ) -> Iterator[Chunk]:
     """Chunks of records of `[start, end)`, in offset order; a synchronous generator for Spark's
     `read()`. The next chunk is pulled while the caller handles the current one (one pull ahead:
     at most two chunks are held)."""
     runner = _LoopThread()
-    client = AsyncClient(controllers, rpc_timeout=5.0)
+    client = AsyncClient(controllers, rpc_timeout=5.0, ca_file=ca_file)
     pending: concurrent.futures.Future[Chunk] | None = None
     try:
         reader = RangeReader(

@@ -189,6 +189,12 @@ def controllers_option(options: Mapping[str, str]) -> str:
     return controllers
 
 
+def ca_file_option(options: Mapping[str, str]) -> str | None:
+    """Option caFile: the CA a TLS cluster's certificates are verified with (the same file on every
+    Spark process); unset: $TIDE_CA_FILE of each process, else plain text."""
+    return options.get("cafile") or None
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The source's options, typed. Names follow Spark's Kafka source where the meaning matches."""
@@ -203,6 +209,7 @@ class ReadOptions:
     max_offsets_per_partition: int = 100_000
     fetch_max_messages: int = 4096
     read_timeout_s: float = 60.0
+    ca_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -245,6 +252,7 @@ class ReadOptions:
             max_offsets_per_partition=_int(opts, "maxOffsetsPerPartition", 100_000) or 100_000,
             fetch_max_messages=_int(opts, "fetchMaxMessages", 4096) or 4096,
             read_timeout_s=_float(opts, "readTimeout", 60.0),
+            ca_file=ca_file_option(opts),
         )
 
 

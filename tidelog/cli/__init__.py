@@ -9,6 +9,7 @@ import click
 
 from tidelog import logs
 from tidelog.errors import TidelogError
+from tidelog.tlsconfig import CA_FILE_ENV
 
 #: The format of the command line's own log lines (warnings of the client library): text or json.
 LOG_FORMAT_ENV = "TIDE_LOG_FORMAT"
@@ -16,8 +17,18 @@ LOG_FORMAT_ENV = "TIDE_LOG_FORMAT"
 
 @click.group()
 @click.version_option(package_name="tidelog")
-def cli() -> None:
+@click.option(
+    "--ca-file",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True),
+    help=f"connect with TLS, verifying servers against this CA (same as ${CA_FILE_ENV})",
+)
+def cli(ca_file: str | None) -> None:
     """tidelog: a replicated, durable message log."""
+    if ca_file:
+        # every client this command opens reads the environment (tidelog/tlsconfig.py), so the
+        # option and the variable cannot disagree
+        os.environ[CA_FILE_ENV] = ca_file
 
 
 def _register_commands() -> None:

@@ -85,6 +85,8 @@ def up(
                 "data_dir": state["data_dir"],
                 "client_netns": state.get("client_netns"),
                 "processes": [{k: p.get(k) for k in cols} for p in state["processes"]],
+                # with TLS: the CA clients verify with, and a client pair for mutual TLS
+                **{k: state[k] for k in ("ca_file", "cert_file", "key_file") if state.get(k)},
             },
             True,
         )
@@ -95,7 +97,8 @@ def up(
         title=f"cluster up in {state['data_dir']}",
         columns=[c for c in cols if netns or c != "netns"],
     )
-    click.echo(f"export TIDE_CONTROLLERS={state['controllers']}")
+    for name, value in localcluster.client_env(state).items():
+        click.echo(f"export {name}={value}")
     if state.get("client_netns"):
         click.echo(
             "# the processes are reachable from the lab's client side: tide cluster exec -- tide cluster status"
@@ -115,11 +118,11 @@ def wait_masters(controllers: str, wait: float, broker_sets: tuple[str, ...]) ->
 @data_dir_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def exec_(data_dir: Path, command: tuple[str, ...]) -> None:
-    """Run COMMAND on the client side of a --netns cluster, with TIDE_CONTROLLERS set
+    """Run COMMAND on the client side of a --netns cluster, with TIDE_CONTROLLERS (and TIDE_CA_FILE) set
     (`tide cluster exec -- tide cluster status`)."""
     state = localcluster.read_state(data_dir.resolve())
     ns = state.get("client_netns")
-    env = {**os.environ, "TIDE_CONTROLLERS": state["controllers"], DATA_DIR_ENV: str(data_dir.resolve())}
+    env = {**os.environ, **localcluster.client_env(state), DATA_DIR_ENV: str(data_dir.resolve())}
     prefix = net.on_client_side(ns) if ns else []
     os.execvpe(([*prefix, *command])[0], [*prefix, *command], env)
 

@@ -7,10 +7,13 @@
   with their readiness waits, for tests and benches that drive them directly.
 - topology, cluster: `tide cluster up|down|kill|restart` from a topology file, every process
   recorded in `cluster.json` (see deploy/local.yaml).
+- certs: the throwaway CA and certificates of a topology with `tls:` (deploy/secure.yaml).
 """
 
 from tidelog.localcluster.cluster import (
     STATE_FILE,
+    client_env,
+    client_tls,
     down,
     is_running,
     kill,
@@ -43,6 +46,8 @@ __all__ = [
     "Proc",
     "Topology",
     "broker_doc",
+    "client_env",
+    "client_tls",
     "controller_doc",
     "create_topic",
     "down",

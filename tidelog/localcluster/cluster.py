@@ -8,6 +8,10 @@ pid still runs a tidelog process before signalling it). Ports are picked free on
 (`ports: auto`) or counted up from a fixed first port, which is checked free before anything
 starts.
 
+A topology with a `tls:` section (deploy/secure.yaml) gets a throwaway CA and a certificate per
+process under `data_dir/tls/` (tidelog/localcluster/certs.py); every config carries its `tls:`
+section and the state records `ca_file` (and the client's `cert_file`/`key_file`).
+
 With `netns=True` (`tide cluster up --netns`) every process runs in its own network namespace
 with its own address (tidelog/lab: plan, rules, relay), ports are fixed per role, and the
 cluster state records the lab so that `down` removes every namespace it made.
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidelog import tlsconfig
 from tidelog.clusterauth import new_secret
 from tidelog.errors import ConfigError, TidelogError, UnavailableError, by_code
 from tidelog.lab import net
@@ -42,6 +47,7 @@ from tidelog.lab.plan import (
     LabPlan,
     make_plan,
 )
+from tidelog.localcluster import certs
 from tidelog.localcluster.configs import broker_doc, controller_doc, write_config
 from tidelog.localcluster.procs import Proc, free_address, is_ours, reap, running, stop_process
 from tidelog.localcluster.topology import Topology
@@ -112,6 +118,7 @@ class _Layout:
     brokers: list[dict[str, Any]]  # broker_set, replica, datacenter, listen, ha_listen
     plan: LabPlan | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # the controller keys besides nodes
+    tls: certs.ClusterCerts | None = None
 
     @property
     def controllers(self) -> str:
@@ -140,6 +147,8 @@ def up(
     data_dir = data_dir.resolve()
     _prepare(data_dir, netns)
     layout = _layout(topology, data_dir, netns, wan_delay_ms)
+    if topology.tls is not None:
+        layout.tls = _make_certs(data_dir, layout, bool(topology.tls.get("require_client_cert", False)))
     ctrl_cfg, secret = _write_controller_config(topology, data_dir, layout)
     state: dict[str, Any] = {
         "controllers": layout.controllers,
@@ -147,6 +156,7 @@ def up(
         "processes": [],
         "broker_sets": [bs["name"] for bs in topology.broker_sets],
         "started": time.time(),
+        **_tls_state(layout.tls),
     }
     if layout.plan is not None:
         state["lab"] = {"plan": layout.plan.to_json(), **net.create(layout.plan, data_dir / "lab")}
@@ -160,13 +170,49 @@ def up(
     note(f"waiting for a master in {', '.join(names)}")
     try:
         if layout.plan is None:
-            asyncio.run(wait_masters(layout.controllers, names, procs, wait_s))
+            asyncio.run(wait_masters(layout.controllers, names, procs, wait_s, client_tls(state)))
         else:
-            _wait_masters_in(state["client_netns"], layout.controllers, names, procs, wait_s)
+            _wait_masters_in(state, layout.controllers, names, procs, wait_s)
     except BaseException:
         down(data_dir)
         raise
     return state
+
+
+def _make_certs(data_dir: Path, layout: _Layout, require_client_cert: bool) -> certs.ClusterCerts:
+    """A fresh CA and a certificate per process, for the host each one listens on; the
+    controller nodes share one config file, hence one certificate."""
+    hosts = {"controller": [n["grpc"].rpartition(":")[0] for n in layout.nodes]}
+    for b in layout.brokers:
+        hosts[f"{b['broker_set']}-{b['replica']}"] = [b["listen"].rpartition(":")[0]]
+    return certs.for_cluster(data_dir / "tls", hosts, require_client_cert)
+
+
+def _tls_state(tls: certs.ClusterCerts | None) -> dict[str, Any]:
+    if tls is None:
+        return {}
+    return {"ca_file": str(tls.ca.cert), "cert_file": str(tls.client.cert), "key_file": str(tls.client.key)}
+
+
+def client_tls(state: dict[str, Any]) -> tlsconfig.ClientTls | None:
+    """How a client of the cluster recorded in `state` connects: TLS with its CA and client pair."""
+    if not state.get("ca_file"):
+        return None
+    return tlsconfig.ClientTls(Path(state["ca_file"]), Path(state["cert_file"]), Path(state["key_file"]))
+
+
+def client_env(state: dict[str, Any]) -> dict[str, str]:
+    """The environment variables that make `tide` commands connect to this cluster."""
+    env = {"TIDE_CONTROLLERS": state["controllers"]}
+    if state.get("ca_file"):
+        env.update(
+            {
+                tlsconfig.CA_FILE_ENV: state["ca_file"],
+                tlsconfig.CERT_FILE_ENV: state["cert_file"],
+                tlsconfig.KEY_FILE_ENV: state["key_file"],
+            }
+        )
+    return env
 
 
 def _prepare(data_dir: Path, netns: bool) -> None:
@@ -266,6 +312,8 @@ def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout
         settings["placement"] = placement
     secret = settings.pop("secret", None) or topology.broker.get("secret") or new_secret()
     nodes = [{k: n[k] for k in ("id", "raft", "grpc", "metrics_address")} for n in layout.nodes]
+    if layout.tls is not None:
+        settings["tls"] = layout.tls.section("controller")
     doc = controller_doc(data_dir / "controller", nodes, secret=secret, **settings)
     return write_config(data_dir / "controller.yaml", doc), secret
 
@@ -324,6 +372,8 @@ def _start_brokers(
             **{"datacenter": b["datacenter"], **settings, "metrics_address": metrics},
         )
         doc["secret"] = secret
+        if layout.tls is not None:
+            doc["tls"] = layout.tls.section(name)
         cfg = write_config(data_dir / f"{name}.yaml", doc)
         args = ["broker", "--config", str(cfg)]
         log_path = data_dir / f"{name}.log"
@@ -368,11 +418,11 @@ def start_failure(name: str, last_word: str, log: str) -> TidelogError:
 
 
 def _wait_masters_in(
-    netns: str, controllers: str, names: list[str], procs: list[dict[str, Any]], wait_s: float
+    state: dict[str, Any], controllers: str, names: list[str], procs: list[dict[str, Any]], wait_s: float
 ) -> None:
     """`wait_masters` from the lab's client namespace (the only side that reaches every process)."""
     cmd = [
-        *net.in_netns(netns),
+        *net.in_netns(state["client_netns"]),
         sys.executable,
         "-m",
         "tidelog.cli",
@@ -384,7 +434,13 @@ def _wait_masters_in(
         str(wait_s),
         *names,
     ]
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **client_env(state)},
+    )
     while child.poll() is None:
         dead = _dead_on_start(procs)
         if dead is not None:
@@ -400,12 +456,16 @@ def _wait_masters_in(
 
 
 async def wait_masters(
-    controllers: str, names: list[str], procs: list[dict[str, Any]], wait_s: float
+    controllers: str,
+    names: list[str],
+    procs: list[dict[str, Any]],
+    wait_s: float,
+    tls: tlsconfig.ClientTls | None | tlsconfig.FromEnv = tlsconfig.FROM_ENV,
 ) -> None:
     from tidelog.client.controllers import ControllerClient
 
     deadline = time.monotonic() + wait_s
-    async with ControllerClient(controllers, rpc_timeout=1.0, total_timeout=2.0) as client:
+    async with ControllerClient(controllers, rpc_timeout=1.0, total_timeout=2.0, tls=tls) as client:
         while True:
             dead = _dead_on_start(procs)
             if dead is not None:
