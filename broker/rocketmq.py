@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from tidelog import tlsconfig
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
@@ -111,7 +112,10 @@ class MessagingService(s_grpc.MessagingServiceServicer):
     def __init__(self, cfg: BrokerConfig, advertised: Callable[[], str]) -> None:
         self.cfg = cfg
         self.advertised = advertised
-        self.client = AsyncClient(cfg.controllers, send_timeout=30.0, rpc_timeout=10.0)
+        # the cluster as a member sees it: with TLS, this broker's own CA and certificate
+        self.client = AsyncClient(
+            cfg.controllers, send_timeout=30.0, rpc_timeout=10.0, tls=tlsconfig.member_client(cfg.tls)
+        )
         self.producer: AsyncProducer = self.client.producer()
         self._in_progress = 0
         self._masters: dict[str, tuple[float, str]] = {}  # broker address -> (when, its RocketMQ endpoint)
@@ -536,8 +540,9 @@ def _tag_filter(expression: d.FilterExpression) -> frozenset[str] | None:
 class RocketMQEndpoint:
     """The second gRPC server of a broker, serving MessagingService."""
 
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: BrokerConfig, tls: tlsconfig.ServerTls | None = None) -> None:
         self.cfg = cfg
+        self.tls = tls
         self.address = ""  # what clients are told, once bound
         self.service = MessagingService(cfg, lambda: self.address)
         self._server: grpc.aio.Server | None = None
@@ -551,7 +556,9 @@ class RocketMQEndpoint:
         self._server = grpc.aio.server(options=SERVER_OPTIONS)
         s_grpc.add_MessagingServiceServicer_to_server(self.service, self._server)
         try:
-            port = self._server.add_insecure_port(target)
+            # with TLS, the broker's certificate (RocketMQ clients trust it through their roots:
+            # GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)
+            port = tlsconfig.add_grpc_port(self._server, target, self.tls)
         except RuntimeError:
             port = 0
         if not port:

@@ -85,7 +85,7 @@ from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 from tidelog.tasks import cancel_and_wait
-from tidelog.tlsconfig import aio_channel, client_from_env
+from tidelog.tlsconfig import ClientTls, aio_channel, client_from_env
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 log = logging.getLogger(__name__)
@@ -174,10 +174,12 @@ class AsyncClient:
         route_ttl: float = 30.0,
         data_port: bool = True,
         ca_file: str | os.PathLike[str] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         controllers = controllers or os.environ.get(CONTROLLERS_ENV, "")
-        # TLS to controllers, brokers and data ports alike: `ca_file`, else $TIDE_CA_FILE
-        self.tls = client_from_env(ca_file)
+        # TLS to controllers, brokers and data ports alike: `tls` (a cluster member's own, e.g. the
+        # RocketMQ endpoint's), else `ca_file`, else $TIDE_CA_FILE
+        self.tls = tls if tls is not None else client_from_env(ca_file)
         self.controller = ControllerClient(
             controllers, rpc_timeout=3.0, total_timeout=min(send_timeout, 15.0), tls=self.tls
         )

@@ -136,7 +136,7 @@ class ServerTls:
         self.context = _server_context(settings, "tls")
         self._lock = threading.Lock()  # grpc calls the fetcher from its own threads
         self._pem = self._read()
-        self._fresh = False  # a reloaded pair grpc has not picked up yet
+        self._version = 0  # one more per reload: each gRPC port picks up the versions it has not seen
         self.reloads = 0
 
     def _read(self) -> tuple[bytes, bytes, bytes]:
@@ -148,20 +148,23 @@ class ServerTls:
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
-        """Credentials for a gRPC port that pick up a reload at the next handshake."""
+        """Credentials for a gRPC port that pick up a reload at the next handshake (each port its
+        own: a process may have several, a broker's own and its RocketMQ endpoint)."""
         with self._lock:
             initial = self._grpc_config()
-        return grpc.dynamic_ssl_server_credentials(
-            initial, self._fetch, require_client_authentication=self.settings.require_client_cert
-        )
+            seen = [self._version]
 
-    def _fetch(self) -> Any:
-        # Called before every new gRPC handshake: None keeps the current pair.
-        with self._lock:
-            if not self._fresh:
-                return None
-            self._fresh = False
-            return self._grpc_config()
+        def fetch() -> Any:
+            # Called before every new gRPC handshake of this port: None keeps the current pair.
+            with self._lock:
+                if seen[0] == self._version:
+                    return None
+                seen[0] = self._version
+                return self._grpc_config()
+
+        return grpc.dynamic_ssl_server_credentials(
+            initial, fetch, require_client_authentication=self.settings.require_client_cert
+        )
 
     def reload(self) -> None:
         """Re-read cert, key and CA from the same paths. A pair that does not load is refused with
@@ -174,7 +177,7 @@ class ServerTls:
         _load_ca(self.context, self.settings, "tls reload")
         with self._lock:
             self._pem = pem
-            self._fresh = True
+            self._version += 1
         self.reloads += 1
         log.warning("TLS certificate reloaded from %s (new connections use it)", self.settings.cert)
 

@@ -76,18 +76,21 @@ def serial_of(pem: Path) -> int:
 
 
 def ports(c: LocalCluster, name: str) -> dict[str, str]:
-    """The gRPC, HA and data addresses of broker `name` (its config, and its Status for the data port)."""
+    """The gRPC, HA, data and RocketMQ addresses of broker `name` (its config, and its Status for the
+    data and RocketMQ ports)."""
     cfg = yaml.safe_load((c.data_dir / f"{name}.yaml").read_text())
 
-    async def data_address() -> str:
+    async def status() -> tuple[str, str]:
         # with the client pair as well, which a cluster with require_client_cert asks for
         client = AsyncClient(c.controllers, ca_file=ca_of(c))
         client.tls = client_tls(c.state())
         async with client:
             reply = await client.call_broker(cfg["listen"], "Status", bpb.StatusRequest(), timeout=5)
-            return str(reply.data_address)
+            return str(reply.data_address), str(reply.rocketmq_address)
 
-    return {"grpc": cfg["listen"], "ha": cfg["ha_listen"], "data": asyncio.run(data_address())}
+    data, rocketmq = asyncio.run(status())
+    assert rocketmq, "the RocketMQ endpoint is on by default"
+    return {"grpc": cfg["listen"], "ha": cfg["ha_listen"], "data": data, "rocketmq": rocketmq}
 
 
 def test_up_prints_the_ca_and_every_port_serves_its_generated_certificate(secure: LocalCluster) -> None:
