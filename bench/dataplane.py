@@ -43,7 +43,7 @@ BODY = b"x" * 1024
 BATCH = 1000
 
 
-def _per_thousand(cpu: dict[str, float], seconds: float, messages: int) -> dict[str, float]:
+def per_thousand(cpu: dict[str, float], seconds: float, messages: int) -> dict[str, float]:
     """CPU ms each process spent per 1,000 messages, from CpuMeter's percent of one core."""
     return {k: round(v / 100 * seconds * 1000 / messages * 1000, 2) for k, v in cpu.items()}
 
@@ -56,7 +56,7 @@ async def _produce(client: AsyncClient, meter: CpuMeter, seconds: float) -> dict
     while time.perf_counter() - t0 < seconds:
         n += len(await producer.send_batch(TOPIC, batch))
     dt = time.perf_counter() - t0
-    return {"msgs_per_s": round(n / dt), "messages": n, "cpu_ms_per_1000": _per_thousand(meter.stop(), dt, n)}
+    return {"msgs_per_s": round(n / dt), "messages": n, "cpu_ms_per_1000": per_thousand(meter.stop(), dt, n)}
 
 
 async def _send_in_flight(client: AsyncClient, meter: CpuMeter, seconds: float) -> dict[str, Any]:
@@ -82,7 +82,7 @@ async def _send_in_flight(client: AsyncClient, meter: CpuMeter, seconds: float) 
         task.add_done_callback(tasks.discard)
     await asyncio.gather(*tasks)
     dt = time.perf_counter() - t0
-    cpu = _per_thousand(meter.stop(), dt, done)
+    cpu = per_thousand(meter.stop(), dt, done)
     return {"msgs_per_s": round(done / dt), "messages": done, "cpu_ms_per_1000": cpu}
 
 
@@ -110,7 +110,7 @@ async def _consume(client: AsyncClient, meter: CpuMeter, total: int) -> dict[str
     return {
         "msgs_per_s": round(got / dt),
         "messages": got,
-        "cpu_ms_per_1000": _per_thousand(meter.stop(), dt, got),
+        "cpu_ms_per_1000": per_thousand(meter.stop(), dt, got),
     }
 
 
@@ -126,7 +126,7 @@ async def _consume_master(client: AsyncClient, meter: CpuMeter, address: str, to
     return {
         "msgs_per_s": round(got / dt),
         "messages": got,
-        "cpu_ms_per_1000": _per_thousand(meter.stop(), dt, got),
+        "cpu_ms_per_1000": per_thousand(meter.stop(), dt, got),
     }
 
 

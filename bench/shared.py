@@ -28,15 +28,12 @@ from typing import Any
 
 from bench.cluster import BenchCluster
 from bench.commitlog import code_version, report
+from bench.dataplane import per_thousand
 from bench.produce import CpuMeter
 from tidelog import loops
 from tidelog.client.aio import AsyncClient, OutMessage
 
 BODY = b"x" * 1024
-
-
-def _per_thousand(cpu: dict[str, float], seconds: float, messages: int) -> dict[str, float]:
-    return {k: round(v / 100 * seconds * 1000 / max(1, messages) * 1000, 2) for k, v in cpu.items()}
 
 
 async def _fill(client: AsyncClient, topic: str, messages: int, keys: int) -> None:
@@ -70,7 +67,11 @@ async def _consume(
         cpu = meter.stop()
     finally:
         await consumer.close()
-    return {"msgs_per_s": round(got / dt), "messages": got, "cpu_ms_per_1000": _per_thousand(cpu, dt, got)}
+    return {
+        "msgs_per_s": round(got / dt),
+        "messages": got,
+        "cpu_ms_per_1000": per_thousand(cpu, dt, max(1, got)),
+    }
 
 
 async def _run(cluster: BenchCluster, args: argparse.Namespace) -> dict[str, Any]:

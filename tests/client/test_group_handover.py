@@ -202,3 +202,64 @@ def test_a_killed_member_redelivers_only_what_it_had_not_committed(
     # only what the killed member delivered at or past its last commit of that queue comes again
     assert all(off >= committed.get((bs, q), -1) for bs, q, off in again), "re-delivered committed messages"
     assert len(again) <= sum(1 for bs, q, off in delivered if off >= committed.get((bs, q), -1))
+
+
+def test_three_then_five_then_two_members_while_50000_keyed_messages_are_produced(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """The issue's scenario: 3 members, then 5, then 2, on a 12-queue topic while 50,000 keyed
+    messages are produced: each delivered exactly once in total, and within each member's
+    tenure of a queue every key's messages come in the order they were sent."""
+    topic, total, keys = "churn12", 50_000, 200
+    client.admin().create_topic(topic, queues=12)
+    produced: list[Pos] = []
+    failures: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            with Client(cluster.controllers, send_timeout=30.0) as c:
+                p = c.producer()
+                for start in range(0, total, 500):
+                    batch = [
+                        OutMessage(f"{i % keys}:{i}".encode(), f"k{i % keys}")
+                        for i in range(start, start + 500)
+                    ]
+                    produced.extend(
+                        (r.broker_set, r.queue, r.queue_offset) for r in p.send_batch(topic, batch)
+                    )
+                    time.sleep(0.02)  # spread the production over the membership changes
+        except BaseException as exc:
+            failures.append(exc)
+
+    writer = threading.Thread(target=produce, daemon=True)
+    members = [Member(cluster.controllers, "churn", topic) for _ in range(3)]
+    writer.start()
+    for m in members:
+        m.start()
+    extra: list[Member] = []
+    try:
+        wait_for("a fifth of the messages", lambda: len(tally(members)) >= total // 5, 60)
+        extra = [Member(cluster.controllers, "churn", topic) for _ in range(2)]
+        for m in extra:
+            m.start()
+        wait_for("the newcomers to read", lambda: all(len(m.seen) >= 50 for m in extra), 60)
+        for m in members:
+            m.leave()  # three leave: two remain
+        writer.join(timeout=120)
+        assert not failures and len(produced) == total, failures
+        wait_for("every message", lambda: set(tally([*members, *extra])) >= set(produced), 120)
+    finally:
+        for m in [*members, *extra]:
+            if m.is_alive():
+                m.leave()
+    everyone = [*members, *extra]
+    seen = tally(everyone)
+    assert set(seen) == set(produced), "messages lost"
+    assert {p: n for p, n in seen.items() if n > 1} == {}, "duplicates through 3 -> 5 -> 2 members"
+    # within each member's reads of a queue, offsets only go up (the queue's order, which is the
+    # send order of each key: one key lives on one queue)
+    for m in everyone:
+        last: dict[tuple[str, int], int] = {}
+        for bs, q, off in m.seen:
+            assert off > last.get((bs, q), -1), f"{m.consumer.member_id} read {bs}/{q} out of order"
+            last[(bs, q)] = off
