@@ -16,6 +16,10 @@ broker/rocketmqrules.py's.
 Every call answers a RocketMQ `Status`: a tidelog error by its mapped code, a malformed request by
 a 400 code, an RPC tidelog does not serve by NOT_IMPLEMENTED (never gRPC UNIMPLEMENTED), and a
 call beyond `max_concurrent_requests` in progress by TOO_MANY_REQUESTS.
+
+With `rocketmq_access_keys` configured, every call (the Telemetry stream too) must carry the
+clients' MQv2-HMAC-SHA1 signature by one of them: `SignatureCheck`, a server interceptor, answers
+any other with UNAUTHORIZED before the call reaches the service.
 """
 
 from __future__ import annotations
@@ -537,6 +541,56 @@ def _tag_filter(expression: d.FilterExpression) -> frozenset[str] | None:
         raise refused("ILLEGAL_FILTER_EXPRESSION", str(exc)) from None
 
 
+class SignatureCheck(grpc.aio.ServerInterceptor):
+    """Refuses every call not signed by a configured access key (rules.refusal) with a reply of the
+    call's own type whose status is UNAUTHORIZED, as RocketMQ's proxy answers; the call itself
+    never runs. Interceptors see every method, so a call added later cannot be missed."""
+
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.secrets = dict(cfg.rocketmq_access_keys)
+        self.max_skew_s = cfg.rocketmq_auth_max_skew_s
+        self._service = s.DESCRIPTOR.services_by_name["MessagingService"]
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        headers: dict[str, str] = {}
+        for key, value in details.invocation_metadata or ():
+            if isinstance(value, str):
+                headers.setdefault(key.lower(), value)
+        why = rules.refusal(headers, self.secrets, time.time(), self.max_skew_s)
+        if why is None or handler is None:
+            return handler
+        method = self._service.methods_by_name.get(details.method.rpartition("/")[2])
+        if method is None:
+            return handler
+        log.info("RocketMQ endpoint: %s refused: %s", details.method, why)
+        reply = getattr(s, method.output_type.name)(status=_status("UNAUTHORIZED", why))
+        return _replying(handler, reply)
+
+
+def _replying(handler: grpc.RpcMethodHandler, reply: Any) -> grpc.RpcMethodHandler:
+    """A handler of `handler`'s kind that answers `reply` (once, for a stream) and nothing else."""
+    de, ser = handler.request_deserializer, handler.response_serializer
+
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return reply
+
+    async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        yield reply
+
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary, de, ser)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(stream, de, ser)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary, de, ser)
+    return grpc.stream_stream_rpc_method_handler(stream, de, ser)
+
+
 class RocketMQEndpoint:
     """The second gRPC server of a broker, serving MessagingService."""
 
@@ -553,7 +607,8 @@ class RocketMQEndpoint:
         listen = self.cfg.rocketmq_listen
         host = self.cfg.listen.rpartition(":")[0]
         target = f"{host}:0" if listen == "auto" else listen
-        self._server = grpc.aio.server(options=SERVER_OPTIONS)
+        checks = [SignatureCheck(self.cfg)] if self.cfg.rocketmq_access_keys else []
+        self._server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=checks)
         s_grpc.add_MessagingServiceServicer_to_server(self.service, self._server)
         try:
             # with TLS, the broker's certificate (RocketMQ clients trust it through their roots:
