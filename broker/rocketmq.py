@@ -7,10 +7,10 @@ controllers and does what a tidelog client would, so routing, a master's move (N
 retries are that client's. The mapping of RocketMQ's concepts (docs/ARCHITECTURE.md, "RocketMQ
 endpoint"): a broker set is a RocketMQ broker (id 0, the master) whose queues are the topic's
 queues in that set; a route advertises, per set, the RocketMQ endpoint of its master (learned from
-the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage and
-ChangeInvisibleDuration are the shared subscription mode's SharedReceive, SharedAck and
-SharedChangeInvisible (broker/shared.py) on the queue the client names, the receipt handle
-carrying (broker set, queue, shared receipt). The rules (codes, handles, filters, properties) are
+the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
+ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue are the shared subscription mode's
+SharedReceive, SharedAck, SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
+queue the client names, the receipt handle carrying (broker set, queue, shared receipt). The rules (codes, handles, filters, properties) are
 broker/rocketmqrules.py's.
 
 Every call answers a RocketMQ `Status`: a tidelog error by its mapped code, a malformed request by
@@ -49,6 +49,7 @@ from tidelog.errors import (
     TidelogError,
     TopicExistsError,
     TopicNotFoundError,
+    UnavailableError,
 )
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto.rocketmq import definition_pb2 as d
@@ -63,6 +64,7 @@ R = TypeVar("R")
 MAX_BATCH = 1024  # messages of one SendMessage, entries of one AckMessage, messages of one receive
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 ENDPOINT_TTL_S = 10.0  # how long a master's RocketMQ endpoint (from its Status) is trusted
+DLQ_WAIT_S = 5.0  # how long a forward to a dead-letter topic just created waits for its broker
 ACCEPTED_TYPES = (d.NORMAL, d.FIFO)
 TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO"}
 
@@ -459,12 +461,42 @@ class MessagingService(s_grpc.MessagingServiceServicer):
 
         return await self._answer(s.ChangeInvisibleDurationResponse, work, context)
 
-    # --- not served (yet): an explicit RocketMQ status, never gRPC UNIMPLEMENTED ---
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: s.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
+    ) -> s.ForwardMessageToDeadLetterQueueResponse:
+        """The message of the receipt handle goes to `%DLQ%<group>` now (a push consumer that
+        gave up on it), through the shared mode's SharedDeadLetter: copy and state in one write."""
 
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        return s.ForwardMessageToDeadLetterQueueResponse(
-            status=_not_served("ForwardMessageToDeadLetterQueue")
-        )
+        async def work() -> s.ForwardMessageToDeadLetterQueueResponse:
+            group = _name("group", request.group.name)
+            topic = _name("topic", request.topic.name)
+            handle = _handle(request.receipt_handle)
+            bs = await self._broker_set(topic, handle.broker_set)
+            await self._dead_letter_topic(group)
+            req = bpb.SharedDeadLetterRequest(
+                group=group, topic=topic, queue=handle.queue, receipt=handle.receipt
+            )
+            timeout = self.client.rpc_timeout
+            await self._until_served(
+                lambda: self.client.call_master(topic, bs, "SharedDeadLetter", req, timeout)
+            )
+            return s.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+        return await self._answer(s.ForwardMessageToDeadLetterQueueResponse, work, context)
+
+    async def _until_served(self, call: Callable[[], Awaitable[R]]) -> R:
+        """`call()`, again while its broker has not learned of a topic just created (the
+        dead-letter topic: UNAVAILABLE), for up to DLQ_WAIT_S."""
+        deadline = time.monotonic() + DLQ_WAIT_S
+        while True:
+            try:
+                return await call()
+            except UnavailableError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    # --- not served (yet): an explicit RocketMQ status, never gRPC UNIMPLEMENTED ---
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         return s.EndTransactionResponse(status=_not_served("EndTransaction (transactional messages)"))

@@ -8,6 +8,7 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT raw TOPIC
     python rocketmq_driver.py ENDPOINT signed TOPIC GROUP ACCESS_KEY SECRET_KEY
     python rocketmq_driver.py ENDPOINT unsigned TOPIC SECRET_KEY_OF_ak
+    python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rocketmq.grpc_protocol import (
     AckMessageRequest,
     Code,
     EndTransactionRequest,
+    ForwardMessageToDeadLetterQueueRequest,
     MessagingServiceStub,
     QueryRouteRequest,
     TelemetryCommand,
@@ -208,6 +210,44 @@ def unsigned(endpoint: str, topic: str, secret: str) -> dict[str, Any]:
         }
 
 
+def forward(endpoint: str, topic: str, group: str) -> dict[str, Any]:
+    """Receive one message with the SimpleConsumer (which has no call for it), send it to the
+    dead-letter queue with the client's own generated stub, then try its receipt again and
+    receive for a while: the message must not come back."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = consumer.receive(1, 30)
+        (m,) = got
+        request = ForwardMessageToDeadLetterQueueRequest()
+        request.group.name = group
+        request.topic.name = topic
+        request.receipt_handle = m.receipt_handle
+        request.message_id = m.message_id
+        request.delivery_attempt = m.delivery_attempt
+        request.max_delivery_attempts = 16
+        with grpc.insecure_channel(endpoint) as channel:
+            stub = MessagingServiceStub(channel)
+            first = stub.ForwardMessageToDeadLetterQueue(request, timeout=15).status
+            again = stub.ForwardMessageToDeadLetterQueue(request, timeout=15).status
+        later = []
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            later += [described(x) for x in consumer.receive(32, 1)]
+        return {
+            "message": described(m),
+            "forward": Code.Name(first.code),
+            "forward_message": first.message,
+            "again": Code.Name(again.code),
+            "later": later,
+        }
+    finally:
+        consumer.shutdown()
+
+
 def main() -> None:
     endpoint, command, *args = sys.argv[1:]
     if command == "send":
@@ -220,6 +260,8 @@ def main() -> None:
         out = signed(endpoint, *args)
     elif command == "unsigned":
         out = unsigned(endpoint, *args)
+    elif command == "forward":
+        out = forward(endpoint, *args)
     else:
         out = raw(endpoint, args[0])
     print(json.dumps(out))
