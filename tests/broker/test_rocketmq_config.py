@@ -10,7 +10,7 @@ import pytest
 from tidelog.broker.config import from_mapping
 from tidelog.errors import ConfigError
 
-BASE = {"broker_set": "a", "data_dir": "/tmp/x", "controllers": "127.0.0.1:1", "secret": "s"}
+BASE = {"broker_set": "a", "data_dir": "data", "controllers": "127.0.0.1:1", "secret": "s"}
 
 
 def test_no_access_keys_by_default_and_a_fifteen_minute_clock_bound() -> None:
