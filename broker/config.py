@@ -41,6 +41,11 @@ class BrokerConfig:
     # listens on the host of `listen` with a port the system picks, "" turns it off
     rocketmq_listen: str = "auto"
     rocketmq_advertise_address: str = ""
+    # (access key, secret key) pairs the official clients sign their calls with (MQv2-HMAC-SHA1,
+    # broker/rocketmqrules.py); empty: the RocketMQ endpoint checks no signature
+    rocketmq_access_keys: tuple[tuple[str, str], ...] = ()
+    # how far a signed call's x-mq-date-time may be from the broker's clock; 0: not checked
+    rocketmq_auth_max_skew_s: int = 900
     datacenter: str = ""
     rack: str = ""
     priority: int | None = None  # election priority, lower wins
@@ -124,7 +129,7 @@ _POSITIVE = {
     "max_pull_messages",
     "retention_check_interval_ms",
 }
-_NON_NEGATIVE = {"retention_ms", "retention_bytes", "retention_slave_hold_ms"}
+_NON_NEGATIVE = {"retention_ms", "retention_bytes", "retention_slave_hold_ms", "rocketmq_auth_max_skew_s"}
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A broker set's name shows up in file names (`tide cluster up` writes <name>-<replica>.yaml) and
 # log lines: no path separators, no leading dot (`..`), as in a topology file.
@@ -165,11 +170,11 @@ def _check_type(name: str, value: Any, source: str) -> Any:
         return Path(str(value))
     if name == "tls":
         return None if value is None else parse_section(value, source)
+    if name in _LISTS:
+        return _LISTS[name](name, value, source)
     if name == "priority":
         if value is not None and not _is_int(value):
             raise ConfigError(f"{source}: priority must be an integer", key=name)
-    elif name == "retention_respect_groups":
-        return _group_names(name, value, source)
     elif isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: {name} must be true or false", key=name)
@@ -196,6 +201,41 @@ def _group_names(name: str, value: Any, source: str) -> tuple[str, ...]:
     ):
         raise ConfigError(f"{source}: {name} must be a list of consumer-group names", key=name)
     return tuple(value)
+
+
+# An access key travels in `Credential=<key>, ...`: no separator of that header in it.
+_ACCESS_KEY = re.compile(r"[A-Za-z0-9._@:+=-]{1,128}")
+
+
+def _access_keys(name: str, value: Any, source: str) -> tuple[tuple[str, str], ...]:
+    """A list of {access_key, secret_key}: access keys distinct, secrets non-empty."""
+    shape = f"{name} must be a list of {{access_key: ..., secret_key: ...}}"
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConfigError(f"{source}: {shape}", key=name)
+    out: list[tuple[str, str]] = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict) or set(entry) != {"access_key", "secret_key"}:
+            raise ConfigError(f"{source}: {name}[{i}]: {shape}", key=f"{name}[{i}]")
+        ak, sk = entry["access_key"], entry["secret_key"]
+        if not isinstance(ak, str) or not _ACCESS_KEY.fullmatch(ak):
+            raise ConfigError(
+                f"{source}: {name}[{i}].access_key must be 1-128 letters, digits or ._@:+=-",
+                key=f"{name}[{i}].access_key",
+            )
+        if not isinstance(sk, str) or not sk:
+            raise ConfigError(
+                f"{source}: {name}[{i}].secret_key must be a non-empty string", key=f"{name}[{i}].secret_key"
+            )
+        if any(ak == known for known, _ in out):
+            raise ConfigError(f"{source}: {name}: access key {ak!r} is listed twice", key=f"{name}[{i}]")
+        out.append((ak, sk))
+    return tuple(out)
+
+
+#: The keys whose value is a list, each with what checks it.
+_LISTS = {"retention_respect_groups": _group_names, "rocketmq_access_keys": _access_keys}
 
 
 def _check_value(name: str, value: Any, source: str) -> Any:

@@ -7,15 +7,19 @@ controllers and does what a tidelog client would, so routing, a master's move (N
 retries are that client's. The mapping of RocketMQ's concepts (docs/ARCHITECTURE.md, "RocketMQ
 endpoint"): a broker set is a RocketMQ broker (id 0, the master) whose queues are the topic's
 queues in that set; a route advertises, per set, the RocketMQ endpoint of its master (learned from
-the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage and
-ChangeInvisibleDuration are the shared subscription mode's SharedReceive, SharedAck and
-SharedChangeInvisible (broker/shared.py) on the queue the client names, the receipt handle
-carrying (broker set, queue, shared receipt). The rules (codes, handles, filters, properties) are
+the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
+ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue are the shared subscription mode's
+SharedReceive, SharedAck, SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
+queue the client names, the receipt handle carrying (broker set, queue, shared receipt). The rules (codes, handles, filters, properties) are
 broker/rocketmqrules.py's.
 
 Every call answers a RocketMQ `Status`: a tidelog error by its mapped code, a malformed request by
 a 400 code, an RPC tidelog does not serve by NOT_IMPLEMENTED (never gRPC UNIMPLEMENTED), and a
 call beyond `max_concurrent_requests` in progress by TOO_MANY_REQUESTS.
+
+With `rocketmq_access_keys` configured, every call (the Telemetry stream too) must carry the
+clients' MQv2-HMAC-SHA1 signature by one of them: `SignatureCheck`, a server interceptor, answers
+any other with UNAUTHORIZED before the call reaches the service.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from tidelog.errors import (
     TidelogError,
     TopicExistsError,
     TopicNotFoundError,
+    UnavailableError,
 )
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto.rocketmq import definition_pb2 as d
@@ -59,6 +64,7 @@ R = TypeVar("R")
 MAX_BATCH = 1024  # messages of one SendMessage, entries of one AckMessage, messages of one receive
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 ENDPOINT_TTL_S = 10.0  # how long a master's RocketMQ endpoint (from its Status) is trusted
+DLQ_WAIT_S = 5.0  # how long a forward to a dead-letter topic just created waits for its broker
 ACCEPTED_TYPES = (d.NORMAL, d.FIFO)
 TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO"}
 
@@ -455,12 +461,42 @@ class MessagingService(s_grpc.MessagingServiceServicer):
 
         return await self._answer(s.ChangeInvisibleDurationResponse, work, context)
 
-    # --- not served (yet): an explicit RocketMQ status, never gRPC UNIMPLEMENTED ---
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: s.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
+    ) -> s.ForwardMessageToDeadLetterQueueResponse:
+        """The message of the receipt handle goes to `%DLQ%<group>` now (a push consumer that
+        gave up on it), through the shared mode's SharedDeadLetter: copy and state in one write."""
 
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        return s.ForwardMessageToDeadLetterQueueResponse(
-            status=_not_served("ForwardMessageToDeadLetterQueue")
-        )
+        async def work() -> s.ForwardMessageToDeadLetterQueueResponse:
+            group = _name("group", request.group.name)
+            topic = _name("topic", request.topic.name)
+            handle = _handle(request.receipt_handle)
+            bs = await self._broker_set(topic, handle.broker_set)
+            await self._dead_letter_topic(group)
+            req = bpb.SharedDeadLetterRequest(
+                group=group, topic=topic, queue=handle.queue, receipt=handle.receipt
+            )
+            timeout = self.client.rpc_timeout
+            await self._until_served(
+                lambda: self.client.call_master(topic, bs, "SharedDeadLetter", req, timeout)
+            )
+            return s.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+        return await self._answer(s.ForwardMessageToDeadLetterQueueResponse, work, context)
+
+    async def _until_served(self, call: Callable[[], Awaitable[R]]) -> R:
+        """`call()`, again while its broker has not learned of a topic just created (the
+        dead-letter topic: UNAVAILABLE), for up to DLQ_WAIT_S."""
+        deadline = time.monotonic() + DLQ_WAIT_S
+        while True:
+            try:
+                return await call()
+            except UnavailableError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    # --- not served (yet): an explicit RocketMQ status, never gRPC UNIMPLEMENTED ---
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         return s.EndTransactionResponse(status=_not_served("EndTransaction (transactional messages)"))
@@ -537,6 +573,56 @@ def _tag_filter(expression: d.FilterExpression) -> frozenset[str] | None:
         raise refused("ILLEGAL_FILTER_EXPRESSION", str(exc)) from None
 
 
+class SignatureCheck(grpc.aio.ServerInterceptor):
+    """Refuses every call not signed by a configured access key (rules.refusal) with a reply of the
+    call's own type whose status is UNAUTHORIZED, as RocketMQ's proxy answers; the call itself
+    never runs. Interceptors see every method, so a call added later cannot be missed."""
+
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.secrets = dict(cfg.rocketmq_access_keys)
+        self.max_skew_s = cfg.rocketmq_auth_max_skew_s
+        self._service = s.DESCRIPTOR.services_by_name["MessagingService"]
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        headers: dict[str, str] = {}
+        for key, value in details.invocation_metadata or ():
+            if isinstance(value, str):
+                headers.setdefault(key.lower(), value)
+        why = rules.refusal(headers, self.secrets, time.time(), self.max_skew_s)
+        if why is None or handler is None:
+            return handler
+        method = self._service.methods_by_name.get(details.method.rpartition("/")[2])
+        if method is None:
+            return handler
+        log.info("RocketMQ endpoint: %s refused: %s", details.method, why)
+        reply = getattr(s, method.output_type.name)(status=_status("UNAUTHORIZED", why))
+        return _replying(handler, reply)
+
+
+def _replying(handler: grpc.RpcMethodHandler, reply: Any) -> grpc.RpcMethodHandler:
+    """A handler of `handler`'s kind that answers `reply` (once, for a stream) and nothing else."""
+    de, ser = handler.request_deserializer, handler.response_serializer
+
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return reply
+
+    async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        yield reply
+
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary, de, ser)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(stream, de, ser)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary, de, ser)
+    return grpc.stream_stream_rpc_method_handler(stream, de, ser)
+
+
 class RocketMQEndpoint:
     """The second gRPC server of a broker, serving MessagingService."""
 
@@ -553,7 +639,8 @@ class RocketMQEndpoint:
         listen = self.cfg.rocketmq_listen
         host = self.cfg.listen.rpartition(":")[0]
         target = f"{host}:0" if listen == "auto" else listen
-        self._server = grpc.aio.server(options=SERVER_OPTIONS)
+        checks = [SignatureCheck(self.cfg)] if self.cfg.rocketmq_access_keys else []
+        self._server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=checks)
         s_grpc.add_MessagingServiceServicer_to_server(self.service, self._server)
         try:
             # with TLS, the broker's certificate (RocketMQ clients trust it through their roots:

@@ -47,7 +47,10 @@ def pull_limits(
 
 
 def _shared_key(
-    request: pb.SharedReceiveRequest | pb.SharedAckRequest | pb.SharedChangeInvisibleRequest,
+    request: pb.SharedReceiveRequest
+    | pb.SharedAckRequest
+    | pb.SharedChangeInvisibleRequest
+    | pb.SharedDeadLetterRequest,
 ) -> SharedKey:
     non_empty("group", request.group)
     non_empty("topic", request.topic)
@@ -315,6 +318,13 @@ class BrokerService(pb_grpc.BrokerServicer):
             _shared_key(request), list(request.receipts), request.invisible_ms
         )
         return pb.SharedChangeInvisibleReply(receipts=receipts)
+
+    @rpc
+    async def SharedDeadLetter(
+        self, request: pb.SharedDeadLetterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SharedDeadLetterReply:
+        await self.replica.shared.dead_letter(_shared_key(request), request.receipt)
+        return pb.SharedDeadLetterReply()
 
     @rpc
     async def SearchOffset(

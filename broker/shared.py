@@ -15,6 +15,9 @@ that died between the two leaves copies without a state: its successor, before i
 message, looks for that message's copy among the last `DLQ_SCAN` records of the dead-letter queue,
 so a message lands there once.
 
+A consumer may also give up on a message it holds (`dead_letter`, RocketMQ's
+ForwardMessageToDeadLetterQueue): the same copy and state, one write, at once.
+
 Calls on one (group, topic, queue) are serialized (a lock; a long poll waits outside it), and each
 starts from the state the previous one wrote: two receives never hand out the same lease.
 """
@@ -41,7 +44,12 @@ from tidelog.client.modes import (
     dlq_topic,
 )
 from tidelog.commitlog import CommitLog, Message, StoredMessage
-from tidelog.errors import InvalidArgumentError, OffsetBelowRetentionError, TopicNotFoundError
+from tidelog.errors import (
+    InvalidArgumentError,
+    OffsetBelowRetentionError,
+    TopicNotFoundError,
+    UnavailableError,
+)
 
 if TYPE_CHECKING:
     from tidelog.broker.replica import Replica
@@ -323,6 +331,25 @@ class SharedSubscriptions:
             out = [ss.change_invisible(st, text, now, invisible_ms).receipt for text in receipts]
             await self.replica.write([state_message(key, st)])
         return out
+
+    async def dead_letter(self, key: Key, receipt: str) -> None:
+        """Move the leased message of `receipt` to the group's dead-letter topic now (a consumer
+        gives up on it): its copy and the state that finishes it are one write, as for a message
+        out of attempts. UnavailableError while this broker does not serve that topic yet."""
+        _check_key(key)
+        _check_receipts([receipt])
+        dlq = dlq_topic(key[0])
+        if not self._serves(dlq):
+            raise UnavailableError(
+                f"topic {dlq} is not served by this broker yet",
+                hint="create it (one queue), or retry once this broker has learned of it",
+            )
+        attempts = ss.parse_receipt(receipt)[1]
+        async with self._lock(key):
+            st = self._state(key, False)
+            off = ss.ack(st, receipt)  # checks that the receipt is the current lease
+            await self.replica.write([*self._dead_letters(key, [(off, attempts)]), state_message(key, st)])
+        log.info("group %s: message %d of %s/%d moved to %s on request", key[0], off, key[1], key[2], dlq)
 
     def _serves(self, topic: str) -> bool:
         """Whether this broker serves `topic` now. A dead-letter copy written before the broker

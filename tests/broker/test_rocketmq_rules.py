@@ -1,9 +1,15 @@
 """The pure rules of the RocketMQ endpoint (broker/rocketmqrules.py): status codes, receipt
-handles, tag filters, stored properties."""
+handles, tag filters, stored properties, signatures."""
 
 from __future__ import annotations
 
+import calendar
+import hmac
+from hashlib import sha1
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidelog.broker import rocketmqrules as rules
 from tidelog.errors import all_codes
@@ -137,3 +143,100 @@ def test_long_polls_end_before_the_client_stops_listening() -> None:
     assert rules.long_poll_ms(5000, 3500) == 2500
     assert rules.long_poll_ms(10**9, None) == rules.MAX_LONG_POLL_MS
     assert rules.long_poll_ms(5000, 500) == 0
+
+
+# --- signatures ---
+
+SECRETS = {"ak": "sk", "other": "s2"}
+NOW_TEXT = "20261126T171138Z"
+NOW = calendar.timegm((2026, 11, 26, 17, 11, 38, 0, 0, 0))
+SKEW = 900
+
+
+def signed(
+    access_key: str = "ak", secret: str = "sk", date_time: str = NOW_TEXT, *, upper: bool = False
+) -> dict[str, str]:
+    """Metadata as an official client sends it (the Java client writes the hex in upper case)."""
+    sig = hmac.new(secret.encode(), date_time.encode(), sha1).hexdigest()
+    sig = sig.upper() if upper else sig
+    return {
+        "authorization": f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, Signature={sig}",
+        "x-mq-date-time": date_time,
+    }
+
+
+def test_the_clients_signature_scheme() -> None:
+    # HMAC-SHA1 of the date-time by the secret key, in hex (a value computed independently)
+    assert rules.sign("sk", NOW_TEXT) == hmac.new(b"sk", NOW_TEXT.encode(), sha1).hexdigest()
+    assert rules.date_time_s(NOW_TEXT) == NOW
+
+
+@pytest.mark.parametrize(
+    ("headers", "accepted"),
+    [
+        (signed(), True),
+        (signed(upper=True), True),  # the Java client's upper-case hex
+        (signed("other", "s2"), True),
+        (signed("ak", "sk", "20261126T172600Z"), True),  # 14 min 22 s ahead
+        (signed("ak", "sk", "20261126T165700Z"), True),  # 14 min 38 s behind
+        ({}, False),  # not signed
+        ({"x-mq-date-time": NOW_TEXT}, False),
+        (signed("ak", "wrong"), False),
+        (signed("nobody", "sk"), False),  # an unknown access key
+        (signed("other", "sk"), False),  # another key's secret
+        (signed("ak", "sk", "20261126T172639Z"), False),  # 15 min 1 s ahead
+        (signed("ak", "sk", "20261126T165637Z"), False),  # 15 min 1 s behind
+        (signed("ak", "sk", "20261126T171138"), False),  # not the format
+        (signed("ak", "sk", "20261332T171138Z"), False),  # no such date
+        ({**signed(), "x-mq-date-time": "20261126T171139Z"}, False),  # signed another time
+        (
+            {
+                **signed(),
+                "authorization": signed()["authorization"].replace("MQv2-HMAC-SHA1", "MQv2-HMAC-SHA256"),
+            },
+            False,
+        ),
+        (
+            {**signed(), "authorization": signed()["authorization"].replace("x-mq-date-time", "x-mq-other")},
+            False,
+        ),
+        ({**signed(), "authorization": "MQv2-HMAC-SHA1 Credential=ak"}, False),
+        ({**signed(), "authorization": signed()["authorization"] + ", Signature=00"}, False),  # twice
+    ],
+)
+def test_signed_calls_pass_and_every_other_is_refused(headers: dict[str, str], accepted: bool) -> None:
+    why = rules.refusal(headers, SECRETS, NOW, SKEW)
+    assert (why is None) is accepted, why
+
+
+def test_without_access_keys_nothing_is_checked_and_a_skew_of_0_checks_no_time() -> None:
+    assert rules.refusal({}, {}, NOW, SKEW) is None
+    assert rules.refusal(signed("ak", "sk", "20200101T000000Z"), SECRETS, NOW, 0) is None
+    assert rules.refusal(signed("ak", "sk", "20200101T000000Z"), SECRETS, NOW, SKEW) is not None
+
+
+def test_a_refusal_does_not_say_whether_the_access_key_exists() -> None:
+    assert rules.refusal(signed("nobody"), SECRETS, NOW, SKEW) == rules.refusal(
+        signed("ak", "wrong"), SECRETS, NOW, SKEW
+    )
+
+
+@given(st.data())
+def test_any_change_of_the_signature_is_refused(data: st.DataObject) -> None:
+    headers = signed()
+    value = headers["authorization"]
+    at = value.index("Signature=") + len("Signature=")
+    sig = value[at:]
+    i = data.draw(st.integers(0, len(sig) - 1), label="position")
+    byte = data.draw(st.characters(min_codepoint=0x21, max_codepoint=0x7E), label="replacement")
+    # a hex letter in the other case encodes the same signature (the Java client writes upper case)
+    if byte.lower() == sig[i].lower():
+        return
+    changed = {**headers, "authorization": value[:at] + sig[:i] + byte + sig[i + 1 :]}
+    assert rules.refusal(changed, SECRETS, NOW, SKEW) is not None
+
+
+@given(st.text(max_size=60), st.text(max_size=60))
+def test_malformed_metadata_is_refused_never_raises(authorization: str, date_time: str) -> None:
+    headers = {"authorization": authorization, "x-mq-date-time": date_time}
+    assert rules.refusal(headers, SECRETS, NOW, SKEW) is not None

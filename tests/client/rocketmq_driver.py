@@ -6,13 +6,19 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT receive TOPIC GROUP EXPECTED FILTER
     python rocketmq_driver.py ENDPOINT redeliver TOPIC GROUP
     python rocketmq_driver.py ENDPOINT raw TOPIC
+    python rocketmq_driver.py ENDPOINT signed TOPIC GROUP ACCESS_KEY SECRET_KEY
+    python rocketmq_driver.py ENDPOINT unsigned TOPIC SECRET_KEY_OF_ak
+    python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import sys
 import time
+from datetime import UTC, datetime, timedelta
+from hashlib import sha1
 from typing import Any
 
 import grpc
@@ -21,8 +27,10 @@ from rocketmq.grpc_protocol import (
     AckMessageRequest,
     Code,
     EndTransactionRequest,
+    ForwardMessageToDeadLetterQueueRequest,
     MessagingServiceStub,
     QueryRouteRequest,
+    TelemetryCommand,
 )
 
 
@@ -146,6 +154,100 @@ def raw(endpoint: str, topic: str) -> dict[str, Any]:
         }
 
 
+def signed(endpoint: str, topic: str, group: str, ak: str, sk: str) -> dict[str, Any]:
+    """Send one message with these credentials and receive it back; what failed, if anything."""
+    cfg = ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=5)
+    try:
+        producer = Producer(cfg, (topic,))
+        producer.startup()
+        try:
+            sent = producer.send(message(topic, 0)).message_id
+        finally:
+            producer.shutdown()
+    except Exception as exc:
+        return {"send_error": f"{type(exc).__name__}: {exc}"}
+    consumer = SimpleConsumer(cfg, group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for m in consumer.receive(1, 10):
+                consumer.ack(m)
+                return {"sent": sent, "received": m.message_id}
+        return {"sent": sent, "received": None}
+    finally:
+        consumer.shutdown()
+
+
+def signature(secret: str, when: datetime) -> list[tuple[str, str]]:
+    """The metadata the clients sign a call with, written out here so its time can be chosen."""
+    at = when.strftime("%Y%m%dT%H%M%SZ")
+    sig = hmac.new(secret.encode(), at.encode(), sha1).hexdigest()
+    auth = f"MQv2-HMAC-SHA1 Credential=ak, SignedHeaders=x-mq-date-time, Signature={sig}"
+    return [("x-mq-date-time", at), ("authorization", auth)]
+
+
+def unsigned(endpoint: str, topic: str, secret: str) -> dict[str, Any]:
+    """Codes of raw calls: unsigned, signed too long ago, and signed now (by access key `ak`)."""
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = MessagingServiceStub(channel)
+        route = QueryRouteRequest()
+        route.topic.name = topic
+        now = datetime.now(UTC)
+
+        def code(metadata: list[tuple[str, str]]) -> str:
+            return str(Code.Name(stub.QueryRoute(route, timeout=10, metadata=metadata).status.code))
+
+        hello = TelemetryCommand()
+        hello.settings.client_type = 1  # PRODUCER
+        replies = stub.Telemetry(iter([hello]), timeout=10)
+        return {
+            "query_route": code([]),
+            "query_route_old": code(signature(secret, now - timedelta(minutes=20))),
+            "query_route_wrong": code(signature(secret + "x", now)),
+            "query_route_signed": code(signature(secret, now)),
+            "telemetry": [Code.Name(r.status.code) for r in replies],
+        }
+
+
+def forward(endpoint: str, topic: str, group: str) -> dict[str, Any]:
+    """Receive one message with the SimpleConsumer (which has no call for it), send it to the
+    dead-letter queue with the client's own generated stub, then try its receipt again and
+    receive for a while: the message must not come back."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = consumer.receive(1, 30)
+        (m,) = got
+        request = ForwardMessageToDeadLetterQueueRequest()
+        request.group.name = group
+        request.topic.name = topic
+        request.receipt_handle = m.receipt_handle
+        request.message_id = m.message_id
+        request.delivery_attempt = m.delivery_attempt
+        request.max_delivery_attempts = 16
+        with grpc.insecure_channel(endpoint) as channel:
+            stub = MessagingServiceStub(channel)
+            first = stub.ForwardMessageToDeadLetterQueue(request, timeout=15).status
+            again = stub.ForwardMessageToDeadLetterQueue(request, timeout=15).status
+        later = []
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            later += [described(x) for x in consumer.receive(32, 1)]
+        return {
+            "message": described(m),
+            "forward": Code.Name(first.code),
+            "forward_message": first.message,
+            "again": Code.Name(again.code),
+            "later": later,
+        }
+    finally:
+        consumer.shutdown()
+
+
 def main() -> None:
     endpoint, command, *args = sys.argv[1:]
     if command == "send":
@@ -154,6 +256,12 @@ def main() -> None:
         out = receive(endpoint, args[0], args[1], int(args[2]), args[3])
     elif command == "redeliver":
         out = redeliver(endpoint, args[0], args[1])
+    elif command == "signed":
+        out = signed(endpoint, *args)
+    elif command == "unsigned":
+        out = unsigned(endpoint, *args)
+    elif command == "forward":
+        out = forward(endpoint, *args)
     else:
         out = raw(endpoint, args[0])
     print(json.dumps(out))

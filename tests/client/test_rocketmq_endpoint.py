@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from tests.client.conftest import LocalCluster, tide
+from tidelog.client import modes
 from tidelog.client.aio import AsyncClient
+from tidelog.errors import TopicNotFoundError
 
 pytestmark = pytest.mark.slow
 
@@ -112,3 +114,29 @@ def test_bad_input_and_unserved_calls_answer_rocketmq_codes(cluster: LocalCluste
     assert sorted(q["queue"] for q in out["route"]) == [0, 1, 2, 3]
     assert {(q["broker"], q["broker_id"]) for q in out["route"]} == {("broker-a", 0)}
     assert {e for q in out["route"] for e in q["endpoints"]} == {endpoint}  # the master's
+
+
+def test_a_message_forwarded_to_the_dead_letter_queue_moves_there_once_and_never_comes_back(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    create_topic(cluster, "rmq-dead")
+    (sent,) = drive(endpoint, "send", "rmq-dead", "1", "0")["sent"]
+    out = drive(endpoint, "forward", "rmq-dead", "g-dead")
+    assert out["message"]["id"] == sent["id"]
+    assert out["forward"] == "OK", out["forward_message"]
+    assert out["again"] == "INVALID_RECEIPT_HANDLE"  # finished: the receipt is stale
+    assert out["later"] == []  # finished for the group: never delivered again
+
+    async def dead_letters() -> list[Any]:
+        async with AsyncClient(cluster.controllers) as client:
+            try:
+                return await client.reader(modes.dlq_topic("g-dead"), 0).read(max_messages=10, timeout=1)
+            except TopicNotFoundError:
+                return []
+
+    (letter,) = asyncio.run(dead_letters())
+    assert letter.body == b"body-0" and letter.tags == "a" and letter.key == "key-0"
+    props = letter.properties
+    assert props[modes.ORIGIN_TOPIC] == "rmq-dead" and props[modes.ORIGIN_MESSAGE_ID] == sent["id"]
+    assert props[modes.DELIVERY_ATTEMPTS] == "1"
+    assert props["seq"] == "0"  # the message's own properties travel with it

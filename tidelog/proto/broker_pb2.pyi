@@ -427,3 +427,19 @@ class SharedChangeInvisibleReply(_message.Message):
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     receipts: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, receipts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SharedDeadLetterRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue", "receipt")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue: int
+    receipt: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue: _Optional[int] = ..., receipt: _Optional[str] = ...) -> None: ...
+
+class SharedDeadLetterReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -114,6 +114,11 @@ class BrokerStub:
                 request_serializer=broker__pb2.SharedChangeInvisibleRequest.SerializeToString,
                 response_deserializer=broker__pb2.SharedChangeInvisibleReply.FromString,
                 _registered_method=True)
+        self.SharedDeadLetter = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/SharedDeadLetter',
+                request_serializer=broker__pb2.SharedDeadLetterRequest.SerializeToString,
+                response_deserializer=broker__pb2.SharedDeadLetterReply.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -215,6 +220,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SharedDeadLetter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -297,6 +308,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.SharedChangeInvisible,
                     request_deserializer=broker__pb2.SharedChangeInvisibleRequest.FromString,
                     response_serializer=broker__pb2.SharedChangeInvisibleReply.SerializeToString,
+            ),
+            'SharedDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.SharedDeadLetter,
+                    request_deserializer=broker__pb2.SharedDeadLetterRequest.FromString,
+                    response_serializer=broker__pb2.SharedDeadLetterReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -731,6 +747,33 @@ class Broker:
             '/tidelog.broker.v1.Broker/SharedChangeInvisible',
             broker__pb2.SharedChangeInvisibleRequest.SerializeToString,
             broker__pb2.SharedChangeInvisibleReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SharedDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/SharedDeadLetter',
+            broker__pb2.SharedDeadLetterRequest.SerializeToString,
+            broker__pb2.SharedDeadLetterReply.FromString,
             options,
             channel_credentials,
             insecure,

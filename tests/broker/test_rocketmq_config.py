@@ -1,0 +1,55 @@
+"""The RocketMQ endpoint's access keys in the broker configuration (deploy/CONFIG.md): a list of
+{access_key, secret_key} checked up front, each problem a ConfigError naming the key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tidelog.broker.config import from_mapping
+from tidelog.errors import ConfigError
+
+BASE = {"broker_set": "a", "data_dir": "data", "controllers": "127.0.0.1:1", "secret": "s"}
+
+
+def test_no_access_keys_by_default_and_a_fifteen_minute_clock_bound() -> None:
+    cfg = from_mapping(BASE)
+    assert cfg.rocketmq_access_keys == ()
+    assert cfg.rocketmq_auth_max_skew_s == 900
+
+
+def test_access_keys_are_taken_in_order() -> None:
+    keys = [{"access_key": "app-1", "secret_key": "x"}, {"access_key": "app.2", "secret_key": "y z"}]
+    cfg = from_mapping({**BASE, "rocketmq_access_keys": keys, "rocketmq_auth_max_skew_s": 0})
+    assert cfg.rocketmq_access_keys == (("app-1", "x"), ("app.2", "y z"))
+    assert cfg.rocketmq_auth_max_skew_s == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        ("ak:sk", "rocketmq_access_keys"),
+        ([["ak", "sk"]], "rocketmq_access_keys[0]"),
+        ([{"access_key": "ak"}], "rocketmq_access_keys[0]"),
+        ([{"access_key": "ak", "secret_key": "sk", "role": "admin"}], "rocketmq_access_keys[0]"),
+        ([{"access_key": "", "secret_key": "sk"}], "rocketmq_access_keys[0].access_key"),
+        ([{"access_key": "a, b", "secret_key": "sk"}], "rocketmq_access_keys[0].access_key"),
+        ([{"access_key": "ak", "secret_key": ""}], "rocketmq_access_keys[0].secret_key"),
+        ([{"access_key": "ak", "secret_key": 12}], "rocketmq_access_keys[0].secret_key"),
+        (
+            [{"access_key": "ak", "secret_key": "1"}, {"access_key": "ak", "secret_key": "2"}],
+            "rocketmq_access_keys[1]",
+        ),
+    ],
+)
+def test_malformed_access_keys_are_refused_naming_the_key(value: Any, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_mapping({**BASE, "rocketmq_access_keys": value})
+    assert err.value.details.get("key") == key
+
+
+def test_a_negative_clock_bound_is_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        from_mapping({**BASE, "rocketmq_auth_max_skew_s": -1})
+    assert err.value.details.get("key") == "rocketmq_auth_max_skew_s"
