@@ -192,7 +192,13 @@ def test_a_live_member_refuses_a_reset_unless_forced(cluster: LocalCluster, clie
 
             doc = run(cluster, "group", "describe", "lv-g", "--topic", "lv")
             (member,) = doc["members"]
-            assert member == {"member": cons.member_id, "queues": ["broker-a/0"], "lag": 0, "live": True}
+            assert member == {
+                "member": cons.member_id,
+                "queues": ["broker-a/0"],
+                "lag": 0,
+                "live": True,
+                "mode": "clustering",
+            }
             assert doc["queues"][0]["owner"] == cons.member_id
 
             line = refused(
