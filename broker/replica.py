@@ -569,7 +569,15 @@ class Replica:
         marks = self.topic_table.marks
         marks.refresh()
         # a commit from before the topic's latest marker is a commit of a deleted topic of that name
-        return self.offsets.fetch(group, topic, queue, since=marks.marked_at(topic))
+        since = marks.marked_at(topic)
+        committed = self.offsets.fetch(group, topic, queue, since=since)
+        if committed is not None:
+            return committed
+        # A group reading in the shared mode commits nothing: where it stands is its floor, below
+        # which every message is finished (so describe shows its lag, and a later clustering
+        # member starts there).
+        shared = self.shared.states.get((group, topic, queue), since=since)
+        return None if shared is None else shared.floor
 
     def group_offsets(self, group: str, topic: str | None = None) -> list[tuple[str, int, int]]:
         """The group's confirmed commits here, (topic, queue, offset) sorted; only `topic`'s if given.

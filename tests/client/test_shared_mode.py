@@ -123,6 +123,10 @@ def test_what_one_member_never_acknowledges_goes_to_the_others(cluster: LocalClu
             m.leave()
     done = acked(workers)
     assert set(done) == sent and max(done.values()) == 1, "each message acknowledged exactly once"
+    # describe's view: the group's floor stands at the end of every queue, nothing left to read
+    rows = client.admin().group_lag("sh", "sh")
+    assert all(r["lag"] == 0 for r in rows), rows
+    assert all(r["committed"] == r["confirmed"] for r in rows if r["confirmed"] > r["min"]), rows
     kept = {p for p, _ in sloth.delivered}
     assert kept, "the member that never acknowledges received some"
     again = {p: n for m in workers for p, n in m.acked if p in kept}
