@@ -7,6 +7,8 @@ with `--messages` messages of 1 KiB, then reads all of them back, each phase wit
 - clustering: one member, `poll` batches of 256, offsets committed every second (auto-commit);
 - shared, acknowledged per batch: one member, `poll` batches of 256, `ack_all` of each batch;
 - shared, acknowledged one by one: one member, `ack` of each message (one request each);
+- shared, acknowledged one by one but all of a batch at once: `ack` of each message from its own
+  task, which the broker writes together (one record per queue for the calls that wait together);
 - key_shared, acknowledged per batch: as shared, the messages carrying 1,000 distinct keys.
 
 Each phase gives messages/s and the CPU each process spent per 1,000 messages. Run from the
@@ -19,6 +21,7 @@ repository root:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import tempfile
@@ -62,6 +65,8 @@ async def _consume(
             elif ack == "each":
                 for m in batch:
                     await consumer.ack(m)  # type: ignore[attr-defined]
+            elif ack == "together":  # one ack() per message, all of a batch at once
+                await asyncio.gather(*(consumer.ack(m) for m in batch))  # type: ignore[attr-defined]
             got += len(batch)
         dt = time.perf_counter() - t0
         cpu = meter.stop()
@@ -85,6 +90,7 @@ async def _run(cluster: BenchCluster, args: argparse.Namespace) -> dict[str, Any
             ("clustering", "plain", "clustering", "commit"),
             ("shared_ack_per_batch", "plain", "shared", "batch"),
             ("shared_ack_each", "plain", "shared", "each"),
+            ("shared_ack_each_concurrently", "plain", "shared", "together"),
             ("key_shared_ack_per_batch", "keyed", "key_shared", "batch"),
         ]
         for name, topic, mode, ack in phases:
@@ -112,7 +118,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def format_table(r: dict[str, Any]) -> str:
     lines = [f"consume {r['messages']:,} messages of 1 KiB from {r['queues']} queues, commit {r['commit']}"]
-    for name in ("clustering", "shared_ack_per_batch", "shared_ack_each", "key_shared_ack_per_batch"):
+    names = ("clustering", "shared_ack_per_batch", "shared_ack_each", "shared_ack_each_concurrently")
+    for name in (*names, "key_shared_ack_per_batch"):
         f = r[name]
         cpu = ", ".join(f"{k} {v}" for k, v in f["cpu_ms_per_1000"].items())
         lines.append(f"  {name:26} {f['msgs_per_s']:>9,} msgs/s   CPU ms per 1,000 msgs: {cpu}")

@@ -30,7 +30,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from crc32c import crc32c
 
@@ -47,6 +47,7 @@ from tidelog.commitlog import CommitLog, Message, StoredMessage
 from tidelog.errors import (
     InvalidArgumentError,
     OffsetBelowRetentionError,
+    TidelogError,
     TopicNotFoundError,
     UnavailableError,
 )
@@ -181,6 +182,7 @@ class SharedSubscriptions:
         self.replica = replica
         self.states = SharedStates(replica.log)
         self._locks: dict[Key, asyncio.Lock] = {}
+        self._acks: dict[Key, list[tuple[list[str], asyncio.Future[None]]]] = {}  # waiting for the lock
         # Lease numbers of this master term start above any an earlier master gave: a lease it gave
         # whose record was lost with it must not share a receipt with one given now.
         self._term: tuple[int, int] = (-1, 0)  # (master epoch, the term's first lease number)
@@ -310,13 +312,57 @@ class SharedSubscriptions:
         return out
 
     async def ack(self, key: Key, receipts: list[str]) -> None:
-        """Finish every message of `receipts`; none is finished if one of them is invalid."""
+        """Finish every message of `receipts`; none is finished if one of them is invalid.
+
+        Acknowledgements of one queue that arrive while another is being written wait for the
+        lock together, and the first of them to get it writes them all in one record: members
+        (and RocketMQ clients) acknowledging one message per call share the replicated write."""
         _check_key(key)
         _check_receipts(receipts)
+        waiting = self._acks.setdefault(key, [])
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting.append((receipts, mine))
         async with self._lock(key):
-            st = self._state(key, False)
-            done = [ss.ack(st, text) for text in receipts]  # all checked before anything is written
-            await self.replica.write([ack_message(key, done)])
+            if self._acks.get(key) is waiting:
+                del self._acks[key]
+                await self._write_acks(key, waiting)
+        await mine
+
+    async def _write_acks(self, key: Key, calls: list[tuple[list[str], asyncio.Future[None]]]) -> None:
+        """One record for the acknowledgements of `calls`; each call is all or nothing."""
+        st = self._state(key, False)
+        done: list[int] = []
+        taken = []
+        for receipts, fut in calls:
+            trial = st.copy()
+            try:
+                offsets = [ss.ack(trial, text) for text in receipts]
+            except TidelogError as exc:  # this call's receipts: the others go on
+                fut.set_exception(exc)
+                continue
+            st = trial
+            done += offsets
+            taken.append(fut)
+        if not done:
+            return
+        # The write goes on if the call that carries it is cancelled (its client went away): the
+        # other calls in it still get their answer.
+        write = asyncio.ensure_future(self.replica.write([ack_message(key, done)]))
+
+        def settle(w: asyncio.Future[Any]) -> None:
+            error = None if w.cancelled() else w.exception()
+            for fut in taken:
+                if fut.done():
+                    continue
+                if w.cancelled():
+                    fut.cancel()
+                elif error is not None:
+                    fut.set_exception(error)
+                else:
+                    fut.set_result(None)
+
+        write.add_done_callback(settle)
+        await asyncio.shield(write)
 
     async def change_invisible(self, key: Key, receipts: list[str], invisible_ms: int) -> list[str]:
         """Each message of `receipts` stays invisible `invisible_ms` from now (0: visible again now,
