@@ -40,7 +40,7 @@ from tidelog import tlsconfig
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
-from tidelog.client.modes import dlq_topic
+from tidelog.client.modes import MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
 from tidelog.client.sharedconsumer import SharedMessage, decode_receive_reply
 from tidelog.errors import (
@@ -61,8 +61,7 @@ from tidelog.wire import SERVER_OPTIONS
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
-MAX_BATCH = 1024  # messages of one SendMessage, entries of one AckMessage, messages of one receive
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
+MAX_BATCH = MAX_RECEIVE  # messages of one SendMessage, entries of one AckMessage, messages of one receive
 ENDPOINT_TTL_S = 10.0  # how long a master's RocketMQ endpoint (from its Status) is trusted
 DLQ_WAIT_S = 5.0  # how long a forward to a dead-letter topic just created waits for its broker
 ACCEPTED_TYPES = (d.NORMAL, d.FIFO)

@@ -37,6 +37,9 @@ from crc32c import crc32c
 from tidelog.broker import sharedstate as ss
 from tidelog.client.modes import (
     DELIVERY_ATTEMPTS,
+    MAX_ATTEMPTS,
+    MAX_INVISIBLE_MS,
+    MAX_RECEIVE,
     ORIGIN_MESSAGE_ID,
     ORIGIN_OFFSET,
     ORIGIN_QUEUE,
@@ -46,7 +49,6 @@ from tidelog.client.modes import (
 from tidelog.commitlog import CommitLog, Message, StoredMessage
 from tidelog.errors import (
     InvalidArgumentError,
-    OffsetBelowRetentionError,
     TidelogError,
     TopicNotFoundError,
     UnavailableError,
@@ -62,9 +64,6 @@ FLAG_SHARED = 8
 #: How far back in the dead-letter queue a master looks for a copy its predecessor made.
 DLQ_SCAN = 1000
 #: Bounds of one receive.
-MAX_RECEIVE = 1024
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
-MAX_ATTEMPTS = 1000
 
 Key = tuple[str, str, int]  # (group, topic, queue)
 
@@ -119,25 +118,10 @@ class SharedStates:
         self._states.clear()
         self._applied = 0
 
-    def _records(self, start: int, confirmed_only: bool) -> Iterator[StoredMessage]:
-        if not confirmed_only:
-            yield from self._log.tail(SHARED_TOPIC, 0, start)
-            return
-        while True:
-            try:
-                batch = self._log.read(SHARED_TOPIC, 0, start, 256)
-            except OffsetBelowRetentionError as exc:
-                start = exc.min_offset
-                continue
-            if not batch:
-                return
-            yield from batch
-            start = batch[-1].queue_offset + 1
-
     def refresh(self) -> None:
         if self._log.queue_offsets(SHARED_TOPIC, 0).max < self._applied:
             self.reset()
-        for m in self._records(self._applied, self._confirmed_only):
+        for m in self._log.tail(SHARED_TOPIC, 0, self._applied, confirmed_only=self._confirmed_only):
             self._applied = m.queue_offset + 1
             try:
                 key, whole, acked = parse_record(m.body)
@@ -169,7 +153,7 @@ class SharedStates:
     def pending(self) -> set[Key]:
         """Keys with a record not confirmed yet."""
         keys = set()
-        for m in self._records(self._applied, False):
+        for m in self._log.tail(SHARED_TOPIC, 0, self._applied):
             with contextlib.suppress(ValueError):
                 keys.add(parse_record(m.body)[0])
         return keys

@@ -63,6 +63,13 @@ ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 DELIVERY_ATTEMPTS = "DLQ_DELIVERY_ATTEMPTS"
 
 
+#: Bounds of the shared modes, the same for the broker, the client and the RocketMQ endpoint: messages
+#: (or receipts) of one receive or acknowledgement, an invisible duration, deliveries of a message.
+MAX_RECEIVE = 1024
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+MAX_ATTEMPTS = 1000
+
+
 def dlq_topic(group: str) -> str:
     return f"{DEAD_LETTER_PREFIX}{group}"
 

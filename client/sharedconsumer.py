@@ -90,8 +90,8 @@ class AsyncSharedConsumer(AsyncConsumer):
             mode=mode,
         )
         self.invisible_ms = _invisible_ms(invisible_duration, low=1)
-        if isinstance(max_delivery_attempts, bool) or not 1 <= max_delivery_attempts <= 1000:
-            raise InvalidArgumentError("max_delivery_attempts must be in [1, 1000]")
+        if isinstance(max_delivery_attempts, bool) or not 1 <= max_delivery_attempts <= md.MAX_ATTEMPTS:
+            raise InvalidArgumentError(f"max_delivery_attempts must be in [1, {md.MAX_ATTEMPTS}]")
         self.max_delivery_attempts = max_delivery_attempts
         self._dlq_ready = False
         self._next = 0  # the queue the next poll starts with
@@ -112,8 +112,8 @@ class AsyncSharedConsumer(AsyncConsumer):
         A long poll waits on every queue at once. The waits that are still going when one answers
         are kept, not cancelled (a cancelled receive may have leased messages that would then stay
         invisible for their whole duration), and the next poll returns what they got first."""
-        if not 1 <= max_messages <= 1024:
-            raise InvalidArgumentError("max_messages must be in [1, 1024]")
+        if not 1 <= max_messages <= md.MAX_RECEIVE:
+            raise InvalidArgumentError(f"max_messages must be in [1, {md.MAX_RECEIVE}]")
         await self.rebalance()
         out = self._harvest(max_messages)
         if out:
@@ -232,7 +232,7 @@ def _invisible_ms(seconds: float, *, low: int) -> int:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds * 1000 >= low:
         raise InvalidArgumentError(f"an invisible duration must be a number of seconds, at least {low} ms")
     ms = int(seconds * 1000)
-    if ms > 12 * 3600 * 1000:
+    if ms > md.MAX_INVISIBLE_MS:
         raise InvalidArgumentError("an invisible duration is at most 12 hours")
     return ms
 

@@ -337,13 +337,15 @@ class CommitLog:
         would return them, CRC-checked), and how many records they hold."""
         return reads.read_encoded(self._core, topic, queue_id, queue_offset, max_count, max_bytes)
 
-    def tail(self, topic: str, queue_id: int, start: int, batch: int = 256) -> Iterator[rec.StoredMessage]:
+    def tail(
+        self, topic: str, queue_id: int, start: int, batch: int = 256, *, confirmed_only: bool = False
+    ) -> Iterator[rec.StoredMessage]:
         """Every record of (topic, queue) from queue offset `start` to the end of the log, confirmed
-        or not (for the broker's own indexes folded from internal topics); records that retention
-        removed are skipped."""
+        or not (for the broker's own indexes folded from internal topics; `confirmed_only`: up to
+        the confirm offset); records that retention removed are skipped."""
         while True:
             try:
-                msgs = self.read(topic, queue_id, start, batch, confirmed_only=False)
+                msgs = self.read(topic, queue_id, start, batch, confirmed_only=confirmed_only)
             except OffsetBelowRetentionError as exc:
                 start = max(exc.min_offset, start + 1)
                 continue
