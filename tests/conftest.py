@@ -10,10 +10,18 @@ from typing import Any
 import pytest
 
 from tests.procs import CLUSTER_SECRET, ControllerCluster, Proc
+from tidelog.localcluster.procs import PORT_SLICE_ENV
 
 # The tests act as brokers and operators of their own clusters: their controller clients sign
 # membership calls with the clusters' secret, as `tide` commands do with $TIDE_CLUSTER_SECRET.
 os.environ["TIDE_CLUSTER_SECRET"] = CLUSTER_SECRET
+
+# Under pytest-xdist (`make test` runs two workers) each worker, and every process it starts,
+# draws free ports from a slice of the range of its own: see tidelog.localcluster.procs.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ[PORT_SLICE_ENV] = (
+        f"{os.environ['PYTEST_XDIST_WORKER'].removeprefix('gw')}/{os.environ['PYTEST_XDIST_WORKER_COUNT']}"
+    )
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tidelog.localcluster.procs import PORT_SLICE_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -44,7 +46,7 @@ def summary_value(output: str, label: str) -> str:
 def test_make_run(tmp_path: Path) -> None:
     # The demo keeps its cluster under the temporary directory: point it at this test's own, so
     # its processes are told apart from any other tidelog process running on the machine.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_") or k == PORT_SLICE_ENV}
     # A shorter drill than the newcomer's 15 s: it still waits for the failover and the old
     # master's rejoin however long they take (tidelog/drill/killmaster.py).
     env.update(TMPDIR=str(tmp_path), COLUMNS="120", TIDE_DEMO_DRILL_DURATION="5")

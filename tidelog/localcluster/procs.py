@@ -34,6 +34,27 @@ _handed_out: set[tuple[str, int]] = set()
 #: server then failed to start ("Address already in use"), as seen in the test suite.
 _PORTS_FROM = 20000
 
+#: `i/n`: draw ports only from the i-th of n equal slices of that range (0-based). Runs that start
+#: clusters side by side (the test suite's workers) each take a slice of their own, so one never
+#: draws a port another drew a moment ago and has not bound yet. Children inherit it.
+PORT_SLICE_ENV = "TIDE_PORT_SLICE"
+
+
+def _port_range() -> tuple[int, int]:
+    low, top = _PORTS_FROM, _ephemeral_low()
+    spec = os.environ.get(PORT_SLICE_ENV)
+    if not spec:
+        return low, top
+    index, _, count = spec.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        return low, top
+    if n < 1 or not 0 <= i < n:
+        return low, top
+    width = (top - low) // n
+    return low + i * width, low + (i + 1) * width
+
 
 def _ephemeral_low() -> int:
     try:
@@ -50,9 +71,9 @@ def free_port(host: str = LOOPBACK) -> int:
     Two processes given the same port fail to start, so a port is never handed out twice by
     this process.
     """
-    top = _ephemeral_low()
-    for _ in range(200 if top - _PORTS_FROM >= 1000 else 0):
-        port = random.randrange(_PORTS_FROM, top)
+    low, top = _port_range()
+    for _ in range(200 if top - low >= 1000 else 0):
+        port = random.randrange(low, top)
         if (host, port) in _handed_out:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
