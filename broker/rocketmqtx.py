@@ -77,10 +77,13 @@ class LatestStates:
         self._latest: dict[str, Any] = {}
         self._applied = 0
 
+    def reset(self) -> None:
+        self._latest.clear()
+        self._applied = 0
+
     def refresh(self) -> dict[str, Any]:
         if self._log.queue_offsets(self.topic, 0).max < self._applied:
-            self._latest.clear()
-            self._applied = 0
+            self.reset()
         for m in self._log.tail(self.topic, 0, self._applied):
             self._applied = m.queue_offset + 1
             try:
@@ -196,6 +199,7 @@ class Scheduled:
             )
         self.replica.require_writable()
         async with self._tx_lock:
+            self._new_term()
             st = self._tx_state()
             added = self._add_halves(st, until=offset)
             half = self._half(offset) if offset < st.next else None
@@ -246,7 +250,6 @@ class Scheduled:
     def _copies(self, kept: Iterable[StoredMessage]) -> list[Message]:
         """The copies of `kept` (delayed or half messages) for their topics, without those a
         predecessor made already; messages whose topic is gone are dropped (logged)."""
-        self._new_term()
         out = []
         for m in kept:
             p = dict(m.properties)
@@ -268,9 +271,13 @@ class Scheduled:
         return out
 
     def _new_term(self) -> None:
+        """A new master term folds its states again from its log (which fork repair may have
+        cut and refilled since it last read it) and looks back afresh before it copies."""
         if self._term != self.replica.master_epoch:
             self._term = self.replica.master_epoch
             self._origins.clear()
+            self.delay_progress.reset()
+            self.tx_states.reset()
 
     def _copied(self, topic: str, queue: int) -> set[str]:
         """Origins of the copies among the last LOOKBACK records of `topic`/`queue` when this
@@ -290,6 +297,7 @@ class Scheduled:
         """Move the due delayed messages of every bucket into their topics; how many moved."""
         moved = 0
         async with self._delay_lock:
+            self._new_term()
             for b in range(dr.BUCKETS):
                 moved += await self._move_bucket(b)
         return moved
@@ -329,6 +337,7 @@ class Scheduled:
     async def check_orphans(self) -> None:
         """Add new half messages, send the checks that are due, roll back those out of checks."""
         async with self._tx_lock:
+            self._new_term()
             st = self._tx_state()
             added = self._add_halves(st)
             if not added and (tx.next_check(st) or 1 << 62) > _now_ms():

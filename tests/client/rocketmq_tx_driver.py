@@ -50,7 +50,16 @@ def delay_send(endpoint: str, topic: str, delays: list[float]) -> dict[str, Any]
             m.delivery_timestamp = at
             r = producer.send(m)
             sent.append({"i": i, "id": r.message_id, "at": at, "sent": time.time()})
-        return {"sent": sent}
+        m = Message()
+        m.topic = topic
+        m.body = b"too-far"
+        m.delivery_timestamp = int(time.time()) + 41 * 24 * 3600  # RocketMQ's bound is 40 days
+        try:
+            producer.send(m)
+            too_far = "sent"
+        except Exception as exc:
+            too_far = str(exc)
+        return {"sent": sent, "too_far": too_far}
     finally:
         producer.shutdown()
 
