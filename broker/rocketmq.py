@@ -10,8 +10,11 @@ queues in that set; a route advertises, per set, the RocketMQ endpoint of its ma
 the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
 ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue are the shared subscription mode's
 SharedReceive, SharedAck, SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
-queue the client names, the receipt handle carrying (broker set, queue, shared receipt). The rules (codes, handles, filters, properties) are
-broker/rocketmqrules.py's.
+queue the client names, the receipt handle carrying (broker set, queue, shared receipt). DELAY and
+TRANSACTION messages are kept by this broker's set while it is master, and moved into their topic
+once due or committed (broker/rocketmqtx.py; EndTransaction, and the checks of orphaned
+transactions sent over a producer's Telemetry stream). The rules (codes, handles, filters,
+properties) are broker/rocketmqrules.py's.
 
 Every call answers a RocketMQ `Status`: a tidelog error by its mapped code, a malformed request by
 a 400 code, an RPC tidelog does not serve by NOT_IMPLEMENTED (never gRPC UNIMPLEMENTED), and a
