@@ -255,7 +255,6 @@ class Scheduled:
             p = dict(m.properties)
             topic = p.pop(rules.PROP_TARGET_TOPIC, "")
             queue = int(p.pop(rules.PROP_TARGET_QUEUE, "0"))
-            p.pop(rules.PROP_DELIVER_AT, None)
             origin = f"{m.topic}/{m.queue_id}/{m.queue_offset}"
             try:
                 self.replica.queue_offsets(topic, queue)
