@@ -112,6 +112,9 @@ class Scheduled:
         self._tx_lock = asyncio.Lock()
         # copies found by the look-back of this master term, per target queue
         self._origins: dict[tuple[str, int], set[str]] = {}
+        # per bucket: the range last looked at and when its first message is due, so an idle
+        # bucket is not read again before then (or before a message is added)
+        self._idle: dict[int, tuple[tuple[int, int], int | None]] = {}
         self._term = -1
         self._rr = 0
 
@@ -232,9 +235,11 @@ class Scheduled:
         return st
 
     def _add_halves(self, st: tx.TxState, until: int | None = None) -> bool:
-        """Add the confirmed half messages from `st.next` (up to `until`); whether any was."""
+        """Add the half messages from `st.next` (up to `until`); whether any was. Those not
+        confirmed yet too: a producer may have its receipt before every replica holds the half
+        message (adaptive acks), and a state record written after it goes if it goes."""
         added = False
-        for m in self.replica.log.tail(HALF_TOPIC, 0, st.next, confirmed_only=True):
+        for m in self.replica.log.tail(HALF_TOPIC, 0, st.next):
             if until is not None and m.queue_offset > until:
                 break
             tx.step(st, tx.Added(m.queue_offset, m.store_ts), _now_ms(), self.policy)
@@ -275,6 +280,7 @@ class Scheduled:
         if self._term != self.replica.master_epoch:
             self._term = self.replica.master_epoch
             self._origins.clear()
+            self._idle.clear()
             self.delay_progress.reset()
             self.tx_states.reset()
 
@@ -311,14 +317,19 @@ class Scheduled:
         first, last = dr.scan_range(p, offsets.min, offsets.confirmed)
         if first >= last:
             return 0
+        idle = self._idle.get(b)
+        now = _now_ms()
+        if idle is not None and idle[0] == (first, last) and (idle[1] is None or idle[1] > now):
+            return 0
         kept: dict[int, StoredMessage] = {}
         for m in self.replica.log.tail(DELAY_TOPIC, b, first, confirmed_only=True):
             if m.queue_offset >= last:
                 break
             kept[m.queue_offset] = m
         times = [(off, int(m.properties.get(rules.PROP_DELIVER_AT, "0"))) for off, m in kept.items()]
-        due = dr.due(p, times, _now_ms())[:MOVE_BATCH]
+        due = dr.due(p, times, now)[:MOVE_BATCH]
         if not due:
+            self._idle[b] = ((first, last), dr.next_due(p, times))
             return 0
         copies = self._copies(kept[off] for off in due)
         dr.mark(p, due)
