@@ -335,13 +335,14 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         topic = _name("topic", request.messages[0].topic.name)
         if any(m.topic.name != topic for m in request.messages):
             raise refused("ILLEGAL_TOPIC", "the messages of one SendMessage go to one topic")
-        await self._route(topic)
+        route = await self._route(topic)
+        here = route.broker_set(self.cfg.broker_set) is not None
         # every message is checked before any is sent: a refused request stores nothing
         stored = [_stored(m) for m in request.messages]
         now = int(time.time() * 1000)
         waits = [self._delay(m, now) for m in request.messages]
         futures = [
-            self._send_one(topic, m, st, wait)
+            self._send_one(topic, m, st, wait, here)
             for m, st, wait in zip(request.messages, stored, waits, strict=True)
         ]
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
@@ -366,10 +367,21 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         except dr.DeliveryTimeError as exc:
             raise refused("ILLEGAL_DELIVERY_TIME", str(exc)) from None
 
-    async def _send_one(self, topic: str, m: d.Message, st: rules.Stored, wait_ms: int) -> s.SendResultEntry:
+    async def _send_one(
+        self, topic: str, m: d.Message, st: rules.Stored, wait_ms: int, here: bool
+    ) -> s.SendResultEntry:
         """Send one message: a delayed one (`wait_ms` > 0) or a half one is kept by this broker's
-        set (broker/rocketmqtx.py), any other goes to its topic through tidelog's producer."""
+        set (broker/rocketmqtx.py), which must have queues of the topic (`here`), any other goes
+        to its topic through tidelog's producer."""
         born = m.system_properties.born_timestamp.ToMilliseconds() or int(time.time() * 1000)
+        kept = m.system_properties.message_type == d.TRANSACTION or wait_ms > 0
+        if kept and not here:
+            # a route that named this broker for want of the master's endpoint: the client
+            # retries on its next queue
+            raise UnavailableError(
+                f"topic {topic} has no queue in broker set {self.cfg.broker_set}, which keeps "
+                "the delayed and transactional messages sent to this endpoint"
+            )
         if m.system_properties.message_type == d.TRANSACTION:
             if self.scheduled is None:
                 raise refused(rules.UNSUPPORTED, "TRANSACTION messages are served by brokers only")

@@ -61,6 +61,9 @@ LOOKBACK = 1000
 TICK_S = 0.2
 #: Messages moved by one write.
 MOVE_BATCH = 256
+#: Open transactions of a broker set: the state of all of them is one record, written at every
+#: end, so their number is bounded (a new half message beyond it: TOO_MANY_REQUESTS, retried).
+MAX_OPEN = 10_000
 
 CheckSender = Callable[[str, StoredMessage, str], None]  # (topic, half message, transaction id)
 
@@ -177,6 +180,14 @@ class Scheduled:
     ) -> tuple[str, str, int]:
         """Keep a half message; (its message id, its transaction id, its offset in `%HALF%`)."""
         queue = self._target_queue(topic, stored.key)
+        async with self._tx_lock:
+            st = self._tx_state()
+            waiting = len(st.open) + self.replica.log.queue_offsets(HALF_TOPIC, 0).max - st.next
+        if waiting >= MAX_OPEN:
+            raise UnavailableError(
+                f"{waiting} transactions are open in broker set {self.cfg.broker_set}: at most {MAX_OPEN}",
+                rocketmq="TOO_MANY_REQUESTS",
+            )
         props = {**stored.properties, rules.PROP_TARGET_TOPIC: topic, rules.PROP_TARGET_QUEUE: str(queue)}
         msg = Message(HALF_TOPIC, 0, body, stored.key, stored.tags, props, born_ts=born_ts)
         (placed,) = await self.replica.write([msg])

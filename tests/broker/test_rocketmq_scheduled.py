@@ -13,10 +13,11 @@ import pytest
 
 from tests.fuzz.replica import TOPIC, Master, master
 from tidelog.broker import rocketmqrules as rules
+from tidelog.broker import rocketmqtx
 from tidelog.broker import txstate as tx
 from tidelog.broker.rocketmqtx import DELAY_TOPIC, HALF_TOPIC, Scheduled
 from tidelog.commitlog import Message, StoredMessage
-from tidelog.errors import InvalidArgumentError
+from tidelog.errors import InvalidArgumentError, UnavailableError
 
 STORED = rules.to_stored(
     message_id="client-1",
@@ -178,3 +179,22 @@ def test_an_orphan_is_checked_each_interval_then_rolled_back() -> None:
         txid = m.run(go(), 20.0)
         assert [(topic, half.body, t) for topic, half, t in checks] == [(TOPIC, b"orphan", txid)] * 2
         assert in_topic(m) == [], "rolled back after its checks: never delivered"
+
+
+def test_open_transactions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rocketmqtx, "MAX_OPEN", 2)
+    with master() as m:
+        s = scheduled(m)
+
+        async def go() -> None:
+            _, first, _ = await s.store_half(TOPIC, b"1", STORED, 0)
+            await s.store_half(TOPIC, b"2", STORED, 0)
+            with pytest.raises(UnavailableError) as refused:
+                await s.store_half(TOPIC, b"3", STORED, 0)
+            assert refused.value.details["rocketmq"] == "TOO_MANY_REQUESTS"
+            await s.end(TOPIC, first, False)
+            await s.store_half(TOPIC, b"3", STORED, 0)
+
+        m.run(go(), 20.0)
+        bodies = [h.body for h in m.replica.log.read(HALF_TOPIC, 0, 0, 10, confirmed_only=False)]
+        assert bodies == [b"1", b"2", b"3"], "the refused one was not stored"
