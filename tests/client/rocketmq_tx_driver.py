@@ -25,7 +25,9 @@ from rocketmq import FilterExpression, Message, Producer, SimpleConsumer, Transa
 from rocketmq.grpc_protocol import (
     Code,
     EndTransactionRequest,
+    MessageType,
     MessagingServiceStub,
+    SendMessageRequest,
     TransactionResolution,
     TransactionSource,
 )
@@ -160,8 +162,28 @@ def end_raw(endpoint: str, topic: str, other_topic: str) -> dict[str, Any]:
                 Code.Name(MessagingServiceStub(channel).EndTransaction(request, timeout=10).status.code)
             )
 
+    def send(message_type: int, delivery_s: int = 0, group: str = "") -> str:
+        request = SendMessageRequest()
+        m = request.messages.add()
+        m.topic.name = topic
+        m.body = b"raw-send"
+        m.system_properties.message_id = "raw"
+        m.system_properties.message_type = message_type
+        if delivery_s:
+            m.system_properties.delivery_timestamp.seconds = delivery_s
+        if group:
+            m.system_properties.message_group = group
+        with grpc.insecure_channel(endpoint) as channel:
+            return str(Code.Name(MessagingServiceStub(channel).SendMessage(request, timeout=10).status.code))
+
     broker_set = r.transaction_id.split(":")[0]
+    now = int(time.time())
     return {
+        "delay_without_time": send(MessageType.DELAY),
+        "normal_with_time": send(MessageType.NORMAL, now + 60),
+        "transaction_with_time": send(MessageType.TRANSACTION, now + 60),
+        "transaction_with_group": send(MessageType.TRANSACTION, group="g"),
+        "delay_too_far": send(MessageType.DELAY, now + 41 * 24 * 3600),
         "id": r.message_id,
         "not_an_id": end(topic, "nonsense"),
         "unknown": end(topic, f"{broker_set}:tx:fffffff"),

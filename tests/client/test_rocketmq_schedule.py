@@ -121,6 +121,11 @@ def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalClu
 
     codes = drive(endpoint, "end-raw", "rmq-tx", "rmq-tx-other")
     assert {k: v for k, v in codes.items() if k != "id"} == {
+        "delay_without_time": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        "normal_with_time": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        "transaction_with_time": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        "transaction_with_group": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        "delay_too_far": "ILLEGAL_DELIVERY_TIME",
         "not_an_id": "INVALID_TRANSACTION_ID",
         "unknown": "INVALID_TRANSACTION_ID",
         "wrong_topic": "INVALID_TRANSACTION_ID",
@@ -128,7 +133,7 @@ def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalClu
         "again_commit": "INVALID_TRANSACTION_ID",
         "again_rollback": "INVALID_TRANSACTION_ID",
     }
-    # none of the refused ends stored anything: the rolled-back half never reaches the topic
+    # none of the refused sends and ends stored anything: the rolled-back half never reaches the topic
     time.sleep(CHECK_INTERVAL_S + 1)
     assert drive(endpoint, "receive", "rmq-tx", "g-tx", "0", "2")["received"] == []
 
