@@ -44,6 +44,7 @@ from tidelog.errors import (
     UnavailableError,
 )
 from tidelog.ha.roles import MASTER
+from tidelog.invariants import stop_if_violated
 
 if TYPE_CHECKING:
     from tidelog.broker.replica import Replica
@@ -239,10 +240,7 @@ class Scheduled:
     def _tx_state(self) -> tx.TxState:
         doc = self.tx_states.refresh().get("tx")
         st = tx.TxState() if doc is None else tx.decode(doc)
-        low = self.replica.log.queue_offsets(HALF_TOPIC, 0).min
-        if st.next < low:  # half messages gone with retention: nothing to end there
-            st = tx.TxState(low, low, {o: t for o, t in st.open.items() if o >= low})
-            st.floor = min(st.open, default=st.next)
+        tx.trim(st, self.replica.log.queue_offsets(HALF_TOPIC, 0).min)
         return st
 
     def _add_halves(self, st: tx.TxState, until: int | None = None) -> bool:
@@ -407,6 +405,12 @@ class Scheduled:
                 log.debug("broker set %s: scheduled messages wait: %s", self.cfg.broker_set, exc)
             except TidelogError as exc:
                 log.warning("broker set %s: scheduled messages: %s", self.cfg.broker_set, exc)
+            except Exception as exc:
+                # the loop must outlive a bad record (logged, looked at again next tick), but
+                # not a broken invariant
+                stop_if_violated(exc)
+                log.exception("broker set %s: scheduled messages failed", self.cfg.broker_set)
+                await asyncio.sleep(1.0)
 
 
 def _invalid(message: str) -> InvalidArgumentError:

@@ -145,6 +145,13 @@ def _end(st: TxState, off: int) -> None:
     st.floor = min(st.open, default=st.next)
 
 
+def trim(st: TxState, min_offset: int) -> None:
+    """Half messages below `min_offset` are gone with retention: nothing to end or check there."""
+    st.open = {o: t for o, t in st.open.items() if o >= min_offset}
+    st.next = max(st.next, min_offset)
+    st.floor = min(st.open, default=st.next)
+
+
 def next_check(st: TxState) -> int | None:
     """When the earliest check is due (None: no open transaction)."""
     return min((tx.next_check_ms for tx in st.open.values()), default=None)

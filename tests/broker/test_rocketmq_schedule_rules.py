@@ -161,6 +161,16 @@ def test_a_checked_transaction_is_settled_by_the_checkers_answer() -> None:
     assert tx.step(s, tx.Tick(), 10_000, POLICY) == []
 
 
+def test_retention_trims_the_transaction_state() -> None:
+    s = opened(0, 0, 0)
+    tx.step(s, tx.End(0, commit=True), 10, POLICY)
+    tx.trim(s, 2)
+    assert (s.floor, s.next, sorted(s.open)) == (2, 3, [2])
+    tx.trim(s, 5)
+    assert (s.floor, s.next, s.open) == (5, 5, {})
+    assert tx.step(s, tx.End(2, commit=True), 20, POLICY) == [tx.Refuse(2, "ended")]
+
+
 def test_the_state_round_trips_and_bad_records_are_refused() -> None:
     s = opened(0, 5, 9)
     tx.step(s, tx.End(0, commit=True), 10, POLICY)
