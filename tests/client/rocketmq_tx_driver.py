@@ -6,6 +6,8 @@ configuration it shares). Prints one JSON document.
     python rocketmq_tx_driver.py ENDPOINT receive TOPIC GROUP EXPECTED SECONDS
     python rocketmq_tx_driver.py ENDPOINT transactions TOPIC STAY_S
     python rocketmq_tx_driver.py ENDPOINT end-raw TOPIC OTHER_TOPIC
+    python rocketmq_tx_driver.py ENDPOINT half-send TOPIC BODY
+    python rocketmq_tx_driver.py ENDPOINT answer-checks TOPIC STAY_S
 
 The client sends `delivery_timestamp` as whole seconds (it writes the value into the
 Timestamp's seconds), so delivery times here are whole seconds since the epoch.
@@ -137,6 +139,33 @@ def transactions(endpoint: str, topic: str, stay_s: float) -> dict[str, Any]:
         producer.shutdown()
 
 
+def half_send(endpoint: str, topic: str, body: str) -> dict[str, Any]:
+    """Send one half message and leave without ending it."""
+    producer = Producer(config(endpoint), (topic,), Checker())
+    producer.startup()
+    try:
+        m = Message()
+        m.topic = topic
+        m.body = body.encode()
+        r = producer.send(m, producer.begin_transaction())
+        return {"id": r.message_id, "transaction_id": r.transaction_id, "sent_at": time.time()}
+    finally:
+        producer.shutdown()
+
+
+def answer_checks(endpoint: str, topic: str, stay_s: float) -> dict[str, Any]:
+    """A producer of `topic` that only answers checks, for `stay_s`."""
+    checker = Checker()
+    producer = Producer(config(endpoint), (topic,), checker)
+    producer.startup()
+    try:
+        time.sleep(stay_s)
+        with checker.lock:
+            return {"checks": list(checker.checks)}
+    finally:
+        producer.shutdown()
+
+
 def end_raw(endpoint: str, topic: str, other_topic: str) -> dict[str, Any]:
     """Codes of EndTransaction calls that name no open transaction of their topic, and of one
     that does (a half message sent by a producer without a checker's answers)."""
@@ -202,6 +231,10 @@ def main() -> None:
         out = receive(endpoint, args[0], args[1], int(args[2]), float(args[3]))
     elif command == "transactions":
         out = transactions(endpoint, args[0], float(args[1]))
+    elif command == "half-send":
+        out = half_send(endpoint, args[0], args[1])
+    elif command == "answer-checks":
+        out = answer_checks(endpoint, args[0], float(args[1]))
     else:
         out = end_raw(endpoint, args[0], args[1])
     print(json.dumps(out))

@@ -45,7 +45,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     base = tmp_path_factory.mktemp("rmqtx")
     topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
     topology["broker"]["rocketmq_tx_check_interval_ms"] = int(CHECK_INTERVAL_S * 1000)
-    topology["broker"]["rocketmq_tx_max_checks"] = 3
+    topology["broker"]["rocketmq_tx_max_checks"] = 5
     path = base / "topology.yaml"
     path.write_text(yaml.safe_dump(topology))
     c = start_cluster(base / "cluster", path)
@@ -138,11 +138,15 @@ def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalClu
     assert drive(endpoint, "receive", "rmq-tx", "g-tx", "0", "2")["received"] == []
 
 
-def test_a_delayed_message_survives_a_master_killed_before_it_is_due(cluster: LocalCluster) -> None:
-    """Runs last: it leaves the cluster with one replica."""
+def test_delayed_and_half_messages_survive_a_master_killed_before_they_are_due(cluster: LocalCluster) -> None:
+    """Runs last: it leaves the cluster with one replica. A delayed message not due yet and an
+    orphaned half message are kept by the master, which is killed; the new master delivers the
+    first at its time and checks the second with a producer connected to it, once each."""
     endpoint = master_endpoint(cluster)
-    create_topic(cluster, "rmq-delay-kill")
+    create_topic(cluster, "rmq-delay-kill", queues=1)
+    create_topic(cluster, "rmq-tx-kill", queues=1)
     (sent,) = drive(endpoint, "delay-send", "rmq-delay-kill", "8")["sent"]
+    half = drive(endpoint, "half-send", "rmq-tx-kill", "orphan-commit-after-failover")
     localcluster.kill(cluster.data_dir, _master_name(cluster), signal.SIGKILL)
     deadline = time.monotonic() + 60
     new = ""
@@ -158,6 +162,11 @@ def test_a_delayed_message_survives_a_master_killed_before_it_is_due(cluster: Lo
     ]
     assert [(m["id"], m["body"]) for m in got] == [(sent["id"], "delayed-0")], "delivered once, as sent"
     assert got[0]["at"] >= sent["at"]
+
+    checks = drive(new, "answer-checks", "rmq-tx-kill", str(2 * CHECK_INTERVAL_S + 1))["checks"]
+    assert checks and {c["id"] for c in checks} == {half["id"]}, checks
+    committed = drive(new, "receive", "rmq-tx-kill", "g-kill", "1", "3")["received"]
+    assert [(m["id"], m["body"]) for m in committed] == [(half["id"], "orphan-commit-after-failover")]
 
 
 def _master_name(cluster: LocalCluster) -> str:
