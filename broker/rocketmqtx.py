@@ -121,6 +121,15 @@ class Scheduled:
         self._idle: dict[int, tuple[tuple[int, int], int | None]] = {}
         self._term = -1
         self._rr = 0
+        life = self.policy.check_interval_ms * (self.policy.max_checks + 1)
+        if self.cfg.retention_ms and life >= self.cfg.retention_ms:
+            log.warning(
+                "broker set %s: a half message may wait %d ms for its checks, retention_ms is %d: "
+                "retention may delete it before it ends (lower rocketmq_tx_check_interval_ms)",
+                self.cfg.broker_set,
+                life,
+                self.cfg.retention_ms,
+            )
 
     def max_delay_ms(self) -> int:
         """The longest delay served: the configured bound, and less than retention_ms, so a
