@@ -46,6 +46,14 @@ class BrokerConfig:
     rocketmq_access_keys: tuple[tuple[str, str], ...] = ()
     # how far a signed call's x-mq-date-time may be from the broker's clock; 0: not checked
     rocketmq_auth_max_skew_s: int = 900
+    # the longest delay of a DELAY message (broker/delayrules.py; RocketMQ's default: 40 days);
+    # a delay also stays below retention_ms, so a waiting message is never deleted
+    rocketmq_max_delay_ms: int = 40 * 24 * 3600 * 1000
+    # a half (transactional) message not ended this long after it was stored is checked back with
+    # a producer of its topic, and again every interval, at most rocketmq_tx_max_checks times;
+    # then it is rolled back (broker/txstate.py)
+    rocketmq_tx_check_interval_ms: int = 30_000
+    rocketmq_tx_max_checks: int = 15
     datacenter: str = ""
     rack: str = ""
     priority: int | None = None  # election priority, lower wins
@@ -128,6 +136,9 @@ _POSITIVE = {
     "max_pull_bytes",
     "max_pull_messages",
     "retention_check_interval_ms",
+    "rocketmq_max_delay_ms",
+    "rocketmq_tx_check_interval_ms",
+    "rocketmq_tx_max_checks",
 }
 _NON_NEGATIVE = {"retention_ms", "retention_bytes", "retention_slave_hold_ms", "rocketmq_auth_max_skew_s"}
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}

@@ -10,8 +10,11 @@ queues in that set; a route advertises, per set, the RocketMQ endpoint of its ma
 the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
 ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue are the shared subscription mode's
 SharedReceive, SharedAck, SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
-queue the client names, the receipt handle carrying (broker set, queue, shared receipt). The rules (codes, handles, filters, properties) are
-broker/rocketmqrules.py's.
+queue the client names, the receipt handle carrying (broker set, queue, shared receipt). DELAY and
+TRANSACTION messages are kept by this broker's set while it is master, and moved into their topic
+once due or committed (broker/rocketmqtx.py; EndTransaction, and the checks of orphaned
+transactions sent over a producer's Telemetry stream). The rules (codes, handles, filters,
+properties) are broker/rocketmqrules.py's.
 
 Every call answers a RocketMQ `Status`: a tidelog error by its mapped code, a malformed request by
 a 400 code, an RPC tidelog does not serve by NOT_IMPLEMENTED (never gRPC UNIMPLEMENTED), and a
@@ -31,18 +34,21 @@ import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from tidelog import tlsconfig
+from tidelog.broker import delayrules as dr
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.rocketmqtx import Scheduled
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
 from tidelog.client.modes import MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
 from tidelog.client.sharedconsumer import SharedMessage, decode_receive_reply
+from tidelog.commitlog import StoredMessage
 from tidelog.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -58,14 +64,18 @@ from tidelog.proto.rocketmq import service_pb2_grpc as s_grpc
 from tidelog.tasks import within
 from tidelog.wire import SERVER_OPTIONS
 
+if TYPE_CHECKING:
+    from tidelog.broker.replica import Replica
+
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 MAX_BATCH = MAX_RECEIVE  # messages of one SendMessage, entries of one AckMessage, messages of one receive
 ENDPOINT_TTL_S = 10.0  # how long a master's RocketMQ endpoint (from its Status) is trusted
 DLQ_WAIT_S = 5.0  # how long a forward to a dead-letter topic just created waits for its broker
-ACCEPTED_TYPES = (d.NORMAL, d.FIFO)
-TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO"}
+ACCEPTED_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
+TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO", d.DELAY: "DELAY", d.TRANSACTION: "TRANSACTION"}
+CHECK_QUEUE = 1000  # checks waiting for one producer's Telemetry stream; beyond, a check is skipped
 
 
 def refused(code: str, message: str) -> InvalidArgumentError:
@@ -114,7 +124,9 @@ def _endpoints(address: str) -> d.Endpoints:
 class MessagingService(s_grpc.MessagingServiceServicer):
     """The RPCs of `apache.rocketmq.v2.MessagingService` on tidelog (see the module docstring)."""
 
-    def __init__(self, cfg: BrokerConfig, advertised: Callable[[], str]) -> None:
+    def __init__(
+        self, cfg: BrokerConfig, advertised: Callable[[], str], replica: Replica | None = None
+    ) -> None:
         self.cfg = cfg
         self.advertised = advertised
         # the cluster as a member sees it: with TLS, this broker's own CA and certificate
@@ -125,6 +137,10 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self._in_progress = 0
         self._masters: dict[str, tuple[float, str]] = {}  # broker address -> (when, its RocketMQ endpoint)
         self._dlq_ready: set[str] = set()
+        # delayed and half messages, kept by this broker's set while it is master
+        self.scheduled = None if replica is None else Scheduled(replica, self._send_check)
+        # the Telemetry streams of producers, by the topics they publish: where checks go
+        self._producers: dict[str, list[asyncio.Queue[s.TelemetryCommand | None]]] = {}
 
     async def close(self) -> None:
         await self.client.close()
@@ -229,11 +245,58 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self, request_iterator: AsyncIterator[s.TelemetryCommand], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[s.TelemetryCommand]:
         """Each Settings the client announces is answered with the settings it is to use; the
-        other commands (answers to commands this endpoint never sends) are read and dropped."""
-        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-            async for command in request_iterator:
-                if command.HasField("settings"):
-                    yield s.TelemetryCommand(status=OK, settings=self._settings(command.settings))
+        other commands the client sends are read and dropped. A producer's stream also carries
+        the checks of its topics' orphaned transactions (RecoverOrphanedTransactionCommand)."""
+        out: asyncio.Queue[s.TelemetryCommand | None] = asyncio.Queue(CHECK_QUEUE)
+        topics: set[str] = set()
+
+        async def read() -> None:
+            try:
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    async for command in request_iterator:
+                        if not command.HasField("settings"):
+                            continue
+                        if command.settings.client_type == d.PRODUCER:
+                            for t in command.settings.publishing.topics:
+                                if t.name not in topics:
+                                    topics.add(t.name)
+                                    self._producers.setdefault(t.name, []).append(out)
+                        reply = s.TelemetryCommand(status=OK, settings=self._settings(command.settings))
+                        await out.put(reply)
+            finally:
+                with contextlib.suppress(asyncio.QueueFull):
+                    out.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (command := await out.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            for t in topics:
+                streams = self._producers.get(t, [])
+                with contextlib.suppress(ValueError):
+                    streams.remove(out)
+                if not streams:
+                    self._producers.pop(t, None)
+
+    def _send_check(self, topic: str, half: StoredMessage, transaction_id: str) -> None:
+        """Ask one producer of `topic` connected here how the transaction of `half` ended (the
+        streams take turns); with none connected the check goes nowhere and counts anyway."""
+        streams = self._producers.get(topic)
+        if not streams:
+            log.info("no producer of %s connected to check transaction %s", topic, transaction_id)
+            return
+        streams.append(streams.pop(0))
+        command = s.TelemetryCommand(
+            recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
+                message=self._kept_message(topic, half), transaction_id=transaction_id
+            )
+        )
+        try:
+            streams[-1].put_nowait(command)
+        except asyncio.QueueFull:
+            log.warning("a producer of %s reads no checks: transaction %s not checked", topic, transaction_id)
 
     def _settings(self, theirs: d.Settings) -> d.Settings:
         out = d.Settings()
@@ -272,26 +335,70 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         topic = _name("topic", request.messages[0].topic.name)
         if any(m.topic.name != topic for m in request.messages):
             raise refused("ILLEGAL_TOPIC", "the messages of one SendMessage go to one topic")
-        await self._route(topic)
+        route = await self._route(topic)
+        here = route.broker_set(self.cfg.broker_set) is not None
         # every message is checked before any is sent: a refused request stores nothing
         stored = [_stored(m) for m in request.messages]
+        now = int(time.time() * 1000)
+        waits = [self._delay(m, now) for m in request.messages]
         futures = [
-            self.producer.send(topic, m.body, st.key, st.tags, st.properties)
-            for m, st in zip(request.messages, stored, strict=True)
+            self._send_one(topic, m, st, wait, here)
+            for m, st, wait in zip(request.messages, stored, waits, strict=True)
         ]
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
-        entries = []
-        for out in outcomes:
-            if isinstance(out, Receipt):
-                entries.append(
-                    s.SendResultEntry(status=OK, message_id=out.message_id, offset=out.queue_offset)
-                )
-            else:
-                entries.append(s.SendResultEntry(status=status_of(out)))
+        entries = [
+            out if isinstance(out, s.SendResultEntry) else s.SendResultEntry(status=status_of(out))
+            for out in outcomes
+        ]
         codes = {e.status.code for e in entries}
         if len(codes) == 1:
             return s.SendMessageResponse(status=entries[0].status, entries=entries)
         return s.SendMessageResponse(status=_status("MULTIPLE_RESULTS"), entries=entries)
+
+    def _delay(self, m: d.Message, now_ms: int) -> int:
+        """How long DELAY message `m` waits (0: not a DELAY message, or due already)."""
+        if m.system_properties.message_type != d.DELAY:
+            return 0
+        if self.scheduled is None:
+            raise refused(rules.UNSUPPORTED, "DELAY messages are served by brokers only")
+        at = m.system_properties.delivery_timestamp.ToMilliseconds()
+        try:
+            return dr.delay_ms(at, now_ms, self.scheduled.max_delay_ms())
+        except dr.DeliveryTimeError as exc:
+            raise refused("ILLEGAL_DELIVERY_TIME", str(exc)) from None
+
+    async def _send_one(
+        self, topic: str, m: d.Message, st: rules.Stored, wait_ms: int, here: bool
+    ) -> s.SendResultEntry:
+        """Send one message: a delayed one (`wait_ms` > 0) or a half one is kept by this broker's
+        set (broker/rocketmqtx.py), which must have queues of the topic (`here`), any other goes
+        to its topic through tidelog's producer."""
+        born = m.system_properties.born_timestamp.ToMilliseconds() or int(time.time() * 1000)
+        kept = m.system_properties.message_type == d.TRANSACTION or wait_ms > 0
+        if kept and not here:
+            # a route that named this broker for want of the master's endpoint: the client
+            # retries on its next queue
+            raise UnavailableError(
+                f"topic {topic} has no queue in broker set {self.cfg.broker_set}, which keeps "
+                "the delayed and transactional messages sent to this endpoint"
+            )
+        if m.system_properties.message_type == d.TRANSACTION:
+            if self.scheduled is None:
+                raise refused(rules.UNSUPPORTED, "TRANSACTION messages are served by brokers only")
+            scheduled = self.scheduled
+            message_id, txid, offset = await self._until_served(
+                lambda: scheduled.store_half(topic, m.body, st, born)
+            )
+            return s.SendResultEntry(status=OK, message_id=message_id, transaction_id=txid, offset=offset)
+        if wait_ms > 0 and self.scheduled is not None:
+            at = m.system_properties.delivery_timestamp.ToMilliseconds()
+            scheduled = self.scheduled
+            message_id, offset = await self._until_served(
+                lambda: scheduled.store_delayed(topic, m.body, st, at, born)
+            )
+            return s.SendResultEntry(status=OK, message_id=message_id, offset=offset)
+        out: Receipt = await self.producer.send(topic, m.body, st.key, st.tags, st.properties)
+        return s.SendResultEntry(status=OK, message_id=out.message_id, offset=out.queue_offset)
 
     # --- receiving ---
 
@@ -372,34 +479,55 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             await self.client.admin().create_topic(dlq_topic(group), queues=1)
         self._dlq_ready.add(group)
 
-    def _message(self, request: s.ReceiveMessageRequest, m: SharedMessage, invisible_ms: int) -> d.Message:
-        loaded = rules.from_stored(m.key, m.properties)
-        body = m.body
-        out = d.Message(topic=request.message_queue.topic, user_properties=loaded.user_properties, body=body)
+    def _rmq_message(
+        self, topic: d.Resource, body: bytes, key: str | None, tags: str | None, properties: dict[str, str]
+    ) -> d.Message:
+        """The RocketMQ form of a stored message (its times and id are the caller's)."""
+        loaded = rules.from_stored(key, properties)
+        out = d.Message(topic=topic, user_properties=loaded.user_properties, body=body)
         sp = out.system_properties
-        if m.tags:
-            sp.tag = m.tags
+        if tags:
+            sp.tag = tags
         sp.keys.extend(loaded.keys)
-        sp.message_id = f"{m.broker_set}:{m.phys_offset:x}"
         sp.body_digest.type = d.CRC32
         sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
         sp.body_encoding = d.IDENTITY
         sp.message_type = (
             d.MessageType.Value(loaded.message_type)
-            if loaded.message_type in ("NORMAL", "FIFO")
+            if loaded.message_type in TYPE_NAMES.values()
             else d.NORMAL
         )
-        sp.born_timestamp.FromMilliseconds(m.born_ts)
+        deliver_at = properties.get(rules.PROP_DELIVER_AT, "")
+        if deliver_at.isdigit():
+            sp.delivery_timestamp.FromMilliseconds(int(deliver_at))
         sp.born_host = loaded.born_host or "unknown"
-        sp.store_timestamp.FromMilliseconds(m.store_ts)
         sp.store_host = self.advertised()
+        if loaded.message_group:
+            sp.message_group = loaded.message_group
+        return out
+
+    def _kept_message(self, topic: str, half: StoredMessage) -> d.Message:
+        """A half message as a producer's TransactionChecker gets it: with the message id its
+        producer was given, which its consumers get too once it is committed."""
+        out = self._rmq_message(d.Resource(name=topic), half.body, half.key, half.tags, half.properties)
+        sp = out.system_properties
+        sp.message_id = f"{self.cfg.broker_set}:{half.phys_offset:x}"
+        sp.born_timestamp.FromMilliseconds(half.born_ts)
+        sp.store_timestamp.FromMilliseconds(half.store_ts)
+        return out
+
+    def _message(self, request: s.ReceiveMessageRequest, m: SharedMessage, invisible_ms: int) -> d.Message:
+        out = self._rmq_message(request.message_queue.topic, m.body, m.key, m.tags, m.properties)
+        sp = out.system_properties
+        # a delayed or committed message: the id its producer was given when it was kept
+        sp.message_id = m.properties.get(rules.PROP_ORIGIN_ID) or f"{m.broker_set}:{m.phys_offset:x}"
+        sp.born_timestamp.FromMilliseconds(m.born_ts)
+        sp.store_timestamp.FromMilliseconds(m.store_ts)
         sp.receipt_handle = rules.encode_handle(m.broker_set, m.queue, m.receipt)
         sp.queue_id = m.queue
         sp.queue_offset = m.offset
         sp.delivery_attempt = m.delivery_count
         sp.invisible_duration.FromMilliseconds(invisible_ms)
-        if loaded.message_group:
-            sp.message_group = loaded.message_group
         return out
 
     async def AckMessage(
@@ -485,7 +613,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
 
     async def _until_served(self, call: Callable[[], Awaitable[R]]) -> R:
         """`call()`, again while its broker has not learned of a topic just created (the
-        dead-letter topic: UNAVAILABLE), for up to DLQ_WAIT_S."""
+        dead-letter topic, a topic of a delayed or half message: UNAVAILABLE), for up to DLQ_WAIT_S."""
         deadline = time.monotonic() + DLQ_WAIT_S
         while True:
             try:
@@ -495,10 +623,26 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                     raise
                 await asyncio.sleep(0.1)
 
-    # --- not served (yet): an explicit RocketMQ status, never gRPC UNIMPLEMENTED ---
+    # --- transactions ---
 
-    async def EndTransaction(self, request: Any, context: Any) -> Any:
-        return s.EndTransactionResponse(status=_not_served("EndTransaction (transactional messages)"))
+    async def EndTransaction(
+        self, request: s.EndTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> s.EndTransactionResponse:
+        """COMMIT moves the half message into its topic, ROLLBACK drops it (broker/rocketmqtx.py),
+        whether the producer ends it or its TransactionChecker answers a check."""
+
+        async def work() -> s.EndTransactionResponse:
+            topic = _name("topic", request.topic.name)
+            if request.resolution not in (d.COMMIT, d.ROLLBACK):
+                raise refused("BAD_REQUEST", "the resolution is COMMIT or ROLLBACK")
+            if self.scheduled is None:
+                raise refused(rules.UNSUPPORTED, "TRANSACTION messages are served by brokers only")
+            await self.scheduled.end(topic, request.transaction_id, request.resolution == d.COMMIT)
+            return s.EndTransactionResponse(status=OK)
+
+        return await self._answer(s.EndTransactionResponse, work, context)
+
+    # --- not served (yet): an explicit RocketMQ status, never gRPC UNIMPLEMENTED ---
 
     async def UpdateOffset(self, request: Any, context: Any) -> Any:
         return s.UpdateOffsetResponse(status=_not_served("UpdateOffset"))
@@ -527,10 +671,17 @@ def _stored(m: d.Message) -> rules.Stored:
     if sp.message_type not in TYPE_NAMES:
         raise refused(
             rules.UNSUPPORTED,
-            f"{d.MessageType.Name(sp.message_type)} messages are not served by tidelog yet (NORMAL and FIFO are)",
+            f"{d.MessageType.Name(sp.message_type)} messages are not served by tidelog yet (NORMAL, FIFO, DELAY and TRANSACTION are)",
         )
     if sp.message_type == d.FIFO and not sp.message_group:
         raise refused("ILLEGAL_MESSAGE_GROUP", "a FIFO message needs a message group")
+    if sp.HasField("delivery_timestamp") != (sp.message_type == d.DELAY):
+        raise refused(
+            "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+            "a delivery timestamp is for DELAY messages, which need one",
+        )
+    if sp.message_type in (d.DELAY, d.TRANSACTION) and sp.message_group:
+        raise refused("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE", "a message group is for FIFO messages")
     if sp.body_encoding not in (d.IDENTITY, d.ENCODING_UNSPECIFIED):
         raise refused(rules.UNSUPPORTED, "compressed bodies are not served by tidelog yet")
     try:
@@ -625,12 +776,15 @@ def _replying(handler: grpc.RpcMethodHandler, reply: Any) -> grpc.RpcMethodHandl
 class RocketMQEndpoint:
     """The second gRPC server of a broker, serving MessagingService."""
 
-    def __init__(self, cfg: BrokerConfig, tls: tlsconfig.ServerTls | None = None) -> None:
+    def __init__(
+        self, cfg: BrokerConfig, tls: tlsconfig.ServerTls | None = None, replica: Replica | None = None
+    ) -> None:
         self.cfg = cfg
         self.tls = tls
         self.address = ""  # what clients are told, once bound
-        self.service = MessagingService(cfg, lambda: self.address)
+        self.service = MessagingService(cfg, lambda: self.address, replica)
         self._server: grpc.aio.Server | None = None
+        self._scheduler: asyncio.Future[None] | None = None
 
     async def start(self) -> str:
         """Listen on `rocketmq_listen` ("auto": the host of `listen`, a port the system picks);
@@ -652,12 +806,18 @@ class RocketMQEndpoint:
                 f"cannot listen on rocketmq_listen {target} (port in use?)", key="rocketmq_listen"
             )
         await self._server.start()
+        if self.service.scheduled is not None:
+            self._scheduler = asyncio.ensure_future(self.service.scheduled.run())
         adv_host = self.cfg.advertised.rpartition(":")[0]
         self.address = self.cfg.rocketmq_advertise_address or f"{adv_host}:{port}"
         log.info("RocketMQ endpoint listening on %s (advertised %s)", target, self.address)
         return self.address
 
     async def close(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scheduler
         if self._server is not None:
             await self._server.stop(grace=1.0)
         await self.service.close()

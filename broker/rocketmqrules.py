@@ -12,6 +12,12 @@
   as properties under `rmq.` (the client's message id, its keys, its message group, its type);
   tidelog's own key is the message group of a FIFO message (so a group always lands on one
   queue, in order) and otherwise the first RocketMQ key (so `find_messages` finds it).
+- Delayed and transactional messages (broker/rocketmqtx.py): a message kept in an internal
+  topic until it is due or committed carries where it goes (`rmq.target_topic`,
+  `rmq.target_queue`) and, for a delay, when (`rmq.deliver_at`); its copy in its topic carries
+  where it was kept (`rmq.origin`, the key of the look-back that keeps a copy from being made
+  twice) and the message id its producer was given (`rmq.origin_id`). A transaction id is
+  `<broker set>:tx:<offset of the half message>`.
 - Signatures: with access keys configured, a request must carry the official clients'
   `MQv2-HMAC-SHA1` signature by one of them (`refusal`).
 """
@@ -126,6 +132,11 @@ PROP_KEYS = "rmq.keys"  # the RocketMQ keys, joined by KEY_SEPARATOR as RocketMQ
 PROP_GROUP = "rmq.message_group"
 PROP_TYPE = "rmq.message_type"
 PROP_BORN_HOST = "rmq.born_host"
+PROP_TARGET_TOPIC = "rmq.target_topic"
+PROP_TARGET_QUEUE = "rmq.target_queue"
+PROP_DELIVER_AT = "rmq.deliver_at"  # ms since the epoch
+PROP_ORIGIN = "rmq.origin"  # "<internal topic>/<queue>/<offset>" of the kept message
+PROP_ORIGIN_ID = "rmq.origin_id"  # the message id the producer was given for it
 RESERVED_PREFIX = "rmq."
 KEY_SEPARATOR = " "
 MAX_KEYS = 32
@@ -199,6 +210,23 @@ def from_stored(key: str | None, properties: Mapping[str, str]) -> Loaded:
         properties.get(PROP_MESSAGE_ID, ""),
         properties.get(PROP_BORN_HOST, ""),
     )
+
+
+# --- transaction ids ---------------------------------------------------------------------------
+
+_TRANSACTION_ID = re.compile(r"(?P<set>[A-Za-z0-9][A-Za-z0-9._-]{0,126}):tx:(?P<offset>[0-9a-f]{1,16})")
+
+
+def encode_transaction_id(broker_set: str, offset: int) -> str:
+    return f"{broker_set}:tx:{offset:x}"
+
+
+def decode_transaction_id(text: str) -> tuple[str, int] | None:
+    """(broker set, half-message offset) of a transaction id this endpoint gave, else None."""
+    m = _TRANSACTION_ID.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    return m.group("set"), int(m.group("offset"), 16)
 
 
 # --- bounds of a request -----------------------------------------------------------------------

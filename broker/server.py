@@ -198,7 +198,7 @@ class BrokerServer:
         await self._grpc.start()
         await self._start_data_port()
         if self.cfg.rocketmq_listen:
-            self.rocketmq = RocketMQEndpoint(self.cfg, self.tls)
+            self.rocketmq = RocketMQEndpoint(self.cfg, self.tls, self.replica)
             self.replica.rocketmq_address = await self.rocketmq.start()
         if self.metrics is not None:
             await self.metrics.start(self.cfg.metrics_address)

@@ -53,3 +53,18 @@ def test_a_negative_clock_bound_is_refused() -> None:
     with pytest.raises(ConfigError) as err:
         from_mapping({**BASE, "rocketmq_auth_max_skew_s": -1})
     assert err.value.details.get("key") == "rocketmq_auth_max_skew_s"
+
+
+def test_delay_and_transaction_bounds_default_to_rocketmqs() -> None:
+    cfg = from_mapping(BASE)
+    assert cfg.rocketmq_max_delay_ms == 40 * 24 * 3600 * 1000
+    assert (cfg.rocketmq_tx_check_interval_ms, cfg.rocketmq_tx_max_checks) == (30_000, 15)
+
+
+@pytest.mark.parametrize(
+    "key", ["rocketmq_max_delay_ms", "rocketmq_tx_check_interval_ms", "rocketmq_tx_max_checks"]
+)
+def test_delay_and_transaction_bounds_are_positive(key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_mapping({**BASE, key: 0})
+    assert err.value.details["key"] == key

@@ -110,7 +110,7 @@ def test_bad_input_and_unserved_calls_answer_rocketmq_codes(cluster: LocalCluste
     assert out["unknown_topic"] == "TOPIC_NOT_FOUND"
     assert out["bad_topic_name"] == "ILLEGAL_TOPIC"
     assert out["bad_receipt"] == "INVALID_RECEIPT_HANDLE"
-    assert out["end_transaction"] == "NOT_IMPLEMENTED"
+    assert out["end_transaction"] == "ILLEGAL_TOPIC"  # served now: an empty request names no topic
     assert sorted(q["queue"] for q in out["route"]) == [0, 1, 2, 3]
     assert {(q["broker"], q["broker_id"]) for q in out["route"]} == {("broker-a", 0)}
     assert {e for q in out["route"] for e in q["endpoints"]} == {endpoint}  # the master's

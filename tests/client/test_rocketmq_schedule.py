@@ -1,0 +1,175 @@
+"""Delayed and transactional messages of the official RocketMQ client, against the brokers'
+RocketMQ endpoint of a cluster started by `tide cluster up` (broker/rocketmqtx.py). The client
+runs in its own process (tests/client/rocketmq_tx_driver.py). The last test kills the master.
+
+The cluster checks orphaned transactions after 3 s (`rocketmq_tx_check_interval_ms`), so the
+tests see checks without waiting for the production default of 30 s."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
+from tidelog import localcluster
+from tidelog.client.aio import AsyncClient
+
+pytestmark = pytest.mark.slow
+
+DRIVER = Path(__file__).with_name("rocketmq_tx_driver.py")
+CHECK_INTERVAL_S = 3.0
+
+
+def drive(*args: str, timeout: float = 180) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(DRIVER), *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """deploy/local.yaml with a short transaction check interval."""
+    base = tmp_path_factory.mktemp("rmqtx")
+    topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
+    topology["broker"]["rocketmq_tx_check_interval_ms"] = int(CHECK_INTERVAL_S * 1000)
+    topology["broker"]["rocketmq_tx_max_checks"] = 5
+    path = base / "topology.yaml"
+    path.write_text(yaml.safe_dump(topology))
+    c = start_cluster(base / "cluster", path)
+    try:
+        yield c
+    finally:
+        stop_cluster(c)
+
+
+def members(cluster: LocalCluster) -> list[dict[str, Any]]:
+    out = tide("cluster", "status", "--json", env={"TIDE_CONTROLLERS": cluster.controllers})
+    assert out.returncode == 0, out.stderr
+    return [m for s in json.loads(out.stdout)["broker_sets"] for m in s["members"]]
+
+
+def master_endpoint(cluster: LocalCluster) -> str:
+    found = [m for m in members(cluster) if m["role"] == "master" and m["rocketmq_endpoint"]]
+    assert len(found) == 1, found
+    return str(found[0]["rocketmq_endpoint"])
+
+
+def create_topic(cluster: LocalCluster, name: str, queues: int = 4) -> None:
+    async def go() -> None:
+        async with AsyncClient(cluster.controllers) as client:
+            await client.admin().create_topic(name, queues=queues)
+
+    asyncio.run(go())
+
+
+def test_delayed_messages_are_received_no_earlier_than_asked_and_once(cluster: LocalCluster) -> None:
+    endpoint = master_endpoint(cluster)
+    # one queue: the consumer's long polls take turns over the queues (1 s each here), which
+    # would add up to a second per queue to when a message is seen
+    create_topic(cluster, "rmq-delay", queues=1)
+    # the longest first: it must not hold back the shorter ones behind it
+    out = drive(endpoint, "delay-send", "rmq-delay", "4", "2", "3")
+    sent = out["sent"]
+    assert out["too_far"].startswith("40012"), out["too_far"]  # ILLEGAL_DELIVERY_TIME, not stored
+    got = drive(endpoint, "receive", "rmq-delay", "g-delay", "3", "9")["received"]
+    assert sorted(m["id"] for m in got) == sorted(s["id"] for s in sent), "each delayed message once"
+    by_id = {m["id"]: m for m in got}
+    for s in sent:
+        m = by_id[s["id"]]
+        assert (m["body"], m["keys"], m["attempt"]) == (f"delayed-{s['i']}", [f"dk-{s['i']}"], 1)
+        assert m["at"] >= s["at"], f"message {s['i']} received {s['at'] - m['at']:.2f} s early"
+        assert m["at"] <= s["at"] + 3, f"message {s['i']} received {m['at'] - s['at']:.2f} s late"
+    order = [m["body"] for m in sorted(got, key=lambda m: m["at"])]
+    assert order == ["delayed-1", "delayed-2", "delayed-0"], "delivered in the order of their times"
+    assert "too-far" not in {m["body"] for m in got}
+
+
+def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalCluster) -> None:
+    endpoint = master_endpoint(cluster)
+    create_topic(cluster, "rmq-tx")
+    create_topic(cluster, "rmq-tx-other")
+    # the producer stays past the first check (3 s) of its two orphans
+    out = drive(endpoint, "transactions", "rmq-tx", str(CHECK_INTERVAL_S + 4))
+    checked = {c["body"]: c for c in out["checks"]}
+    assert sorted(checked) == ["orphan-commit", "orphan-rollback"], out["checks"]
+    for body, c in checked.items():
+        assert c["id"] == out[body]["id"], "the checker gets the message id its producer was given"
+        assert c["at"] >= out["sent_at"] + CHECK_INTERVAL_S - 1
+    # received well past the check interval and the last check: a rolled-back message never comes
+    got = drive(endpoint, "receive", "rmq-tx", "g-tx", "2", str(2 * CHECK_INTERVAL_S + 1))["received"]
+    assert sorted((m["body"], m["id"], m["attempt"]) for m in got) == [
+        ("commit", out["commit"]["id"], 1),
+        ("orphan-commit", out["orphan-commit"]["id"], 1),
+    ]
+    assert {m["body"]: m["keys"] for m in got} == {
+        "commit": ["tk-commit"],
+        "orphan-commit": ["tk-orphan-commit"],
+    }
+
+    codes = drive(endpoint, "end-raw", "rmq-tx", "rmq-tx-other")
+    assert {k: v for k, v in codes.items() if k != "id"} == {
+        "delay_without_time": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        "normal_with_time": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        "transaction_with_time": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        "transaction_with_group": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+        "delay_too_far": "ILLEGAL_DELIVERY_TIME",
+        "not_an_id": "INVALID_TRANSACTION_ID",
+        "unknown": "INVALID_TRANSACTION_ID",
+        "wrong_topic": "INVALID_TRANSACTION_ID",
+        "rollback": "OK",
+        "again_commit": "INVALID_TRANSACTION_ID",
+        "again_rollback": "INVALID_TRANSACTION_ID",
+    }
+    # none of the refused sends and ends stored anything: the rolled-back half never reaches the topic
+    time.sleep(CHECK_INTERVAL_S + 1)
+    assert drive(endpoint, "receive", "rmq-tx", "g-tx", "0", "2")["received"] == []
+
+
+def test_delayed_and_half_messages_survive_a_master_killed_before_they_are_due(cluster: LocalCluster) -> None:
+    """Runs last: it leaves the cluster with one replica. A delayed message not due yet and an
+    orphaned half message are kept by the master, which is killed; the new master delivers the
+    first at its time and checks the second with a producer connected to it, once each."""
+    endpoint = master_endpoint(cluster)
+    create_topic(cluster, "rmq-delay-kill", queues=1)
+    create_topic(cluster, "rmq-tx-kill", queues=1)
+    (sent,) = drive(endpoint, "delay-send", "rmq-delay-kill", "8")["sent"]
+    half = drive(endpoint, "half-send", "rmq-tx-kill", "orphan-commit-after-failover")
+    localcluster.kill(cluster.data_dir, _master_name(cluster), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    new = ""
+    while time.monotonic() < deadline and not new:
+        time.sleep(0.5)
+        found = [m for m in members(cluster) if m["role"] == "master" and m["rocketmq_endpoint"]]
+        new = (
+            str(found[0]["rocketmq_endpoint"]) if found and found[0]["rocketmq_endpoint"] != endpoint else ""
+        )
+    assert new, "no new master elected"
+    got = drive(new, "receive", "rmq-delay-kill", "g-kill", "1", str(max(3.0, sent["at"] - time.time() + 4)))[
+        "received"
+    ]
+    assert [(m["id"], m["body"]) for m in got] == [(sent["id"], "delayed-0")], "delivered once, as sent"
+    assert got[0]["at"] >= sent["at"]
+
+    checks = drive(new, "answer-checks", "rmq-tx-kill", str(2 * CHECK_INTERVAL_S + 1))["checks"]
+    assert checks and {c["id"] for c in checks} == {half["id"]}, checks
+    committed = drive(new, "receive", "rmq-tx-kill", "g-kill", "1", "3")["received"]
+    assert [(m["id"], m["body"]) for m in committed] == [(half["id"], "orphan-commit-after-failover")]
+
+
+def _master_name(cluster: LocalCluster) -> str:
+    rows = json.loads(tide("broker", "list", "--controllers", cluster.controllers, "--json").stdout)
+    address = next(r["address"] for r in rows if r["role"] == "master")
+    return str(next(p["name"] for p in cluster.state()["processes"] if p.get("address") == address))
