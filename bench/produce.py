@@ -27,7 +27,9 @@ MB = 10^6 bytes of message body):
 - consume: everything the run produced, pulled back from the slave (PullRequest max_messages
   1000, max_bytes 4 MiB), one task per queue over one channel, from the page cache.
 
-For every phase it also records the CPU each process used, in percent of one core, and what the
+During every phase a thread samples the master's Status every 0.1 s: how many bytes of log the
+slave has not acknowledged yet (its lag: p50, p99 and max), beside whether it left the
+SyncStateSet. For every phase it also records the CPU each process used, in percent of one core, and what the
 rest of the machine used meanwhile ("others"): the client and the servers share the cores with
 whatever else runs there. It checks three targets: at least 100,000 msgs/s replicated with
 batches of 1000 (the best client layout counts), p99 at most 2 ms for single-message sends at
@@ -54,6 +56,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -85,6 +88,7 @@ LATENCY_RATE = 1000  # msgs/s
 LOW_LATENCY_RATE = 250
 PULL_MAX_MESSAGES = 1000
 PULL_MAX_BYTES = 4 << 20
+LAG_SAMPLE_S = 0.1  # how often the slave's lag is sampled during a phase
 MAX_CHANNELS = 4  # producers share this many channels (one TCP connection each)
 TARGET_PRODUCE = 100_000  # msgs/s, batch 1000
 TARGET_P99_MS = 2.0  # single-message sends at LATENCY_RATE
@@ -608,6 +612,43 @@ def top_functions(collapsed: str, limit: int = 15) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------- report
 
 
+class LagSampler:
+    """How far the slave trails the master while a phase runs: every LAG_SAMPLE_S the master's
+    Status gives its log end and each slave's acknowledged offset; the gap is in bytes of log.
+    A thread of its own, so the phase's event loop is not charged with it."""
+
+    def __init__(self, cluster: BenchCluster) -> None:
+        self.cluster = cluster
+        self.gaps: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lag-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(LAG_SAMPLE_S):
+            s = self.cluster.status(self.cluster.master_index)
+            if s is not None and s.role == "master" and s.replicas:
+                self.gaps.append(max(s.max_offset - r.ack_offset for r in s.replicas))
+
+    def __enter__(self) -> LagSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float]:
+        gaps = sorted(self.gaps)
+        if not gaps:
+            return {"samples": 0, "p50_bytes": 0, "p99_bytes": 0, "max_bytes": 0}
+        return {
+            "samples": len(gaps),
+            "p50_bytes": percentile(gaps, 50),
+            "p99_bytes": percentile(gaps, 99),
+            "max_bytes": gaps[-1],
+        }
+
+
 def _phase(cluster: BenchCluster, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     """Run one phase, noting whether the slave left the SyncStateSet meanwhile (then wait for it).
 
@@ -616,7 +657,9 @@ def _phase(cluster: BenchCluster, fn: Callable[..., dict[str, Any]], *args: Any)
     measures replicated writes only. The next phase starts when the slave is back.
     """
     before = cluster.sync_state_set_epoch()
-    out = fn(cluster, *args)
+    with LagSampler(cluster) as lag:
+        out = fn(cluster, *args)
+    out["slave_lag"] = lag.summary()
     members = cluster.in_sync_count()
     out["sync_state_set_changed"] = cluster.sync_state_set_epoch() != before or members < len(cluster.brokers)
     if members < len(cluster.brokers):
@@ -756,6 +799,12 @@ def format_table(r: dict[str, Any]) -> str:
             + (f"  {_errors_text(p['errors'])}" if p["errors"] else "")
             + _shrunk(p)
         )
+        if p["slave_lag"]["samples"]:
+            g = p["slave_lag"]
+            lines.append(
+                f"{'':<34}slave lag p50 {g['p50_bytes'] / 1024:,.0f} KiB, p99 {g['p99_bytes'] / 1024:,.0f} KiB, "
+                f"max {g['max_bytes'] / 1024:,.0f} KiB ({g['samples']} samples)"
+            )
     for key in ("latency", "latency_low_rate"):
         if key in r:
             lines += ["", *_latency_lines(r[key])]
