@@ -734,6 +734,33 @@ class UnauthenticatedError(TidelogError):
     )
 
 
+@_register
+class PermissionDeniedError(TidelogError):
+    """The caller is a known user, but lacks the permission a call needs (tidelog/acl.py)."""
+
+    code = "PERMISSION_DENIED"
+    status = "PERMISSION_DENIED"
+    hint = "ask an administrator for the permission the message names (`tide acl grant`)"
+
+
+@_register
+class UserExistsError(TidelogError):
+    """A user of that name, or with that access key, already exists."""
+
+    code = "USER_EXISTS"
+    status = "ALREADY_EXISTS"
+    hint = "pick another name, or delete the user first (`tide user delete`)"
+
+
+@_register
+class UserNotFoundError(TidelogError):
+    """No user of that name."""
+
+    code = "USER_NOT_FOUND"
+    status = "NOT_FOUND"
+    hint = "`tide user list` names the users"
+
+
 # --- storage failures ---------------------------------------------------------------------
 
 
