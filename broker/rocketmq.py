@@ -36,7 +36,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from tidelog import tlsconfig
+from tidelog import acl, tlsconfig
+from tidelog.acl import AclState
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
@@ -119,7 +120,12 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self.advertised = advertised
         # the cluster as a member sees it: with TLS, this broker's own CA and certificate
         self.client = AsyncClient(
-            cfg.controllers, send_timeout=30.0, rpc_timeout=10.0, tls=tlsconfig.member_client(cfg.tls)
+            cfg.controllers,
+            send_timeout=30.0,
+            rpc_timeout=10.0,
+            tls=tlsconfig.member_client(cfg.tls),
+            # with auth on, the endpoint's own calls are the cluster's: its callers were checked here
+            member_secret=cfg.secret if cfg.auth is not None else None,
         )
         self.producer: AsyncProducer = self.client.producer()
         self._in_progress = 0
@@ -577,10 +583,23 @@ class SignatureCheck(grpc.aio.ServerInterceptor):
     call's own type whose status is UNAUTHORIZED, as RocketMQ's proxy answers; the call itself
     never runs. Interceptors see every method, so a call added later cannot be missed."""
 
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: BrokerConfig, users: Callable[[], AclState] | None = None) -> None:
         self.secrets = dict(cfg.rocketmq_access_keys)
         self.max_skew_s = cfg.rocketmq_auth_max_skew_s
         self._service = s.DESCRIPTOR.services_by_name["MessagingService"]
+        # with auth on: the users of the controller's table too. The endpoint's own calls into the
+        # cluster are the cluster's (its client signs with the secret), and the permission rules
+        # have no table for RocketMQ's methods yet: a user here must be a cluster admin.
+        self.users = users
+
+    def _user_key(self, access_key: str) -> str | None:
+        if self.users is None:
+            return None
+        table = self.users()
+        user = table.user_by_key(access_key)
+        if user is None or acl.decide(user.name, table, "admin", (acl.CLUSTER, acl.CLUSTER)) is not None:
+            return None
+        return user.signing_key
 
     async def intercept_service(
         self,
@@ -592,7 +611,8 @@ class SignatureCheck(grpc.aio.ServerInterceptor):
         for key, value in details.invocation_metadata or ():
             if isinstance(value, str):
                 headers.setdefault(key.lower(), value)
-        why = rules.refusal(headers, self.secrets, time.time(), self.max_skew_s)
+        users = self._user_key if self.users is not None else None
+        why = rules.refusal(headers, self.secrets, time.time(), self.max_skew_s, users)
         if why is None or handler is None:
             return handler
         method = self._service.methods_by_name.get(details.method.rpartition("/")[2])
@@ -625,9 +645,15 @@ def _replying(handler: grpc.RpcMethodHandler, reply: Any) -> grpc.RpcMethodHandl
 class RocketMQEndpoint:
     """The second gRPC server of a broker, serving MessagingService."""
 
-    def __init__(self, cfg: BrokerConfig, tls: tlsconfig.ServerTls | None = None) -> None:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        tls: tlsconfig.ServerTls | None = None,
+        users: Callable[[], AclState] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.tls = tls
+        self.users = users  # with auth on: the controller's users (SignatureCheck)
         self.address = ""  # what clients are told, once bound
         self.service = MessagingService(cfg, lambda: self.address)
         self._server: grpc.aio.Server | None = None
@@ -638,7 +664,8 @@ class RocketMQEndpoint:
         listen = self.cfg.rocketmq_listen
         host = self.cfg.listen.rpartition(":")[0]
         target = f"{host}:0" if listen == "auto" else listen
-        checks = [SignatureCheck(self.cfg)] if self.cfg.rocketmq_access_keys else []
+        guarded = self.cfg.rocketmq_access_keys or self.cfg.auth is not None
+        checks = [SignatureCheck(self.cfg, self.users if self.cfg.auth else None)] if guarded else []
         self._server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=checks)
         s_grpc.add_MessagingServiceServicer_to_server(self.service, self._server)
         try:

@@ -77,12 +77,14 @@ class AclState:
     version: int = 0
     users: Mapping[str, User] = field(default_factory=dict)
     grants: frozenset[Grant] = frozenset()
+    # access key -> user, built once: every call looks its signer up here
+    by_key: Mapping[str, User] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_key", {u.access_key: u for u in self.users.values()})
 
     def user_by_key(self, access_key: str) -> User | None:
-        for u in self.users.values():
-            if u.access_key == access_key:
-                return u
-        return None
+        return self.by_key.get(access_key)
 
 
 def grant_problem(kind: str, pattern: str, permission: str) -> str | None:
@@ -263,7 +265,7 @@ def authorize(identity: str, state: AclState, method: str, request: Any) -> str 
     """None if `identity` may make this call; otherwise why not (the first missing permission)."""
     if identity == SUPERUSER:
         return None
-    needed = checks(method, request)
+    needed = checks(method, request) if request is not None else None
     if needed is None:
         return f"{method.rpartition('/')[2]} is not open to users"
     for c in needed:

@@ -724,13 +724,15 @@ class SegmentedLogOwnershipLostError(TidelogError):
 
 @_register
 class UnauthenticatedError(TidelogError):
-    """The caller did not prove the cluster secret for a call that changes cluster membership."""
+    """The caller did not prove who it is: the cluster secret for a call that changes cluster
+    membership, a user's signature for any other call once auth is on (tidelog/guard.py)."""
 
     code = "UNAUTHENTICATED"
     status = "UNAUTHENTICATED"
     hint = (
-        "give this process the cluster secret (key 'secret' in its config or $TIDE_CLUSTER_SECRET), "
-        "the same value as the controllers'"
+        "a client signs as a user: --access-key/--secret-key or $TIDE_ACCESS_KEY/$TIDE_SECRET_KEY; "
+        "a cluster member proves the cluster secret (key 'secret' in its config or "
+        "$TIDE_CLUSTER_SECRET), the same value as the controllers'"
     )
 
 

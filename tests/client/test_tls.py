@@ -39,8 +39,18 @@ SECURE = REPO / "deploy" / "secure.yaml"
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("secure"), SECURE)
+def tls_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """deploy/secure.yaml with users' auth off: these tests are about TLS (auth: test_auth.py)."""
+    topo = yaml.safe_load(SECURE.read_text())
+    topo.pop("auth", None)
+    path = tmp_path_factory.mktemp("topology") / "tls-only.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    return path
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory, tls_only: Path) -> Iterator[LocalCluster]:
+    c = start_cluster(tmp_path_factory.mktemp("secure"), tls_only)
     try:
         yield c
     finally:
@@ -321,6 +331,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(
 ) -> None:
     topo = yaml.safe_load(SECURE.read_text())
     topo["tls"] = {"require_client_cert": True}
+    topo.pop("auth", None)  # clients below carry no user credentials: this is about mutual TLS
     path = tmp_path / "mutual.yaml"
     path.write_text(yaml.safe_dump(topo))
     c = cluster_factory(topology=path, name="mutual")  # the members reached each other: mTLS works
