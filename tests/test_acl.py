@@ -200,6 +200,18 @@ def test_a_method_missing_from_the_table_is_refused() -> None:
             True,
         ),
         (
+            "/tidelog.controller.v1.ControllerAdmin/MetaCompareAndSet",
+            cpb.MetaCompareAndSetRequest(key="ledger-id-counter"),
+            g("ledger", "*", "create"),
+            True,  # the id counter every creator takes the next id from
+        ),
+        (
+            "/tidelog.controller.v1.ControllerAdmin/MetaCompareAndSet",
+            cpb.MetaCompareAndSetRequest(key="ledger-id-counter"),
+            g("ledger", "4*", "create"),
+            False,
+        ),
+        (
             "/tidelog.controller.v1.ControllerAdmin/MetaGet",
             cpb.MetaGetRequest(key="other/key"),
             g("group", "*", "consume"),

@@ -159,11 +159,16 @@ def _nothing(request: Any) -> list[Check]:
 _ADMIN = _fixed(CLUSTER, CLUSTER, "admin")
 _LEDGER_PREFIX = "ledger/"
 _GROUP_PREFIX = "group/"
+# where ledger ids come from (ledger/params.py): a creator takes the next id from this shared
+# counter, so creating ledgers needs create on every ledger ('*'), not on a chosen id
+_LEDGER_COUNTER = "ledger-id-counter"
 
 
 def _meta(key: str, ledger_permissions: tuple[str, ...]) -> Check:
     """What a metadata key is part of: a group's keys need its consume, a ledger's the given
-    permission, every other key cluster admin."""
+    permission, the ledger id counter create on all ledgers, every other key cluster admin."""
+    if key == _LEDGER_COUNTER:
+        return Check(("create",), LEDGER, "*")
     if key.startswith(_GROUP_PREFIX):
         group = key[len(_GROUP_PREFIX) :].split("/", 1)[0]
         if group:
@@ -182,6 +187,12 @@ def _meta_list(request: Any) -> list[Check]:
     if prefix == _LEDGER_PREFIX:
         return [Check(("read",), LEDGER, "*")]
     return [Check(("admin",), CLUSTER, CLUSTER)]
+
+
+def _ledger_add(request: Any) -> list[Check]:
+    # a recovery add rewrites an entry the recovering reader found: part of fencing the ledger
+    permissions = ("write", "fence") if request.recovery else ("write",)
+    return [Check(permissions, LEDGER, str(request.ledger_id))]
 
 
 def _ledger_read(request: Any) -> list[Check]:
@@ -221,7 +232,7 @@ METHODS: dict[str, Callable[[Any], list[Check]]] = {
     _B + "SharedChangeInvisible": _both(_GROUP_CONSUME, _TOPIC_CONSUME),
     _B + "SharedDeadLetter": _both(_GROUP_CONSUME, _TOPIC_CONSUME),
     _L + "Create": _field(LEDGER, "ledger_id", "create"),
-    _L + "Add": _field(LEDGER, "ledger_id", "write"),
+    _L + "Add": _ledger_add,
     _L + "AddBatch": _field(LEDGER, "ledger_id", "write"),
     _L + "Close": _field(LEDGER, "ledger_id", "write"),
     _L + "Fence": _field(LEDGER, "ledger_id", "fence"),
