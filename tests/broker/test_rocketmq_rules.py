@@ -240,3 +240,13 @@ def test_any_change_of_the_signature_is_refused(data: st.DataObject) -> None:
 def test_malformed_metadata_is_refused_never_raises(authorization: str, date_time: str) -> None:
     headers = {"authorization": authorization, "x-mq-date-time": date_time}
     assert rules.refusal(headers, SECRETS, NOW, SKEW) is not None
+
+
+def test_with_auth_on_the_controllers_users_sign_too() -> None:
+    # users: access key -> signing key (tidelog/access.py), beside the configured access keys
+    users = {"user-ak": "ab" * 32}.get
+    assert rules.refusal(signed("user-ak", "ab" * 32), {}, NOW, SKEW, users) is None
+    assert rules.refusal(signed("ak", "sk"), SECRETS, NOW, SKEW, users) is None
+    assert rules.refusal(signed("user-ak", "wrong"), {}, NOW, SKEW, users) is not None
+    # auth on and no configured keys: an unsigned call no longer passes
+    assert rules.refusal({}, {}, NOW, SKEW, users) is not None

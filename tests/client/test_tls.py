@@ -30,7 +30,7 @@ from tidelog.client import AsyncClient, Client
 from tidelog.client.dataconn import DataConnection
 from tidelog.errors import TidelogError, UnavailableError
 from tidelog.ha.protocol import NONCE_BYTES, AuthHello, encode
-from tidelog.localcluster import certs, client_tls
+from tidelog.localcluster import certs, client_options, client_tls
 from tidelog.proto import broker_pb2 as bpb
 
 pytestmark = pytest.mark.slow
@@ -91,8 +91,9 @@ def ports(c: LocalCluster, name: str) -> dict[str, str]:
     cfg = yaml.safe_load((c.data_dir / f"{name}.yaml").read_text())
 
     async def status() -> tuple[str, str]:
-        # with the client pair as well, which a cluster with require_client_cert asks for
-        client = AsyncClient(c.controllers, ca_file=ca_of(c))
+        # with the client pair as well, which a cluster with require_client_cert asks for, and the
+        # admin's credentials of a cluster with auth on (deploy/secure.yaml itself: the drill)
+        client = AsyncClient(c.controllers, **client_options(c.state()))
         client.tls = client_tls(c.state())
         async with client:
             reply = await client.call_broker(cfg["listen"], "Status", bpb.StatusRequest(), timeout=5)

@@ -115,6 +115,10 @@ def check_parsers(data: bytes) -> None:
         assert df.pull_request(pull) == body
     for fn in (df.parse_produced, df.parse_pulled, df.parse_error):
         _parsed(fn, body)
+    auth = _parsed(df.parse_auth, body)
+    if auth is not None:  # what an AUTH frame decodes to is bounded, and re-encodes to a valid frame
+        assert len(auth) <= df.MAX_AUTH_ENTRIES
+        assert df.parse_auth(df.auth_request(tuple(auth.items()))) == auth
     if len(data) >= 4:
         with contextlib.suppress(df.FrameError):
             assert 0 <= df.body_length(struct.unpack_from(">I", data)[0]) <= df.MAX_FRAME
