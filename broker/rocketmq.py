@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from tidelog import acl, tlsconfig
+from tidelog import tlsconfig
 from tidelog.acl import AclState
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
@@ -587,19 +587,14 @@ class SignatureCheck(grpc.aio.ServerInterceptor):
         self.secrets = dict(cfg.rocketmq_access_keys)
         self.max_skew_s = cfg.rocketmq_auth_max_skew_s
         self._service = s.DESCRIPTOR.services_by_name["MessagingService"]
-        # with auth on: the users of the controller's table too. The endpoint's own calls into the
-        # cluster are the cluster's (its client signs with the secret), and the permission rules
-        # have no table for RocketMQ's methods yet: a user here must be a cluster admin.
+        # with auth on: the users of the controller's table too, each call checked against their
+        # grants (rules.METHODS); the endpoint's own calls into the cluster are then the cluster's
+        # (its client signs with the secret)
         self.users = users
 
     def _user_key(self, access_key: str) -> str | None:
-        if self.users is None:
-            return None
-        table = self.users()
-        user = table.user_by_key(access_key)
-        if user is None or acl.decide(user.name, table, "admin", (acl.CLUSTER, acl.CLUSTER)) is not None:
-            return None
-        return user.signing_key
+        user = self.users().user_by_key(access_key) if self.users is not None else None
+        return user.signing_key if user is not None else None
 
     async def intercept_service(
         self,
@@ -613,14 +608,70 @@ class SignatureCheck(grpc.aio.ServerInterceptor):
                 headers.setdefault(key.lower(), value)
         users = self._user_key if self.users is not None else None
         why = rules.refusal(headers, self.secrets, time.time(), self.max_skew_s, users)
-        if why is None or handler is None:
+        name = details.method.rpartition("/")[2]
+        method = self._service.methods_by_name.get(name)
+        if handler is None or method is None:
             return handler
-        method = self._service.methods_by_name.get(details.method.rpartition("/")[2])
-        if method is None:
-            return handler
-        log.info("RocketMQ endpoint: %s refused: %s", details.method, why)
-        reply = getattr(s, method.output_type.name)(status=_status("UNAUTHORIZED", why))
-        return _replying(handler, reply)
+
+        def answer(code: str, reason: str) -> Any:
+            log.info("RocketMQ endpoint: %s refused: %s", details.method, reason)
+            return getattr(s, method.output_type.name)(status=_status(code, reason))
+
+        if why is not None:
+            return _replying(handler, answer("UNAUTHORIZED", why))
+        parsed = rules.parse_authorization(headers.get(rules.AUTHORIZATION, ""))
+        if self.users is None or parsed is None or parsed[0] in self.secrets:
+            return handler  # no auth, or one of the operator's configured access keys
+        table = self.users()
+        user = table.user_by_key(parsed[0])
+        if user is None:  # deleted since the signature was checked
+            return _replying(handler, answer("UNAUTHORIZED", "the access key is no longer known"))
+        user_name, current = user.name, self.users
+
+        def check(request: Any) -> Any:
+            # the table as it is when the request arrives (a stream's grants are those of its start)
+            denied = rules.permission_refusal(user_name, current(), name, request)
+            return None if denied is None else answer("FORBIDDEN", denied)
+
+        return _checking(handler, check)
+
+
+def _checking(handler: grpc.RpcMethodHandler, check: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+    """`handler`, answering `check(request)`'s reply instead when it gives one (a streamed request
+    is checked with None, before its first message)."""
+    de, ser = handler.request_deserializer, handler.response_serializer
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            refused = check(request)
+            return refused if refused is not None else await inner_uu(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, de, ser)
+    if handler.unary_stream is not None:
+        inner_us = handler.unary_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            refused = check(request)
+            if refused is not None:
+                yield refused
+                return
+            async for item in inner_us(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(stream, de, ser)
+    # MessagingService streams requests only in Telemetry (stream to stream)
+    inner_ss = handler.stream_stream
+
+    async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        refused = check(None)
+        if refused is not None:
+            yield refused
+            return
+        async for item in inner_ss(requests, context):
+            yield item
+
+    return grpc.stream_stream_rpc_method_handler(streamed, de, ser)
 
 
 def _replying(handler: grpc.RpcMethodHandler, reply: Any) -> grpc.RpcMethodHandler:

@@ -14,6 +14,8 @@
   queue, in order) and otherwise the first RocketMQ key (so `find_messages` finds it).
 - Signatures: with access keys configured, a request must carry the official clients'
   `MQv2-HMAC-SHA1` signature by one of them (`refusal`).
+- Permissions: with auth on, a user of the controller's table may make a call only with the
+  permissions `METHODS` names for it (tidelog/acl.py's kinds and rules; `permission_refusal`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from tidelog import access
+from tidelog import access, acl
 
 #: tidelog error code -> RocketMQ Code name.
 CODE_FOR_ERROR: dict[str, str] = {
@@ -224,6 +227,7 @@ def long_poll_ms(requested_ms: int, remaining_ms: int | None) -> int:
 # one checker every port shares; here only what "no access keys configured" means for this endpoint.
 
 ALGORITHM = access.ALGORITHM
+AUTHORIZATION = access.AUTHORIZATION
 DEFAULT_MAX_SKEW_S = access.DEFAULT_MAX_SKEW_S
 sign = access.sign
 parse_authorization = access.parse_authorization
@@ -252,3 +256,68 @@ def refusal(
     if verdict.refusal == access.NO_MATCH:
         return "the signature does not match a configured access key"
     return verdict.refusal
+
+
+# --- permissions ---------------------------------------------------------------------------------
+#
+# What a user of the controller's table needs for each MessagingService call, from its request, as
+# tidelog/acl.py's METHODS does for tidelog's own services. Access keys of `rocketmq_access_keys`
+# are the operator's own and are not checked against grants.
+
+
+def _topic(*permissions: str) -> Callable[[Any], list[acl.Check]]:
+    return lambda r: [acl.Check(permissions, acl.TOPIC, r.topic.name)]
+
+
+def _queue_topic(r: Any) -> list[acl.Check]:
+    return [acl.Check(("consume",), acl.TOPIC, r.message_queue.topic.name)]
+
+
+def _group(r: Any) -> list[acl.Check]:
+    return [acl.Check(("consume",), acl.GROUP, r.group.name)]
+
+
+def _and(*rules: Callable[[Any], list[acl.Check]]) -> Callable[[Any], list[acl.Check]]:
+    return lambda r: [c for rule in rules for c in rule(r)]
+
+
+def _sent(r: Any) -> list[acl.Check]:
+    return [acl.Check(("produce",), acl.TOPIC, name) for name in sorted({m.topic.name for m in r.messages})]
+
+
+def _nothing(r: Any) -> list[acl.Check]:
+    """A signature is enough: the client's liveness and settings, no topic or group of anyone's."""
+    return []
+
+
+_CONSUMING = _and(_group, _topic("consume"))
+
+#: MessagingService method name -> the checks a call needs.
+METHODS: dict[str, Callable[[Any], list[acl.Check]]] = {
+    "QueryRoute": _topic("produce", "consume"),
+    "Heartbeat": _nothing,
+    "SendMessage": _sent,
+    "QueryAssignment": _CONSUMING,
+    "ReceiveMessage": _and(_group, _queue_topic),
+    "AckMessage": _CONSUMING,
+    "ForwardMessageToDeadLetterQueue": _CONSUMING,
+    "PullMessage": _and(_group, _queue_topic),
+    "UpdateOffset": _and(_group, _queue_topic),
+    "GetOffset": _and(_group, _queue_topic),
+    "QueryOffset": _queue_topic,
+    "EndTransaction": _topic("produce"),
+    "Telemetry": _nothing,
+    "NotifyClientTermination": _nothing,
+    "ChangeInvisibleDuration": _CONSUMING,
+    "RecallMessage": _topic("produce"),
+    "SyncLiteSubscription": _CONSUMING,
+}
+
+
+def permission_refusal(user: str, table: acl.AclState, method: str, request: Any) -> str | None:
+    """Why user `user` may not make this MessagingService call (None: it may). A method missing
+    from METHODS is refused; a streamed request (`request` None) passes only with no checks."""
+    rule = METHODS.get(method)
+    if rule is None or (request is None and rule is not _nothing):
+        return f"{method} is not open to users"
+    return acl.satisfied(user, table, rule(request))

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.client.conftest import REPO, LocalCluster, start_cluster, stop_cluster, tide
+from tidelog import access, tlsconfig
 from tidelog import dataframes as df
 from tidelog.client import AsyncClient
 from tidelog.client.dataconn import DataConnection
@@ -27,6 +28,9 @@ from tidelog.errors import PermissionDeniedError, UnauthenticatedError
 from tidelog.ledger import AsyncLedgers, LedgerState
 from tidelog.localcluster import client_tls
 from tidelog.proto import broker_pb2 as bpb
+from tidelog.proto.rocketmq import definition_pb2 as rmq_d
+from tidelog.proto.rocketmq import service_pb2 as rmq
+from tidelog.proto.rocketmq import service_pb2_grpc as rmq_grpc
 
 pytestmark = pytest.mark.slow
 
@@ -273,6 +277,9 @@ def test_cli_manages_users_and_grants(secured: LocalCluster) -> None:
     users = {u["name"]: u["access_key"] for u in cli(secured, "user", "list")}
     assert users["carol"] == made["access_key"] and "admin" in users
     assert all("secret" not in json.dumps(u) for u in cli(secured, "user", "list"))
+    # users are not in the metadata store: not even the admin reads them through Meta*
+    entries = run(secured, admin(secured), lambda client: client.controller.meta_list(""))
+    assert not any(made["access_key"].encode() in e.value or made["access_key"] in e.key for e in entries)
     cli(secured, "acl", "grant", "carol", "group", "g-*", "consume")
     assert {"user": "carol", "kind": "group", "resource": "g-*", "permission": "consume"} in cli(
         secured, "acl", "list", "--user", "carol"
@@ -324,6 +331,48 @@ def test_the_data_port_refuses_an_unsigned_or_unpermitted_connection(
     cli(secured, "acl", "grant", "dave", "topic", a, "consume")
     body = until_passes("dave's pull after the grant", dave_pulls)
     assert df.parse_pulled(body).count == min(10, stored(secured, a))
+
+
+def test_the_rocketmq_endpoint_takes_the_users_and_their_grants(
+    secured: LocalCluster, topics: tuple[str, str]
+) -> None:
+    a, b = topics
+    frank = new_user(secured, "frank", ("topic", a, "produce"))
+    key = Credentials(frank["access_key"], frank["secret_key"]).signing_key  # what a RocketMQ client is given
+
+    async def endpoint(client: AsyncClient) -> str:
+        route = await client.route(a)
+        reply = await client.call_broker(route.broker_sets[0].master_address, "Status", bpb.StatusRequest())
+        return str(reply.rocketmq_address)
+
+    address = run(secured, admin(secured), endpoint)
+    tls = client_tls(secured.state())
+    assert tls is not None
+
+    async def call(method: str, request: Any, signed: bool = True) -> str:
+        async with tlsconfig.aio_channel(address, tls) as channel:
+            stub = rmq_grpc.MessagingServiceStub(channel)
+            metadata = access.headers(frank["access_key"], key, time.time()) if signed else ()
+            reply = await getattr(stub, method)(request, metadata=metadata, timeout=10)
+        return str(rmq_d.Code.Name(reply.status.code))
+
+    def route(topic: str, signed: bool = True) -> str:
+        request = rmq.QueryRouteRequest(topic=rmq_d.Resource(name=topic))
+        return asyncio.run(call("QueryRoute", request, signed))
+
+    def until_known() -> str:  # the broker learns frank on its next heartbeat
+        deadline = time.monotonic() + 15
+        while (code := route(a)) == "UNAUTHORIZED" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        return code
+
+    assert route(a, signed=False) == "UNAUTHORIZED"
+    assert until_known() == "OK"
+    assert route(b) == "FORBIDDEN"
+    before = stored(secured, b)
+    send = rmq.SendMessageRequest(messages=[rmq_d.Message(topic=rmq_d.Resource(name=b), body=b"no")])
+    assert asyncio.run(call("SendMessage", send)) == "FORBIDDEN"
+    assert stored(secured, b) == before
 
 
 def test_ledger_permissions(secured: LocalCluster) -> None:
