@@ -14,6 +14,7 @@ reply. The parts live in modules named for what they hold, and are re-exported h
     topics.py       CreateTopic, AlterTopicQueues, AlterTopicRetention, DeleteTopic, and routes
     ledgermeta.py   MetaCreate, MetaCompareAndSet, MetaDelete and the ledger rules
     replacement.py  ReplaceLedgerReplicas (RULES.md PL8)
+    users.py        CreateUser, DeleteUser, GrantAcl, RevokeAcl (docs/ARCHITECTURE.md §12.2)
     phases.py       the broker-set transition table and the invariants
     snapshot.py     the snapshot codec
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tidelog import acl
 from tidelog.acl import Grant, User
 from tidelog.controller.state import ControllerState, CreateUser, DeleteUser, GrantAcl, RevokeAcl
 
@@ -79,3 +82,36 @@ def test_refusals_change_nothing(cmd: object, code: str) -> None:
     r = s.apply(cmd)
     assert r.code == code and not r.changed
     assert s.to_dict() == before
+
+
+GRANTS = st.builds(
+    Grant,
+    st.just("alice"),
+    st.just("topic"),
+    st.sampled_from(["orders", "orders-*", "*", "pay"]),
+    st.sampled_from(["produce", "consume"]),
+)
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), GRANTS), max_size=30), st.sampled_from(["orders", "orders-eu", "pay"])
+)
+def test_after_any_grants_and_revokes_only_what_is_still_granted_is_allowed(
+    steps: list[tuple[bool, Grant]], topic: str
+) -> None:
+    s = with_alice()
+    model: set[Grant] = set()
+    for grant, g in steps:
+        cmd = GrantAcl if grant else RevokeAcl
+        assert s.apply(cmd(g.user, g.kind, g.pattern, g.permission)).ok
+        (model.add if grant else model.discard)(g)
+    assert s.grants == model
+    table = s.acl_table()
+    for permission in ("produce", "consume"):
+        allowed = acl.decide("alice", table, permission, ("topic", topic)) is None
+        assert allowed == any(g.permission == permission and acl.matches(g.pattern, topic) for g in model)
+    revoked = [g for grant, g in steps if not grant and g not in model]
+    for g in revoked:  # a revoked grant gives nothing by itself any more
+        others = [o for o in model if o.permission == g.permission and acl.matches(o.pattern, topic)]
+        if not others:
+            assert acl.decide("alice", table, g.permission, ("topic", topic)) is not None
