@@ -121,6 +121,7 @@ def test_wildcards(prefix: str, rest: str) -> None:
         ("topic", "orders", "fence", False),
         ("queue", "orders", "produce", False),
         ("cluster", "*", "admin", True),
+        ("cluster", "prod", "admin", False),  # the cluster is one resource
         ("ledger", "*", "fence", True),
     ],
 )

@@ -97,6 +97,8 @@ def grant_problem(kind: str, pattern: str, permission: str) -> str | None:
         return f"no resource kind {kind!r} (one of {', '.join(sorted(PERMISSIONS))})"
     if permission not in PERMISSIONS[kind]:
         return f"a {kind} has no permission {permission!r} (one of {', '.join(sorted(PERMISSIONS[kind]))})"
+    if kind == CLUSTER and pattern != "*":
+        return "the cluster is one resource: grant cluster admin on '*'"
     if not pattern or len(pattern) > MAX_PATTERN or "*" in pattern[:-1]:
         return f"pattern {pattern[:80]!r}: a name, '*', or a prefix ending in '*' (at most {MAX_PATTERN})"
     return None
