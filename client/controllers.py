@@ -325,7 +325,11 @@ class ControllerClient:
         h.tried.add(addr)
         remaining = max(0.05, min(h.per_call, h.deadline - time.monotonic()))
         stub = self._conn(addr).route
-        h.pending[asyncio.ensure_future(getattr(stub, h.method)(h.request, timeout=remaining))] = addr
+        # a member's route calls prove the secret like all its others (users sign in the channel)
+        call = getattr(stub, h.method)(
+            h.request, timeout=remaining, metadata=self._signature(h.method, h.request)
+        )
+        h.pending[asyncio.ensure_future(call)] = addr
 
     async def _hedge_next_round(self, h: _Hedge) -> None:
         """Nothing in flight: ask the next node; every node asked: wait, then start over."""
