@@ -373,6 +373,13 @@ def test_the_rocketmq_endpoint_takes_the_users_and_their_grants(
     send = rmq.SendMessageRequest(messages=[rmq_d.Message(topic=rmq_d.Resource(name=b), body=b"no")])
     assert asyncio.run(call("SendMessage", send)) == "FORBIDDEN"
     assert stored(secured, b) == before
+    # a permitted send goes through the endpoint's own client, which signs as the cluster
+    before = stored(secured, a)
+    normal = rmq_d.SystemProperties(message_type=rmq_d.NORMAL, message_id="auth-1")
+    message = rmq_d.Message(topic=rmq_d.Resource(name=a), body=b"yes", system_properties=normal)
+    send = rmq.SendMessageRequest(messages=[message])
+    assert asyncio.run(call("SendMessage", send)) == "OK"
+    assert stored(secured, a) == before + 1
 
 
 def test_ledger_permissions(secured: LocalCluster) -> None:
