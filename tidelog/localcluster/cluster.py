@@ -145,6 +145,9 @@ def up(
     `on_step(what)` is called as each process starts and before the wait for masters (one
     call per process, then one: `process_count(topology) + 1` in all), for a progress bar."""
     note = on_step or (lambda _what: None)
+    if netns and topology.auth_enabled:
+        # the admin user is made from this side, which does not reach the lab's namespaces
+        raise ConfigError("a topology with auth cannot run with --netns yet", key="auth")
     data_dir = data_dir.resolve()
     _prepare(data_dir, netns)
     layout = _layout(topology, data_dir, netns, wan_delay_ms)
