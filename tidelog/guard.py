@@ -96,31 +96,31 @@ class Guard(grpc.aio.ServerInterceptor):
         self.open_services = open_services
         self.refused = 0
 
-    def identify(self, method: str, metadata: Mapping[str, str], request: Any) -> str:
+    def identify(
+        self, method: str, metadata: Mapping[str, str], request: Any, table: acl.AclState | None = None
+    ) -> str:
         """The caller's identity (a user name, or acl.SUPERUSER); UnauthenticatedError if none."""
         if self.member(method, metadata, request):
             return acl.SUPERUSER
-        table = self.table()
+        users = table if table is not None else self.table()
 
         def key_of(access_key: str) -> str | None:
-            user = table.user_by_key(access_key)
+            user = users.user_by_key(access_key)
             return user.signing_key if user is not None else None
 
         verdict = access.check(metadata, key_of, time.time(), self.settings.max_skew_s)
         if verdict.refusal is not None:
             raise UnauthenticatedError(verdict.refusal, hint=CREDENTIALS_HINT)
-        user = table.user_by_key(verdict.access_key)
-        if user is None:  # deleted between the two reads
-            raise UnauthenticatedError(access.NO_MATCH, hint=CREDENTIALS_HINT)
-        return user.name
+        return users.by_key[verdict.access_key].name  # the key the signature was checked with
 
     def refusal(self, method: str, metadata: Mapping[str, str], request: Any) -> TidelogError | None:
-        """Why this call may not run, or None."""
+        """Why this call may not run, or None (one read of the table for both questions)."""
+        table = self.table()
         try:
-            identity = self.identify(method, metadata, request)
+            identity = self.identify(method, metadata, request, table)
         except UnauthenticatedError as exc:
             return exc
-        why = acl.authorize(identity, self.table(), method, request)
+        why = acl.authorize(identity, table, method, request)
         return None if why is None else PermissionDeniedError(why)
 
     async def _check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
@@ -143,10 +143,10 @@ class Guard(grpc.aio.ServerInterceptor):
         return _guarded(handler, lambda request, context: self._check(method, request, context))
 
 
-Check = Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
+CallCheck = Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
 
 
-def _guarded(handler: grpc.RpcMethodHandler, check: Check) -> grpc.RpcMethodHandler:
+def _guarded(handler: grpc.RpcMethodHandler, check: CallCheck) -> grpc.RpcMethodHandler:
     """`handler` with `check(request, context)` before its behaviour. A streamed request has no
     one message the rules could read: it is checked with none, so only the cluster passes."""
     de, ser = handler.request_deserializer, handler.response_serializer
