@@ -296,7 +296,7 @@ class DataPort:
             held.release()
 
     async def _reply(
-        self, op: int, rid: int, body: bytes, held: _Held, identity: str
+        self, op: int, rid: int, body: bytes, held: _Held, identity: str = ""
     ) -> tuple[list[bytes], str]:
         """The reply frame of one request, and its outcome's code for the metrics."""
         try:
