@@ -52,6 +52,7 @@ from tidelog.errors import (
     TopicNotFoundError,
     UnavailableError,
 )
+from tidelog.guard import metadata_of
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto.rocketmq import definition_pb2 as d
 from tidelog.proto.rocketmq import service_pb2 as s
@@ -602,10 +603,7 @@ class SignatureCheck(grpc.aio.ServerInterceptor):
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
-        headers: dict[str, str] = {}
-        for key, value in details.invocation_metadata or ():
-            if isinstance(value, str):
-                headers.setdefault(key.lower(), value)
+        headers = metadata_of(details.invocation_metadata)
         users = self._user_key if self.users is not None else None
         why = rules.refusal(headers, self.secrets, time.time(), self.max_skew_s, users)
         name = details.method.rpartition("/")[2]

@@ -402,6 +402,8 @@ def test_ledger_permissions(secured: LocalCluster) -> None:
     with pytest.raises(PermissionDeniedError, match="create on ledger"):
         run(secured, reader, create_and_write)
     ledger_id = until_passes("the writer's ledger", lambda: run(secured, writer, create_and_write))
+    creator = new_user(secured, "lcreator", ("ledger", "*", "create"))
+    refusal("an add without write", lambda: run(secured, creator, create_and_write), "write on ledger")
 
     async def read(client: AsyncClient) -> list[bytes]:
         h = await AsyncLedgers(client).open_ledger(ledger_id, PASSWORD, recovery=False)
