@@ -195,6 +195,18 @@ def test_a_method_missing_from_the_table_is_refused() -> None:
             True,
         ),
         (
+            "/tidelog.controller.v1.ControllerAdmin/MetaDelete",
+            cpb.MetaDeleteRequest(key="group/g/members/m1"),
+            g("group", "g", "admin"),
+            True,  # the group's admin deletes what its members wrote
+        ),
+        (
+            "/tidelog.controller.v1.ControllerAdmin/MetaDelete",
+            cpb.MetaDeleteRequest(key="group/g/members/m1"),
+            g("group", "h", "admin"),
+            False,
+        ),
+        (
             "/tidelog.controller.v1.ControllerAdmin/MetaCreate",
             cpb.MetaCreateRequest(key="ledger/0000000000000000042"),
             g("ledger", "42", "create"),

@@ -171,14 +171,14 @@ _LEDGER_COUNTER = "ledger-id-counter"
 
 
 def _meta(key: str, ledger_permissions: tuple[str, ...]) -> Check:
-    """What a metadata key is part of: a group's keys need its consume, a ledger's the given
+    """What a metadata key is part of: a group's keys need its consume (or admin), a ledger's the given
     permission, the ledger id counter create on all ledgers, every other key cluster admin."""
     if key == _LEDGER_COUNTER:
         return Check(("create",), LEDGER, "*")
     if key.startswith(_GROUP_PREFIX):
         group = key[len(_GROUP_PREFIX) :].split("/", 1)[0]
-        if group:
-            return Check(("consume",), GROUP, group)
+        if group:  # a group's admin resets and deletes what its members write here
+            return Check(("consume", "admin"), GROUP, group)
     if key.startswith(_LEDGER_PREFIX):
         rest = key[len(_LEDGER_PREFIX) :]
         if rest.isdigit() and rest.isascii():
