@@ -16,6 +16,8 @@ import yaml
 
 from tidelog.clusterauth import secret_from_env
 from tidelog.errors import ConfigError
+from tidelog.guard import AuthSettings
+from tidelog.guard import parse_section as parse_auth
 from tidelog.tlsconfig import TlsSettings, parse_section
 
 
@@ -97,6 +99,8 @@ class BrokerConfig:
     # TLS on the gRPC, data and HA ports, and toward the controllers and the other brokers
     # (tidelog/tlsconfig.py); None: plain text
     tls: TlsSettings | None = None
+    # users' calls must be signed and permitted (tidelog/guard.py); None: auth off
+    auth: AuthSettings | None = None
 
     @property
     def advertised(self) -> str:
@@ -181,8 +185,8 @@ def _check_type(name: str, value: Any, source: str) -> Any:
         return Path(str(value))
     if name == "tls":
         return None if value is None else parse_section(value, source)
-    if name in _LISTS:
-        return _LISTS[name](name, value, source)
+    if name in _PARSERS:
+        return _PARSERS[name](name, value, source)
     if name == "priority":
         if value is not None and not _is_int(value):
             raise ConfigError(f"{source}: priority must be an integer", key=name)
@@ -247,6 +251,8 @@ def _access_keys(name: str, value: Any, source: str) -> tuple[tuple[str, str], .
 
 #: The keys whose value is a list, each with what checks it.
 _LISTS = {"retention_respect_groups": _group_names, "rocketmq_access_keys": _access_keys}
+# whether TLS is on for `auth` is checked once every key is read (_check_limits)
+_PARSERS: dict[str, Any] = {**_LISTS, "auth": lambda _name, value, source: parse_auth(value, source, True)}
 
 
 def _check_value(name: str, value: Any, source: str) -> Any:
@@ -296,6 +302,12 @@ def _check_limits(cfg: BrokerConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: metrics_address {cfg.metrics_address} is also the listen or ha_listen address",
             key="metrics_address",
+        )
+    if cfg.auth is not None and cfg.tls is None:
+        # a signature covers only its date: without TLS anyone on the path could replay it
+        raise ConfigError(
+            f"{source}: auth needs TLS (a tls: section): signed calls in plain text can be replayed",
+            key="auth",
         )
     if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
         raise ConfigError(

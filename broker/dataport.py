@@ -38,10 +38,12 @@ from typing import Any
 
 from crc32c import crc32c
 
+from tidelog import acl
 from tidelog import dataframes as df
 from tidelog.broker.replica import Replica
 from tidelog.broker.service import checked_pull, produce_batch, pull_encoded
-from tidelog.errors import InvalidArgumentError, TidelogError
+from tidelog.errors import InvalidArgumentError, PermissionDeniedError, TidelogError, UnauthenticatedError
+from tidelog.guard import CREDENTIALS_HINT, Guard
 from tidelog.invariants import stop_if_violated
 from tidelog.tasks import cancel_and_wait, within
 from tidelog.tlsconfig import ServerTls, start_server
@@ -65,6 +67,10 @@ CLOSE_TIMEOUT_S = 5.0
 _REPLY_FIELDS = 64
 # named as the gRPC calls they stand for, so that dashboards see one Produce and one Pull
 _METHODS = {df.OP_PRODUCE: "Produce", df.OP_PULL: "Pull"}
+# the gRPC methods whose permission rules (tidelog/acl.py) a produce and a pull frame follow
+PRODUCE_METHOD = "/tidelog.broker.v1.Broker/Produce"
+PULL_METHOD = "/tidelog.broker.v1.Broker/Pull"
+AUTH_FRAME_BYTES = 16 << 10
 
 
 class ByteBudget:
@@ -149,13 +155,17 @@ class _Link:
     budget: ByteBudget = field(default_factory=lambda: ByteBudget(CONNECTION_BYTES))
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     running: set[asyncio.Task[None]] = field(default_factory=set)
+    identity: str = ""  # with auth on: who signed the connection's AUTH frame
 
 
 class DataPort:
     """Serves one replica's produce and pull frames."""
 
-    def __init__(self, replica: Replica, tls: ServerTls | None = None) -> None:
+    def __init__(self, replica: Replica, tls: ServerTls | None = None, guard: Guard | None = None) -> None:
         self.replica = replica
+        # with auth on: a connection starts with an AUTH frame, and each request is checked
+        # against the permission rules as the gRPC call it stands for (tidelog/guard.py)
+        self.guard = guard
         self.tls = tls  # TLS for every connection (tidelog/tlsconfig.py), None: plain text
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -223,7 +233,38 @@ class DataPort:
             if me is not None:
                 self._connections.discard(me)
 
+    async def _authenticate(self, reader: asyncio.StreamReader, link: _Link, guard: Guard) -> bool:
+        """Read the connection's AUTH frame and answer it; False (the connection closes) when it
+        is not one or does not prove a user or the cluster. Bounded in time: a connection that
+        never signs does not hold one of the `data_max_connections` for good."""
+        head = await within(reader.readexactly(df.HEAD_SIZE), FRAME_TIMEOUT_S)
+        length, op, rid = df.HEAD.unpack(head)
+        size = df.body_length(length)
+        err: TidelogError | None = None
+        if op != df.OP_AUTH or size > AUTH_FRAME_BYTES:
+            err = UnauthenticatedError("the data port needs an AUTH frame first", hint=CREDENTIALS_HINT)
+        else:
+            body = await within(reader.readexactly(size), FRAME_TIMEOUT_S)
+            try:
+                link.identity = guard.identify(df.AUTH_METHOD, df.parse_auth(body), None)
+            except UnauthenticatedError as exc:
+                err = exc
+        if err is not None:
+            guard.refused += 1
+            log.info(
+                "%s data port: refused a connection from %s: %s",
+                self.replica.ctx,
+                link.writer.get_extra_info("peername"),
+                err.message,
+            )
+            await self._write(link, df.frame(df.ERROR, rid, df.error_body(err, None)))
+            return False
+        await self._write(link, df.frame(df.OK, rid))
+        return True
+
     async def _read_frames(self, reader: asyncio.StreamReader, link: _Link) -> None:
+        if self.guard is not None and not await self._authenticate(reader, link, self.guard):
+            return
         while True:
             first = await reader.readexactly(1)  # an idle connection may wait here for good
             head = first + await within(reader.readexactly(df.HEAD_SIZE - 1), FRAME_TIMEOUT_S)
@@ -247,17 +288,19 @@ class DataPort:
     async def _answer(self, op: int, rid: int, body: bytes, link: _Link, held: _Held) -> None:
         started = time.monotonic()
         try:
-            reply, code = await self._reply(op, rid, body, held)
+            reply, code = await self._reply(op, rid, body, held, link.identity)
             if self.observe_call is not None:
                 self.observe_call(_METHODS.get(op, "Unknown"), time.monotonic() - started, code)
             await self._write(link, reply)
         finally:
             held.release()
 
-    async def _reply(self, op: int, rid: int, body: bytes, held: _Held) -> tuple[list[bytes], str]:
+    async def _reply(
+        self, op: int, rid: int, body: bytes, held: _Held, identity: str = ""
+    ) -> tuple[list[bytes], str]:
         """The reply frame of one request, and its outcome's code for the metrics."""
         try:
-            return df.frame(df.OK, rid, *await self._serve(op, body, held)), "OK"
+            return df.frame(df.OK, rid, *await self._serve(op, body, held, identity)), "OK"
         except TidelogError as err:
             return df.frame(df.ERROR, rid, df.error_body(err, leader_of(err))), err.code
         except Exception as exc:  # a bug: log it, answer, keep serving (unless an invariant broke)
@@ -290,15 +333,29 @@ class DataPort:
             except OSError:
                 pass  # the client went away (or its TLS broke); its reader ends the connection
 
-    async def _serve(self, op: int, body: bytes, held: _Held) -> list[Any]:
+    def _authorize(self, identity: str, method: str, call: Any) -> None:
+        """Refuse a request the connection's signer may not make (the table as it is now, so a
+        revoked grant or a deleted user takes effect on open connections too)."""
+        table = self.replica.acl
+        if identity != acl.SUPERUSER and identity not in table.users:
+            raise UnauthenticatedError(f"user {identity} no longer exists", hint=CREDENTIALS_HINT)
+        why = acl.authorize(identity, table, method, call)
+        if why is not None:
+            raise PermissionDeniedError(why)
+
+    async def _serve(self, op: int, body: bytes, held: _Held, identity: str = "") -> list[Any]:
         if op == df.OP_PRODUCE:
             call = df.parse_produce(body)
+            if self.guard is not None:
+                self._authorize(identity, PRODUCE_METHOD, call)
             bs, first, phys = await produce_batch(
                 self.replica, call.topic, call.queue, call.records, call.count, call.crc
             )
             return [df.produced(bs, first, phys)]
         if op == df.OP_PULL:
             pull = df.parse_pull(body)
+            if self.guard is not None:
+                self._authorize(identity, PULL_METHOD, pull)
             _, max_bytes = checked_pull(self.replica, pull)
             # Room for the largest reply is taken before the log is read: the replies of a
             # connection wait for their turn to be written without the budget's knowledge

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from crc32c import crc32c
 
+from tidelog.acl import AclState
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
 from tidelog.broker.offsets import GroupOffsets, commit_message, tombstone_message
@@ -89,6 +90,8 @@ class Replica:
         self.roles = roles.RoleCore()
         self.ha_master: HaMaster | None = None
         self.ha_slave: HaSlave | None = None
+        # users and grants as the controller sent them (auth on): the ports decide with these
+        self.acl = AclState()
         self.topic_table = TopicTable(commitlog)  # topics served, and their generations in the log
         self.offsets = GroupOffsets(commitlog)
         self.ledgers = LedgerReplica(self)

@@ -46,6 +46,7 @@ from tidelog.broker.compaction import MetadataFold, carry_plan, copy_message
 from tidelog.broker.replica import MASTER, SLAVE, Replica
 from tidelog.commitlog.retentionpolicy import Decision, RetentionRules, decide
 from tidelog.commitlog.topicretention import plan
+from tidelog.credentials import signer
 from tidelog.errors import NoSuchLedgerExistsError, OffsetBelowRetentionError, TidelogError
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc
@@ -289,7 +290,10 @@ class RetentionLoop:
         if not address:
             return
         try:
-            async with aio_channel(address, member_client(self.cfg.tls)) as channel:
+            sign = signer(None, self.cfg.secret) if self.cfg.auth is not None else None
+            async with aio_channel(
+                address, member_client(self.cfg.tls), interceptors=[sign] if sign else ()
+            ) as channel:
                 reply = await broker_pb2_grpc.BrokerStub(channel).Status(pb.StatusRequest(), timeout=2.0)
         except grpc.aio.AioRpcError as exc:
             log.debug("retention: the master's min offset is unknown (%s)", exc.code())

@@ -40,6 +40,7 @@ import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from tidelog import tlsconfig
+from tidelog.acl import AclState
 from tidelog.broker import delayrules as dr
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
@@ -57,6 +58,7 @@ from tidelog.errors import (
     TopicNotFoundError,
     UnavailableError,
 )
+from tidelog.guard import metadata_of
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto.rocketmq import definition_pb2 as d
 from tidelog.proto.rocketmq import service_pb2 as s
@@ -131,7 +133,12 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self.advertised = advertised
         # the cluster as a member sees it: with TLS, this broker's own CA and certificate
         self.client = AsyncClient(
-            cfg.controllers, send_timeout=30.0, rpc_timeout=10.0, tls=tlsconfig.member_client(cfg.tls)
+            cfg.controllers,
+            send_timeout=30.0,
+            rpc_timeout=10.0,
+            tls=tlsconfig.member_client(cfg.tls),
+            # with auth on, the endpoint's own calls are the cluster's: its callers were checked here
+            member_secret=cfg.secret if cfg.auth is not None else None,
         )
         self.producer: AsyncProducer = self.client.producer()
         self._in_progress = 0
@@ -728,10 +735,18 @@ class SignatureCheck(grpc.aio.ServerInterceptor):
     call's own type whose status is UNAUTHORIZED, as RocketMQ's proxy answers; the call itself
     never runs. Interceptors see every method, so a call added later cannot be missed."""
 
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: BrokerConfig, users: Callable[[], AclState] | None = None) -> None:
         self.secrets = dict(cfg.rocketmq_access_keys)
         self.max_skew_s = cfg.rocketmq_auth_max_skew_s
         self._service = s.DESCRIPTOR.services_by_name["MessagingService"]
+        # with auth on: the users of the controller's table too, each call checked against their
+        # grants (rules.METHODS); the endpoint's own calls into the cluster are then the cluster's
+        # (its client signs with the secret)
+        self.users = users
+
+    def _user_key(self, access_key: str) -> str | None:
+        user = self.users().user_by_key(access_key) if self.users is not None else None
+        return user.signing_key if user is not None else None
 
     async def intercept_service(
         self,
@@ -739,19 +754,73 @@ class SignatureCheck(grpc.aio.ServerInterceptor):
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
-        headers: dict[str, str] = {}
-        for key, value in details.invocation_metadata or ():
-            if isinstance(value, str):
-                headers.setdefault(key.lower(), value)
-        why = rules.refusal(headers, self.secrets, time.time(), self.max_skew_s)
-        if why is None or handler is None:
+        headers = metadata_of(details.invocation_metadata)
+        users = self._user_key if self.users is not None else None
+        why = rules.refusal(headers, self.secrets, time.time(), self.max_skew_s, users)
+        name = details.method.rpartition("/")[2]
+        method = self._service.methods_by_name.get(name)
+        if handler is None or method is None:
             return handler
-        method = self._service.methods_by_name.get(details.method.rpartition("/")[2])
-        if method is None:
-            return handler
-        log.info("RocketMQ endpoint: %s refused: %s", details.method, why)
-        reply = getattr(s, method.output_type.name)(status=_status("UNAUTHORIZED", why))
-        return _replying(handler, reply)
+
+        def answer(code: str, reason: str) -> Any:
+            log.info("RocketMQ endpoint: %s refused: %s", details.method, reason)
+            return getattr(s, method.output_type.name)(status=_status(code, reason))
+
+        if why is not None:
+            return _replying(handler, answer("UNAUTHORIZED", why))
+        parsed = rules.parse_authorization(headers.get(rules.AUTHORIZATION, ""))
+        if self.users is None or parsed is None or parsed[0] in self.secrets:
+            return handler  # no auth, or one of the operator's configured access keys
+        table = self.users()
+        user = table.user_by_key(parsed[0])
+        if user is None:  # deleted since the signature was checked
+            return _replying(handler, answer("UNAUTHORIZED", "the access key is no longer known"))
+        user_name, current = user.name, self.users
+
+        def check(request: Any) -> Any:
+            # the table as it is when the request arrives (a stream's grants are those of its start)
+            denied = rules.permission_refusal(user_name, current(), name, request)
+            return None if denied is None else answer("FORBIDDEN", denied)
+
+        return _checking(handler, check)
+
+
+def _checking(handler: grpc.RpcMethodHandler, check: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+    """`handler`, answering `check(request)`'s reply instead when it gives one (a streamed request
+    is checked with None, before its first message)."""
+    de, ser = handler.request_deserializer, handler.response_serializer
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            refused = check(request)
+            return refused if refused is not None else await inner_uu(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, de, ser)
+    if handler.unary_stream is not None:
+        inner_us = handler.unary_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            refused = check(request)
+            if refused is not None:
+                yield refused
+                return
+            async for item in inner_us(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(stream, de, ser)
+    # MessagingService streams requests only in Telemetry (stream to stream)
+    inner_ss = handler.stream_stream
+
+    async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        refused = check(None)
+        if refused is not None:
+            yield refused
+            return
+        async for item in inner_ss(requests, context):
+            yield item
+
+    return grpc.stream_stream_rpc_method_handler(streamed, de, ser)
 
 
 def _replying(handler: grpc.RpcMethodHandler, reply: Any) -> grpc.RpcMethodHandler:
@@ -777,10 +846,15 @@ class RocketMQEndpoint:
     """The second gRPC server of a broker, serving MessagingService."""
 
     def __init__(
-        self, cfg: BrokerConfig, tls: tlsconfig.ServerTls | None = None, replica: Replica | None = None
+        self,
+        cfg: BrokerConfig,
+        tls: tlsconfig.ServerTls | None = None,
+        replica: Replica | None = None,
+        users: Callable[[], AclState] | None = None,
     ) -> None:
         self.cfg = cfg
         self.tls = tls
+        self.users = users  # with auth on: the controller's users (SignatureCheck)
         self.address = ""  # what clients are told, once bound
         self.service = MessagingService(cfg, lambda: self.address, replica)
         self._server: grpc.aio.Server | None = None
@@ -792,7 +866,8 @@ class RocketMQEndpoint:
         listen = self.cfg.rocketmq_listen
         host = self.cfg.listen.rpartition(":")[0]
         target = f"{host}:0" if listen == "auto" else listen
-        checks = [SignatureCheck(self.cfg)] if self.cfg.rocketmq_access_keys else []
+        guarded = self.cfg.rocketmq_access_keys or self.cfg.auth is not None
+        checks = [SignatureCheck(self.cfg, self.users if self.cfg.auth else None)] if guarded else []
         self._server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=checks)
         s_grpc.add_MessagingServiceServicer_to_server(self.service, self._server)
         try:

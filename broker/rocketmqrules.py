@@ -20,17 +20,18 @@
   `<broker set>:tx:<offset of the half message>`.
 - Signatures: with access keys configured, a request must carry the official clients'
   `MQv2-HMAC-SHA1` signature by one of them (`refusal`).
+- Permissions: with auth on, a user of the controller's table may make a call only with the
+  permissions `METHODS` names for it (tidelog/acl.py's kinds and rules; `permission_refusal`).
 """
 
 from __future__ import annotations
 
-import calendar
-import hmac
 import re
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from hashlib import sha1
+from typing import Any
+
+from tidelog import access, acl
 
 #: tidelog error code -> RocketMQ Code name.
 CODE_FOR_ERROR: dict[str, str] = {
@@ -250,89 +251,101 @@ def long_poll_ms(requested_ms: int, remaining_ms: int | None) -> int:
 
 # --- signatures --------------------------------------------------------------------------------
 #
-# The official clients (Java, Go, Python, ...) sign every call with two metadata entries:
-#   x-mq-date-time: 20261126T171138Z                                 (yyyyMMdd'T'HHmmss'Z')
-#   authorization:  MQv2-HMAC-SHA1 Credential=<access key>, SignedHeaders=x-mq-date-time,
-#                   Signature=<hex of HMAC-SHA1(secret key, the x-mq-date-time value)>
-# The Java client writes the hex in upper case, the Python client in lower case: the signature
-# is compared as the 20 bytes it encodes. Only the date-time is signed, so a captured signature
-# can be replayed: the clock check bounds for how long, and TLS keeps it from being captured.
+# The scheme (MQv2-HMAC-SHA1 over x-mq-date-time) is parsed and checked in tidelog/access.py, the
+# one checker every port shares; here only what "no access keys configured" means for this endpoint.
 
-ALGORITHM = "MQv2-HMAC-SHA1"
-AUTHORIZATION = "authorization"
-DATE_TIME = "x-mq-date-time"
-DEFAULT_MAX_SKEW_S = 900  # 15 minutes either way, RocketMQ's and the cloud signers' usual bound
-_DATE_TIME = re.compile(r"\d{8}T\d{6}Z")
-_SIGNATURE = re.compile(r"[0-9A-Fa-f]{40}")
-
-
-def sign(secret_key: str, date_time: str) -> str:
-    """The signature of `date_time` by `secret_key`, as the clients write it (lower-case hex)."""
-    return hmac.new(secret_key.encode(), date_time.encode(), sha1).hexdigest()
-
-
-def parse_authorization(value: str) -> tuple[str, list[str], str] | None:
-    """(access key, signed headers, signature) of an `authorization` value, or None if it is not
-    an `MQv2-HMAC-SHA1` one. A credential `ak/scope...` names access key `ak`, as RocketMQ reads it."""
-    algorithm, _, rest = value.strip().partition(" ")
-    if algorithm != ALGORITHM:
-        return None
-    fields: dict[str, str] = {}
-    for part in rest.split(","):
-        name, eq, field_value = part.strip().partition("=")
-        if not eq or name in fields:
-            return None
-        fields[name] = field_value.strip()
-    if not {"Credential", "SignedHeaders", "Signature"} <= fields.keys():
-        return None
-    access_key = fields["Credential"].split("/", 1)[0]
-    signed = [h.strip().lower() for h in fields["SignedHeaders"].split(";") if h.strip()]
-    return access_key, signed, fields["Signature"]
-
-
-def date_time_s(text: str) -> int | None:
-    """The seconds since the epoch of a `yyyyMMdd'T'HHmmss'Z'` date-time (UTC), None if it is not one."""
-    if not _DATE_TIME.fullmatch(text):
-        return None
-    try:
-        return calendar.timegm(time.strptime(text, "%Y%m%dT%H%M%SZ"))
-    except ValueError:  # a month 13, a day 32
-        return None
+ALGORITHM = access.ALGORITHM
+AUTHORIZATION = access.AUTHORIZATION
+DEFAULT_MAX_SKEW_S = access.DEFAULT_MAX_SKEW_S
+sign = access.sign
+parse_authorization = access.parse_authorization
+date_time_s = access.date_time_s
 
 
 def refusal(
-    headers: Mapping[str, str], secrets: Mapping[str, str], now_s: float, max_skew_s: int
+    headers: Mapping[str, str],
+    secrets: Mapping[str, str],
+    now_s: float,
+    max_skew_s: int,
+    users: Callable[[str], str | None] | None = None,
 ) -> str | None:
     """Why a call with these metadata `headers` (lower-case names) is refused, or None if it is
-    signed by one of `secrets` (access key -> secret key; empty: no authentication, every call
-    passes) with a date-time at most `max_skew_s` from `now_s` (0: the time is not checked).
-
-    An unknown access key and a wrong signature get the same answer: a caller learns nothing of
-    which access keys exist."""
-    if not secrets:
+    signed by one of `secrets` (access key -> secret key) or a user of the controller's table
+    (`users`: access key -> signing key) with a date-time at most `max_skew_s` from `now_s` (0:
+    the time is not checked). With neither, there is no authentication and every call passes."""
+    if not secrets and users is None:
         return None
-    value = headers.get(AUTHORIZATION)
-    if value is None:
-        return f"this endpoint needs {ALGORITHM} signed calls: configure the client's credentials"
-    parsed = parse_authorization(value)
-    if parsed is None:
-        return f"the authorization is not {ALGORITHM} Credential=..., SignedHeaders=..., Signature=..."
-    access_key, signed, signature = parsed
-    if DATE_TIME not in signed:
-        return f"the signature must cover {DATE_TIME}"
-    date_time = headers.get(DATE_TIME, "")
-    at = date_time_s(date_time)
-    if at is None:
-        return f"{DATE_TIME} {date_time[:40]!r} is not a yyyyMMddTHHmmssZ date-time"
-    if max_skew_s and abs(at - now_s) > max_skew_s:
-        return (
-            f"{DATE_TIME} {date_time} is more than {max_skew_s} s from the broker's time "
-            "(the clients write their local time: run them with a correct clock, in UTC)"
-        )
-    secret = secrets.get(access_key)
-    expected = sign(secret if secret is not None else "", date_time)
-    # compared in constant time, and for an unknown key too, so timing tells nothing either
-    given = bytes.fromhex(signature) if _SIGNATURE.fullmatch(signature) else b""
-    if not hmac.compare_digest(bytes.fromhex(expected), given) or secret is None:
+
+    def key_of(access_key: str) -> str | None:
+        found = secrets.get(access_key)
+        return found if found is not None or users is None else users(access_key)
+
+    verdict = access.check(headers, key_of, now_s, max_skew_s)
+    if verdict.refusal == access.NO_MATCH:
         return "the signature does not match a configured access key"
-    return None
+    return verdict.refusal
+
+
+# --- permissions ---------------------------------------------------------------------------------
+#
+# What a user of the controller's table needs for each MessagingService call, from its request, as
+# tidelog/acl.py's METHODS does for tidelog's own services. Access keys of `rocketmq_access_keys`
+# are the operator's own and are not checked against grants.
+
+
+def _topic(*permissions: str) -> Callable[[Any], list[acl.Check]]:
+    return lambda r: [acl.Check(permissions, acl.TOPIC, r.topic.name)]
+
+
+def _queue_topic(r: Any) -> list[acl.Check]:
+    return [acl.Check(("consume",), acl.TOPIC, r.message_queue.topic.name)]
+
+
+def _group(r: Any) -> list[acl.Check]:
+    return [acl.Check(("consume",), acl.GROUP, r.group.name)]
+
+
+def _and(*rules: Callable[[Any], list[acl.Check]]) -> Callable[[Any], list[acl.Check]]:
+    return lambda r: [c for rule in rules for c in rule(r)]
+
+
+def _sent(r: Any) -> list[acl.Check]:
+    return [acl.Check(("produce",), acl.TOPIC, name) for name in sorted({m.topic.name for m in r.messages})]
+
+
+def _nothing(r: Any) -> list[acl.Check]:
+    """A signature is enough: the client's liveness and settings, no topic or group of anyone's."""
+    return []
+
+
+_CONSUMING = _and(_group, _topic("consume"))
+
+#: MessagingService method name -> the checks a call needs.
+METHODS: dict[str, Callable[[Any], list[acl.Check]]] = {
+    "QueryRoute": _topic("produce", "consume"),
+    "Heartbeat": _nothing,
+    "SendMessage": _sent,
+    "QueryAssignment": _CONSUMING,
+    "ReceiveMessage": _and(_group, _queue_topic),
+    "AckMessage": _CONSUMING,
+    "ForwardMessageToDeadLetterQueue": _CONSUMING,
+    "PullMessage": _and(_group, _queue_topic),
+    "UpdateOffset": _and(_group, _queue_topic),
+    "GetOffset": _and(_group, _queue_topic),
+    "QueryOffset": _queue_topic,
+    "EndTransaction": _topic("produce"),
+    "Telemetry": _nothing,
+    "NotifyClientTermination": _nothing,
+    "ChangeInvisibleDuration": _CONSUMING,
+    "RecallMessage": _topic("produce"),
+    "SyncLiteSubscription": _CONSUMING,
+}
+
+
+def permission_refusal(user: str, table: acl.AclState, method: str, request: Any) -> str | None:
+    """Why user `user` may not make this MessagingService call (None: it may). A method missing
+    from METHODS is refused; a streamed request (`request` None) passes only with no checks."""
+    rule = METHODS.get(method)
+    if rule is None or (request is None and rule is not _nothing):
+        return f"{method} is not open to users"
+    return acl.satisfied(user, table, rule(request))

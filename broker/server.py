@@ -19,10 +19,13 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import grpc
 
 from tidelog import logs, loops, tlsconfig
+from tidelog.acl import AclState, Grant, User
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.dataport import DataPort
@@ -33,6 +36,7 @@ from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.rocketmq import RocketMQEndpoint
 from tidelog.broker.service import BrokerService
 from tidelog.client.controllers import ControllerClient
+from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call
 from tidelog.commitlog import CommitLog
 from tidelog.errors import (
     ClusterMismatchError,
@@ -42,6 +46,7 @@ from tidelog.errors import (
     NoSuchLedgerExistsError,
     TidelogError,
 )
+from tidelog.guard import Guard
 from tidelog.ha.syncstate import Proposal
 from tidelog.ledger.client import ledger_key
 from tidelog.ledger.metadata import LedgerMetadata
@@ -77,7 +82,9 @@ class BrokerServer:
             total_timeout=5.0,
             secret=cfg.secret,
             tls=tlsconfig.member_client(cfg.tls),
+            member=True,  # every call proves the cluster secret: a member is not a user
         )
+        self._replays = ReplayCache()
         self.replica = Replica(
             cfg,
             self.log,
@@ -85,6 +92,10 @@ class BrokerServer:
             propose=self._alter,
         )
         self.replica.ledgers.metadata_source = self._ledger_metadata
+        # with auth on: users' calls are signed and permitted (tidelog/guard.py), on the gRPC and data ports
+        self.guard = (
+            Guard(cfg.auth, lambda: self.replica.acl, self.member_call) if cfg.auth is not None else None
+        )
         self.metrics = BrokerMetrics(self.replica, cfg.data_dir) if cfg.metrics_address else None
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
@@ -166,6 +177,17 @@ class BrokerServer:
             ) from None
         return LedgerMetadata.decode(entry.value, version=entry.version)
 
+    def member_call(self, method: str, metadata: Mapping[str, str], request: Any) -> bool:
+        """Whether a call carries the cluster secret's token (tidelog.guard.MemberCheck): another
+        broker's (retention, the RocketMQ endpoint) or an operator's holding the secret."""
+        token = metadata.get(CALL_KEY)
+        if token is None:
+            return False
+        body = request.SerializeToString(deterministic=True) if request is not None else b""
+        name = method.rpartition("/")[2]
+        check_call(self.cfg.secret or "", token, name, body, int(time.time() * 1000), self._replays)
+        return True
+
     async def start(self) -> None:
         host, _, port = self.cfg.ha_listen.rpartition(":")
         try:
@@ -178,10 +200,13 @@ class BrokerServer:
             ) from exc
         # Past this many calls in progress, new ones are refused at once with RESOURCE_EXHAUSTED
         # (retryable for clients) instead of queueing until they are cancelled.
+        interceptors: list[grpc.aio.ServerInterceptor] = [self.metrics.interceptor()] if self.metrics else []
+        if self.guard is not None:  # every call of Broker and Ledger, one place
+            interceptors.append(self.guard)
         self._grpc = grpc.aio.server(
             maximum_concurrent_rpcs=self.cfg.max_concurrent_requests,
             options=SERVER_OPTIONS,
-            interceptors=[self.metrics.interceptor()] if self.metrics else None,
+            interceptors=interceptors or None,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
@@ -198,7 +223,7 @@ class BrokerServer:
         await self._grpc.start()
         await self._start_data_port()
         if self.cfg.rocketmq_listen:
-            self.rocketmq = RocketMQEndpoint(self.cfg, self.tls, self.replica)
+            self.rocketmq = RocketMQEndpoint(self.cfg, self.tls, self.replica, lambda: self.replica.acl)
             self.replica.rocketmq_address = await self.rocketmq.start()
         if self.metrics is not None:
             await self.metrics.start(self.cfg.metrics_address)
@@ -220,7 +245,7 @@ class BrokerServer:
             return
         grpc_host = self.cfg.listen.rpartition(":")[0]
         host, _, port = (f"{grpc_host}:0" if listen == "auto" else listen).rpartition(":")
-        self.data_port = DataPort(self.replica, self.tls)
+        self.data_port = DataPort(self.replica, self.tls, self.guard)
         if self.metrics is not None:
             metrics = self.metrics
             self.data_port.observe_call = lambda method, seconds, code: metrics.rpc.observe(
@@ -300,8 +325,12 @@ class BrokerServer:
             confirm_offset=self.log.confirm_offset,
             priority=self.cfg.priority,
             total_timeout=2.0,
+            acl_version=r.acl.version,
         )
         self._interval_ms = reply.heartbeat_interval_ms
+        if reply.HasField("acl"):
+            r.acl = acl_state_of(reply.acl)
+            log.info("%s users and grants now at version %d", r.ctx, r.acl.version)
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
         # master before sent + its timeout; the lease ends well before that.
         r.renew_lease(sent + LEASE_FRACTION * (reply.heartbeat_timeout_ms or 5000) / 1000)
@@ -393,6 +422,15 @@ class BrokerServer:
             await self.metrics.close()
         await self.controller.close()
         self.log.close()
+
+
+def acl_state_of(table: Any) -> AclState:
+    """The users and grants of a heartbeat reply's AclTable."""
+    return AclState(
+        int(table.version),
+        {u.name: User(u.name, u.access_key, u.signing_key) for u in table.users},
+        frozenset(Grant(g.user, g.kind, g.pattern, g.permission) for g in table.grants),
+    )
 
 
 def run(cfg: BrokerConfig) -> None:

@@ -59,6 +59,8 @@ from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, un
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
 from tidelog.commitlog.batch import RecordView, cut_batch, encode_batch, walk
 from tidelog.commitlog.keyformat import parse_message_id
+from tidelog.credentials import from_env as credentials_from_env
+from tidelog.credentials import signer
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
     CorruptRecordError,
@@ -175,13 +177,27 @@ class AsyncClient:
         data_port: bool = True,
         ca_file: str | os.PathLike[str] | None = None,
         tls: ClientTls | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        member_secret: str | None = None,
     ) -> None:
         controllers = controllers or os.environ.get(CONTROLLERS_ENV, "")
         # TLS to controllers, brokers and data ports alike: `tls` (a cluster member's own, e.g. the
         # RocketMQ endpoint's), else `ca_file`, else $TIDE_CA_FILE
         self.tls = tls if tls is not None else client_from_env(ca_file)
+        # Every call is signed (tidelog/credentials.py): with the user's credentials (the arguments,
+        # else $TIDE_ACCESS_KEY/$TIDE_SECRET_KEY), or inside a broker (`member_secret`: the RocketMQ
+        # endpoint) with the cluster secret.
+        self.credentials = None if member_secret else credentials_from_env(access_key, secret_key)
+        self.signer = signer(self.credentials, member_secret)
         self.controller = ControllerClient(
-            controllers, rpc_timeout=3.0, total_timeout=min(send_timeout, 15.0), tls=self.tls
+            controllers,
+            rpc_timeout=3.0,
+            total_timeout=min(send_timeout, 15.0),
+            tls=self.tls,
+            credentials=self.credentials,
+            secret=member_secret,
+            member=bool(member_secret),
         )
         self.send_timeout = send_timeout
         self.rpc_timeout = rpc_timeout
@@ -190,7 +206,13 @@ class AsyncClient:
         self._channels: dict[str, tuple[grpc.aio.Channel, bpb_grpc.BrokerStub]] = {}
         self._ledger_stubs: dict[str, Any] = {}
         # produce and pull go through each broker's data port when it has one (client/dataconn.py)
-        self.data = DataPlane(self._data_address, enabled=data_port, tls=self.tls)
+        sign = self.signer
+        self.data = DataPlane(
+            self._data_address,
+            enabled=data_port,
+            tls=self.tls,
+            auth=(lambda: sign.extra(df.AUTH_METHOD, None)) if sign is not None else None,
+        )
         self._background: set[asyncio.Future[Any]] = set()
 
     # --- plumbing ---
@@ -249,7 +271,9 @@ class AsyncClient:
     def _stub(self, address: str) -> bpb_grpc.BrokerStub:
         entry = self._channels.get(address)
         if entry is None:
-            channel = aio_channel(address, self.tls, CHANNEL_OPTIONS)
+            channel = aio_channel(
+                address, self.tls, CHANNEL_OPTIONS, interceptors=[self.signer] if self.signer else ()
+            )
             entry = self._channels[address] = (channel, bpb_grpc.BrokerStub(channel))
         return entry[1]
 

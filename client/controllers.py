@@ -18,7 +18,9 @@ from typing import Any
 
 import grpc
 
+from tidelog import credentials as credentials_mod
 from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
+from tidelog.credentials import Credentials, Signer
 from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
@@ -40,6 +42,13 @@ SIGNED = frozenset(
         "CleanBrokerData",
         "DecommissionBroker",
         "RepairPlacement",
+        # users and grants: an operator holding the secret manages them before any user exists
+        "CreateUser",
+        "DeleteUser",
+        "ListUsers",
+        "GrantAcl",
+        "RevokeAcl",
+        "ListAcls",
     }
 )
 
@@ -56,9 +65,9 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
 
 
 class _Conn:
-    def __init__(self, address: str, tls: ClientTls | None) -> None:
+    def __init__(self, address: str, tls: ClientTls | None, sign: Signer | None) -> None:
         self.address = address
-        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS)
+        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=[sign] if sign else ())
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
@@ -105,8 +114,14 @@ class ControllerClient:
         total_timeout: float = 15.0,
         secret: str | None = None,
         tls: ClientTls | None | FromEnv = FROM_ENV,
+        credentials: Credentials | None | credentials_mod.FromEnv = credentials_mod.FROM_ENV,
+        member: bool = False,
     ) -> None:
         self._addresses = parse_addresses(addresses)
+        # A user's calls are signed with its credentials (tools and applications: the environment's);
+        # a cluster member (`member`) signs every call with the cluster secret instead.
+        self.credentials = None if member else credentials_mod.resolve(credentials)
+        self.member = member
         # TLS toward every node: brokers pass their own (or None), tools and applications take
         # $TIDE_CA_FILE (tidelog/tlsconfig.py)
         self.tls = resolve_client(tls)
@@ -140,7 +155,7 @@ class ControllerClient:
     def _conn(self, address: str) -> _Conn:
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = _Conn(address, self.tls)
+            conn = self._conns[address] = _Conn(address, self.tls, credentials_mod.signer(self.credentials))
         return conn
 
     async def close(self) -> None:
@@ -252,7 +267,7 @@ class ControllerClient:
 
     def _signature(self, method: str, request: Any) -> tuple[tuple[str, str], ...] | None:
         """The cluster-secret proof a membership call carries (a fresh one per attempt)."""
-        if method not in SIGNED or not self.secret:
+        if (method not in SIGNED and not self.member) or not self.secret:
             return None
         broker_id = -1
         if method == "Heartbeat":
@@ -310,7 +325,11 @@ class ControllerClient:
         h.tried.add(addr)
         remaining = max(0.05, min(h.per_call, h.deadline - time.monotonic()))
         stub = self._conn(addr).route
-        h.pending[asyncio.ensure_future(getattr(stub, h.method)(h.request, timeout=remaining))] = addr
+        # a member's route calls prove the secret like all its others (users sign in the channel)
+        call = getattr(stub, h.method)(
+            h.request, timeout=remaining, metadata=self._signature(h.method, h.request)
+        )
+        h.pending[asyncio.ensure_future(call)] = addr
 
     async def _hedge_next_round(self, h: _Hedge) -> None:
         """Nothing in flight: ask the next node; every node asked: wait, then start over."""
@@ -379,6 +398,7 @@ class ControllerClient:
         confirm_offset: int = -1,
         priority: int | None = None,
         total_timeout: float | None = None,
+        acl_version: int = 0,
     ) -> pb.HeartbeatReply:
         """One heartbeat to the leader, answered with the broker's role, and a copy to every other
         node (controller RULES.md L0): a follower that becomes leader then knows which brokers
@@ -389,6 +409,7 @@ class ControllerClient:
             epoch=epoch,
             max_offset=max_offset,
             confirm_offset=confirm_offset,
+            acl_version=acl_version,
         )
         if priority is not None:
             req.priority = priority
@@ -467,6 +488,29 @@ class ControllerClient:
         """Set how long a topic's messages stay readable (0: the brokers' retention_ms)."""
         request = pb.AlterTopicRetentionRequest(name=name, retention_ms=retention_ms)
         return (await self.call("admin", "AlterTopicRetention", request)).topic
+
+    # --- users and grants ---
+
+    async def create_user(self, name: str, access_key: str, signing_key: str) -> pb.User:
+        req = pb.CreateUserRequest(name=name, access_key=access_key, signing_key=signing_key)
+        return (await self.call("admin", "CreateUser", req)).user
+
+    async def delete_user(self, name: str) -> None:
+        await self.call("admin", "DeleteUser", pb.DeleteUserRequest(name=name))
+
+    async def list_users(self) -> list[pb.User]:
+        return list((await self.call("admin", "ListUsers", pb.ListUsersRequest())).users)
+
+    async def grant_acl(self, user: str, kind: str, pattern: str, permission: str) -> None:
+        grant = pb.Grant(user=user, kind=kind, pattern=pattern, permission=permission)
+        await self.call("admin", "GrantAcl", pb.GrantAclRequest(grant=grant))
+
+    async def revoke_acl(self, user: str, kind: str, pattern: str, permission: str) -> None:
+        grant = pb.Grant(user=user, kind=kind, pattern=pattern, permission=permission)
+        await self.call("admin", "RevokeAcl", pb.RevokeAclRequest(grant=grant))
+
+    async def list_acls(self, user: str = "") -> list[pb.Grant]:
+        return list((await self.call("admin", "ListAcls", pb.ListAclsRequest(user=user))).grants)
 
     async def list_topics(self) -> list[pb.TopicConfig]:
         return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)

@@ -29,6 +29,9 @@ from tidelog.wire import make_error
 
 log = logging.getLogger(__name__)
 
+#: The metadata that signs a connection (tidelog/credentials.py's `Signer`), made afresh each time.
+Signing = Callable[[], tuple[tuple[str, str], ...]]
+
 #: How long a broker whose data port failed is used through gRPC before the data port is tried again.
 RETRY_AFTER_S = 5.0
 
@@ -36,9 +39,11 @@ RETRY_AFTER_S = 5.0
 class DataConnection:
     """One TCP (or TLS) connection to a broker's data port, shared by concurrent calls."""
 
-    def __init__(self, address: str, tls: ClientTls | None = None) -> None:
+    def __init__(self, address: str, tls: ClientTls | None = None, auth: Signing | None = None) -> None:
         self.address = address
         self.tls = tls
+        # the metadata of the AUTH frame that starts the connection (the broker's auth on); None: none
+        self.auth = auth
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
@@ -55,6 +60,9 @@ class DataConnection:
                     open_connection(host, int(port), self.tls, limit=1 << 20), timeout
                 )
                 self._receiver = asyncio.ensure_future(self._receive(self._reader))
+                if self.auth is not None:
+                    # signed afresh for each connection; a refusal is the caller's typed error
+                    await self._send(self._writer, df.OP_AUTH, [df.auth_request(self.auth())], timeout)
             return self._writer
 
     async def call(self, op: int, parts: list[bytes], timeout: float) -> bytes:
@@ -66,6 +74,9 @@ class DataConnection:
         except (OSError, TimeoutError) as exc:
             self.closed = True
             raise UnavailableError(f"cannot reach the data port {self.address}: {exc}") from None
+        return await self._send(writer, op, parts, timeout)
+
+    async def _send(self, writer: asyncio.StreamWriter, op: int, parts: list[bytes], timeout: float) -> bytes:
         rid = next(self._ids) & 0xFFFFFFFF
         fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
@@ -120,8 +131,13 @@ class DataPlane:
     """Data ports of the brokers one client talks to, found through `status(address)`."""
 
     def __init__(
-        self, status: Callable[[str], Awaitable[str]], enabled: bool = True, tls: ClientTls | None = None
+        self,
+        status: Callable[[str], Awaitable[str]],
+        enabled: bool = True,
+        tls: ClientTls | None = None,
+        auth: Signing | None = None,
     ) -> None:
+        self.auth = auth  # signs each connection's AUTH frame (DataConnection)
         self._status = status  # gRPC address -> data address ("" when the broker has none)
         self.enabled = enabled
         self.tls = tls  # the data ports speak TLS when the brokers' gRPC ports do
@@ -143,7 +159,7 @@ class DataPlane:
             return None
         conn = self._connections.get(known[0])
         if conn is None or conn.closed:
-            conn = self._connections[known[0]] = DataConnection(known[0], self.tls)
+            conn = self._connections[known[0]] = DataConnection(known[0], self.tls, self.auth)
         return conn
 
     def failed(self, address: str) -> None:

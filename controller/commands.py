@@ -157,6 +157,40 @@ class ReportOffsets:
 
 
 @dataclass(frozen=True)
+class CreateUser:
+    """Add a user; ``signing_key`` is derived from its secret (tidelog/access.py), never the secret."""
+
+    name: str
+    access_key: str
+    signing_key: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True)
+class DeleteUser:
+    name: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True)
+class GrantAcl:
+    user: str
+    kind: str
+    pattern: str
+    permission: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True)
+class RevokeAcl:
+    user: str
+    kind: str
+    pattern: str
+    permission: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True)
 class Result:
     """What ``apply`` answers. ``changed`` says whether the state moved (a non-OK result changes
     nothing, except the controller-triggered "no master" election, see RULES.md)."""
@@ -195,5 +229,9 @@ for _command in (
     MetaDelete,
     ReplaceLedgerReplicas,
     ReportOffsets,
+    CreateUser,
+    DeleteUser,
+    GrantAcl,
+    RevokeAcl,
 ):
     _command.__module__ = PICKLED_AS

@@ -20,6 +20,8 @@ import yaml
 
 from tidelog.clusterauth import secret_from_env
 from tidelog.errors import ConfigError
+from tidelog.guard import AuthSettings
+from tidelog.guard import parse_section as parse_auth
 from tidelog.tlsconfig import TlsSettings, parse_section
 
 SECRET_ENV = "TIDE_CONTROLLER_SECRET"
@@ -38,6 +40,7 @@ _TOP_KEYS = {
     "placement_audit_interval_ms",
     "log_format",
     "tls",
+    "auth",
 }
 _RAFT_KEYS = {
     "election_min_timeout_ms",
@@ -91,6 +94,8 @@ class ControllerConfig:
     # TLS on the gRPC port (tidelog/tlsconfig.py); None: plain text. The Raft port is PySyncObj's,
     # encrypted with the cluster secret instead (docs/ARCHITECTURE.md §12.1)
     tls: TlsSettings | None = None
+    # users' calls must be signed and permitted (tidelog/guard.py); None: auth off
+    auth: AuthSettings | None = None
 
     @property
     def self_node(self) -> NodeAddress:
@@ -264,7 +269,8 @@ def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) 
         raise ConfigError(
             "heartbeat_timeout_ms must be larger than heartbeat_interval_ms", key="heartbeat_timeout_ms"
         )
-    return replace(cfg, raft=_raft_tuning(raw.get("raft") or {}))
+    auth = parse_auth(raw.get("auth"), "controller config", cfg.tls is not None)
+    return replace(cfg, raft=_raft_tuning(raw.get("raft") or {}), auth=auth)
 
 
 #: Rules between the Raft timings: (key that is wrong, test it must pass, message).

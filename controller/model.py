@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tidelog.acl import Grant, User
+
 #: Broker set and topic names; also the keys of a topic's queue map.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.%-]{1,127}$")
 #: Datacenter and rack labels may be empty.
@@ -123,6 +125,11 @@ class StateData:
         # that a stale broker may still hold on disk.
         self.next_id_floor: dict[str, int] = {}
         self.cluster_id = ""  # drawn by the leader at the first registration; never changes after
+        # users by name and their grants (controller/users.py, tidelog/acl.py); the version grows
+        # with every change of either
+        self.users: dict[str, User] = {}
+        self.grants: set[Grant] = set()
+        self.acl_version = 0
         # Configuration, not state: every replica must be started with the same value.
         self.max_meta_value_bytes = max_meta_value_bytes
 

@@ -23,13 +23,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 import grpc
 
 from tidelog import logs, loops, tlsconfig
+from tidelog.acl import AclState
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
 from tidelog.controller import service
@@ -47,6 +48,7 @@ from tidelog.controller.placement import (
 )
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
+from tidelog.guard import Guard
 from tidelog.proto import controller_pb2 as pb
 from tidelog.tasks import cancel_and_wait, within
 from tidelog.wire import SERVER_OPTIONS, bind_problem, make_error
@@ -58,6 +60,12 @@ log = logging.getLogger(__name__)
 REPORT_INTERVAL_MS = 30_000
 # After a controller-triggered election that found nobody, wait this long before trying again.
 ELECTION_RETRY_MS = 1_000
+
+
+BROKER_SERVICE = "tidelog.controller.v1.ControllerBroker"
+#: Admin methods whose handler checks the cluster secret's token itself, for the broker set it
+#: acts on (service.py: `node.authenticate`).
+HANDLER_SIGNED = frozenset({"ElectMaster", "CleanBrokerData", "DecommissionBroker", "RepairPlacement"})
 
 
 def wall_ms() -> int:
@@ -84,6 +92,8 @@ class ControllerNode:
         # TLS on the gRPC port, reloaded on SIGHUP (tidelog/tlsconfig.py); None: plain text
         self.tls = tlsconfig.ServerTls(cfg.tls) if cfg.tls is not None else None
         self._replays = ReplayCache()
+        self._acl = AclState()
+        self._acl_read = False
         logs.identify(lambda: {"node_id": cfg.node_id})  # until the Raft node exists
         self.raft = RaftNode(cfg)
         logs.identify(lambda: {"node_id": cfg.node_id, "term": self.raft.term()})
@@ -132,6 +142,34 @@ class ControllerNode:
         except UnauthenticatedError as exc:
             log.warning("refused %s from %s: %s", method, context.peer(), exc.message)
             raise
+
+    def acl_table(self) -> AclState:
+        """The users and grants of this replica, rebuilt only when their version moved."""
+        with self.raft.read() as state:
+            if state.acl_version != self._acl.version or not self._acl_read:
+                self._acl = state.acl_table()
+                self._acl_read = True
+        return self._acl
+
+    def member_call(self, method: str, metadata: Mapping[str, str], request: Any) -> bool:
+        """Whether a call carries the cluster secret's token (tidelog.guard.MemberCheck): such a
+        call is the cluster itself. Methods whose handler checks the token (for the broker set it
+        acts on) pass it on unchecked here: checking twice would see the second as a replay."""
+        if CALL_KEY not in metadata:
+            return False
+        name = method.rpartition("/")[2]
+        if name in HANDLER_SIGNED:
+            return True
+        ident = check_call(
+            self.secret,
+            metadata[CALL_KEY],
+            name,
+            request.SerializeToString(deterministic=True),
+            wall_ms(),
+            self._replays,
+        )
+        log.debug("%s signed with the cluster secret by %s", name, ident)
+        return True
 
     def require_leader(self) -> None:
         if not self.raft.is_leader():
@@ -366,9 +404,14 @@ class ControllerNode:
 
     async def serve(self, stop: asyncio.Event) -> None:
         metrics = ControllerMetrics(self) if self.cfg.self_node.metrics_address else None
-        server = grpc.aio.server(
-            options=SERVER_OPTIONS, interceptors=[metrics.interceptor()] if metrics else None
-        )
+        interceptors: list[grpc.aio.ServerInterceptor] = [metrics.interceptor()] if metrics else []
+        if self.cfg.auth is not None:
+            # every call of the client-facing services, one place (ControllerBroker: members only,
+            # each of its calls proves the cluster secret itself)
+            interceptors.append(
+                Guard(self.cfg.auth, self.acl_table, self.member_call, frozenset({BROKER_SERVICE}))
+            )
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors or None)
         service.add_to_server(server, self)
         address = self.cfg.self_node.grpc
         problem = bind_problem(address)  # before gRPC tries: its C core would log its own lines

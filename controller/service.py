@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from tidelog.acl import AclState, Grant, User
 from tidelog.controller import state as st
 from tidelog.controller.liveness import heartbeat_problem
 from tidelog.controller.placement import Violation, decommission_problem, ledger_repair, replacement_problem
@@ -127,6 +128,22 @@ def members_of(bs: st.BrokerSet, alive: set[int] | None) -> list[pb.MemberInfo]:
 def topic_of(t: st.Topic) -> pb.TopicConfig:
     return pb.TopicConfig(
         name=t.name, queues=dict(t.queues), perm=t.perm, generation=t.generation, retention_ms=t.retention_ms
+    )
+
+
+def user_of(u: User, with_key: bool = True) -> pb.User:
+    return pb.User(name=u.name, access_key=u.access_key, signing_key=u.signing_key if with_key else "")
+
+
+def grant_of(g: Grant) -> pb.Grant:
+    return pb.Grant(user=g.user, kind=g.kind, pattern=g.pattern, permission=g.permission)
+
+
+def acl_table_of(table: AclState) -> pb.AclTable:
+    return pb.AclTable(
+        version=table.version,
+        users=[user_of(table.users[n]) for n in sorted(table.users)],
+        grants=[grant_of(g) for g in sorted(table.grants)],
     )
 
 
@@ -240,13 +257,19 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             member = bs.members[bid]
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
         self.node.beat(name, bid, request, report=stale_offsets)
-        return pb.HeartbeatReply(
+        reply = pb.HeartbeatReply(
             role=role,
             topics=topics,
             deleted_topics=deleted,
             heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
             heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms,
         )
+        # Brokers learn users and grants here: a grant reaches every broker within one heartbeat
+        # interval, over a call that already proves the cluster secret, and only when it changed.
+        table = self.node.acl_table()
+        if table.version != request.acl_version:
+            reply.acl.CopyFrom(acl_table_of(table))
+        return reply
 
     @rpc
     async def AlterSyncStateSet(
@@ -736,6 +759,67 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 for n in self.node.cfg.nodes
             ],
         )
+
+    # --- users and grants (controller/users.py); the guard lets only cluster admins here ---
+
+    @rpc
+    async def CreateUser(
+        self, request: pb.CreateUserRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateUserReply:
+        name = non_empty("name", request.name)
+        result = await self.node.write(
+            lambda now, hb: st.CreateUser(
+                name=name, access_key=request.access_key, signing_key=request.signing_key, now_ms=now
+            )
+        )
+        log.warning("user %s created (access key %s)", name, request.access_key)
+        return pb.CreateUserReply(user=user_of(result.value, with_key=False))
+
+    @rpc
+    async def DeleteUser(
+        self, request: pb.DeleteUserRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteUserReply:
+        name = non_empty("name", request.name)
+        await self.node.write(lambda now, hb: st.DeleteUser(name=name, now_ms=now))
+        log.warning("user %s deleted", name)
+        return pb.DeleteUserReply()
+
+    @rpc
+    async def ListUsers(
+        self, request: pb.ListUsersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListUsersReply:
+        table = self.node.acl_table()
+        return pb.ListUsersReply(users=[user_of(table.users[n], with_key=False) for n in sorted(table.users)])
+
+    @rpc
+    async def GrantAcl(
+        self, request: pb.GrantAclRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GrantAclReply:
+        g = request.grant
+        await self.node.write(
+            lambda now, hb: st.GrantAcl(g.user, g.kind, g.pattern, g.permission, now_ms=now)
+        )
+        log.warning("granted %s on %s %s to %s", g.permission, g.kind, g.pattern, g.user)
+        return pb.GrantAclReply()
+
+    @rpc
+    async def RevokeAcl(
+        self, request: pb.RevokeAclRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RevokeAclReply:
+        g = request.grant
+        await self.node.write(
+            lambda now, hb: st.RevokeAcl(g.user, g.kind, g.pattern, g.permission, now_ms=now)
+        )
+        log.warning("revoked %s on %s %s from %s", g.permission, g.kind, g.pattern, g.user)
+        return pb.RevokeAclReply()
+
+    @rpc
+    async def ListAcls(
+        self, request: pb.ListAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAclsReply:
+        table = self.node.acl_table()
+        grants = [g for g in sorted(table.grants) if not request.user or g.user == request.user]
+        return pb.ListAclsReply(grants=[grant_of(g) for g in grants])
 
     def _entry(self, key: str) -> pb.MetaEntry:
         with self.node.raft.read() as state:

@@ -2,7 +2,8 @@
 
 Raft stores the state as this plain data, not as pickled classes, so a snapshot survives
 refactors of the state classes. Bytes are base64, sets are sorted lists, order is canonical.
-Format 2 added the cluster id; format 1 snapshots are read, with none. Fields added later
+Format 2 added the cluster id; format 1 snapshots are read, with none. Format 3 added users and
+grants (format 1 and 2 snapshots are read, with none). Fields added later
 (tombstones, generations, ``unclean_epoch``, ``modified_ms``, a topic's ``retention_ms``) read
 with their defaults.
 """
@@ -13,9 +14,11 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
+from tidelog.acl import Grant, User
+
 from .model import BrokerSet, Member, MetaEntry, StateData, Topic
 
-SNAPSHOT_FORMAT = 2  # 2: the cluster id (format 1 snapshots are read, with none)
+SNAPSHOT_FORMAT = 3  # 2: the cluster id; 3: users and grants (older formats are read, without)
 
 
 def encode(s: StateData) -> dict[str, Any]:
@@ -37,12 +40,15 @@ def encode(s: StateData) -> dict[str, Any]:
             }
             for _, e in sorted(s.metadata.items())
         ],
+        "users": [vars(u).copy() for _, u in sorted(s.users.items())],
+        "grants": [vars(g).copy() for g in sorted(s.grants)],
+        "acl_version": s.acl_version,
     }
 
 
 def restore(s: StateData, d: Mapping[str, Any]) -> None:
     """Fill an empty ``s`` from a snapshot; ValueError for a format this code cannot read."""
-    if d.get("format") not in (1, SNAPSHOT_FORMAT):
+    if d.get("format") not in (1, 2, SNAPSHOT_FORMAT):
         raise ValueError(f"unsupported controller snapshot format {d.get('format')!r}")
     for b in d["broker_sets"]:
         s.broker_sets[b["name"]] = _broker_set_from(b)
@@ -61,6 +67,10 @@ def restore(s: StateData, d: Mapping[str, Any]) -> None:
             version=e["version"],
             modified_ms=e.get("modified_ms", 0),
         )
+    for u in d.get("users", ()):
+        s.users[u["name"]] = User(name=u["name"], access_key=u["access_key"], signing_key=u["signing_key"])
+    s.grants = {Grant(g["user"], g["kind"], g["pattern"], g["permission"]) for g in d.get("grants", ())}
+    s.acl_version = int(d.get("acl_version", 0))
 
 
 def _broker_set_dict(bs: BrokerSet) -> dict[str, Any]:

@@ -14,6 +14,7 @@ reply. The parts live in modules named for what they hold, and are re-exported h
     topics.py       CreateTopic, AlterTopicQueues, AlterTopicRetention, DeleteTopic, and routes
     ledgermeta.py   MetaCreate, MetaCompareAndSet, MetaDelete and the ledger rules
     replacement.py  ReplaceLedgerReplicas (RULES.md PL8)
+    users.py        CreateUser, DeleteUser, GrantAcl, RevokeAcl (docs/ARCHITECTURE.md §12.2)
     phases.py       the broker-set transition table and the invariants
     snapshot.py     the snapshot codec
 
@@ -50,17 +51,21 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tidelog.acl import AclState
 from tidelog.invariants import InvariantViolation, require
 
-from . import ledgermeta, mastership, membership, replacement, snapshot, topics
+from . import ledgermeta, mastership, membership, replacement, snapshot, topics, users
 from .commands import (
     AlterSyncStateSet,
     AlterTopicQueues,
     AlterTopicRetention,
     CleanBrokerData,
     CreateTopic,
+    CreateUser,
     DeleteTopic,
+    DeleteUser,
     ElectMaster,
+    GrantAcl,
     MetaCompareAndSet,
     MetaCreate,
     MetaDelete,
@@ -68,6 +73,7 @@ from .commands import (
     ReplaceLedgerReplicas,
     ReportOffsets,
     Result,
+    RevokeAcl,
 )
 from .model import (
     LEDGER_KEY_PREFIX,
@@ -108,7 +114,10 @@ __all__ = [
     "CleanBrokerData",
     "ControllerState",
     "CreateTopic",
+    "CreateUser",
     "DeleteTopic",
+    "DeleteUser",
+    "GrantAcl",
     "ElectMaster",
     "HANDLERS",
     "InvariantViolation",
@@ -123,6 +132,7 @@ __all__ = [
     "ReplaceLedgerReplicas",
     "ReportOffsets",
     "Result",
+    "RevokeAcl",
     "Route",
     "Topic",
 ]
@@ -144,6 +154,10 @@ HANDLERS: dict[type, Callable[[StateData, Any], Outcome]] = {
     MetaCompareAndSet: ledgermeta.meta_cas,
     MetaDelete: ledgermeta.meta_delete,
     ReplaceLedgerReplicas: replacement.replace_ledger_replicas,
+    CreateUser: users.create_user,
+    DeleteUser: users.delete_user,
+    GrantAcl: users.grant_acl,
+    RevokeAcl: users.revoke_acl,
 }
 
 
@@ -193,6 +207,10 @@ class ControllerState(StateData):
         A broker set that is not (or no longer) registered appears with no master and no replicas."""
         return topics.route(self, topic)
 
+    def acl_table(self) -> AclState:
+        """The users and grants as the servers decide with them (immutable: a copy)."""
+        return AclState(self.acl_version, dict(self.users), frozenset(self.grants))
+
     def get_meta(self, key: str) -> MetaEntry | None:
         return self.metadata.get(key)
 
@@ -232,6 +250,9 @@ class ControllerState(StateData):
             self.next_topic_generation,
             self.deleted_topics,
             self.cluster_id,
+            self.users,
+            self.grants,
+            self.acl_version,
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, so unhashable like the dicts it holds

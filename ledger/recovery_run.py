@@ -21,7 +21,9 @@ from tidelog.errors import (
     LedgerTimeoutError,
     NoSuchEntryError,
     NoSuchLedgerExistsError,
+    PermissionDeniedError,
     TidelogError,
+    UnauthenticatedError,
     UnauthorizedAccessError,
     UnavailableError,
 )
@@ -104,7 +106,14 @@ class RecoveryRun:
                     )
                 feed = await self.feeds.get()
                 self._launch(feed())
-        except (UnauthorizedAccessError, NoSuchLedgerExistsError, LedgerRecoveryError):
+        # answers, not failures: a retry would get the same (a missing permission, unknown signer)
+        except (
+            UnauthorizedAccessError,
+            NoSuchLedgerExistsError,
+            LedgerRecoveryError,
+            PermissionDeniedError,
+            UnauthenticatedError,
+        ):
             raise
         except TidelogError as err:
             # R9: every other failure of a recovery open is retryable LedgerRecoveryError

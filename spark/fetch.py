@@ -41,7 +41,7 @@ from tidelog.errors import (
     UnavailableError,
 )
 from tidelog.proto import broker_pb2 as bpb
-from tidelog.spark.plan import QueueState, check_start, queue_name
+from tidelog.spark.plan import Connection, QueueState, check_start, queue_name
 from tidelog.spark.records import NO_FIELDS, Chunk, scan
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,13 @@ def run(
     controllers: str,
     *,
     rpc_timeout: float = 5.0,
-    ca_file: str | None = None,
+    connection: Connection = Connection(),
 ) -> T:
     """Run `coro_fn(client)` on a fresh event loop with a client that is closed afterwards
-    (TLS with `ca_file`, else with $TIDE_CA_FILE when it is set)."""
+    (TLS and credentials as `connection` says, else as the environment does)."""
 
     async def main() -> T:
-        client = AsyncClient(controllers, rpc_timeout=rpc_timeout, ca_file=ca_file)
+        client = AsyncClient(controllers, rpc_timeout=rpc_timeout, **connection.client_options())
         try:
             return await coro_fn(client)
         finally:
@@ -321,13 +321,13 @@ def read_range(
     fail_on_data_loss: bool = True,
     max_messages: int = 4096,
     timeout: float = 60.0,
-    ca_file: str | None = None,
+    connection: Connection = Connection(),
 ) -> Iterator[Chunk]:
     """Chunks of records of `[start, end)`, in offset order; a synchronous generator for Spark's
     `read()`. The next chunk is pulled while the caller handles the current one (one pull ahead:
     at most two chunks are held)."""
     runner = _LoopThread()
-    client = AsyncClient(controllers, rpc_timeout=5.0, ca_file=ca_file)
+    client = AsyncClient(controllers, rpc_timeout=5.0, **connection.client_options())
     pending: concurrent.futures.Future[Chunk] | None = None
     try:
         reader = RangeReader(

@@ -189,10 +189,27 @@ def controllers_option(options: Mapping[str, str]) -> str:
     return controllers
 
 
-def ca_file_option(options: Mapping[str, str]) -> str | None:
-    """Option caFile: the CA a TLS cluster's certificates are verified with (the same file on every
-    Spark process); unset: $TIDE_CA_FILE of each process, else plain text."""
-    return options.get("cafile") or None
+@dataclass(frozen=True)
+class Connection:
+    """How every Spark process connects (options, lower-cased): `caFile`, the CA a TLS cluster's
+    certificates are verified with (the same file on every process; unset: $TIDE_CA_FILE of each
+    process, else plain text), and `accessKey`/`secretKey`, the user whose credentials sign every
+    call when the cluster has auth on (unset: $TIDE_ACCESS_KEY/$TIDE_SECRET_KEY of each process)."""
+
+    ca_file: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> Connection:
+        access_key, secret_key = options.get("accesskey") or None, options.get("secretkey") or None
+        if (access_key is None) != (secret_key is None):
+            raise InvalidArgumentError("options accessKey and secretKey go together")
+        return cls(options.get("cafile") or None, access_key, secret_key)
+
+    def client_options(self) -> dict[str, str | None]:
+        """The AsyncClient keyword arguments."""
+        return {"ca_file": self.ca_file, "access_key": self.access_key, "secret_key": self.secret_key}
 
 
 @dataclass(frozen=True)
@@ -209,7 +226,7 @@ class ReadOptions:
     max_offsets_per_partition: int = 100_000
     fetch_max_messages: int = 4096
     read_timeout_s: float = 60.0
-    ca_file: str | None = None
+    connection: Connection = Connection()
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -252,7 +269,7 @@ class ReadOptions:
             max_offsets_per_partition=_int(opts, "maxOffsetsPerPartition", 100_000) or 100_000,
             fetch_max_messages=_int(opts, "fetchMaxMessages", 4096) or 4096,
             read_timeout_s=_float(opts, "readTimeout", 60.0),
-            ca_file=ca_file_option(opts),
+            connection=Connection.parse(opts),
         )
 
 

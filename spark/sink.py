@@ -147,7 +147,7 @@ class _Writing:
             )
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         self.controllers = plan.controllers_option(opts)
-        self.ca_file = plan.ca_file_option(opts)
+        self.connection = plan.Connection.parse(opts)
         self.topic = opts.get("topic") or None
         rpc_timeout = opts.get("sendtimeout")
         self.send_timeout = float(rpc_timeout) if rpc_timeout else 30.0
@@ -163,7 +163,9 @@ class _Writing:
         partition = _partition_id()
 
         async def main() -> TidelogCommitMessage:
-            client = AsyncClient(self.controllers, send_timeout=self.send_timeout, ca_file=self.ca_file)
+            client = AsyncClient(
+                self.controllers, send_timeout=self.send_timeout, **self.connection.client_options()
+            )
             try:
                 return await _send_all(client, iterator, self.topic, partition)
             finally:

@@ -98,7 +98,7 @@ class _Reading:
             fail_on_data_loss=self.opts.fail_on_data_loss and not p.earliest,
             max_messages=self.opts.fetch_max_messages,
             timeout=self.opts.read_timeout_s,
-            ca_file=self.opts.ca_file,
+            connection=self.opts.connection,
         )
         if self.row_format == "arrow":
             for chunk in chunks:
@@ -114,7 +114,7 @@ class TidelogBatchReader(_Reading, DataSourceReader):
 
     def partitions(self) -> list[TidelogPartition]:  # type: ignore[override]
         o = self.opts
-        view = fetch.run(lambda c: fetch.cluster_view(c, o.topics), o.controllers, ca_file=o.ca_file)
+        view = fetch.run(lambda c: fetch.cluster_view(c, o.topics), o.controllers, connection=o.connection)
         ranges = plan.resolve_ranges(view.states, o.starting, o.ending, fail_on_data_loss=o.fail_on_data_loss)
         parts = self._partitions(ranges, view.replicas)
         log.info(
@@ -144,7 +144,7 @@ class TidelogStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvail
         view = fetch.run(
             lambda c: fetch.cluster_view(c, o.topics, timeout=o.read_timeout_s),
             o.controllers,
-            ca_file=o.ca_file,
+            connection=o.connection,
         )
         self._replicas = dict(view.replicas)
         return view

@@ -78,3 +78,18 @@ def test_any_bytes_parse_or_raise_frame_error(blob):
 def test_a_lying_length_prefix_is_refused_before_the_body_is_read(length):
     with pytest.raises(df.FrameError):
         df.body_length(length)
+
+
+def test_auth_frames_round_trip_and_bound_their_entries() -> None:
+    md = (("authorization", "MQv2-HMAC-SHA1 Credential=AK, SignedHeaders=x-mq-date-time, Signature=00"),)
+    md += (("X-MQ-Date-Time", "20261126T171138Z"),)
+    assert df.parse_auth(df.auth_request(md)) == {
+        "authorization": md[0][1],
+        "x-mq-date-time": "20261126T171138Z",  # names lower-cased, as gRPC metadata's are
+    }
+    with pytest.raises(df.FrameError):
+        df.parse_auth(df.auth_request(tuple((f"k{i}", "v") for i in range(df.MAX_AUTH_ENTRIES + 1))))
+    with pytest.raises(df.FrameError):
+        df.parse_auth(df.auth_request((("k", "v" * (df.MAX_AUTH_TEXT + 1)),)))
+    with pytest.raises(df.FrameError):
+        df.parse_auth(df.auth_request(md) + b"x")

@@ -16,7 +16,14 @@ ledgers, status). Pure codec, no I/O; all integers big-endian.
              ok:   next offset u64 | min u64 | max u64 | confirmed u64 | count u32 | crc u32 | records
                    (crc: CRC32C of the records, checked by the client; the broker checked each
                    record's own CRC when it read them)
+    AUTH     body: n u16 | n × (name_len u16 | value_len u16 | name | value)   (UTF-8)
+             ok:   empty
     error    body: code_len u16 | leader_len u16 | code | leader | message (UTF-8)
+
+With auth on (tidelog/guard.py), a connection's first frame is AUTH: the same metadata a gRPC call
+carries (a user's `authorization` and `x-mq-date-time`, or a cluster member's token). Every frame
+before a successful AUTH is answered UNAUTHENTICATED and the connection is closed; every request
+after it is checked against the permission rules like the gRPC call it stands for.
 
 Limits: a frame is at most MAX_FRAME bytes (`produce_room`: the records a produce may carry); a
 produce at most MAX_PRODUCE_RECORDS records; a topic at most 255 bytes. A frame that breaks the
@@ -34,6 +41,7 @@ from tidelog.wire import MAX_MESSAGE_BYTES
 
 OP_PRODUCE = 1
 OP_PULL = 2
+OP_AUTH = 3
 OK = 0
 ERROR = 1
 
@@ -50,6 +58,11 @@ _PRODUCED = struct.Struct(">HQI")
 _PULL = struct.Struct(">HIQIII")
 _PULLED = struct.Struct(">QQQQII")
 _ERROR = struct.Struct(">HH")
+_COUNT = struct.Struct(">H")
+#: The method name an AUTH frame's signature is made for (a cluster member's token names it).
+AUTH_METHOD = "/tidelog.broker.v1.DataPort/Auth"
+MAX_AUTH_ENTRIES = 8
+MAX_AUTH_TEXT = 1024
 
 
 class FrameError(InvalidArgumentError):
@@ -173,6 +186,43 @@ def parse_pulled(body: bytes) -> Pulled:
         raise FrameError("a pull reply is shorter than its fields")
     nxt, low, high, confirmed, count, crc = _PULLED.unpack_from(body)
     return Pulled(nxt, Offsets(low, high, confirmed), count, body[_PULLED.size :], crc)
+
+
+# --- auth ------------------------------------------------------------------------------------
+
+
+def auth_request(metadata: tuple[tuple[str, str], ...]) -> bytes:
+    """An AUTH frame's body: the metadata entries that sign the connection."""
+    parts = [_COUNT.pack(len(metadata))]
+    for name, value in metadata:
+        n, v = name.encode(), value.encode()
+        parts.append(_ERROR.pack(len(n), len(v)) + n + v)
+    return b"".join(parts)
+
+
+def parse_auth(body: bytes) -> dict[str, str]:
+    """The metadata of an AUTH frame (names lower-cased; the first of a repeated name counts)."""
+    if len(body) < _COUNT.size:
+        raise FrameError("an auth frame is shorter than its fields")
+    (n,) = _COUNT.unpack_from(body)
+    if n > MAX_AUTH_ENTRIES:
+        raise FrameError(f"an auth frame has {n} entries, at most {MAX_AUTH_ENTRIES}")
+    at = _COUNT.size
+    out: dict[str, str] = {}
+    for _ in range(n):
+        if at + _ERROR.size > len(body):
+            raise FrameError("an auth frame's entry runs past its end")
+        nlen, vlen = _ERROR.unpack_from(body, at)
+        if nlen > MAX_AUTH_TEXT or vlen > MAX_AUTH_TEXT:
+            raise FrameError(f"an auth entry is longer than {MAX_AUTH_TEXT} bytes")
+        at += _ERROR.size
+        name = _text(body, at, at + nlen)
+        value = _text(body, at + nlen, at + nlen + vlen)
+        out.setdefault(name.lower(), value)
+        at += nlen + vlen
+    if at != len(body):
+        raise FrameError("an auth frame's size does not match its entries")
+    return out
 
 
 # --- errors ----------------------------------------------------------------------------------

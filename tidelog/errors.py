@@ -724,14 +724,43 @@ class SegmentedLogOwnershipLostError(TidelogError):
 
 @_register
 class UnauthenticatedError(TidelogError):
-    """The caller did not prove the cluster secret for a call that changes cluster membership."""
+    """The caller did not prove who it is: the cluster secret for a call that changes cluster
+    membership, a user's signature for any other call once auth is on (tidelog/guard.py)."""
 
     code = "UNAUTHENTICATED"
     status = "UNAUTHENTICATED"
     hint = (
-        "give this process the cluster secret (key 'secret' in its config or $TIDE_CLUSTER_SECRET), "
-        "the same value as the controllers'"
+        "a client signs as a user: --access-key/--secret-key or $TIDE_ACCESS_KEY/$TIDE_SECRET_KEY; "
+        "a cluster member proves the cluster secret (key 'secret' in its config or "
+        "$TIDE_CLUSTER_SECRET), the same value as the controllers'"
     )
+
+
+@_register
+class PermissionDeniedError(TidelogError):
+    """The caller is a known user, but lacks the permission a call needs (tidelog/acl.py)."""
+
+    code = "PERMISSION_DENIED"
+    status = "PERMISSION_DENIED"
+    hint = "ask an administrator for the permission the message names (`tide acl grant`)"
+
+
+@_register
+class UserExistsError(TidelogError):
+    """A user of that name, or with that access key, already exists."""
+
+    code = "USER_EXISTS"
+    status = "ALREADY_EXISTS"
+    hint = "pick another name, or delete the user first (`tide user delete`)"
+
+
+@_register
+class UserNotFoundError(TidelogError):
+    """No user of that name."""
+
+    code = "USER_NOT_FOUND"
+    status = "NOT_FOUND"
+    hint = "`tide user list` names the users"
 
 
 # --- storage failures ---------------------------------------------------------------------

@@ -276,17 +276,23 @@ def aio_channel(
     tls: ClientTls | None,
     options: Sequence[tuple[str, Any]] = (),
     call_credentials: grpc.CallCredentials | None = None,
+    interceptors: Sequence[Any] = (),
 ) -> grpc.aio.Channel:
     """A grpc.aio channel to `address`: plain text without `tls`, else TLS verified against its CA.
-    `call_credentials` (TLS only) are sent with every call: per-call authentication goes there."""
+    `call_credentials` (TLS only) are sent with every call; `interceptors` see every call and its
+    request (tidelog/credentials.py's `Signer` signs each one there)."""
     if tls is None:
         if call_credentials is not None:
             raise ConfigError("call credentials need TLS: set a CA file", key=CA_FILE_ENV)
-        return grpc.aio.insecure_channel(address, options=list(options))
+        return grpc.aio.insecure_channel(
+            address, options=list(options), interceptors=list(interceptors) or None
+        )
     creds = tls.channel_credentials()
     if call_credentials is not None:
         creds = grpc.composite_channel_credentials(creds, call_credentials)
-    return grpc.aio.secure_channel(address, creds, options=list(options))
+    return grpc.aio.secure_channel(
+        address, creds, options=list(options), interceptors=list(interceptors) or None
+    )
 
 
 async def open_connection(

@@ -240,3 +240,49 @@ def test_any_change_of_the_signature_is_refused(data: st.DataObject) -> None:
 def test_malformed_metadata_is_refused_never_raises(authorization: str, date_time: str) -> None:
     headers = {"authorization": authorization, "x-mq-date-time": date_time}
     assert rules.refusal(headers, SECRETS, NOW, SKEW) is not None
+
+
+def test_with_auth_on_the_controllers_users_sign_too() -> None:
+    # users: access key -> signing key (tidelog/access.py), beside the configured access keys
+    users = {"user-ak": "ab" * 32}.get
+    assert rules.refusal(signed("user-ak", "ab" * 32), {}, NOW, SKEW, users) is None
+    assert rules.refusal(signed("ak", "sk"), SECRETS, NOW, SKEW, users) is None
+    assert rules.refusal(signed("user-ak", "wrong"), {}, NOW, SKEW, users) is not None
+    # auth on and no configured keys: an unsigned call no longer passes
+    assert rules.refusal({}, {}, NOW, SKEW, users) is not None
+
+
+def test_every_messaging_service_method_has_a_permission_rule() -> None:
+    from tidelog.proto.rocketmq import service_pb2
+
+    service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+    assert {m.name for m in service.methods} == set(rules.METHODS)
+
+
+def test_users_need_the_permissions_of_their_calls() -> None:
+    from tidelog import acl
+    from tidelog.proto.rocketmq import definition_pb2 as d
+    from tidelog.proto.rocketmq import service_pb2 as s
+
+    table = acl.AclState(
+        1,
+        {"u": acl.User("u", "AKuser01", "ab" * 32)},
+        frozenset(
+            {acl.Grant("u", "topic", "orders", "produce"), acl.Grant("u", "group", "billing", "consume")}
+        ),
+    )
+    send = s.SendMessageRequest(messages=[d.Message(topic=d.Resource(name="orders"))])
+    assert rules.permission_refusal("u", table, "SendMessage", send) is None
+    send.messages.append(d.Message(topic=d.Resource(name="payments")))
+    assert (
+        rules.permission_refusal("u", table, "SendMessage", send) == "user u lacks produce on topic payments"
+    )
+    receive = s.ReceiveMessageRequest(
+        group=d.Resource(name="billing"), message_queue=d.MessageQueue(topic=d.Resource(name="orders"))
+    )
+    assert (
+        rules.permission_refusal("u", table, "ReceiveMessage", receive)
+        == "user u lacks consume on topic orders"
+    )
+    assert rules.permission_refusal("u", table, "Telemetry", None) is None
+    assert rules.permission_refusal("u", table, "SomethingNew", send) is not None

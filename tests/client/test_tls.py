@@ -30,7 +30,7 @@ from tidelog.client import AsyncClient, Client
 from tidelog.client.dataconn import DataConnection
 from tidelog.errors import TidelogError, UnavailableError
 from tidelog.ha.protocol import NONCE_BYTES, AuthHello, encode
-from tidelog.localcluster import certs, client_tls
+from tidelog.localcluster import certs, client_options, client_tls
 from tidelog.proto import broker_pb2 as bpb
 
 pytestmark = pytest.mark.slow
@@ -39,8 +39,18 @@ SECURE = REPO / "deploy" / "secure.yaml"
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("secure"), SECURE)
+def tls_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """deploy/secure.yaml with users' auth off: these tests are about TLS (auth: test_auth.py)."""
+    topo = yaml.safe_load(SECURE.read_text())
+    topo.pop("auth", None)
+    path = tmp_path_factory.mktemp("topology") / "tls-only.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    return path
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory, tls_only: Path) -> Iterator[LocalCluster]:
+    c = start_cluster(tmp_path_factory.mktemp("secure"), tls_only)
     try:
         yield c
     finally:
@@ -81,8 +91,9 @@ def ports(c: LocalCluster, name: str) -> dict[str, str]:
     cfg = yaml.safe_load((c.data_dir / f"{name}.yaml").read_text())
 
     async def status() -> tuple[str, str]:
-        # with the client pair as well, which a cluster with require_client_cert asks for
-        client = AsyncClient(c.controllers, ca_file=ca_of(c))
+        # with the client pair as well, which a cluster with require_client_cert asks for, and the
+        # admin's credentials of a cluster with auth on (deploy/secure.yaml itself: the drill)
+        client = AsyncClient(c.controllers, **client_options(c.state()))
         client.tls = client_tls(c.state())
         async with client:
             reply = await client.call_broker(cfg["listen"], "Status", bpb.StatusRequest(), timeout=5)
@@ -321,6 +332,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(
 ) -> None:
     topo = yaml.safe_load(SECURE.read_text())
     topo["tls"] = {"require_client_cert": True}
+    topo.pop("auth", None)  # clients below carry no user credentials: this is about mutual TLS
     path = tmp_path / "mutual.yaml"
     path.write_text(yaml.safe_dump(topo))
     c = cluster_factory(topology=path, name="mutual")  # the members reached each other: mTLS works

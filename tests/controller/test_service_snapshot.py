@@ -26,13 +26,20 @@ def test_restart_restores_state_from_snapshot_and_journal(tmp_path: Path) -> Non
             await client.register_broker("broker-a", "127.0.0.1:30001", "127.0.0.1:31001", identity="a-1")
             await client.create_topic("orders", {"broker-a": 4})
             await client.meta_cas("k/00", b"changed", 1)
+            await client.create_user("alice", "AKalice1", "ab" * 32)
+            await client.grant_acl("alice", "topic", "orders-*", "produce")
 
     async def second_life() -> None:
-        async with single_node(tmp_path, **opts) as (_node, client):
+        async with single_node(tmp_path, **opts) as (node, client):
             entries = await client.meta_list("k/")
             assert [e.key for e in entries] == [f"k/{i:02d}" for i in range(12)]
             assert (entries[0].value, entries[0].version) == (b"changed", 2)
             assert [t.name for t in await client.list_topics()] == ["orders"]
+            assert [(u.name, u.access_key) for u in await client.list_users()] == [("alice", "AKalice1")]
+            assert [(g.user, g.kind, g.pattern, g.permission) for g in await client.list_acls()] == [
+                ("alice", "topic", "orders-*", "produce")
+            ]
+            assert node.acl_table().users["alice"].signing_key == "ab" * 32  # the derived key, kept
             sets = (await client.describe_broker_sets()).broker_sets
             assert [(s.role.broker_set, [m.broker_id for m in s.members]) for s in sets] == [
                 ("broker-a", [1])

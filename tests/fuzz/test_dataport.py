@@ -9,7 +9,9 @@ Contract:
   INTERNAL, within its bound (a pull's `wait_ms` is cut to 20 ms here: a long poll waits by
   design), and the reply parses on the client;
 - the client's reader, given any byte stream, ends with the connection closed and every pending
-  call answered: its reply, or UnavailableError.
+  call answered: its reply, or UnavailableError;
+- with auth on, a connection's first frame that is not a user's valid AUTH frame never
+  authenticates: it is answered UNAUTHENTICATED (or the connection just closes), never INTERNAL.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import struct
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 from crc32c import crc32c
@@ -27,11 +30,14 @@ from hypothesis import strategies as st
 from tests.fuzz.fuzzing import FUZZ, Check, Fuzzer, inputs, plain
 from tests.fuzz.replica import QUEUES, TOPIC, master
 from tidelog import dataframes as df
-from tidelog.broker.dataport import ByteBudget, DataPort, _Held
+from tidelog.acl import AclState, User
+from tidelog.broker.dataport import ByteBudget, DataPort, _Held, _Link
 from tidelog.client.aio import OutMessage
 from tidelog.client.dataconn import DataConnection
 from tidelog.commitlog import batch
+from tidelog.credentials import Credentials
 from tidelog.errors import TidelogError, UnavailableError
+from tidelog.guard import AuthSettings, Guard
 from tidelog.wire import make_error
 
 topics = st.one_of(st.just(TOPIC), st.text(max_size=6))
@@ -115,6 +121,10 @@ def check_parsers(data: bytes) -> None:
         assert df.pull_request(pull) == body
     for fn in (df.parse_produced, df.parse_pulled, df.parse_error):
         _parsed(fn, body)
+    auth = _parsed(df.parse_auth, body)
+    if auth is not None:  # what an AUTH frame decodes to is bounded, and re-encodes to a valid frame
+        assert len(auth) <= df.MAX_AUTH_ENTRIES
+        assert df.parse_auth(df.auth_request(tuple(auth.items()))) == auth
     if len(data) >= 4:
         with contextlib.suppress(df.FrameError):
             assert 0 <= df.body_length(struct.unpack_from(">I", data)[0]) <= df.MAX_FRAME
@@ -160,6 +170,75 @@ def _port_check() -> Iterator[Check]:
         yield check
 
 
+# --- the AUTH frame of a guarded port ---------------------------------------------------------
+
+ALICE = Credentials("AKalice1", "alice-secret")
+GUARD = Guard(
+    AuthSettings(True),
+    lambda: AclState(1, {"alice": User("alice", ALICE.access_key, ALICE.signing_key)}),
+    lambda method, metadata, request: False,
+)
+
+
+class _Writer:
+    """What the port writes its answer to the AUTH frame into."""
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.out += b"".join(parts)
+
+    async def drain(self) -> None:
+        return None
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+
+async def _first_frame(frame: bytes) -> tuple[bool, bytes, str]:
+    """Whether `frame`, a connection's first bytes, authenticated it; the answer; the identity."""
+    reader = asyncio.StreamReader()
+    reader.feed_data(frame)
+    reader.feed_eof()
+    writer = _Writer()
+    link = _Link(writer)  # type: ignore[arg-type]
+    port = DataPort(SimpleNamespace(ctx="fuzz"), guard=GUARD)  # type: ignore[arg-type]
+    try:
+        ok = await port._authenticate(reader, link, GUARD)
+    except (df.FrameError, asyncio.IncompleteReadError):
+        return False, b"", ""  # the connection closes, nothing answered
+    return ok, bytes(writer.out), link.identity
+
+
+def check_auth(data: bytes) -> None:
+    # half the inputs as the body of an AUTH frame, half as raw first bytes
+    frame = b"".join(df.frame(df.OP_AUTH, 1, data[1:])) if data[:1] < b"\x80" else data
+    ok, answer, identity = asyncio.run(asyncio.wait_for(_first_frame(frame), 5))  # noqa: TID251
+    assert not ok and not identity, "random bytes authenticated a data-port connection"
+    if answer:
+        length, status, _rid = df.HEAD.unpack_from(answer)
+        assert status == df.ERROR and df.parse_error(answer[df.HEAD_SIZE :])[0] == "UNAUTHENTICATED"
+
+
+def test_a_users_auth_frame_authenticates_and_names_the_user() -> None:
+    body = df.auth_request(ALICE.metadata())
+    ok, answer, identity = asyncio.run(_first_frame(b"".join(df.frame(df.OP_AUTH, 7, body))))
+    assert ok and identity == "alice"
+    assert df.HEAD.unpack_from(answer)[1:] == (df.OK, 7)
+    wrong = df.auth_request(Credentials(ALICE.access_key, "guess").metadata())
+    assert not asyncio.run(_first_frame(b"".join(df.frame(df.OP_AUTH, 7, wrong))))[0]
+
+
+@FUZZ
+@given(inputs(requests))
+def test_no_first_frame_but_a_users_authenticates(data: bytes) -> None:
+    check_auth(data)
+
+
 # --- the client's reader -----------------------------------------------------------------------
 
 
@@ -195,6 +274,7 @@ FUZZERS = [
     Fuzzer("dataport.parse", requests | replies.map(lambda b: b"\0" + b), plain(check_parsers)),
     Fuzzer("dataport.serve", requests, _port_check),
     Fuzzer("dataconn.receive", reply_stream, plain(check_client)),
+    Fuzzer("dataport.auth", requests, plain(check_auth)),
 ]
 
 

@@ -276,3 +276,20 @@ def test_budget_never_moves_a_queue_backwards() -> None:
 def test_stream_ranges_read_new_queues_from_their_earliest() -> None:
     got = plan.stream_ranges({A0: 5, A1: 7}, {A0: 9, A1: 7, ("t", "b", 0): 4})
     assert got == [Range("t", "a", 0, 5, 9), Range("t", "b", 0, 0, 4, earliest=True)]
+
+
+def test_credentials_options_reach_the_client_and_go_together() -> None:
+    from tidelog.spark.plan import Connection, ReadOptions
+
+    opts = ReadOptions.parse(
+        {"controllers": "h:1", "topic": "t", "caFile": "ca.pem", "accessKey": "AK1234", "secretKey": "sk"},
+        streaming=False,
+    )
+    assert opts.connection.client_options() == {
+        "ca_file": "ca.pem",
+        "access_key": "AK1234",
+        "secret_key": "sk",
+    }
+    assert ReadOptions.parse({"controllers": "h:1", "topic": "t"}, streaming=False).connection == Connection()
+    with pytest.raises(InvalidArgumentError, match="go together"):
+        ReadOptions.parse({"controllers": "h:1", "topic": "t", "accessKey": "AK1234"}, streaming=False)

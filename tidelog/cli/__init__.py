@@ -8,6 +8,7 @@ import sys
 import click
 
 from tidelog import logs
+from tidelog.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from tidelog.errors import TidelogError
 from tidelog.tlsconfig import CA_FILE_ENV
 
@@ -23,12 +24,24 @@ LOG_FORMAT_ENV = "TIDE_LOG_FORMAT"
     type=click.Path(dir_okay=False, exists=True),
     help=f"connect with TLS, verifying servers against this CA (same as ${CA_FILE_ENV})",
 )
-def cli(ca_file: str | None) -> None:
+@click.option(
+    "--access-key",
+    default=None,
+    help=f"sign calls as the user of this access key (same as ${ACCESS_KEY_ENV})",
+)
+@click.option(
+    "--secret-key", default=None, help=f"the secret key of --access-key (same as ${SECRET_KEY_ENV})"
+)
+def cli(ca_file: str | None, access_key: str | None, secret_key: str | None) -> None:
     """tidelog: a replicated, durable message log."""
+    # every client this command opens reads the environment (tidelog/tlsconfig.py,
+    # tidelog/credentials.py), so the options and the variables cannot disagree
     if ca_file:
-        # every client this command opens reads the environment (tidelog/tlsconfig.py), so the
-        # option and the variable cannot disagree
         os.environ[CA_FILE_ENV] = ca_file
+    if access_key:
+        os.environ[ACCESS_KEY_ENV] = access_key
+    if secret_key:
+        os.environ[SECRET_KEY_ENV] = secret_key
 
 
 def _register_commands() -> None:
@@ -47,6 +60,7 @@ def _register_commands() -> None:
         message,
         placement,
         top,
+        users,
     )
 
     cli.add_command(demo.demo)
@@ -66,6 +80,8 @@ def _register_commands() -> None:
     cli.add_command(placement.placement)
     cli.add_command(top.top)
     cli.add_command(health.health)
+    cli.add_command(users.user)
+    cli.add_command(users.acl)
 
 
 def main() -> None:

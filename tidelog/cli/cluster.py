@@ -87,6 +87,8 @@ def up(
                 "processes": [{k: p.get(k) for k in cols} for p in state["processes"]],
                 # with TLS: the CA clients verify with, and a client pair for mutual TLS
                 **{k: state[k] for k in ("ca_file", "cert_file", "key_file") if state.get(k)},
+                # with auth: the admin user `up` created (also in the state file and `exec`'s environment)
+                **({"credentials": state["credentials"]} if state.get("credentials") else {}),
             },
             True,
         )

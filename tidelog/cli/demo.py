@@ -130,7 +130,7 @@ def run_cluster_demo(workdir: Path, topology: Path | None, drill_s: float, say: 
     say("starting one controller and broker set broker-a (2 replicas) on loopback ...")
     state = localcluster.up(localcluster.load_topology(topology), data_dir)
     try:
-        with Client(state["controllers"], ca_file=state.get("ca_file")) as client:
+        with Client(state["controllers"], **localcluster.client_options(state)) as client:
             client.admin().create_topic("demo", queues=4)
             say("producing 2,000 messages with sync replication ...")
             producer = client.producer()

@@ -61,7 +61,7 @@ def kill_master(
     _check_drillable(state, data_dir, broker_set)
     note = on_event or (lambda _msg: None)
     topic = topic or f"drill-{int(time.time())}"
-    with Client(state["controllers"], send_timeout=30.0, ca_file=state.get("ca_file")) as client:
+    with Client(state["controllers"], send_timeout=30.0, **localcluster.client_options(state)) as client:
         client.admin().create_topic(topic, queues=queues, broker_sets=[broker_set])
         load = Load(client.producer(), topic)
         t0 = time.monotonic()

@@ -434,7 +434,7 @@ def run(
         raise ConfigError("a drill needs a broker set of two or more replicas")
     say = note or (lambda _msg: None)
     topic = f"drill-{int(time.time() * 1000) % 10**9}"
-    with Client(state["controllers"], send_timeout=5.0, ca_file=state.get("ca_file")) as client:
+    with Client(state["controllers"], send_timeout=5.0, **localcluster.client_options(state)) as client:
         client.admin().create_topic(topic, queues=4, broker_sets=[broker_set])
         drill = Drill(data_dir, broker_set, client, say, hold_scale)
         work = Workload(client, topic)

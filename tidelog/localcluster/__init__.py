@@ -13,6 +13,7 @@
 from tidelog.localcluster.cluster import (
     STATE_FILE,
     client_env,
+    client_options,
     client_tls,
     down,
     is_running,
@@ -47,6 +48,7 @@ __all__ = [
     "Topology",
     "broker_doc",
     "client_env",
+    "client_options",
     "client_tls",
     "controller_doc",
     "create_topic",

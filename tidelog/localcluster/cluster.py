@@ -36,6 +36,7 @@ from typing import Any
 
 from tidelog import tlsconfig
 from tidelog.clusterauth import new_secret
+from tidelog.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, new_credentials
 from tidelog.errors import ConfigError, TidelogError, UnavailableError, by_code
 from tidelog.lab import net
 from tidelog.lab.plan import (
@@ -144,6 +145,9 @@ def up(
     `on_step(what)` is called as each process starts and before the wait for masters (one
     call per process, then one: `process_count(topology) + 1` in all), for a progress bar."""
     note = on_step or (lambda _what: None)
+    if netns and topology.auth_enabled:
+        # the admin user is made from this side, which does not reach the lab's namespaces
+        raise ConfigError("a topology with auth cannot run with --netns yet", key="auth")
     data_dir = data_dir.resolve()
     _prepare(data_dir, netns)
     layout = _layout(topology, data_dir, netns, wan_delay_ms)
@@ -170,13 +174,32 @@ def up(
     note(f"waiting for a master in {', '.join(names)}")
     try:
         if layout.plan is None:
-            asyncio.run(wait_masters(layout.controllers, names, procs, wait_s, client_tls(state)))
+            asyncio.run(wait_masters(layout.controllers, names, procs, wait_s, client_tls(state), secret))
         else:
             _wait_masters_in(state, layout.controllers, names, procs, wait_s)
+        if topology.auth_enabled:
+            note("creating the admin user")
+            state["credentials"] = asyncio.run(create_admin(layout.controllers, client_tls(state), secret))
+            _write_state(data_dir, state)
     except BaseException:
         down(data_dir)
         raise
     return state
+
+
+ADMIN_USER = "admin"
+
+
+async def create_admin(controllers: str, tls: tlsconfig.ClientTls | None, secret: str) -> dict[str, str]:
+    """A user with every permission (cluster admin), made with the cluster secret, which is the
+    cluster itself: its credentials, for the state file and `up`'s output."""
+    from tidelog.client.controllers import ControllerClient
+
+    creds = new_credentials()
+    async with ControllerClient(controllers, tls=tls, secret=secret, credentials=None) as client:
+        await client.create_user(ADMIN_USER, creds.access_key, creds.signing_key)
+        await client.grant_acl(ADMIN_USER, "cluster", "*", "admin")
+    return {"access_key": creds.access_key, "secret_key": creds.secret_key}
 
 
 def _make_certs(data_dir: Path, layout: _Layout, require_client_cert: bool) -> certs.ClusterCerts:
@@ -201,9 +224,22 @@ def client_tls(state: dict[str, Any]) -> tlsconfig.ClientTls | None:
     return tlsconfig.ClientTls(Path(state["ca_file"]), Path(state["cert_file"]), Path(state["key_file"]))
 
 
+def client_options(state: dict[str, Any]) -> dict[str, Any]:
+    """The Client/AsyncClient keyword arguments that connect to the cluster recorded in `state`:
+    its CA, and with auth its admin's credentials."""
+    options: dict[str, Any] = {"ca_file": state.get("ca_file")}
+    if state.get("credentials"):
+        options["access_key"] = state["credentials"]["access_key"]
+        options["secret_key"] = state["credentials"]["secret_key"]
+    return options
+
+
 def client_env(state: dict[str, Any]) -> dict[str, str]:
     """The environment variables that make `tide` commands connect to this cluster."""
     env = {"TIDE_CONTROLLERS": state["controllers"]}
+    if state.get("credentials"):
+        env[ACCESS_KEY_ENV] = state["credentials"]["access_key"]
+        env[SECRET_KEY_ENV] = state["credentials"]["secret_key"]
     if state.get("ca_file"):
         env.update(
             {
@@ -314,6 +350,8 @@ def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout
     nodes = [{k: n[k] for k in ("id", "raft", "grpc", "metrics_address")} for n in layout.nodes]
     if layout.tls is not None:
         settings["tls"] = layout.tls.section("controller")
+    if topology.auth_enabled:
+        settings["auth"] = {"enabled": True}
     doc = controller_doc(data_dir / "controller", nodes, secret=secret, **settings)
     return write_config(data_dir / "controller.yaml", doc), secret
 
@@ -374,6 +412,8 @@ def _start_brokers(
         doc["secret"] = secret
         if layout.tls is not None:
             doc["tls"] = layout.tls.section(name)
+        if topology.auth_enabled:
+            doc["auth"] = {"enabled": True}
         cfg = write_config(data_dir / f"{name}.yaml", doc)
         args = ["broker", "--config", str(cfg)]
         log_path = data_dir / f"{name}.log"
@@ -461,11 +501,15 @@ async def wait_masters(
     procs: list[dict[str, Any]],
     wait_s: float,
     tls: tlsconfig.ClientTls | None | tlsconfig.FromEnv = tlsconfig.FROM_ENV,
+    secret: str | None = None,
 ) -> None:
     from tidelog.client.controllers import ControllerClient
 
     deadline = time.monotonic() + wait_s
-    async with ControllerClient(controllers, rpc_timeout=1.0, total_timeout=2.0, tls=tls) as client:
+    # with the cluster secret the wait is the cluster's own, whether users' auth is on or not
+    async with ControllerClient(
+        controllers, rpc_timeout=1.0, total_timeout=2.0, tls=tls, secret=secret, member=secret is not None
+    ) as client:
         while True:
             dead = _dead_on_start(procs)
             if dead is not None:

@@ -24,7 +24,7 @@ import yaml
 
 from tidelog.errors import ConfigError
 
-_TOP = {"host", "ports", "controller", "broker_sets", "broker", "lab", "tls"}
+_TOP = {"host", "ports", "controller", "broker_sets", "broker", "lab", "tls", "auth"}
 _TLS_KEYS = {"require_client_cert"}
 _SET_KEYS = {"name", "replicas", "datacenters"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # also a file name: <name>-<replica>.yaml, .log
@@ -40,6 +40,12 @@ class Topology:
     lab: dict[str, Any] = field(default_factory=dict)  # with --netns: {wan_delay_ms: N}
     # present: `up` makes a throwaway CA and a certificate per process (tidelog/localcluster/certs.py)
     tls: dict[str, Any] | None = None
+    # {enabled: true}: users' calls must be signed and permitted; `up` creates an admin user
+    auth: dict[str, Any] | None = None
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth and self.auth.get("enabled"))
 
 
 def load_topology(path: str | Path) -> Topology:
@@ -51,6 +57,7 @@ def load_topology(path: str | Path) -> Topology:
     topo = Topology(**{k: v for k, v in doc.items() if v is not None})
     _check_sections(p, topo)
     _check_tls(p, topo.tls)
+    _check_auth(p, topo)
     _check_broker_sets(p, topo.broker_sets)
     if topo.controller.get("nodes", 1) not in (1, 3, 5):
         raise ConfigError(f"{p}: controller.nodes must be 1, 3 or 5", key="controller.nodes")
@@ -79,6 +86,21 @@ def _check_sections(p: Path, topo: Topology) -> None:
             raise ConfigError(f"{p}: {key} must be a mapping of settings", key=key)
     if not isinstance(topo.broker_sets, list) or not topo.broker_sets:
         raise ConfigError(f"{p}: broker_sets must list at least one broker set", key="broker_sets")
+
+
+def _check_auth(p: Path, topo: Topology) -> None:
+    if topo.auth is None:
+        return
+    if (
+        not isinstance(topo.auth, dict)
+        or set(topo.auth) - {"enabled"}
+        or not isinstance(topo.auth.get("enabled", False), bool)
+    ):
+        raise ConfigError(f"{p}: auth must be a mapping such as {{enabled: true}}", key="auth")
+    if topo.auth_enabled and topo.tls is None:
+        raise ConfigError(
+            f"{p}: auth needs a tls: section (signed calls in plain text can be replayed)", key="auth"
+        )
 
 
 def _check_tls(p: Path, tls: Any) -> None:

@@ -124,34 +124,138 @@ class RegisterBrokerReply(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority")
+    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority", "acl_version")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ACL_VERSION_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     epoch: int
     max_offset: int
     confirm_offset: int
     priority: int
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+    acl_version: int
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics")
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    ACL_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     heartbeat_interval_ms: int
     heartbeat_timeout_ms: int
     deleted_topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
-    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+    acl: AclTable
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ...) -> None: ...
+
+class User(_message.Message):
+    __slots__ = ("name", "access_key", "signing_key")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_KEY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    access_key: str
+    signing_key: str
+    def __init__(self, name: _Optional[str] = ..., access_key: _Optional[str] = ..., signing_key: _Optional[str] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("user", "kind", "pattern", "permission")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    kind: str
+    pattern: str
+    permission: str
+    def __init__(self, user: _Optional[str] = ..., kind: _Optional[str] = ..., pattern: _Optional[str] = ..., permission: _Optional[str] = ...) -> None: ...
+
+class AclTable(_message.Message):
+    __slots__ = ("version", "users", "grants")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    grants: _containers.RepeatedCompositeFieldContainer[Grant]
+    def __init__(self, version: _Optional[int] = ..., users: _Optional[_Iterable[_Union[User, _Mapping]]] = ..., grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
+
+class CreateUserRequest(_message.Message):
+    __slots__ = ("name", "access_key", "signing_key")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_KEY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    access_key: str
+    signing_key: str
+    def __init__(self, name: _Optional[str] = ..., access_key: _Optional[str] = ..., signing_key: _Optional[str] = ...) -> None: ...
+
+class CreateUserReply(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class DeleteUserRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteUserReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersReply(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    def __init__(self, users: _Optional[_Iterable[_Union[User, _Mapping]]] = ...) -> None: ...
+
+class GrantAclRequest(_message.Message):
+    __slots__ = ("grant",)
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    grant: Grant
+    def __init__(self, grant: _Optional[_Union[Grant, _Mapping]] = ...) -> None: ...
+
+class GrantAclReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RevokeAclRequest(_message.Message):
+    __slots__ = ("grant",)
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    grant: Grant
+    def __init__(self, grant: _Optional[_Union[Grant, _Mapping]] = ...) -> None: ...
+
+class RevokeAclReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class ListAclsReply(_message.Message):
+    __slots__ = ("grants",)
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    grants: _containers.RepeatedCompositeFieldContainer[Grant]
+    def __init__(self, grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
 
 class AlterSyncStateSetRequest(_message.Message):
     __slots__ = ("broker_set", "master_id", "master_epoch", "new_sync_state_set", "sync_state_set_epoch")

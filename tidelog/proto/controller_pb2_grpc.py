@@ -430,6 +430,36 @@ class ControllerAdminStub:
                 request_serializer=controller__pb2.RepairPlacementRequest.SerializeToString,
                 response_deserializer=controller__pb2.RepairPlacementReply.FromString,
                 _registered_method=True)
+        self.CreateUser = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/CreateUser',
+                request_serializer=controller__pb2.CreateUserRequest.SerializeToString,
+                response_deserializer=controller__pb2.CreateUserReply.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/DeleteUser',
+                request_serializer=controller__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=controller__pb2.DeleteUserReply.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/ListUsers',
+                request_serializer=controller__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=controller__pb2.ListUsersReply.FromString,
+                _registered_method=True)
+        self.GrantAcl = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/GrantAcl',
+                request_serializer=controller__pb2.GrantAclRequest.SerializeToString,
+                response_deserializer=controller__pb2.GrantAclReply.FromString,
+                _registered_method=True)
+        self.RevokeAcl = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/RevokeAcl',
+                request_serializer=controller__pb2.RevokeAclRequest.SerializeToString,
+                response_deserializer=controller__pb2.RevokeAclReply.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/ListAcls',
+                request_serializer=controller__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=controller__pb2.ListAclsReply.FromString,
+                _registered_method=True)
 
 
 class ControllerAdminServicer:
@@ -531,6 +561,42 @@ class ControllerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GrantAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -613,6 +679,36 @@ def add_ControllerAdminServicer_to_server(servicer, server):
                     servicer.RepairPlacement,
                     request_deserializer=controller__pb2.RepairPlacementRequest.FromString,
                     response_serializer=controller__pb2.RepairPlacementReply.SerializeToString,
+            ),
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=controller__pb2.CreateUserRequest.FromString,
+                    response_serializer=controller__pb2.CreateUserReply.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=controller__pb2.DeleteUserRequest.FromString,
+                    response_serializer=controller__pb2.DeleteUserReply.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=controller__pb2.ListUsersRequest.FromString,
+                    response_serializer=controller__pb2.ListUsersReply.SerializeToString,
+            ),
+            'GrantAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantAcl,
+                    request_deserializer=controller__pb2.GrantAclRequest.FromString,
+                    response_serializer=controller__pb2.GrantAclReply.SerializeToString,
+            ),
+            'RevokeAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeAcl,
+                    request_deserializer=controller__pb2.RevokeAclRequest.FromString,
+                    response_serializer=controller__pb2.RevokeAclReply.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=controller__pb2.ListAclsRequest.FromString,
+                    response_serializer=controller__pb2.ListAclsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1047,6 +1143,168 @@ class ControllerAdmin:
             '/tidelog.controller.v1.ControllerAdmin/RepairPlacement',
             controller__pb2.RepairPlacementRequest.SerializeToString,
             controller__pb2.RepairPlacementReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/CreateUser',
+            controller__pb2.CreateUserRequest.SerializeToString,
+            controller__pb2.CreateUserReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/DeleteUser',
+            controller__pb2.DeleteUserRequest.SerializeToString,
+            controller__pb2.DeleteUserReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/ListUsers',
+            controller__pb2.ListUsersRequest.SerializeToString,
+            controller__pb2.ListUsersReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/GrantAcl',
+            controller__pb2.GrantAclRequest.SerializeToString,
+            controller__pb2.GrantAclReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/RevokeAcl',
+            controller__pb2.RevokeAclRequest.SerializeToString,
+            controller__pb2.RevokeAclReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/ListAcls',
+            controller__pb2.ListAclsRequest.SerializeToString,
+            controller__pb2.ListAclsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,161 @@
+"""Signed requests: RocketMQ 5's `MQv2-HMAC-SHA1` header scheme and users' signing keys (pure).
+
+Owns the one parser and checker of the scheme, used by every port that takes users' calls (the
+broker's and the controller's gRPC ports, the broker's data port, the RocketMQ endpoint):
+
+    x-mq-date-time: 20261126T171138Z                                 (yyyyMMdd'T'HHmmss'Z')
+    authorization:  MQv2-HMAC-SHA1 Credential=<access key>, SignedHeaders=x-mq-date-time,
+                    Signature=<hex of HMAC-SHA1(signing key, the x-mq-date-time value)>
+
+The official RocketMQ clients sign with their configured secret key as it is; the Java client
+writes the hex in upper case, the Python client in lower case, so the signature is compared as
+the 20 bytes it encodes. Only the date-time is signed, so a captured signature can be replayed:
+the clock check bounds for how long, and TLS keeps it from being captured.
+
+tidelog's users never hand their secret to a server: the controller keeps a *signing key*
+derived from it, `signing_key(secret, access_key)` (PBKDF2-HMAC-SHA256, salted with the access
+key), and a client derives the same key locally and signs with it. A stolen user table then
+does not reveal a secret that may be used elsewhere. The signing key is written as 64 hex
+characters, so an official RocketMQ client configured with it as its secret key signs correctly.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import hmac
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from hashlib import sha1
+
+__all__ = [
+    "ALGORITHM",
+    "AUTHORIZATION",
+    "DATE_TIME",
+    "DEFAULT_MAX_SKEW_S",
+    "PBKDF2_ITERATIONS",
+    "Verdict",
+    "check",
+    "date_time_s",
+    "format_date_time",
+    "headers",
+    "parse_authorization",
+    "sign",
+    "signing_key",
+]
+
+ALGORITHM = "MQv2-HMAC-SHA1"
+AUTHORIZATION = "authorization"
+DATE_TIME = "x-mq-date-time"
+DEFAULT_MAX_SKEW_S = 900  # 15 minutes either way, RocketMQ's and the cloud signers' usual bound
+# Enough that guessing secrets from a stolen table is slow, few enough that a client deriving its
+# key once at start-up does not notice (about 0.1 s).
+PBKDF2_ITERATIONS = 100_000
+SALT_PREFIX = b"tidelog-user:"
+_DATE_TIME = re.compile(r"\d{8}T\d{6}Z")
+_SIGNATURE = re.compile(r"[0-9A-Fa-f]{40}")
+
+
+def signing_key(secret_key: str, access_key: str, iterations: int = PBKDF2_ITERATIONS) -> str:
+    """The key a user signs with (hex): PBKDF2-HMAC-SHA256 of the secret, salted with the access key."""
+    raw = hashlib.pbkdf2_hmac("sha256", secret_key.encode(), SALT_PREFIX + access_key.encode(), iterations)
+    return raw.hex()
+
+
+def sign(key: str, date_time: str) -> str:
+    """The signature of `date_time` by `key`, as the clients write it (lower-case hex)."""
+    return hmac.new(key.encode(), date_time.encode(), sha1).hexdigest()
+
+
+def format_date_time(now_s: float) -> str:
+    """`now_s` (seconds since the epoch) as the scheme's `yyyyMMdd'T'HHmmss'Z'` (UTC)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_s))
+
+
+def headers(access_key: str, key: str, now_s: float) -> tuple[tuple[str, str], ...]:
+    """The two metadata entries of a call signed by `key` at `now_s`."""
+    date_time = format_date_time(now_s)
+    value = (
+        f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME}, Signature={sign(key, date_time)}"
+    )
+    return ((AUTHORIZATION, value), (DATE_TIME, date_time))
+
+
+def parse_authorization(value: str) -> tuple[str, list[str], str] | None:
+    """(access key, signed headers, signature) of an `authorization` value, or None if it is not
+    an `MQv2-HMAC-SHA1` one. A credential `ak/scope...` names access key `ak`, as RocketMQ reads it."""
+    algorithm, _, rest = value.strip().partition(" ")
+    if algorithm != ALGORITHM:
+        return None
+    fields: dict[str, str] = {}
+    for part in rest.split(","):
+        name, eq, field_value = part.strip().partition("=")
+        if not eq or name in fields:
+            return None
+        fields[name] = field_value.strip()
+    if not {"Credential", "SignedHeaders", "Signature"} <= fields.keys():
+        return None
+    access_key = fields["Credential"].split("/", 1)[0]
+    signed = [h.strip().lower() for h in fields["SignedHeaders"].split(";") if h.strip()]
+    return access_key, signed, fields["Signature"]
+
+
+def date_time_s(text: str) -> int | None:
+    """The seconds since the epoch of a `yyyyMMdd'T'HHmmss'Z'` date-time (UTC), None if it is not one."""
+    if not _DATE_TIME.fullmatch(text):
+        return None
+    try:
+        return calendar.timegm(time.strptime(text, "%Y%m%dT%H%M%SZ"))
+    except ValueError:  # a month 13, a day 32
+        return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Who signed a call (`access_key`), or why it is refused (`refusal`, then no access key)."""
+
+    access_key: str = ""
+    refusal: str | None = None
+
+
+NO_MATCH = "the signature does not match a known access key"
+
+
+def check(
+    metadata: Mapping[str, str], key_of: Callable[[str], str | None], now_s: float, max_skew_s: int
+) -> Verdict:
+    """Whether a call with these metadata entries (lower-case names) is signed by the key
+    `key_of(access_key)` gives, with a date-time at most `max_skew_s` from `now_s` (0: the time is
+    not checked).
+
+    An unknown access key and a wrong signature get the same answer: a caller learns nothing of
+    which access keys exist."""
+    value = metadata.get(AUTHORIZATION)
+    if value is None:
+        return Verdict(refusal=f"the call is not signed: give the client credentials ({ALGORITHM})")
+    parsed = parse_authorization(value)
+    if parsed is None:
+        return Verdict(
+            refusal=f"the authorization is not {ALGORITHM} Credential=..., SignedHeaders=..., Signature=..."
+        )
+    access_key, signed, signature = parsed
+    if DATE_TIME not in signed:
+        return Verdict(refusal=f"the signature must cover {DATE_TIME}")
+    date_time = metadata.get(DATE_TIME, "")
+    at = date_time_s(date_time)
+    if at is None:
+        return Verdict(refusal=f"{DATE_TIME} {date_time[:40]!r} is not a yyyyMMddTHHmmssZ date-time")
+    if max_skew_s and abs(at - now_s) > max_skew_s:
+        return Verdict(
+            refusal=f"{DATE_TIME} {date_time} is more than {max_skew_s} s from the server's time "
+            "(clients write their local time: run them with a correct clock, in UTC)"
+        )
+    key = key_of(access_key)
+    expected = sign(key if key is not None else "", date_time)
+    # compared in constant time, and for an unknown key too, so timing tells nothing either
+    given = bytes.fromhex(signature) if _SIGNATURE.fullmatch(signature) else b""
+    if not hmac.compare_digest(bytes.fromhex(expected), given) or key is None:
+        return Verdict(refusal=NO_MATCH)
+    return Verdict(access_key=access_key)
