@@ -277,7 +277,11 @@ def test_a_group_consumer_needs_consume_on_its_group_too(
 
 def test_cli_manages_users_and_grants(secured: LocalCluster) -> None:
     made = cli(secured, "user", "create", "carol")
-    assert set(made) == {"name", "access_key", "secret_key"} and made["name"] == "carol"
+    assert (
+        set(made) == {"name", "access_key", "secret_key", "rocketmq_secret_key"} and made["name"] == "carol"
+    )
+    assert made["rocketmq_secret_key"] == access.signing_key(made["secret_key"], made["access_key"])
+    assert made["secret_key"] not in made["rocketmq_secret_key"]
     users = {u["name"]: u["access_key"] for u in cli(secured, "user", "list")}
     assert users["carol"] == made["access_key"] and "admin" in users
     assert all("secret" not in json.dumps(u) for u in cli(secured, "user", "list"))

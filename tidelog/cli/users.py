@@ -7,6 +7,8 @@ is the cluster itself and may manage users before any exists.
 
 `tide user create NAME` draws the access key and secret here, sends the controller only the key
 derived from the secret (tidelog/access.py), and prints the secret once: it cannot be shown again.
+It also prints that derived key as `rocketmq_secret_key`: what RocketMQ's official clients are
+given as their secret key for the RocketMQ endpoint.
 """
 
 from __future__ import annotations
@@ -70,7 +72,14 @@ def user_create(
         return await client.create_user(name, creds.access_key, creds.signing_key)
 
     _call(controllers, secret_file, data_dir, go)
-    doc = {"name": name, "access_key": creds.access_key, "secret_key": creds.secret_key}
+    # RocketMQ's clients sign with the key they are given as is: they take the signing key
+    # (docs/ARCHITECTURE.md §12.2), shown here so that nobody has to derive it by hand.
+    doc = {
+        "name": name,
+        "access_key": creds.access_key,
+        "secret_key": creds.secret_key,
+        "rocketmq_secret_key": creds.signing_key,
+    }
     emit(doc, as_json, title=f"user {name} (the secret key is shown only now)")
 
 
