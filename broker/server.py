@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from tidelog import logs, loops, tlsconfig
+from tidelog import gcpolicy, logs, loops, tlsconfig
 from tidelog.acl import AclState, Grant, User
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
@@ -356,6 +356,7 @@ class BrokerServer:
         # A failed write or sync (a full disk, an I/O error) may come from the flusher thread.
         self.log.failure_listeners.append(lambda err: loop.call_soon_threadsafe(self._store_failed.set))
         await self.start()
+        gcpolicy.after_start(str(self.replica.ctx))
         try:
             await self.register()
             beats = asyncio.ensure_future(self.heartbeat_loop())

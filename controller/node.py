@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from tidelog import logs, loops, tlsconfig
+from tidelog import gcpolicy, logs, loops, tlsconfig
 from tidelog.acl import AclState
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
@@ -448,6 +448,7 @@ class ControllerNode:
             self.cfg.self_node.raft,
             len(self.cfg.nodes),
         )
+        gcpolicy.after_start(f"controller {self.cfg.node_id}")
         loop_task = asyncio.ensure_future(self._leader_loop(stop))
         try:
             await stop.wait()

@@ -1,0 +1,35 @@
+"""How tidelog's long-running processes (brokers, controller nodes) use Python's cyclic collector.
+
+A full (generation 2) collection walks every tracked object of the process. In a broker just
+started these are mostly what start-up made and keeps for good: imported modules, protobuf
+descriptors, gRPC's objects, the recovered log's structures. On the bench machine one such
+collection in a process that has imported the broker took 33 ms (41,000 objects), and 0.0 ms once
+they were frozen (bench/RESULTS.md, "Pauses of the garbage collector"). A send in flight meanwhile
+waits that long, on a `flush: sync` write once for the master and once for the slave.
+
+`after_start()` is called once a process has started: it collects start-up's garbage, then moves
+every object left into the permanent generation (`gc.freeze`), which collections do not walk.
+Objects made afterwards are collected as before; what was frozen is never freed, which costs
+nothing for objects that live as long as the process.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+
+log = logging.getLogger(__name__)
+
+
+def after_start(what: str) -> None:
+    """Freeze what start-up made (see the module's docstring); `what` names the process in the log."""
+    t0 = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    log.info(
+        "%s: %d objects moved out of the collector's reach after start (%.0f ms)",
+        what,
+        gc.get_freeze_count(),
+        (time.perf_counter() - t0) * 1000,
+    )
