@@ -239,16 +239,25 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         out = d.Settings()
         out.CopyFrom(theirs)
         consumer = theirs.client_type != d.PRODUCER
-        out.backoff_policy.CopyFrom(
-            d.RetryPolicy(
-                max_attempts=rules.DEFAULT_MAX_ATTEMPTS if consumer else 3,
+        if consumer:
+            # the group's retry policy: a push consumer makes a message it failed on invisible for
+            # the attempt's delay (the clients read only a customized backoff's whole seconds)
+            retry = d.RetryPolicy(
+                max_attempts=self.cfg.rocketmq_max_delivery_attempts,
+                customized_backoff=d.CustomizedBackoff(
+                    next=[duration_pb2.Duration(seconds=s) for s in self.cfg.rocketmq_retry_backoff_s]
+                ),
+            )
+        else:
+            retry = d.RetryPolicy(
+                max_attempts=3,
                 exponential_backoff=d.ExponentialBackoff(
                     initial=duration_pb2.Duration(nanos=10_000_000),
                     max=duration_pb2.Duration(seconds=1),
                     multiplier=2.0,
                 ),
             )
-        )
+        out.backoff_policy.CopyFrom(retry)
         if theirs.client_type == d.PRODUCER:
             out.publishing.max_body_size = self.cfg.max_message_bytes - 64 * 1024
             out.publishing.validate_message_type = True
@@ -348,7 +357,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 queue=mq.id,
                 max_messages=batch,
                 invisible_ms=invisible_ms,
-                max_attempts=rules.DEFAULT_MAX_ATTEMPTS,
+                max_attempts=self.cfg.rocketmq_max_delivery_attempts,
                 start_latest=False,
                 wait_ms=left,
             )

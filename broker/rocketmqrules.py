@@ -206,7 +206,6 @@ def from_stored(key: str | None, properties: Mapping[str, str]) -> Loaded:
 DEFAULT_LONG_POLL_MS = 20_000
 MAX_LONG_POLL_MS = 60_000
 DEFAULT_INVISIBLE_MS = 30_000
-DEFAULT_MAX_ATTEMPTS = 16  # RocketMQ's default maximum of deliveries before the dead-letter queue
 
 
 def long_poll_ms(requested_ms: int, remaining_ms: int | None) -> int:
