@@ -6,8 +6,9 @@ topic of the cluster, not only its broker set's: it holds a tidelog client (clie
 controllers and does what a tidelog client would, so routing, a master's move (NOT_MASTER) and
 retries are that client's. The mapping of RocketMQ's concepts (docs/ARCHITECTURE.md, "RocketMQ
 endpoint"): a broker set is a RocketMQ broker (id 0, the master) whose queues are the topic's
-queues in that set; a route advertises, per set, the RocketMQ endpoint of its master (learned from
-the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
+queues in that set; a route advertises, per set, the RocketMQ endpoints of its replicas (learned
+from their Status; the master's first), else this one: a client keeps working through another
+replica's endpoint when the master dies. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
 ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue are the shared subscription mode's
 SharedReceive, SharedAck, SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
 queue the client names, the receipt handle carrying (broker set, queue, shared receipt). The rules (codes, handles, filters, properties) are
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 MAX_BATCH = MAX_RECEIVE  # messages of one SendMessage, entries of one AckMessage, messages of one receive
-ENDPOINT_TTL_S = 10.0  # how long a master's RocketMQ endpoint (from its Status) is trusted
+ENDPOINT_TTL_S = 10.0  # how long a broker's RocketMQ endpoint (from its Status) is trusted
 DLQ_WAIT_S = 5.0  # how long a forward to a dead-letter topic just created waits for its broker
 ACCEPTED_TYPES = (d.NORMAL, d.FIFO)
 TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO"}
@@ -101,14 +102,23 @@ def _name(what: str, value: str) -> str:
     return value
 
 
-def _endpoints(address: str) -> d.Endpoints:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
+def _scheme(address: str) -> d.AddressScheme.ValueType:
+    host = address.rpartition(":")[0].strip("[]")
     try:
-        scheme = d.IPv6 if ipaddress.ip_address(host).version == 6 else d.IPv4
+        return d.IPv6 if ipaddress.ip_address(host).version == 6 else d.IPv4
     except ValueError:
-        scheme = d.DOMAIN_NAME
-    return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])
+        return d.DOMAIN_NAME
+
+
+def _endpoints(addresses: list[str]) -> d.Endpoints:
+    """One Endpoints of `addresses` (the first's scheme: one Endpoints has one)."""
+    scheme = _scheme(addresses[0])
+    out = d.Endpoints(scheme=scheme)
+    for address in addresses:
+        if _scheme(address) == scheme:
+            host, _, port = address.rpartition(":")
+            out.addresses.append(d.Address(host=host.strip("[]"), port=int(port)))
+    return out
 
 
 class MessagingService(s_grpc.MessagingServiceServicer):
@@ -123,7 +133,9 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         )
         self.producer: AsyncProducer = self.client.producer()
         self._in_progress = 0
-        self._masters: dict[str, tuple[float, str]] = {}  # broker address -> (when, its RocketMQ endpoint)
+        self._rocketmq_at: dict[
+            str, tuple[float, str]
+        ] = {}  # broker address -> (when, its RocketMQ endpoint)
         self._dlq_ready: set[str] = set()
 
     async def close(self) -> None:
@@ -157,23 +169,31 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             raise refused("BAD_REQUEST", f"topic {topic} has no queues in broker {name!r}")
         return bs
 
-    async def _endpoint_of(self, bs: BrokerSetRoute) -> str:
-        """The RocketMQ endpoint of `bs`'s master (its Status says), else this broker's own."""
+    async def _endpoints_of(self, bs: BrokerSetRoute) -> list[str]:
+        """The RocketMQ endpoints of `bs`'s replicas (their Status says), its master's first, else
+        this broker's own. The clients call any one of them that answers (gRPC picks the first
+        reachable), and any endpoint serves any queue: when the master dies, a client's calls,
+        acknowledgements of the messages it received from it included, go on through another."""
         own = self.advertised()
-        if not bs.master_address:
-            return own
+        addresses = [bs.master_address] if bs.master_address else []
+        addresses += [r.address for r in bs.replicas if r.address and r.address != bs.master_address]
+        found = [await self._endpoint_at(a) for a in addresses]
+        return list(dict.fromkeys(e for e in found if e)) or [own]
+
+    async def _endpoint_at(self, broker: str) -> str:
+        """The RocketMQ endpoint of the broker at `broker` ("" if it names none or is down)."""
         now = time.monotonic()
-        known = self._masters.get(bs.master_address)
+        known = self._rocketmq_at.get(broker)
         if known is not None and now - known[0] < ENDPOINT_TTL_S:
-            return known[1] or own
+            return known[1]
         found = ""
         try:
-            st = await self.client.call_broker(bs.master_address, "Status", bpb.StatusRequest(), timeout=2.0)
+            st = await self.client.call_broker(broker, "Status", bpb.StatusRequest(), timeout=2.0)
             found = st.rocketmq_address
         except TidelogError as exc:
-            log.info("no RocketMQ endpoint from %s (%s): advertising this broker's", bs.master_address, exc)
-        self._masters[bs.master_address] = (now, found)
-        return found or own
+            log.info("no RocketMQ endpoint from %s (%s)", broker, exc)
+        self._rocketmq_at[broker] = (now, found)
+        return found
 
     # --- routes, sessions ---
 
@@ -184,7 +204,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             route = await self._route(request.topic.name)
             queues = []
             for bs in route.broker_sets:
-                broker = d.Broker(name=bs.name, id=0, endpoints=_endpoints(await self._endpoint_of(bs)))
+                broker = d.Broker(name=bs.name, id=0, endpoints=_endpoints(await self._endpoints_of(bs)))
                 queues += [
                     d.MessageQueue(
                         topic=request.topic,
