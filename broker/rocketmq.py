@@ -40,6 +40,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from tidelog import tlsconfig
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.rocketmqmembers import Members
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
 from tidelog.client.modes import MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
@@ -132,6 +133,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             cfg.controllers, send_timeout=30.0, rpc_timeout=10.0, tls=tlsconfig.member_client(cfg.tls)
         )
         self.producer: AsyncProducer = self.client.producer()
+        self.members = Members(self.client)  # its consumers, announced in their groups
         self._in_progress = 0
         self._rocketmq_at: dict[
             str, tuple[float, str]
@@ -139,6 +141,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self._dlq_ready: set[str] = set()
 
     async def close(self) -> None:
+        await self.members.close()
         await self.client.close()
 
     # --- plumbing ---
@@ -238,11 +241,13 @@ class MessagingService(s_grpc.MessagingServiceServicer):
     async def Heartbeat(
         self, request: s.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> s.HeartbeatResponse:
+        self.members.seen(request.group.name, _client_id(context))
         return s.HeartbeatResponse(status=OK)
 
     async def NotifyClientTermination(
         self, request: s.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
     ) -> s.NotifyClientTerminationResponse:
+        self.members.gone(request.group.name, _client_id(context))
         return s.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(
@@ -253,6 +258,9 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
             async for command in request_iterator:
                 if command.HasField("settings"):
+                    sub = command.settings.subscription
+                    topics = [e.topic.name for e in sub.subscriptions]
+                    self.members.seen(sub.group.name, _client_id(context), topics)
                     yield s.TelemetryCommand(status=OK, settings=self._settings(command.settings))
 
     def _settings(self, theirs: d.Settings) -> d.Settings:
@@ -358,6 +366,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         if not 1 <= batch <= MAX_BATCH:
             raise refused("BAD_REQUEST", f"batch_size must be in [1, {MAX_BATCH}]")
         invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
+        self.members.seen(group, _client_id(context), [topic])
         if not 0 < invisible_ms <= MAX_INVISIBLE_MS:
             raise refused("ILLEGAL_INVISIBLE_TIME", "the invisible duration must be in (0, 12h]")
         remaining = _remaining(context)
@@ -578,6 +587,14 @@ def _stored(m: d.Message) -> rules.Stored:
 
 def _not_served(what: str) -> d.Status:
     return _status(rules.NOT_IMPLEMENTED, f"{what} is not implemented by tidelog yet")
+
+
+def _client_id(context: grpc.aio.ServicerContext) -> str:
+    """The calling client's id (metadata `x-mq-client-id`, which the official clients send)."""
+    for key, value in context.invocation_metadata() or ():
+        if key.lower() == "x-mq-client-id" and isinstance(value, str):
+            return value
+    return ""
 
 
 def _remaining(context: grpc.aio.ServicerContext) -> float | None:

@@ -12,6 +12,7 @@
   as properties under `rmq.` (the client's message id, its keys, its message group, its type);
   tidelog's own key is the message group of a FIFO message (so a group always lands on one
   queue, in order) and otherwise the first RocketMQ key (so `find_messages` finds it).
+- Group members: the member id a RocketMQ consumer is announced under (`member_id`).
 - Signatures: with access keys configured, a request must carry the official clients'
   `MQv2-HMAC-SHA1` signature by one of them (`refusal`).
 """
@@ -199,6 +200,17 @@ def from_stored(key: str | None, properties: Mapping[str, str]) -> Loaded:
         properties.get(PROP_MESSAGE_ID, ""),
         properties.get(PROP_BORN_HOST, ""),
     )
+
+
+# --- group members -----------------------------------------------------------------------------
+
+
+def member_id(client_id: str, topic: str) -> str:
+    """The member id under which RocketMQ consumer `client_id` (`host@pid@index@time`) reading
+    `topic` is announced in its group (broker/rocketmqmembers.py): a segment of a metadata key,
+    so no '/' (nor the '@' that names a broadcast member's state), one per topic."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "." for c in client_id[:200])
+    return f"rmq.{safe}.{topic}"
 
 
 # --- bounds of a request -----------------------------------------------------------------------

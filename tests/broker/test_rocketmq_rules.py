@@ -240,3 +240,10 @@ def test_any_change_of_the_signature_is_refused(data: st.DataObject) -> None:
 def test_malformed_metadata_is_refused_never_raises(authorization: str, date_time: str) -> None:
     headers = {"authorization": authorization, "x-mq-date-time": date_time}
     assert rules.refusal(headers, SECRETS, NOW, SKEW) is not None
+
+
+def test_a_rocketmq_consumer_is_a_member_per_topic_under_an_id_fit_for_a_metadata_key() -> None:
+    a = rules.member_id("host-1@4242@0@dn5eie6lf3as", "orders")
+    assert a == "rmq.host-1.4242.0.dn5eie6lf3as.orders"
+    assert "/" not in rules.member_id("a/b@c", "t") and "@" not in rules.member_id("a/b@c", "t")
+    assert rules.member_id("c@1", "orders") != rules.member_id("c@1", "refunds")
