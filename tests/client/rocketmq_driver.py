@@ -12,6 +12,7 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT push TOPIC GROUP EXPECTED FAIL_EVERY QUIET_S
     python rocketmq_driver.py ENDPOINT ack-all TOPIC GROUP EXPECTED
     python rocketmq_driver.py ENDPOINT produce-consume TOPIC GROUP SECONDS READY_FILE
+    python rocketmq_driver.py ENDPOINT hold TOPIC GROUP SECONDS READY_FILE
 """
 
 from __future__ import annotations
@@ -369,6 +370,20 @@ def produce_consume(endpoint: str, topic: str, group: str, seconds: float, ready
         consumer.shutdown()
 
 
+def hold(endpoint: str, topic: str, group: str, seconds: float, ready_file: str) -> dict[str, Any]:
+    """A PushConsumer that runs for `seconds`, then shuts down; writes its client id to
+    READY_FILE once started."""
+    consumer = PushConsumer(config(endpoint), group, Recorder(0), {topic: FilterExpression("*")})
+    consumer.startup()
+    try:
+        with open(ready_file, "w") as f:
+            f.write(consumer.client_id)
+        time.sleep(seconds)
+    finally:
+        consumer.shutdown()
+    return {"client_id": consumer.client_id}
+
+
 def main() -> None:
     endpoint, command, *args = sys.argv[1:]
     if command == "send":
@@ -387,6 +402,8 @@ def main() -> None:
         out = push(endpoint, args[0], args[1], int(args[2]), int(args[3]), float(args[4]))
     elif command == "ack-all":
         out = ack_all(endpoint, args[0], args[1], int(args[2]))
+    elif command == "hold":
+        out = hold(endpoint, args[0], args[1], float(args[2]), args[3])
     elif command == "produce-consume":
         out = produce_consume(endpoint, args[0], args[1], float(args[2]), args[3])
     else:

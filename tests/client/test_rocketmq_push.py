@@ -25,6 +25,7 @@ import yaml
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
 from tests.client.test_rocketmq_endpoint import DRIVER, create_topic, drive
 from tidelog import localcluster
+from tidelog.broker import rocketmqrules as rules
 from tidelog.client import modes
 from tidelog.client.aio import AsyncClient, ConsumedMessage
 from tidelog.errors import TopicNotFoundError
@@ -179,6 +180,47 @@ def test_ten_thousand_sync_and_async_sends_are_readable_by_id_and_received_once(
     bodies = {r["id"]: f"body-{r['i']}" for r in sent}
     assert all(body == bodies[message_id] and attempt == 1 for message_id, body, attempt in got)
     print(f"10,000 messages: send {t_send:.1f}s, lookup by id {t_lookup:.1f}s, receive+ack {t_receive:.1f}s")
+
+
+def test_a_rocketmq_consumer_is_a_shared_member_of_its_group_until_it_shuts_down(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    create_topic(cluster, "rmq-members")
+    ready = tmp_path / "ready"
+    args = ["hold", "rmq-members", "g-members", "6", str(ready)]
+    driver = subprocess.Popen(
+        [sys.executable, str(DRIVER), master_endpoint(cluster), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    async def members() -> tuple[dict[str, str], dict[str, str]]:
+        async with AsyncClient(cluster.controllers) as client:
+            admin = client.admin()
+            return await admin.group_members("g-members"), await admin.group_modes("g-members")
+
+    try:
+        deadline = time.monotonic() + 30
+        while not (ready.exists() and ready.read_text()) and driver.poll() is None:
+            assert time.monotonic() < deadline, "the driver did not start"
+            time.sleep(0.1)
+        me = rules.member_id(ready.read_text(), "rmq-members")
+        live, modes_of = asyncio.run(members())
+        while me not in live and time.monotonic() < deadline:
+            time.sleep(0.3)
+            live, modes_of = asyncio.run(members())
+        assert live == {me: "rmq-members"} and modes_of[me] == modes.SHARED
+        stdout, stderr = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    # it told the endpoint it was shutting down: no longer a member, at once
+    assert asyncio.run(members()) == ({}, {})
+    out = tide("group", "describe", "g-members", env={"TIDE_CONTROLLERS": cluster.controllers})
+    assert out.returncode == 0 and "rmq-members" in out.stdout, out.stdout + out.stderr
 
 
 def test_master_killed_under_an_official_producer_and_push_consumer_loses_no_receipted_message(
