@@ -135,9 +135,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self.producer: AsyncProducer = self.client.producer()
         self.members = Members(self.client)  # its consumers, announced in their groups
         self._in_progress = 0
-        self._rocketmq_at: dict[
-            str, tuple[float, str]
-        ] = {}  # broker address -> (when, its RocketMQ endpoint)
+        # broker address -> (when asked, its RocketMQ endpoint)
+        self._rocketmq_at: dict[str, tuple[float, str]] = {}
         self._dlq_ready: set[str] = set()
 
     async def close(self) -> None:
