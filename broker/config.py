@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from tidelog.client.modes import MAX_ATTEMPTS, MAX_INVISIBLE_MS
 from tidelog.clusterauth import secret_from_env
 from tidelog.errors import ConfigError
 from tidelog.guard import AuthSettings
@@ -56,6 +57,14 @@ class BrokerConfig:
     # then it is rolled back (broker/txstate.py)
     rocketmq_tx_check_interval_ms: int = 30_000
     rocketmq_tx_max_checks: int = 15
+    # a RocketMQ consumer group's retry policy (RocketMQ keeps it per group; here per broker): a
+    # message is delivered at most this many times before it moves to `%DLQ%<group>`, and a push
+    # consumer whose listener failed makes it invisible for the n-th of these delays (seconds; the
+    # last for later attempts) before it comes back. Default: RocketMQ's.
+    rocketmq_max_delivery_attempts: int = 16
+    rocketmq_retry_backoff_s: tuple[int, ...] = (
+        1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200
+    )  # fmt: skip
     datacenter: str = ""
     rack: str = ""
     priority: int | None = None  # election priority, lower wins
@@ -143,6 +152,7 @@ _POSITIVE = {
     "rocketmq_max_delay_ms",
     "rocketmq_tx_check_interval_ms",
     "rocketmq_tx_max_checks",
+    "rocketmq_max_delivery_attempts",
 }
 _NON_NEGATIVE = {"retention_ms", "retention_bytes", "retention_slave_hold_ms", "rocketmq_auth_max_skew_s"}
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
@@ -249,8 +259,25 @@ def _access_keys(name: str, value: Any, source: str) -> tuple[tuple[str, str], .
     return tuple(out)
 
 
+def _backoff(name: str, value: Any, source: str) -> tuple[int, ...]:
+    """A non-empty list of delays in whole seconds (the clients read a delay's seconds only), each
+    within an invisible duration's bound."""
+    top = MAX_INVISIBLE_MS // 1000
+    if (
+        not isinstance(value, list | tuple)
+        or not value
+        or not all(_is_int(v) and 0 < v <= top for v in value)
+    ):
+        raise ConfigError(f"{source}: {name} must be a non-empty list of seconds in [1, {top}]", key=name)
+    return tuple(value)
+
+
 #: The keys whose value is a list, each with what checks it.
-_LISTS = {"retention_respect_groups": _group_names, "rocketmq_access_keys": _access_keys}
+_LISTS = {
+    "retention_respect_groups": _group_names,
+    "rocketmq_access_keys": _access_keys,
+    "rocketmq_retry_backoff_s": _backoff,
+}
 # whether TLS is on for `auth` is checked once every key is read (_check_limits)
 _PARSERS: dict[str, Any] = {**_LISTS, "auth": lambda _name, value, source: parse_auth(value, source, True)}
 
@@ -308,6 +335,11 @@ def _check_limits(cfg: BrokerConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: auth needs TLS (a tls: section): signed calls in plain text can be replayed",
             key="auth",
+        )
+    if cfg.rocketmq_max_delivery_attempts > MAX_ATTEMPTS:
+        raise ConfigError(
+            f"{source}: rocketmq_max_delivery_attempts is at most {MAX_ATTEMPTS}",
+            key="rocketmq_max_delivery_attempts",
         )
     if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
         raise ConfigError(

@@ -6,8 +6,9 @@ topic of the cluster, not only its broker set's: it holds a tidelog client (clie
 controllers and does what a tidelog client would, so routing, a master's move (NOT_MASTER) and
 retries are that client's. The mapping of RocketMQ's concepts (docs/ARCHITECTURE.md, "RocketMQ
 endpoint"): a broker set is a RocketMQ broker (id 0, the master) whose queues are the topic's
-queues in that set; a route advertises, per set, the RocketMQ endpoint of its master (learned from
-the master's Status), else this one. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
+queues in that set; a route advertises, per set, the RocketMQ endpoints of its replicas (learned
+from their Status; the master's first), else this one: a client keeps working through another
+replica's endpoint when the master dies. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
 ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue are the shared subscription mode's
 SharedReceive, SharedAck, SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
 queue the client names, the receipt handle carrying (broker set, queue, shared receipt). DELAY and
@@ -44,6 +45,7 @@ from tidelog.acl import AclState
 from tidelog.broker import delayrules as dr
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.rocketmqmembers import Members
 from tidelog.broker.rocketmqtx import Scheduled
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
 from tidelog.client.modes import MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
@@ -73,7 +75,7 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 MAX_BATCH = MAX_RECEIVE  # messages of one SendMessage, entries of one AckMessage, messages of one receive
-ENDPOINT_TTL_S = 10.0  # how long a master's RocketMQ endpoint (from its Status) is trusted
+ENDPOINT_TTL_S = 10.0  # how long a broker's RocketMQ endpoint (from its Status) is trusted
 DLQ_WAIT_S = 5.0  # how long a forward to a dead-letter topic just created waits for its broker
 ACCEPTED_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
 TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO", d.DELAY: "DELAY", d.TRANSACTION: "TRANSACTION"}
@@ -113,14 +115,23 @@ def _name(what: str, value: str) -> str:
     return value
 
 
-def _endpoints(address: str) -> d.Endpoints:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
+def _scheme(address: str) -> d.AddressScheme.ValueType:
+    host = address.rpartition(":")[0].strip("[]")
     try:
-        scheme = d.IPv6 if ipaddress.ip_address(host).version == 6 else d.IPv4
+        return d.IPv6 if ipaddress.ip_address(host).version == 6 else d.IPv4
     except ValueError:
-        scheme = d.DOMAIN_NAME
-    return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])
+        return d.DOMAIN_NAME
+
+
+def _endpoints(addresses: list[str]) -> d.Endpoints:
+    """One Endpoints of `addresses` (the first's scheme: one Endpoints has one)."""
+    scheme = _scheme(addresses[0])
+    out = d.Endpoints(scheme=scheme)
+    for address in addresses:
+        if _scheme(address) == scheme:
+            host, _, port = address.rpartition(":")
+            out.addresses.append(d.Address(host=host.strip("[]"), port=int(port)))
+    return out
 
 
 class MessagingService(s_grpc.MessagingServiceServicer):
@@ -141,8 +152,10 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             member_secret=cfg.secret if cfg.auth is not None else None,
         )
         self.producer: AsyncProducer = self.client.producer()
+        self.members = Members(self.client)  # its consumers, announced in their groups
         self._in_progress = 0
-        self._masters: dict[str, tuple[float, str]] = {}  # broker address -> (when, its RocketMQ endpoint)
+        # broker address -> (when asked, its RocketMQ endpoint)
+        self._rocketmq_at: dict[str, tuple[float, str]] = {}
         self._dlq_ready: set[str] = set()
         # delayed and half messages, kept by this broker's set while it is master
         self.scheduled = None if replica is None else Scheduled(replica, self._send_check)
@@ -150,6 +163,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self._producers: dict[str, list[asyncio.Queue[s.TelemetryCommand | None]]] = {}
 
     async def close(self) -> None:
+        await self.members.close()
         await self.client.close()
 
     # --- plumbing ---
@@ -180,23 +194,31 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             raise refused("BAD_REQUEST", f"topic {topic} has no queues in broker {name!r}")
         return bs
 
-    async def _endpoint_of(self, bs: BrokerSetRoute) -> str:
-        """The RocketMQ endpoint of `bs`'s master (its Status says), else this broker's own."""
+    async def _endpoints_of(self, bs: BrokerSetRoute) -> list[str]:
+        """The RocketMQ endpoints of `bs`'s replicas (their Status says), its master's first, else
+        this broker's own. The clients call any one of them that answers (gRPC picks the first
+        reachable), and any endpoint serves any queue: when the master dies, a client's calls,
+        acknowledgements of the messages it received from it included, go on through another."""
         own = self.advertised()
-        if not bs.master_address:
-            return own
+        addresses = [bs.master_address] if bs.master_address else []
+        addresses += [r.address for r in bs.replicas if r.address and r.address != bs.master_address]
+        found = [await self._endpoint_at(a) for a in addresses]
+        return list(dict.fromkeys(e for e in found if e)) or [own]
+
+    async def _endpoint_at(self, broker: str) -> str:
+        """The RocketMQ endpoint of the broker at `broker` ("" if it names none or is down)."""
         now = time.monotonic()
-        known = self._masters.get(bs.master_address)
+        known = self._rocketmq_at.get(broker)
         if known is not None and now - known[0] < ENDPOINT_TTL_S:
-            return known[1] or own
+            return known[1]
         found = ""
         try:
-            st = await self.client.call_broker(bs.master_address, "Status", bpb.StatusRequest(), timeout=2.0)
+            st = await self.client.call_broker(broker, "Status", bpb.StatusRequest(), timeout=2.0)
             found = st.rocketmq_address
         except TidelogError as exc:
-            log.info("no RocketMQ endpoint from %s (%s): advertising this broker's", bs.master_address, exc)
-        self._masters[bs.master_address] = (now, found)
-        return found or own
+            log.info("no RocketMQ endpoint from %s (%s)", broker, exc)
+        self._rocketmq_at[broker] = (now, found)
+        return found
 
     # --- routes, sessions ---
 
@@ -207,7 +229,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             route = await self._route(request.topic.name)
             queues = []
             for bs in route.broker_sets:
-                broker = d.Broker(name=bs.name, id=0, endpoints=_endpoints(await self._endpoint_of(bs)))
+                broker = d.Broker(name=bs.name, id=0, endpoints=_endpoints(await self._endpoints_of(bs)))
                 queues += [
                     d.MessageQueue(
                         topic=request.topic,
@@ -241,11 +263,13 @@ class MessagingService(s_grpc.MessagingServiceServicer):
     async def Heartbeat(
         self, request: s.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> s.HeartbeatResponse:
+        self.members.seen(request.group.name, _client_id(context))
         return s.HeartbeatResponse(status=OK)
 
     async def NotifyClientTermination(
         self, request: s.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
     ) -> s.NotifyClientTerminationResponse:
+        self.members.gone(request.group.name, _client_id(context))
         return s.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(
@@ -261,15 +285,10 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             try:
                 with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                     async for command in request_iterator:
-                        if not command.HasField("settings"):
-                            continue
-                        if command.settings.client_type == d.PRODUCER:
-                            for t in command.settings.publishing.topics:
-                                if t.name not in topics:
-                                    topics.add(t.name)
-                                    self._producers.setdefault(t.name, []).append(out)
-                        reply = s.TelemetryCommand(status=OK, settings=self._settings(command.settings))
-                        await out.put(reply)
+                        if command.HasField("settings"):
+                            self._announced(command.settings, _client_id(context), out, topics)
+                            reply = s.TelemetryCommand(status=OK, settings=self._settings(command.settings))
+                            await out.put(reply)
             finally:
                 with contextlib.suppress(asyncio.QueueFull):
                     out.put_nowait(None)
@@ -286,6 +305,25 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                     streams.remove(out)
                 if not streams:
                     self._producers.pop(t, None)
+
+    def _announced(
+        self,
+        settings: d.Settings,
+        client_id: str,
+        stream: asyncio.Queue[s.TelemetryCommand | None],
+        topics: set[str],
+    ) -> None:
+        """What a client's Settings tell: a consumer is a member of its group while it runs; a
+        producer's stream (`stream`) takes the checks of its topics' transactions (added to
+        `topics`, which the stream leaves when it ends)."""
+        sub = settings.subscription
+        if sub.group.name:
+            self.members.seen(sub.group.name, client_id, [e.topic.name for e in sub.subscriptions])
+        if settings.client_type == d.PRODUCER:
+            for t in settings.publishing.topics:
+                if t.name not in topics:
+                    topics.add(t.name)
+                    self._producers.setdefault(t.name, []).append(stream)
 
     def _send_check(self, topic: str, half: StoredMessage, transaction_id: str) -> None:
         """Ask one producer of `topic` connected here how the transaction of `half` ended (the
@@ -309,16 +347,25 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         out = d.Settings()
         out.CopyFrom(theirs)
         consumer = theirs.client_type != d.PRODUCER
-        out.backoff_policy.CopyFrom(
-            d.RetryPolicy(
-                max_attempts=rules.DEFAULT_MAX_ATTEMPTS if consumer else 3,
+        if consumer:
+            # the group's retry policy: a push consumer makes a message it failed on invisible for
+            # the attempt's delay (the clients read only a customized backoff's whole seconds)
+            retry = d.RetryPolicy(
+                max_attempts=self.cfg.rocketmq_max_delivery_attempts,
+                customized_backoff=d.CustomizedBackoff(
+                    next=[duration_pb2.Duration(seconds=s) for s in self.cfg.rocketmq_retry_backoff_s]
+                ),
+            )
+        else:
+            retry = d.RetryPolicy(
+                max_attempts=3,
                 exponential_backoff=d.ExponentialBackoff(
                     initial=duration_pb2.Duration(nanos=10_000_000),
                     max=duration_pb2.Duration(seconds=1),
                     multiplier=2.0,
                 ),
             )
-        )
+        out.backoff_policy.CopyFrom(retry)
         if theirs.client_type == d.PRODUCER:
             out.publishing.max_body_size = self.cfg.max_message_bytes - 64 * 1024
             out.publishing.validate_message_type = True
@@ -443,6 +490,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         if not 1 <= batch <= MAX_BATCH:
             raise refused("BAD_REQUEST", f"batch_size must be in [1, {MAX_BATCH}]")
         invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
+        self.members.seen(group, _client_id(context), [topic])
         if not 0 < invisible_ms <= MAX_INVISIBLE_MS:
             raise refused("ILLEGAL_INVISIBLE_TIME", "the invisible duration must be in (0, 12h]")
         remaining = _remaining(context)
@@ -462,7 +510,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 queue=mq.id,
                 max_messages=batch,
                 invisible_ms=invisible_ms,
-                max_attempts=rules.DEFAULT_MAX_ATTEMPTS,
+                max_attempts=self.cfg.rocketmq_max_delivery_attempts,
                 start_latest=False,
                 wait_ms=left,
             )
@@ -707,6 +755,14 @@ def _stored(m: d.Message) -> rules.Stored:
 
 def _not_served(what: str) -> d.Status:
     return _status(rules.NOT_IMPLEMENTED, f"{what} is not implemented by tidelog yet")
+
+
+def _client_id(context: grpc.aio.ServicerContext) -> str:
+    """The calling client's id (metadata `x-mq-client-id`, which the official clients send)."""
+    for key, value in context.invocation_metadata() or ():
+        if key.lower() == "x-mq-client-id" and isinstance(value, str):
+            return value
+    return ""
 
 
 def _remaining(context: grpc.aio.ServicerContext) -> float | None:

@@ -18,6 +18,7 @@
   where it was kept (`rmq.origin`, the key of the look-back that keeps a copy from being made
   twice) and the message id its producer was given (`rmq.origin_id`). A transaction id is
   `<broker set>:tx:<offset of the half message>`.
+- Group members: the member id a RocketMQ consumer is announced under (`member_id`).
 - Signatures: with access keys configured, a request must carry the official clients'
   `MQv2-HMAC-SHA1` signature by one of them (`refusal`).
 - Permissions: with auth on, a user of the controller's table may make a call only with the
@@ -230,12 +231,22 @@ def decode_transaction_id(text: str) -> tuple[str, int] | None:
     return m.group("set"), int(m.group("offset"), 16)
 
 
+# --- group members -----------------------------------------------------------------------------
+
+
+def member_id(client_id: str, topic: str) -> str:
+    """The member id under which RocketMQ consumer `client_id` (`host@pid@index@time`) reading
+    `topic` is announced in its group (broker/rocketmqmembers.py): a segment of a metadata key,
+    so no '/' (nor the '@' that names a broadcast member's state), one per topic."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "." for c in client_id[:200])
+    return f"rmq.{safe}.{topic}"
+
+
 # --- bounds of a request -----------------------------------------------------------------------
 
 DEFAULT_LONG_POLL_MS = 20_000
 MAX_LONG_POLL_MS = 60_000
 DEFAULT_INVISIBLE_MS = 30_000
-DEFAULT_MAX_ATTEMPTS = 16  # RocketMQ's default maximum of deliveries before the dead-letter queue
 
 
 def long_poll_ms(requested_ms: int, remaining_ms: int | None) -> int:

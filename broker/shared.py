@@ -29,7 +29,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from crc32c import crc32c
@@ -221,8 +221,9 @@ class SharedSubscriptions:
                 return b"", 0, [], []
             if due is not None:
                 remaining = min(remaining, max(0.001, (due - _now_ms()) / 1000))
-            # woken by the confirm offset moving (new messages), or when the earliest lease ends
-            await self.replica.long_poll(lambda: (None, False), int(remaining * 1000) or 1)
+            # look again when the confirm offset moves (new messages, or a state record: an
+            # invisible time shortened, a message given back) or when the earliest lease ends
+            await self.replica.long_poll(_until_woken(), int(remaining * 1000) or 1)
 
     async def _receive_now(
         self,
@@ -461,6 +462,19 @@ def _check_key(key: Key) -> None:
         raise InvalidArgumentError("topic must not be empty")
     if queue < 0:
         raise InvalidArgumentError("queue must not be negative")
+
+
+def _until_woken() -> Callable[[], tuple[None, bool]]:
+    """A long-poll condition met at the first wake-up: `long_poll` calls it once before it waits
+    (not met), then once per wake-up."""
+    calls = 0
+
+    def woken() -> tuple[None, bool]:
+        nonlocal calls
+        calls += 1
+        return None, calls > 1
+
+    return woken
 
 
 def _check_receive(max_messages: int, invisible_ms: int, max_attempts: int, wait_ms: int) -> None:

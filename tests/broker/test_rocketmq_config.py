@@ -1,5 +1,6 @@
-"""The RocketMQ endpoint's access keys in the broker configuration (deploy/CONFIG.md): a list of
-{access_key, secret_key} checked up front, each problem a ConfigError naming the key."""
+"""The RocketMQ endpoint's keys in the broker configuration (deploy/CONFIG.md): the access keys (a
+list of {access_key, secret_key}) and the groups' retry policy, checked up front, each problem a
+ConfigError naming the key."""
 
 from __future__ import annotations
 
@@ -68,3 +69,30 @@ def test_delay_and_transaction_bounds_are_positive(key: str) -> None:
     with pytest.raises(ConfigError) as err:
         from_mapping({**BASE, key: 0})
     assert err.value.details["key"] == key
+
+
+def test_the_retry_policy_is_rocketmqs_by_default_and_can_be_shortened() -> None:
+    cfg = from_mapping(BASE)
+    assert cfg.rocketmq_max_delivery_attempts == 16
+    assert cfg.rocketmq_retry_backoff_s[:4] == (1, 5, 10, 30) and cfg.rocketmq_retry_backoff_s[-1] == 7200
+    cfg = from_mapping({**BASE, "rocketmq_max_delivery_attempts": 3, "rocketmq_retry_backoff_s": [1, 2]})
+    assert (cfg.rocketmq_max_delivery_attempts, cfg.rocketmq_retry_backoff_s) == (3, (1, 2))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("rocketmq_max_delivery_attempts", 0),
+        ("rocketmq_max_delivery_attempts", 1001),
+        ("rocketmq_max_delivery_attempts", "3"),
+        ("rocketmq_retry_backoff_s", []),
+        ("rocketmq_retry_backoff_s", [1, 0]),
+        ("rocketmq_retry_backoff_s", [0.5]),
+        ("rocketmq_retry_backoff_s", [12 * 3600 + 1]),
+        ("rocketmq_retry_backoff_s", "1,2"),
+    ],
+)
+def test_a_malformed_retry_policy_is_refused_naming_the_key(key: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_mapping({**BASE, key: value})
+    assert err.value.details.get("key") == key

@@ -286,3 +286,10 @@ def test_users_need_the_permissions_of_their_calls() -> None:
     )
     assert rules.permission_refusal("u", table, "Telemetry", None) is None
     assert rules.permission_refusal("u", table, "SomethingNew", send) is not None
+
+
+def test_a_rocketmq_consumer_is_a_member_per_topic_under_an_id_fit_for_a_metadata_key() -> None:
+    a = rules.member_id("host-1@4242@0@dn5eie6lf3as", "orders")
+    assert a == "rmq.host-1.4242.0.dn5eie6lf3as.orders"
+    assert "/" not in rules.member_id("a/b@c", "t") and "@" not in rules.member_id("a/b@c", "t")
+    assert rules.member_id("c@1", "orders") != rules.member_id("c@1", "refunds")

@@ -9,6 +9,10 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT signed TOPIC GROUP ACCESS_KEY SECRET_KEY
     python rocketmq_driver.py ENDPOINT unsigned TOPIC SECRET_KEY_OF_ak
     python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
+    python rocketmq_driver.py ENDPOINT push TOPIC GROUP EXPECTED FAIL_EVERY QUIET_S
+    python rocketmq_driver.py ENDPOINT ack-all TOPIC GROUP EXPECTED
+    python rocketmq_driver.py ENDPOINT produce-consume TOPIC GROUP SECONDS READY_FILE
+    python rocketmq_driver.py ENDPOINT hold TOPIC GROUP SECONDS READY_FILE
 """
 
 from __future__ import annotations
@@ -16,13 +20,25 @@ from __future__ import annotations
 import hmac
 import json
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from hashlib import sha1
 from typing import Any
 
 import grpc
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
 from rocketmq.grpc_protocol import (
     AckMessageRequest,
     Code,
@@ -32,6 +48,8 @@ from rocketmq.grpc_protocol import (
     QueryRouteRequest,
     TelemetryCommand,
 )
+
+IN_FLIGHT = 256  # async sends outstanding at once
 
 
 def config(endpoint: str) -> ClientConfiguration:
@@ -56,7 +74,15 @@ def send(endpoint: str, topic: str, count: int, async_count: int) -> dict[str, A
         for i in range(count):
             r = producer.send(message(topic, i))
             sent.append({"i": i, "id": r.message_id, "offset": r.offset})
-        futures = [(i, producer.send_async(message(topic, i))) for i in range(count, count + async_count)]
+        # at most IN_FLIGHT outstanding: beyond the client's request timeout, a send still
+        # queued in the client is cancelled
+        window = threading.Semaphore(IN_FLIGHT)
+        futures = []
+        for i in range(count, count + async_count):
+            window.acquire()
+            f = producer.send_async(message(topic, i))
+            f.add_done_callback(lambda _f: window.release())
+            futures.append((i, f))
         for i, f in futures:
             r = f.result(timeout=60)
             sent.append({"i": i, "id": r.message_id, "offset": r.offset})
@@ -248,6 +274,126 @@ def forward(endpoint: str, topic: str, group: str) -> dict[str, Any]:
         consumer.shutdown()
 
 
+class Recorder(MessageListener):
+    """A push consumer's listener: records every delivery (with its time) and fails the messages
+    whose `seq` property is a multiple of `fail_every` (0: none)."""
+
+    def __init__(self, fail_every: int) -> None:
+        self.fail_every = fail_every
+        self.lock = threading.Lock()
+        self.deliveries: list[dict[str, Any]] = []
+
+    def consume(self, message: Any) -> ConsumeResult:
+        seen = {**described(message), "at": time.monotonic()}
+        with self.lock:
+            self.deliveries.append(seen)
+        seq = int(message.properties.get("seq", "1"))
+        failing = self.fail_every and seq % self.fail_every == 0
+        return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
+
+    def ids(self) -> set[str]:
+        with self.lock:
+            return {d["id"] for d in self.deliveries}
+
+
+def push(
+    endpoint: str, topic: str, group: str, expected: int, fail_every: int, quiet_s: float
+) -> dict[str, Any]:
+    """A PushConsumer until `expected` distinct messages were delivered and then nothing was for
+    `quiet_s` seconds (at most two minutes): every delivery, in order."""
+    listener = Recorder(fail_every)
+    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
+    consumer.startup()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            with listener.lock:
+                last = listener.deliveries[-1]["at"] if listener.deliveries else None
+            if len(listener.ids()) >= expected and last is not None and time.monotonic() - last >= quiet_s:
+                break
+        with listener.lock:
+            return {"deliveries": list(listener.deliveries)}
+    finally:
+        consumer.shutdown()
+
+
+def ack_all(endpoint: str, topic: str, group: str, expected: int) -> dict[str, Any]:
+    """A SimpleConsumer receiving (32 at a time) until `expected` messages came and a receive then
+    came back empty, acknowledging each from a pool of threads (concurrent acknowledgements of a
+    queue share one replicated write; the client's ack_async returns no future to check): the
+    messages (id, body, delivery attempt) and how many acknowledgements failed."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        got: list[list[Any]] = []
+        with ThreadPoolExecutor(16) as pool:
+            acks = []
+            deadline = time.monotonic() + 300  # a busy machine: the test says how long it took
+            while time.monotonic() < deadline:
+                batch = consumer.receive(32, 30)
+                if not batch and len(got) >= expected:
+                    break
+                for m in batch:
+                    acks.append(pool.submit(consumer.ack, m))
+                    got.append([m.message_id, m.body.decode(), m.delivery_attempt])
+            failed = sum(1 for f in acks if f.exception() is not None)
+        return {"received": got, "ack_failures": failed}
+    finally:
+        consumer.shutdown()
+
+
+def produce_consume(endpoint: str, topic: str, group: str, seconds: float, ready_file: str) -> dict[str, Any]:
+    """A producer sending numbered messages one at a time for `seconds` while a PushConsumer
+    consumes them; then the consumer runs until it saw every receipted message (at most a
+    minute more). Writes READY_FILE once both run, so that a fault can be timed after it."""
+    listener = Recorder(0)
+    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
+    consumer.startup()
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    receipts: list[dict[str, Any]] = []
+    failures: list[str] = []
+    try:
+        with open(ready_file, "w") as f:
+            f.write("ready\n")
+        t0 = time.monotonic()
+        i = 0
+        while time.monotonic() - t0 < seconds:
+            try:
+                r = producer.send(message(topic, i))
+                receipts.append({"i": i, "id": r.message_id, "at": time.monotonic() - t0})
+            except Exception as exc:
+                failures.append(f"{time.monotonic() - t0:.1f}s {type(exc).__name__}: {str(exc)[:200]}")
+                time.sleep(0.2)
+            i += 1
+        wanted = {r["id"] for r in receipts}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not wanted <= listener.ids():
+            time.sleep(0.2)
+        time.sleep(2)  # redeliveries of what was acknowledged just before the end
+        with listener.lock:
+            deliveries = [[d["id"], d["body"], d["attempt"]] for d in listener.deliveries]
+        return {"receipts": receipts, "deliveries": deliveries, "send_failures": failures}
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+
+
+def hold(endpoint: str, topic: str, group: str, seconds: float, ready_file: str) -> dict[str, Any]:
+    """A PushConsumer that runs for `seconds`, then shuts down; writes its client id to
+    READY_FILE once started."""
+    consumer = PushConsumer(config(endpoint), group, Recorder(0), {topic: FilterExpression("*")})
+    consumer.startup()
+    try:
+        with open(ready_file, "w") as f:
+            f.write(consumer.client_id)
+        time.sleep(seconds)
+    finally:
+        consumer.shutdown()
+    return {"client_id": consumer.client_id}
+
+
 def main() -> None:
     endpoint, command, *args = sys.argv[1:]
     if command == "send":
@@ -262,6 +408,14 @@ def main() -> None:
         out = unsigned(endpoint, *args)
     elif command == "forward":
         out = forward(endpoint, *args)
+    elif command == "push":
+        out = push(endpoint, args[0], args[1], int(args[2]), int(args[3]), float(args[4]))
+    elif command == "ack-all":
+        out = ack_all(endpoint, args[0], args[1], int(args[2]))
+    elif command == "hold":
+        out = hold(endpoint, args[0], args[1], float(args[2]), args[3])
+    elif command == "produce-consume":
+        out = produce_consume(endpoint, args[0], args[1], float(args[2]), args[3])
     else:
         out = raw(endpoint, args[0])
     print(json.dumps(out))
