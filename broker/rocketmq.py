@@ -35,7 +35,7 @@ import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -61,6 +61,7 @@ from tidelog.errors import (
     UnavailableError,
 )
 from tidelog.guard import metadata_of
+from tidelog.ha.roles import MASTER
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto.rocketmq import definition_pb2 as d
 from tidelog.proto.rocketmq import service_pb2 as s
@@ -159,12 +160,17 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self._dlq_ready: set[str] = set()
         # delayed and half messages, kept by this broker's set while it is master
         self.scheduled = None if replica is None else Scheduled(replica, self._send_check)
+        self.replica = replica
+        # RocketMQ endpoint -> channel: calls this broker passes on to its set's master (_on_master)
+        self._master_channels: dict[str, grpc.aio.Channel] = {}
         # the Telemetry streams of producers, by the topics they publish: where checks go
         self._producers: dict[str, list[asyncio.Queue[s.TelemetryCommand | None]]] = {}
 
     async def close(self) -> None:
         await self.members.close()
         await self.client.close()
+        for channel in self._master_channels.values():
+            await channel.close()
 
     # --- plumbing ---
 
@@ -219,6 +225,34 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             log.info("no RocketMQ endpoint from %s (%s)", broker, exc)
         self._rocketmq_at[broker] = (now, found)
         return found
+
+    async def _on_master(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any | None:
+        """On a broker that is not its set's master: the same call made on the master's RocketMQ
+        endpoint, with the caller's own headers (its signature among them), and its reply; None on
+        the master itself. Delayed and half messages are kept by the master's log
+        (broker/rocketmqtx.py), and a route names every replica's endpoint (`_endpoints_of`), so a
+        client may send them, or end a transaction, through a slave's."""
+        if self.replica is None or self.replica.role == MASTER:
+            return None
+        master = self.replica.master_address
+        endpoint = await self._endpoint_at(master) if master else ""
+        if not endpoint or endpoint == self.advertised():
+            raise UnavailableError(
+                f"broker set {self.cfg.broker_set} has no master endpoint to keep this message right now"
+            )
+        channel = self._master_channels.get(endpoint)
+        if channel is None:
+            channel = self._master_channels[endpoint] = tlsconfig.aio_channel(endpoint, self.client.tls)
+        headers = tuple(
+            (k, v)
+            for k, v in context.invocation_metadata() or ()
+            if isinstance(v, str) and (k.lower() == "authorization" or k.lower().startswith("x-mq-"))
+        )
+        stub = s_grpc.MessagingServiceStub(channel)
+        try:
+            return await getattr(stub, method)(request, metadata=headers, timeout=_remaining(context) or 10.0)
+        except grpc.aio.AioRpcError as exc:
+            raise UnavailableError(f"the master's RocketMQ endpoint {endpoint}: {exc.details()}") from None
 
     # --- routes, sessions ---
 
@@ -381,9 +415,11 @@ class MessagingService(s_grpc.MessagingServiceServicer):
     async def SendMessage(
         self, request: s.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> s.SendMessageResponse:
-        return await self._answer(s.SendMessageResponse, lambda: self._send(request), context)
+        return await self._answer(s.SendMessageResponse, lambda: self._send(request, context), context)
 
-    async def _send(self, request: s.SendMessageRequest) -> s.SendMessageResponse:
+    async def _send(
+        self, request: s.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> s.SendMessageResponse:
         if not 1 <= len(request.messages) <= MAX_BATCH:
             raise refused("BAD_REQUEST", f"send 1 to {MAX_BATCH} messages")
         topic = _name("topic", request.messages[0].topic.name)
@@ -395,6 +431,16 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         stored = [_stored(m) for m in request.messages]
         now = int(time.time() * 1000)
         waits = [self._delay(m, now) for m in request.messages]
+        kept = any(
+            w > 0 or m.system_properties.message_type == d.TRANSACTION
+            for m, w in zip(request.messages, waits, strict=True)
+        )
+        if (
+            kept
+            and here
+            and (forwarded := await self._on_master("SendMessage", request, context)) is not None
+        ):
+            return cast(s.SendMessageResponse, forwarded)
         futures = [
             self._send_one(topic, m, st, wait, here)
             for m, st, wait in zip(request.messages, stored, waits, strict=True)
@@ -692,6 +738,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 raise refused("BAD_REQUEST", "the resolution is COMMIT or ROLLBACK")
             if self.scheduled is None:
                 raise refused(rules.UNSUPPORTED, "TRANSACTION messages are served by brokers only")
+            if (forwarded := await self._on_master("EndTransaction", request, context)) is not None:
+                return cast(s.EndTransactionResponse, forwarded)
             await self.scheduled.end(topic, request.transaction_id, request.resolution == d.COMMIT)
             return s.EndTransactionResponse(status=OK)
 

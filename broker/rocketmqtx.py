@@ -114,6 +114,8 @@ class Scheduled:
         self.tx_states = LatestStates(replica.log, HALF_STATE_TOPIC)
         self._delay_lock = asyncio.Lock()
         self._tx_lock = asyncio.Lock()
+        # on a replica that is not master: the checks of each open transaction relayed so far
+        self._relayed: dict[int, int] = {}
         # copies found by the look-back of this master term, per target queue
         self._origins: dict[tuple[str, int], set[str]] = {}
         # per bucket: the range last looked at and when its first message is due, so an idle
@@ -396,18 +398,40 @@ class Scheduled:
                 )
                 self.on_check(topic, half, txid)
 
+    def relay_checks(self) -> None:
+        """On a replica that is not master: pass on the checks its master made to the producers
+        connected to this broker's endpoint (a route names every replica's endpoint, so a
+        producer's Telemetry stream may be here rather than on the master's). A check shows in the
+        replicated state as an open transaction's count of checks going up; the producer's answer
+        comes back through this endpoint, which passes the EndTransaction on to the master. A check
+        sent twice (here and by the master to a producer there) is answered twice: the second end
+        is refused and changes nothing."""
+        st = self._tx_state()
+        self._relayed = {off: n for off, n in self._relayed.items() if off in st.open}
+        for off, o in st.open.items():
+            if o.checks <= self._relayed.get(off, 0):
+                continue
+            self._relayed[off] = o.checks
+            half = self._half(off)
+            if half is not None:
+                topic = half.properties.get(rules.PROP_TARGET_TOPIC, "")
+                self.on_check(topic, half, rules.encode_transaction_id(self.cfg.broker_set, off))
+
     # --- the master's loop ---
 
     def _is_master(self) -> bool:
         return self.replica.role == MASTER and self.replica.ha_master is not None
 
     async def run(self) -> None:
-        """While this broker is master: move due messages and check orphans, every TICK_S."""
+        """While this broker is master: move due messages and check orphans, every TICK_S; while it
+        is not, relay its master's checks to the producers connected here."""
         while True:
             await asyncio.sleep(TICK_S)
-            if not self._is_master():
-                continue
             try:
+                if not self._is_master():
+                    self.relay_checks()
+                    continue
+                self._relayed.clear()
                 await self.move_due()
                 await self.check_orphans()
             except (NotMasterError, UnavailableError) as exc:

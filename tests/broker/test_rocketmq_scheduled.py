@@ -181,6 +181,31 @@ def test_an_orphan_is_checked_each_interval_then_rolled_back() -> None:
         assert in_topic(m) == [], "rolled back after its checks: never delivered"
 
 
+def test_a_replica_relays_each_check_its_master_made_once() -> None:
+    # The relay reads the replicated state: here the master's own log stands in for its slave's.
+    with master() as m:
+        checks: list[tuple[str, StoredMessage, str]] = []
+        relayed: list[tuple[str, StoredMessage, str]] = []
+        s = scheduled(m, checks)
+        s.policy = tx.Policy(check_interval_ms=100, max_checks=3)
+        relay = scheduled(m, relayed)
+
+        async def go() -> str:
+            _, txid, _ = await s.store_half(TOPIC, b"orphan", STORED, 0)
+            relay.relay_checks()  # open, never checked yet: nothing to pass on
+            assert relayed == []
+            for _ in range(3):
+                await asyncio.sleep(0.12)
+                await s.check_orphans()
+                relay.relay_checks()
+                relay.relay_checks()  # no new check since: not sent again
+            return txid
+
+        txid = m.run(go(), 20.0)
+        assert len(checks) == 3
+        assert [(topic, half.body, t) for topic, half, t in relayed] == [(TOPIC, b"orphan", txid)] * 3
+
+
 def test_open_transactions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rocketmqtx, "MAX_OPEN", 2)
     with master() as m:
