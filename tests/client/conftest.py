@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tidelog.localcluster import proc_args
 
@@ -159,6 +160,21 @@ def start_cluster(data_dir: Path, topology: Path = LOCAL_TOPOLOGY, wait: float =
     cluster.state()
     _ACTIVE.append(cluster)
     return cluster
+
+
+@contextlib.contextmanager
+def local_cluster_with(where: Path, **broker: Any) -> Iterator[LocalCluster]:
+    """deploy/local.yaml with `broker`'s keys set for every broker, started under `where` and
+    stopped (every process) on leaving."""
+    topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
+    topology["broker"].update(broker)
+    path = where / "topology.yaml"
+    path.write_text(yaml.safe_dump(topology))
+    c = start_cluster(where / "cluster", path)
+    try:
+        yield c
+    finally:
+        stop_cluster(c)
 
 
 def stop_cluster(cluster: LocalCluster) -> None:

@@ -23,9 +23,10 @@ pytestmark = pytest.mark.slow
 DRIVER = Path(__file__).with_name("rocketmq_driver.py")
 
 
-def drive(*args: str, timeout: float = 180) -> dict[str, Any]:
+def drive(*args: str, timeout: float = 180, driver: Path = DRIVER) -> dict[str, Any]:
+    """Run a driver of the official client (a process of its own); its last line's JSON."""
     out = subprocess.run(
-        [sys.executable, str(DRIVER), *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, str(driver), *args], capture_output=True, text=True, timeout=timeout
     )
     assert out.returncode == 0, out.stderr[-3000:]
     doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
+from tests.client.conftest import LocalCluster, local_cluster_with, tide
 from tests.client.test_rocketmq_endpoint import DRIVER, create_topic, drive
 from tidelog import localcluster
 from tidelog.broker import rocketmqrules as rules
@@ -39,17 +38,12 @@ BACKOFF_S = [1, 2, 3]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """deploy/local.yaml with a short RocketMQ retry policy."""
-    where = tmp_path_factory.mktemp("rmqpush")
-    topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
-    topology["broker"]["rocketmq_max_delivery_attempts"] = MAX_ATTEMPTS
-    topology["broker"]["rocketmq_retry_backoff_s"] = BACKOFF_S
-    path = where / "topology.yaml"
-    path.write_text(yaml.safe_dump(topology))
-    c = start_cluster(where / "cluster", path)
-    try:
+    with local_cluster_with(
+        tmp_path_factory.mktemp("rmqpush"),
+        rocketmq_max_delivery_attempts=MAX_ATTEMPTS,
+        rocketmq_retry_backoff_s=BACKOFF_S,
+    ) as c:
         yield c
-    finally:
-        stop_cluster(c)
 
 
 def endpoints(cluster: LocalCluster) -> dict[str, tuple[str, str]]:

@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
+from tests.client.conftest import LocalCluster, local_cluster_with, tide
+from tests.client.test_rocketmq_endpoint import drive as drive_official
 from tidelog import localcluster
 from tidelog.client.aio import AsyncClient
 
@@ -31,28 +29,18 @@ CHECK_INTERVAL_S = 3.0
 
 
 def drive(*args: str, timeout: float = 180) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(DRIVER), *args], capture_output=True, text=True, timeout=timeout
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return doc
+    return drive_official(*args, timeout=timeout, driver=DRIVER)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """deploy/local.yaml with a short transaction check interval."""
-    base = tmp_path_factory.mktemp("rmqtx")
-    topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
-    topology["broker"]["rocketmq_tx_check_interval_ms"] = int(CHECK_INTERVAL_S * 1000)
-    topology["broker"]["rocketmq_tx_max_checks"] = 5
-    path = base / "topology.yaml"
-    path.write_text(yaml.safe_dump(topology))
-    c = start_cluster(base / "cluster", path)
-    try:
+    with local_cluster_with(
+        tmp_path_factory.mktemp("rmqtx"),
+        rocketmq_tx_check_interval_ms=int(CHECK_INTERVAL_S * 1000),
+        rocketmq_tx_max_checks=5,
+    ) as c:
         yield c
-    finally:
-        stop_cluster(c)
 
 
 def members(cluster: LocalCluster) -> list[dict[str, Any]]:
