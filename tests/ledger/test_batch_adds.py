@@ -36,6 +36,10 @@ async def pipeline(w: AsyncWriteHandle, count: int, acked: list[int]) -> None:
     for i in range(count):
         if len(in_flight) >= WINDOW:
             acked.append(await in_flight.popleft())
+        if w.is_closed:
+            # fenced while this loop was awaiting an earlier add that had succeeded: the handle
+            # refuses new adds (LedgerClosedError), and the adds in flight say why (LedgerFencedError)
+            break
         in_flight.append(w.add_entry_async(payload(i)))
     while in_flight:
         acked.append(await in_flight.popleft())
