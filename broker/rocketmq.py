@@ -210,7 +210,13 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         addresses = [bs.master_address] if bs.master_address else []
         addresses += [r.address for r in bs.replicas if r.address and r.address != bs.master_address]
         found = [await self._endpoint_at(a) for a in addresses]
-        return list(dict.fromkeys(e for e in found if e)) or [own]
+        endpoints = list(dict.fromkeys(e for e in found if e)) or [own]
+        if self.cfg.tls is not None:
+            # the clients name a channel to several addresses by their joined list
+            # ("ipv4:a:1,b:2"), which no certificate's names match: over TLS, the first only
+            # (the master's); a client finds the next master's in the route it asks for again
+            return endpoints[:1]
+        return endpoints
 
     async def _endpoint_at(self, broker: str) -> str:
         """The RocketMQ endpoint of the broker at `broker` ("" if it names none or is down)."""
