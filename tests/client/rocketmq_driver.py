@@ -9,7 +9,7 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT signed TOPIC GROUP ACCESS_KEY SECRET_KEY
     python rocketmq_driver.py ENDPOINT unsigned TOPIC SECRET_KEY_OF_ak
     python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
-    python rocketmq_driver.py ENDPOINT push TOPIC GROUP EXPECTED FAIL_EVERY QUIET_S
+    python rocketmq_driver.py ENDPOINT push TOPIC GROUP EXPECTED FAIL_EVERY QUIET_S [HOLD_S]
     python rocketmq_driver.py ENDPOINT ack-all TOPIC GROUP EXPECTED
     python rocketmq_driver.py ENDPOINT produce-consume TOPIC GROUP SECONDS READY_FILE
     python rocketmq_driver.py ENDPOINT hold TOPIC GROUP SECONDS READY_FILE
@@ -282,11 +282,13 @@ def forward(endpoint: str, topic: str, group: str) -> dict[str, Any]:
 
 
 class Recorder(MessageListener):
-    """A push consumer's listener: records every delivery (with its time) and fails the messages
-    whose `seq` property is a multiple of `fail_every` (0: none)."""
+    """A push consumer's listener: records every delivery (with its time, and when its
+    processing ended), takes `hold_s` over each, and fails the messages whose `seq` property is
+    a multiple of `fail_every` (0: none)."""
 
-    def __init__(self, fail_every: int) -> None:
+    def __init__(self, fail_every: int, hold_s: float = 0.0) -> None:
         self.fail_every = fail_every
+        self.hold_s = hold_s
         self.lock = threading.Lock()
         self.deliveries: list[dict[str, Any]] = []
 
@@ -294,6 +296,9 @@ class Recorder(MessageListener):
         seen = {**described(message), "at": time.monotonic()}
         with self.lock:
             self.deliveries.append(seen)
+        time.sleep(self.hold_s)
+        with self.lock:
+            seen["done"] = time.monotonic()
         seq = int(message.properties.get("seq", "1"))
         failing = self.fail_every and seq % self.fail_every == 0
         return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
@@ -304,11 +309,11 @@ class Recorder(MessageListener):
 
 
 def push(
-    endpoint: str, topic: str, group: str, expected: int, fail_every: int, quiet_s: float
+    endpoint: str, topic: str, group: str, expected: int, fail_every: int, quiet_s: float, hold_s: float = 0.0
 ) -> dict[str, Any]:
     """A PushConsumer until `expected` distinct messages were delivered and then nothing was for
     `quiet_s` seconds (at most two minutes): every delivery, in order."""
-    listener = Recorder(fail_every)
+    listener = Recorder(fail_every, hold_s)
     consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
     consumer.startup()
     try:
@@ -539,7 +544,7 @@ def main() -> None:
     elif command == "forward":
         out = forward(endpoint, *args)
     elif command == "push":
-        out = push(endpoint, args[0], args[1], int(args[2]), int(args[3]), float(args[4]))
+        out = push(endpoint, args[0], args[1], int(args[2]), int(args[3]), *(float(a) for a in args[4:6]))
     elif command == "ack-all":
         out = ack_all(endpoint, args[0], args[1], int(args[2]))
     elif command == "hold":

@@ -195,6 +195,25 @@ def test_fifo_messages_go_out_in_group_order_across_a_consumer_restart(
     assert all(again[body] == attempt + 1 for body, attempt in held.items()), (held, again)
 
 
+def test_a_push_consumer_gets_each_fifo_group_in_send_order(cluster: LocalCluster, endpoint: str) -> None:
+    """The push consumer's listener runs messages on a pool of threads: with a group's messages
+    handed out one at a time, each group reaches it in send order, each message once the one
+    before it was processed (the listener takes 0.3 s over each)."""
+    groups, per_group = 3, 8
+    create_topic(cluster, "rmq-fifo-push")
+    drive(endpoint, "fifo-send", "rmq-fifo-push", str(groups), str(per_group))
+    total = str(groups * per_group)
+    args = ("push", "rmq-fifo-push", "g-fifo-push", total, "0", "3", "0.3")
+    deliveries = drive(endpoint, *args)["deliveries"]
+    order: dict[str, list[dict[str, Any]]] = {f"g{g}": [] for g in range(groups)}
+    for d in deliveries:
+        order[d["body"].partition("-")[0]].append(d)
+    for g, got in order.items():
+        assert [d["body"] for d in got] == [f"{g}-{n}" for n in range(per_group)]
+        for before, after in zip(got, got[1:], strict=False):
+            assert after["at"] >= before["done"], (before, after)
+
+
 def test_change_invisible_duration_moves_the_redelivery_and_gives_a_new_receipt_handle(
     cluster: LocalCluster, endpoint: str
 ) -> None:
