@@ -10,7 +10,8 @@ queues in that set; a route advertises, per set, the RocketMQ endpoints of its r
 from their Status; the master's first), else this one: a client keeps working through another
 replica's endpoint when the master dies. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
 ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue are the shared subscription mode's
-SharedReceive, SharedAck, SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
+SharedReceive (in key order: a FIFO message group one message at a time), SharedAck,
+SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
 queue the client names, the receipt handle carrying (broker set, queue, shared receipt). DELAY and
 TRANSACTION messages are kept by this broker's set while it is master, and moved into their topic
 once due or committed (broker/rocketmqtx.py; EndTransaction, and the checks of orphaned
@@ -209,7 +210,13 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         addresses = [bs.master_address] if bs.master_address else []
         addresses += [r.address for r in bs.replicas if r.address and r.address != bs.master_address]
         found = [await self._endpoint_at(a) for a in addresses]
-        return list(dict.fromkeys(e for e in found if e)) or [own]
+        endpoints = list(dict.fromkeys(e for e in found if e)) or [own]
+        if self.cfg.tls is not None:
+            # the clients name a channel to several addresses by their joined list
+            # ("ipv4:a:1,b:2"), which no certificate's names match: over TLS, the first only
+            # (the master's); a client finds the next master's in the route it asks for again
+            return endpoints[:1]
+        return endpoints
 
     async def _endpoint_at(self, broker: str) -> str:
         """The RocketMQ endpoint of the broker at `broker` ("" if it names none or is down)."""
@@ -559,6 +566,9 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 max_attempts=self.cfg.rocketmq_max_delivery_attempts,
                 start_latest=False,
                 wait_ms=left,
+                # a FIFO message's key is its message group: a group's messages go out one at a
+                # time, in order, each once the one before it is acknowledged (or dead)
+                key_ordered=True,
             )
             timeout = self.client.rpc_timeout + left / 1000
             reply = await self.client.call_master(topic, bs, "SharedReceive", req, timeout)

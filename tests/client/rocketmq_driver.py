@@ -9,10 +9,17 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT signed TOPIC GROUP ACCESS_KEY SECRET_KEY
     python rocketmq_driver.py ENDPOINT unsigned TOPIC SECRET_KEY_OF_ak
     python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
-    python rocketmq_driver.py ENDPOINT push TOPIC GROUP EXPECTED FAIL_EVERY QUIET_S
+    python rocketmq_driver.py ENDPOINT push TOPIC GROUP EXPECTED FAIL_EVERY QUIET_S [HOLD_S]
     python rocketmq_driver.py ENDPOINT ack-all TOPIC GROUP EXPECTED
     python rocketmq_driver.py ENDPOINT produce-consume TOPIC GROUP SECONDS READY_FILE
     python rocketmq_driver.py ENDPOINT hold TOPIC GROUP SECONDS READY_FILE
+    python rocketmq_driver.py ENDPOINT fifo-send TOPIC GROUPS PER_GROUP
+    python rocketmq_driver.py ENDPOINT fifo-receive TOPIC GROUP EXPECTED ACK_FIRST HOLD INVISIBLE_S
+    python rocketmq_driver.py ENDPOINT change-invisible TOPIC GROUP FIRST_S LONGER_S
+    python rocketmq_driver.py ENDPOINT tls TOPIC GROUP COUNT
+
+`tls` connects with TLS (the client's `tls_enable`), trusting the roots gRPC trusts by default:
+the system's, or the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names.
 """
 
 from __future__ import annotations
@@ -275,11 +282,13 @@ def forward(endpoint: str, topic: str, group: str) -> dict[str, Any]:
 
 
 class Recorder(MessageListener):
-    """A push consumer's listener: records every delivery (with its time) and fails the messages
-    whose `seq` property is a multiple of `fail_every` (0: none)."""
+    """A push consumer's listener: records every delivery (with its time, and when its
+    processing ended), takes `hold_s` over each, and fails the messages whose `seq` property is
+    a multiple of `fail_every` (0: none)."""
 
-    def __init__(self, fail_every: int) -> None:
+    def __init__(self, fail_every: int, hold_s: float = 0.0) -> None:
         self.fail_every = fail_every
+        self.hold_s = hold_s
         self.lock = threading.Lock()
         self.deliveries: list[dict[str, Any]] = []
 
@@ -287,6 +296,9 @@ class Recorder(MessageListener):
         seen = {**described(message), "at": time.monotonic()}
         with self.lock:
             self.deliveries.append(seen)
+        time.sleep(self.hold_s)
+        with self.lock:
+            seen["done"] = time.monotonic()
         seq = int(message.properties.get("seq", "1"))
         failing = self.fail_every and seq % self.fail_every == 0
         return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
@@ -297,11 +309,11 @@ class Recorder(MessageListener):
 
 
 def push(
-    endpoint: str, topic: str, group: str, expected: int, fail_every: int, quiet_s: float
+    endpoint: str, topic: str, group: str, expected: int, fail_every: int, quiet_s: float, hold_s: float = 0.0
 ) -> dict[str, Any]:
     """A PushConsumer until `expected` distinct messages were delivered and then nothing was for
     `quiet_s` seconds (at most two minutes): every delivery, in order."""
-    listener = Recorder(fail_every)
+    listener = Recorder(fail_every, hold_s)
     consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
     consumer.startup()
     try:
@@ -394,6 +406,129 @@ def hold(endpoint: str, topic: str, group: str, seconds: float, ready_file: str)
     return {"client_id": consumer.client_id}
 
 
+def fifo_send(endpoint: str, topic: str, groups: int, per_group: int) -> dict[str, Any]:
+    """FIFO messages of message groups g0..g{groups-1}, interleaved (g0-0, g1-0, ..., g0-1, ...),
+    sent one at a time: each group's send order is its `seq` order."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        sent = []
+        for n in range(per_group):
+            for g in range(groups):
+                m = Message()
+                m.topic = topic
+                m.body = f"g{g}-{n}".encode()
+                m.message_group = f"g{g}"
+                m.add_property("seq", str(n))
+                sent.append({"group": f"g{g}", "seq": n, "id": producer.send(m).message_id})
+        return {"sent": sent}
+    finally:
+        producer.shutdown()
+
+
+def fifo_receive(
+    endpoint: str, topic: str, group: str, expected: int, ack_first: int, hold: int, invisible_s: int
+) -> dict[str, Any]:
+    """A SimpleConsumer that acknowledges the first `ack_first` messages it receives, then keeps
+    the next `hold` (at least one) unacknowledged and stops (`expected` 0: until it holds them);
+    with `hold` 0 it acknowledges everything until `expected` messages were acknowledged. Every
+    receive and acknowledgement, in the order they happened."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        events: list[dict[str, Any]] = []
+        acked = held = 0
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if hold and held >= hold or not hold and acked >= expected:
+                break
+            for m in consumer.receive(32, invisible_s):
+                seen = {"group": m.message_group, "body": m.body.decode(), "attempt": m.delivery_attempt}
+                events.append({"event": "receive", **seen})
+                if hold and acked >= ack_first:
+                    held += 1
+                    continue
+                consumer.ack(m)
+                acked += 1
+                events.append({"event": "ack", **seen})
+        return {"events": events}
+    finally:
+        consumer.shutdown()
+
+
+def change_invisible(endpoint: str, topic: str, group: str, first_s: int, longer_s: int) -> dict[str, Any]:
+    """Receive two messages (of a one-queue topic: one receive can take both) with a `first_s`
+    invisible duration and at once make each invisible for `longer_s`
+    (change_invisible_duration). The second is acknowledged, first with its old
+    receipt handle (through the client's generated stub), then with the one the change gave.
+    The first is left alone: every delivery until it comes back (at most a minute)."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        got: list[Any] = []
+        changed_at: list[float] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            for m in consumer.receive(2, first_s):
+                old = m.receipt_handle
+                consumer.change_invisible_duration(m, longer_s)
+                changed_at.append(time.monotonic())
+                got.append((m, old))
+        (first, _), (second, second_old) = got
+        ack = AckMessageRequest()
+        ack.group.name = group
+        ack.topic.name = topic
+        entry = ack.entries.add()
+        entry.message_id = second.message_id
+        entry.receipt_handle = second_old
+        with grpc.insecure_channel(endpoint) as channel:
+            reply = MessagingServiceStub(channel).AckMessage(ack, timeout=10)
+            old_ack = Code.Name(reply.entries[0].status.code)
+        consumer.ack(second)  # the handle the change gave: raises if refused
+        later = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(d["id"] == first.message_id for d in later):
+            for m in consumer.receive(1, 30):
+                later.append({**described(m), "at": time.monotonic()})
+                consumer.ack(m)
+        return {
+            "first": described(first),
+            "second": described(second),
+            "changed_at": changed_at,
+            "handle_changed": second.receipt_handle != second_old,
+            "old_handle_ack": old_ack,
+            "later": later,
+        }
+    finally:
+        consumer.shutdown()
+
+
+def tls(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
+    """Send `count` messages over TLS and receive them back over TLS: the bodies, or the error."""
+    cfg = ClientConfiguration(endpoint, Credentials("ak", "sk"), request_timeout=5)
+    try:
+        producer = Producer(cfg, (topic,), tls_enable=True)
+        producer.startup()
+        try:
+            sent = [producer.send(message(topic, i)).message_id for i in range(count)]
+        finally:
+            producer.shutdown()
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    consumer = SimpleConsumer(cfg, group, {topic: FilterExpression("*")}, await_duration=2, tls_enable=True)
+    consumer.startup()
+    try:
+        bodies: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(bodies) < count and time.monotonic() < deadline:
+            for m in consumer.receive(32, 15):
+                consumer.ack(m)
+                bodies.append(m.body.decode())
+        return {"sent": sent, "bodies": bodies}
+    finally:
+        consumer.shutdown()
+
+
 def main() -> None:
     endpoint, command, *args = sys.argv[1:]
     if command == "send":
@@ -409,13 +544,21 @@ def main() -> None:
     elif command == "forward":
         out = forward(endpoint, *args)
     elif command == "push":
-        out = push(endpoint, args[0], args[1], int(args[2]), int(args[3]), float(args[4]))
+        out = push(endpoint, args[0], args[1], int(args[2]), int(args[3]), *(float(a) for a in args[4:6]))
     elif command == "ack-all":
         out = ack_all(endpoint, args[0], args[1], int(args[2]))
     elif command == "hold":
         out = hold(endpoint, args[0], args[1], float(args[2]), args[3])
     elif command == "produce-consume":
         out = produce_consume(endpoint, args[0], args[1], float(args[2]), args[3])
+    elif command == "fifo-send":
+        out = fifo_send(endpoint, args[0], int(args[1]), int(args[2]))
+    elif command == "fifo-receive":
+        out = fifo_receive(endpoint, args[0], args[1], *(int(a) for a in args[2:6]))
+    elif command == "change-invisible":
+        out = change_invisible(endpoint, args[0], args[1], int(args[2]), int(args[3]))
+    elif command == "tls":
+        out = tls(endpoint, args[0], args[1], int(args[2]))
     else:
         out = raw(endpoint, args[0])
     print(json.dumps(out))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +24,17 @@ pytestmark = pytest.mark.slow
 DRIVER = Path(__file__).with_name("rocketmq_driver.py")
 
 
-def drive(*args: str, timeout: float = 180, driver: Path = DRIVER) -> dict[str, Any]:
-    """Run a driver of the official client (a process of its own); its last line's JSON."""
+def drive(
+    *args: str, timeout: float = 180, driver: Path = DRIVER, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run a driver of the official client (a process of its own, with `env` added to this
+    one's environment); its last line's JSON."""
     out = subprocess.run(
-        [sys.executable, str(driver), *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, str(driver), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
     )
     assert out.returncode == 0, out.stderr[-3000:]
     doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -43,10 +51,10 @@ def endpoint(cluster: LocalCluster) -> str:
     return str(next(m["rocketmq_endpoint"] for m in members if m["role"] == "master"))
 
 
-def create_topic(cluster: LocalCluster, name: str) -> None:
+def create_topic(cluster: LocalCluster, name: str, queues: int = 4) -> None:
     async def go() -> None:
         async with AsyncClient(cluster.controllers) as client:
-            await client.admin().create_topic(name, queues=4)
+            await client.admin().create_topic(name, queues=queues)
 
     asyncio.run(go())
 
@@ -145,3 +153,83 @@ def test_a_message_forwarded_to_the_dead_letter_queue_moves_there_once_and_never
     assert props[modes.ORIGIN_TOPIC] == "rmq-dead" and props[modes.ORIGIN_MESSAGE_ID] == sent["id"]
     assert props[modes.DELIVERY_ATTEMPTS] == "1"
     assert props["seq"] == "0"  # the message's own properties travel with it
+
+
+def check_fifo(events: list[dict[str, Any]], groups: int, per_group: int) -> None:
+    """Each message group's messages went out in send order, one at a time: a message was
+    delivered only once every earlier one of its group was acknowledged, and each was
+    acknowledged once."""
+    acked: dict[str, list[int]] = {f"g{g}": [] for g in range(groups)}
+    for e in events:
+        group, _, seq = e["body"].partition("-")
+        assert e["group"] == group, e
+        if e["event"] == "receive":
+            assert acked[group] == list(range(int(seq))), (e, acked[group])
+        else:
+            acked[group].append(int(seq))
+    assert acked == {f"g{g}": list(range(per_group)) for g in range(groups)}
+
+
+def test_fifo_messages_go_out_in_group_order_across_a_consumer_restart(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    groups, per_group = 3, 8
+    create_topic(cluster, "rmq-fifo")
+    sent = drive(endpoint, "fifo-send", "rmq-fifo", str(groups), str(per_group))["sent"]
+    assert len({s["id"] for s in sent}) == groups * per_group
+    # the first consumer acknowledges 7 messages, keeps the next ones unacknowledged (3 s
+    # invisible) and stops; a second consumer of the group takes over
+    first = drive(endpoint, "fifo-receive", "rmq-fifo", "g-fifo", "0", "7", "2", "3")["events"]
+    acked_first = sum(1 for e in first if e["event"] == "ack")
+    acked = {e["body"] for e in first if e["event"] == "ack"}
+    held: dict[str, int] = {}  # body -> its last delivery by the first consumer (a held message
+    for e in first:  # whose 3 s ran out while the first consumer went on came back to it)
+        if e["event"] == "receive" and e["body"] not in acked:
+            held[e["body"]] = e["attempt"]
+    assert acked_first == 7 and len(held) >= 1, first
+    rest = str(groups * per_group - acked_first)
+    second = drive(endpoint, "fifo-receive", "rmq-fifo", "g-fifo", rest, "0", "0", "15")["events"]
+    check_fifo(first + second, groups, per_group)
+    # what the first consumer held came back to the second, as its next delivery
+    again = {e["body"]: e["attempt"] for e in second if e["event"] == "receive"}
+    assert all(again[body] == attempt + 1 for body, attempt in held.items()), (held, again)
+
+
+def test_a_push_consumer_gets_each_fifo_group_in_send_order(cluster: LocalCluster, endpoint: str) -> None:
+    """The push consumer's listener runs messages on a pool of threads: with a group's messages
+    handed out one at a time, each group reaches it in send order, each message once the one
+    before it was processed (the listener takes 0.3 s over each)."""
+    groups, per_group = 3, 8
+    create_topic(cluster, "rmq-fifo-push")
+    drive(endpoint, "fifo-send", "rmq-fifo-push", str(groups), str(per_group))
+    total = str(groups * per_group)
+    args = ("push", "rmq-fifo-push", "g-fifo-push", total, "0", "3", "0.3")
+    deliveries = drive(endpoint, *args)["deliveries"]
+    order: dict[str, list[dict[str, Any]]] = {f"g{g}": [] for g in range(groups)}
+    for d in deliveries:
+        order[d["body"].partition("-")[0]].append(d)
+    for g, got in order.items():
+        assert [d["body"] for d in got] == [f"{g}-{n}" for n in range(per_group)]
+        for before, after in zip(got, got[1:], strict=False):
+            assert after["at"] >= before["done"], (before, after)
+
+
+def test_change_invisible_duration_moves_the_redelivery_and_gives_a_new_receipt_handle(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    # one queue: the consumer's receives all go to it (with more, a receive could miss the
+    # second message's queue until the first message comes back)
+    create_topic(cluster, "rmq-invisible", queues=1)
+    drive(endpoint, "send", "rmq-invisible", "2", "0")
+    out = drive(endpoint, "change-invisible", "rmq-invisible", "g-invisible", "3", "9")
+    first, second = out["first"], out["second"]
+    assert (first["attempt"], second["attempt"]) == (1, 1)
+    # the second: the old handle is stale once changed; the new one acknowledged it (the
+    # driver raises otherwise) and it never came back
+    assert out["handle_changed"] and out["old_handle_ack"] == "INVALID_RECEIPT_HANDLE"
+    (back,) = out["later"]
+    assert back["id"] == first["id"] and back["body"] == first["body"] and back["attempt"] == 2
+    # not at the end of its first invisible duration (3 s) but of the longer one (9 s, from
+    # the change); bounded: it does come back
+    waited = back["at"] - out["changed_at"][0]
+    assert 8.0 <= waited <= 40, waited

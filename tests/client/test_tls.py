@@ -24,6 +24,7 @@ import yaml
 from cryptography import x509
 
 from tests.client.conftest import REPO, LocalCluster, runs_from, start_cluster, stop_cluster, tide
+from tests.client.test_rocketmq_endpoint import drive
 from tidelog import dataframes as df
 from tidelog import tlsconfig
 from tidelog.client import AsyncClient, Client
@@ -162,6 +163,26 @@ def test_the_cli_produces_and_consumes_with_the_ca_from_the_environment_or_the_o
         timeout=60,
     )
     assert out.returncode != 0 and "UNAVAILABLE" in out.stderr, out.stderr
+
+
+def test_the_official_rocketmq_client_sends_and_receives_over_tls_trusting_the_ca(
+    secure: LocalCluster, stranger_ca: Path
+) -> None:
+    """The official RocketMQ client with `tls_enable`, trusting what gRPC trusts by default,
+    here the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names: the cluster's CA, then a stranger."""
+    broker = next(p["name"] for p in secure.up_doc["processes"] if p["kind"] == "broker")
+    endpoint = ports(secure, broker)["rocketmq"]
+    with Client(secure.controllers, ca_file=ca_of(secure)) as client:
+        client.admin().create_topic("tls-rmq", queues=2)
+    trusted = {"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(ca_of(secure))}
+    out = drive(endpoint, "tls", "tls-rmq", "g-rmq", "5", env=trusted)
+    assert "error" not in out, out["error"]
+    assert len(out["sent"]) == 5
+    assert sorted(out["bodies"]) == [f"body-{i}" for i in range(5)]
+    # a client that trusts another CA gets no connection: its first call (the route) fails
+    stranger = {"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(stranger_ca)}
+    refused = drive(endpoint, "tls", "tls-rmq", "g-rmq", "1", env=stranger)
+    assert "error" in refused and "sent" not in refused, refused
 
 
 async def _grpc_refused(c: LocalCluster, broker: str, ca_file: Path | None) -> None:
