@@ -571,7 +571,19 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 key_ordered=True,
             )
             timeout = self.client.rpc_timeout + left / 1000
-            reply = await self.client.call_master(topic, bs, "SharedReceive", req, timeout)
+            try:
+                reply = await self.client.call_master(topic, bs, "SharedReceive", req, timeout)
+            except UnavailableError as exc:
+                # the master of a stale route is gone (killed; its successor not learned yet): an
+                # empty receive, as after a long poll, and the client asks again; meanwhile the
+                # route is looked up afresh
+                log.info("receive of %s/%s/%d waits for a master: %s", topic, bs.name, mq.id, exc)
+                self.client.forget_route(topic)
+                if time.monotonic() >= deadline:
+                    return []
+                await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+                bs = await self._broker_set(topic, mq.broker.name)
+                continue
             msgs = decode_receive_reply(reply, bs.name, bs.master_address)
             keep = [m for m in msgs if isinstance(m, SharedMessage) and rules.tag_matches(accepted, m.tags)]
             skip = [m.receipt for m in msgs if isinstance(m, SharedMessage) and m not in keep]
