@@ -24,6 +24,15 @@ from tidelog.invariants import require
 from tidelog.localcluster import BrokerSet, ControllerCluster, Proc, create_topic, wait_until
 from tidelog.proto import broker_pb2 as pb
 
+#: The broker settings the benches measure unless they say otherwise: every write acknowledged by
+#: both replicas while both are in sync, flushed to disk in the background.
+SYNC_REPLICATED: dict[str, Any] = {
+    "replication": "sync",
+    "in_sync_replicas": 2,
+    "auto_in_sync_replicas": True,
+    "flush": "async",
+}
+
 
 class BenchCluster:
     """One controller process and `replicas` broker processes of broker set `broker_set`."""

@@ -65,7 +65,7 @@ from typing import Any
 
 import grpc
 
-from bench.cluster import BenchCluster
+from bench.cluster import SYNC_REPLICATED, BenchCluster
 from bench.commitlog import code_version, fs_type, pick_base_dir, report
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
@@ -74,13 +74,7 @@ BODY_BYTES = 1024
 SEGMENT_BYTES = 256 << 20
 TOPIC = "bench"
 QUEUES = 8
-BROKER_OPTIONS: dict[str, Any] = {
-    "replication": "sync",
-    "in_sync_replicas": 2,
-    "auto_in_sync_replicas": True,
-    "flush": "async",
-    "segment_bytes": SEGMENT_BYTES,
-}
+BROKER_OPTIONS: dict[str, Any] = {**SYNC_REPLICATED, "segment_bytes": SEGMENT_BYTES}
 THROUGHPUT_CASES = ((1, 1), (1, 16), (1000, 1), (1000, 16))  # (batch, producers), one client process
 MULTI_PROCESS_PRODUCERS = 16  # the cases re-run split over several client processes
 LATENCY_RATE = 1000  # msgs/s

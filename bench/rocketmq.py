@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import BenchCluster
+from bench.cluster import SYNC_REPLICATED, BenchCluster
 from bench.commitlog import code_version, report
 from tidelog import loops
 from tidelog.client.aio import AsyncClient
@@ -95,7 +95,7 @@ def _official(endpoint: str, topic: str, messages: int, in_flight: int) -> dict[
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="tidelog-rocketmq-"))
-    options = {"replication": "sync", "in_sync_replicas": 2, "auto_in_sync_replicas": True, "flush": "async"}
+    options = dict(SYNC_REPLICATED)
     try:
         with BenchCluster(root, broker_options=options) as cluster:
             cluster.wait_ready("tidelog", queues=args.queues)

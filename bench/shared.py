@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import BenchCluster
+from bench.cluster import SYNC_REPLICATED, BenchCluster
 from bench.commitlog import code_version, report
 from bench.dataplane import per_thousand
 from bench.produce import CpuMeter
@@ -100,7 +100,7 @@ async def _run(cluster: BenchCluster, args: argparse.Namespace) -> dict[str, Any
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="tidelog-shared-"))
-    options = {"replication": "sync", "in_sync_replicas": 2, "auto_in_sync_replicas": True, "flush": "async"}
+    options = dict(SYNC_REPLICATED)
     try:
         with BenchCluster(root, broker_options=options) as cluster:
             cluster.wait_ready("plain", queues=args.queues)

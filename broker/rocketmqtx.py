@@ -375,11 +375,10 @@ class Scheduled:
             actions = tx.step(st, tx.Tick(), _now_ms(), self.policy)
             await self.replica.write([self.tx_states.record("tx", tx.encode(st))])
         for a in actions:
-            half = self._half(a.offset)
-            if half is None:
+            about = self._transaction(a.offset)
+            if about is None:
                 continue
-            topic = half.properties.get(rules.PROP_TARGET_TOPIC, "")
-            txid = rules.encode_transaction_id(self.cfg.broker_set, a.offset)
+            half, topic, txid = about
             if isinstance(a, tx.Drop):
                 log.warning(
                     "broker set %s: transaction %s of %s rolled back after %d checks without an answer",
@@ -412,10 +411,18 @@ class Scheduled:
             if o.checks <= self._relayed.get(off, 0):
                 continue
             self._relayed[off] = o.checks
-            half = self._half(off)
-            if half is not None:
-                topic = half.properties.get(rules.PROP_TARGET_TOPIC, "")
-                self.on_check(topic, half, rules.encode_transaction_id(self.cfg.broker_set, off))
+            about = self._transaction(off)
+            if about is not None:
+                half, topic, txid = about
+                self.on_check(topic, half, txid)
+
+    def _transaction(self, offset: int) -> tuple[StoredMessage, str, str] | None:
+        """The half message at `offset` of `%HALF%`, its topic and its transaction id (None: gone)."""
+        half = self._half(offset)
+        if half is None:
+            return None
+        topic = half.properties.get(rules.PROP_TARGET_TOPIC, "")
+        return half, topic, rules.encode_transaction_id(self.cfg.broker_set, offset)
 
     # --- the master's loop ---
 
