@@ -19,6 +19,7 @@ columns.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tidelog import loops
-from tidelog.client.aio import AsyncClient, reply_records
+from tidelog.client.aio import READ_AHEAD, AsyncClient, reply_records
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
 from tidelog.dataframes import PullCall
@@ -43,6 +44,7 @@ from tidelog.errors import (
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.spark.plan import Connection, QueueState, check_start, queue_name
 from tidelog.spark.records import NO_FIELDS, Chunk, scan
+from tidelog.tasks import cancel_and_wait, within
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,7 @@ class RangeReader:
         fail_on_data_loss: bool = True,
         max_messages: int = 4096,
         timeout: float = 60.0,
+        read_ahead: int = READ_AHEAD,
     ) -> None:
         self.client = client
         self.topic = topic
@@ -168,6 +171,11 @@ class RangeReader:
         self.served_by: list[tuple[str, int, int]] = []  # (address, first offset, count), for tests and logs
         self._turn = 0
         self.where = f"{topic} {queue_name(broker_set, queue)}"
+        # Pulls started ahead (read-ahead, as the client's reader does): (the offset each starts at,
+        # the replica asked, its task), in order. A pull of a confirmed range brings exactly
+        # `max_messages` records unless its bytes run out first, so the next one's offset is known.
+        self.read_ahead = read_ahead
+        self._ahead: collections.deque[tuple[int, str, asyncio.Future[Chunk | None]]] = collections.deque()
 
     async def _refresh_replicas(self) -> None:
         try:
@@ -190,7 +198,53 @@ class RangeReader:
         """The next records of the range (at least one), or an empty chunk once the range is done.
 
         Replicas are asked in turn, speculatively (client/hedge.py): one that has not answered
-        within the pull's wait plus SPECULATIVE_READ_S (a silent replica) is passed over."""
+        within the pull's wait plus SPECULATIVE_READ_S (a silent replica) is passed over. After
+        each chunk up to `read_ahead` pulls of the chunks that follow are under way, so that the
+        replica reads and sends them while the caller turns this one into rows."""
+        chunk = await self._ahead_chunk()
+        if chunk is None:
+            chunk = await self._hedged_chunk()
+        self._pull_ahead()
+        return chunk
+
+    def _pull_ahead(self) -> None:
+        if not self.replicas or self.position >= self.end:
+            return
+        address = self.replicas[self._turn % len(self.replicas)]
+        start = self._ahead[-1][0] + self.max_messages if self._ahead else self.position
+        while len(self._ahead) < self.read_ahead and start < self.end:
+            call = PullCall(
+                self.topic, self.queue, start, min(self.max_messages, self.end - start), PULL_MAX_BYTES, 0
+            )
+            self._ahead.append((start, address, self.client.background(self._pull(address, call))))
+            start += self.max_messages
+
+    async def _ahead_chunk(self) -> Chunk | None:
+        """The first read-ahead's chunk when it starts at the position and brought records in time;
+        else None, and every read-ahead is dropped (the hedged pull decides, with its retries)."""
+        if not self._ahead:
+            return None
+        start, address, ahead = self._ahead.popleft()
+        chunk: Chunk | None = None
+        if start == self.position:
+            with contextlib.suppress(TidelogError, TimeoutError):
+                # a replica gone silent is passed over as the hedged pull would pass it over
+                chunk = await within(asyncio.shield(ahead), PULL_WAIT_MS / 1000 + SPECULATIVE_READ_S)
+        if not chunk:  # None (below retention), empty, failed, late, or not at the position
+            await self.close(ahead)
+            return None
+        self._check_contiguous(chunk, address)
+        self.served_by.append((address, self.position, len(chunk)))
+        self.position += len(chunk)
+        return chunk
+
+    async def close(self, *also: asyncio.Future[Any]) -> None:
+        """Drop the pulls started ahead (a reader given up before its range ends)."""
+        ahead = [task for _, _, task in self._ahead]
+        self._ahead.clear()
+        await cancel_and_wait(*also, *ahead)
+
+    async def _hedged_chunk(self) -> Chunk:
         deadline = time.monotonic() + self.timeout
         last: BaseException | None = None
         while self.position < self.end:
@@ -329,6 +383,7 @@ def read_range(
     runner = _LoopThread()
     client = AsyncClient(controllers, rpc_timeout=5.0, **connection.client_options())
     pending: concurrent.futures.Future[Chunk] | None = None
+    reader: RangeReader | None = None
     try:
         reader = RangeReader(
             client,
@@ -354,5 +409,7 @@ def read_range(
             pending.cancel()
             with contextlib.suppress(concurrent.futures.CancelledError, Exception):
                 pending.result()
+        if reader is not None:
+            runner.submit(reader.close()).result()
         runner.submit(client.close()).result()
         runner.stop()

@@ -115,6 +115,11 @@ class FakeClient:
     async def route(self, topic: str, refresh: bool = False) -> Any:
         raise UnavailableError("no controller in this test")
 
+    def background(self, coro: Any) -> asyncio.Future[Any]:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
 
 def read_all(replicas: dict[str, FakeReplica], start: int, end: int, **kw: Any) -> tuple[list, RangeReader]:
     reader = RangeReader(FakeClient(replicas), "t", "a", 0, start, end, list(replicas), **kw)  # type: ignore[arg-type]
@@ -283,3 +288,44 @@ def test_sink_refuses_overwrite_and_rows_without_a_body() -> None:
     with pytest.raises(InvalidArgumentError, match="option topic"):
         sink.TidelogStreamWriter({"controllers": "h:1"}, with_body, False)
     assert sink.TidelogWriter({"Controllers": "h:1", "TOPIC": "t"}, with_body, False).topic == "t"
+
+
+def test_later_chunks_are_pulled_while_the_caller_works_on_one() -> None:
+    """Read-ahead: after a chunk, the pulls of the next ones are already under way (the replica
+    reads and sends them while the caller builds rows); the rows are the same as without."""
+
+    class SlowReplica(FakeReplica):
+        def __init__(self) -> None:
+            super().__init__()
+            self.running = 0
+            self.most = 0
+
+    replica = SlowReplica()
+
+    class SlowClient(FakeClient):
+        async def pull_records(self, address: str, call: PullCall, timeout: float) -> Pulled:
+            replica.running += 1
+            replica.most = max(replica.most, replica.running)
+            try:
+                await asyncio.sleep(0.01)
+                return replica.pull(call)
+            finally:
+                replica.running -= 1
+
+    for ahead, most in ((3, 3), (0, 1)):
+        replica.running = replica.most = replica.pulls = 0
+        reader = RangeReader(
+            SlowClient({"r": replica}), "t", "a", 0, 10, 130, ["r"], max_messages=20, read_ahead=ahead
+        )  # type: ignore[arg-type]
+
+        async def go(reader: RangeReader = reader) -> list:
+            out = []
+            while chunk := await reader.next_chunk():
+                out.extend(chunk)
+            return out
+
+        rows = asyncio.run(go())
+        assert [m.offset for m in rows] == list(range(10, 130))
+        assert [m.body for m in rows] == [m.body for m in LOG[10:130]]
+        assert replica.most == most
+        assert replica.pulls == 6  # every pull was used: none repeated, none wasted
