@@ -71,7 +71,7 @@ from tidelog.ha.protocol import (
     read_frame,
 )
 from tidelog.ha.syncstate import Proposal, SyncStateTracker
-from tidelog.invariants import InvariantViolation
+from tidelog.invariants import InvariantViolation, stop_if_violated
 from tidelog.tasks import cancel_and_wait, within
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,8 @@ class SlaveConnection:
     peer: str
     send_offset: int = 0
     writer: asyncio.StreamWriter | None = field(default=None, repr=False)
+    # the sender waits for new data with nothing of its own unwritten: an append may send inline
+    parked: bool = False
 
 
 class HaMaster:
@@ -185,15 +187,12 @@ class HaMaster:
 
     def _step(self, event: Event) -> None:
         """Feed one event to the core and carry out what it decides."""
+        confirmed = False
         for action in self.core.step(event, now_ms()):
             match action:
                 case SetConfirm(offset):
                     self.log.confirm_offset = offset
-                    if self._on_confirm is not None:
-                        self._on_confirm(offset)
-                    # Slaves learn the confirm offset from frames; wake the senders so readers of a
-                    # slave see an acknowledged write within a round trip, not a heartbeat later.
-                    self._wake_senders()
+                    confirmed = True
                 case Release(needed, offset):
                     waiters = self._waiters.get(needed)
                     if waiters is not None:
@@ -202,11 +201,39 @@ class HaMaster:
                     self._spawn_proposal(proposal)
                 case Reject(_, reason):
                     raise HaProtocolError(reason)
+        if confirmed:
+            # After the releases: the writers they wake answer their clients first; the long
+            # polls and the senders run next. Slaves learn the confirm offset from frames, so the
+            # senders are woken for readers of a slave to see an acknowledged write within a
+            # round trip, not a heartbeat later.
+            if self._on_confirm is not None:
+                self._on_confirm(self.log.confirm_offset)
+            self._wake_senders()
 
     def on_appended(self) -> None:
-        """The owner appended records: wake the senders, move the confirm offset."""
-        self._wake_senders()
+        """The owner appended records: send them, move the confirm offset.
+
+        A slave's sender that waits for data with its socket's buffer empty gets the records
+        written here, in the appending task: waking the sender would cost the write a turn of
+        the event loop, which is a share of every acknowledgement's latency. A sender that is
+        busy (writing, or its slave not taking bytes) is woken and sends them itself."""
         self._step(Appended(self.log.max_offset))
+        everyone = True
+        for conn in self.connections.values():
+            writer = conn.writer
+            idle = conn.parked and writer is not None and not writer.is_closing()
+            if idle and writer is not None and writer.transport.get_write_buffer_size() == 0:
+                try:
+                    conn.send_offset = self._send_chunk(conn, writer, conn.send_offset)
+                except Exception as exc:  # the sender meets it again, and ends its connection
+                    stop_if_violated(exc)
+                    everyone = False
+                    continue
+            if conn.send_offset < self.log.max_offset:  # busy, or more than one chunk appended
+                everyone = False
+        if not everyone:
+            # (a sender woken with nothing left to send writes a heartbeat: not woken needlessly)
+            self._wake_senders()
 
     def _wake_senders(self) -> None:
         ev, self._new_data = self._new_data, asyncio.Event()
@@ -434,33 +461,29 @@ class HaMaster:
         if self._on_ledger_fenced is not None:
             self._on_ledger_fenced(ledger_id)
 
+    def _send_chunk(self, conn: SlaveConnection, writer: asyncio.StreamWriter, offset: int) -> int:
+        """Write the records from `offset` (up to `batch_bytes`, within one epoch) to the slave;
+        returns the offset after them."""
+        entry = self.log.epochs.find(offset)
+        epoch, epoch_start, epoch_end = (entry.epoch, entry.start, entry.end) if entry else (0, 0, OPEN_END)
+        limit = self.batch_bytes if epoch_end == OPEN_END else min(self.batch_bytes, epoch_end - offset)
+        data, nxt = self.log.read_raw_chunk(offset, limit)
+        self._step(Sent(conn.broker_id, nxt))  # before the write: the slave may ack before drain() returns
+        # one write, so header and data leave in one send
+        writer.writelines(
+            (encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset, len(data)), data)
+        )
+        return nxt
+
     async def _send_loop(self, conn: SlaveConnection, writer: asyncio.StreamWriter) -> None:
-        offset = conn.send_offset
+        # `conn.send_offset` is where the next send starts: an append may have sent inline
+        # (on_appended) while this loop was parked.
         while not self._closed:
             event = self._new_data
+            offset = conn.send_offset
             if offset < self.log.max_offset:
-                entry = self.log.epochs.find(offset)
-                epoch, epoch_start, epoch_end = (
-                    (entry.epoch, entry.start, entry.end) if entry else (0, 0, OPEN_END)
-                )
-                limit = (
-                    self.batch_bytes if epoch_end == OPEN_END else min(self.batch_bytes, epoch_end - offset)
-                )
-                data, nxt = self.log.read_raw_chunk(offset, limit)
-                self._step(
-                    Sent(conn.broker_id, nxt)
-                )  # before the write: the slave may ack before drain() returns
-                # one write, so header and data leave in one send
-                writer.writelines(
-                    (
-                        encode_transfer_header(
-                            offset, epoch, epoch_start, self.log.confirm_offset, len(data)
-                        ),
-                        data,
-                    )
-                )
+                conn.send_offset = self._send_chunk(conn, writer, offset)
                 await writer.drain()
-                offset = conn.send_offset = nxt
                 continue
             # A heartbeat speaks for the current term, even before its first record: tagging it
             # with the epoch of the last byte would look like a deposed master to the slave.
@@ -469,8 +492,12 @@ class HaMaster:
             self._step(Sent(conn.broker_id, offset))
             writer.write(encode_transfer_header(offset, epoch, epoch_start, self.log.confirm_offset, 0))
             await writer.drain()
-            with contextlib.suppress(TimeoutError):
-                await within(event.wait(), self.heartbeat_interval)
+            conn.parked = True
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await within(event.wait(), self.heartbeat_interval)
+            finally:
+                conn.parked = False
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -149,6 +149,37 @@ def test_3_4_slave_copy_is_byte_identical_and_confirm_follows_acks(tmp_path):
     asyncio.run(main())
 
 
+def test_an_append_is_written_to_an_idle_slave_at_once_and_a_long_one_in_chunks(tmp_path):
+    """A sender waiting for data gets an append's records written by the append itself (no turn
+    of the event loop in between, a share of every acknowledgement's latency); an append longer
+    than one chunk is finished by the woken sender. The copy stays byte-identical."""
+
+    async def main() -> None:
+        pair = Pair(tmp_path, 1, frozenset({MASTER_ID, SLAVE_ID}))
+        await pair.start_master()
+        try:
+            slave = pair.start_slave()
+            await until(lambda: slave.connected, what="the slave to stream")
+            assert pair.master is not None
+            await until(
+                lambda: all(c.parked for c in pair.master.connections.values()), what="an idle sender"
+            )
+            (conn,) = pair.master.connections.values()
+            end = pair.append(batch(1, "one"))
+            assert conn.send_offset == end  # written before this task gave the loop a turn
+            long_end = pair.append(batch(40, "long"))  # 40 records of ~360 B: several 4 KiB chunks
+            assert conn.send_offset < long_end
+            await until(lambda: pair.slog.max_offset == long_end, what="the slave to catch up")
+            await until(lambda: pair.mlog.confirm_offset == long_end, what="the master's confirm offset")
+            pair.mlog.flush()
+            pair.slog.flush()
+            assert segment_bytes(tmp_path / "m") == segment_bytes(tmp_path / "s")
+        finally:
+            await pair.close()
+
+    asyncio.run(main())
+
+
 def test_3_4_fork_repair_cuts_the_unacked_tail_of_a_deposed_master(tmp_path):
     """The old master (epoch 1) kept records nobody acked; the new master (epoch 2) started at the
     shared prefix. Following the new master, the old one drops exactly its own tail."""
