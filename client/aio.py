@@ -134,7 +134,7 @@ class OutMessage(NamedTuple):
     properties: Mapping[str, str] | None = None
 
 
-def reply_records(reply: Any, address: str, offset: int) -> bytes:
+def reply_records(reply: Any, address: str, offset: int) -> bytes | memoryview:
     """The records of an encoded pull reply from `offset`, checked end to end against the reply's
     CRC32C (the broker checked each record's own CRC when it read it from its log). A reply whose
     next offset is not `offset` + its count (a broker that answers otherwise, as an older one
@@ -145,7 +145,7 @@ def reply_records(reply: Any, address: str, offset: int) -> bytes:
             offset,
             f"{reply.count} records from {offset} but next offset {reply.next_offset}",
         )
-    data: bytes = reply.records
+    data: bytes | memoryview = reply.records
     if crc32c(data) != reply.crc:
         raise CorruptRecordError(
             f"pull reply from {address}", 0, "the reply's CRC32C does not match its bytes"
@@ -155,7 +155,8 @@ def reply_records(reply: Any, address: str, offset: int) -> bytes:
 
 def _consumed(reply: Any, broker_set: str, address: str, offset: int) -> list[ConsumedMessage]:
     """The records of an encoded pull from `offset`, as lazily decoded messages."""
-    data = reply_records(reply, address, offset)
+    # bytes: the messages' bodies and keys are handed to the application as bytes and str
+    data = bytes(reply_records(reply, address, offset))
     starts = walk(data, f"pull reply from {address}", 0, verify_crc=False)
     if len(starts) != reply.count:
         raise CorruptRecordError(

@@ -44,7 +44,7 @@ class Fields(NamedTuple):
 NO_FIELDS = Fields((), (), (), (), (), ())
 
 
-def scan(data: bytes, where: str, verify_crc: bool = True) -> Fields:
+def scan(data: bytes | memoryview, where: str, verify_crc: bool = True) -> Fields:
     """Every record of `data` (whole records back to back, as a pull answers), checked for length,
     magic and CRC by `walk` (damage raises CorruptRecordError naming `where` and the byte in
     `data`), with its row's header fields. Reading the fields is C-level iteration: `map` unpacks
@@ -58,12 +58,12 @@ def scan(data: bytes, where: str, verify_crc: bool = True) -> Fields:
     return Fields(starts, offsets, stamps, list(map(sub, ends, blens)), ends, plens)
 
 
-def properties(data: bytes, fields: Fields) -> list[dict[str, str] | None]:
+def properties(data: bytes | memoryview, fields: Fields) -> list[dict[str, str] | None]:
     """Each record's properties (KEYS and TAGS included), None for a record without any."""
     out: list[dict[str, str] | None] = [None] * len(fields.props_lens)
     for i in compress(range(len(out)), fields.props_lens):
         end = fields.body_starts[i]
-        out[i] = rec.decode_properties(data[end - fields.props_lens[i] : end])
+        out[i] = rec.decode_properties(bytes(data[end - fields.props_lens[i] : end]))
     return out
 
 
@@ -77,13 +77,13 @@ class Chunk:
 
     __slots__ = ("data", "fields", "broker_set")
 
-    def __init__(self, data: bytes, fields: Fields, broker_set: str) -> None:
-        self.data = data
+    def __init__(self, data: bytes | memoryview, fields: Fields, broker_set: str) -> None:
+        self.data = data  # a view of a data-port reply (no copy), or bytes
         self.fields = fields
         self.broker_set = broker_set
 
     @classmethod
-    def of(cls, data: bytes, broker_set: str, where: str = "records") -> Chunk:
+    def of(cls, data: bytes | memoryview, broker_set: str, where: str = "records") -> Chunk:
         """Every record of `data`, checked."""
         return cls(data, scan(data, where), broker_set)
 
@@ -95,7 +95,7 @@ class Chunk:
         return len(self.fields.starts)
 
     def __iter__(self) -> Iterator[RecordView]:
-        data, bs = self.data, self.broker_set
+        data, bs = bytes(self.data), self.broker_set  # a message's fields are bytes and str
         return (RecordView(data, pos, bs) for pos in self.fields.starts)
 
     def queue(self) -> int:

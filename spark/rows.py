@@ -64,7 +64,7 @@ def _int_array(values: Sequence[int], kind: pa.DataType, code: str) -> pa.Array:
     return pa.Array.from_buffers(kind, len(packed), [None, pa.py_buffer(packed)])
 
 
-def body_array(data: bytes, fields: records.Fields) -> pa.Array:
+def body_array(data: bytes | memoryview, fields: records.Fields) -> pa.Array:
     """The binary column: value offsets from the body lengths, values as one join of the bodies'
     slices of the buffer (memoryviews: the join is the only copy)."""
     n = len(fields.body_ends)

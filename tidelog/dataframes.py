@@ -158,7 +158,7 @@ class Pulled:
     next_offset: int
     offsets: Offsets
     count: int
-    records: bytes
+    records: bytes | memoryview  # a data-port reply's records: a view of the reply, not a copy
     crc: int
 
 
@@ -185,7 +185,8 @@ def parse_pulled(body: bytes) -> Pulled:
     if len(body) < _PULLED.size:
         raise FrameError("a pull reply is shorter than its fields")
     nxt, low, high, confirmed, count, crc = _PULLED.unpack_from(body)
-    return Pulled(nxt, Offsets(low, high, confirmed), count, body[_PULLED.size :], crc)
+    # A view: a reply holds megabytes, and the Spark reader builds its columns from it as it is.
+    return Pulled(nxt, Offsets(low, high, confirmed), count, memoryview(body)[_PULLED.size :], crc)
 
 
 # --- auth ------------------------------------------------------------------------------------
