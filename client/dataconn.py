@@ -7,6 +7,10 @@ caller. A broker without a data port, or one whose data port cannot be reached, 
 gRPC as before (`address_for` answers None for a while), so the data port is never the only way
 in.
 
+Replies are read by a buffered protocol (`ReplyReader`): small frames through one scratch buffer,
+and the body of a large one (a pull's megabytes) straight into a buffer of its own size, so the
+bytes are copied once from the socket, not through a stream's buffer and out again.
+
 Errors keep the one convention: an error frame becomes the typed error of its code (with the
 master's address for NOT_MASTER); a lost connection fails every call on it with UNAVAILABLE, which
 the producer and readers already retry elsewhere.
@@ -20,11 +24,12 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from tidelog import dataframes as df
 from tidelog.errors import TidelogError, UnavailableError
-from tidelog.tasks import cancel_and_wait, within
-from tidelog.tlsconfig import ClientTls, open_connection
+from tidelog.tasks import within
+from tidelog.tlsconfig import ClientTls, create_connection
 from tidelog.wire import make_error
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,90 @@ Signing = Callable[[], tuple[tuple[str, str], ...]]
 
 #: How long a broker whose data port failed is used through gRPC before the data port is tried again.
 RETRY_AFTER_S = 5.0
+#: Frames up to this size are read through the scratch buffer; a larger body gets a buffer of its own.
+SCRATCH_BYTES = 64 << 10
+LARGE_BODY = 16 << 10
+
+
+class ReplyReader(asyncio.BufferedProtocol):
+    """Reads reply frames off the socket and hands each to `on_frame(status, rid, body)`; a broken
+    frame or a lost connection ends in `on_lost(why)`, once."""
+
+    def __init__(
+        self,
+        on_frame: Callable[[int, int, bytes | bytearray], None],
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self.on_frame = on_frame
+        self.on_lost = on_lost
+        self.transport: asyncio.Transport | None = None
+        self._scratch = bytearray(SCRATCH_BYTES)
+        self._start = 0  # unparsed bytes are scratch[_start:_end]
+        self._end = 0
+        # a large body being read into its own buffer: (buffer, bytes in it so far, status, rid)
+        self._body: bytearray | None = None
+        self._got = 0
+        self._head: tuple[int, int] = (0, 0)
+        self._ended = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is not None:
+            return memoryview(self._body)[self._got :]
+        if self._end == len(self._scratch):  # a small frame's start is at the end: move it down
+            kept = self._end - self._start
+            self._scratch[:kept] = self._scratch[self._start : self._end]
+            self._start, self._end = 0, kept
+        return memoryview(self._scratch)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._body is not None:
+            self._got += nbytes
+            if self._got == len(self._body):
+                body, self._body = self._body, None
+                self.on_frame(*self._head, body)
+            return
+        self._end += nbytes
+        try:
+            self._parse()
+        except df.FrameError as exc:
+            self._lose(str(exc))
+            if self.transport is not None:
+                self.transport.close()
+
+    def _parse(self) -> None:
+        scratch = self._scratch
+        while self._end - self._start >= df.HEAD_SIZE and not self._ended:
+            length, status, rid = df.HEAD.unpack_from(scratch, self._start)
+            size = df.body_length(length)
+            first = self._start + df.HEAD_SIZE
+            have = self._end - first
+            if have >= size:
+                self._start = first + size
+                self.on_frame(status, rid, bytes(scratch[first : self._start]))
+            elif size > LARGE_BODY:
+                body = bytearray(size)
+                body[:have] = scratch[first : self._end]
+                self._body, self._got, self._head = body, have, (status, rid)
+                self._start = self._end = 0
+                return
+            else:
+                break  # a small frame not whole yet: the rest comes into the scratch buffer
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes; connection_lost says why
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lose(str(exc) if exc else "closed by the broker")
+
+    def _lose(self, why: str) -> None:
+        if not self._ended:
+            self._ended = True
+            self.on_lost(why)
 
 
 class DataConnection:
@@ -44,44 +133,52 @@ class DataConnection:
         self.tls = tls
         # the metadata of the AUTH frame that starts the connection (the broker's auth on); None: none
         self.auth = auth
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[tuple[int, bytes | bytearray]]] = {}
         self._ids = itertools.count(1)
-        self._receiver: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
         self.closed = False
 
-    async def _connect(self, timeout: float) -> asyncio.StreamWriter:
+    async def _connect(self, timeout: float) -> asyncio.Transport:
         async with self._connecting:
-            if self._writer is None:
+            if self._transport is None:
                 host, _, port = self.address.rpartition(":")
-                self._reader, self._writer = await within(
-                    open_connection(host, int(port), self.tls, limit=1 << 20), timeout
+                transport, _ = await within(
+                    create_connection(
+                        lambda: ReplyReader(self._on_frame, self._on_lost), host, int(port), self.tls
+                    ),
+                    timeout,
                 )
-                self._receiver = asyncio.ensure_future(self._receive(self._reader))
+                if self.closed:  # lost already (a reset during the handshake)
+                    transport.close()
+                    raise OSError("the connection was lost as it opened")
+                self._transport = cast(asyncio.Transport, transport)
                 if self.auth is not None:
                     # signed afresh for each connection; a refusal is the caller's typed error
-                    await self._send(self._writer, df.OP_AUTH, [df.auth_request(self.auth())], timeout)
-            return self._writer
+                    await self._send(self._transport, df.OP_AUTH, [df.auth_request(self.auth())], timeout)
+            return self._transport
 
-    async def call(self, op: int, parts: list[bytes], timeout: float) -> bytes:
+    async def call(self, op: int, parts: list[bytes], timeout: float) -> bytes | bytearray:
         """Send one request and wait for its reply body; a typed error for an error reply."""
         if self.closed:
             raise UnavailableError(f"the data connection to {self.address} is closed")
         try:
-            writer = await self._connect(timeout)
+            transport = await self._connect(timeout)
         except (OSError, TimeoutError) as exc:
             self.closed = True
             raise UnavailableError(f"cannot reach the data port {self.address}: {exc}") from None
-        return await self._send(writer, op, parts, timeout)
+        return await self._send(transport, op, parts, timeout)
 
-    async def _send(self, writer: asyncio.StreamWriter, op: int, parts: list[bytes], timeout: float) -> bytes:
+    async def _send(
+        self, transport: asyncio.Transport, op: int, parts: list[bytes], timeout: float
+    ) -> bytes | bytearray:
+        if self.closed:
+            raise UnavailableError(f"the data connection to {self.address} is closed")
         rid = next(self._ids) & 0xFFFFFFFF
-        fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[tuple[int, bytes | bytearray]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
-            writer.writelines(df.frame(op, rid, *parts))
+            transport.writelines(df.frame(op, rid, *parts))
             try:
                 status, body = await within(fut, timeout)
             except TimeoutError:
@@ -95,36 +192,26 @@ class DataConnection:
             raise make_error(code, message, **({"leader": leader} if leader else {}))
         return body
 
-    async def _receive(self, reader: asyncio.StreamReader) -> None:
-        why = "closed by the broker"
-        try:
-            while True:
-                head = await reader.readexactly(df.HEAD_SIZE)
-                length, status, rid = df.HEAD.unpack(head)
-                body = await reader.readexactly(df.body_length(length))
-                fut = self._pending.get(rid)
-                if fut is not None and not fut.done():
-                    fut.set_result((status, body))
-        # OSError: a reset, or with TLS an ssl.SSLError (such as a refused client certificate)
-        except (asyncio.IncompleteReadError, OSError, df.FrameError) as exc:
-            why = str(exc) or why
-        finally:
-            self.closed = True
-            # The socket goes with the reader: nobody writes on a closed connection, and the
-            # plane replaces it without closing it.
-            if self._writer is not None:
-                self._writer.close()
-            for fut in self._pending.values():
-                if not fut.done():
-                    fut.set_exception(
-                        UnavailableError(f"the data connection to {self.address} was lost: {why}")
-                    )
+    def _on_frame(self, status: int, rid: int, body: bytes | bytearray) -> None:
+        fut = self._pending.get(rid)
+        if fut is not None and not fut.done():
+            fut.set_result((status, body))
+
+    def _on_lost(self, why: str) -> None:
+        # a reset, or with TLS an ssl.SSLError (such as a refused client certificate), or a
+        # frame that breaks the layout: every call on the connection fails, and the plane
+        # replaces it
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(UnavailableError(f"the data connection to {self.address} was lost: {why}"))
 
     async def close(self) -> None:
         self.closed = True
-        if self._writer is not None:
-            self._writer.close()
-        await cancel_and_wait(self._receiver)
+        if self._transport is not None:
+            self._transport.close()
 
 
 class DataPlane:

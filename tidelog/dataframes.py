@@ -122,7 +122,7 @@ def produced(broker_set: str, first: int, phys: list[int]) -> bytes:
     return _PRODUCED.pack(len(b), first, len(phys)) + b + struct.pack(f">{len(phys)}Q", *phys)
 
 
-def parse_produced(body: bytes) -> tuple[str, int, tuple[int, ...]]:
+def parse_produced(body: bytes | bytearray) -> tuple[str, int, tuple[int, ...]]:
     """(broker set, first queue offset, physical offset of each record)."""
     if len(body) < _PRODUCED.size:
         raise FrameError("a produce reply is shorter than its fields")
@@ -181,7 +181,7 @@ def pulled_head(next_offset: int, offsets: Offsets, count: int, crc: int) -> byt
     return _PULLED.pack(next_offset, offsets.min, offsets.max, offsets.confirmed, count, crc)
 
 
-def parse_pulled(body: bytes) -> Pulled:
+def parse_pulled(body: bytes | bytearray) -> Pulled:
     if len(body) < _PULLED.size:
         raise FrameError("a pull reply is shorter than its fields")
     nxt, low, high, confirmed, count, crc = _PULLED.unpack_from(body)
@@ -235,7 +235,7 @@ def error_body(err: TidelogError, leader: str | None) -> bytes:
     return _ERROR.pack(len(code), len(lead)) + code + lead + err.message.encode()
 
 
-def parse_error(body: bytes) -> tuple[str, str, str]:
+def parse_error(body: bytes | bytearray) -> tuple[str, str, str]:
     """(code, leader, message) of an error reply."""
     if len(body) < _ERROR.size:
         raise FrameError("an error reply is shorter than its fields")
@@ -248,7 +248,7 @@ def parse_error(body: bytes) -> tuple[str, str, str]:
     )
 
 
-def _text(body: bytes, start: int, end: int) -> str:
+def _text(body: bytes | bytearray, start: int, end: int) -> str:
     if end > len(body):
         raise FrameError("a text field runs past the frame's end")
     try:

@@ -311,6 +311,23 @@ async def open_connection(
     )
 
 
+async def create_connection(
+    protocol_factory: Callable[[], asyncio.BaseProtocol], host: str, port: int, tls: ClientTls | None
+) -> tuple[asyncio.BaseTransport, asyncio.BaseProtocol]:
+    """`loop.create_connection`, with TLS (server name: `host`) when `tls` is given."""
+    loop = asyncio.get_running_loop()
+    if tls is None:
+        return await loop.create_connection(protocol_factory, host, port)
+    return await loop.create_connection(
+        protocol_factory,
+        host,
+        port,
+        ssl=tls.ssl_context(),
+        server_hostname=host,
+        ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
+    )
+
+
 async def start_server(
     handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
     host: str,

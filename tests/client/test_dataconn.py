@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidelog import dataframes as df
 from tidelog.client import dataconn
@@ -73,7 +75,7 @@ def test_a_connection_the_broker_closed_closes_its_socket_before_the_plane_repla
             assert conn is not None
             with pytest.raises(UnavailableError, match="was lost"):
                 await conn.call(df.OP_PULL, [b"x"], timeout=5.0)
-            sock = conn._writer.get_extra_info("socket")  # type: ignore[union-attr]
+            sock = conn._transport.get_extra_info("socket")  # type: ignore[union-attr]
             for _ in range(50):
                 if sock.fileno() == -1:
                     break
@@ -86,3 +88,44 @@ def test_a_connection_the_broker_closed_closes_its_socket_before_the_plane_repla
             await server.wait_closed()
 
     asyncio.run(main())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([df.OK, df.ERROR]), st.integers(0, 2**32 - 1), st.integers(0, 70_000)),
+        max_size=6,
+    ),
+    st.lists(st.integers(1, 100_000), min_size=1, max_size=30),
+)
+def test_reply_frames_arrive_whole_and_in_order_however_the_socket_cuts_them(
+    frames: list[tuple[int, int, int]], cuts: list[int]
+) -> None:
+    """Small frames through the scratch buffer, large bodies into buffers of their own, cut at
+    any byte: each frame is handed over once, with exactly its bytes."""
+    sent = [(status, rid, bytes([rid % 251]) * size) for status, rid, size in frames]
+    stream = b"".join(b"".join(df.frame(status, rid, body)) for status, rid, body in sent)
+    got: list[tuple[int, int, bytes]] = []
+    lost: list[str] = []
+    reader = dataconn.ReplyReader(lambda s, r, b: got.append((s, r, bytes(b))), lost.append)
+    pos, turn = 0, 0
+    while pos < len(stream):
+        buf = reader.get_buffer(-1)
+        n = min(len(buf), cuts[turn % len(cuts)], len(stream) - pos)
+        assert n > 0
+        buf[:n] = stream[pos : pos + n]
+        reader.buffer_updated(n)
+        pos, turn = pos + n, turn + 1
+    assert got == sent and not lost
+    reader.connection_lost(None)
+    assert lost == ["closed by the broker"]
+
+
+def test_a_frame_longer_than_the_limit_ends_the_connection() -> None:
+    lost: list[str] = []
+    reader = dataconn.ReplyReader(lambda s, r, b: None, lost.append)
+    buf = reader.get_buffer(-1)
+    head = df.HEAD.pack(df.MAX_FRAME + 1, df.OK, 1)
+    buf[: len(head)] = head
+    reader.buffer_updated(len(head))
+    assert len(lost) == 1 and "frame length" in lost[0]

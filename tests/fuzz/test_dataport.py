@@ -33,7 +33,7 @@ from tidelog import dataframes as df
 from tidelog.acl import AclState, User
 from tidelog.broker.dataport import ByteBudget, DataPort, _Held, _Link
 from tidelog.client.aio import OutMessage
-from tidelog.client.dataconn import DataConnection
+from tidelog.client.dataconn import DataConnection, ReplyReader
 from tidelog.commitlog import batch
 from tidelog.credentials import Credentials
 from tidelog.errors import TidelogError, UnavailableError
@@ -243,14 +243,21 @@ def test_no_first_frame_but_a_users_authenticates(data: bytes) -> None:
 
 
 async def _receive(data: bytes) -> None:
-    reader = asyncio.StreamReader()
-    reader.feed_data(data)
-    reader.feed_eof()
     conn = DataConnection("127.0.0.1:1")
     loop = asyncio.get_running_loop()
     pending = {rid: loop.create_future() for rid in (1, 2)}
     conn._pending.update(pending)
-    await conn._receive(reader)
+    reader = ReplyReader(conn._on_frame, conn._on_lost)
+    # the stream in the pieces a socket might deliver it in: 1 byte, then ever larger reads
+    pos, piece = 0, 1
+    while pos < len(data) and not conn.closed:
+        buf = reader.get_buffer(-1)
+        n = min(len(buf), piece, len(data) - pos)
+        assert n > 0, "the reader offered no room while a frame was incomplete"
+        buf[:n] = data[pos : pos + n]
+        reader.buffer_updated(n)
+        pos, piece = pos + n, piece * 3
+    reader.connection_lost(None)
     assert conn.closed
     for fut in pending.values():
         assert fut.done()
