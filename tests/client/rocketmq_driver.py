@@ -29,7 +29,8 @@ import json
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from hashlib import sha1
 from typing import Any
@@ -57,6 +58,7 @@ from rocketmq.grpc_protocol import (
 )
 
 IN_FLIGHT = 256  # async sends outstanding at once
+RECEIVERS = 4  # receives outstanding at once (receive, ack-all): one per queue of a topic
 
 
 def config(endpoint: str) -> ClientConfiguration:
@@ -114,21 +116,56 @@ def described(m: Any) -> dict[str, Any]:
     }
 
 
+def together(receivers: int, work: Callable[[], None]) -> None:
+    """Run `work` on `receivers` threads at once; raise the first error one of them raised.
+
+    The client picks each receive's queue in turn, and a receive of a queue with nothing to give
+    waits out the long poll (`await_duration`): one receive at a time, the messages of the
+    queues that still hold some come one long poll per drained queue passed over; several at
+    once, they come while the others wait."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(receivers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def receive(endpoint: str, topic: str, group: str, expected: int, expression: str) -> dict[str, Any]:
+    """A SimpleConsumer acknowledging what it receives, RECEIVERS receives at once (`together`),
+    until `expected` messages came and then each receiver's last three receives came back empty."""
     consumer = SimpleConsumer(
         config(endpoint), group, {topic: FilterExpression(expression)}, await_duration=2
     )
     consumer.startup()
     try:
         got: list[dict[str, Any]] = []
+        lock = threading.Lock()
         deadline = time.monotonic() + 60
-        idle = 0
-        while time.monotonic() < deadline and (len(got) < expected or idle < 3):
-            batch = consumer.receive(32, 15)
-            idle = 0 if batch else idle + 1
-            for m in batch:
-                consumer.ack(m)
-                got.append(described(m))
+
+        def receiver() -> None:
+            idle = 0
+            while time.monotonic() < deadline:
+                with lock:
+                    if len(got) >= expected and idle >= 3:
+                        return
+                batch = consumer.receive(32, 15)
+                idle = 0 if batch else idle + 1
+                for m in batch:
+                    consumer.ack(m)
+                    with lock:
+                        got.append(described(m))
+
+        together(RECEIVERS, receiver)
         return {"received": got}
     finally:
         consumer.shutdown()
@@ -331,24 +368,31 @@ def push(
 
 
 def ack_all(endpoint: str, topic: str, group: str, expected: int) -> dict[str, Any]:
-    """A SimpleConsumer receiving (32 at a time) until `expected` messages came and a receive then
-    came back empty, acknowledging each from a pool of threads (concurrent acknowledgements of a
-    queue share one replicated write; the client's ack_async returns no future to check): the
+    """A SimpleConsumer receiving (32 at a time, RECEIVERS receives at once: `together`) until
+    `expected` messages came and then each receiver's next receive came back empty,
+    acknowledging each message from a pool of threads (concurrent acknowledgements of a queue
+    share one replicated write; the client's ack_async returns no future to check): the
     messages (id, body, delivery attempt) and how many acknowledgements failed."""
     consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
     consumer.startup()
     try:
         got: list[list[Any]] = []
+        acks: list[Future[None]] = []
+        lock = threading.Lock()
+        deadline = time.monotonic() + 300  # a busy machine: the test says how long it took
         with ThreadPoolExecutor(16) as pool:
-            acks = []
-            deadline = time.monotonic() + 300  # a busy machine: the test says how long it took
-            while time.monotonic() < deadline:
-                batch = consumer.receive(32, 30)
-                if not batch and len(got) >= expected:
-                    break
-                for m in batch:
-                    acks.append(pool.submit(consumer.ack, m))
-                    got.append([m.message_id, m.body.decode(), m.delivery_attempt])
+
+            def receiver() -> None:
+                while time.monotonic() < deadline:
+                    batch = consumer.receive(32, 30)
+                    with lock:
+                        if not batch and len(got) >= expected:
+                            return
+                        for m in batch:
+                            acks.append(pool.submit(consumer.ack, m))
+                            got.append([m.message_id, m.body.decode(), m.delivery_attempt])
+
+            together(RECEIVERS, receiver)
             failed = sum(1 for f in acks if f.exception() is not None)
         return {"received": got, "ack_failures": failed}
     finally:

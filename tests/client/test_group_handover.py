@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 Pos = tuple[str, int, int]  # (broker set, queue, offset)
 MEMBER_SCRIPT = Path(__file__).with_name("handover_member.py")
 N_MESSAGES = 6000
+POLL_12 = 120  # a poll of the members of a 12-queue topic
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +47,12 @@ def fill(client: Client, topic: str) -> set[Pos]:
 
 
 class Member(threading.Thread):
-    """One group member polling in its own thread, with its own client, until told to leave."""
+    """One group member polling in its own thread, with its own client, until told to leave;
+    `poll_size` messages a poll at most (spread over the member's queues)."""
 
-    def __init__(self, controllers: str, group: str, topic: str, **opts: Any) -> None:
+    def __init__(self, controllers: str, group: str, topic: str, poll_size: int = 20, **opts: Any) -> None:
         super().__init__(daemon=True)
+        self.poll_size = poll_size
         self.client = Client(controllers)
         self.events: list[tuple[str, list[tuple[str, int]]]] = []
         self.consumer = self.client.consumer(
@@ -67,7 +70,7 @@ class Member(threading.Thread):
     def run(self) -> None:
         try:
             while not self._quit.is_set():
-                for m in self.consumer.poll(max_messages=20, timeout=0.2):
+                for m in self.consumer.poll(max_messages=self.poll_size, timeout=0.2):
                     self.seen.append((m.broker_set, m.queue, m.offset))
                 time.sleep(0.01)  # the application's work: a rebalance happens mid-way through
         except BaseException as exc:  # reported by leave()
@@ -232,14 +235,16 @@ def test_three_then_five_then_two_members_while_50000_keyed_messages_are_produce
             failures.append(exc)
 
     writer = threading.Thread(target=produce, daemon=True)
-    members = [Member(cluster.controllers, "churn", topic) for _ in range(3)]
+    # 120 a poll (10 a queue for one member of all 12; 20 polls took 3 a queue): the two members
+    # left at the end drain 40,000 messages in hundreds of polls rather than thousands
+    members = [Member(cluster.controllers, "churn", topic, POLL_12) for _ in range(3)]
     writer.start()
     for m in members:
         m.start()
     extra: list[Member] = []
     try:
         wait_for("a fifth of the messages", lambda: len(tally(members)) >= total // 5, 60)
-        extra = [Member(cluster.controllers, "churn", topic) for _ in range(2)]
+        extra = [Member(cluster.controllers, "churn", topic, POLL_12) for _ in range(2)]
         for m in extra:
             m.start()
         wait_for("the newcomers to read", lambda: all(len(m.seen) >= 50 for m in extra), 60)

@@ -52,6 +52,16 @@ def replicas(cluster: LocalCluster) -> dict[int, dict[str, Any]]:
     return {r["broker_id"]: r for r in status(cluster)["replicas"] if r["broker_set"] == "broker-a"}
 
 
+def live_offsets(cluster: LocalCluster) -> dict[int, int | None]:
+    """Each replica's max offset as the replica itself answers it (`tide cluster status`). The
+    placement status shows the offsets the controller recorded, which a broker reports at most
+    every 30 s (a hint for operators): waiting for those to agree waits for that report."""
+    out = run(cluster, "cluster", "status", "--json")
+    assert out.returncode == 0, out.stderr
+    members = json.loads(out.stdout)["broker_sets"][0]["members"]
+    return {m["broker_id"]: m["max_offset"] for m in members}
+
+
 def exited(pid: int) -> bool:
     try:
         return "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
@@ -165,7 +175,8 @@ def _wipe_and_rejoin(
         lambda: (
             (r := replicas(cluster))
             and r[new]["in_sync"]
-            and r[new]["max_offset"] == r[master]["max_offset"]
+            and (o := live_offsets(cluster))[new] is not None
+            and o[new] == o[master]
             and r
         ),
     )

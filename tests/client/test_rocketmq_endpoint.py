@@ -105,7 +105,9 @@ def test_sends_are_readable_through_tidelog_and_received_by_a_simple_consumer(
 def test_an_unacknowledged_message_comes_back_after_its_invisible_duration(
     cluster: LocalCluster, endpoint: str
 ) -> None:
-    create_topic(cluster, "rmq-retry")
+    # one queue: each receive asks the queue that holds the message (with more, the consumer's
+    # receives of the empty ones each wait out their long poll first)
+    create_topic(cluster, "rmq-retry", queues=1)
     (receipt,) = drive(endpoint, "send", "rmq-retry", "1", "0")["sent"]
     first, second = drive(endpoint, "redeliver", "rmq-retry", "g-retry")["rounds"]
     assert first["id"] == second["id"] == receipt["id"]
@@ -132,7 +134,7 @@ def test_bad_input_and_unserved_calls_answer_rocketmq_codes(cluster: LocalCluste
 def test_a_message_forwarded_to_the_dead_letter_queue_moves_there_once_and_never_comes_back(
     cluster: LocalCluster, endpoint: str
 ) -> None:
-    create_topic(cluster, "rmq-dead")
+    create_topic(cluster, "rmq-dead", queues=1)  # every receive asks the message's queue
     (sent,) = drive(endpoint, "send", "rmq-dead", "1", "0")["sent"]
     out = drive(endpoint, "forward", "rmq-dead", "g-dead")
     assert out["message"]["id"] == sent["id"]
@@ -174,7 +176,10 @@ def test_fifo_messages_go_out_in_group_order_across_a_consumer_restart(
     cluster: LocalCluster, endpoint: str
 ) -> None:
     groups, per_group = 3, 8
-    create_topic(cluster, "rmq-fifo")
+    # two queues: the client puts g0 and g1 in the first, g2 in the second (it hashes a message
+    # group to a queue), as it does with four; with four, every turn of the consumer's receives
+    # also waited out a long poll on each of the two queues no group lands in
+    create_topic(cluster, "rmq-fifo", queues=2)
     sent = drive(endpoint, "fifo-send", "rmq-fifo", str(groups), str(per_group))["sent"]
     assert len({s["id"] for s in sent}) == groups * per_group
     # the first consumer acknowledges 7 messages, keeps the next ones unacknowledged (3 s
