@@ -50,6 +50,7 @@ class Pair:
     def __init__(
         self, tmp: Path, master_epoch: int, sss: frozenset[int], *, slave_timeout_ms: int = 3000
     ) -> None:
+        self.tmp = tmp
         self.mlog = open_log(tmp / "m")
         self.slog = open_log(tmp / "s")
         self.master_epoch = master_epoch
@@ -106,6 +107,12 @@ class Pair:
         ).start()
         return self.slave
 
+    def assert_byte_identical(self) -> None:
+        """Both logs flushed, their segment files hold the same bytes."""
+        self.mlog.flush()
+        self.slog.flush()
+        assert segment_bytes(self.tmp / "m") == segment_bytes(self.tmp / "s")
+
     def append(self, msgs: list[Message]) -> int:
         placed = self.mlog.append(msgs)
         assert self.master is not None
@@ -139,9 +146,7 @@ def test_3_4_slave_copy_is_byte_identical_and_confirm_follows_acks(tmp_path):
             await until(lambda: pair.mlog.confirm_offset == end, what="the master's confirm offset")
             await until(lambda: pair.slog.confirm_offset == end, what="the slave's confirm offset")
             assert pair.slog.epochs.pairs() == pair.mlog.epochs.pairs() == [(1, 0)]
-            pair.mlog.flush()
-            pair.slog.flush()
-            assert segment_bytes(tmp_path / "m") == segment_bytes(tmp_path / "s")
+            pair.assert_byte_identical()
             assert len(pair.slog.read("t", 0, 0, 1000)) == len(pair.mlog.read("t", 0, 0, 1000)) == 57
         finally:
             await pair.close()
@@ -171,9 +176,7 @@ def test_an_append_is_written_to_an_idle_slave_at_once_and_a_long_one_in_chunks(
             assert conn.send_offset < long_end
             await until(lambda: pair.slog.max_offset == long_end, what="the slave to catch up")
             await until(lambda: pair.mlog.confirm_offset == long_end, what="the master's confirm offset")
-            pair.mlog.flush()
-            pair.slog.flush()
-            assert segment_bytes(tmp_path / "m") == segment_bytes(tmp_path / "s")
+            pair.assert_byte_identical()
         finally:
             await pair.close()
 
@@ -205,9 +208,7 @@ def test_3_4_fork_repair_cuts_the_unacked_tail_of_a_deposed_master(tmp_path):
             await until(lambda: pair.slog.max_offset == end and slave.connected, what="repair and catch-up")
             assert slave.truncations == [(tail_end, fork_at)]  # exactly the unacked tail, once
             assert pair.slog.epochs.pairs() == [(1, 0), (2, fork_at)]
-            pair.mlog.flush()
-            pair.slog.flush()
-            assert segment_bytes(tmp_path / "m") == segment_bytes(tmp_path / "s")
+            pair.assert_byte_identical()
             await until(lambda: pair.slog.confirm_offset == end, what="the slave's confirm offset")
             bodies = [m.body for q in range(3) for m in pair.slog.read("t", q, 0, 1000)]
             assert len(bodies) == 50
@@ -272,9 +273,7 @@ def test_3_4_a_lagging_slave_takes_the_previous_epochs_history_from_a_new_master
             await until(lambda: pair.slog.max_offset == end, what="the lagging slave to catch up")
             assert slave.truncations == []
             assert pair.slog.epochs.pairs() == [(1, 0), (2, epoch2_start)]
-            pair.mlog.flush()
-            pair.slog.flush()
-            assert segment_bytes(tmp_path / "m") == segment_bytes(tmp_path / "s")
+            pair.assert_byte_identical()
         finally:
             await pair.close()
 
