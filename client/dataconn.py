@@ -54,19 +54,16 @@ class ReplyReader(asyncio.BufferedProtocol):
         on_lost: Callable[[str], None],
     ) -> None:
         self.on_frame = on_frame
-        self.on_lost = on_lost
-        self.transport: asyncio.Transport | None = None
+        self.on_lost = on_lost  # its owner closes the transport
         self._scratch = bytearray(SCRATCH_BYTES)
         self._start = 0  # unparsed bytes are scratch[_start:_end]
         self._end = 0
-        # a large body being read into its own buffer: (buffer, bytes in it so far, status, rid)
+        # a large body being read into a buffer of its own: the buffer, the bytes in it so far,
+        # and the frame's (status, rid)
         self._body: bytearray | None = None
         self._got = 0
         self._head: tuple[int, int] = (0, 0)
         self._ended = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:
@@ -78,6 +75,8 @@ class ReplyReader(asyncio.BufferedProtocol):
         return memoryview(self._scratch)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._ended:
+            return  # a broken frame ended it: the rest is not read
         if self._body is not None:
             self._got += nbytes
             if self._got == len(self._body):
@@ -89,12 +88,10 @@ class ReplyReader(asyncio.BufferedProtocol):
             self._parse()
         except df.FrameError as exc:
             self._lose(str(exc))
-            if self.transport is not None:
-                self.transport.close()
 
     def _parse(self) -> None:
         scratch = self._scratch
-        while self._end - self._start >= df.HEAD_SIZE and not self._ended:
+        while self._end - self._start >= df.HEAD_SIZE:
             length, status, rid = df.HEAD.unpack_from(scratch, self._start)
             size = df.body_length(length)
             first = self._start + df.HEAD_SIZE

@@ -218,21 +218,22 @@ class HaMaster:
         the event loop, which is a share of every acknowledgement's latency. A sender that is
         busy (writing, or its slave not taking bytes) is woken and sends them itself."""
         self._step(Appended(self.log.max_offset))
-        everyone = True
         for conn in self.connections.values():
             writer = conn.writer
-            idle = conn.parked and writer is not None and not writer.is_closing()
-            if idle and writer is not None and writer.transport.get_write_buffer_size() == 0:
+            if (
+                conn.parked
+                and writer is not None
+                and not writer.is_closing()
+                and writer.transport.get_write_buffer_size() == 0
+            ):
                 try:
                     conn.send_offset = self._send_chunk(conn, writer, conn.send_offset)
                 except Exception as exc:  # the sender meets it again, and ends its connection
                     stop_if_violated(exc)
-                    everyone = False
-                    continue
-            if conn.send_offset < self.log.max_offset:  # busy, or more than one chunk appended
-                everyone = False
-        if not everyone:
-            # (a sender woken with nothing left to send writes a heartbeat: not woken needlessly)
+        # Busy senders, and appends longer than a chunk, are left to the senders. (A sender woken
+        # with nothing left to send writes a heartbeat: none is woken needlessly.)
+        end = self.log.max_offset
+        if any(conn.send_offset < end for conn in self.connections.values()):
             self._wake_senders()
 
     def _wake_senders(self) -> None:

@@ -295,20 +295,18 @@ def aio_channel(
     )
 
 
+def _client_tls(host: str, tls: ClientTls | None) -> dict[str, Any]:
+    """The TLS arguments of a client connection to `host` (its server name), none without TLS."""
+    if tls is None:
+        return {}
+    return {"ssl": tls.ssl_context(), "server_hostname": host, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S}
+
+
 async def open_connection(
     host: str, port: int, tls: ClientTls | None, **kw: Any
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """`asyncio.open_connection`, with TLS (server name: `host`) when `tls` is given."""
-    if tls is None:
-        return await asyncio.open_connection(host, port, **kw)
-    return await asyncio.open_connection(
-        host,
-        port,
-        ssl=tls.ssl_context(),
-        server_hostname=host,
-        ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
-        **kw,
-    )
+    return await asyncio.open_connection(host, port, **_client_tls(host, tls), **kw)
 
 
 async def create_connection(
@@ -316,16 +314,7 @@ async def create_connection(
 ) -> tuple[asyncio.BaseTransport, asyncio.BaseProtocol]:
     """`loop.create_connection`, with TLS (server name: `host`) when `tls` is given."""
     loop = asyncio.get_running_loop()
-    if tls is None:
-        return await loop.create_connection(protocol_factory, host, port)
-    return await loop.create_connection(
-        protocol_factory,
-        host,
-        port,
-        ssl=tls.ssl_context(),
-        server_hostname=host,
-        ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
-    )
+    return await loop.create_connection(protocol_factory, host, port, **_client_tls(host, tls))
 
 
 async def start_server(
