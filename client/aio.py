@@ -30,7 +30,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, NoReturn, TypeVar
+from typing import Any, Generic, NamedTuple, NoReturn, TypeVar
 
 import grpc
 from crc32c import crc32c
@@ -898,6 +898,40 @@ def _out_message(m: object) -> OutMessage:
 READ_AHEAD = 3
 
 
+class ReadAhead(Generic[T]):
+    """Pulls started ahead of a reader at the offsets where full batches would start, in order
+    (the consumer API's reader and the Spark source's range reader). A pull is used only when it
+    starts exactly at the reader's position; otherwise every pull ahead is dropped."""
+
+    def __init__(self, client: AsyncClient, depth: int = READ_AHEAD) -> None:
+        self.client = client
+        self.depth = depth
+        self._pulls: collections.deque[tuple[int, asyncio.Future[T]]] = collections.deque()
+
+    def fill(self, position: int, batch: int, end: int | None, pull: Callable[[int], Awaitable[T]]) -> None:
+        """Start `pull(offset)` for the batches after the last one under way (from `position`
+        when none is), up to `depth` of them and below `end` (None: no end)."""
+        start = self._pulls[-1][0] + batch if self._pulls else position
+        while len(self._pulls) < self.depth and (end is None or start < end):
+            self._pulls.append((start, self.client.background(pull(start))))
+            start += batch
+
+    async def take(self, position: int) -> asyncio.Future[T] | None:
+        """The first pull, when it starts at `position`; else None, and every pull is dropped."""
+        if not self._pulls:
+            return None
+        if self._pulls[0][0] != position:
+            await self.drop()
+            return None
+        return self._pulls.popleft()[1]
+
+    async def drop(self, *also: asyncio.Future[Any]) -> None:
+        """Cancel every pull ahead (and `also`), and wait until they have ended."""
+        pulls = [f for _, f in self._pulls]
+        self._pulls.clear()
+        await cancel_and_wait(*also, *pulls)
+
+
 class AsyncReader:
     """Reads one queue from an offset, without a group."""
 
@@ -909,10 +943,8 @@ class AsyncReader:
         self.queue = queue
         self.position = start_offset
         self.broker_set = broker_set
-        # Pulls started ahead of the caller: (the offset each starts at, its future), in order.
-        self._ahead: collections.deque[tuple[int, asyncio.Future[tuple[list[ConsumedMessage], int]]]] = (
-            collections.deque()
-        )
+        # pulls started ahead of the caller
+        self._ahead: ReadAhead[tuple[list[ConsumedMessage], int]] = ReadAhead(client)
 
     async def _route(self, refresh: bool = False) -> BrokerSetRoute:
         route = await self.client.route(self.topic, refresh=refresh)
@@ -939,36 +971,24 @@ class AsyncReader:
             msgs, nxt = await self._pull(self.position, max_messages, int(timeout * 1000))
             self.position = nxt
         if len(msgs) >= max_messages:
-            start = self._ahead[-1][0] + max_messages if self._ahead else self.position
-            while len(self._ahead) < READ_AHEAD:
-                self._ahead.append((start, self.client.background(self._pull(start, max_messages, 0))))
-                start += max_messages
+            self._ahead.fill(self.position, max_messages, None, lambda at: self._pull(at, max_messages, 0))
         return msgs
 
     async def _ahead_batch(self) -> list[ConsumedMessage] | None:
         """The first read-ahead's messages, if it starts at the position and brought any; else None
         (and every read-ahead is dropped: pull as usual)."""
-        if not self._ahead:
+        ahead = await self._ahead.take(self.position)
+        if ahead is None:
             return None
-        start, ahead = self._ahead[0]
-        if start != self.position:
-            await self._drop_ahead()
-            return None
-        self._ahead.popleft()
         try:
             msgs, nxt = await ahead
         except TidelogError:
             msgs = []  # the pull made now will meet (and raise) whatever it was, or succeed
         if not msgs:
-            await self._drop_ahead()
+            await self._ahead.drop()
             return None
         self.position = nxt
         return msgs
-
-    async def _drop_ahead(self) -> None:
-        ahead = [f for _, f in self._ahead]
-        self._ahead.clear()
-        await cancel_and_wait(*ahead)
 
     async def _pull(self, offset: int, max_messages: int, wait_ms: int) -> tuple[list[ConsumedMessage], int]:
         bs = await self._route()
@@ -986,7 +1006,7 @@ class AsyncReader:
         return await self.read(max_messages, timeout)
 
     async def close(self) -> None:
-        await self._drop_ahead()
+        await self._ahead.drop()
 
 
 #: A rebalance listener: called with the (broker set, queue) pairs concerned, on the client's loop.

@@ -19,7 +19,6 @@ columns.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tidelog import loops
-from tidelog.client.aio import READ_AHEAD, AsyncClient, reply_records
+from tidelog.client.aio import READ_AHEAD, AsyncClient, ReadAhead, reply_records
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
 from tidelog.dataframes import PullCall
@@ -44,7 +43,7 @@ from tidelog.errors import (
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.spark.plan import Connection, QueueState, check_start, queue_name
 from tidelog.spark.records import NO_FIELDS, Chunk, scan
-from tidelog.tasks import cancel_and_wait, within
+from tidelog.tasks import within
 
 log = logging.getLogger(__name__)
 
@@ -171,11 +170,10 @@ class RangeReader:
         self.served_by: list[tuple[str, int, int]] = []  # (address, first offset, count), for tests and logs
         self._turn = 0
         self.where = f"{topic} {queue_name(broker_set, queue)}"
-        # Pulls started ahead (read-ahead, as the client's reader does): (the offset each starts at,
-        # the replica asked, its task), in order. A pull of a confirmed range brings exactly
-        # `max_messages` records unless its bytes run out first, so the next one's offset is known.
-        self.read_ahead = read_ahead
-        self._ahead: collections.deque[tuple[int, str, asyncio.Future[Chunk | None]]] = collections.deque()
+        # Pulls started ahead (as the client's reader does), each answering (replica, chunk): a
+        # pull of a confirmed range brings exactly `max_messages` records unless its bytes run
+        # out first, so the next one's offset is known.
+        self._ahead: ReadAhead[tuple[str, Chunk | None]] = ReadAhead(client, read_ahead)
 
     async def _refresh_replicas(self) -> None:
         try:
@@ -211,38 +209,37 @@ class RangeReader:
         if not self.replicas or self.position >= self.end:
             return
         address = self.replicas[self._turn % len(self.replicas)]
-        start = self._ahead[-1][0] + self.max_messages if self._ahead else self.position
-        while len(self._ahead) < self.read_ahead and start < self.end:
-            call = PullCall(
-                self.topic, self.queue, start, min(self.max_messages, self.end - start), PULL_MAX_BYTES, 0
+
+        async def pull(start: int) -> tuple[str, Chunk | None]:
+            count = min(self.max_messages, self.end - start)
+            return address, await self._pull(
+                address, PullCall(self.topic, self.queue, start, count, PULL_MAX_BYTES, 0)
             )
-            self._ahead.append((start, address, self.client.background(self._pull(address, call))))
-            start += self.max_messages
+
+        self._ahead.fill(self.position, self.max_messages, self.end, pull)
 
     async def _ahead_chunk(self) -> Chunk | None:
         """The first read-ahead's chunk when it starts at the position and brought records in time;
         else None, and every read-ahead is dropped (the hedged pull decides, with its retries)."""
-        if not self._ahead:
+        ahead = await self._ahead.take(self.position)
+        if ahead is None:
             return None
-        start, address, ahead = self._ahead.popleft()
-        chunk: Chunk | None = None
-        if start == self.position:
-            with contextlib.suppress(TidelogError, TimeoutError):
-                # a replica gone silent is passed over as the hedged pull would pass it over
-                chunk = await within(asyncio.shield(ahead), PULL_WAIT_MS / 1000 + SPECULATIVE_READ_S)
-        if not chunk:  # None (below retention), empty, failed, late, or not at the position
-            await self.close(ahead)
+        got: tuple[str, Chunk | None] | None = None
+        with contextlib.suppress(TidelogError, TimeoutError):
+            # a replica gone silent is passed over as the hedged pull would pass it over
+            got = await within(asyncio.shield(ahead), PULL_WAIT_MS / 1000 + SPECULATIVE_READ_S)
+        address, chunk = got if got is not None else ("", None)
+        if not chunk:  # failed, late, below retention, or empty
+            await self._ahead.drop(ahead)
             return None
         self._check_contiguous(chunk, address)
         self.served_by.append((address, self.position, len(chunk)))
         self.position += len(chunk)
         return chunk
 
-    async def close(self, *also: asyncio.Future[Any]) -> None:
+    async def close(self) -> None:
         """Drop the pulls started ahead (a reader given up before its range ends)."""
-        ahead = [task for _, _, task in self._ahead]
-        self._ahead.clear()
-        await cancel_and_wait(*also, *ahead)
+        await self._ahead.drop()
 
     async def _hedged_chunk(self) -> Chunk:
         deadline = time.monotonic() + self.timeout
