@@ -9,6 +9,7 @@ a new master within heartbeat timeout + 3 s of the last heartbeat.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -222,14 +223,29 @@ async def _leader_and_master_die_together(cluster: ControllerCluster) -> float:
             "broker-h", b1.broker_id, role.master_epoch, {1, 2}, role.sync_state_set_epoch
         )
         # Every node, followers too, hears both brokers: they send their heartbeats to all nodes.
+        seen: dict[str, pb.ClusterStatusReply] = {}
         for nid in cluster.ids:
 
             async def heard(nid: str = nid) -> bool:
-                return (await client.cluster_status(address=cluster.grpc[nid])).brokers_heard == 2
+                seen[nid] = await client.cluster_status(address=cluster.grpc[nid])
+                return seen[nid].brokers_heard == 2
 
             # a bounded wait for liveness: under a loaded CI machine a follower may take a while to
-            # apply the registrations it needs before it records the copies
-            await wait_for(heard, 30, what=f"controller {nid} hearing both brokers")
+            # apply the registrations it needs before it records the copies. A node records a copy
+            # only for brokers its applied state has registered, so a miss names every node's Raft
+            # progress (which node lags, and whether it follows the leader at all).
+            try:
+                await wait_for(heard, 30, what=f"controller {nid} hearing both brokers")
+            except AssertionError as exc:
+                for other in cluster.ids:
+                    with contextlib.suppress(Exception):
+                        seen[other] = await client.cluster_status(address=cluster.grpc[other])
+                progress = "; ".join(
+                    f"{i}: {s.raft_state} leader={s.leader_id or '-'} term={s.term} "
+                    f"commit={s.commit_index} applied={s.last_applied} heard={s.brokers_heard}"
+                    for i, s in sorted(seen.items())
+                )
+                raise AssertionError(f"{exc}; nodes: {progress}") from exc
         leader = await wait_for(lambda: _controller_leader(client, cluster, cluster.ids), 10, what="leader")
         # The controller leader's datacenter goes dark with the master in it.
         cluster.procs[leader].kill9()
