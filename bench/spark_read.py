@@ -12,7 +12,9 @@ Python client, then times these jobs in one local SparkSession (`local[2]`, defa
 - the same with `rowFormat=tuples` (one Python tuple per row instead of Arrow record batches)
 - tidelog (JVM data-port reader) -> count / noop: the same rows through `read_dataport`
                        (spark/dataport.py): planned in Python, pulled and turned into columnar
-                       batches in the JVM, no Python worker; its count builds no column at all
+                       batches in the JVM, no Python worker; its count builds no column at all;
+                       and its noop with no pull kept in flight ahead (read_ahead=0), to see
+                       what the read-ahead buys
 - Parquet -> count / noop / Parquet: the same jobs reading the Parquet file written above. A
   Parquet count is answered from the file's metadata, so compare the noop and Parquet jobs.
 - the client alone: the range reads the executors run, in this one process, into Arrow batches
@@ -286,10 +288,10 @@ def _spark_jobs(
             .load()
         )
 
-    def jvm_source() -> Any:
+    def jvm_source(read_ahead: int = 2) -> Any:
         from tidelog.spark import read_dataport
 
-        return read_dataport(spark, controllers, TOPIC)
+        return read_dataport(spark, controllers, TOPIC, read_ahead=read_ahead)
 
     warm = source().limit(10).collect()  # JVM and Python workers warm, outside the timings
     assert len(warm) == 10
@@ -310,6 +312,9 @@ def _spark_jobs(
     jobs["tidelog (JVM data-port reader) -> count"] = timed(lambda: count(jvm_source), args.repeat)
     jobs["tidelog (JVM data-port reader) -> noop"] = timed(
         lambda: jvm_source().write.format("noop").mode("overwrite").save(), args.repeat
+    )
+    jobs["tidelog (JVM data-port reader, no read-ahead) -> noop"] = timed(
+        lambda: jvm_source(0).write.format("noop").mode("overwrite").save(), args.repeat
     )
     jobs["tidelog -> Parquet"] = timed(lambda: source().write.mode("overwrite").parquet(parquet), args.repeat)
     jobs["Parquet -> count (metadata)"] = timed(
