@@ -24,21 +24,38 @@ $(STAMP): pyproject.toml setup.py commitlog/_speedups.c
 
 install: $(STAMP)
 
-# The Spark extra (pyspark, pyarrow: ~0.7 GB) and a JVM, for the Spark tests and jobs; `make run` does without.
+# The Spark extra (pyspark, pyarrow: ~0.7 GB) and a JDK, for the Spark tests and jobs; `make run` does without.
+JAVA_OK = java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' && javac -version 2>&1 | grep -qE 'javac (1[7-9]|[2-9][0-9])'
 $(SPARK_STAMP): $(STAMP)
-	@# Spark 4 runs on Java 17 or 21. Install Debian's when we can rather than fail.
-	@java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || { \
+	@# Spark 4 runs on Java 17 or 21, and the data-port reader (spark/jvm) is compiled with javac:
+	@# install Debian's JDK when we can rather than fail.
+	@$(JAVA_OK) || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -q && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless || \
-				DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-21-jre-headless; }; \
+			apt-get update -q && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless || \
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-21-jdk-headless; }; \
 		fi; \
-		java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || { \
-			echo "Spark needs Java 17 or 21 as 'java' on PATH (Debian: apt-get install openjdk-17-jre-headless)" >&2; \
+		$(JAVA_OK) || { \
+			echo "Spark needs Java 17 or 21 as 'java' and 'javac' on PATH (Debian: apt-get install openjdk-17-jdk-headless)" >&2; \
 			exit 1; }; }
 	$(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(SPARK_STAMP)
 
-spark: $(SPARK_STAMP)
+# The JVM reader of the brokers' data port (`format("tidelog-dataport")`, spark/dataport.py),
+# compiled against the jars pyspark bundles; the jar is built here, never checked in.
+SPARK_JAR := spark/jvm/tidelog-spark.jar
+JAVA_SOURCES := $(wildcard spark/jvm/src/main/java/io/tidelog/spark/*.java)
+JAVA_RESOURCES := spark/jvm/src/main/resources/META-INF/services/org.apache.spark.sql.sources.DataSourceRegister
+$(SPARK_JAR): $(JAVA_SOURCES) $(JAVA_RESOURCES) $(SPARK_STAMP)
+	rm -rf spark/jvm/build && mkdir -p spark/jvm/build/classes
+	javac --release 17 -Xlint:all,-path -Werror -d spark/jvm/build/classes \
+		-cp "$$($(BIN)/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+		$(JAVA_SOURCES)
+	cp -r spark/jvm/src/main/resources/. spark/jvm/build/classes/
+	jar --create --file $@.tmp -C spark/jvm/build/classes .
+	mv $@.tmp $@
+	rm -rf spark/jvm/build
+
+spark: $(SPARK_STAMP) $(SPARK_JAR)
 
 # The network lab (`tide cluster up --netns`, tests/lab) needs `ip` and `nft`: install Debian's
 # when we can. Without root the lab tests skip and say why.
@@ -107,4 +124,4 @@ bench-spark: spark
 	$(BIN)/python -m bench.spark_read
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(SPARK_JAR) spark/jvm/build

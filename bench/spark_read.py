@@ -10,6 +10,11 @@ Python client, then times these jobs in one local SparkSession (`local[2]`, defa
 - tidelog -> noop:     the same rows written to Spark's `noop` sink (materialises every column)
 - tidelog -> Parquet:  the same rows written to a Parquet file (snappy)
 - the same with `rowFormat=tuples` (one Python tuple per row instead of Arrow record batches)
+- tidelog (JVM data-port reader) -> count / noop: the same rows through `read_dataport`
+                       (spark/dataport.py): planned in Python, pulled and turned into columnar
+                       batches in the JVM, no Python worker; its count builds no column at all;
+                       and its noop with no pull kept in flight ahead (read_ahead=0), to see
+                       what the read-ahead buys
 - Parquet -> count / noop / Parquet: the same jobs reading the Parquet file written above. A
   Parquet count is answered from the file's metadata, so compare the noop and Parquet jobs.
 - the client alone: the range reads the executors run, in this one process, into Arrow batches
@@ -251,10 +256,11 @@ def _run(args: argparse.Namespace, work: Path, results: dict[str, Any], jobs: di
 def _start_spark() -> Any:
     from pyspark.sql import SparkSession
 
-    from tidelog.spark import register
+    from tidelog.spark import dataport, register
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        dataport.configure(SparkSession.builder)
+        .master("local[2]")
         .appName("tidelog-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -282,8 +288,14 @@ def _spark_jobs(
             .load()
         )
 
+    def jvm_source(read_ahead: int = 2) -> Any:
+        from tidelog.spark import read_dataport
+
+        return read_dataport(spark, controllers, TOPIC, read_ahead=read_ahead)
+
     warm = source().limit(10).collect()  # JVM and Python workers warm, outside the timings
     assert len(warm) == 10
+    assert len(jvm_source().limit(10).collect()) == 10
 
     def count(df_fn: Callable[[], Any]) -> None:
         got = df_fn().count()
@@ -296,6 +308,13 @@ def _spark_jobs(
     )
     jobs["tidelog (tuples) -> noop"] = timed(
         lambda: source("tuples").write.format("noop").mode("overwrite").save(), args.repeat
+    )
+    jobs["tidelog (JVM data-port reader) -> count"] = timed(lambda: count(jvm_source), args.repeat)
+    jobs["tidelog (JVM data-port reader) -> noop"] = timed(
+        lambda: jvm_source().write.format("noop").mode("overwrite").save(), args.repeat
+    )
+    jobs["tidelog (JVM data-port reader, no read-ahead) -> noop"] = timed(
+        lambda: jvm_source(0).write.format("noop").mode("overwrite").save(), args.repeat
     )
     jobs["tidelog -> Parquet"] = timed(lambda: source().write.mode("overwrite").parquet(parquet), args.repeat)
     jobs["Parquet -> count (metadata)"] = timed(
@@ -323,6 +342,9 @@ def _summarise(args: argparse.Namespace, results: dict[str, Any], jobs: dict[str
         "tidelog/Parquet, noop": round(med["tidelog -> noop"] / med["Parquet -> noop"], 1),
         "tidelog/Parquet, to Parquet": round(med["tidelog -> Parquet"] / med["Parquet -> Parquet"], 1),
         "tuples/Arrow, noop": round(med["tidelog (tuples) -> noop"] / med["tidelog -> noop"], 2),
+        "JVM data-port reader/Parquet, noop": round(
+            med["tidelog (JVM data-port reader) -> noop"] / med["Parquet -> noop"], 2
+        ),
     }
 
 

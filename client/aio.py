@@ -209,7 +209,7 @@ class AsyncClient:
         # produce and pull go through each broker's data port when it has one (client/dataconn.py)
         sign = self.signer
         self.data = DataPlane(
-            self._data_address,
+            self.data_address,
             enabled=data_port,
             tls=self.tls,
             auth=(lambda: sign.extra(df.AUTH_METHOD, None)) if sign is not None else None,
@@ -218,7 +218,9 @@ class AsyncClient:
 
     # --- plumbing ---
 
-    async def _data_address(self, address: str) -> str:
+    async def data_address(self, address: str) -> str:
+        """Where the broker at gRPC `address` serves its data port ("" when it has none), as its
+        Status says."""
         reply = await self.call_broker(
             address, "Status", bpb.StatusRequest(), timeout=min(self.rpc_timeout, 3.0)
         )

@@ -8,7 +8,8 @@
 Modules: `plan` (pure decisions: options, offsets, ranges, budgets, data loss), `fetch` (queue
 offsets and range reads against the cluster), `records` (a pull reply's records, checked),
 `rows` (Arrow record batches built from them), `source` (the
-PySpark classes), `sink` (writers). `plan` needs neither pyspark nor pyarrow; the names below are
+PySpark classes), `sink` (writers), `dataport` (batch reads planned here and read in the JVM by
+spark/jvm's reader: `read_dataport`). `plan` needs neither pyspark nor pyarrow; the names below are
 imported on first use so that it stays importable without them.
 """
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from tidelog.spark.source import TidelogDataSource
 
-__all__ = ["TidelogDataSource", "register", "write"]
+__all__ = ["TidelogDataSource", "read_dataport", "register", "write"]
 
 # Spark starts its Python workers (which import this package) with `python3` from PATH unless
 # PYSPARK_PYTHON names another interpreter; outside an activated venv that interpreter has no
@@ -47,6 +48,16 @@ def write(df: DataFrame, topic: str, controllers: str, **options: str) -> None:
     for key, value in options.items():
         writer = writer.option(key, value)
     writer.mode("append").save()
+
+
+def read_dataport(
+    spark: SparkSession, controllers: str | None = None, topic: str | None = None, **options: Any
+) -> DataFrame:
+    """A batch read of `topic` by the JVM data-port reader (spark/dataport.py; the session needs
+    its jar: `tidelog.spark.dataport.configure(builder)`)."""
+    from tidelog.spark import dataport
+
+    return dataport.read_dataport(spark, controllers, topic, **options)
 
 
 def __getattr__(name: str) -> Any:

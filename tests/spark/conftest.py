@@ -43,11 +43,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         pytest.fail("the Spark tests need Java 17 or 21 on PATH: `make test` installs it (as root on Debian)")
     from pyspark.sql import SparkSession
 
-    from tidelog.spark import register
+    from tidelog.spark import dataport, register
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    builder = SparkSession.builder
+    if dataport.JAR.is_file():
+        # The JVM data-port reader (`make spark` builds it); its tests fail, saying so, without it.
+        builder = dataport.configure(builder)
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("tidelog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

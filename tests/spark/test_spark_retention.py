@@ -1,7 +1,9 @@
 """failOnDataLoss end to end (spark/plan.py `check_start`, broker/retention.py): a cluster from a
 topology whose `broker:` section turns retention on (64 KiB segments, 3 s) deletes the start of
 a topic while it runs; a Spark batch read asking for offset 0 then fails naming retention, and
-with failOnDataLoss=false it skips to what is kept and reads it whole."""
+with failOnDataLoss=false it skips to what is kept and reads it whole. The JVM data-port reader
+(spark/dataport.py) makes the same decision when it meets the deletion while reading a range
+planned before it."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import yaml
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster
 from tests.spark.conftest import produce
 from tidelog.client import Client, OutMessage
+from tidelog.spark import dataport, plan
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +62,20 @@ def test_fail_on_data_loss_through_spark(
     assert offsets[0] >= queue["min"] > 0
     assert offsets == list(range(offsets[0], queue["confirmed"]))  # whole from where it starts
     assert all(r["body"][:6] == b"%06d" % r["offset"] for r in rows)
+
+    # A range planned from 0 (as before a deletion) read by the JVM reader: the replica answers
+    # OFFSET_BELOW_RETENTION, and the reader fails or skips to the replica's minimum.
+    opts = plan.ReadOptions.parse({"controllers": cluster.controllers, "topic": TOPIC}, streaming=False)
+    doc = json.loads(dataport.plan_json(opts))
+    (part,) = doc["partitions"]
+    part["start"] = 0
+
+    def jvm_read(fail_on_data_loss: bool) -> list[Any]:
+        doc["failOnDataLoss"] = fail_on_data_loss
+        return list(spark.read.format(dataport.FORMAT).option("plan", json.dumps(doc)).load().collect())
+
+    with pytest.raises(Exception, match="start offset 0 is below the log's minimum offset"):
+        jvm_read(True)
+    skipped = sorted(r["offset"] for r in jvm_read(False))
+    assert skipped[0] >= queue["min"] > 0
+    assert skipped == list(range(skipped[0], part["end"]))
