@@ -1,9 +1,9 @@
-"""The broker's data port: produce and pull frames (tidelog/dataframes.py) over TCP (TLS with a `tls:` config).
+"""The broker's data port: produce, pull and ledger add frames (tidelog/dataframes.py) over TCP (TLS with a `tls:` config).
 
 One task per connection reads frames; each request runs as its own task (a long poll does not
 hold up the produce behind it) and answers with its request id, so replies may overtake each
 other. The request itself goes through the same functions as the gRPC service
-(`broker.service.produce_batch`, `pull_encoded`): one set of checks, one error convention — a
+(`broker.service.produce_batch`, `pull_encoded`, `LedgerReplica.add_batch`): one set of checks, one error convention — a
 TidelogError is answered with its code (and the master's address for NOT_MASTER), anything
 else is logged and answered INTERNAL. A frame that breaks the layout closes its connection only.
 
@@ -66,10 +66,11 @@ CLOSE_TIMEOUT_S = 5.0
 # the fields of a pull reply besides its records (frame head and pull head), charged with them
 _REPLY_FIELDS = 64
 # named as the gRPC calls they stand for, so that dashboards see one Produce and one Pull
-_METHODS = {df.OP_PRODUCE: "Produce", df.OP_PULL: "Pull"}
-# the gRPC methods whose permission rules (tidelog/acl.py) a produce and a pull frame follow
+_METHODS = {df.OP_PRODUCE: "Produce", df.OP_PULL: "Pull", df.OP_LEDGER_ADD: "AddBatch"}
+# the gRPC methods whose permission rules (tidelog/acl.py) the frames follow
 PRODUCE_METHOD = "/tidelog.broker.v1.Broker/Produce"
 PULL_METHOD = "/tidelog.broker.v1.Broker/Pull"
+LEDGER_ADD_METHOD = "/tidelog.ledger.Ledger/AddBatch"
 AUTH_FRAME_BYTES = 16 << 10
 
 
@@ -366,6 +367,14 @@ class DataPort:
             held.resize(len(body) + len(data) + _REPLY_FIELDS)
             head = df.pulled_head(pull.offset + count, df.Offsets(*offsets), count, crc32c(data))
             return [head, data]
+        if op == df.OP_LEDGER_ADD:
+            add = df.parse_ledger_add(body)
+            if self.guard is not None:
+                self._authorize(identity, LEDGER_ADD_METHOD, add)
+            ledgers = self.replica.ledgers
+            replicas = await ledgers.add_batch(add.ledger_id, add.password, add.entries)
+            first, last = add.entries[0].entry_id, add.entries[-1].entry_id
+            return [df.ledger_added(first, last, ledgers.broker_id, replicas)]
         raise InvalidArgumentError(f"unknown data-port operation {op}")
 
 

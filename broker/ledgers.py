@@ -63,8 +63,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
+from tidelog.dataframes import LedgerEntry as Entry  # what a Read answers and an AddBatch carries per entry
 from tidelog.errors import (
     CorruptRecordError,
     DigestMatchError,
@@ -118,17 +119,6 @@ class AddRequest:
     data: bytes
     password: bytes
     recovery: bool = False
-
-
-class Entry(NamedTuple):
-    """One entry: what a Read answers per entry, and what an AddBatch carries per entry. A tuple,
-    not a frozen dataclass: a batch builds thousands of them, at a third of the cost."""
-
-    entry_id: int
-    lac: int
-    length: int
-    digest: bytes
-    data: bytes
 
 
 @dataclass

@@ -226,9 +226,9 @@ class AsyncClient:
         )
         return str(reply.data_address)
 
-    async def _over_data_port(
+    async def over_data_port(
         self, address: str, op: int, parts: list[bytes], timeout: float
-    ) -> bytes | None:
+    ) -> bytes | bytearray | None:
         """A request's reply body through the data port of the broker at `address`, or None when
         it has none (the caller uses gRPC). A data port that fails is left alone for a while."""
         conn = await self.data.connection(address)
@@ -247,7 +247,7 @@ class AsyncClient:
         offsets), through its data port when it has one, else gRPC."""
         crc = crc32c(records)
         parts = [df.produce_request(topic, queue, count, crc), records]
-        body = await self._over_data_port(address, df.OP_PRODUCE, parts, timeout)
+        body = await self.over_data_port(address, df.OP_PRODUCE, parts, timeout)
         if body is not None:
             return df.parse_produced(body)
         req = bpb.ProduceBatchRequest(topic=topic, queue=queue, records=records, count=count, crc=crc)
@@ -257,7 +257,7 @@ class AsyncClient:
     async def pull_records(self, address: str, call: df.PullCall, timeout: float) -> Any:
         """One encoded pull from the broker at `address` (a reply with records, count, next_offset
         and offsets), through its data port when it has one, else gRPC."""
-        body = await self._over_data_port(address, df.OP_PULL, [df.pull_request(call)], timeout)
+        body = await self.over_data_port(address, df.OP_PULL, [df.pull_request(call)], timeout)
         if body is not None:
             return df.parse_pulled(body)
         request = bpb.PullRequest(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from tidelog import dataframes as df
 from tidelog.client.hedge import until_superseded
 from tidelog.errors import (
     FlushSlaveTimeoutError,
@@ -92,13 +93,32 @@ class LedgerCalls:
         return (await self.broker_set(broker_set, refresh=True)).master_epoch
 
     async def call(self, address: str, method: str, request: Any, timeout: float) -> Any:
-        """One call of the Ledger service on one broker; errors come back typed."""
+        """One call of the Ledger service on one broker; errors come back typed. An `AddBatch`
+        goes through the broker's data port when it has one (a frame of the entries as they are,
+        without gRPC's few hundred microseconds of Python a call on each side), else gRPC."""
+        if method == "AddBatch":
+            reply = await self._add_over_data_port(address, request, max(0.05, timeout))
+            if reply is not None:
+                return reply
         try:
             return await getattr(self.client.ledger_stub(address), method)(
                 request, timeout=max(0.05, timeout)
             )
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
+
+    async def _add_over_data_port(
+        self, address: str, req: lpb.AddBatchRequest, timeout: float
+    ) -> lpb.AddBatchReply | None:
+        entries = [df.LedgerEntry(e.entry_id, e.lac, e.length, e.digest, e.data) for e in req.entries]
+        parts = df.ledger_add_request(req.ledger_id, req.password, entries)
+        body = await self.client.over_data_port(address, df.OP_LEDGER_ADD, parts, timeout)
+        if body is None:
+            return None
+        first, last, broker_id, replicas = df.parse_ledger_added(body)
+        return lpb.AddBatchReply(
+            first_entry_id=first, last_entry_id=last, replicas=replicas, broker_id=broker_id
+        )
 
     async def call_master(
         self, broker_set: str, method: str, request: Any, *, deadline: float, what: str

@@ -57,6 +57,51 @@ def test_pull_and_its_reply_round_trip(
     assert got == df.Pulled(offset, offsets, count, records, crc)
 
 
+i64 = st.integers(-(2**63), 2**63 - 1)
+ledger_entries = st.lists(
+    st.builds(df.LedgerEntry, i64, i64, i64, st.binary(max_size=20), st.binary(max_size=300)),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(u63, st.binary(max_size=40), ledger_entries)
+def test_a_ledger_add_round_trips(ledger_id, password, entries):
+    body = _body(df.frame(df.OP_LEDGER_ADD, 3, *df.ledger_add_request(ledger_id, password, entries)))
+    assert df.parse_ledger_add(body) == df.LedgerAddCall(ledger_id, password, entries)
+
+
+@settings(max_examples=100, deadline=None)
+@given(i64, i64, u32, st.lists(u32, max_size=10))
+def test_a_ledger_add_reply_round_trips(first, last, broker_id, replicas):
+    assert df.parse_ledger_added(df.ledger_added(first, last, broker_id, replicas)) == (
+        first,
+        last,
+        broker_id,
+        tuple(replicas),
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(u63, st.binary(max_size=10), ledger_entries, st.data())
+def test_a_ledger_add_cut_short_or_padded_is_a_frame_error(ledger_id, password, entries, data):
+    body = b"".join(df.ledger_add_request(ledger_id, password, entries))
+    cut = data.draw(st.integers(0, len(body) - 1))
+    for broken in (body[:cut], body + b"\x00"):
+        with pytest.raises(df.FrameError):
+            df.parse_ledger_add(broken)
+
+
+def test_a_ledger_add_carries_at_least_one_and_at_most_max_entries():
+    one = df.LedgerEntry(0, -1, 1, b"", b"x")
+    with pytest.raises(df.FrameError, match="entries"):
+        df.parse_ledger_add(b"".join(df.ledger_add_request(1, b"", [])))
+    too_many = [one._replace(entry_id=i) for i in range(df.MAX_LEDGER_ENTRIES + 1)]
+    with pytest.raises(df.FrameError, match="entries"):
+        df.parse_ledger_add(b"".join(df.ledger_add_request(1, b"", too_many)))
+
+
 def test_an_error_carries_its_code_and_the_masters_address():
     err = NotMasterError("not here", master_address="10.0.0.1:10911")
     assert df.parse_error(df.error_body(err, err.leader)) == ("NOT_MASTER", "10.0.0.1:10911", "not here")
@@ -65,7 +110,8 @@ def test_an_error_carries_its_code_and_the_masters_address():
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=80))
 def test_any_bytes_parse_or_raise_frame_error(blob):
-    for parse in (df.parse_produce, df.parse_pull, df.parse_pulled, df.parse_error, df.parse_produced):
+    parsers = (df.parse_produce, df.parse_pull, df.parse_pulled, df.parse_error, df.parse_produced)
+    for parse in (*parsers, df.parse_ledger_add, df.parse_ledger_added):
         try:
             parse(blob)
         except df.FrameError:

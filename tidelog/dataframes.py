@@ -18,6 +18,12 @@ ledgers, status). Pure codec, no I/O; all integers big-endian.
                    record's own CRC when it read them)
     AUTH     body: n u16 | n × (name_len u16 | value_len u16 | name | value)   (UTF-8)
              ok:   empty
+    LEDGER_ADD  body: ledger_id u64 | password_len u16 | count u32 | password |
+                      count × (entry_id i64 | lac i64 | length i64 | digest_len u16 | data_len u32 |
+                               digest | data)
+             ok:   first entry id i64 | last entry id i64 | broker id u32 | n u16 | n × replica u32
+                   (a ledger's `AddBatch`, ledger/API.md: the entries as the writer made them,
+                   checked and appended by the master like the gRPC call it stands for)
     error    body: code_len u16 | leader_len u16 | code | leader | message (UTF-8)
 
 With auth on (tidelog/guard.py), a connection's first frame is AUTH: the same metadata a gRPC call
@@ -33,6 +39,7 @@ layout is a protocol error: the connection that sent it is closed, nothing else.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -42,6 +49,7 @@ from tidelog.wire import MAX_MESSAGE_BYTES
 OP_PRODUCE = 1
 OP_PULL = 2
 OP_AUTH = 3
+OP_LEDGER_ADD = 4
 OK = 0
 ERROR = 1
 
@@ -58,6 +66,11 @@ _PRODUCED = struct.Struct(">HQI")
 _PULL = struct.Struct(">HIQIII")
 _PULLED = struct.Struct(">QQQQII")
 _ERROR = struct.Struct(">HH")
+_LEDGER_ADD = struct.Struct(">QHI")
+_LEDGER_ENTRY = struct.Struct(">qqqHI")
+_LEDGER_ADDED = struct.Struct(">qqIH")
+#: The most entries one ledger add frame carries (the writer sends at most 1,000 a call).
+MAX_LEDGER_ENTRIES = 10_000
 _COUNT = struct.Struct(">H")
 #: The method name an AUTH frame's signature is made for (a cluster member's token names it).
 AUTH_METHOD = "/tidelog.broker.v1.DataPort/Auth"
@@ -187,6 +200,82 @@ def parse_pulled(body: bytes | bytearray) -> Pulled:
     nxt, low, high, confirmed, count, crc = _PULLED.unpack_from(body)
     # A view: a reply holds megabytes, and the Spark reader builds its columns from it as it is.
     return Pulled(nxt, Offsets(low, high, confirmed), count, memoryview(body)[_PULLED.size :], crc)
+
+
+# --- ledger adds ------------------------------------------------------------------------------
+
+
+class LedgerEntry(NamedTuple):
+    """One ledger entry, with the names of the gRPC `Entry`'s fields: what an add carries and a
+    read answers per entry (broker/ledgers.py's `Entry`). A tuple, not a frozen dataclass: a batch
+    builds thousands of them, at a third of the cost."""
+
+    entry_id: int
+    lac: int
+    length: int
+    digest: bytes
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerAddCall:
+    ledger_id: int
+    password: bytes
+    entries: list[LedgerEntry]
+
+
+def ledger_add_request(ledger_id: int, password: bytes, entries: Sequence[LedgerEntry]) -> list[bytes]:
+    """A ledger add's body as pieces to write (each entry's data is its own piece, not copied)."""
+    parts = [_LEDGER_ADD.pack(ledger_id, len(password), len(entries)), password]
+    pack = _LEDGER_ENTRY.pack
+    for e in entries:
+        parts += (pack(e.entry_id, e.lac, e.length, len(e.digest), len(e.data)) + e.digest, e.data)
+    return parts
+
+
+def parse_ledger_add(body: bytes) -> LedgerAddCall:
+    """A ledger add frame's fields; FrameError when its lengths do not add up to the frame. What
+    the entries say (ids in order, digests, sizes) is the ledger's to check."""
+    if len(body) < _LEDGER_ADD.size:
+        raise FrameError("a ledger add frame is shorter than its fields")
+    ledger_id, plen, count = _LEDGER_ADD.unpack_from(body)
+    if not 0 < count <= MAX_LEDGER_ENTRIES:
+        raise FrameError(f"a ledger add frame carries {count} entries, not 1..{MAX_LEDGER_ENTRIES}")
+    at = _LEDGER_ADD.size + plen
+    if at > len(body):
+        raise FrameError("a ledger add frame's password runs past its end")
+    password = body[_LEDGER_ADD.size : at]
+    entries = []
+    unpack, head, end = _LEDGER_ENTRY.unpack_from, _LEDGER_ENTRY.size, len(body)
+    for _ in range(count):
+        if at + head > end:
+            raise FrameError("a ledger add frame's entry runs past its end")
+        entry_id, lac, length, dlen, size = unpack(body, at)
+        at += head
+        data_at = at + dlen
+        if data_at + size > end:
+            raise FrameError(f"entry {entry_id} of a ledger add frame runs past its end")
+        entries.append(LedgerEntry(entry_id, lac, length, body[at:data_at], body[data_at : data_at + size]))
+        at = data_at + size
+    if at != end:
+        raise FrameError("a ledger add frame's size does not match its entries")
+    return LedgerAddCall(ledger_id, password, entries)
+
+
+def ledger_added(first: int, last: int, broker_id: int, replicas: Sequence[int]) -> bytes:
+    return _LEDGER_ADDED.pack(first, last, broker_id, len(replicas)) + struct.pack(
+        f">{len(replicas)}I", *replicas
+    )
+
+
+def parse_ledger_added(body: bytes | bytearray) -> tuple[int, int, int, tuple[int, ...]]:
+    """(first entry id, last entry id, the answering broker's id, the replicas holding them)."""
+    if len(body) < _LEDGER_ADDED.size:
+        raise FrameError("a ledger add reply is shorter than its fields")
+    first, last, broker_id, n = _LEDGER_ADDED.unpack_from(body)
+    if len(body) != _LEDGER_ADDED.size + 4 * n:
+        raise FrameError("a ledger add reply's size does not match its fields")
+    return first, last, broker_id, struct.unpack_from(f">{n}I", body, _LEDGER_ADDED.size)
 
 
 # --- auth ------------------------------------------------------------------------------------

@@ -66,7 +66,26 @@ pull_bodies = st.builds(
     lambda call: bytes([df.OP_PULL]) + df.pull_request(call),
     st.builds(df.PullCall, topics, queues, st.integers(0, 2**64 - 1), u32, u32, st.integers(0, 20)),
 )
-requests = st.one_of(produce_bodies(), pull_bodies)
+ledger_add_bodies = st.builds(
+    lambda lid, password, entries: (
+        bytes([df.OP_LEDGER_ADD]) + b"".join(df.ledger_add_request(lid, password, entries))
+    ),
+    st.integers(0, 3) | st.integers(0, 2**64 - 1),
+    st.binary(max_size=8),
+    st.lists(
+        st.builds(
+            df.LedgerEntry,
+            st.integers(-2, 5),
+            st.integers(-2, 5),
+            st.integers(0, 100),
+            st.binary(max_size=8),
+            st.binary(max_size=30),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+requests = st.one_of(produce_bodies(), pull_bodies, ledger_add_bodies)
 
 replies = st.one_of(
     st.builds(
@@ -119,7 +138,10 @@ def check_parsers(data: bytes) -> None:
     pull = _parsed(df.parse_pull, body)
     if pull is not None:
         assert df.pull_request(pull) == body
-    for fn in (df.parse_produced, df.parse_pulled, df.parse_error):
+    add = _parsed(df.parse_ledger_add, body)
+    if add is not None:  # a ledger add that parses is exactly its fields
+        assert b"".join(df.ledger_add_request(add.ledger_id, add.password, add.entries)) == body
+    for fn in (df.parse_produced, df.parse_pulled, df.parse_error, df.parse_ledger_added):
         _parsed(fn, body)
     auth = _parsed(df.parse_auth, body)
     if auth is not None:  # what an AUTH frame decodes to is bounded, and re-encodes to a valid frame
@@ -163,6 +185,8 @@ def _port_check() -> Iterator[Check]:
                 assert got[0] == code
             elif op == df.OP_PRODUCE:
                 df.parse_produced(payload)
+            elif op == df.OP_LEDGER_ADD:
+                df.parse_ledger_added(payload)
             else:
                 pulled = df.parse_pulled(payload)
                 assert crc32c(pulled.records) == pulled.crc

@@ -1,6 +1,7 @@
 """Pipelined adds ride batches (one `AddBatch` call per batch, ledger/writer.py) against a real
 local cluster (deploy/local.yaml: one broker set of two replicas): every acknowledged entry is
-read back byte for byte in id order, far fewer calls than adds are made, and a recovery open in
+read back byte for byte in id order, far fewer calls than adds are made (over the data port, and
+over gRPC for a client without it), and a recovery open in
 the middle of a pipelined run fences the writer without losing or adding an acknowledged entry."""
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ async def pipeline(w: AsyncWriteHandle, count: int, acked: list[int]) -> None:
         acked.append(await in_flight.popleft())
 
 
-def test_pipelined_adds_are_batched_and_read_back_in_order(cluster: LocalCluster) -> None:
+@pytest.mark.parametrize("data_port", [True, False], ids=["data-port", "grpc"])
+def test_pipelined_adds_are_batched_and_read_back_in_order(cluster: LocalCluster, data_port: bool) -> None:
     async def run() -> None:
-        async with AsyncClient(cluster.controllers) as client:
+        async with AsyncClient(cluster.controllers, data_port=data_port) as client:
             ledgers = AsyncLedgers(client)
             w = await ledgers.create_ledger(2, 2, 2, PASSWORD)
             acked: list[int] = []
@@ -56,6 +58,9 @@ def test_pipelined_adds_are_batched_and_read_back_in_order(cluster: LocalCluster
             assert w.last_add_confirmed == 1_999
             # far fewer calls than adds: the adds made while calls were in flight went together
             assert w.add_requests <= 2_000 // 10, w.add_requests
+            # the batches went through the master's data port (tidelog/dataframes.py LEDGER_ADD),
+            # or, for a client told not to use it, through gRPC
+            assert bool(client.data._connections) == data_port
             tail = await ledgers.open_ledger(w.ledger_id, PASSWORD, recovery=False)
             assert tail.last_add_confirmed == 1_999
             entries = await tail.read_entries(0, 1_999)
