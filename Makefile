@@ -87,12 +87,14 @@ imports: install
 	$(BIN)/python -m tidelog.importgraph
 
 # The suite runs on TEST_WORKERS pytest-xdist workers, a module to a worker (its module-scoped
-# cluster is started once); each worker draws ports from a range of its own (tests/conftest.py).
+# cluster is started once), the longest modules first (tests/conftest.py); each worker draws ports
+# from a range of its own. Three workers on two cores: the multi-process tests spend about half
+# their time waiting (for failovers, timeouts, long polls), so a third worker fills the cores.
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: install spark lab-tools lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope
-	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -m "not slow" -p no:cacheprovider tests/commitlog
+	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow" -p no:cacheprovider tests/commitlog
 
 # The fast loop: lint and every test that starts no cluster (the `slow` ones run in `make test`).
 check: install lint

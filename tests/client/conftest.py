@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tidelog.localcluster import proc_args
+from tidelog.localcluster.procs import PORT_SLICE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_TOPOLOGY = REPO / "deploy" / "local.yaml"
@@ -36,8 +37,11 @@ TIDE = [str(_TIDE_SCRIPT)] if _TIDE_SCRIPT.exists() else [sys.executable, "-m", 
 
 
 def tide_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for a `tide` subprocess: no cluster settings leak in from the caller's shell."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_")}
+    """The environment for a `tide` subprocess: no cluster settings leak in from the caller's shell.
+
+    The worker's port slice stays: a `tide cluster up` without it draws its ports from the whole
+    range, where another worker's clusters live (a broker of one then found its port taken)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_") or k == PORT_SLICE_ENV}
     env["COLUMNS"] = "200"  # tables wide enough that names are not folded
     env.update(extra or {})
     return env
