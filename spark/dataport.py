@@ -129,16 +129,8 @@ async def _partitions(client: AsyncClient, o: plan.ReadOptions) -> list[dict[str
             hint='read this cluster with spark.read.format("tidelog") (tidelog.spark.register(spark))',
         )
     view = await fetch.cluster_view(client, o.topics)
-    ranges = plan.resolve_ranges(view.states, o.starting, o.ending, fail_on_data_loss=o.fail_on_data_loss)
-    parts = plan.split_ranges(ranges, o.max_offsets_per_partition)
+    parts = fetch.batch_plan(view, o, "data-port read")
     ports = await data_ports(client, view.replicas)
-    log.info(
-        "tidelog data-port read of %s: %d offsets in %d partitions (%s)",
-        ",".join(o.topics),
-        sum(len(r) for r in ranges),
-        len(parts),
-        plan.offsets_to_json({r.qid: r.end for r in ranges}),
-    )
     return [
         {
             "topic": r.topic,

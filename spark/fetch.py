@@ -41,7 +41,17 @@ from tidelog.errors import (
     UnavailableError,
 )
 from tidelog.proto import broker_pb2 as bpb
-from tidelog.spark.plan import Connection, QueueState, check_start, queue_name
+from tidelog.spark.plan import (
+    Connection,
+    QueueState,
+    Range,
+    ReadOptions,
+    check_start,
+    offsets_to_json,
+    queue_name,
+    resolve_ranges,
+    split_ranges,
+)
 from tidelog.spark.records import NO_FIELDS, Chunk, scan
 from tidelog.tasks import within
 
@@ -104,6 +114,22 @@ async def cluster_view(client: AsyncClient, topics: Sequence[str], *, timeout: f
                 log.info("queue offsets of %s not available yet (%s); retrying", ",".join(topics), exc)
                 await asyncio.sleep(0.2)
         refresh = True
+
+
+def batch_plan(view: ClusterView, o: ReadOptions, what: str) -> list[Range]:
+    """A batch read's ranges, split into one per Spark partition: every end at or below its
+    queue's confirmed offset (plan.resolve_ranges). Logged, as `what` of the topics."""
+    ranges = resolve_ranges(view.states, o.starting, o.ending, fail_on_data_loss=o.fail_on_data_loss)
+    parts = split_ranges(ranges, o.max_offsets_per_partition)
+    log.info(
+        "tidelog %s of %s: %d offsets in %d partitions (%s)",
+        what,
+        ",".join(o.topics),
+        sum(len(r) for r in ranges),
+        len(parts),
+        offsets_to_json({r.qid: r.end for r in ranges}),
+    )
+    return parts
 
 
 async def _routes(

@@ -51,6 +51,24 @@ class TidelogPartition(InputPartition):
     replicas: tuple[str, ...]  # slaves first; empty: ask the controller at read time
 
 
+def _tasks(
+    parts: list[plan.Range], replicas: Mapping[tuple[str, str], tuple[str, ...]]
+) -> list[TidelogPartition]:
+    """A Spark partition per planned range, with the replicas its broker set is read from."""
+    return [
+        TidelogPartition(
+            r.topic,
+            r.broker_set,
+            r.queue,
+            r.start,
+            r.end,
+            r.earliest,
+            tuple(replicas.get((r.topic, r.broker_set), ())),
+        )
+        for r in parts
+    ]
+
+
 def _row_format(options: Mapping[str, str]) -> str:
     value = str(options.get("rowformat", "arrow")).strip().lower()
     if value not in ROW_FORMATS:
@@ -71,19 +89,7 @@ class _Reading:
     def _partitions(
         self, ranges: list[plan.Range], replicas: Mapping[tuple[str, str], tuple[str, ...]]
     ) -> list[TidelogPartition]:
-        parts = plan.split_ranges(ranges, self.opts.max_offsets_per_partition)
-        return [
-            TidelogPartition(
-                r.topic,
-                r.broker_set,
-                r.queue,
-                r.start,
-                r.end,
-                r.earliest,
-                tuple(replicas.get((r.topic, r.broker_set), ())),
-            )
-            for r in parts
-        ]
+        return _tasks(plan.split_ranges(ranges, self.opts.max_offsets_per_partition), replicas)
 
     def read(self, partition: TidelogPartition) -> Iterator[Any]:
         p = partition
@@ -115,16 +121,7 @@ class TidelogBatchReader(_Reading, DataSourceReader):
     def partitions(self) -> list[TidelogPartition]:  # type: ignore[override]
         o = self.opts
         view = fetch.run(lambda c: fetch.cluster_view(c, o.topics), o.controllers, connection=o.connection)
-        ranges = plan.resolve_ranges(view.states, o.starting, o.ending, fail_on_data_loss=o.fail_on_data_loss)
-        parts = self._partitions(ranges, view.replicas)
-        log.info(
-            "tidelog batch read of %s: %d offsets in %d partitions (%s)",
-            ",".join(o.topics),
-            sum(len(r) for r in ranges),
-            len(parts),
-            plan.offsets_to_json({r.qid: r.end for r in ranges}),
-        )
-        return parts
+        return _tasks(fetch.batch_plan(view, o, "batch read"), view.replicas)
 
 
 class TidelogStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
