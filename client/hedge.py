@@ -125,3 +125,7 @@ async def until_superseded(
     finally:
         if not task.done():
             task.cancel()
+        elif not task.cancelled():
+            # the call ended as its caller gave up on it (cancelled, or a newer master): its
+            # outcome is nobody's now; taken here, not logged as "exception never retrieved"
+            task.exception()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
-from tidelog.client.hedge import AllFailed, first_answer
+from tidelog.client.hedge import AllFailed, first_answer, until_superseded
 from tidelog.errors import TopicNotFoundError, UnavailableError
 from tidelog.tasks import within
 
@@ -76,3 +77,34 @@ def test_no_candidates() -> None:
     with pytest.raises(AllFailed) as info:
         run({})
     assert info.value.errors == {}
+
+
+def test_a_call_that_fails_as_its_caller_gives_up_is_not_reported_as_lost() -> None:
+    """until_superseded: when the caller is cancelled just as its call ends with an error (a ledger
+    writer fenced while its batch's answer arrives), the error is nobody's; asyncio must not report
+    it as "Task exception was never retrieved"."""
+    reported: list[dict[str, object]] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        gate = asyncio.Event()
+
+        async def call() -> None:
+            await gate.wait()
+            raise UnavailableError("fenced meanwhile")
+
+        async def newer_epoch() -> int | None:
+            return None
+
+        outer = asyncio.ensure_future(until_superseded(call(), "broker-a", "127.0.0.1:1", 1, newer_epoch))
+        await asyncio.sleep(0)  # the caller now waits for its call
+        gate.set()
+        await asyncio.sleep(0)  # the call ends with its error; the caller has not run since
+        outer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+        del outer
+        gc.collect()  # an unretrieved exception is reported when its task is collected
+
+    asyncio.run(scenario())
+    assert not [ctx for ctx in reported if "never retrieved" in str(ctx.get("message"))], reported

@@ -109,10 +109,18 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(out)
 
 
+# Built once here, at import: the first use of `st.randoms` imports a module of Hypothesis's that
+# pytest rewrites, and when that happened deep inside the validation of a nested strategy,
+# CPython 3.11's parser failed with "AST constructor recursion depth mismatch" (a SystemError of
+# the parser, not of the code under test).
+_RANDOMS = st.randoms(use_true_random=False)
+_RANDOMS.validate()
+
+
 def inputs(seeds: st.SearchStrategy[bytes], max_random: int = 512) -> st.SearchStrategy[bytes]:
     """What a fuzz test draws: a valid-looking seed, a mutation of one, or plain random bytes."""
     return st.one_of(
         seeds,
-        st.builds(mutate, seeds, st.randoms(use_true_random=False)),
+        st.builds(mutate, seeds, _RANDOMS),
         st.binary(max_size=max_random),
     )
