@@ -1,7 +1,8 @@
 """The ledger client's I/O plumbing: calls to the brokers' `Ledger` service and to the ledger
 metadata in the controller's store. It carries out what it is asked and decides nothing.
 
-- `call` is one call on one broker, its gRPC error turned into tidelog's typed error.
+- `call` is one gRPC call on one broker, its gRPC error turned into tidelog's typed error;
+  `add_batch` is a batch of adds on one broker, through its data port when it has one.
 - `call_master` finds the broker set's master (a cached `BrokerSetView`, refreshed on a "not
   here / not now" answer) and retries there until a deadline; a call to a master the controller
   has since replaced is abandoned (`until_superseded`, client/hedge.py).
@@ -18,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -48,7 +50,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LedgerCalls"]
+__all__ = ["LedgerCalls", "MasterCall"]
+
+T = TypeVar("T")
+# What `call_master` makes of the master it found: a call given its address and a timeout.
+MasterCall = Callable[[str, float], Awaitable[T]]
 
 # Master answers that say "not here / not now": the same request is sent again after a refresh.
 _RETRY_MASTER = (NotMasterError, UnavailableError, FlushSlaveTimeoutError, NotEnoughBookiesError)
@@ -93,13 +99,7 @@ class LedgerCalls:
         return (await self.broker_set(broker_set, refresh=True)).master_epoch
 
     async def call(self, address: str, method: str, request: Any, timeout: float) -> Any:
-        """One call of the Ledger service on one broker; errors come back typed. An `AddBatch`
-        goes through the broker's data port when it has one (a frame of the entries as they are,
-        without gRPC's few hundred microseconds of Python a call on each side), else gRPC."""
-        if method == "AddBatch":
-            reply = await self._add_over_data_port(address, request, max(0.05, timeout))
-            if reply is not None:
-                return reply
+        """One gRPC call of the Ledger service on one broker; errors come back typed."""
         try:
             return await getattr(self.client.ledger_stub(address), method)(
                 request, timeout=max(0.05, timeout)
@@ -107,24 +107,37 @@ class LedgerCalls:
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
 
-    async def _add_over_data_port(
-        self, address: str, req: lpb.AddBatchRequest, timeout: float
-    ) -> lpb.AddBatchReply | None:
-        entries = [df.LedgerEntry(e.entry_id, e.lac, e.length, e.digest, e.data) for e in req.entries]
-        parts = df.ledger_add_request(req.ledger_id, req.password, entries)
+    def rpc(self, method: str, request: Any) -> MasterCall[Any]:
+        """`call_master`'s call for one gRPC method and request."""
+        return lambda address, timeout: self.call(address, method, request, timeout)
+
+    async def add_batch(
+        self,
+        address: str,
+        ledger_id: int,
+        password: bytes,
+        entries: Sequence[df.LedgerEntry],
+        timeout: float,
+    ) -> df.LedgerAdded:
+        """One batch of adds to the broker at `address`: a LEDGER_ADD frame on its data port when
+        it has one (the entries as they are, without gRPC's few hundred microseconds of Python a
+        call on each side), else the gRPC `AddBatch` it stands for."""
+        parts = df.ledger_add_request(ledger_id, password, entries)
         body = await self.client.over_data_port(address, df.OP_LEDGER_ADD, parts, timeout)
-        if body is None:
-            return None
-        first, last, broker_id, replicas = df.parse_ledger_added(body)
-        return lpb.AddBatchReply(
-            first_entry_id=first, last_entry_id=last, replicas=replicas, broker_id=broker_id
+        if body is not None:
+            return df.parse_ledger_added(body)
+        request = lpb.AddBatchRequest(
+            ledger_id=ledger_id, password=password, entries=[lpb.Entry(**e._asdict()) for e in entries]
+        )
+        reply = await self.call(address, "AddBatch", request, timeout)
+        return df.LedgerAdded(
+            reply.first_entry_id, reply.last_entry_id, reply.broker_id, tuple(reply.replicas)
         )
 
-    async def call_master(
-        self, broker_set: str, method: str, request: Any, *, deadline: float, what: str
-    ) -> Any:
-        """Call the set's master, retrying "not here / not now" after a refresh until `deadline`;
-        then LedgerTimeoutError naming the last answer (the outcome is unknown)."""
+    async def call_master(self, broker_set: str, call: MasterCall[T], *, deadline: float, what: str) -> T:
+        """`call(master address, timeout)` on the set's master, retried after a refresh on a "not
+        here / not now" answer until `deadline`; then LedgerTimeoutError naming the last answer
+        (the outcome is unknown)."""
         refresh = False
         backoff = 0.02
         last: TidelogError | None = None
@@ -139,11 +152,9 @@ class LedgerCalls:
                 refresh = False
                 if not view.master_address:
                     raise UnavailableError(f"broker set {broker_set} has no master right now")
-                call = self.call(
-                    view.master_address, method, request, min(self.rpc_timeout, deadline - time.monotonic())
-                )
+                timeout = max(0.05, min(self.rpc_timeout, deadline - time.monotonic()))
                 return await until_superseded(
-                    call,
+                    call(view.master_address, timeout),
                     broker_set,
                     view.master_address,
                     view.master_epoch,
@@ -188,8 +199,7 @@ class LedgerCalls:
         try:
             await self.call_master(
                 meta.broker_set,
-                "Close",
-                lpb.CloseRequest(ledger_id=meta.ledger_id, password=password),
+                self.rpc("Close", lpb.CloseRequest(ledger_id=meta.ledger_id, password=password)),
                 deadline=time.monotonic() + self.rpc_timeout,
                 what=f"seal of ledger {meta.ledger_id}",
             )

@@ -111,8 +111,7 @@ class AsyncLedgers(LedgerCalls):
         try:
             await self.call_master(
                 view.name,
-                "Create",
-                lpb.CreateRequest(ledger_id=ledger_id, metadata=meta.encode()),
+                self.rpc("Create", lpb.CreateRequest(ledger_id=ledger_id, metadata=meta.encode())),
                 deadline=time.monotonic() + self.add_timeout,
                 what=f"create of ledger {ledger_id}",
             )

@@ -270,8 +270,7 @@ class RecoveryRun:
         try:
             reply = await self.ledgers.call_master(
                 self.core.metadata.broker_set,
-                "Add",
-                request,
+                self.ledgers.rpc("Add", request),
                 deadline=time.monotonic() + self.timeout,
                 what=f"recovery rewrite of ledger {self.ledger_id} entry {entry.entry_id}",
             )

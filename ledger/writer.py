@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tidelog import dataframes as df
 from tidelog.errors import (
     LedgerClosedError,
     LedgerFencedError,
@@ -36,7 +37,6 @@ from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import LedgerEvent, LedgerMetadata, apply_transition
 from tidelog.ledger.params import check_entry_data
 from tidelog.ledger.recovery import WriterLedger
-from tidelog.proto import ledger_pb2 as lpb
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ MIN_SPLIT = 64  # a queue shorter than twice this goes in one call even when two
 @dataclass
 class _PendingAdd:
     entry_id: int
-    entry: lpb.Entry
+    entry: df.LedgerEntry
     future: asyncio.Future[int]
     task: asyncio.Task[None] | None = None  # the call carrying it, once sent
 
@@ -145,12 +145,12 @@ class AsyncWriteHandle:
         entry_id = self._core.begin_add(len(data))  # LedgerClosedError once closed or fenced
         self._pushed_length += len(data)
         lac = self._core.lac
-        entry = lpb.Entry(
-            entry_id=entry_id,
-            lac=lac,
-            length=self._pushed_length,
-            digest=self._digester.compute(self.ledger_id, entry_id, lac, self._pushed_length, data),
-            data=data,
+        entry = df.LedgerEntry(
+            entry_id,
+            lac,
+            self._pushed_length,
+            self._digester.compute(self.ledger_id, entry_id, lac, self._pushed_length, data),
+            data,
         )
         loop = asyncio.get_running_loop()
         add = _PendingAdd(entry_id, entry, loop.create_future())
@@ -190,16 +190,16 @@ class AsyncWriteHandle:
 
     async def _deliver(self, batch: list[_PendingAdd]) -> None:
         first, last = batch[0].entry_id, batch[-1].entry_id
-        request = lpb.AddBatchRequest(
-            ledger_id=self.ledger_id, password=self._password, entries=[a.entry for a in batch]
-        )
+        entries = [a.entry for a in batch]
+        ledger_id, password = self.ledger_id, self._password
         deadline = time.monotonic() + self._ledgers.add_timeout
         while True:
             try:
                 reply = await self._ledgers.call_master(
                     self._meta.broker_set,
-                    "AddBatch",
-                    request,
+                    lambda address, timeout: self._ledgers.add_batch(
+                        address, ledger_id, password, entries, timeout
+                    ),
                     deadline=deadline,
                     what=f"add of ledger {self.ledger_id} entries {first}..{last}",
                 )
@@ -227,7 +227,7 @@ class AsyncWriteHandle:
             return False  # an earlier add failed for good, and this one with it
         return not any(f.done() and not f.cancelled() and f.exception() is not None for f in earlier)
 
-    def _on_batch_added(self, batch: list[_PendingAdd], reply: lpb.AddBatchReply) -> None:
+    def _on_batch_added(self, batch: list[_PendingAdd], reply: df.LedgerAdded) -> None:
         if self._core.closed:
             return  # the adds were failed already (fence, close)
         holders = sorted(set(reply.replicas) & set(self._core.replicas))

@@ -262,20 +262,29 @@ def parse_ledger_add(body: bytes) -> LedgerAddCall:
     return LedgerAddCall(ledger_id, password, entries)
 
 
+class LedgerAdded(NamedTuple):
+    """A batch of adds as the master answers it, with the names of the gRPC `AddBatchReply`'s
+    fields: its first and last entry ids, the answering broker and the replicas holding them."""
+
+    first_entry_id: int
+    last_entry_id: int
+    broker_id: int
+    replicas: tuple[int, ...]
+
+
 def ledger_added(first: int, last: int, broker_id: int, replicas: Sequence[int]) -> bytes:
     return _LEDGER_ADDED.pack(first, last, broker_id, len(replicas)) + struct.pack(
         f">{len(replicas)}I", *replicas
     )
 
 
-def parse_ledger_added(body: bytes | bytearray) -> tuple[int, int, int, tuple[int, ...]]:
-    """(first entry id, last entry id, the answering broker's id, the replicas holding them)."""
+def parse_ledger_added(body: bytes | bytearray) -> LedgerAdded:
     if len(body) < _LEDGER_ADDED.size:
         raise FrameError("a ledger add reply is shorter than its fields")
     first, last, broker_id, n = _LEDGER_ADDED.unpack_from(body)
     if len(body) != _LEDGER_ADDED.size + 4 * n:
         raise FrameError("a ledger add reply's size does not match its fields")
-    return first, last, broker_id, struct.unpack_from(f">{n}I", body, _LEDGER_ADDED.size)
+    return LedgerAdded(first, last, broker_id, struct.unpack_from(f">{n}I", body, _LEDGER_ADDED.size))
 
 
 # --- auth ------------------------------------------------------------------------------------

@@ -395,10 +395,15 @@ class FakeSet:
         )
 
 
+async def no_data_port(address: str, op: int, parts: list[bytes], timeout: float) -> None:
+    return None
+
+
 def make(n: int = 3, *, add_timeout: float = 2.0) -> tuple[AsyncLedgers, FakeSet, FakeController]:
     fake = FakeSet(n)
     controller = FakeController([fake.view])
-    client = SimpleNamespace(controller=controller, rpc_timeout=1.0)
+    # no data port: a batch of adds takes LedgerCalls.add_batch's gRPC path, into `fake.call`
+    client = SimpleNamespace(controller=controller, rpc_timeout=1.0, over_data_port=no_data_port)
     ledgers = AsyncLedgers(client, add_timeout=add_timeout)  # type: ignore[arg-type]
     ledgers.call = fake.call  # type: ignore[method-assign]
     return ledgers, fake, controller
