@@ -84,6 +84,8 @@ from tidelog.errors import (
 from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
 from tidelog.ledger.store import (
+    KIND_ADD,
+    KIND_RECOVERY_ADD,
     IndexedEntry,
     LedgerIndex,
     LedgerView,
@@ -439,8 +441,7 @@ class LedgerReplica:
             for e in entries
         ]
         _, placed = self.replica.append(msgs)
-        for p, m in zip(placed, msgs, strict=True):
-            self.index.note_appended(p, m)
+        self.index.note_adds(ledger_id, KIND_ADD, placed, entries)
         st.appended.set()  # wakes the batches waiting for these ids; later ones wait on a new event
         st.appended = asyncio.Event()
         return placed[-1].phys_offset + placed[-1].size
@@ -487,7 +488,9 @@ class LedgerReplica:
             req.ledger_id, req.entry_id, req.lac, req.length, req.digest, req.data, recovery=req.recovery
         )
         _, placed = self.replica.append([msg])
-        self.index.note_appended(placed[-1], msg)
+        kind = KIND_RECOVERY_ADD if req.recovery else KIND_ADD
+        entry = Entry(req.entry_id, req.lac, req.length, req.digest, req.data)
+        self.index.note_adds(req.ledger_id, kind, placed, [entry])
         st.appended.set()  # wakes the adds waiting for this id; later ones wait on a new event
         st.appended = asyncio.Event()
         return placed[-1].phys_offset + placed[-1].size

@@ -60,6 +60,10 @@ class Message:
     properties: Mapping[str, str] | None = None
     flags: int = 0
     born_ts: int | None = None
+    #: The whole properties block already laid out as `encode_properties` lays it out, given in
+    #: place of key, tags and properties by an owner that builds the same few fields for every
+    #: record (the ledger's adds) and vouches for the layout: it is stored as it is.
+    encoded_properties: bytes | None = None
 
 
 @dataclass(slots=True)

@@ -39,14 +39,17 @@ recovery must see what a replica holds, and the readers' limit is the LAC, not t
 
 from __future__ import annotations
 
+import binascii
 import json
 import logging
 import os
-from collections.abc import Mapping
+import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tidelog.commitlog import CommitLog, Message, Placement
 from tidelog.commitlog.epochs import atomic_write
+from tidelog.dataframes import LedgerEntry
 from tidelog.errors import CorruptRecordError, TidelogError
 from tidelog.ledger.metadata import LedgerMetadata
 
@@ -67,6 +70,7 @@ __all__ = [
     "LedgerIndex",
     "LedgerView",
     "add_message",
+    "add_properties",
     "close_message",
     "create_message",
     "entry_visible",
@@ -91,15 +95,43 @@ def add_message(
         0,
         data,
         flags=FLAG_LEDGER,
-        properties={
-            "k": KIND_RECOVERY_ADD if recovery else KIND_ADD,
-            "l": str(ledger_id),
-            "e": str(entry_id),
-            "lac": str(lac),
-            "len": str(length),
-            "d": digest.hex(),
-        },
+        encoded_properties=add_properties(
+            KIND_RECOVERY_ADD if recovery else KIND_ADD, ledger_id, entry_id, lac, length, digest
+        ),
     )
+
+
+def _name(name: str) -> bytes:
+    return _NAME_LEN.pack(len(name)) + name.encode()
+
+
+_NAME_LEN, _VALUE_LEN = struct.Struct(">H"), struct.Struct(">I")
+_KIND_FIELD = {k: _name("k") + _VALUE_LEN.pack(1) + k.encode() for k in (KIND_ADD, KIND_RECOVERY_ADD)}
+_L, _E, _LAC, _LEN, _D = (_name(n) for n in ("l", "e", "lac", "len", "d"))
+
+
+def add_properties(kind: str, ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes) -> bytes:
+    """An add record's properties block: the layout `encode_properties` gives the dict
+    {"k": kind, "l": ledger id, "e": entry id, "lac": …, "len": …, "d": digest in hex}, which is what
+    is read back (`LedgerIndex._apply`), built in one step: every entry of a batch pays for it."""
+    pack = _VALUE_LEN.pack
+    lid, eid, a, n, d = (
+        b"%d" % ledger_id,
+        b"%d" % entry_id,
+        b"%d" % lac,
+        b"%d" % length,
+        binascii.hexlify(digest),
+    )
+    return b"".join(
+        (
+            _KIND_FIELD[kind],
+            _L, pack(len(lid)), lid,
+            _E, pack(len(eid)), eid,
+            _LAC, pack(len(a)), a,
+            _LEN, pack(len(n)), n,
+            _D, pack(len(d)), d,
+        )
+    )  # fmt: skip
 
 
 def close_message(ledger_id: int, last_entry_id: int, length: int) -> Message:
@@ -241,6 +273,20 @@ class LedgerIndex:
         self._apply(message.properties or {}, placement.phys_offset, placement.size, message.body)
         self._applied += 1
 
+    def note_adds(
+        self, ledger_id: int, kind: str, placements: Sequence[Placement], entries: Sequence[LedgerEntry]
+    ) -> None:
+        """Fold the add records of `entries` this replica has just appended (`add_message`), from
+        the entries themselves: reading their properties back costs more than writing them."""
+        if not placements or placements[0].queue_offset != self._applied:
+            self.refresh()  # earlier records not folded yet: read them all
+            return
+        view = self._views.get(ledger_id)
+        if view is not None:
+            for p, e in zip(placements, entries, strict=True):
+                self._add_entry(view, kind, e.entry_id, e.lac, e.length, e.digest, p.phys_offset, p.size)
+        self._applied += len(placements)
+
     def _apply(self, props: Mapping[str, str], offset: int, size: int, body: bytes) -> None:
         try:
             kind = props["k"]
@@ -259,13 +305,29 @@ class LedgerIndex:
             log.error("ignoring a malformed ledger record at offset %d: %s", offset, exc)
             return
         view = self._views.get(ledger_id)
-        if view is None or entry_id in view.entries:
-            return  # no CREATE here (below retention): unknown ledger; or a duplicate of a held entry
-        if not entry_visible(kind, offset, self._fences.get(ledger_id)):
+        if view is not None:  # else no CREATE here (below retention): an unknown ledger
+            self._add_entry(view, kind, entry_id, lac, length, digest, offset, size)
+
+    def _add_entry(
+        self,
+        view: LedgerView,
+        kind: str,
+        entry_id: int,
+        lac: int,
+        length: int,
+        digest: bytes,
+        offset: int,
+        size: int,
+    ) -> None:
+        if entry_id in view.entries:
+            return  # a duplicate of a held entry
+        if not entry_visible(kind, offset, self._fences.get(view.ledger_id)):
             return
         view.entries[entry_id] = IndexedEntry(offset, size, lac, length, digest)
-        view.carried_lac = max(view.carried_lac, lac)
-        view.last_entry = max(view.last_entry, entry_id)
+        if lac > view.carried_lac:
+            view.carried_lac = lac
+        if entry_id > view.last_entry:
+            view.last_entry = entry_id
 
     def _apply_close(self, ledger_id: int, last: int, length: int, end: int) -> None:
         view = self._views.get(ledger_id)
