@@ -108,3 +108,62 @@ def test_a_call_that_fails_as_its_caller_gives_up_is_not_reported_as_lost() -> N
 
     asyncio.run(scenario())
     assert not [ctx for ctx in reported if "never retrieved" in str(ctx.get("message"))], reported
+
+
+# until_superseded, as a table: (how long the call takes and what it ends with, the epochs the
+# controllers name at each lookup) → what the caller gets, and whether the call was cancelled.
+SUPERSEDED_CASES = [
+    # a quick answer: no lookup at all
+    ("quick", (0.0, "ok"), [], "ok", False),
+    # a quick failure is the caller's error as it is
+    ("quick failure", (0.0, TopicNotFoundError("gone")), [], TopicNotFoundError, False),
+    # slow, and the controllers still name this master: the call is kept and its answer wins
+    ("slow, same master", (0.3, "ok"), [1, 1, 1, 1, 1, 1, 1, 1], "ok", False),
+    # slow, and a lookup fails: still kept
+    ("slow, lookups fail", (0.3, "ok"), [RuntimeError("no controller")] * 8, "ok", False),
+    # silent, and a newer master appears: abandoned with UNAVAILABLE, the call cancelled
+    ("silent, newer master", (None, None), [1, 2], UnavailableError, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "epochs", "expected", "cancelled"),
+    [case[1:] for case in SUPERSEDED_CASES],
+    ids=[case[0] for case in SUPERSEDED_CASES],
+)
+def test_until_superseded(monkeypatch: pytest.MonkeyPatch, behaviour, epochs, expected, cancelled) -> None:
+    from tidelog.client import hedge
+
+    monkeypatch.setattr(hedge, "STALE_AFTER_S", 0.05)
+    monkeypatch.setattr(hedge, "ROUTE_POLL_S", 0.03)
+    lookups: list[object] = []
+    was_cancelled: list[bool] = []
+
+    async def call() -> str:
+        delay, outcome = behaviour
+        try:
+            await asyncio.sleep(3600 if delay is None else delay)
+        except asyncio.CancelledError:
+            was_cancelled.append(True)
+            raise
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def newer_epoch() -> int | None:
+        answer = epochs[min(len(lookups), len(epochs) - 1)]
+        lookups.append(answer)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def main() -> str:
+        return await within(until_superseded(call(), "broker-a", "127.0.0.1:1", 1, newer_epoch), 5)
+
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            asyncio.run(main())
+    else:
+        assert asyncio.run(main()) == expected
+    assert bool(was_cancelled) == cancelled
+    assert bool(lookups) == bool(epochs)  # lookups only once the call is slow
