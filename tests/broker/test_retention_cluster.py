@@ -17,14 +17,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
 from tests.brokers import BrokerClient
 from tests.procs import wait_until
+from tidelog.broker.metrics import disk_used_bytes
 from tidelog.errors import OffsetBelowRetentionError
+from tidelog.proto import broker_pb2 as pb
 
 pytestmark = pytest.mark.slow
 
@@ -33,21 +34,13 @@ BODY = b"r" * 1000
 RETENTION = {"segment_bytes": SEG, "retention_ms": 1500, "retention_check_interval_ms": 200}
 
 
-def _disk_bytes(data_dir: Path) -> int:
-    return sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file())
-
-
-def _produce_for(client: BrokerClient, seconds: float, on_tick: Callable[[], None] | None = None) -> int:
+def _produce_for(client: BrokerClient, seconds: float) -> int:
     """Send batches of 20 messages for `seconds`; returns the bytes of bodies acknowledged."""
     sent = 0
     end = time.monotonic() + seconds
-    next_tick = time.monotonic() + 1
     while time.monotonic() < end:
         client.produce(TOPIC, [BODY] * 20)
         sent += 20 * len(BODY)
-        if on_tick is not None and time.monotonic() >= next_tick:
-            next_tick += 1
-            on_tick()
     return sent
 
 
@@ -73,35 +66,70 @@ def _describe(controllers: str) -> list[dict[str, object]]:
     return rows
 
 
+def _held_within_half(samples: list[tuple[int, int, int]], sent: int) -> bool:
+    """Whether, over the later half of the run, neither replica held half of the `sent` bytes
+    (samples: bytes sent so far, the master's disk use, the slave's)."""
+    late = samples[len(samples) // 2 :]
+    return bool(late) and max(max(a, b) for _, a, b in late) < sent // 2
+
+
 def test_disk_use_stays_bounded_while_a_producer_runs(broker_cluster: Callable[..., BrokerCluster]) -> None:
     cluster = broker_cluster(2, **RETENTION)
     bs = cluster.bs
     m = bs.wait_master()
     s = 1 - m
-    samples: list[tuple[int, int]] = []
-
-    def sample() -> None:
-        samples.append((_disk_bytes(bs.data_dirs[m]), _disk_bytes(bs.data_dirs[s])))
-
-    sent = _produce_for(bs.clients[m], 12, sample)
+    client = bs.clients[m]
+    samples: list[tuple[int, int, int]] = []
     # Without retention each replica would hold everything sent; with it, about what was sent
-    # within the retention time plus a few segments. No rate is assumed: the bound is relative.
-    # Half of 12 s leaves room for the deletions to trail by seconds on a loaded machine (the
-    # suite runs two workers on two cores) while a retention that never deletes still fails.
-    assert sent > 40 * SEG, f"only {sent} bytes produced: too few to judge retention"
-    late = samples[len(samples) // 2 :]
-    bound = sent // 2
-    assert max(a for a, _ in late) < bound, f"master disk use {late} against {sent} bytes sent"
-    assert max(b for _, b in late) < bound, f"slave disk use {late} against {sent} bytes sent"
-    master, slave = bs.clients[m].status(), bs.clients[s].status()
+    # within the retention time plus a few segments. No rate is assumed: the bound is relative,
+    # half of what was sent, over the later half of a run of at least 12 s (eight retention
+    # times). A log that keeps everything never meets it, however long the run. On a starved
+    # machine the deletions trail by seconds, so the run goes on (up to 60 s) until they are
+    # outrun rather than judging it at a fixed moment.
+    sent = 0
+    start = time.monotonic()
+    next_tick = start + 1
+    while True:
+        client.produce(TOPIC, [BODY] * 20)
+        sent += 20 * len(BODY)
+        now = time.monotonic()
+        if now < next_tick:
+            continue
+        next_tick += 1
+        # Disk use as the broker reports it (tidelog_disk_used_bytes): allocated blocks. Apparent
+        # sizes would count the key index's slot table, a 4 MiB hole that retention never
+        # shrinks, against a bound that shrinks with what a loaded machine manages to send.
+        samples.append((sent, disk_used_bytes(bs.data_dirs[m]), disk_used_bytes(bs.data_dirs[s])))
+        if now - start >= 12 and sent > 40 * SEG and _held_within_half(samples, sent):
+            break
+        late = samples[len(samples) // 2 :]
+        assert now - start < 60, (
+            f"after {now - start:.0f} s the replicas still held {max(max(a, b) for _, a, b in late)} "
+            f"bytes in the later half of the run, against a bound of half the {sent} bytes sent: {samples}"
+        )
+    # A slave never holds less than its master. The slave is read first: the master's min only
+    # grows, and the slave's never passes what it last learned of it.
+    slave, master = bs.clients[s].status(), client.status()
     assert master.min_offset > 0 and slave.min_offset > 0
-    assert slave.min_offset <= master.min_offset  # a slave never holds less than its master
+    assert slave.min_offset <= master.min_offset
     rows = _describe(cluster.controllers)
     assert any(int(str(r["min"])) > 0 for r in rows), rows
     with pytest.raises(OffsetBelowRetentionError):
         bs.clients[s].pull(TOPIC, 0, 0)
-    q0 = bs.clients[m].offsets(TOPIC, 0)
-    assert bs.clients[m].pull(TOPIC, 0, q0.min).messages  # what is kept reads as before
+
+    def read_at_min() -> list[pb.PulledMessage]:
+        """What a pull at the min offset of the first queue still holding messages returns.
+        Once the producer stops, retention goes on until only the active segment is left, which
+        may hold nothing of some queue: that queue's min is then its max."""
+        for q in range(QUEUES):
+            offsets = client.offsets(TOPIC, q)
+            if offsets.min < offsets.max:
+                return list(client.pull(TOPIC, q, offsets.min).messages)
+        return []
+
+    # What is kept reads as before; a min read a moment before a deletion is read again.
+    kept = wait_until(read_at_min, 10, what="a pull at a queue's min offset to return messages")
+    assert all(x.body == BODY for x in kept)
 
 
 def test_a_slave_that_is_down_keeps_what_it_needs_and_catches_up(

@@ -555,6 +555,15 @@ def test_monitor_reports_opened_and_cleared_and_keeps_since() -> None:
     # cleared names the violations as last seen (the latest reason), sorted by key
     assert (opened, cleared) == ([], [behind_later, ledger])
     assert (mon.since_ms, mon.current, mon.audited_ms) == ({}, [], 300)
+    # the events (`tide placement status`) keep every change after the violations cleared, oldest first
+    assert [(at, is_open, v.code) for at, is_open, v in mon.events] == [
+        (100, True, "DATACENTER_DOWN"),
+        (100, True, "NOT_IN_SYNC"),
+        (200, True, "BROKER_SET_DEGRADED"),
+        (200, False, "DATACENTER_DOWN"),
+        (300, False, "NOT_IN_SYNC"),
+        (300, False, "BROKER_SET_DEGRADED"),
+    ]
 
 
 def test_monitor_reopens_a_violation_that_cleared() -> None:

@@ -19,6 +19,7 @@ from tidelog.cli.common import (
     console,
     controller_call,
     controllers_option,
+    describe_with_liveness,
     json_option,
     require_controllers,
     secret_options,
@@ -80,7 +81,9 @@ def status(controllers: str, as_json: bool) -> None:
     """Each broker set's replicas by datacenter, the violations and the recent changes."""
 
     async def go(client: ControllerClient) -> tuple[pb.PlacementAuditReply, pb.DescribeBrokerSetsReply]:
-        return await client.placement_audit(), await client.describe_broker_sets()
+        # The replicas' liveness is the leader's: a follower's answer to a hedged read, which
+        # wins when the leader is slow, would show every replica as down.
+        return await client.placement_audit(), await describe_with_liveness(client, ())
 
     reply, sets = controller_call(require_controllers(controllers), go)
     replicas = [
