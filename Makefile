@@ -88,12 +88,11 @@ imports: install
 
 # The suite runs on TEST_WORKERS pytest-xdist workers, a module to a worker (its module-scoped
 # cluster is started once), the longest modules first (tests/conftest.py); each worker draws ports
-# from a range of its own. Three workers on two cores: most tests wait on servers and timers, not
-# on the CPU, and the suite takes about 17 minutes instead of 21; tests that bound how soon
-# something happens wait for conditions, not for a fixed moment, so a starved worker is slower,
-# not wrong.
+# from a range of its own. Two workers on two cores: three finish in about 18 minutes instead of
+# 21, but in two full runs on three, each time one test driving the official RocketMQ client (a
+# Python process of its own beside the cluster) failed for want of CPU (bench/RESULTS.md).
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: install spark lab-tools lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope
 	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow" -p no:cacheprovider tests/commitlog
