@@ -108,7 +108,7 @@ async def until_superseded(
     task = asyncio.ensure_future(call)
     watched: asyncio.Future[Any] = task  # waited on beside the lookup, whose result type differs
     try:
-        done = await _ended_within(task, STALE_AFTER_S)
+        done, _ = await asyncio.wait({task}, timeout=STALE_AFTER_S)
         while not done:
             lookup: asyncio.Future[Any] = asyncio.ensure_future(newer_epoch())
             first, _ = await asyncio.wait({watched, lookup}, return_when=asyncio.FIRST_COMPLETED)
@@ -120,7 +120,7 @@ async def until_superseded(
                 raise UnavailableError(
                     f"broker set {broker_set} has a new master (epoch {newer}) while {address} was silent"
                 )
-            done = await _ended_within(task, ROUTE_POLL_S)
+            done, _ = await asyncio.wait({task}, timeout=ROUTE_POLL_S)
         return task.result()
     finally:
         if not task.done():
@@ -129,23 +129,3 @@ async def until_superseded(
             # the call ended as its caller gave up on it (cancelled, or a newer master): its
             # outcome is nobody's now; taken here, not logged as "exception never retrieved"
             task.exception()
-
-
-async def _ended_within(task: asyncio.Future[Any], timeout: float) -> bool:
-    """Whether `task` ended within `timeout` (it is left running if not): `asyncio.wait` for one
-    task, without its sets and per-call closures. Every send and ledger add waits here once."""
-    loop = asyncio.get_running_loop()
-    woken: asyncio.Future[None] = loop.create_future()
-
-    def wake(_: object = None) -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    timer = loop.call_later(timeout, wake)
-    task.add_done_callback(wake)
-    try:
-        await woken
-    finally:
-        timer.cancel()
-        task.remove_done_callback(wake)
-    return task.done()
