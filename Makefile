@@ -89,8 +89,8 @@ imports: install
 # The suite runs on TEST_WORKERS pytest-xdist workers, a module to a worker (its module-scoped
 # cluster is started once), the longest modules first (tests/conftest.py); each worker draws ports
 # from a range of its own. Two workers on two cores: three finish in about 18 minutes instead of
-# 21, but in two full runs on three, each time one test driving the official RocketMQ client (a
-# Python process of its own beside the cluster) failed for want of CPU (bench/RESULTS.md).
+# 21, but two full runs on three each failed one test driving the official RocketMQ client (a
+# Python process of its own beside the cluster); see bench/RESULTS.md.
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
 TEST_WORKERS ?= 2
 test: install spark lab-tools lint
