@@ -122,6 +122,10 @@ class AddRequest:
     password: bytes
     recovery: bool = False
 
+    @property
+    def entry(self) -> Entry:
+        return Entry(self.entry_id, self.lac, self.length, self.digest, self.data)
+
 
 @dataclass
 class _Pending:
@@ -338,19 +342,23 @@ class LedgerReplica:
 
     async def add(self, req: AddRequest) -> list[int]:
         """Append entry `req.entry_id` and return the SyncStateSet that holds it once acknowledged."""
-        self._check_add_shape(req)
+        entry = req.entry
+        check_entry_shape(entry, self.replica.cfg.max_message_bytes - 1024)
         master = self.replica.require_writable()
         view = self._view(req.ledger_id, req.password, what="an add")
         st = self._state(req.ledger_id)
         if not req.recovery and st.fenced.is_set():
             raise _fenced(req.ledger_id, req.entry_id)
-        self._check_open_and_digest(view, req)
+        _check_open(view, req.entry_id, req.recovery)
+        # the password was checked against the CREATE record just before: its MAC key is the ledger's
+        _check_digest(view, Digester(view.metadata.digest_type, req.password), entry)
         aq = view.metadata.ack_quorum
         members = self._require_members(master, req.ledger_id, aq)
         end = None if req.recovery else await self._held_or_next(view, st, req)
         appended = end is None
         if end is None:
-            end = self._append_entry(st, req)
+            kind = KIND_RECOVERY_ADD if req.recovery else KIND_ADD
+            end = self._append_entries(st, req.ledger_id, [entry], kind)
         pending = _Pending()
         prev = None
         if appended and not req.recovery:  # a retry of a held entry does not join the order chain
@@ -435,20 +443,14 @@ class LedgerReplica:
                 raise _fenced(ledger_id, entries[0].entry_id)
             view = self.index.view(ledger_id) or view
 
-    def _append_entries(self, st: _MasterLedger, ledger_id: int, entries: Sequence[Entry]) -> int:
-        msgs = [
-            add_message(ledger_id, e.entry_id, e.lac, e.length, e.digest, e.data, recovery=False)
-            for e in entries
-        ]
-        _, placed = self.replica.append(msgs)
-        self.index.note_adds(ledger_id, KIND_ADD, placed, entries)
+    def _append_entries(
+        self, st: _MasterLedger, ledger_id: int, entries: Sequence[Entry], kind: str = KIND_ADD
+    ) -> int:
+        _, placed = self.replica.append([add_message(ledger_id, e, kind) for e in entries])
+        self.index.note_adds(ledger_id, kind, placed, entries)
         st.appended.set()  # wakes the batches waiting for these ids; later ones wait on a new event
         st.appended = asyncio.Event()
         return placed[-1].phys_offset + placed[-1].size
-
-    def _check_add_shape(self, req: AddRequest) -> None:
-        entry = Entry(req.entry_id, req.lac, req.length, req.digest, req.data)
-        check_entry_shape(entry, self.replica.cfg.max_message_bytes - 1024)
 
     async def _held_or_next(self, view: LedgerView, st: _MasterLedger, req: AddRequest) -> int | None:
         """Sequence a (non-recovery) add: the end of the record when this replica already holds the
@@ -482,25 +484,6 @@ class LedgerReplica:
             if st.fenced.is_set():
                 raise _fenced(ledger_id, entry_id)
             view = self.index.view(ledger_id) or view
-
-    def _append_entry(self, st: _MasterLedger, req: AddRequest) -> int:
-        msg = add_message(
-            req.ledger_id, req.entry_id, req.lac, req.length, req.digest, req.data, recovery=req.recovery
-        )
-        _, placed = self.replica.append([msg])
-        kind = KIND_RECOVERY_ADD if req.recovery else KIND_ADD
-        entry = Entry(req.entry_id, req.lac, req.length, req.digest, req.data)
-        self.index.note_adds(req.ledger_id, kind, placed, [entry])
-        st.appended.set()  # wakes the adds waiting for this id; later ones wait on a new event
-        st.appended = asyncio.Event()
-        return placed[-1].phys_offset + placed[-1].size
-
-    @staticmethod
-    def _check_open_and_digest(view: LedgerView, req: AddRequest) -> None:
-        _check_open(view, req.entry_id, req.recovery)
-        # the password was checked against the CREATE record just before: its MAC key is the ledger's
-        digester = Digester(view.metadata.digest_type, req.password)
-        _check_digest(view, digester, Entry(req.entry_id, req.lac, req.length, req.digest, req.data))
 
     async def close(self, ledger_id: int, password: bytes) -> tuple[int, int]:
         """Seal `ledger_id` here at the end the controller's metadata records (it must be CLOSED);

@@ -124,6 +124,17 @@ def encode_properties(key: str | None, tags: str | None, properties: Mapping[str
     return b"".join(parts)
 
 
+def property_name_field(name: str) -> bytes:
+    """A property's name as the properties block lays it out (u16 length, then the name), for an
+    owner that builds a block of fixed names in one step (ledger/store.py `add_properties`)."""
+    n = name.encode()
+    return _KEY.pack(len(n)) + n
+
+
+#: A property value's length as the properties block lays it out (u32).
+pack_value_length = _VAL.pack
+
+
 def _prop(parts: list[bytes], name: str, value: str) -> None:
     n = name.encode()
     v = value.encode()

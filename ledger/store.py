@@ -43,12 +43,12 @@ import binascii
 import json
 import logging
 import os
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tidelog.commitlog import CommitLog, Message, Placement
 from tidelog.commitlog.epochs import atomic_write
+from tidelog.commitlog.record import pack_value_length, property_name_field
 from tidelog.dataframes import LedgerEntry
 from tidelog.errors import CorruptRecordError, TidelogError
 from tidelog.ledger.metadata import LedgerMetadata
@@ -87,34 +87,30 @@ def create_message(meta: LedgerMetadata) -> Message:
     )
 
 
-def add_message(
-    ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes, data: bytes, *, recovery: bool
-) -> Message:
+def add_message(ledger_id: int, entry: LedgerEntry, kind: str = KIND_ADD) -> Message:
+    """An add record (`kind` KIND_ADD, or KIND_RECOVERY_ADD for a recovery's rewrite)."""
     return Message(
         LEDGER_TOPIC,
         0,
-        data,
+        entry.data,
         flags=FLAG_LEDGER,
         encoded_properties=add_properties(
-            KIND_RECOVERY_ADD if recovery else KIND_ADD, ledger_id, entry_id, lac, length, digest
+            kind, ledger_id, entry.entry_id, entry.lac, entry.length, entry.digest
         ),
     )
 
 
-def _name(name: str) -> bytes:
-    return _NAME_LEN.pack(len(name)) + name.encode()
-
-
-_NAME_LEN, _VALUE_LEN = struct.Struct(">H"), struct.Struct(">I")
-_KIND_FIELD = {k: _name("k") + _VALUE_LEN.pack(1) + k.encode() for k in (KIND_ADD, KIND_RECOVERY_ADD)}
-_L, _E, _LAC, _LEN, _D = (_name(n) for n in ("l", "e", "lac", "len", "d"))
+_KIND_FIELD = {
+    k: property_name_field("k") + pack_value_length(1) + k.encode() for k in (KIND_ADD, KIND_RECOVERY_ADD)
+}
+_L, _E, _LAC, _LEN, _D = (property_name_field(n) for n in ("l", "e", "lac", "len", "d"))
 
 
 def add_properties(kind: str, ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes) -> bytes:
     """An add record's properties block: the layout `encode_properties` gives the dict
     {"k": kind, "l": ledger id, "e": entry id, "lac": …, "len": …, "d": digest in hex}, which is what
     is read back (`LedgerIndex._apply`), built in one step: every entry of a batch pays for it."""
-    pack = _VALUE_LEN.pack
+    pack = pack_value_length
     lid, eid, a, n, d = (
         b"%d" % ledger_id,
         b"%d" % entry_id,

@@ -74,14 +74,7 @@ def test_the_index_folded_from_the_entries_is_the_index_read_back(tmp_path: Path
         assert folded is not None and not folded.entries
         for first, n, kind in ((0, 5, KIND_ADD), (5, 1, KIND_RECOVERY_ADD), (6, 30, KIND_ADD)):
             batch = entries(first, n)
-            placed = log.append(
-                [
-                    add_message(
-                        7, e.entry_id, e.lac, e.length, e.digest, e.data, recovery=kind == KIND_RECOVERY_ADD
-                    )
-                    for e in batch
-                ]
-            )
+            placed = log.append([add_message(7, e, kind) for e in batch])
             master.note_adds(7, kind, placed, batch)
         read_back = LedgerIndex(log).view(7)
         assert read_back is not None
@@ -106,9 +99,9 @@ def test_adds_not_folded_in_order_are_read_back_instead(tmp_path: Path) -> None:
         index = LedgerIndex(log)
         index.view(7)
         unnoted = entries(0, 1)[0]
-        log.append([add_message(7, *unnoted[:4], unnoted.data, recovery=False)])
+        log.append([add_message(7, unnoted)])
         batch = entries(1, 3)
-        placed = log.append([add_message(7, *e[:4], e.data, recovery=False) for e in batch])
+        placed = log.append([add_message(7, e) for e in batch])
         index.note_adds(7, KIND_ADD, placed, batch)
         view = index.view(7)
         assert view is not None and sorted(view.entries) == [0, 1, 2, 3]
