@@ -16,6 +16,7 @@ process it started. Run from the repository root:
 
     python -m bench.dataplane                    # flush: async
     python -m bench.dataplane --flush sync --json
+    python -m bench.dataplane --ha-copy          # the master streams to its slave by read and write
     TIDELOG_EVENT_LOOP=asyncio python -m bench.dataplane    # without uvloop (this process and the servers)
 """
 
@@ -153,6 +154,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "auto_in_sync_replicas": True,
         "flush": args.flush,
         "segment_bytes": 256 << 20,
+        "ha_zero_copy": not args.ha_copy,
     }
     try:
         with BenchCluster(root, broker_options=options) as cluster:
@@ -163,13 +165,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "commit": code_version(("commitlog", "broker", "client", "ha", "tidelog")),
         "flush": args.flush,
+        "ha_zero_copy": not args.ha_copy,
         "event_loop": loops.name(),
         **figures,
     }
 
 
 def format_table(r: dict[str, Any]) -> str:
-    lines = [f"tidelog data plane, flush: {r['flush']}, loop: {r['event_loop']}, commit {r['commit']}"]
+    lines = [
+        f"tidelog data plane, flush: {r['flush']}, loop: {r['event_loop']}, "
+        f"HA zero copy: {r['ha_zero_copy']}, commit {r['commit']}"
+    ]
     for name in ("produce_batch_1000", "send_1000_in_flight", "consume", "consume_from_master"):
         f = r[name]
         cpu = ", ".join(f"{k} {v}" for k, v in f["cpu_ms_per_1000"].items())
@@ -188,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each throughput phase")
     ap.add_argument("--latency-count", type=int, default=5000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--ha-copy",
+        action="store_true",
+        help="the master reads and writes what it streams (ha_zero_copy: false)",
+    )
     args = ap.parse_args(argv)
     report(run(args), args.json, format_table)
     return 0

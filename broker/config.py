@@ -85,6 +85,7 @@ class BrokerConfig:
     slave_timeout_ms: int = 3000
     ha_max_time_slave_not_catchup_ms: int = 15000
     ha_transfer_batch_bytes: int = 1 << 20
+    ha_zero_copy: bool = True  # transfers to plain-TCP slaves by sendfile (ha/master.py)
     ha_heartbeat_interval_ms: int = 1000
     ha_idle_timeout_ms: int = 5000
     ha_max_connections: int = 16  # open HA connections (authenticated or not) before new ones are closed

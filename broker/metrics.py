@@ -217,6 +217,15 @@ class BrokerCollector(Collector):
             connected.add_metric(labels, 1.0 if lag.connected else 0.0)
             in_sync.add_metric(labels, 1.0 if lag.slave_id in tracker.local else 0.0)
         yield from (lag_bytes, lag_seconds, connected, in_sync)
+        sent = CounterMetricFamily(
+            "tidelog_ha_sent_bytes",
+            "Record bytes this mastership streamed to its slaves: with os.sendfile from the page "
+            "cache (plain TCP), or read and written (TLS, or what a full socket did not take)",
+            labels=[*IDENTITY, "how"],
+        )
+        sent.add_metric([*ident, "sendfile"], master.sent_zero_copy)
+        sent.add_metric([*ident, "copied"], master.sent_copied)
+        yield sent
 
     def _consumer_lag(self, ident: list[str]) -> Metric:
         r = self.replica

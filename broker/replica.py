@@ -201,6 +201,7 @@ class Replica:
             slave_timeout_ms=self.cfg.slave_timeout_ms,
             max_not_catchup_ms=self.cfg.ha_max_time_slave_not_catchup_ms,
             batch_bytes=self.cfg.ha_transfer_batch_bytes,
+            zero_copy=self.cfg.ha_zero_copy,
             heartbeat_interval_ms=self.cfg.ha_heartbeat_interval_ms,
             idle_timeout_ms=self.cfg.ha_idle_timeout_ms,
             propose=self._propose_sss,

@@ -420,6 +420,14 @@ class CommitLog:
         """`read_raw`, plus the offset where the next chunk starts."""
         return reads.read_raw_chunk(self._core, phys_offset, max_bytes)
 
+    def raw_span(self, phys_offset: int, max_bytes: int) -> reads.RawSpan | None:
+        """Where `read_raw_chunk`'s bytes lie in their segment file, when that is known without
+        reading them (the chunk ends at a known append boundary, as a master's stream of recent
+        appends does); None when the records must be walked, or at or beyond the max offset.
+        For a sender that hands the bytes to the kernel (`os.sendfile`): valid until the next
+        truncation or retention of this log, so use it before yielding to the event loop."""
+        return reads.raw_span(self._core, phys_offset, max_bytes)
+
     def append_raw(self, phys_offset: int, data: bytes | bytearray | memoryview) -> int:
         """Append bytes copied from a master, at exactly the current max offset.
 

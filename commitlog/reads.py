@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Callable
+from typing import NamedTuple
 
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.batch import walk
@@ -205,29 +206,68 @@ def read_at(core: LogCore, phys_offset: int) -> rec.StoredMessage:
     return rec.decode(data)
 
 
-def read_raw_chunk(core: LogCore, phys_offset: int, max_bytes: int) -> tuple[bytes, int]:
-    """See `CommitLog.read_raw_chunk`."""
+class RawSpan(NamedTuple):
+    """Where a chunk of whole records lies in its segment file, found without reading it."""
+
+    fd: int
+    position: int  # in the segment file
+    length: int
+    next_offset: int  # the physical offset after the chunk
+
+
+def _raw_start(core: LogCore, phys_offset: int, max_bytes: int) -> tuple[Segment, int, int, int] | None:
+    """The checks of a raw read: (segment, offset in it, bytes to read, bytes available up to
+    the max offset), or None at or beyond the max offset."""
     core.check_open()
     if not isinstance(phys_offset, int) or phys_offset < 0 or max_bytes < 1:
         raise InvalidArgumentError("read_raw takes a non-negative offset and a positive size")
     if phys_offset >= core.offsets.max:
-        return b"", phys_offset
+        return None
     if phys_offset < core.min_offset:
         raise OffsetBelowRetentionError(phys_offset, core.min_offset)
     seg = core.segments.at(phys_offset)
     in_seg = phys_offset - seg.base
     avail = min(seg.size, core.offsets.max - seg.base) - in_seg
-    data = os.pread(seg.fd, min(max(max_bytes, rec.HEADER_SIZE), avail), in_seg)
-    if len(data) == avail and seg.base + in_seg + avail == core.offsets.max:
+    return seg, in_seg, min(max(max_bytes, rec.HEADER_SIZE), avail), avail
+
+
+def _known_span(
+    core: LogCore, seg: Segment, phys_offset: int, in_seg: int, want: int, avail: int
+) -> RawSpan | None:
+    if want == avail and seg.base + in_seg + avail == core.offsets.max:
         # Everything up to the max offset, which is always a record boundary, and no blank marker
         # (the max offset lies in this segment): whole records, no need to walk them.
-        return data, core.offsets.max
+        return RawSpan(seg.fd, in_seg, avail, core.offsets.max)
     # Where an append ended inside this segment: whole records before it. (An append that ended
     # at the segment's end closed it with a blank marker, which must be read as the 8 bytes it is.)
-    known = core.boundary_in(phys_offset, min(phys_offset + len(data), seg.base + core.segment_bytes - 1))
+    known = core.boundary_in(phys_offset, min(phys_offset + want, seg.base + core.segment_bytes - 1))
     if known is not None:
-        return data[: known - phys_offset], known
-    return _walk_chunk(seg, core.segment_bytes, data, phys_offset, in_seg)
+        return RawSpan(seg.fd, in_seg, known - phys_offset, known)
+    return None
+
+
+def raw_span(core: LogCore, phys_offset: int, max_bytes: int) -> RawSpan | None:
+    """See `CommitLog.raw_span`."""
+    start = _raw_start(core, phys_offset, max_bytes)
+    if start is None:
+        return None
+    seg, in_seg, want, avail = start
+    return _known_span(core, seg, phys_offset, in_seg, want, avail)
+
+
+def read_raw_chunk(core: LogCore, phys_offset: int, max_bytes: int) -> tuple[bytes, int]:
+    """See `CommitLog.read_raw_chunk`."""
+    start = _raw_start(core, phys_offset, max_bytes)
+    if start is None:
+        return b"", phys_offset
+    seg, in_seg, want, avail = start
+    span = _known_span(core, seg, phys_offset, in_seg, want, avail)
+    if span is not None:
+        data = os.pread(seg.fd, span.length, in_seg)
+        if len(data) == span.length:
+            return data, span.next_offset
+    # No known boundary in reach (or a short file, which the walk reports): walk the records.
+    return _walk_chunk(seg, core.segment_bytes, os.pread(seg.fd, want, in_seg), phys_offset, in_seg)
 
 
 def _walk_chunk(

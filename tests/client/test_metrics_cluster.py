@@ -130,6 +130,8 @@ def test_metrics_move_with_load_and_with_a_paused_slave(cluster_factory: Callabl
         assert scrape(master["metrics"], "tidelog_produced_messages_total", topic=TOPIC) == acked
         assert scrape(master["metrics"], "tidelog_consumer_lag_messages", group="g", topic=TOPIC) == 30
         assert scrape(master["metrics"], "tidelog_ha_lag_bytes", slave_id=str(_slave_id(slave))) == 0
+        # the cluster's HA stream is plain TCP: records go to the slave by sendfile
+        assert (scrape(master["metrics"], "tidelog_ha_sent_bytes_total", how="sendfile") or 0) > 0
         _pause_and_resume(cluster, client, master, slave, acked)
 
 

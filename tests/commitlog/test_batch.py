@@ -3,6 +3,7 @@ and stamping, reads of stored bytes and their lazy decoding agree with the one r
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 
@@ -178,6 +179,37 @@ def test_raw_chunks_cut_at_remembered_append_ends_replicate_the_log_exactly(
         assert [m.body for m in copy.read("t", 0, 0, 1000, confirmed_only=False)] == [b"r" * 90] * sum(
             batches
         )
+    finally:
+        log.close()
+        copy.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=12), st.integers(100, 5000))
+def test_a_raw_span_locates_exactly_the_chunk_a_raw_read_returns(tmp_path_factory, batches, max_bytes):
+    """`raw_span` (what the HA sender hands to sendfile) names the same bytes and the same next
+    offset as `read_raw_chunk` wherever it answers, and it answers exactly when an append ended
+    within reach of the read (in its segment, within the limit): then no record is walked."""
+    seg = 4096
+    log = _open(tmp_path_factory.mktemp("master"), segment_bytes=seg)
+    copy = _open(tmp_path_factory.mktemp("slave"), segment_bytes=seg)
+    try:
+        ends = []
+        for n in batches:
+            log.append_encoded("t", 0, bytearray(encode_batch(b"t", 0, [Out(b"r" * 90)] * n, 1)), n)
+            ends.append(log.max_offset)
+        at = 0
+        while at < log.max_offset:
+            data, nxt = log.read_raw_chunk(at, max_bytes)
+            span = log.raw_span(at, max_bytes)
+            reach = min(at + max(max_bytes, rec.HEADER_SIZE), (at // seg + 1) * seg - 1)
+            assert (span is not None) == any(at < e <= reach for e in ends)
+            if span is not None:
+                assert os.pread(span.fd, span.length, span.position) == data
+                assert span.next_offset == nxt
+            at = copy.append_raw(at, data)
+        assert log.raw_span(log.max_offset, max_bytes) is None
+        assert _all_bytes(copy) == _all_bytes(log)
     finally:
         log.close()
         copy.close()

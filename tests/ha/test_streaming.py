@@ -183,6 +183,39 @@ def test_an_append_is_written_to_an_idle_slave_at_once_and_a_long_one_in_chunks(
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_transfers_go_by_sendfile_over_plain_tcp_and_a_full_socket_takes_the_rest_copied(tmp_path, zero_copy):
+    """Over plain TCP the master hands transfers' records from the page cache to the socket
+    (os.sendfile); what a full socket does not take goes through the transport, read from the file.
+    Chunks far larger than the socket's buffer make both happen; the copy is byte-identical
+    either way, and with zero copy off every byte is read and written."""
+
+    async def main() -> None:
+        pair = Pair(tmp_path, 1, frozenset({MASTER_ID, SLAVE_ID}))
+        await pair.start_master()
+        assert pair.master is not None
+        pair.master.batch_bytes = 4 << 20
+        pair.master.zero_copy = zero_copy
+        try:
+            slave = pair.start_slave()
+            await until(lambda: slave.connected, what="the slave to stream")
+            end = 0
+            for round_ in range(500):  # ~6.5 MB in appends of ~13 KB (segments of 16 KiB)
+                end = pair.append(batch(40, f"r{round_}"))
+            await until(lambda: pair.slog.max_offset == end, timeout=60, what="the slave to catch up")
+            await until(lambda: pair.mlog.confirm_offset == end, what="the master's confirm offset")
+            pair.assert_byte_identical()
+            master = pair.master
+            if zero_copy:
+                assert master.sent_zero_copy > 0
+            else:
+                assert master.sent_zero_copy == 0
+        finally:
+            await pair.close()
+
+    asyncio.run(main())
+
+
 def test_3_4_fork_repair_cuts_the_unacked_tail_of_a_deposed_master(tmp_path):
     """The old master (epoch 1) kept records nobody acked; the new master (epoch 2) started at the
     shared prefix. Following the new master, the old one drops exactly its own tail."""
