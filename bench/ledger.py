@@ -20,6 +20,10 @@ once both replicas hold it), digest crc32c. MB = 10^6 bytes of entry data.
   fresh ledger each; entries/s counts every add acknowledged, up to the last acknowledgement.
   The writer sends the adds in batches, one `AddBatch` call each (ledger/writer.py): "per call"
   is the mean number of entries a call carried;
+- many ledgers: 32 fresh ledgers on the broker set, 8 adds in flight on each, all at once, for
+  the same few seconds; "calls per frame" is how many ledgers' `AddBatch` calls a data-port
+  frame carried on average (ledger/coalesce.py: the calls made in one turn of the event loop
+  for one broker share a LEDGER_ADDS frame);
 - recovery open: a ledger of ~10,000 entries (written with 128 in flight, all acknowledged)
   whose writer then stops without closing it (its client goes away, the ledger stays OPEN);
   another client times `open_ledger(id, password, recovery=True)`: mark IN_RECOVERY, fence both
@@ -66,6 +70,7 @@ BROKER_OPTIONS: dict[str, Any] = {
 }
 TOPIC = "bench"  # BenchCluster.wait_ready waits on a topic; the ledgers do not use it
 WINDOWS = (1, 16, 128, 1000)
+MANY_LEDGERS, MANY_WINDOW = 32, 8  # the many-ledgers phase: ledgers, adds in flight on each
 RECOVERY_WINDOW = 128  # adds in flight while filling the ledger to recover
 READ_PASSES = 3
 WARMUP_ADDS = 20
@@ -128,6 +133,7 @@ async def _run_phases(
         ledgers = AsyncLedgers(client)
         out["sequential"] = await _sequential(ledgers, data, sequential_adds, meter)
         out["pipelined"] = await _pipelined_windows(ledgers, data, window_seconds, meter)
+        out["many_ledgers"] = await _many_ledgers(ledgers, data, window_seconds, meter)
 
     # (3) a ledger whose writer stops without closing it, then a recovery open by another client
     async with AsyncClient(cluster.controller_address) as writer_client:
@@ -201,6 +207,40 @@ async def _pipelined_windows(
             }
         )
     return pipelined
+
+
+async def _many_ledgers(
+    ledgers: Any, data: bytes, window_seconds: float, meter: Callable[[], CpuMeter]
+) -> dict[str, Any]:
+    """(2b) MANY_LEDGERS ledgers on the broker set, MANY_WINDOW adds in flight on each, together"""
+    writers = [await _create(ledgers) for _ in range(MANY_LEDGERS)]
+    for w in writers:
+        await w.add_entry(data)
+    frames, grouped = ledgers.adds.frames, ledgers.adds.grouped
+    calls = sum(w.add_requests for w in writers)
+    m = meter()
+    runs = await asyncio.gather(*(_pipelined(w, data, MANY_WINDOW, duration=window_seconds) for w in writers))
+    cpu = m.stop()
+    entries = sum(r["entries"] for r in runs)
+    seconds = max(r["seconds"] for r in runs)
+    calls = sum(w.add_requests for w in writers) - calls
+    frames, grouped = ledgers.adds.frames - frames, ledgers.adds.grouped - grouped
+    for w in writers:
+        await w.close()
+    return {
+        "ledgers": MANY_LEDGERS,
+        "in_flight_each": MANY_WINDOW,
+        "entries": entries,
+        "seconds": seconds,
+        "entries_per_s": entries / seconds,
+        "mb_per_s": entries * ENTRY_BYTES / seconds / 1e6,
+        "add_latency": latency_summary([x for r in runs for x in r["latencies"]]),
+        "add_calls": calls,
+        # calls that shared a LEDGER_ADDS frame with other ledgers' (ledger/coalesce.py), and those frames
+        "shared_frames": frames,
+        "calls_in_shared_frames": grouped,
+        "cpu_pct": cpu,
+    }
 
 
 async def _recover(
@@ -336,6 +376,18 @@ def format_table(r: dict[str, Any]) -> str:
         lines.append(
             f"{name:<50}{p['entries_per_s']:>10,.0f}{p['mb_per_s']:>7.2f}{lat['p50_ms']:>8.2f}ms"
             f"{lat['p99_ms']:>8.2f}ms  {_cpu(p['cpu_pct'])}"
+        )
+    many = r.get("many_ledgers")
+    if many:
+        name = (
+            f"{many['ledgers']} ledgers x {many['in_flight_each']} in flight "
+            f"({many['add_calls'] / max(1, many['shared_frames'] + many['add_calls'] - many['calls_in_shared_frames']):.1f}"
+            " calls per frame)"
+        )
+        lat = many["add_latency"]
+        lines.append(
+            f"{name:<50}{many['entries_per_s']:>10,.0f}{many['mb_per_s']:>7.2f}{lat['p50_ms']:>8.2f}ms"
+            f"{lat['p99_ms']:>8.2f}ms  {_cpu(many['cpu_pct'])}"
         )
     rec, rd = r["recovery"], r["read"]
     lines += [

@@ -66,7 +66,12 @@ CLOSE_TIMEOUT_S = 5.0
 # the fields of a pull reply besides its records (frame head and pull head), charged with them
 _REPLY_FIELDS = 64
 # named as the gRPC calls they stand for, so that dashboards see one Produce and one Pull
-_METHODS = {df.OP_PRODUCE: "Produce", df.OP_PULL: "Pull", df.OP_LEDGER_ADD: "AddBatch"}
+_METHODS = {
+    df.OP_PRODUCE: "Produce",
+    df.OP_PULL: "Pull",
+    df.OP_LEDGER_ADD: "AddBatch",
+    df.OP_LEDGER_ADDS: "AddBatches",
+}
 # the gRPC methods whose permission rules (tidelog/acl.py) the frames follow
 PRODUCE_METHOD = "/tidelog.broker.v1.Broker/Produce"
 PULL_METHOD = "/tidelog.broker.v1.Broker/Pull"
@@ -302,13 +307,20 @@ class DataPort:
         """The reply frame of one request, and its outcome's code for the metrics."""
         try:
             return df.frame(df.OK, rid, *await self._serve(op, body, held, identity)), "OK"
-        except TidelogError as err:
-            return df.frame(df.ERROR, rid, df.error_body(err, leader_of(err))), err.code
-        except Exception as exc:  # a bug: log it, answer, keep serving (unless an invariant broke)
-            stop_if_violated(exc)
-            log.exception("%s data port: op %d failed unexpectedly", self.replica.ctx, op)
-            err = TidelogError(f"internal error: {type(exc).__name__}: {exc}")
-            return df.frame(df.ERROR, rid, df.error_body(err, None)), "INTERNAL"
+        except Exception as exc:
+            err_body, code = self._error(op, exc)
+            return df.frame(df.ERROR, rid, err_body), code
+
+    def _error(self, op: int, exc: Exception) -> tuple[bytes, str]:
+        """An error reply's body for what a request (or one group of a LEDGER_ADDS) raised, and
+        its code: a TidelogError as it is; anything else is a bug, logged and answered INTERNAL
+        (the port keeps serving, unless an invariant broke)."""
+        if isinstance(exc, TidelogError):
+            return df.error_body(exc, leader_of(exc)), exc.code
+        stop_if_violated(exc)
+        log.error("%s data port: op %d failed unexpectedly", self.replica.ctx, op, exc_info=exc)
+        err = TidelogError(f"internal error: {type(exc).__name__}: {exc}")
+        return df.error_body(err, None), "INTERNAL"
 
     async def _write(self, link: _Link, reply: list[bytes]) -> None:
         """Hand one reply to the socket: one at a time per connection, so that replies waiting
@@ -368,14 +380,48 @@ class DataPort:
             head = df.pulled_head(pull.offset + count, df.Offsets(*offsets), count, crc32c(data))
             return [head, data]
         if op == df.OP_LEDGER_ADD:
-            add = df.parse_ledger_add(body)
-            if self.guard is not None:
-                self._authorize(identity, LEDGER_ADD_METHOD, add)
-            ledgers = self.replica.ledgers
-            replicas = await ledgers.add_batch(add.ledger_id, add.password, add.entries)
-            first, last = add.entries[0].entry_id, add.entries[-1].entry_id
-            return [df.ledger_added(first, last, ledgers.broker_id, replicas)]
+            return [await self._ledger_add(df.parse_ledger_add(body), identity)]
+        if op == df.OP_LEDGER_ADDS:
+            return df.ledger_adds_reply(await self._ledger_adds(df.parse_ledger_adds(body), identity))
         raise InvalidArgumentError(f"unknown data-port operation {op}")
+
+    async def _ledger_adds(self, adds: list[df.LedgerAddCall], identity: str) -> list[tuple[int, bytes]]:
+        """Several ledgers' adds (LEDGER_ADDS), each answered on its own: (OK, its reply body) or
+        (ERROR, its error's body). Those allowed go to the master together (one append, one fsync,
+        one wait for the replicas: `LedgerReplica.add_batches`)."""
+        answers: dict[int, bytes | Exception] = {}
+        allowed = []
+        for i, add in enumerate(adds):
+            try:
+                if self.guard is not None:
+                    self._authorize(identity, LEDGER_ADD_METHOD, add)
+                allowed.append(i)
+            except TidelogError as exc:
+                answers[i] = exc
+        ledgers = self.replica.ledgers
+        results = await ledgers.add_batches([adds[i] for i in allowed]) if allowed else []
+        for i, result in zip(allowed, results, strict=True):
+            answers[i] = (
+                result if isinstance(result, Exception) else _added(adds[i], ledgers.broker_id, result)
+            )
+        return [
+            (df.ERROR, self._error(df.OP_LEDGER_ADDS, a)[0]) if isinstance(a, Exception) else (df.OK, a)
+            for a in (answers[i] for i in range(len(adds)))
+        ]
+
+    async def _ledger_add(self, add: df.LedgerAddCall, identity: str) -> bytes:
+        """One ledger's batch of adds, checked and appended: its LEDGER_ADD reply body."""
+        if self.guard is not None:
+            self._authorize(identity, LEDGER_ADD_METHOD, add)
+        ledgers = self.replica.ledgers
+        return _added(
+            add, ledgers.broker_id, await ledgers.add_batch(add.ledger_id, add.password, add.entries)
+        )
+
+
+def _added(add: df.LedgerAddCall, broker_id: int, replicas: list[int]) -> bytes:
+    """The LEDGER_ADD reply body for an acknowledged batch."""
+    return df.ledger_added(add.entries[0].entry_id, add.entries[-1].entry_id, broker_id, replicas)
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:

@@ -65,6 +65,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tidelog.dataframes import LedgerAddCall
 from tidelog.dataframes import LedgerEntry as Entry  # what a Read answers and an AddBatch carries per entry
 from tidelog.errors import (
     CorruptRecordError,
@@ -381,11 +382,81 @@ class LedgerReplica:
         The whole batch is checked before anything is written; any error answers the whole batch
         and acknowledges none of it. Entries already held with the same digest (a retried batch)
         are not written again; the batch then completes with the rest."""
+        master, view, st, needed = self._checked_batch(ledger_id, password, entries)
+        held, end = await self._held_batch_prefix(view, st, ledger_id, entries)
+        prev = pending = None
+        if held < len(entries):  # a batch wholly held already (a retry) does not join the order chain
+            (end,) = self._append_runs([(ledger_id, st, entries[held:])])
+            pending = _Pending()
+            prev, st.tail = st.tail, pending
+        return await self._acknowledge(master, st, end, needed, ledger_id, entries, prev, pending)
+
+    async def add_batches(self, calls: Sequence[LedgerAddCall]) -> list[list[int] | Exception]:
+        """Several ledgers' batches (one LEDGER_ADDS frame), each checked and answered as
+        `add_batch` answers it, in order: the SyncStateSet that holds it, or its error. Those that
+        can go now are appended together (one append, one fsync, one wait for the replicas for
+        all of them); a batch that must wait for earlier ids, or a second batch of a ledger
+        already in this append, takes `add_batch`'s path once this append is made."""
+        outcomes: dict[int, list[int] | Exception] = {}
+        ready, later = self._sort_batches(calls, outcomes)
+        runs = [(calls[i].ledger_id, st, calls[i].entries[held:]) for i, _, st, _, held, _ in ready]
+        runs = [r for r in runs if r[2]]
+        try:
+            ends = iter(self._append_runs(runs) if runs else ())
+        except Exception as exc:  # the append failed (no longer master, a full disk): every ready batch's
+            outcomes.update((i, exc) for i, *_ in ready)
+            ready = []
+        waits: dict[int, Awaitable[list[int]]] = {}
+        for i, master, st, needed, held, end in ready:
+            c = calls[i]
+            prev = pending = None
+            if held < len(c.entries):
+                end, pending = next(ends), _Pending()
+                prev, st.tail = st.tail, pending
+            waits[i] = self._acknowledge(master, st, end, needed, c.ledger_id, c.entries, prev, pending)
+        waits.update(later)
+        for i, result in zip(
+            waits, await asyncio.gather(*waits.values(), return_exceptions=True), strict=True
+        ):
+            if not isinstance(result, list | Exception):
+                raise result  # cancelled: the request is going away
+            outcomes[i] = result
+        return [outcomes[i] for i in range(len(calls))]
+
+    def _sort_batches(
+        self, calls: Sequence[LedgerAddCall], outcomes: dict[int, list[int] | Exception]
+    ) -> tuple[list[tuple[int, HaMaster, _MasterLedger, int, int, int]], dict[int, Awaitable[list[int]]]]:
+        """`add_batches`' checks: the batches to append now (call, master, state, replicas needed,
+        entries held already, where they end), and `add_batch` calls for those that must wait;
+        a refused batch's error goes to `outcomes`."""
+        ready: list[tuple[int, HaMaster, _MasterLedger, int, int, int]] = []
+        later: dict[int, Awaitable[list[int]]] = {}
+        taken: set[int] = set()
+        for i, c in enumerate(calls):
+            try:
+                master, view, st, needed = self._checked_batch(c.ledger_id, c.password, c.entries)
+                first = c.entries[0].entry_id
+                if c.ledger_id in taken or (first not in view.entries and first != view.last_entry + 1):
+                    later[i] = self.add_batch(c.ledger_id, c.password, c.entries)
+                    continue
+                held, end = held_run(view, c.entries)
+            except Exception as exc:  # this batch's answer; the others go on
+                outcomes[i] = exc
+                continue
+            taken.add(c.ledger_id)
+            ready.append((i, master, st, needed, held, end))
+        return ready, later
+
+    def _checked_batch(
+        self, ledger_id: int, password: bytes, entries: Sequence[Entry]
+    ) -> tuple[HaMaster, LedgerView, _MasterLedger, int]:
+        """A batch's checks before anything is written: (master, ledger view, master state, the
+        replicas that must hold it)."""
         check_batch_shape(entries, self.replica.cfg.max_message_bytes - 1024)
         master = self.replica.require_writable()
         view = self._view(ledger_id, password, what="an add")
         st = self._state(ledger_id)
-        first, last = entries[0].entry_id, entries[-1].entry_id
+        first = entries[0].entry_id
         if st.fenced.is_set():
             raise _fenced(ledger_id, first)
         _check_open(view, first, False)
@@ -393,19 +464,28 @@ class LedgerReplica:
         for e in entries:
             _check_digest(view, digester, e)
         aq = view.metadata.ack_quorum
-        members = self._require_members(master, ledger_id, aq)
-        held, end = await self._held_batch_prefix(view, st, ledger_id, entries)
-        pending = _Pending()
-        prev = None
-        if held < len(entries):  # a batch wholly held already (a retry) does not join the order chain
-            end = self._append_entries(st, ledger_id, entries[held:])
-            prev, st.tail = st.tail, pending
+        return master, view, st, max(aq, self._require_members(master, ledger_id, aq))
+
+    async def _acknowledge(
+        self,
+        master: HaMaster,
+        st: _MasterLedger,
+        end: int,
+        needed: int,
+        ledger_id: int,
+        entries: Sequence[Entry],
+        prev: _Pending | None,
+        pending: _Pending | None,
+    ) -> list[int]:
+        """Wait until an appended batch (or a retried one held already, `pending` None) is
+        acknowledged, after the batch before it in the ledger's order: the SyncStateSet."""
+        pending = pending or _Pending()
         try:
-            await self._complete(master, st, end, max(aq, members), ledger_id, first, prev, False)
+            await self._complete(master, st, end, needed, ledger_id, entries[0].entry_id, prev, False)
             pending.ok = True
         finally:
             pending.done.set()
-        st.acked_lac = max(st.acked_lac, last)
+        st.acked_lac = max(st.acked_lac, entries[-1].entry_id)
         self.replica.notify_confirmed()  # wake LAC long polls
         return sorted(master.ack_set)
 
@@ -446,11 +526,25 @@ class LedgerReplica:
     def _append_entries(
         self, st: _MasterLedger, ledger_id: int, entries: Sequence[Entry], kind: str = KIND_ADD
     ) -> int:
-        _, placed = self.replica.append([add_message(ledger_id, e, kind) for e in entries])
-        self.index.note_adds(ledger_id, kind, placed, entries)
-        st.appended.set()  # wakes the batches waiting for these ids; later ones wait on a new event
-        st.appended = asyncio.Event()
-        return placed[-1].phys_offset + placed[-1].size
+        return self._append_runs([(ledger_id, st, entries)], kind)[0]
+
+    def _append_runs(
+        self, runs: Sequence[tuple[int, _MasterLedger, Sequence[Entry]]], kind: str = KIND_ADD
+    ) -> list[int]:
+        """Append runs of entries (of one ledger each, several ledgers in one append) and fold them
+        into the ledger index; the offset where each run ends."""
+        _, placed = self.replica.append(
+            [add_message(lid, e, kind) for lid, _, entries in runs for e in entries]
+        )
+        ends, at = [], 0
+        for ledger_id, st, entries in runs:
+            mine = placed[at : at + len(entries)]
+            at += len(entries)
+            self.index.note_adds(ledger_id, kind, mine, entries)
+            st.appended.set()  # wakes the batches waiting for these ids; later ones wait on a new event
+            st.appended = asyncio.Event()
+            ends.append(mine[-1].phys_offset + mine[-1].size)
+        return ends
 
     async def _held_or_next(self, view: LedgerView, st: _MasterLedger, req: AddRequest) -> int | None:
         """Sequence a (non-recovery) add: the end of the record when this replica already holds the

@@ -122,6 +122,12 @@ class ReplyReader(asyncio.BufferedProtocol):
             self.on_lost(why)
 
 
+def reply_error(body: bytes | bytearray) -> TidelogError:
+    """The typed error an error reply's body names (with the master's address for NOT_MASTER)."""
+    code, leader, message = df.parse_error(body)
+    return make_error(code, message, **({"leader": leader} if leader else {}))
+
+
 class DataConnection:
     """One TCP (or TLS) connection to a broker's data port, shared by concurrent calls."""
 
@@ -185,8 +191,7 @@ class DataConnection:
         finally:
             self._pending.pop(rid, None)
         if status != df.OK:
-            code, leader, message = df.parse_error(body)
-            raise make_error(code, message, **({"leader": leader} if leader else {}))
+            raise reply_error(body)
         return body
 
     def _on_frame(self, status: int, rid: int, body: bytes | bytearray) -> None:

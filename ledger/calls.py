@@ -2,7 +2,8 @@
 metadata in the controller's store. It carries out what it is asked and decides nothing.
 
 - `call` is one gRPC call on one broker, its gRPC error turned into tidelog's typed error;
-  `add_batch` is a batch of adds on one broker, through its data port when it has one.
+  `add_batch` is a batch of adds on one broker, through its data port when it has one (with
+  other ledgers' batches for that broker, ledger/coalesce.py).
 - `call_master` finds the broker set's master (a cached `BrokerSetView`, refreshed on a "not
   here / not now" answer) and retries there until a deadline; a call to a master the controller
   has since replaced is abandoned (`until_superseded`, client/hedge.py).
@@ -38,6 +39,7 @@ from tidelog.errors import (
     TidelogError,
     UnavailableError,
 )
+from tidelog.ledger.coalesce import AddCoalescer
 from tidelog.ledger.lac import LacTally, ask_replicas
 from tidelog.ledger.metadata import LedgerMetadata
 from tidelog.ledger.params import DEFAULT_ADD_TIMEOUT, MAX_ENTRY_BYTES, ledger_key
@@ -78,6 +80,8 @@ class LedgerCalls:
         self.max_entry_bytes = max_entry_bytes
         self._sets: dict[str, tuple[float, BrokerSetView]] = {}
         self.set_ttl = 5.0
+        # add batches of several ledgers bound for one broker leave in one frame
+        self.adds = AddCoalescer(client.over_data_port)
 
     async def broker_set(self, name: str, *, refresh: bool = False) -> BrokerSetView:
         cached = self._sets.get(name)
@@ -121,9 +125,11 @@ class LedgerCalls:
     ) -> df.LedgerAdded:
         """One batch of adds to the broker at `address`: a LEDGER_ADD frame on its data port when
         it has one (the entries as they are, without gRPC's few hundred microseconds of Python a
-        call on each side), else the gRPC `AddBatch` it stands for."""
+        call on each side), sharing a LEDGER_ADDS frame with other ledgers' batches made for that
+        broker in the same turn of the event loop (ledger/coalesce.py); else the gRPC `AddBatch`
+        it stands for."""
         parts = df.ledger_add_request(ledger_id, password, entries)
-        body = await self.client.over_data_port(address, df.OP_LEDGER_ADD, parts, timeout)
+        body = await self.adds.send(address, parts, timeout)
         if body is not None:
             return df.parse_ledger_added(body)
         request = lpb.AddBatchRequest(

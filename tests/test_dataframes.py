@@ -102,6 +102,46 @@ def test_a_ledger_add_carries_at_least_one_and_at_most_max_entries():
         df.parse_ledger_add(b"".join(df.ledger_add_request(1, b"", too_many)))
 
 
+ledger_groups = st.lists(st.tuples(u63, st.binary(max_size=10), ledger_entries), min_size=1, max_size=6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ledger_groups)
+def test_several_ledgers_adds_round_trip_in_one_frame(groups):
+    parts = df.ledger_adds_request([df.ledger_add_request(*g) for g in groups])
+    body = _body(df.frame(df.OP_LEDGER_ADDS, 7, *parts))
+    assert df.parse_ledger_adds(body) == [df.LedgerAddCall(*g) for g in groups]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([df.OK, df.ERROR]), st.binary(max_size=40)), min_size=1, max_size=8)
+)
+def test_a_ledger_adds_reply_round_trips_and_must_answer_every_group(outcomes):
+    body = b"".join(df.ledger_adds_reply(outcomes))
+    assert df.parse_ledger_adds_reply(body, len(outcomes)) == outcomes
+    with pytest.raises(df.FrameError):
+        df.parse_ledger_adds_reply(body, len(outcomes) + 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ledger_groups, st.data())
+def test_several_ledgers_adds_cut_short_or_padded_are_a_frame_error(groups, data):
+    body = b"".join(df.ledger_adds_request([df.ledger_add_request(*g) for g in groups]))
+    cut = data.draw(st.integers(0, len(body) - 1))
+    for broken in (body[:cut], body + b"\x00"):
+        with pytest.raises(df.FrameError):
+            df.parse_ledger_adds(broken)
+
+
+def test_a_ledger_adds_frame_carries_at_least_one_and_at_most_max_groups():
+    one = df.ledger_add_request(1, b"", [df.LedgerEntry(0, -1, 1, b"", b"x")])
+    with pytest.raises(df.FrameError, match="ledgers"):
+        df.parse_ledger_adds(b"".join(df.ledger_adds_request([])))
+    with pytest.raises(df.FrameError, match="ledgers"):
+        df.parse_ledger_adds(b"".join(df.ledger_adds_request([one] * (df.MAX_LEDGER_GROUPS + 1))))
+
+
 def test_an_error_carries_its_code_and_the_masters_address():
     err = NotMasterError("not here", master_address="10.0.0.1:10911")
     assert df.parse_error(df.error_body(err, err.leader)) == ("NOT_MASTER", "10.0.0.1:10911", "not here")
@@ -111,7 +151,7 @@ def test_an_error_carries_its_code_and_the_masters_address():
 @given(st.binary(max_size=80))
 def test_any_bytes_parse_or_raise_frame_error(blob):
     parsers = (df.parse_produce, df.parse_pull, df.parse_pulled, df.parse_error, df.parse_produced)
-    for parse in (*parsers, df.parse_ledger_add, df.parse_ledger_added):
+    for parse in (*parsers, df.parse_ledger_add, df.parse_ledger_added, df.parse_ledger_adds):
         try:
             parse(blob)
         except df.FrameError:

@@ -24,6 +24,11 @@ ledgers, status). Pure codec, no I/O; all integers big-endian.
              ok:   first entry id i64 | last entry id i64 | broker id u32 | n u16 | n × replica u32
                    (a ledger's `AddBatch`, ledger/API.md: the entries as the writer made them,
                    checked and appended by the master like the gRPC call it stands for)
+    LEDGER_ADDS body: n u16 | n × (len u32 | a LEDGER_ADD body)      (n in 1..MAX_LEDGER_GROUPS)
+             ok:   n u16 | n × (status u8 | len u32 | a LEDGER_ADD ok body, or an error body)
+                   (the adds of several ledgers bound for one broker, in one frame: each group
+                   is checked, appended and answered as its own LEDGER_ADD would be, so one
+                   ledger's refusal, a fence say, leaves the others' adds alone)
     error    body: code_len u16 | leader_len u16 | code | leader | message (UTF-8)
 
 With auth on (tidelog/guard.py), a connection's first frame is AUTH: the same metadata a gRPC call
@@ -50,6 +55,7 @@ OP_PRODUCE = 1
 OP_PULL = 2
 OP_AUTH = 3
 OP_LEDGER_ADD = 4
+OP_LEDGER_ADDS = 5
 OK = 0
 ERROR = 1
 
@@ -71,6 +77,11 @@ _LEDGER_ENTRY = struct.Struct(">qqqHI")
 _LEDGER_ADDED = struct.Struct(">qqIH")
 #: The most entries one ledger add frame carries (the writer sends at most 1,000 a call).
 MAX_LEDGER_ENTRIES = 10_000
+#: The most ledgers whose adds one LEDGER_ADDS frame carries.
+MAX_LEDGER_GROUPS = 1024
+_GROUP = struct.Struct(">I")
+GROUP_HEAD = _GROUP.size  # the length field before each batch of a LEDGER_ADDS frame
+_OUTCOME = struct.Struct(">BI")
 _COUNT = struct.Struct(">H")
 #: The method name an AUTH frame's signature is made for (a cluster member's token names it).
 AUTH_METHOD = "/tidelog.broker.v1.DataPort/Auth"
@@ -236,17 +247,22 @@ def ledger_add_request(ledger_id: int, password: bytes, entries: Sequence[Ledger
 def parse_ledger_add(body: bytes) -> LedgerAddCall:
     """A ledger add frame's fields; FrameError when its lengths do not add up to the frame. What
     the entries say (ids in order, digests, sizes) is the ledger's to check."""
-    if len(body) < _LEDGER_ADD.size:
+    return _parse_ledger_add(body, 0, len(body))
+
+
+def _parse_ledger_add(body: bytes, start: int, end: int) -> LedgerAddCall:
+    """The ledger add in body[start:end] (a LEDGER_ADD frame's body, or one of LEDGER_ADDS)."""
+    if end - start < _LEDGER_ADD.size:
         raise FrameError("a ledger add frame is shorter than its fields")
-    ledger_id, plen, count = _LEDGER_ADD.unpack_from(body)
+    ledger_id, plen, count = _LEDGER_ADD.unpack_from(body, start)
     if not 0 < count <= MAX_LEDGER_ENTRIES:
         raise FrameError(f"a ledger add frame carries {count} entries, not 1..{MAX_LEDGER_ENTRIES}")
-    at = _LEDGER_ADD.size + plen
-    if at > len(body):
+    at = start + _LEDGER_ADD.size + plen
+    if at > end:
         raise FrameError("a ledger add frame's password runs past its end")
-    password = body[_LEDGER_ADD.size : at]
+    password = body[start + _LEDGER_ADD.size : at]
     entries = []
-    unpack, head, end = _LEDGER_ENTRY.unpack_from, _LEDGER_ENTRY.size, len(body)
+    unpack, head = _LEDGER_ENTRY.unpack_from, _LEDGER_ENTRY.size
     for _ in range(count):
         if at + head > end:
             raise FrameError("a ledger add frame's entry runs past its end")
@@ -260,6 +276,65 @@ def parse_ledger_add(body: bytes) -> LedgerAddCall:
     if at != end:
         raise FrameError("a ledger add frame's size does not match its entries")
     return LedgerAddCall(ledger_id, password, entries)
+
+
+def ledger_adds_request(groups: Sequence[list[bytes]]) -> list[bytes]:
+    """A LEDGER_ADDS body as pieces to write: the `ledger_add_request` pieces of each ledger."""
+    parts = [_COUNT.pack(len(groups))]
+    for group in groups:
+        parts.append(_GROUP.pack(sum(len(p) for p in group)))
+        parts += group
+    return parts
+
+
+def parse_ledger_adds(body: bytes) -> list[LedgerAddCall]:
+    """The ledger adds of a LEDGER_ADDS frame; FrameError when its lengths do not add up."""
+    if len(body) < _COUNT.size:
+        raise FrameError("a ledger adds frame is shorter than its fields")
+    (n,) = _COUNT.unpack_from(body)
+    if not 0 < n <= MAX_LEDGER_GROUPS:
+        raise FrameError(f"a ledger adds frame carries {n} ledgers' adds, not 1..{MAX_LEDGER_GROUPS}")
+    at, end, calls = _COUNT.size, len(body), []
+    for _ in range(n):
+        if at + _GROUP.size > end:
+            raise FrameError("a ledger adds frame's group runs past its end")
+        (size,) = _GROUP.unpack_from(body, at)
+        at += _GROUP.size
+        if at + size > end:
+            raise FrameError("a ledger adds frame's group runs past its end")
+        calls.append(_parse_ledger_add(body, at, at + size))
+        at += size
+    if at != end:
+        raise FrameError("a ledger adds frame's size does not match its groups")
+    return calls
+
+
+def ledger_adds_reply(outcomes: Sequence[tuple[int, bytes]]) -> list[bytes]:
+    """A LEDGER_ADDS reply's body: per group, in order, its status (OK or ERROR) and its body (a
+    LEDGER_ADD reply's, or an error's)."""
+    parts = [_COUNT.pack(len(outcomes))]
+    for status, body in outcomes:
+        parts += (_OUTCOME.pack(status, len(body)), body)
+    return parts
+
+
+def parse_ledger_adds_reply(body: bytes | bytearray, groups: int) -> list[tuple[int, bytes | bytearray]]:
+    """(status, body) per group of a LEDGER_ADDS reply; FrameError unless it answers `groups`."""
+    if len(body) < _COUNT.size or _COUNT.unpack_from(body)[0] != groups:
+        raise FrameError(f"a ledger adds reply does not answer its {groups} groups")
+    at, end, out = _COUNT.size, len(body), []
+    for _ in range(groups):
+        if at + _OUTCOME.size > end:
+            raise FrameError("a ledger adds reply's outcome runs past its end")
+        status, size = _OUTCOME.unpack_from(body, at)
+        at += _OUTCOME.size
+        if status not in (OK, ERROR) or at + size > end:
+            raise FrameError("a ledger adds reply's outcome is malformed")
+        out.append((status, body[at : at + size]))
+        at += size
+    if at != end:
+        raise FrameError("a ledger adds reply's size does not match its outcomes")
+    return out
 
 
 class LedgerAdded(NamedTuple):

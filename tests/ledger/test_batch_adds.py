@@ -98,3 +98,41 @@ def test_a_recovery_during_pipelined_batches_fences_the_writer_and_keeps_every_a
                 await w.add_entry(b"after the fence")
 
     asyncio.run(run())
+
+
+def test_adds_of_many_ledgers_share_frames_and_a_fence_stays_with_its_ledger(cluster: LocalCluster) -> None:
+    """Writers of several ledgers on one broker set adding together send their batches in shared
+    LEDGER_ADDS frames (ledger/coalesce.py); every acknowledged entry reads back; one ledger
+    fenced by a recovery fails its own adds with LedgerFencedError while the other ledgers'
+    adds, made in the same turns, are all confirmed."""
+
+    async def run() -> None:
+        async with AsyncClient(cluster.controllers) as wc, AsyncClient(cluster.controllers) as rc:
+            ledgers = AsyncLedgers(wc)
+            writers = [await ledgers.create_ledger(2, 2, 2, PASSWORD) for _ in range(6)]
+
+            async def add_all(first: int, n: int) -> dict[int, list[object]]:
+                futures = {
+                    w.ledger_id: [w.add_entry_async(payload(i)) for i in range(first, first + n)]
+                    for w in writers
+                }
+                return {lid: await asyncio.gather(*f, return_exceptions=True) for lid, f in futures.items()}
+
+            for w, ids in zip(writers, (await add_all(0, 50)).values(), strict=True):
+                assert ids == list(range(50)), (w.ledger_id, ids)
+            assert ledgers.adds.frames > 0 and ledgers.adds.grouped >= 2 * ledgers.adds.frames
+            victim = writers[0]
+            recovered = await AsyncLedgers(rc).open_ledger(victim.ledger_id, PASSWORD, recovery=True)
+            assert recovered.last_add_confirmed == 49
+            frames = ledgers.adds.frames
+            outcome = await add_all(50, 20)
+            assert ledgers.adds.frames > frames
+            assert all(isinstance(r, LedgerFencedError) for r in outcome[victim.ledger_id])
+            for w in writers[1:]:
+                assert outcome[w.ledger_id] == list(range(50, 70))
+                tail = await ledgers.open_ledger(w.ledger_id, PASSWORD, recovery=False)
+                entries = await tail.read_entries(0, 69)
+                assert [e.data for e in entries] == [payload(i) for i in range(70)]
+            assert [e.data for e in await recovered.read_entries(0, 49)] == [payload(i) for i in range(50)]
+
+    asyncio.run(run())
