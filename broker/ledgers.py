@@ -360,20 +360,14 @@ class LedgerReplica:
         if end is None:
             kind = KIND_RECOVERY_ADD if req.recovery else KIND_ADD
             end = self._append_entries(st, req.ledger_id, [entry], kind)
-        pending = _Pending()
-        prev = None
+        prev = pending = None
         if appended and not req.recovery:  # a retry of a held entry does not join the order chain
+            pending = _Pending()
             prev, st.tail = st.tail, pending
-        try:
-            await self._complete(
-                master, st, end, max(aq, members), req.ledger_id, req.entry_id, prev, req.recovery
-            )
-            pending.ok = True
-        finally:
-            pending.done.set()
-        st.acked_lac = max(st.acked_lac, req.entry_id)
-        self.replica.notify_confirmed()  # wake LAC long polls
-        return sorted(master.ack_set)
+        ids = (req.entry_id, req.entry_id)
+        return await self._acknowledge(
+            master, st, end, max(aq, members), req.ledger_id, ids, prev, pending, req.recovery
+        )
 
     async def add_batch(self, ledger_id: int, password: bytes, entries: Sequence[Entry]) -> list[int]:
         """Append a batch of consecutive entries as one run of records (one append, one fsync,
@@ -389,7 +383,8 @@ class LedgerReplica:
             (end,) = self._append_runs([(ledger_id, st, entries[held:])])
             pending = _Pending()
             prev, st.tail = st.tail, pending
-        return await self._acknowledge(master, st, end, needed, ledger_id, entries, prev, pending)
+        ids = (entries[0].entry_id, entries[-1].entry_id)
+        return await self._acknowledge(master, st, end, needed, ledger_id, ids, prev, pending)
 
     async def add_batches(self, calls: Sequence[LedgerAddCall]) -> list[list[int] | Exception]:
         """Several ledgers' batches (one LEDGER_ADDS frame), each checked and answered as
@@ -413,7 +408,8 @@ class LedgerReplica:
             if held < len(c.entries):
                 end, pending = next(ends), _Pending()
                 prev, st.tail = st.tail, pending
-            waits[i] = self._acknowledge(master, st, end, needed, c.ledger_id, c.entries, prev, pending)
+            ids = (c.entries[0].entry_id, c.entries[-1].entry_id)
+            waits[i] = self._acknowledge(master, st, end, needed, c.ledger_id, ids, prev, pending)
         waits.update(later)
         for i, result in zip(
             waits, await asyncio.gather(*waits.values(), return_exceptions=True), strict=True
@@ -473,21 +469,60 @@ class LedgerReplica:
         end: int,
         needed: int,
         ledger_id: int,
-        entries: Sequence[Entry],
+        ids: tuple[int, int],
         prev: _Pending | None,
         pending: _Pending | None,
+        recovery: bool = False,
     ) -> list[int]:
-        """Wait until an appended batch (or a retried one held already, `pending` None) is
-        acknowledged, after the batch before it in the ledger's order: the SyncStateSet."""
+        """Wait until appended entries `ids` (first, last; or a retry held already, `pending`
+        None) are held by `needed` replicas and fsync'd here, after the adds before them in the
+        ledger's order; the SyncStateSet then holding them."""
         pending = pending or _Pending()
         try:
-            await self._complete(master, st, end, needed, ledger_id, entries[0].entry_id, prev, False)
+            acked = asyncio.ensure_future(self.replica.persist(master, end, needed, fsync=True))
+            if recovery:  # a recovery's rewrite: the fence is the recovery's own
+                await acked
+            else:
+                await self._acked_in_order(st, acked, ledger_id, ids[0], prev)
             pending.ok = True
         finally:
             pending.done.set()
-        st.acked_lac = max(st.acked_lac, entries[-1].entry_id)
+        st.acked_lac = max(st.acked_lac, ids[1])
         self.replica.notify_confirmed()  # wake LAC long polls
         return sorted(master.ack_set)
+
+    async def _acked_in_order(
+        self,
+        st: _MasterLedger,
+        acked: asyncio.Future[None],
+        ledger_id: int,
+        entry_id: int,
+        prev: _Pending | None,
+    ) -> None:
+        """Wait for `acked` unless the ledger is fenced first, then for the add before this one."""
+        fenced = asyncio.ensure_future(st.fenced.wait())
+        try:
+            await asyncio.wait({acked, fenced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            fenced.cancel()
+        # A fence seen at any point before completion fails the add: its outcome is then for the
+        # recovery to decide (rule W2), and the slave that fenced may not hold it as an entry.
+        if st.fenced.is_set():
+            acked.cancel()
+            with contextlib.suppress(BaseException):
+                await acked
+            raise _fenced(ledger_id, entry_id)
+        await acked
+        if prev is not None:
+            await prev.done.wait()
+        if st.fenced.is_set():
+            raise _fenced(ledger_id, entry_id)
+        if prev is not None and not prev.ok:
+            raise IncorrectParameterError(
+                f"entry {entry_id}: entry {entry_id - 1} of ledger {ledger_id} failed; retry from it",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+            )
 
     @staticmethod
     def _require_members(master: HaMaster, ledger_id: int, aq: int) -> int:
@@ -613,45 +648,6 @@ class LedgerReplica:
             raise LedgerReadError(f"ledger {ledger_id}: the CLOSE record is not in the index")
         await self.replica.persist(master, view.close_end, max(1, master.write_set_size), fsync=True)
         return view.closed_at, view.closed_length
-
-    async def _complete(
-        self,
-        master: HaMaster,
-        st: _MasterLedger,
-        end: int,
-        needed: int,
-        ledger_id: int,
-        entry_id: int,
-        prev: _Pending | None,
-        recovery: bool,
-    ) -> None:
-        acked = asyncio.ensure_future(self.replica.persist(master, end, needed, fsync=True))
-        if recovery:
-            await acked
-            return
-        fenced = asyncio.ensure_future(st.fenced.wait())
-        try:
-            await asyncio.wait({acked, fenced}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            fenced.cancel()
-        # A fence seen at any point before completion fails the add: its outcome is then for the
-        # recovery to decide (rule W2), and the slave that fenced may not hold it as an entry.
-        if st.fenced.is_set():
-            acked.cancel()
-            with contextlib.suppress(BaseException):
-                await acked
-            raise _fenced(ledger_id, entry_id)
-        await acked
-        if prev is not None:
-            await prev.done.wait()
-        if st.fenced.is_set():
-            raise _fenced(ledger_id, entry_id)
-        if prev is not None and not prev.ok:
-            raise IncorrectParameterError(
-                f"entry {entry_id}: entry {entry_id - 1} of ledger {ledger_id} failed; retry from it",
-                ledger_id=ledger_id,
-                entry_id=entry_id,
-            )
 
     # --- every replica: fence, read, LAC --------------------------------------------------
 
