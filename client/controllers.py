@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,16 @@ class _Hedge:
 def _retryable(err: TidelogError) -> bool:
     # Not-leader and "not serving yet" say nothing about the request; everything else is an answer.
     return isinstance(err, ControllerNotLeaderError) or type(err) is UnavailableError
+
+
+def gave_up(last: TidelogError | None, addresses: Sequence[str], total: float) -> TidelogError:
+    """The error a call raises when its budget ran out: the last "not here / not now" answer, or
+    UNAVAILABLE naming the controllers tried when that answer names none of them (a call that
+    timed out before its connection was up says only DEADLINE_EXCEEDED)."""
+    if last is not None and (type(last) is not UnavailableError or any(a in last.message for a in addresses)):
+        return last
+    why = f"; last error: {last.message}" if last is not None else ""
+    return UnavailableError(f"no controller answered within {total:.1f}s (tried {', '.join(addresses)}){why}")
 
 
 class ControllerClient:
@@ -210,11 +220,7 @@ class ControllerClient:
                 self._waiting(last, deadline)
             await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, 0.5)
-        if last is not None:
-            raise last
-        raise UnavailableError(
-            f"no controller answered within {total:.1f}s (tried {', '.join(self._addresses)})"
-        )
+        raise gave_up(last, self._addresses, total)
 
     async def _sweep(
         self, service: str, method: str, request: Any, per_call: float, deadline: float

@@ -13,6 +13,8 @@ import pytest
 
 from tests.client.conftest import REPO, TIDE, runs_from, tide, tide_env, tidelog_pids
 from tidelog.cli.common import CONTROLLER_TIMEOUT_ENV
+from tidelog.client.controllers import gave_up
+from tidelog.errors import ControllerNotLeaderError, UnavailableError
 
 NOWHERE = "127.0.0.1:1"  # nothing listens on port 1: connections are refused at once
 
@@ -174,3 +176,25 @@ def test_out_of_range_options_are_refused_before_anything_is_contacted(args: lis
     out = tide(*args, "--controllers", "127.0.0.1:1", timeout=30)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr and f"Invalid value for '{option}'" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("last", "named"),
+    [
+        # a call that timed out before its connection was up: no address in the text
+        (
+            UnavailableError("DEADLINE_EXCEEDED: Deadline Exceeded"),
+            "no controller answered within 2.0s (tried ",
+        ),
+        (None, "no controller answered within 2.0s (tried "),
+        # gRPC's own words name the address: kept as they are
+        (UnavailableError("failed to connect; ipv4:127.0.0.1:1: Connection refused"), "failed to connect"),
+        (ControllerNotLeaderError("not the leader"), "not the leader"),
+    ],
+)
+def test_a_call_that_gives_up_names_the_controllers_it_tried(last, named) -> None:
+    err = gave_up(last, ["127.0.0.1:1", "127.0.0.1:2"], 2.0)
+    assert err.message.startswith(named), err.message
+    assert "127.0.0.1:1" in err.message or isinstance(last, ControllerNotLeaderError)
+    if last is not None and named.startswith("no controller"):
+        assert last.message in err.message  # the last error is kept in the text
