@@ -383,7 +383,7 @@ class DataPort:
             return [await self._ledger_add(df.parse_ledger_add(body), identity)]
         if op == df.OP_LEDGER_ADDS:
             return df.ledger_adds_reply(await self._ledger_adds(df.parse_ledger_adds(body), identity))
-        raise InvalidArgumentError(f"unknown data-port operation {op}")
+        raise InvalidArgumentError(f"{df.UNKNOWN_OP} {op}")
 
     async def _ledger_adds(self, adds: list[df.LedgerAddCall], identity: str) -> list[tuple[int, bytes]]:
         """Several ledgers' adds (LEDGER_ADDS), each answered on its own: (OK, its reply body) or

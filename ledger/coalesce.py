@@ -17,15 +17,19 @@ a call to a master the controller has replaced) before its frame leaves is not s
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
 from tidelog import dataframes as df
 from tidelog.client.dataconn import reply_error
-from tidelog.errors import UnavailableError
+from tidelog.errors import InvalidArgumentError, UnavailableError
 from tidelog.tasks import within
 
 __all__ = ["AddCoalescer", "frames_of"]
+
+log = logging.getLogger(__name__)
+
 
 #: `over_data_port`: a request's reply body from the broker at an address, None without a data port.
 Send = Callable[[str, int, list[bytes], float], Awaitable["bytes | bytearray | None"]]
@@ -67,6 +71,9 @@ class AddCoalescer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.frames = 0  # LEDGER_ADDS frames sent (several ledgers' batches in each)
         self.grouped = 0  # batches that went in them
+        # brokers that answered a LEDGER_ADDS frame as an unknown operation (older than it): their
+        # batches go one LEDGER_ADD each, as they did before it
+        self._one_by_one: set[str] = set()
 
     async def send(self, address: str, parts: list[bytes], timeout: float) -> bytes | bytearray | None:
         """One ledger's add batch (`dataframes.ledger_add_request`) to the broker at `address`:
@@ -88,7 +95,8 @@ class AddCoalescer:
     def _flush(self, address: str) -> None:
         live = [q for q in self._queued.pop(address, ()) if not q.future.done()]
         at = 0
-        for n in frames_of([q.size for q in live]):
+        counts = [1] * len(live) if address in self._one_by_one else frames_of([q.size for q in live])
+        for n in counts:
             task = asyncio.ensure_future(self._send_frame(address, live[at : at + n]))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -106,26 +114,45 @@ class AddCoalescer:
             for q in group:
                 q.future.cancel()
             raise
-        for q, (status, body) in zip(group, outcomes, strict=True):
-            if status == df.OK or body is None:
-                _settle(q.future, body)
-            elif not q.future.done():
-                q.future.set_exception(reply_error(body))
+        for q, outcome in zip(group, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                if not q.future.done():
+                    q.future.set_exception(outcome)
+            else:
+                _settle(q.future, outcome)
 
     async def _exchange(
         self, address: str, group: list[_Queued]
-    ) -> Sequence[tuple[int, bytes | bytearray | None]]:
-        """(status, body) per batch of `group`, in one frame; body None: the broker has no data port."""
+    ) -> Sequence[bytes | bytearray | None | Exception]:
+        """Each batch's LEDGER_ADD reply body or error, the batches sent in one frame; a body of
+        None: the broker has no data port."""
         timeout = max(q.timeout for q in group)
         if len(group) == 1:
-            return [(df.OK, await self._send(address, df.OP_LEDGER_ADD, group[0].parts, timeout))]
+            return [await self._send(address, df.OP_LEDGER_ADD, group[0].parts, timeout)]
         self.frames += 1
         self.grouped += len(group)
         parts = df.ledger_adds_request([q.parts for q in group])
-        body = await self._send(address, df.OP_LEDGER_ADDS, parts, timeout)
+        try:
+            body = await self._send(address, df.OP_LEDGER_ADDS, parts, timeout)
+        except InvalidArgumentError as exc:
+            if df.UNKNOWN_OP not in exc.message:
+                raise
+            # A broker from before LEDGER_ADDS (a rolling upgrade): nothing of the frame was
+            # stored; send each batch as its own LEDGER_ADD, now and from now on.
+            log.info("data port %s takes no LEDGER_ADDS frames: sending each ledger's adds alone", address)
+            self._one_by_one.add(address)
+            sends = (self._send(address, df.OP_LEDGER_ADD, q.parts, timeout) for q in group)
+            alone = await asyncio.gather(*sends, return_exceptions=True)
+            for r in alone:
+                if isinstance(r, BaseException) and not isinstance(r, Exception):
+                    raise r from None  # cancelled: the client is closing
+            return alone  # type: ignore[return-value]  # (BaseExceptions raised just above)
         if body is None:
-            return [(df.OK, None)] * len(group)
-        return df.parse_ledger_adds_reply(body, len(group))
+            return [None] * len(group)
+        return [
+            b if status == df.OK else reply_error(b)
+            for status, b in df.parse_ledger_adds_reply(body, len(group))
+        ]
 
 
 def _settle(fut: asyncio.Future[bytes | bytearray | None], body: bytes | bytearray | None) -> None:

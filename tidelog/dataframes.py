@@ -56,6 +56,8 @@ OP_PULL = 2
 OP_AUTH = 3
 OP_LEDGER_ADD = 4
 OP_LEDGER_ADDS = 5
+#: How a broker answers an operation it does not know (one older than the operation).
+UNKNOWN_OP = "unknown data-port operation"
 OK = 0
 ERROR = 1
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog import dataframes as df
-from tidelog.errors import LedgerFencedError, UnavailableError
+from tidelog.errors import InvalidArgumentError, LedgerFencedError, UnavailableError
 from tidelog.ledger.coalesce import AddCoalescer, frames_of
 
 
@@ -37,10 +37,11 @@ def add(ledger_id: int) -> list[bytes]:
 class Broker:
     """Answers frames as a data port would: ledger 13 is fenced, every other add is taken."""
 
-    def __init__(self, *, data_port: bool = True, fail: bool = False) -> None:
+    def __init__(self, *, data_port: bool = True, fail: bool = False, old: bool = False) -> None:
         self.frames: list[tuple[str, int, int]] = []  # (address, op, ledgers in it)
         self.data_port = data_port
         self.fail = fail
+        self.old = old  # a broker from before LEDGER_ADDS
 
     @staticmethod
     def outcome(call: df.LedgerAddCall) -> tuple[int, bytes]:
@@ -61,6 +62,9 @@ class Broker:
             if status != df.OK:
                 raise LedgerFencedError("ledger 13 is fenced")
             return reply
+        if self.old:
+            self.frames.append((address, op, 0))
+            raise InvalidArgumentError(f"{df.UNKNOWN_OP} {op}")
         calls = df.parse_ledger_adds(body)
         self.frames.append((address, op, len(calls)))
         return b"".join(df.ledger_adds_reply([self.outcome(c) for c in calls]))
@@ -109,5 +113,25 @@ def test_a_batch_whose_caller_gave_up_before_its_frame_left_is_not_sent():
         assert broker.frames == [("a:1", df.OP_LEDGER_ADD, 1)]
         with pytest.raises(asyncio.CancelledError):
             await gone
+
+    asyncio.run(main())
+
+
+def test_a_broker_older_than_shared_frames_gets_each_batch_alone_from_then_on():
+    """A rolling upgrade: a broker that answers LEDGER_ADDS as an unknown operation stored none of
+    it; every batch of that frame is sent again alone, each caller gets its own answer, and later
+    batches for that broker go alone from the start."""
+
+    async def main() -> None:
+        broker = Broker(old=True)
+        adds = AddCoalescer(broker.send)
+        results = await asyncio.gather(
+            *(adds.send("a:1", add(i), 5.0) for i in (1, 2, 13)), return_exceptions=True
+        )
+        assert [df.parse_ledger_added(r).replicas for r in results[:2]] == [(1, 2), (1, 2)]
+        assert isinstance(results[2], LedgerFencedError)
+        assert broker.frames == [("a:1", df.OP_LEDGER_ADDS, 0)] + [("a:1", df.OP_LEDGER_ADD, 1)] * 3
+        await asyncio.gather(*(adds.send("a:1", add(i), 5.0) for i in (3, 4)))
+        assert broker.frames[4:] == [("a:1", df.OP_LEDGER_ADD, 1)] * 2
 
     asyncio.run(main())
