@@ -145,6 +145,12 @@ class _MasterLedger:
     appended: asyncio.Event = field(default_factory=asyncio.Event)
     tail: _Pending | None = None
 
+    def chain(self) -> tuple[_Pending | None, _Pending]:
+        """An add just appended joins the ledger's order: (the add before it, its own)."""
+        pending = _Pending()
+        prev, self.tail = self.tail, pending
+        return prev, pending
+
 
 #: Reads a ledger's metadata from the controller (NoSuchLedgerExistsError when it has none).
 MetadataSource = Callable[[int], Awaitable[LedgerMetadata]]
@@ -238,6 +244,12 @@ def held_run(view: LedgerView, entries: Sequence[Entry]) -> tuple[int, int]:
             f"{view.last_entry} and not held here"
         )
     return held, end
+
+
+def _next_in_line(view: LedgerView, entries: Sequence[Entry], held: int) -> bool:
+    """A batch can be appended now: it starts with entries held already (a retry) or with the
+    ledger's next id; otherwise it waits for the ids before it."""
+    return bool(held) or entries[0].entry_id == view.last_entry + 1
 
 
 class LedgerReplica:
@@ -362,8 +374,7 @@ class LedgerReplica:
             end = self._append_entries(st, req.ledger_id, [entry], kind)
         prev = pending = None
         if appended and not req.recovery:  # a retry of a held entry does not join the order chain
-            pending = _Pending()
-            prev, st.tail = st.tail, pending
+            prev, pending = st.chain()
         ids = (req.entry_id, req.entry_id)
         return await self._acknowledge(
             master, st, end, max(aq, members), req.ledger_id, ids, prev, pending, req.recovery
@@ -380,9 +391,8 @@ class LedgerReplica:
         held, end = await self._held_batch_prefix(view, st, ledger_id, entries)
         prev = pending = None
         if held < len(entries):  # a batch wholly held already (a retry) does not join the order chain
-            (end,) = self._append_runs([(ledger_id, st, entries[held:])])
-            pending = _Pending()
-            prev, st.tail = st.tail, pending
+            end = self._append_entries(st, ledger_id, entries[held:])
+            prev, pending = st.chain()
         ids = (entries[0].entry_id, entries[-1].entry_id)
         return await self._acknowledge(master, st, end, needed, ledger_id, ids, prev, pending)
 
@@ -406,8 +416,8 @@ class LedgerReplica:
             c = calls[i]
             prev = pending = None
             if held < len(c.entries):
-                end, pending = next(ends), _Pending()
-                prev, st.tail = st.tail, pending
+                end = next(ends)
+                prev, pending = st.chain()
             ids = (c.entries[0].entry_id, c.entries[-1].entry_id)
             waits[i] = self._acknowledge(master, st, end, needed, c.ledger_id, ids, prev, pending)
         waits.update(later)
@@ -431,11 +441,10 @@ class LedgerReplica:
         for i, c in enumerate(calls):
             try:
                 master, view, st, needed = self._checked_batch(c.ledger_id, c.password, c.entries)
-                first = c.entries[0].entry_id
-                if c.ledger_id in taken or (first not in view.entries and first != view.last_entry + 1):
+                held, end = held_run(view, c.entries)
+                if c.ledger_id in taken or not _next_in_line(view, c.entries, held):
                     later[i] = self.add_batch(c.ledger_id, c.password, c.entries)
                     continue
-                held, end = held_run(view, c.entries)
             except Exception as exc:  # this batch's answer; the others go on
                 outcomes[i] = exc
                 continue
@@ -544,7 +553,7 @@ class LedgerReplica:
         deadline = time.monotonic() + GAP_WAIT_S
         while True:
             held, end = held_run(view, entries)
-            if held or entries[0].entry_id == view.last_entry + 1:
+            if _next_in_line(view, entries, held):
                 return held, end
             remaining = deadline - time.monotonic()
             if remaining <= 0:

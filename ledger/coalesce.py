@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
 from tidelog import dataframes as df
+from tidelog.client.batching import take_batch
 from tidelog.client.dataconn import reply_error
 from tidelog.errors import InvalidArgumentError, UnavailableError
 from tidelog.tasks import within
@@ -53,12 +54,8 @@ def frames_of(
     counts: list[int] = []
     i = 0
     while i < len(sizes):
-        n, total = 1, sizes[i]
-        while i + n < len(sizes) and n < max_groups and total + sizes[i + n] <= room:
-            total += sizes[i + n]
-            n += 1
-        counts.append(n)
-        i += n
+        counts.append(take_batch(list(sizes[i:]), max_groups, room))
+        i += counts[-1]
     return counts
 
 
