@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,23 +88,60 @@ def report(result: dict[str, Any], as_json: bool, format_table: Callable[[dict[s
         print(format_table(result))
 
 
-def fdatasync_latency(directory: str, rounds: int = 200) -> dict[str, float]:
-    """Median and p90 of a 4 KiB pwrite + fdatasync: the floor of one group-commit round."""
-    path = os.path.join(directory, "fdatasync-probe")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    block = os.urandom(4096)
-    samples = []
-    try:
+def fdatasync_latency(
+    directory: str, rounds: int = 200, *, size: int = 4096, pace_s: float = 0.0, writers: int = 1
+) -> dict[str, float]:
+    """Percentiles of a round, a `size`-byte pwrite then fdatasync: the floor of one group commit.
+
+    `pace_s` sleeps between rounds (a writer that waits for each acknowledgement leaves the disk
+    idle between its syncs, unlike a loop of back-to-back syncs). With `writers` > 1, that many
+    threads each append to a file of their own and sync it at once, every round; a round's time
+    is until the last of them is done: two replicas of a broker set on one disk under `flush:
+    sync`, where an acknowledgement waits for both syncs."""
+    paths = [os.path.join(directory, f"fdatasync-probe-{i}") for i in range(writers)]
+    fds = [os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644) for path in paths]
+    block = os.urandom(size)
+    samples: list[float] = []
+    barrier = threading.Barrier(writers + 1, timeout=60)  # a writer that failed breaks it, not hangs it
+
+    def writer(fd: int) -> None:
         for i in range(rounds):
-            os.pwrite(fd, block, i * 4096)
-            t = time.perf_counter()
+            barrier.wait()
+            os.pwrite(fd, block, i * size)
             os.fdatasync(fd)
-            samples.append(time.perf_counter() - t)
+            barrier.wait()
+
+    # one writer syncs in this thread: no hand-over between threads inside its timed rounds
+    threads = [threading.Thread(target=writer, args=(fd,), daemon=True) for fd in fds] if writers > 1 else []
+    try:
+        for t in threads:
+            t.start()
+        for i in range(rounds):
+            if pace_s:
+                time.sleep(pace_s)
+            if threads:
+                barrier.wait()
+                t0 = time.perf_counter()
+                barrier.wait()
+            else:
+                t0 = time.perf_counter()
+                os.pwrite(fds[0], block, i * size)
+                os.fdatasync(fds[0])
+            samples.append(time.perf_counter() - t0)
     finally:
-        os.close(fd)
-        os.unlink(path)
+        for t in threads:
+            t.join()
+        for fd, path in zip(fds, paths, strict=True):
+            os.close(fd)
+            os.unlink(path)
     samples.sort()
-    return {"median_ms": samples[len(samples) // 2] * 1e3, "p90_ms": samples[len(samples) * 9 // 10] * 1e3}
+    n = len(samples)
+    return {
+        "median_ms": samples[n // 2] * 1e3,
+        "p90_ms": samples[n * 9 // 10] * 1e3,
+        "p99_ms": samples[n * 99 // 100] * 1e3,
+        "max_ms": samples[-1] * 1e3,
+    }
 
 
 def code_version(paths: Sequence[str] = ("commitlog",)) -> str:
