@@ -5,6 +5,7 @@ recorded instead of slept."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,18 @@ import pytest
 
 from tidelog.drill import scenarios
 from tidelog.errors import ConfigError
+
+
+class _RecordedSleeps:
+    """The drill module's view of `time`: its sleeps recorded, not slept; the rest is the real module.
+    Patching `time.sleep` itself would change it for every thread of the test process, and any
+    thread still running there would spin and add its own sleeps to the record."""
+
+    def __init__(self, slept: list[float]) -> None:
+        self.sleep = slept.append
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
 
 
 def _held(
@@ -26,7 +39,7 @@ def _held(
     d = scenarios.Drill(tmp_path, "broker-a", client=None, note=lambda _msg: None, hold_scale=hold_scale)  # type: ignore[arg-type]
     steps: list[str] = []
     slept: list[float] = []
-    monkeypatch.setattr(scenarios.time, "sleep", slept.append)
+    monkeypatch.setattr(scenarios, "time", _RecordedSleeps(slept))
     monkeypatch.setattr(d, "master", lambda: {"name": "broker-a-0", "datacenter": "dc-a"})
     monkeypatch.setattr(d, "dcs", lambda: ["dc-a", "dc-b"])
     monkeypatch.setattr(d, "proc", lambda verb, name: steps.append(f"{verb} {name}"))
