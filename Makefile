@@ -87,16 +87,18 @@ imports: install
 	$(BIN)/python -m tidelog.importgraph
 
 # The suite runs on TEST_WORKERS pytest-xdist workers, a module to a worker (its module-scoped
-# cluster is started once), the longest modules first (tests/conftest.py); each worker draws ports
-# from a range of its own. Three workers on two cores: the suite waits on processes, sockets and
-# fsync more than on CPU, and three finish in about 19 minutes against 22-23 with two. The two
-# tests that failed on three workers failed on two as well and are mended (an orphaned
-# transaction running out of checks, 949610d; a RocketMQ consumer polling queues at random,
-# 28ea4a4); see bench/RESULTS.md.
+# cluster is started once), the longest modules first (tests/conftest.py; xdist's own reordering by
+# test count is off so that this order holds); each worker draws ports from a range of its own.
+# Four workers on two cores: the CPU is busy throughout with three as with four, yet many tests
+# also wait (for a failover, a timeout, an fsync) and a fourth worker fills those waits: 16 min 22 s
+# against 18 min 27 s with three, on the same commit minutes apart (bench/RESULTS.md, "The suite
+# on four workers"). Every test that failed on more workers had a cause of its own, mended: an
+# orphaned transaction running out of checks (949610d), a RocketMQ consumer polling queues at
+# random (28ea4a4), a test patching time.sleep for every thread of its process (2e18955).
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: install spark lab-tools lint
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow" -p no:cacheprovider tests/commitlog
 
 # The fast loop: lint and every test that starts no cluster (the `slow` ones run in `make test`).
