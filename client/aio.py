@@ -204,6 +204,8 @@ class AsyncClient:
         self.rpc_timeout = rpc_timeout
         self.route_ttl = route_ttl
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        # broker set -> (when asked, its replicas' addresses, slaves first): lookups by message id
+        self._set_addresses: dict[str, tuple[float, list[str]]] = {}
         self._channels: dict[str, tuple[grpc.aio.Channel, bpb_grpc.BrokerStub]] = {}
         self._ledger_stubs: dict[str, Any] = {}
         # produce and pull go through each broker's data port when it has one (client/dataconn.py)
@@ -472,13 +474,35 @@ class AsyncClient:
         return found
 
     async def get_message_by_id(self, message_id: str) -> ConsumedMessage:
-        """The confirmed message a receipt's `message_id` names."""
+        """The confirmed message a receipt's `message_id` names.
+
+        The broker set's replicas are asked in turn, slaves first; which replicas the set has is
+        asked of the controller once per `route_ttl` and set, not on every lookup. A lookup that
+        none of the remembered replicas answers asks the controller again before it gives up:
+        the set's replicas may have moved since."""
         parsed = parse_message_id(message_id)
         if parsed is None:
             raise InvalidArgumentError(
                 f"{message_id!r} is not a message id", hint="an id is <broker set>:<physical offset, hex>"
             )
         name = parsed[0]
+        request = bpb.GetMessageByIdRequest(message_id=message_id)
+        known = self._set_addresses.get(name)
+        if known is not None and time.monotonic() - known[0] < self.route_ttl:
+            try:
+                (found,) = await self._lookup(name, known[1], "GetMessageById", request)
+                return found
+            except TidelogError:
+                # Asked again below with the replicas the controller knows now: those remembered
+                # may be gone, or an address may now serve another set. An error that is not about
+                # where the set lives comes back the same from that second lookup.
+                pass
+        addresses = await self._replica_addresses(name, message_id)
+        (found,) = await self._lookup(name, addresses, "GetMessageById", request)
+        return found
+
+    async def _replica_addresses(self, name: str, message_id: str) -> list[str]:
+        """The addresses of broker set `name`'s replicas, slaves first, from the controller."""
         try:
             reply = await self.controller.describe_broker_sets([name])
         except ControllerBrokerMetadataNotExistError:
@@ -493,9 +517,8 @@ class AsyncClient:
         addresses = [m.address for m in members if not m.is_master] + [
             m.address for m in members if m.is_master
         ]
-        request = bpb.GetMessageByIdRequest(message_id=message_id)
-        (found,) = await self._lookup(name, addresses, "GetMessageById", request)
-        return found
+        self._set_addresses[name] = (time.monotonic(), addresses)
+        return addresses
 
     async def find_messages(
         self,

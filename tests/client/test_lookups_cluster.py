@@ -86,12 +86,23 @@ def test_lookups_by_offset_id_and_key_survive_a_failover(
             sent.append((body, key, producer.send(TOPIC, body, key=key)))
         producer.send(TOPIC, b"keyless")
 
-        # by queue position and by id: exactly what was written
+        # by queue position and by id: exactly what was written; the broker set's replicas are
+        # asked of the controller once, not once per lookup
+        describe = client.aio.controller.describe_broker_sets
+        asked: list[Any] = []
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            asked.append(args)
+            return describe(*args, **kwargs)
+
+        client.aio.controller.describe_broker_sets = counted  # type: ignore[method-assign]
         for body, key, r in sent:
             m = eventually(lambda r=r: client.get_message(TOPIC, r.queue, r.queue_offset))
             assert (m.body, m.key, m.offset, m.phys_offset) == (body, key, r.queue_offset, r.phys_offset)
             by_id = client.get_message_by_id(r.message_id)
             assert (by_id.body, by_id.key, by_id.queue, by_id.offset) == (body, key, r.queue, r.queue_offset)
+        assert len(asked) == 1, asked
+        client.aio.controller.describe_broker_sets = describe  # type: ignore[method-assign]
         # by key: every message of the key, newest first, and nothing else
         for key in KEYS:
             got = eventually(lambda key=key: client.find_messages(TOPIC, key, max_messages=100))
@@ -134,6 +145,12 @@ def test_lookups_by_offset_id_and_key_survive_a_failover(
         assert reply.count == len(newest_first(sent, KEYS[1]))
         for body, _, r in sent[::7]:
             assert client.get_message_by_id(r.message_id).body == body
+        # replicas remembered that no longer serve the set (it moved: here, an address where
+        # nothing listens) are asked again of the controller, and the lookup still succeeds
+        stale = client.aio._set_addresses[sent[0][2].broker_set]
+        client.aio._set_addresses[sent[0][2].broker_set] = (stale[0], ["127.0.0.1:1"])
+        assert client.get_message_by_id(sent[0][2].message_id).body == sent[0][0]
+        assert client.aio._set_addresses[sent[0][2].broker_set][1] != ["127.0.0.1:1"]
 
 
 def _bad_lookups_get_typed_errors(client: Client, sent: list[tuple[bytes, str, Receipt]]) -> None:
