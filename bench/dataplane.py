@@ -23,7 +23,6 @@ process it started. Run from the repository root:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import tempfile
@@ -34,6 +33,7 @@ from typing import Any
 from bench.cluster import BenchCluster
 from bench.commitlog import code_version, report
 from bench.produce import CpuMeter, latency_summary
+from bench.sendfloor import harness_loop
 from tidelog import loops
 from tidelog.client.aio import AsyncClient, OutMessage
 from tidelog.commitlog.batch import RecordView, walk
@@ -61,28 +61,10 @@ async def _produce(client: AsyncClient, meter: CpuMeter, seconds: float) -> dict
 
 
 async def _send_in_flight(client: AsyncClient, meter: CpuMeter, seconds: float) -> dict[str, Any]:
+    """`send()` with 1,000 in flight, in the peers harness's own loop (bench/sendfloor.py)."""
     producer = client.producer()
-    slots = asyncio.Semaphore(1000)
-    done = 0
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def one() -> None:
-        nonlocal done
-        try:
-            await producer.send(TOPIC, BODY)
-            done += 1
-        finally:
-            slots.release()
-
-    t0 = time.perf_counter()
     meter.start()
-    while time.perf_counter() - t0 < seconds:
-        await slots.acquire()
-        task = asyncio.ensure_future(one())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
-    dt = time.perf_counter() - t0
+    done, dt = await harness_loop(producer, seconds, TOPIC, BODY)
     cpu = per_thousand(meter.stop(), dt, done)
     return {"msgs_per_s": round(done / dt), "messages": done, "cpu_ms_per_1000": cpu}
 
