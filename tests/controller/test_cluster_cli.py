@@ -39,7 +39,10 @@ def tide_json(*args: str) -> Any:
 
 
 def test_admin_commands(controller_cluster: Callable[..., ControllerCluster]) -> None:
-    cluster = controller_cluster(1, heartbeat_interval_ms=1000, heartbeat_timeout_ms=30000)
+    # The brokers heartbeat once, at registration: they count as alive for the heartbeat timeout,
+    # which must outlast every `tide` call below on a loaded machine (each is a process of its
+    # own; a run on four workers took 38 s and saw them expire before the `clean` check).
+    cluster = controller_cluster(1, heartbeat_interval_ms=1000, heartbeat_timeout_ms=180_000)
     ctl = ["admin", "--controllers", cluster.address_list]
 
     async def register() -> None:
@@ -117,7 +120,8 @@ def test_topic_alter_delete_and_broker_list(controller_cluster: Callable[..., Co
     """`tide topic alter` grows queues and refuses to shrink them; `tide topic delete` refuses a
     topic a group reads unless --force; `tide broker list` shows every broker with its liveness,
     also when the address given is a follower's."""
-    cluster = controller_cluster(3, heartbeat_interval_ms=1000, heartbeat_timeout_ms=30000)
+    # heartbeats only at registration: the timeout outlasts the test's `tide` calls (see above)
+    cluster = controller_cluster(3, heartbeat_interval_ms=1000, heartbeat_timeout_ms=180_000)
     ctl = ["--controllers", cluster.address_list]
 
     async def setup() -> str:
