@@ -94,7 +94,8 @@ imports: install
 # against 18 min 27 s with three, on the same commit minutes apart (bench/RESULTS.md, "The suite
 # on four workers"). Every test that failed on more workers had a cause of its own, mended: an
 # orphaned transaction running out of checks (949610d), a RocketMQ consumer polling queues at
-# random (28ea4a4), a test patching time.sleep for every thread of its process (2e18955).
+# random (28ea4a4), a test patching time.sleep for every thread of its process (2e18955), brokers
+# that heartbeat once outlived by a test's own CLI calls (2b55b8c).
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
 TEST_WORKERS ?= 4
 test: install spark lab-tools lint
