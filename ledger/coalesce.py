@@ -54,7 +54,8 @@ def frames_of(
     counts: list[int] = []
     i = 0
     while i < len(sizes):
-        counts.append(take_batch(list(sizes[i:]), max_groups, room))
+        # a frame takes at most max_groups: only those are looked at, not the whole tail again
+        counts.append(take_batch(list(sizes[i : i + max_groups]), max_groups, room))
         i += counts[-1]
     return counts
 
@@ -92,8 +93,9 @@ class AddCoalescer:
     def _flush(self, address: str) -> None:
         live = [q for q in self._queued.pop(address, ()) if not q.future.done()]
         at = 0
-        counts = [1] * len(live) if address in self._one_by_one else frames_of([q.size for q in live])
-        for n in counts:
+        # a broker older than LEDGER_ADDS takes one batch per frame: the same cut, one group at most
+        max_groups = 1 if address in self._one_by_one else df.MAX_LEDGER_GROUPS
+        for n in frames_of([q.size for q in live], max_groups):
             task = asyncio.ensure_future(self._send_frame(address, live[at : at + n]))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
