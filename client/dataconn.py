@@ -166,7 +166,8 @@ class DataConnection:
         if self.closed:
             raise UnavailableError(f"the data connection to {self.address} is closed")
         try:
-            transport = await self._connect(timeout)
+            # once connected, no lock to take: the connection is made once and then only read
+            transport = self._transport or await self._connect(timeout)
         except (OSError, TimeoutError) as exc:
             self.closed = True
             raise UnavailableError(f"cannot reach the data port {self.address}: {exc}") from None

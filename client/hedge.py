@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from tidelog.errors import UnavailableError
 
@@ -104,28 +104,45 @@ async def until_superseded(
     longer acknowledge (its lease is gone), so the call is abandoned with UNAVAILABLE and the
     caller retries at the new master. A master that is merely slow keeps its call: no retry,
     no duplicate. Producers and ledger handles both go through here.
+
+    The call runs in the caller's own task, and the watch starts from a timer: a call answered
+    within `STALE_AFTER_S` (nearly all of them) costs one timer, not a task of its own and a
+    turn of the loop to start it. The watch abandons the call by cancelling the caller's task
+    and answers UNAVAILABLE in place of that cancellation; a cancellation from anyone else
+    still propagates as one.
     """
-    task = asyncio.ensure_future(call)
-    watched: asyncio.Future[Any] = task  # waited on beside the lookup, whose result type differs
-    try:
-        done, _ = await asyncio.wait({task}, timeout=STALE_AFTER_S)
-        while not done:
-            lookup: asyncio.Future[Any] = asyncio.ensure_future(newer_epoch())
-            first, _ = await asyncio.wait({watched, lookup}, return_when=asyncio.FIRST_COMPLETED)
-            if task in first:
-                lookup.cancel()
-                break
-            newer = None if lookup.exception() is not None else lookup.result()
+    loop = asyncio.get_running_loop()
+    caller = asyncio.current_task()
+    if caller is None:  # not inside a task (a bare coroutine driven by hand): nothing to cancel
+        return await call
+    superseded: list[UnavailableError] = []
+    watcher: list[asyncio.Task[None]] = []
+
+    async def watch() -> None:
+        while True:
+            try:
+                newer = await newer_epoch()
+            except Exception:  # no answer from the controllers: the call is kept
+                newer = None
             if newer is not None and newer > epoch:
-                raise UnavailableError(
-                    f"broker set {broker_set} has a new master (epoch {newer}) while {address} was silent"
+                superseded.append(
+                    UnavailableError(
+                        f"broker set {broker_set} has a new master (epoch {newer}) while {address} was silent"
+                    )
                 )
-            done, _ = await asyncio.wait({task}, timeout=ROUTE_POLL_S)
-        return task.result()
+                caller.cancel()
+                return
+            await asyncio.sleep(ROUTE_POLL_S)
+
+    timer = loop.call_later(STALE_AFTER_S, lambda: watcher.append(loop.create_task(watch())))
+    try:
+        return await call
+    except asyncio.CancelledError:
+        # only the watch's own cancellation becomes UNAVAILABLE; uncancel() says whether it was alone
+        if superseded and caller.uncancel() == 0:
+            raise superseded[0] from None
+        raise
     finally:
-        if not task.done():
-            task.cancel()
-        elif not task.cancelled():
-            # the call ended as its caller gave up on it (cancelled, or a newer master): its
-            # outcome is nobody's now; taken here, not logged as "exception never retrieved"
-            task.exception()
+        timer.cancel()
+        for w in watcher:
+            w.cancel()

@@ -81,8 +81,8 @@ def test_no_candidates() -> None:
 
 def test_a_call_that_fails_as_its_caller_gives_up_is_not_reported_as_lost() -> None:
     """until_superseded: when the caller is cancelled just as its call ends with an error (a ledger
-    writer fenced while its batch's answer arrives), the error is nobody's; asyncio must not report
-    it as "Task exception was never retrieved"."""
+    writer fenced while its batch's answer arrives), the caller gets one of the two, and asyncio
+    reports nothing as "Task exception was never retrieved"."""
     reported: list[dict[str, object]] = []
 
     async def scenario() -> None:
@@ -99,15 +99,68 @@ def test_a_call_that_fails_as_its_caller_gives_up_is_not_reported_as_lost() -> N
         outer = asyncio.ensure_future(until_superseded(call(), "broker-a", "127.0.0.1:1", 1, newer_epoch))
         await asyncio.sleep(0)  # the caller now waits for its call
         gate.set()
-        await asyncio.sleep(0)  # the call ends with its error; the caller has not run since
+        await asyncio.sleep(0)  # the call ends with its error
         outer.cancel()
-        with pytest.raises(asyncio.CancelledError):
+        with pytest.raises((asyncio.CancelledError, UnavailableError)):
             await outer
         del outer
         gc.collect()  # an unretrieved exception is reported when its task is collected
 
     asyncio.run(scenario())
     assert not [ctx for ctx in reported if "never retrieved" in str(ctx.get("message"))], reported
+
+
+def test_a_call_answered_in_time_runs_in_its_callers_task() -> None:
+    """until_superseded makes no task for a call answered within STALE_AFTER_S: the call runs in
+    the caller's own task (one turn of the loop less per Produce request and ledger add)."""
+
+    async def scenario() -> tuple[object, object, int]:
+        seen: list[object] = []
+
+        async def call() -> str:
+            seen.append(asyncio.current_task())
+            await asyncio.sleep(0)
+            return "ok"
+
+        async def newer_epoch() -> int | None:
+            raise AssertionError("a quick call needs no lookup")
+
+        before = len(asyncio.all_tasks())
+        assert await until_superseded(call(), "broker-a", "127.0.0.1:1", 1, newer_epoch) == "ok"
+        return seen[0], asyncio.current_task(), len(asyncio.all_tasks()) - before
+
+    inner, caller, extra_tasks = asyncio.run(scenario())
+    assert inner is caller
+    assert extra_tasks == 0
+
+
+def test_a_cancellation_from_the_caller_stays_a_cancellation_when_a_newer_master_appears(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watch abandons a silent call by cancelling the caller's task and answering UNAVAILABLE
+    instead; a cancellation of that task by someone else at the same time must still arrive as a
+    cancellation, not be swallowed into UNAVAILABLE."""
+    from tidelog.client import hedge
+
+    monkeypatch.setattr(hedge, "STALE_AFTER_S", 0.01)
+    monkeypatch.setattr(hedge, "ROUTE_POLL_S", 0.01)
+
+    async def scenario() -> None:
+        outer: asyncio.Task[None] | None = None
+
+        async def call() -> None:
+            await asyncio.sleep(3600)
+
+        async def newer_epoch() -> int | None:
+            assert outer is not None
+            outer.cancel()  # the caller's owner gives up just as the lookup names a newer master
+            return 2
+
+        outer = asyncio.ensure_future(until_superseded(call(), "broker-a", "127.0.0.1:1", 1, newer_epoch))
+        with pytest.raises(asyncio.CancelledError):
+            await within(outer, 5)
+
+    asyncio.run(scenario())
 
 
 # until_superseded, as a table: (how long the call takes and what it ends with, the epochs the
