@@ -95,3 +95,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return 1 if path in slow else 2
 
     items.sort(key=rank)  # stable: within a rank, the collection order
+
+
+# Every Spark module runs on one worker, one after the other. Each worker that runs a Spark test
+# starts a JVM and a SparkSession of its own (tests/spark/conftest.py: one per pytest process),
+# and with modules handed out one by one the Spark modules landed on all four workers, which then
+# started four JVMs at once at the start of the run. `tests/spark` as one scope starts one.
+SHARED_SCOPES = ("tests/spark/",)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadscope":
+        return None  # xdist's own scheduler for its other modes
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            for shared in SHARED_SCOPES:
+                if nodeid.startswith(shared):
+                    return shared
+            return str(super()._split_scope(nodeid))
+
+    return SharedScopeScheduling(config, log)
