@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,48 @@ def test_within_times_out_and_passes_results() -> None:
         assert await within(asyncio.sleep(0, "no limit"), None) == "no limit"
         with pytest.raises(TimeoutError):
             await within(asyncio.sleep(10), 0.05)
+
+    asyncio.run(main())
+
+
+def test_nested_deadlines_each_answer_for_their_own() -> None:
+    """The inner deadline passing is a TimeoutError the outer wait sees as an error, not as its
+    own expiry; the outer one passing cancels the inner wait and is the outer's TimeoutError."""
+
+    async def main() -> None:
+        async def inner(seconds: float) -> str:
+            try:
+                await within(asyncio.sleep(10), seconds)
+            except TimeoutError:
+                return "inner expired"
+            return "slept"
+
+        assert await within(inner(0.02), 5) == "inner expired"
+        with pytest.raises(TimeoutError):
+            await within(inner(5), 0.02)
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("cancel_after", [0.01, 0.09], ids=["cancel first", "deadline first"])
+def test_a_cancellation_at_the_deadline_stays_a_cancellation(cancel_after: float) -> None:
+    """When the deadline passes and someone else cancels the same task in the same iteration, in
+    either order, the task ends cancelled: the deadline must not turn the other cancellation into
+    a TimeoutError."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def waiter() -> None:
+            await within(asyncio.sleep(10), 0.05)
+
+        task = asyncio.ensure_future(waiter())
+        await asyncio.sleep(0)  # the waiter's deadline is set
+        loop.call_later(cancel_after, task.cancel)
+        time.sleep(0.15)  # the loop is held: both timers are due when it next runs, together
+        with pytest.raises(asyncio.CancelledError):
+            await within(task, 5)
 
     asyncio.run(main())
 

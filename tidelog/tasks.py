@@ -5,8 +5,8 @@ as its inner awaitable's result: it returns the result and the task carries on a
 cancelled it. A loop such as the HA slave's (connect, read, retry) then never stops, and whoever
 awaited its end (a role change waiting for the old slave to stop) waits forever. That is how a
 replica resumed after a pause kept following a deposed master for good. So nothing in tidelog
-calls `asyncio.wait_for` (ruff bans it); `within` bounds a wait with `asyncio.timeout`, which
-delivers every cancellation, and `cancel_and_wait` ends a task without swallowing the caller's
+calls `asyncio.wait_for` (ruff bans it); `within` bounds a wait the way `asyncio.timeout` does,
+which delivers every cancellation, and `cancel_and_wait` ends a task without swallowing the caller's
 own cancellation.
 """
 
@@ -23,9 +23,33 @@ T = TypeVar("T")
 
 async def within(aw: Awaitable[T], seconds: float | None) -> T:
     """Await `aw` for at most `seconds` (None: no limit); TimeoutError past it. Unlike 3.11's
-    `wait_for`, a cancellation of the caller always propagates."""
-    async with asyncio.timeout(seconds):
+    `wait_for`, a cancellation of the caller always propagates.
+
+    What `asyncio.timeout` does, by hand: a timer cancels the caller's task, and that one
+    cancellation (told apart by `uncancel`, as asyncio.timeout does) becomes TimeoutError. It
+    bounds every frame read and reply wait on the brokers' hot paths, several per message, where
+    asyncio.timeout's context manager cost twice this (bench/RESULTS.md)."""
+    if seconds is None:
         return await aw
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("within() must be awaited inside a task")
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(seconds, expire)
+    try:
+        return await aw
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise TimeoutError(f"no answer within {seconds:g}s") from None
+        raise  # someone else's cancellation (too): it goes on
+    finally:
+        timer.cancel()
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
