@@ -115,6 +115,7 @@ async def until_superseded(
     caller = asyncio.current_task()
     if caller is None:  # not inside a task (a bare coroutine driven by hand): nothing to cancel
         return await call
+    before = caller.cancelling()  # requested already (within cleanup): not the watch's
     superseded: list[UnavailableError] = []
     watcher: list[asyncio.Task[None]] = []
 
@@ -139,7 +140,7 @@ async def until_superseded(
         return await call
     except asyncio.CancelledError:
         # only the watch's own cancellation becomes UNAVAILABLE; uncancel() says whether it was alone
-        if superseded and caller.uncancel() == 0:
+        if superseded and caller.uncancel() <= before:
             raise superseded[0] from None
         raise
     finally:

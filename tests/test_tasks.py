@@ -94,6 +94,34 @@ def test_a_cancellation_at_the_deadline_stays_a_cancellation(cancel_after: float
     asyncio.run(main())
 
 
+def test_a_deadline_in_cleanup_after_a_cancellation_is_still_a_timeout() -> None:
+    """Cleanup code in a task being cancelled (closing a connection in a `finally`) may bound a
+    wait with `within`: its deadline passing is a TimeoutError there too, which the cleanup
+    handles before going on, not a second cancellation that skips the rest of it."""
+
+    async def main() -> None:
+        cleanup: list[str] = []
+
+        async def worker() -> None:
+            try:
+                await asyncio.sleep(10)
+            finally:
+                try:
+                    await within(asyncio.sleep(10), 0.02)
+                except TimeoutError:
+                    cleanup.append("timed out")
+                cleanup.append("went on")
+
+        task = asyncio.ensure_future(worker())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await within(task, 5)
+        assert cleanup == ["timed out", "went on"]
+
+    asyncio.run(main())
+
+
 def test_cancel_and_wait_ends_a_task_that_swallowed_one_cancellation() -> None:
     async def main() -> None:
         swallowed = []

@@ -34,6 +34,9 @@ async def within(aw: Awaitable[T], seconds: float | None) -> T:
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("within() must be awaited inside a task")
+    # cancellations already requested when the wait began (cleanup code in a task being
+    # cancelled): only one beyond them is the timer's, as asyncio.timeout counts
+    before = task.cancelling()
     expired = False
 
     def expire() -> None:
@@ -45,7 +48,7 @@ async def within(aw: Awaitable[T], seconds: float | None) -> T:
     try:
         return await aw
     except asyncio.CancelledError:
-        if expired and task.uncancel() == 0:
+        if expired and task.uncancel() <= before:
             raise TimeoutError(f"no answer within {seconds:g}s") from None
         raise  # someone else's cancellation (too): it goes on
     finally:
