@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -64,7 +65,7 @@ def message_bytes(item: Any) -> int:
     return size
 
 
-def take_batch(sizes: list[int], max_messages: int, max_bytes: int) -> int:
+def take_batch(sizes: Sequence[int], max_messages: int, max_bytes: int) -> int:
     """How many of the pending sends (sizes, oldest first) the next request takes: at least one
     (a message alone over max_bytes goes alone, for the broker to judge), then as many as fit."""
     if not sizes:

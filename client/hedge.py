@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from tidelog.errors import UnavailableError
+from tidelog.tasks import Interruption
 
 __all__ = [
     "ROUTE_POLL_S",
@@ -115,8 +116,7 @@ async def until_superseded(
     caller = asyncio.current_task()
     if caller is None:  # not inside a task (a bare coroutine driven by hand): nothing to cancel
         return await call
-    before = caller.cancelling()  # requested already (within cleanup): not the watch's
-    superseded: list[UnavailableError] = []
+    stop = Interruption(caller)
     watcher: list[asyncio.Task[None]] = []
 
     async def watch() -> None:
@@ -126,12 +126,11 @@ async def until_superseded(
             except Exception:  # no answer from the controllers: the call is kept
                 newer = None
             if newer is not None and newer > epoch:
-                superseded.append(
+                stop.interrupt(
                     UnavailableError(
                         f"broker set {broker_set} has a new master (epoch {newer}) while {address} was silent"
                     )
                 )
-                caller.cancel()
                 return
             await asyncio.sleep(ROUTE_POLL_S)
 
@@ -139,9 +138,7 @@ async def until_superseded(
     try:
         return await call
     except asyncio.CancelledError:
-        # only the watch's own cancellation becomes UNAVAILABLE; uncancel() says whether it was alone
-        if superseded and caller.uncancel() <= before:
-            raise superseded[0] from None
+        stop.raise_if_mine()  # only the watch's own cancellation becomes UNAVAILABLE
         raise
     finally:
         timer.cancel()

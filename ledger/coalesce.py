@@ -55,7 +55,7 @@ def frames_of(
     i = 0
     while i < len(sizes):
         # a frame takes at most max_groups: only those are looked at, not the whole tail again
-        counts.append(take_batch(list(sizes[i : i + max_groups]), max_groups, room))
+        counts.append(take_batch(sizes[i : i + max_groups], max_groups, room))
         i += counts[-1]
     return counts
 

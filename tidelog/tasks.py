@@ -16,40 +16,58 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-__all__ = ["cancel_and_wait", "within"]
+__all__ = ["Interruption", "cancel_and_wait", "within"]
 
 T = TypeVar("T")
+
+
+class Interruption:
+    """Cancels a task on someone's behalf and tells that cancellation from anyone else's.
+
+    `interrupt(error)` cancels the task; in the task's `except CancelledError`, `raise_if_mine()`
+    raises `error` instead when this was the only new cancellation, and returns (the caller
+    re-raises) when someone else cancelled too. Counted against the cancellations already
+    requested when it was made, as asyncio.timeout counts: cleanup code in a task being cancelled
+    still gets its own error. `within` (a deadline) and `client/hedge.py::until_superseded` (a
+    newer master) are its two uses."""
+
+    __slots__ = ("_before", "_error", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self._before = task.cancelling()
+        self._error: BaseException | None = None
+
+    def interrupt(self, error: BaseException) -> None:
+        self._error = error
+        self.task.cancel()
+
+    def raise_if_mine(self) -> None:
+        if self._error is not None and self.task.uncancel() <= self._before:
+            raise self._error from None
 
 
 async def within(aw: Awaitable[T], seconds: float | None) -> T:
     """Await `aw` for at most `seconds` (None: no limit); TimeoutError past it. Unlike 3.11's
     `wait_for`, a cancellation of the caller always propagates.
 
-    What `asyncio.timeout` does, by hand: a timer cancels the caller's task, and that one
-    cancellation (told apart by `uncancel`, as asyncio.timeout does) becomes TimeoutError. It
-    bounds every frame read and reply wait on the brokers' hot paths, several per message, where
-    asyncio.timeout's context manager cost twice this (bench/RESULTS.md)."""
+    What `asyncio.timeout` does, by hand: a timer interrupts the caller's task (`Interruption`),
+    and that cancellation becomes TimeoutError. It bounds every frame read and reply wait on the
+    brokers' hot paths, several per message, where asyncio.timeout's context manager cost twice
+    this (bench/RESULTS.md)."""
     if seconds is None:
         return await aw
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("within() must be awaited inside a task")
-    # cancellations already requested when the wait began (cleanup code in a task being
-    # cancelled): only one beyond them is the timer's, as asyncio.timeout counts
-    before = task.cancelling()
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        task.cancel()
-
-    timer = asyncio.get_running_loop().call_later(seconds, expire)
+    stop = Interruption(task)
+    timer = asyncio.get_running_loop().call_later(
+        seconds, lambda: stop.interrupt(TimeoutError(f"no answer within {seconds:g}s"))
+    )
     try:
         return await aw
     except asyncio.CancelledError:
-        if expired and task.uncancel() <= before:
-            raise TimeoutError(f"no answer within {seconds:g}s") from None
+        stop.raise_if_mine()
         raise  # someone else's cancellation (too): it goes on
     finally:
         timer.cancel()
