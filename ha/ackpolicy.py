@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from tidelog.errors import ConfigError, InSyncReplicasNotEnoughError
 
-__all__ = ["REPLICATION_MODES", "AckConfig", "acked_by", "confirm_offset", "required_acks"]
+__all__ = ["REPLICATION_MODES", "AckConfig", "acked_by", "confirm_offset", "held_by_all", "required_acks"]
 
 REPLICATION_MODES = frozenset({"sync", "async"})
 
@@ -167,3 +167,18 @@ def confirm_offset(
         return current
     candidate = min(_member_offsets(master_id, master_offset, acks, sync_state_set))
     return max(current, candidate)
+
+
+def held_by_all(
+    master_id: int,
+    master_offset: int,
+    acks: Mapping[int, int],
+    connected: AbstractSet[int],
+    members: AbstractSet[int],
+) -> int:
+    """The highest offset every one of `members` holds (the master with its own end), or -1 while
+    some other member is not connected (its last ack may be stale). Unlike `confirm_offset` it does
+    not keep a floor: it answers for the members as they are now."""
+    if any(m != master_id and m not in connected for m in members):
+        return -1
+    return min(_member_offsets(master_id, master_offset, acks, members))

@@ -210,12 +210,26 @@ class MasterCore:
         return {sid: s.ack_offset for sid, s in self.slaves.items() if s.ack_offset >= 0}
 
     def acked_by(self, needed: int) -> int:
-        """The highest offset `needed` members of the controller-confirmed set hold (master counted).
+        """The highest offset a write needing `needed` acks may be released at (master counted).
 
-        Only the confirmed set votes: a member of a pending expansion is not electable yet, and a
-        write it acknowledged could be lost if the controller never applies the expansion."""
+        Two ways: `needed` members of the controller-confirmed set hold it (a member of a pending
+        expansion does not vote there: if the controller never applies the expansion, its ack
+        protected nothing), or every member of the effective set holds it (`held_by_all`), which
+        covers whichever set the controller ends up with, so a write sized for a pending expansion
+        is released as soon as the joining member holds it, without waiting for the controller."""
         held: int = ackpolicy.acked_by(
             needed, self.broker_id, self.master_max, self.acks(), self.tracker.local
+        )
+        return max(held, self.held_by_all()) if needed <= len(self.tracker.effective) else held
+
+    def held_by_all(self) -> int:
+        """The highest offset every member of every SyncStateSet the controller might know holds:
+        the confirmed set united with a pending proposal (an expansion counts from the moment it is
+        proposed, a shrink only once confirmed). What `ha.lease` lets a master acknowledge without
+        a lease (docs/ARCHITECTURE.md §3.5). A member not connected now counts as holding nothing
+        new: its last ack may predate a restart that lost it."""
+        held: int = ackpolicy.held_by_all(
+            self.broker_id, self.master_max, self.acks(), set(self.slaves), self.tracker.effective
         )
         return held
 

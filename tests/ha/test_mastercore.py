@@ -120,18 +120,35 @@ def test_3_3_connected_member_holds_the_confirm_offset_at_its_ack():
     assert c.step(Acked(2, 200), 6) == [SetConfirm(200)]
 
 
-def test_3_1_pending_expansion_member_does_not_release_but_holds_the_confirm_offset():
+def test_3_5_pending_expansion_member_counts_from_the_proposal_and_holds_the_confirm_offset():
+    """docs/ARCHITECTURE.md §3.5 step 2: an expansion counts from the moment it is proposed. A write
+    sized for the effective set is released once every member of it holds the write, without
+    waiting for the controller (which may be unreachable), and never by the master alone."""
     c = core(frozenset({M}))
     # caught up, at the confirm offset and past the epoch start: proposed into the set
     assert c.step(SlaveJoined(1, 100), 1) == [Propose(Proposal(frozenset({M, 1}), 1))]
     assert c.tracker.local == {M} and c.tracker.effective == {M, 1}
-    assert c.step(Waiting(2), 2) == [Release(2, 0)]  # a set of one cannot give two acks
-    assert c.step(Appended(150), 3) == [Release(2, 0)]
+    assert c.step(Waiting(2), 2) == [Release(2, 100)]  # both hold 100
+    assert c.step(Appended(150), 3) == [Release(2, 100)]  # not the master alone
     assert c.confirm == 100  # the confirm offset waits for the newcomer
     c.step(Sent(1, 150), 4)
-    assert c.step(Acked(1, 150), 5) == [SetConfirm(150), Release(2, 0)]  # its ack is not a vote
-    # the controller confirms the expansion: now its ack counts
+    assert c.step(Acked(1, 150), 5) == [SetConfirm(150), Release(2, 150)]
+    assert c.held_by_all() == 150
+    # the controller confirms the expansion: nothing changes for the acks already counted
     assert c.step(ControllerState(frozenset({M, 1}), 2), 6) == [Release(2, 150)]
+
+
+def test_3_5_a_pending_member_never_stands_in_for_a_confirmed_one():
+    """An ack from a member of a pending expansion releases nothing while a confirmed member lacks
+    the write: if the expansion is never applied, the confirmed member may be elected."""
+    c = core(frozenset({M, 1}))
+    c.step(SlaveJoined(1, 100), 1)
+    assert c.step(SlaveJoined(2, 100), 1) == [Propose(Proposal(frozenset({M, 1, 2}), 1))]
+    c.step(Waiting(2), 2)
+    c.step(Appended(200), 3)
+    c.step(Sent(2, 200), 4)
+    assert c.step(Acked(2, 200), 5) == [Release(2, 100)]  # member 1 still holds only 100
+    assert c.held_by_all() == 100
 
 
 def test_3_1_ack_of_a_slave_outside_the_set_counts_nowhere():
@@ -311,9 +328,13 @@ class MasterMachine(RuleBasedStateMachine):
                 assert action.offset <= c.master_max
                 assert action.needed in c.needs
                 if action.needed > 1 and action.offset > 0:
-                    # §3.1: `needed` members of the confirmed set hold it
+                    # §3.1: `needed` members of the confirmed set hold it, or (§3.5) every
+                    # member of the effective set does, and there are at least `needed` of them
                     holders = [m for m in c.tracker.local if held.get(m, 0) >= action.offset]
-                    assert len(holders) >= action.needed
+                    everyone = all(held.get(m, -1) >= action.offset for m in c.tracker.effective)
+                    assert len(holders) >= action.needed or (
+                        everyone and len(c.tracker.effective) >= action.needed
+                    )
             if isinstance(action, Propose):
                 assert M in action.proposal.new_sync_state_set
         if any(isinstance(a, Reject) for a in actions):

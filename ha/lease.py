@@ -1,0 +1,80 @@
+"""When a master may acknowledge a write: the lease, and the replication rule that can stand in for it.
+
+Theory of operation
+-------------------
+A deposed master must never acknowledge a write that the new master's history lacks
+(docs/ARCHITECTURE.md §3.5). Two things can guarantee it:
+
+1. **The lease.** Each heartbeat the controller answers renews it until
+   ``sent + fraction × heartbeat timeout``. The controller saw that heartbeat no earlier than
+   ``sent`` and elects no other master before ``sent + timeout``, so a master cut off from the
+   controllers stops acknowledging before a replacement can exist. It needs the controllers: with
+   no quorum answering, every write stops.
+2. **The replication rule.** A write held by *every* member of every SyncStateSet the controller
+   might know (``MasterCore.held_by_all``: the confirmed set united with a pending proposal) is held
+   by whichever broker a clean election can pick. A promoted slave stops following the old master,
+   so the old master cannot collect the acks it needs for anything written after the promotion,
+   and a master alone in its set cannot be replaced by a clean election at all. No clock and no
+   controller are needed, as long as elections are clean.
+
+`Lease.may_acknowledge` decides between them: the rule when it covers the write and the controller
+says unclean elections are off, the lease otherwise (an unclean election picks a broker outside the
+set, which the rule cannot cover; asynchronous replication acknowledges before any member holds the
+write). The steps of the argument are numbered in docs/ARCHITECTURE.md §3.5 and each is a test in
+tests/ha/test_lease.py.
+
+Time is passed in (milliseconds of a monotonic clock); nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidelog.invariants import require
+
+__all__ = ["LEASE_FRACTION", "Lease"]
+
+LEASE_FRACTION = (
+    0.75  # of the controller's heartbeat timeout: how long an answered heartbeat lets a master acknowledge
+)
+
+
+@dataclass
+class Lease:
+    """A master's right to acknowledge writes, as far as the controller's word gives it."""
+
+    fraction: float = LEASE_FRACTION
+    until_ms: int = 0  # monotonic time until which the lease holds
+    # The controller's word on elections outside the SyncStateSet (from its heartbeat replies). Until
+    # a controller has said otherwise it is assumed on: the rule then does not stand in for the lease.
+    unclean_elections: bool = True
+
+    def __post_init__(self) -> None:
+        require(0 < self.fraction < 1, f"the lease fraction must be within (0, 1), got {self.fraction}")
+
+    def renew(self, sent_ms: int, heartbeat_timeout_ms: int, *, unclean_elections: bool) -> None:
+        """A heartbeat sent at `sent_ms` was answered; the controller's timeout and election policy with it."""
+        require(heartbeat_timeout_ms > 0, f"a heartbeat timeout must be positive, got {heartbeat_timeout_ms}")
+        self.until_ms = max(self.until_ms, sent_ms + int(self.fraction * heartbeat_timeout_ms))
+        self.unclean_elections = unclean_elections
+
+    def holds(self, now_ms: int) -> bool:
+        return now_ms <= self.until_ms
+
+    def rule_covers(self, end: int, held_by_all: int, *, replication: str) -> bool:
+        """Whether the replication rule alone makes a write ending at `end` safe to acknowledge:
+        synchronous replication, clean elections only, and every member the controller might know
+        holds the write."""
+        return replication == "sync" and not self.unclean_elections and end <= held_by_all
+
+    def may_acknowledge(self, now_ms: int, end: int, held_by_all: int, *, replication: str) -> bool:
+        """Whether a write ending at `end`, whose acks are in, may be answered as stored now."""
+        return self.rule_covers(end, held_by_all, replication=replication) or self.holds(now_ms)
+
+    def may_start(self, now_ms: int, *, replication: str, needs_every_member: bool) -> bool:
+        """Whether a write may be appended now with any hope of being acknowledged: the lease holds,
+        or the rule will cover it once every member holds it. Checked again after the acks
+        (`may_acknowledge`); this is the fail-fast half."""
+        if self.holds(now_ms):
+            return True
+        return replication == "sync" and not self.unclean_elections and needs_every_member
