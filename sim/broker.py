@@ -1,0 +1,557 @@
+"""A broker in the simulator: the real HA cores and role table behind a small shell.
+
+Real code, called exactly as `broker/replica.py`, `broker/server.py`, `ha/master.py` and
+`ha/slave.py` call it: `ha/roles.py::RoleCore` for every controller reply, `ha/mastercore.py::
+MasterCore` (acks, the confirm offset, releases, SyncStateSet proposals), `ha/slavecore.py::SlaveCore`
+(handshake, fork repair through `commitlog/epochs.py::last_consistent_point`, transfers, acks),
+`ha/ackpolicy.py::required_acks`, and `ha/lease.py::Lease` (`may_start` before the append,
+`may_acknowledge` after the acks, renewed by each answered heartbeat).
+
+Modelled: the log (`sim.disk.Disk`), the frames (a tuple per frame on a `sim.net.Conn`), the
+auth handshake (skipped: every peer is honest here), fsync (a delay), and the proposal's shell: a
+SyncStateSet change with no answer is sent again every heartbeat and never given up; it ends
+with a newer controller state or a definite refusal, and the refusals that only say "not at this
+epoch" (fenced master or set epoch, not the master, equals the current set) leave it pending
+until a newer state arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tidelog.errors import InSyncReplicasNotEnoughError
+from tidelog.ha import ackpolicy, roles
+from tidelog.ha import mastercore as mc
+from tidelog.ha import slavecore as sc
+from tidelog.ha.lease import Lease
+from tidelog.ha.syncstate import Proposal
+
+from .disk import Disk, DiskFailed, Record
+from .net import Conn, Node, Sim
+
+if TYPE_CHECKING:
+    from .world import World
+
+HB_INTERVAL = 1000  # broker heartbeat_interval_ms; also the HA heartbeat and ack tick
+SLAVE_TIMEOUT = 3000  # slave_timeout_ms: a write waiting for acks longer answers FLUSH_SLAVE_TIMEOUT
+NOT_CATCHUP = 15000  # ha_max_time_slave_not_catchup_ms
+RPC_TIMEOUT = 2000  # a heartbeat answer later than this is dropped (total_timeout=2.0)
+RECONNECT = 1000  # a slave reconnects after a pause
+SCRUB = 5000  # how often stored records are verified
+KEEP_PENDING = frozenset(
+    {
+        "CONTROLLER_FENCED_MASTER_EPOCH",
+        "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
+        "CONTROLLER_INVALID_MASTER",
+    }
+)
+# A shell switch, not a rule of the cores: give up a proposal that got no answer after three
+# heartbeats (what ha/master.py did before). Only a mutant turns it on.
+SHELL = {"give_up_unanswered": False}
+
+
+class Waiter:
+    __slots__ = ("client", "core", "done", "needed", "rec", "req")
+
+    def __init__(self, needed: int, rec: Record, client: Any, req: int, core: mc.MasterCore) -> None:
+        self.needed, self.rec, self.client, self.req, self.core = needed, rec, client, req, core
+        self.done = False
+
+
+class Broker(Node):
+    def __init__(self, sim: Sim, world: World, bid: int, dc: str, ack_cfg: ackpolicy.AckConfig) -> None:
+        super().__init__(sim, f"b{bid}", dc)
+        self.world = world
+        self.bid = bid
+        self.ack_cfg = ack_cfg
+        self.disk = Disk(bid, world.checker)
+        self.disk_faults = 0
+        self.start()
+
+    # ------------------------------------------------------------------ process life
+
+    def start(self) -> None:
+        self.rc = roles.RoleCore()
+        self.lease = Lease()
+        self.core: mc.MasterCore | None = None
+        self.slave: sc.SlaveCore | None = None
+        self.sconn: Conn | None = None
+        # the slave handles one frame at a time, as ha/slave.py's loop does: a frame waiting for
+        # an fsync holds back the next (its actions were decided on the log as it was)
+        self.sbusy = False
+        self.sbacklog: list[tuple[Conn, Callable[[], sc.Event], Any]] = []
+        self.mconns: dict[int, Conn] = {}
+        self.waiters: list[Waiter] = []
+        self.prop: tuple[Proposal, int] | None = None  # (proposal, heartbeats without an answer)
+        self.flush_waiters: list[tuple[int, Callable[[], None]]] = []
+        self.flushing = False
+        self.stopped = False
+        self.after(1 + self.sim.rng.randrange(HB_INTERVAL), self.tick)
+        self.after(SCRUB, self.scrub)
+
+    def crash(self) -> None:
+        self.sim.tr("b%d crashes (max %d flushed %d confirm %d)", self.bid, self.disk.max, self.disk.flushed, self.disk.confirm)
+        self.up = False
+        self.inc += 1
+        self._close_all(20)
+        self.disk.crash(self.sim.rng)
+        self.sim.tr("b%d recovered: max %d confirm %d epochs %s", self.bid, self.disk.max, self.disk.confirm, tuple(self.disk.epochs))
+
+    def restart(self) -> None:
+        self.up = True
+        self.start()
+
+    def fail_stop(self, why: str) -> None:
+        """docs/ARCHITECTURE.md §3.9: step down at once, no heartbeats, start over when the store opens."""
+        if self.stopped:
+            return
+        self.sim.tr("b%d fail-stop: %s", self.bid, why)
+        self._stop_master()
+        self._stop_slave()
+        self.rc.closed()
+        self.stopped = True
+        self.inc += 1  # its timers and in-flight work end with it; the process starts over
+        self.after(1000, self._try_reopen)
+
+    def _try_reopen(self) -> None:
+        if self.disk.failing:
+            self.after(1000, self._try_reopen)
+            return
+        self.sim.tr("b%d store opens again", self.bid)
+        self.start()
+
+    def _close_all(self, detect_ms: int) -> None:
+        for conn in list(self.mconns.values()):
+            self.sim.break_conn(conn, detect_ms)
+        if self.sconn is not None:
+            self.sim.break_conn(self.sconn, detect_ms)
+
+    # ------------------------------------------------------------------ the periodic work
+
+    def tick(self) -> None:
+        self.after(HB_INTERVAL, self.tick)
+        disk = self.disk
+        sent = self.local()
+        epoch = disk.last_epoch if disk.epochs else -1
+        for c in self.world.ctrls:
+            self.sim.send(self, c, c.on_heartbeat, self, self.bid, epoch, disk.max, disk.confirm, sent)
+        if self.core is not None:
+            self._master_tick()
+        elif self.slave is not None:
+            if self.sconn is None:
+                self.connect()
+            else:
+                self._slave_event(self.sconn, lambda: sc.AckTick(self._local_log()), ())
+
+    def _master_tick(self) -> None:
+        self.step(mc.ShrinkCheck())
+        if self.core is None:
+            return
+        for conn in list(self.mconns.values()):
+            self._send_to(conn, heartbeat=True)
+        if self.prop is not None:
+            self._retry_proposal()
+
+    def scrub(self) -> None:
+        """Verify stored records (a read or a scan meets a bad CRC sooner or later)."""
+        self.after(SCRUB, self.scrub)
+        if self.disk.corrupt and not self.stopped:
+            self._repair()
+
+    def _repair(self) -> bool:
+        """Rewrite damaged records from a peer's intact copy; True when none is left.
+
+        A slave fetches the range from its master (ha/slave.py::HaSlave.request_repair). A master
+        hands its role to an in-sync replica and repairs as a slave (broker/replica.py::
+        Replica.on_corrupt); modelled as the repair alone, from a connected in-sync slave."""
+        if self.core is not None:
+            peers = [self.world.brokers[s] for s in self.mconns if s in self.core.tracker.local]
+        elif self.slave is not None and self.sconn is not None and self.sconn.alive:
+            peers = [self.world.brokers[self.slave.master_id]]
+        else:
+            peers = []
+        for start in sorted(self.disk.corrupt):
+            for peer in peers:
+                if self.disk.repair(start, peer.disk):
+                    self.sim.tr("b%d repaired the record at %d from b%d", self.bid, start, peer.bid)
+                    break
+        return not self.disk.corrupt
+
+    # ------------------------------------------------------------------ controller replies
+
+    def on_hb_reply(self, role: roles.Role, sent: int) -> None:
+        if self.stopped or self.local() - sent > RPC_TIMEOUT:
+            return
+        self.lease.renew(sent, 5000, unclean_elections=False)
+        self.apply_role(role)
+        if not role.has_master and not self.stopped:
+            for c in self.world.ctrls:
+                self.sim.send(self, c, c.on_elect, self, self.bid)
+
+    def on_elect_reply(self, role: roles.Role) -> None:
+        if not self.stopped:
+            self.apply_role(role)
+
+    def on_alter_reply(self, proposal: Proposal, code: str, message: str, role: roles.Role | None) -> None:
+        core = self.core
+        if core is None or self.stopped:
+            return
+        if self.prop is not None and self.prop[0] == proposal:
+            self.prop = None
+        definite = code != "OK" and code not in KEEP_PENDING and "equals the current" not in message
+        if definite:
+            self.sim.tr("b%d proposal %s refused: %s %s", self.bid, sorted(proposal.new_sync_state_set), code, message)
+            self.step(mc.AlterFailed(proposal, proposal.sss_epoch))
+        if role is not None and self.core is core:
+            self.apply_role(role)
+
+    def apply_role(self, role: roles.Role) -> None:
+        ev = roles.Assigned(role, self.disk.last_epoch, self.bid)
+        for action in self.rc.step(ev, self.local()):
+            if self.stopped:
+                return
+            self._carry_out(action)
+        if self.slave is not None and role.master_epoch >= self.slave.master_epoch:
+            self.slave.unclean_epoch = max(self.slave.unclean_epoch, role.unclean_epoch)
+
+    def _carry_out(self, action: roles.Action) -> None:
+        match action:
+            case roles.StopMaster():
+                self._stop_master()
+            case roles.StopSlave():
+                self._stop_slave()
+            case roles.Promote(role, new_epoch):
+                self._promote(role, new_epoch)
+            case roles.UpdateSyncStateSet(sss, sss_epoch):
+                if self.core is not None:
+                    self.step(mc.ControllerState(frozenset(sss), sss_epoch))
+            case roles.Follow(role):
+                self._follow(role)
+
+    # ------------------------------------------------------------------ master
+
+    def _promote(self, role: roles.Role, new_epoch: bool) -> None:
+        disk = self.disk
+        epoch = role.master_epoch
+        try:
+            if new_epoch:
+                disk.record_epoch(epoch, disk.max)
+                disk.set_confirm(disk.max)
+        except DiskFailed as exc:
+            self.fail_stop(str(exc))
+            return
+        self.sim.tr("b%d promoted to master of epoch %d at %d (SSS %s)", self.bid, epoch, disk.max, sorted(role.sync_state_set))
+        self.core = mc.MasterCore.start(
+            broker_id=self.bid,
+            epoch=epoch,
+            sync_state_set=frozenset(role.sync_state_set),
+            sss_epoch=role.sss_epoch,
+            master_max=disk.max,
+            confirm=disk.confirm,
+            epoch_start=disk.epoch_start(epoch),
+            max_not_catchup_ms=NOT_CATCHUP,
+            now_ms=self.local(),
+        )
+        self.world.checker.on_promote(self, epoch)
+
+    def _stop_master(self) -> None:
+        if self.core is None:
+            return
+        self.sim.tr("b%d stops being master of epoch %d", self.bid, self.core.epoch)
+        self.core = None
+        self.prop = None
+        waiters, self.waiters = self.waiters, []
+        for w in waiters:
+            self._reply(w.client, w.req, "UNKNOWN", -1)
+        for conn in list(self.mconns.values()):
+            self.sim.break_conn(conn, 20)
+        self.mconns.clear()
+
+    def step(self, event: mc.Event) -> None:
+        core = self.core
+        if core is None:
+            return
+        for action in core.step(event, self.local()):
+            match action:
+                case mc.SetConfirm(offset):
+                    self.disk.set_confirm(offset)
+                case mc.Release(needed, offset):
+                    self._release(needed, offset)
+                case mc.Propose(proposal):
+                    self.sim.tr("b%d proposes SSS %s at set epoch %d", self.bid, sorted(proposal.new_sync_state_set), proposal.sss_epoch)
+                    self.prop = (proposal, 0)
+                    self._send_proposal(proposal)
+                case mc.Reject(slave, reason):
+                    conn = self.mconns.pop(slave, None)
+                    if conn is not None:
+                        self.sim.break_conn(conn, 20)
+                    self.sim.tr("b%d rejects slave %d: %s", self.bid, slave, reason)
+                    self.step(mc.SlaveLeft(slave))
+
+    def _send_proposal(self, proposal: Proposal) -> None:
+        core = self.core
+        if core is None:
+            return
+        for c in self.world.ctrls:
+            self.sim.send(self, c, c.on_alter, self, proposal, self.bid, core.epoch)
+
+    def _retry_proposal(self) -> None:
+        core = self.core
+        if core is None or self.prop is None:
+            return
+        proposal, waited = self.prop
+        if core.tracker.pending != proposal:
+            self.prop = None
+            return
+        if SHELL["give_up_unanswered"] and waited >= 3:
+            self.prop = None
+            self.step(mc.AlterFailed(proposal, proposal.sss_epoch))
+            return
+        self.prop = (proposal, waited + 1)
+        self._send_proposal(proposal)
+
+    def on_ha_handshake(self, conn: Conn, slave_id: int) -> None:
+        if self.core is None or self.stopped:
+            self.sim.break_conn(conn, 20)
+            return
+        slave = self.world.brokers[slave_id]
+        disk = self.disk
+        self.sim.conn_send(conn, self, slave, slave.on_ha_reply, conn, self.core.epoch, 0, disk.max, tuple(disk.epochs))
+
+    def on_ha_ack(self, conn: Conn, slave_id: int, offset: int) -> None:
+        if self.core is None or not conn.alive:
+            return
+        if self.mconns.get(slave_id) is conn:
+            self.step(mc.Acked(slave_id, offset))
+            return
+        if offset > self.disk.max:
+            self.sim.break_conn(conn, 20)  # OFFSET_MISMATCH
+            return
+        old = self.mconns.get(slave_id)
+        if old is not None:
+            self.sim.break_conn(old, 20)
+        self.mconns[slave_id] = conn
+        conn.send_offset = offset
+        self.step(mc.SlaveJoined(slave_id, offset))
+        if self.mconns.get(slave_id) is conn:
+            self._send_to(conn)
+
+    def ha_closed(self, conn: Conn) -> None:
+        if conn.master is self:
+            for sid, c in list(self.mconns.items()):
+                if c is conn:
+                    del self.mconns[sid]
+                    self.step(mc.SlaveLeft(sid))
+        elif conn is self.sconn:
+            self.sconn = None
+            self.after(RECONNECT, self._reconnect)
+
+    def _send_to(self, conn: Conn, heartbeat: bool = False) -> None:
+        core, disk = self.core, self.disk
+        if core is None:
+            return
+        slave = conn.slave
+        sent = False
+        while conn.alive and conn.send_offset < disk.max:
+            off = conn.send_offset
+            epoch, start, end = disk.epoch_at(off)
+            hi = min(disk.max, end)
+            recs = disk.range(off, hi)
+            if disk.corrupt and any(r[0] in disk.corrupt for r in recs) and not self._repair():
+                return  # nothing to send from until the range is repaired: this slave lags
+            self.sim.conn_send(conn, self, slave, slave.on_transfer, conn, off, epoch, start, disk.confirm, hi - off, recs)
+            conn.send_offset = hi
+            sent = True
+            self.step(mc.Sent(slave.bid, hi))
+        if heartbeat and not sent and conn.alive:
+            epoch, start, _ = disk.epoch_at(conn.send_offset)
+            self.sim.conn_send(conn, self, slave, slave.on_transfer, conn, conn.send_offset, epoch, start, disk.confirm, 0, ())
+
+    # ------------------------------------------------------------------ the write path
+
+    def on_produce(self, client: Any, req: int, mid: int, size: int) -> None:
+        core = self.core
+        if core is None or self.stopped:
+            self._reply(client, req, "NOT_MASTER", self.rc.master_id)
+            return
+        members = len(core.tracker.effective)
+        try:
+            needed = ackpolicy.required_acks(self.ack_cfg, members)
+        except InSyncReplicasNotEnoughError:
+            self._reply(client, req, "IN_SYNC_REPLICAS_NOT_ENOUGH", self.bid)
+            return
+        if not self.lease.may_start(self.local(), replication="sync", needs_every_member=needed >= members):
+            self._reply(client, req, "NOT_MASTER", -1)
+            return
+        disk = self.disk
+        rec = (disk.max, disk.max + size, core.epoch, mid)
+        try:
+            disk.append(rec)
+        except DiskFailed as exc:
+            self._reply(client, req, "STORE_ERROR", -1)
+            self.fail_stop(str(exc))
+            return
+        self.step(mc.Appended(disk.max))
+        for conn in list(self.mconns.values()):
+            self._send_to(conn)
+        self.flush(rec[1], lambda: self._wait_acks(Waiter(needed, rec, client, req, core)))
+
+    def _wait_acks(self, w: Waiter) -> None:
+        core = self.core
+        if core is not w.core or core is None:
+            self._reply(w.client, w.req, "UNKNOWN", -1)
+            return
+        end = w.rec[1]
+        if w.needed <= 1 or core.acked_by(w.needed) >= end:
+            self._finish(w)
+            return
+        self.waiters.append(w)
+        if w.needed not in core.needs:
+            self.step(mc.Waiting(w.needed))
+        if not w.done:
+            self.after(SLAVE_TIMEOUT, self._timeout, w)
+
+    def _timeout(self, w: Waiter) -> None:
+        if not w.done:
+            w.done = True
+            if w in self.waiters:
+                self.waiters.remove(w)
+            self._reply(w.client, w.req, "FLUSH_SLAVE_TIMEOUT", -1)
+
+    def _release(self, needed: int, offset: int) -> None:
+        ready = [w for w in self.waiters if w.needed == needed and w.rec[1] <= offset and not w.done]
+        for w in ready:
+            self.waiters.remove(w)
+            self._finish(w)
+
+    def _finish(self, w: Waiter) -> None:
+        w.done = True
+        core = self.core
+        if core is not w.core or core is None:
+            self._reply(w.client, w.req, "UNKNOWN", -1)
+            return
+        # the acks may have come in after this broker lost the right to speak for the set
+        if not self.lease.may_acknowledge(self.local(), w.rec[1], core.held_by_all(), replication="sync"):
+            self._reply(w.client, w.req, "NOT_MASTER", -1)
+            return
+        self.world.checker.on_ack(self, core.epoch, w.rec)
+        self._reply(w.client, w.req, "OK", self.bid)
+
+    def _reply(self, client: Any, req: int, code: str, hint: int) -> None:
+        self.sim.send(self, client, client.on_reply, req, code, hint)
+
+    def flush(self, offset: int, then: Callable[[], None]) -> None:
+        """fsync (flush: sync): `then` runs once the log is on disk up to `offset`."""
+        self.flush_waiters.append((offset, then))
+        if not self.flushing:
+            self.flushing = True
+            self.after(1 + self.sim.rng.randrange(4), self._flushed, self.disk.max)
+
+    def _flushed(self, target: int) -> None:
+        self.flushing = False
+        try:
+            self.disk.flush_to(target)
+        except DiskFailed as exc:
+            self.fail_stop(str(exc))
+            return
+        done = [(o, f) for o, f in self.flush_waiters if o <= self.disk.flushed]
+        self.flush_waiters = [(o, f) for o, f in self.flush_waiters if o > self.disk.flushed]
+        if self.flush_waiters:
+            self.flushing = True
+            self.after(1 + self.sim.rng.randrange(4), self._flushed, self.disk.max)
+        for _, then in done:
+            then()
+
+    # ------------------------------------------------------------------ slave
+
+    def _local_log(self) -> sc.LocalLog:
+        d = self.disk
+        return sc.LocalLog(tuple(d.epochs), 0, d.max, d.confirm, d.flushed)
+
+    def _follow(self, role: roles.Role) -> None:
+        self.sim.tr("b%d follows b%d of epoch %d", self.bid, role.master_id, role.master_epoch)
+        self.slave = sc.SlaveCore(role.master_id, role.master_epoch, True, unclean_epoch=role.unclean_epoch)
+        self.connect()
+
+    def _stop_slave(self) -> None:
+        self.slave = None
+        self.sbusy = False
+        self.sbacklog.clear()
+        if self.sconn is not None:
+            self.sim.break_conn(self.sconn, 20)
+            self.sconn = None
+
+    def _reconnect(self) -> None:
+        if self.sconn is None and self.slave is not None and not self.stopped:
+            self.connect()
+
+    def connect(self) -> None:
+        if self.slave is None:
+            return
+        master = self.world.brokers[self.slave.master_id]
+        conn = Conn(master, self)
+        self.sconn = conn
+        self.sim.conn_send(conn, self, master, master.on_ha_handshake, conn, self.bid)
+
+    def on_ha_reply(self, conn: Conn, epoch: int, mmin: int, mmax: int, mepochs: tuple[tuple[int, int], ...]) -> None:
+        if conn is not self.sconn or self.slave is None:
+            return
+        self._slave_event(conn, lambda: sc.MasterAnswered(epoch, mmin, mmax, mepochs, self._local_log()), ())
+
+    def on_transfer(self, conn: Conn, off: int, epoch: int, start: int, confirm: int, length: int, recs: Any) -> None:
+        if conn is not self.sconn or self.slave is None:
+            return
+        self._slave_event(conn, lambda: sc.TransferArrived(off, epoch, start, confirm, length, self._local_log()), recs)
+
+    def _slave_event(self, conn: Conn, make: Callable[[], sc.Event], recs: Any) -> None:
+        if self.sbusy:
+            self.sbacklog.append((conn, make, recs))
+            return
+        if conn is not self.sconn or self.slave is None:
+            return
+        self.run_slave(conn, self.slave.step(make(), self.local()), 0, recs)
+
+    def _slave_idle(self) -> None:
+        self.sbusy = False
+        while self.sbacklog and not self.sbusy:
+            conn, make, recs = self.sbacklog.pop(0)
+            self._slave_event(conn, make, recs)
+
+    def run_slave(self, conn: Conn, actions: list[sc.Action], i: int, recs: Any) -> None:
+        """Carry out the slave core's actions in order; an fsync suspends them until it is done."""
+        try:
+            while i < len(actions) and conn is self.sconn:
+                action = actions[i]
+                i += 1
+                if isinstance(action, sc.AwaitFlush):
+                    self.sbusy = True
+                    self.flush(action.offset, lambda: self.run_slave(conn, actions, i, recs))
+                    return
+                self._slave_action(conn, action, recs)
+        except DiskFailed as exc:
+            self.fail_stop(str(exc))
+            return
+        self._slave_idle()
+
+    def _slave_action(self, conn: Conn, action: sc.Action, recs: Any) -> None:
+        match action:
+            case sc.Refuse(kind, reason):
+                self.sim.tr("b%d refuses b%d: %s (%s)", self.bid, conn.master.bid, kind, reason)
+                self.sim.break_conn(conn, 20)
+                self.sconn = None
+                self.after(RECONNECT, self._reconnect)
+            case sc.Truncate(to):
+                self.sim.tr("b%d truncates to %d (max %d confirm %d)", self.bid, to, self.disk.max, self.disk.confirm)
+                self.disk.truncate(to)
+            case sc.RecordEpoch(epoch, start):
+                self.disk.record_epoch(epoch, start)
+            case sc.Append():
+                for r in recs:
+                    self.disk.append(r)
+            case sc.Ack(offset):
+                self.sim.conn_send(conn, self, conn.master, conn.master.on_ha_ack, conn, self.bid, offset)
+            case sc.SetConfirm(offset):
+                self.disk.set_confirm(offset)
+            case sc.StartAt(offset):
+                raise AssertionError(f"StartAt({offset}): retention is not modelled")
