@@ -317,10 +317,14 @@ class Broker(Node):
             return
         slave = self.world.brokers[slave_id]
         disk = self.disk
+        conn.shook = True
         self.sim.conn_send(conn, self, slave, slave.on_ha_reply, conn, self.core.epoch, 0, disk.max, tuple(disk.epochs))
 
     def on_ha_ack(self, conn: Conn, slave_id: int, offset: int) -> None:
         if self.core is None or not conn.alive:
+            return
+        if not conn.shook:
+            self.sim.break_conn(conn, 20)  # an ack before the handshake: a protocol error
             return
         if self.mconns.get(slave_id) is conn:
             self.step(mc.Acked(slave_id, offset))

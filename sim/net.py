@@ -63,12 +63,15 @@ class Node:
 class Conn:
     """One HA connection between a master and a slave."""
 
-    __slots__ = ("alive", "last", "master", "send_offset", "slave")
+    __slots__ = ("alive", "incs", "last", "master", "send_offset", "shook", "slave")
 
     def __init__(self, master: Node, slave: Node) -> None:
         self.master = master
         self.slave = slave
         self.alive = True
+        self.shook = False  # the master answered the handshake on it
+        # the incarnations it connects: a frame to a process that restarted meets a reset
+        self.incs = {master.name: master.inc, slave.name: slave.inc}
         self.last = 0  # delivery time of the last segment: a stream keeps its order
         self.send_offset = 0
 
@@ -147,6 +150,9 @@ class Sim:
     def conn_send(self, conn: Conn, src: Node, dst: Node, fn: Fn, *args: Any) -> None:
         """A frame on an HA connection: in order; a cut or a lost segment breaks the connection."""
         if not conn.alive:
+            return
+        if not dst.up or dst.inc != conn.incs[dst.name]:
+            self.break_conn(conn, 20)
             return
         if (src.name, dst.name) in self.cuts or (self.loss and self.rng.random() < self.loss):
             self.break_conn(conn, 1000 + self.rng.randrange(2000))

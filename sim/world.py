@@ -119,7 +119,7 @@ class World:
         self.procs: dict[str, Node] = {b.name: b for b in self.brokers.values()}
         self.procs.update({c.name: c for c in self.ctrls})
         if faults is None:
-            faults = draw(rng, n_faults, [b.name for b in self.brokers.values()], sorted(self.procs)[n:], DCS)
+            faults = draw(Random(seed * 7919 + 1), n_faults, [b.name for b in self.brokers.values()], sorted(self.procs)[n:], DCS)
         self.faults = faults
         self.scenario = f"{n} brokers, {'all_ack' if all_ack else 'in_sync_replicas 2 (auto)'}"
         for f in faults:
