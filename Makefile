@@ -11,7 +11,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 # bench machine. The bytecode is written once and read by every process after.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install spark lab-tools run test check lint imports proto bench bench-spark fuzz clean
+.PHONY: install spark lab-tools run test check lint imports proto bench bench-spark fuzz clean sim sim-mutants
 
 $(STAMP): pyproject.toml setup.py commitlog/_speedups.c
 	@# Debian ships venv separately (python3-venv); install it when we can rather than fail.
@@ -130,6 +130,17 @@ proto: install
 FUZZ_EXAMPLES ?= 1000000
 fuzz: install
 	$(BIN)/python -m tests.fuzz.run --examples $(FUZZ_EXAMPLES)
+
+# The deterministic simulator (sim/README.md): SIM_SEEDS seeds from SIM_START, the last line one
+# JSON summary; a failing seed prints the command that replays it. sim-mutants applies each
+# deliberate bug in-process and prints how many seeds it took to catch.
+SIM_SEEDS ?= 10000
+SIM_START ?= 0
+sim: install
+	$(BIN)/python -m tidelog.sim --seeds $(SIM_SEEDS) --start $(SIM_START)
+
+sim-mutants: install
+	$(BIN)/python -m tidelog.sim --mutants --seeds $(SIM_SEEDS) --start $(SIM_START)
 
 bench: install
 	$(BIN)/python -m bench.commitlog

@@ -20,7 +20,9 @@ from .world import DEFAULT_FAULTS, run_seed
 
 def _replay(seed: int, n_faults: int, trace: bool) -> int:
     out = run_seed(seed, n_faults=n_faults, trace=trace)
-    print(f"seed {seed}: {len(out.faults)} faults, {out.sim_ms / 1000:.1f} simulated s, {out.acks} writes acknowledged")
+    print(
+        f"seed {seed}: {len(out.faults)} faults, {out.sim_ms / 1000:.1f} simulated s, {out.acks} writes acknowledged"
+    )
     for f in out.faults:
         print(f"  fault {f}")
     if trace:

@@ -91,12 +91,24 @@ class Broker(Node):
         self.after(SCRUB, self.scrub)
 
     def crash(self) -> None:
-        self.sim.tr("b%d crashes (max %d flushed %d confirm %d)", self.bid, self.disk.max, self.disk.flushed, self.disk.confirm)
+        self.sim.tr(
+            "b%d crashes (max %d flushed %d confirm %d)",
+            self.bid,
+            self.disk.max,
+            self.disk.flushed,
+            self.disk.confirm,
+        )
         self.up = False
         self.inc += 1
         self._close_all(20)
         self.disk.crash(self.sim.rng)
-        self.sim.tr("b%d recovered: max %d confirm %d epochs %s", self.bid, self.disk.max, self.disk.confirm, tuple(self.disk.epochs))
+        self.sim.tr(
+            "b%d recovered: max %d confirm %d epochs %s",
+            self.bid,
+            self.disk.max,
+            self.disk.confirm,
+            tuple(self.disk.epochs),
+        )
 
     def restart(self) -> None:
         self.up = True
@@ -201,7 +213,9 @@ class Broker(Node):
             self.prop = None
         definite = code != "OK" and code not in KEEP_PENDING and "equals the current" not in message
         if definite:
-            self.sim.tr("b%d proposal %s refused: %s %s", self.bid, sorted(proposal.new_sync_state_set), code, message)
+            self.sim.tr(
+                "b%d proposal %s refused: %s %s", self.bid, sorted(proposal.new_sync_state_set), code, message
+            )
             self.step(mc.AlterFailed(proposal, proposal.sss_epoch))
         if role is not None and self.core is core:
             self.apply_role(role)
@@ -241,7 +255,13 @@ class Broker(Node):
         except DiskFailed as exc:
             self.fail_stop(str(exc))
             return
-        self.sim.tr("b%d promoted to master of epoch %d at %d (SSS %s)", self.bid, epoch, disk.max, sorted(role.sync_state_set))
+        self.sim.tr(
+            "b%d promoted to master of epoch %d at %d (SSS %s)",
+            self.bid,
+            epoch,
+            disk.max,
+            sorted(role.sync_state_set),
+        )
         self.core = mc.MasterCore.start(
             broker_id=self.bid,
             epoch=epoch,
@@ -279,7 +299,12 @@ class Broker(Node):
                 case mc.Release(needed, offset):
                     self._release(needed, offset)
                 case mc.Propose(proposal):
-                    self.sim.tr("b%d proposes SSS %s at set epoch %d", self.bid, sorted(proposal.new_sync_state_set), proposal.sss_epoch)
+                    self.sim.tr(
+                        "b%d proposes SSS %s at set epoch %d",
+                        self.bid,
+                        sorted(proposal.new_sync_state_set),
+                        proposal.sss_epoch,
+                    )
                     self.prop = (proposal, 0)
                     self._send_proposal(proposal)
                 case mc.Reject(slave, reason):
@@ -318,7 +343,9 @@ class Broker(Node):
         slave = self.world.brokers[slave_id]
         disk = self.disk
         conn.shook = True
-        self.sim.conn_send(conn, self, slave, slave.on_ha_reply, conn, self.core.epoch, 0, disk.max, tuple(disk.epochs))
+        self.sim.conn_send(
+            conn, self, slave, slave.on_ha_reply, conn, self.core.epoch, 0, disk.max, tuple(disk.epochs)
+        )
 
     def on_ha_ack(self, conn: Conn, slave_id: int, offset: int) -> None:
         if self.core is None or not conn.alive:
@@ -364,13 +391,27 @@ class Broker(Node):
             recs = disk.range(off, hi)
             if disk.corrupt and any(r[0] in disk.corrupt for r in recs) and not self._repair():
                 return  # nothing to send from until the range is repaired: this slave lags
-            self.sim.conn_send(conn, self, slave, slave.on_transfer, conn, off, epoch, start, disk.confirm, hi - off, recs)
+            self.sim.conn_send(
+                conn, self, slave, slave.on_transfer, conn, off, epoch, start, disk.confirm, hi - off, recs
+            )
             conn.send_offset = hi
             sent = True
             self.step(mc.Sent(slave.bid, hi))
         if heartbeat and not sent and conn.alive:
             epoch, start, _ = disk.epoch_at(conn.send_offset)
-            self.sim.conn_send(conn, self, slave, slave.on_transfer, conn, conn.send_offset, epoch, start, disk.confirm, 0, ())
+            self.sim.conn_send(
+                conn,
+                self,
+                slave,
+                slave.on_transfer,
+                conn,
+                conn.send_offset,
+                epoch,
+                start,
+                disk.confirm,
+                0,
+                (),
+            )
 
     # ------------------------------------------------------------------ the write path
 
@@ -498,15 +539,21 @@ class Broker(Node):
         self.sconn = conn
         self.sim.conn_send(conn, self, master, master.on_ha_handshake, conn, self.bid)
 
-    def on_ha_reply(self, conn: Conn, epoch: int, mmin: int, mmax: int, mepochs: tuple[tuple[int, int], ...]) -> None:
+    def on_ha_reply(
+        self, conn: Conn, epoch: int, mmin: int, mmax: int, mepochs: tuple[tuple[int, int], ...]
+    ) -> None:
         if conn is not self.sconn or self.slave is None:
             return
         self._slave_event(conn, lambda: sc.MasterAnswered(epoch, mmin, mmax, mepochs, self._local_log()), ())
 
-    def on_transfer(self, conn: Conn, off: int, epoch: int, start: int, confirm: int, length: int, recs: Any) -> None:
+    def on_transfer(
+        self, conn: Conn, off: int, epoch: int, start: int, confirm: int, length: int, recs: Any
+    ) -> None:
         if conn is not self.sconn or self.slave is None:
             return
-        self._slave_event(conn, lambda: sc.TransferArrived(off, epoch, start, confirm, length, self._local_log()), recs)
+        self._slave_event(
+            conn, lambda: sc.TransferArrived(off, epoch, start, confirm, length, self._local_log()), recs
+        )
 
     def _slave_event(self, conn: Conn, make: Callable[[], sc.Event], recs: Any) -> None:
         if self.sbusy:
@@ -530,7 +577,7 @@ class Broker(Node):
                 i += 1
                 if isinstance(action, sc.AwaitFlush):
                     self.sbusy = True
-                    self.flush(action.offset, lambda: self.run_slave(conn, actions, i, recs))
+                    self.flush(action.offset, lambda i=i: self.run_slave(conn, actions, i, recs))
                     return
                 self._slave_action(conn, action, recs)
         except DiskFailed as exc:
@@ -546,7 +593,9 @@ class Broker(Node):
                 self.sconn = None
                 self.after(RECONNECT, self._reconnect)
             case sc.Truncate(to):
-                self.sim.tr("b%d truncates to %d (max %d confirm %d)", self.bid, to, self.disk.max, self.disk.confirm)
+                self.sim.tr(
+                    "b%d truncates to %d (max %d confirm %d)", self.bid, to, self.disk.max, self.disk.confirm
+                )
                 self.disk.truncate(to)
             case sc.RecordEpoch(epoch, start):
                 self.disk.record_epoch(epoch, start)

@@ -51,7 +51,9 @@ class Checker:
 
     def on_confirm(self, disk: Disk, old: int, new: int) -> None:
         if new < old:
-            raise Violation(f"b{disk.owner}: confirm offset went back from {old} to {new} without a truncation")
+            raise Violation(
+                f"b{disk.owner}: confirm offset went back from {old} to {new} without a truncation"
+            )
         if new > disk.max:
             raise Violation(f"b{disk.owner}: confirm offset {new} passes the log's end {disk.max}")
         confirmed, must = self.confirmed, self.must
@@ -91,7 +93,9 @@ class Checker:
         if who != broker.bid:
             raise Violation(f"two masters acknowledged in epoch {epoch}: b{who} and b{broker.bid}")
         if self.strict_acks and self.acked.get(start, mid) != mid:
-            raise Violation(f"b{broker.bid} acknowledged message {mid} at {start}, where message {self.acked[start]} was acknowledged")
+            raise Violation(
+                f"b{broker.bid} acknowledged message {mid} at {start}, where message {self.acked[start]} was acknowledged"
+            )
         self.acked[start] = mid
         if self.strict_acks:
             self.must.setdefault(start, (mid, "acknowledged"))
@@ -106,7 +110,9 @@ class Checker:
         self.reads += 1
         seen = self.confirmed.get(start)
         if seen != mid:
-            raise Violation(f"a read of b{broker.bid} returned message {mid} at {start}; the confirmed record is {seen}")
+            raise Violation(
+                f"a read of b{broker.bid} returned message {mid} at {start}; the confirmed record is {seen}"
+            )
 
     def _holds_all(self, broker: Broker, what: str) -> None:
         disk = broker.disk

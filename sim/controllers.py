@@ -85,7 +85,9 @@ class Controller(Node):
 
     # ------------------------------------------------------------------ the broker-facing calls
 
-    def on_heartbeat(self, broker: Broker, bid: int, epoch: int, max_off: int, confirm: int, sent: int) -> None:
+    def on_heartbeat(
+        self, broker: Broker, bid: int, epoch: int, max_off: int, confirm: int, sent: int
+    ) -> None:
         now = self.local()
         self.hb.beat(SET, bid, epoch, max_off, confirm, now)
         if not self.leading:

@@ -165,4 +165,3 @@ class Disk:
         # EpochFile.truncate_after: an entry starting exactly at the end is kept
         self.epochs = [(e, s) for e, s in self.epochs if s <= end]
         self.corrupt = {c for c in self.corrupt if c < end}
-

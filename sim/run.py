@@ -48,8 +48,10 @@ def batch(
     t0 = time.monotonic()
     results: list[tuple[int, bool, str, int]] = []
     size = max(1, min(50, n // (workers * 4) or 1))
-    chunks = [(s, min(size, start + n - s), n_faults, mutant, stop_at_first) for s in range(start, start + n, size)]
-    if workers == 1:
+    chunks = [
+        (s, min(size, start + n - s), n_faults, mutant, stop_at_first) for s in range(start, start + n, size)
+    ]
+    if workers == 1 and mutant is None:  # a mutant is applied only in worker processes
         for c in chunks:
             results.extend(_chunk(c))
             if stop_at_first and not all(r[1] for r in results):

@@ -49,7 +49,7 @@ class Client(Node):
     """A producer (a few writes in flight, retried elsewhere on failure) and a reader."""
 
     def __init__(self, sim: Sim, world: World) -> None:
-        super().__init__(sim, "client", "dc2")
+        super().__init__(sim, "client", "dc0")  # its own datacenter: partitions cut replicas, not the client
         self.world = world
         self.next_mid = 1
         self.inflight: dict[int, int] = {}
@@ -119,7 +119,13 @@ class World:
         self.procs: dict[str, Node] = {b.name: b for b in self.brokers.values()}
         self.procs.update({c.name: c for c in self.ctrls})
         if faults is None:
-            faults = draw(Random(seed * 7919 + 1), n_faults, [b.name for b in self.brokers.values()], sorted(self.procs)[n:], DCS)
+            faults = draw(
+                Random(seed * 7919 + 1),
+                n_faults,
+                [b.name for b in self.brokers.values()],
+                sorted(self.procs)[n:],
+                DCS,
+            )
         self.faults = faults
         self.scenario = f"{n} brokers, {'all_ack' if all_ack else 'in_sync_replicas 2 (auto)'}"
         for f in faults:
@@ -199,9 +205,16 @@ class World:
                 sim.cuts[link] -= 1
                 if sim.cuts[link] <= 0:
                     del sim.cuts[link]
-        elif k == "crash":
+        else:
+            self._end_proc(f)
+
+    def _end_proc(self, f: Fault) -> None:
+        sim, k = self.sim, f.kind
+        if k == "crash":
             p = self._proc(f.target)
-            if not p.up and not any(g.kind == "crash" and g.target == f.target and g.start < sim.now < g.end for g in self.faults):
+            if not p.up and not any(
+                g.kind == "crash" and g.target == f.target and g.start < sim.now < g.end for g in self.faults
+            ):
                 p.up = True
                 if isinstance(p, (Broker, Controller)):
                     p.restart() if isinstance(p, Broker) else p.start()
@@ -230,7 +243,9 @@ class World:
         if master is None:
             raise Violation(f"liveness: no master {LIVENESS_MS} ms after the last fault healed")
         if len(self.client.acked_at) == acked_before:
-            raise Violation(f"liveness: no write acknowledged within {LIVENESS_MS} ms after the last fault healed")
+            raise Violation(
+                f"liveness: no write acknowledged within {LIVENESS_MS} ms after the last fault healed"
+            )
         self.checker.final(master)
         states = []
         for c in self.ctrls:
@@ -240,10 +255,14 @@ class World:
             raise Violation("the controllers' states differ after applying the same log")
         bs = states[0].broker_sets[SET]
         if bs.master_id is not None and bs.master_epoch < master.core.epoch:  # type: ignore[union-attr]
-            raise Violation(f"b{master.bid} leads epoch {master.core.epoch}, newer than the controller's {bs.master_epoch}")  # type: ignore[union-attr]
+            raise Violation(
+                f"b{master.bid} leads epoch {master.core.epoch}, newer than the controller's {bs.master_epoch}"
+            )  # type: ignore[union-attr]
 
 
-def run_seed(seed: int, *, faults: list[Fault] | None = None, n_faults: int = DEFAULT_FAULTS, trace: bool = False) -> Outcome:
+def run_seed(
+    seed: int, *, faults: list[Fault] | None = None, n_faults: int = DEFAULT_FAULTS, trace: bool = False
+) -> Outcome:
     world = World(seed, faults, n_faults, trace)
     sim = world.sim
     out = Outcome(seed, True, faults=world.faults)
