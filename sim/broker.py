@@ -491,7 +491,7 @@ class Broker(Node):
         self.flush_waiters.append((offset, then))
         if not self.flushing:
             self.flushing = True
-            self.after(1 + self.sim.rng.randrange(4), self._flushed, self.disk.max)
+            self.after(1 + self.sim.rng.randrange(10), self._flushed, self.disk.max)
 
     def _flushed(self, target: int) -> None:
         self.flushing = False
@@ -504,7 +504,7 @@ class Broker(Node):
         self.flush_waiters = [(o, f) for o, f in self.flush_waiters if o > self.disk.flushed]
         if self.flush_waiters:
             self.flushing = True
-            self.after(1 + self.sim.rng.randrange(4), self._flushed, self.disk.max)
+            self.after(1 + self.sim.rng.randrange(10), self._flushed, self.disk.max)
         for _, then in done:
             then()
 
@@ -603,6 +603,7 @@ class Broker(Node):
                 for r in recs:
                     self.disk.append(r)
             case sc.Ack(offset):
+                self.world.checker.on_slave_ack(self.disk, offset)
                 self.sim.conn_send(conn, self, conn.master, conn.master.on_ha_ack, conn, self.bid, offset)
             case sc.SetConfirm(offset):
                 self.disk.set_confirm(offset)

@@ -16,7 +16,8 @@ A broken property raises `Violation`; the run stops there and reports the trace 
    master was promoted whose log lacks it (the lease and its replication rule, §3.5).
 5. Confirm offsets move back only by truncation (or a crash's recovery), never past the log's end,
    and a truncation never cuts a record that must survive.
-6. Liveness, after the last fault heals: a master exists and a write is acknowledged within the
+6. Under flush: sync a slave acks only what is on its disk.
+7. Liveness, after the last fault heals: a master exists and a write is acknowledged within the
    bound `LIVENESS_MS`.
 
 `InvariantViolation` raised by the real cores (their own checks) is reported the same way.
@@ -105,6 +106,11 @@ class Checker:
                 f"b{broker.bid}, master of epoch {epoch}, acknowledged message {mid} at {start} after "
                 f"b{top.bid} became master of epoch {top_epoch} without it"
             )
+
+    def on_slave_ack(self, disk: Disk, offset: int) -> None:
+        """flush: sync: an ack promises the bytes are on this replica's disk (ha/slavecore.py)."""
+        if offset > disk.flushed:
+            raise Violation(f"b{disk.owner} acks {offset}, beyond what is on its disk ({disk.flushed})")
 
     def on_read(self, broker: Broker, start: int, mid: int) -> None:
         self.reads += 1

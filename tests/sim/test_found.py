@@ -1,0 +1,32 @@
+"""The bugs the simulator found, each as a fixed seed (and its shrunk schedule).
+
+A test here is `xfail(strict=True)` while the bug lives in code outside the simulator: it turns
+into a failure (XPASS) the day the fix lands, and then the mark comes off.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.sim.faults import Fault
+from tidelog.sim.world import run_seed
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a master restarted within its epoch (the controller did not notice the crash) writes new "
+        "records where a slave still holds the unflushed tail the crash lost; the epochs agree, so "
+        "fork repair keeps the slave's records and the confirmed prefixes diverge"
+    ),
+)
+def test_seed_243_a_master_restarted_in_its_epoch_diverges_from_a_slave() -> None:
+    shrunk = [
+        Fault(1045, "loss", "", 3050, 0.282),
+        Fault(2233, "oneway", "c0", 3088, 5.0),
+        Fault(2459, "pause", "b3", 2278),
+        Fault(4710, "oneway", "c0", 2281, 4.0),
+        Fault(7727, "crash", "b1", 362),
+    ]
+    for out in (run_seed(243), run_seed(243, faults=shrunk)):
+        assert out.ok, out.violation
