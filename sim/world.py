@@ -146,8 +146,10 @@ class World:
     def _links(self, f: Fault) -> list[tuple[str, str]]:
         nodes = [*self.procs.values(), self.client]
         if f.kind == "partition":
+            # the client stays on both sides: it reaches whichever master it can, as producers
+            # elsewhere in the network would
             inside = [p.name for p in nodes if p.dc == f.target]
-            outside = [p.name for p in nodes if p.dc != f.target]
+            outside = [p.name for p in nodes if p.dc != f.target and p is not self.client]
             return [(a, b) for a in inside for b in outside] + [(b, a) for a in inside for b in outside]
         if f.kind == "oneway":
             return [(f.target, sorted(self.procs)[int(f.param)])]
