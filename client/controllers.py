@@ -405,6 +405,7 @@ class ControllerClient:
         priority: int | None = None,
         total_timeout: float | None = None,
         acl_version: int = 0,
+        topics_version: str = "",
     ) -> pb.HeartbeatReply:
         """One heartbeat to the leader, answered with the broker's role, and a copy to every other
         node (controller RULES.md L0): a follower that becomes leader then knows which brokers
@@ -416,6 +417,7 @@ class ControllerClient:
             max_offset=max_offset,
             confirm_offset=confirm_offset,
             acl_version=acl_version,
+            topics_version=topics_version,
         )
         if priority is not None:
             req.priority = priority

@@ -13,6 +13,7 @@ are made by `ControllerState.apply` (at apply time, on every replica) and by the
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -170,6 +171,36 @@ def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
 class BrokerServicer(pb_grpc.ControllerBrokerServicer):
     def __init__(self, node: ControllerNode) -> None:
         self.node = node
+        # Per broker set: (the raft node's topics_changes when built, version, topics, deleted).
+        # A heartbeat carries the lists only when the broker's version differs, so a cluster of
+        # many topics does not rebuild and resend them every heartbeat. The version is a digest of
+        # the lists, so every controller node gives the same one for the same topics (the copies a
+        # broker sends to followers are answered without the lists too).
+        self._topic_views: dict[str, tuple[int, str, list[pb.TopicConfig], list[pb.TopicConfig]]] = {}
+
+    def _topic_view(
+        self, name: str, state: st.ControllerState
+    ) -> tuple[str, list[pb.TopicConfig], list[pb.TopicConfig]]:
+        """Broker set `name`'s topics and tombstones, as a heartbeat sends them, with their version
+        (call under `raft.read()`)."""
+        changes = self.node.raft.topics_changes
+        cached = self._topic_views.get(name)
+        if cached is not None and cached[0] == changes:
+            return cached[1], cached[2], cached[3]
+        topics = [
+            topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name) if name in t.queues
+        ]
+        deleted = [
+            topic_of(t)
+            for t in sorted(state.deleted_topics.values(), key=lambda t: t.name)
+            if name in t.queues
+        ]
+        digest = hashlib.blake2b(digest_size=12)
+        for t in (*topics, b"deleted", *deleted):
+            digest.update(t if isinstance(t, bytes) else t.SerializeToString(deterministic=True))
+        version = digest.hexdigest()
+        self._topic_views[name] = (changes, version, topics, deleted)
+        return version, topics, deleted
 
     @rpc
     async def RegisterBroker(
@@ -246,24 +277,20 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                     f"heartbeat of broker {bid} in {name!r}: {problem}", broker_set=name, broker_id=bid
                 )
             role = role_of(name, bs)
-            topics = [
-                topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name) if name in t.queues
-            ]
-            deleted = [
-                topic_of(t)
-                for t in sorted(state.deleted_topics.values(), key=lambda t: t.name)
-                if name in t.queues
-            ]
+            topics_version, topics, deleted = self._topic_view(name, state)
             member = bs.members[bid]
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
         self.node.beat(name, bid, request, report=stale_offsets)
+        unchanged = request.topics_version == topics_version
         reply = pb.HeartbeatReply(
             role=role,
-            topics=topics,
-            deleted_topics=deleted,
+            topics=() if unchanged else topics,
+            deleted_topics=() if unchanged else deleted,
             heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
             heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms,
             clean_elections_only=not self.node.cfg.enable_elect_unclean_master,
+            topics_version=topics_version,
+            topics_unchanged=unchanged,
         )
         # Brokers learn users and grants here: a grant reaches every broker within one heartbeat
         # interval, over a call that already proves the cluster secret, and only when it changed.

@@ -30,6 +30,10 @@ from .model import (
 )
 from .validation import Outcome, Reject, bad, is_int, need_name, need_nonneg
 
+#: The commands that change `topics` or `deleted_topics`, and only they: the controller re-derives
+#: the topic lists it sends with heartbeats after one of these is applied (controller/raft.py).
+TOPIC_COMMANDS: frozenset[type] = frozenset({CreateTopic, AlterTopicQueues, AlterTopicRetention, DeleteTopic})
+
 
 def _check_queue_counts(queues: object) -> None:
     if not isinstance(queues, Mapping) or not queues:
