@@ -64,6 +64,10 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
+#: Topics per ListTopics page when a caller wants them all: small replies, a bounded wait each.
+LIST_PAGE = 5000
+
+
 class _Conn:
     def __init__(self, address: str, tls: ClientTls | None, sign: Signer | None) -> None:
         self.address = address
@@ -482,6 +486,11 @@ class ControllerClient:
         reply = await self.call("admin", "CreateTopic", request)
         return reply.topic
 
+    async def create_topics(self, requests: Iterable[pb.CreateTopicRequest]) -> list[pb.CreateTopicResult]:
+        """Several topics in one call (at most 1,000): one result per request, in order."""
+        reply = await self.call("admin", "CreateTopics", pb.CreateTopicsRequest(topics=list(requests)))
+        return list(reply.results)
+
     async def delete_topic(self, name: str) -> None:
         await self.call("admin", "DeleteTopic", pb.DeleteTopicRequest(name=name))
 
@@ -521,7 +530,23 @@ class ControllerClient:
         return list((await self.call("admin", "ListAcls", pb.ListAclsRequest(user=user))).grants)
 
     async def list_topics(self) -> list[pb.TopicConfig]:
-        return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)
+        """Every topic, a page at a time (a controller before paging answers all at once)."""
+        out: list[pb.TopicConfig] = []
+        after = ""
+        while True:
+            page, after = await self.list_topics_page(start_after=after, limit=LIST_PAGE)
+            out.extend(page)
+            if not after:
+                return out
+
+    async def list_topics_page(
+        self, *, prefix: str = "", start_after: str = "", limit: int = LIST_PAGE
+    ) -> tuple[list[pb.TopicConfig], str]:
+        """Topics in name order after `start_after` that begin with `prefix`, at most `limit` (0:
+        all); with the name to start the next page after ("" when this was the last)."""
+        request = pb.ListTopicsRequest(prefix=prefix, start_after=start_after, limit=limit)
+        reply = await self.call("admin", "ListTopics", request)
+        return list(reply.topics), reply.next_start_after
 
     async def clean_broker_data(
         self, broker_set: str, broker_ids: Iterable[int] = (), *, clean_living: bool = False

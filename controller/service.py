@@ -24,6 +24,7 @@ from tidelog.acl import AclState, Grant, User
 from tidelog.controller import state as st
 from tidelog.controller.liveness import heartbeat_problem
 from tidelog.controller.placement import Violation, decommission_problem, ledger_repair, replacement_problem
+from tidelog.controller.topics import MAX_TOPICS_PER_CREATE
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
     ControllerBrokerNeedToBeRegisteredError,
@@ -130,6 +131,18 @@ def topic_of(t: st.Topic) -> pb.TopicConfig:
     return pb.TopicConfig(
         name=t.name, queues=dict(t.queues), perm=t.perm, generation=t.generation, retention_ms=t.retention_ms
     )
+
+
+def _create_args(request: pb.CreateTopicRequest) -> tuple[str, dict[str, int], str]:
+    """A CreateTopicRequest's name, queues and perm, checked (InvalidArgumentError otherwise)."""
+    name = non_empty("name", request.name)
+    require(len(request.queues) > 0, "queues must name at least one broker set")
+    for bs_name, n in request.queues.items():
+        non_empty("queues key (broker set)", bs_name)
+        require(0 < n <= 1024, f"queues[{bs_name}] must be in 1..1024 (got {n})")
+    perm = request.perm or "rw"
+    require(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
+    return name, {k: int(v) for k, v in request.queues.items()}, perm
 
 
 def user_of(u: User, with_key: bool = True) -> pb.User:
@@ -421,14 +434,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTopicReply:
-        name = non_empty("name", request.name)
-        require(len(request.queues) > 0, "queues must name at least one broker set")
-        for bs_name, n in request.queues.items():
-            non_empty("queues key (broker set)", bs_name)
-            require(0 < n <= 1024, f"queues[{bs_name}] must be in 1..1024 (got {n})")
-        perm = request.perm or "rw"
-        require(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
-        queues = {k: int(v) for k, v in request.queues.items()}
+        name, queues, perm = _create_args(request)
         # a deleted name waits one heartbeat timeout: by then every master still taking writes
         # has seen the deletion and dropped the old data (broker/TOPICS.md)
         await self.node.write(
@@ -446,6 +452,43 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             topic = topic_of(t) if t is not None else pb.TopicConfig(name=name, queues=queues, perm=perm)
         log.info("topic %s created: %s (%s)", name, queues, perm)
         return pb.CreateTopicReply(topic=topic)
+
+    @rpc
+    async def CreateTopics(
+        self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateTopicsReply:
+        """Several topics in one Raft commit, each created or refused on its own."""
+        n = len(request.topics)
+        require(
+            0 < n <= MAX_TOPICS_PER_CREATE, f"topics must hold 1..{MAX_TOPICS_PER_CREATE} topics (got {n})"
+        )
+        args = [(_create_args(t), int(t.retention_ms)) for t in request.topics]
+        recreate_after = self.node.cfg.heartbeat_timeout_ms
+        result = await self.node.write(
+            lambda now, hb: st.CreateTopics(
+                topics=tuple(
+                    st.CreateTopic(
+                        name=name,
+                        queues=queues,
+                        perm=perm,
+                        now_ms=now,
+                        recreate_after_ms=recreate_after,
+                        retention_ms=retention,
+                    )
+                    for (name, queues, perm), retention in args
+                )
+            )
+        )
+        reply = pb.CreateTopicsReply()
+        results = result.value if isinstance(result.value, tuple) else ()
+        for ((name, _, _), _), one in zip(args, results, strict=True):
+            out = reply.results.add(name=name)
+            if one.ok and isinstance(one.value, st.Topic):
+                out.topic.CopyFrom(topic_of(one.value))
+            else:
+                out.error_code, out.error_message = one.code, one.message
+        log.info("%s", result.message)
+        return reply
 
     @rpc
     async def DeleteTopic(
@@ -485,8 +528,15 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsReply:
+        limit = non_negative("limit", request.limit)
+        prefix, after = request.prefix, request.start_after
         with self.node.raft.read() as state:
-            return pb.ListTopicsReply(topics=[topic_of(state.topics[n]) for n in sorted(state.topics)])
+            names = sorted(n for n in state.topics if n.startswith(prefix) and n > after)
+            page = names[:limit] if limit else names
+            reply = pb.ListTopicsReply(topics=[topic_of(state.topics[n]) for n in page])
+        if limit and len(names) > limit:
+            reply.next_start_after = page[-1]
+        return reply
 
     async def ElectMaster(
         self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext

@@ -413,15 +413,47 @@ class AlterTopicRetentionReply(_message.Message):
     topic: TopicConfig
     def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
 
-class ListTopicsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class ListTopicsReply(_message.Message):
+class CreateTopicsRequest(_message.Message):
     __slots__ = ("topics",)
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[CreateTopicRequest]
+    def __init__(self, topics: _Optional[_Iterable[_Union[CreateTopicRequest, _Mapping]]] = ...) -> None: ...
+
+class CreateTopicResult(_message.Message):
+    __slots__ = ("name", "topic", "error_code", "error_message")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic: TopicConfig
+    error_code: str
+    error_message: str
+    def __init__(self, name: _Optional[str] = ..., topic: _Optional[_Union[TopicConfig, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class CreateTopicsReply(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CreateTopicResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CreateTopicResult, _Mapping]]] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("prefix", "start_after", "limit")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    start_after: str
+    limit: int
+    def __init__(self, prefix: _Optional[str] = ..., start_after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListTopicsReply(_message.Message):
+    __slots__ = ("topics", "next_start_after")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_START_AFTER_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+    next_start_after: str
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., next_start_after: _Optional[str] = ...) -> None: ...
 
 class CleanBrokerDataRequest(_message.Message):
     __slots__ = ("broker_set", "broker_ids", "clean_living")
