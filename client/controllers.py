@@ -66,6 +66,8 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
 
 #: Topics per ListTopics page when a caller wants them all: small replies, a bounded wait each.
 LIST_PAGE = 5000
+#: A bulk call's deadline (CreateTopics of up to 1,000 topics in one commit).
+BULK_CALL_TIMEOUT_S = 30.0
 
 
 class _Conn:
@@ -487,8 +489,20 @@ class ControllerClient:
         return reply.topic
 
     async def create_topics(self, requests: Iterable[pb.CreateTopicRequest]) -> list[pb.CreateTopicResult]:
-        """Several topics in one call (at most 1,000): one result per request, in order."""
-        reply = await self.call("admin", "CreateTopics", pb.CreateTopicsRequest(topics=list(requests)))
+        """Several topics in one call (at most 1,000): one result per request, in order.
+
+        One commit of many topics may take longer than a single call's usual deadline, and a call
+        retried after its deadline finds the topics its first try created (TOPIC_EXISTS): the call
+        gets a longer deadline instead."""
+        request = pb.CreateTopicsRequest(topics=list(requests))
+        per_call = max(self.rpc_timeout, BULK_CALL_TIMEOUT_S)
+        reply = await self.call(
+            "admin",
+            "CreateTopics",
+            request,
+            timeout=per_call,
+            total_timeout=max(self.total_timeout, per_call),
+        )
         return list(reply.results)
 
     async def delete_topic(self, name: str) -> None:
