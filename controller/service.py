@@ -13,7 +13,9 @@ are made by `ControllerState.apply` (at apply time, on every replica) and by the
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -429,6 +431,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     def __init__(self, node: ControllerNode) -> None:
         self.node = node
         self._broker = BrokerServicer(node)
+        self._names: list[str] = []  # every topic name in order, as of topics_changes == _names_at
+        self._names_at = -1
 
     @rpc
     async def CreateTopic(
@@ -531,12 +535,30 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         limit = non_negative("limit", request.limit)
         prefix, after = request.prefix, request.start_after
         with self.node.raft.read() as state:
-            names = sorted(n for n in state.topics if n.startswith(prefix) and n > after)
-            page = names[:limit] if limit else names
+            names = self._sorted_topic_names(state)
+            # the first name after `after` that may begin with `prefix` (the prefix itself may be a name)
+            start = bisect.bisect_left(names, prefix) if prefix > after else bisect.bisect_right(names, after)
+            page: list[str] = []
+            more = False
+            for name in itertools.islice(names, start, None):
+                if not name.startswith(prefix):
+                    break  # sorted: no later name has the prefix either
+                if limit and len(page) == limit:
+                    more = True
+                    break
+                page.append(name)
             reply = pb.ListTopicsReply(topics=[topic_of(state.topics[n]) for n in page])
-        if limit and len(names) > limit:
+        if more:
             reply.next_start_after = page[-1]
         return reply
+
+    def _sorted_topic_names(self, state: st.ControllerState) -> list[str]:
+        """Every topic name in order, rebuilt only after the topics changed (a page is then a
+        binary search and a slice, not a sort of every name)."""
+        changes = self.node.raft.topics_changes
+        if self._names_at != changes:
+            self._names, self._names_at = sorted(state.topics), changes
+        return self._names
 
     async def ElectMaster(
         self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext

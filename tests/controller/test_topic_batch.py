@@ -70,7 +70,7 @@ def test_create_topics_and_list_them_a_page_at_a_time(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with single_node(tmp_path) as (_node, client):
             await SimBroker(client, "broker-a", 0).register()
-            names = [f"orders-{i:03d}" for i in range(25)] + ["refunds"]
+            names = ["orders-"] + [f"orders-{i:03d}" for i in range(24)] + ["refunds"]
             requests = [pb.CreateTopicRequest(name=n, queues={"broker-a": 2}) for n in names]
             requests.append(pb.CreateTopicRequest(name="orders-000", queues={"broker-a": 2}))
             results = await client.create_topics(requests)
@@ -78,6 +78,8 @@ def test_create_topics_and_list_them_a_page_at_a_time(tmp_path: Path) -> None:
             assert all(not r.error_code and r.topic.name == r.name for r in results[:-1])
             assert results[-1].error_code == "TOPIC_EXISTS"
             assert await pages(client, prefix="orders-", limit=10) == [names[:10], names[10:20], names[20:25]]
+            assert await pages(client, prefix="ref", limit=10) == [["refunds"]]
+            assert await pages(client, prefix="orders-02", limit=0) == [names[21:25]]
             assert await pages(client, prefix="", limit=100) == [names]
             assert [t.name for t in await client.list_topics()] == names
             with pytest.raises(InvalidArgumentError):
