@@ -177,19 +177,79 @@ def topics_dimension(steps: list[int], queues: int, root: Path) -> list[dict[str
     return rows
 
 
+_GROW = """
+import os, sys, time
+from tidelog.commitlog import CommitLog, Message
+directory, target = sys.argv[1], int(sys.argv[2])
+log = CommitLog.open(directory, flush="async")
+body = os.urandom(1024)
+batch = [Message("scale", q % 8, body) for q in range(1000)]
+while log.max_offset < target:
+    log.append(batch)
+end = log.max_offset
+while log.flushed_offset < end:  # the flusher's checkpoint follows within its interval
+    time.sleep(0.05)
+time.sleep(1.5)  # one checkpoint interval: recovery then starts at most one interval back
+os._exit(0)  # a crash: no clean close
+"""
+
+_OPEN = """
+import sys, time
+started = time.monotonic()
+from tidelog.commitlog import CommitLog
+imported = time.monotonic()
+log = CommitLog.open(sys.argv[1], flush="async")
+opened = time.monotonic()
+print(log.max_offset, round(imported - started, 3), round(opened - imported, 3))
+log.close()
+"""
+
+
+def log_dimension(steps_gb: list[float], root: Path) -> list[dict[str, Any]]:
+    """Grow one log to each size, leave it as a crash would, and time the next open."""
+    directory = root / "log"
+    rows: list[dict[str, Any]] = []
+    for gb in steps_gb:
+        target = int(gb * 1e9)
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-c", _GROW, str(directory), str(target)], check=True, timeout=3600)
+        write_s = time.monotonic() - started
+        out = subprocess.run(
+            [sys.executable, "-c", _OPEN, str(directory)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        ).stdout.split()
+        row = {
+            "log_gb": round(int(out[0]) / 1e9, 2),
+            "write_mb_s": round(target / 1e6 / write_s),
+            "open_after_crash_s": float(out[2]),
+            "import_s": float(out[1]),
+            "segments": len(list((directory / "commitlog").glob("*"))),
+        }
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", default="1000,5000,20000", help="topic counts, one step each")
     parser.add_argument("--queues", type=int, default=8, help="queues per topic")
-    parser.add_argument("--only", choices=("topics",), help="run one dimension")
+    parser.add_argument("--log-gb", default="0.25,1", help="log sizes in GB, one step each")
+    parser.add_argument("--only", choices=("topics", "log"), help="run one dimension")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--workdir", help="where the clusters live (default: a temporary directory)")
     args = parser.parse_args(argv)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="tidelog-scale-"))
     results: dict[str, Any] = {}
     try:
-        steps = sorted(int(s) for s in args.topics.split(",") if s)
-        results["topics"] = topics_dimension(steps, args.queues, root)
+        if args.only in (None, "topics"):
+            steps = sorted(int(s) for s in args.topics.split(",") if s)
+            results["topics"] = topics_dimension(steps, args.queues, root)
+        if args.only in (None, "log"):
+            results["log"] = log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root)
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
