@@ -35,6 +35,7 @@ from tidelog.errors import (
     MetadataNotFoundError,
     MetadataTooLargeError,
     PlacementRefusedError,
+    TopicLimitReachedError,
     TopicNotFoundError,
 )
 from tidelog.ledger.client import ledger_id_of_key
@@ -439,6 +440,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTopicReply:
         name, queues, perm = _create_args(request)
+        self._check_topic_room(1)
         # a deleted name waits one heartbeat timeout: by then every master still taking writes
         # has seen the deletion and dropped the old data (broker/TOPICS.md)
         await self.node.write(
@@ -467,6 +469,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             0 < n <= MAX_TOPICS_PER_CREATE, f"topics must hold 1..{MAX_TOPICS_PER_CREATE} topics (got {n})"
         )
         args = [(_create_args(t), int(t.retention_ms)) for t in request.topics]
+        self._check_topic_room(n)
         recreate_after = self.node.cfg.heartbeat_timeout_ms
         result = await self.node.write(
             lambda now, hb: st.CreateTopics(
@@ -551,6 +554,18 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         if more:
             reply.next_start_after = page[-1]
         return reply
+
+    def _check_topic_room(self, n: int) -> None:
+        """TopicLimitReachedError when `n` more topics would pass `max_topics`. Checked by the
+        leader before it proposes, so creates racing each other may pass it by a few: a bound on
+        memory, not an exact count."""
+        limit = self.node.cfg.max_topics
+        with self.node.raft.read() as state:
+            held = len(state.topics)
+        if held + n > limit:
+            raise TopicLimitReachedError(
+                f"the cluster holds {held} topics; {n} more would pass max_topics ({limit})"
+            )
 
     def _sorted_topic_names(self, state: st.ControllerState) -> list[str]:
         """Every topic name in order, rebuilt only after the topics changed (a page is then a

@@ -16,7 +16,7 @@ from tests.controller.test_state_rules import A, mastered, refused
 from tidelog.client.controllers import ControllerClient
 from tidelog.controller.state import ControllerState, CreateTopic, CreateTopics
 from tidelog.controller.topics import MAX_TOPICS_PER_CREATE
-from tidelog.errors import InvalidArgumentError
+from tidelog.errors import InvalidArgumentError, TopicLimitReachedError
 from tidelog.proto import controller_pb2 as pb
 
 
@@ -97,3 +97,21 @@ async def pages(client: ControllerClient, *, prefix: str, limit: int) -> list[li
         out.append([t.name for t in page])
         if not after:
             return out
+
+
+def test_creates_past_max_topics_are_refused_with_a_typed_error(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with single_node(tmp_path, max_topics=5) as (_node, client):
+            await SimBroker(client, "broker-a", 0).register()
+            requests = [pb.CreateTopicRequest(name=f"t{i}", queues={"broker-a": 1}) for i in range(4)]
+            assert not any(r.error_code for r in await client.create_topics(requests))
+            with pytest.raises(TopicLimitReachedError, match="max_topics"):
+                await client.create_topics(
+                    [pb.CreateTopicRequest(name=f"u{i}", queues={"broker-a": 1}) for i in range(2)]
+                )
+            await client.create_topic("last", {"broker-a": 1})  # the fifth fits
+            with pytest.raises(TopicLimitReachedError):
+                await client.create_topic("one-too-many", {"broker-a": 1})
+            assert len(await client.list_topics()) == 5
+
+    asyncio.run(scenario())
