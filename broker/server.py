@@ -294,8 +294,39 @@ class BrokerServer:
             if self.metrics is not None:
                 self.metrics.registered = True
             log.info("registered as broker %d of %s", reply.broker_id, self.cfg.broker_set)
-            await self.replica.apply_role(Role.from_pb(reply.role))
+            role = Role.from_pb(reply.role)
+            if self._must_not_resume(role, reply.broker_id):
+                # asked again in a second: registering does not count as alive, heartbeats do
+                await asyncio.sleep(1.0)
+                continue
+            await self.replica.apply_role(role)
             return
+
+    def _must_not_resume(self, role: Role, broker_id: int) -> bool:
+        """True while the controller names this broker master of the epoch it led before a crash.
+
+        After a crash the log may have lost its tail past the flushed offset while a slave holds
+        it, and both sides would go on in the same epoch: fork repair compares epochs, sees them
+        agree, and the slave keeps records where this broker now writes others (the simulator
+        found it, seed 243). So the broker stays silent (no heartbeat) until the
+        controller, seeing it dead, elects a replica or leaves the set without a master; either
+        way the next mastership is a new epoch, from which fork repair cuts correctly. A clean
+        shutdown lost nothing and resumes at once."""
+        if self.log.recovered_clean or not role.has_master or role.master_id != broker_id:
+            return False
+        if role.master_epoch != self.log.last_epoch:
+            return False
+        if self._silent_since_crash:
+            return True
+        self._silent_since_crash = True
+        log.warning(
+            "%s restarted after a crash as master of epoch %d: waiting, silent, for the "
+            "controller to elect anew (a slave may hold writes this log lost)",
+            self.replica.ctx,
+            role.master_epoch,
+            extra={"epoch": role.master_epoch, "max_offset": self.log.max_offset},
+        )
+        return True
 
     async def heartbeat_loop(self) -> None:
         interval = self.cfg.heartbeat_interval_ms / 1000
@@ -311,6 +342,7 @@ class BrokerServer:
                 await within(self._stopping.wait(), interval)
 
     _interval_ms = 0
+    _silent_since_crash = False  # said once: waiting for the controller after a crash as master
     _topics_version = ""  # the version of the topic lists last adopted (the controller's HeartbeatReply)
 
     async def beat(self) -> None:
