@@ -8,11 +8,12 @@ MasterCore` (acks, the confirm offset, releases, SyncStateSet proposals), `ha/sl
 `may_acknowledge` after the acks, renewed by each answered heartbeat).
 
 Modelled: the log (`sim.disk.Disk`), the frames (a tuple per frame on a `sim.net.Conn`), the
-auth handshake (skipped: every peer is honest here), fsync (a delay), and the proposal's shell: a
-SyncStateSet change with no answer is sent again every heartbeat and never given up; it ends
-with a newer controller state or a definite refusal, and the refusals that only say "not at this
-epoch" (fenced master or set epoch, not the master, equals the current set) leave it pending
-until a newer state arrives.
+auth handshake (skipped: every peer is honest here), fsync (a delay), and the proposal's shell as
+`ha/master.py::HaMaster._run_proposal` runs it: each attempt takes its first answer within the
+call's timeout; with none it asks again three heartbeats later while the proposal is still the
+pending one, never giving it up; the refusals that only say "not at this epoch" (fenced master or
+set epoch, not the master, and "equals the current set" on a repeat) leave it pending until a
+newer state arrives; any other refusal is an `AlterFailed`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,21 @@ class Waiter:
         self.done = False
 
 
+class ProposalRun:
+    """One proposal being asked for, attempt after attempt."""
+
+    __slots__ = ("answered", "attempt", "done", "epoch_before", "proposal", "retried", "sent_at")
+
+    def __init__(self, proposal: Proposal, epoch_before: int) -> None:
+        self.proposal = proposal
+        self.epoch_before = epoch_before
+        self.attempt = 0
+        self.sent_at = 0
+        self.answered = False
+        self.retried = False
+        self.done = False
+
+
 class Broker(Node):
     def __init__(self, sim: Sim, world: World, bid: int, dc: str, ack_cfg: ackpolicy.AckConfig) -> None:
         super().__init__(sim, f"b{bid}", dc)
@@ -83,7 +99,7 @@ class Broker(Node):
         self.sbacklog: list[tuple[Conn, Callable[[], sc.Event], Any]] = []
         self.mconns: dict[int, Conn] = {}
         self.waiters: list[Waiter] = []
-        self.prop: tuple[Proposal, int] | None = None  # (proposal, heartbeats without an answer)
+        self.runs: list[ProposalRun] = []  # proposals being asked for (ha/master.py::_run_proposal)
         self.flush_waiters: list[tuple[int, Callable[[], None]]] = []
         self.flushing = False
         self.stopped = False
@@ -162,8 +178,8 @@ class Broker(Node):
             return
         for conn in list(self.mconns.values()):
             self._send_to(conn, heartbeat=True)
-        if self.prop is not None:
-            self._retry_proposal()
+        if self.runs:
+            self._retry_proposals()
 
     def scrub(self) -> None:
         """Verify stored records (a read or a scan meets a bad CRC sooner or later)."""
@@ -205,20 +221,35 @@ class Broker(Node):
         if not self.stopped:
             self.apply_role(role)
 
-    def on_alter_reply(self, proposal: Proposal, code: str, message: str, role: roles.Role | None) -> None:
-        core = self.core
-        if core is None or self.stopped:
+    def on_alter_reply(
+        self, run: ProposalRun, attempt: int, code: str, message: str, role: roles.Role | None
+    ) -> None:
+        """The answer to one attempt (as ha/master.py::HaMaster._run_proposal takes it): only the
+        first, and only within the call's timeout; a duplicate or a late one is not seen."""
+        if run.done or attempt != run.attempt or run.answered or run not in self.runs:
             return
-        if self.prop is not None and self.prop[0] == proposal:
-            self.prop = None
-        definite = code != "OK" and code not in KEEP_PENDING and "equals the current" not in message
-        if definite:
-            self.sim.tr(
-                "b%d proposal %s refused: %s %s", self.bid, sorted(proposal.new_sync_state_set), code, message
-            )
-            self.step(mc.AlterFailed(proposal, proposal.sss_epoch))
-        if role is not None and self.core is core:
-            self.apply_role(role)
+        if self.local() - run.sent_at > RPC_TIMEOUT:
+            return
+        run.answered = True
+        self._end_run(run)
+        proposal = run.proposal
+        if code == "OK":
+            if role is not None:
+                self.apply_role(role)
+            return
+        if code in KEEP_PENDING:
+            return  # overtaken: the heartbeat that brings the newer state ends it
+        if run.retried and code == "CONTROLLER_ALTER_SYNC_STATE_SET_FAILED":
+            return  # a repeat of a change an unanswered attempt already made
+        self.sim.tr(
+            "b%d proposal %s refused: %s %s", self.bid, sorted(proposal.new_sync_state_set), code, message
+        )
+        self.step(mc.AlterFailed(proposal, run.epoch_before))
+
+    def _end_run(self, run: ProposalRun) -> None:
+        run.done = True
+        if run in self.runs:
+            self.runs.remove(run)
 
     def apply_role(self, role: roles.Role) -> None:
         ev = roles.Assigned(role, self.disk.last_epoch, self.bid)
@@ -280,7 +311,9 @@ class Broker(Node):
             return
         self.sim.tr("b%d stops being master of epoch %d", self.bid, self.core.epoch)
         self.core = None
-        self.prop = None
+        for run in self.runs:
+            run.done = True
+        self.runs = []
         waiters, self.waiters = self.waiters, []
         for w in waiters:
             self._reply(w.client, w.req, "UNKNOWN", -1)
@@ -305,8 +338,9 @@ class Broker(Node):
                         sorted(proposal.new_sync_state_set),
                         proposal.sss_epoch,
                     )
-                    self.prop = (proposal, 0)
-                    self._send_proposal(proposal)
+                    run = ProposalRun(proposal, self.core.tracker.sss_epoch if self.core else 0)
+                    self.runs.append(run)
+                    self._send_proposal(run)
                 case mc.Reject(slave, reason):
                     conn = self.mconns.pop(slave, None)
                     if conn is not None:
@@ -314,27 +348,33 @@ class Broker(Node):
                     self.sim.tr("b%d rejects slave %d: %s", self.bid, slave, reason)
                     self.step(mc.SlaveLeft(slave))
 
-    def _send_proposal(self, proposal: Proposal) -> None:
+    def _send_proposal(self, run: ProposalRun) -> None:
         core = self.core
         if core is None:
             return
+        run.sent_at = self.local()
         for c in self.world.ctrls:
-            self.sim.send(self, c, c.on_alter, self, proposal, self.bid, core.epoch)
+            self.sim.send(self, c, c.on_alter, self, run, run.attempt, self.bid, core.epoch)
 
-    def _retry_proposal(self) -> None:
+    def _retry_proposals(self) -> None:
+        """No answer within the call's timeout: after three heartbeats, ask again while the
+        proposal is still the pending one at the set epoch it started from; never give it up
+        (unless a mutant turns the old behaviour back on)."""
         core = self.core
-        if core is None or self.prop is None:
-            return
-        proposal, waited = self.prop
-        if core.tracker.pending != proposal:
-            self.prop = None
-            return
-        if SHELL["give_up_unanswered"] and waited >= 3:
-            self.prop = None
-            self.step(mc.AlterFailed(proposal, proposal.sss_epoch))
-            return
-        self.prop = (proposal, waited + 1)
-        self._send_proposal(proposal)
+        now = self.local()
+        for run in list(self.runs):
+            if core is None or run.answered or now - run.sent_at < RPC_TIMEOUT + 3 * HB_INTERVAL:
+                continue
+            tracker = core.tracker
+            if tracker.pending != run.proposal or tracker.sss_epoch != run.epoch_before:
+                self._end_run(run)
+            elif SHELL["give_up_unanswered"]:
+                self._end_run(run)
+                self.step(mc.AlterFailed(run.proposal, run.epoch_before))
+            else:
+                run.attempt += 1
+                run.retried = True
+                self._send_proposal(run)
 
     def on_ha_handshake(self, conn: Conn, slave_id: int) -> None:
         if self.core is None or self.stopped:

@@ -26,12 +26,11 @@ from tidelog.controller.liveness import HeartbeatTable
 from tidelog.controller.model import BrokerSet
 from tidelog.controller.state import ControllerState
 from tidelog.ha.roles import Role
-from tidelog.ha.syncstate import Proposal
 
 from .net import Node, Sim
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .broker import Broker, ProposalRun
 
 SET = "bs"
 HB_TIMEOUT = 5000  # controller heartbeat_timeout_ms (the default)
@@ -109,10 +108,13 @@ class Controller(Node):
         if isinstance(result.value, BrokerSet):
             self.sim.send(self, broker, broker.on_elect_reply, role_of(result.value))
 
-    def on_alter(self, broker: Broker, proposal: Proposal, master_id: int, master_epoch: int) -> None:
+    def on_alter(
+        self, broker: Broker, run: ProposalRun, attempt: int, master_id: int, master_epoch: int
+    ) -> None:
         if not self.leading:
             return
         now = self.local()
+        proposal = run.proposal
         cmd = AlterSyncStateSet(
             SET,
             master_id,
@@ -125,7 +127,7 @@ class Controller(Node):
 
         def done(r: Result) -> None:
             role = role_of(r.value) if isinstance(r.value, BrokerSet) else None
-            self.sim.send(self, broker, broker.on_alter_reply, proposal, r.code, r.message, role)
+            self.sim.send(self, broker, broker.on_alter_reply, run, attempt, r.code, r.message, role)
 
         self.raft.submit(self, cmd, done)
 

@@ -30,6 +30,10 @@ class DiskFailed(Exception):
     """A write or sync failed (a full disk, an I/O error): the broker must fail-stop."""
 
 
+class DivergedError(Exception):
+    """Two logs differ inside an epoch (a safety violation the checker reports)."""
+
+
 class DiskHooks(Protocol):
     def on_confirm(self, disk: Disk, old: int, new: int) -> None: ...
     def on_truncate(self, disk: Disk, to: int) -> None: ...
@@ -116,7 +120,11 @@ class Disk:
         self.hooks.on_truncate(self, to)
         i = bisect.bisect_left(self.starts, to)
         if to < self.max and to != (self.recs[i - 1][1] if i else 0):
-            raise AssertionError(f"broker {self.owner}: a cut at {to} splits a record")
+            # the master's records differ from ours within an epoch both logs call the same
+            raise DivergedError(
+                f"b{self.owner}: fork repair cuts at {to}, inside a record: this log and its master's "
+                f"hold different records within the same epoch"
+            )
         del self.recs[i:], self.starts[i:]
         self.max = min(self.max, to)
         self.flushed = min(self.flushed, self.max)

@@ -47,6 +47,18 @@ def _late_refusal() -> None:
         return real(self, event, now_ms)
 
     setattr(mastercore.MasterCore, "_membership", membership)  # noqa: B010
+    # As the bug was found: with the shell of before, which gave an unanswered proposal up after a
+    # timeout; that late AlterFailed may meet a newer pending proposal (the shell of now retries,
+    # and only a late definite refusal can).
+    from . import broker
+
+    broker.SHELL["give_up_unanswered"] = True
+
+
+def _give_up_unanswered() -> None:
+    from . import broker
+
+    broker.SHELL["give_up_unanswered"] = True
 
 
 def _no_epoch_check() -> None:
@@ -187,7 +199,14 @@ MUTANTS: dict[str, Mutant] = {
             _confirm_fastest,
         ),
         Mutant(
-            "late-refusal", "an AlterFailed for an overtaken proposal clears the pending one", _late_refusal
+            "late-refusal",
+            "an AlterFailed for an overtaken proposal clears the pending one (with the shell of before)",
+            _late_refusal,
+        ),
+        Mutant(
+            "give-up-unanswered",
+            "the shell gives an unanswered proposal up after three heartbeats (the cores correct)",
+            _give_up_unanswered,
         ),
         Mutant(
             "truncate-no-epoch-check", "fork repair cuts at the shorter end, ignoring epochs", _no_epoch_check

@@ -17,7 +17,7 @@ from tidelog.invariants import InvariantViolation
 from .broker import HB_INTERVAL, Broker
 from .checker import Checker, Violation
 from .controllers import ELECT_MAX, FALLBACK, HB_TIMEOUT, SET, Controller, Raft, register_commands
-from .disk import DiskFailed
+from .disk import DiskFailed, DivergedError
 from .faults import Fault, draw
 from .net import Node, Sim
 
@@ -274,7 +274,7 @@ def run_seed(
     out = Outcome(seed, True, faults=world.faults)
     try:
         world.run()
-    except (Violation, InvariantViolation, DiskFailed, AssertionError) as exc:
+    except (Violation, InvariantViolation, DiskFailed, DivergedError, AssertionError) as exc:
         out.ok = False
         kind = "invariant of the real code" if isinstance(exc, InvariantViolation) else type(exc).__name__
         out.violation = f"{kind}: {exc}"

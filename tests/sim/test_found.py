@@ -20,16 +20,11 @@ from tidelog.sim.world import run_seed
         "fork repair keeps the slave's records and the confirmed prefixes diverge"
     ),
 )
-def test_seed_243_a_master_restarted_in_its_epoch_diverges_from_a_slave() -> None:
-    shrunk = [
-        Fault(1045, "loss", "", 3050, 0.282),
-        Fault(2233, "oneway", "c0", 3088, 5.0),
-        Fault(2459, "pause", "b3", 2278),
-        Fault(4710, "oneway", "c0", 2281, 4.0),
-        Fault(7727, "crash", "b1", 362),
-    ]
-    for out in (run_seed(243), run_seed(243, faults=shrunk)):
-        assert out.ok, out.violation
+def test_seed_1_a_master_restarted_in_its_epoch_diverges_from_a_slave() -> None:
+    # b1, master of epoch 1, crashes between sending a write and flushing it; it is back before
+    # the controller notices and leads epoch 1 again, writing other records at those offsets
+    out = run_seed(1, faults=[Fault(7476, "crash", "b1", 300)])
+    assert out.ok, out.violation
 
 
 @pytest.mark.xfail(

@@ -18,7 +18,7 @@ SUITE_SEEDS = 300
 
 
 # Seeds that fail on bugs found in code outside the simulator (tests/sim/test_found.py).
-KNOWN_BUGS = {46, 243}
+KNOWN_BUGS = {46}
 
 
 def test_a_batch_of_seeds_passes() -> None:
@@ -91,10 +91,13 @@ def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("elect-outside-sss", 0),
-        ("truncate-no-epoch-check", 4),
-        ("slave-confirm-unclamped", 5),
-        ("confirm-fastest", 42),
+        ("confirm-fastest", 40),
+        ("truncate-no-epoch-check", 0),
+        ("elect-outside-sss", 11),
+        ("ack-before-append", 0),
+        ("lease-only-before", 1024),
+        ("expansion-after-confirm", 1358),
+        ("give-up-unanswered", 1422),
     ],
 )
 def test_mutant_is_caught(name: str, seed: int) -> None:
@@ -105,6 +108,6 @@ def test_mutant_is_caught(name: str, seed: int) -> None:
 
 
 def test_mutants_do_not_leak_into_this_process() -> None:
-    _catch("elect-outside-sss", 0, 1)
+    _catch("elect-outside-sss", 11, 1)
     assert multiprocessing.current_process().name == "MainProcess"
     assert run_seed(0).ok
