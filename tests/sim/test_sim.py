@@ -111,3 +111,20 @@ def test_mutants_do_not_leak_into_this_process() -> None:
     _catch("elect-outside-sss", 11, 1)
     assert multiprocessing.current_process().name == "MainProcess"
     assert run_seed(0).ok
+
+
+def test_a_replay_is_the_same_in_another_process_with_another_hash_seed() -> None:
+    """The replay command's output does not depend on the process (no set of strings is iterated)."""
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        cmd = [sys.executable, "-m", "tidelog.sim", "--seed", "7", "--trace"]
+        outs.append(
+            subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+        )
+    assert outs[0] == outs[1]
+    assert "ok" in outs[0].splitlines()[-1]
