@@ -166,7 +166,8 @@ def _consumed(reply: Any, broker_set: str, address: str, offset: int) -> list[Co
 
 
 class AsyncClient:
-    """Entry point: `AsyncClient("host:port,host:port")` (controller addresses)."""
+    """Entry point: `AsyncClient("host:port,host:port")`: controllers' or brokers' gRPC addresses
+    (a broker answers route lookups itself and points at the controllers for the rest)."""
 
     def __init__(
         self,
@@ -345,6 +346,8 @@ class AsyncClient:
             sets.append(BrokerSetRoute(b.broker_set, int(b.queues), master, role.master_epoch, replicas))
         route = TopicRoute.build(topic, sets)
         self._routes[topic] = (time.monotonic(), route)
+        # every replica answers lookups too: the ones to ask while no controller answers
+        self.controller.learn_brokers(r.address for b in reply.broker_sets for r in b.replicas)
         return route
 
     def forget_route(self, topic: str) -> None:

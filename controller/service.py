@@ -13,6 +13,7 @@ are made by `ControllerState.apply` (at apply time, on every replica) and by the
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -157,6 +158,27 @@ def _ledger_password_hash(request: pb.MetaCompareAndSetRequest | pb.MetaDeleteRe
     return hash_password(request.ledger_password) if request.HasField("ledger_password") else None
 
 
+def cluster_view_of(state: st.ControllerState, controllers: list[str]) -> pb.ClusterView:
+    """Every broker set's role and members and every topic, for brokers to answer route lookups
+    while no controller does. Liveness and reported offsets are left out: they change with every
+    heartbeat, and a view that changes that often would travel with every reply."""
+    view = pb.ClusterView(controllers=controllers)
+    for name in sorted(state.broker_sets):
+        bs = state.broker_sets[name]
+        members = members_of(bs, None)
+        for m in members:
+            m.ClearField("last_epoch")
+            m.ClearField("last_max_offset")
+        view.broker_sets.append(
+            pb.BrokerSetInfo(role=role_of(name, bs), members=members, next_broker_id=bs.next_broker_id)
+        )
+    view.topics.extend(topic_of(state.topics[n]) for n in sorted(state.topics))
+    digest = hashlib.blake2b(view.SerializeToString(deterministic=True), digest_size=8).digest()
+    # never 0: a broker that holds no view names version 0
+    view.version = int.from_bytes(digest, "big", signed=True) or 1
+    return view
+
+
 def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
     bs = state.broker_sets.get(name)
     if bs is None:
@@ -256,6 +278,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             ]
             member = bs.members[bid]
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
+            view = cluster_view_of(state, [n.grpc for n in self.node.cfg.nodes])
         self.node.beat(name, bid, request, report=stale_offsets)
         reply = pb.HeartbeatReply(
             role=role,
@@ -269,6 +292,10 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         table = self.node.acl_table()
         if table.version != request.acl_version:
             reply.acl.CopyFrom(acl_table_of(table))
+        # Likewise the cluster's routes, from which the broker answers lookups while no controller
+        # answers (broker/lookups.py): sent only when they changed.
+        if view.version != request.cluster_version:
+            reply.cluster.CopyFrom(view)
         return reply
 
     @rpc

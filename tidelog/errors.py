@@ -285,6 +285,21 @@ class ControllerNotLeaderError(TidelogError):
 
 
 @_register
+class ControllerUnavailableError(UnavailableError):
+    """No controller quorum answered: what needs one (an election, a SyncStateSet change, a topic
+    create or delete, a ledger create, close or recovery, a user or grant change, a consumer group's
+    membership) waits. Writes and reads of running broker sets go on without it."""
+
+    code = "CONTROLLER_UNAVAILABLE"
+    status = "UNAVAILABLE"
+    hint = (
+        "retry once a majority of the controllers is back (tide cluster status shows the brokers' own "
+        "view meanwhile); produce and consume keep working through the brokers"
+    )
+    retryable = True
+
+
+@_register
 class ControllerBrokerMetadataNotExistError(TidelogError):
     """The controller has no broker set of that name."""
 

@@ -124,7 +124,7 @@ class RegisterBrokerReply(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority", "acl_version")
+    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority", "acl_version", "cluster_version")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,7 @@ class HeartbeatRequest(_message.Message):
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     ACL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     epoch: int
@@ -139,23 +140,38 @@ class HeartbeatRequest(_message.Message):
     confirm_offset: int
     priority: int
     acl_version: int
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ...) -> None: ...
+    cluster_version: int
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ..., cluster_version: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl")
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "cluster")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     ACL_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     heartbeat_interval_ms: int
     heartbeat_timeout_ms: int
     deleted_topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     acl: AclTable
-    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ...) -> None: ...
+    cluster: ClusterView
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., cluster: _Optional[_Union[ClusterView, _Mapping]] = ...) -> None: ...
+
+class ClusterView(_message.Message):
+    __slots__ = ("version", "broker_sets", "topics", "controllers")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetInfo]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    controllers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[int] = ..., broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class User(_message.Message):
     __slots__ = ("name", "access_key", "signing_key")
@@ -312,14 +328,18 @@ class BrokerSetRoute(_message.Message):
     def __init__(self, broker_set: _Optional[str] = ..., queues: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ...) -> None: ...
 
 class GetRouteReply(_message.Message):
-    __slots__ = ("topic", "perm", "broker_sets")
+    __slots__ = ("topic", "perm", "broker_sets", "metadata_age_ms", "from_broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     perm: str
     broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetRoute]
-    def __init__(self, topic: _Optional[str] = ..., perm: _Optional[str] = ..., broker_sets: _Optional[_Iterable[_Union[BrokerSetRoute, _Mapping]]] = ...) -> None: ...
+    metadata_age_ms: int
+    from_broker: bool
+    def __init__(self, topic: _Optional[str] = ..., perm: _Optional[str] = ..., broker_sets: _Optional[_Iterable[_Union[BrokerSetRoute, _Mapping]]] = ..., metadata_age_ms: _Optional[int] = ..., from_broker: _Optional[bool] = ...) -> None: ...
 
 class DescribeBrokerSetsRequest(_message.Message):
     __slots__ = ("names",)
@@ -328,12 +348,16 @@ class DescribeBrokerSetsRequest(_message.Message):
     def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DescribeBrokerSetsReply(_message.Message):
-    __slots__ = ("broker_sets", "liveness_known")
+    __slots__ = ("broker_sets", "liveness_known", "metadata_age_ms", "from_broker")
     BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
     LIVENESS_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    METADATA_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
     broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetInfo]
     liveness_known: bool
-    def __init__(self, broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., liveness_known: _Optional[bool] = ...) -> None: ...
+    metadata_age_ms: int
+    from_broker: bool
+    def __init__(self, broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., liveness_known: _Optional[bool] = ..., metadata_age_ms: _Optional[int] = ..., from_broker: _Optional[bool] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "queues", "perm", "retention_ms")
@@ -410,10 +434,14 @@ class ListTopicsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListTopicsReply(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "metadata_age_ms", "from_broker")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+    metadata_age_ms: int
+    from_broker: bool
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., metadata_age_ms: _Optional[int] = ..., from_broker: _Optional[bool] = ...) -> None: ...
 
 class CleanBrokerDataRequest(_message.Message):
     __slots__ = ("broker_set", "broker_ids", "clean_living")
