@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 HAND_OVER_INTERVAL_S = 30.0
 # A broker whose store failed retries opening it once this much space is free again.
 MIN_FREE_BYTES = 1 << 20
-LEASE_FRACTION = 0.75  # of the controller's heartbeat timeout: a master's right to acknowledge writes
 
 
 class BrokerServer:
@@ -319,7 +318,7 @@ class BrokerServer:
     async def beat(self) -> None:
         r = self.replica
         epochs = self.log.epochs
-        sent = time.monotonic()
+        sent = r.clock_ms()
         reply = await self.controller.heartbeat(
             self.cfg.broker_set,
             r.broker_id,
@@ -337,8 +336,10 @@ class BrokerServer:
             r.acl = acl_state_of(reply.acl)
             log.info("%s users and grants now at version %d", r.ctx, r.acl.version)
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
-        # master before sent + its timeout; the lease ends well before that.
-        r.renew_lease(sent + LEASE_FRACTION * (reply.heartbeat_timeout_ms or 5000) / 1000)
+        # master before sent + its timeout; the lease ends well before that (ha/lease.py).
+        r.lease.renew(
+            sent, reply.heartbeat_timeout_ms or 5000, unclean_elections=not reply.clean_elections_only
+        )
         r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
         role = Role.from_pb(reply.role)
         await r.apply_role(role)

@@ -286,6 +286,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             deleted_topics=deleted,
             heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
             heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms,
+            clean_elections_only=not self.node.cfg.enable_elect_unclean_master,
         )
         # Brokers learn users and grants here: a grant reaches every broker within one heartbeat
         # interval, over a call that already proves the cluster secret, and only when it changed.

@@ -144,13 +144,14 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ..., cluster_version: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "cluster")
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "clean_elections_only", "cluster")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     ACL_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_ELECTIONS_ONLY_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
@@ -158,8 +159,9 @@ class HeartbeatReply(_message.Message):
     heartbeat_timeout_ms: int
     deleted_topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     acl: AclTable
+    clean_elections_only: bool
     cluster: ClusterView
-    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., cluster: _Optional[_Union[ClusterView, _Mapping]] = ...) -> None: ...
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., clean_elections_only: _Optional[bool] = ..., cluster: _Optional[_Union[ClusterView, _Mapping]] = ...) -> None: ...
 
 class ClusterView(_message.Message):
     __slots__ = ("version", "broker_sets", "topics", "controllers")
