@@ -1,0 +1,175 @@
+"""The data plane without the controllers: brokers answer route lookups from the cluster view
+their heartbeats bring, clients started while no controller answers find masters through them,
+and what needs a controller quorum answers CONTROLLER_UNAVAILABLE within seconds
+(docs/ARCHITECTURE.md §7.5).
+
+Each test pauses (SIGSTOP) every controller, waits until the brokers have noticed (their Status
+says how long ago a controller last answered), and resumes the controllers before it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import grpc
+import pytest
+
+from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
+from tests.brokers import _typed, pause, read_queues, resume, status_of
+from tests.procs import wait_until
+from tidelog.client import Client
+from tidelog.errors import ControllerUnavailableError, TopicNotFoundError
+from tidelog.proto import controller_pb2 as cpb
+from tidelog.proto import controller_pb2_grpc as cpb_grpc
+
+pytestmark = pytest.mark.slow
+
+SILENT_MS = 1500  # the brokers have heard from no controller for this long: the outage is seen
+
+
+def route_from(address: str, topic: str) -> cpb.GetRouteReply:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            return cpb_grpc.ControllerRouteStub(channel).GetRoute(cpb.GetRouteRequest(topic=topic), timeout=2)
+        except grpc.RpcError as exc:
+            raise _typed(exc) from None
+
+
+@contextlib.contextmanager
+def controllers_down(cluster: BrokerCluster) -> Iterator[None]:
+    """Every controller paused until the block ends, once every broker has noticed."""
+    procs = list(cluster.cc.procs.values())
+    for p in procs:
+        pause(p)
+    try:
+        for i in range(len(cluster.bs.procs)):
+            wait_until(
+                lambda i=i: (
+                    (s := status_of(cluster.bs, i)) is not None and s.controller_heard_ms_ago > SILENT_MS
+                ),
+                15,
+                what=f"broker {i} to notice the controllers' silence",
+            )
+        yield
+    finally:
+        for p in procs:
+            resume(p)
+
+
+def test_a_broker_answers_routes_with_their_age(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    cluster = broker_cluster(2)
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[1 - m], TOPIC).broker_sets, 10, what="a broker's view")
+    reply = route_from(bs.addresses[1 - m], TOPIC)
+    assert reply.from_broker and 0 <= reply.metadata_age_ms < 5000
+    (route,) = reply.broker_sets
+    assert route.queues == QUEUES and route.role.has_master
+    assert route.role.master_address == bs.addresses[m]
+    assert sorted(r.address for r in route.replicas) == sorted(bs.addresses)
+    with pytest.raises(TopicNotFoundError):
+        route_from(bs.addresses[m], "no-such-topic")
+    with controllers_down(cluster):
+        stale = route_from(bs.addresses[m], TOPIC)
+        assert stale.metadata_age_ms > SILENT_MS
+        assert stale.broker_sets[0].role.master_address == bs.addresses[m]
+
+
+def test_a_producer_started_during_the_outage_sends_through_a_broker(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    cluster = broker_cluster(2, flush="sync")
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[m], TOPIC).broker_sets, 10, what="a broker's view")
+    bootstrap = f"{cluster.controllers},{bs.addresses[1 - m]}"
+    with controllers_down(cluster), Client(bootstrap, send_timeout=20) as client:
+        receipts = [client.producer().send(TOPIC, b"during-%d" % i) for i in range(20)]
+        assert {r.broker_set for r in receipts} == {"broker-a"}
+        # readers started now read them back, through the slave the bootstrap list names
+        readers = [client.reader(TOPIC, q) for q in range(QUEUES)]
+        got: list[bytes] = []
+
+        def read_all() -> bool:
+            for r in readers:
+                got.extend(msg.body for msg in r.read(max_messages=100, timeout=0.1))
+            return len(got) >= 20
+
+        wait_until(read_all, 15, what="the readers to read what was sent")
+    assert sorted(got) == sorted(b"during-%d" % i for i in range(20))
+    stored = {b for q in read_queues(bs.clients[m], TOPIC, QUEUES).values() for b in q}
+    assert {b"during-%d" % i for i in range(20)} <= stored
+
+
+def test_a_running_producer_keeps_being_acknowledged(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    cluster = broker_cluster(2, flush="sync")
+    bs = cluster.bs
+    acked: list[bytes] = []
+    failed: list[BaseException] = []
+    stop = threading.Event()
+    with Client(cluster.controllers, send_timeout=10) as client:
+        producer = client.producer()
+
+        def run() -> None:
+            i = 0
+            while not stop.is_set():
+                body = b"run-%d" % i
+                i += 1
+                try:
+                    producer.send(TOPIC, body)
+                    acked.append(body)
+                except Exception as exc:
+                    failed.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        try:
+            wait_until(lambda: len(acked) >= 20, 10, what="the producer to run")
+            with controllers_down(cluster):
+                before = len(acked)
+                wait_until(lambda: len(acked) >= before + 50, 15, what="acks during the outage")
+            after = len(acked)
+            wait_until(lambda: len(acked) >= after + 20, 15, what="acks after the outage")
+        finally:
+            stop.set()
+            thread.join(30)
+    assert not failed, failed[:3]
+    m = bs.wait_master()
+    stored = {b for q in read_queues(bs.clients[m], TOPIC, QUEUES).values() for b in q}
+    assert set(acked) <= stored
+
+
+def test_a_topic_create_during_the_outage_is_refused_within_seconds(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    cluster = broker_cluster(2)
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[m], TOPIC).broker_sets, 10, what="a broker's view")
+    with controllers_down(cluster):
+        for bootstrap in (cluster.controllers, bs.addresses[m]):
+            with Client(bootstrap) as client:
+                started = time.monotonic()
+                with pytest.raises(ControllerUnavailableError) as err:
+                    client.admin().create_topic("new-topic", queues=2)
+                took = time.monotonic() - started
+            assert err.value.retryable and err.value.code == "CONTROLLER_UNAVAILABLE"
+            assert took < 12, f"{bootstrap}: CONTROLLER_UNAVAILABLE after {took:.1f} s"
+    # once they are back, the same create goes through a broker's address (it names the leader)
+    with Client(bs.addresses[m]) as client:
+        wait_until(
+            lambda: _created(client, "new-topic"),
+            20,
+            what="the topic create to go through once the controllers are back",
+        )
+
+
+def _created(client: Client, name: str) -> bool:
+    try:
+        client.admin().create_topic(name, queues=2)
+    except ControllerUnavailableError:
+        return False
+    return True
