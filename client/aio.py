@@ -63,6 +63,7 @@ from tidelog.credentials import from_env as credentials_from_env
 from tidelog.credentials import signer
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
+    ControllerUnavailableError,
     CorruptRecordError,
     DiskFullError,
     FlushDiskTimeoutError,
@@ -93,6 +94,10 @@ from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+
+# While the controllers are away, a group member tries a rebalance this often (each try may wait
+# for the controller client's quorum timeout).
+AWAY_RETRY_S = 3.0
 
 _RETRY_SEND = (
     NotMasterError,
@@ -1103,6 +1108,7 @@ class AsyncConsumer:
         self._last_commit = time.monotonic()
         self._rr = 0
         self._closed = False
+        self._away_until = 0.0  # while the controllers are away: when to try a rebalance again
 
     @property
     def assignment(self) -> list[tuple[str, int]]:
@@ -1300,9 +1306,33 @@ class AsyncConsumer:
         reply = await self.client.ask_replicas(bs, "FetchOffset", req)
         return reply.offset if reply.found else None
 
+    async def rebalance_or_carry_on(self) -> None:
+        """`rebalance`, except while no controller quorum answers: then the queues this member holds
+        stay its own (nobody can take an owner key over without the controllers) and it reads on;
+        a member that holds none yet waits for the quorum, and a rebalance is tried again every
+        `AWAY_RETRY_S`."""
+        if time.monotonic() < self._away_until:
+            return
+        try:
+            await self.rebalance()
+        except ControllerUnavailableError as exc:
+            if not self._away_until:
+                log.warning(
+                    "group %s member %s: no controller quorum (%s); reading on %s",
+                    self.group,
+                    self.member_id,
+                    exc.message,
+                    self.assignment or "no queue until it returns",
+                )
+            self._away_until = time.monotonic() + AWAY_RETRY_S
+            return
+        if self._away_until:
+            log.info("group %s member %s: the controllers answer again", self.group, self.member_id)
+            self._away_until = 0.0
+
     async def poll(self, max_messages: int = 100, timeout: float = 1.0) -> list[ConsumedMessage]:
         """Messages from this member's queues, each queue in order; waits up to `timeout` for some."""
-        await self.rebalance()
+        await self.rebalance_or_carry_on()
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
             await self.commit()
         queues = self.assignment

@@ -48,6 +48,9 @@ HEDGE_AFTER_S = 0.3
 # A user's call that needs the controllers gives up with CONTROLLER_UNAVAILABLE when none of them
 # has answered anything (not even "not the leader") for this long.
 QUORUM_TIMEOUT_S = 5.0
+# Once a call found the quorum away, later calls give up after this long until a controller answers
+# again: a consumer's heartbeat or a CLI's second call does not wait the whole QUORUM_TIMEOUT_S again.
+AWAY_QUORUM_TIMEOUT_S = 1.0
 # Route replies that a broker answers from its view (route-service calls and ListTopics).
 _LOOKUPS = frozenset({"GetRoute", "DescribeBrokerSets", "ListTopics"})
 # Calls that change cluster membership: they prove the cluster secret (tidelog.clusterauth).
@@ -179,6 +182,7 @@ class ControllerClient:
         self.rpc_timeout = rpc_timeout
         self.total_timeout = total_timeout
         self.quorum_timeout = quorum_timeout
+        self._away = False  # the last call found no controller quorum
         # How old the last lookup answer was: 0 from a controller, the broker's view's age from one.
         self.last_lookup_age_ms = 0
         # Told once per call when no node answered the first round (the command line says what
@@ -281,21 +285,27 @@ class ControllerClient:
         backoff = _FIRST_BACKOFF
         heard = start  # when a node last answered at all ("not the leader" counts)
         quorum = self.quorum_timeout if self.quorum_timeout is not None and not self.member else total
+        if self._away:
+            quorum = min(quorum, AWAY_QUORUM_TIMEOUT_S)
         while True:
             limit = min(deadline, heard + quorum)
             reply, err, answered = await self._sweep(service, method, request, per_call, limit)
             if reply is not _NO_REPLY:
+                self._away = False
                 return reply
             last = err or last
             if answered:
                 heard = time.monotonic()
+                self._away = False
             if time.monotonic() >= min(deadline, heard + quorum):
                 break
             if backoff == _FIRST_BACKOFF:
                 self._waiting(last, deadline)
             await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, 0.5)
-        raise gave_up(last, self._addresses, min(total, time.monotonic() - start))
+        err = gave_up(last, self._addresses, min(total, time.monotonic() - start))
+        self._away = isinstance(err, ControllerUnavailableError)
+        raise err
 
     async def _sweep(
         self, service: str, method: str, request: Any, per_call: float, deadline: float
@@ -339,6 +349,7 @@ class ControllerClient:
         if not _retryable(err):
             if addr not in self._brokers:
                 self._preferred = addr
+                self._away = False  # a controller answered
             raise err from None  # the RPC failure it came from adds nothing for the caller
         return err
 

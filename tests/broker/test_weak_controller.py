@@ -13,6 +13,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -173,3 +174,47 @@ def _created(client: Client, name: str) -> bool:
     except ControllerUnavailableError:
         return False
     return True
+
+
+def test_group_members_read_through_the_outage(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    """A member holding queues reads on (nobody can take them over while the controllers are away);
+    a shared member started during the outage, with only a broker's address, receives at once."""
+    cluster = broker_cluster(2)
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[m], TOPIC).broker_sets, 10, what="a broker's view")
+    with Client(cluster.controllers) as client:
+        producer = client.producer()
+        for i in range(20):
+            producer.send(TOPIC, b"before-%d" % i)
+        member = client.consumer(group="g", topic=TOPIC)
+        seen: list[bytes] = []
+
+        def poll_until(n: int) -> bool:
+            seen.extend(msg.body for msg in member.poll(max_messages=100, timeout=0.2))
+            return len(seen) >= n
+
+        try:
+            wait_until(lambda: poll_until(20), 20, what="the member to read what was sent before")
+            with controllers_down(cluster):
+                for i in range(20):
+                    producer.send(TOPIC, b"during-%d" % i)
+                wait_until(lambda: poll_until(40), 20, what="the member to read on during the outage")
+                with Client(bs.addresses[1 - m]) as late:
+                    shared = late.consumer(group="s", topic=TOPIC, mode="shared")
+                    got: list[Any] = []
+                    try:
+                        wait_until(
+                            lambda: got.extend(shared.poll(max_messages=100, timeout=0.2)) or len(got) >= 40,
+                            20,
+                            what="a shared member started during the outage to receive",
+                        )
+                        shared.ack_all(got)
+                    finally:
+                        shared.close()
+        finally:
+            member.close()
+    assert sorted(seen) == sorted(
+        [b"before-%d" % i for i in range(20)] + [b"during-%d" % i for i in range(20)]
+    )
+    assert sorted(msg.body for msg in got) == sorted(seen)
