@@ -82,6 +82,9 @@ def up(
         emit(
             {
                 "controllers": state["controllers"],
+                # controllers and brokers: works as --controllers / $TIDE_CONTROLLERS while no
+                # controller answers too
+                "bootstrap": localcluster.bootstrap(state),
                 "data_dir": state["data_dir"],
                 "client_netns": state.get("client_netns"),
                 "processes": [{k: p.get(k) for k in cols} for p in state["processes"]],
@@ -101,6 +104,10 @@ def up(
     )
     for name, value in localcluster.client_env(state).items():
         click.echo(f"export {name}={value}")
+    click.echo(
+        "# with the brokers too, commands and clients keep working while no controller answers:\n"
+        f"# export TIDE_CONTROLLERS={','.join(localcluster.bootstrap(state))}"
+    )
     if state.get("client_netns"):
         click.echo(
             "# the processes are reachable from the lab's client side: tide cluster exec -- tide cluster status"
@@ -164,12 +171,19 @@ def restart(name: str, data_dir: Path, as_json: bool) -> None:
     )
 
 
-async def _status(controllers: str) -> list[dict[str, Any]]:
+async def _status(controllers: str) -> dict[str, Any]:
+    """The cluster's broker sets with each member's own Status. While no controller answers (a
+    broker's route view answered instead), every row is what that broker itself says: its role,
+    epoch and SyncStateSet as its last heartbeat reply gave them, and its offsets."""
     from tidelog.client.aio import AsyncClient
     from tidelog.proto import broker_pb2 as bpb
 
     async with AsyncClient(controllers) as client:
-        reply = await describe_with_liveness(for_command(client.controller), ())
+        c = for_command(client.controller)
+        reply = await c.describe_broker_sets()
+        reachable = not reply.from_broker
+        if reachable and not reply.liveness_known:
+            reply = await describe_with_liveness(c, ())
         out = []
         for b in reply.broker_sets:
             role = b.role
@@ -201,7 +215,13 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
                             confirm_offset=s.confirm_offset,
                             epoch=s.last_epoch,
                             rocketmq_endpoint=s.rocketmq_address or None,
+                            # its own view: what its last heartbeat reply said
+                            master_epoch=s.master_epoch,
+                            sync_state_set=list(s.sync_state_set),
+                            controller_heard_ms_ago=s.controller_heard_ms_ago,
                         )
+                        if not reachable:
+                            row["in_sync"] = s.role == "master" or m.broker_id in s.sync_state_set
                         if role.has_master and m.broker_id == role.master_id:
                             master_max = s.max_offset
                 except Exception:
@@ -213,28 +233,43 @@ async def _status(controllers: str) -> list[dict[str, Any]]:
                     if master_max is None or row["max_offset"] is None
                     else master_max - row["max_offset"]
                 )
+            masters = [r for r in members if r["role"] == "master"]
+            own = masters[0] if not reachable and masters else None
             out.append(
                 {
                     "name": role.broker_set,
-                    "master": role.master_id if role.has_master else None,
-                    "epoch": role.master_epoch,
-                    "sync_state_set": list(role.sync_state_set),
+                    "master": own["broker_id"] if own else (role.master_id if role.has_master else None),
+                    "epoch": own["master_epoch"] if own else role.master_epoch,
+                    "sync_state_set": own["sync_state_set"] if own else list(role.sync_state_set),
                     "sync_state_set_epoch": role.sync_state_set_epoch,
                     "members": members,
                 }
             )
-        return out
+        controllers_view: dict[str, Any] = {"reachable": reachable}
+        if not reachable:
+            controllers_view["view_age_ms"] = int(reply.metadata_age_ms)
+        return {"controllers": controllers_view, "broker_sets": out}
 
 
 @cluster.command("status")
 @controllers_option
 @json_option
 def status(controllers: str, as_json: bool) -> None:
-    """Broker sets, members, master, epoch, SyncStateSet, offsets and replica lag."""
-    sets = asyncio.run(_status(require_controllers(controllers)))
+    """Broker sets, members, master, epoch, SyncStateSet, offsets and replica lag. While no
+    controller answers (give a broker's address too: `--controllers` takes both), it says so and
+    shows each broker's own view."""
+    doc = asyncio.run(_status(require_controllers(controllers)))
+    sets = doc["broker_sets"]
     if as_json:
-        emit({"broker_sets": sets}, True)
+        emit(doc, True)
         return
+    if not doc["controllers"]["reachable"]:
+        click.echo(
+            "controllers unreachable: each broker's own view below (the brokers last heard from a "
+            f"controller {doc['controllers']['view_age_ms'] / 1000:.1f} s ago); elections, topic and "
+            "ledger changes wait for them",
+            err=True,
+        )
     rows = []
     for s in sets:
         for m in s["members"]:
@@ -245,7 +280,7 @@ def status(controllers: str, as_json: bool) -> None:
                     "address": m["address"],
                     "datacenter": m["datacenter"] or "-",
                     "role": m["role"],
-                    "epoch": s["epoch"],
+                    "epoch": s["epoch"] if doc["controllers"]["reachable"] else m.get("master_epoch"),
                     "in_sync": "yes" if m["in_sync"] else "no",
                     "max_offset": m["max_offset"],
                     "confirm_offset": m["confirm_offset"],
