@@ -285,7 +285,7 @@ class ControllerClient:
         backoff = _FIRST_BACKOFF
         heard = start  # when a node last answered at all ("not the leader" counts)
         quorum = self.quorum_timeout if self.quorum_timeout is not None and not self.member else total
-        if self._away:
+        if self._away and not self.member:
             quorum = min(quorum, AWAY_QUORUM_TIMEOUT_S)
         while True:
             limit = min(deadline, heard + quorum)

@@ -218,3 +218,45 @@ def test_group_members_read_through_the_outage(broker_cluster: Callable[..., Bro
         [b"before-%d" % i for i in range(20)] + [b"during-%d" % i for i in range(20)]
     )
     assert sorted(msg.body for msg in got) == sorted(seen)
+
+
+def test_ledger_adds_go_on_and_what_needs_metadata_waits(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    """Adds to an open ledger need no controller (the writer and the broker set know its metadata);
+    a create and a close answer CONTROLLER_UNAVAILABLE, and the close succeeds once they are back."""
+    from tidelog.ledger import Ledgers
+
+    cluster = broker_cluster(2, flush="sync")
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[m], TOPIC).broker_sets, 10, what="a broker's view")
+    with Client(cluster.controllers) as client:
+        ledgers = Ledgers(client)
+        w = ledgers.create_ledger(2, 2, 2, b"pw")
+        assert w.add_entry(b"before") == 0
+        with controllers_down(cluster):
+            # longer than the writer's cached view of the set lives (5 s): it is refreshed from a broker
+            started = time.monotonic()
+            ids = []
+            while time.monotonic() - started < 6.0:
+                ids.append(w.add_entry(b"during-%d" % len(ids)))
+            assert ids == list(range(1, len(ids) + 1))
+            with pytest.raises(ControllerUnavailableError):
+                ledgers.create_ledger(2, 2, 2, b"pw")
+            with pytest.raises(ControllerUnavailableError):
+                w.close()
+        wait_until(lambda: _closed(w), 30, what="the close to go through once the controllers are back")
+        r = ledgers.open_ledger(w.ledger_id, b"pw")
+        assert r.last_add_confirmed == len(ids)
+        assert [e.data for e in r.read_entries(0, r.last_add_confirmed)] == [b"before"] + [
+            b"during-%d" % i for i in range(len(ids))
+        ]
+
+
+def _closed(w: Any) -> bool:
+    try:
+        w.close()
+    except ControllerUnavailableError:
+        return False
+    return True

@@ -22,7 +22,8 @@ cluster; the process ones run on any local cluster.
 The controller scenarios stop every controller (SIGSTOP) under load: the data plane must go on
 without them (docs/ARCHITECTURE.md §3.5, §7.5). Their reports add `controllers_down`:
 `acked` during the outage and its `max_write_gap_s`, and, where the master dies while they are
-away, `elected_after_return_s` (from the first controller's return to a new master serving).
+away, `elected_after_return_s` (from the first controller's return to a new master serving). A
+random schedule's report covers its last controller outage.
 The drill's client is given every controller's and broker's address (`localcluster.bootstrap`),
 so that it finds the masters through the brokers meanwhile.
 """
@@ -168,9 +169,8 @@ class Drill:
         """`pause` or `resume` every controller."""
         for p in self.state["processes"]:
             if p["kind"] == "controller":
-                control.process(self.data_dir, verb, p["name"])
+                self.proc(verb, p["name"])
         self.marks[f"controllers_{verb}"] = time.monotonic()
-        self.log(f"{verb} every controller")
 
     def wait_new_master(self, old: dict[str, Any], old_epoch: int, timeout_s: float) -> dict[str, Any] | None:
         """Wait, asking the replicas themselves (the controllers may be away), until another
@@ -227,6 +227,9 @@ class Drill:
 
     def heal(self) -> None:
         control.heal(self.data_dir)
+        paused = self.marks.get("controllers_pause")
+        if paused is not None and self.marks.get("controllers_resume", 0.0) < paused:
+            self.marks["controllers_resume"] = time.monotonic()  # heal resumed them
         for p in self.state["processes"]:
             if not localcluster.is_running(p):
                 localcluster.restart(self.data_dir, p["name"])
