@@ -25,6 +25,7 @@ from tidelog.client import Client
 from tidelog.errors import ControllerUnavailableError, TopicNotFoundError
 from tidelog.proto import controller_pb2 as cpb
 from tidelog.proto import controller_pb2_grpc as cpb_grpc
+from tidelog.spark import fetch
 
 pytestmark = pytest.mark.slow
 
@@ -100,6 +101,9 @@ def test_a_producer_started_during_the_outage_sends_through_a_broker(
             return len(got) >= 20
 
         wait_until(read_all, 15, what="the readers to read what was sent")
+        # a Spark batch read plans from the same broker: every queue's confirmed offsets
+        view = fetch.run(lambda c: fetch.cluster_view(c, [TOPIC]), bs.addresses[1 - m])
+        assert sum(q.confirmed - q.min for q in view.states) >= 20
     assert sorted(got) == sorted(b"during-%d" % i for i in range(20))
     stored = {b for q in read_queues(bs.clients[m], TOPIC, QUEUES).values() for b in q}
     assert {b"during-%d" % i for i in range(20)} <= stored
