@@ -1308,14 +1308,17 @@ class AsyncConsumer:
 
     async def rebalance_or_carry_on(self) -> None:
         """`rebalance`, except while no controller quorum answers: then the queues this member holds
-        stay its own (nobody can take an owner key over without the controllers) and it reads on;
-        a member that holds none yet waits for the quorum, and a rebalance is tried again every
-        `AWAY_RETRY_S`."""
+        stay its own (nobody can take an owner key over without the controllers) and it reads on,
+        trying a rebalance again every `AWAY_RETRY_S`. A member that never joined has nothing to
+        read on and raises CONTROLLER_UNAVAILABLE, except in the shared modes, where no queue
+        changes hands and a member receives at once."""
         if time.monotonic() < self._away_until:
             return
         try:
             await self.rebalance()
         except ControllerUnavailableError as exc:
+            if self._version is None and self.mode not in md.PER_MESSAGE:
+                raise  # never joined: it owns no queue to read on, and says why it cannot start
             if not self._away_until:
                 log.warning(
                     "group %s member %s: no controller quorum (%s); reading on %s",

@@ -129,6 +129,11 @@ def _retryable(err: TidelogError) -> bool:
     )
 
 
+def _tls_refusal(err: TidelogError) -> bool:
+    text = err.message.lower()
+    return any(word in text for word in ("ssl", "handshake", "certificate", "tls"))
+
+
 def gave_up(last: TidelogError | None, addresses: Sequence[str], total: float) -> TidelogError:
     """The error a call raises when its budget ran out: the last "not here / not now" answer, or
     UNAVAILABLE naming the controllers tried when that answer names none of them (a call that
@@ -137,11 +142,11 @@ def gave_up(last: TidelogError | None, addresses: Sequence[str], total: float) -
         return last
     if isinstance(last, ControllerNotLeaderError) and not last.leader:
         # nodes answer, but none leads: no quorum
-        return ControllerUnavailableError(f"no controller leader within {total:.1f}s: {last.message}")
+        return ControllerUnavailableError(last.message)
     if last is not None and (type(last) is not UnavailableError or any(a in last.message for a in addresses)):
-        if type(last) is UnavailableError:
+        if type(last) is UnavailableError and not _tls_refusal(last):
             return ControllerUnavailableError(last.message)
-        return last
+        return last  # an answer, or a TLS refusal: fixing the client's setup helps, waiting does not
     why = f"; last error: {last.message}" if last is not None else ""
     return ControllerUnavailableError(
         f"no controller answered within {total:.1f}s (tried {', '.join(addresses)}){why}"
