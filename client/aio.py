@@ -53,7 +53,7 @@ from tidelog.client.batching import (
     message_bytes,
     split_keyless,
 )
-from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
+from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient
 from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
@@ -205,6 +205,8 @@ class AsyncClient:
             credentials=self.credentials,
             secret=member_secret,
             member=bool(member_secret),
+            # an application learns within seconds that the controllers are away (§7.5)
+            quorum_timeout=QUORUM_TIMEOUT_S,
         )
         self.send_timeout = send_timeout
         self.rpc_timeout = rpc_timeout

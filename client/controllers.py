@@ -11,8 +11,10 @@ cluster view its heartbeats bring, and points every other call at the controller
 from. Route lookups go to the controllers first and then to the brokers this client knows (those
 given, and every replica of a route it was told), so a client starts and keeps routing while no
 controller answers. A call only a controller quorum can serve raises CONTROLLER_UNAVAILABLE once
-no controller has answered at all for `quorum_timeout` (a few seconds), rather than waiting out
-the whole `total_timeout`: waiting for a quorum that is away helps nobody.
+no controller has answered at all for `quorum_timeout` (applications' clients and the command
+line: `QUORUM_TIMEOUT_S`), rather than waiting out the whole `total_timeout`: waiting for a
+quorum that is away helps nobody. Without one (brokers, tools that wait for controllers still
+starting) the whole budget is used, and the error at its end is CONTROLLER_UNAVAILABLE all the same.
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ class ControllerClient:
         tls: ClientTls | None | FromEnv = FROM_ENV,
         credentials: Credentials | None | credentials_mod.FromEnv = credentials_mod.FROM_ENV,
         member: bool = False,
-        quorum_timeout: float | None = QUORUM_TIMEOUT_S,
+        quorum_timeout: float | None = None,
     ) -> None:
         self._addresses = parse_addresses(addresses)
         # Addresses known to be brokers' (a route answer said so, or a route named them): asked for
@@ -290,7 +292,7 @@ class ControllerClient:
         backoff = _FIRST_BACKOFF
         heard = start  # when a node last answered at all ("not the leader" counts)
         quorum = self.quorum_timeout if self.quorum_timeout is not None and not self.member else total
-        if self._away and not self.member:
+        if self._away and self.quorum_timeout is not None and not self.member:
             quorum = min(quorum, AWAY_QUORUM_TIMEOUT_S)
         while True:
             limit = min(deadline, heard + quorum)
