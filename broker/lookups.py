@@ -16,6 +16,7 @@ controller's does (docs/ARCHITECTURE.md §7.5).
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,6 +44,8 @@ class ClusterViewCache:
         self.view: pb.ClusterView | None = None
         self.heard_at: float | None = None  # monotonic time of the last answered heartbeat
         self.leader = ""  # the controller that answered it
+        self._names_of: pb.ClusterView | None = None
+        self._sorted_names: list[str] = []
 
     @property
     def version(self) -> int:
@@ -100,9 +103,27 @@ class ClusterViewCache:
         reply.broker_sets.extend(b for b in view.broker_sets if not wanted or b.role.broker_set in wanted)
         return reply
 
-    def topics(self, now: float) -> pb.ListTopicsReply:
+    def topics(self, request: pb.ListTopicsRequest, now: float) -> pb.ListTopicsReply:
+        """A page of the view's topics, as the controllers' ListTopics pages them (name order,
+        after `start_after`, beginning with `prefix`, at most `limit`, 0: all)."""
         view = self.require_view()
-        return pb.ListTopicsReply(topics=view.topics, metadata_age_ms=self.age_ms(now), from_broker=True)
+        names = self._names(view)
+        prefix, after = request.prefix, request.start_after
+        start = bisect.bisect_left(names, prefix) if prefix > after else bisect.bisect_right(names, after)
+        reply = pb.ListTopicsReply(metadata_age_ms=self.age_ms(now), from_broker=True)
+        for i in range(start, len(names)):
+            if not names[i].startswith(prefix):
+                break
+            if request.limit and len(reply.topics) == request.limit:
+                reply.next_start_after = names[i - 1]
+                break
+            reply.topics.append(view.topics[i])
+        return reply
+
+    def _names(self, view: pb.ClusterView) -> list[str]:
+        if self._names_of is not view:
+            self._names_of, self._sorted_names = view, [t.name for t in view.topics]  # sent in name order
+        return self._sorted_names
 
     def elsewhere(self, method: str, now: float) -> ControllerNotLeaderError | ControllerUnavailableError:
         """The answer to a call only the controllers can serve."""
@@ -156,7 +177,7 @@ def _answer(
         now = clock()
         if name == "ListTopics":
             try:
-                return cache.topics(now)
+                return cache.topics(request, now)
             except ControllerUnavailableError as exc:
                 await abort_with(context, exc)
         await abort_with(context, cache.elsewhere(name, now))

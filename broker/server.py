@@ -314,6 +314,7 @@ class BrokerServer:
                 await within(self._stopping.wait(), interval)
 
     _interval_ms = 0
+    _topics_version = ""  # the version of the topic lists last adopted (the controller's HeartbeatReply)
 
     async def beat(self) -> None:
         r = self.replica
@@ -328,6 +329,7 @@ class BrokerServer:
             priority=self.cfg.priority,
             total_timeout=2.0,
             acl_version=r.acl.version,
+            topics_version=self._topics_version,
             cluster_version=self.lookups.version,
         )
         self.lookups.learn(reply, time.monotonic(), self.controller.leader_hint)
@@ -340,7 +342,9 @@ class BrokerServer:
         r.lease.renew(
             sent, reply.heartbeat_timeout_ms or 5000, unclean_elections=not reply.clean_elections_only
         )
-        r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
+        if not reply.topics_unchanged:
+            r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
+            self._topics_version = reply.topics_version
         role = Role.from_pb(reply.role)
         await r.apply_role(role)
         r.enforce_topics()

@@ -87,6 +87,12 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
+#: Topics per ListTopics page when a caller wants them all: small replies, a bounded wait each.
+LIST_PAGE = 5000
+#: A bulk call's deadline (CreateTopics of up to 1,000 topics in one commit).
+BULK_CALL_TIMEOUT_S = 30.0
+
+
 class _Conn:
     def __init__(self, address: str, tls: ClientTls | None, sign: Signer | None) -> None:
         self.address = address
@@ -505,6 +511,7 @@ class ControllerClient:
         priority: int | None = None,
         total_timeout: float | None = None,
         acl_version: int = 0,
+        topics_version: str = "",
         cluster_version: int = 0,
     ) -> pb.HeartbeatReply:
         """One heartbeat to the leader, answered with the broker's role, and a copy to every other
@@ -517,6 +524,7 @@ class ControllerClient:
             max_offset=max_offset,
             confirm_offset=confirm_offset,
             acl_version=acl_version,
+            topics_version=topics_version,
             cluster_version=cluster_version,
         )
         if priority is not None:
@@ -582,6 +590,23 @@ class ControllerClient:
         reply = await self.call("admin", "CreateTopic", request)
         return reply.topic
 
+    async def create_topics(self, requests: Iterable[pb.CreateTopicRequest]) -> list[pb.CreateTopicResult]:
+        """Several topics in one call (at most 1,000): one result per request, in order.
+
+        One commit of many topics may take longer than a single call's usual deadline, and a call
+        retried after its deadline finds the topics its first try created (TOPIC_EXISTS): the call
+        gets a longer deadline instead."""
+        request = pb.CreateTopicsRequest(topics=list(requests))
+        per_call = max(self.rpc_timeout, BULK_CALL_TIMEOUT_S)
+        reply = await self.call(
+            "admin",
+            "CreateTopics",
+            request,
+            timeout=per_call,
+            total_timeout=max(self.total_timeout, per_call),
+        )
+        return list(reply.results)
+
     async def delete_topic(self, name: str) -> None:
         await self.call("admin", "DeleteTopic", pb.DeleteTopicRequest(name=name))
 
@@ -621,7 +646,23 @@ class ControllerClient:
         return list((await self.call("admin", "ListAcls", pb.ListAclsRequest(user=user))).grants)
 
     async def list_topics(self) -> list[pb.TopicConfig]:
-        return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)
+        """Every topic, a page at a time (a controller before paging answers all at once)."""
+        out: list[pb.TopicConfig] = []
+        after = ""
+        while True:
+            page, after = await self.list_topics_page(start_after=after, limit=LIST_PAGE)
+            out.extend(page)
+            if not after:
+                return out
+
+    async def list_topics_page(
+        self, *, prefix: str = "", start_after: str = "", limit: int = LIST_PAGE
+    ) -> tuple[list[pb.TopicConfig], str]:
+        """Topics in name order after `start_after` that begin with `prefix`, at most `limit` (0:
+        all); with the name to start the next page after ("" when this was the last)."""
+        request = pb.ListTopicsRequest(prefix=prefix, start_after=start_after, limit=limit)
+        reply = await self.call("admin", "ListTopics", request)
+        return list(reply.topics), reply.next_start_after
 
     async def clean_broker_data(
         self, broker_set: str, broker_ids: Iterable[int] = (), *, clean_living: bool = False

@@ -85,6 +85,14 @@ class CreateTopic:
 
 
 @dataclass(frozen=True)
+class CreateTopics:
+    """Several `CreateTopic`s in one Raft entry, each checked and applied on its own, in order
+    (one refused changes none of the others): bulk creation costs one commit, not one per topic."""
+
+    topics: tuple[CreateTopic, ...]
+
+
+@dataclass(frozen=True)
 class DeleteTopic:
     name: str
     now_ms: int = 0
@@ -221,6 +229,7 @@ for _command in (
     AlterSyncStateSet,
     CleanBrokerData,
     CreateTopic,
+    CreateTopics,
     DeleteTopic,
     AlterTopicQueues,
     AlterTopicRetention,

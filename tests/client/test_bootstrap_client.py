@@ -60,7 +60,7 @@ def test_a_broker_routes_from_its_view_and_says_how_old_it_is() -> None:
         cache.route("other", now=102.5)
     assert [b.role.broker_set for b in cache.broker_sets(["broker-a"], 101.0).broker_sets] == ["broker-a"]
     assert cache.broker_sets(["nope"], 101.0).broker_sets == []
-    assert [t.name for t in cache.topics(101.0).topics] == ["t"]
+    assert [t.name for t in cache.topics(pb.ListTopicsRequest(), 101.0).topics] == ["t"]
 
 
 def test_a_heartbeat_without_a_view_keeps_the_one_held_and_refreshes_its_age() -> None:
@@ -82,6 +82,26 @@ def test_other_calls_point_at_the_controller_until_it_falls_silent(silence: floa
         assert isinstance(answer, ControllerNotLeaderError) and answer.leader == "127.0.0.1:9"
     else:
         assert isinstance(answer, ControllerUnavailableError) and answer.retryable
+
+
+@given(
+    st.lists(st.text("abc", min_size=1, max_size=3), unique=True),
+    st.text("abc", max_size=2),
+    st.integers(0, 4),
+)
+def test_a_broker_pages_topics_as_the_controllers_do(names: list[str], prefix: str, limit: int) -> None:
+    v = pb.ClusterView(version=1, topics=[pb.TopicConfig(name=n) for n in sorted(names)])
+    cache = cache_with(v, heard_at=0.0)
+    wanted = [n for n in sorted(names) if n.startswith(prefix)]
+    got: list[str] = []
+    after = ""
+    for _ in range(len(names) + 2):
+        page = cache.topics(pb.ListTopicsRequest(prefix=prefix, start_after=after, limit=limit), 1.0)
+        got += [t.name for t in page.topics]
+        after = page.next_start_after
+        if not after:
+            break
+    assert got == wanted
 
 
 def test_the_controllers_view_is_the_same_for_the_same_state_and_changes_with_it() -> None:
