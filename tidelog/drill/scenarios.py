@@ -170,7 +170,17 @@ class Drill:
         for p in self.state["processes"]:
             if p["kind"] == "controller":
                 self.proc(verb, p["name"])
-        self.marks[f"controllers_{verb}"] = time.monotonic()
+        self.marks["controllers_away" if verb == "pause" else "controllers_back"] = time.monotonic()
+
+    def controllers_cut(self, cut: bool) -> None:
+        """Cut every controller off from the brokers and the client (they still reach each other),
+        or heal that."""
+        if cut:
+            self.net(rules.Isolate("controllers"), "isolate controllers")
+            self.marks["controllers_away"] = time.monotonic()
+        else:
+            self.net(rules.Heal(), "heal the controllers' links")
+            self.marks["controllers_back"] = time.monotonic()
 
     def wait_new_master(self, old: dict[str, Any], old_epoch: int, timeout_s: float) -> dict[str, Any] | None:
         """Wait, asking the replicas themselves (the controllers may be away), until another
@@ -227,9 +237,9 @@ class Drill:
 
     def heal(self) -> None:
         control.heal(self.data_dir)
-        paused = self.marks.get("controllers_pause")
-        if paused is not None and self.marks.get("controllers_resume", 0.0) < paused:
-            self.marks["controllers_resume"] = time.monotonic()  # heal resumed them
+        away = self.marks.get("controllers_away")
+        if away is not None and self.marks.get("controllers_back", 0.0) < away:
+            self.marks["controllers_back"] = time.monotonic()  # heal brought them back
         for p in self.state["processes"]:
             if not localcluster.is_running(p):
                 localcluster.restart(self.data_dir, p["name"])
@@ -373,6 +383,15 @@ def _controllers_down_then_master_dies(d: Drill) -> None:
     d.log(f"{new['name']} is master (epoch > {old_epoch})")
 
 
+def _controllers_cut_off(d: Drill) -> None:
+    """The network variant: every controller cut off from the brokers and the client for 30 s."""
+    d.controllers_cut(True)
+    try:
+        d.hold(30)
+    finally:
+        d.controllers_cut(False)
+
+
 SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
     # name: (schedule, needs the network lab, what it rehearses)
     "isolate-master-dc": (_isolate_master_dc, True, "the master's datacenter loses every link"),
@@ -403,6 +422,11 @@ SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
         _controllers_down_then_master_dies,
         False,
         "every controller stopped, then kill -9 of the master; the election waits for their return",
+    ),
+    "controllers-cut-off": (
+        _controllers_cut_off,
+        True,
+        "every controller cut off from the brokers and the client for 30 s (they still reach each other)",
     ),
 }
 
@@ -463,6 +487,7 @@ _NETWORK_FAULTS: dict[str, RandomFault] = {
     "loss": _loss,
     "delay": _delay,
     "client-from-master": _client_from_master,
+    "controllers-cut-off": lambda d, rng, dc, other, side: d.controllers_cut(True),
 }
 
 
@@ -598,7 +623,7 @@ def controllers_down_report(marks: dict[str, float], acks: list[Ack]) -> dict[st
     """What happened while the controllers were away (None when the drill stopped none): acks
     during the outage and its longest write gap, and when a master died meanwhile, how long after
     the controllers' return a new one served."""
-    down, back = marks.get("controllers_pause"), marks.get("controllers_resume")
+    down, back = marks.get("controllers_away"), marks.get("controllers_back")
     if down is None or back is None:
         return None
     during = sorted(a.acked for a in acks if down <= a.acked <= back)
