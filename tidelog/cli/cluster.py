@@ -20,7 +20,7 @@ from tidelog.cli.common import (
     progress,
     require_controllers,
 )
-from tidelog.errors import ConfigError
+from tidelog.errors import ConfigError, ControllerUnavailableError
 from tidelog.lab import net
 
 DATA_DIR_ENV = "TIDE_DATA_DIR"
@@ -171,62 +171,83 @@ def restart(name: str, data_dir: Path, as_json: bool) -> None:
     )
 
 
+async def _describe(c: Any) -> Any:
+    """The broker sets, from a controller (with liveness when one can give it) or, while none
+    answers, from a broker's view."""
+    try:
+        reply = await c.describe_broker_sets()
+    except ControllerUnavailableError as exc:
+        if c.brokers:
+            raise
+        # no broker to ask instead: say how to get the brokers' own view
+        raise ControllerUnavailableError(
+            exc.message,
+            hint="give a broker's address too (--controllers takes both; `tide cluster up` prints "
+            "the bootstrap list) to see each broker's own view",
+        ) from None
+    if not reply.from_broker and not reply.liveness_known:
+        reply = await describe_with_liveness(c, ())
+    return reply
+
+
+async def _member_row(client: Any, m: Any, liveness_known: bool, reachable: bool) -> dict[str, Any]:
+    """One member as the broker set's description names it, with what the broker itself says."""
+    from tidelog.proto import broker_pb2 as bpb
+
+    row: dict[str, Any] = {
+        "broker_id": m.broker_id,
+        "address": m.address,
+        "role": "unreachable",
+        "max_offset": None,
+        "confirm_offset": None,
+        "in_sync": m.in_sync,
+        "datacenter": m.datacenter,
+        "alive": m.alive if liveness_known else None,
+        # where the official RocketMQ clients connect (broker/rocketmq.py); None: off
+        "rocketmq_endpoint": None,
+    }
+    try:
+        s = await client.call_broker(m.address, "Status", bpb.StatusRequest(), timeout=2.0)
+    except Exception:
+        return row
+    if s.broker_id != m.broker_id:
+        # its address now serves another broker (a wiped replica back under a new id): this id is
+        # gone, not a live slave
+        row["role"] = f"gone (broker {s.broker_id} answers here)"
+        return row
+    row.update(
+        role=s.role,
+        max_offset=s.max_offset,
+        confirm_offset=s.confirm_offset,
+        epoch=s.last_epoch,
+        rocketmq_endpoint=s.rocketmq_address or None,
+        # its own view: what its last heartbeat reply said
+        master_epoch=s.master_epoch,
+        sync_state_set=list(s.sync_state_set),
+        controller_heard_ms_ago=s.controller_heard_ms_ago,
+    )
+    if not reachable:
+        row["in_sync"] = s.role == "master" or m.broker_id in s.sync_state_set
+    return row
+
+
 async def _status(controllers: str) -> dict[str, Any]:
     """The cluster's broker sets with each member's own Status. While no controller answers (a
     broker's route view answered instead), every row is what that broker itself says: its role,
     epoch and SyncStateSet as its last heartbeat reply gave them, and its offsets."""
     from tidelog.client.aio import AsyncClient
-    from tidelog.proto import broker_pb2 as bpb
 
     async with AsyncClient(controllers) as client:
-        c = for_command(client.controller)
-        reply = await c.describe_broker_sets()
+        reply = await _describe(for_command(client.controller))
         reachable = not reply.from_broker
-        if reachable and not reply.liveness_known:
-            reply = await describe_with_liveness(c, ())
         out = []
         for b in reply.broker_sets:
             role = b.role
-            members = []
-            master_max = None
-            for m in b.members:
-                row: dict[str, Any] = {
-                    "broker_id": m.broker_id,
-                    "address": m.address,
-                    "role": "unreachable",
-                    "max_offset": None,
-                    "confirm_offset": None,
-                    "in_sync": m.in_sync,
-                    "datacenter": m.datacenter,
-                    "alive": m.alive if reply.liveness_known else None,
-                    # where the official RocketMQ clients connect (broker/rocketmq.py); None: off
-                    "rocketmq_endpoint": None,
-                }
-                try:
-                    s = await client.call_broker(m.address, "Status", bpb.StatusRequest(), timeout=2.0)
-                    if s.broker_id != m.broker_id:
-                        # its address now serves another broker (a wiped replica back under a new
-                        # id): this id is gone, not a live slave
-                        row["role"] = f"gone (broker {s.broker_id} answers here)"
-                    else:
-                        row.update(
-                            role=s.role,
-                            max_offset=s.max_offset,
-                            confirm_offset=s.confirm_offset,
-                            epoch=s.last_epoch,
-                            rocketmq_endpoint=s.rocketmq_address or None,
-                            # its own view: what its last heartbeat reply said
-                            master_epoch=s.master_epoch,
-                            sync_state_set=list(s.sync_state_set),
-                            controller_heard_ms_ago=s.controller_heard_ms_ago,
-                        )
-                        if not reachable:
-                            row["in_sync"] = s.role == "master" or m.broker_id in s.sync_state_set
-                        if role.has_master and m.broker_id == role.master_id:
-                            master_max = s.max_offset
-                except Exception:
-                    pass
-                members.append(row)
+            members = [await _member_row(client, m, reply.liveness_known, reachable) for m in b.members]
+            master_max = next(
+                (r["max_offset"] for r in members if role.has_master and r["broker_id"] == role.master_id),
+                None,
+            )
             for row in members:
                 row["lag"] = (
                     None
