@@ -22,6 +22,7 @@ from tidelog.cli.common import (
 )
 from tidelog.errors import ConfigError, ControllerUnavailableError
 from tidelog.lab import net
+from tidelog.proto import controller_pb2 as pb
 
 DATA_DIR_ENV = "TIDE_DATA_DIR"
 
@@ -185,6 +186,19 @@ async def _describe(c: Any) -> Any:
             hint="give a broker's address too (--controllers takes both; `tide cluster up` prints "
             "the bootstrap list) to see each broker's own view",
         ) from None
+    if reply.from_broker:
+        # a controller slower than the hedge delay is not an absent one: ask each once more, with
+        # time to answer, before saying they are unreachable
+        request = pb.DescribeBrokerSetsRequest()
+        answers = await asyncio.gather(
+            *(
+                c.call("route", "DescribeBrokerSets", request, address=address, timeout=2.0)
+                for address in c.addresses
+                if address not in c.brokers
+            ),
+            return_exceptions=True,
+        )
+        reply = next((a for a in answers if not isinstance(a, BaseException) and not a.from_broker), reply)
     if not reply.from_broker and not reply.liveness_known:
         reply = await describe_with_liveness(c, ())
     return reply
