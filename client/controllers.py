@@ -293,13 +293,12 @@ class ControllerClient:
         start = time.monotonic()
         deadline = start + total
         if method in _LOOKUPS and len(self._order()) > 1:
+            deadline = min(deadline, start + self._quorum_budget(total, lookup=True))
             return await self._hedged(service, method, request, per_call, deadline)
         last: TidelogError | None = None
         backoff = _FIRST_BACKOFF
         heard = start  # when a node last answered at all ("not the leader" counts)
-        quorum = self.quorum_timeout if self.quorum_timeout is not None and not self.member else total
-        if self._away and self.quorum_timeout is not None and not self.member:
-            quorum = min(quorum, AWAY_QUORUM_TIMEOUT_S)
+        quorum = self._quorum_budget(total)
         while True:
             limit = min(deadline, heard + quorum)
             reply, err, answered = await self._sweep(service, method, request, per_call, limit)
@@ -319,6 +318,15 @@ class ControllerClient:
         err = gave_up(last, self._addresses, min(total, time.monotonic() - start))
         self._away = isinstance(err, ControllerUnavailableError)
         raise err
+
+    def _quorum_budget(self, total: float, *, lookup: bool = False) -> float:
+        """How long a call may go without any node answering before CONTROLLER_UNAVAILABLE."""
+        if self.quorum_timeout is None or self.member:
+            return total
+        if lookup:
+            # with brokers to ask a lookup is answered anyway; without, a live controller answers it at once
+            return total if self._brokers else self.quorum_timeout
+        return min(self.quorum_timeout, AWAY_QUORUM_TIMEOUT_S) if self._away else self.quorum_timeout
 
     async def _sweep(
         self, service: str, method: str, request: Any, per_call: float, deadline: float
