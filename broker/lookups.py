@@ -74,7 +74,9 @@ class ClusterViewCache:
 
     def route(self, topic: str, now: float) -> pb.GetRouteReply:
         view = self.require_view()
-        t = next((t for t in view.topics if t.name == topic), None)
+        names = self._names(view)
+        i = bisect.bisect_left(names, topic)
+        t = view.topics[i] if i < len(names) and names[i] == topic else None
         if t is None:
             raise TopicNotFoundError(
                 f"no topic named {topic!r} (as of {self.age_ms(now)} ms ago)", topic=topic
