@@ -574,9 +574,16 @@ class ControllerClient:
         return await self.call("broker", "AlterSyncStateSet", req)
 
     async def elect_master(
-        self, broker_set: str, broker_id: int | None = None, *, designated: bool = False
+        self,
+        broker_set: str,
+        broker_id: int | None = None,
+        *,
+        designated: bool = False,
+        restarted: bool = False,
     ) -> pb.ElectMasterReply:
-        req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated)
+        """`restarted`: the asking broker is the recorded master, back from a crash, and asks for a
+        new epoch (controller/RULES.md E8)."""
+        req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated, restarted=restarted)
         if broker_id is not None:
             req.broker_id = broker_id
         return await self.call("admin" if designated else "broker", "ElectMaster", req)

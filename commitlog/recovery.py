@@ -32,6 +32,7 @@ def recover(core: LogCore, full_scan: bool) -> None:
     segments.open_existing()  # creates the directories of a new log
     checkpoint = core.checkpoint = CheckpointFile(core.directory)
     cp = checkpoint.loaded
+    core.recovered_clean = cp.clean if cp is not None else not len(segments)
     if cp is None and len(segments):
         # Without a checkpoint only rolled segments are known to be complete.
         log.warning(

@@ -44,6 +44,9 @@ class ElectMaster:
     alive: Mapping[int, LiveInfo] = field(default_factory=dict)
     enable_unclean: bool = False
     now_ms: int = 0
+    # the asking broker is the recorded master, back from a crash (RULES.md E8). A default, so
+    # ElectMaster commands journaled before the field existed unpickle with it
+    restarted: bool = False
 
 
 @dataclass(frozen=True)

@@ -412,6 +412,10 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         self.node.authenticate(context, "ElectMaster", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
         require(not request.designated or bid is not None, "a designated election needs broker_id")
+        require(
+            not request.restarted or (bid is not None and not request.designated),
+            "a restarted master's election names broker_id and is not designated",
+        )
         await self.node.write(
             lambda now, hb: st.ElectMaster(
                 broker_set=name,
@@ -420,6 +424,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                 alive=hb.alive(name, self.node.mono_ms()),
                 enable_unclean=self.node.cfg.enable_elect_unclean_master,
                 now_ms=now,
+                restarted=request.restarted,
             )
         )
         with self.node.raft.read() as state:

@@ -302,14 +302,16 @@ class AlterSyncStateSetReply(_message.Message):
     def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
 
 class ElectMasterRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "designated")
+    __slots__ = ("broker_set", "broker_id", "designated", "restarted")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DESIGNATED_FIELD_NUMBER: _ClassVar[int]
+    RESTARTED_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     designated: bool
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ...) -> None: ...
+    restarted: bool
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ..., restarted: _Optional[bool] = ...) -> None: ...
 
 class ElectMasterReply(_message.Message):
     __slots__ = ("role",)
