@@ -5,6 +5,10 @@ It hides which node leads: a call goes first to the node that answered last (nor
 leader), follows CONTROLLER_NOT_LEADER to the leader it names, and moves on to the other nodes
 when one is unreachable, until a bounded total time runs out. Typed errors that are answers
 (unknown topic, fenced epoch, ...) are raised at once; only "not here / not now" is retried.
+
+Every answer names its controller's cluster epoch (controller/clusterepoch.py); once an epoch is
+seen, an answer of an older one (a controller a forced quorum recovery replaced) is refused as
+CLUSTER_EPOCH_FENCED, logged, and the other nodes are asked.
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import grpc
 
 from tidelog import credentials as credentials_mod
 from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
+from tidelog.controller.clusterepoch import EpochSeen, reply_epoch
 from tidelog.credentials import Credentials, Signer
-from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
+from tidelog.errors import ClusterEpochFencedError, ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 from tidelog.tlsconfig import FROM_ENV, ClientTls, FromEnv, aio_channel, resolve_client
-from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
+from tidelog.wire import CHANNEL_OPTIONS, ERROR_CODE_KEY, error_from_rpc, is_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +69,53 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
-class _Conn:
-    def __init__(self, address: str, tls: ClientTls | None, sign: Signer | None) -> None:
+class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Refuses the answers of a controller whose cluster epoch is older than one already seen."""
+
+    def __init__(self, address: str, seen: EpochSeen) -> None:
         self.address = address
-        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=[sign] if sign else ())
+        self.seen = seen
+        self._warned = -1
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        call = await continuation(details, request)
+        try:
+            await call
+        except grpc.aio.AioRpcError as exc:
+            if is_unreachable(exc) and not dict(exc.trailing_metadata() or ()).get(ERROR_CODE_KEY):
+                raise  # no server answered: nothing to check
+            self._check(exc.initial_metadata())
+            raise
+        self._check(await call.initial_metadata())
+        return call
+
+    def _check(self, metadata: Any) -> None:
+        answered = reply_epoch(metadata)
+        before = self.seen.value
+        try:
+            if self.seen.check(answered, f"the controller at {self.address}"):
+                log.info("controllers: cluster epoch %d seen (was %d) at %s", answered, before, self.address)
+        except ClusterEpochFencedError as err:
+            if self._warned != answered:
+                self._warned = answered
+                log.warning("%s", err)
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata((ERROR_CODE_KEY, err.code)),
+                details=err.message,
+            ) from None
+
+
+class _Conn:
+    def __init__(
+        self, address: str, tls: ClientTls | None, sign: Signer | None, seen: EpochSeen | None = None
+    ) -> None:
+        self.address = address
+        checks: list[Any] = [_EpochCheck(address, seen)] if seen is not None else []
+        if sign:
+            checks.append(sign)
+        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=checks)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
@@ -99,8 +147,11 @@ class _Hedge:
 
 
 def _retryable(err: TidelogError) -> bool:
-    # Not-leader and "not serving yet" say nothing about the request; everything else is an answer.
-    return isinstance(err, ControllerNotLeaderError) or type(err) is UnavailableError
+    # Not-leader, "not serving yet" and a replaced controller (an older cluster epoch) say nothing
+    # about the request; everything else is an answer.
+    return (
+        isinstance(err, ControllerNotLeaderError | ClusterEpochFencedError) or type(err) is UnavailableError
+    )
 
 
 def gave_up(last: TidelogError | None, addresses: Sequence[str], total: float) -> TidelogError:
@@ -126,8 +177,11 @@ class ControllerClient:
         tls: ClientTls | None | FromEnv = FROM_ENV,
         credentials: Credentials | None | credentials_mod.FromEnv = credentials_mod.FROM_ENV,
         member: bool = False,
+        cluster_epoch: int = 0,
     ) -> None:
         self._addresses = parse_addresses(addresses)
+        # the highest cluster epoch seen (brokers start from the one they persisted)
+        self.epoch_seen = EpochSeen(cluster_epoch)
         # A user's calls are signed with its credentials (tools and applications: the environment's);
         # a cluster member (`member`) signs every call with the cluster secret instead.
         self.credentials = None if member else credentials_mod.resolve(credentials)
@@ -165,7 +219,9 @@ class ControllerClient:
     def _conn(self, address: str) -> _Conn:
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = _Conn(address, self.tls, credentials_mod.signer(self.credentials))
+            conn = self._conns[address] = _Conn(
+                address, self.tls, credentials_mod.signer(self.credentials), self.epoch_seen
+            )
         return conn
 
     async def close(self) -> None:
