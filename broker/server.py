@@ -35,10 +35,9 @@ from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.rocketmq import RocketMQEndpoint
 from tidelog.broker.service import BrokerService
-from tidelog.client.controllers import ControllerClient
+from tidelog.client.controllers import SEEN_EPOCH_FILE, ControllerClient
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call
 from tidelog.commitlog import CommitLog
-from tidelog.controller.recover import read_seen_epoch, write_seen_epoch
 from tidelog.errors import (
     ClusterMismatchError,
     ConfigError,
@@ -84,9 +83,8 @@ class BrokerServer:
             tls=tlsconfig.member_client(cfg.tls),
             member=True,  # every call proves the cluster secret: a member is not a user
             # controllers of an older cluster epoch than this broker saw are refused (RUNBOOK-quorum)
-            cluster_epoch=read_seen_epoch(cfg.data_dir),
+            epoch_file=cfg.data_dir / SEEN_EPOCH_FILE,
         )
-        self._seen_epoch = self.controller.epoch_seen.value
         self._replays = ReplayCache()
         self.replica = Replica(
             cfg,
@@ -331,10 +329,6 @@ class BrokerServer:
             acl_version=r.acl.version,
         )
         self._interval_ms = reply.heartbeat_interval_ms
-        if self.controller.epoch_seen.value != self._seen_epoch:
-            self._seen_epoch = self.controller.epoch_seen.value
-            write_seen_epoch(self.cfg.data_dir, self._seen_epoch)
-            log.warning("%s controller cluster epoch now %d", r.ctx, self._seen_epoch)
         if reply.HasField("acl"):
             r.acl = acl_state_of(reply.acl)
             log.info("%s users and grants now at version %d", r.ctx, r.acl.version)

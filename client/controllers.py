@@ -6,7 +6,7 @@ leader), follows CONTROLLER_NOT_LEADER to the leader it names, and moves on to t
 when one is unreachable, until a bounded total time runs out. Typed errors that are answers
 (unknown topic, fenced epoch, ...) are raised at once; only "not here / not now" is retried.
 
-Every answer names its controller's cluster epoch (controller/clusterepoch.py); once an epoch is
+Every answer names its controller's cluster epoch (tidelog/clusterepoch.py); once an epoch is
 seen, an answer of an older one (a controller a forced quorum recovery replaced) is refused as
 CLUSTER_EPOCH_FENCED, logged, and the other nodes are asked.
 """
@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from tidelog import credentials as credentials_mod
 from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
-from tidelog.controller.clusterepoch import EpochSeen, reply_epoch
+from tidelog.clusterepoch import EpochSeen, reply_epoch
 from tidelog.credentials import Credentials, Signer
 from tidelog.errors import ClusterEpochFencedError, ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.proto import controller_pb2 as pb
@@ -35,6 +37,9 @@ from tidelog.wire import CHANNEL_OPTIONS, ERROR_CODE_KEY, error_from_rpc, is_unr
 log = logging.getLogger(__name__)
 
 CONTROLLERS_ENV = "TIDE_CONTROLLERS"
+#: In a broker's data dir: the highest controller cluster epoch it has seen, so that a restart
+#: keeps refusing the controllers a forced recovery replaced.
+SEEN_EPOCH_FILE = "controller-cluster.epoch"
 # A read-only route call that has no answer this soon is also sent to the next controller node.
 HEDGE_AFTER_S = 0.3
 # Calls that change cluster membership: they prove the cluster secret (tidelog.clusterauth).
@@ -69,12 +74,35 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
+def _read_epoch(path: Path | None) -> int:
+    if path is None:
+        return 0
+    try:
+        return max(0, int(path.read_text().strip() or 0))
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        log.warning("%s is unreadable; starting from cluster epoch 0", path)
+        return 0
+
+
+def _write_epoch(path: Path, epoch: int) -> None:
+    """Durably, before the answer that raised it is acted on."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{epoch}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     """Refuses the answers of a controller whose cluster epoch is older than one already seen."""
 
-    def __init__(self, address: str, seen: EpochSeen) -> None:
+    def __init__(self, address: str, seen: EpochSeen, on_raise: Callable[[int], None]) -> None:
         self.address = address
         self.seen = seen
+        self.on_raise = on_raise
         self._warned = -1
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
@@ -94,7 +122,10 @@ class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         before = self.seen.value
         try:
             if self.seen.check(answered, f"the controller at {self.address}"):
-                log.info("controllers: cluster epoch %d seen (was %d) at %s", answered, before, self.address)
+                log.warning(
+                    "controllers: cluster epoch %d seen (was %d) at %s", answered, before, self.address
+                )
+                self.on_raise(answered)
         except ClusterEpochFencedError as err:
             if self._warned != answered:
                 self._warned = answered
@@ -109,10 +140,15 @@ class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
 
 class _Conn:
     def __init__(
-        self, address: str, tls: ClientTls | None, sign: Signer | None, seen: EpochSeen | None = None
+        self,
+        address: str,
+        tls: ClientTls | None,
+        sign: Signer | None,
+        seen: EpochSeen,
+        on_raise: Callable[[int], None],
     ) -> None:
         self.address = address
-        checks: list[Any] = [_EpochCheck(address, seen)] if seen is not None else []
+        checks: list[Any] = [_EpochCheck(address, seen, on_raise)]
         if sign:
             checks.append(sign)
         self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=checks)
@@ -178,10 +214,12 @@ class ControllerClient:
         credentials: Credentials | None | credentials_mod.FromEnv = credentials_mod.FROM_ENV,
         member: bool = False,
         cluster_epoch: int = 0,
+        epoch_file: Path | None = None,
     ) -> None:
         self._addresses = parse_addresses(addresses)
-        # the highest cluster epoch seen (brokers start from the one they persisted)
-        self.epoch_seen = EpochSeen(cluster_epoch)
+        # the highest cluster epoch seen; with `epoch_file` (a broker's), kept across restarts
+        self.epoch_file = epoch_file
+        self.epoch_seen = EpochSeen(max(cluster_epoch, _read_epoch(epoch_file)))
         # A user's calls are signed with its credentials (tools and applications: the environment's);
         # a cluster member (`member`) signs every call with the cluster secret instead.
         self.credentials = None if member else credentials_mod.resolve(credentials)
@@ -220,9 +258,17 @@ class ControllerClient:
         conn = self._conns.get(address)
         if conn is None:
             conn = self._conns[address] = _Conn(
-                address, self.tls, credentials_mod.signer(self.credentials), self.epoch_seen
+                address,
+                self.tls,
+                credentials_mod.signer(self.credentials),
+                self.epoch_seen,
+                self._epoch_raised,
             )
         return conn
+
+    def _epoch_raised(self, epoch: int) -> None:
+        if self.epoch_file is not None:
+            _write_epoch(self.epoch_file, epoch)
 
     async def close(self) -> None:
         for task in list(self._copies.values()):

@@ -9,7 +9,7 @@ The leader loop is the only place the controller acts without a request:
   broker set whose master stopped heartbeating, and for each set left without a master whose
   electable broker is alive again.
 
-Every reply carries the node's cluster epoch (`controller/clusterepoch.py`) in its initial
+Every reply carries the node's cluster epoch (`tidelog/clusterepoch.py`) in its initial
 metadata, sent before any check so that refusals carry it too; brokers and clients refuse the
 answers of an older epoch (a controller a forced quorum recovery replaced).
 
@@ -37,9 +37,9 @@ from tidelog import gcpolicy, logs, loops, tlsconfig
 from tidelog.acl import AclState
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
+from tidelog.clusterepoch import EPOCH_KEY
 from tidelog.controller import service
 from tidelog.controller import state as st
-from tidelog.controller.clusterepoch import EPOCH_KEY
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.liveness import HeartbeatTable, heartbeat_problem
 from tidelog.controller.metrics import ControllerMetrics

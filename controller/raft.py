@@ -13,7 +13,7 @@ Theory of operation
   classes, so a snapshot survives refactors of the state classes. Forking to serialise is off:
   forking a process that runs gRPC threads is unsafe.
 - The Raft port is authenticated (and encrypted) with the cluster secret via PySyncObj's
-  `password`, derived per cluster epoch (`controller/clusterepoch.py`): after a forced quorum
+  `password`, derived per cluster epoch (`tidelog/clusterepoch.py`): after a forced quorum
   recovery the node's identity file names the new epoch and members, the old majority's nodes
   fail the handshake, and membership changes go through PySyncObj's dynamic membership
   (`tide controller add-node`), mirrored into the identity file so a restart keeps them.
@@ -35,7 +35,7 @@ from typing import Any
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException, replicated
 from pysyncobj import pickle as pysyncobj_pickle
 
-from tidelog.controller.clusterepoch import ClusterIdentity, raft_password
+from tidelog.clusterepoch import ClusterIdentity, raft_password
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.recover import load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result

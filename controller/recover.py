@@ -19,7 +19,7 @@ What `add-node` does: wipes the joining node's data dir (moved aside, never merg
 what the lost majority committed after the survivor's last commit), writes its identity file with
 the current members and itself, and asks the leader to add it (PySyncObj dynamic membership).
 
-This module is the shell (files, ports, PySyncObj); the rules are `controller/clusterepoch.py`.
+This module is the shell (files, ports, PySyncObj); the rules are `tidelog/clusterepoch.py`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidelog.controller.clusterepoch import IDENTITY_FILE, ClusterIdentity, may_join, raft_password
+from tidelog.clusterepoch import IDENTITY_FILE, ClusterIdentity, may_join, raft_password
 from tidelog.controller.config import ControllerConfig
 from tidelog.errors import ConfigError, UnavailableError
 from tidelog.wire import bind_problem
@@ -84,33 +84,6 @@ def node_epoch(cfg: ControllerConfig) -> int | None:
         return ident.epoch
     has_data = any((cfg.node_dir / f).exists() for f in (JOURNAL_FILE, SNAPSHOT_FILE))
     return 0 if has_data else None
-
-
-# --- the epoch a broker has seen --------------------------------------------------------------
-
-#: In a broker's data dir: the highest controller cluster epoch it has seen, so that a restart
-#: keeps refusing controllers a recovery replaced.
-SEEN_EPOCH_FILE = "controller-cluster.epoch"
-
-
-def read_seen_epoch(data_dir: Path) -> int:
-    try:
-        return max(0, int((data_dir / SEEN_EPOCH_FILE).read_text().strip() or 0))
-    except FileNotFoundError:
-        return 0
-    except ValueError:
-        log.warning("%s is unreadable; starting from cluster epoch 0", data_dir / SEEN_EPOCH_FILE)
-        return 0
-
-
-def write_seen_epoch(data_dir: Path, epoch: int) -> None:
-    path = data_dir / SEEN_EPOCH_FILE
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(f"{epoch}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # --- what the node's log says ---------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 from tests.brokers import BrokerSetProcs, commitlog_prefix, create_topic, read_queues, status_of, wait_topic
 from tests.procs import ControllerCluster, wait_until
 from tidelog.client.controllers import ControllerClient
-from tidelog.controller.clusterepoch import IDENTITY_FILE
+from tidelog.clusterepoch import IDENTITY_FILE
 from tidelog.errors import ClusterEpochFencedError
 
 pytestmark = pytest.mark.slow
@@ -71,6 +71,102 @@ def _produce_until_acked(bs: BrokerSetProcs, i: int, body: bytes, within_s: floa
     raise AssertionError(f"{body!r} not acknowledged within {within_s} s: {last}")
 
 
+def _lose_the_majority_and_recover(cc: ControllerCluster, bs: BrokerSetProcs, m: int) -> float:
+    """Kill c1, c2 and the master (their datacenter goes dark), recover c3, start it; returns when
+    the recovery command started (monotonic)."""
+    for c in ("c1", "c2"):
+        cc.procs[c].kill9()
+    bs.procs[m].kill9()
+    cc.procs["c3"].stop()
+    refused = tide("controller", "recover", "--config", str(cc.config_path), "--node-id", "c3")
+    assert refused.returncode != 0 and "--yes" in refused.stderr, refused
+    started = time.monotonic()
+    done = tide(
+        "controller", "recover", "--config", str(cc.config_path), "--node-id", "c3", "--yes", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["old_epoch"], report["new_epoch"]) == (0, 1)
+    assert report["applied_index"] >= report["known_committed_index"] > 0
+    (summary,) = report["broker_sets"]
+    assert summary["name"] == SET and len(summary["sync_state_set"]) == 2
+    cc.procs["c3"].start()
+    return started
+
+
+def _old_majority_is_fenced(cc: ControllerCluster, bs: BrokerSetProcs, s: int) -> list[bytes]:
+    """c1 and c2 return with their old data and elect a leader of their own (epoch 0): a client
+    that saw epoch 1 refuses them, and the broker set keeps following c3."""
+    addresses, c1 = cc.addresses, cc.grpc["c1"]
+    cc.procs["c1"].start()
+    cc.procs["c2"].start()
+    wait_until(
+        lambda: asyncio.run(_status(addresses, c1))[2] in ("c1", "c2"),
+        20,
+        0.2,
+        what="the old majority to elect a leader of its own",
+    )
+    with pytest.raises(ClusterEpochFencedError):
+        asyncio.run(_status(addresses, c1, seen=1))
+    # the broker saw epoch 1 and persisted it; it keeps following c3 and writing
+    assert (bs.data_dirs[s] / "controller-cluster.epoch").read_text().strip() == "1"
+    acked = _produce(bs, s, "old-majority-back", 10)
+    assert bs.master_index() == s
+    cc.procs["c1"].stop()
+    cc.procs["c2"].stop()
+    return acked
+
+
+def _add_back(cc: ControllerCluster, node: str) -> None:
+    """`tide controller add-node` for a stopped node of the old majority, started once prepared."""
+    args = [
+        "controller",
+        "add-node",
+        "--config",
+        str(cc.config_path),
+        "--node-id",
+        node,
+        "--yes",
+        "--wait",
+        "30",
+    ]
+    adder = subprocess.Popen(
+        [sys.executable, "-m", "tidelog.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: (cc.root / "data" / node / IDENTITY_FILE).exists(), 20, 0.1, what=f"{node} to be prepared"
+        )
+        cc.procs[node].start()
+        out, err = adder.communicate(timeout=40)
+    finally:
+        if adder.poll() is None:
+            adder.kill()
+            adder.wait(5)
+    assert adder.returncode == 0, (out, err)
+    assert any(p.name.startswith(f"{node}.wiped-epoch-0") for p in (cc.root / "data").iterdir())
+
+
+def _rejoins_identical(bs: BrokerSetProcs, m: int, s: int, acked: list[bytes]) -> None:
+    """The old master rejoins as a slave; both logs are byte-identical and hold every ack."""
+    bs.procs[m].start()
+    assert bs.wait_in_sync(2, timeout=30) == s
+    end = bs.clients[s].status().max_offset
+    wait_until(
+        lambda: (st := status_of(bs, m)) is not None and st.max_offset == end,
+        20,
+        0.1,
+        what="the old master to copy the new master's log",
+    )
+    on_master = read_queues(bs.clients[s], TOPIC, QUEUES)
+    assert read_queues(bs.clients[m], TOPIC, QUEUES) == on_master
+    assert set(acked) <= {b for q in on_master.values() for b in q}
+    assert commitlog_prefix(bs.data_dirs[m], end) == commitlog_prefix(bs.data_dirs[s], end)
+
+
 def test_recover_the_survivor_elect_the_slave_fence_and_rejoin_the_old_majority(tmp_path: Path) -> None:
     (tmp_path / "controllers").mkdir(parents=True)
     cc = ControllerCluster(tmp_path / "controllers", 3).start()
@@ -83,107 +179,22 @@ def test_recover_the_survivor_elect_the_slave_fence_and_rejoin_the_old_majority(
         m = bs.wait_in_sync(2, timeout=30)
         s = 1 - m
         acked = _produce(bs, m, "before", 20)
-
-        # the datacenter of c1, c2 and the master goes dark
-        for c in ("c1", "c2"):
-            cc.procs[c].kill9()
-        bs.procs[m].kill9()
-        cc.procs["c3"].stop()
-
-        refused = tide("controller", "recover", "--config", str(cc.config_path), "--node-id", "c3")
-        assert refused.returncode != 0 and "--yes" in refused.stderr, refused
-        started = time.monotonic()
-        done = tide(
-            "controller", "recover", "--config", str(cc.config_path), "--node-id", "c3", "--yes", "--json"
-        )
-        assert done.returncode == 0, done.stderr
-        report = json.loads(done.stdout)
-        assert (report["old_epoch"], report["new_epoch"]) == (0, 1)
-        assert report["applied_index"] >= report["known_committed_index"] > 0
-        (summary,) = report["broker_sets"]
-        assert summary["name"] == SET and len(summary["sync_state_set"]) == 2
-        cc.procs["c3"].start()
-
+        started = _lose_the_majority_and_recover(cc, bs, m)
         # the slave, in the SyncStateSet, is elected once the lost master's liveness times out
         took = _produce_until_acked(bs, s, b"after-recovery", WRITES_AGAIN_S + 5)
         assert time.monotonic() - started <= WRITES_AGAIN_S + 5, took  # bounded, not a speed claim
         acked += [b"after-recovery"] + _produce(bs, s, "after", 10)
-        addresses = cc.addresses
-        c1, c3 = cc.grpc["c1"], cc.grpc["c3"]
-        assert asyncio.run(_status(addresses, c3))[:2] == (1, ("c3",))
-
-        # the old majority returns with its old data: an epoch-0 quorum of its own
-        cc.procs["c1"].start()
-        cc.procs["c2"].start()
+        assert asyncio.run(_status(cc.addresses, cc.grpc["c3"]))[:2] == (1, ("c3",))
+        acked += _old_majority_is_fenced(cc, bs, s)
+        _add_back(cc, "c1")
         wait_until(
-            lambda: asyncio.run(_status(addresses, c1))[2] in ("c1", "c2"),
-            20,
-            0.2,
-            what="the old majority to elect a leader of its own",
-        )
-        with pytest.raises(ClusterEpochFencedError):
-            asyncio.run(_status(addresses, c1, seen=1))
-        # the broker saw epoch 1 and persisted it; it keeps following c3 and writing
-        assert (bs.data_dirs[s] / "controller-cluster.epoch").read_text().strip() == "1"
-        acked += _produce(bs, s, "old-majority-back", 10)
-        assert bs.master_index() == s
-
-        # c1 rejoins the new cluster wiped, as a new member
-        cc.procs["c1"].stop()
-        cc.procs["c2"].stop()
-        adder = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tidelog.cli",
-                "controller",
-                "add-node",
-                "--config",
-                str(cc.config_path),
-                "--node-id",
-                "c1",
-                "--yes",
-                "--wait",
-                "30",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            wait_until(
-                lambda: (cc.root / "data" / "c1" / IDENTITY_FILE).exists(), 20, 0.1, what="c1 to be prepared"
-            )
-            cc.procs["c1"].start()
-            out, err = adder.communicate(timeout=40)
-        finally:
-            if adder.poll() is None:
-                adder.kill()
-                adder.wait(5)
-        assert adder.returncode == 0, (out, err)
-        assert any(p.name.startswith("c1.wiped-epoch-0") for p in (cc.root / "data").iterdir())
-        wait_until(
-            lambda: asyncio.run(_status(addresses, c1, seen=1))[:2] == (1, ("c1", "c3")),
+            lambda: asyncio.run(_status(cc.addresses, cc.grpc["c1"], seen=1))[:2] == (1, ("c1", "c3")),
             20,
             0.2,
             what="c1 to serve cluster epoch 1 with members c1 and c3",
         )
         acked += _produce(bs, s, "after-add", 5)
-
-        # the old master rejoins as a slave; both logs are byte-identical up to the confirm offset
-        bs.procs[m].start()
-        assert bs.wait_in_sync(2, timeout=30) == s
-        end = bs.clients[s].status().max_offset
-        wait_until(
-            lambda: (st := status_of(bs, m)) is not None and st.max_offset == end,
-            20,
-            0.1,
-            what="the old master to copy the new master's log",
-        )
-        on_master = read_queues(bs.clients[s], TOPIC, QUEUES)
-        assert read_queues(bs.clients[m], TOPIC, QUEUES) == on_master
-        assert set(acked) <= {b for q in on_master.values() for b in q}
-        assert commitlog_prefix(bs.data_dirs[m], end) == commitlog_prefix(bs.data_dirs[s], end)
+        _rejoins_identical(bs, m, s, acked)
     except BaseException:
         print(bs.logs())
         print(cc.logs())

@@ -7,6 +7,7 @@ import asyncio
 import json
 import socket
 import time
+from typing import Any
 
 import click
 
@@ -90,6 +91,39 @@ def _listening(address: str) -> bool:
         return False
 
 
+def _recovered_cluster(cfg: ccfg.ControllerConfig) -> tuple[int, tuple[str, ...], ccfg.NodeAddress]:
+    """(cluster epoch, members, leader) of the recovered cluster, asked of the config's other nodes
+    (a node of an older epoch is skipped: the newest epoch any node answers is the cluster's)."""
+    from tidelog.client.controllers import ControllerClient
+
+    others = [n.grpc for n in cfg.peers]
+    if not others:
+        raise ConfigError("the config names no other controller to join", key="nodes")
+
+    async def statuses() -> list[Any]:
+        async with ControllerClient(others, secret=cfg.secret, total_timeout=5.0) as client:
+            out = []
+            for address in others:
+                try:
+                    out.append(await client.cluster_status(address=address))
+                except Exception as exc:  # an unreachable or fenced node is skipped
+                    click.echo(f"{address}: {exc}", err=True)
+            return out
+
+    replies = [r for r in asyncio.run(statuses()) if r.leader_id]
+    if not replies:
+        raise UnavailableError("no controller of the recovered cluster answered with a leader")
+    epoch = max(r.cluster_epoch for r in replies)
+    if epoch == 0:
+        raise ConfigError(
+            "the controller cluster was never recovered (cluster epoch 0): add-node grows only a "
+            "recovered cluster; a regular cluster's members are its config's nodes",
+            key="--node-id",
+        )
+    status = next(r for r in replies if r.cluster_epoch == epoch)
+    return int(epoch), tuple(status.members), cfg.node(status.leader_id)
+
+
 @controller.command("add-node")
 @click.option("--config", "config_path", required=True, metavar="FILE", help="controller YAML config")
 @click.option("--node-id", required=True, help="the controller to add (stopped; its data dir is wiped)")
@@ -103,38 +137,10 @@ def add_node(config_path: str, node_id: str, data_dir: str | None, wait_s: float
     once it listens the leader adds it (one node at a time)."""
     if not yes:
         raise click.UsageError("add-node wipes the node's data dir (moved aside): pass --yes")
-    from tidelog.client.controllers import ControllerClient
     from tidelog.controller.recover import load_identity, prepare_join, request_add
 
     cfg = _load(config_path, node_id, data_dir)
-    others = [n.grpc for n in cfg.peers]
-    if not others:
-        raise ConfigError("the config names no other controller to join", key="nodes")
-
-    async def statuses() -> list[object]:
-        async with ControllerClient(others, secret=cfg.secret, total_timeout=5.0) as client:
-            out = []
-            for address in others:
-                try:
-                    out.append(await client.cluster_status(address=address))
-                except Exception as exc:  # an unreachable or fenced node is skipped
-                    click.echo(f"{address}: {exc}", err=True)
-            return out
-
-    replies = [r for r in asyncio.run(statuses()) if getattr(r, "leader_id", "")]
-    if not replies:
-        raise UnavailableError("no controller of the recovered cluster answered with a leader")
-    epoch = max(r.cluster_epoch for r in replies)  # type: ignore[attr-defined]
-    current = [r for r in replies if r.cluster_epoch == epoch]  # type: ignore[attr-defined]
-    if epoch == 0:
-        raise ConfigError(
-            "the controller cluster was never recovered (cluster epoch 0): add-node grows only a "
-            "recovered cluster; a regular cluster's members are its config's nodes",
-            key="--node-id",
-        )
-    status = current[0]
-    members = tuple(status.members)  # type: ignore[attr-defined]
-    leader = cfg.node(status.leader_id)  # type: ignore[attr-defined]
+    epoch, members, leader = _recovered_cluster(cfg)
     ident = load_identity(cfg)
     prepared = ident is not None and ident.epoch == epoch and node_id in ident.members
     moved = None if prepared and _listening(cfg.self_node.raft) else prepare_join(cfg, epoch, members)
