@@ -558,9 +558,15 @@ class ControllerClient:
         return await self.call("broker", "AlterSyncStateSet", req)
 
     async def elect_master(
-        self, broker_set: str, broker_id: int | None = None, *, designated: bool = False
+        self,
+        broker_set: str,
+        broker_id: int | None = None,
+        *,
+        designated: bool = False,
+        unclean: bool = False,
     ) -> pb.ElectMasterReply:
-        req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated)
+        """`unclean` (with `designated`): elect the named broker even from outside the SyncStateSet."""
+        req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated, unclean=unclean)
         if broker_id is not None:
             req.broker_id = broker_id
         return await self.call("admin" if designated else "broker", "ElectMaster", req)
