@@ -247,13 +247,26 @@ class ControllerNode:
             return
         key = (broker_set, broker_id)
         last = self._last_report.get(key)
-        if last is not None and last[0] == req.epoch and now - last[1] < REPORT_INTERVAL_MS:
+        if (
+            last is not None
+            and last[0] == req.epoch
+            and now - last[1] < self._report_interval(broker_set, broker_id)
+        ):
             return
         self._last_report[key] = (req.epoch, now)
         cmd = st.ReportOffsets(
             broker_set=broker_set, broker_id=broker_id, epoch=req.epoch, max_offset=req.max_offset
         )
         self._spawn(self._report(cmd))
+
+    def _report_interval(self, broker_set: str, broker_id: int) -> int:
+        """How often a broker's offsets enter the Raft log: a master alone in its SyncStateSet holds
+        the only copy of what it acknowledges, so its record (what `tide admin elect --unclean`
+        counts as the RPO of losing it) is kept one heartbeat fresh."""
+        with self.raft.read() as state:
+            bs = state.broker_sets.get(broker_set)
+            alone = bs is not None and bs.master_id == broker_id and bs.sync_state_set == {broker_id}
+        return self.cfg.heartbeat_interval_ms if alone else REPORT_INTERVAL_MS
 
     async def _report(self, cmd: st.ReportOffsets) -> None:
         try:

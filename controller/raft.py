@@ -175,7 +175,9 @@ def _check_snapshot(path: Path) -> None:
 class RaftNode:
     """One controller node's PySyncObj instance, seen from asyncio."""
 
-    def __init__(self, cfg: ControllerConfig) -> None:
+    def __init__(self, cfg: ControllerConfig, *, replay_only: bool = False) -> None:
+        """`replay_only`: the forced recovery's one-off start (controller/recover.py): membership
+        comes from the identity file alone, never from the snapshot's cluster."""
         self.cfg = cfg
         if not cfg.secret:
             raise ConfigError("the Raft port needs the cluster secret", key="secret")
@@ -207,7 +209,7 @@ class RaftNode:
             logCompactionMinEntries=tuning.log_compaction_min_entries,
             maxBindRetries=5,
             # only recovered clusters grow by `tide controller add-node`
-            dynamicMembershipChange=self.cluster_epoch > 0,
+            dynamicMembershipChange=self.cluster_epoch > 0 and not replay_only,
             # Controller writes are rare and latency matters more than batching (elections, CAS).
             appendEntriesUseBatch=False,
         )
@@ -309,6 +311,10 @@ class RaftNode:
 
     def is_leader(self) -> bool:
         return _leadership(self._obj)[0]
+
+    def snapshot_now(self) -> None:
+        """Write a snapshot at the next tick (the recovery's: it records the one-node cluster)."""
+        self._obj.forceLogCompaction()
 
     def members(self) -> tuple[str, ...]:
         """The node ids of this node's Raft cluster as PySyncObj holds it (dynamic membership

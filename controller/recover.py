@@ -25,11 +25,12 @@ This module is the shell (files, ports, PySyncObj); the rules are `tidelog/clust
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -243,30 +244,98 @@ def recover(cfg: ControllerConfig, *, timeout: float = 30.0) -> RecoveryReport:
     )
 
 
+def _snapshot_index(node_dir: Path) -> int:
+    """The last index a stopped node's snapshot covers (0: no snapshot)."""
+    from pysyncobj import pickle as pysyncobj_pickle
+
+    path = node_dir / SNAPSHOT_FILE
+    if not path.exists():
+        return 0
+    with gzip.open(path, "rb") as f:
+        data = pysyncobj_pickle.load(f)
+    return int(data[1][1])
+
+
+def _drop_membership_changes(node_dir: Path) -> int:
+    """Turn the membership changes the journal holds past the snapshot into no-ops; returns how many.
+
+    PySyncObj re-applies them when it applies the log, which would give the one-node cluster its
+    lost members back (and no quorum). Indexes and terms stay, so the log is the same length."""
+    from pysyncobj.journal import createJournal
+
+    after = _snapshot_index(node_dir)
+    journal = createJournal(str(node_dir / JOURNAL_FILE))
+    try:
+        entries = [journal[i] for i in range(len(journal))]
+        changed = [
+            (_NO_OP if idx > after and cmd[:1] == _MEMBERSHIP else cmd, idx, term)
+            for cmd, idx, term in entries
+        ]
+        count = sum(1 for a, b in zip(entries, changed, strict=True) if a[0] != b[0])
+        if count:
+            journal.clear()
+            for entry in changed:
+                journal.add(*entry)
+            journal.flush()
+        return count
+    finally:
+        journal._destroy()  # noqa: SLF001 - its only close
+
+
+#: PySyncObj's log entry types (pysyncobj.syncobj._COMMAND_TYPE: the first byte of an entry)
+_NO_OP = bytes([1])
+_MEMBERSHIP = bytes([2])
+
+
 def _replay(cfg: ControllerConfig, last_index: int, timeout: float) -> tuple[int, list[dict[str, Any]], int]:
-    """Start the node once as its one-node cluster, commit its whole log, read the state, stop."""
+    """Start the node once as its one-node cluster, commit its whole log, snapshot it (the snapshot
+    records the one-node cluster), read the state, stop."""
     from tidelog.controller.raft import RaftNode  # raft.py imports this module's file helpers
 
-    raft = RaftNode(cfg)
+    if (cfg.node_dir / JOURNAL_FILE).exists():
+        dropped = _drop_membership_changes(cfg.node_dir)
+        if dropped:
+            log.warning(
+                "controller %s: %d membership changes of the old cluster left out", cfg.node_id, dropped
+            )
+    snapshot = cfg.node_dir / SNAPSHOT_FILE
+    before = snapshot.stat().st_mtime_ns if snapshot.exists() else 0
+    # Alone, it waits out one election timeout before it leads: the shortest the rules allow
+    # (nobody else votes, and the operator is waiting).
+    quick = replace(
+        cfg.raft,
+        election_min_timeout_ms=4 * cfg.raft.append_entries_period_ms,
+        election_max_timeout_ms=4 * cfg.raft.append_entries_period_ms + 50,
+    )
+    raft = RaftNode(replace(cfg, raft=quick), replay_only=True)
     try:
 
         async def commit_all() -> None:
             deadline = time.monotonic() + timeout
             while not raft.is_leader():
                 if time.monotonic() > deadline:
-                    raise UnavailableError(f"controller {cfg.node_id} did not lead its one-node cluster")
+                    raise UnavailableError(
+                        f"controller {cfg.node_id} did not lead its one-node cluster",
+                        hint="the node dir before the recovery is in the backup dir: put it back, then run recover again",
+                    )
                 await asyncio.sleep(0.05)
             # a barrier in the new term commits (and applies) every earlier entry of the log
             await raft.barrier(0, timeout=max(1.0, deadline - time.monotonic()))
 
         asyncio.run(commit_all())
+        raft.snapshot_now()
+        deadline = time.monotonic() + timeout
+        while not snapshot.exists() or snapshot.stat().st_mtime_ns == before:
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"controller {cfg.node_id} did not write its recovery snapshot")
+            time.sleep(0.05)
         status = raft.status()
         with raft.read() as state:
             sets, topics = summarize(state)
         if status.last_applied < last_index:
             raise UnavailableError(
                 f"applied only up to index {status.last_applied} of {last_index}",
-                hint="run the recovery again: it is idempotent up to the epoch it writes",
+                hint="the node dir before the recovery is in the backup dir: put it back, then run recover again",
             )
         return status.last_applied, sets, topics
     finally:

@@ -6,11 +6,9 @@ readable table, or the raw reply as JSON with `--json`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
@@ -20,6 +18,7 @@ from rich.table import Table
 
 from tidelog.cli.common import console, controller_call, describe_with_liveness
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
+from tidelog.client.unclean import unclean_rpo
 
 T = TypeVar("T")
 
@@ -207,61 +206,6 @@ def elect(
         f"{role.broker_set}: master {role.master_id if role.has_master else 'none'} at epoch "
         f"{role.master_epoch}, SyncStateSet {_ids(role.sync_state_set)} (epoch {role.sync_state_set_epoch})"
     )
-
-
-@dataclass(frozen=True)
-class UncleanRpo:
-    """What an unclean election of `broker_id` may lose: the last confirm offset the controller
-    knows for the set (the highest offset its SyncStateSet members reported to the Raft log) minus
-    the candidate's own max offset, when positive."""
-
-    broker_set: str
-    broker_id: int
-    in_sync: bool
-    known_confirm_offset: int
-    candidate_max_offset: int
-
-    @property
-    def bytes(self) -> int:
-        return 0 if self.in_sync else max(0, self.known_confirm_offset - self.candidate_max_offset)
-
-    def line(self) -> str:
-        if self.in_sync:
-            return f"{self.broker_set}: broker {self.broker_id} is in the SyncStateSet: a clean election, RPO 0 bytes"
-        return (
-            f"{self.broker_set}: electing broker {self.broker_id} from outside the SyncStateSet: RPO "
-            f"{self.bytes} bytes may be lost (last confirm offset known {self.known_confirm_offset}, "
-            f"its max offset {self.candidate_max_offset}); writes acknowledged after the lost members' "
-            f"last report to the controller are not counted"
-        )
-
-
-async def unclean_rpo(c: ControllerClient, broker_set: str, broker_id: int) -> UncleanRpo:
-
-    info = (await describe_with_liveness(c, [broker_set])).broker_sets[0]
-    members = {m.broker_id: m for m in info.members}
-    if broker_id not in members:
-        raise click.UsageError(f"broker {broker_id} is not a member of {broker_set}")
-    sss = set(info.role.sync_state_set)
-    known = max((members[b].last_max_offset for b in sss if b != broker_id and b in members), default=-1)
-    candidate = members[broker_id].last_max_offset
-    with contextlib.suppress(Exception):  # its own word is fresher than its last report; either will do
-        candidate = await broker_max_offset(members[broker_id].address)
-    return UncleanRpo(broker_set, broker_id, broker_id in sss, known, candidate)
-
-
-async def broker_max_offset(address: str) -> int:
-    from tidelog.proto import broker_pb2 as bpb
-    from tidelog.proto import broker_pb2_grpc as bpb_grpc
-    from tidelog.tlsconfig import FROM_ENV, aio_channel, resolve_client
-    from tidelog.wire import CHANNEL_OPTIONS
-
-    channel = aio_channel(address, resolve_client(FROM_ENV), CHANNEL_OPTIONS)
-    try:
-        reply = await bpb_grpc.BrokerStub(channel).Status(bpb.StatusRequest(), timeout=3.0)
-        return int(reply.max_offset)
-    finally:
-        await channel.close()
 
 
 @admin.group("topics")
