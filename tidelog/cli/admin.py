@@ -113,11 +113,22 @@ def status(ctx: click.Context, as_json: bool) -> None:
         _emit_json(rows)
         return
     table = Table(title="controller nodes")
-    for col in ("node", "state", "leader", "term", "commit", "applied", "ready", "brokers heard"):
+    columns = (
+        "node",
+        "state",
+        "leader",
+        "term",
+        "commit",
+        "applied",
+        "ready",
+        "brokers heard",
+        "cluster epoch",
+    )
+    for col in (*columns, "members"):
         table.add_column(col)
     for r in rows:
         if isinstance(r, dict):
-            table.add_row(r["address"], f"[red]{r['error']}[/red]", "", "", "", "", "", "")
+            table.add_row(r["address"], f"[red]{r['error']}[/red]", *[""] * len(columns))
         else:
             table.add_row(
                 r.node_id,
@@ -128,6 +139,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
                 str(r.last_applied),
                 "yes" if r.ready else "no",
                 str(r.brokers_heard),
+                str(r.cluster_epoch),  # raised by each forced recovery (docs/RUNBOOK-quorum.md)
+                ",".join(r.members),
             )
     console().print(table)
 

@@ -48,9 +48,12 @@ def controller(
 
 
 def _load(config_path: str, node_id: str, data_dir: str | None) -> ccfg.ControllerConfig:
+    cfg = ccfg.load(config_path, node_id=node_id, data_dir=data_dir)
+    if cfg.secret:  # the usual case; the node module (gRPC) is not needed, and the operator waits
+        return cfg
     from tidelog.controller.node import with_secret
 
-    return with_secret(ccfg.load(config_path, node_id=node_id, data_dir=data_dir))
+    return with_secret(cfg)
 
 
 @controller.command("recover")

@@ -43,6 +43,7 @@ from tidelog import localcluster
 from tidelog.client import Client
 from tidelog.client.controllers import ControllerClient
 from tidelog.client.unclean import unclean_rpo
+from tidelog.clusterepoch import IDENTITY_FILE, ClusterIdentity
 from tidelog.drill.killmaster import describe_set, drop_topic, read_all
 from tidelog.drill.scenarios import Drill, Workload, check, wait_whole
 from tidelog.errors import ClusterEpochFencedError, ConfigError, TidelogError, UnavailableError
@@ -307,9 +308,8 @@ class QuorumDrill:
             text=True,
         )
         try:
-            ident = self.site.controller_data / node / "cluster.json"
             deadline = time.monotonic() + 30
-            while not ident.exists() and adder.poll() is None and time.monotonic() < deadline:
+            while not self._prepared(node) and adder.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             localcluster.restart(self.site.data_dir, name)
             _out, err = adder.communicate(timeout=90)
@@ -322,6 +322,15 @@ class QuorumDrill:
         wiped = any(p.name.startswith(f"{node}.wiped-") for p in self.site.controller_data.iterdir())
         self.drill.log(f"{node} wiped and added back to cluster epoch {self.epoch}")
         return wiped
+
+    def _prepared(self, node: str) -> bool:
+        """Whether add-node wrote the node's identity file for the current epoch (a node that was a
+        member of an earlier recovered cluster already has one, of its old epoch)."""
+        try:
+            text = (self.site.controller_data / node / IDENTITY_FILE).read_text()
+            return ClusterIdentity.from_json(text).epoch == self.epoch
+        except (OSError, TidelogError):
+            return False
 
     def controllers_agree(self, timeout_s: float) -> bool:
         """Every controller serves the new epoch with all three as members."""
@@ -355,6 +364,9 @@ class QuorumDrill:
         if wait_whole(d.client, d.broker_set, timeout_s=60) is None:
             raise UnavailableError(f"{d.broker_set} is not whole before the round")
         self.place_master(site.surviving_dc if placement == "slave" else site.lost_dc)
+        # an election leaves the new master alone in the set: wait for the other replica to rejoin
+        if wait_whole(d.client, d.broker_set, timeout_s=60) is None:
+            raise UnavailableError(f"{d.broker_set} is not whole after placing its master")
         out: dict[str, Any] = {"placement": placement}
         survivor_replica = self.replica_in(site.surviving_dc)
         d.hold(1)
@@ -417,6 +429,11 @@ def run(
             for placement in SCENARIOS[scenario][0]:
                 rounds.append(quorum.round(placement))
             time.sleep(settle_s)
+        except Exception:
+            log.error(
+                "%s failed after: %s", scenario, "; ".join(f"{s['at_s']}s {s['step']}" for s in drill.steps)
+            )
+            raise
         finally:
             work.stop()
             quorum.close()
