@@ -260,13 +260,13 @@ class ControllerNode:
         self._spawn(self._report(cmd))
 
     def _report_interval(self, broker_set: str, broker_id: int) -> int:
-        """How often a broker's offsets enter the Raft log: a master alone in its SyncStateSet holds
-        the only copy of what it acknowledges, so its record (what `tide admin elect --unclean`
-        counts as the RPO of losing it) is kept one heartbeat fresh."""
+        """How often a broker's offsets enter the Raft log (ms): a master alone in its SyncStateSet
+        holds the only copy of what it acknowledges, so its record (what `tide admin elect
+        --unclean` counts as the RPO of losing it) follows every heartbeat that moved it."""
         with self.raft.read() as state:
             bs = state.broker_sets.get(broker_set)
             alone = bs is not None and bs.master_id == broker_id and bs.sync_state_set == {broker_id}
-        return self.cfg.heartbeat_interval_ms if alone else REPORT_INTERVAL_MS
+        return 0 if alone else REPORT_INTERVAL_MS
 
     async def _report(self, cmd: st.ReportOffsets) -> None:
         try:
