@@ -369,7 +369,7 @@ class Replica:
         """After a heartbeat: as master, write the topic markers the controller's view asks for;
         on every replica, apply the markers received (a deleted topic's files go at once)."""
         if self.role == MASTER and self.ha_master is not None:
-            self.topic_table.enforce(self._append_marker)
+            self.topic_table.enforce(self._append_marker, self.ha_master.epoch)
         else:
             self.topic_table.marks.refresh()
 

@@ -81,16 +81,21 @@ from tidelog.errors import (
     TidelogError,
     TopicNotFoundError,
     UnavailableError,
+    by_code,
 )
 from tidelog.invariants import present
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
+from tidelog.proto import controller_pb2 as cpb
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 from tidelog.tasks import cancel_and_wait
 from tidelog.tlsconfig import ClientTls, aio_channel, client_from_env
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 log = logging.getLogger(__name__)
+
+#: Topics per CreateTopics call (the controller takes up to 1,000 in one Raft commit).
+MAX_TOPICS_PER_CALL = 1000
 T = TypeVar("T")
 
 
@@ -1448,6 +1453,34 @@ class AsyncAdmin:
         self.client.forget_route(name)
         return dict(cfg.queues)
 
+    async def create_topics(
+        self,
+        names: Iterable[str],
+        queues: int = 4,
+        broker_sets: Iterable[str] | None = None,
+        perm: str = "rw",
+        retention_ms: int = 0,
+    ) -> dict[str, TidelogError | None]:
+        """Create many topics alike, up to 1,000 per controller call (one Raft commit each call);
+        returns each name's outcome: None when created, else its typed error (TOPIC_EXISTS, ...)."""
+        sets = list(broker_sets) if broker_sets else await self.broker_sets()
+        if not sets:
+            raise UnavailableError("no broker set is registered yet", hint="start the brokers first")
+        queue_map = {s: queues for s in sets}
+        names = list(names)
+        out: dict[str, TidelogError | None] = {}
+        for start in range(0, len(names), MAX_TOPICS_PER_CALL):
+            requests = [
+                cpb.CreateTopicRequest(name=n, queues=queue_map, perm=perm, retention_ms=retention_ms)
+                for n in names[start : start + MAX_TOPICS_PER_CALL]
+            ]
+            for result in await self.client.controller.create_topics(requests):
+                out[result.name] = (
+                    by_code(result.error_code)(result.error_message) if result.error_code else None
+                )
+                self.client.forget_route(result.name)
+        return out
+
     async def delete_topic(self, name: str) -> None:
         await self.client.controller.delete_topic(name)
         self.client.forget_route(name)
@@ -1473,7 +1506,8 @@ class AsyncAdmin:
 
     async def topic_retention(self, name: str) -> int:
         """Topic `name`'s own retention in ms (0: the brokers'); TopicNotFoundError if none."""
-        for t in await self.client.controller.list_topics():
+        page, _ = await self.client.controller.list_topics_page(prefix=name, limit=1)
+        for t in page:
             if t.name == name:
                 return int(t.retention_ms)
         raise TopicNotFoundError(f"no topic {name!r}", hint="list them with `tide topic list`")
@@ -1487,10 +1521,17 @@ class AsyncAdmin:
         )
 
     async def list_topics(self) -> list[dict[str, Any]]:
-        return [
-            {"name": t.name, "queues": dict(t.queues), "perm": t.perm, "retention_ms": int(t.retention_ms)}
-            for t in await self.client.controller.list_topics()
-        ]
+        return [_topic_row(t) for t in await self.client.controller.list_topics()]
+
+    async def list_topics_page(
+        self, *, prefix: str = "", start_after: str = "", limit: int = 1000
+    ) -> tuple[list[dict[str, Any]], str]:
+        """At most `limit` topics in name order after `start_after` that begin with `prefix`, and
+        the name to pass as `start_after` for the next page ("" after the last)."""
+        page, after = await self.client.controller.list_topics_page(
+            prefix=prefix, start_after=start_after, limit=limit
+        )
+        return [_topic_row(t) for t in page], after
 
     async def describe_topic(self, name: str) -> list[dict[str, Any]]:
         route = await self.client.route(name, refresh=True)
@@ -1577,3 +1618,7 @@ class AsyncAdmin:
                     }
                 )
         return rows
+
+
+def _topic_row(t: cpb.TopicConfig) -> dict[str, Any]:
+    return {"name": t.name, "queues": dict(t.queues), "perm": t.perm, "retention_ms": int(t.retention_ms)}

@@ -74,6 +74,12 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
+#: Topics per ListTopics page when a caller wants them all: small replies, a bounded wait each.
+LIST_PAGE = 5000
+#: A bulk call's deadline (CreateTopics of up to 1,000 topics in one commit).
+BULK_CALL_TIMEOUT_S = 30.0
+
+
 def _read_epoch(path: Path | None) -> int:
     if path is None:
         return 0
@@ -122,9 +128,7 @@ class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         before = self.seen.value
         try:
             if self.seen.check(answered, f"the controller at {self.address}"):
-                log.warning(
-                    "controllers: cluster epoch %d seen (was %d) at %s", answered, before, self.address
-                )
+                log.info("controllers: cluster epoch %d seen (was %d) at %s", answered, before, self.address)
                 self.on_raise(answered)
         except ClusterEpochFencedError as err:
             if self._warned != answered:
@@ -507,6 +511,7 @@ class ControllerClient:
         priority: int | None = None,
         total_timeout: float | None = None,
         acl_version: int = 0,
+        topics_version: str = "",
     ) -> pb.HeartbeatReply:
         """One heartbeat to the leader, answered with the broker's role, and a copy to every other
         node (controller RULES.md L0): a follower that becomes leader then knows which brokers
@@ -518,6 +523,7 @@ class ControllerClient:
             max_offset=max_offset,
             confirm_offset=confirm_offset,
             acl_version=acl_version,
+            topics_version=topics_version,
         )
         if priority is not None:
             req.priority = priority
@@ -563,10 +569,15 @@ class ControllerClient:
         broker_id: int | None = None,
         *,
         designated: bool = False,
+        restarted: bool = False,
         unclean: bool = False,
     ) -> pb.ElectMasterReply:
-        """`unclean` (with `designated`): elect the named broker even from outside the SyncStateSet."""
-        req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated, unclean=unclean)
+        """`restarted`: the asking broker is the recorded master, back from a crash, and asks for a
+        new epoch (controller/RULES.md E8). `unclean` (with `designated`): elect the named broker
+        even from outside the SyncStateSet."""
+        req = pb.ElectMasterRequest(
+            broker_set=broker_set, designated=designated, restarted=restarted, unclean=unclean
+        )
         if broker_id is not None:
             req.broker_id = broker_id
         return await self.call("admin" if designated else "broker", "ElectMaster", req)
@@ -587,6 +598,23 @@ class ControllerClient:
         request = pb.CreateTopicRequest(name=name, queues=queues, perm=perm, retention_ms=retention_ms)
         reply = await self.call("admin", "CreateTopic", request)
         return reply.topic
+
+    async def create_topics(self, requests: Iterable[pb.CreateTopicRequest]) -> list[pb.CreateTopicResult]:
+        """Several topics in one call (at most 1,000): one result per request, in order.
+
+        One commit of many topics may take longer than a single call's usual deadline, and a call
+        retried after its deadline finds the topics its first try created (TOPIC_EXISTS): the call
+        gets a longer deadline instead."""
+        request = pb.CreateTopicsRequest(topics=list(requests))
+        per_call = max(self.rpc_timeout, BULK_CALL_TIMEOUT_S)
+        reply = await self.call(
+            "admin",
+            "CreateTopics",
+            request,
+            timeout=per_call,
+            total_timeout=max(self.total_timeout, per_call),
+        )
+        return list(reply.results)
 
     async def delete_topic(self, name: str) -> None:
         await self.call("admin", "DeleteTopic", pb.DeleteTopicRequest(name=name))
@@ -627,7 +655,23 @@ class ControllerClient:
         return list((await self.call("admin", "ListAcls", pb.ListAclsRequest(user=user))).grants)
 
     async def list_topics(self) -> list[pb.TopicConfig]:
-        return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)
+        """Every topic, a page at a time (a controller before paging answers all at once)."""
+        out: list[pb.TopicConfig] = []
+        after = ""
+        while True:
+            page, after = await self.list_topics_page(start_after=after, limit=LIST_PAGE)
+            out.extend(page)
+            if not after:
+                return out
+
+    async def list_topics_page(
+        self, *, prefix: str = "", start_after: str = "", limit: int = LIST_PAGE
+    ) -> tuple[list[pb.TopicConfig], str]:
+        """Topics in name order after `start_after` that begin with `prefix`, at most `limit` (0:
+        all); with the name to start the next page after ("" when this was the last)."""
+        request = pb.ListTopicsRequest(prefix=prefix, start_after=start_after, limit=limit)
+        reply = await self.call("admin", "ListTopics", request)
+        return list(reply.topics), reply.next_start_after
 
     async def clean_broker_data(
         self, broker_set: str, broker_ids: Iterable[int] = (), *, clean_living: bool = False

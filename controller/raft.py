@@ -39,6 +39,7 @@ from tidelog.clusterepoch import ClusterIdentity, raft_password
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.recover import load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
+from tidelog.controller.topics import TOPIC_COMMANDS
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.invariants import EXIT_INVARIANT_VIOLATED
 from tidelog.tasks import within
@@ -60,6 +61,10 @@ class _Machine(SyncObjConsumer):
         self.max_meta_value_bytes = max_meta_value_bytes
         self.state = ControllerState(max_meta_value_bytes=max_meta_value_bytes)
         self.applied_commands = 0
+        # How often the topics may have changed here (a topic command applied, a snapshot loaded):
+        # local to this process, so that derived views (the heartbeat's topic lists) are rebuilt
+        # only after such a change, not per heartbeat.
+        self.topics_changes = 0
 
     @replicated
     def apply(self, cmd: Any) -> Result:
@@ -73,6 +78,8 @@ class _Machine(SyncObjConsumer):
                 logging.shutdown()
                 os._exit(EXIT_INVARIANT_VIOLATED)
             self.applied_commands += 1
+            if type(cmd) in TOPIC_COMMANDS:
+                self.topics_changes += 1
         if not result.ok:
             log.debug("applied %s -> %s %s", type(cmd).__name__, result.code, result.message)
         return result
@@ -99,6 +106,7 @@ class _Machine(SyncObjConsumer):
             os._exit(EXIT_INVARIANT_VIOLATED)
         with self.lock:
             self.state = state
+            self.topics_changes += 1
 
 
 @dataclass(frozen=True)
@@ -286,6 +294,11 @@ class RaftNode:
         await within(fut, timeout)
 
     # --- reads ----------------------------------------------------------------------------
+
+    @property
+    def topics_changes(self) -> int:
+        """A counter that moves whenever the topics may have changed (see `_Machine`)."""
+        return self._machine.topics_changes
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ControllerState]:

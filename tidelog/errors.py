@@ -403,6 +403,15 @@ class TopicExistsError(TidelogError):
 
 
 @_register
+class TopicLimitReachedError(TidelogError):
+    """The cluster holds as many topics as its controllers' `max_topics` allows."""
+
+    code = "TOPIC_LIMIT_REACHED"
+    status = "RESOURCE_EXHAUSTED"
+    hint = "delete topics you no longer need, or raise max_topics in the controllers' config"
+
+
+@_register
 class TopicNotFoundError(TidelogError):
     """No topic of that name exists."""
 

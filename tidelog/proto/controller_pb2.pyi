@@ -124,7 +124,7 @@ class RegisterBrokerReply(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority", "acl_version")
+    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority", "acl_version", "topics_version")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,7 @@ class HeartbeatRequest(_message.Message):
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     ACL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     epoch: int
@@ -139,10 +140,11 @@ class HeartbeatRequest(_message.Message):
     confirm_offset: int
     priority: int
     acl_version: int
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ...) -> None: ...
+    topics_version: str
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ..., topics_version: _Optional[str] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "clean_elections_only")
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "clean_elections_only", "topics_version", "topics_unchanged")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +152,8 @@ class HeartbeatReply(_message.Message):
     DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     ACL_FIELD_NUMBER: _ClassVar[int]
     CLEAN_ELECTIONS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     heartbeat_interval_ms: int
@@ -157,7 +161,9 @@ class HeartbeatReply(_message.Message):
     deleted_topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     acl: AclTable
     clean_elections_only: bool
-    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., clean_elections_only: _Optional[bool] = ...) -> None: ...
+    topics_version: str
+    topics_unchanged: bool
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., clean_elections_only: _Optional[bool] = ..., topics_version: _Optional[str] = ..., topics_unchanged: _Optional[bool] = ...) -> None: ...
 
 class User(_message.Message):
     __slots__ = ("name", "access_key", "signing_key")
@@ -280,16 +286,18 @@ class AlterSyncStateSetReply(_message.Message):
     def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
 
 class ElectMasterRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "designated", "unclean")
+    __slots__ = ("broker_set", "broker_id", "designated", "restarted", "unclean")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DESIGNATED_FIELD_NUMBER: _ClassVar[int]
+    RESTARTED_FIELD_NUMBER: _ClassVar[int]
     UNCLEAN_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     designated: bool
+    restarted: bool
     unclean: bool
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ..., unclean: _Optional[bool] = ...) -> None: ...
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ..., restarted: _Optional[bool] = ..., unclean: _Optional[bool] = ...) -> None: ...
 
 class ElectMasterReply(_message.Message):
     __slots__ = ("role",)
@@ -409,15 +417,47 @@ class AlterTopicRetentionReply(_message.Message):
     topic: TopicConfig
     def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
 
-class ListTopicsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class ListTopicsReply(_message.Message):
+class CreateTopicsRequest(_message.Message):
     __slots__ = ("topics",)
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[CreateTopicRequest]
+    def __init__(self, topics: _Optional[_Iterable[_Union[CreateTopicRequest, _Mapping]]] = ...) -> None: ...
+
+class CreateTopicResult(_message.Message):
+    __slots__ = ("name", "topic", "error_code", "error_message")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic: TopicConfig
+    error_code: str
+    error_message: str
+    def __init__(self, name: _Optional[str] = ..., topic: _Optional[_Union[TopicConfig, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class CreateTopicsReply(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CreateTopicResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CreateTopicResult, _Mapping]]] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("prefix", "start_after", "limit")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    start_after: str
+    limit: int
+    def __init__(self, prefix: _Optional[str] = ..., start_after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListTopicsReply(_message.Message):
+    __slots__ = ("topics", "next_start_after")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_START_AFTER_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+    next_start_after: str
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., next_start_after: _Optional[str] = ...) -> None: ...
 
 class CleanBrokerDataRequest(_message.Message):
     __slots__ = ("broker_set", "broker_ids", "clean_living")
