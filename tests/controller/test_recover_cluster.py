@@ -57,30 +57,28 @@ def _produce(bs: BrokerSetProcs, i: int, tag: str, n: int) -> list[bytes]:
     return bodies
 
 
-def _produce_until_acked(bs: BrokerSetProcs, i: int, body: bytes, within_s: float) -> float:
-    """Seconds until `body` is acknowledged by replica `i` (fails after `within_s`)."""
+def _produce_until_acked(bs: BrokerSetProcs, i: int, body: bytes, within_s: float) -> None:
+    """Send `body` to replica `i` until it is acknowledged (fails after `within_s`)."""
     start = time.monotonic()
     last: Exception | None = None
     while time.monotonic() - start < within_s:
         try:
             bs.clients[i].produce(TOPIC, [body], timeout=2)
-            return time.monotonic() - start
+            return
         except Exception as exc:  # not master yet, or no ack yet: the set is still failing over
             last = exc
             time.sleep(0.05)  # pacing retries, not ordering events
     raise AssertionError(f"{body!r} not acknowledged within {within_s} s: {last}")
 
 
-def _lose_the_majority_and_recover(cc: ControllerCluster, bs: BrokerSetProcs, m: int) -> float:
-    """Kill c1, c2 and the master (their datacenter goes dark), recover c3, start it; returns when
-    the recovery command started (monotonic)."""
+def _lose_the_majority_and_recover(cc: ControllerCluster, bs: BrokerSetProcs, m: int) -> None:
+    """Kill c1, c2 and the master (their datacenter goes dark), recover c3, start it."""
     for c in ("c1", "c2"):
         cc.procs[c].kill9()
     bs.procs[m].kill9()
     cc.procs["c3"].stop()
     refused = tide("controller", "recover", "--config", str(cc.config_path), "--node-id", "c3")
     assert refused.returncode != 0 and "--yes" in refused.stderr, refused
-    started = time.monotonic()
     done = tide(
         "controller", "recover", "--config", str(cc.config_path), "--node-id", "c3", "--yes", "--json"
     )
@@ -91,7 +89,6 @@ def _lose_the_majority_and_recover(cc: ControllerCluster, bs: BrokerSetProcs, m:
     (summary,) = report["broker_sets"]
     assert summary["name"] == SET and len(summary["sync_state_set"]) == 2
     cc.procs["c3"].start()
-    return started
 
 
 def _old_majority_is_fenced(cc: ControllerCluster, bs: BrokerSetProcs, s: int) -> list[bytes]:
@@ -179,10 +176,10 @@ def test_recover_the_survivor_elect_the_slave_fence_and_rejoin_the_old_majority(
         m = bs.wait_in_sync(2, timeout=30)
         s = 1 - m
         acked = _produce(bs, m, "before", 20)
-        started = _lose_the_majority_and_recover(cc, bs, m)
+        _lose_the_majority_and_recover(cc, bs, m)
         # the slave, in the SyncStateSet, is elected once the lost master's liveness times out
-        took = _produce_until_acked(bs, s, b"after-recovery", WRITES_AGAIN_S + 5)
-        assert time.monotonic() - started <= WRITES_AGAIN_S + 5, took  # bounded, not a speed claim
+        # (a bounded wait, not a speed claim: the drill measures the time)
+        _produce_until_acked(bs, s, b"after-recovery", WRITES_AGAIN_S + 5)
         acked += [b"after-recovery"] + _produce(bs, s, "after", 10)
         assert asyncio.run(_status(cc.addresses, cc.grpc["c3"]))[:2] == (1, ("c3",))
         acked += _old_majority_is_fenced(cc, bs, s)
