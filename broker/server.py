@@ -35,7 +35,7 @@ from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.rocketmq import RocketMQEndpoint
 from tidelog.broker.service import BrokerService
-from tidelog.client.controllers import ControllerClient
+from tidelog.client.controllers import SEEN_EPOCH_FILE, ControllerClient
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call
 from tidelog.commitlog import CommitLog
 from tidelog.errors import (
@@ -82,6 +82,8 @@ class BrokerServer:
             secret=cfg.secret,
             tls=tlsconfig.member_client(cfg.tls),
             member=True,  # every call proves the cluster secret: a member is not a user
+            # controllers of an older cluster epoch than this broker saw are refused (RUNBOOK-quorum)
+            epoch_file=cfg.data_dir / SEEN_EPOCH_FILE,
         )
         self._replays = ReplayCache()
         # the cluster's routes as the controllers last said, answered to clients (broker/lookups.py)

@@ -15,23 +15,31 @@ no controller has answered at all for `quorum_timeout` (applications' clients an
 line: `QUORUM_TIMEOUT_S`), rather than waiting out the whole `total_timeout`: waiting for a
 quorum that is away helps nobody. Without one (brokers, tools that wait for controllers still
 starting) the whole budget is used, and the error at its end is CONTROLLER_UNAVAILABLE all the same.
+
+Every answer names its controller's cluster epoch (tidelog/clusterepoch.py); once an epoch is
+seen, an answer of an older one (a controller a forced quorum recovery replaced) is refused as
+CLUSTER_EPOCH_FENCED, logged, and the other nodes are asked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from tidelog import credentials as credentials_mod
 from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
+from tidelog.clusterepoch import EpochSeen, reply_epoch
 from tidelog.credentials import Credentials, Signer
 from tidelog.errors import (
+    ClusterEpochFencedError,
     ControllerNotLeaderError,
     ControllerUnavailableError,
     TidelogError,
@@ -40,11 +48,14 @@ from tidelog.errors import (
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 from tidelog.tlsconfig import FROM_ENV, ClientTls, FromEnv, aio_channel, resolve_client
-from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
+from tidelog.wire import CHANNEL_OPTIONS, ERROR_CODE_KEY, error_from_rpc, is_unreachable
 
 log = logging.getLogger(__name__)
 
 CONTROLLERS_ENV = "TIDE_CONTROLLERS"
+#: In a broker's data dir: the highest controller cluster epoch it has seen, so that a restart
+#: keeps refusing the controllers a forced recovery replaced.
+SEEN_EPOCH_FILE = "controller-cluster.epoch"
 # A read-only route call that has no answer this soon is also sent to the next controller node.
 HEDGE_AFTER_S = 0.3
 # A user's call that needs the controllers gives up with CONTROLLER_UNAVAILABLE when none of them
@@ -93,10 +104,82 @@ LIST_PAGE = 5000
 BULK_CALL_TIMEOUT_S = 30.0
 
 
-class _Conn:
-    def __init__(self, address: str, tls: ClientTls | None, sign: Signer | None) -> None:
+def _read_epoch(path: Path | None) -> int:
+    if path is None:
+        return 0
+    try:
+        return max(0, int(path.read_text().strip() or 0))
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        log.warning("%s is unreadable; starting from cluster epoch 0", path)
+        return 0
+
+
+def _write_epoch(path: Path, epoch: int) -> None:
+    """Durably, before the answer that raised it is acted on."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{epoch}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Refuses the answers of a controller whose cluster epoch is older than one already seen."""
+
+    def __init__(self, address: str, seen: EpochSeen, on_raise: Callable[[int], None]) -> None:
         self.address = address
-        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=[sign] if sign else ())
+        self.seen = seen
+        self.on_raise = on_raise
+        self._warned = -1
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        call = await continuation(details, request)
+        try:
+            await call
+        except grpc.aio.AioRpcError as exc:
+            if is_unreachable(exc) and not dict(exc.trailing_metadata() or ()).get(ERROR_CODE_KEY):
+                raise  # no server answered: nothing to check
+            self._check(exc.initial_metadata())
+            raise
+        self._check(await call.initial_metadata())
+        return call
+
+    def _check(self, metadata: Any) -> None:
+        answered = reply_epoch(metadata)
+        before = self.seen.value
+        try:
+            if self.seen.check(answered, f"the controller at {self.address}"):
+                log.info("controllers: cluster epoch %d seen (was %d) at %s", answered, before, self.address)
+                self.on_raise(answered)
+        except ClusterEpochFencedError as err:
+            if self._warned != answered:
+                self._warned = answered
+                log.warning("%s", err)
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata((ERROR_CODE_KEY, err.code)),
+                details=err.message,
+            ) from None
+
+
+class _Conn:
+    def __init__(
+        self,
+        address: str,
+        tls: ClientTls | None,
+        sign: Signer | None,
+        seen: EpochSeen,
+        on_raise: Callable[[int], None],
+    ) -> None:
+        self.address = address
+        checks: list[Any] = [_EpochCheck(address, seen, on_raise)]
+        if sign:
+            checks.append(sign)
+        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=checks)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
@@ -130,8 +213,9 @@ class _Hedge:
 
 
 def _retryable(err: TidelogError) -> bool:
-    # Not-leader and "not serving yet" say nothing about the request; everything else is an answer.
-    return isinstance(err, ControllerNotLeaderError) or type(err) in (
+    # Not-leader, "not serving yet" and a replaced controller (an older cluster epoch) say nothing
+    # about the request; everything else is an answer.
+    return isinstance(err, ControllerNotLeaderError | ClusterEpochFencedError) or type(err) in (
         UnavailableError,
         ControllerUnavailableError,
     )
@@ -175,11 +259,16 @@ class ControllerClient:
         credentials: Credentials | None | credentials_mod.FromEnv = credentials_mod.FROM_ENV,
         member: bool = False,
         quorum_timeout: float | None = None,
+        cluster_epoch: int = 0,
+        epoch_file: Path | None = None,
     ) -> None:
         self._addresses = parse_addresses(addresses)
         # Addresses known to be brokers' (a route answer said so, or a route named them): asked for
         # lookups after the controllers, and last for everything else.
         self._brokers: list[str] = []
+        # the highest cluster epoch seen; with `epoch_file` (a broker's), kept across restarts
+        self.epoch_file = epoch_file
+        self.epoch_seen = EpochSeen(max(cluster_epoch, _read_epoch(epoch_file)))
         # A user's calls are signed with its credentials (tools and applications: the environment's);
         # a cluster member (`member`) signs every call with the cluster secret instead.
         self.credentials = None if member else credentials_mod.resolve(credentials)
@@ -251,8 +340,18 @@ class ControllerClient:
     def _conn(self, address: str) -> _Conn:
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = _Conn(address, self.tls, credentials_mod.signer(self.credentials))
+            conn = self._conns[address] = _Conn(
+                address,
+                self.tls,
+                credentials_mod.signer(self.credentials),
+                self.epoch_seen,
+                self._epoch_raised,
+            )
         return conn
+
+    def _epoch_raised(self, epoch: int) -> None:
+        if self.epoch_file is not None:
+            _write_epoch(self.epoch_file, epoch)
 
     async def close(self) -> None:
         for task in list(self._copies.values()):
@@ -580,10 +679,14 @@ class ControllerClient:
         *,
         designated: bool = False,
         restarted: bool = False,
+        unclean: bool = False,
     ) -> pb.ElectMasterReply:
         """`restarted`: the asking broker is the recorded master, back from a crash, and asks for a
-        new epoch (controller/RULES.md E8)."""
-        req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated, restarted=restarted)
+        new epoch (controller/RULES.md E8). `unclean` (with `designated`): elect the named broker
+        even from outside the SyncStateSet."""
+        req = pb.ElectMasterRequest(
+            broker_set=broker_set, designated=designated, restarted=restarted, unclean=unclean
+        )
         if broker_id is not None:
             req.broker_id = broker_id
         return await self.call("admin" if designated else "broker", "ElectMaster", req)

@@ -416,13 +416,16 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             not request.restarted or (bid is not None and not request.designated),
             "a restarted master's election names broker_id and is not designated",
         )
+        require(not request.unclean or request.designated, "an unclean election must name the broker")
+        # an operator's explicit unclean election (tide admin elect --unclean) may leave the set
+        unclean = self.node.cfg.enable_elect_unclean_master or request.unclean
         await self.node.write(
             lambda now, hb: st.ElectMaster(
                 broker_set=name,
                 broker_id=bid,
                 designated=request.designated,
                 alive=hb.alive(name, self.node.mono_ms()),
-                enable_unclean=self.node.cfg.enable_elect_unclean_master,
+                enable_unclean=unclean,
                 now_ms=now,
                 restarted=request.restarted,
             )
@@ -934,6 +937,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 pb.ControllerNodeInfo(id=n.id, raft_address=n.raft, grpc_address=n.grpc)
                 for n in self.node.cfg.nodes
             ],
+            cluster_epoch=self.node.raft.cluster_epoch,
+            members=self.node.raft.members(),
         )
 
     # --- users and grants (controller/users.py); the guard lets only cluster admins here ---

@@ -381,6 +381,21 @@ class ClusterMismatchError(TidelogError):
 
 
 @_register
+class ClusterEpochFencedError(TidelogError):
+    """A controller answered from an older cluster epoch than one already seen: it belongs to a
+    controller cluster that a forced quorum recovery replaced (docs/RUNBOOK-quorum.md)."""
+
+    code = "CLUSTER_EPOCH_FENCED"
+    status = "UNAVAILABLE"
+    number = 2015
+    hint = (
+        "this controller was replaced by a forced recovery: stop it, wipe its data dir and add it "
+        "back with `tide controller add-node` (docs/RUNBOOK-quorum.md); other controllers are asked meanwhile"
+    )
+    retryable = True
+
+
+@_register
 class ControllerBrokerIdInvalidError(TidelogError):
     """The broker id was never assigned, or it is bound to another broker identity."""
 

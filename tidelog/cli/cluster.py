@@ -405,6 +405,7 @@ def _drill_report(report: dict[str, Any], as_json: bool) -> None:
 
 
 def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> None:
+    from tidelog.drill import quorum
     from tidelog.drill import scenarios as drills
 
     prefix = drills.inside_client_netns(data_dir)
@@ -415,7 +416,8 @@ def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> Non
         proc = subprocess.run([*prefix, sys.executable, "-m", "tidelog.cli", *argv], check=False)
         raise SystemExit(proc.returncode)
     with progress("drill", None, as_json) as step:
-        report = drills.run(data_dir, note=_noter(step, as_json), **kw)
+        runner = quorum.run if kw.get("scenario") in quorum.SCENARIOS else drills.run
+        report = runner(data_dir, note=_noter(step, as_json), **kw)
     _drill_report(report, as_json)
 
 
@@ -535,10 +537,12 @@ def drill_random(
 @json_option
 def drill_list(as_json: bool) -> None:
     """The named scenarios."""
+    from tidelog.drill.quorum import SCENARIOS as QUORUM
     from tidelog.drill.scenarios import SCENARIOS
 
     emit(
-        [{"scenario": k, "needs_netns": v[1], "what": v[2]} for k, v in SCENARIOS.items()],
+        [{"scenario": k, "needs_netns": v[1], "what": v[2]} for k, v in SCENARIOS.items()]
+        + [{"scenario": k, "needs_netns": True, "what": v[1]} for k, v in QUORUM.items()],
         as_json,
         title="drill scenarios",
     )

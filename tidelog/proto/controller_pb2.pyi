@@ -302,16 +302,18 @@ class AlterSyncStateSetReply(_message.Message):
     def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
 
 class ElectMasterRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "designated", "restarted")
+    __slots__ = ("broker_set", "broker_id", "designated", "restarted", "unclean")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DESIGNATED_FIELD_NUMBER: _ClassVar[int]
     RESTARTED_FIELD_NUMBER: _ClassVar[int]
+    UNCLEAN_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     designated: bool
     restarted: bool
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ..., restarted: _Optional[bool] = ...) -> None: ...
+    unclean: bool
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ..., restarted: _Optional[bool] = ..., unclean: _Optional[bool] = ...) -> None: ...
 
 class ElectMasterReply(_message.Message):
     __slots__ = ("role",)
@@ -566,7 +568,7 @@ class ControllerNodeInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusReply(_message.Message):
-    __slots__ = ("node_id", "raft_state", "leader_id", "leader_address", "term", "commit_index", "last_applied", "ready", "nodes", "brokers_heard")
+    __slots__ = ("node_id", "raft_state", "leader_id", "leader_address", "term", "commit_index", "last_applied", "ready", "nodes", "brokers_heard", "cluster_epoch", "members")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     RAFT_STATE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -577,6 +579,8 @@ class ClusterStatusReply(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     BROKERS_HEARD_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_state: str
     leader_id: str
@@ -587,7 +591,9 @@ class ClusterStatusReply(_message.Message):
     ready: bool
     nodes: _containers.RepeatedCompositeFieldContainer[ControllerNodeInfo]
     brokers_heard: int
-    def __init__(self, node_id: _Optional[str] = ..., raft_state: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., ready: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[ControllerNodeInfo, _Mapping]]] = ..., brokers_heard: _Optional[int] = ...) -> None: ...
+    cluster_epoch: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., raft_state: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., ready: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[ControllerNodeInfo, _Mapping]]] = ..., brokers_heard: _Optional[int] = ..., cluster_epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PlacementViolation(_message.Message):
     __slots__ = ("kind", "name", "code", "broker_set", "reason", "since_ms_ago")
