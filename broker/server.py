@@ -26,7 +26,7 @@ import grpc
 
 from tidelog import gcpolicy, logs, loops, tlsconfig
 from tidelog.acl import AclState, Grant, User
-from tidelog.broker import identity
+from tidelog.broker import identity, lookups
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.dataport import DataPort
 from tidelog.broker.ledger_service import LedgerService
@@ -35,7 +35,7 @@ from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.rocketmq import RocketMQEndpoint
 from tidelog.broker.service import BrokerService
-from tidelog.client.controllers import ControllerClient
+from tidelog.client.controllers import SEEN_EPOCH_FILE, ControllerClient
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call
 from tidelog.commitlog import CommitLog
 from tidelog.errors import (
@@ -82,8 +82,12 @@ class BrokerServer:
             secret=cfg.secret,
             tls=tlsconfig.member_client(cfg.tls),
             member=True,  # every call proves the cluster secret: a member is not a user
+            # controllers of an older cluster epoch than this broker saw are refused (RUNBOOK-quorum)
+            epoch_file=cfg.data_dir / SEEN_EPOCH_FILE,
         )
         self._replays = ReplayCache()
+        # the cluster's routes as the controllers last said, answered to clients (broker/lookups.py)
+        self.lookups = lookups.ClusterViewCache()
         self.replica = Replica(
             cfg,
             self.log,
@@ -207,7 +211,8 @@ class BrokerServer:
             options=SERVER_OPTIONS,
             interceptors=interceptors or None,
         )
-        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
+        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica, self.lookups), self._grpc)
+        lookups.add_to_server(self._grpc, self.lookups, time.monotonic)
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
         problem = bind_problem(self.cfg.listen)
         if problem is not None:  # said before gRPC tries, whose C core would log its own lines
@@ -378,7 +383,9 @@ class BrokerServer:
             total_timeout=2.0,
             acl_version=r.acl.version,
             topics_version=self._topics_version,
+            cluster_version=self.lookups.version,
         )
+        self.lookups.learn(reply, time.monotonic(), self.controller.leader_hint)
         self._interval_ms = reply.heartbeat_interval_ms
         if reply.HasField("acl"):
             r.acl = acl_state_of(reply.acl)

@@ -53,7 +53,7 @@ from tidelog.client.batching import (
     message_bytes,
     split_keyless,
 )
-from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
+from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient
 from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
@@ -63,6 +63,7 @@ from tidelog.credentials import from_env as credentials_from_env
 from tidelog.credentials import signer
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
+    ControllerUnavailableError,
     CorruptRecordError,
     DiskFullError,
     FlushDiskTimeoutError,
@@ -98,6 +99,10 @@ log = logging.getLogger(__name__)
 MAX_TOPICS_PER_CALL = 1000
 T = TypeVar("T")
 
+
+# While the controllers are away, a group member tries a rebalance this often (each try may wait
+# for the controller client's quorum timeout).
+AWAY_RETRY_S = 3.0
 
 _RETRY_SEND = (
     NotMasterError,
@@ -171,7 +176,8 @@ def _consumed(reply: Any, broker_set: str, address: str, offset: int) -> list[Co
 
 
 class AsyncClient:
-    """Entry point: `AsyncClient("host:port,host:port")` (controller addresses)."""
+    """Entry point: `AsyncClient("host:port,host:port")`: controllers' or brokers' gRPC addresses
+    (a broker answers route lookups itself and points at the controllers for the rest)."""
 
     def __init__(
         self,
@@ -204,6 +210,8 @@ class AsyncClient:
             credentials=self.credentials,
             secret=member_secret,
             member=bool(member_secret),
+            # an application learns within seconds that the controllers are away (§7.5)
+            quorum_timeout=QUORUM_TIMEOUT_S,
         )
         self.send_timeout = send_timeout
         self.rpc_timeout = rpc_timeout
@@ -350,6 +358,8 @@ class AsyncClient:
             sets.append(BrokerSetRoute(b.broker_set, int(b.queues), master, role.master_epoch, replicas))
         route = TopicRoute.build(topic, sets)
         self._routes[topic] = (time.monotonic(), route)
+        # every replica answers lookups too: the ones to ask while no controller answers
+        self.controller.learn_brokers(r.address for b in reply.broker_sets for r in b.replicas)
         return route
 
     def forget_route(self, topic: str) -> None:
@@ -1105,6 +1115,7 @@ class AsyncConsumer:
         self._last_commit = time.monotonic()
         self._rr = 0
         self._closed = False
+        self._away_until = 0.0  # while the controllers are away: when to try a rebalance again
 
     @property
     def assignment(self) -> list[tuple[str, int]]:
@@ -1302,9 +1313,36 @@ class AsyncConsumer:
         reply = await self.client.ask_replicas(bs, "FetchOffset", req)
         return reply.offset if reply.found else None
 
+    async def rebalance_or_carry_on(self) -> None:
+        """`rebalance`, except while no controller quorum answers: then the queues this member holds
+        stay its own (nobody can take an owner key over without the controllers) and it reads on,
+        trying a rebalance again every `AWAY_RETRY_S`. A member that never joined has nothing to
+        read on and raises CONTROLLER_UNAVAILABLE, except in the shared modes, where no queue
+        changes hands and a member receives at once."""
+        if time.monotonic() < self._away_until:
+            return
+        try:
+            await self.rebalance()
+        except ControllerUnavailableError as exc:
+            if self._version is None and self.mode not in md.PER_MESSAGE:
+                raise  # never joined: it owns no queue to read on, and says why it cannot start
+            if not self._away_until:
+                log.warning(
+                    "group %s member %s: no controller quorum (%s); reading on %s",
+                    self.group,
+                    self.member_id,
+                    exc.message,
+                    self.assignment or "no queue until it returns",
+                )
+            self._away_until = time.monotonic() + AWAY_RETRY_S
+            return
+        if self._away_until:
+            log.info("group %s member %s: the controllers answer again", self.group, self.member_id)
+            self._away_until = 0.0
+
     async def poll(self, max_messages: int = 100, timeout: float = 1.0) -> list[ConsumedMessage]:
         """Messages from this member's queues, each queue in order; waits up to `timeout` for some."""
-        await self.rebalance()
+        await self.rebalance_or_carry_on()
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
             await self.commit()
         queues = self.assignment

@@ -114,6 +114,17 @@ class ControllerConfig:
     def node_dir(self) -> Path:
         return self.data_dir / self.node_id
 
+    def node(self, node_id: str) -> NodeAddress:
+        """The configured addresses of node `node_id` (a member named by the identity file)."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise ConfigError(
+            f"node {node_id!r} is a member of this controller cluster but not one of nodes[].id",
+            key="nodes",
+            hint="every member the identity file (cluster.json) names needs its addresses in nodes[]",
+        )
+
     def node_by_raft(self, raft_address: str) -> NodeAddress | None:
         for node in self.nodes:
             if node.raft == raft_address:

@@ -174,6 +174,48 @@ def _ledger_password_hash(request: pb.MetaCompareAndSetRequest | pb.MetaDeleteRe
     return hash_password(request.ledger_password) if request.HasField("ledger_password") else None
 
 
+def topics_part(state: st.ControllerState) -> tuple[list[pb.TopicConfig], bytes]:
+    """Every topic in name order, and a digest of them (the part of the cluster view that grows)."""
+    topics = [topic_of(state.topics[n]) for n in sorted(state.topics)]
+    digest = hashlib.blake2b(digest_size=16)
+    for t in topics:
+        digest.update(t.SerializeToString(deterministic=True))
+    return topics, digest.digest()
+
+
+def cluster_view_of(
+    state: st.ControllerState,
+    controllers: list[str],
+    topics: tuple[list[pb.TopicConfig], bytes] | None = None,
+    *,
+    with_topics: bool = True,
+) -> pb.ClusterView:
+    """Every broker set's role and members and every topic, for brokers to answer route lookups
+    while no controller does. Liveness and reported offsets are left out: they change with every
+    heartbeat, and a view that changes that often would travel with every reply. `topics` is
+    `topics_part(state)`, passed when the caller keeps it between topic changes; `with_topics=False`
+    leaves the list out (the version still covers it), for a caller that sends it only when the
+    version changed."""
+    topic_list, topics_digest = topics if topics is not None else topics_part(state)
+    view = pb.ClusterView(controllers=controllers)
+    for name in sorted(state.broker_sets):
+        bs = state.broker_sets[name]
+        members = members_of(bs, None)
+        for m in members:
+            m.ClearField("last_epoch")
+            m.ClearField("last_max_offset")
+        view.broker_sets.append(
+            pb.BrokerSetInfo(role=role_of(name, bs), members=members, next_broker_id=bs.next_broker_id)
+        )
+    digest = hashlib.blake2b(view.SerializeToString(deterministic=True), digest_size=8)
+    digest.update(topics_digest)
+    # never 0: a broker that holds no view names version 0
+    view.version = int.from_bytes(digest.digest(), "big", signed=True) or 1
+    if with_topics:
+        view.topics.extend(topic_list)
+    return view
+
+
 def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
     bs = state.broker_sets.get(name)
     if bs is None:
@@ -193,6 +235,8 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         # the lists, so every controller node gives the same one for the same topics (the copies a
         # broker sends to followers are answered without the lists too).
         self._topic_views: dict[str, tuple[int, str, list[pb.TopicConfig], list[pb.TopicConfig]]] = {}
+        # every topic, for the cluster view (broker/lookups.py), kept between topic changes
+        self._view_topics: tuple[int, tuple[list[pb.TopicConfig], bytes]] | None = None
 
     def _topic_view(
         self, name: str, state: st.ControllerState
@@ -296,6 +340,13 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             topics_version, topics, deleted = self._topic_view(name, state)
             member = bs.members[bid]
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
+            changes = self.node.raft.topics_changes
+            if self._view_topics is None or self._view_topics[0] != changes:
+                self._view_topics = (changes, topics_part(state))
+            view_topics = self._view_topics[1]
+            view = cluster_view_of(
+                state, [n.grpc for n in self.node.cfg.nodes], view_topics, with_topics=False
+            )
         self.node.beat(name, bid, request, report=stale_offsets)
         unchanged = request.topics_version == topics_version
         reply = pb.HeartbeatReply(
@@ -313,6 +364,11 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         table = self.node.acl_table()
         if table.version != request.acl_version:
             reply.acl.CopyFrom(acl_table_of(table))
+        # Likewise the cluster's routes, from which the broker answers lookups while no controller
+        # answers (broker/lookups.py): sent only when they changed.
+        if view.version != request.cluster_version:
+            view.topics.extend(view_topics[0])
+            reply.cluster.CopyFrom(view)
         return reply
 
     @rpc
@@ -360,13 +416,16 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             not request.restarted or (bid is not None and not request.designated),
             "a restarted master's election names broker_id and is not designated",
         )
+        require(not request.unclean or request.designated, "an unclean election must name the broker")
+        # an operator's explicit unclean election (tide admin elect --unclean) may leave the set
+        unclean = self.node.cfg.enable_elect_unclean_master or request.unclean
         await self.node.write(
             lambda now, hb: st.ElectMaster(
                 broker_set=name,
                 broker_id=bid,
                 designated=request.designated,
                 alive=hb.alive(name, self.node.mono_ms()),
-                enable_unclean=self.node.cfg.enable_elect_unclean_master,
+                enable_unclean=unclean,
                 now_ms=now,
                 restarted=request.restarted,
             )
@@ -878,6 +937,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 pb.ControllerNodeInfo(id=n.id, raft_address=n.raft, grpc_address=n.grpc)
                 for n in self.node.cfg.nodes
             ],
+            cluster_epoch=self.node.raft.cluster_epoch,
+            members=self.node.raft.members(),
         )
 
     # --- users and grants (controller/users.py); the guard lets only cluster admins here ---
