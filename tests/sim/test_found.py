@@ -40,3 +40,16 @@ def test_seed_46_a_stale_controller_leader_extends_a_deposed_masters_lease() -> 
     shrunk = [Fault(20440, "partition", "dc1", 5231)]
     for out in (run_seed(46), run_seed(46, faults=shrunk)):
         assert out.ok, out.violation
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a master alone in its SyncStateSet confirms a record as soon as it is appended, before "
+        "its fsync (MasterCore counts its own end, not its flushed offset): a reader may see it, a "
+        "crash takes it back, and the master comes back without it"
+    ),
+)
+def test_seed_1_a_master_alone_confirms_what_a_crash_takes_back() -> None:
+    out = run_seed(1, faults=[Fault(5000, "crash", "b2", 30000), Fault(15192, "crash", "b1", 8000)])
+    assert out.ok, out.violation
