@@ -18,6 +18,7 @@ newer state arrives; any other refusal is an `AlterFailed`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -617,7 +618,7 @@ class Broker(Node):
                 i += 1
                 if isinstance(action, sc.AwaitFlush):
                     self.sbusy = True
-                    self.flush(action.offset, lambda i=i: self.run_slave(conn, actions, i, recs))
+                    self.flush(action.offset, functools.partial(self.run_slave, conn, actions, i, recs))
                     return
                 self._slave_action(conn, action, recs)
         except DiskFailed as exc:

@@ -65,7 +65,8 @@ class Conn:
 
     __slots__ = ("alive", "incs", "last", "master", "send_offset", "shook", "slave")
 
-    def __init__(self, master: Node, slave: Node) -> None:
+    def __init__(self, master: Any, slave: Any) -> None:
+        # the two brokers (typed loosely: this module knows processes, not brokers)
         self.master = master
         self.slave = slave
         self.alive = True

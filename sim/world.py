@@ -260,10 +260,11 @@ class World:
         if any(s != states[0] for s in states[1:]):
             raise Violation("the controllers' states differ after applying the same log")
         bs = states[0].broker_sets[SET]
-        if bs.master_id is not None and bs.master_epoch < master.core.epoch:  # type: ignore[union-attr]
+        epoch = master.core.epoch if master.core is not None else 0
+        if bs.master_id is not None and bs.master_epoch < epoch:
             raise Violation(
-                f"b{master.bid} leads epoch {master.core.epoch}, newer than the controller's {bs.master_epoch}"
-            )  # type: ignore[union-attr]
+                f"b{master.bid} leads epoch {epoch}, newer than the controller's {bs.master_epoch}"
+            )
 
 
 def run_seed(
