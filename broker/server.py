@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from tidelog import gcpolicy, logs, loops, tlsconfig
+from tidelog import gcpolicy, logs, loops, private, tlsconfig
 from tidelog.acl import AclState, Grant, User
 from tidelog.broker import identity
 from tidelog.broker.config import BrokerConfig
@@ -46,7 +46,7 @@ from tidelog.errors import (
     NoSuchLedgerExistsError,
     TidelogError,
 )
-from tidelog.guard import Guard
+from tidelog.guard import Guard, with_clear_keys
 from tidelog.ha.syncstate import Proposal
 from tidelog.ledger.client import ledger_key
 from tidelog.ledger.metadata import LedgerMetadata
@@ -66,6 +66,10 @@ class BrokerServer:
     def __init__(self, cfg: BrokerConfig) -> None:
         self.cfg = cfg
         logs.identify(lambda: {"broker_set": cfg.broker_set})  # until the replica exists
+        # the log, the identity and the key are the cluster's: no other local account reads them
+        private.require_private(cfg.data_dir, "data directory")
+        if cfg.tls is not None:
+            private.require_private(cfg.tls.key, "TLS key (tls.key)")
         self.ident = identity.load_or_create(cfg.data_dir, cfg.broker_set)
         self.log = CommitLog.open(
             cfg.data_dir,
@@ -329,7 +333,7 @@ class BrokerServer:
         )
         self._interval_ms = reply.heartbeat_interval_ms
         if reply.HasField("acl"):
-            r.acl = acl_state_of(reply.acl)
+            r.acl = with_clear_keys(acl_state_of(reply.acl), self.cfg.secret or "")
             log.info("%s users and grants now at version %d", r.ctx, r.acl.version)
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
         # master before sent + its timeout; the lease ends well before that.
@@ -435,6 +439,8 @@ def acl_state_of(table: Any) -> AclState:
 
 
 def run(cfg: BrokerConfig) -> None:
+    private.restrict_umask()  # what a library creates for us (log rotation) is private too
+
     async def main() -> bool:
         server = BrokerServer(cfg)
         if not await server.run():

@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from tidelog import gcpolicy, logs, loops, tlsconfig
+from tidelog import gcpolicy, logs, loops, private, tlsconfig
 from tidelog.acl import AclState
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
@@ -48,7 +48,7 @@ from tidelog.controller.placement import (
 )
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
-from tidelog.guard import Guard
+from tidelog.guard import Guard, with_clear_keys
 from tidelog.proto import controller_pb2 as pb
 from tidelog.tasks import cancel_and_wait, within
 from tidelog.wire import SERVER_OPTIONS, bind_problem, make_error
@@ -85,6 +85,11 @@ class ControllerNode:
                 "messages of its peers with asserts, which -O removes",
                 hint="start it without -O",
             )
+        # the Raft journal holds the users' (wrapped) keys and the cluster's history: private
+        private.require_private(cfg.data_dir, "controller data directory")
+        private.require_private(cfg.node_dir, "controller node directory")
+        if cfg.tls is not None:
+            private.require_private(cfg.tls.key, "TLS key (tls.key)")
         cfg = with_secret(cfg)
         require_real_secret(cfg.secret or "")
         self.cfg = cfg
@@ -147,7 +152,7 @@ class ControllerNode:
         """The users and grants of this replica, rebuilt only when their version moved."""
         with self.raft.read() as state:
             if state.acl_version != self._acl.version or not self._acl_read:
-                self._acl = state.acl_table()
+                self._acl = with_clear_keys(state.acl_table(), self.secret)
                 self._acl_read = True
         return self._acl
 
@@ -477,9 +482,10 @@ def with_secret(cfg: ControllerConfig) -> ControllerConfig:
             key="secret",
         )
     path = cfg.node_dir / "cluster.secret"
-    cfg.node_dir.mkdir(parents=True, exist_ok=True)
+    private.private_dir(cfg.node_dir)
+    private.require_private(path, "cluster secret file")
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = private.open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         with os.fdopen(fd, "w") as f:
             f.write(new_secret())
             f.flush()
@@ -496,6 +502,7 @@ def with_secret(cfg: ControllerConfig) -> ControllerConfig:
 
 def run(cfg: ControllerConfig) -> None:
     """Run a controller node until SIGTERM/SIGINT; SIGHUP reloads its TLS certificate."""
+    private.restrict_umask()  # PySyncObj creates the journal and snapshots: private too
 
     async def main() -> None:
         stop = asyncio.Event()

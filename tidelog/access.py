@@ -17,6 +17,17 @@ derived from it, `signing_key(secret, access_key)` (PBKDF2-HMAC-SHA256, salted w
 key), and a client derives the same key locally and signs with it. A stolen user table then
 does not reveal a secret that may be used elsewhere. The signing key is written as 64 hex
 characters, so an official RocketMQ client configured with it as its secret key signs correctly.
+
+The signing key signs on its own, so it is never stored in clear: the controller *wraps* it
+with a key derived from the cluster secret before it enters the Raft log (`wrap_signing_key`),
+and the controllers and brokers, who hold the secret, unwrap it in memory (`unwrap_signing_key`).
+A copy of the journal, a snapshot or a heartbeat reply then signs nothing without the secret.
+Wrapped: ``w1:<nonce hex>:<key XOR HMAC-SHA256(kek, nonce, access key) hex>:<tag hex>``, with
+``kek = HMAC-SHA256(secret, "tidelog-user-key-wrap-v1")`` and a 16-byte tag (HMAC-SHA256 under
+kek of the nonce, the access key and the ciphertext): a wrong secret or a changed byte is
+detected, not silently turned into another key. The stdlib has no AES; a pad from HMAC over a
+fresh nonce is a stream cipher of the same strength for one 32-byte key. Keys in clear (64 hex
+digits, written by an older version) are still read as they are.
 """
 
 from __future__ import annotations
@@ -41,9 +52,12 @@ __all__ = [
     "date_time_s",
     "format_date_time",
     "headers",
+    "is_stored_key",
     "parse_authorization",
     "sign",
     "signing_key",
+    "unwrap_signing_key",
+    "wrap_signing_key",
 ]
 
 ALGORITHM = "MQv2-HMAC-SHA1"
@@ -56,12 +70,59 @@ PBKDF2_ITERATIONS = 100_000
 SALT_PREFIX = b"tidelog-user:"
 _DATE_TIME = re.compile(r"\d{8}T\d{6}Z")
 _SIGNATURE = re.compile(r"[0-9A-Fa-f]{40}")
+_CLEAR_KEY = re.compile(r"[0-9a-f]{64}")
+_WRAPPED_KEY = re.compile(r"w1:([0-9a-f]{32}):([0-9a-f]{64}):([0-9a-f]{32})")
+_WRAP_PURPOSE = b"tidelog-user-key-wrap-v1"
 
 
 def signing_key(secret_key: str, access_key: str, iterations: int = PBKDF2_ITERATIONS) -> str:
     """The key a user signs with (hex): PBKDF2-HMAC-SHA256 of the secret, salted with the access key."""
     raw = hashlib.pbkdf2_hmac("sha256", secret_key.encode(), SALT_PREFIX + access_key.encode(), iterations)
     return raw.hex()
+
+
+def _kek(cluster_secret: str) -> bytes:
+    return hmac.new(cluster_secret.encode(), _WRAP_PURPOSE, hashlib.sha256).digest()
+
+
+def _pad_and_tag(kek: bytes, nonce: bytes, access_key: str, body: bytes) -> tuple[bytes, bytes]:
+    ak = access_key.encode()
+    pad = hmac.new(kek, b"pad" + nonce + len(ak).to_bytes(4, "big") + ak, hashlib.sha256).digest()
+    tag = hmac.new(kek, b"tag" + nonce + len(ak).to_bytes(4, "big") + ak + body, hashlib.sha256).digest()
+    return pad, tag[:16]
+
+
+def wrap_signing_key(cluster_secret: str, access_key: str, key: str, nonce: bytes) -> str:
+    """`key` (64 hex digits) wrapped under the cluster secret for storage; `nonce`: 16 fresh random
+    bytes (passed in: this module draws none)."""
+    if not _CLEAR_KEY.fullmatch(key) or len(nonce) != 16:
+        raise ValueError("a signing key is 64 lower-case hex digits and a wrap nonce 16 bytes")
+    kek = _kek(cluster_secret)
+    pad, _ = _pad_and_tag(kek, nonce, access_key, b"")
+    body = bytes(a ^ b for a, b in zip(bytes.fromhex(key), pad, strict=True))
+    _, tag = _pad_and_tag(kek, nonce, access_key, body)
+    return f"w1:{nonce.hex()}:{body.hex()}:{tag.hex()}"
+
+
+def is_stored_key(stored: str) -> bool:
+    """Whether `stored` is a signing key as the controller state may hold one (wrapped, or in
+    clear from an older version)."""
+    return bool(_WRAPPED_KEY.fullmatch(stored) or _CLEAR_KEY.fullmatch(stored))
+
+
+def unwrap_signing_key(cluster_secret: str, access_key: str, stored: str) -> str | None:
+    """The signing key (hex) a stored value holds; None when it does not unwrap under this secret
+    (another cluster's, or changed). A key stored in clear is returned as it is."""
+    if _CLEAR_KEY.fullmatch(stored):
+        return stored
+    m = _WRAPPED_KEY.fullmatch(stored)
+    if m is None:
+        return None
+    nonce, body, tag = (bytes.fromhex(g) for g in m.groups())
+    pad, expected = _pad_and_tag(_kek(cluster_secret), nonce, access_key, body)
+    if not hmac.compare_digest(tag, expected):
+        return None
+    return bytes(a ^ b for a, b in zip(body, pad, strict=True)).hex()
 
 
 def sign(key: str, date_time: str) -> str:

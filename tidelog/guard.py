@@ -75,6 +75,20 @@ def metadata_of(pairs: Any) -> dict[str, str]:
     return out
 
 
+def with_clear_keys(table: acl.AclState, cluster_secret: str) -> acl.AclState:
+    """`table` with each user's stored (wrapped) signing key unwrapped under the cluster secret,
+    for checking signatures in memory. A user whose key does not unwrap (written under another
+    secret) is left out, and logged: it can sign nothing here."""
+    users: dict[str, acl.User] = {}
+    for name, user in table.users.items():
+        key = access.unwrap_signing_key(cluster_secret, user.access_key, user.signing_key)
+        if key is None:
+            log.error("the signing key of user %s does not unwrap under this cluster's secret", name)
+            continue
+        users[name] = acl.User(user.name, user.access_key, key)
+    return acl.AclState(table.version, users, table.grants)
+
+
 #: `member(method, metadata, request)`: True for a valid cluster-secret token, False when the
 #: call carries none; raises UnauthenticatedError for a token that does not verify.
 MemberCheck = Callable[[str, Mapping[str, str], Any], bool]

@@ -6,7 +6,9 @@ import click
 
 from tidelog import logs
 from tidelog.cli.common import log_options
+from tidelog.clusterauth import secret_from_env
 from tidelog.controller import config as ccfg
+from tidelog.private import require_private
 
 
 @click.command("controller")
@@ -19,6 +21,9 @@ def controller(
 ) -> None:
     """Run a controller node (Raft-replicated authority over masters, epochs and SyncStateSets)."""
     cfg = ccfg.load(config_path, node_id=node_id, data_dir=data_dir)
+    if cfg.secret and cfg.secret != secret_from_env():
+        # the file holds the cluster secret: refused while other local accounts can read it
+        require_private(config_path, "config file (it holds the cluster secret)")
     logs.configure(log_format or cfg.log_format, log_level, tag=cfg.node_id)
     # Imported late so that `tide --help` does not pay for gRPC and PySyncObj.
     from tidelog.controller.node import run, with_secret
