@@ -40,6 +40,11 @@ class BrokerConfig:
     # open data-port connections before new ones are closed: each may hold up to 128 MiB of
     # requests and replies (broker/dataport.py), so this bounds the data port's memory
     data_max_connections: int = 64
+    # bytes all data-port connections together may hold in frames still arriving (bodies read
+    # before the request runs): a frame's claimed length is reserved here before its body is read,
+    # so clients that announce large frames and send them slowly (or never) cannot fill memory.
+    # A frame larger than this is read alone.
+    data_partial_frame_bytes: int = 64 << 20
     # RocketMQ 5's gRPC protocol for the official RocketMQ clients (broker/rocketmq.py): "auto"
     # listens on the host of `listen` with a port the system picks, "" turns it off
     rocketmq_listen: str = "auto"
@@ -145,6 +150,7 @@ _POSITIVE = {
     "ha_idle_timeout_ms",
     "ha_max_connections",
     "data_max_connections",
+    "data_partial_frame_bytes",
     "heartbeat_interval_ms",
     "max_concurrent_requests",
     "max_pull_bytes",
