@@ -73,7 +73,7 @@ HEADER_TIMEOUT_S = 5.0
 #: Bodies are read this much at a time, each piece as it arrives.
 READ_CHUNK = 1 << 20
 #: asyncio's stream buffer limit for a connection (it pauses the socket at twice this).
-STREAM_LIMIT = 256 << 10
+STREAM_LIMIT = 64 << 10
 MIN_FRAME_RATE = 1 << 20
 #: How long a closing connection may spend handing its last reply to the client.
 CLOSE_TIMEOUT_S = 5.0
