@@ -274,12 +274,11 @@ class DataPort:
             except UnauthenticatedError as exc:
                 err = exc
         if err is not None:
-            guard.refused += 1
-            log.info(
-                "%s data port: refused a connection from %s: %s",
-                self.replica.ctx,
-                link.writer.get_extra_info("peername"),
-                err.message,
+            peer = link.writer.get_extra_info("peername")
+            guard.log.note(
+                f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer),
+                str(err.details.get("reason") or err.code.lower()),
+                f"{self.replica.ctx} data port connection: {err.message}",
             )
             await self._write(link, df.frame(df.ERROR, rid, df.error_body(err, None)))
             return False

@@ -48,7 +48,8 @@ from tidelog.controller.placement import (
 )
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
-from tidelog.guard import Guard, with_clear_keys
+from tidelog.guard import CLUSTER_TOKEN, Guard, RefusalLog, SafeDecode, with_clear_keys
+from tidelog.metrics import watch_auth_refusals
 from tidelog.proto import controller_pb2 as pb
 from tidelog.tasks import cancel_and_wait, within
 from tidelog.wire import SERVER_OPTIONS, bind_problem, make_error
@@ -97,6 +98,8 @@ class ControllerNode:
         # TLS on the gRPC port, reloaded on SIGHUP (tidelog/tlsconfig.py); None: plain text
         self.tls = tlsconfig.ServerTls(cfg.tls) if cfg.tls is not None else None
         self._replays = ReplayCache()
+        # refused calls: logged a few a second per peer, counted by reason (tidelog_auth_refused_total)
+        self.refusals = RefusalLog()
         self._acl = AclState()
         self._acl_read = False
         logs.identify(lambda: {"node_id": cfg.node_id})  # until the Raft node exists
@@ -145,7 +148,7 @@ class ControllerNode:
             if broker_id is not None and ident.broker_id != broker_id:
                 raise UnauthenticatedError(f"signed for broker {ident.broker_id}, not {broker_id}")
         except UnauthenticatedError as exc:
-            log.warning("refused %s from %s: %s", method, context.peer(), exc.message)
+            self.refusals.note(context.peer(), CLUSTER_TOKEN, f"{method}: {exc.message}")
             raise
 
     def acl_table(self) -> AclState:
@@ -409,13 +412,21 @@ class ControllerNode:
 
     async def serve(self, stop: asyncio.Event) -> None:
         metrics = ControllerMetrics(self) if self.cfg.self_node.metrics_address else None
-        interceptors: list[grpc.aio.ServerInterceptor] = [metrics.interceptor()] if metrics else []
+        # the guard first: it hands the calls it admits, parsed, to the timer and the handlers
+        interceptors: list[grpc.aio.ServerInterceptor] = []
         if self.cfg.auth is not None:
             # every call of the client-facing services, one place (ControllerBroker: members only,
             # each of its calls proves the cluster secret itself)
+            members = frozenset({BROKER_SERVICE})
             interceptors.append(
-                Guard(self.cfg.auth, self.acl_table, self.member_call, frozenset({BROKER_SERVICE}))
+                Guard(self.cfg.auth, self.acl_table, self.member_call, members, self.refusals)
             )
+        else:  # a request that does not parse: one line, not a traceback per call
+            interceptors.append(SafeDecode(frozenset({BROKER_SERVICE}), self.refusals))
+        if metrics is not None:
+            interceptors.append(metrics.interceptor())
+            ident = (self.cfg.node_id,)
+            watch_auth_refusals(metrics.registry, self.refusals.refusals, ("node_id",), lambda: ident)
         server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors or None)
         service.add_to_server(server, self)
         address = self.cfg.self_node.grpc

@@ -173,12 +173,22 @@ def date_time_s(text: str) -> int | None:
         return None
 
 
+#: Why a call was refused, as a metric label (`tidelog_auth_refused_total{reason}`).
+UNSIGNED = "unsigned"
+MALFORMED_SIGNATURE = "malformed_signature"
+STALE = "stale"
+BAD_SIGNATURE = "bad_signature"
+REPLAYED = "replayed"
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """Who signed a call (`access_key`), or why it is refused (`refusal`, then no access key)."""
+    """Who signed a call (`access_key`), or why it is refused (`refusal`, then no access key,
+    and `reason`: one of the labels above)."""
 
     access_key: str = ""
     refusal: str | None = None
+    reason: str = ""
 
 
 NO_MATCH = "the signature does not match a known access key"
@@ -195,28 +205,35 @@ def check(
     which access keys exist."""
     value = metadata.get(AUTHORIZATION)
     if value is None:
-        return Verdict(refusal=f"the call is not signed: give the client credentials ({ALGORITHM})")
+        return Verdict(
+            refusal=f"the call is not signed: give the client credentials ({ALGORITHM})", reason=UNSIGNED
+        )
     parsed = parse_authorization(value)
     if parsed is None:
         return Verdict(
-            refusal=f"the authorization is not {ALGORITHM} Credential=..., SignedHeaders=..., Signature=..."
+            refusal=f"the authorization is not {ALGORITHM} Credential=..., SignedHeaders=..., Signature=...",
+            reason=MALFORMED_SIGNATURE,
         )
     access_key, signed, signature = parsed
     if DATE_TIME not in signed:
-        return Verdict(refusal=f"the signature must cover {DATE_TIME}")
+        return Verdict(refusal=f"the signature must cover {DATE_TIME}", reason=MALFORMED_SIGNATURE)
     date_time = metadata.get(DATE_TIME, "")
     at = date_time_s(date_time)
     if at is None:
-        return Verdict(refusal=f"{DATE_TIME} {date_time[:40]!r} is not a yyyyMMddTHHmmssZ date-time")
+        return Verdict(
+            refusal=f"{DATE_TIME} {date_time[:40]!r} is not a yyyyMMddTHHmmssZ date-time",
+            reason=MALFORMED_SIGNATURE,
+        )
     if max_skew_s and abs(at - now_s) > max_skew_s:
         return Verdict(
             refusal=f"{DATE_TIME} {date_time} is more than {max_skew_s} s from the server's time "
-            "(clients write their local time: run them with a correct clock, in UTC)"
+            "(clients write their local time: run them with a correct clock, in UTC)",
+            reason=STALE,
         )
     key = key_of(access_key)
     expected = sign(key if key is not None else "", date_time)
     # compared in constant time, and for an unknown key too, so timing tells nothing either
     given = bytes.fromhex(signature) if _SIGNATURE.fullmatch(signature) else b""
     if not hmac.compare_digest(bytes.fromhex(expected), given) or key is None:
-        return Verdict(refusal=NO_MATCH)
+        return Verdict(refusal=NO_MATCH, reason=BAD_SIGNATURE)
     return Verdict(access_key=access_key)

@@ -8,31 +8,15 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.client.conftest import REPO, LocalCluster, start_cluster, stop_cluster, tide
+from tests.client.conftest import REPO, LocalCluster, tide
 from tidelog import access
 
 pytestmark = pytest.mark.slow
-
-SECURE = REPO / "deploy" / "secure.yaml"
-
-
-@pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    old = os.umask(0o022)  # an operator's usual umask: the files must be private anyway
-    try:
-        c = start_cluster(tmp_path_factory.mktemp("secure") / "tide-data", SECURE)
-    finally:
-        os.umask(old)
-    try:
-        yield c
-    finally:
-        stop_cluster(c)
 
 
 def loose(path: Path) -> bool:
