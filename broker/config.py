@@ -102,6 +102,11 @@ class BrokerConfig:
     max_pull_messages: int = 10_000
     # process: "text" log lines, or one JSON object per line with the broker's identity (tidelog/logs.py)
     log_format: str = "text"
+    # "": log to standard error; a path: log there, rotated at log_max_bytes and keeping
+    # log_backups old files, so the logs take at most (log_backups + 1) × log_max_bytes
+    log_file: str = ""
+    log_max_bytes: int = 64 << 20
+    log_backups: int = 4
     # Prometheus /metrics, /healthz and /readyz over HTTP (deploy/METRICS.md); empty: off
     metrics_address: str = ""
     # retention (docs/ARCHITECTURE.md §6.4): whole segments older than retention_ms, or beyond
@@ -151,6 +156,8 @@ _POSITIVE = {
     "ha_max_connections",
     "data_max_connections",
     "data_partial_frame_bytes",
+    "log_max_bytes",
+    "log_backups",
     "heartbeat_interval_ms",
     "max_concurrent_requests",
     "max_pull_bytes",
@@ -161,7 +168,13 @@ _POSITIVE = {
     "rocketmq_tx_max_checks",
     "rocketmq_max_delivery_attempts",
 }
-_NON_NEGATIVE = {"retention_ms", "retention_bytes", "retention_slave_hold_ms", "rocketmq_auth_max_skew_s"}
+_NON_NEGATIVE = {
+    "log_backups",
+    "retention_ms",
+    "retention_bytes",
+    "retention_slave_hold_ms",
+    "rocketmq_auth_max_skew_s",
+}
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A broker set's name shows up in file names (`tide cluster up` writes <name>-<replica>.yaml) and
 # log lines: no path separators, no leading dot (`..`), as in a topology file.

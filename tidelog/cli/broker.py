@@ -66,7 +66,14 @@ def broker(
         doc.update(overrides)
         doc["data_dir"] = str(doc["data_dir"])
         cfg = bcfg.from_mapping(doc, source=config_path)
-    logs.configure(log_format or cfg.log_format, log_level, tag=cfg.broker_set)
+    logs.configure(
+        log_format or cfg.log_format,
+        log_level,
+        tag=cfg.broker_set,
+        file=cfg.log_file,
+        max_bytes=cfg.log_max_bytes,
+        backups=cfg.log_backups,
+    )
     from tidelog.broker.server import run  # late: `tide --help` need not load gRPC
 
     run(cfg)

@@ -24,7 +24,14 @@ def controller(
     if cfg.secret and cfg.secret != secret_from_env():
         # the file holds the cluster secret: refused while other local accounts can read it
         require_private(config_path, "config file (it holds the cluster secret)")
-    logs.configure(log_format or cfg.log_format, log_level, tag=cfg.node_id)
+    logs.configure(
+        log_format or cfg.log_format,
+        log_level,
+        tag=cfg.node_id,
+        file=cfg.log_file,
+        max_bytes=cfg.log_max_bytes,
+        backups=cfg.log_backups,
+    )
     # Imported late so that `tide --help` does not pay for gRPC and PySyncObj.
     from tidelog.controller.node import run, with_secret
 

@@ -355,6 +355,8 @@ def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout
         settings["tls"] = layout.tls.section("controller")
     if topology.auth_enabled:
         settings["auth"] = {"enabled": True}
+    # each node logs into the file its output goes to, rotated (deploy/CONFIG.md log_file)
+    settings.setdefault("log_file", str(data_dir / "controller-{node_id}.log"))
     doc = controller_doc(data_dir / "controller", nodes, secret=secret, **settings)
     return write_config(data_dir / "controller.yaml", doc), secret
 
@@ -413,6 +415,7 @@ def _start_brokers(
             **{"datacenter": b["datacenter"], **settings, "metrics_address": metrics},
         )
         doc["secret"] = secret
+        doc.setdefault("log_file", str(data_dir / f"{name}.log"))  # rotated (deploy/CONFIG.md)
         if layout.tls is not None:
             doc["tls"] = layout.tls.section(name)
         if topology.auth_enabled:
