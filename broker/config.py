@@ -52,8 +52,10 @@ class BrokerConfig:
     # (access key, secret key) pairs the official clients sign their calls with (MQv2-HMAC-SHA1,
     # broker/rocketmqrules.py); empty: the RocketMQ endpoint checks no signature
     rocketmq_access_keys: tuple[tuple[str, str], ...] = ()
-    # how far a signed call's x-mq-date-time may be from the broker's clock; 0: not checked
-    rocketmq_auth_max_skew_s: int = 900
+    # how far a signed call's x-mq-date-time may be from the broker's clock; 0: not checked.
+    # RocketMQ's clients sign only the date, so a captured signature replays within this window:
+    # no wider than clock skew needs (docs/SECURITY.md)
+    rocketmq_auth_max_skew_s: int = 60
     # the longest delay of a DELAY message (broker/delayrules.py; RocketMQ's default: 40 days);
     # a delay also stays below retention_ms, so a waiting message is never deleted
     rocketmq_max_delay_ms: int = 40 * 24 * 3600 * 1000

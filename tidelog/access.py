@@ -9,8 +9,11 @@ broker's and the controller's gRPC ports, the broker's data port, the RocketMQ e
 
 The official RocketMQ clients sign with their configured secret key as it is; the Java client
 writes the hex in upper case, the Python client in lower case, so the signature is compared as
-the 20 bytes it encodes. Only the date-time is signed, so a captured signature can be replayed:
-the clock check bounds for how long, and TLS keeps it from being captured.
+the 20 bytes it encodes. RocketMQ's clients sign only the date-time, so a captured signature can
+be replayed: the clock check bounds for how long, and TLS keeps it from being captured. tidelog's
+own clients sign more (`SignedHeaders=x-mq-date-time;x-tide-method;x-tide-nonce`, the values one
+a line): the call's method and a fresh nonce, which a server accepts once (tidelog/guard.py), so
+their signatures cannot be replayed at all, on the same method or another.
 
 tidelog's users never hand their secret to a server: the controller keeps a *signing key*
 derived from it, `signing_key(secret, access_key)` (PBKDF2-HMAC-SHA256, salted with the access
@@ -37,7 +40,7 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import sha1
 
@@ -51,7 +54,10 @@ __all__ = [
     "check",
     "date_time_s",
     "format_date_time",
+    "METHOD",
+    "NONCE",
     "headers",
+    "string_to_sign",
     "is_stored_key",
     "parse_authorization",
     "sign",
@@ -63,7 +69,15 @@ __all__ = [
 ALGORITHM = "MQv2-HMAC-SHA1"
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
-DEFAULT_MAX_SKEW_S = 900  # 15 minutes either way, RocketMQ's and the cloud signers' usual bound
+# How far a signature's date may be from the server's clock. Clocks kept by NTP differ by far
+# less; the date has whole seconds. A date-only signature (RocketMQ's clients) can be replayed
+# within this window, so it is no wider than clock skew needs.
+DEFAULT_MAX_SKEW_S = 60
+#: tidelog's clients also sign the call's method and a fresh nonce, which servers accept once
+METHOD = "x-tide-method"
+NONCE = "x-tide-nonce"
+TIDE_SIGNED = (DATE_TIME, METHOD, NONCE)
+NONCE_HEX = 32
 # Enough that guessing secrets from a stolen table is slow, few enough that a client deriving its
 # key once at start-up does not notice (about 0.1 s).
 PBKDF2_ITERATIONS = 100_000
@@ -71,6 +85,7 @@ SALT_PREFIX = b"tidelog-user:"
 _DATE_TIME = re.compile(r"\d{8}T\d{6}Z")
 _SIGNATURE = re.compile(r"[0-9A-Fa-f]{40}")
 _CLEAR_KEY = re.compile(r"[0-9a-f]{64}")
+_NONCE = re.compile(r"[0-9a-f]{32}")
 _WRAPPED_KEY = re.compile(r"w1:([0-9a-f]{32}):([0-9a-f]{64}):([0-9a-f]{32})")
 _WRAP_PURPOSE = b"tidelog-user-key-wrap-v1"
 
@@ -135,13 +150,27 @@ def format_date_time(now_s: float) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_s))
 
 
-def headers(access_key: str, key: str, now_s: float) -> tuple[tuple[str, str], ...]:
-    """The two metadata entries of a call signed by `key` at `now_s`."""
+def headers(
+    access_key: str, key: str, now_s: float, *, method: str = "", nonce: str = ""
+) -> tuple[tuple[str, str], ...]:
+    """The metadata entries of a call signed by `key` at `now_s`: RocketMQ's two (the date alone
+    signed), or with `method` and `nonce` (tidelog's clients) four, all three values signed."""
     date_time = format_date_time(now_s)
+    if not nonce:
+        value = f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME}, Signature={sign(key, date_time)}"
+        return ((AUTHORIZATION, value), (DATE_TIME, date_time))
+    values = {DATE_TIME: date_time, METHOD: method, NONCE: nonce}
+    signature = sign(key, string_to_sign(values, TIDE_SIGNED))
     value = (
-        f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME}, Signature={sign(key, date_time)}"
+        f"{ALGORITHM} Credential={access_key}, SignedHeaders={';'.join(TIDE_SIGNED)}, Signature={signature}"
     )
-    return ((AUTHORIZATION, value), (DATE_TIME, date_time))
+    return ((AUTHORIZATION, value), (DATE_TIME, date_time), (METHOD, method), (NONCE, nonce))
+
+
+def string_to_sign(metadata: Mapping[str, str], signed: Sequence[str]) -> str:
+    """What the signature covers: the signed headers' values, one a line, in the order named
+    (the date-time alone for RocketMQ's clients, as they sign it)."""
+    return "\n".join(metadata.get(name, "") for name in signed)
 
 
 def parse_authorization(value: str) -> tuple[str, list[str], str] | None:
@@ -189,6 +218,10 @@ class Verdict:
     access_key: str = ""
     refusal: str | None = None
     reason: str = ""
+    #: what a tidelog client signed besides the date ("" for a date-only signature), and when
+    method: str = ""
+    nonce: str = ""
+    signed_at_s: int = 0
 
 
 NO_MATCH = "the signature does not match a known access key"
@@ -217,6 +250,14 @@ def check(
     access_key, signed, signature = parsed
     if DATE_TIME not in signed:
         return Verdict(refusal=f"the signature must cover {DATE_TIME}", reason=MALFORMED_SIGNATURE)
+    if signed != [DATE_TIME] and signed != list(TIDE_SIGNED):
+        return Verdict(
+            refusal=f"SignedHeaders must be {DATE_TIME} or {';'.join(TIDE_SIGNED)}",
+            reason=MALFORMED_SIGNATURE,
+        )
+    nonce = metadata.get(NONCE, "") if signed != [DATE_TIME] else ""
+    if signed != [DATE_TIME] and not _NONCE.fullmatch(nonce):
+        return Verdict(refusal=f"{NONCE} must be {NONCE_HEX} hex digits", reason=MALFORMED_SIGNATURE)
     date_time = metadata.get(DATE_TIME, "")
     at = date_time_s(date_time)
     if at is None:
@@ -231,9 +272,10 @@ def check(
             reason=STALE,
         )
     key = key_of(access_key)
-    expected = sign(key if key is not None else "", date_time)
+    expected = sign(key if key is not None else "", string_to_sign(metadata, signed))
     # compared in constant time, and for an unknown key too, so timing tells nothing either
     given = bytes.fromhex(signature) if _SIGNATURE.fullmatch(signature) else b""
     if not hmac.compare_digest(bytes.fromhex(expected), given) or key is None:
         return Verdict(refusal=NO_MATCH, reason=BAD_SIGNATURE)
-    return Verdict(access_key=access_key)
+    method = metadata.get(METHOD, "") if nonce else ""
+    return Verdict(access_key=access_key, method=method, nonce=nonce, signed_at_s=at)

@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 
 from tidelog import access, acl
-from tidelog.clusterauth import CALL_KEY, token_problem
+from tidelog.clusterauth import CALL_KEY, ReplayCache, token_problem
 from tidelog.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -172,6 +172,8 @@ class Guard(grpc.aio.ServerInterceptor):
         # a call without a well-formed, current token is refused unread
         self.open_services = open_services
         self.log = refusal_log if refusal_log is not None else RefusalLog()
+        # the nonces of users' signatures taken within the clock window: each is taken once
+        self.replays = ReplayCache(window_ms=settings.max_skew_s * 1000)
 
     @property
     def refusals(self) -> AuthRefusals:
@@ -181,15 +183,38 @@ class Guard(grpc.aio.ServerInterceptor):
     def refused(self) -> int:
         return self.refusals.total()
 
-    def _user(self, metadata: Mapping[str, str], users: acl.AclState) -> tuple[str, access.Verdict]:
+    def _user(
+        self, method: str, metadata: Mapping[str, str], users: acl.AclState
+    ) -> tuple[str, access.Verdict]:
         def key_of(access_key: str) -> str | None:
             user = users.user_by_key(access_key)
             return user.signing_key if user is not None else None
 
-        verdict = access.check(metadata, key_of, time.time(), self.settings.max_skew_s)
+        now = time.time()
+        verdict = access.check(metadata, key_of, now, self.settings.max_skew_s)
         if verdict.refusal is not None:
             return "", verdict
+        problem = self._fresh(method, verdict, int(now * 1000))
+        if problem is not None:
+            return "", access.Verdict(refusal=problem, reason=access.REPLAYED)
         return users.by_key[verdict.access_key].name, verdict  # the key the signature was checked with
+
+    def _fresh(self, method: str, verdict: access.Verdict, now_ms: int) -> str | None:
+        """Why a valid signature may not be taken for this call: one that covers only its date
+        (RocketMQ's scheme, replayable within the clock window), one made for another method, or
+        a nonce already taken (a replay). None: taken, and its nonce remembered."""
+        if not verdict.nonce:
+            return (
+                "the signature covers only its date, so it could be replayed: sign the method and a "
+                f"nonce ({';'.join(access.TIDE_SIGNED)}), as tidelog's clients do"
+            )
+        if verdict.method != method:
+            return f"the call was signed for {verdict.method[:200]!r}, not {method}"
+        if not self.replays.admits(verdict.signed_at_s * 1000):
+            return "the server had to forget calls signed this early (a flood of calls); sign the call again"
+        if not self.replays.add(bytes.fromhex(verdict.nonce), now_ms, verdict.signed_at_s * 1000):
+            return "this signed call was already used (a replay)"
+        return None
 
     def identify(
         self, method: str, metadata: Mapping[str, str], request: Any, table: acl.AclState | None = None
@@ -197,18 +222,20 @@ class Guard(grpc.aio.ServerInterceptor):
         """The caller's identity (a user name, or acl.SUPERUSER); UnauthenticatedError if none."""
         if self.member(method, metadata, request):
             return acl.SUPERUSER
-        name, verdict = self._user(metadata, table if table is not None else self.table())
+        name, verdict = self._user(method, metadata, table if table is not None else self.table())
         if verdict.refusal is not None:
             raise UnauthenticatedError(verdict.refusal, hint=CREDENTIALS_HINT, reason=verdict.reason)
         return name
 
-    def before_parse(self, metadata: Mapping[str, str]) -> tuple[str | None, UnauthenticatedError | None]:
+    def before_parse(
+        self, method: str, metadata: Mapping[str, str]
+    ) -> tuple[str | None, UnauthenticatedError | None]:
         """What the metadata alone decide: (the user who signed, None) for a valid user signature;
         (None, None) for a cluster token that may verify once the request is parsed; (None, why)
         for a call refused unread."""
         if CALL_KEY in metadata:
             return None, member_problem(metadata)
-        name, verdict = self._user(metadata, self.table())
+        name, verdict = self._user(method, metadata, self.table())
         if verdict.refusal is not None:
             return None, UnauthenticatedError(verdict.refusal, hint=CREDENTIALS_HINT, reason=verdict.reason)
         return name, None
@@ -238,7 +265,7 @@ class Guard(grpc.aio.ServerInterceptor):
         INVALID_ARGUMENT for a body that does not parse; then the cluster token's MAC and the
         permission rules, which need the request."""
         metadata = metadata_of(context.invocation_metadata())
-        user, err = self.before_parse(metadata)
+        user, err = self.before_parse(method, metadata)
         if err is not None:
             await self._refuse(method, context, err)
         request = parse(raw)

@@ -20,6 +20,7 @@ from tidelog.metrics import new_registry, watch_auth_refusals
 # field 1, length-delimited, claiming far more bytes than follow: no protobuf parser takes it
 MALFORMED = b"\x0a\xff\xff\xff\xff\x0f" + b"x" * 64
 PROBES = 2000
+GET_OFFSETS = "/tidelog.broker.v1.Broker/GetOffsets"
 
 
 def flood(
@@ -45,7 +46,7 @@ def wait_until_known(call: grpc.UnaryUnaryMultiCallable, c: LocalCluster, timeou
     deadline = time.monotonic() + timeout
     while True:
         try:
-            call(b"", timeout=5, metadata=admin(c).metadata())
+            call(b"", timeout=5, metadata=admin(c).metadata(method=GET_OFFSETS))
             return
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
@@ -84,10 +85,10 @@ def test_a_signed_malformed_body_is_invalid_argument_without_a_traceback(secure:
     log = secure.data_dir / "broker-a-0.log"
     size = log.stat().st_size
     with tls_channel(secure, broker_config(secure)["listen"]) as broker:
-        call = raw_call(broker, "/tidelog.broker.v1.Broker/GetOffsets")
+        call = raw_call(broker, GET_OFFSETS)
         wait_until_known(call, secure)
         with pytest.raises(grpc.RpcError) as err:
-            call(MALFORMED, timeout=30, metadata=admin(secure).metadata())
+            call(MALFORMED, timeout=30, metadata=admin(secure).metadata(method=GET_OFFSETS))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "does not parse" in (err.value.details() or "")
         # each call is judged by its own metadata: an unsigned one after a signed one is refused
