@@ -35,6 +35,7 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from tidelog.errors import ConfigError, UnauthenticatedError
+from tidelog.private import require_private
 
 __all__ = [
     "CALL_KEY",
@@ -92,10 +93,13 @@ def require_real_secret(secret: str) -> None:
 
 
 def find_secret(secret_file: str | None = None, data_dir: str | None = None) -> str | None:
-    """The cluster secret for an operator's command: `secret_file` (its first line), else
+    """The cluster secret for an operator's command: `secret_file` (its first line; refused while
+    group or others may read it), else
     `$TIDE_CLUSTER_SECRET`, else the `secret` of `<data_dir>/controller.yaml` as written by
     `tide cluster up`. None when there is none of these."""
     if secret_file:
+        # a secret others can read is everyone's: refused, as OpenSSH refuses such a key
+        require_private(secret_file, "secret file")
         try:
             with open(secret_file) as f:
                 text = f.readline().strip()
