@@ -102,8 +102,10 @@ def test_a_replayed_auth_frame_and_a_revoked_users_open_connection_are_refused(s
         finally:
             await conn.close()
 
+    # until the broker knows erin and her grant (fresh signatures: a retried one would be a replay)
+    until("erin's first pull", lambda: asyncio.run(pulls(lambda: Signer(erin).extra(df.AUTH_METHOD, None))))
     captured = Signer(erin).extra(df.AUTH_METHOD, None)
-    until("erin's first connection", lambda: asyncio.run(pulls(lambda: captured)))
+    asyncio.run(pulls(lambda: captured))
     with pytest.raises(UnauthenticatedError, match="replay"):
         asyncio.run(pulls(lambda: captured))  # the same AUTH frame on a new connection
 
@@ -126,5 +128,4 @@ def test_a_replayed_auth_frame_and_a_revoked_users_open_connection_are_refused(s
         finally:
             await conn.close()
 
-    until("erin's connection", lambda: asyncio.run(pulls(lambda: Signer(erin).extra(df.AUTH_METHOD, None))))
     asyncio.run(revoked_on_open_connection())
