@@ -40,6 +40,11 @@ class BrokerConfig:
     # open data-port connections before new ones are closed: each may hold up to 128 MiB of
     # requests and replies (broker/dataport.py), so this bounds the data port's memory
     data_max_connections: int = 64
+    # bytes all data-port connections together may hold in frames still arriving (bodies read
+    # before the request runs): a frame's claimed length is reserved here before its body is read,
+    # so clients that announce large frames and send them slowly (or never) cannot fill memory.
+    # A frame larger than this is read alone.
+    data_partial_frame_bytes: int = 64 << 20
     # RocketMQ 5's gRPC protocol for the official RocketMQ clients (broker/rocketmq.py): "auto"
     # listens on the host of `listen` with a port the system picks, "" turns it off
     rocketmq_listen: str = "auto"
@@ -47,8 +52,10 @@ class BrokerConfig:
     # (access key, secret key) pairs the official clients sign their calls with (MQv2-HMAC-SHA1,
     # broker/rocketmqrules.py); empty: the RocketMQ endpoint checks no signature
     rocketmq_access_keys: tuple[tuple[str, str], ...] = ()
-    # how far a signed call's x-mq-date-time may be from the broker's clock; 0: not checked
-    rocketmq_auth_max_skew_s: int = 900
+    # how far a signed call's x-mq-date-time may be from the broker's clock; 0: not checked.
+    # RocketMQ's clients sign only the date, so a captured signature replays within this window:
+    # no wider than clock skew needs (docs/SECURITY.md)
+    rocketmq_auth_max_skew_s: int = 60
     # the longest delay of a DELAY message (broker/delayrules.py; RocketMQ's default: 40 days);
     # a delay also stays below retention_ms, so a waiting message is never deleted
     rocketmq_max_delay_ms: int = 40 * 24 * 3600 * 1000
@@ -97,6 +104,11 @@ class BrokerConfig:
     max_pull_messages: int = 10_000
     # process: "text" log lines, or one JSON object per line with the broker's identity (tidelog/logs.py)
     log_format: str = "text"
+    # "": log to standard error; a path: log there, rotated at log_max_bytes and keeping
+    # log_backups old files, so the logs take at most (log_backups + 1) × log_max_bytes
+    log_file: str = ""
+    log_max_bytes: int = 64 << 20
+    log_backups: int = 4
     # Prometheus /metrics, /healthz and /readyz over HTTP (deploy/METRICS.md); empty: off
     metrics_address: str = ""
     # retention (docs/ARCHITECTURE.md §6.4): whole segments older than retention_ms, or beyond
@@ -145,6 +157,9 @@ _POSITIVE = {
     "ha_idle_timeout_ms",
     "ha_max_connections",
     "data_max_connections",
+    "data_partial_frame_bytes",
+    "log_max_bytes",
+    "log_backups",
     "heartbeat_interval_ms",
     "max_concurrent_requests",
     "max_pull_bytes",
@@ -155,7 +170,13 @@ _POSITIVE = {
     "rocketmq_tx_max_checks",
     "rocketmq_max_delivery_attempts",
 }
-_NON_NEGATIVE = {"retention_ms", "retention_bytes", "retention_slave_hold_ms", "rocketmq_auth_max_skew_s"}
+_NON_NEGATIVE = {
+    "log_backups",
+    "retention_ms",
+    "retention_bytes",
+    "retention_slave_hold_ms",
+    "rocketmq_auth_max_skew_s",
+}
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A broker set's name shows up in file names (`tide cluster up` writes <name>-<replica>.yaml) and
 # log lines: no path separators, no leading dot (`..`), as in a topology file.

@@ -19,10 +19,16 @@ reads — meets TCP back-pressure instead of filling the broker's memory:
 - one reply of a connection is written at a time (a lock around write and drain), so at most one
   reply beyond the transport's high-water mark sits in its buffer; a reply its client does not
   take within WRITE_TIMEOUT_S closes the connection;
-- a frame, once its first byte has arrived, must arrive whole within FRAME_TIMEOUT_S plus a second
-  per MIN_FRAME_RATE bytes of its body, or the connection is closed: a client that trickles
-  frames (a slowloris) would otherwise hold one of the `data_max_connections` slots for good. An
-  idle connection between frames is not timed: pooled clients keep theirs open.
+- a frame's header, once its first byte has arrived, must be whole within HEADER_TIMEOUT_S (and
+  an AUTH frame's too, from the connection's start), and its body within FRAME_TIMEOUT_S plus a
+  second per MIN_FRAME_RATE bytes, or the connection is closed: a client that trickles frames (a
+  slowloris) would otherwise hold one of the `data_max_connections` slots for good. An idle
+  connection between frames is not timed: pooled clients keep theirs open;
+- all connections together hold at most `data_partial_frame_bytes` (broker config) of bodies
+  still arriving: a body's claimed length is reserved from that one budget before it is read (a
+  frame larger than the budget is read alone), and the body is read in chunks of READ_CHUNK, so
+  memory follows what arrived, never a hostile length. Sixteen clients announcing 64 MiB frames
+  they never finish cost one budget, not a gigabyte.
 """
 
 from __future__ import annotations
@@ -60,6 +66,14 @@ CONNECTION_BYTES = 128 << 20
 WRITE_TIMEOUT_S = 60.0
 #: A frame started must be whole within this long, plus a second per MIN_FRAME_RATE body bytes.
 FRAME_TIMEOUT_S = 30.0
+#: A frame header (9 bytes) that does not arrive whole this long after its first byte closes the
+#: connection; so does a connection under auth whose AUTH frame header is not whole this long
+#: after it opened.
+HEADER_TIMEOUT_S = 5.0
+#: Bodies are read this much at a time, each piece as it arrives.
+READ_CHUNK = 1 << 20
+#: asyncio's stream buffer limit for a connection (it pauses the socket at twice this).
+STREAM_LIMIT = 64 << 10
 MIN_FRAME_RATE = 1 << 20
 #: How long a closing connection may spend handing its last reply to the client.
 CLOSE_TIMEOUT_S = 5.0
@@ -176,13 +190,17 @@ class DataPort:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        # bytes of frame bodies still arriving, over every connection (data_partial_frame_bytes)
+        self.partial = ByteBudget(replica.cfg.data_partial_frame_bytes)
         self.address = ""
         # (method, seconds, error code or "OK") of each answered request, for the broker's metrics
         self.observe_call: Callable[[str, float, str], None] | None = None
 
     async def start(self, host: str, port: int) -> str:
         """Listen on host:port (port 0: any free one); returns the address bound."""
-        self._server = await start_server(self._connection, host, port, self.tls, limit=1 << 20)
+        # the stream's buffer stops reading the socket past twice this: what a connection that
+        # is not being read (waiting for budget) can hold
+        self._server = await start_server(self._connection, host, port, self.tls, limit=STREAM_LIMIT)
         bound = self._server.sockets[0].getsockname()
         self.address = f"{host}:{bound[1]}"
         return self.address
@@ -243,25 +261,24 @@ class DataPort:
         """Read the connection's AUTH frame and answer it; False (the connection closes) when it
         is not one or does not prove a user or the cluster. Bounded in time: a connection that
         never signs does not hold one of the `data_max_connections` for good."""
-        head = await within(reader.readexactly(df.HEAD_SIZE), FRAME_TIMEOUT_S)
+        head = await within(reader.readexactly(df.HEAD_SIZE), HEADER_TIMEOUT_S)
         length, op, rid = df.HEAD.unpack(head)
         size = df.body_length(length)
         err: TidelogError | None = None
         if op != df.OP_AUTH or size > AUTH_FRAME_BYTES:
             err = UnauthenticatedError("the data port needs an AUTH frame first", hint=CREDENTIALS_HINT)
         else:
-            body = await within(reader.readexactly(size), FRAME_TIMEOUT_S)
+            body = await self._read_body(reader, size, FRAME_TIMEOUT_S)
             try:
                 link.identity = guard.identify(df.AUTH_METHOD, df.parse_auth(body), None)
             except UnauthenticatedError as exc:
                 err = exc
         if err is not None:
-            guard.refused += 1
-            log.info(
-                "%s data port: refused a connection from %s: %s",
-                self.replica.ctx,
-                link.writer.get_extra_info("peername"),
-                err.message,
+            peer = link.writer.get_extra_info("peername")
+            guard.log.note(
+                f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer),
+                str(err.details.get("reason") or err.code.lower()),
+                f"{self.replica.ctx} data port connection: {err.message}",
             )
             await self._write(link, df.frame(df.ERROR, rid, df.error_body(err, None)))
             return False
@@ -273,7 +290,7 @@ class DataPort:
             return
         while True:
             first = await reader.readexactly(1)  # an idle connection may wait here for good
-            head = first + await within(reader.readexactly(df.HEAD_SIZE - 1), FRAME_TIMEOUT_S)
+            head = first + await within(reader.readexactly(df.HEAD_SIZE - 1), HEADER_TIMEOUT_S)
             length, op, rid = df.HEAD.unpack(head)
             size = df.body_length(length)
             # The slot and the body's bytes are taken before the body is read: while they are
@@ -285,11 +302,28 @@ class DataPort:
                 held.release()
                 return  # a reply timed out meanwhile: the connection is going
             # the wait for budget above is the broker's, not the client's: the body's clock starts after it
-            body = await within(reader.readexactly(size), FRAME_TIMEOUT_S + size / MIN_FRAME_RATE)
+            try:
+                body = await self._read_body(reader, size, FRAME_TIMEOUT_S + size / MIN_FRAME_RATE)
+            except BaseException:
+                held.release()
+                link.slots.release()
+                raise
             task = asyncio.ensure_future(self._answer(op, rid, body, link, held))
             link.running.add(task)
             task.add_done_callback(link.running.discard)
             task.add_done_callback(lambda _t: link.slots.release())
+
+    async def _read_body(self, reader: asyncio.StreamReader, size: int, timeout: float) -> bytes:
+        """A frame body of `size` bytes, read in pieces as they arrive, its length reserved from
+        the port's budget for partial frames first (the wait for it is not the client's time),
+        then whole within `timeout` or TimeoutError."""
+        if size == 0:
+            return b""
+        await self.partial.take(size)
+        try:
+            return await within(_read_pieces(reader, size), timeout)
+        finally:
+            self.partial.give(size)
 
     async def _answer(self, op: int, rid: int, body: bytes, link: _Link, held: _Held) -> None:
         started = time.monotonic()
@@ -433,3 +467,19 @@ async def _close(writer: asyncio.StreamWriter) -> None:
             await within(writer.wait_closed(), CLOSE_TIMEOUT_S)
         except TimeoutError:
             writer.transport.abort()
+
+
+async def _read_pieces(reader: asyncio.StreamReader, size: int) -> bytes:
+    """`size` bytes from `reader`, READ_CHUNK at a time: the stream's own buffer stays small (it
+    stops reading the socket past its limit), where `readexactly(size)` would let it grow to
+    `size` whatever has been reserved. IncompleteReadError at EOF, as readexactly."""
+    pieces: list[bytes] = []
+    left = size
+    while left:
+        piece = await reader.read(min(left, READ_CHUNK))
+        if not piece:
+            got = b"".join(pieces)
+            raise asyncio.IncompleteReadError(got, size)
+        pieces.append(piece)
+        left -= len(piece)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tidelog.commitlog.epochs import atomic_write
 from tidelog.errors import ConfigError
+from tidelog.private import private_dir
 
 FILE_NAME = "identity.json"
 
@@ -34,7 +35,7 @@ class Identity:
 
 def load_or_create(data_dir: Path, broker_set: str) -> Identity:
     path = data_dir / FILE_NAME
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     if path.exists():
         try:
             doc = json.loads(path.read_text())

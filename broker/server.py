@@ -24,13 +24,13 @@ from typing import Any
 
 import grpc
 
-from tidelog import gcpolicy, logs, loops, tlsconfig
+from tidelog import gcpolicy, logs, loops, private, tlsconfig
 from tidelog.acl import AclState, Grant, User
 from tidelog.broker import identity, lookups
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.dataport import DataPort
 from tidelog.broker.ledger_service import LedgerService
-from tidelog.broker.metrics import BrokerMetrics
+from tidelog.broker.metrics import IDENTITY, BrokerMetrics
 from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.rocketmq import RocketMQEndpoint
@@ -46,10 +46,11 @@ from tidelog.errors import (
     NoSuchLedgerExistsError,
     TidelogError,
 )
-from tidelog.guard import Guard
+from tidelog.guard import Guard, RefusalLog, SafeDecode, with_clear_keys
 from tidelog.ha.syncstate import Proposal
 from tidelog.ledger.client import ledger_key
 from tidelog.ledger.metadata import LedgerMetadata
+from tidelog.metrics import watch_auth_refusals
 from tidelog.proto import broker_pb2_grpc, ledger_pb2_grpc
 from tidelog.tasks import cancel_and_wait, within
 from tidelog.wire import SERVER_OPTIONS, bind_problem
@@ -65,6 +66,10 @@ class BrokerServer:
     def __init__(self, cfg: BrokerConfig) -> None:
         self.cfg = cfg
         logs.identify(lambda: {"broker_set": cfg.broker_set})  # until the replica exists
+        # the log, the identity and the key are the cluster's: no other local account reads them
+        private.require_private(cfg.data_dir, "data directory")
+        if cfg.tls is not None:
+            private.require_private(cfg.tls.key, "TLS key (tls.key)")
         self.ident = identity.load_or_create(cfg.data_dir, cfg.broker_set)
         self.log = CommitLog.open(
             cfg.data_dir,
@@ -96,10 +101,18 @@ class BrokerServer:
         )
         self.replica.ledgers.metadata_source = self._ledger_metadata
         # with auth on: users' calls are signed and permitted (tidelog/guard.py), on the gRPC and data ports
+        # refused calls and connections: a few lines a second per peer, counted by reason
+        self.refusals = RefusalLog()
         self.guard = (
-            Guard(cfg.auth, lambda: self.replica.acl, self.member_call) if cfg.auth is not None else None
+            Guard(cfg.auth, lambda: self.replica.acl, self.member_call, refusal_log=self.refusals)
+            if cfg.auth is not None
+            else None
         )
         self.metrics = BrokerMetrics(self.replica, cfg.data_dir) if cfg.metrics_address else None
+        if self.metrics is not None:
+            watch_auth_refusals(
+                self.metrics.registry, self.refusals.refusals, IDENTITY, self.metrics.identity
+            )
         self._grpc: grpc.aio.Server | None = None
         self._ha: asyncio.AbstractServer | None = None
         self.data_port: DataPort | None = None
@@ -203,13 +216,18 @@ class BrokerServer:
             ) from exc
         # Past this many calls in progress, new ones are refused at once with RESOURCE_EXHAUSTED
         # (retryable for clients) instead of queueing until they are cancelled.
-        interceptors: list[grpc.aio.ServerInterceptor] = [self.metrics.interceptor()] if self.metrics else []
-        if self.guard is not None:  # every call of Broker and Ledger, one place
-            interceptors.append(self.guard)
+        # first: it hands the calls it admits, parsed, to the timer and the handlers after it
+        interceptors: list[grpc.aio.ServerInterceptor] = [
+            self.guard  # every call of Broker and Ledger, one place
+            if self.guard is not None
+            else SafeDecode(refusal_log=self.refusals)  # a bad body: one line, not a traceback per call
+        ]
+        if self.metrics is not None:
+            interceptors.append(self.metrics.interceptor())
         self._grpc = grpc.aio.server(
             maximum_concurrent_rpcs=self.cfg.max_concurrent_requests,
             options=SERVER_OPTIONS,
-            interceptors=interceptors or None,
+            interceptors=interceptors,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica, self.lookups), self._grpc)
         lookups.add_to_server(self._grpc, self.lookups, time.monotonic)
@@ -388,7 +406,7 @@ class BrokerServer:
         self.lookups.learn(reply, time.monotonic(), self.controller.leader_hint)
         self._interval_ms = reply.heartbeat_interval_ms
         if reply.HasField("acl"):
-            r.acl = acl_state_of(reply.acl)
+            r.acl = with_clear_keys(acl_state_of(reply.acl), self.cfg.secret or "")
             log.info("%s users and grants now at version %d", r.ctx, r.acl.version)
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
         # master before sent + its timeout; the lease ends well before that (ha/lease.py).
@@ -500,6 +518,8 @@ def acl_state_of(table: Any) -> AclState:
 
 
 def run(cfg: BrokerConfig) -> None:
+    private.restrict_umask()  # what a library creates for us (log rotation) is private too
+
     async def main() -> bool:
         server = BrokerServer(cfg)
         if not await server.run():

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from tidelog.commitlog.fileio import pwrite_all
+from tidelog.private import open_private
 
 _SLOT = struct.Struct(">IHHQqqqq")  # magic, version, clean, seq, flushed, confirm, cq, spare
 _CRC = struct.Struct(">I")
@@ -40,7 +41,7 @@ class CheckpointFile:
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, self.FILE_NAME)
         existed = os.path.exists(self.path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = open_private(self.path, os.O_RDWR | os.O_CREAT)
         self.loaded: Checkpoint | None = self._read() if existed else None
         self._seq = self.loaded.seq if self.loaded else 0
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from tidelog.commitlog.fileio import write_all
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetBelowRetentionError
 from tidelog.invariants import require
+from tidelog.private import open_private, private_dir
 
 UNIT = struct.Struct("<QIQ")
 UNIT_SIZE = UNIT.size  # 20
@@ -128,7 +129,7 @@ class ConsumeQueue:
     def _load(self) -> None:
         """Find each file's units from its size, reading only its last unit (and, when that one
         is unwritten, a binary search of the zero tail): opening costs O(files), not O(units)."""
-        os.makedirs(self.dir, exist_ok=True)
+        private_dir(self.dir)
         names = sorted(n for n in os.listdir(self.dir) if n.isdigit() and len(n) == 20)
         end: int | None = None
         for i, name in enumerate(names):
@@ -414,7 +415,7 @@ class ConsumeQueue:
             # Forgotten before the open: if it fails, close() must not close this number again,
             # which by then may be another file's.
             self._fd = None
-        self._fd = os.open(self._path(start), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = open_private(self._path(start), os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._files.append(start)
 
     def sync(self) -> None:
@@ -499,7 +500,7 @@ class ConsumeQueue:
         if self._files:
             last = self._files[-1]
             self._close_readers_of(last)  # the last file is read through its append descriptor
-            self._fd = os.open(self._path(last), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = open_private(self._path(last), os.O_RDWR | os.O_CREAT | os.O_APPEND)
             os.ftruncate(self._fd, (end_qoff - last) * UNIT_SIZE)
             self._dirty.add(self._fd)
         self._files_changed()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from tidelog.errors import CorruptRecordError, EpochRejectedError
+from tidelog.private import open_private
 
 OPEN_END = 2**63 - 1
 
@@ -181,7 +182,7 @@ def _canonical(entries: Sequence[tuple[int, int]]) -> bytes:
 def atomic_write(path: str, data: bytes) -> None:
     """Replace `path` with `data` so that a crash leaves the old or the new content."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         os.write(fd, data)
         os.fsync(fd)

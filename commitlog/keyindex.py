@@ -32,6 +32,7 @@ from array import array
 from tidelog.commitlog import keyformat as kf
 from tidelog.commitlog.epochs import fsync_dir
 from tidelog.commitlog.fileio import pwrite_all
+from tidelog.private import open_private, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class IndexFile:
     @classmethod
     def create(cls, directory: str, begin: int, slots: int, capacity: int) -> IndexFile:
         path = os.path.join(directory, _name(begin))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         f = cls(path, fd, kf.Header(slots, capacity, 0, begin, begin, 0, 0))
         os.ftruncate(fd, kf.slot_position(slots))  # a hole: slots read as 0 until written
         f.write_header()
@@ -271,7 +272,7 @@ class KeyIndex:
         """Load the files (recovery): damaged headers and crash leftovers are repaired, entries at
         or past `log_end` dropped, files wholly below `log_min` deleted."""
         with self.lock:
-            os.makedirs(self.directory, exist_ok=True)
+            private_dir(self.directory)
             names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
             for i, name in enumerate(names):
                 path = os.path.join(self.directory, name)

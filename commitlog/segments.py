@@ -14,6 +14,7 @@ from tidelog.commitlog.epochs import fsync_dir
 from tidelog.commitlog.fileio import pwrite_all
 from tidelog.errors import ConfigError, CorruptRecordError, DataUnavailableError
 from tidelog.invariants import require
+from tidelog.private import open_private, private_dir
 
 
 class Segment:
@@ -48,7 +49,7 @@ class SegmentFiles:
 
     def open_existing(self) -> None:
         """Open every segment file in the directory, refusing misaligned or missing segments."""
-        os.makedirs(self.directory, exist_ok=True)
+        private_dir(self.directory)
         names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
         for name in names:
             base = int(name)
@@ -121,7 +122,7 @@ class SegmentFiles:
             f"{self.directory}: a new segment at {base} does not follow the last one",
         )
         path = os.path.join(self.directory, segment_name(base))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)
         seg = Segment(base, path, fd, 0)
         self.list.append(seg)
         fsync_dir(self.directory)  # the new file's name must survive a crash

@@ -40,6 +40,9 @@ _TOP_KEYS = {
     "placement",
     "placement_audit_interval_ms",
     "log_format",
+    "log_file",
+    "log_max_bytes",
+    "log_backups",
     "tls",
     "auth",
 }
@@ -93,6 +96,12 @@ class ControllerConfig:
     placement_audit_interval_ms: int = 1000
     # "text" log lines, or one JSON object per line with the node's identity (tidelog/logs.py)
     log_format: str = "text"
+    # "": log to standard error; a path: log there, rotated at log_max_bytes and keeping
+    # log_backups old files, so the logs take at most (log_backups + 1) × log_max_bytes.
+    # "{node_id}" in the path is this node's id (one config serves every node)
+    log_file: str = ""
+    log_max_bytes: int = 64 << 20
+    log_backups: int = 4
     # TLS on the gRPC port (tidelog/tlsconfig.py); None: plain text. The Raft port is PySyncObj's,
     # encrypted with the cluster secret instead (docs/ARCHITECTURE.md §12.1)
     tls: TlsSettings | None = None
@@ -144,6 +153,12 @@ def _host_port(key: str, value: Any) -> str:
 def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{key} must be a positive integer (got {value!r})", key=key)
+    return value
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string (got {value!r})", key=key)
     return value
 
 
@@ -265,6 +280,9 @@ _SETTINGS: tuple[tuple[str, Callable[[str, Any], Any], Any], ...] = (
     ("placement", lambda _key, value: _placement(value), None),
     ("placement_audit_interval_ms", _positive_int, 1000),
     ("log_format", _log_format, "text"),
+    ("log_file", lambda key, value: _text(key, value), ""),
+    ("log_max_bytes", _positive_int, 64 << 20),
+    ("log_backups", _positive_int, 4),  # Python's rotation never happens with none
     ("tls", lambda _key, value: None if value is None else parse_section(value, "controller config"), None),
 )
 
@@ -279,6 +297,7 @@ def parse(raw: Any, *, node_id: str | None = None, data_dir: str | None = None) 
         raise ConfigError("data_dir is required", key="data_dir")
     settings = {key: check(key, raw.get(key, default)) for key, check, default in _SETTINGS}
     cfg = ControllerConfig(nodes=nodes, node_id=chosen, data_dir=Path(dd), **settings)
+    cfg = replace(cfg, log_file=cfg.log_file.replace("{node_id}", chosen))
     if cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms:
         raise ConfigError(
             "heartbeat_timeout_ms must be larger than heartbeat_interval_ms", key="heartbeat_timeout_ms"

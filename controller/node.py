@@ -33,7 +33,7 @@ from typing import Any
 
 import grpc
 
-from tidelog import gcpolicy, logs, loops, tlsconfig
+from tidelog import gcpolicy, logs, loops, private, tlsconfig
 from tidelog.acl import AclState
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
@@ -53,7 +53,8 @@ from tidelog.controller.placement import (
 )
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
-from tidelog.guard import Guard
+from tidelog.guard import CLUSTER_TOKEN, Guard, RefusalLog, SafeDecode, with_clear_keys
+from tidelog.metrics import watch_auth_refusals
 from tidelog.proto import controller_pb2 as pb
 from tidelog.tasks import cancel_and_wait, within
 from tidelog.wire import SERVER_OPTIONS, bind_problem, make_error
@@ -113,6 +114,11 @@ class ControllerNode:
                 "messages of its peers with asserts, which -O removes",
                 hint="start it without -O",
             )
+        # the Raft journal holds the users' (wrapped) keys and the cluster's history: private
+        private.require_private(cfg.data_dir, "controller data directory")
+        private.require_private(cfg.node_dir, "controller node directory")
+        if cfg.tls is not None:
+            private.require_private(cfg.tls.key, "TLS key (tls.key)")
         cfg = with_secret(cfg)
         require_real_secret(cfg.secret or "")
         self.cfg = cfg
@@ -120,6 +126,8 @@ class ControllerNode:
         # TLS on the gRPC port, reloaded on SIGHUP (tidelog/tlsconfig.py); None: plain text
         self.tls = tlsconfig.ServerTls(cfg.tls) if cfg.tls is not None else None
         self._replays = ReplayCache()
+        # refused calls: logged a few a second per peer, counted by reason (tidelog_auth_refused_total)
+        self.refusals = RefusalLog()
         self._acl = AclState()
         self._acl_read = False
         logs.identify(lambda: {"node_id": cfg.node_id})  # until the Raft node exists
@@ -168,14 +176,14 @@ class ControllerNode:
             if broker_id is not None and ident.broker_id != broker_id:
                 raise UnauthenticatedError(f"signed for broker {ident.broker_id}, not {broker_id}")
         except UnauthenticatedError as exc:
-            log.warning("refused %s from %s: %s", method, context.peer(), exc.message)
+            self.refusals.note(context.peer(), CLUSTER_TOKEN, f"{method}: {exc.message}")
             raise
 
     def acl_table(self) -> AclState:
         """The users and grants of this replica, rebuilt only when their version moved."""
         with self.raft.read() as state:
             if state.acl_version != self._acl.version or not self._acl_read:
-                self._acl = state.acl_table()
+                self._acl = with_clear_keys(state.acl_table(), self.secret)
                 self._acl_read = True
         return self._acl
 
@@ -446,16 +454,22 @@ class ControllerNode:
 
     async def serve(self, stop: asyncio.Event) -> None:
         metrics = ControllerMetrics(self) if self.cfg.self_node.metrics_address else None
-        # the epoch first: a call refused by a later interceptor still names its cluster epoch
+        # the epoch first: a call refused by a later interceptor still names its cluster epoch;
+        # then the guard: it hands the calls it admits, parsed, to the timer and the handlers
         interceptors: list[grpc.aio.ServerInterceptor] = [EpochInterceptor(self.raft.cluster_epoch)]
-        if metrics:
-            interceptors.append(metrics.interceptor())
         if self.cfg.auth is not None:
             # every call of the client-facing services, one place (ControllerBroker: members only,
             # each of its calls proves the cluster secret itself)
+            members = frozenset({BROKER_SERVICE})
             interceptors.append(
-                Guard(self.cfg.auth, self.acl_table, self.member_call, frozenset({BROKER_SERVICE}))
+                Guard(self.cfg.auth, self.acl_table, self.member_call, members, self.refusals)
             )
+        else:  # a request that does not parse: one line, not a traceback per call
+            interceptors.append(SafeDecode(frozenset({BROKER_SERVICE}), self.refusals))
+        if metrics is not None:
+            interceptors.append(metrics.interceptor())
+            ident = (self.cfg.node_id,)
+            watch_auth_refusals(metrics.registry, self.refusals.refusals, ("node_id",), lambda: ident)
         server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         service.add_to_server(server, self)
         address = self.cfg.self_node.grpc
@@ -523,9 +537,10 @@ def with_secret(cfg: ControllerConfig) -> ControllerConfig:
             key="secret",
         )
     path = cfg.node_dir / "cluster.secret"
-    cfg.node_dir.mkdir(parents=True, exist_ok=True)
+    private.private_dir(cfg.node_dir)
+    private.require_private(path, "cluster secret file")
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = private.open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         with os.fdopen(fd, "w") as f:
             f.write(new_secret())
             f.flush()
@@ -542,6 +557,7 @@ def with_secret(cfg: ControllerConfig) -> ControllerConfig:
 
 def run(cfg: ControllerConfig) -> None:
     """Run a controller node until SIGTERM/SIGINT; SIGHUP reloads its TLS certificate."""
+    private.restrict_umask()  # PySyncObj creates the journal and snapshots: private too
 
     async def main() -> None:
         stop = asyncio.Event()

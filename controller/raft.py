@@ -35,6 +35,7 @@ from typing import Any
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException, replicated
 from pysyncobj import pickle as pysyncobj_pickle
 
+from tidelog import private
 from tidelog.clusterepoch import ClusterIdentity, raft_password
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.recover import load_identity, save_identity
@@ -42,6 +43,7 @@ from tidelog.controller.state import ControllerState, InvariantViolation, Result
 from tidelog.controller.topics import TOPIC_COMMANDS
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.invariants import EXIT_INVARIANT_VIOLATED
+from tidelog.private import private_dir
 from tidelog.tasks import within
 
 log = logging.getLogger(__name__)
@@ -189,7 +191,12 @@ class RaftNode:
         self.cfg = cfg
         if not cfg.secret:
             raise ConfigError("the Raft port needs the cluster secret", key="secret")
-        cfg.node_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(cfg.node_dir)
+        # PySyncObj creates the journal, its meta file and the snapshots itself, with open():
+        # only the umask makes them private (0600), for this process's life (a controller process
+        # writes nothing that others should read)
+        private.restrict_umask()
+        journal = cfg.node_dir / "raft.journal"
         # A recovered cluster's epoch and members come from the node's identity file, not the
         # config (whose node list names every node that may ever be a member, with addresses).
         self.identity = load_identity(cfg)
@@ -205,7 +212,7 @@ class RaftNode:
             password=raft_password(cfg.secret, self.cluster_epoch),
             # PySyncObj binds 0.0.0.0 unless told otherwise; listen only where the config says.
             bindAddress=cfg.self_node.raft,
-            journalFile=str(cfg.node_dir / "raft.journal"),
+            journalFile=str(journal),
             fullDumpFile=str(cfg.node_dir / "raft.snapshot"),
             useFork=False,
             raftMinTimeout=tuning.election_min_timeout_ms / 1000,
@@ -224,6 +231,10 @@ class RaftNode:
         _check_snapshot(cfg.node_dir / "raft.snapshot")
         self._machine = _Machine(cfg.max_meta_value_bytes)
         self._obj = SyncObj(cfg.self_node.raft, peers, conf=conf, consumers=[self._machine])
+        for name in ("raft.journal", "raft.journal.meta", "raft.snapshot"):
+            path = cfg.node_dir / name
+            if path.exists():  # written by an older version under a looser umask
+                os.chmod(path, private.FILE_MODE)
         try:
             # A node that cannot own its Raft port must not serve as if it were part of the cluster.
             self._obj.waitBinded()

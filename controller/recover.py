@@ -37,6 +37,7 @@ from typing import Any
 from tidelog.clusterepoch import IDENTITY_FILE, ClusterIdentity, may_join, raft_password
 from tidelog.controller.config import ControllerConfig
 from tidelog.errors import ConfigError, UnavailableError
+from tidelog.private import private_dir, write_private
 from tidelog.wire import bind_problem
 
 log = logging.getLogger(__name__)
@@ -63,19 +64,9 @@ def load_identity(cfg: ControllerConfig) -> ClusterIdentity | None:
 
 def save_identity(cfg: ControllerConfig, ident: ClusterIdentity) -> None:
     """Write the identity file atomically and durably (a crash leaves the old or the new one)."""
-    cfg.node_dir.mkdir(parents=True, exist_ok=True)
-    path = cfg.node_dir / IDENTITY_FILE
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(ident.to_json() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(cfg.node_dir, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    # private like the rest of the node's data (docs/SECURITY.md), also from `tide controller recover`
+    private_dir(cfg.node_dir)
+    write_private(cfg.node_dir / IDENTITY_FILE, ident.to_json() + "\n")
 
 
 def node_epoch(cfg: ControllerConfig) -> int | None:

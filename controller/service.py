@@ -17,11 +17,13 @@ import bisect
 import hashlib
 import itertools
 import logging
+import secrets
 import uuid
 from typing import TYPE_CHECKING
 
 import grpc
 
+from tidelog import access
 from tidelog.acl import AclState, Grant, User
 from tidelog.controller import state as st
 from tidelog.controller.liveness import heartbeat_problem
@@ -32,6 +34,7 @@ from tidelog.errors import (
     ControllerBrokerNeedToBeRegisteredError,
     ControllerFencedSyncStateSetEpochError,
     EpochRejectedError,
+    InvalidArgumentError,
     MetadataNotFoundError,
     MetadataTooLargeError,
     PlacementRefusedError,
@@ -948,9 +951,19 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         self, request: pb.CreateUserRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateUserReply:
         name = non_empty("name", request.name)
+        try:
+            # wrapped before it enters the Raft log: the journal and snapshots never hold a key
+            # that signs without the cluster secret (tidelog/access.py)
+            stored = access.wrap_signing_key(
+                self.node.secret, request.access_key, request.signing_key, secrets.token_bytes(16)
+            )
+        except ValueError:
+            raise InvalidArgumentError(
+                "a signing key is 64 lower-case hex digits (tidelog.access.signing_key)"
+            ) from None
         result = await self.node.write(
             lambda now, hb: st.CreateUser(
-                name=name, access_key=request.access_key, signing_key=request.signing_key, now_ms=now
+                name=name, access_key=request.access_key, signing_key=stored, now_ms=now
             )
         )
         log.warning("user %s created (access key %s)", name, request.access_key)

@@ -62,8 +62,10 @@ from typing import Any
 
 from tidelog.clusterauth import NONCE_BYTES, PROOF_BYTES
 from tidelog.errors import HaProtocolError
+from tidelog.tasks import within
 
 __all__ = [
+    "HEADER_TIMEOUT_S",
     "MAX_AUTH_FRAME",
     "MAX_FRAME",
     "Ack",
@@ -95,6 +97,8 @@ MAX_FRAME = 64 * 1024 * 1024 + 1024
 # Every frame a peer may send before it has proven the cluster secret (and every frame a slave
 # sends at all) fits in this; a longer length is refused before its body is read.
 MAX_AUTH_FRAME = 64 * 1024
+#: A frame's length prefix, once its first byte arrived, must be whole within this long.
+HEADER_TIMEOUT_S = 5.0
 
 MAX_STR = 0xFFFF
 _U64_MAX = 2**64 - 1
@@ -568,6 +572,10 @@ async def read_frame(reader: asyncio.StreamReader, max_length: int = MAX_FRAME) 
     length costs nothing) and asyncio.IncompleteReadError on EOF (also EOF in the middle of a
     frame: the peer went away, which is not a protocol violation).
     """
-    (length,) = _LEN.unpack(await reader.readexactly(_LEN.size))
+    first = await reader.readexactly(1)  # an idle link may wait here: the callers time idleness
+    # a length begun must be whole soon: a peer that sends part of one holds its connection
+    # slot otherwise (the data port's HEADER_TIMEOUT_S, the same rule)
+    rest = await within(reader.readexactly(_LEN.size - 1), HEADER_TIMEOUT_S)
+    (length,) = _LEN.unpack(first + rest)
     _check_length(length, max_length)
     return decode_body(await reader.readexactly(length))

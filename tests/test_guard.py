@@ -4,6 +4,7 @@ proves, what the rules then allow, the cluster secret's token as the cluster its
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +43,19 @@ def refusal(metadata: Mapping[str, str], topic: str = "orders-eu", method: str =
 
 
 def test_a_signed_call_within_its_grants_passes() -> None:
-    assert refusal(dict(ALICE.metadata())) is None
+    assert refusal(dict(ALICE.metadata(method=PRODUCE))) is None
+
+
+def test_a_signature_is_taken_once_for_its_own_method_and_never_date_only() -> None:
+    signed = dict(ALICE.metadata(method=PRODUCE))
+    assert refusal(signed) is None
+    again = refusal(signed)
+    assert isinstance(again, UnauthenticatedError) and "replay" in again.message
+    other = refusal(dict(ALICE.metadata(method=PRODUCE)), method="/tidelog.broker.v1.Broker/Pull")
+    assert isinstance(other, UnauthenticatedError) and "signed for" in other.message
+    date_only = dict(access.headers(ALICE.access_key, ALICE.signing_key, time.time()))
+    refused = refusal(date_only)
+    assert isinstance(refused, UnauthenticatedError) and "only its date" in refused.message
 
 
 @pytest.mark.parametrize(
@@ -60,10 +73,11 @@ def test_anything_else_is_unauthenticated(metadata: dict[str, str]) -> None:
 
 
 def test_a_known_user_without_the_grant_is_told_which_permission_it_lacks() -> None:
-    err = refusal(dict(ALICE.metadata()), topic="payments")
+    err = refusal(dict(ALICE.metadata(method=PRODUCE)), topic="payments")
     assert isinstance(err, PermissionDeniedError)
     assert err.message == "user alice lacks produce on topic payments"
-    err = refusal(dict(ALICE.metadata()), method="/tidelog.broker.v1.Broker/Pull")
+    pull = "/tidelog.broker.v1.Broker/Pull"
+    err = refusal(dict(ALICE.metadata(method=pull)), method=pull)
     assert isinstance(err, PermissionDeniedError) and "consume on topic orders-eu" in err.message
 
 

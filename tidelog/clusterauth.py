@@ -35,6 +35,7 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from tidelog.errors import ConfigError, UnauthenticatedError
+from tidelog.private import require_private
 
 __all__ = [
     "CALL_KEY",
@@ -50,6 +51,7 @@ __all__ = [
     "prove",
     "secret_from_env",
     "sign_call",
+    "token_problem",
     "verify",
 ]
 
@@ -91,10 +93,13 @@ def require_real_secret(secret: str) -> None:
 
 
 def find_secret(secret_file: str | None = None, data_dir: str | None = None) -> str | None:
-    """The cluster secret for an operator's command: `secret_file` (its first line), else
+    """The cluster secret for an operator's command: `secret_file` (its first line; refused while
+    group or others may read it), else
     `$TIDE_CLUSTER_SECRET`, else the `secret` of `<data_dir>/controller.yaml` as written by
     `tide cluster up`. None when there is none of these."""
     if secret_file:
+        # a secret others can read is everyone's: refused, as OpenSSH refuses such a key
+        require_private(secret_file, "secret file")
         try:
             with open(secret_file) as f:
                 text = f.readline().strip()
@@ -218,6 +223,28 @@ class ReplayCache:
             return False
         self._seen[nonce] = (now_ms, signed)
         return True
+
+
+def token_problem(token: str, now_ms: int, window_ms: int = CALL_WINDOW_MS) -> str | None:
+    """Why a call token cannot verify whatever the request (its shape, its time), or None: what a
+    server checks from the metadata alone, before it parses the request the MAC covers."""
+    if len(token) > _MAX_TOKEN:
+        return "malformed authentication token"
+    parts = token.split(":")
+    if len(parts) != 6 or parts[0] != "v1":
+        return "malformed authentication token"
+    try:
+        bytes.fromhex(parts[1]).decode()
+        int(parts[2])
+        at = int(parts[3])
+        nonce, mac = bytes.fromhex(parts[4]), bytes.fromhex(parts[5])
+    except (ValueError, UnicodeDecodeError):
+        return "malformed authentication token"
+    if len(nonce) != NONCE_BYTES or len(mac) != PROOF_BYTES:
+        return "malformed authentication token"
+    if abs(now_ms - at) > window_ms:
+        return f"the call was signed {abs(now_ms - at) / 1000:.0f}s away from this server's clock"
+    return None
 
 
 def check_call(

@@ -41,9 +41,16 @@ class Credentials:
     def signing_key(self) -> str:
         return access.signing_key(self.secret_key, self.access_key)
 
-    def metadata(self, now_s: float | None = None) -> tuple[tuple[str, str], ...]:
-        """The two metadata entries signing a call made now."""
-        return access.headers(self.access_key, self.signing_key, time.time() if now_s is None else now_s)
+    def metadata(self, now_s: float | None = None, method: str = "") -> tuple[tuple[str, str], ...]:
+        """The metadata entries signing one call of `method` made now, with a fresh nonce: a
+        server takes the signature once, and for that method only."""
+        return access.headers(
+            self.access_key,
+            self.signing_key,
+            time.time() if now_s is None else now_s,
+            method=method,
+            nonce=secrets.token_hex(16),
+        )
 
 
 def new_credentials() -> Credentials:
@@ -109,7 +116,7 @@ class Signer(
             )
             return ((CALL_KEY, token),)
         if self.credentials is not None:
-            return self.credentials.metadata()
+            return self.credentials.metadata(method=method)
         return ()
 
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:

@@ -78,6 +78,16 @@ class ConfigError(TidelogError):
 
 
 @_register
+class InsecurePermissionsError(ConfigError):
+    """A data directory, secret or key file that other local accounts could read: the process
+    refuses to start on it rather than serve from it (as OpenSSH and PostgreSQL do)."""
+
+    code = "INSECURE_PERMISSIONS"
+    status = "FAILED_PRECONDITION"
+    hint = "make it private to the account that runs tidelog: chmod 700 for a directory, 600 for a file"
+
+
+@_register
 class UnavailableError(TidelogError):
     """A server could not be reached or is not serving yet."""
 

@@ -10,6 +10,10 @@ Two formats (`log_format` in the broker and controller configs, `--log-format` o
   promotion carries the new role and epoch; then whatever the log call passed as ``extra=``
   (offsets, another broker set's name); ``exc`` holds a traceback when there is one.
 
+Where: standard error by default; with a file (`log_file` in the configs) a size-rotated file,
+`log_max_bytes` each and `log_backups` old ones kept (`app.log.1` ... `app.log.N`), so a process's
+logs take at most (log_backups + 1) × log_max_bytes of disk. The files are private (0600).
+
 The identity comes from a callable the process registers with `identify` once it knows who it
 is; a field the log call names itself (``extra={"broker_set": ...}``) wins over the identity's.
 """
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import os
 import sys
 import threading
 import time
@@ -25,7 +31,12 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from tidelog import private
+
 _log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES = 64 << 20
+DEFAULT_BACKUPS = 4
 
 FORMATS = ("text", "json")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -102,14 +113,32 @@ def identify(source: Identity | None) -> None:
     IDENTITY.source = source
 
 
-def configure(fmt: str = "text", level: str | int = "INFO", *, tag: str = "") -> None:
-    """Send the root logger's records to standard error in `fmt`, replacing any earlier handler.
+def configure(
+    fmt: str = "text",
+    level: str | int = "INFO",
+    *,
+    tag: str = "",
+    file: str = "",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    backups: int = DEFAULT_BACKUPS,
+) -> None:
+    """Send the root logger's records to standard error (or `file`, rotated at `max_bytes` with
+    `backups` old files kept) in `fmt`, replacing any earlier handler.
 
     Under `json`, warnings and uncaught exceptions go through logging too, so that every line
     the process writes is one JSON object."""
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler
+    if file:
+        # the rotated files are created by the handler: only the umask makes them private
+        private.restrict_umask()
+        handler = logging.handlers.RotatingFileHandler(
+            file, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+        )
+        os.chmod(file, private.FILE_MODE)  # one an older version (or another umask) made
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else text_formatter(tag))
     handler.addFilter(IDENTITY)
     root = logging.getLogger()

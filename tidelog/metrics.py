@@ -11,7 +11,9 @@ Owns what every tidelog process shares for observability:
   thread that changes it, never halfway through an update;
 - `RpcTimer`: the gRPC server interceptor every call passes through, timing each unary call and
   handing (method, request, reply, seconds, code) to one observer;
-- `RpcMetrics`: the request-latency histogram and error counter built from those observations.
+- `RpcMetrics`: the request-latency histogram and error counter built from those observations;
+- `AuthRefusals`: calls and connections refused by the auth checks (tidelog/guard.py), by reason,
+  exported as `tidelog_auth_refused_total{reason}` once `watch_auth_refusals` registers them.
 
 What a broker or a controller exports is in `broker/metrics.py` and `controller/metrics.py`;
 every name is listed in deploy/METRICS.md.
@@ -35,6 +37,8 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from tidelog.errors import ConfigError
 from tidelog.tasks import within
@@ -284,8 +288,54 @@ class RpcMetrics:
             self.errors.labels(*key, code).inc()
 
 
+class AuthRefusals:
+    """How many calls (gRPC) and connections (data port) the auth checks refused, by reason: plain
+    counts the guard adds to on the event loop, read at scrape time."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class _AuthRefusalCollector(Collector):
+    def __init__(
+        self, refusals: AuthRefusals, labels: Sequence[str], identity: Callable[[], tuple[str, ...]]
+    ) -> None:
+        self.refusals = refusals
+        self.labels = list(labels)
+        self.identity = identity
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(
+            "tidelog_auth_refused",
+            "Calls and data-port connections refused by the auth checks, by reason",
+            labels=[*self.labels, "reason"],
+        )
+        ident = self.identity()
+        for reason, n in sorted(self.refusals.counts.items()):
+            family.add_metric([*ident, reason], n)
+        out: list[Metric] = [family]
+        yield from out
+
+
+def watch_auth_refusals(
+    registry: CollectorRegistry,
+    refusals: AuthRefusals,
+    identity_labels: Sequence[str],
+    identity: Callable[[], tuple[str, ...]],
+) -> None:
+    """Export `refusals` as `tidelog_auth_refused_total{<identity>, reason}`."""
+    registry.register(_AuthRefusalCollector(refusals, identity_labels, identity))
+
+
 __all__ = [
     "CONTENT_TYPE_LATEST",
+    "AuthRefusals",
     "MetricsServer",
     "Readiness",
     "RpcMetrics",
@@ -295,4 +345,5 @@ __all__ = [
     "respond",
     "split_address",
     "start_server",
+    "watch_auth_refusals",
 ]

@@ -33,6 +33,7 @@ REPLY = 4 << 20
 def _replica(max_connections: int = 8) -> Any:
     cfg = SimpleNamespace(
         data_max_connections=max_connections,
+        data_partial_frame_bytes=64 << 20,
         max_message_bytes=1 << 20,
         max_pull_bytes=REPLY,
         max_pull_messages=10_000,
@@ -129,8 +130,10 @@ def test_connections_beyond_data_max_connections_are_closed_at_once() -> None:
 
 def test_a_trickled_frame_closes_its_connection_and_frees_the_slot(monkeypatch: pytest.MonkeyPatch) -> None:
     """A slowloris: a client that starts frames and never finishes them is closed after
-    FRAME_TIMEOUT_S, so it cannot keep `data_max_connections` slots; an idle one is left alone."""
+    FRAME_TIMEOUT_S (a header: HEADER_TIMEOUT_S), so it cannot keep `data_max_connections` slots;
+    an idle one is left alone."""
     monkeypatch.setattr(dataport, "FRAME_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(dataport, "HEADER_TIMEOUT_S", 0.5)
 
     async def pull_encoded(replica: Any, call: df.PullCall) -> tuple[bytes, int, QueueOffsets]:
         return b"r" * 100, 1, QueueOffsets(0, 1, 1)

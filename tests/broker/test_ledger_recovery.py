@@ -193,7 +193,7 @@ def test_wiped_replica_does_not_make_recovery_close_short(
     shutil.rmtree(c.bs.data_dirs[m])
     c.bs.wait_master(exclude=m, timeout=30)
     if same_id:
-        c.bs.data_dirs[m].mkdir()
+        c.bs.data_dirs[m].mkdir(mode=0o700)  # a broker refuses a data dir others can read
         (c.bs.data_dirs[m] / "identity.json").write_bytes(identity)
         # First it comes back cut off from the controller, so it stays empty while it answers
         # ledger requests under its old id: a recovery now must not close short (with AQ = 2 it

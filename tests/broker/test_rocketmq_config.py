@@ -14,10 +14,10 @@ from tidelog.errors import ConfigError
 BASE = {"broker_set": "a", "data_dir": "data", "controllers": "127.0.0.1:1", "secret": "s"}
 
 
-def test_no_access_keys_by_default_and_a_fifteen_minute_clock_bound() -> None:
+def test_no_access_keys_by_default_and_a_one_minute_clock_bound() -> None:
     cfg = from_mapping(BASE)
     assert cfg.rocketmq_access_keys == ()
-    assert cfg.rocketmq_auth_max_skew_s == 900
+    assert cfg.rocketmq_auth_max_skew_s == 60
 
 
 def test_access_keys_are_taken_in_order() -> None:

@@ -40,6 +40,7 @@ class _Replica:
         self.cfg = SimpleNamespace(
             broker_set="bs",
             data_max_connections=8,
+            data_partial_frame_bytes=64 << 20,
             max_message_bytes=1 << 20,
             max_pull_bytes=1 << 20,
             max_pull_messages=1000,

@@ -202,6 +202,7 @@ def test_a_node_with_the_wrong_secret_cannot_join(
     text = cluster.config_path.read_text().replace("test-cluster-secret", "a-different-secret")
     wrong = cluster.root / "wrong-secret.yaml"
     wrong.write_text(text)
+    wrong.chmod(0o600)  # it holds a secret: a controller refuses a config others can read
     cluster.procs["c3"].args[cluster.procs["c3"].args.index(str(cluster.config_path))] = str(wrong)
     cluster.start()
 

@@ -108,6 +108,7 @@ def test_operators_find_the_secret_from_a_file_the_environment_or_the_cluster_da
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tidelog.clusterauth import SECRET_ENV, find_secret
+    from tidelog.errors import InsecurePermissionsError
 
     monkeypatch.delenv(SECRET_ENV, raising=False)
     assert find_secret(None, str(tmp_path)) is None  # nothing anywhere
@@ -117,6 +118,10 @@ def test_operators_find_the_secret_from_a_file_the_environment_or_the_cluster_da
     assert find_secret(None, str(tmp_path)) == "from-env"
     f = tmp_path / "secret"
     f.write_text("from-file\n")
+    f.chmod(0o644)
+    with pytest.raises(InsecurePermissionsError, match="chmod 600"):
+        find_secret(str(f), str(tmp_path))  # a secret other accounts can read
+    f.chmod(0o600)
     assert find_secret(str(f), str(tmp_path)) == "from-file"
     f.write_text("")
     with pytest.raises(ConfigError, match="empty"):

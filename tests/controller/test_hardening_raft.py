@@ -90,6 +90,7 @@ def test_a_controller_refuses_to_start_under_python_O(tmp_path: Path) -> None:
         f"data_dir: {tmp_path / 'data'}\nsecret: a-real-secret-for-this-test-only-0123456789\n"
         f"nodes:\n  - id: c1\n    raft: {free_address()}\n    grpc: {free_address()}\n"
     )
+    cfg.chmod(0o600)  # it holds a secret: refused while others can read it
     out = subprocess.run(
         [sys.executable, "-O", "-m", "tidelog.cli", "controller", "--config", str(cfg), "--node-id", "c1"],
         capture_output=True,

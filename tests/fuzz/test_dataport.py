@@ -230,7 +230,8 @@ async def _first_frame(frame: bytes) -> tuple[bool, bytes, str]:
     reader.feed_eof()
     writer = _Writer()
     link = _Link(writer)  # type: ignore[arg-type]
-    port = DataPort(SimpleNamespace(ctx="fuzz"), guard=GUARD)  # type: ignore[arg-type]
+    replica = SimpleNamespace(ctx="fuzz", cfg=SimpleNamespace(data_partial_frame_bytes=64 << 20))
+    port = DataPort(replica, guard=GUARD)  # type: ignore[arg-type]
     try:
         ok = await port._authenticate(reader, link, GUARD)
     except (df.FrameError, asyncio.IncompleteReadError):
@@ -249,11 +250,11 @@ def check_auth(data: bytes) -> None:
 
 
 def test_a_users_auth_frame_authenticates_and_names_the_user() -> None:
-    body = df.auth_request(ALICE.metadata())
+    body = df.auth_request(ALICE.metadata(method=df.AUTH_METHOD))
     ok, answer, identity = asyncio.run(_first_frame(b"".join(df.frame(df.OP_AUTH, 7, body))))
     assert ok and identity == "alice"
     assert df.HEAD.unpack_from(answer)[1:] == (df.OK, 7)
-    wrong = df.auth_request(Credentials(ALICE.access_key, "guess").metadata())
+    wrong = df.auth_request(Credentials(ALICE.access_key, "guess").metadata(method=df.AUTH_METHOD))
     assert not asyncio.run(_first_frame(b"".join(df.frame(df.OP_AUTH, 7, wrong))))[0]
 
 

@@ -18,6 +18,8 @@ from tidelog.cli.common import (
     require_controllers,
     secret_options,
 )
+from tidelog.clusterauth import secret_from_env
+from tidelog.private import require_private
 
 
 @click.group("broker", invoke_without_command=True)
@@ -46,6 +48,9 @@ def broker(
     if config_path is None:
         raise click.UsageError("--config is required to run a broker")
     cfg = bcfg.load(config_path)
+    if cfg.secret and cfg.secret != secret_from_env():
+        # the file holds the cluster secret: refused while other local accounts can read it
+        require_private(config_path, "config file (it holds the cluster secret)")
     overrides = {
         k: v
         for k, v in (
@@ -61,7 +66,14 @@ def broker(
         doc.update(overrides)
         doc["data_dir"] = str(doc["data_dir"])
         cfg = bcfg.from_mapping(doc, source=config_path)
-    logs.configure(log_format or cfg.log_format, log_level, tag=cfg.broker_set)
+    logs.configure(
+        log_format or cfg.log_format,
+        log_level,
+        tag=cfg.broker_set,
+        file=cfg.log_file,
+        max_bytes=cfg.log_max_bytes,
+        backups=cfg.log_backups,
+    )
     from tidelog.broker.server import run  # late: `tide --help` need not load gRPC
 
     run(cfg)

@@ -13,8 +13,10 @@ import click
 
 from tidelog import logs
 from tidelog.cli.common import log_options
+from tidelog.clusterauth import secret_from_env
 from tidelog.controller import config as ccfg
 from tidelog.errors import ConfigError, UnavailableError
+from tidelog.private import require_private
 
 
 @click.group("controller", invoke_without_command=True)
@@ -40,7 +42,17 @@ def controller(
     if config_path is None:
         raise click.UsageError("--config is required to run a controller node")
     cfg = ccfg.load(config_path, node_id=node_id, data_dir=data_dir)
-    logs.configure(log_format or cfg.log_format, log_level, tag=cfg.node_id)
+    if cfg.secret and cfg.secret != secret_from_env():
+        # the file holds the cluster secret: refused while other local accounts can read it
+        require_private(config_path, "config file (it holds the cluster secret)")
+    logs.configure(
+        log_format or cfg.log_format,
+        log_level,
+        tag=cfg.node_id,
+        file=cfg.log_file,
+        max_bytes=cfg.log_max_bytes,
+        backups=cfg.log_backups,
+    )
     # Imported late so that `tide --help` does not pay for gRPC and PySyncObj.
     from tidelog.controller.node import run, with_secret
 

@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tidelog.private import private_dir, write_private
+
 VALID_DAYS = 30
 
 
@@ -38,12 +40,12 @@ class Authority:
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    path.write_bytes(
+    write_private(
+        path,
         key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        ),
     )
-    path.chmod(0o600)
 
 
 def _name(common_name: str) -> x509.Name:
@@ -52,7 +54,7 @@ def _name(common_name: str) -> x509.Name:
 
 def make_ca(directory: Path, name: str = "ca", common_name: str = "tidelog local CA") -> Authority:
     """A self-signed CA: `<name>.pem` and `<name>.key` in `directory`."""
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     cert = (
@@ -81,7 +83,7 @@ def make_ca(directory: Path, name: str = "ca", common_name: str = "tidelog local
         .sign(key, hashes.SHA256())
     )
     out = Authority(directory / f"{name}.pem", directory / f"{name}.key")
-    out.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_private(out.cert, cert.public_bytes(serialization.Encoding.PEM))
     _write_key(out.key, key)
     return out
 
@@ -120,12 +122,12 @@ def issue(ca: Authority, directory: Path, name: str, hosts: list[str]) -> Issued
         )
         .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     )
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     out = Issued(directory / f"{name}.pem", directory / f"{name}.key", serial)
     # the key first: a reload that reads the new certificate finds its key already there
     tmp_key, tmp_cert = out.key.with_suffix(".key.new"), out.cert.with_suffix(".pem.new")
     _write_key(tmp_key, key)
-    tmp_cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_private(tmp_cert, cert.public_bytes(serialization.Encoding.PEM))
     tmp_key.replace(out.key)
     tmp_cert.replace(out.cert)
     return out

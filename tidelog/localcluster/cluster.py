@@ -52,6 +52,7 @@ from tidelog.localcluster import certs
 from tidelog.localcluster.configs import broker_doc, controller_doc, write_config
 from tidelog.localcluster.procs import Proc, free_address, is_ours, reap, running, stop_process
 from tidelog.localcluster.topology import Topology
+from tidelog.private import private_dir, require_private, write_private
 from tidelog.wire import make_error
 
 STATE_FILE = "cluster.json"
@@ -87,7 +88,8 @@ def _state_path(data_dir: Path) -> Path:
 
 
 def _write_state(data_dir: Path, state: dict[str, Any]) -> None:
-    _state_path(data_dir).write_text(json.dumps(state, indent=2))
+    # it names the admin's credentials: the data directory's owner alone reads it
+    write_private(_state_path(data_dir), json.dumps(state, indent=2))
 
 
 def read_state(data_dir: Path) -> dict[str, Any]:
@@ -263,7 +265,8 @@ def _prepare(data_dir: Path, netns: bool) -> None:
     """Refuse a data directory whose cluster still runs; clear the lab of one that does not."""
     if netns:
         net.require()  # before anything is created: without root nothing is half made
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
+    require_private(data_dir, "data directory")
     if _state_path(data_dir).exists():
         old = read_state(data_dir)
         if any(is_ours(p["pid"], p.get("args")) for p in old.get("processes", [])):
@@ -360,6 +363,8 @@ def _write_controller_config(topology: Topology, data_dir: Path, layout: _Layout
         settings["tls"] = layout.tls.section("controller")
     if topology.auth_enabled:
         settings["auth"] = {"enabled": True}
+    # each node logs into the file its output goes to, rotated (deploy/CONFIG.md log_file)
+    settings.setdefault("log_file", str(data_dir / "controller-{node_id}.log"))
     doc = controller_doc(data_dir / "controller", nodes, secret=secret, **settings)
     return write_config(data_dir / "controller.yaml", doc), secret
 
@@ -418,6 +423,7 @@ def _start_brokers(
             **{"datacenter": b["datacenter"], **settings, "metrics_address": metrics},
         )
         doc["secret"] = secret
+        doc.setdefault("log_file", str(data_dir / f"{name}.log"))  # rotated (deploy/CONFIG.md)
         if layout.tls is not None:
             doc["tls"] = layout.tls.section(name)
         if topology.auth_enabled:

@@ -12,10 +12,11 @@ from typing import Any
 
 import yaml
 
+from tidelog.private import write_private
+
 
 def write_config(path: Path, doc: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(doc))
-    path.chmod(0o600)
+    write_private(path, yaml.safe_dump(doc))
     return path
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from tidelog.invariants import require
 from tidelog.lab import net
+from tidelog.private import open_private
 
 LOOPBACK = "127.0.0.1"
 
@@ -154,7 +155,7 @@ class Proc:
         prefix = net.in_netns(self.netns) if self.netns else []
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
         # The child holds its own copy of the log's descriptor: ours can close at once.
-        with open(self.log_path, "ab") as log_file:
+        with os.fdopen(open_private(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as log_file:
             self.popen = subprocess.Popen(
                 [*prefix, sys.executable, "-m", "tidelog.cli", *self.args],
                 stdout=log_file,
