@@ -84,6 +84,8 @@ class Broker(Node):
         self.ack_cfg = ack_cfg
         self.disk = Disk(bid, world.checker)
         self.disk_faults = 0
+        # broker/server.py::BrokerServer._crashed_master_of: whether the log came back from a crash
+        self.recovered_clean = True
         self.start()
 
     # ------------------------------------------------------------------ process life
@@ -104,6 +106,8 @@ class Broker(Node):
         self.flush_waiters: list[tuple[int, Callable[[], None]]] = []
         self.flushing = False
         self.stopped = False
+        self.fresh = True  # no controller answer since the process started (the real one registers)
+        self.reelect_epoch: int | None = None  # the epoch led before a crash, while a new one is asked for
         self.after(1 + self.sim.rng.randrange(HB_INTERVAL), self.tick)
         self.after(SCRUB, self.scrub)
 
@@ -119,6 +123,7 @@ class Broker(Node):
         self.inc += 1
         self._close_all(20)
         self.disk.crash(self.sim.rng)
+        self.recovered_clean = False
         self.sim.tr(
             "b%d recovered: max %d confirm %d epochs %s",
             self.bid,
@@ -213,14 +218,40 @@ class Broker(Node):
         if self.stopped or self.local() - sent > RPC_TIMEOUT:
             return
         self.lease.renew(sent, 5000, unclean_elections=False)
+        if self.fresh:
+            self.fresh = False
+            if (
+                not self.recovered_clean
+                and role.has_master
+                and role.master_id == self.bid
+                and role.master_epoch == self.disk.last_epoch
+            ):
+                # back from a crash as master of the epoch it led: ask for a new one (RULES.md E8)
+                self.reelect_epoch = role.master_epoch
+                self.sim.tr(
+                    "b%d back from a crash as master of epoch %d: asks for a new epoch",
+                    self.bid,
+                    role.master_epoch,
+                )
+        if self.reelect_epoch is not None:
+            if role.has_master and role.master_id == self.bid and role.master_epoch == self.reelect_epoch:
+                for c in self.world.ctrls:
+                    self.sim.send(self, c, c.on_elect, self, self.bid, True)
+                return  # no role meanwhile
+            self.reelect_epoch = None  # the controller moved on by itself
         self.apply_role(role)
         if not role.has_master and not self.stopped:
             for c in self.world.ctrls:
                 self.sim.send(self, c, c.on_elect, self, self.bid)
 
     def on_elect_reply(self, role: roles.Role) -> None:
-        if not self.stopped:
-            self.apply_role(role)
+        if self.stopped:
+            return
+        if self.reelect_epoch is not None:
+            if role.has_master and role.master_id == self.bid and role.master_epoch == self.reelect_epoch:
+                return  # not the new epoch yet: the next heartbeat asks again
+            self.reelect_epoch = None
+        self.apply_role(role)
 
     def on_alter_reply(
         self, run: ProposalRun, attempt: int, code: str, message: str, role: roles.Role | None

@@ -97,11 +97,11 @@ class Controller(Node):
             return
         self.sim.send(self, broker, broker.on_hb_reply, role_of(bs), sent)
 
-    def on_elect(self, broker: Broker, bid: int) -> None:
+    def on_elect(self, broker: Broker, bid: int, restarted: bool = False) -> None:
         if not self.leading:
             return
         now = self.local()
-        cmd = ElectMaster(SET, broker_id=bid, alive=self.hb.alive(SET, now), now_ms=now)
+        cmd = ElectMaster(SET, broker_id=bid, alive=self.hb.alive(SET, now), now_ms=now, restarted=restarted)
         self.raft.submit(self, cmd, lambda r: self._reply_role(broker, r))
 
     def _reply_role(self, broker: Broker, result: Result) -> None:

@@ -12,17 +12,11 @@ from tidelog.sim.faults import Fault
 from tidelog.sim.world import run_seed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a master restarted within its epoch (the controller did not notice the crash) writes new "
-        "records where a slave still holds the unflushed tail the crash lost; the epochs agree, so "
-        "fork repair keeps the slave's records and the confirmed prefixes diverge"
-    ),
-)
 def test_seed_1_a_master_restarted_in_its_epoch_diverges_from_a_slave() -> None:
-    # b1, master of epoch 1, crashes between sending a write and flushing it; it is back before
-    # the controller notices and leads epoch 1 again, writing other records at those offsets
+    """Fixed: b1, master of epoch 1, crashes between sending a write and flushing it and is back
+    before the controller notices. It used to lead epoch 1 again, writing other records at those
+    offsets where the slave kept the lost ones (the epochs agreed, so fork repair kept them). Now
+    it asks for a new epoch (controller/RULES.md E8, broker/server.py::_crashed_master_of)."""
     out = run_seed(1, faults=[Fault(7476, "crash", "b1", 300)])
     assert out.ok, out.violation
 
