@@ -1637,6 +1637,13 @@ class AsyncAdmin:
         while the group has live members unless `force` (client/groupadmin.py)."""
         return await ga.delete_group(self, group, topic, force=force)
 
+    async def require_group(self, group: str, topic: str | None = None) -> None:
+        """GroupNotFoundError unless the group is known: a key in the metadata store (a member, a
+        topic it read, an owner key) or, with `topic`, a commit in one of its broker sets. The
+        same answer for an unknown group from describe as from reset-offsets and delete."""
+        sets = (await self.client.route(topic, refresh=True)).broker_sets if topic else ()
+        await ga.require_known(self.client, group, sets)
+
     async def group_lag(self, group: str, topic: str) -> list[dict[str, Any]]:
         route = await self.client.route(topic, refresh=True)
         rows = []
