@@ -342,7 +342,9 @@ def consume(
     controllers: str,
     as_json: bool,
 ) -> None:
-    """Read TOPIC as a member of GROUP, printing one line per message; offsets are committed."""
+    """Read TOPIC as a member of GROUP, printing one line per message; offsets are committed.
+    It stops after --idle-timeout seconds without a message (5 by default; 0: never), after
+    --max-messages, or at Ctrl-C."""
     got = 0
     last = time.monotonic()
     start = "earliest" if from_beginning else "latest"
