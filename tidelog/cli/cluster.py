@@ -20,6 +20,7 @@ from tidelog.cli.common import (
     for_command,
     json_option,
     progress,
+    quiet_option,
     require_controllers,
 )
 from tidelog.errors import ConfigError, ControllerUnavailableError, UnavailableError
@@ -78,6 +79,7 @@ def cluster() -> None:
     "(default: the topology's lab.wan_delay_ms, else 0)",
 )
 @json_option
+@quiet_option
 def up(
     config_path: str, data_dir: Path, wait: float, netns: bool, wan_delay: str | None, as_json: bool
 ) -> None:
@@ -176,6 +178,7 @@ def down(data_dir: Path, as_json: bool) -> None:
 )
 @click.option("--no-wait", is_flag=True, help="return once it is started, serving or not")
 @json_option
+@quiet_option
 def restart(name: str, data_dir: Path, wait_s: float, no_wait: bool, as_json: bool) -> None:
     """Restart process NAME of the cluster (a name from `tide cluster up`'s table, e.g. broker-a-0
     or controller-c1): stopped with SIGTERM if it runs, then started again with the same config,

@@ -219,9 +219,32 @@ def iso_ms(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
+#: Set (by `--quiet`, or in the environment) to draw no progress bar and no "waiting" lines.
+QUIET_ENV = "TIDE_QUIET"
+
+
 def progress_shown(as_json: bool) -> bool:
-    """Progress goes to a terminal only: never into --json output, a pipe or a log file."""
-    return not as_json and sys.stderr.isatty()
+    """Progress goes to a terminal only: never into --json output, a pipe or a log file, nor
+    with --quiet (`tide --quiet ...`, a command's own --quiet, or $TIDE_QUIET)."""
+    return not as_json and not os.environ.get(QUIET_ENV) and sys.stderr.isatty()
+
+
+def _set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        # every progress bar and wait line of this process asks progress_shown
+        os.environ[QUIET_ENV] = "1"
+
+
+def quiet_option(fn: F) -> F:
+    """`--quiet`: no progress bar on the terminal (a pipe never gets one anyway)."""
+    return click.option(
+        "--quiet",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_quiet,
+        help=f"draw no progress bar (same as ${QUIET_ENV}=1)",
+    )(fn)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,14 @@ import time
 
 import click
 
-from tidelog.cli.common import controllers_option, emit, json_option, open_client, progress
+from tidelog.cli.common import (
+    controllers_option,
+    emit,
+    json_option,
+    open_client,
+    progress,
+    quiet_option,
+)
 from tidelog.cli.durations import format_retention, retention_option
 from tidelog.client import OutMessage, Producer, Receipt
 from tidelog.commitlog import record as rec
@@ -192,6 +199,7 @@ def topic_delete(name: str, force: bool, in_use_window: float, controllers: str,
 )
 @controllers_option
 @json_option
+@quiet_option
 def produce(
     topic_name: str,
     count: int | None,
@@ -331,6 +339,7 @@ class Sent:
 )
 @controllers_option
 @json_option
+@quiet_option
 def consume(
     topic_name: str,
     group: str,
@@ -348,13 +357,18 @@ def consume(
     got = 0
     last = time.monotonic()
     start = "earliest" if from_beginning else "latest"
+    # with a count, a bar on the terminal's standard error; not while the messages themselves are
+    # printed on that terminal (they are the progress there, and a bar would tear them)
+    bar = max_messages is not None and not sys.stdout.isatty()
     with (
         open_client(controllers) as c,
         c.consumer(group=group, topic=topic_name, start=start, mode=mode, member_id=member_id) as cons,
+        progress(f"consuming {topic_name}", max_messages, as_json or not bar) as step,
         contextlib.suppress(KeyboardInterrupt),
     ):
         while max_messages is None or got < max_messages:
             msgs = cons.poll(max_messages=poll_size(max_messages, got), timeout=0.5)
+            step(len(msgs))
             for m in msgs:
                 if as_json:
                     click.echo(

@@ -504,7 +504,10 @@ def _tail_ledger(ledgers: Ledgers, handle: ReadHandle, first: int, progress: _Ta
         if nxt <= lac:
             hi = progress.last_to_read(nxt, lac)
             for e in handle.read_entries(nxt, hi):
-                progress.show(entry_doc(e.data, entry_id=e.entry_id, length=len(e.data), ledger_length=e.length), str(e.entry_id))
+                progress.show(
+                    entry_doc(e.data, entry_id=e.entry_id, length=len(e.data), ledger_length=e.length),
+                    str(e.entry_id),
+                )
                 nxt = e.entry_id + 1
             progress.last_new = time.monotonic()
             continue
