@@ -1674,6 +1674,7 @@ class AsyncAdmin:
 def _topic_row(t: cpb.TopicConfig) -> dict[str, Any]:
     return {"name": t.name, "queues": dict(t.queues), "perm": t.perm, "retention_ms": int(t.retention_ms)}
 
+
 def _denied_for(exc: PermissionDeniedError, need: str | None) -> PermissionDeniedError:
     """A route lookup's refusal ("user alice lacks produce or consume on topic orders") as the
     caller's own: it asked to produce, so the one permission that would let it is produce."""
