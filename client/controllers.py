@@ -423,7 +423,9 @@ class ControllerClient:
         err = error_from_rpc(exc)
         if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
             what = (
-                "a broker, not a controller" if await self._is_broker(addr) else f"not a controller ({err})"
+                "a broker, not a controller"
+                if await self._is_broker(addr)
+                else "not a controller: it does not serve tidelog's controller calls"
             )
             return InvalidArgumentError(
                 f"{addr} is {what}",

@@ -117,13 +117,28 @@ def test_row4_a_malformed_controller_address_is_refused_at_once(address: str, pr
 
 
 @pytest.mark.slow
-def test_row4_a_brokers_port_is_named_as_a_broker(cluster: LocalCluster) -> None:
+def test_row4_a_brokers_port_answers_as_the_controllers_do(cluster: LocalCluster, orders: str) -> None:
+    # brokers take the controllers' calls (they forward them): a broker's address works
     broker = next(p["address"] for p in cluster.up_doc["processes"] if p["kind"] == "broker")
-    out = tide("topic", "list", "--controllers", broker)
-    assert out.returncode == 1
-    assert out.stderr == (
-        f"error: INVALID_ARGUMENT: {broker} is a broker, not a controller (pass a controller's "
-        "address in --controllers or $TIDE_CONTROLLERS)\n"
+    via_broker = tide("topic", "list", "--controllers", broker)
+    assert via_broker.returncode == 0, via_broker.stderr
+    assert via_broker.stdout == ok(cluster, "topic", "list").stdout
+
+
+@pytest.mark.slow
+def test_row4_a_port_that_is_no_controller_is_named(cluster: LocalCluster) -> None:
+    status = ok_json(cluster, "cluster", "status")
+    endpoint = next(
+        m["rocketmq_endpoint"]
+        for s in status["broker_sets"]
+        for m in s["members"]
+        if m.get("rocketmq_endpoint")
+    )
+    out = tide("topic", "list", "--controllers", endpoint, env=NO_GIVING_UP, timeout=120)
+    assert (out.returncode, out.stderr) == (
+        1,
+        f"error: INVALID_ARGUMENT: {endpoint} is not a controller: it does not serve tidelog's controller "
+        "calls (pass a controller's address in --controllers or $TIDE_CONTROLLERS)\n",
     )
 
 
