@@ -13,6 +13,10 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install spark lab-tools run test check lint imports proto bench bench-spark fuzz clean sim sim-mutants
 
+# setuptools tells every editable install of a package-dir mapping to be careful with folders named
+# like the package (ours are: that is the layout), in a framed notice pip shows even with -q.
+QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation"
+
 $(STAMP): pyproject.toml setup.py commitlog/_speedups.c
 	@# Debian ships venv separately (python3-venv); install it when we can rather than fail.
 	$(PYTHON) -m venv $(VENV) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
@@ -25,7 +29,7 @@ $(STAMP): pyproject.toml setup.py commitlog/_speedups.c
 			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev; \
 		else echo "note: no C compiler or Python headers: tidelog runs its per-record loops in Python" >&2; fi; }
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(QUIET_BUILD) $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -43,7 +47,7 @@ $(SPARK_STAMP): $(STAMP)
 		$(JAVA_OK) || { \
 			echo "Spark needs Java 17 or 21 as 'java' and 'javac' on PATH (Debian: apt-get install openjdk-17-jdk-headless)" >&2; \
 			exit 1; }; }
-	$(BIN)/pip install -q -e '.[dev,spark]'
+	$(QUIET_BUILD) $(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(SPARK_STAMP)
 
 # The JVM reader of the brokers' data port (`format("tidelog-dataport")`, spark/dataport.py),

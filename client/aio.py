@@ -76,6 +76,7 @@ from tidelog.errors import (
     MetadataNotFoundError,
     MetadataVersionMismatchError,
     NotMasterError,
+    PermissionDeniedError,
     SendFailedError,
     StoreError,
     SubscriptionConflictError,
@@ -342,11 +343,16 @@ class AsyncClient:
             return cached[1]
         return None
 
-    async def route(self, topic: str, *, refresh: bool = False) -> TopicRoute:
+    async def route(self, topic: str, *, refresh: bool = False, need: str | None = None) -> TopicRoute:
+        """The topic's route (cached for `route_ttl`). `need` is what the caller will do with it
+        (produce, consume): a route needs either, and a refusal then names the one asked for."""
         cached = self._routes.get(topic)
         if cached is not None and not refresh and time.monotonic() - cached[0] < self.route_ttl:
             return cached[1]
-        reply = await self.controller.get_route(topic)
+        try:
+            reply = await self.controller.get_route(topic)
+        except PermissionDeniedError as exc:
+            raise _denied_for(exc, need) from exc
         sets = []
         for b in reply.broker_sets:
             role = b.role
@@ -691,7 +697,7 @@ class AsyncProducer:
             try:
                 target = None
                 if item.key:
-                    route = await self.client.route(topic)
+                    route = await self.client.route(topic, need="produce")
                     if not route.queue_list:
                         raise TopicNotFoundError(f"topic {topic!r} has no queues")
                     target = queue_for_key(route, item.key)
@@ -778,7 +784,7 @@ class AsyncProducer:
         items = [m if m.__class__ is OutMessage else _out_message(m) for m in messages]
         if not items:
             return []
-        route = await self.client.route(topic)
+        route = await self.client.route(topic, need="produce")
         if not route.queue_list:
             raise TopicNotFoundError(f"topic {topic!r} has no queues")
         # Keyed messages are placed once, so retries keep them on their queue; keyless ones may move.
@@ -851,7 +857,7 @@ class AsyncProducer:
         retry on). The controller not knowing the topic is an answer, not a passing state: it is
         raised at once (only a broker's TOPIC_NOT_FOUND is waited out, in `_send_group`)."""
         try:
-            route = await self.client.route(topic, refresh=refresh)
+            route = await self.client.route(topic, refresh=refresh, need="produce")
         except _RETRY_SEND as exc:
             return None, exc
         if not route.queue_list:
@@ -987,7 +993,7 @@ class AsyncReader:
         self._ahead: ReadAhead[tuple[list[ConsumedMessage], int]] = ReadAhead(client)
 
     async def _route(self, refresh: bool = False) -> BrokerSetRoute:
-        route = await self.client.route(self.topic, refresh=refresh)
+        route = await self.client.route(self.topic, refresh=refresh, need="consume")
         names = [b.name for b in route.broker_sets if b.queues > self.queue]
         if self.broker_set is None:
             if len(route.broker_sets) > 1:
@@ -1170,7 +1176,7 @@ class AsyncConsumer:
             return
         self._last_beat = now
         await self._announce()
-        route = await self.client.route(self.topic, refresh=force)
+        route = await self.client.route(self.topic, refresh=force, need="consume")
         live, owners = await self._read_group()
         other = md.conflict(self.member_id, md.Announced(self.mode, self._since_ms or 0), live)
         if other is not None:
@@ -1349,7 +1355,7 @@ class AsyncConsumer:
         if not queues:
             await asyncio.sleep(min(timeout, self.heartbeat_interval))
             return []
-        route = await self.client.route(self.topic)
+        route = await self.client.route(self.topic, need="consume")
         self._rr = (self._rr + 1) % len(queues)
         queues = queues[self._rr :] + queues[: self._rr]
         # Never pull more than can be returned: a pulled message moves its queue's position, so
@@ -1395,7 +1401,7 @@ class AsyncConsumer:
         todo = [q for q in queues if q in self.positions and self._committed.get(q) != self.positions[q]]
         if not todo:
             return  # nothing moved: no route lookup (which may wait out an unreachable controller)
-        route = await self.client.route(self.topic)
+        route = await self.client.route(self.topic, need="consume")
         for q in todo:
             pos = self.positions.get(q)
             if pos is None or self._committed.get(q) == pos:
@@ -1631,6 +1637,13 @@ class AsyncAdmin:
         while the group has live members unless `force` (client/groupadmin.py)."""
         return await ga.delete_group(self, group, topic, force=force)
 
+    async def require_group(self, group: str, topic: str | None = None) -> None:
+        """GroupNotFoundError unless the group is known: a key in the metadata store (a member, a
+        topic it read, an owner key) or, with `topic`, a commit in one of its broker sets. The
+        same answer for an unknown group from describe as from reset-offsets and delete."""
+        sets = (await self.client.route(topic, refresh=True)).broker_sets if topic else ()
+        await ga.require_known(self.client, group, sets)
+
     async def group_lag(self, group: str, topic: str) -> list[dict[str, Any]]:
         route = await self.client.route(topic, refresh=True)
         rows = []
@@ -1660,3 +1673,13 @@ class AsyncAdmin:
 
 def _topic_row(t: cpb.TopicConfig) -> dict[str, Any]:
     return {"name": t.name, "queues": dict(t.queues), "perm": t.perm, "retention_ms": int(t.retention_ms)}
+
+
+def _denied_for(exc: PermissionDeniedError, need: str | None) -> PermissionDeniedError:
+    """A route lookup's refusal ("user alice lacks produce or consume on topic orders") as the
+    caller's own: it asked to produce, so the one permission that would let it is produce."""
+    user, lacks, rest = exc.message.partition(" lacks ")
+    _, on, resource = rest.partition(" on ")
+    if need is None or not lacks or not on:
+        return exc
+    return PermissionDeniedError(f"{user} lacks {need} on {resource}")

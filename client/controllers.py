@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,12 +43,15 @@ from tidelog.errors import (
     ClusterEpochFencedError,
     ControllerNotLeaderError,
     ControllerUnavailableError,
+    InvalidArgumentError,
     TidelogError,
     UnavailableError,
 )
+from tidelog.proto import broker_pb2, broker_pb2_grpc
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
-from tidelog.tlsconfig import FROM_ENV, ClientTls, FromEnv, aio_channel, resolve_client
+from tidelog.tasks import within
+from tidelog.tlsconfig import CA_FILE_ENV, FROM_ENV, ClientTls, FromEnv, aio_channel, resolve_client
 from tidelog.wire import CHANNEL_OPTIONS, ERROR_CODE_KEY, error_from_rpc, is_unreachable
 
 log = logging.getLogger(__name__)
@@ -88,13 +92,22 @@ SIGNED = frozenset(
 
 
 def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
-    """'h1:p1,h2:p2' (also ';'-separated) or a list -> ['h1:p1', 'h2:p2']."""
+    """'h1:p1,h2:p2' (also ';'-separated) or a list -> ['h1:p1', 'h2:p2']. A malformed address is
+    refused at once: gRPC would quietly try port 443 for one without a port, and retry one it
+    cannot parse for the whole call's budget."""
     items = addresses.replace(";", ",").split(",") if isinstance(addresses, str) else list(addresses)
     out = [a.strip() for a in items if a and a.strip()]
     if not out:
         raise UnavailableError(
             "no controller address given", hint=f"pass --controllers or set ${CONTROLLERS_ENV}"
         )
+    for address in out:
+        problem = address_problem(address)
+        if problem is not None:
+            raise InvalidArgumentError(
+                f"controller address {address!r} {problem}",
+                hint=f"write each as host:port, such as 127.0.0.1:9701, in --controllers or ${CONTROLLERS_ENV}",
+            )
     return out
 
 
@@ -164,6 +177,42 @@ class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
                 grpc.aio.Metadata((ERROR_CODE_KEY, err.code)),
                 details=err.message,
             ) from None
+
+
+def address_problem(address: str) -> str | None:
+    """What is wrong with a host:port address ("has no port", ...), or None when it is well formed."""
+    host, colon, port = address.rpartition(":")
+    if (
+        not colon
+        or (host.startswith("[") != host.endswith("]"))
+        or (":" in host and not host.startswith("["))
+    ):
+        return "has no port"
+    if not host.strip("[]"):
+        return "has no host"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return f"has no valid port ({port!r} is not a number from 1 to 65535)"
+    return None
+
+
+async def speaks_tls(address: str, timeout: float = 1.0) -> bool:
+    """Whether the server at `address` completes (or refuses only for want of a client
+    certificate) a TLS handshake: what a plain-text client's "Socket closed" means then."""
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    try:
+        _, writer = await within(asyncio.open_connection(host.strip("[]"), int(port), ssl=context), timeout)
+    except ssl.SSLError as exc:
+        # a server asking for a client certificate answers with a TLS alert: it speaks TLS
+        return "ALERT" in str(exc.reason or "")
+    except (OSError, ValueError, TimeoutError):
+        return False
+    # no TLS shutdown: waiting for the server's close_notify took uvloop its 30 s timeout
+    writer.transport.abort()
+    return True
 
 
 class _Conn:
@@ -290,6 +339,8 @@ class ControllerClient:
         # Told once per call when no node answered the first round (the command line says what
         # it is still trying rather than waiting out the whole timeout in silence).
         self.on_wait: Callable[[str], None] | None = None
+        # nodes a plain-text client found closing its connections, asked once whether they speak TLS
+        self._tls_probed: set[str] = set()
 
     def _waiting(self, err: TidelogError | None, deadline: float) -> None:
         if self.on_wait is not None:
@@ -452,7 +503,7 @@ class ControllerClient:
                     request, timeout=min(per_call, remaining), metadata=self._signature(method, request)
                 )
             except grpc.aio.AioRpcError as exc:
-                last = self._retryable_or_raise(error_from_rpc(exc), addr)
+                last = self._retryable_or_raise(await self._diagnose(exc, addr), addr)
                 answered = answered or isinstance(last, ControllerNotLeaderError)
                 leader = self._follow_leader(last, tried)
                 if leader is not None:
@@ -463,6 +514,39 @@ class ControllerClient:
                 self._preferred = addr
             return reply, last, True
         return _NO_REPLY, last, answered
+
+    async def _diagnose(self, exc: grpc.aio.AioRpcError, addr: str) -> TidelogError:
+        """The error an RPC failure stands for, told as what the user did wrong when the node is
+        no controller (a broker answers UNIMPLEMENTED) or wants TLS from a plain-text client
+        (it closes the connection, which gRPC reports as UNAVAILABLE "Socket closed")."""
+        err = error_from_rpc(exc)
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            what = (
+                "a broker, not a controller"
+                if await self._is_broker(addr)
+                else "not a controller: it does not serve tidelog's controller calls"
+            )
+            return InvalidArgumentError(
+                f"{addr} is {what}",
+                hint=f"pass a controller's address in --controllers or ${CONTROLLERS_ENV}",
+            )
+        if type(err) is UnavailableError and self.tls is None and addr not in self._tls_probed:
+            self._tls_probed.add(addr)
+            if await speaks_tls(addr):
+                return InvalidArgumentError(
+                    f"{addr} requires TLS: pass --ca-file (or ${CA_FILE_ENV})",
+                    hint="the CA that `tide cluster up` made is <data-dir>/tls/ca.pem",
+                )
+        return err
+
+    async def _is_broker(self, addr: str) -> bool:
+        try:
+            await broker_pb2_grpc.BrokerStub(self._conn(addr).channel).Status(
+                broker_pb2.StatusRequest(), timeout=self.rpc_timeout
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return True
 
     def _retryable_or_raise(self, err: TidelogError, addr: str) -> TidelogError:
         """`err` when asking elsewhere may help; raised when it is the answer (`addr` answered)."""
@@ -529,7 +613,7 @@ class ControllerClient:
                         self._hedge_start(h, fresh[0])
                     continue
                 for task in done:
-                    if self._hedge_settle(h, task):
+                    if await self._hedge_settle(h, task):
                         return task.result()
         finally:
             for task in h.pending:
@@ -559,7 +643,7 @@ class ControllerClient:
             fresh = list(h.order)
         self._hedge_start(h, fresh[0])
 
-    def _hedge_settle(self, h: _Hedge, task: asyncio.Task[Any]) -> bool:
+    async def _hedge_settle(self, h: _Hedge, task: asyncio.Task[Any]) -> bool:
         """True when `task` answered; an answer that is an error is raised; a retryable one is
         remembered, and the leader it names is asked at once."""
         addr = h.pending.pop(task)
@@ -568,7 +652,11 @@ class ControllerClient:
             if self._note_lookup(addr, task.result()):
                 self._preferred = addr  # a broker's answer does not make it the first to ask
             return True
-        err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else UnavailableError(str(exc))
+        err = (
+            await self._diagnose(exc, addr)
+            if isinstance(exc, grpc.aio.AioRpcError)
+            else UnavailableError(str(exc))
+        )
         if addr in self._brokers and h.pending and not _retryable(err):
             # a broker's view may lag a controller that is still to answer (a topic just created)
             h.last = err

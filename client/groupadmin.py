@@ -84,7 +84,7 @@ async def _committed_anywhere(client: AsyncClient, group: str, sets: Iterable[Br
     return False
 
 
-async def _require_known(client: AsyncClient, group: str, sets: Iterable[BrokerSetRoute]) -> None:
+async def require_known(client: AsyncClient, group: str, sets: Iterable[BrokerSetRoute]) -> None:
     """GroupNotFoundError unless the group has a key in the metadata store (a member, a topic it
     read, an owner key) or a commit in one of the broker sets."""
     if await client.controller.meta_list(asg.group_prefix(group)):
@@ -143,7 +143,7 @@ async def reset_offsets(
     client = admin.client
     route = await client.route(topic, refresh=True)  # TopicNotFoundError for a topic that is not there
     chosen = rp.select_queues(route.queue_list, queue, list(broker_sets))
-    await _require_known(client, group, route.broker_sets)
+    await require_known(client, group, route.broker_sets)
     # a dry run writes nothing, so live members do not stop it: it names them
     live = await _refuse_if_live(client, group, [topic], force or dry_run)
     plan = rp.plan_reset(target, await _states(admin, route, group, chosen, target))
@@ -189,7 +189,7 @@ async def delete_group(
     client = admin.client
     topics = [topic] if topic is not None else [t["name"] for t in await admin.list_topics()]
     sets = await _broker_sets(admin, topics)  # TopicNotFoundError for a named topic not there
-    await _require_known(client, group, [bs for _, bs in sets.values()])
+    await require_known(client, group, [bs for _, bs in sets.values()])
     live = await _refuse_if_live(client, group, None if topic is None else [topic], force)
     deleted = []
     for name, (via, bs) in sorted(sets.items()):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import threading
 from collections.abc import Coroutine
@@ -65,11 +66,24 @@ class LoopThread:
         return self.submit(coro).result()
 
     def stop(self) -> None:
-        """Stop the loop and its thread; the loop is closed once the thread has ended."""
+        """Stop the loop and its thread; the loop is closed once the thread has ended. Tasks still
+        running (a call its caller stopped waiting for, as Ctrl-C does) are cancelled and ended
+        first, as `asyncio.run` does: a loop stopped under them printed "Task was destroyed but it
+        is pending!" when they were collected."""
+        with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(_cancel_others(), self._loop).result(timeout=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+async def _cancel_others() -> None:
+    me = asyncio.current_task()
+    others = [t for t in asyncio.all_tasks() if t is not me]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 class SyncFacade:

@@ -103,7 +103,8 @@ def cut_batch(data: bytes, count: int, max_bytes: int, max_records: int) -> list
         size = size_of(data, pos)[0]
         if size > max_bytes:
             raise MessageTooLargeError(
-                f"record {index} of the batch is {size} bytes, over the {max_bytes} one request carries"
+                f"record {index} of the batch is {size} bytes, over max_message_bytes "
+                f"(never more than {max_bytes}: what one request carries)"
             )
         if pos + size - start > max_bytes or n == max_records:
             parts.append((start, pos, n))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidelog.commitlog import record as rec
@@ -53,7 +54,13 @@ def _resync(mm: mmap.mmap, pos: int, base: int) -> int:
         at = found - 3
 
 
-def scan(directory: str) -> Scan:
+def segment_bytes(directory: str) -> int:
+    """The bytes `scan` will read: a progress bar's total."""
+    return sum(os.path.getsize(path) for _, path in _segments(directory))
+
+
+def scan(directory: str, on_segment: Callable[[int], None] | None = None) -> Scan:
+    """Every segment of `directory`, in order; `on_segment(size)` after each (a progress bar's step)."""
     segs = _segments(directory)
     damage: list[Damage] = []
     records = total = 0
@@ -79,4 +86,6 @@ def scan(directory: str) -> Scan:
                 why = reason or "blank marker in the wrong place"
                 damage.append(Damage(path, base + pos, base + nxt, why))
                 pos = nxt
+        if on_segment is not None:
+            on_segment(size)
     return Scan(len(segs), records, total, damage)

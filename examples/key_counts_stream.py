@@ -21,11 +21,20 @@ import os
 import shutil
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+try:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming import StreamingQuery
 
-from tidelog.spark import register
+    from tidelog.spark import register
+except ModuleNotFoundError as exc:
+    if not (exc.name or "").startswith("pyspark"):
+        raise
+    # a bare ModuleNotFoundError told a newcomer nothing about `make spark`
+    raise SystemExit(
+        "error: this example needs PySpark, which is not installed: run `make spark` first "
+        "(it installs the spark extra into .venv, and Java 17 when missing)"
+    ) from None
 
 
 def counts(

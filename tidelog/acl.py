@@ -122,6 +122,11 @@ def _allowed(grants: Iterable[Grant], user: str, permission: str, kind: str, nam
     return False
 
 
+def _resource(kind: str, name: str) -> str:
+    """A resource as a sentence names it: "topic orders", but "the cluster" (not "cluster cluster")."""
+    return "the cluster" if kind == CLUSTER else f"{kind} {name}"
+
+
 def decide(identity: str, state: AclState, permission: str, resource: tuple[str, str]) -> str | None:
     """None if `identity` (a user name, or SUPERUSER) may `permission` on `resource` (kind, name);
     otherwise the reason, naming the permission it lacks."""
@@ -130,7 +135,7 @@ def decide(identity: str, state: AclState, permission: str, resource: tuple[str,
     kind, name = resource
     if _allowed(state.grants, identity, permission, kind, name):
         return None
-    return f"user {identity} lacks {permission} on {kind} {name}"
+    return f"user {identity} lacks {permission} on {_resource(kind, name)}"
 
 
 # --- the method table ----------------------------------------------------------------------
@@ -295,5 +300,5 @@ def satisfied(identity: str, state: AclState, needed: Iterable[Check]) -> str | 
     for c in needed:
         reasons = [decide(identity, state, p, (c.kind, c.name)) for p in c.permissions]
         if all(r is not None for r in reasons):
-            return f"user {identity} lacks {' or '.join(c.permissions)} on {c.kind} {c.name}"
+            return f"user {identity} lacks {' or '.join(c.permissions)} on {_resource(c.kind, c.name)}"
     return None

@@ -224,7 +224,7 @@ def test_produce_on_a_allows_exactly_that(secured: LocalCluster, topics: tuple[s
         run(secured, alice, produce("no-such-topic", 1))
     assert "no-such-topic" in refused.value.message
     # nor may alice manage users or read the metadata store
-    with pytest.raises(PermissionDeniedError, match="admin on cluster"):
+    with pytest.raises(PermissionDeniedError, match="admin on the cluster"):
         run(secured, alice, lambda client: client.controller.list_users())
     with pytest.raises(PermissionDeniedError):
         run(secured, alice, lambda client: client.controller.meta_list(""))

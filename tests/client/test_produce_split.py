@@ -74,7 +74,7 @@ async def _client(port: DataPort) -> AsyncClient:
     client = AsyncClient("127.0.0.1:1", send_timeout=3.0, rpc_timeout=2.0)
     route = TopicRoute.build("t", [BrokerSetRoute("bs", 1, MASTER, 1, (Replica(1, MASTER, True),))])
 
-    async def fixed_route(topic: str, *, refresh: bool = False) -> TopicRoute:
+    async def fixed_route(topic: str, *, refresh: bool = False, need: str | None = None) -> TopicRoute:
         return route
 
     client.route = fixed_route  # type: ignore[method-assign]

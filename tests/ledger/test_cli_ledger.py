@@ -43,12 +43,13 @@ def test_create_append_read_info_list_recover_delete(cluster):
     assert written["entry_ids"] == [0, 1, 2, 3] and written["state"] == "CLOSED"
     assert written["last_add_confirmed"] == 3
     assert written["length"] == sum(len(s.encode()) for s in lines)
-    # read: every entry byte for byte, with its cumulative length
+    # read: every entry byte for byte, with its own length and the ledger's cumulative one
     got = doc(cluster, "read", str(lid))
     assert got["last_add_confirmed"] == 3
     assert [base64.b64decode(e["data_base64"]).decode() for e in got["entries"]] == lines
     assert [e["entry_id"] for e in got["entries"]] == [0, 1, 2, 3]
-    assert got["entries"][-1]["length"] == written["length"]
+    assert got["entries"][-1]["ledger_length"] == written["length"]
+    assert [e["length"] for e in got["entries"]] == [len(s.encode()) for s in lines]
     part = doc(cluster, "read", str(lid), "--from", "1", "--to", "2")
     assert [e["data"] for e in part["entries"]] == lines[1:3]
     # info: the metadata as stored

@@ -8,6 +8,7 @@ import sys
 import click
 
 from tidelog import logs
+from tidelog.cli.common import quiet_option
 from tidelog.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from tidelog.errors import TidelogError
 from tidelog.tlsconfig import CA_FILE_ENV
@@ -18,6 +19,7 @@ LOG_FORMAT_ENV = "TIDE_LOG_FORMAT"
 
 @click.group()
 @click.version_option(package_name="tidelog")
+@quiet_option
 @click.option(
     "--ca-file",
     default=None,

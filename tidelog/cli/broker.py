@@ -15,6 +15,8 @@ from tidelog.cli.common import (
     controller_call,
     controllers_option,
     log_options,
+    progress,
+    quiet_option,
     require_controllers,
     secret_options,
 )
@@ -87,12 +89,14 @@ def broker(
     help="the broker's data dir (the broker may be stopped)",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@quiet_option
 def verify(data_dir: str, as_json: bool) -> None:
     """Check every record's length, magic and CRC; exit 1 when a damaged range is found."""
-    from tidelog.commitlog.verify import scan
+    from tidelog.commitlog.verify import scan, segment_bytes
 
     try:
-        report = scan(data_dir)
+        with progress(f"verifying {data_dir}", segment_bytes(data_dir), as_json) as step:
+            report = scan(data_dir, on_segment=step)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

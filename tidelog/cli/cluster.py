@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,10 @@ from tidelog.cli.common import (
     for_command,
     json_option,
     progress,
+    quiet_option,
     require_controllers,
 )
-from tidelog.errors import ConfigError, ControllerUnavailableError
+from tidelog.errors import ConfigError, ControllerUnavailableError, UnavailableError
 from tidelog.lab import net
 from tidelog.proto import controller_pb2 as pb
 
@@ -37,6 +40,16 @@ def data_dir_option(fn: Any) -> Any:
     )(fn)
 
 
+def topology_path(given: str) -> Path:
+    """The topology file `given` names: the path itself when it exists, else the topology of that
+    name packaged with tidelog (deploy/*.yaml), so `tide cluster up` works from any directory."""
+    path = Path(given)
+    if path.exists() or path.is_absolute() or path.parent.name not in ("deploy", ""):
+        return path
+    packaged = Path(str(resources.files("tidelog.deploy").joinpath(path.name)))
+    return packaged if packaged.is_file() else path
+
+
 @click.group("cluster")
 def cluster() -> None:
     """Run a local cluster from a topology file."""
@@ -44,7 +57,12 @@ def cluster() -> None:
 
 @cluster.command("up")
 @click.option(
-    "-c", "--config", "config_path", default="deploy/local.yaml", show_default=True, help="topology file"
+    "-c",
+    "--config",
+    "config_path",
+    default="deploy/local.yaml",
+    show_default=True,
+    help="topology file; a deploy/ topology not found from here is read from the installed package",
 )
 @data_dir_option
 @click.option("--wait", type=float, default=60.0, show_default=True, help="seconds to wait for masters")
@@ -61,11 +79,12 @@ def cluster() -> None:
     "(default: the topology's lab.wan_delay_ms, else 0)",
 )
 @json_option
+@quiet_option
 def up(
     config_path: str, data_dir: Path, wait: float, netns: bool, wan_delay: str | None, as_json: bool
 ) -> None:
     """Start every process of the topology in the background; return once each broker set has a master."""
-    topo = localcluster.load_topology(config_path)
+    topo = localcluster.load_topology(topology_path(config_path))
     delay_ms = None if wan_delay is None else parse_duration(wan_delay) * 1000
     if delay_ms is not None and not netns:
         raise click.UsageError("--wan-delay needs --netns")
@@ -149,11 +168,21 @@ def down(data_dir: Path, as_json: bool) -> None:
 @cluster.command("restart")
 @click.argument("name")
 @data_dir_option
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="seconds to wait until it serves again (its /readyz answers 200)",
+)
+@click.option("--no-wait", is_flag=True, help="return once it is started, serving or not")
 @json_option
-def restart(name: str, data_dir: Path, as_json: bool) -> None:
+@quiet_option
+def restart(name: str, data_dir: Path, wait_s: float, no_wait: bool, as_json: bool) -> None:
     """Restart process NAME of the cluster (a name from `tide cluster up`'s table, e.g. broker-a-0
-    or controller-c1): stopped with SIGTERM if it runs, then started again with the same config.
-    `tide cluster down` stops it like the others."""
+    or controller-c1): stopped with SIGTERM if it runs, then started again with the same config,
+    and waited for until it serves (--no-wait: not). `tide cluster down` stops it like the others."""
     data_dir = data_dir.resolve()
     procs = localcluster.read_state(data_dir)["processes"]
     proc = next((p for p in procs if p["name"] == name), None)
@@ -165,10 +194,45 @@ def restart(name: str, data_dir: Path, as_json: bool) -> None:
     if was_running:
         localcluster.stop_process(proc["pid"], args=proc["args"])
     started = localcluster.restart(data_dir, name)
+    if not no_wait:
+        _wait_serving(started, wait_s, as_json)
     emit(
-        {"name": name, "pid": started["pid"], "was_running": was_running, "log": started["log"]},
+        {
+            "name": name,
+            "pid": started["pid"],
+            "was_running": was_running,
+            "serving": None if no_wait else True,
+            "log": started["log"],
+        },
         as_json,
         title="restarted",
+    )
+
+
+def _wait_serving(proc: dict[str, Any], wait_s: float, as_json: bool) -> None:
+    """Until the restarted process answers /readyz with 200 on its metrics address (a broker once
+    registered with its role, a controller once its Raft group has a leader): a restart that
+    returned at once left `cluster status` showing the broker unreachable."""
+    from tidelog.cli import health
+
+    if not proc.get("metrics") or proc.get("netns"):
+        return  # no health endpoint this side can reach: started is all that can be told
+    deadline = time.monotonic() + wait_s
+    answer = None
+    with progress(f"waiting for {proc['name']} to serve", None, as_json):
+        while time.monotonic() < deadline:
+            if not localcluster.is_running(proc):
+                raise UnavailableError(
+                    f"{proc['name']} exited while starting", hint=f"see its log, {proc['log']}"
+                )
+            answer = health.ask(proc["metrics"], "/readyz")
+            if answer.ready:
+                return
+            time.sleep(health.POLL_S)
+    why = answer.reason if answer is not None else "not asked"
+    raise UnavailableError(
+        f"{proc['name']} runs but did not serve within {wait_s:g} s ({why})",
+        hint=f"see its log, {proc['log']}; or pass --no-wait",
     )
 
 

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -185,19 +186,65 @@ def emit(rows: Any, as_json: bool, *, title: str = "", columns: Sequence[str] | 
         click.echo(json.dumps(rows, indent=2, sort_keys=True, default=str))
         return
     if isinstance(rows, dict):
-        rows = [{"what": k, "value": v} for k, v in rows.items()]
+        rows = [{"what": k, "value": cell(k, v)} for k, v in rows.items()]
     table = Table(title=title or None)
     cols = list(columns or (rows[0].keys() if rows else []))
     for c in cols:
         table.add_column(c.replace("_", " "))
     for r in rows:
-        table.add_row(*("" if r.get(c) is None else str(r.get(c)) for c in cols))
+        table.add_row(*(cell(c, r.get(c)) for c in cols))
     console().print(table)
 
 
+def cell(column: str, value: Any) -> str:
+    """A value as a table shows it (--json keeps the raw one): a mapping as "k: v, ...", a list
+    joined by commas, nothing as "-", a yes or no, and a time in milliseconds (a column named
+    `*_ts`) in ISO 8601, UTC — not Python's repr of each."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {cell('', v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value) if isinstance(value, set | frozenset) else value
+        return ", ".join(cell("", v) for v in items) or "-"
+    if column.endswith("_ts") and isinstance(value, int) and value > 0:
+        return iso_ms(value)
+    return str(value)
+
+
+def iso_ms(ms: int) -> str:
+    """Milliseconds since the epoch as ISO 8601 in UTC, to the millisecond: 2026-11-28T08:07:23.123Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+#: Set (by `--quiet`, or in the environment) to draw no progress bar and no "waiting" lines.
+QUIET_ENV = "TIDE_QUIET"
+
+
 def progress_shown(as_json: bool) -> bool:
-    """Progress goes to a terminal only: never into --json output, a pipe or a log file."""
-    return not as_json and sys.stderr.isatty()
+    """Progress goes to a terminal only: never into --json output, a pipe or a log file, nor
+    with --quiet (`tide --quiet ...`, a command's own --quiet, or $TIDE_QUIET)."""
+    return not as_json and not os.environ.get(QUIET_ENV) and sys.stderr.isatty()
+
+
+def _set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        # every progress bar and wait line of this process asks progress_shown
+        os.environ[QUIET_ENV] = "1"
+
+
+def quiet_option(fn: F) -> F:
+    """`--quiet`: no progress bar on the terminal (a pipe never gets one anyway)."""
+    return click.option(
+        "--quiet",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_quiet,
+        help=f"draw no progress bar (same as ${QUIET_ENV}=1)",
+    )(fn)
 
 
 @contextlib.contextmanager

@@ -11,10 +11,19 @@ import time
 
 import click
 
-from tidelog.cli.common import controllers_option, emit, json_option, open_client, progress
+from tidelog.cli.common import (
+    controllers_option,
+    emit,
+    json_option,
+    open_client,
+    progress,
+    quiet_option,
+)
 from tidelog.cli.durations import format_retention, retention_option
-from tidelog.client import OutMessage
-from tidelog.errors import TopicInUseError
+from tidelog.client import OutMessage, Producer, Receipt
+from tidelog.commitlog import record as rec
+from tidelog.dataframes import produce_room
+from tidelog.errors import MessageTooLargeError, TopicInUseError
 
 _RETENTION_HELP = (
     "how long its messages stay readable: 30s, 15m, 2h, 7d; 0 or default: the brokers' retention_ms"
@@ -185,57 +194,122 @@ def topic_delete(name: str, force: bool, in_use_window: float, controllers: str,
 @click.option("--size", type=int, default=100, show_default=True, help="body size of generated messages")
 @click.option("--key", default=None, help="key for every message (keeps them in one queue, in order)")
 @click.option("--batch", type=int, default=100, show_default=True, help="messages per request")
+@click.option(
+    "--ids", "print_ids", is_flag=True, help="print each message's id, one a line, instead of the summary"
+)
 @controllers_option
 @json_option
+@quiet_option
 def produce(
     topic_name: str,
     count: int | None,
     size: int,
     key: str | None,
     batch: int,
+    print_ids: bool,
     controllers: str,
     as_json: bool,
 ) -> None:
-    """Send messages to TOPIC: COUNT generated ones, or one per line of standard input."""
+    """Send messages to TOPIC: COUNT generated ones, or one per line of standard input. The
+    summary names the first and last message id per queue (`tide message get --id` reads one);
+    Ctrl-C stops it and says how many were acknowledged."""
     if batch < 1 or size < 0 or (count is not None and count < 0):
         raise click.UsageError("--count, --size and --batch must not be negative (--batch at least 1)")
-    sent = 0
+    check_body_size(topic_name, size)
+    sent = Sent(print_ids)
     t0 = time.monotonic()
+    interrupted = False
     with open_client(controllers) as c:
-        p = c.producer()
-        if count is not None:
-            with progress(f"producing to {topic_name}", count, as_json) as step:
-                while sent < count:
-                    n = min(batch, count - sent)
-                    # each body starts with its sequence number, so every message is distinct
-                    pad = os.urandom(size // 2 + 1).hex().encode()
-                    p.send_batch(
-                        topic_name, [OutMessage((b"%d " % (sent + i) + pad)[:size], key) for i in range(n)]
-                    )
-                    sent += n
-                    step(n)
-        else:
-            pending: list[OutMessage] = []
-            for line in sys.stdin.buffer:
-                pending.append(OutMessage(line.rstrip(b"\n"), key))
-                if len(pending) >= batch:
-                    p.send_batch(topic_name, pending)
-                    sent += len(pending)
-                    pending = []
-            if pending:
-                p.send_batch(topic_name, pending)
-                sent += len(pending)
+        try:
+            _send_all(c.producer(), topic_name, count, size, key, batch, sent, as_json or print_ids)
+        except KeyboardInterrupt:
+            # what was acknowledged is stored: say how much, rather than a bare "aborted"
+            interrupted = True
     elapsed = time.monotonic() - t0
-    emit(
-        {
+    if interrupted:
+        click.echo(f"interrupted: {sent.count} acknowledged", err=True)
+    if not print_ids:
+        summary: dict[str, object] = {
             "topic": topic_name,
-            "sent": sent,
+            "sent": sent.count,
             "seconds": round(elapsed, 3),
-            "per_second": round(sent / elapsed) if elapsed > 0 else None,
-        },
-        as_json,
-        title="produced",
-    )
+            "per_second": round(sent.count / elapsed) if elapsed > 0 else None,
+        }
+        if as_json:
+            emit({**summary, "queues": sent.queues(), "interrupted": interrupted}, True)
+        else:
+            emit(summary, False, title="produced")
+            if sent.count:
+                emit(sent.queues(), False, title="message ids", columns=QUEUE_COLUMNS)
+    if interrupted:
+        sys.exit(130)
+
+
+def _send_all(
+    p: Producer,
+    topic_name: str,
+    count: int | None,
+    size: int,
+    key: str | None,
+    batch: int,
+    sent: Sent,
+    quiet: bool,
+) -> None:
+    """COUNT generated messages (with a progress bar), or one per line of standard input."""
+    if count is not None:
+        with progress(f"producing to {topic_name}", count, quiet) as step:
+            while sent.count < count:
+                n = min(batch, count - sent.count)
+                # each body starts with its sequence number, so every message is distinct
+                pad = os.urandom(size // 2 + 1).hex().encode()
+                first = sent.count
+                messages = [OutMessage((b"%d " % (first + i) + pad)[:size], key) for i in range(n)]
+                sent.add(p.send_batch(topic_name, messages))
+                step(n)
+        return
+    pending: list[OutMessage] = []
+    for line in sys.stdin.buffer:
+        pending.append(OutMessage(line.rstrip(b"\n"), key))
+        if len(pending) >= batch:
+            sent.add(p.send_batch(topic_name, pending))
+            pending = []
+    if pending:
+        sent.add(p.send_batch(topic_name, pending))
+
+
+QUEUE_COLUMNS = ["broker_set", "queue", "messages", "first_offset", "last_offset", "first_id", "last_id"]
+
+
+class Sent:
+    """What a produce had acknowledged: a count, the first and last receipt per queue, and with
+    `print_ids` each message id printed as its batch is acknowledged."""
+
+    def __init__(self, print_ids: bool) -> None:
+        self.count = 0
+        self.print_ids = print_ids
+        self._queues: dict[tuple[str, int], tuple[Receipt, Receipt, int]] = {}
+
+    def add(self, receipts: list[Receipt]) -> None:
+        self.count += len(receipts)
+        for r in receipts:
+            first, _, n = self._queues.get((r.broker_set, r.queue), (r, r, 0))
+            self._queues[(r.broker_set, r.queue)] = (first, r, n + 1)
+        if self.print_ids:
+            click.echo("\n".join(r.message_id for r in receipts))
+
+    def queues(self) -> list[dict[str, object]]:
+        return [
+            {
+                "broker_set": first.broker_set,
+                "queue": first.queue,
+                "messages": n,
+                "first_offset": first.queue_offset,
+                "last_offset": last.queue_offset,
+                "first_id": first.message_id,
+                "last_id": last.message_id,
+            }
+            for (first, last, n) in (self._queues[q] for q in sorted(self._queues))
+        ]
 
 
 @click.command("consume")
@@ -265,6 +339,7 @@ def produce(
 )
 @controllers_option
 @json_option
+@quiet_option
 def consume(
     topic_name: str,
     group: str,
@@ -276,17 +351,24 @@ def consume(
     controllers: str,
     as_json: bool,
 ) -> None:
-    """Read TOPIC as a member of GROUP, printing one line per message; offsets are committed."""
+    """Read TOPIC as a member of GROUP, printing one line per message; offsets are committed.
+    It stops after --idle-timeout seconds without a message (5 by default; 0: never), after
+    --max-messages, or at Ctrl-C."""
     got = 0
     last = time.monotonic()
     start = "earliest" if from_beginning else "latest"
+    # with a count, a bar on the terminal's standard error; not while the messages themselves are
+    # printed on that terminal (they are the progress there, and a bar would tear them)
+    bar = max_messages is not None and not sys.stdout.isatty()
     with (
         open_client(controllers) as c,
         c.consumer(group=group, topic=topic_name, start=start, mode=mode, member_id=member_id) as cons,
+        progress(f"consuming {topic_name}", max_messages, as_json or not bar) as step,
         contextlib.suppress(KeyboardInterrupt),
     ):
         while max_messages is None or got < max_messages:
             msgs = cons.poll(max_messages=poll_size(max_messages, got), timeout=0.5)
+            step(len(msgs))
             for m in msgs:
                 if as_json:
                     click.echo(
@@ -314,6 +396,17 @@ def consume(
             elif idle_timeout and time.monotonic() - last > idle_timeout:
                 break
         cons.commit()
+
+
+def check_body_size(topic_name: str, size: int) -> None:
+    """Refuse a generated body no request could carry before building it (a 10 GB body was built
+    first, for a minute of CPU, only to be refused by the client's cut into requests)."""
+    room = produce_room(topic_name) - rec.HEADER_SIZE - len(topic_name.encode())
+    if size > room:
+        raise MessageTooLargeError(
+            f"a message of {size} bytes is over max_message_bytes (never more than {room}: what one "
+            "request carries)"
+        )
 
 
 def poll_size(max_messages: int | None, got: int) -> int:

@@ -40,6 +40,7 @@ def group_describe(name: str, topic_name: str | None, controllers: str, as_json:
     queues it holds, their total lag and its subscription mode. `--json`: {"queues": [...],
     "members": [...]}."""
     with open_client(controllers) as c:
+        c.admin().require_group(name, topic_name)
         topic_name = topic_name or _only_topic(c, name)
         rows = c.admin().group_lag(name, topic_name)
         live = c.admin().group_members(name, topic_name)

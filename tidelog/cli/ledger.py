@@ -94,7 +94,9 @@ def read_inputs(data: tuple[str, ...]) -> list[bytes]:
 
 
 def entry_doc(data: bytes, **where: Any) -> dict[str, Any]:
-    """One entry for output: where it is (entry_id, or position in a log) and its data."""
+    """One entry for output: where it is (entry_id, or position in a log) and its data. A
+    ledger's entry comes with `length`, its own size, and `ledger_length`, BookKeeper's
+    cumulative length of the ledger through it (the column once showed that as `length`)."""
     return {
         **where,
         "data": data.decode("utf-8", "replace"),
@@ -385,7 +387,7 @@ def read(
             reader = handle.read_unconfirmed_entries if unconfirmed else handle.read_entries
             got = reader(lo, hi)
         handle.close()
-    rows = [entry_doc(e.data, entry_id=e.entry_id, length=e.length) for e in got]
+    rows = [entry_doc(e.data, entry_id=e.entry_id, length=len(e.data), ledger_length=e.length) for e in got]
     _entries_table(
         rows,
         as_json,
@@ -502,7 +504,10 @@ def _tail_ledger(ledgers: Ledgers, handle: ReadHandle, first: int, progress: _Ta
         if nxt <= lac:
             hi = progress.last_to_read(nxt, lac)
             for e in handle.read_entries(nxt, hi):
-                progress.show(entry_doc(e.data, entry_id=e.entry_id, length=e.length), str(e.entry_id))
+                progress.show(
+                    entry_doc(e.data, entry_id=e.entry_id, length=len(e.data), ledger_length=e.length),
+                    str(e.entry_id),
+                )
                 nxt = e.entry_id + 1
             progress.last_new = time.monotonic()
             continue

@@ -21,6 +21,8 @@ from tidelog.cli.common import (
     controllers_option,
     describe_with_liveness,
     json_option,
+    progress,
+    quiet_option,
     require_controllers,
     secret_options,
 )
@@ -159,16 +161,19 @@ def status(controllers: str, as_json: bool) -> None:
 @controllers_option
 @secret_options
 @json_option
+@quiet_option
 def repair(max_ledgers: int, controllers: str, secret_file: str | None, data_dir: str, as_json: bool) -> None:
     """Fix what can be fixed now: ledgers naming a broker that left their set are re-replicated to
     an in-sync replica (controller RULES.md PL8). Says what is left and what fixes it; exit status
     1 while anything is left."""
-    reply = controller_call(
-        require_controllers(controllers),
-        lambda c: c.repair_placement(max_ledgers),
-        secret_file=secret_file,
-        data_dir=data_dir,
-    )
+    # one call, but up to --max-ledgers ensembles rewritten in it: a spinner while it runs
+    with progress(f"re-replicating up to {max_ledgers} ledgers", None, as_json):
+        reply = controller_call(
+            require_controllers(controllers),
+            lambda c: c.repair_placement(max_ledgers),
+            secret_file=secret_file,
+            data_dir=data_dir,
+        )
     doc = {
         "repaired": [
             {

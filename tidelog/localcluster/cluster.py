@@ -53,21 +53,37 @@ from tidelog.localcluster.configs import broker_doc, controller_doc, write_confi
 from tidelog.localcluster.procs import Proc, free_address, is_ours, reap, running, stop_process
 from tidelog.localcluster.topology import Topology
 from tidelog.private import private_dir, require_private, write_private
-from tidelog.wire import make_error
+from tidelog.wire import bind_problem, make_error
 
 STATE_FILE = "cluster.json"
 LAB_METRICS_PORT = 7300  # every process's /metrics in the lab, at its own address
 
 
 class _Ports:
-    """Addresses on `host`: free ones (`auto`), or counted up from a first port checked free."""
+    """Addresses on `host`: free ones (`auto`), or counted up from a first port checked free.
 
-    def __init__(self, host: str, first: str | int) -> None:
+    With `auto`, the addresses an earlier `up` of the same data directory took (`reuse`, in the
+    order they were taken) come first, each while it is still free: a cluster brought up again
+    after a crash keeps its ports, and the TIDE_CONTROLLERS exported for it stays right."""
+
+    def __init__(self, host: str, first: str | int, reuse: list[str] | None = None) -> None:
         self.host = host
         self.next = first
+        self.reuse = list(reuse or [])
+        self.taken: list[str] = []
 
     def take(self) -> str:
+        address = self._take()
+        self.taken.append(address)
+        return address
+
+    def _take(self) -> str:
         if self.next == "auto":
+            while self.reuse:
+                earlier = self.reuse.pop(0)
+                host, _, port = earlier.rpartition(":")
+                if host == self.host and port.isdigit() and bind_problem(earlier) is None:
+                    return earlier
             return free_address(self.host)
         port = int(self.next)
         self.next = port + 1
@@ -122,6 +138,7 @@ class _Layout:
     plan: LabPlan | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # the controller keys besides nodes
     tls: certs.ClusterCerts | None = None
+    ports: list[str] = field(default_factory=list)  # every address taken, in order (`_Ports.taken`)
 
     @property
     def controllers(self) -> str:
@@ -151,8 +168,8 @@ def up(
         # the admin user is made from this side, which does not reach the lab's namespaces
         raise ConfigError("a topology with auth cannot run with --netns yet", key="auth")
     data_dir = data_dir.resolve()
-    _prepare(data_dir, netns)
-    layout = _layout(topology, data_dir, netns, wan_delay_ms)
+    reuse = _prepare(data_dir, netns)
+    layout = _layout(topology, data_dir, netns, wan_delay_ms, reuse)
     if topology.tls is not None:
         layout.tls = _make_certs(data_dir, layout, bool(topology.tls.get("require_client_cert", False)))
     ctrl_cfg, secret = _write_controller_config(topology, data_dir, layout)
@@ -162,6 +179,7 @@ def up(
         "processes": [],
         "broker_sets": [bs["name"] for bs in topology.broker_sets],
         "started": time.time(),
+        "ports": layout.ports,  # in the order taken: the next `up` of this directory takes them again
         **_tls_state(layout.tls),
     }
     if layout.plan is not None:
@@ -261,23 +279,26 @@ def client_env(state: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def _prepare(data_dir: Path, netns: bool) -> None:
-    """Refuse a data directory whose cluster still runs; clear the lab of one that does not."""
+def _prepare(data_dir: Path, netns: bool) -> list[str]:
+    """Refuse a data directory whose cluster still runs; clear the lab of one that does not.
+    Returns the addresses the earlier cluster of this directory took (to take again)."""
     if netns:
         net.require()  # before anything is created: without root nothing is half made
     private_dir(data_dir)
     require_private(data_dir, "data directory")
-    if _state_path(data_dir).exists():
-        old = read_state(data_dir)
-        if any(is_ours(p["pid"], p.get("args")) for p in old.get("processes", [])):
-            raise ConfigError(
-                f"a cluster is already running in {data_dir}", hint="run `tide cluster down` first"
-            )
-        if old.get("lab"):
-            net.destroy(LabPlan.from_json(old["lab"]["plan"]), old["lab"])
+    if not _state_path(data_dir).exists():
+        return []
+    old = read_state(data_dir)
+    if any(is_ours(p["pid"], p.get("args")) for p in old.get("processes", [])):
+        raise ConfigError(f"a cluster is already running in {data_dir}", hint="run `tide cluster down` first")
+    if old.get("lab"):
+        net.destroy(LabPlan.from_json(old["lab"]["plan"]), old["lab"])
+    return [str(a) for a in old.get("ports", [])]
 
 
-def _layout(topology: Topology, data_dir: Path, netns: bool, wan_delay_ms: float | None) -> _Layout:
+def _layout(
+    topology: Topology, data_dir: Path, netns: bool, wan_delay_ms: float | None, reuse: list[str]
+) -> _Layout:
     settings = dict(topology.controller)
     names = [f"c{i + 1}" for i in range(settings.pop("nodes", 1))]
     ctrl_dcs = settings.pop("datacenters", None)
@@ -289,14 +310,14 @@ def _layout(topology: Topology, data_dir: Path, netns: bool, wan_delay_ms: float
                 {"broker_set": bs["name"], "replica": r, "datacenter": dcs[r % len(dcs)] if dcs else ""}
             )
     if not netns:
-        ports = _Ports(topology.host, topology.ports)
+        ports = _Ports(topology.host, topology.ports, reuse)
         nodes = [{"id": n, "raft": ports.take(), "grpc": ports.take()} for n in names]
         for b in brokers:
             b.update(listen=ports.take(), ha_listen=ports.take())
         # taken last, so that the other ports of a fixed-port topology keep their numbers
         for proc in [*nodes, *brokers]:
             proc["metrics_address"] = ports.take()
-        return _Layout(nodes, brokers, None, settings)
+        return _Layout(nodes, brokers, None, settings, ports=ports.taken)
     wan_delay = float(wan_delay_ms if wan_delay_ms is not None else topology.lab.get("wan_delay_ms", 0.0))
     return _lab_layout(data_dir, names, ctrl_dcs, brokers, wan_delay, settings)
 
