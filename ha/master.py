@@ -49,6 +49,7 @@ from tidelog.ha.mastercore import (
     Appended,
     ControllerState,
     Event,
+    Flushed,
     MasterCore,
     Propose,
     Reject,
@@ -158,6 +159,8 @@ class HaMaster:
                 epoch_start=_epoch_start(commitlog, epoch),
                 max_not_catchup_ms=max_not_catchup_ms,
                 now_ms=now_ms(),
+                # flush: sync: only what is on this disk counts toward the confirm offset
+                durable=commitlog.flushed_offset if commitlog.flush_mode == "sync" else None,
             )
         except InvariantViolation as exc:
             raise InvariantViolation(f"{self._ctx} {exc}") from None
@@ -172,6 +175,15 @@ class HaMaster:
         self._new_data = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._flush_listener: Callable[[float, int], None] | None = None
+        if self.core.durable is not None:
+            loop = asyncio.get_running_loop()
+
+            def flushed(_seconds: float, _nbytes: int) -> None:  # on the flusher thread
+                loop.call_soon_threadsafe(self._on_flushed)
+
+            self._flush_listener = flushed
+            commitlog.flush_listeners.append(flushed)
         # Transfers to plain-TCP slaves go with os.sendfile (`_send_span`); bytes sent each way.
         self.zero_copy = zero_copy
         self.sent_zero_copy = 0
@@ -257,6 +269,10 @@ class HaMaster:
         end = self.log.max_offset
         if any(conn.send_offset < end for conn in self.connections.values()):
             self._wake_senders()
+
+    def _on_flushed(self) -> None:
+        if not self._closed:
+            self._step(Flushed(self.log.flushed_offset))
 
     def _wake_senders(self) -> None:
         ev, self._new_data = self._new_data, asyncio.Event()
@@ -606,6 +622,8 @@ class HaMaster:
     async def close(self, why: TidelogError | None = None) -> None:
         """Stop being master: drop slaves, fail waiting producers (their outcome is unknown)."""
         self._closed = True
+        if self._flush_listener in self.log.flush_listeners:
+            self.log.flush_listeners.remove(self._flush_listener)
         err = why or NotMasterError(
             "this broker stopped being master while the write waited for "
             "replicas; the message may or may not survive"

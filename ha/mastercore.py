@@ -36,6 +36,7 @@ __all__ = [
     "Appended",
     "ControllerState",
     "Event",
+    "Flushed",
     "MasterCore",
     "Propose",
     "Reject",
@@ -106,6 +107,14 @@ class AlterFailed:
 
 
 @dataclass(frozen=True)
+class Flushed:
+    """The master's own log is on disk up to `offset` (flush: sync): under `durable_only` the
+    master counts toward the confirm offset only what it has flushed."""
+
+    offset: int
+
+
+@dataclass(frozen=True)
 class Waiting:
     """A producer waits for `needed` acks: from now on releases for `needed` are computed."""
 
@@ -118,7 +127,16 @@ class ShrinkCheck:
 
 
 Event = (
-    Appended | SlaveJoined | Sent | Acked | SlaveLeft | ControllerState | AlterFailed | Waiting | ShrinkCheck
+    Appended
+    | SlaveJoined
+    | Sent
+    | Acked
+    | SlaveLeft
+    | ControllerState
+    | AlterFailed
+    | Waiting
+    | ShrinkCheck
+    | Flushed
 )
 
 
@@ -172,6 +190,11 @@ class MasterCore:
     epoch_start: int  # where this epoch's records begin: a slave must hold them to join the set
     slaves: dict[int, SlaveView] = field(default_factory=dict)
     needs: set[int] = field(default_factory=set)
+    # flush: sync: what the master holds toward the confirm offset is what it has flushed, not its
+    # log's end; a master alone in its set otherwise confirms, and readers see, records a crash
+    # takes back (the simulator's seed 1, tests/sim/test_found.py). None: its end counts (flush:
+    # async promises no more than the page cache).
+    durable: int | None = None
 
     @classmethod
     def start(
@@ -186,6 +209,7 @@ class MasterCore:
         epoch_start: int,
         max_not_catchup_ms: int,
         now_ms: int,
+        durable: int | None = None,
     ) -> MasterCore:
         # A master is always in its SyncStateSet (the controller makes it so at election); one handed
         # a set without it has a role from somewhere else and must not stream.
@@ -200,7 +224,7 @@ class MasterCore:
             max_not_catchup_ms=max_not_catchup_ms,
             now_ms=now_ms,
         )
-        core = cls(broker_id, epoch, tracker, master_max, confirm, epoch_start)
+        core = cls(broker_id, epoch, tracker, master_max, confirm, epoch_start, durable=durable)
         core.check()
         return core
 
@@ -270,6 +294,8 @@ class MasterCore:
                 return self._ack(slave, offset, now_ms, actions)
             case Waiting(needed):
                 self.needs.add(needed)
+            case Flushed(offset):
+                self.durable = max(self.durable or 0, offset)
             case _:
                 return self._membership(event, now_ms)
         return None
@@ -325,8 +351,9 @@ class MasterCore:
     def _settle(self, actions: list[Action]) -> None:
         """Move the confirm offset and release producers whose acks are in."""
         acks = self.acks()
+        held = self.master_max if self.durable is None else min(self.master_max, self.durable)
         new = ackpolicy.confirm_offset(
-            self.broker_id, self.master_max, acks, set(self.slaves), self.tracker.effective, self.confirm
+            self.broker_id, held, acks, set(self.slaves), self.tracker.effective, self.confirm
         )
         if new != self.confirm:
             self.confirm = new

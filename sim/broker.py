@@ -335,6 +335,7 @@ class Broker(Node):
             epoch_start=disk.epoch_start(epoch),
             max_not_catchup_ms=NOT_CATCHUP,
             now_ms=self.local(),
+            durable=disk.flushed,  # flush: sync, as ha/master.py passes it
         )
         self.world.checker.on_promote(self, epoch)
 
@@ -572,6 +573,8 @@ class Broker(Node):
         except DiskFailed as exc:
             self.fail_stop(str(exc))
             return
+        if self.core is not None:
+            self.step(mc.Flushed(self.disk.flushed))  # ha/master.py::HaMaster._on_flushed
         done = [(o, f) for o, f in self.flush_waiters if o <= self.disk.flushed]
         self.flush_waiters = [(o, f) for o, f in self.flush_waiters if o > self.disk.flushed]
         if self.flush_waiters:

@@ -14,6 +14,7 @@ from tidelog.ha.mastercore import (
     AlterFailed,
     Appended,
     ControllerState,
+    Flushed,
     MasterCore,
     Propose,
     Reject,
@@ -413,3 +414,26 @@ class MasterMachine(RuleBasedStateMachine):
 
 TestMasterMachine = MasterMachine.TestCase
 TestMasterMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+
+
+def test_3_3_under_flush_sync_the_master_counts_only_what_it_flushed() -> None:
+    """A master alone in its set used to confirm a record at its append, before its fsync: a
+    reader could see what a crash then took back (the simulator's seed 1)."""
+    c = MasterCore.start(
+        broker_id=M,
+        epoch=3,
+        sync_state_set=frozenset({M}),
+        sss_epoch=1,
+        master_max=100,
+        confirm=100,
+        epoch_start=0,
+        max_not_catchup_ms=1000,
+        now_ms=0,
+        durable=100,
+    )
+    assert c.step(Appended(150), 1) == []  # appended, not on disk: not confirmed
+    assert c.confirm == 100
+    assert c.step(Flushed(150), 2) == [SetConfirm(150)]
+    # without `durable` (flush: async) the end counts at once, as before
+    plain = core(frozenset({M}))
+    assert plain.step(Appended(150), 1) == [SetConfirm(150)]

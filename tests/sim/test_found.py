@@ -36,14 +36,9 @@ def test_seed_46_a_stale_controller_leader_extends_a_deposed_masters_lease() -> 
         assert out.ok, out.violation
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a master alone in its SyncStateSet confirms a record as soon as it is appended, before "
-        "its fsync (MasterCore counts its own end, not its flushed offset): a reader may see it, a "
-        "crash takes it back, and the master comes back without it"
-    ),
-)
 def test_seed_1_a_master_alone_confirms_what_a_crash_takes_back() -> None:
+    """Fixed: a master alone in its SyncStateSet confirmed a record as soon as it was appended,
+    before its fsync (MasterCore counted its log's end): a reader could see it, a crash took it
+    back. Under flush: sync it now counts only what it has flushed (MasterCore.durable)."""
     out = run_seed(1, faults=[Fault(5000, "crash", "b2", 30000), Fault(15192, "crash", "b1", 8000)])
     assert out.ok, out.violation
