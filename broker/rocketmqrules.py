@@ -18,6 +18,11 @@
   where it was kept (`rmq.origin`, the key of the look-back that keeps a copy from being made
   twice) and the message id its producer was given (`rmq.origin_id`). A transaction id is
   `<broker set>:tx:<offset of the half message>`.
+- Recall handles: a delayed message's `<broker set>:recall:<bucket>:<offset in %DELAY%>`, which
+  RecallMessage names to drop it before it is due.
+- Routes: every queue of a route names the endpoint(s) the client asked through (its access
+  point, `route_addresses`), as RocketMQ's proxy does in cluster mode: any endpoint serves every
+  queue of the cluster.
 - Group members: the member id a RocketMQ consumer is announced under (`member_id`).
 - Signatures: with access keys configured, a request must carry the official clients'
   `MQv2-HMAC-SHA1` signature by one of them (`refusal`).
@@ -229,6 +234,44 @@ def decode_transaction_id(text: str) -> tuple[str, int] | None:
     if m is None:
         return None
     return m.group("set"), int(m.group("offset"), 16)
+
+
+# --- recall handles ----------------------------------------------------------------------------
+
+_RECALL_HANDLE = re.compile(
+    r"(?P<set>[A-Za-z0-9][A-Za-z0-9._-]{0,126}):recall:(?P<bucket>\d{1,2}):(?P<offset>[0-9a-f]{1,16})"
+)
+
+
+@dataclass(frozen=True)
+class RecallHandle:
+    broker_set: str
+    bucket: int  # the queue of %DELAY% that keeps the message
+    offset: int  # its offset there
+
+
+def encode_recall_handle(broker_set: str, bucket: int, offset: int) -> str:
+    return f"{broker_set}:recall:{bucket}:{offset:x}"
+
+
+def decode_recall_handle(text: str) -> RecallHandle | None:
+    """The parts of a recall handle this cluster gave, else None."""
+    m = _RECALL_HANDLE.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    return RecallHandle(m.group("set"), int(m.group("bucket")), int(m.group("offset"), 16))
+
+
+# --- routes ------------------------------------------------------------------------------------
+
+
+def route_addresses(asked_through: Sequence[tuple[str, int]], own: str) -> list[str]:
+    """The addresses every queue of a route names: those the client asked through (its access
+    point: one, or several for failover), else this endpoint's own `own`. The client keeps
+    talking to what it was configured with, whose certificate names what it dialled, and each
+    endpoint passes a call on to the master of the queue's broker set."""
+    found = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in asked_through if h and 0 < p < 65536]
+    return list(dict.fromkeys(found)) or [own]
 
 
 # --- group members -----------------------------------------------------------------------------
