@@ -36,7 +36,6 @@ import contextlib
 import ipaddress
 import logging
 import time
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -553,7 +552,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         yield s.ReceiveMessageResponse(delivery_timestamp=now)
         invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
         for m in got:
-            yield s.ReceiveMessageResponse(message=self._message(request, m, invisible_ms))
+            yield s.ReceiveMessageResponse(message=self._message(request, m, invisible_ms, _language(context)))
 
     async def _receive(
         self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -630,7 +629,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self._dlq_ready.add(group)
 
     def _rmq_message(
-        self, topic: d.Resource, body: bytes, key: str | None, tags: str | None, properties: dict[str, str]
+        self, topic: d.Resource, body: bytes, key: str | None, tags: str | None, properties: dict[str, str],
+        language: str = "",
     ) -> d.Message:
         """The RocketMQ form of a stored message (its times and id are the caller's)."""
         loaded = rules.from_stored(key, properties)
@@ -640,7 +640,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             sp.tag = tags
         sp.keys.extend(loaded.keys)
         sp.body_digest.type = d.CRC32
-        sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+        sp.body_digest.checksum = rules.crc32_checksum(body, language)
         sp.body_encoding = d.IDENTITY
         sp.message_type = (
             d.MessageType.Value(loaded.message_type)
@@ -666,8 +666,10 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         sp.store_timestamp.FromMilliseconds(half.store_ts)
         return out
 
-    def _message(self, request: s.ReceiveMessageRequest, m: SharedMessage, invisible_ms: int) -> d.Message:
-        out = self._rmq_message(request.message_queue.topic, m.body, m.key, m.tags, m.properties)
+    def _message(
+        self, request: s.ReceiveMessageRequest, m: SharedMessage, invisible_ms: int, language: str
+    ) -> d.Message:
+        out = self._rmq_message(request.message_queue.topic, m.body, m.key, m.tags, m.properties, language)
         sp = out.system_properties
         # a delayed or committed message: the id its producer was given when it was kept
         sp.message_id = m.properties.get(rules.PROP_ORIGIN_ID) or f"{m.broker_set}:{m.phys_offset:x}"
@@ -885,6 +887,14 @@ def _client_id(context: grpc.aio.ServicerContext) -> str:
     """The calling client's id (metadata `x-mq-client-id`, which the official clients send)."""
     for key, value in context.invocation_metadata() or ():
         if key.lower() == "x-mq-client-id" and isinstance(value, str):
+            return value
+    return ""
+
+
+def _language(context: grpc.aio.ServicerContext) -> str:
+    """The calling client's language (metadata `x-mq-language`, which the official clients send)."""
+    for key, value in context.invocation_metadata() or ():
+        if key.lower() == "x-mq-language" and isinstance(value, str):
             return value
     return ""
 

@@ -23,6 +23,7 @@
 - Routes: every queue of a route names the endpoint(s) the client asked through (its access
   point, `route_addresses`), as RocketMQ's proxy does in cluster mode: any endpoint serves every
   queue of the cluster.
+- Body digests: the CRC32 of a body written as the calling client compares it (`crc32_checksum`).
 - Group members: the member id a RocketMQ consumer is announced under (`member_id`).
 - Signatures: with access keys configured, a request must carry the official clients'
   `MQv2-HMAC-SHA1` signature by one of them (`refusal`).
@@ -33,6 +34,7 @@
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -217,6 +219,21 @@ def from_stored(key: str | None, properties: Mapping[str, str]) -> Loaded:
         properties.get(PROP_MESSAGE_ID, ""),
         properties.get(PROP_BORN_HOST, ""),
     )
+
+
+# --- body digests ------------------------------------------------------------------------------
+
+#: The `x-mq-language` the official Node.js client sends (its every call says "HTTP").
+NODE_JS_LANGUAGE = "HTTP"
+
+
+def crc32_checksum(body: bytes, language: str) -> str:
+    """A received message's CRC32 body digest as the calling client checks it, which the official
+    clients write differently: the Node.js client compares the decimal number, the others (the
+    Python client among them) eight upper-case hex digits. A client that finds another form marks
+    the message corrupted (the Node.js push consumer then drops it unconsumed)."""
+    value = zlib.crc32(body) & 0xFFFFFFFF
+    return str(value) if language == NODE_JS_LANGUAGE else format(value, "08X")
 
 
 # --- transaction ids ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT send TOPIC COUNT ASYNC_COUNT
     python rocketmq_driver.py ENDPOINT receive TOPIC GROUP EXPECTED FILTER
     python rocketmq_driver.py ENDPOINT redeliver TOPIC GROUP
-    python rocketmq_driver.py ENDPOINT raw TOPIC
+    python rocketmq_driver.py ENDPOINT raw TOPIC [OTHER_ENDPOINT]
     python rocketmq_driver.py ENDPOINT signed TOPIC GROUP ACCESS_KEY SECRET_KEY
     python rocketmq_driver.py ENDPOINT unsigned TOPIC SECRET_KEY_OF_ak
     python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
@@ -188,8 +188,9 @@ def redeliver(endpoint: str, topic: str, group: str) -> dict[str, Any]:
         consumer.shutdown()
 
 
-def raw(endpoint: str, topic: str) -> dict[str, Any]:
-    """Status codes of malformed or unserved calls, through the client's own generated stub."""
+def raw(endpoint: str, topic: str, other: str = "") -> dict[str, Any]:
+    """Status codes of malformed or unserved calls, through the client's own generated stub; the
+    route as the client asks for it, and as asked through two addresses (`endpoint;other`)."""
     with grpc.insecure_channel(endpoint) as channel:
         stub = MessagingServiceStub(channel)
         route = QueryRouteRequest()
@@ -205,6 +206,13 @@ def raw(endpoint: str, topic: str) -> dict[str, Any]:
         ok_route = QueryRouteRequest()
         ok_route.topic.name = topic
         routed = stub.QueryRoute(ok_route, timeout=10)
+        both = QueryRouteRequest()
+        both.topic.name = topic
+        both.endpoints.scheme = 1  # IPv4
+        for address in (endpoint, other):
+            host, _, port = address.rpartition(":")
+            both.endpoints.addresses.add(host=host, port=int(port))
+        routed_both = stub.QueryRoute(both, timeout=10) if other else None
         return {
             "unknown_topic": Code.Name(stub.QueryRoute(route, timeout=10).status.code),
             "bad_topic_name": Code.Name(stub.QueryRoute(bad_name, timeout=10).status.code),
@@ -220,6 +228,10 @@ def raw(endpoint: str, topic: str) -> dict[str, Any]:
                     "endpoints": [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses],
                 }
                 for q in routed.message_queues
+            ],
+            "route_of_two": [
+                [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses]
+                for q in (routed_both.message_queues if routed_both is not None else [])
             ],
         }
 
@@ -607,7 +619,7 @@ def main() -> None:
     elif command == "tls":
         out = tls(endpoint, args[0], args[1], int(args[2]))
     else:
-        out = raw(endpoint, args[0])
+        out = raw(endpoint, *args)
     print(json.dumps(out))
 
 
