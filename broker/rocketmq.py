@@ -552,7 +552,9 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         yield s.ReceiveMessageResponse(delivery_timestamp=now)
         invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
         for m in got:
-            yield s.ReceiveMessageResponse(message=self._message(request, m, invisible_ms, _language(context)))
+            yield s.ReceiveMessageResponse(
+                message=self._message(request, m, invisible_ms, _language(context))
+            )
 
     async def _receive(
         self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -629,7 +631,12 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self._dlq_ready.add(group)
 
     def _rmq_message(
-        self, topic: d.Resource, body: bytes, key: str | None, tags: str | None, properties: dict[str, str],
+        self,
+        topic: d.Resource,
+        body: bytes,
+        key: str | None,
+        tags: str | None,
+        properties: dict[str, str],
         language: str = "",
     ) -> d.Message:
         """The RocketMQ form of a stored message (its times and id are the caller's)."""
