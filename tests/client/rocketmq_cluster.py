@@ -70,3 +70,13 @@ def create_topic(cluster: LocalCluster, name: str, queues: int = QUEUES_PER_SET)
             return await client.admin().create_topic(name, queues=queues)
 
     return asyncio.run(go())
+
+
+def create_topic_in(cluster: LocalCluster, name: str, broker_set: str, queues: int) -> dict[str, int]:
+    """Topic `name` with `queues` queues in `broker_set` only."""
+
+    async def go() -> dict[str, int]:
+        async with AsyncClient(cluster.controllers) as client:
+            return await client.admin().create_topic(name, queues=queues, broker_sets=[broker_set])
+
+    return asyncio.run(go())

@@ -17,6 +17,7 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT fifo-receive TOPIC GROUP EXPECTED ACK_FIRST HOLD INVISIBLE_S
     python rocketmq_driver.py ENDPOINT change-invisible TOPIC GROUP FIRST_S LONGER_S
     python rocketmq_driver.py ENDPOINT tls TOPIC GROUP COUNT
+    python rocketmq_driver.py ENDPOINT wake TOPIC GROUP COUNT
 
 `tls` connects with TLS (the client's `tls_enable`), trusting the roots gRPC trusts by default:
 the system's, or the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names.
@@ -588,6 +589,44 @@ def tls(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
         consumer.shutdown()
 
 
+def wake(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
+    """A SimpleConsumer waiting in a receive (long poll 20 s) on one thread; `count` messages sent
+    one at a time from another, each once the one before it was received, so that each arrives
+    while the consumer waits. Per message: its id, and the seconds from its send to its receipt."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=20)
+    consumer.startup()
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    got: dict[str, float] = {}
+    arrived = threading.Condition()
+    done = threading.Event()
+
+    def receiver() -> None:
+        while not done.is_set():
+            for m in consumer.receive(32, 30):
+                consumer.ack(m)
+                with arrived:
+                    got[m.message_id] = time.monotonic()
+                    arrived.notify_all()
+
+    thread = threading.Thread(target=receiver, daemon=True)
+    thread.start()
+    try:
+        out = []
+        for i in range(count):
+            time.sleep(0.5)  # the consumer is back in its receive, waiting
+            at = time.monotonic()
+            sent = producer.send(message(topic, i)).message_id
+            with arrived:
+                arrived.wait_for(lambda sent=sent: sent in got, timeout=60)
+            out.append({"id": sent, "after": got.get(sent, at + 99) - at})
+        return {"messages": out}
+    finally:
+        done.set()
+        producer.shutdown()
+        consumer.shutdown()
+
+
 def main() -> None:
     endpoint, command, *args = sys.argv[1:]
     if command == "send":
@@ -618,6 +657,8 @@ def main() -> None:
         out = change_invisible(endpoint, args[0], args[1], int(args[2]), int(args[3]))
     elif command == "tls":
         out = tls(endpoint, args[0], args[1], int(args[2]))
+    elif command == "wake":
+        out = wake(endpoint, args[0], args[1], int(args[2]))
     else:
         out = raw(endpoint, *args)
     print(json.dumps(out))

@@ -106,6 +106,25 @@ def test_sends_are_readable_through_tidelog_and_received_by_a_simple_consumer(
     assert sorted(m["id"] for m in tagged) == sorted(r["id"] for r in receipts if r["i"] % 3 != 1)
 
 
+def test_a_waiting_receive_answers_a_message_sent_to_any_queue_of_its_broker_set(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    """A receive reads every queue of the broker set it names and wakes on the first message in
+    any of them: each message, sent while the consumer waits in a 20 s long poll, is received long
+    before the poll would end (the topic is in one set: a receive waits on the set it names)."""
+    rc.create_topic_in(cluster, "rmq-wake", "broker-a", queues=8)
+    out = drive(endpoint, "wake", "rmq-wake", "g-wake", "16")["messages"]
+    assert len(out) == 16
+
+    async def queues() -> set[int]:
+        async with AsyncClient(cluster.controllers) as client:
+            return {(await client.get_message_by_id(m["id"])).queue for m in out}
+
+    assert asyncio.run(queues()) == set(range(8))  # the messages went to every queue
+    print("send to receipt by a waiting consumer:", sorted(round(m["after"], 3) for m in out))
+    assert all(m["after"] < 5.0 for m in out), out  # not the 20 s long poll
+
+
 def test_an_unacknowledged_message_comes_back_after_its_invisible_duration(
     cluster: LocalCluster, endpoint: str
 ) -> None:

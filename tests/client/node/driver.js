@@ -19,6 +19,8 @@
 //                                               a PushConsumer: every delivery
 //   produce-consume {topic, group, seconds, readyFile}
 //                                               a producer and a PushConsumer at once
+//   bench {topic, latencyTopic, group, messages, inFlight}
+//                                               bench/rocketmq.py's figures of this client
 //
 // Times are milliseconds since the epoch. The client's own log goes to stderr (warnings and
 // errors only; everything with DRIVER_DEBUG set), not to its default file under the home directory.
@@ -301,6 +303,64 @@ async function produceConsume(endpoint, { topic, group, seconds, readyFile }) {
   }
 }
 
+async function bench(endpoint, { topic, latencyTopic, group, messages, inFlight }) {
+  const producer = new Producer(options(endpoint, { topics: [ topic, latencyTopic ] }));
+  await producer.startup();
+  const body = Buffer.alloc(1024, 'x');
+  const one = (t, i) => ({ topic: t, body, keys: [ `k${i}` ] });
+  const rate = (n, t0) => Math.round(n / ((performance.now() - t0) / 1000));
+  const out = {};
+  try {
+    await producer.send(one(topic, -1)); // route and connection set up before the clock starts
+    let t0 = performance.now();
+    for (let i = 0; i < messages; i++) await producer.send(one(topic, i));
+    out.sync = rate(messages, t0);
+    t0 = performance.now();
+    let next = 0;
+    const sender = async () => {
+      while (next < messages) await producer.send(one(topic, next++));
+    };
+    await Promise.all(Array.from({ length: inFlight }, sender));
+    out.async = rate(messages, t0);
+
+    const consumer = await simpleConsumer(endpoint, topic, group, '*', 2000);
+    let got = 0;
+    t0 = performance.now();
+    while (got < 2 * messages + 1 && performance.now() - t0 < 600000) {
+      const batch = await consumer.receive(32, 60000);
+      await Promise.all(batch.map(m => consumer.ack(m)));
+      got += batch.length;
+    }
+    out.receive_ack = rate(got, t0);
+    await consumer.shutdown();
+
+    // seconds from each send (one at a time) to its receipt by a consumer already waiting
+    const waiting = await simpleConsumer(endpoint, latencyTopic, group, '*', 20000);
+    const seen = [];
+    let done = false;
+    (async () => {
+      while (!done) {
+        for (const m of await waiting.receive(32, 60000)) {
+          seen.push((Date.now() - Number(m.properties.get('sent'))) / 1000);
+          waiting.ack(m).catch(() => {});
+        }
+        done = done || seen.length >= messages;
+      }
+    })().catch(() => {});
+    await sleep(1000); // the consumer's first receive is waiting
+    for (let i = 0; i < messages; i++) {
+      await producer.send({ ...one(latencyTopic, i), properties: new Map([[ 'sent', String(Date.now()) ]]) });
+    }
+    const deadline = Date.now() + 60000;
+    while (seen.length < messages && Date.now() < deadline) await sleep(50);
+    done = true;
+    out.latency_s = seen;
+    return out;
+  } finally {
+    await producer.shutdown();
+  }
+}
+
 const COMMANDS = {
   send,
   receive,
@@ -311,6 +371,7 @@ const COMMANDS = {
   transactions,
   push,
   'produce-consume': produceConsume,
+  bench,
 };
 
 async function main() {
