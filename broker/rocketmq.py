@@ -813,7 +813,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self, request: s.RecallMessageRequest, context: grpc.aio.ServicerContext
     ) -> s.RecallMessageResponse:
         """A delayed message recalled before it is due is never delivered (broker/rocketmqtx.py);
-        one delivered (or recalled) already is refused with MESSAGE_NOT_FOUND."""
+        one delivered (or recalled) already is refused with BAD_REQUEST."""
 
         async def work() -> s.RecallMessageResponse:
             topic = _name("topic", request.topic.name)

@@ -218,7 +218,8 @@ class Scheduled:
         """RecallMessage: the delayed message of `handle` (one of `topic`) is never delivered; its
         message id. It is marked moved in its bucket's progress, without a copy, under the lock
         the mover holds: either the recall or the move comes first, never both. Once delivered
-        (or recalled) it is refused with MESSAGE_NOT_FOUND and nothing changes."""
+        (or recalled) it is refused with BAD_REQUEST and nothing changes (not MESSAGE_NOT_FOUND,
+        which the Python client takes for success: it answers an empty receive)."""
         if handle.broker_set != self.cfg.broker_set or not 0 <= handle.bucket < dr.BUCKETS:
             raise InvalidArgumentError(
                 f"recall handle of broker set {handle.broker_set}, bucket {handle.bucket}: not one "
@@ -244,7 +245,8 @@ class Scheduled:
             dr.trim(p, self.replica.log.queue_offsets(DELAY_TOPIC, b).min)
             if offset < p.floor or offset in p.done:
                 raise _not_recalled(
-                    f"the delayed message {self._id(kept.phys_offset)} was delivered (or recalled) already"
+                    f"the delayed message {self._id(kept.phys_offset)} was delivered (or recalled) "
+                    "already: a recall must come before its delivery time"
                 )
             dr.mark(p, [offset])
             await self.replica.write([self.delay_progress.record(str(b), dr.encode(p))])
@@ -498,7 +500,7 @@ class Scheduled:
 
 
 def _not_recalled(message: str) -> InvalidArgumentError:
-    return InvalidArgumentError(message, rocketmq="MESSAGE_NOT_FOUND")
+    return InvalidArgumentError(message, rocketmq="BAD_REQUEST")
 
 
 def _invalid(message: str) -> InvalidArgumentError:

@@ -71,6 +71,18 @@ def test_delayed_messages_are_received_no_earlier_than_asked_and_once(cluster: L
     assert "too-far" not in {m["body"] for m in got}
 
 
+def test_a_recalled_delayed_message_is_never_delivered_and_a_delivered_one_cannot_be_recalled(
+    cluster: LocalCluster,
+) -> None:
+    create_topic(cluster, "rmq-recall")
+    out = drive(master_endpoint(cluster), "recall", "rmq-recall")
+    first, second = out["sent"]
+    assert first["handle"] and second["handle"]
+    assert out["first"] == first["id"]  # recall_message answers the recalled message's id
+    assert out["received"] == [second["id"]], "the recalled one never comes; the other once"
+    assert "delivered (or recalled) already" in out["late"], out["late"]  # BadRequestException
+
+
 def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalCluster) -> None:
     endpoint = master_endpoint(cluster)
     create_topic(cluster, "rmq-tx")
