@@ -237,8 +237,8 @@ def format_table(r: dict[str, Any]) -> str:
             f"  {label:38} {r['tidelog'][key]:>15,} {r['rocketmq'][key]:>16,} {node.get(key, '-'):>17}"
         )
     for label, key in (
-        ("send to receipt by a waiting consumer p50 (ms)", "p50_ms"),
-        ("  p99 (ms)", "p99_ms"),
+        ("receive latency p50 (ms)", "p50_ms"),
+        ("receive latency p99 (ms)", "p99_ms"),
     ):
         cells = [c["latency"][key] if c else "-" for c in (r["tidelog"], r["rocketmq"], node)]
         lines.append(f"  {label:38} {cells[0]:>15} {cells[1]:>16} {cells[2]:>17}")

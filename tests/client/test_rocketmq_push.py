@@ -217,9 +217,11 @@ def test_master_killed_under_an_official_producer_and_push_consumer_loses_no_rec
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     create_topic(cluster, "rmq-kill")
-    victim = rc.member(cluster, "broker-a", "master")["name"]
-    # the client's one address is the replica that survives (and becomes master)
-    access_point = rc.endpoint(cluster, "broker-a", "slave")
+    master = rc.member(cluster, "broker-a", "master")
+    victim = master["name"]
+    # two addresses, the one that dies first: the client fails over to the other (gRPC's
+    # pick-first over both), which every queue's route names too
+    access_point = f"{master['rocketmq_endpoint']};{rc.endpoint(cluster, 'broker-a', 'slave')}"
     ready = tmp_path / "ready"
     driver = subprocess.Popen(
         [
