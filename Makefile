@@ -73,7 +73,7 @@ lab-tools:
 
 # The official RocketMQ Node.js client for tests/client/test_rocketmq_node.py, at the version
 # tests/client/node/package-lock.json pins (`npm ci`); Node 18 or later, from Debian when it is
-# missing and we can. Without it those tests skip and say why.
+# missing and we are root. Without Node those tests skip and say why.
 NODE_DIR := tests/client/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 NODE_OK = node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' 2>/dev/null && command -v npm >/dev/null
@@ -81,10 +81,10 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	@$(NODE_OK) || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; \
-		fi; \
-		$(NODE_OK) || { echo "the RocketMQ Node.js client needs Node 18 or later and npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }; }
-	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
-	touch $@
+		fi; }
+	@if $(NODE_OK); then \
+		cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else echo "note: no Node 18+ with npm (Debian: apt-get install nodejs npm): the Node.js client's tests will be skipped" >&2; fi
 
 node-client: $(NODE_STAMP)
 

@@ -83,6 +83,20 @@ def test_a_recalled_delayed_message_is_never_delivered_and_a_delivered_one_canno
     assert "delivered (or recalled) already" in out["late"], out["late"]  # BadRequestException
 
 
+def test_delayed_messages_of_a_topic_in_another_broker_set_are_kept_and_recalled_there(
+    cluster: LocalCluster,
+) -> None:
+    """The client's endpoint is in broker-a, the topic only in broker-b: the endpoint passes the
+    SendMessage and the RecallMessage on to broker-b's master, which keeps the message."""
+    rc.create_topic_in(cluster, "rmq-recall-b", "broker-b", queues=4)
+    out = drive(master_endpoint(cluster), "recall", "rmq-recall-b")
+    first, second = out["sent"]
+    assert first["id"].startswith("broker-b:") and second["id"].startswith("broker-b:")
+    assert out["first"] == first["id"]
+    assert out["received"] == [second["id"]]
+    assert "delivered (or recalled) already" in out["late"], out["late"]
+
+
 def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalCluster) -> None:
     endpoint = master_endpoint(cluster)
     create_topic(cluster, "rmq-tx")
