@@ -59,7 +59,7 @@ from rocketmq.grpc_protocol import (
 )
 
 IN_FLIGHT = 256  # async sends outstanding at once
-RECEIVERS = 4  # receives outstanding at once (receive, ack-all): one per queue of a topic
+RECEIVERS = 4  # receives outstanding at once (receive, ack-all): more than a topic's broker sets
 
 
 def config(endpoint: str) -> ClientConfiguration:
@@ -120,10 +120,9 @@ def described(m: Any) -> dict[str, Any]:
 def together(receivers: int, work: Callable[[], None]) -> None:
     """Run `work` on `receivers` threads at once; raise the first error one of them raised.
 
-    The client picks each receive's queue in turn, and a receive of a queue with nothing to give
-    waits out the long poll (`await_duration`): one receive at a time, the messages of the
-    queues that still hold some come one long poll per drained queue passed over; several at
-    once, they come while the others wait."""
+    A receive reads every queue of the one broker set it names (the client takes the sets in
+    turn) and waits out its long poll (`await_duration`) when that set has nothing: several at
+    once, one set's messages come while a receive of a drained set waits."""
     errors: list[BaseException] = []
 
     def run() -> None:
