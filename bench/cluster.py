@@ -128,6 +128,10 @@ class BenchCluster:
         self.master_index = self._set.wait_in_sync(timeout=max(1.0, deadline - time.monotonic()))
         self._set.wait_topic(topic, list(range(len(self.brokers))), max(1.0, deadline - time.monotonic()))
 
+    def wait_topic(self, topic: str, timeout: float = 30.0) -> None:
+        """Wait until every replica serves `topic` (the heartbeats carried it)."""
+        self._set.wait_topic(topic, list(range(len(self.brokers))), timeout)
+
     def in_sync_count(self) -> int:
         """Members of the master's SyncStateSet now (0 if the master does not answer)."""
         s = self.status(self.master_index)

@@ -10,9 +10,9 @@ starting and stopping `HaMaster` / `HaSlave`, appending the new epoch to the epo
 
 **One write path.** Every write to the log — produce, group-offset commits, topic markers, ledger
 creates, adds and seals — goes through the same public surface: `require_writable()` (this broker
-is master and its lease from the controller holds), `append(msgs)` (append and wake the HA
-senders), and `persist(master, end, needed)` (fsync under flush: sync, `needed` SyncStateSet acks,
-and the lease again). `write()` is the three in a row. Readers wait for the confirm offset with
+is master, and its lease from the controller holds or the replication rule will stand in for it:
+`ha.lease`), `append(msgs)` (append and wake the HA senders), and `persist(master, end, needed)`
+(fsync under flush: sync, `needed` SyncStateSet acks, and `ha.lease.Lease.may_acknowledge` again). `write()` is the three in a row. Readers wait for the confirm offset with
 `long_poll`, woken by `notify_confirmed`. Reads never pass the confirm offset.
 """
 
@@ -41,12 +41,14 @@ from tidelog.errors import (
     CorruptRecordError,
     FlushDiskTimeoutError,
     HaProtocolError,
+    InSyncReplicasNotEnoughError,
     InvalidArgumentError,
     NotMasterError,
     TidelogError,
 )
 from tidelog.ha import roles
 from tidelog.ha.ackpolicy import AckConfig, required_acks
+from tidelog.ha.lease import Lease
 from tidelog.ha.master import HaMaster
 from tidelog.ha.protocol import (
     MAX_AUTH_FRAME,
@@ -69,6 +71,11 @@ T = TypeVar("T")
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def monotonic_ms() -> int:
+    """The lease's clock: monotonic, so a wall-clock step neither extends nor ends a lease."""
+    return time.monotonic_ns() // 1_000_000
 
 
 #: One message of a produce request: (body, key, tags, properties, queue or None).
@@ -107,7 +114,10 @@ class Replica:
         self._role_lock = asyncio.Lock()
         self._confirmed = asyncio.Event()
         self._rr = itertools.count()
-        self.lease_until = 0.0  # monotonic time until which this broker may acknowledge writes
+        # This broker's right to acknowledge writes (ha/lease.py), renewed by answered heartbeats;
+        # times come from `clock_ms`, the one clock the lease reads.
+        self.lease = Lease()
+        self.clock_ms: Callable[[], int] = monotonic_ms
         self._ha_connections = 0
         self.data_address = ""  # where clients reach the data port (broker/dataport.py), if it runs
         self.rocketmq_address = (
@@ -359,7 +369,7 @@ class Replica:
         """After a heartbeat: as master, write the topic markers the controller's view asks for;
         on every replica, apply the markers received (a deleted topic's files go at once)."""
         if self.role == MASTER and self.ha_master is not None:
-            self.topic_table.enforce(self._append_marker)
+            self.topic_table.enforce(self._append_marker, self.ha_master.epoch)
         else:
             self.topic_table.marks.refresh()
 
@@ -375,10 +385,19 @@ class Replica:
         return self.ha_master
 
     def require_writable(self) -> HaMaster:
-        """Check, before anything is appended, that this broker may take a write now: it is master
-        and the controller confirmed its role recently (the lease)."""
+        """Check, before anything is appended, that this broker may take a write now: it is master,
+        and either the controller confirmed its role recently (the lease) or the write will need
+        every member the controller might know, so the replication rule will cover it
+        (docs/ARCHITECTURE.md §3.5)."""
         master = self.require_master()
-        self._check_lease()
+        try:
+            every = required_acks(self.ack_cfg, master.write_set_size) >= master.write_set_size
+        except InSyncReplicasNotEnoughError:
+            every = False  # the write path refuses it with its own error
+        if not self.lease.may_start(
+            self.clock_ms(), replication=self.ack_cfg.replication, needs_every_member=every
+        ):
+            raise self._not_confirmed(after_write=False)
         return master
 
     def append(self, msgs: list[Message]) -> tuple[HaMaster, list[Placement]]:
@@ -410,25 +429,23 @@ class Replica:
         await master.wait_acks(end, needed)
         if self.observe_ack_wait is not None:
             self.observe_ack_wait(time.monotonic() - started)
-        # The acks may have arrived after this broker lost the right to speak for the set.
-        self._check_lease(after_write=True)
+        # The acks may have arrived after this broker lost the right to speak for the set: without
+        # a recent word from the controller it may already be replaced, unless every member the
+        # controller might elect holds the write (docs/ARCHITECTURE.md §3.5). Checked after the
+        # acks, not only before the append: a write that waited out an election must not be
+        # acknowledged on a lease that lapsed meanwhile.
+        if not self.lease.may_acknowledge(
+            self.clock_ms(), end, master.core.held_by_all(), replication=self.ack_cfg.replication
+        ):
+            raise self._not_confirmed(after_write=True)
 
-    def renew_lease(self, until: float) -> None:
-        """The controller confirmed this broker's role; writes may be acknowledged until `until`."""
-        self.lease_until = max(self.lease_until, until)
-
-    def _check_lease(self, after_write: bool = False) -> None:
-        # Without a recent word from the controller this master may already be replaced: the
-        # controller elects another once heartbeats stop for its timeout, and the lease ends
-        # before that. Refusing here is what keeps a cut-off master from acknowledging writes
-        # that the new master's history will not contain.
-        if time.monotonic() > self.lease_until:
-            outcome = " (the message was stored here and may or may not survive)" if after_write else ""
-            raise NotMasterError(
-                f"broker {self.broker_id} cannot confirm with the controller that it is "
-                f"still master{outcome}",
-                master_address="",
-            )
+    def _not_confirmed(self, *, after_write: bool) -> NotMasterError:
+        outcome = " (the message was stored here and may or may not survive)" if after_write else ""
+        return NotMasterError(
+            f"broker {self.broker_id} cannot confirm with the controller that it is still master, "
+            f"and not every in-sync replica holds the write{outcome}",
+            master_address="",
+        )
 
     # ------------------------------------------------------------------ requests
 

@@ -26,7 +26,7 @@ import grpc
 
 from tidelog import gcpolicy, logs, loops, tlsconfig
 from tidelog.acl import AclState, Grant, User
-from tidelog.broker import identity
+from tidelog.broker import identity, lookups
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.dataport import DataPort
 from tidelog.broker.ledger_service import LedgerService
@@ -35,7 +35,7 @@ from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.rocketmq import RocketMQEndpoint
 from tidelog.broker.service import BrokerService
-from tidelog.client.controllers import ControllerClient
+from tidelog.client.controllers import SEEN_EPOCH_FILE, ControllerClient
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call
 from tidelog.commitlog import CommitLog
 from tidelog.errors import (
@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 HAND_OVER_INTERVAL_S = 30.0
 # A broker whose store failed retries opening it once this much space is free again.
 MIN_FREE_BYTES = 1 << 20
-LEASE_FRACTION = 0.75  # of the controller's heartbeat timeout: a master's right to acknowledge writes
 
 
 class BrokerServer:
@@ -83,8 +82,12 @@ class BrokerServer:
             secret=cfg.secret,
             tls=tlsconfig.member_client(cfg.tls),
             member=True,  # every call proves the cluster secret: a member is not a user
+            # controllers of an older cluster epoch than this broker saw are refused (RUNBOOK-quorum)
+            epoch_file=cfg.data_dir / SEEN_EPOCH_FILE,
         )
         self._replays = ReplayCache()
+        # the cluster's routes as the controllers last said, answered to clients (broker/lookups.py)
+        self.lookups = lookups.ClusterViewCache()
         self.replica = Replica(
             cfg,
             self.log,
@@ -208,7 +211,8 @@ class BrokerServer:
             options=SERVER_OPTIONS,
             interceptors=interceptors or None,
         )
-        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica), self._grpc)
+        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica, self.lookups), self._grpc)
+        lookups.add_to_server(self._grpc, self.lookups, time.monotonic)
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
         problem = bind_problem(self.cfg.listen)
         if problem is not None:  # said before gRPC tries, whose C core would log its own lines
@@ -295,8 +299,58 @@ class BrokerServer:
             if self.metrics is not None:
                 self.metrics.registered = True
             log.info("registered as broker %d of %s", reply.broker_id, self.cfg.broker_set)
-            await self.replica.apply_role(Role.from_pb(reply.role))
+            role = Role.from_pb(reply.role)
+            if self._crashed_master_of(role, reply.broker_id):
+                return  # no role yet: the first answered heartbeat asks for the new epoch (beat)
+            await self.replica.apply_role(role)
             return
+
+    def _crashed_master_of(self, role: Role, broker_id: int) -> bool:
+        """True when the controller names this broker master of the epoch it led before a crash.
+
+        After a crash the log may have lost its tail past the flushed offset while a slave holds
+        it. Going on in the same epoch, both sides would agree on their epochs, fork repair would
+        keep the slave's records where this broker now writes others, and the confirmed prefixes
+        would differ (the simulator found it, seed 243). So the broker takes no role yet: its
+        first answered heartbeat asks the controller for an election of the best alive member,
+        itself included, which is a new epoch whoever wins (controller/RULES.md E8). A clean
+        shutdown lost nothing and resumes its epoch at once."""
+        crashed = (
+            not self.log.recovered_clean
+            and role.has_master
+            and role.master_id == broker_id
+            and role.master_epoch == self.log.last_epoch
+        )
+        if crashed and self._reelect_epoch is None:
+            self._reelect_epoch = role.master_epoch
+            log.warning(
+                "%s restarted after a crash as master of epoch %d: asking for a new epoch instead "
+                "of resuming it (a slave may hold writes this log lost)",
+                self.replica.ctx,
+                role.master_epoch,
+                extra={"epoch": role.master_epoch, "max_offset": self.log.max_offset},
+            )
+        return crashed
+
+    async def _reelect(self, role: Role) -> Role | None:
+        """The role to take now after a crash as master (`_crashed_master_of`), or None to wait."""
+        crashed = self._reelect_epoch
+        if crashed is None:
+            return role
+        if not (
+            role.has_master and role.master_id == self.replica.broker_id and role.master_epoch == crashed
+        ):
+            self._reelect_epoch = None  # the controller moved on by itself
+            return role
+        try:
+            elected = await self.controller.elect_master(
+                self.cfg.broker_set, self.replica.broker_id, restarted=True
+            )
+        except TidelogError as exc:
+            log.warning("%s a new epoch after the crash: not yet (%s)", self.replica.ctx, exc)
+            return None
+        self._reelect_epoch = None
+        return Role.from_pb(elected.role)
 
     async def heartbeat_loop(self) -> None:
         interval = self.cfg.heartbeat_interval_ms / 1000
@@ -312,11 +366,13 @@ class BrokerServer:
                 await within(self._stopping.wait(), interval)
 
     _interval_ms = 0
+    _reelect_epoch: int | None = None  # the epoch led before a crash, while a new one is asked for
+    _topics_version = ""  # the version of the topic lists last adopted (the controller's HeartbeatReply)
 
     async def beat(self) -> None:
         r = self.replica
         epochs = self.log.epochs
-        sent = time.monotonic()
+        sent = r.clock_ms()
         reply = await self.controller.heartbeat(
             self.cfg.broker_set,
             r.broker_id,
@@ -326,16 +382,25 @@ class BrokerServer:
             priority=self.cfg.priority,
             total_timeout=2.0,
             acl_version=r.acl.version,
+            topics_version=self._topics_version,
+            cluster_version=self.lookups.version,
         )
+        self.lookups.learn(reply, time.monotonic(), self.controller.leader_hint)
         self._interval_ms = reply.heartbeat_interval_ms
         if reply.HasField("acl"):
             r.acl = acl_state_of(reply.acl)
             log.info("%s users and grants now at version %d", r.ctx, r.acl.version)
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
-        # master before sent + its timeout; the lease ends well before that.
-        r.renew_lease(sent + LEASE_FRACTION * (reply.heartbeat_timeout_ms or 5000) / 1000)
-        r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
-        role = Role.from_pb(reply.role)
+        # master before sent + its timeout; the lease ends well before that (ha/lease.py).
+        r.lease.renew(
+            sent, reply.heartbeat_timeout_ms or 5000, unclean_elections=not reply.clean_elections_only
+        )
+        if not reply.topics_unchanged:
+            r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
+            self._topics_version = reply.topics_version
+        role = await self._reelect(Role.from_pb(reply.role))
+        if role is None:
+            return  # still asking for a new epoch after a crash as master: no role meanwhile
         await r.apply_role(role)
         r.enforce_topics()
         if not role.has_master:

@@ -4,6 +4,8 @@ Every method goes through `tidelog.wire.rpc`, so a TidelogError becomes a gRPC s
 error code in trailing metadata, and an unexpected exception is logged and answered INTERNAL
 without stopping the broker.
 
+The controllers' route lookups a broker also answers are in broker/lookups.py.
+
 Lookups (GetMessage, GetMessageById, FindMessages) answer with stored record bytes like an encoded
 pull, and only confirmed user messages; a message id must name this broker's set. A
 FindMessages reply holds at most `max_pull_messages` records and `max_pull_bytes` of them.
@@ -16,11 +18,13 @@ for more simply gets a shorter reply and pulls again from `next_offset`.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
 from crc32c import crc32c
 
+from tidelog.broker.lookups import ClusterViewCache
 from tidelog.broker.replica import Replica
 from tidelog.broker.shared import ANY_QUEUE
 from tidelog.broker.shared import Key as SharedKey
@@ -115,8 +119,9 @@ async def pull_encoded(replica: Replica, call: PullCall) -> tuple[bytes, int, Qu
 
 
 class BrokerService(pb_grpc.BrokerServicer):
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, lookups: ClusterViewCache | None = None) -> None:
         self.replica = replica
+        self.lookups = lookups
 
     @rpc
     async def Produce(self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext) -> pb.ProduceReply:
@@ -385,4 +390,5 @@ class BrokerService(pb_grpc.BrokerServicer):
             replicas=[pb.ReplicaProgress(**r) for r in s["replicas"]],
             data_address=s["data_address"],
             rocketmq_address=s["rocketmq_address"],
+            controller_heard_ms_ago=self.lookups.age_ms(time.monotonic()) if self.lookups else -1,
         )

@@ -117,6 +117,7 @@ class TopicMarks:
         self._generation: dict[str, int] = {}
         self._marked_at: dict[str, int] = {}  # physical offset of each topic's latest marker
         self._applied = 0  # next queue offset of %TOPIC%/0 to fold in
+        self.changes = 0  # moves whenever the fold changes (a marker folded in, a truncation)
         commitlog.truncate_listeners.append(self._on_truncate)
         self.refresh()
 
@@ -134,6 +135,7 @@ class TopicMarks:
         for m in self.log.tail(MARKS_TOPIC, 0, self._applied):
             self._apply(m)
             self._applied = m.queue_offset + 1
+            self.changes += 1
 
     def _apply(self, m: StoredMessage) -> None:
         try:
@@ -159,6 +161,7 @@ class TopicMarks:
         self._generation.clear()
         self._marked_at.clear()
         self._applied = 0  # folded again from the surviving markers
+        self.changes += 1
 
 
 class TopicTable:
@@ -173,6 +176,10 @@ class TopicTable:
         # topic -> its own retention_ms (0: this broker's); broker/retention.py applies it
         self.retention: dict[str, int] = {}
         self.broker_set = ""
+        self._updates = 0  # moves with every adopted controller view
+        # (view, marks, epoch) as of the last `enforce` pass that found everything in place: with many
+        # topics a pass costs a sort of all of them, and nothing has changed until one of these moves
+        self._enforced: tuple[int, int, int] | None = None
 
     def update(self, broker_set: str, topics: Iterable[Any], deleted: Iterable[Any] = ()) -> None:
         """Adopt a heartbeat reply's topics and tombstones (controller TopicConfig messages)."""
@@ -183,6 +190,7 @@ class TopicTable:
         self.deleted = {t.name: int(t.generation) for t in deleted}
         # a topic record without the field (duck-typed stand-ins) means the broker's retention
         self.retention = {t.name: int(getattr(t, "retention_ms", 0)) for t in topics}
+        self._updates += 1
 
     def serve(self, topic: str, append: Callable[[Message], Placement] | None) -> int:
         """The queues of `topic` here, once this replica's log holds its current generation.
@@ -210,25 +218,31 @@ class TopicTable:
             self._mark(topic, want, append)
         return queues
 
-    def enforce(self, append: Callable[[Message], Placement]) -> None:
-        """As master: write the markers the controller's view asks for (newer generations, and
-        tombstones of topics whose queues here still hold readable data)."""
+    def enforce(self, append: Callable[[Message], Placement], epoch: int = 0) -> None:
+        """As master of `epoch`: write the markers the controller's view asks for (newer
+        generations, and tombstones of topics whose queues here still hold readable data)."""
         self.marks.refresh()
+        # Within one mastership only a new view or a marker can make a pass find work (a deleted
+        # topic takes no writes); a promotion may bring a log copied meanwhile, so it counts too.
+        if self._enforced == (self._updates, self.marks.changes, epoch):
+            return
         for topic, want in sorted(self.generations.items()):
             if self.marks.generation(topic) < want:
                 self._mark(topic, want, append)
-        if not self.deleted:
-            return
-        readable = set()
-        for topic, queue in self.log.queues():
-            if topic in self.deleted and topic not in readable:
-                offsets = self.log.queue_offsets(topic, queue)
-                if offsets.min < offsets.max:
-                    readable.add(topic)
-        for topic in sorted(readable):
-            generation = self.deleted[topic]
-            if self.marks.generation(topic) <= generation:
-                self._mark(topic, generation, append)
+        if self.deleted:
+            readable = set()
+            for topic, queue in self.log.queues():
+                if topic in self.deleted and topic not in readable:
+                    offsets = self.log.queue_offsets(topic, queue)
+                    if offsets.min < offsets.max:
+                        readable.add(topic)
+            for topic in sorted(readable):
+                generation = self.deleted[topic]
+                if self.marks.generation(topic) <= generation:
+                    self._mark(topic, generation, append)
+        # everything asked for is in place (a failed append raised before this line: next time
+        # the pass runs again); the markers this pass wrote moved marks.changes already
+        self._enforced = (self._updates, self.marks.changes, epoch)
 
     def _mark(self, topic: str, generation: int, append: Callable[[Message], Placement]) -> None:
         cuts = {}

@@ -53,7 +53,7 @@ from tidelog.client.batching import (
     message_bytes,
     split_keyless,
 )
-from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
+from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient
 from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer, until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute, queue_for_key, queue_round_robin
@@ -63,6 +63,7 @@ from tidelog.credentials import from_env as credentials_from_env
 from tidelog.credentials import signer
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
+    ControllerUnavailableError,
     CorruptRecordError,
     DiskFullError,
     FlushDiskTimeoutError,
@@ -81,18 +82,27 @@ from tidelog.errors import (
     TidelogError,
     TopicNotFoundError,
     UnavailableError,
+    by_code,
 )
 from tidelog.invariants import present
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.proto import broker_pb2_grpc as bpb_grpc
+from tidelog.proto import controller_pb2 as cpb
 from tidelog.proto import ledger_pb2_grpc as lpb_grpc
 from tidelog.tasks import cancel_and_wait
 from tidelog.tlsconfig import ClientTls, aio_channel, client_from_env
 from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
 
 log = logging.getLogger(__name__)
+
+#: Topics per CreateTopics call (the controller takes up to 1,000 in one Raft commit).
+MAX_TOPICS_PER_CALL = 1000
 T = TypeVar("T")
 
+
+# While the controllers are away, a group member tries a rebalance this often (each try may wait
+# for the controller client's quorum timeout).
+AWAY_RETRY_S = 3.0
 
 _RETRY_SEND = (
     NotMasterError,
@@ -166,7 +176,8 @@ def _consumed(reply: Any, broker_set: str, address: str, offset: int) -> list[Co
 
 
 class AsyncClient:
-    """Entry point: `AsyncClient("host:port,host:port")` (controller addresses)."""
+    """Entry point: `AsyncClient("host:port,host:port")`: controllers' or brokers' gRPC addresses
+    (a broker answers route lookups itself and points at the controllers for the rest)."""
 
     def __init__(
         self,
@@ -199,6 +210,8 @@ class AsyncClient:
             credentials=self.credentials,
             secret=member_secret,
             member=bool(member_secret),
+            # an application learns within seconds that the controllers are away (§7.5)
+            quorum_timeout=QUORUM_TIMEOUT_S,
         )
         self.send_timeout = send_timeout
         self.rpc_timeout = rpc_timeout
@@ -345,6 +358,8 @@ class AsyncClient:
             sets.append(BrokerSetRoute(b.broker_set, int(b.queues), master, role.master_epoch, replicas))
         route = TopicRoute.build(topic, sets)
         self._routes[topic] = (time.monotonic(), route)
+        # every replica answers lookups too: the ones to ask while no controller answers
+        self.controller.learn_brokers(r.address for b in reply.broker_sets for r in b.replicas)
         return route
 
     def forget_route(self, topic: str) -> None:
@@ -1100,6 +1115,7 @@ class AsyncConsumer:
         self._last_commit = time.monotonic()
         self._rr = 0
         self._closed = False
+        self._away_until = 0.0  # while the controllers are away: when to try a rebalance again
 
     @property
     def assignment(self) -> list[tuple[str, int]]:
@@ -1297,9 +1313,36 @@ class AsyncConsumer:
         reply = await self.client.ask_replicas(bs, "FetchOffset", req)
         return reply.offset if reply.found else None
 
+    async def rebalance_or_carry_on(self) -> None:
+        """`rebalance`, except while no controller quorum answers: then the queues this member holds
+        stay its own (nobody can take an owner key over without the controllers) and it reads on,
+        trying a rebalance again every `AWAY_RETRY_S`. A member that never joined has nothing to
+        read on and raises CONTROLLER_UNAVAILABLE, except in the shared modes, where no queue
+        changes hands and a member receives at once."""
+        if time.monotonic() < self._away_until:
+            return
+        try:
+            await self.rebalance()
+        except ControllerUnavailableError as exc:
+            if self._version is None and self.mode not in md.PER_MESSAGE:
+                raise  # never joined: it owns no queue to read on, and says why it cannot start
+            if not self._away_until:
+                log.warning(
+                    "group %s member %s: no controller quorum (%s); reading on %s",
+                    self.group,
+                    self.member_id,
+                    exc.message,
+                    self.assignment or "no queue until it returns",
+                )
+            self._away_until = time.monotonic() + AWAY_RETRY_S
+            return
+        if self._away_until:
+            log.info("group %s member %s: the controllers answer again", self.group, self.member_id)
+            self._away_until = 0.0
+
     async def poll(self, max_messages: int = 100, timeout: float = 1.0) -> list[ConsumedMessage]:
         """Messages from this member's queues, each queue in order; waits up to `timeout` for some."""
-        await self.rebalance()
+        await self.rebalance_or_carry_on()
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
             await self.commit()
         queues = self.assignment
@@ -1448,6 +1491,34 @@ class AsyncAdmin:
         self.client.forget_route(name)
         return dict(cfg.queues)
 
+    async def create_topics(
+        self,
+        names: Iterable[str],
+        queues: int = 4,
+        broker_sets: Iterable[str] | None = None,
+        perm: str = "rw",
+        retention_ms: int = 0,
+    ) -> dict[str, TidelogError | None]:
+        """Create many topics alike, up to 1,000 per controller call (one Raft commit each call);
+        returns each name's outcome: None when created, else its typed error (TOPIC_EXISTS, ...)."""
+        sets = list(broker_sets) if broker_sets else await self.broker_sets()
+        if not sets:
+            raise UnavailableError("no broker set is registered yet", hint="start the brokers first")
+        queue_map = {s: queues for s in sets}
+        names = list(names)
+        out: dict[str, TidelogError | None] = {}
+        for start in range(0, len(names), MAX_TOPICS_PER_CALL):
+            requests = [
+                cpb.CreateTopicRequest(name=n, queues=queue_map, perm=perm, retention_ms=retention_ms)
+                for n in names[start : start + MAX_TOPICS_PER_CALL]
+            ]
+            for result in await self.client.controller.create_topics(requests):
+                out[result.name] = (
+                    by_code(result.error_code)(result.error_message) if result.error_code else None
+                )
+                self.client.forget_route(result.name)
+        return out
+
     async def delete_topic(self, name: str) -> None:
         await self.client.controller.delete_topic(name)
         self.client.forget_route(name)
@@ -1473,7 +1544,8 @@ class AsyncAdmin:
 
     async def topic_retention(self, name: str) -> int:
         """Topic `name`'s own retention in ms (0: the brokers'); TopicNotFoundError if none."""
-        for t in await self.client.controller.list_topics():
+        page, _ = await self.client.controller.list_topics_page(prefix=name, limit=1)
+        for t in page:
             if t.name == name:
                 return int(t.retention_ms)
         raise TopicNotFoundError(f"no topic {name!r}", hint="list them with `tide topic list`")
@@ -1487,10 +1559,17 @@ class AsyncAdmin:
         )
 
     async def list_topics(self) -> list[dict[str, Any]]:
-        return [
-            {"name": t.name, "queues": dict(t.queues), "perm": t.perm, "retention_ms": int(t.retention_ms)}
-            for t in await self.client.controller.list_topics()
-        ]
+        return [_topic_row(t) for t in await self.client.controller.list_topics()]
+
+    async def list_topics_page(
+        self, *, prefix: str = "", start_after: str = "", limit: int = 1000
+    ) -> tuple[list[dict[str, Any]], str]:
+        """At most `limit` topics in name order after `start_after` that begin with `prefix`, and
+        the name to pass as `start_after` for the next page ("" after the last)."""
+        page, after = await self.client.controller.list_topics_page(
+            prefix=prefix, start_after=start_after, limit=limit
+        )
+        return [_topic_row(t) for t in page], after
 
     async def describe_topic(self, name: str) -> list[dict[str, Any]]:
         route = await self.client.route(name, refresh=True)
@@ -1577,3 +1656,7 @@ class AsyncAdmin:
                     }
                 )
         return rows
+
+
+def _topic_row(t: cpb.TopicConfig) -> dict[str, Any]:
+    return {"name": t.name, "queues": dict(t.queues), "perm": t.perm, "retention_ms": int(t.retention_ms)}

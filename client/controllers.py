@@ -5,33 +5,67 @@ It hides which node leads: a call goes first to the node that answered last (nor
 leader), follows CONTROLLER_NOT_LEADER to the leader it names, and moves on to the other nodes
 when one is unreachable, until a bounded total time runs out. Typed errors that are answers
 (unknown topic, fenced epoch, ...) are raised at once; only "not here / not now" is retried.
+
+Brokers' addresses work here too (broker/lookups.py): a broker answers route lookups from the
+cluster view its heartbeats bring, and points every other call at the controller it last heard
+from. Route lookups go to the controllers first and then to the brokers this client knows (those
+given, and every replica of a route it was told), so a client starts and keeps routing while no
+controller answers. A call only a controller quorum can serve raises CONTROLLER_UNAVAILABLE once
+no controller has answered at all for `quorum_timeout` (applications' clients and the command
+line: `QUORUM_TIMEOUT_S`), rather than waiting out the whole `total_timeout`: waiting for a
+quorum that is away helps nobody. Without one (brokers, tools that wait for controllers still
+starting) the whole budget is used, and the error at its end is CONTROLLER_UNAVAILABLE all the same.
+
+Every answer names its controller's cluster epoch (tidelog/clusterepoch.py); once an epoch is
+seen, an answer of an older one (a controller a forced quorum recovery replaced) is refused as
+CLUSTER_EPOCH_FENCED, logged, and the other nodes are asked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from tidelog import credentials as credentials_mod
 from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
+from tidelog.clusterepoch import EpochSeen, reply_epoch
 from tidelog.credentials import Credentials, Signer
-from tidelog.errors import ControllerNotLeaderError, TidelogError, UnavailableError
+from tidelog.errors import (
+    ClusterEpochFencedError,
+    ControllerNotLeaderError,
+    ControllerUnavailableError,
+    TidelogError,
+    UnavailableError,
+)
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 from tidelog.tlsconfig import FROM_ENV, ClientTls, FromEnv, aio_channel, resolve_client
-from tidelog.wire import CHANNEL_OPTIONS, error_from_rpc
+from tidelog.wire import CHANNEL_OPTIONS, ERROR_CODE_KEY, error_from_rpc, is_unreachable
 
 log = logging.getLogger(__name__)
 
 CONTROLLERS_ENV = "TIDE_CONTROLLERS"
+#: In a broker's data dir: the highest controller cluster epoch it has seen, so that a restart
+#: keeps refusing the controllers a forced recovery replaced.
+SEEN_EPOCH_FILE = "controller-cluster.epoch"
 # A read-only route call that has no answer this soon is also sent to the next controller node.
 HEDGE_AFTER_S = 0.3
+# A user's call that needs the controllers gives up with CONTROLLER_UNAVAILABLE when none of them
+# has answered anything (not even "not the leader") for this long.
+QUORUM_TIMEOUT_S = 5.0
+# Once a call found the quorum away, later calls give up after this long until a controller answers
+# again: a consumer's heartbeat or a CLI's second call does not wait the whole QUORUM_TIMEOUT_S again.
+AWAY_QUORUM_TIMEOUT_S = 1.0
+# Route replies that a broker answers from its view (route-service calls and ListTopics).
+_LOOKUPS = frozenset({"GetRoute", "DescribeBrokerSets", "ListTopics"})
 # Calls that change cluster membership: they prove the cluster secret (tidelog.clusterauth).
 SIGNED = frozenset(
     {
@@ -64,10 +98,88 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
-class _Conn:
-    def __init__(self, address: str, tls: ClientTls | None, sign: Signer | None) -> None:
+#: Topics per ListTopics page when a caller wants them all: small replies, a bounded wait each.
+LIST_PAGE = 5000
+#: A bulk call's deadline (CreateTopics of up to 1,000 topics in one commit).
+BULK_CALL_TIMEOUT_S = 30.0
+
+
+def _read_epoch(path: Path | None) -> int:
+    if path is None:
+        return 0
+    try:
+        return max(0, int(path.read_text().strip() or 0))
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        log.warning("%s is unreadable; starting from cluster epoch 0", path)
+        return 0
+
+
+def _write_epoch(path: Path, epoch: int) -> None:
+    """Durably, before the answer that raised it is acted on."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{epoch}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Refuses the answers of a controller whose cluster epoch is older than one already seen."""
+
+    def __init__(self, address: str, seen: EpochSeen, on_raise: Callable[[int], None]) -> None:
         self.address = address
-        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=[sign] if sign else ())
+        self.seen = seen
+        self.on_raise = on_raise
+        self._warned = -1
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        call = await continuation(details, request)
+        try:
+            await call
+        except grpc.aio.AioRpcError as exc:
+            if is_unreachable(exc) and not dict(exc.trailing_metadata() or ()).get(ERROR_CODE_KEY):
+                raise  # no server answered: nothing to check
+            self._check(exc.initial_metadata())
+            raise
+        self._check(await call.initial_metadata())
+        return call
+
+    def _check(self, metadata: Any) -> None:
+        answered = reply_epoch(metadata)
+        before = self.seen.value
+        try:
+            if self.seen.check(answered, f"the controller at {self.address}"):
+                log.info("controllers: cluster epoch %d seen (was %d) at %s", answered, before, self.address)
+                self.on_raise(answered)
+        except ClusterEpochFencedError as err:
+            if self._warned != answered:
+                self._warned = answered
+                log.warning("%s", err)
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata((ERROR_CODE_KEY, err.code)),
+                details=err.message,
+            ) from None
+
+
+class _Conn:
+    def __init__(
+        self,
+        address: str,
+        tls: ClientTls | None,
+        sign: Signer | None,
+        seen: EpochSeen,
+        on_raise: Callable[[int], None],
+    ) -> None:
+        self.address = address
+        checks: list[Any] = [_EpochCheck(address, seen, on_raise)]
+        if sign:
+            checks.append(sign)
+        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=checks)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
@@ -84,6 +196,7 @@ _FIRST_BACKOFF = 0.05  # seconds between the first two rounds over the nodes (th
 class _Hedge:
     """One hedged route call: the nodes in the order to ask them, and what is in flight."""
 
+    service: str
     method: str
     request: Any
     per_call: float
@@ -93,24 +206,43 @@ class _Hedge:
     tried: set[str] = field(default_factory=set)
     last: TidelogError | None = None
     backoff: float = _FIRST_BACKOFF
+    started: float = field(default_factory=time.monotonic)
 
     def fresh(self) -> list[str]:
         return [a for a in self.order if a not in self.tried]
 
 
 def _retryable(err: TidelogError) -> bool:
-    # Not-leader and "not serving yet" say nothing about the request; everything else is an answer.
-    return isinstance(err, ControllerNotLeaderError) or type(err) is UnavailableError
+    # Not-leader, "not serving yet" and a replaced controller (an older cluster epoch) say nothing
+    # about the request; everything else is an answer.
+    return isinstance(err, ControllerNotLeaderError | ClusterEpochFencedError) or type(err) in (
+        UnavailableError,
+        ControllerUnavailableError,
+    )
+
+
+def _tls_refusal(err: TidelogError) -> bool:
+    text = err.message.lower()
+    return any(word in text for word in ("ssl", "handshake", "certificate", "tls"))
 
 
 def gave_up(last: TidelogError | None, addresses: Sequence[str], total: float) -> TidelogError:
     """The error a call raises when its budget ran out: the last "not here / not now" answer, or
     UNAVAILABLE naming the controllers tried when that answer names none of them (a call that
     timed out before its connection was up says only DEADLINE_EXCEEDED)."""
-    if last is not None and (type(last) is not UnavailableError or any(a in last.message for a in addresses)):
+    if isinstance(last, ControllerUnavailableError):
         return last
+    if isinstance(last, ControllerNotLeaderError) and not last.leader:
+        # nodes answer, but none leads: no quorum
+        return ControllerUnavailableError(last.message)
+    if last is not None and (type(last) is not UnavailableError or any(a in last.message for a in addresses)):
+        if type(last) is UnavailableError and not _tls_refusal(last):
+            return ControllerUnavailableError(last.message)
+        return last  # an answer, or a TLS refusal: fixing the client's setup helps, waiting does not
     why = f"; last error: {last.message}" if last is not None else ""
-    return UnavailableError(f"no controller answered within {total:.1f}s (tried {', '.join(addresses)}){why}")
+    return ControllerUnavailableError(
+        f"no controller answered within {total:.1f}s (tried {', '.join(addresses)}){why}"
+    )
 
 
 class ControllerClient:
@@ -126,8 +258,17 @@ class ControllerClient:
         tls: ClientTls | None | FromEnv = FROM_ENV,
         credentials: Credentials | None | credentials_mod.FromEnv = credentials_mod.FROM_ENV,
         member: bool = False,
+        quorum_timeout: float | None = None,
+        cluster_epoch: int = 0,
+        epoch_file: Path | None = None,
     ) -> None:
         self._addresses = parse_addresses(addresses)
+        # Addresses known to be brokers' (a route answer said so, or a route named them): asked for
+        # lookups after the controllers, and last for everything else.
+        self._brokers: list[str] = []
+        # the highest cluster epoch seen; with `epoch_file` (a broker's), kept across restarts
+        self.epoch_file = epoch_file
+        self.epoch_seen = EpochSeen(max(cluster_epoch, _read_epoch(epoch_file)))
         # A user's calls are signed with its credentials (tools and applications: the environment's);
         # a cluster member (`member`) signs every call with the cluster secret instead.
         self.credentials = None if member else credentials_mod.resolve(credentials)
@@ -142,6 +283,10 @@ class ControllerClient:
         self._copies: dict[str, asyncio.Task[None]] = {}
         self.rpc_timeout = rpc_timeout
         self.total_timeout = total_timeout
+        self.quorum_timeout = quorum_timeout
+        self._away = False  # the last call found no controller quorum
+        # How old the last lookup answer was: 0 from a controller, the broker's view's age from one.
+        self.last_lookup_age_ms = 0
         # Told once per call when no node answered the first round (the command line says what
         # it is still trying rather than waiting out the whole timeout in silence).
         self.on_wait: Callable[[str], None] | None = None
@@ -158,6 +303,36 @@ class ControllerClient:
         return list(self._addresses)
 
     @property
+    def brokers(self) -> list[str]:
+        """The brokers' addresses this client falls back to for lookups."""
+        return list(self._brokers)
+
+    def learn_brokers(self, addresses: Iterable[str]) -> None:
+        """Remember brokers' gRPC addresses (a route's replicas) to ask for lookups while no
+        controller answers."""
+        for a in addresses:
+            if a and a not in self._brokers:
+                self._brokers.append(a)
+
+    def _order(self, preferred: str | None = None) -> list[str]:
+        """Whom to ask: the preferred node, the other controllers, then the brokers."""
+        first = preferred or self._preferred
+        rest = [a for a in self._addresses if a != first]
+        nodes = (
+            [first] + [a for a in rest if a not in self._brokers] + [a for a in rest if a in self._brokers]
+        )
+        return nodes + [b for b in self._brokers if b not in nodes]
+
+    def _note_lookup(self, address: str, reply: Any) -> bool:
+        """Record where a lookup's answer came from; True when a controller gave it."""
+        if getattr(reply, "from_broker", False):
+            self.learn_brokers([address])
+            self.last_lookup_age_ms = int(reply.metadata_age_ms)
+            return False
+        self.last_lookup_age_ms = 0
+        return True
+
+    @property
     def leader_hint(self) -> str:
         """The node the next call goes to first (the last one that answered)."""
         return self._preferred
@@ -165,8 +340,18 @@ class ControllerClient:
     def _conn(self, address: str) -> _Conn:
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = _Conn(address, self.tls, credentials_mod.signer(self.credentials))
+            conn = self._conns[address] = _Conn(
+                address,
+                self.tls,
+                credentials_mod.signer(self.credentials),
+                self.epoch_seen,
+                self._epoch_raised,
+            )
         return conn
+
+    def _epoch_raised(self, epoch: int) -> None:
+        if self.epoch_file is not None:
+            _write_epoch(self.epoch_file, epoch)
 
     async def close(self) -> None:
         for task in list(self._copies.values()):
@@ -204,34 +389,57 @@ class ControllerClient:
             except grpc.aio.AioRpcError as exc:
                 raise error_from_rpc(exc) from None
         total = total_timeout or self.total_timeout
-        deadline = time.monotonic() + total
-        if service == "route" and len(self._addresses) > 1:
-            return await self._hedged(method, request, per_call, deadline)
+        start = time.monotonic()
+        deadline = start + total
+        if method in _LOOKUPS and len(self._order()) > 1:
+            deadline = min(deadline, start + self._quorum_budget(total, lookup=True))
+            return await self._hedged(service, method, request, per_call, deadline)
         last: TidelogError | None = None
         backoff = _FIRST_BACKOFF
+        heard = start  # when a node last answered at all ("not the leader" counts)
+        quorum = self._quorum_budget(total)
         while True:
-            reply, err = await self._sweep(service, method, request, per_call, deadline)
+            limit = min(deadline, heard + quorum)
+            reply, err, answered = await self._sweep(service, method, request, per_call, limit)
             if reply is not _NO_REPLY:
+                self._away = False
                 return reply
             last = err or last
-            if time.monotonic() >= deadline:
+            if answered:
+                heard = time.monotonic()
+                self._away = False
+            if time.monotonic() >= min(deadline, heard + quorum):
                 break
             if backoff == _FIRST_BACKOFF:
                 self._waiting(last, deadline)
             await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, 0.5)
-        raise gave_up(last, self._addresses, total)
+        err = gave_up(last, self._addresses, min(total, time.monotonic() - start))
+        self._away = isinstance(err, ControllerUnavailableError)
+        raise err
+
+    def _quorum_budget(self, total: float, *, lookup: bool = False) -> float:
+        """How long a call may go without any node answering before CONTROLLER_UNAVAILABLE."""
+        if self.quorum_timeout is None or self.member:
+            return total
+        if lookup:
+            # with brokers to ask a lookup is answered anyway; without, a live controller answers it at once
+            return total if self._brokers else self.quorum_timeout
+        return min(self.quorum_timeout, AWAY_QUORUM_TIMEOUT_S) if self._away else self.quorum_timeout
 
     async def _sweep(
         self, service: str, method: str, request: Any, per_call: float, deadline: float
-    ) -> tuple[Any, TidelogError | None]:
+    ) -> tuple[Any, TidelogError | None, bool]:
         """One pass over the nodes, the preferred one first, following a leader a node names.
 
-        Returns the reply (`_NO_REPLY` when no node gave one) and the last retryable error.
+        Returns the reply (`_NO_REPLY` when no node gave one), the last retryable error, and
+        whether a node answered "not the leader" (the controllers are there, a quorum may form).
         """
         queue = [self._preferred] + [a for a in self._addresses if a != self._preferred]
+        queue.sort(key=lambda a: a in self._brokers)  # the controllers first, in that order
         tried: set[str] = set()
         last: TidelogError | None = None
+        answered = False
         while queue:
             addr = queue.pop(0)
             remaining = deadline - time.monotonic()
@@ -245,19 +453,23 @@ class ControllerClient:
                 )
             except grpc.aio.AioRpcError as exc:
                 last = self._retryable_or_raise(error_from_rpc(exc), addr)
+                answered = answered or isinstance(last, ControllerNotLeaderError)
                 leader = self._follow_leader(last, tried)
                 if leader is not None:
                     log.debug("%s.%s: %s is not the leader, following %s", service, method, addr, leader)
                     queue.insert(0, leader)
                 continue
-            self._preferred = addr
-            return reply, last
-        return _NO_REPLY, last
+            if method not in _LOOKUPS or self._note_lookup(addr, reply):
+                self._preferred = addr
+            return reply, last, True
+        return _NO_REPLY, last, answered
 
     def _retryable_or_raise(self, err: TidelogError, addr: str) -> TidelogError:
         """`err` when asking elsewhere may help; raised when it is the answer (`addr` answered)."""
         if not _retryable(err):
-            self._preferred = addr
+            if addr not in self._brokers:
+                self._preferred = addr
+                self._away = False  # a controller answered
             raise err from None  # the RPC failure it came from adds nothing for the caller
         return err
 
@@ -292,22 +504,18 @@ class ControllerClient:
         )
         return ((CALL_KEY, token),)
 
-    async def _hedged(self, method: str, request: Any, per_call: float, deadline: float) -> Any:
-        """A read-only route call to several nodes at once, the next one `HEDGE_AFTER_S` later.
+    async def _hedged(self, service: str, method: str, request: Any, per_call: float, deadline: float) -> Any:
+        """A read-only lookup to several nodes at once, the next one `HEDGE_AFTER_S` later.
 
         A controller node cut off by the network does not refuse, it goes silent: asking the
         nodes one after the other would spend a whole per-call timeout on it first. Route calls
         change nothing, so asking two nodes costs only a duplicate read; followers answer with
         the leader's address (CONTROLLER_NOT_LEADER) and the leader is asked next. The first
-        answer wins; the others are cancelled.
+        answer wins; the others are cancelled. The brokers come after the controllers: they answer
+        from a view that may be a heartbeat old, so they are asked only once every controller
+        has had `HEDGE_AFTER_S` to answer.
         """
-        h = _Hedge(
-            method,
-            request,
-            per_call,
-            deadline,
-            order=[self._preferred] + [a for a in self._addresses if a != self._preferred],
-        )
+        h = _Hedge(service, method, request, per_call, deadline, order=self._order())
         try:
             while True:
                 if not h.pending:
@@ -330,7 +538,7 @@ class ControllerClient:
     def _hedge_start(self, h: _Hedge, addr: str) -> None:
         h.tried.add(addr)
         remaining = max(0.05, min(h.per_call, h.deadline - time.monotonic()))
-        stub = self._conn(addr).route
+        stub = getattr(self._conn(addr), h.service)
         # a member's route calls prove the secret like all its others (users sign in the channel)
         call = getattr(stub, h.method)(
             h.request, timeout=remaining, metadata=self._signature(h.method, h.request)
@@ -342,7 +550,7 @@ class ControllerClient:
         fresh = h.fresh()
         if not fresh:
             if time.monotonic() >= h.deadline:
-                raise h.last or UnavailableError("no controller answered the route request")
+                raise gave_up(h.last, h.order, h.deadline - h.started)
             if h.backoff == _FIRST_BACKOFF:
                 self._waiting(h.last, h.deadline)
             await asyncio.sleep(min(h.backoff, max(0.0, h.deadline - time.monotonic())))
@@ -357,9 +565,14 @@ class ControllerClient:
         addr = h.pending.pop(task)
         exc = task.exception()
         if exc is None:
-            self._preferred = addr
+            if self._note_lookup(addr, task.result()):
+                self._preferred = addr  # a broker's answer does not make it the first to ask
             return True
         err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else UnavailableError(str(exc))
+        if addr in self._brokers and h.pending and not _retryable(err):
+            # a broker's view may lag a controller that is still to answer (a topic just created)
+            h.last = err
+            return False
         h.last = self._retryable_or_raise(err, addr)
         leader = self._follow_leader(h.last, h.tried)
         if leader is not None:
@@ -405,6 +618,8 @@ class ControllerClient:
         priority: int | None = None,
         total_timeout: float | None = None,
         acl_version: int = 0,
+        topics_version: str = "",
+        cluster_version: int = 0,
     ) -> pb.HeartbeatReply:
         """One heartbeat to the leader, answered with the broker's role, and a copy to every other
         node (controller RULES.md L0): a follower that becomes leader then knows which brokers
@@ -416,6 +631,8 @@ class ControllerClient:
             max_offset=max_offset,
             confirm_offset=confirm_offset,
             acl_version=acl_version,
+            topics_version=topics_version,
+            cluster_version=cluster_version,
         )
         if priority is not None:
             req.priority = priority
@@ -456,9 +673,20 @@ class ControllerClient:
         return await self.call("broker", "AlterSyncStateSet", req)
 
     async def elect_master(
-        self, broker_set: str, broker_id: int | None = None, *, designated: bool = False
+        self,
+        broker_set: str,
+        broker_id: int | None = None,
+        *,
+        designated: bool = False,
+        restarted: bool = False,
+        unclean: bool = False,
     ) -> pb.ElectMasterReply:
-        req = pb.ElectMasterRequest(broker_set=broker_set, designated=designated)
+        """`restarted`: the asking broker is the recorded master, back from a crash, and asks for a
+        new epoch (controller/RULES.md E8). `unclean` (with `designated`): elect the named broker
+        even from outside the SyncStateSet."""
+        req = pb.ElectMasterRequest(
+            broker_set=broker_set, designated=designated, restarted=restarted, unclean=unclean
+        )
         if broker_id is not None:
             req.broker_id = broker_id
         return await self.call("admin" if designated else "broker", "ElectMaster", req)
@@ -479,6 +707,23 @@ class ControllerClient:
         request = pb.CreateTopicRequest(name=name, queues=queues, perm=perm, retention_ms=retention_ms)
         reply = await self.call("admin", "CreateTopic", request)
         return reply.topic
+
+    async def create_topics(self, requests: Iterable[pb.CreateTopicRequest]) -> list[pb.CreateTopicResult]:
+        """Several topics in one call (at most 1,000): one result per request, in order.
+
+        One commit of many topics may take longer than a single call's usual deadline, and a call
+        retried after its deadline finds the topics its first try created (TOPIC_EXISTS): the call
+        gets a longer deadline instead."""
+        request = pb.CreateTopicsRequest(topics=list(requests))
+        per_call = max(self.rpc_timeout, BULK_CALL_TIMEOUT_S)
+        reply = await self.call(
+            "admin",
+            "CreateTopics",
+            request,
+            timeout=per_call,
+            total_timeout=max(self.total_timeout, per_call),
+        )
+        return list(reply.results)
 
     async def delete_topic(self, name: str) -> None:
         await self.call("admin", "DeleteTopic", pb.DeleteTopicRequest(name=name))
@@ -519,7 +764,23 @@ class ControllerClient:
         return list((await self.call("admin", "ListAcls", pb.ListAclsRequest(user=user))).grants)
 
     async def list_topics(self) -> list[pb.TopicConfig]:
-        return list((await self.call("admin", "ListTopics", pb.ListTopicsRequest())).topics)
+        """Every topic, a page at a time (a controller before paging answers all at once)."""
+        out: list[pb.TopicConfig] = []
+        after = ""
+        while True:
+            page, after = await self.list_topics_page(start_after=after, limit=LIST_PAGE)
+            out.extend(page)
+            if not after:
+                return out
+
+    async def list_topics_page(
+        self, *, prefix: str = "", start_after: str = "", limit: int = LIST_PAGE
+    ) -> tuple[list[pb.TopicConfig], str]:
+        """Topics in name order after `start_after` that begin with `prefix`, at most `limit` (0:
+        all); with the name to start the next page after ("" when this was the last)."""
+        request = pb.ListTopicsRequest(prefix=prefix, start_after=start_after, limit=limit)
+        reply = await self.call("admin", "ListTopics", request)
+        return list(reply.topics), reply.next_start_after
 
     async def clean_broker_data(
         self, broker_set: str, broker_ids: Iterable[int] = (), *, clean_living: bool = False

@@ -114,7 +114,9 @@ class AsyncSharedConsumer(AsyncConsumer):
         invisible for their whole duration), and the next poll returns what they got first."""
         if not 1 <= max_messages <= md.MAX_RECEIVE:
             raise InvalidArgumentError(f"max_messages must be in [1, {md.MAX_RECEIVE}]")
-        await self.rebalance()
+        # no queue changes hands in this mode: while the controllers are away a member (even one
+        # started then) receives on, and announces itself once they are back
+        await self.rebalance_or_carry_on()
         out = self._harvest(max_messages)
         if out:
             return out

@@ -61,6 +61,9 @@ class LogCore:
         self.flush_requests = FlushRequests(sync_flush)
         self.waiters = OffsetWaiters(self.flush_requests.request)
         self.checkpoint: CheckpointFile | None = None
+        # whether the open found the last shutdown clean (or no log at all): after a crash the
+        # tail past the flushed offset may be gone, though a slave may already hold it
+        self.recovered_clean = True
         self.epochs: EpochFile
         self.closed = False
         self.failure: TidelogError | None = None

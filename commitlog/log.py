@@ -236,6 +236,12 @@ class CommitLog:
         return self._core.epochs.last_epoch
 
     @property
+    def recovered_clean(self) -> bool:
+        """Whether this open found the last shutdown clean (a new log counts as clean). After a
+        crash, writes past the flushed offset may be gone here while a slave holds them."""
+        return self._core.recovered_clean
+
+    @property
     def failure(self) -> TidelogError | None:
         """The typed error this log stopped with (DISK_FULL, STORE_ERROR), or None while it serves."""
         return self._core.failure

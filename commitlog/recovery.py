@@ -32,6 +32,7 @@ def recover(core: LogCore, full_scan: bool) -> None:
     segments.open_existing()  # creates the directories of a new log
     checkpoint = core.checkpoint = CheckpointFile(core.directory)
     cp = checkpoint.loaded
+    core.recovered_clean = cp.clean if cp is not None else not len(segments)
     if cp is None and len(segments):
         # Without a checkpoint only rolled segments are known to be complete.
         log.warning(
@@ -106,6 +107,10 @@ def scan(core: LogCore, scan_from: int, flushed_cp: int, dispatch_from: int) -> 
     """Validate records from the segment holding `scan_from`; returns the recovered end."""
     segments = core.segments
     first = min(segments.index(scan_from), len(segments) - 1)
+    # From `scan_from` itself, not from the start of its segment: it is a record boundary (the end
+    # of what a checkpoint vouched for), so a restart reads only what was written since the last
+    # checkpoint, whatever the segment size (bench.scale's log dimension).
+    start = max(0, scan_from - segments.list[first].base)
     for seg in segments.list[first:]:
         if seg.size == 0:
             if seg.base < flushed_cp:
@@ -113,18 +118,23 @@ def scan(core: LogCore, scan_from: int, flushed_cp: int, dispatch_from: int) -> 
                     seg.path, seg.base, f"the segment is empty but data up to {flushed_cp} was flushed"
                 )
             return seg.base
-        end = _scan_segment(core, seg, flushed_cp, dispatch_from)
+        end = _scan_segment(core, seg, flushed_cp, dispatch_from, start)
         if end is not None:
             return end
+        start = 0
     return segments.list[-1].base + core.segment_bytes
 
 
-def _scan_segment(core: LogCore, seg: Segment, flushed_cp: int, dispatch_from: int) -> int | None:
-    """Validate (and index past `dispatch_from`) one segment's records; returns where the log
-    ends inside it, or None when a blank marker closes it (the scan goes on to the next)."""
+def _scan_segment(
+    core: LogCore, seg: Segment, flushed_cp: int, dispatch_from: int, start: int = 0
+) -> int | None:
+    """Validate (and index past `dispatch_from`) one segment's records from `start` on; returns
+    where the log ends inside it, or None when a blank marker closes it (the scan goes on to the next)."""
     seg_bytes = core.segment_bytes
+    if start >= seg.size:
+        return seg.base + start if start < seg_bytes else None
     with mmap.mmap(seg.fd, seg.size, prot=mmap.PROT_READ) as mm:
-        pos = 0
+        pos = start
         while True:
             offset = seg.base + pos
             kind, size, reason = rec.check_at(mm, pos)

@@ -44,6 +44,9 @@ class ElectMaster:
     alive: Mapping[int, LiveInfo] = field(default_factory=dict)
     enable_unclean: bool = False
     now_ms: int = 0
+    # the asking broker is the recorded master, back from a crash (RULES.md E8). A default, so
+    # ElectMaster commands journaled before the field existed unpickle with it
+    restarted: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,14 @@ class CreateTopic:
     # 0: the brokers' retention_ms. A default, so CreateTopic commands journaled before the field
     # existed unpickle with it (a dataclass default is a class attribute)
     retention_ms: int = 0
+
+
+@dataclass(frozen=True)
+class CreateTopics:
+    """Several `CreateTopic`s in one Raft entry, each checked and applied on its own, in order
+    (one refused changes none of the others): bulk creation costs one commit, not one per topic."""
+
+    topics: tuple[CreateTopic, ...]
 
 
 @dataclass(frozen=True)
@@ -221,6 +232,7 @@ for _command in (
     AlterSyncStateSet,
     CleanBrokerData,
     CreateTopic,
+    CreateTopics,
     DeleteTopic,
     AlterTopicQueues,
     AlterTopicRetention,

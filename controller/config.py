@@ -36,6 +36,7 @@ _TOP_KEYS = {
     "enable_elect_unclean_master",
     "raft",
     "max_meta_value_bytes",
+    "max_topics",
     "placement",
     "placement_audit_interval_ms",
     "log_format",
@@ -84,6 +85,7 @@ class ControllerConfig:
     heartbeat_timeout_ms: int = 5000
     enable_elect_unclean_master: bool = False
     max_meta_value_bytes: int = 1 << 20
+    max_topics: int = 200_000  # creates past it answer TOPIC_LIMIT_REACHED (bench.scale: ~3 KB each)
     raft: RaftTuning = field(default_factory=RaftTuning)
     # broker set -> the datacenters that must hold a replica (RULES.md PL1); unnamed sets: their
     # members' labels
@@ -111,6 +113,17 @@ class ControllerConfig:
     @property
     def node_dir(self) -> Path:
         return self.data_dir / self.node_id
+
+    def node(self, node_id: str) -> NodeAddress:
+        """The configured addresses of node `node_id` (a member named by the identity file)."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise ConfigError(
+            f"node {node_id!r} is a member of this controller cluster but not one of nodes[].id",
+            key="nodes",
+            hint="every member the identity file (cluster.json) names needs its addresses in nodes[]",
+        )
 
     def node_by_raft(self, raft_address: str) -> NodeAddress | None:
         for node in self.nodes:
@@ -248,6 +261,7 @@ _SETTINGS: tuple[tuple[str, Callable[[str, Any], Any], Any], ...] = (
     ("heartbeat_interval_ms", _positive_int, 1000),
     ("heartbeat_timeout_ms", _positive_int, 5000),
     ("max_meta_value_bytes", _positive_int, 1 << 20),
+    ("max_topics", _positive_int, 200_000),
     ("placement", lambda _key, value: _placement(value), None),
     ("placement_audit_interval_ms", _positive_int, 1000),
     ("log_format", _log_format, "text"),

@@ -22,8 +22,10 @@ def _check_elect_args(c: ElectMaster) -> None:
     need_name(c.broker_set, "broker set name")
     if c.broker_id is not None:
         need_nonneg(c.broker_id, "broker_id")
-    if type(c.designated) is not bool or type(c.enable_unclean) is not bool:
-        raise bad("designated and enable_unclean must be booleans")
+    if type(c.designated) is not bool or type(c.enable_unclean) is not bool or type(c.restarted) is not bool:
+        raise bad("designated, enable_unclean and restarted must be booleans")
+    if c.restarted and (c.broker_id is None or c.designated):
+        raise bad("a restarted master's election names the asking broker and is not designated")
     if c.designated and c.broker_id is None:
         raise bad("a designated election needs the broker_id to elect")
     if not isinstance(c.alive, Mapping) or not all(
@@ -65,6 +67,8 @@ def _candidate(bs: BrokerSet, c: ElectMaster) -> int | None:
 def elect(s: StateData, c: ElectMaster) -> Outcome:
     _check_elect_args(c)
     bs = _electing_set(s, c)
+    if c.restarted:
+        return _reelect(bs, c)
     old = bs.master_id
     new = _candidate(bs, c)
     if new is not None and new == old:
@@ -76,6 +80,27 @@ def elect(s: StateData, c: ElectMaster) -> Outcome:
     if new is not None:
         return _install_master(bs, new)
     return _no_master(bs, c)
+
+
+def _reelect(bs: BrokerSet, c: ElectMaster) -> Outcome:
+    """E8: the recorded master, back from a crash, gives up its epoch: the best alive member of the
+    SyncStateSet (itself included, ranked on what its heartbeat reported) leads a new epoch, so
+    fork repair can tell the records its crash cost it from those written after."""
+    if bs.master_id != c.broker_id:
+        raise Reject(
+            "CONTROLLER_INVALID_MASTER",
+            f"broker {c.broker_id} is not the master of {c.broker_set} (it is {bs.master_id})",
+            copy_set(bs),
+        )
+    alive = {i: info for i, info in c.alive.items() if i in bs.members}
+    new = choose_master(bs.sync_state_set, bs.members.keys(), None, None, alive, False)
+    if new is None:  # not even itself heard yet: it heartbeats first, then asks again
+        raise Reject(
+            "CONTROLLER_ELECT_MASTER_FAILED",
+            f"broker {c.broker_id} asked to be elected again in {c.broker_set} but no member is alive",
+            copy_set(bs),
+        )
+    return _install_master(bs, new)
 
 
 def _install_master(bs: BrokerSet, new: int) -> Outcome:

@@ -9,6 +9,10 @@ The leader loop is the only place the controller acts without a request:
   broker set whose master stopped heartbeating, and for each set left without a master whose
   electable broker is alive again.
 
+Every reply carries the node's cluster epoch (`tidelog/clusterepoch.py`) in its initial
+metadata, sent before any check so that refusals carry it too; brokers and clients refuse the
+answers of an older epoch (a controller a forced quorum recovery replaced).
+
 Clocks: liveness uses the monotonic clock (each node's memory only); commands carry wall-clock
 `now_ms`, which is only recorded, never compared across nodes.
 """
@@ -33,6 +37,7 @@ from tidelog import gcpolicy, logs, loops, tlsconfig
 from tidelog.acl import AclState
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
+from tidelog.clusterepoch import EPOCH_KEY
 from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
@@ -66,6 +71,29 @@ BROKER_SERVICE = "tidelog.controller.v1.ControllerBroker"
 #: Admin methods whose handler checks the cluster secret's token itself, for the broker set it
 #: acts on (service.py: `node.authenticate`).
 HANDLER_SIGNED = frozenset({"ElectMaster", "CleanBrokerData", "DecommissionBroker", "RepairPlacement"})
+
+
+class EpochInterceptor(grpc.aio.ServerInterceptor):
+    """Sends this node's cluster epoch as initial metadata of every reply, before the call is
+    checked or served (controller RPCs are all unary)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.metadata = ((EPOCH_KEY, str(epoch)),)
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner = handler.unary_unary
+        metadata = self.metadata
+
+        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.send_initial_metadata(metadata)
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary, handler.request_deserializer, handler.response_serializer
+        )
 
 
 def wall_ms() -> int:
@@ -219,13 +247,26 @@ class ControllerNode:
             return
         key = (broker_set, broker_id)
         last = self._last_report.get(key)
-        if last is not None and last[0] == req.epoch and now - last[1] < REPORT_INTERVAL_MS:
+        if (
+            last is not None
+            and last[0] == req.epoch
+            and now - last[1] < self._report_interval(broker_set, broker_id)
+        ):
             return
         self._last_report[key] = (req.epoch, now)
         cmd = st.ReportOffsets(
             broker_set=broker_set, broker_id=broker_id, epoch=req.epoch, max_offset=req.max_offset
         )
         self._spawn(self._report(cmd))
+
+    def _report_interval(self, broker_set: str, broker_id: int) -> int:
+        """How often a broker's offsets enter the Raft log (ms): a master alone in its SyncStateSet
+        holds the only copy of what it acknowledges, so its record (what `tide admin elect
+        --unclean` counts as the RPO of losing it) follows every heartbeat that moved it."""
+        with self.raft.read() as state:
+            bs = state.broker_sets.get(broker_set)
+            alone = bs is not None and bs.master_id == broker_id and bs.sync_state_set == {broker_id}
+        return 0 if alone else REPORT_INTERVAL_MS
 
     async def _report(self, cmd: st.ReportOffsets) -> None:
         try:
@@ -259,6 +300,7 @@ class ControllerNode:
             log.info("controller %s leads term %d and has caught up", self.cfg.node_id, term)
 
     async def leader_tick(self) -> None:
+        self.raft.persist_members()
         if not self.raft.is_leader():
             if self._led_term is not None:
                 log.info("controller %s no longer leads (term %d)", self.cfg.node_id, self._led_term)
@@ -404,14 +446,17 @@ class ControllerNode:
 
     async def serve(self, stop: asyncio.Event) -> None:
         metrics = ControllerMetrics(self) if self.cfg.self_node.metrics_address else None
-        interceptors: list[grpc.aio.ServerInterceptor] = [metrics.interceptor()] if metrics else []
+        # the epoch first: a call refused by a later interceptor still names its cluster epoch
+        interceptors: list[grpc.aio.ServerInterceptor] = [EpochInterceptor(self.raft.cluster_epoch)]
+        if metrics:
+            interceptors.append(metrics.interceptor())
         if self.cfg.auth is not None:
             # every call of the client-facing services, one place (ControllerBroker: members only,
             # each of its calls proves the cluster secret itself)
             interceptors.append(
                 Guard(self.cfg.auth, self.acl_table, self.member_call, frozenset({BROKER_SERVICE}))
             )
-        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors or None)
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         service.add_to_server(server, self)
         address = self.cfg.self_node.grpc
         problem = bind_problem(address)  # before gRPC tries: its C core would log its own lines
@@ -441,12 +486,13 @@ class ControllerNode:
                 self.raft.close()
                 raise
         log.info(
-            "controller %s serving gRPC%s on %s (raft %s, %d node(s))",
+            "controller %s serving gRPC%s on %s (raft %s, members %s, cluster epoch %d)",
             self.cfg.node_id,
             " with TLS" if self.tls is not None else "",
             address,
             self.cfg.self_node.raft,
-            len(self.cfg.nodes),
+            list(self.raft.members()),
+            self.raft.cluster_epoch,
         )
         gcpolicy.after_start(f"controller {self.cfg.node_id}")
         loop_task = asyncio.ensure_future(self._leader_loop(stop))

@@ -13,7 +13,10 @@ Theory of operation
   classes, so a snapshot survives refactors of the state classes. Forking to serialise is off:
   forking a process that runs gRPC threads is unsafe.
 - The Raft port is authenticated (and encrypted) with the cluster secret via PySyncObj's
-  `password`.
+  `password`, derived per cluster epoch (`tidelog/clusterepoch.py`): after a forced quorum
+  recovery the node's identity file names the new epoch and members, the old majority's nodes
+  fail the handshake, and membership changes go through PySyncObj's dynamic membership
+  (`tide controller add-node`), mirrored into the identity file so a restart keeps them.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from typing import Any
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException, replicated
 from pysyncobj import pickle as pysyncobj_pickle
 
+from tidelog.clusterepoch import ClusterIdentity, raft_password
 from tidelog.controller.config import ControllerConfig
+from tidelog.controller.recover import load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
+from tidelog.controller.topics import TOPIC_COMMANDS
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
 from tidelog.invariants import EXIT_INVARIANT_VIOLATED
 from tidelog.tasks import within
@@ -55,6 +61,10 @@ class _Machine(SyncObjConsumer):
         self.max_meta_value_bytes = max_meta_value_bytes
         self.state = ControllerState(max_meta_value_bytes=max_meta_value_bytes)
         self.applied_commands = 0
+        # How often the topics may have changed here (a topic command applied, a snapshot loaded):
+        # local to this process, so that derived views (the heartbeat's topic lists) are rebuilt
+        # only after such a change, not per heartbeat.
+        self.topics_changes = 0
 
     @replicated
     def apply(self, cmd: Any) -> Result:
@@ -68,6 +78,8 @@ class _Machine(SyncObjConsumer):
                 logging.shutdown()
                 os._exit(EXIT_INVARIANT_VIOLATED)
             self.applied_commands += 1
+            if type(cmd) in TOPIC_COMMANDS:
+                self.topics_changes += 1
         if not result.ok:
             log.debug("applied %s -> %s %s", type(cmd).__name__, result.code, result.message)
         return result
@@ -94,6 +106,7 @@ class _Machine(SyncObjConsumer):
             os._exit(EXIT_INVARIANT_VIOLATED)
         with self.lock:
             self.state = state
+            self.topics_changes += 1
 
 
 @dataclass(frozen=True)
@@ -170,15 +183,26 @@ def _check_snapshot(path: Path) -> None:
 class RaftNode:
     """One controller node's PySyncObj instance, seen from asyncio."""
 
-    def __init__(self, cfg: ControllerConfig) -> None:
+    def __init__(self, cfg: ControllerConfig, *, replay_only: bool = False) -> None:
+        """`replay_only`: the forced recovery's one-off start (controller/recover.py): membership
+        comes from the identity file alone, never from the snapshot's cluster."""
         self.cfg = cfg
         if not cfg.secret:
             raise ConfigError("the Raft port needs the cluster secret", key="secret")
         cfg.node_dir.mkdir(parents=True, exist_ok=True)
+        # A recovered cluster's epoch and members come from the node's identity file, not the
+        # config (whose node list names every node that may ever be a member, with addresses).
+        self.identity = load_identity(cfg)
+        self.cluster_epoch = self.identity.epoch if self.identity else 0
+        peers = (
+            [cfg.node(m).raft for m in self.identity.members if m != cfg.node_id]
+            if self.identity
+            else [n.raft for n in cfg.peers]
+        )
         tuning = cfg.raft
         conf = SyncObjConf(
             # Never unauthenticated: without a password PySyncObj unpickles whatever a peer sends.
-            password=cfg.secret,
+            password=raft_password(cfg.secret, self.cluster_epoch),
             # PySyncObj binds 0.0.0.0 unless told otherwise; listen only where the config says.
             bindAddress=cfg.self_node.raft,
             journalFile=str(cfg.node_dir / "raft.journal"),
@@ -192,15 +216,14 @@ class RaftNode:
             connectionRetryTime=tuning.connection_retry_ms / 1000,
             logCompactionMinEntries=tuning.log_compaction_min_entries,
             maxBindRetries=5,
-            dynamicMembershipChange=False,
+            # only recovered clusters grow by `tide controller add-node`
+            dynamicMembershipChange=self.cluster_epoch > 0 and not replay_only,
             # Controller writes are rare and latency matters more than batching (elections, CAS).
             appendEntriesUseBatch=False,
         )
         _check_snapshot(cfg.node_dir / "raft.snapshot")
         self._machine = _Machine(cfg.max_meta_value_bytes)
-        self._obj = SyncObj(
-            cfg.self_node.raft, [n.raft for n in cfg.peers], conf=conf, consumers=[self._machine]
-        )
+        self._obj = SyncObj(cfg.self_node.raft, peers, conf=conf, consumers=[self._machine])
         try:
             # A node that cannot own its Raft port must not serve as if it were part of the cluster.
             self._obj.waitBinded()
@@ -211,10 +234,11 @@ class RaftNode:
                 hint="another process holds the port; stop it or change nodes[].raft",
             ) from None
         log.info(
-            "raft node %s on %s, peers %s, data in %s",
+            "raft node %s on %s, peers %s, cluster epoch %d, data in %s",
             cfg.node_id,
             cfg.self_node.raft,
-            [n.raft for n in cfg.peers],
+            peers,
+            self.cluster_epoch,
             cfg.node_dir,
         )
 
@@ -271,6 +295,11 @@ class RaftNode:
 
     # --- reads ----------------------------------------------------------------------------
 
+    @property
+    def topics_changes(self) -> int:
+        """A counter that moves whenever the topics may have changed (see `_Machine`)."""
+        return self._machine.topics_changes
+
     @contextlib.contextmanager
     def read(self) -> Iterator[ControllerState]:
         """The local replica's state, consistent for the duration of the `with` block."""
@@ -295,6 +324,31 @@ class RaftNode:
 
     def is_leader(self) -> bool:
         return _leadership(self._obj)[0]
+
+    def snapshot_now(self) -> None:
+        """Write a snapshot at the next tick (the recovery's: it records the one-node cluster)."""
+        self._obj.forceLogCompaction()
+
+    def members(self) -> tuple[str, ...]:
+        """The node ids of this node's Raft cluster as PySyncObj holds it (dynamic membership
+        included); a Raft address the config does not name is listed as the address."""
+        addresses = {self._obj.selfNode.address} | {n.address for n in self._obj.otherNodes}
+        ids = []
+        for address in addresses:
+            node = self.cfg.node_by_raft(address)
+            ids.append(node.id if node else address)
+        return tuple(sorted(ids))
+
+    def persist_members(self) -> None:
+        """Mirror a membership change (`tide controller add-node`) into the identity file, so that
+        a restart starts with the members PySyncObj agreed on. Only recovered clusters have one."""
+        if self.identity is None:
+            return
+        members = self.members()
+        if members != tuple(sorted(self.identity.members)):
+            self.identity = ClusterIdentity(self.cluster_epoch, members, self.identity.recovered_from)
+            save_identity(self.cfg, self.identity)
+            log.info("cluster epoch %d: members now %s", self.cluster_epoch, list(members))
 
     def term(self) -> int:
         return int(self._obj.raftCurrentTerm)

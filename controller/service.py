@@ -13,6 +13,9 @@ are made by `ControllerState.apply` (at apply time, on every replica) and by the
 
 from __future__ import annotations
 
+import bisect
+import hashlib
+import itertools
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -23,6 +26,7 @@ from tidelog.acl import AclState, Grant, User
 from tidelog.controller import state as st
 from tidelog.controller.liveness import heartbeat_problem
 from tidelog.controller.placement import Violation, decommission_problem, ledger_repair, replacement_problem
+from tidelog.controller.topics import MAX_TOPICS_PER_CREATE
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,
     ControllerBrokerNeedToBeRegisteredError,
@@ -31,6 +35,7 @@ from tidelog.errors import (
     MetadataNotFoundError,
     MetadataTooLargeError,
     PlacementRefusedError,
+    TopicLimitReachedError,
     TopicNotFoundError,
 )
 from tidelog.ledger.client import ledger_id_of_key
@@ -131,6 +136,18 @@ def topic_of(t: st.Topic) -> pb.TopicConfig:
     )
 
 
+def _create_args(request: pb.CreateTopicRequest) -> tuple[str, dict[str, int], str]:
+    """A CreateTopicRequest's name, queues and perm, checked (InvalidArgumentError otherwise)."""
+    name = non_empty("name", request.name)
+    require(len(request.queues) > 0, "queues must name at least one broker set")
+    for bs_name, n in request.queues.items():
+        non_empty("queues key (broker set)", bs_name)
+        require(0 < n <= 1024, f"queues[{bs_name}] must be in 1..1024 (got {n})")
+    perm = request.perm or "rw"
+    require(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
+    return name, {k: int(v) for k, v in request.queues.items()}, perm
+
+
 def user_of(u: User, with_key: bool = True) -> pb.User:
     return pb.User(name=u.name, access_key=u.access_key, signing_key=u.signing_key if with_key else "")
 
@@ -157,6 +174,48 @@ def _ledger_password_hash(request: pb.MetaCompareAndSetRequest | pb.MetaDeleteRe
     return hash_password(request.ledger_password) if request.HasField("ledger_password") else None
 
 
+def topics_part(state: st.ControllerState) -> tuple[list[pb.TopicConfig], bytes]:
+    """Every topic in name order, and a digest of them (the part of the cluster view that grows)."""
+    topics = [topic_of(state.topics[n]) for n in sorted(state.topics)]
+    digest = hashlib.blake2b(digest_size=16)
+    for t in topics:
+        digest.update(t.SerializeToString(deterministic=True))
+    return topics, digest.digest()
+
+
+def cluster_view_of(
+    state: st.ControllerState,
+    controllers: list[str],
+    topics: tuple[list[pb.TopicConfig], bytes] | None = None,
+    *,
+    with_topics: bool = True,
+) -> pb.ClusterView:
+    """Every broker set's role and members and every topic, for brokers to answer route lookups
+    while no controller does. Liveness and reported offsets are left out: they change with every
+    heartbeat, and a view that changes that often would travel with every reply. `topics` is
+    `topics_part(state)`, passed when the caller keeps it between topic changes; `with_topics=False`
+    leaves the list out (the version still covers it), for a caller that sends it only when the
+    version changed."""
+    topic_list, topics_digest = topics if topics is not None else topics_part(state)
+    view = pb.ClusterView(controllers=controllers)
+    for name in sorted(state.broker_sets):
+        bs = state.broker_sets[name]
+        members = members_of(bs, None)
+        for m in members:
+            m.ClearField("last_epoch")
+            m.ClearField("last_max_offset")
+        view.broker_sets.append(
+            pb.BrokerSetInfo(role=role_of(name, bs), members=members, next_broker_id=bs.next_broker_id)
+        )
+    digest = hashlib.blake2b(view.SerializeToString(deterministic=True), digest_size=8)
+    digest.update(topics_digest)
+    # never 0: a broker that holds no view names version 0
+    view.version = int.from_bytes(digest.digest(), "big", signed=True) or 1
+    if with_topics:
+        view.topics.extend(topic_list)
+    return view
+
+
 def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
     bs = state.broker_sets.get(name)
     if bs is None:
@@ -170,6 +229,38 @@ def _broker_set(state: st.ControllerState, name: str) -> st.BrokerSet:
 class BrokerServicer(pb_grpc.ControllerBrokerServicer):
     def __init__(self, node: ControllerNode) -> None:
         self.node = node
+        # Per broker set: (the raft node's topics_changes when built, version, topics, deleted).
+        # A heartbeat carries the lists only when the broker's version differs, so a cluster of
+        # many topics does not rebuild and resend them every heartbeat. The version is a digest of
+        # the lists, so every controller node gives the same one for the same topics (the copies a
+        # broker sends to followers are answered without the lists too).
+        self._topic_views: dict[str, tuple[int, str, list[pb.TopicConfig], list[pb.TopicConfig]]] = {}
+        # every topic, for the cluster view (broker/lookups.py), kept between topic changes
+        self._view_topics: tuple[int, tuple[list[pb.TopicConfig], bytes]] | None = None
+
+    def _topic_view(
+        self, name: str, state: st.ControllerState
+    ) -> tuple[str, list[pb.TopicConfig], list[pb.TopicConfig]]:
+        """Broker set `name`'s topics and tombstones, as a heartbeat sends them, with their version
+        (call under `raft.read()`)."""
+        changes = self.node.raft.topics_changes
+        cached = self._topic_views.get(name)
+        if cached is not None and cached[0] == changes:
+            return cached[1], cached[2], cached[3]
+        topics = [
+            topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name) if name in t.queues
+        ]
+        deleted = [
+            topic_of(t)
+            for t in sorted(state.deleted_topics.values(), key=lambda t: t.name)
+            if name in t.queues
+        ]
+        digest = hashlib.blake2b(digest_size=12)
+        for t in (*topics, b"deleted", *deleted):
+            digest.update(t if isinstance(t, bytes) else t.SerializeToString(deterministic=True))
+        version = digest.hexdigest()
+        self._topic_views[name] = (changes, version, topics, deleted)
+        return version, topics, deleted
 
     @rpc
     async def RegisterBroker(
@@ -246,29 +337,38 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                     f"heartbeat of broker {bid} in {name!r}: {problem}", broker_set=name, broker_id=bid
                 )
             role = role_of(name, bs)
-            topics = [
-                topic_of(t) for t in sorted(state.topics.values(), key=lambda t: t.name) if name in t.queues
-            ]
-            deleted = [
-                topic_of(t)
-                for t in sorted(state.deleted_topics.values(), key=lambda t: t.name)
-                if name in t.queues
-            ]
+            topics_version, topics, deleted = self._topic_view(name, state)
             member = bs.members[bid]
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
+            changes = self.node.raft.topics_changes
+            if self._view_topics is None or self._view_topics[0] != changes:
+                self._view_topics = (changes, topics_part(state))
+            view_topics = self._view_topics[1]
+            view = cluster_view_of(
+                state, [n.grpc for n in self.node.cfg.nodes], view_topics, with_topics=False
+            )
         self.node.beat(name, bid, request, report=stale_offsets)
+        unchanged = request.topics_version == topics_version
         reply = pb.HeartbeatReply(
             role=role,
-            topics=topics,
-            deleted_topics=deleted,
+            topics=() if unchanged else topics,
+            deleted_topics=() if unchanged else deleted,
             heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
             heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms,
+            clean_elections_only=not self.node.cfg.enable_elect_unclean_master,
+            topics_version=topics_version,
+            topics_unchanged=unchanged,
         )
         # Brokers learn users and grants here: a grant reaches every broker within one heartbeat
         # interval, over a call that already proves the cluster secret, and only when it changed.
         table = self.node.acl_table()
         if table.version != request.acl_version:
             reply.acl.CopyFrom(acl_table_of(table))
+        # Likewise the cluster's routes, from which the broker answers lookups while no controller
+        # answers (broker/lookups.py): sent only when they changed.
+        if view.version != request.cluster_version:
+            view.topics.extend(view_topics[0])
+            reply.cluster.CopyFrom(view)
         return reply
 
     @rpc
@@ -312,14 +412,22 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         self.node.authenticate(context, "ElectMaster", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
         require(not request.designated or bid is not None, "a designated election needs broker_id")
+        require(
+            not request.restarted or (bid is not None and not request.designated),
+            "a restarted master's election names broker_id and is not designated",
+        )
+        require(not request.unclean or request.designated, "an unclean election must name the broker")
+        # an operator's explicit unclean election (tide admin elect --unclean) may leave the set
+        unclean = self.node.cfg.enable_elect_unclean_master or request.unclean
         await self.node.write(
             lambda now, hb: st.ElectMaster(
                 broker_set=name,
                 broker_id=bid,
                 designated=request.designated,
                 alive=hb.alive(name, self.node.mono_ms()),
-                enable_unclean=self.node.cfg.enable_elect_unclean_master,
+                enable_unclean=unclean,
                 now_ms=now,
+                restarted=request.restarted,
             )
         )
         with self.node.raft.read() as state:
@@ -388,19 +496,15 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     def __init__(self, node: ControllerNode) -> None:
         self.node = node
         self._broker = BrokerServicer(node)
+        self._names: list[str] = []  # every topic name in order, as of topics_changes == _names_at
+        self._names_at = -1
 
     @rpc
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTopicReply:
-        name = non_empty("name", request.name)
-        require(len(request.queues) > 0, "queues must name at least one broker set")
-        for bs_name, n in request.queues.items():
-            non_empty("queues key (broker set)", bs_name)
-            require(0 < n <= 1024, f"queues[{bs_name}] must be in 1..1024 (got {n})")
-        perm = request.perm or "rw"
-        require(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
-        queues = {k: int(v) for k, v in request.queues.items()}
+        name, queues, perm = _create_args(request)
+        self._check_topic_room(1)
         # a deleted name waits one heartbeat timeout: by then every master still taking writes
         # has seen the deletion and dropped the old data (broker/TOPICS.md)
         await self.node.write(
@@ -418,6 +522,44 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             topic = topic_of(t) if t is not None else pb.TopicConfig(name=name, queues=queues, perm=perm)
         log.info("topic %s created: %s (%s)", name, queues, perm)
         return pb.CreateTopicReply(topic=topic)
+
+    @rpc
+    async def CreateTopics(
+        self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateTopicsReply:
+        """Several topics in one Raft commit, each created or refused on its own."""
+        n = len(request.topics)
+        require(
+            0 < n <= MAX_TOPICS_PER_CREATE, f"topics must hold 1..{MAX_TOPICS_PER_CREATE} topics (got {n})"
+        )
+        args = [(_create_args(t), int(t.retention_ms)) for t in request.topics]
+        self._check_topic_room(n)
+        recreate_after = self.node.cfg.heartbeat_timeout_ms
+        result = await self.node.write(
+            lambda now, hb: st.CreateTopics(
+                topics=tuple(
+                    st.CreateTopic(
+                        name=name,
+                        queues=queues,
+                        perm=perm,
+                        now_ms=now,
+                        recreate_after_ms=recreate_after,
+                        retention_ms=retention,
+                    )
+                    for (name, queues, perm), retention in args
+                )
+            )
+        )
+        reply = pb.CreateTopicsReply()
+        results = result.value if isinstance(result.value, tuple) else ()
+        for ((name, _, _), _), one in zip(args, results, strict=True):
+            out = reply.results.add(name=name)
+            if one.ok and isinstance(one.value, st.Topic):
+                out.topic.CopyFrom(topic_of(one.value))
+            else:
+                out.error_code, out.error_message = one.code, one.message
+        log.info("%s", result.message)
+        return reply
 
     @rpc
     async def DeleteTopic(
@@ -457,8 +599,45 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsReply:
+        limit = non_negative("limit", request.limit)
+        prefix, after = request.prefix, request.start_after
         with self.node.raft.read() as state:
-            return pb.ListTopicsReply(topics=[topic_of(state.topics[n]) for n in sorted(state.topics)])
+            names = self._sorted_topic_names(state)
+            # the first name after `after` that may begin with `prefix` (the prefix itself may be a name)
+            start = bisect.bisect_left(names, prefix) if prefix > after else bisect.bisect_right(names, after)
+            page: list[str] = []
+            more = False
+            for name in itertools.islice(names, start, None):
+                if not name.startswith(prefix):
+                    break  # sorted: no later name has the prefix either
+                if limit and len(page) == limit:
+                    more = True
+                    break
+                page.append(name)
+            reply = pb.ListTopicsReply(topics=[topic_of(state.topics[n]) for n in page])
+        if more:
+            reply.next_start_after = page[-1]
+        return reply
+
+    def _check_topic_room(self, n: int) -> None:
+        """TopicLimitReachedError when `n` more topics would pass `max_topics`. Checked by the
+        leader before it proposes, so creates racing each other may pass it by a few: a bound on
+        memory, not an exact count."""
+        limit = self.node.cfg.max_topics
+        with self.node.raft.read() as state:
+            held = len(state.topics)
+        if held + n > limit:
+            raise TopicLimitReachedError(
+                f"the cluster holds {held} topics; {n} more would pass max_topics ({limit})"
+            )
+
+    def _sorted_topic_names(self, state: st.ControllerState) -> list[str]:
+        """Every topic name in order, rebuilt only after the topics changed (a page is then a
+        binary search and a slice, not a sort of every name)."""
+        changes = self.node.raft.topics_changes
+        if self._names_at != changes:
+            self._names, self._names_at = sorted(state.topics), changes
+        return self._names
 
     async def ElectMaster(
         self, request: pb.ElectMasterRequest, context: grpc.aio.ServicerContext
@@ -758,6 +937,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 pb.ControllerNodeInfo(id=n.id, raft_address=n.raft, grpc_address=n.grpc)
                 for n in self.node.cfg.nodes
             ],
+            cluster_epoch=self.node.raft.cluster_epoch,
+            members=self.node.raft.members(),
         )
 
     # --- users and grants (controller/users.py); the guard lets only cluster admins here ---

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from tidelog.commitlog.consumequeue import user_topic_problem
 
-from .commands import AlterTopicQueues, AlterTopicRetention, CreateTopic, DeleteTopic, Result
+from .commands import AlterTopicQueues, AlterTopicRetention, CreateTopic, CreateTopics, DeleteTopic, Result
 from .model import (
     MAX_QUEUES_PER_BROKER_SET,
     MAX_TOPIC_RETENTION_MS,
@@ -29,6 +29,14 @@ from .model import (
     Topic,
 )
 from .validation import Outcome, Reject, bad, is_int, need_name, need_nonneg
+
+#: The commands that change `topics` or `deleted_topics`, and only they: the controller re-derives
+#: the topic lists it sends with heartbeats after one of these is applied (controller/raft.py).
+TOPIC_COMMANDS: frozenset[type] = frozenset(
+    {CreateTopic, CreateTopics, AlterTopicQueues, AlterTopicRetention, DeleteTopic}
+)
+#: The most topics one CreateTopics may carry (one Raft entry; the service refuses more).
+MAX_TOPICS_PER_CREATE = 1000
 
 
 def _check_queue_counts(queues: object) -> None:
@@ -97,6 +105,25 @@ def create_topic(s: StateData, c: CreateTopic) -> Outcome:
     s.deleted_topics.pop(c.name, None)
     s.topics[c.name] = t
     return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} created"), None
+
+
+def create_topics(s: StateData, c: CreateTopics) -> Outcome:
+    """Each topic as `create_topic` would, in order; the value is one Result per topic."""
+    if not isinstance(c.topics, tuple) or not all(isinstance(t, CreateTopic) for t in c.topics):
+        raise bad("topics must be a tuple of CreateTopic")
+    if not 0 < len(c.topics) <= MAX_TOPICS_PER_CREATE:
+        raise bad(f"a CreateTopics carries 1..{MAX_TOPICS_PER_CREATE} topics, got {len(c.topics)}")
+    results: list[Result] = []
+    for one in c.topics:
+        try:
+            results.append(create_topic(s, one)[0])
+        except Reject as rej:
+            results.append(Result(rej.code, rej.message, rej.value))
+    changed = any(r.changed for r in results)
+    created = sum(r.ok for r in results)
+    return Result(
+        value=tuple(results), changed=changed, message=f"{created} of {len(results)} topics created"
+    ), None
 
 
 def alter_topic_queues(s: StateData, c: AlterTopicQueues) -> Outcome:

@@ -18,11 +18,13 @@ Only members of the SyncStateSet count, in both (2) and (3). That is stricter th
 whose `need >= 2` path also counts acks from slaves outside the set (docs/reference/rocketmq-controller-ha.md §4): a write
 acknowledged by such a slave is not protected by an election, which only picks SyncStateSet
 members, so tidelog does not count it. The caller (`ha.mastercore`) passes a different set to
-each question, the conservative one in both directions of a change: (2) counts only the
-controller-confirmed set (a member of a pending expansion is not electable yet, so its ack must
-not answer a producer), while (3) waits for the *effective* set (the confirmed set united with a
-pending proposal, see `syncstate.py`), so a reader never passes what a member joining or leaving
-may lack.
+each question, the conservative one in both directions of a change: (2) counts a quorum only
+over the controller-confirmed set (a member of a pending expansion is not electable yet, so its
+ack must not stand in for a confirmed member's), or else needs every member of the *effective*
+set (`held_by_all`: the confirmed set united with a pending proposal, see `syncstate.py`), which
+is safe whichever way the change goes and is what lets a master acknowledge without a lease
+(`ha/lease.py`); (3) waits for the effective set, so a reader never passes what a member joining
+or leaving may lack.
 
 Offsets are physical commit-log offsets; an ack is the slave's max offset (the end of its log).
 """

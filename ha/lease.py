@@ -44,7 +44,7 @@ class Lease:
     """A master's right to acknowledge writes, as far as the controller's word gives it."""
 
     fraction: float = LEASE_FRACTION
-    until_ms: int = 0  # monotonic time until which the lease holds
+    until_ms: int = -1  # monotonic time until which the lease holds (-1: never renewed)
     # The controller's word on elections outside the SyncStateSet (from its heartbeat replies). Until
     # a controller has said otherwise it is assumed on: the rule then does not stand in for the lease.
     unclean_elections: bool = True

@@ -32,6 +32,10 @@ from tidelog.commitlog.epochs import OPEN_END
 from tidelog.commitlog.reads import RawSpan
 from tidelog.commitlog.waiters import OffsetWaiters
 from tidelog.errors import (
+    ControllerAlterSyncStateSetFailedError,
+    ControllerFencedMasterEpochError,
+    ControllerFencedSyncStateSetEpochError,
+    ControllerInvalidMasterError,
     FlushSlaveTimeoutError,
     HaProtocolError,
     NotMasterError,
@@ -298,30 +302,61 @@ class HaMaster:
         self._spawn(self._run_proposal(proposal))
 
     async def _run_proposal(self, proposal: Proposal) -> None:
+        """Ask the controller for `proposal` until it answers; the proposal stays pending (counted in
+        the effective set) until the answer, or a newer set, ends it.
+
+        No answer is no refusal: the controller may still apply the change, and the member it adds
+        is then electable. A master that gave the proposal up after a timeout would stop counting
+        that member's acks, and, acknowledging without a lease (docs/ARCHITECTURE.md §3.5), lose
+        writes the new member lacks if it is elected. So it asks again until it hears."""
         if self._propose is None:
             return
         epoch_before = self.core.tracker.sss_epoch
-        try:
-            await self._propose(proposal)
-            return
-        except (UnavailableError, TimeoutError) as exc:
-            # Unknown outcome: the controller may still apply it. Keep counting the union until a
-            # newer set arrives; if none does within a few heartbeats, the change was not made.
-            log.warning(
-                "%s SyncStateSet change %s: no answer (%s); waiting for the controller's state",
-                self._ctx,
-                sorted(proposal.new_sync_state_set),
-                exc,
-            )
+        retried = False
+        while not self._closed:
+            try:
+                await self._propose(proposal)
+                return
+            except (UnavailableError, TimeoutError) as exc:
+                log.warning(
+                    "%s SyncStateSet change %s: no answer (%s); it stays counted, asking again",
+                    self._ctx,
+                    sorted(proposal.new_sync_state_set),
+                    exc,
+                )
+            except (
+                ControllerFencedMasterEpochError,
+                ControllerFencedSyncStateSetEpochError,
+                ControllerInvalidMasterError,
+            ) as exc:
+                # The controller's state moved on (a newer set or master): the heartbeat that brings
+                # it ends the proposal, or this broker's role; until then it stays counted.
+                log.warning(
+                    "%s SyncStateSet change %s overtaken: %s",
+                    self._ctx,
+                    sorted(proposal.new_sync_state_set),
+                    exc,
+                )
+                return
+            except Exception as exc:  # refused: the next check proposes again
+                if retried and isinstance(exc, ControllerAlterSyncStateSetFailedError):
+                    # A repeat of a change that an unanswered first attempt already made reads as
+                    # "the set is already this one": the newer set arrives with the next heartbeat.
+                    return
+                log.warning(
+                    "%s SyncStateSet change %s refused: %s",
+                    self._ctx,
+                    sorted(proposal.new_sync_state_set),
+                    exc,
+                )
+                if not self._closed:
+                    self._step(AlterFailed(proposal, epoch_before))
+                return
             await asyncio.sleep(3 * self.heartbeat_interval)
-            failed = AlterFailed(proposal, epoch_before)
-        except Exception as exc:  # refused: the next check proposes again
-            log.warning(
-                "%s SyncStateSet change %s refused: %s", self._ctx, sorted(proposal.new_sync_state_set), exc
-            )
-            failed = AlterFailed(proposal, epoch_before)
-        if not self._closed:
-            self._step(failed)
+            tracker = self.core.tracker
+            if tracker.pending != proposal or tracker.sss_epoch != epoch_before:
+                return  # a newer set arrived meanwhile and ended it
+            retried = True
 
     def check_shrink(self) -> None:
         self._step(ShrinkCheck())

@@ -96,8 +96,10 @@ class LedgerCalls:
         return found[1]
 
     def remember_set(self, view: BrokerSetView) -> None:
-        """Cache a view just read from the controller (as `broker_set` does)."""
+        """Cache a view just read from the controller (as `broker_set` does). Its members answer
+        the set's lookups too while no controller does: adds to an open ledger need no controller."""
         self._sets[view.name] = (time.monotonic(), view)
+        self.controller.learn_brokers(m.address for m in view.members)
 
     async def _master_epoch(self, broker_set: str) -> int | None:
         return (await self.broker_set(broker_set, refresh=True)).master_epoch

@@ -278,8 +278,10 @@ class AsyncWriteHandle:
     async def close(self) -> None:
         """Seal the ledger at its LAC (rule W3): pending adds fail with LedgerClosedError, then the
         metadata is CAS'd OPEN → CLOSED. LedgerFencedError if a recovery is under way,
-        MetadataVersionError if someone else closed it elsewhere. A second close waits for the first."""
-        if self._closing is None:
+        MetadataVersionError if someone else closed it elsewhere. A second close waits for the first,
+        or tries again when the first failed retryably (CONTROLLER_UNAVAILABLE: the metadata CAS
+        needs a controller quorum; the handle takes no more adds meanwhile)."""
+        if self._closing is None or _failed_retryably(self._closing):
             self._closing = asyncio.ensure_future(self._close())
         await asyncio.shield(self._closing)
 
@@ -313,3 +315,10 @@ class AsyncWriteHandle:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _failed_retryably(task: asyncio.Future[None]) -> bool:
+    if not task.done() or task.cancelled():
+        return False
+    exc = task.exception()
+    return isinstance(exc, TidelogError) and exc.retryable

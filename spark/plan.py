@@ -180,10 +180,12 @@ def _float(options: Mapping[str, str], name: str, default: float) -> float:
 
 
 def controllers_option(options: Mapping[str, str]) -> str:
+    """The `controllers` option: controllers' and brokers' gRPC addresses alike (a broker answers
+    the route lookups planning needs, so a job plans and reads while no controller answers)."""
     controllers = (options.get("controllers") or os.environ.get(CONTROLLERS_ENV, "")).strip()
     if not controllers:
         raise InvalidArgumentError(
-            "option controllers is required (host:port[,host:port...])",
+            "option controllers is required (host:port[,host:port...], controllers' or brokers')",
             hint=f"or set {CONTROLLERS_ENV} in the environment of the Spark processes",
         )
     return controllers

@@ -247,6 +247,7 @@ METHODS: dict[str, Callable[[Any], list[Check]]] = {
     _R + "GetRoute": _field(TOPIC, "topic", "produce", "consume"),
     _R + "DescribeBrokerSets": _nothing,
     _A + "CreateTopic": _ADMIN,
+    _A + "CreateTopics": _ADMIN,
     _A + "DeleteTopic": _ADMIN,
     _A + "AlterTopicQueues": _ADMIN,
     _A + "AlterTopicRetention": _ADMIN,

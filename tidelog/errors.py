@@ -285,6 +285,21 @@ class ControllerNotLeaderError(TidelogError):
 
 
 @_register
+class ControllerUnavailableError(UnavailableError):
+    """No controller quorum answered: what needs one (an election, a SyncStateSet change, a topic
+    create or delete, a ledger create, close or recovery, a user or grant change, a consumer group's
+    membership) waits. Writes and reads of running broker sets go on without it."""
+
+    code = "CONTROLLER_UNAVAILABLE"
+    status = "UNAVAILABLE"
+    hint = (
+        "retry once a majority of the controllers is back (tide cluster status shows the brokers' own "
+        "view meanwhile); produce and consume keep working through the brokers"
+    )
+    retryable = True
+
+
+@_register
 class ControllerBrokerMetadataNotExistError(TidelogError):
     """The controller has no broker set of that name."""
 
@@ -366,6 +381,21 @@ class ClusterMismatchError(TidelogError):
 
 
 @_register
+class ClusterEpochFencedError(TidelogError):
+    """A controller answered from an older cluster epoch than one already seen: it belongs to a
+    controller cluster that a forced quorum recovery replaced (docs/RUNBOOK-quorum.md)."""
+
+    code = "CLUSTER_EPOCH_FENCED"
+    status = "UNAVAILABLE"
+    number = 2015
+    hint = (
+        "this controller was replaced by a forced recovery: stop it, wipe its data dir and add it "
+        "back with `tide controller add-node` (docs/RUNBOOK-quorum.md); other controllers are asked meanwhile"
+    )
+    retryable = True
+
+
+@_register
 class ControllerBrokerIdInvalidError(TidelogError):
     """The broker id was never assigned, or it is bound to another broker identity."""
 
@@ -385,6 +415,15 @@ class TopicExistsError(TidelogError):
     status = "ALREADY_EXISTS"
     number = 18
     hint = "use the existing topic or delete it first"
+
+
+@_register
+class TopicLimitReachedError(TidelogError):
+    """The cluster holds as many topics as its controllers' `max_topics` allows."""
+
+    code = "TOPIC_LIMIT_REACHED"
+    status = "RESOURCE_EXHAUSTED"
+    hint = "delete topics you no longer need, or raise max_topics in the controllers' config"
 
 
 @_register

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -76,7 +75,7 @@ def _replica(tmp_path: Path) -> Replica:
 
 async def _master(replica: Replica) -> None:
     await replica.apply_role(Role(True, 1, "127.0.0.1:1", "127.0.0.1:2", 1, frozenset({1}), 1))
-    replica.renew_lease(time.monotonic() + 60)
+    replica.lease.renew(replica.clock_ms(), 80_000, unclean_elections=True)
     replica.topic_table.update(SET, [SimpleNamespace(name="t", queues={SET: 2}, generation=1)], [])
 
 

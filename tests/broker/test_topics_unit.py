@@ -193,3 +193,41 @@ def test_a_commit_from_before_the_marker_belongs_to_the_old_topic(tmp_path: Path
     assert offsets.fetch("h", T, 1, since=table.marks.marked_at(T)) == 2
     assert offsets.fetch("g", T, 0) == 2  # without a marker position: as stored
     log.close()
+
+
+def test_a_pass_with_nothing_new_since_the_last_one_reads_nothing(tmp_path: Path) -> None:
+    """With many topics a pass sorts all of them: it runs again only after a new view, a marker or
+    a promotion (bench.scale: 6% of an idle master's CPU at 100,000 topics)."""
+    log = _open(tmp_path / "m")
+    table = TopicTable(log)
+    table.update("a", [_topic(1)])
+    appended: list[Message] = []
+
+    def counting(msg: Message):
+        appended.append(msg)
+        return _append(log)(msg)
+
+    table.enforce(counting, epoch=1)
+    assert len(appended) == 1  # the marker of generation 1
+    passes = []
+    table.generations = _Counting(table.generations, passes)
+    table.enforce(counting, epoch=1)
+    assert not passes and len(appended) == 1  # nothing changed: no pass at all
+    table.enforce(counting, epoch=2)  # a promotion: one pass, nothing to write
+    assert len(passes) == 1 and len(appended) == 1
+    table.update("a", [_topic(2)])  # a new generation: a pass, and its marker
+    table.enforce(counting, epoch=2)
+    assert len(appended) == 2 and decode_mark(appended[-1].body)[1] == 2
+    log.close()
+
+
+class _Counting(dict):
+    """A dict that records each walk over its items."""
+
+    def __init__(self, items: dict, walks: list) -> None:
+        super().__init__(items)
+        self._walks = walks
+
+    def items(self):
+        self._walks.append(1)
+        return super().items()

@@ -97,8 +97,9 @@ def test_an_unreachable_controller_is_named_while_it_is_retried() -> None:
     assert waiting.startswith("waiting: no controller answered yet") and address in waiting, shown
     budget = re.search(r"for up to (\d+) s", waiting)
     assert budget and int(budget.group(1)) <= 2, f"the budget of the environment is used: {waiting}"
-    assert rest.strip().startswith("error: UNAVAILABLE")
-    assert piped.stderr.startswith("error: UNAVAILABLE"), "a pipe gets the one-line error only"
+    # nothing answers there: no controller quorum, a retryable wait
+    assert rest.strip().startswith("error: CONTROLLER_UNAVAILABLE")
+    assert piped.stderr.startswith("error: CONTROLLER_UNAVAILABLE"), "a pipe gets the one-line error only"
 
 
 @pytest.mark.slow

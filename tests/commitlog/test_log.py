@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from tidelog.commitlog import CommitLog, Message
 from tidelog.commitlog import record as rec
+from tidelog.commitlog.checkpoint import CheckpointFile
 from tidelog.errors import (
     CorruptRecordError,
     InvalidArgumentError,
@@ -347,13 +348,17 @@ def test_torn_tail_recovers_a_prefix_holding_every_flushed_record(tmp_path_facto
     again.close()
 
 
-def test_corrupt_record_below_the_flushed_offset_stops_recovery_naming_file_and_offset(tmp_path):
+def test_corrupt_record_in_the_rescanned_range_stops_recovery_naming_file_and_offset(tmp_path):
+    """Damage between the consume queues' durable offset and the flushed offset was acknowledged
+    as durable: the open re-reads that range and stops there, naming the file and offset."""
     log = open_log(tmp_path)
     placed = log.append([Message("t", 0, b"payload-%d" % i + b"x" * 200) for i in range(60)])
     log.flush()
-    last_base = log.max_offset - log.max_offset % SEG
-    victim = next(p for p in placed if p.phys_offset >= last_base)  # rescanned at open, below flushed
+    flushed, confirm = log.flushed_offset, log.confirm_offset
     log.close()
+    # as a crash leaves it when the consume queues were last made durable at placed[5]
+    CheckpointFile(str(tmp_path)).write(flushed, confirm, placed[5].phys_offset, clean=False)
+    victim = placed[40]
     seg = tmp_path / "commitlog" / f"{victim.phys_offset - victim.phys_offset % SEG:020d}"
     with open(seg, "r+b") as f:
         f.seek(victim.phys_offset % SEG + 100)
@@ -363,6 +368,36 @@ def test_corrupt_record_below_the_flushed_offset_stops_recovery_naming_file_and_
     assert err.value.path == str(seg)
     assert err.value.offset == victim.phys_offset
     assert str(seg) in str(err.value) and str(victim.phys_offset) in str(err.value)
+
+
+def test_a_restart_reads_only_what_was_written_since_the_checkpoint(tmp_path, monkeypatch):
+    """Recovery after a crash starts at the checkpoint, not at the start of its segment: damage
+    below the checkpoint is left to reads and to a full scan (FORMAT.md, Recovery)."""
+    log = open_log(tmp_path)
+    placed = log.append([Message("t", 0, b"payload-%d" % i + b"x" * 200) for i in range(60)])
+    log.flush()
+    log.close()
+    last_base = placed[-1].phys_offset - placed[-1].phys_offset % SEG
+    victim = next(
+        p for p in placed if p.phys_offset >= last_base
+    )  # in the last segment, below the checkpoint
+    seg = tmp_path / "commitlog" / f"{last_base:020d}"
+    with open(seg, "r+b") as f:
+        f.seek(victim.phys_offset % SEG + 100)
+        f.write(b"\xff")
+    checked: list[int] = []
+    real = rec.check_at
+    monkeypatch.setattr(rec, "check_at", lambda mm, pos: checked.append(pos) or real(mm, pos))
+    log = open_log(tmp_path)  # the open reads nothing below the checkpoint
+    monkeypatch.undo()
+    assert not [p for p in checked if p < (placed[-1].phys_offset + placed[-1].size) % SEG]
+    confirm_all(log)
+    with pytest.raises(CorruptRecordError) as err:
+        log.read("t", 0, victim.queue_offset, 1)
+    assert err.value.offset == victim.phys_offset and err.value.path == str(seg)
+    log.close()
+    with pytest.raises(CorruptRecordError):
+        open_log(tmp_path, full_scan=True)
 
 
 def test_an_emptied_segment_below_the_flushed_offset_stops_recovery(tmp_path):

@@ -894,3 +894,36 @@ def test_1_2_clean_c5_emptied_sss_needs_unclean_election() -> None:
     refused(s, ElectMaster(A, 3, designated=True, alive=live(3)), "CONTROLLER_ELECT_MASTER_FAILED")
     assert s.apply(ElectMaster(A, 3, alive=live(3), enable_unclean=True)).ok
     assert bs_tuple(s) == (3, 3, {3}, 4)
+
+
+# --- E8: a master back from a crash asks for a new epoch ----------------------------------------
+
+
+def test_e8_a_restarted_master_is_elected_again_in_a_new_epoch() -> None:
+    s = mastered()  # master 1 at epoch 1, SyncStateSet {1, 2}
+    r = s.apply(ElectMaster(A, 1, alive={1: LiveInfo(1, 500), 2: LiveInfo(1, 400)}, restarted=True))
+    assert r.ok and r.changed
+    bs = s.broker_sets[A]
+    assert (bs.master_id, bs.master_epoch, bs.sync_state_set) == (1, 2, {1})
+
+
+def test_e8_the_member_holding_more_wins_over_the_restarted_master() -> None:
+    s = mastered()
+    r = s.apply(ElectMaster(A, 1, alive={1: LiveInfo(1, 400), 2: LiveInfo(1, 500)}, restarted=True))
+    assert r.ok
+    assert (s.broker_sets[A].master_id, s.broker_sets[A].master_epoch) == (2, 2)
+
+
+def test_e8_only_the_recorded_master_may_ask_and_only_alive_members_win() -> None:
+    refused(
+        mastered(), ElectMaster(A, 2, alive={2: LiveInfo(1, 9)}, restarted=True), "CONTROLLER_INVALID_MASTER"
+    )
+    refused(mastered(), ElectMaster(A, 1, alive={}, restarted=True), "CONTROLLER_ELECT_MASTER_FAILED")
+    refused(
+        mastered(), ElectMaster(A, 3, alive={3: LiveInfo(1, 9)}, restarted=True), "CONTROLLER_INVALID_MASTER"
+    )
+    refused(
+        mastered(),
+        ElectMaster(A, 1, designated=True, alive={1: LiveInfo(1, 9)}, restarted=True),
+        "INVALID_ARGUMENT",
+    )

@@ -357,6 +357,7 @@ SCENARIOS = [
     "master-dc-down",
     "kill-master",
     "dr-rehearsal",
+    "controllers-cut-off",
 ]
 
 
@@ -399,6 +400,10 @@ def test_drill_loses_nothing_acknowledged(lab: Path, scenario: str) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     # liveness, not speed: writes came back after the fault
     assert report["max_write_gap_s"] < 30
+    if scenario == "controllers-cut-off":  # the data plane went on without them
+        outage = report["controllers_down"]
+        print(outage)
+        assert outage["acked"] > 0 and outage["outage_s"] > 10, outage
     if scenario == "dr-rehearsal":  # the second outage came only once the audit was clean again
         steps = [s["step"] for s in report["steps"]]
         print(steps)

@@ -211,6 +211,10 @@ class FakeController:
         self.sets = sets
         self.writes = 0
 
+    def learn_brokers(self, addresses) -> None:
+        """The broker addresses a real client would also ask while no controller answers."""
+        self.learned = set(addresses)
+
     def _do(self, cmd: object):
         r = self.state.apply(cmd)
         if not r.ok:

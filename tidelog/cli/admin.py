@@ -18,6 +18,7 @@ from rich.table import Table
 
 from tidelog.cli.common import console, controller_call, describe_with_liveness
 from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
+from tidelog.client.unclean import unclean_rpo
 
 T = TypeVar("T")
 
@@ -112,11 +113,22 @@ def status(ctx: click.Context, as_json: bool) -> None:
         _emit_json(rows)
         return
     table = Table(title="controller nodes")
-    for col in ("node", "state", "leader", "term", "commit", "applied", "ready", "brokers heard"):
+    columns = (
+        "node",
+        "state",
+        "leader",
+        "term",
+        "commit",
+        "applied",
+        "ready",
+        "brokers heard",
+        "cluster epoch",
+    )
+    for col in (*columns, "members"):
         table.add_column(col)
     for r in rows:
         if isinstance(r, dict):
-            table.add_row(r["address"], f"[red]{r['error']}[/red]", "", "", "", "", "", "")
+            table.add_row(r["address"], f"[red]{r['error']}[/red]", *[""] * len(columns))
         else:
             table.add_row(
                 r.node_id,
@@ -127,6 +139,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
                 str(r.last_applied),
                 "yes" if r.ready else "no",
                 str(r.brokers_heard),
+                str(r.cluster_epoch),  # raised by each forced recovery (docs/RUNBOOK-quorum.md)
+                ",".join(r.members),
             )
     console().print(table)
 
@@ -169,12 +183,34 @@ def broker_sets(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> No
 
 @admin.command("elect")
 @click.argument("broker_set")
+@click.argument("broker_id_arg", metavar="[BROKER_ID]", type=int, required=False)
 @click.option("--broker-id", type=int, default=None, help="elect this broker (designated); default: policy")
+@click.option(
+    "--unclean",
+    is_flag=True,
+    help="elect BROKER_ID even from outside the SyncStateSet, losing what only the lost replicas held "
+    "(prints that RPO first; docs/RUNBOOK-quorum.md)",
+)
 @json_option
 @click.pass_context
-def elect(ctx: click.Context, broker_set: str, broker_id: int | None, as_json: bool) -> None:
+def elect(
+    ctx: click.Context,
+    broker_set: str,
+    broker_id_arg: int | None,
+    broker_id: int | None,
+    unclean: bool,
+    as_json: bool,
+) -> None:
     """Elect a master for BROKER_SET (the named broker, or the policy's choice)."""
-    reply = _run(ctx, lambda c: c.elect_master(broker_set, broker_id, designated=broker_id is not None))
+    if broker_id_arg is not None and broker_id is not None and broker_id_arg != broker_id:
+        raise click.UsageError("name the broker once: BROKER_ID or --broker-id")
+    bid = broker_id if broker_id is not None else broker_id_arg
+    if unclean and bid is None:
+        raise click.UsageError("--unclean elects one named broker: give BROKER_ID")
+    if unclean:
+        rpo = _run(ctx, lambda c: unclean_rpo(c, broker_set, bid))  # type: ignore[arg-type]
+        click.echo(rpo.line(), err=as_json)
+    reply = _run(ctx, lambda c: c.elect_master(broker_set, bid, designated=bid is not None, unclean=unclean))
     if as_json:
         _emit_json(reply)
         return

@@ -20,8 +20,9 @@ from tidelog.cli.common import (
     progress,
     require_controllers,
 )
-from tidelog.errors import ConfigError
+from tidelog.errors import ConfigError, ControllerUnavailableError
 from tidelog.lab import net
+from tidelog.proto import controller_pb2 as pb
 
 DATA_DIR_ENV = "TIDE_DATA_DIR"
 
@@ -82,6 +83,9 @@ def up(
         emit(
             {
                 "controllers": state["controllers"],
+                # controllers and brokers: works as --controllers / $TIDE_CONTROLLERS while no
+                # controller answers too
+                "bootstrap": localcluster.bootstrap(state),
                 "data_dir": state["data_dir"],
                 "client_netns": state.get("client_netns"),
                 "processes": [{k: p.get(k) for k in cols} for p in state["processes"]],
@@ -101,6 +105,10 @@ def up(
     )
     for name, value in localcluster.client_env(state).items():
         click.echo(f"export {name}={value}")
+    click.echo(
+        "# with the brokers too, commands and clients keep working while no controller answers:\n"
+        f"# export TIDE_CONTROLLERS={','.join(localcluster.bootstrap(state))}"
+    )
     if state.get("client_netns"):
         click.echo(
             "# the processes are reachable from the lab's client side: tide cluster exec -- tide cluster status"
@@ -164,77 +172,139 @@ def restart(name: str, data_dir: Path, as_json: bool) -> None:
     )
 
 
-async def _status(controllers: str) -> list[dict[str, Any]]:
-    from tidelog.client.aio import AsyncClient
+async def _describe(c: Any) -> Any:
+    """The broker sets, from a controller (with liveness when one can give it) or, while none
+    answers, from a broker's view."""
+    try:
+        reply = await c.describe_broker_sets()
+    except ControllerUnavailableError as exc:
+        if c.brokers:
+            raise
+        # no broker to ask instead: say how to get the brokers' own view
+        raise ControllerUnavailableError(
+            exc.message,
+            hint="give a broker's address too (--controllers takes both; `tide cluster up` prints "
+            "the bootstrap list) to see each broker's own view",
+        ) from None
+    if reply.from_broker:
+        # a controller slower than the hedge delay is not an absent one: ask each once more, with
+        # time to answer, before saying they are unreachable
+        request = pb.DescribeBrokerSetsRequest()
+        answers = await asyncio.gather(
+            *(
+                c.call("route", "DescribeBrokerSets", request, address=address, timeout=2.0)
+                for address in c.addresses
+                if address not in c.brokers
+            ),
+            return_exceptions=True,
+        )
+        reply = next((a for a in answers if not isinstance(a, BaseException) and not a.from_broker), reply)
+    if not reply.from_broker and not reply.liveness_known:
+        reply = await describe_with_liveness(c, ())
+    return reply
+
+
+async def _member_row(client: Any, m: Any, liveness_known: bool, reachable: bool) -> dict[str, Any]:
+    """One member as the broker set's description names it, with what the broker itself says."""
     from tidelog.proto import broker_pb2 as bpb
 
+    row: dict[str, Any] = {
+        "broker_id": m.broker_id,
+        "address": m.address,
+        "role": "unreachable",
+        "max_offset": None,
+        "confirm_offset": None,
+        "in_sync": m.in_sync,
+        "datacenter": m.datacenter,
+        "alive": m.alive if liveness_known else None,
+        # where the official RocketMQ clients connect (broker/rocketmq.py); None: off
+        "rocketmq_endpoint": None,
+    }
+    try:
+        s = await client.call_broker(m.address, "Status", bpb.StatusRequest(), timeout=2.0)
+    except Exception:
+        return row
+    if s.broker_id != m.broker_id:
+        # its address now serves another broker (a wiped replica back under a new id): this id is
+        # gone, not a live slave
+        row["role"] = f"gone (broker {s.broker_id} answers here)"
+        return row
+    row.update(
+        role=s.role,
+        max_offset=s.max_offset,
+        confirm_offset=s.confirm_offset,
+        epoch=s.last_epoch,
+        rocketmq_endpoint=s.rocketmq_address or None,
+        # its own view: what its last heartbeat reply said
+        master_epoch=s.master_epoch,
+        sync_state_set=list(s.sync_state_set),
+        controller_heard_ms_ago=s.controller_heard_ms_ago,
+    )
+    if not reachable:
+        row["in_sync"] = s.role == "master" or m.broker_id in s.sync_state_set
+    return row
+
+
+async def _status(controllers: str) -> dict[str, Any]:
+    """The cluster's broker sets with each member's own Status. While no controller answers (a
+    broker's route view answered instead), every row is what that broker itself says: its role,
+    epoch and SyncStateSet as its last heartbeat reply gave them, and its offsets."""
+    from tidelog.client.aio import AsyncClient
+
     async with AsyncClient(controllers) as client:
-        reply = await describe_with_liveness(for_command(client.controller), ())
+        reply = await _describe(for_command(client.controller))
+        reachable = not reply.from_broker
         out = []
         for b in reply.broker_sets:
             role = b.role
-            members = []
-            master_max = None
-            for m in b.members:
-                row: dict[str, Any] = {
-                    "broker_id": m.broker_id,
-                    "address": m.address,
-                    "role": "unreachable",
-                    "max_offset": None,
-                    "confirm_offset": None,
-                    "in_sync": m.in_sync,
-                    "datacenter": m.datacenter,
-                    "alive": m.alive if reply.liveness_known else None,
-                    # where the official RocketMQ clients connect (broker/rocketmq.py); None: off
-                    "rocketmq_endpoint": None,
-                }
-                try:
-                    s = await client.call_broker(m.address, "Status", bpb.StatusRequest(), timeout=2.0)
-                    if s.broker_id != m.broker_id:
-                        # its address now serves another broker (a wiped replica back under a new
-                        # id): this id is gone, not a live slave
-                        row["role"] = f"gone (broker {s.broker_id} answers here)"
-                    else:
-                        row.update(
-                            role=s.role,
-                            max_offset=s.max_offset,
-                            confirm_offset=s.confirm_offset,
-                            epoch=s.last_epoch,
-                            rocketmq_endpoint=s.rocketmq_address or None,
-                        )
-                        if role.has_master and m.broker_id == role.master_id:
-                            master_max = s.max_offset
-                except Exception:
-                    pass
-                members.append(row)
+            members = [await _member_row(client, m, reply.liveness_known, reachable) for m in b.members]
+            master_max = next(
+                (r["max_offset"] for r in members if role.has_master and r["broker_id"] == role.master_id),
+                None,
+            )
             for row in members:
                 row["lag"] = (
                     None
                     if master_max is None or row["max_offset"] is None
                     else master_max - row["max_offset"]
                 )
+            masters = [r for r in members if r["role"] == "master"]
+            own = masters[0] if not reachable and masters else None
             out.append(
                 {
                     "name": role.broker_set,
-                    "master": role.master_id if role.has_master else None,
-                    "epoch": role.master_epoch,
-                    "sync_state_set": list(role.sync_state_set),
+                    "master": own["broker_id"] if own else (role.master_id if role.has_master else None),
+                    "epoch": own["master_epoch"] if own else role.master_epoch,
+                    "sync_state_set": own["sync_state_set"] if own else list(role.sync_state_set),
                     "sync_state_set_epoch": role.sync_state_set_epoch,
                     "members": members,
                 }
             )
-        return out
+        controllers_view: dict[str, Any] = {"reachable": reachable}
+        if not reachable:
+            controllers_view["view_age_ms"] = int(reply.metadata_age_ms)
+        return {"controllers": controllers_view, "broker_sets": out}
 
 
 @cluster.command("status")
 @controllers_option
 @json_option
 def status(controllers: str, as_json: bool) -> None:
-    """Broker sets, members, master, epoch, SyncStateSet, offsets and replica lag."""
-    sets = asyncio.run(_status(require_controllers(controllers)))
+    """Broker sets, members, master, epoch, SyncStateSet, offsets and replica lag. While no
+    controller answers (give a broker's address too: `--controllers` takes both), it says so and
+    shows each broker's own view."""
+    doc = asyncio.run(_status(require_controllers(controllers)))
+    sets = doc["broker_sets"]
     if as_json:
-        emit({"broker_sets": sets}, True)
+        emit(doc, True)
         return
+    if not doc["controllers"]["reachable"]:
+        click.echo(
+            "controllers unreachable: each broker's own view below (the brokers last heard from a "
+            f"controller {doc['controllers']['view_age_ms'] / 1000:.1f} s ago); elections, topic and "
+            "ledger changes wait for them",
+            err=True,
+        )
     rows = []
     for s in sets:
         for m in s["members"]:
@@ -245,7 +315,7 @@ def status(controllers: str, as_json: bool) -> None:
                     "address": m["address"],
                     "datacenter": m["datacenter"] or "-",
                     "role": m["role"],
-                    "epoch": s["epoch"],
+                    "epoch": s["epoch"] if doc["controllers"]["reachable"] else m.get("master_epoch"),
                     "in_sync": "yes" if m["in_sync"] else "no",
                     "max_offset": m["max_offset"],
                     "confirm_offset": m["confirm_offset"],
@@ -335,6 +405,7 @@ def _drill_report(report: dict[str, Any], as_json: bool) -> None:
 
 
 def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> None:
+    from tidelog.drill import quorum
     from tidelog.drill import scenarios as drills
 
     prefix = drills.inside_client_netns(data_dir)
@@ -345,7 +416,8 @@ def _run_drill(data_dir: Path, as_json: bool, argv: list[str], **kw: Any) -> Non
         proc = subprocess.run([*prefix, sys.executable, "-m", "tidelog.cli", *argv], check=False)
         raise SystemExit(proc.returncode)
     with progress("drill", None, as_json) as step:
-        report = drills.run(data_dir, note=_noter(step, as_json), **kw)
+        runner = quorum.run if kw.get("scenario") in quorum.SCENARIOS else drills.run
+        report = runner(data_dir, note=_noter(step, as_json), **kw)
     _drill_report(report, as_json)
 
 
@@ -465,10 +537,12 @@ def drill_random(
 @json_option
 def drill_list(as_json: bool) -> None:
     """The named scenarios."""
+    from tidelog.drill.quorum import SCENARIOS as QUORUM
     from tidelog.drill.scenarios import SCENARIOS
 
     emit(
-        [{"scenario": k, "needs_netns": v[1], "what": v[2]} for k, v in SCENARIOS.items()],
+        [{"scenario": k, "needs_netns": v[1], "what": v[2]} for k, v in SCENARIOS.items()]
+        + [{"scenario": k, "needs_netns": True, "what": v[1]} for k, v in QUORUM.items()],
         as_json,
         title="drill scenarios",
     )

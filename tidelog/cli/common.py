@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from tidelog.client import Client
-from tidelog.client.controllers import CONTROLLERS_ENV, ControllerClient
+from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient
 from tidelog.clusterauth import find_secret
 from tidelog.errors import ConfigError, TidelogError
 from tidelog.proto import controller_pb2 as pb
@@ -140,6 +140,8 @@ def for_command(client: ControllerClient) -> ControllerClient:
     """A command's controller client: it tries for `controller_timeout()` seconds and says on a
     terminal what it is still trying (`tell_waits`)."""
     client.total_timeout = controller_timeout()
+    # what needs an absent controller quorum fails within seconds (CONTROLLER_UNAVAILABLE)
+    client.quorum_timeout = min(QUORUM_TIMEOUT_S, client.total_timeout)
     return tell_waits(client)
 
 

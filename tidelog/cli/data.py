@@ -56,15 +56,34 @@ def topic_create(
 
 
 @topic.command("list")
+@click.option("--prefix", default="", help="only topics whose name begins with this")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="at most this many topics, in name order (0: all)",
+)
+@click.option("--start-after", default="", metavar="NAME", help="the page after this name")
 @controllers_option
 @json_option
-def topic_list(controllers: str, as_json: bool) -> None:
-    """List topics, their queues per broker set and their retention."""
+def topic_list(prefix: str, limit: int, start_after: str, controllers: str, as_json: bool) -> None:
+    """List topics, their queues per broker set and their retention, a page at a time (the next
+    page's --start-after is printed on standard error when there is one)."""
     with open_client(controllers) as c:
-        rows = c.admin().list_topics()
+        admin = c.admin()
+        if limit:
+            rows, after = admin.list_topics_page(prefix=prefix, start_after=start_after, limit=limit)
+        else:
+            rows, after = (
+                [r for r in admin.list_topics() if r["name"].startswith(prefix) and r["name"] > start_after],
+                "",
+            )
     for row in rows:
         row["retention"] = format_retention(row["retention_ms"])
     emit(rows, as_json, title="topics", columns=["name", "queues", "perm", "retention"])
+    if after:
+        click.echo(f"more topics: the next page is --start-after {after}", err=True)
 
 
 @topic.command("describe")

@@ -18,6 +18,14 @@ and checks (`check`):
 Named scenarios (`SCENARIOS`) are the two-datacenter rehearsals; `random_schedule(seed, steps)`
 draws a reproducible schedule from the same verbs. A network scenario needs a `--netns`
 cluster; the process ones run on any local cluster.
+
+The controller scenarios stop every controller (SIGSTOP) under load: the data plane must go on
+without them (docs/ARCHITECTURE.md §3.5, §7.5). Their reports add `controllers_down`:
+`acked` during the outage and its `max_write_gap_s`, and, where the master dies while they are
+away, `elected_after_return_s` (from the first controller's return to a new master serving). A
+random schedule's report covers its last controller outage.
+The drill's client is given every controller's and broker's address (`localcluster.bootstrap`),
+so that it finds the masters through the brokers meanwhile.
 """
 
 from __future__ import annotations
@@ -113,6 +121,8 @@ class Drill:
         self.steps: list[dict[str, Any]] = []
         self.t0 = time.monotonic()
         self.lab = bool(self.state.get("lab"))
+        # times (monotonic) a scenario records for its report: the controllers' outage, a kill
+        self.marks: dict[str, float] = {}
 
     def hold(self, seconds: float) -> None:
         """Let a fault (or a heal) last `seconds` times the drill's hold scale. The holds are
@@ -155,6 +165,45 @@ class Drill:
         control.process(self.data_dir, verb, name)
         self.log(f"{verb} {name}")
 
+    def controllers(self, verb: str) -> None:
+        """`pause` or `resume` every controller."""
+        for p in self.state["processes"]:
+            if p["kind"] == "controller":
+                self.proc(verb, p["name"])
+        self.marks["controllers_away" if verb == "pause" else "controllers_back"] = time.monotonic()
+
+    def controllers_cut(self, cut: bool) -> None:
+        """Cut every controller off from the brokers and the client (they still reach each other),
+        or heal that."""
+        if cut:
+            self.net(rules.Isolate("controllers"), "isolate controllers")
+            self.marks["controllers_away"] = time.monotonic()
+        else:
+            self.net(rules.Heal(), "heal the controllers' links")
+            self.marks["controllers_back"] = time.monotonic()
+
+    def wait_new_master(self, old: dict[str, Any], old_epoch: int, timeout_s: float) -> dict[str, Any] | None:
+        """Wait, asking the replicas themselves (the controllers may be away), until another
+        replica of the set serves as master of a newer epoch; returns its process."""
+        from tidelog.proto import broker_pb2 as bpb
+
+        deadline = time.monotonic() + timeout_s
+        others = [
+            p
+            for p in self.state["processes"]
+            if p.get("broker_set") == self.broker_set and p["name"] != old["name"]
+        ]
+        while time.monotonic() < deadline:
+            for p in others:
+                with contextlib.suppress(TidelogError):
+                    s = self.client.runner.run(
+                        self.client.aio.call_broker(p["address"], "Status", bpb.StatusRequest(), timeout=1.0)
+                    )
+                    if s.role == "master" and s.master_epoch > old_epoch:
+                        return p
+            time.sleep(0.1)
+        return None
+
     def dc(self, verb: str, dc: str) -> None:
         control.datacenter(self.data_dir, verb, dc)
         self.log(f"dc-{verb} {dc}")
@@ -188,6 +237,9 @@ class Drill:
 
     def heal(self) -> None:
         control.heal(self.data_dir)
+        away = self.marks.get("controllers_away")
+        if away is not None and self.marks.get("controllers_back", 0.0) < away:
+            self.marks["controllers_back"] = time.monotonic()  # heal brought them back
         for p in self.state["processes"]:
             if not localcluster.is_running(p):
                 localcluster.restart(self.data_dir, p["name"])
@@ -296,6 +348,50 @@ def _pause_master(d: Drill) -> None:
     d.hold(8)
 
 
+def _controllers_down(d: Drill) -> None:
+    """Every controller stopped (SIGSTOP) for 30 s under load, then resumed."""
+    d.controllers("pause")
+    try:
+        d.hold(30)
+    finally:
+        d.controllers("resume")
+
+
+def _controllers_down_then_master_dies(d: Drill) -> None:
+    """Every controller stopped, then the master killed: no election can happen until a controller
+    returns, and then it must be a clean one."""
+    victim = d.master()
+    info = describe_set(d.client, d.broker_set)
+    old_epoch = int(info.role.master_epoch) if info is not None else 0
+    d.controllers("pause")
+    try:
+        d.hold(5)
+        d.proc("kill", victim["name"])
+        d.marks["master_killed"] = time.monotonic()
+        d.hold(10)
+        early = d.wait_new_master(victim, old_epoch, timeout_s=0.5)
+        if early is not None:
+            d.log(f"{early['name']} became master while no controller answered")
+            d.marks["master_without_controllers"] = time.monotonic()
+    finally:
+        d.controllers("resume")
+    new = d.wait_new_master(victim, old_epoch, timeout_s=60)
+    if new is None:
+        d.log("no new master within 60 s of the controllers' return")
+        return
+    d.marks["new_master"] = time.monotonic()
+    d.log(f"{new['name']} is master (epoch > {old_epoch})")
+
+
+def _controllers_cut_off(d: Drill) -> None:
+    """The network variant: every controller cut off from the brokers and the client for 30 s."""
+    d.controllers_cut(True)
+    try:
+        d.hold(30)
+    finally:
+        d.controllers_cut(False)
+
+
 SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
     # name: (schedule, needs the network lab, what it rehearses)
     "isolate-master-dc": (_isolate_master_dc, True, "the master's datacenter loses every link"),
@@ -321,6 +417,17 @@ SCENARIOS: dict[str, tuple[Callable[[Drill], None], bool, str]] = {
     ),
     "kill-master": (_kill_master, False, "kill -9 of the master (the baseline write gap)"),
     "pause-master": (_pause_master, False, "SIGSTOP of the master for 8 s"),
+    "controllers-down": (_controllers_down, False, "every controller stopped (SIGSTOP) for 30 s under load"),
+    "controllers-down-then-master-dies": (
+        _controllers_down_then_master_dies,
+        False,
+        "every controller stopped, then kill -9 of the master; the election waits for their return",
+    ),
+    "controllers-cut-off": (
+        _controllers_cut_off,
+        True,
+        "every controller cut off from the brokers and the client for 30 s (they still reach each other)",
+    ),
 }
 
 
@@ -357,6 +464,21 @@ _PROCESS_FAULTS: dict[str, RandomFault] = {
     "kill-master": lambda d, rng, dc, other, side: d.proc("kill", d.master()["name"]),
     "pause-master": lambda d, rng, dc, other, side: d.proc("pause", d.master()["name"]),
 }
+
+
+def _random_controllers_down_then_master_dies(
+    d: Drill, rng: random.Random, dc: str, other: str, side: str
+) -> None:
+    victim = d.master()["name"]
+    d.controllers("pause")
+    d.proc("kill", victim)
+
+
+#: Appended after the others (every seed's schedule changed when they were added).
+_CONTROLLER_FAULTS: dict[str, RandomFault] = {
+    "controllers-down": lambda d, rng, dc, other, side: d.controllers("pause"),
+    "controllers-down-then-master-dies": _random_controllers_down_then_master_dies,
+}
 _NETWORK_FAULTS: dict[str, RandomFault] = {
     "isolate-dc": lambda d, rng, dc, other, side: d.net(rules.Isolate(side), f"isolate {side}"),
     "partition": lambda d, rng, dc, other, side: d.net(rules.Cut(dc, other), f"partition {dc} {other}"),
@@ -365,13 +487,14 @@ _NETWORK_FAULTS: dict[str, RandomFault] = {
     "loss": _loss,
     "delay": _delay,
     "client-from-master": _client_from_master,
+    "controllers-cut-off": lambda d, rng, dc, other, side: d.controllers_cut(True),
 }
 
 
 def random_schedule(seed: int, steps: int, lab: bool) -> Callable[[Drill], None]:
     """A reproducible schedule of `steps` faults, each held 1–5 s and healed."""
     rng = random.Random(seed)
-    faults = {**_PROCESS_FAULTS, **(_NETWORK_FAULTS if lab else {})}
+    faults = {**_PROCESS_FAULTS, **(_NETWORK_FAULTS if lab else {}), **_CONTROLLER_FAULTS}
 
     def run(d: Drill) -> None:
         for _ in range(steps):
@@ -434,7 +557,8 @@ def run(
         raise ConfigError("a drill needs a broker set of two or more replicas")
     say = note or (lambda _msg: None)
     topic = f"drill-{int(time.time() * 1000) % 10**9}"
-    with Client(state["controllers"], send_timeout=5.0, **localcluster.client_options(state)) as client:
+    bootstrap = localcluster.bootstrap(state)
+    with Client(bootstrap, send_timeout=5.0, **localcluster.client_options(state)) as client:
         client.admin().create_topic(topic, queues=4, broker_sets=[broker_set])
         drill = Drill(data_dir, broker_set, client, say, hold_scale)
         work = Workload(client, topic)
@@ -450,6 +574,9 @@ def run(
         drill.log("broker set whole again" if whole_s is not None else "broker set NOT whole within 90 s")
         drill.log("reading the topic back and checking")
         report = check(data_dir, client, broker_set, topic, work, drill.t0)
+        outage = controllers_down_report(drill.marks, work.acks)
+        if outage is not None:
+            report["controllers_down"] = outage
         report["topic_deleted"] = not keep_topic and drop_topic(client, topic)
     report.update(scenario=name, steps=drill.steps, whole_after_heal=whole_s is not None)
     return report
@@ -490,6 +617,28 @@ def check(
         "replicas_identical": identical,
         "replicas_detail": detail,
     }
+
+
+def controllers_down_report(marks: dict[str, float], acks: list[Ack]) -> dict[str, Any] | None:
+    """What happened while the controllers were away (None when the drill stopped none): acks
+    during the outage and its longest write gap, and when a master died meanwhile, how long after
+    the controllers' return a new one served."""
+    down, back = marks.get("controllers_away"), marks.get("controllers_back")
+    if down is None or back is None:
+        return None
+    during = sorted(a.acked for a in acks if down <= a.acked <= back)
+    times = [down, *during, back]
+    out: dict[str, Any] = {
+        "outage_s": round(back - down, 3),
+        "acked": len(during),
+        "max_write_gap_s": round(max(b - a for a, b in zip(times, times[1:], strict=False)), 3),
+    }
+    if "master_killed" in marks:
+        out["master_killed_at_s"] = round(marks["master_killed"] - down, 3)
+        out["elected_without_controllers"] = "master_without_controllers" in marks
+        new = marks.get("new_master")
+        out["elected_after_return_s"] = None if new is None else round(new - back, 3)
+    return out
 
 
 def split_brain(acks: list[Ack], epochs: list[tuple[int, int]]) -> list[str]:

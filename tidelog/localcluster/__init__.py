@@ -12,6 +12,7 @@
 
 from tidelog.localcluster.cluster import (
     STATE_FILE,
+    bootstrap,
     client_env,
     client_options,
     client_tls,
@@ -47,6 +48,7 @@ __all__ = [
     "Proc",
     "Topology",
     "broker_doc",
+    "bootstrap",
     "client_env",
     "client_options",
     "client_tls",

@@ -234,6 +234,14 @@ def client_options(state: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def bootstrap(state: dict[str, Any]) -> list[str]:
+    """Every controller's and broker's gRPC address: a client given these finds the cluster while
+    no controller answers too (a broker answers route lookups, broker/lookups.py)."""
+    controllers = [a for a in state["controllers"].split(",") if a]
+    brokers = [p["address"] for p in state["processes"] if p["kind"] == "broker"]
+    return controllers + [a for a in brokers if a not in controllers]
+
+
 def client_env(state: dict[str, Any]) -> dict[str, str]:
     """The environment variables that make `tide` commands connect to this cluster."""
     env = {"TIDE_CONTROLLERS": state["controllers"]}

@@ -321,7 +321,7 @@ class ReplicaProgress(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., ack_offset: _Optional[int] = ..., connected: _Optional[bool] = ..., in_sync: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "role", "master_epoch", "last_epoch", "min_offset", "max_offset", "confirm_offset", "flushed_offset", "sync_state_set", "sync_state_set_epoch", "master_address", "replicas", "pending_sync_state_set", "data_address", "rocketmq_address")
+    __slots__ = ("broker_set", "broker_id", "role", "master_epoch", "last_epoch", "min_offset", "max_offset", "confirm_offset", "flushed_offset", "sync_state_set", "sync_state_set_epoch", "master_address", "replicas", "pending_sync_state_set", "data_address", "rocketmq_address", "controller_heard_ms_ago")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +338,7 @@ class StatusReply(_message.Message):
     PENDING_SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROCKETMQ_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_HEARD_MS_AGO_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     role: str
@@ -354,7 +355,8 @@ class StatusReply(_message.Message):
     pending_sync_state_set: _containers.RepeatedScalarFieldContainer[int]
     data_address: str
     rocketmq_address: str
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., master_epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., master_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., pending_sync_state_set: _Optional[_Iterable[int]] = ..., data_address: _Optional[str] = ..., rocketmq_address: _Optional[str] = ...) -> None: ...
+    controller_heard_ms_ago: int
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., master_epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., master_address: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., pending_sync_state_set: _Optional[_Iterable[int]] = ..., data_address: _Optional[str] = ..., rocketmq_address: _Optional[str] = ..., controller_heard_ms_ago: _Optional[int] = ...) -> None: ...
 
 class SharedReceiveRequest(_message.Message):
     __slots__ = ("group", "topic", "queue", "max_messages", "invisible_ms", "max_attempts", "start_latest", "wait_ms", "key_ordered")

@@ -124,7 +124,7 @@ class RegisterBrokerReply(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority", "acl_version")
+    __slots__ = ("broker_set", "broker_id", "epoch", "max_offset", "confirm_offset", "priority", "acl_version", "topics_version", "cluster_version")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,8 @@ class HeartbeatRequest(_message.Message):
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     ACL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     epoch: int
@@ -139,23 +141,45 @@ class HeartbeatRequest(_message.Message):
     confirm_offset: int
     priority: int
     acl_version: int
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ...) -> None: ...
+    topics_version: str
+    cluster_version: int
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ..., topics_version: _Optional[str] = ..., cluster_version: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl")
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "clean_elections_only", "topics_version", "topics_unchanged", "cluster")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     ACL_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_ELECTIONS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     heartbeat_interval_ms: int
     heartbeat_timeout_ms: int
     deleted_topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     acl: AclTable
-    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ...) -> None: ...
+    clean_elections_only: bool
+    topics_version: str
+    topics_unchanged: bool
+    cluster: ClusterView
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., clean_elections_only: _Optional[bool] = ..., topics_version: _Optional[str] = ..., topics_unchanged: _Optional[bool] = ..., cluster: _Optional[_Union[ClusterView, _Mapping]] = ...) -> None: ...
+
+class ClusterView(_message.Message):
+    __slots__ = ("version", "broker_sets", "topics", "controllers")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetInfo]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    controllers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[int] = ..., broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class User(_message.Message):
     __slots__ = ("name", "access_key", "signing_key")
@@ -278,14 +302,18 @@ class AlterSyncStateSetReply(_message.Message):
     def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
 
 class ElectMasterRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "designated")
+    __slots__ = ("broker_set", "broker_id", "designated", "restarted", "unclean")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DESIGNATED_FIELD_NUMBER: _ClassVar[int]
+    RESTARTED_FIELD_NUMBER: _ClassVar[int]
+    UNCLEAN_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     designated: bool
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ...) -> None: ...
+    restarted: bool
+    unclean: bool
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ..., restarted: _Optional[bool] = ..., unclean: _Optional[bool] = ...) -> None: ...
 
 class ElectMasterReply(_message.Message):
     __slots__ = ("role",)
@@ -312,14 +340,18 @@ class BrokerSetRoute(_message.Message):
     def __init__(self, broker_set: _Optional[str] = ..., queues: _Optional[int] = ..., role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ...) -> None: ...
 
 class GetRouteReply(_message.Message):
-    __slots__ = ("topic", "perm", "broker_sets")
+    __slots__ = ("topic", "perm", "broker_sets", "metadata_age_ms", "from_broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     perm: str
     broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetRoute]
-    def __init__(self, topic: _Optional[str] = ..., perm: _Optional[str] = ..., broker_sets: _Optional[_Iterable[_Union[BrokerSetRoute, _Mapping]]] = ...) -> None: ...
+    metadata_age_ms: int
+    from_broker: bool
+    def __init__(self, topic: _Optional[str] = ..., perm: _Optional[str] = ..., broker_sets: _Optional[_Iterable[_Union[BrokerSetRoute, _Mapping]]] = ..., metadata_age_ms: _Optional[int] = ..., from_broker: _Optional[bool] = ...) -> None: ...
 
 class DescribeBrokerSetsRequest(_message.Message):
     __slots__ = ("names",)
@@ -328,12 +360,16 @@ class DescribeBrokerSetsRequest(_message.Message):
     def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DescribeBrokerSetsReply(_message.Message):
-    __slots__ = ("broker_sets", "liveness_known")
+    __slots__ = ("broker_sets", "liveness_known", "metadata_age_ms", "from_broker")
     BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
     LIVENESS_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    METADATA_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
     broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetInfo]
     liveness_known: bool
-    def __init__(self, broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., liveness_known: _Optional[bool] = ...) -> None: ...
+    metadata_age_ms: int
+    from_broker: bool
+    def __init__(self, broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., liveness_known: _Optional[bool] = ..., metadata_age_ms: _Optional[int] = ..., from_broker: _Optional[bool] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "queues", "perm", "retention_ms")
@@ -405,15 +441,51 @@ class AlterTopicRetentionReply(_message.Message):
     topic: TopicConfig
     def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
 
-class ListTopicsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class ListTopicsReply(_message.Message):
+class CreateTopicsRequest(_message.Message):
     __slots__ = ("topics",)
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[CreateTopicRequest]
+    def __init__(self, topics: _Optional[_Iterable[_Union[CreateTopicRequest, _Mapping]]] = ...) -> None: ...
+
+class CreateTopicResult(_message.Message):
+    __slots__ = ("name", "topic", "error_code", "error_message")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic: TopicConfig
+    error_code: str
+    error_message: str
+    def __init__(self, name: _Optional[str] = ..., topic: _Optional[_Union[TopicConfig, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class CreateTopicsReply(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CreateTopicResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CreateTopicResult, _Mapping]]] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("prefix", "start_after", "limit")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    start_after: str
+    limit: int
+    def __init__(self, prefix: _Optional[str] = ..., start_after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListTopicsReply(_message.Message):
+    __slots__ = ("topics", "next_start_after", "metadata_age_ms", "from_broker")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    METADATA_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+    next_start_after: str
+    metadata_age_ms: int
+    from_broker: bool
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., next_start_after: _Optional[str] = ..., metadata_age_ms: _Optional[int] = ..., from_broker: _Optional[bool] = ...) -> None: ...
 
 class CleanBrokerDataRequest(_message.Message):
     __slots__ = ("broker_set", "broker_ids", "clean_living")
@@ -496,7 +568,7 @@ class ControllerNodeInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusReply(_message.Message):
-    __slots__ = ("node_id", "raft_state", "leader_id", "leader_address", "term", "commit_index", "last_applied", "ready", "nodes", "brokers_heard")
+    __slots__ = ("node_id", "raft_state", "leader_id", "leader_address", "term", "commit_index", "last_applied", "ready", "nodes", "brokers_heard", "cluster_epoch", "members")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     RAFT_STATE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -507,6 +579,8 @@ class ClusterStatusReply(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     BROKERS_HEARD_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_state: str
     leader_id: str
@@ -517,7 +591,9 @@ class ClusterStatusReply(_message.Message):
     ready: bool
     nodes: _containers.RepeatedCompositeFieldContainer[ControllerNodeInfo]
     brokers_heard: int
-    def __init__(self, node_id: _Optional[str] = ..., raft_state: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., ready: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[ControllerNodeInfo, _Mapping]]] = ..., brokers_heard: _Optional[int] = ...) -> None: ...
+    cluster_epoch: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., raft_state: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., ready: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[ControllerNodeInfo, _Mapping]]] = ..., brokers_heard: _Optional[int] = ..., cluster_epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PlacementViolation(_message.Message):
     __slots__ = ("kind", "name", "code", "broker_set", "reason", "since_ms_ago")

@@ -355,6 +355,11 @@ class ControllerAdminStub:
                 request_serializer=controller__pb2.CreateTopicRequest.SerializeToString,
                 response_deserializer=controller__pb2.CreateTopicReply.FromString,
                 _registered_method=True)
+        self.CreateTopics = channel.unary_unary(
+                '/tidelog.controller.v1.ControllerAdmin/CreateTopics',
+                request_serializer=controller__pb2.CreateTopicsRequest.SerializeToString,
+                response_deserializer=controller__pb2.CreateTopicsReply.FromString,
+                _registered_method=True)
         self.DeleteTopic = channel.unary_unary(
                 '/tidelog.controller.v1.ControllerAdmin/DeleteTopic',
                 request_serializer=controller__pb2.DeleteTopicRequest.SerializeToString,
@@ -466,6 +471,12 @@ class ControllerAdminServicer:
     """Missing associated documentation comment in .proto file."""
 
     def CreateTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateTopics(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -605,6 +616,11 @@ def add_ControllerAdminServicer_to_server(servicer, server):
                     request_deserializer=controller__pb2.CreateTopicRequest.FromString,
                     response_serializer=controller__pb2.CreateTopicReply.SerializeToString,
             ),
+            'CreateTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTopics,
+                    request_deserializer=controller__pb2.CreateTopicsRequest.FromString,
+                    response_serializer=controller__pb2.CreateTopicsReply.SerializeToString,
+            ),
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopic,
                     request_deserializer=controller__pb2.DeleteTopicRequest.FromString,
@@ -738,6 +754,33 @@ class ControllerAdmin:
             '/tidelog.controller.v1.ControllerAdmin/CreateTopic',
             controller__pb2.CreateTopicRequest.SerializeToString,
             controller__pb2.CreateTopicReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.controller.v1.ControllerAdmin/CreateTopics',
+            controller__pb2.CreateTopicsRequest.SerializeToString,
+            controller__pb2.CreateTopicsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,269 @@
+"""How tidelog's costs grow with what it holds: topics and queues, and log size.
+
+Starts its own cluster (bench.cluster: one controller, a broker set of two replicas on loopback)
+and grows one dimension in steps, printing per step the costs that should stay flat or grow
+slowly, as a table and (with --json) one JSON object per dimension. Run from the repository root:
+
+    python -m bench.scale                                   # topics 1,000 / 5,000 / 20,000; log 256 MB, 1 GB
+    python -m bench.scale --topics 2000,20000,100000 --log-gb 1,5,10 --json
+    python -m bench.scale --only topics                     # one dimension
+
+Topics (each of `--queues` queues, 8 by default, created through the batched admin call,
+`AsyncAdmin.create_topics`: 1,000 a call, two calls in flight):
+- create rate (topics/s) for the step's new topics;
+- route lookup p50/p99 (ms): 300 first lookups of random topics, each a fresh route from the
+  controllers, one at a time;
+- idle CPU (% of one core) of the controller and of the master over 5 s with no requests: what
+  heartbeats and the leader's loop cost with this many topics;
+- RSS (MB) of the controller and the master;
+- the controller's snapshot and journal size on disk (MB), and its restart-to-serving time (s):
+  SIGTERM, start again, until a route lookup answers;
+- `tide topic list` (its first page, 1,000 topics) and `tide cluster status` (s), run as a user
+  would, output discarded.
+
+Log size (one replica's log grown to each size with 1 MiB batches of 1 KiB records, then the
+master killed with SIGKILL and started again):
+- restart to serving (s): from the start of the process until it answers a read at the log's
+  end as a slave or master (the crash recovery scans only from the last checkpoint);
+- the bytes recovery scanned, from the broker's log line.
+
+Every process it started is stopped by its pid at the end, and nothing listens beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.cluster import SYNC_REPLICATED, BenchCluster
+from tidelog.client.aio import AsyncClient
+from tidelog.localcluster import wait_until
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * PAGE / 1e6
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def idle_cpu_percent(pids: dict[str, int], seconds: float = 5.0) -> dict[str, float]:
+    before = {k: cpu_s(p) for k, p in pids.items()}
+    started = time.monotonic()
+    time.sleep(seconds)  # a measuring window, not an ordering wait
+    elapsed = time.monotonic() - started
+    return {k: round(100 * (cpu_s(p) - before[k]) / elapsed, 1) for k, p in pids.items()}
+
+
+def dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def timed_cli(args: list[str], controllers: str) -> float:
+    env = dict(os.environ, TIDE_CONTROLLERS=controllers)
+    started = time.monotonic()
+    subprocess.run(
+        [str(Path(sys.executable).with_name("tide")), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        timeout=600,
+    )
+    return round(time.monotonic() - started, 2)
+
+
+async def create_topics(controllers: str, names: list[str], queues: int, broker_set: str) -> float:
+    """Create `names` through the batched admin call (1,000 topics a call, two calls in flight);
+    returns topics per second."""
+    async with AsyncClient(controllers) as client:
+        admin = client.admin()
+        chunks = iter([names[i : i + 1000] for i in range(0, len(names), 1000)])
+
+        async def worker() -> None:
+            for chunk in chunks:
+                outcome = await admin.create_topics(chunk, queues=queues, broker_sets=[broker_set])
+                failed = {n: e for n, e in outcome.items() if e is not None}
+                if failed:
+                    raise RuntimeError(f"{len(failed)} topics not created, e.g. {next(iter(failed.items()))}")
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(2)))
+        return len(names) / (time.monotonic() - started)
+
+
+async def route_lookups(controllers: str, names: list[str], count: int = 300) -> list[float]:
+    async with AsyncClient(controllers) as client:
+        out = []
+        for name in random.Random(7).sample(names, min(count, len(names))):
+            started = time.perf_counter()
+            await client.route(name, refresh=True)
+            out.append((time.perf_counter() - started) * 1000)
+        return out
+
+
+def restart_controller(cluster: BenchCluster, probe_topic: str) -> float:
+    proc = cluster.controller
+    proc.stop()
+    started = time.monotonic()
+    proc.start()
+
+    async def answers() -> bool:
+        try:
+            async with AsyncClient(cluster.controller_address, send_timeout=2.0) as client:
+                await client.route(probe_topic, refresh=True)
+            return True
+        except Exception:
+            return False
+
+    wait_until(lambda: asyncio.run(answers()), 120, 0.05, what="the controller to serve routes again")
+    return round(time.monotonic() - started, 2)
+
+
+def topics_dimension(steps: list[int], queues: int, root: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with BenchCluster(root / "topics", broker_options=dict(SYNC_REPLICATED)) as cluster:
+        cluster.wait_ready("scale-probe", queues=1)
+        names: list[str] = []
+        for step in steps:
+            new = [f"scale-{i:07d}" for i in range(len(names), step)]
+            rate = asyncio.run(create_topics(cluster.controller_address, new, queues, cluster.broker_set))
+            names.extend(new)
+            # until the brokers serve the newest topic: heartbeats carried it
+            cluster.wait_topic(names[-1], 120)
+            lookups = asyncio.run(route_lookups(cluster.controller_address, names))
+            pids = cluster.pids
+            idle = idle_cpu_percent({"controller": pids["controller"], "master": pids["master"]})
+            row = {
+                "topics": step,
+                "queues": step * queues,
+                "create_per_s": round(rate),
+                "route_p50_ms": round(statistics.median(lookups), 2),
+                "route_p99_ms": round(percentile(lookups, 0.99), 2),
+                "idle_cpu_controller_pct": idle["controller"],
+                "idle_cpu_master_pct": idle["master"],
+                "rss_controller_mb": round(rss_mb(pids["controller"]), 1),
+                "rss_master_mb": round(rss_mb(pids["master"]), 1),
+                "controller_disk_mb": round(dir_mb(root / "topics" / "controller"), 1),
+                "topic_list_s": timed_cli(["topic", "list"], cluster.controller_address),
+                "cluster_status_s": timed_cli(["cluster", "status"], cluster.controller_address),
+                "controller_restart_s": restart_controller(cluster, names[0]),
+            }
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+_GROW = """
+import os, sys, time
+from tidelog.commitlog import CommitLog, Message
+directory, target = sys.argv[1], int(sys.argv[2])
+log = CommitLog.open(directory, flush="async")
+body = os.urandom(1024)
+batch = [Message("scale", q % 8, body) for q in range(1000)]
+while log.max_offset < target:
+    log.append(batch)
+end = log.max_offset
+while log.flushed_offset < end:  # the flusher's checkpoint follows within its interval
+    time.sleep(0.05)
+time.sleep(1.5)  # one checkpoint interval: recovery then starts at most one interval back
+os._exit(0)  # a crash: no clean close
+"""
+
+_OPEN = """
+import sys, time
+started = time.monotonic()
+from tidelog.commitlog import CommitLog
+imported = time.monotonic()
+log = CommitLog.open(sys.argv[1], flush="async")
+opened = time.monotonic()
+print(log.max_offset, round(imported - started, 3), round(opened - imported, 3))
+log.close()
+"""
+
+
+def log_dimension(steps_gb: list[float], root: Path) -> list[dict[str, Any]]:
+    """Grow one log to each size, leave it as a crash would, and time the next open."""
+    directory = root / "log"
+    rows: list[dict[str, Any]] = []
+    for gb in steps_gb:
+        target = int(gb * 1e9)
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-c", _GROW, str(directory), str(target)], check=True, timeout=3600)
+        write_s = time.monotonic() - started
+        out = subprocess.run(
+            [sys.executable, "-c", _OPEN, str(directory)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        ).stdout.split()
+        row = {
+            "log_gb": round(int(out[0]) / 1e9, 2),
+            "write_mb_s": round(target / 1e6 / write_s),
+            "open_after_crash_s": float(out[2]),
+            "import_s": float(out[1]),
+            "segments": len(list((directory / "commitlog").glob("*"))),
+        }
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--topics", default="1000,5000,20000", help="topic counts, one step each")
+    parser.add_argument("--queues", type=int, default=8, help="queues per topic")
+    parser.add_argument("--log-gb", default="0.25,1", help="log sizes in GB, one step each")
+    parser.add_argument("--only", choices=("topics", "log"), help="run one dimension")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--workdir", help="where the clusters live (default: a temporary directory)")
+    args = parser.parse_args(argv)
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="tidelog-scale-"))
+    results: dict[str, Any] = {}
+    try:
+        if args.only in (None, "topics"):
+            steps = sorted(int(s) for s in args.topics.split(",") if s)
+            results["topics"] = topics_dimension(steps, args.queues, root)
+        if args.only in (None, "log"):
+            results["log"] = log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        print(json.dumps(results))
+        return 0
+    for dimension, rows in results.items():
+        print(f"\n{dimension}")
+        keys = list(rows[0]) if rows else []
+        print("  ".join(f"{k:>14}" for k in keys))
+        for row in rows:
+            print("  ".join(f"{row[k]!s:>14}" for k in keys))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

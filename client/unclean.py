@@ -1,0 +1,75 @@
+"""What an operator's unclean election may lose: the RPO `tide admin elect --unclean` prints and
+the quorum drill checks (docs/RUNBOOK-quorum.md).
+
+The controller knows, per member, the last (epoch, max offset) the member reported to the Raft
+log; the last confirm offset it knows for a set is the highest one its SyncStateSet members
+reported. Electing a broker from outside the set loses what lies past that broker's own end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from tidelog.client.controllers import ControllerClient
+from tidelog.errors import InvalidArgumentError
+from tidelog.proto import broker_pb2 as bpb
+from tidelog.proto import broker_pb2_grpc as bpb_grpc
+from tidelog.tlsconfig import FROM_ENV, aio_channel, resolve_client
+from tidelog.wire import CHANNEL_OPTIONS
+
+
+@dataclass(frozen=True)
+class UncleanRpo:
+    """What an unclean election of `broker_id` may lose: the last confirm offset the controller
+    knows for the set (the highest offset its SyncStateSet members reported to the Raft log) minus
+    the candidate's own max offset, when positive."""
+
+    broker_set: str
+    broker_id: int
+    in_sync: bool
+    known_confirm_offset: int
+    candidate_max_offset: int
+
+    @property
+    def bytes(self) -> int:
+        return 0 if self.in_sync else max(0, self.known_confirm_offset - self.candidate_max_offset)
+
+    def line(self) -> str:
+        if self.in_sync:
+            return (
+                f"{self.broker_set}: broker {self.broker_id} is in the SyncStateSet: a clean election, RPO 0"
+            )
+        return (
+            f"{self.broker_set}: electing broker {self.broker_id} from outside the SyncStateSet: RPO "
+            f"{self.bytes} bytes may be lost (last confirm offset known {self.known_confirm_offset}, "
+            f"its max offset {self.candidate_max_offset}); writes acknowledged after the lost members' "
+            f"last report to the controller are not counted"
+        )
+
+
+async def unclean_rpo(c: ControllerClient, broker_set: str, broker_id: int) -> UncleanRpo:
+    """The RPO of electing `broker_id` of `broker_set` now (asked of the controllers and the broker)."""
+    reply = await c.describe_broker_sets([broker_set])
+    if not reply.broker_sets:
+        raise InvalidArgumentError(f"no broker set {broker_set!r}")
+    info = reply.broker_sets[0]
+    members = {m.broker_id: m for m in info.members}
+    if broker_id not in members:
+        raise InvalidArgumentError(f"broker {broker_id} is not a member of {broker_set}")
+    sss = set(info.role.sync_state_set)
+    known = max((members[b].last_max_offset for b in sss if b != broker_id and b in members), default=-1)
+    candidate = members[broker_id].last_max_offset
+    with contextlib.suppress(Exception):  # its own word is fresher than its last report; either will do
+        candidate = await broker_max_offset(members[broker_id].address)
+    return UncleanRpo(broker_set, broker_id, broker_id in sss, known, candidate)
+
+
+async def broker_max_offset(address: str) -> int:
+    """A broker's own max offset (its Status), fresher than what it last reported to the controller."""
+    channel = aio_channel(address, resolve_client(FROM_ENV), CHANNEL_OPTIONS)
+    try:
+        reply = await bpb_grpc.BrokerStub(channel).Status(bpb.StatusRequest(), timeout=3.0)
+        return int(reply.max_offset)
+    finally:
+        await channel.close()

@@ -1,0 +1,266 @@
+"""The data plane without the controllers: brokers answer route lookups from the cluster view
+their heartbeats bring, clients started while no controller answers find masters through them,
+and what needs a controller quorum answers CONTROLLER_UNAVAILABLE within seconds
+(docs/ARCHITECTURE.md §7.5).
+
+Each test pauses (SIGSTOP) every controller, waits until the brokers have noticed (their Status
+says how long ago a controller last answered), and resumes the controllers before it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
+from tests.brokers import _typed, pause, read_queues, resume, status_of
+from tests.procs import wait_until
+from tidelog.client import Client
+from tidelog.errors import ControllerUnavailableError, TopicNotFoundError
+from tidelog.proto import controller_pb2 as cpb
+from tidelog.proto import controller_pb2_grpc as cpb_grpc
+from tidelog.spark import fetch
+
+pytestmark = pytest.mark.slow
+
+SILENT_MS = 1500  # the brokers have heard from no controller for this long: the outage is seen
+
+
+def route_from(address: str, topic: str) -> cpb.GetRouteReply:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            return cpb_grpc.ControllerRouteStub(channel).GetRoute(cpb.GetRouteRequest(topic=topic), timeout=2)
+        except grpc.RpcError as exc:
+            raise _typed(exc) from None
+
+
+@contextlib.contextmanager
+def controllers_down(cluster: BrokerCluster) -> Iterator[None]:
+    """Every controller paused until the block ends, once every broker has noticed."""
+    procs = list(cluster.cc.procs.values())
+    for p in procs:
+        pause(p)
+    try:
+        for i in range(len(cluster.bs.procs)):
+            wait_until(
+                lambda i=i: (
+                    (s := status_of(cluster.bs, i)) is not None and s.controller_heard_ms_ago > SILENT_MS
+                ),
+                15,
+                what=f"broker {i} to notice the controllers' silence",
+            )
+        yield
+    finally:
+        for p in procs:
+            resume(p)
+
+
+def test_a_broker_answers_routes_with_their_age(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    cluster = broker_cluster(2)
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[1 - m], TOPIC).broker_sets, 10, what="a broker's view")
+    reply = route_from(bs.addresses[1 - m], TOPIC)
+    assert reply.from_broker and 0 <= reply.metadata_age_ms < 5000
+    (route,) = reply.broker_sets
+    assert route.queues == QUEUES and route.role.has_master
+    assert route.role.master_address == bs.addresses[m]
+    assert sorted(r.address for r in route.replicas) == sorted(bs.addresses)
+    with pytest.raises(TopicNotFoundError):
+        route_from(bs.addresses[m], "no-such-topic")
+    with controllers_down(cluster):
+        stale = route_from(bs.addresses[m], TOPIC)
+        assert stale.metadata_age_ms > SILENT_MS
+        assert stale.broker_sets[0].role.master_address == bs.addresses[m]
+
+
+def test_a_producer_started_during_the_outage_sends_through_a_broker(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    cluster = broker_cluster(2, flush="sync")
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[m], TOPIC).broker_sets, 10, what="a broker's view")
+    bootstrap = f"{cluster.controllers},{bs.addresses[1 - m]}"
+    with controllers_down(cluster), Client(bootstrap, send_timeout=20) as client:
+        receipts = [client.producer().send(TOPIC, b"during-%d" % i) for i in range(20)]
+        assert {r.broker_set for r in receipts} == {"broker-a"}
+        # readers started now read them back, through the slave the bootstrap list names
+        readers = [client.reader(TOPIC, q) for q in range(QUEUES)]
+        got: list[bytes] = []
+
+        def read_all() -> bool:
+            for r in readers:
+                got.extend(msg.body for msg in r.read(max_messages=100, timeout=0.1))
+            return len(got) >= 20
+
+        wait_until(read_all, 15, what="the readers to read what was sent")
+        # a Spark batch read plans from the same broker: every queue's confirmed offsets
+        view = fetch.run(lambda c: fetch.cluster_view(c, [TOPIC]), bs.addresses[1 - m])
+        assert sum(q.confirmed - q.min for q in view.states) >= 20
+    assert sorted(got) == sorted(b"during-%d" % i for i in range(20))
+    stored = {b for q in read_queues(bs.clients[m], TOPIC, QUEUES).values() for b in q}
+    assert {b"during-%d" % i for i in range(20)} <= stored
+
+
+def test_a_running_producer_keeps_being_acknowledged(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    cluster = broker_cluster(2, flush="sync")
+    bs = cluster.bs
+    acked: list[bytes] = []
+    failed: list[BaseException] = []
+    stop = threading.Event()
+    with Client(cluster.controllers, send_timeout=10) as client:
+        producer = client.producer()
+
+        def run() -> None:
+            i = 0
+            while not stop.is_set():
+                body = b"run-%d" % i
+                i += 1
+                try:
+                    producer.send(TOPIC, body)
+                    acked.append(body)
+                except Exception as exc:
+                    failed.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        try:
+            wait_until(lambda: len(acked) >= 20, 10, what="the producer to run")
+            with controllers_down(cluster):
+                before = len(acked)
+                wait_until(lambda: len(acked) >= before + 50, 15, what="acks during the outage")
+            after = len(acked)
+            wait_until(lambda: len(acked) >= after + 20, 15, what="acks after the outage")
+        finally:
+            stop.set()
+            thread.join(30)
+    assert not failed, failed[:3]
+    m = bs.wait_master()
+    stored = {b for q in read_queues(bs.clients[m], TOPIC, QUEUES).values() for b in q}
+    assert set(acked) <= stored
+
+
+def test_a_topic_create_during_the_outage_is_refused_within_seconds(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    cluster = broker_cluster(2)
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[m], TOPIC).broker_sets, 10, what="a broker's view")
+    with controllers_down(cluster):
+        for bootstrap in (cluster.controllers, bs.addresses[m]):
+            with Client(bootstrap) as client:
+                started = time.monotonic()
+                with pytest.raises(ControllerUnavailableError) as err:
+                    client.admin().create_topic("new-topic", queues=2)
+                took = time.monotonic() - started
+            assert err.value.retryable and err.value.code == "CONTROLLER_UNAVAILABLE"
+            assert took < 12, f"{bootstrap}: CONTROLLER_UNAVAILABLE after {took:.1f} s"
+    # once they are back, the same create goes through a broker's address (it names the leader)
+    with Client(bs.addresses[m]) as client:
+        wait_until(
+            lambda: _created(client, "new-topic"),
+            20,
+            what="the topic create to go through once the controllers are back",
+        )
+
+
+def _created(client: Client, name: str) -> bool:
+    try:
+        client.admin().create_topic(name, queues=2)
+    except ControllerUnavailableError:
+        return False
+    return True
+
+
+def test_group_members_read_through_the_outage(broker_cluster: Callable[..., BrokerCluster]) -> None:
+    """A member holding queues reads on (nobody can take them over while the controllers are away);
+    a shared member started during the outage, with only a broker's address, receives at once."""
+    cluster = broker_cluster(2)
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[m], TOPIC).broker_sets, 10, what="a broker's view")
+    with Client(cluster.controllers) as client:
+        producer = client.producer()
+        for i in range(20):
+            producer.send(TOPIC, b"before-%d" % i)
+        member = client.consumer(group="g", topic=TOPIC)
+        seen: list[bytes] = []
+
+        def poll_until(n: int) -> bool:
+            seen.extend(msg.body for msg in member.poll(max_messages=100, timeout=0.2))
+            return len(seen) >= n
+
+        try:
+            wait_until(lambda: poll_until(20), 20, what="the member to read what was sent before")
+            with controllers_down(cluster):
+                for i in range(20):
+                    producer.send(TOPIC, b"during-%d" % i)
+                wait_until(lambda: poll_until(40), 20, what="the member to read on during the outage")
+                with Client(bs.addresses[1 - m]) as late:
+                    shared = late.consumer(group="s", topic=TOPIC, mode="shared")
+                    got: list[Any] = []
+                    try:
+                        wait_until(
+                            lambda: got.extend(shared.poll(max_messages=100, timeout=0.2)) or len(got) >= 40,
+                            20,
+                            what="a shared member started during the outage to receive",
+                        )
+                        shared.ack_all(got)
+                    finally:
+                        shared.close()
+        finally:
+            member.close()
+    assert sorted(seen) == sorted(
+        [b"before-%d" % i for i in range(20)] + [b"during-%d" % i for i in range(20)]
+    )
+    assert sorted(msg.body for msg in got) == sorted(seen)
+
+
+def test_ledger_adds_go_on_and_what_needs_metadata_waits(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    """Adds to an open ledger need no controller (the writer and the broker set know its metadata);
+    a create and a close answer CONTROLLER_UNAVAILABLE, and the close succeeds once they are back."""
+    from tidelog.ledger import Ledgers
+
+    cluster = broker_cluster(2, flush="sync")
+    bs = cluster.bs
+    m = bs.wait_master()
+    wait_until(lambda: route_from(bs.addresses[m], TOPIC).broker_sets, 10, what="a broker's view")
+    with Client(cluster.controllers) as client:
+        ledgers = Ledgers(client)
+        w = ledgers.create_ledger(2, 2, 2, b"pw")
+        assert w.add_entry(b"before") == 0
+        with controllers_down(cluster):
+            # longer than the writer's cached view of the set lives (5 s): it is refreshed from a broker
+            started = time.monotonic()
+            ids = []
+            while time.monotonic() - started < 6.0:
+                ids.append(w.add_entry(b"during-%d" % len(ids)))
+            assert ids == list(range(1, len(ids) + 1))
+            with pytest.raises(ControllerUnavailableError):
+                ledgers.create_ledger(2, 2, 2, b"pw")
+            with pytest.raises(ControllerUnavailableError):
+                w.close()
+        wait_until(lambda: _closed(w), 30, what="the close to go through once the controllers are back")
+        r = ledgers.open_ledger(w.ledger_id, b"pw")
+        assert r.last_add_confirmed == len(ids)
+        assert [e.data for e in r.read_entries(0, r.last_add_confirmed)] == [b"before"] + [
+            b"during-%d" % i for i in range(len(ids))
+        ]
+
+
+def _closed(w: Any) -> bool:
+    try:
+        w.close()
+    except ControllerUnavailableError:
+        return False
+    return True

@@ -1,0 +1,200 @@
+"""The cluster-epoch fencing rules (tidelog/clusterepoch.py): an answer of an older cluster epoch is
+refused, a node of an older epoch cannot join, each epoch has its own Raft password; and the
+offline parts of a recovery (controller/recover.py) on a node's files."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.client.controllers import _EpochCheck, _read_epoch, _retryable, _write_epoch
+from tidelog.clusterepoch import (
+    EPOCH_KEY,
+    ClusterIdentity,
+    EpochSeen,
+    admit,
+    may_join,
+    raft_password,
+    reply_epoch,
+)
+from tidelog.controller import config as ccfg
+from tidelog.controller.recover import load_identity, prepare_join, save_identity
+from tidelog.errors import ClusterEpochFencedError, ConfigError
+from tidelog.wire import error_from_rpc
+
+epochs = st.integers(min_value=0, max_value=1 << 40)
+
+
+@given(epochs, epochs)
+def test_an_answer_of_an_older_epoch_is_refused_and_a_newer_one_raises_the_known_epoch(seen, answered):
+    if answered < seen:
+        with pytest.raises(ClusterEpochFencedError) as exc:
+            admit(seen, answered)
+        assert exc.value.retryable and str(seen) in exc.value.message
+    else:
+        assert admit(seen, answered) == answered
+
+
+def test_epoch_seen_only_grows_and_says_when_it_grew():
+    seen = EpochSeen()
+    assert seen.check(0) is False
+    assert seen.check(2) is True and seen.value == 2
+    assert seen.check(2) is False
+    with pytest.raises(ClusterEpochFencedError):
+        seen.check(1)
+    assert seen.value == 2
+
+
+def test_a_reply_without_an_epoch_is_epoch_zero():
+    assert reply_epoch(()) == 0
+    assert reply_epoch(None) == 0
+    assert reply_epoch(((EPOCH_KEY, "3"),)) == 3
+    assert reply_epoch(((EPOCH_KEY, b"4"), ("other", "9"))) == 4
+    assert reply_epoch(((EPOCH_KEY, "garbage"),)) == 0
+
+
+@given(st.one_of(st.none(), epochs), epochs)
+def test_only_an_empty_node_or_one_of_the_same_epoch_may_join(node_epoch, cluster_epoch):
+    assert may_join(node_epoch, cluster_epoch) == (node_epoch is None or node_epoch == cluster_epoch)
+
+
+def test_an_older_epochs_node_cannot_join():
+    assert not may_join(0, 1)
+    assert may_join(None, 1)
+
+
+@given(st.text(min_size=1, max_size=40), epochs, epochs)
+def test_every_epoch_has_its_own_raft_password(secret, a, b):
+    assert (raft_password(secret, a) == raft_password(secret, b)) == (a == b)
+
+
+def test_epoch_zero_keeps_the_secret_as_the_password():
+    # a cluster that was never recovered keeps its wire: old and new code agree
+    assert raft_password("s3cret", 0) == "s3cret"
+    with pytest.raises(ValueError):
+        raft_password("s3cret", -1)
+
+
+@given(epochs, st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=1, max_size=3, unique=True))
+def test_identity_file_round_trip(epoch, members):
+    ident = ClusterIdentity(epoch, tuple(members), "c3")
+    assert ClusterIdentity.from_json(ident.to_json()) == ident
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{}",
+        '{"format": 1, "cluster_epoch": -1, "members": ["c1"]}',
+        '{"format": 1, "cluster_epoch": 1, "members": []}',
+    ],
+)
+def test_a_broken_identity_file_is_a_config_error(text):
+    with pytest.raises(ConfigError):
+        ClusterIdentity.from_json(text)
+
+
+# --- the client's check ----------------------------------------------------------------------
+
+
+class _Call:
+    """A finished unary call, as an interceptor's continuation returns it."""
+
+    def __init__(self, epoch: int | None, error: grpc.aio.AioRpcError | None = None) -> None:
+        self.md = grpc.aio.Metadata(*(((EPOCH_KEY, str(epoch)),) if epoch is not None else ()))
+        self.error = error
+
+    def __await__(self):
+        if self.error is not None:
+            raise self.error
+        yield from ()
+        return "reply"
+
+    async def initial_metadata(self):
+        return self.md
+
+
+async def _through(check: _EpochCheck, call: _Call) -> object:
+    async def continuation(details, request):
+        return call
+
+    return await check.intercept_unary_unary(continuation, None, None)
+
+
+def test_the_client_refuses_an_older_epoch_as_a_retryable_typed_error():
+    asyncio.run(_client_refuses())
+
+
+async def _client_refuses() -> None:
+    raised: list[int] = []
+    check = _EpochCheck("127.0.0.1:1", EpochSeen(), raised.append)
+    assert await _through(check, _Call(1)) is not None
+    assert raised == [1]
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await _through(check, _Call(0))
+    err = error_from_rpc(exc.value)
+    assert isinstance(err, ClusterEpochFencedError) and _retryable(err)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await _through(check, _Call(None))  # a controller that names no epoch is epoch 0
+    assert check.seen.value == 1
+
+
+def test_an_unreachable_node_is_not_taken_for_an_old_epoch():
+    asyncio.run(_unreachable_passes())
+
+
+async def _unreachable_passes() -> None:
+    check = _EpochCheck("127.0.0.1:1", EpochSeen(3), lambda _e: None)
+    down = grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await _through(check, _Call(None, down))
+    assert exc.value is down  # passed through, not turned into a fencing
+
+
+def test_the_seen_epoch_file_round_trips(tmp_path: Path):
+    path = tmp_path / "controller-cluster.epoch"
+    assert _read_epoch(path) == 0
+    _write_epoch(path, 7)
+    assert _read_epoch(path) == 7
+
+
+# --- the node's files ------------------------------------------------------------------------
+
+
+def _cfg(tmp_path: Path, node_id: str) -> ccfg.ControllerConfig:
+    nodes = [
+        {"id": f"c{i}", "raft": f"127.0.0.1:{47100 + i}", "grpc": f"127.0.0.1:{47200 + i}"} for i in (1, 2, 3)
+    ]
+    return ccfg.parse(
+        {"nodes": nodes, "data_dir": str(tmp_path / "data"), "secret": "x" * 32}, node_id=node_id
+    )
+
+
+def test_a_joining_node_is_wiped_never_merged(tmp_path: Path):
+    cfg = _cfg(tmp_path, "c1")
+    cfg.node_dir.mkdir(parents=True)
+    (cfg.node_dir / "raft.journal").write_bytes(b"old majority's log")
+    moved = prepare_join(cfg, 1, ("c3",))
+    assert moved is not None and (moved / "raft.journal").read_bytes() == b"old majority's log"
+    assert sorted(p.name for p in cfg.node_dir.iterdir()) == ["cluster.json"]
+    assert load_identity(cfg) == ClusterIdentity(1, ("c1", "c3"))
+
+
+def test_a_node_of_a_newer_epoch_is_not_pulled_back(tmp_path: Path):
+    cfg = _cfg(tmp_path, "c1")
+    save_identity(cfg, ClusterIdentity(5, ("c1",)))
+    with pytest.raises(ConfigError, match="newer"):
+        prepare_join(cfg, 2, ("c3",))
+
+
+def test_an_identity_naming_an_unknown_member_is_refused(tmp_path: Path):
+    cfg = _cfg(tmp_path, "c1")
+    save_identity(cfg, ClusterIdentity(1, ("c1", "c9")))
+    with pytest.raises(ConfigError, match="c9"):
+        load_identity(cfg)

@@ -1,0 +1,206 @@
+"""The master's right to acknowledge writes (`ha.lease`), and the argument of docs/ARCHITECTURE.md
+§3.5 that lets the replication rule stand in for the lease while no controller answers: one test
+(or more) per numbered step, named after it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.controller.election import elect
+from tidelog.controller.model import LiveInfo
+from tidelog.ha import roles
+from tidelog.ha.lease import LEASE_FRACTION, Lease
+from tidelog.ha.mastercore import (
+    Acked,
+    AlterFailed,
+    Appended,
+    ControllerState,
+    MasterCore,
+    Release,
+    Sent,
+    SlaveJoined,
+    SlaveLeft,
+    Waiting,
+)
+from tidelog.ha.syncstate import Proposal
+from tidelog.invariants import InvariantViolation
+
+M = 0
+
+
+def master(sss: frozenset[int] = frozenset({M, 1}), *, master_max: int = 100) -> MasterCore:
+    return MasterCore.start(
+        broker_id=M,
+        epoch=2,
+        sync_state_set=sss,
+        sss_epoch=1,
+        master_max=master_max,
+        confirm=master_max,
+        epoch_start=0,
+        max_not_catchup_ms=1000,
+        now_ms=0,
+    )
+
+
+# ---------------------------------------------------------------------------------- the lease
+
+
+def test_lease_holds_for_a_fraction_of_the_timeout_from_when_the_heartbeat_was_sent():
+    lease = Lease()
+    assert not lease.holds(0)  # never renewed
+    lease.renew(1_000, 4_000, unclean_elections=False)
+    assert lease.holds(1_000 + int(LEASE_FRACTION * 4_000))
+    assert not lease.holds(1_001 + int(LEASE_FRACTION * 4_000))
+
+
+def test_a_late_answer_to_an_older_heartbeat_never_shortens_the_lease():
+    lease = Lease()
+    lease.renew(5_000, 4_000, unclean_elections=False)
+    lease.renew(1_000, 4_000, unclean_elections=False)
+    assert lease.until_ms == 5_000 + 3_000
+
+
+@pytest.mark.parametrize(("fraction", "timeout"), [(0.0, 1), (1.0, 1), (0.5, 0)])
+def test_a_lease_that_could_outlive_the_controllers_timeout_is_refused(fraction: float, timeout: int):
+    with pytest.raises(InvariantViolation):
+        Lease(fraction=fraction).renew(0, timeout, unclean_elections=False)
+
+
+# ------------------------------------------------------------------ §3.5 step 1: clean elections
+
+
+@given(
+    sss=st.frozensets(st.integers(0, 4), max_size=5),
+    members=st.frozensets(st.integers(0, 6), max_size=7),
+    alive=st.frozensets(st.integers(0, 6), max_size=7),
+    old=st.none() | st.integers(0, 6),
+    preferred=st.none() | st.integers(0, 6),
+)
+def test_3_5_1_a_clean_election_picks_only_a_member_of_the_controllers_set(
+    sss, members, alive, old, preferred
+):
+    live = {b: LiveInfo(epoch=1, max_offset=0) for b in alive}
+    winner = elect(sss, members | sss, old, preferred, live, enable_unclean=False)
+    assert winner is None or winner in sss
+
+
+def test_3_5_1_a_master_alone_in_its_set_cannot_be_replaced_by_a_clean_election():
+    live = {1: LiveInfo(epoch=1, max_offset=10**6)}  # the slave is alive, the master is not
+    assert elect({M}, {M, 1}, M, None, live, enable_unclean=False) is None
+
+
+# ------------------------------------------------------ §3.5 step 2: every set the controller may know
+
+
+def test_3_5_2_an_expansion_counts_from_the_moment_it_is_proposed():
+    c = master(frozenset({M}))
+    c.step(SlaveJoined(1, 100), 1)
+    assert c.tracker.pending == Proposal(frozenset({M, 1}), 1)
+    c.step(Appended(200), 2)
+    assert c.held_by_all() == 100  # the joining member does not hold 200 yet
+    c.step(Sent(1, 200), 3)
+    c.step(Acked(1, 200), 4)
+    assert c.held_by_all() == 200
+
+
+def test_3_5_2_a_shrink_counts_only_once_the_controller_confirms_it():
+    c = master(frozenset({M, 1}))
+    c.step(SlaveJoined(1, 100), 1)
+    c.step(SlaveLeft(1), 2)  # proposes {M}
+    c.step(Appended(200), 3)
+    assert c.held_by_all() == -1  # member 1 may still be elected, and is gone: nothing is covered
+    c.step(ControllerState(frozenset({M}), 2), 4)
+    assert c.held_by_all() == 200
+
+
+def test_3_5_2_a_late_refusal_of_an_overtaken_proposal_keeps_the_newer_one_counted():
+    c = master(frozenset({M}))
+    c.step(SlaveJoined(1, 100), 1)
+    first = c.tracker.pending
+    assert first is not None
+    c.step(ControllerState(frozenset({M, 1}), 2), 2)  # applied
+    c.step(SlaveJoined(2, 100), 3)  # a newer expansion from set epoch 2
+    newer = c.tracker.pending
+    assert newer is not None and 2 in newer.new_sync_state_set
+    c.step(AlterFailed(first, 1), 4)  # the late answer about the first one
+    assert c.tracker.pending == newer and 2 in c.tracker.effective
+
+
+# ------------------------------------------- §3.5 step 3: what the rule releases, every member holds
+
+
+@given(
+    acks=st.dictionaries(st.integers(1, 3), st.integers(0, 300), max_size=3),
+    master_max=st.integers(100, 300),
+    needed=st.integers(1, 4),
+)
+def test_3_5_3_a_release_past_the_confirmed_quorum_is_held_by_every_member(acks, master_max, needed):
+    c = master(frozenset({M, 1, 2, 3}), master_max=100)
+    for s in (1, 2, 3):
+        c.step(SlaveJoined(s, 100), 0)
+    c.step(Appended(master_max), 1)
+    c.step(Waiting(needed), 1)
+    for s, offset in sorted(acks.items()):
+        c.step(Sent(s, master_max), 2)
+        actions = c.step(Acked(s, min(offset, master_max)), 3)
+        for a in actions:
+            if isinstance(a, Release) and a.offset > 100 and needed > 1:
+                holders = [m for m in (1, 2, 3) if c.slaves[m].ack_offset >= a.offset]
+                assert len(holders) + 1 >= a.needed
+    held = c.held_by_all()
+    assert all(c.slaves[s].ack_offset >= held for s in (1, 2, 3)) and held <= c.master_max
+
+
+# ------------------------------------------------------------- §3.5 step 4: promotion keeps what was acked
+
+
+def test_3_5_4_a_promoted_slave_stops_following_before_it_leads_and_keeps_its_log():
+    core = roles.RoleCore()
+    old = roles.Role(True, 0, "m", "m-ha", 2, frozenset({0, 1}), 1)
+    core.step(roles.Assigned(old, 2, 1), 0)
+    new = roles.Role(True, 1, "s", "s-ha", 3, frozenset({0, 1}), 2)
+    actions = core.step(roles.Assigned(new, 2, 1), 1)
+    names = [type(a).__name__ for a in actions]
+    assert names.index("StopSlave") < names.index("Promote")
+    promote = next(a for a in actions if isinstance(a, roles.Promote))
+    assert promote.new_epoch  # the epoch starts at its max offset: nothing it acked is cut
+
+
+# ------------------------------------------------------------------ §3.5 steps 5-6: the decision
+
+
+def test_3_5_5_the_rule_stands_in_for_the_lease_only_for_a_write_every_member_holds():
+    lease = Lease()
+    lease.renew(0, 4_000, unclean_elections=False)
+    later = 60_000  # no controller has answered for a minute
+    assert not lease.holds(later)
+    assert lease.may_acknowledge(later, 500, 500, replication="sync")
+    assert not lease.may_acknowledge(later, 501, 500, replication="sync")
+    assert lease.may_start(later, replication="sync", needs_every_member=True)
+    assert not lease.may_start(later, replication="sync", needs_every_member=False)
+
+
+def test_3_5_6_while_the_lease_holds_nothing_changes():
+    lease = Lease()
+    lease.renew(0, 4_000, unclean_elections=True)
+    assert lease.may_acknowledge(100, 501, 500, replication="async")
+    assert lease.may_start(100, replication="async", needs_every_member=False)
+
+
+# --------------------------------------------------------- §3.5 step 7: where the lease stays
+
+
+@pytest.mark.parametrize(("unclean", "replication"), [(True, "sync"), (False, "async"), (True, "async")])
+def test_3_5_7_unclean_elections_or_async_replication_keep_the_lease(unclean: bool, replication: str):
+    lease = Lease()
+    lease.renew(0, 4_000, unclean_elections=unclean)
+    assert not lease.may_acknowledge(60_000, 500, 500, replication=replication)
+    assert not lease.may_start(60_000, replication=replication, needs_every_member=True)
+
+
+def test_3_5_7_a_broker_that_never_heard_a_controller_assumes_unclean_elections():
+    lease = Lease()
+    assert lease.unclean_elections
+    assert not lease.may_acknowledge(1, 0, 0, replication="sync")

@@ -1,0 +1,142 @@
+"""The cluster epoch: which controller cluster an answer comes from, and the rules that fence an
+older one after a forced quorum recovery (docs/RUNBOOK-quorum.md, docs/ARCHITECTURE.md §7.7).
+
+A controller cluster starts at cluster epoch 0. `tide controller recover` restarts one surviving
+node as a new one-node cluster at epoch N+1. The epoch is
+- persisted in the node's identity file (`cluster.json` in its node dir, with the members),
+- mixed into the Raft password, so nodes of different epochs cannot exchange a Raft message
+  (a returning node of the old majority can neither vote in nor join the new cluster),
+- sent with every controller reply (gRPC initial metadata `tidelog-cluster-epoch`), so that a
+  broker or client that has seen epoch N refuses answers of an older epoch.
+
+Pure: no I/O, no clock. The shells are `controller/recover.py` (files, the offline recovery),
+`controller/raft.py` and `controller/node.py` (the server side) and `client/controllers.py` (the
+check on every reply).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+
+from tidelog.errors import ClusterEpochFencedError, ConfigError
+
+#: The gRPC metadata key carrying the answering controller's cluster epoch.
+EPOCH_KEY = "tidelog-cluster-epoch"
+#: The identity file in a controller's node dir; absent: epoch 0 with the config's members.
+IDENTITY_FILE = "cluster.json"
+IDENTITY_FORMAT = 1
+
+
+def raft_password(secret: str, cluster_epoch: int) -> str:
+    """PySyncObj's password for a cluster epoch: the secret itself at epoch 0 (clusters that were
+    never recovered keep their wire), else a key derived from it, one per epoch, so that two
+    epochs' nodes fail each other's handshake."""
+    if cluster_epoch < 0:
+        raise ValueError(f"a cluster epoch is never negative (got {cluster_epoch})")
+    if cluster_epoch == 0:
+        return secret
+    label = f"tidelog raft cluster-epoch {cluster_epoch}".encode()
+    return hmac.new(secret.encode(), label, hashlib.sha256).hexdigest()
+
+
+def reply_epoch(metadata: object) -> int:
+    """The cluster epoch a reply's metadata names; 0 when it names none (a controller that was
+    never recovered, or one older than cluster epochs: both are epoch 0)."""
+    for item in metadata or ():  # type: ignore[attr-defined]
+        key, value = item[0], item[1]
+        if key == EPOCH_KEY:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            try:
+                return max(0, int(text))
+            except ValueError:
+                return 0
+    return 0
+
+
+def admit(seen: int, answered: int, source: str = "a controller") -> int:
+    """The cluster epoch known after an answer of epoch `answered` when `seen` was known before.
+
+    An answer of an older epoch is refused (`ClusterEpochFencedError`): its controller belongs to
+    a cluster a forced recovery replaced, and what it says (masters, SyncStateSets) may contradict
+    the new cluster's decisions.
+    """
+    if answered < seen:
+        raise ClusterEpochFencedError(
+            f"{source} answered from cluster epoch {answered}, but cluster epoch {seen} was already "
+            f"seen: its answer is refused",
+            cluster_epoch=answered,
+            seen_epoch=seen,
+        )
+    return answered
+
+
+def may_join(node_epoch: int | None, cluster_epoch: int) -> bool:
+    """Whether a controller whose data dir holds `node_epoch` (None: an empty, wiped data dir)
+    may start as a member of a cluster at `cluster_epoch`.
+
+    Only an empty data dir joins a recovered cluster: a node of an older epoch holds a log the
+    new cluster never agreed to (what the lost majority may have committed after the survivor's
+    last commit), and merging it would bring that history back. One of the same epoch is a
+    member restarting; one of a newer epoch belongs to a newer cluster.
+    """
+    return node_epoch is None or node_epoch == cluster_epoch
+
+
+@dataclass
+class EpochSeen:
+    """The highest cluster epoch a client or broker has seen, checked against every answer."""
+
+    value: int = 0
+
+    def check(self, answered: int, source: str = "a controller") -> bool:
+        """Admit an answer (raising when fenced); True when it raised the known epoch."""
+        new = admit(self.value, answered, source)
+        raised = new > self.value
+        self.value = new
+        return raised
+
+
+@dataclass(frozen=True)
+class ClusterIdentity:
+    """What a controller's `cluster.json` holds: its cluster epoch and the members (node ids)
+    of its cluster; `recovered_from` names the node whose log the epoch started from."""
+
+    epoch: int
+    members: tuple[str, ...]
+    recovered_from: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": IDENTITY_FORMAT,
+                "cluster_epoch": self.epoch,
+                "members": list(self.members),
+                "recovered_from": self.recovered_from,
+            },
+            indent=2,
+            sort_keys=True,
+        )
+
+    @staticmethod
+    def from_json(text: str, where: str = IDENTITY_FILE) -> ClusterIdentity:
+        try:
+            raw = json.loads(text)
+            if not isinstance(raw, dict) or raw.get("format") != IDENTITY_FORMAT:
+                raise ValueError("unknown format")
+            epoch = raw["cluster_epoch"]
+            members = raw["members"]
+            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+                raise ValueError(f"cluster_epoch {epoch!r}")
+            if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+                raise ValueError(f"members {members!r}")
+            return ClusterIdentity(epoch, tuple(members), str(raw.get("recovered_from", "")))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"{where} is not a controller identity file ({exc})",
+                key=IDENTITY_FILE,
+                hint="restore it from the node's backup, or wipe the node and add it back with "
+                "`tide controller add-node`",
+            ) from None
