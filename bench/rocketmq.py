@@ -107,6 +107,10 @@ async def _tidelog_latency(client: AsyncClient, topic: str, messages: int) -> li
     return seen
 
 
+def _progress(what: str) -> None:
+    print(what, file=sys.stderr, flush=True)
+
+
 def _percentiles(seconds: list[float]) -> dict[str, float]:
     ordered = sorted(seconds)
     if not ordered:
@@ -201,12 +205,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     return endpoint, figures
 
+            t0 = time.monotonic()
             endpoint, own = loops.run(go())
+            _progress(f"tidelog client done after {time.monotonic() - t0:.1f}s")
             official = _official(endpoint, "rocketmq", args.messages, args.in_flight)
+            _progress(f"RocketMQ Python client done after {time.monotonic() - t0:.1f}s")
             official["latency"] = _percentiles(official.pop("latency_s"))
             node = _node(endpoint, args.messages, args.in_flight)
             if node is not None:
                 node["latency"] = _percentiles(node.pop("latency_s"))
+                _progress(f"RocketMQ Node.js client done after {time.monotonic() - t0:.1f}s")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {

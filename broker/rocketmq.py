@@ -84,6 +84,7 @@ DLQ_WAIT_S = 5.0  # how long a forward to a dead-letter topic just created waits
 ACCEPTED_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
 TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO", d.DELAY: "DELAY", d.TRANSACTION: "TRANSACTION"}
 CHECK_QUEUE = 1000  # checks waiting for one producer's Telemetry stream; beyond, a check is skipped
+SETTINGS_AGAIN_S = (0.5, 3.0)  # when a stream's first Settings is answered again (Telemetry)
 
 
 def refused(code: str, message: str) -> InvalidArgumentError:
@@ -341,9 +342,18 @@ class MessagingService(s_grpc.MessagingServiceServicer):
     ) -> AsyncIterator[s.TelemetryCommand]:
         """Each Settings the client announces is answered with the settings it is to use; the
         other commands the client sends are read and dropped. A producer's stream also carries
-        the checks of its topics' orphaned transactions (RecoverOrphanedTransactionCommand)."""
+        the checks of its topics' orphaned transactions (RecoverOrphanedTransactionCommand).
+
+        The answer to a stream's first Settings is sent again SETTINGS_AGAIN_S later: the Node.js
+        client 1.0.8 starts waiting for it only once it has every topic's route, and one that came
+        before was lost to it (its startup then waited for the next, five minutes on)."""
         out: asyncio.Queue[s.TelemetryCommand | None] = asyncio.Queue(CHECK_QUEUE)
         topics: set[str] = set()
+        again: list[asyncio.TimerHandle] = []
+
+        def offer(reply: s.TelemetryCommand) -> None:
+            with contextlib.suppress(asyncio.QueueFull):
+                out.put_nowait(reply)
 
         async def read() -> None:
             try:
@@ -353,6 +363,9 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                             self._announced(command.settings, _client_id(context), out, topics)
                             reply = s.TelemetryCommand(status=OK, settings=self._settings(command.settings))
                             await out.put(reply)
+                            if not again:
+                                loop = asyncio.get_running_loop()
+                                again.extend(loop.call_later(t, offer, reply) for t in SETTINGS_AGAIN_S)
             finally:
                 with contextlib.suppress(asyncio.QueueFull):
                     out.put_nowait(None)
@@ -363,6 +376,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 yield command
         finally:
             reader.cancel()
+            for handle in again:
+                handle.cancel()
             for t in topics:
                 streams = self._producers.get(t, [])
                 with contextlib.suppress(ValueError):

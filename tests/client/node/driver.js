@@ -315,6 +315,7 @@ async function bench(endpoint, { topic, latencyTopic, group, messages, inFlight 
     let t0 = performance.now();
     for (let i = 0; i < messages; i++) await producer.send(one(topic, i));
     out.sync = rate(messages, t0);
+    console.error('bench: sync sends done');
     t0 = performance.now();
     let next = 0;
     const sender = async () => {
@@ -322,6 +323,7 @@ async function bench(endpoint, { topic, latencyTopic, group, messages, inFlight 
     };
     await Promise.all(Array.from({ length: inFlight }, sender));
     out.async = rate(messages, t0);
+    console.error('bench: sends in flight done');
 
     const consumer = await simpleConsumer(endpoint, topic, group, '*', 2000);
     let got = 0;
@@ -332,29 +334,39 @@ async function bench(endpoint, { topic, latencyTopic, group, messages, inFlight 
       got += batch.length;
     }
     out.receive_ack = rate(got, t0);
+    console.error('bench: receive + ack done');
     await consumer.shutdown();
 
     // seconds from each send (one at a time) to its receipt by a consumer already waiting
     const waiting = await simpleConsumer(endpoint, latencyTopic, group, '*', 20000);
     const seen = [];
     let done = false;
+    const errors = [];
     (async () => {
       while (!done) {
-        for (const m of await waiting.receive(32, 60000)) {
+        let batch = [];
+        try {
+          batch = await waiting.receive(32, 60000);
+        } catch (err) { // a receive that failed: again (counted in the figures)
+          errors.push(failure(err).message);
+        }
+        for (const m of batch) {
           seen.push((Date.now() - Number(m.properties.get('sent'))) / 1000);
           waiting.ack(m).catch(() => {});
         }
         done = done || seen.length >= messages;
       }
-    })().catch(() => {});
+    })();
     await sleep(1000); // the consumer's first receive is waiting
     for (let i = 0; i < messages; i++) {
       await producer.send({ ...one(latencyTopic, i), properties: new Map([[ 'sent', String(Date.now()) ]]) });
     }
+    console.error(`bench: latency sends done, ${seen.length} received so far`);
     const deadline = Date.now() + 60000;
     while (seen.length < messages && Date.now() < deadline) await sleep(50);
     done = true;
     out.latency_s = seen;
+    out.receive_errors = errors.slice(0, 5);
     return out;
   } finally {
     await producer.shutdown();
