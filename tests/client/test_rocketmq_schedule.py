@@ -53,7 +53,9 @@ create_topic = rc.create_topic
 
 def test_delayed_messages_are_received_no_earlier_than_asked_and_once(cluster: LocalCluster) -> None:
     endpoint = master_endpoint(cluster)
-    create_topic(cluster, "rmq-delay")
+    # one broker set (8 queues): a receive waits on the set it names, so each message is seen as
+    # it becomes due rather than when the consumer's turn comes back to its set
+    rc.create_topic_in(cluster, "rmq-delay", "broker-a", queues=8)
     # the longest first: it must not hold back the shorter ones behind it
     out = drive(endpoint, "delay-send", "rmq-delay", "4", "2", "3")
     sent = out["sent"]
