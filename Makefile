@@ -11,7 +11,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 # bench machine. The bytecode is written once and read by every process after.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install spark lab-tools run test check lint imports proto bench bench-spark fuzz clean sim sim-mutants
+.PHONY: install spark lab-tools node-client run test check lint imports proto bench bench-spark fuzz clean sim sim-mutants
 
 # setuptools tells every editable install of a package-dir mapping to be careful with folders named
 # like the package (ours are: that is the layout), in a framed notice pip shows even with -q.
@@ -75,6 +75,23 @@ lab-tools:
 			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 nftables; \
 		else echo "note: ip/nft missing and not root: the network-lab tests will be skipped" >&2; fi; }
 
+# The official RocketMQ Node.js client for tests/client/test_rocketmq_node.py, at the version
+# tests/client/node/package-lock.json pins (`npm ci`); Node 18 or later, from Debian when it is
+# missing and we are root. Without Node those tests skip and say why.
+NODE_DIR := tests/client/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+NODE_OK = node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' 2>/dev/null && command -v npm >/dev/null
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@$(NODE_OK) || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; \
+		fi; }
+	@if $(NODE_OK); then \
+		cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else echo "note: no Node 18+ with npm (Debian: apt-get install nodejs npm): the Node.js client's tests will be skipped" >&2; fi
+
+node-client: $(NODE_STAMP)
+
 run: install
 	$(BIN)/tide demo
 
@@ -108,7 +125,7 @@ imports: install
 # that heartbeat once outlived by a test's own CLI calls (2b55b8c).
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
 TEST_WORKERS ?= 4
-test: install spark lab-tools lint
+test: install spark lab-tools node-client lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow" -p no:cacheprovider tests/commitlog
 

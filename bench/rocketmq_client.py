@@ -2,7 +2,7 @@
 (its generated protobuf modules and tidelog's register the same names): it imports nothing of
 tidelog. Prints one JSON document of figures.
 
-    python -P bench/rocketmq_client.py ENDPOINT TOPIC GROUP MESSAGES IN_FLIGHT
+    python -P bench/rocketmq_client.py ENDPOINT TOPIC GROUP MESSAGES IN_FLIGHT LATENCY_TOPIC
 
 (`-P`: bench/ holds rocketmq.py, which must not hide the official client's package.)
 """
@@ -78,12 +78,49 @@ def receive(endpoint: str, topic: str, group: str, messages: int) -> float:
         consumer.shutdown()
 
 
+def latency(endpoint: str, topic: str, group: str, messages: int) -> list[float]:
+    """Seconds from each send (one at a time) to its receipt by a SimpleConsumer already waiting in
+    a receive (long poll 20 s, acknowledging from a pool of threads), `messages` of them."""
+    consumer = SimpleConsumer(_config(endpoint), group, {topic: FilterExpression("*")}, await_duration=20)
+    consumer.startup()
+    producer = Producer(_config(endpoint), (topic,))
+    producer.startup()
+    seen: list[float] = []
+    done = threading.Event()
+
+    def receiver(pool: ThreadPoolExecutor) -> None:
+        while not done.is_set():
+            for m in consumer.receive(32, 60):
+                seen.append(time.time() - float(m.properties["sent"]))
+                pool.submit(consumer.ack, m)
+            if len(seen) >= messages:
+                done.set()
+
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            thread = threading.Thread(target=receiver, args=(pool,), daemon=True)
+            thread.start()
+            time.sleep(1.0)  # the consumer's first receive is waiting
+            for i in range(messages):
+                m = _message(topic, i)
+                m.add_property("sent", repr(time.time()))
+                producer.send(m)
+            done.wait(60)
+            done.set()
+        return seen
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+
+
 def main() -> None:
-    endpoint, topic, group, messages, in_flight = sys.argv[1:6]
+    endpoint, topic, group, messages, in_flight, latency_topic = sys.argv[1:7]
     n = int(messages)
     out: dict[str, Any] = send(endpoint, topic, n, int(in_flight))
     out["receive_ack"] = receive(endpoint, topic, group, 2 * n + 1)
-    print(json.dumps({k: round(v) for k, v in out.items()}))
+    figures: dict[str, Any] = {k: round(v) for k, v in out.items()}
+    figures["latency_s"] = latency(endpoint, latency_topic, group, n)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -6,17 +6,19 @@ topic of the cluster, not only its broker set's: it holds a tidelog client (clie
 controllers and does what a tidelog client would, so routing, a master's move (NOT_MASTER) and
 retries are that client's. The mapping of RocketMQ's concepts (docs/ARCHITECTURE.md, "RocketMQ
 endpoint"): a broker set is a RocketMQ broker (id 0, the master) whose queues are the topic's
-queues in that set; a route advertises, per set, the RocketMQ endpoints of its replicas (learned
-from their Status; the master's first), else this one: a client keeps working through another
-replica's endpoint when the master dies. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
+queues in that set; as RocketMQ's proxy in cluster mode, a route names for every queue the
+endpoint(s) the client asked through (its access point), and this endpoint passes each call on to
+the master of the queue's set. SendMessage is a tidelog send; ReceiveMessage, AckMessage,
 ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue are the shared subscription mode's
 SharedReceive (in key order: a FIFO message group one message at a time), SharedAck,
-SharedChangeInvisible and SharedDeadLetter (broker/shared.py) on the
-queue the client names, the receipt handle carrying (broker set, queue, shared receipt). DELAY and
-TRANSACTION messages are kept by this broker's set while it is master, and moved into their topic
-once due or committed (broker/rocketmqtx.py; EndTransaction, and the checks of orphaned
-transactions sent over a producer's Telemetry stream). The rules (codes, handles, filters,
-properties) are broker/rocketmqrules.py's.
+SharedChangeInvisible and SharedDeadLetter (broker/shared.py). A receive reads every queue of the
+topic in the broker set it names (the proxy's pop by broker), in turn, and its long poll wakes on
+the first message in any of them; the receipt handle carries (broker set, queue, shared receipt).
+DELAY and TRANSACTION messages are kept by the master of a set of the topic (this broker's set when
+it has queues of the topic) and moved into their topic once due or committed
+(broker/rocketmqtx.py; EndTransaction, RecallMessage, and the checks of orphaned transactions sent
+over a producer's Telemetry stream); an endpoint that is not that master passes those calls on to
+its endpoint. The rules (codes, handles, filters, properties) are broker/rocketmqrules.py's.
 
 Every call answers a RocketMQ `Status`: a tidelog error by its mapped code, a malformed request by
 a 400 code, an RPC tidelog does not serve by NOT_IMPLEMENTED (never gRPC UNIMPLEMENTED), and a
@@ -34,7 +36,6 @@ import contextlib
 import ipaddress
 import logging
 import time
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -48,6 +49,7 @@ from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.rocketmqmembers import Members
 from tidelog.broker.rocketmqtx import Scheduled
+from tidelog.broker.shared import ANY_QUEUE
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
 from tidelog.client.modes import MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
@@ -82,6 +84,7 @@ DLQ_WAIT_S = 5.0  # how long a forward to a dead-letter topic just created waits
 ACCEPTED_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
 TYPE_NAMES = {d.NORMAL: "NORMAL", d.FIFO: "FIFO", d.DELAY: "DELAY", d.TRANSACTION: "TRANSACTION"}
 CHECK_QUEUE = 1000  # checks waiting for one producer's Telemetry stream; beyond, a check is skipped
+SETTINGS_AGAIN_S = (0.5, 3.0)  # when a stream's first Settings is answered again (Telemetry)
 
 
 def refused(code: str, message: str) -> InvalidArgumentError:
@@ -162,10 +165,11 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         # delayed and half messages, kept by this broker's set while it is master
         self.scheduled = None if replica is None else Scheduled(replica, self._send_check)
         self.replica = replica
-        # RocketMQ endpoint -> channel: calls this broker passes on to its set's master (_on_master)
+        # RocketMQ endpoint -> channel: calls passed on to the master that keeps a message (_at_keeper)
         self._master_channels: dict[str, grpc.aio.Channel] = {}
         # the Telemetry streams of producers, by the topics they publish: where checks go
         self._producers: dict[str, list[asyncio.Queue[s.TelemetryCommand | None]]] = {}
+        self._keeper_turn = 0  # the set that keeps the next kept message of a topic not here
 
     async def close(self) -> None:
         await self.members.close()
@@ -201,23 +205,6 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             raise refused("BAD_REQUEST", f"topic {topic} has no queues in broker {name!r}")
         return bs
 
-    async def _endpoints_of(self, bs: BrokerSetRoute) -> list[str]:
-        """The RocketMQ endpoints of `bs`'s replicas (their Status says), its master's first, else
-        this broker's own. The clients call any one of them that answers (gRPC picks the first
-        reachable), and any endpoint serves any queue: when the master dies, a client's calls,
-        acknowledgements of the messages it received from it included, go on through another."""
-        own = self.advertised()
-        addresses = [bs.master_address] if bs.master_address else []
-        addresses += [r.address for r in bs.replicas if r.address and r.address != bs.master_address]
-        found = [await self._endpoint_at(a) for a in addresses]
-        endpoints = list(dict.fromkeys(e for e in found if e)) or [own]
-        if self.cfg.tls is not None:
-            # the clients name a channel to several addresses by their joined list
-            # ("ipv4:a:1,b:2"), which no certificate's names match: over TLS, the first only
-            # (the master's); a client finds the next master's in the route it asks for again
-            return endpoints[:1]
-        return endpoints
-
     async def _endpoint_at(self, broker: str) -> str:
         """The RocketMQ endpoint of the broker at `broker` ("" if it names none or is down)."""
         now = time.monotonic()
@@ -233,19 +220,46 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self._rocketmq_at[broker] = (now, found)
         return found
 
-    async def _on_master(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any | None:
-        """On a broker that is not its set's master: the same call made on the master's RocketMQ
-        endpoint, with the caller's own headers (its signature among them), and its reply; None on
-        the master itself. Delayed and half messages are kept by the master's log
-        (broker/rocketmqtx.py), and a route names every replica's endpoint (`_endpoints_of`), so a
-        client may send them, or end a transaction, through a slave's."""
-        if self.replica is None or self.replica.role == MASTER:
-            return None
-        master = self.replica.master_address
+    def _keeper_of(self, route: TopicRoute) -> tuple[str, str]:
+        """The broker set that keeps a DELAY or TRANSACTION message of `route`'s topic sent here
+        (and its master's broker address, "" for this broker's own set): this broker's own set
+        when it has queues of the topic, so that the producer's Telemetry stream, here, gets the
+        checks of its transactions; else the topic's sets in turn."""
+        if route.broker_set(self.cfg.broker_set) is not None:
+            return self.cfg.broker_set, ""
+        self._keeper_turn += 1
+        bs = route.broker_sets[self._keeper_turn % len(route.broker_sets)]
+        return bs.name, bs.master_address
+
+    async def _master_of(self, topic: str, broker_set: str) -> str:
+        """The broker address of `broker_set`'s master as `topic`'s route names it ("" for this
+        broker's own set, whose master its replica knows)."""
+        if broker_set == self.cfg.broker_set:
+            return ""
+        bs = (await self._route(topic)).broker_set(broker_set)
+        if bs is None:
+            raise refused("BAD_REQUEST", f"topic {topic} has no queues in broker {broker_set!r}")
+        return bs.master_address
+
+    async def _at_keeper(
+        self, method: str, request: Any, context: grpc.aio.ServicerContext, broker_set: str, master: str
+    ) -> Any | None:
+        """None when this broker is the master of `broker_set` (the call is served here); else the
+        same call made on the RocketMQ endpoint of that set's master (broker address `master`; for
+        this broker's own set, its replica's master), with the caller's own headers (its signature
+        among them), and its reply. Delayed and half messages are kept by a master's log
+        (broker/rocketmqtx.py), and a client sends them, ends a transaction and recalls a message
+        through whichever endpoint it was given (a route names its access point)."""
+        if self.replica is None:
+            raise refused(rules.UNSUPPORTED, "DELAY and TRANSACTION messages are served by brokers only")
+        if broker_set == self.cfg.broker_set:
+            if self.replica.role == MASTER:
+                return None
+            master = self.replica.master_address
         endpoint = await self._endpoint_at(master) if master else ""
         if not endpoint or endpoint == self.advertised():
             raise UnavailableError(
-                f"broker set {self.cfg.broker_set} has no master endpoint to keep this message right now"
+                f"broker set {broker_set} has no master endpoint to keep this message right now"
             )
         channel = self._master_channels.get(endpoint)
         if channel is None:
@@ -268,9 +282,11 @@ class MessagingService(s_grpc.MessagingServiceServicer):
     ) -> s.QueryRouteResponse:
         async def work() -> s.QueryRouteResponse:
             route = await self._route(request.topic.name)
+            asked = [(a.host, a.port) for a in request.endpoints.addresses]
+            endpoints = _endpoints(rules.route_addresses(asked, self.advertised()))
             queues = []
             for bs in route.broker_sets:
-                broker = d.Broker(name=bs.name, id=0, endpoints=_endpoints(await self._endpoints_of(bs)))
+                broker = d.Broker(name=bs.name, id=0, endpoints=endpoints)
                 queues += [
                     d.MessageQueue(
                         topic=request.topic,
@@ -288,16 +304,24 @@ class MessagingService(s_grpc.MessagingServiceServicer):
     async def QueryAssignment(
         self, request: s.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> s.QueryAssignmentResponse:
-        """Every queue to every member: in the shared mode any member may receive from any queue."""
+        """Every broker set to every member, as queue ANY_QUEUE (-1), as RocketMQ's proxy assigns
+        for pop consumption: a receive reads every queue of the set, and in the shared mode any
+        member may receive from any queue."""
 
         async def work() -> s.QueryAssignmentResponse:
             _name("group", request.group.name)
-            route = await self.QueryRoute(s.QueryRouteRequest(topic=request.topic), context)
+            asked = s.QueryRouteRequest(topic=request.topic, endpoints=request.endpoints)
+            route = await self.QueryRoute(asked, context)
             if route.status.code != d.OK:
                 return s.QueryAssignmentResponse(status=route.status)
-            return s.QueryAssignmentResponse(
-                status=OK, assignments=[d.Assignment(message_queue=q) for q in route.message_queues]
-            )
+            assignments = []
+            for q in route.message_queues:
+                if all(a.message_queue.broker.name != q.broker.name for a in assignments):
+                    one = d.MessageQueue()
+                    one.CopyFrom(q)
+                    one.id = ANY_QUEUE
+                    assignments.append(d.Assignment(message_queue=one))
+            return s.QueryAssignmentResponse(status=OK, assignments=assignments)
 
         return await self._answer(s.QueryAssignmentResponse, work, context)
 
@@ -318,9 +342,18 @@ class MessagingService(s_grpc.MessagingServiceServicer):
     ) -> AsyncIterator[s.TelemetryCommand]:
         """Each Settings the client announces is answered with the settings it is to use; the
         other commands the client sends are read and dropped. A producer's stream also carries
-        the checks of its topics' orphaned transactions (RecoverOrphanedTransactionCommand)."""
+        the checks of its topics' orphaned transactions (RecoverOrphanedTransactionCommand).
+
+        The answer to a stream's first Settings is sent again SETTINGS_AGAIN_S later: the Node.js
+        client 1.0.8 starts waiting for it only once it has every topic's route, and one that came
+        before was lost to it (its startup then waited for the next, five minutes on)."""
         out: asyncio.Queue[s.TelemetryCommand | None] = asyncio.Queue(CHECK_QUEUE)
         topics: set[str] = set()
+        again: list[asyncio.TimerHandle] = []
+
+        def offer(reply: s.TelemetryCommand) -> None:
+            with contextlib.suppress(asyncio.QueueFull):
+                out.put_nowait(reply)
 
         async def read() -> None:
             try:
@@ -330,6 +363,9 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                             self._announced(command.settings, _client_id(context), out, topics)
                             reply = s.TelemetryCommand(status=OK, settings=self._settings(command.settings))
                             await out.put(reply)
+                            if not again:
+                                loop = asyncio.get_running_loop()
+                                again.extend(loop.call_later(t, offer, reply) for t in SETTINGS_AGAIN_S)
             finally:
                 with contextlib.suppress(asyncio.QueueFull):
                     out.put_nowait(None)
@@ -340,6 +376,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 yield command
         finally:
             reader.cancel()
+            for handle in again:
+                handle.cancel()
             for t in topics:
                 streams = self._producers.get(t, [])
                 with contextlib.suppress(ValueError):
@@ -433,7 +471,6 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         if any(m.topic.name != topic for m in request.messages):
             raise refused("ILLEGAL_TOPIC", "the messages of one SendMessage go to one topic")
         route = await self._route(topic)
-        here = route.broker_set(self.cfg.broker_set) is not None
         # every message is checked before any is sent: a refused request stores nothing
         stored = [_stored(m) for m in request.messages]
         now = int(time.time() * 1000)
@@ -442,12 +479,12 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             w > 0 or m.system_properties.message_type == d.TRANSACTION
             for m, w in zip(request.messages, waits, strict=True)
         )
-        if (
-            kept
-            and here
-            and (forwarded := await self._on_master("SendMessage", request, context)) is not None
-        ):
-            return cast(s.SendMessageResponse, forwarded)
+        if kept:
+            keeper = self._keeper_of(route)
+            forwarded = await self._at_keeper("SendMessage", request, context, *keeper)
+            if forwarded is not None:
+                return cast(s.SendMessageResponse, forwarded)
+        here = route.broker_set(self.cfg.broker_set) is not None
         futures = [
             self._send_one(topic, m, st, wait, here)
             for m, st, wait in zip(request.messages, stored, waits, strict=True)
@@ -483,8 +520,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         born = m.system_properties.born_timestamp.ToMilliseconds() or int(time.time() * 1000)
         kept = m.system_properties.message_type == d.TRANSACTION or wait_ms > 0
         if kept and not here:
-            # a route that named this broker for want of the master's endpoint: the client
-            # retries on its next queue
+            # kept messages are passed on to the master of a set of the topic (_keeper_of): here
+            # only when the topic moved away meanwhile; the client retries
             raise UnavailableError(
                 f"topic {topic} has no queue in broker set {self.cfg.broker_set}, which keeps "
                 "the delayed and transactional messages sent to this endpoint"
@@ -500,10 +537,10 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         if wait_ms > 0 and self.scheduled is not None:
             at = m.system_properties.delivery_timestamp.ToMilliseconds()
             scheduled = self.scheduled
-            message_id, offset = await self._until_served(
+            message_id, offset, recall = await self._until_served(
                 lambda: scheduled.store_delayed(topic, m.body, st, at, born)
             )
-            return s.SendResultEntry(status=OK, message_id=message_id, offset=offset)
+            return s.SendResultEntry(status=OK, message_id=message_id, offset=offset, recall_handle=recall)
         out: Receipt = await self.producer.send(topic, m.body, st.key, st.tags, st.properties)
         return s.SendResultEntry(status=OK, message_id=out.message_id, offset=out.queue_offset)
 
@@ -530,7 +567,9 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         yield s.ReceiveMessageResponse(delivery_timestamp=now)
         invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
         for m in got:
-            yield s.ReceiveMessageResponse(message=self._message(request, m, invisible_ms))
+            yield s.ReceiveMessageResponse(
+                message=self._message(request, m, invisible_ms, _language(context))
+            )
 
     async def _receive(
         self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -550,9 +589,9 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         wait_ms = rules.long_poll_ms(
             _ms(request.long_polling_timeout), None if remaining is None else int(remaining * 1000)
         )
+        # the queue id the client names is not looked at: as RocketMQ's proxy pops by broker, a
+        # receive reads every queue of the topic in that broker set (ANY_QUEUE), in turn
         bs = await self._broker_set(topic, mq.broker.name)
-        if not 0 <= mq.id < bs.queues:
-            raise refused("BAD_REQUEST", f"topic {topic} has {bs.queues} queue(s) in {bs.name}, not {mq.id}")
         await self._dead_letter_topic(group)
         deadline = time.monotonic() + wait_ms / 1000
         while True:
@@ -560,7 +599,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             req = bpb.SharedReceiveRequest(
                 group=group,
                 topic=topic,
-                queue=mq.id,
+                queue=ANY_QUEUE,
                 max_messages=batch,
                 invisible_ms=invisible_ms,
                 max_attempts=self.cfg.rocketmq_max_delivery_attempts,
@@ -577,7 +616,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 # the master of a stale route is gone (killed; its successor not learned yet): an
                 # empty receive, as after a long poll, and the client asks again; meanwhile the
                 # route is looked up afresh
-                log.info("receive of %s/%s/%d waits for a master: %s", topic, bs.name, mq.id, exc)
+                log.info("receive of %s/%s waits for a master: %s", topic, bs.name, exc)
                 self.client.forget_route(topic)
                 if time.monotonic() >= deadline:
                     return []
@@ -586,9 +625,13 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 continue
             msgs = decode_receive_reply(reply, bs.name, bs.master_address)
             keep = [m for m in msgs if isinstance(m, SharedMessage) and rules.tag_matches(accepted, m.tags)]
-            skip = [m.receipt for m in msgs if isinstance(m, SharedMessage) and m not in keep]
-            if skip:  # filtered out: finished for this group, as RocketMQ does with a tag filter
-                ack = bpb.SharedAckRequest(group=group, topic=topic, queue=mq.id, receipts=skip)
+            skip: dict[int, list[str]] = {}
+            for m in msgs:
+                if isinstance(m, SharedMessage) and m not in keep:
+                    skip.setdefault(m.queue, []).append(m.receipt)
+            for queue, receipts in skip.items():
+                # filtered out: finished for this group, as RocketMQ does with a tag filter
+                ack = bpb.SharedAckRequest(group=group, topic=topic, queue=queue, receipts=receipts)
                 await self.client.call_master(topic, bs, "SharedAck", ack, self.client.rpc_timeout)
             if keep or time.monotonic() >= deadline:
                 return keep
@@ -603,7 +646,13 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self._dlq_ready.add(group)
 
     def _rmq_message(
-        self, topic: d.Resource, body: bytes, key: str | None, tags: str | None, properties: dict[str, str]
+        self,
+        topic: d.Resource,
+        body: bytes,
+        key: str | None,
+        tags: str | None,
+        properties: dict[str, str],
+        language: str = "",
     ) -> d.Message:
         """The RocketMQ form of a stored message (its times and id are the caller's)."""
         loaded = rules.from_stored(key, properties)
@@ -613,7 +662,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             sp.tag = tags
         sp.keys.extend(loaded.keys)
         sp.body_digest.type = d.CRC32
-        sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+        sp.body_digest.checksum = rules.crc32_checksum(body, language)
         sp.body_encoding = d.IDENTITY
         sp.message_type = (
             d.MessageType.Value(loaded.message_type)
@@ -639,8 +688,10 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         sp.store_timestamp.FromMilliseconds(half.store_ts)
         return out
 
-    def _message(self, request: s.ReceiveMessageRequest, m: SharedMessage, invisible_ms: int) -> d.Message:
-        out = self._rmq_message(request.message_queue.topic, m.body, m.key, m.tags, m.properties)
+    def _message(
+        self, request: s.ReceiveMessageRequest, m: SharedMessage, invisible_ms: int, language: str
+    ) -> d.Message:
+        out = self._rmq_message(request.message_queue.topic, m.body, m.key, m.tags, m.properties, language)
         sp = out.system_properties
         # a delayed or committed message: the id its producer was given when it was kept
         sp.message_id = m.properties.get(rules.PROP_ORIGIN_ID) or f"{m.broker_set}:{m.phys_offset:x}"
@@ -760,12 +811,42 @@ class MessagingService(s_grpc.MessagingServiceServicer):
                 raise refused("BAD_REQUEST", "the resolution is COMMIT or ROLLBACK")
             if self.scheduled is None:
                 raise refused(rules.UNSUPPORTED, "TRANSACTION messages are served by brokers only")
-            if (forwarded := await self._on_master("EndTransaction", request, context)) is not None:
-                return cast(s.EndTransactionResponse, forwarded)
+            parsed = rules.decode_transaction_id(request.transaction_id)
+            if parsed is not None:  # kept by that set's master (else refused there, below)
+                master = await self._master_of(topic, parsed[0])
+                forwarded = await self._at_keeper("EndTransaction", request, context, parsed[0], master)
+                if forwarded is not None:
+                    return cast(s.EndTransactionResponse, forwarded)
             await self.scheduled.end(topic, request.transaction_id, request.resolution == d.COMMIT)
             return s.EndTransactionResponse(status=OK)
 
         return await self._answer(s.EndTransactionResponse, work, context)
+
+    # --- recalling a delayed message ---
+
+    async def RecallMessage(
+        self, request: s.RecallMessageRequest, context: grpc.aio.ServicerContext
+    ) -> s.RecallMessageResponse:
+        """A delayed message recalled before it is due is never delivered (broker/rocketmqtx.py);
+        one delivered (or recalled) already is refused with BAD_REQUEST."""
+
+        async def work() -> s.RecallMessageResponse:
+            topic = _name("topic", request.topic.name)
+            handle = rules.decode_recall_handle(request.recall_handle)
+            if handle is None:
+                raise refused(
+                    "BAD_REQUEST", f"{request.recall_handle[:200]!r} is not a recall handle tidelog gave"
+                )
+            if self.scheduled is None:
+                raise refused(rules.UNSUPPORTED, "DELAY messages are served by brokers only")
+            master = await self._master_of(topic, handle.broker_set)
+            forwarded = await self._at_keeper("RecallMessage", request, context, handle.broker_set, master)
+            if forwarded is not None:
+                return cast(s.RecallMessageResponse, forwarded)
+            message_id = await self.scheduled.recall(topic, handle)
+            return s.RecallMessageResponse(status=OK, message_id=message_id)
+
+        return await self._answer(s.RecallMessageResponse, work, context)
 
     # --- not served (yet): an explicit RocketMQ status, never gRPC UNIMPLEMENTED ---
 
@@ -777,9 +858,6 @@ class MessagingService(s_grpc.MessagingServiceServicer):
 
     async def QueryOffset(self, request: Any, context: Any) -> Any:
         return s.QueryOffsetResponse(status=_not_served("QueryOffset"))
-
-    async def RecallMessage(self, request: Any, context: Any) -> Any:
-        return s.RecallMessageResponse(status=_not_served("RecallMessage"))
 
     async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
         return s.SyncLiteSubscriptionResponse(status=_not_served("SyncLiteSubscription (lite topics)"))
@@ -831,6 +909,14 @@ def _client_id(context: grpc.aio.ServicerContext) -> str:
     """The calling client's id (metadata `x-mq-client-id`, which the official clients send)."""
     for key, value in context.invocation_metadata() or ():
         if key.lower() == "x-mq-client-id" and isinstance(value, str):
+            return value
+    return ""
+
+
+def _language(context: grpc.aio.ServicerContext) -> str:
+    """The calling client's language (metadata `x-mq-language`, which the official clients send)."""
+    for key, value in context.invocation_metadata() or ():
+        if key.lower() == "x-mq-language" and isinstance(value, str):
             return value
     return ""
 

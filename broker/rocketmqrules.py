@@ -18,6 +18,12 @@
   where it was kept (`rmq.origin`, the key of the look-back that keeps a copy from being made
   twice) and the message id its producer was given (`rmq.origin_id`). A transaction id is
   `<broker set>:tx:<offset of the half message>`.
+- Recall handles: a delayed message's `<broker set>:recall:<bucket>:<offset in %DELAY%>`, which
+  RecallMessage names to drop it before it is due.
+- Routes: every queue of a route names the endpoint(s) the client asked through (its access
+  point, `route_addresses`), as RocketMQ's proxy does in cluster mode: any endpoint serves every
+  queue of the cluster.
+- Body digests: the CRC32 of a body written as the calling client compares it (`crc32_checksum`).
 - Group members: the member id a RocketMQ consumer is announced under (`member_id`).
 - Signatures: with access keys configured, a request must carry the official clients'
   `MQv2-HMAC-SHA1` signature by one of them (`refusal`).
@@ -28,6 +34,7 @@
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -214,6 +221,21 @@ def from_stored(key: str | None, properties: Mapping[str, str]) -> Loaded:
     )
 
 
+# --- body digests ------------------------------------------------------------------------------
+
+#: The `x-mq-language` the official Node.js client sends (its every call says "HTTP").
+NODE_JS_LANGUAGE = "HTTP"
+
+
+def crc32_checksum(body: bytes, language: str) -> str:
+    """A received message's CRC32 body digest as the calling client checks it, which the official
+    clients write differently: the Node.js client compares the decimal number, the others (the
+    Python client among them) eight upper-case hex digits. A client that finds another form marks
+    the message corrupted (the Node.js push consumer then drops it unconsumed)."""
+    value = zlib.crc32(body) & 0xFFFFFFFF
+    return str(value) if language == NODE_JS_LANGUAGE else format(value, "08X")
+
+
 # --- transaction ids ---------------------------------------------------------------------------
 
 _TRANSACTION_ID = re.compile(r"(?P<set>[A-Za-z0-9][A-Za-z0-9._-]{0,126}):tx:(?P<offset>[0-9a-f]{1,16})")
@@ -229,6 +251,44 @@ def decode_transaction_id(text: str) -> tuple[str, int] | None:
     if m is None:
         return None
     return m.group("set"), int(m.group("offset"), 16)
+
+
+# --- recall handles ----------------------------------------------------------------------------
+
+_RECALL_HANDLE = re.compile(
+    r"(?P<set>[A-Za-z0-9][A-Za-z0-9._-]{0,126}):recall:(?P<bucket>\d{1,2}):(?P<offset>[0-9a-f]{1,16})"
+)
+
+
+@dataclass(frozen=True)
+class RecallHandle:
+    broker_set: str
+    bucket: int  # the queue of %DELAY% that keeps the message
+    offset: int  # its offset there
+
+
+def encode_recall_handle(broker_set: str, bucket: int, offset: int) -> str:
+    return f"{broker_set}:recall:{bucket}:{offset:x}"
+
+
+def decode_recall_handle(text: str) -> RecallHandle | None:
+    """The parts of a recall handle this cluster gave, else None."""
+    m = _RECALL_HANDLE.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    return RecallHandle(m.group("set"), int(m.group("bucket")), int(m.group("offset"), 16))
+
+
+# --- routes ------------------------------------------------------------------------------------
+
+
+def route_addresses(asked_through: Sequence[tuple[str, int]], own: str) -> list[str]:
+    """The addresses every queue of a route names: those the client asked through (its access
+    point: one, or several for failover), else this endpoint's own `own`. The client keeps
+    talking to what it was configured with, whose certificate names what it dialled, and each
+    endpoint passes a call on to the master of the queue's broker set."""
+    found = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in asked_through if h and 0 < p < 65536]
+    return list(dict.fromkeys(found)) or [own]
 
 
 # --- group members -----------------------------------------------------------------------------

@@ -162,8 +162,9 @@ class Scheduled:
 
     async def store_delayed(
         self, topic: str, body: bytes, stored: rules.Stored, deliver_at_ms: int, born_ts: int
-    ) -> tuple[str, int]:
-        """Keep a delayed message until `deliver_at_ms`; (its message id, offset in `%DELAY%`)."""
+    ) -> tuple[str, int, str]:
+        """Keep a delayed message until `deliver_at_ms`; (its message id, offset in `%DELAY%`,
+        the recall handle that drops it before then)."""
         wait = dr.delay_ms(deliver_at_ms, _now_ms(), self.max_delay_ms())
         queue = self._target_queue(topic, stored.key)
         props = {
@@ -185,7 +186,8 @@ class Scheduled:
             placed.queue_offset,
             deliver_at_ms,
         )
-        return self._id(placed.phys_offset), placed.queue_offset
+        handle = rules.encode_recall_handle(self.cfg.broker_set, b, placed.queue_offset)
+        return self._id(placed.phys_offset), placed.queue_offset, handle
 
     async def store_half(
         self, topic: str, body: bytes, stored: rules.Stored, born_ts: int
@@ -209,6 +211,50 @@ class Scheduled:
 
     def _id(self, phys_offset: int) -> str:
         return f"{self.cfg.broker_set}:{phys_offset:x}"
+
+    # --- recalling a delayed message ---
+
+    async def recall(self, topic: str, handle: rules.RecallHandle) -> str:
+        """RecallMessage: the delayed message of `handle` (one of `topic`) is never delivered; its
+        message id. It is marked moved in its bucket's progress, without a copy, under the lock
+        the mover holds: either the recall or the move comes first, never both. Once delivered
+        (or recalled) it is refused with BAD_REQUEST and nothing changes (not MESSAGE_NOT_FOUND,
+        which the Python client takes for success: it answers an empty receive)."""
+        if handle.broker_set != self.cfg.broker_set or not 0 <= handle.bucket < dr.BUCKETS:
+            raise InvalidArgumentError(
+                f"recall handle of broker set {handle.broker_set}, bucket {handle.bucket}: not one "
+                f"broker set {self.cfg.broker_set} gave",
+                rocketmq="BAD_REQUEST",
+            )
+        self.replica.require_writable()
+        b, offset = handle.bucket, handle.offset
+        async with self._delay_lock:
+            self._new_term()
+            got = self.replica.log.read(DELAY_TOPIC, b, offset, 1)
+            kept = got[0] if got and got[0].queue_offset == offset else None
+            if kept is None:
+                raise _not_recalled(
+                    f"no delayed message at {DELAY_TOPIC}/{b}/{offset} (delivered and deleted?)"
+                )
+            if kept.properties.get(rules.PROP_TARGET_TOPIC) != topic:
+                raise InvalidArgumentError(
+                    f"the recall handle names a message of another topic than {topic}", rocketmq="BAD_REQUEST"
+                )
+            doc = self.delay_progress.refresh().get(str(b))
+            p = dr.Progress() if doc is None else dr.decode(doc)
+            dr.trim(p, self.replica.log.queue_offsets(DELAY_TOPIC, b).min)
+            if offset < p.floor or offset in p.done:
+                raise _not_recalled(
+                    f"the delayed message {self._id(kept.phys_offset)} was delivered (or recalled) "
+                    "already: a recall must come before its delivery time"
+                )
+            dr.mark(p, [offset])
+            await self.replica.write([self.delay_progress.record(str(b), dr.encode(p))])
+            self._idle.pop(b, None)
+        log.info(
+            "broker set %s: delayed message %s/%d/%d recalled", self.cfg.broker_set, DELAY_TOPIC, b, offset
+        )
+        return self._id(kept.phys_offset)
 
     # --- ending a transaction ---
 
@@ -451,6 +497,10 @@ class Scheduled:
                 stop_if_violated(exc)
                 log.exception("broker set %s: scheduled messages failed", self.cfg.broker_set)
                 await asyncio.sleep(1.0)
+
+
+def _not_recalled(message: str) -> InvalidArgumentError:
+    return InvalidArgumentError(message, rocketmq="BAD_REQUEST")
 
 
 def _invalid(message: str) -> InvalidArgumentError:

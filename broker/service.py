@@ -19,12 +19,14 @@ for more simply gets a shorter reply and pulls again from `next_offset`.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import grpc
 from crc32c import crc32c
 
 from tidelog.broker.lookups import ClusterViewCache
 from tidelog.broker.replica import Replica
+from tidelog.broker.shared import ANY_QUEUE
 from tidelog.broker.shared import Key as SharedKey
 from tidelog.commitlog import QueueOffsets
 from tidelog.commitlog.keyformat import parse_message_id
@@ -294,10 +296,8 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def SharedReceive(
         self, request: pb.SharedReceiveRequest, context: grpc.aio.ServicerContext
     ) -> pb.SharedReceiveReply:
-        key = _shared_key(request)
         require(0 <= request.wait_ms <= MAX_WAIT_MS, f"wait_ms must be in [0, {MAX_WAIT_MS}]")
-        data, count, receipts, attempts = await self.replica.shared.receive(
-            key,
+        options: dict[str, Any] = dict(
             max_messages=request.max_messages,
             invisible_ms=request.invisible_ms,
             max_attempts=request.max_attempts,
@@ -305,6 +305,14 @@ class BrokerService(pb_grpc.BrokerServicer):
             wait_ms=request.wait_ms,
             key_ordered=request.key_ordered,
         )
+        if request.queue == ANY_QUEUE:
+            # every queue of the topic here (RocketMQ's pop of queue id -1: broker/rocketmq.py)
+            non_empty("group", request.group)
+            non_empty("topic", request.topic)
+            got = await self.replica.shared.receive_any(request.group, request.topic, **options)
+        else:
+            got = await self.replica.shared.receive(_shared_key(request), **options)
+        data, count, receipts, attempts = got
         return pb.SharedReceiveReply(
             records=data, count=count, crc=crc32c(data), receipts=receipts, attempts=attempts
         )

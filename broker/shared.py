@@ -20,6 +20,11 @@ ForwardMessageToDeadLetterQueue): the same copy and state, one write, at once.
 
 Calls on one (group, topic, queue) are serialized (a lock; a long poll waits outside it), and each
 starts from the state the previous one wrote: two receives never hand out the same lease.
+
+A receive may name every queue of the topic on this broker set at once (`receive_any`, queue
+ANY_QUEUE on the wire), as RocketMQ's pop with queue id -1 does: it takes from the queues in turn,
+starting one queue further on at each call of the (group, topic) so that a queue with a backlog
+does not keep the others waiting, and its long poll wakes on the first message in any of them.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ DLQ_SCAN = 1000
 #: Bounds of one receive.
 
 Key = tuple[str, str, int]  # (group, topic, queue)
+#: The queue of a receive that reads every queue of its topic here (`receive_any`).
+ANY_QUEUE = -1
 
 
 def state_message(key: Key, st: ss.SharedQueue) -> Message:
@@ -170,6 +177,8 @@ class SharedSubscriptions:
         # Lease numbers of this master term start above any an earlier master gave: a lease it gave
         # whose record was lost with it must not share a receipt with one given now.
         self._term: tuple[int, int] = (-1, 0)  # (master epoch, the term's first lease number)
+        # (group, topic) -> the queue the next receive_any starts at
+        self._turns: dict[tuple[str, str], int] = {}
 
     def _lock(self, key: Key) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -223,6 +232,59 @@ class SharedSubscriptions:
                 remaining = min(remaining, max(0.001, (due - _now_ms()) / 1000))
             # look again when the confirm offset moves (new messages, or a state record: an
             # invisible time shortened, a message given back) or when the earliest lease ends
+            await self.replica.long_poll(_until_woken(), int(remaining * 1000) or 1)
+
+    async def receive_any(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_messages: int,
+        invisible_ms: int,
+        max_attempts: int,
+        start_latest: bool,
+        wait_ms: int,
+        key_ordered: bool = False,
+    ) -> tuple[bytes, int, list[str], list[int]]:
+        """`receive` over every queue of `topic` here: up to `max_messages` from the queues in turn
+        (each record names its queue), the first queue one further on at each call of the group;
+        waits up to `wait_ms` for a message in any of them."""
+        _check_key((group, topic, 0))
+        _check_receive(max_messages, invisible_ms, max_attempts, wait_ms)
+        self.replica.queue_offsets(topic, 0)  # the topic is served here
+        self.replica.require_master()
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            queues = max(1, self.replica.topics.get(topic, 0))
+            first = self._turns.get((group, topic), 0) % queues
+            self._turns[(group, topic)] = first + 1
+            parts: list[tuple[bytes, int, list[str], list[int]]] = []
+            count, due = 0, None
+            for i in range(queues):
+                key = (group, topic, (first + i) % queues)
+                got, next_due = await self._receive_now(
+                    key, max_messages - count, invisible_ms, max_attempts, start_latest, key_ordered
+                )
+                if got is not None:
+                    parts.append(got)
+                    count += got[1]
+                    if count >= max_messages:
+                        break
+                elif next_due is not None:
+                    due = next_due if due is None else min(due, next_due)
+            if parts:
+                return (
+                    b"".join(p[0] for p in parts),
+                    count,
+                    [r for p in parts for r in p[2]],
+                    [a for p in parts for a in p[3]],
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return b"", 0, [], []
+            if due is not None:
+                remaining = min(remaining, max(0.001, (due - _now_ms()) / 1000))
+            # any queue's new message moves the set's confirm offset: one wake-up serves them all
             await self.replica.long_poll(_until_woken(), int(remaining * 1000) or 1)
 
     async def _receive_now(

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SKIP = {".venv", ".git", ".pytest_cache", ".ruff_cache", ".hypothesis", "__pycache__"}
+SKIP = {".venv", ".git", ".pytest_cache", ".ruff_cache", ".hypothesis", "__pycache__", "node_modules"}
 CITED_DOC = re.compile(r"(?<![\w/.-])((?:docs/reference|docs)/[\w.-]+\.md)(?:\s+§(\d+(?:\.\d+)?))?")
 BARE = re.compile(r"(?<![\w/.-])reference \u00a7")
 OUTSIDE = re.compile(r"(?<![\w.])\.\./\w[\w.-]*/")  # a path that leaves the repository

@@ -52,7 +52,7 @@ def test_a_delayed_message_moves_once_at_its_time_with_its_fields() -> None:
 
         async def go() -> tuple[str, int, int, int]:
             at = now_ms() + 400
-            message_id, _ = await s.store_delayed(TOPIC, b"later", STORED, at, 123)
+            message_id, _, _ = await s.store_delayed(TOPIC, b"later", STORED, at, 123)
             early = await s.move_due()
             await asyncio.sleep(0.5)
             moved = await s.move_due()
@@ -88,6 +88,40 @@ def test_a_delay_beyond_the_bound_is_refused_and_nothing_is_stored() -> None:
         with pytest.raises(ValueError, match="at most"):
             m.run(s.store_delayed(TOPIC, b"x", STORED, now_ms() + s.max_delay_ms() + 60_000, 0), 5.0)
         assert all(m.replica.log.queue_offsets(DELAY_TOPIC, b).max == 0 for b in range(23))
+
+
+def test_a_recalled_delayed_message_is_never_delivered_and_a_delivered_one_cannot_be_recalled() -> None:
+    with master() as m:
+        s = scheduled(m)
+
+        async def go() -> dict[str, Any]:
+            recalled_id, _, recalled = await s.store_delayed(TOPIC, b"recalled", STORED, now_ms() + 300, 0)
+            _, _, delivered = await s.store_delayed(TOPIC, b"delivered", STORED, now_ms() + 300, 0)
+            out: dict[str, Any] = {"id": await s.recall(TOPIC, rules.decode_recall_handle(recalled))}
+            await asyncio.sleep(0.4)
+            out["moved"] = await s.move_due()
+            codes = {}
+            for name, (topic, handle) in {
+                "again": (TOPIC, recalled),
+                "delivered": (TOPIC, delivered),
+                "other_topic": ("elsewhere", delivered),
+                "other_set": (TOPIC, rules.encode_recall_handle("broker-z", 0, 0)),
+            }.items():
+                with pytest.raises(InvalidArgumentError) as err:
+                    await s.recall(topic, rules.decode_recall_handle(handle))
+                codes[name] = err.value.details["rocketmq"]
+            out["codes"] = codes
+            return out
+
+        out = m.run(go(), 20.0)
+        assert out["id"].startswith("broker-a:") and out["moved"] == 1
+        assert [c.body for c in in_topic(m)] == [b"delivered"]
+        assert out["codes"] == {
+            "again": "BAD_REQUEST",
+            "delivered": "BAD_REQUEST",
+            "other_topic": "BAD_REQUEST",
+            "other_set": "BAD_REQUEST",
+        }
 
 
 def _predecessor_copy(m: Master, kept: StoredMessage) -> Message:

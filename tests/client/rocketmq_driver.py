@@ -5,7 +5,7 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT send TOPIC COUNT ASYNC_COUNT
     python rocketmq_driver.py ENDPOINT receive TOPIC GROUP EXPECTED FILTER
     python rocketmq_driver.py ENDPOINT redeliver TOPIC GROUP
-    python rocketmq_driver.py ENDPOINT raw TOPIC
+    python rocketmq_driver.py ENDPOINT raw TOPIC [OTHER_ENDPOINT]
     python rocketmq_driver.py ENDPOINT signed TOPIC GROUP ACCESS_KEY SECRET_KEY
     python rocketmq_driver.py ENDPOINT unsigned TOPIC SECRET_KEY_OF_ak
     python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
@@ -17,6 +17,7 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT fifo-receive TOPIC GROUP EXPECTED ACK_FIRST HOLD INVISIBLE_S
     python rocketmq_driver.py ENDPOINT change-invisible TOPIC GROUP FIRST_S LONGER_S
     python rocketmq_driver.py ENDPOINT tls TOPIC GROUP COUNT
+    python rocketmq_driver.py ENDPOINT wake TOPIC GROUP COUNT
 
 `tls` connects with TLS (the client's `tls_enable`), trusting the roots gRPC trusts by default:
 the system's, or the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names.
@@ -58,7 +59,7 @@ from rocketmq.grpc_protocol import (
 )
 
 IN_FLIGHT = 256  # async sends outstanding at once
-RECEIVERS = 4  # receives outstanding at once (receive, ack-all): one per queue of a topic
+RECEIVERS = 4  # receives outstanding at once (receive, ack-all): more than a topic's broker sets
 
 
 def config(endpoint: str) -> ClientConfiguration:
@@ -119,10 +120,9 @@ def described(m: Any) -> dict[str, Any]:
 def together(receivers: int, work: Callable[[], None]) -> None:
     """Run `work` on `receivers` threads at once; raise the first error one of them raised.
 
-    The client picks each receive's queue in turn, and a receive of a queue with nothing to give
-    waits out the long poll (`await_duration`): one receive at a time, the messages of the
-    queues that still hold some come one long poll per drained queue passed over; several at
-    once, they come while the others wait."""
+    A receive reads every queue of the one broker set it names (the client takes the sets in
+    turn) and waits out its long poll (`await_duration`) when that set has nothing: several at
+    once, one set's messages come while a receive of a drained set waits."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -188,8 +188,9 @@ def redeliver(endpoint: str, topic: str, group: str) -> dict[str, Any]:
         consumer.shutdown()
 
 
-def raw(endpoint: str, topic: str) -> dict[str, Any]:
-    """Status codes of malformed or unserved calls, through the client's own generated stub."""
+def raw(endpoint: str, topic: str, other: str = "") -> dict[str, Any]:
+    """Status codes of malformed or unserved calls, through the client's own generated stub; the
+    route as the client asks for it, and as asked through two addresses (`endpoint;other`)."""
     with grpc.insecure_channel(endpoint) as channel:
         stub = MessagingServiceStub(channel)
         route = QueryRouteRequest()
@@ -205,6 +206,13 @@ def raw(endpoint: str, topic: str) -> dict[str, Any]:
         ok_route = QueryRouteRequest()
         ok_route.topic.name = topic
         routed = stub.QueryRoute(ok_route, timeout=10)
+        both = QueryRouteRequest()
+        both.topic.name = topic
+        both.endpoints.scheme = 1  # IPv4
+        for address in (endpoint, other):
+            host, _, port = address.rpartition(":")
+            both.endpoints.addresses.add(host=host, port=int(port))
+        routed_both = stub.QueryRoute(both, timeout=10) if other else None
         return {
             "unknown_topic": Code.Name(stub.QueryRoute(route, timeout=10).status.code),
             "bad_topic_name": Code.Name(stub.QueryRoute(bad_name, timeout=10).status.code),
@@ -220,6 +228,10 @@ def raw(endpoint: str, topic: str) -> dict[str, Any]:
                     "endpoints": [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses],
                 }
                 for q in routed.message_queues
+            ],
+            "route_of_two": [
+                [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses]
+                for q in (routed_both.message_queues if routed_both is not None else [])
             ],
         }
 
@@ -576,6 +588,51 @@ def tls(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
         consumer.shutdown()
 
 
+def wake(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
+    """A SimpleConsumer waiting in a receive (long poll 20 s) on one thread; `count` messages sent
+    one at a time from another, each once the one before it was received, so that each arrives
+    while the consumer waits. Per message: its id, and the seconds from its send to its receipt."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=20)
+    consumer.startup()
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    got: dict[str, float] = {}
+    arrived = threading.Condition()
+    done = threading.Event()
+
+    errors: list[str] = []
+
+    def receiver() -> None:
+        while not done.is_set():
+            try:
+                batch = consumer.receive(32, 30)
+            except Exception as exc:  # a receive that failed (a deadline on a busy machine): again
+                errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            for m in batch:
+                with arrived:
+                    got[m.message_id] = time.monotonic()
+                    arrived.notify_all()
+                consumer.ack(m)
+
+    thread = threading.Thread(target=receiver, daemon=True)
+    thread.start()
+    try:
+        out = []
+        for i in range(count):
+            time.sleep(0.5)  # the consumer is back in its receive, waiting
+            at = time.monotonic()
+            sent = producer.send(message(topic, i)).message_id
+            with arrived:  # far beyond the 20 s long poll: a message not woken for is late
+                arrived.wait_for(lambda sent=sent: sent in got, timeout=25)
+            out.append({"id": sent, "after": got.get(sent, at + 99) - at})
+        return {"messages": out, "receive_errors": errors}
+    finally:
+        done.set()
+        producer.shutdown()
+        consumer.shutdown()
+
+
 def main() -> None:
     endpoint, command, *args = sys.argv[1:]
     if command == "send":
@@ -606,8 +663,10 @@ def main() -> None:
         out = change_invisible(endpoint, args[0], args[1], int(args[2]), int(args[3]))
     elif command == "tls":
         out = tls(endpoint, args[0], args[1], int(args[2]))
+    elif command == "wake":
+        out = wake(endpoint, args[0], args[1], int(args[2]))
     else:
-        out = raw(endpoint, args[0])
+        out = raw(endpoint, *args)
     print(json.dumps(out))
 
 

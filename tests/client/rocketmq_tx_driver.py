@@ -3,6 +3,7 @@ broker's RocketMQ endpoint, in its own process (as tests/client/rocketmq_driver.
 configuration it shares). Prints one JSON document.
 
     python rocketmq_tx_driver.py ENDPOINT delay-send TOPIC DELAY_S...
+    python rocketmq_tx_driver.py ENDPOINT recall TOPIC
     python rocketmq_tx_driver.py ENDPOINT receive TOPIC GROUP EXPECTED SECONDS
     python rocketmq_tx_driver.py ENDPOINT transactions TOPIC STAY_S
     python rocketmq_tx_driver.py ENDPOINT end-raw TOPIC OTHER_TOPIC
@@ -223,12 +224,47 @@ def end_raw(endpoint: str, topic: str, other_topic: str) -> dict[str, Any]:
     }
 
 
+def recall(endpoint: str, topic: str) -> dict[str, Any]:
+    """Two DELAY messages 3 s ahead: the first recalled at once (recall_message), the second
+    recalled once it was due and received by a consumer. The ids, and what each recall answered."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    consumer = SimpleConsumer(config(endpoint), "g-recall", {topic: FilterExpression("*")}, await_duration=1)
+    consumer.startup()
+    try:
+        sent = []
+        for i in range(2):
+            m = Message()
+            m.topic = topic
+            m.body = f"recall-{i}".encode()
+            m.delivery_timestamp = int(time.time()) + 3
+            r = producer.send(m)
+            sent.append({"id": r.message_id, "handle": r.recall_handle})
+        first = producer.recall_message(topic, sent[0]["handle"])
+        received: list[str] = []
+        deadline = time.monotonic() + 10  # both due after 3 s: well past it
+        while time.monotonic() < deadline:
+            for got in consumer.receive(32, 15):
+                consumer.ack(got)
+                received.append(got.message_id)
+        try:
+            late = f"recalled {producer.recall_message(topic, sent[1]['handle'])}"
+        except Exception as exc:
+            late = str(exc)
+        return {"sent": sent, "first": first, "received": received, "late": late}
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+
+
 def main() -> None:
     endpoint, command, *args = sys.argv[1:]
     if command == "delay-send":
         out = delay_send(endpoint, args[0], [float(a) for a in args[1:]])
     elif command == "receive":
         out = receive(endpoint, args[0], args[1], int(args[2]), float(args[3]))
+    elif command == "recall":
+        out = recall(endpoint, args[0])
     elif command == "transactions":
         out = transactions(endpoint, args[0], float(args[1]))
     elif command == "half-send":

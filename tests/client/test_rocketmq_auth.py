@@ -50,11 +50,7 @@ def test_only_calls_signed_by_a_configured_access_key_are_served(
     path = tmp_path / "auth.yaml"
     path.write_text(yaml.safe_dump(topology))
     cluster = cluster_factory(topology=path, name="auth")
-    # One queue: the official client's SimpleConsumer polls a queue drawn at random on every
-    # receive (it builds a fresh round-robin selector, at a random start, each time), so with
-    # four queues the ~14 two-second polls of the driver's 30 s missed the one holding the
-    # message about one time in fifty.
-    create_topic(cluster, "rmq-auth", queues=1)
+    create_topic(cluster, "rmq-auth")  # 4 queues: a receive reads all of them
     endpoint = master_endpoint(cluster)
 
     ok = drive(endpoint, "signed", "rmq-auth", "g-auth", "ak", "sk-1")

@@ -1,20 +1,25 @@
 """The official RocketMQ Python client, unmodified, against the brokers' RocketMQ endpoint of a
-cluster started by `tide cluster up` (broker/rocketmq.py). The client runs in its own process
-(tests/client/rocketmq_driver.py): its generated modules and tidelog's share protobuf names."""
+cluster started by `tide cluster up` (broker/rocketmq.py): two broker sets of two replicas, every
+topic with queues in both (tests/client/rocketmq_cluster.py), the client given one broker's
+endpoint. The client runs in its own process (tests/client/rocketmq_driver.py): its generated
+modules and tidelog's share protobuf names."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.client.conftest import LocalCluster, tide
+from tests.client import rocketmq_cluster as rc
+from tests.client.conftest import LocalCluster
 from tidelog.client import modes
 from tidelog.client.aio import AsyncClient
 from tidelog.errors import TopicNotFoundError
@@ -42,21 +47,20 @@ def drive(
 
 
 @pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with rc.two_sets(tmp_path_factory.mktemp("rmq")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
 def endpoint(cluster: LocalCluster) -> str:
-    """The master's RocketMQ endpoint, as `tide cluster status --json` names it."""
-    out = tide("cluster", "status", "--json", env={"TIDE_CONTROLLERS": cluster.controllers})
-    assert out.returncode == 0, out.stderr
-    members = [m for s in json.loads(out.stdout)["broker_sets"] for m in s["members"]]
-    assert all(m["rocketmq_endpoint"] for m in members), members
-    return str(next(m["rocketmq_endpoint"] for m in members if m["role"] == "master"))
+    """One slave's RocketMQ endpoint, as `tide cluster status --json` names it: the client's one
+    address for the whole cluster (a slave's: every call it makes is passed on to a master)."""
+    assert all(m["rocketmq_endpoint"] for m in rc.members(cluster))
+    return rc.endpoint(cluster, "broker-a", "slave")
 
 
-def create_topic(cluster: LocalCluster, name: str, queues: int = 4) -> None:
-    async def go() -> None:
-        async with AsyncClient(cluster.controllers) as client:
-            await client.admin().create_topic(name, queues=queues)
-
-    asyncio.run(go())
+create_topic = rc.create_topic
 
 
 def test_sends_are_readable_through_tidelog_and_received_by_a_simple_consumer(
@@ -102,12 +106,30 @@ def test_sends_are_readable_through_tidelog_and_received_by_a_simple_consumer(
     assert sorted(m["id"] for m in tagged) == sorted(r["id"] for r in receipts if r["i"] % 3 != 1)
 
 
+def test_a_waiting_receive_answers_a_message_sent_to_any_queue_of_its_broker_set(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    """A receive reads every queue of the broker set it names and wakes on the first message in
+    any of them: each message, sent while the consumer waits in a 20 s long poll, is received long
+    before the poll would end (the topic is in one set: a receive waits on the set it names)."""
+    rc.create_topic_in(cluster, "rmq-wake", "broker-a", queues=8)
+    woken = drive(endpoint, "wake", "rmq-wake", "g-wake", "16", timeout=600)
+    out = woken["messages"]
+    assert len(out) == 16
+
+    async def queues() -> set[int]:
+        async with AsyncClient(cluster.controllers) as client:
+            return {(await client.get_message_by_id(m["id"])).queue for m in out}
+
+    assert asyncio.run(queues()) == set(range(8))  # the messages went to every queue
+    print("send to receipt by a waiting consumer:", sorted(round(m["after"], 3) for m in out))
+    assert all(m["after"] < 5.0 for m in out), woken  # not the 20 s long poll
+
+
 def test_an_unacknowledged_message_comes_back_after_its_invisible_duration(
     cluster: LocalCluster, endpoint: str
 ) -> None:
-    # one queue: each receive asks the queue that holds the message (with more, the consumer's
-    # receives of the empty ones each wait out their long poll first)
-    create_topic(cluster, "rmq-retry", queues=1)
+    create_topic(cluster, "rmq-retry")
     (receipt,) = drive(endpoint, "send", "rmq-retry", "1", "0")["sent"]
     first, second = drive(endpoint, "redeliver", "rmq-retry", "g-retry")["rounds"]
     assert first["id"] == second["id"] == receipt["id"]
@@ -117,24 +139,26 @@ def test_an_unacknowledged_message_comes_back_after_its_invisible_duration(
 
 def test_bad_input_and_unserved_calls_answer_rocketmq_codes(cluster: LocalCluster, endpoint: str) -> None:
     create_topic(cluster, "rmq-raw")
-    out = drive(endpoint, "raw", "rmq-raw")
+    other = rc.endpoint(cluster, "broker-b", "master")
+    out = drive(endpoint, "raw", "rmq-raw", other)
     assert out["unknown_topic"] == "TOPIC_NOT_FOUND"
     assert out["bad_topic_name"] == "ILLEGAL_TOPIC"
     assert out["bad_receipt"] == "INVALID_RECEIPT_HANDLE"
     assert out["end_transaction"] == "ILLEGAL_TOPIC"  # served now: an empty request names no topic
-    assert sorted(q["queue"] for q in out["route"]) == [0, 1, 2, 3]
-    assert {(q["broker"], q["broker_id"]) for q in out["route"]} == {("broker-a", 0)}
-    # every replica's endpoint, the master's first: a client goes on through another when it dies
-    status = tide("cluster", "status", "--json", env={"TIDE_CONTROLLERS": cluster.controllers})
-    members = [m for s in json.loads(status.stdout)["broker_sets"] for m in s["members"]]
-    slaves = [m["rocketmq_endpoint"] for m in members if m["role"] != "master"]
-    assert slaves and all(q["endpoints"] == [endpoint, *slaves] for q in out["route"]), out["route"]
+    assert sorted((q["broker"], q["queue"], q["broker_id"]) for q in out["route"]) == [
+        (name, q, 0) for name in rc.SETS for q in range(rc.QUEUES_PER_SET)
+    ]
+    # as RocketMQ's proxy: every queue names the endpoint the client asked through, whichever
+    # set it is in (the endpoint passes calls on to the queue's master)
+    assert all(q["endpoints"] == [endpoint] for q in out["route"]), out["route"]
+    # several addresses (a;b): those, for failover across them
+    assert out["route_of_two"] == [[endpoint, other]] * len(out["route"]), out["route_of_two"]
 
 
 def test_a_message_forwarded_to_the_dead_letter_queue_moves_there_once_and_never_comes_back(
     cluster: LocalCluster, endpoint: str
 ) -> None:
-    create_topic(cluster, "rmq-dead", queues=1)  # every receive asks the message's queue
+    create_topic(cluster, "rmq-dead")
     (sent,) = drive(endpoint, "send", "rmq-dead", "1", "0")["sent"]
     out = drive(endpoint, "forward", "rmq-dead", "g-dead")
     assert out["message"]["id"] == sent["id"]
@@ -144,10 +168,12 @@ def test_a_message_forwarded_to_the_dead_letter_queue_moves_there_once_and_never
 
     async def dead_letters() -> list[Any]:
         async with AsyncClient(cluster.controllers) as client:
-            try:
-                return await client.reader(modes.dlq_topic("g-dead"), 0).read(max_messages=10, timeout=1)
-            except TopicNotFoundError:
-                return []
+            got = []
+            for broker_set in rc.SETS:  # the dead-letter topic has a queue in each set
+                with contextlib.suppress(TopicNotFoundError):
+                    reader = client.reader(modes.dlq_topic("g-dead"), 0, broker_set=broker_set)
+                    got += await reader.read(max_messages=10, timeout=1)
+            return got
 
     (letter,) = asyncio.run(dead_letters())
     assert letter.body == b"body-0" and letter.tags == "a" and letter.key == "key-0"
@@ -176,10 +202,7 @@ def test_fifo_messages_go_out_in_group_order_across_a_consumer_restart(
     cluster: LocalCluster, endpoint: str
 ) -> None:
     groups, per_group = 3, 8
-    # two queues: the client puts g0 and g1 in the first, g2 in the second (it hashes a message
-    # group to a queue), as it does with four; with four, every turn of the consumer's receives
-    # also waited out a long poll on each of the two queues no group lands in
-    create_topic(cluster, "rmq-fifo", queues=2)
+    create_topic(cluster, "rmq-fifo")
     sent = drive(endpoint, "fifo-send", "rmq-fifo", str(groups), str(per_group))["sent"]
     assert len({s["id"] for s in sent}) == groups * per_group
     # the first consumer acknowledges 7 messages, keeps the next ones unacknowledged (3 s
@@ -222,9 +245,7 @@ def test_a_push_consumer_gets_each_fifo_group_in_send_order(cluster: LocalCluste
 def test_change_invisible_duration_moves_the_redelivery_and_gives_a_new_receipt_handle(
     cluster: LocalCluster, endpoint: str
 ) -> None:
-    # one queue: the consumer's receives all go to it (with more, a receive could miss the
-    # second message's queue until the first message comes back)
-    create_topic(cluster, "rmq-invisible", queues=1)
+    create_topic(cluster, "rmq-invisible")
     drive(endpoint, "send", "rmq-invisible", "2", "0")
     out = drive(endpoint, "change-invisible", "rmq-invisible", "g-invisible", "3", "9")
     first, second = out["first"], out["second"]

@@ -1,6 +1,8 @@
 """The official RocketMQ Python client's PushConsumer, 10,000 messages and a master killed under
 an official producer and push consumer, against the brokers' RocketMQ endpoint
-(broker/rocketmq.py). The client runs in its own process (tests/client/rocketmq_driver.py).
+(broker/rocketmq.py): two broker sets of two replicas, every topic with queues in both
+(tests/client/rocketmq_cluster.py). The client runs in its own process
+(tests/client/rocketmq_driver.py).
 
 The cluster's brokers give RocketMQ groups a short retry policy (`rocketmq_max_delivery_attempts`,
 `rocketmq_retry_backoff_s`) so that a message's whole way to the dead-letter queue takes seconds.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import signal
 import subprocess
@@ -21,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.client.conftest import LocalCluster, local_cluster_with, tide
+from tests.client import rocketmq_cluster as rc
+from tests.client.conftest import LocalCluster, tide
 from tests.client.test_rocketmq_endpoint import DRIVER, create_topic, drive
 from tidelog import localcluster
 from tidelog.broker import rocketmqrules as rules
@@ -37,8 +41,8 @@ BACKOFF_S = [1, 2, 3]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """deploy/local.yaml with a short RocketMQ retry policy."""
-    with local_cluster_with(
+    """Two broker sets with a short RocketMQ retry policy."""
+    with rc.two_sets(
         tmp_path_factory.mktemp("rmqpush"),
         rocketmq_max_delivery_attempts=MAX_ATTEMPTS,
         rocketmq_retry_backoff_s=BACKOFF_S,
@@ -46,17 +50,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-def endpoints(cluster: LocalCluster) -> dict[str, tuple[str, str]]:
-    """Role -> (process name, RocketMQ endpoint), as `tide cluster status --json` names them."""
-    out = tide("cluster", "status", "--json", env={"TIDE_CONTROLLERS": cluster.controllers})
-    assert out.returncode == 0, out.stderr
-    members = [m for s in json.loads(out.stdout)["broker_sets"] for m in s["members"]]
-    names = {p.get("address"): p["name"] for p in cluster.state()["processes"]}
-    return {m["role"]: (names[m["address"]], m["rocketmq_endpoint"]) for m in members}
-
-
 def master_endpoint(cluster: LocalCluster) -> str:
-    return endpoints(cluster)["master"][1]
+    return rc.endpoint(cluster, "broker-a", "master")
 
 
 async def by_ids(cluster: LocalCluster, ids: list[str]) -> list[ConsumedMessage]:
@@ -76,10 +71,11 @@ def dead_letters(cluster: LocalCluster, group: str, expected: int) -> list[Consu
             deadline = time.monotonic() + 20
             got: list[ConsumedMessage] = []
             while time.monotonic() < deadline:
-                try:
-                    got = await client.reader(modes.dlq_topic(group), 0).read(max_messages=1000, timeout=1)
-                except TopicNotFoundError:
-                    got = []
+                got = []
+                for broker_set in rc.SETS:  # the dead-letter topic has a queue in each set
+                    with contextlib.suppress(TopicNotFoundError):
+                        reader = client.reader(modes.dlq_topic(group), 0, broker_set=broker_set)
+                        got += await reader.read(max_messages=1000, timeout=1)
                 if len(got) >= expected:
                     break
                 await asyncio.sleep(0.5)
@@ -221,10 +217,11 @@ def test_master_killed_under_an_official_producer_and_push_consumer_loses_no_rec
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     create_topic(cluster, "rmq-kill")
-    roles = endpoints(cluster)
-    victim = roles["master"][0]
-    # the client starts from the replica that survives: the killed one is its first route's broker
-    access_point = roles["slave"][1]
+    master = rc.member(cluster, "broker-a", "master")
+    victim = master["name"]
+    # two addresses, the one that dies first: the client fails over to the other (gRPC's
+    # pick-first over both), which every queue's route names too
+    access_point = f"{master['rocketmq_endpoint']};{rc.endpoint(cluster, 'broker-a', 'slave')}"
     ready = tmp_path / "ready"
     driver = subprocess.Popen(
         [
@@ -249,7 +246,7 @@ def test_master_killed_under_an_official_producer_and_push_consumer_loses_no_rec
         time.sleep(3)
         localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while endpoints(cluster).get("master", (victim,))[0] == victim:
+        while _master_of_a(cluster) in ("", victim):
             assert time.monotonic() < deadline, "no new master"
             time.sleep(0.2)
         localcluster.restart(cluster.data_dir, victim)
@@ -276,3 +273,8 @@ def test_master_killed_under_an_official_producer_and_push_consumer_loses_no_rec
     bodies = {r["id"]: f"body-{r['i']}" for r in receipts}
     assert all(bodies[i] == body for i, body, _ in deliveries if i in bodies)
     assert duplicates <= len(receipts) // 2, "far more duplicates than a failover explains"
+
+
+def _master_of_a(cluster: LocalCluster) -> str:
+    found = [m["name"] for m in rc.members(cluster) if m["set"] == "broker-a" and m["role"] == "master"]
+    return found[0] if found else ""

@@ -1,14 +1,13 @@
 """Delayed and transactional messages of the official RocketMQ client, against the brokers'
-RocketMQ endpoint of a cluster started by `tide cluster up` (broker/rocketmqtx.py). The client
-runs in its own process (tests/client/rocketmq_tx_driver.py). The last test kills the master.
+RocketMQ endpoint of a cluster started by `tide cluster up` (broker/rocketmqtx.py): two broker
+sets of two replicas, every topic with queues in both (tests/client/rocketmq_cluster.py). The
+client runs in its own process (tests/client/rocketmq_tx_driver.py). The last test kills the master.
 
 The cluster checks orphaned transactions after 3 s (`rocketmq_tx_check_interval_ms`), so the
 tests see checks without waiting for the production default of 30 s."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import signal
 import time
 from collections.abc import Iterator
@@ -17,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.client.conftest import LocalCluster, local_cluster_with, tide
+from tests.client import rocketmq_cluster as rc
+from tests.client.conftest import LocalCluster
 from tests.client.test_rocketmq_endpoint import drive as drive_official
 from tidelog import localcluster
-from tidelog.client.aio import AsyncClient
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +33,8 @@ def drive(*args: str, timeout: float = 180) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """deploy/local.yaml with a short transaction check interval."""
-    with local_cluster_with(
+    """Two broker sets with a short transaction check interval."""
+    with rc.two_sets(
         tmp_path_factory.mktemp("rmqtx"),
         rocketmq_tx_check_interval_ms=int(CHECK_INTERVAL_S * 1000),
         # enough checks to outlast the last test's failover, its delayed receive and its checker's
@@ -45,31 +44,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-def members(cluster: LocalCluster) -> list[dict[str, Any]]:
-    out = tide("cluster", "status", "--json", env={"TIDE_CONTROLLERS": cluster.controllers})
-    assert out.returncode == 0, out.stderr
-    return [m for s in json.loads(out.stdout)["broker_sets"] for m in s["members"]]
-
-
 def master_endpoint(cluster: LocalCluster) -> str:
-    found = [m for m in members(cluster) if m["role"] == "master" and m["rocketmq_endpoint"]]
-    assert len(found) == 1, found
-    return str(found[0]["rocketmq_endpoint"])
+    return rc.endpoint(cluster, "broker-a", "master")
 
 
-def create_topic(cluster: LocalCluster, name: str, queues: int = 4) -> None:
-    async def go() -> None:
-        async with AsyncClient(cluster.controllers) as client:
-            await client.admin().create_topic(name, queues=queues)
-
-    asyncio.run(go())
+create_topic = rc.create_topic
 
 
 def test_delayed_messages_are_received_no_earlier_than_asked_and_once(cluster: LocalCluster) -> None:
     endpoint = master_endpoint(cluster)
-    # one queue: the consumer's long polls take turns over the queues (1 s each here), which
-    # would add up to a second per queue to when a message is seen
-    create_topic(cluster, "rmq-delay", queues=1)
+    # one broker set (8 queues): a receive waits on the set it names, so each message is seen as
+    # it becomes due rather than when the consumer's turn comes back to its set
+    rc.create_topic_in(cluster, "rmq-delay", "broker-a", queues=8)
     # the longest first: it must not hold back the shorter ones behind it
     out = drive(endpoint, "delay-send", "rmq-delay", "4", "2", "3")
     sent = out["sent"]
@@ -87,11 +73,35 @@ def test_delayed_messages_are_received_no_earlier_than_asked_and_once(cluster: L
     assert "too-far" not in {m["body"] for m in got}
 
 
+def test_a_recalled_delayed_message_is_never_delivered_and_a_delivered_one_cannot_be_recalled(
+    cluster: LocalCluster,
+) -> None:
+    create_topic(cluster, "rmq-recall")
+    out = drive(master_endpoint(cluster), "recall", "rmq-recall")
+    first, second = out["sent"]
+    assert first["handle"] and second["handle"]
+    assert out["first"] == first["id"]  # recall_message answers the recalled message's id
+    assert out["received"] == [second["id"]], "the recalled one never comes; the other once"
+    assert "delivered (or recalled) already" in out["late"], out["late"]  # BadRequestException
+
+
+def test_delayed_messages_of_a_topic_in_another_broker_set_are_kept_and_recalled_there(
+    cluster: LocalCluster,
+) -> None:
+    """The client's endpoint is in broker-a, the topic only in broker-b: the endpoint passes the
+    SendMessage and the RecallMessage on to broker-b's master, which keeps the message."""
+    rc.create_topic_in(cluster, "rmq-recall-b", "broker-b", queues=4)
+    out = drive(master_endpoint(cluster), "recall", "rmq-recall-b")
+    first, second = out["sent"]
+    assert first["id"].startswith("broker-b:") and second["id"].startswith("broker-b:")
+    assert out["first"] == first["id"]
+    assert out["received"] == [second["id"]]
+    assert "delivered (or recalled) already" in out["late"], out["late"]
+
+
 def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalCluster) -> None:
     endpoint = master_endpoint(cluster)
-    # One queue: the official SimpleConsumer polls a queue drawn at random on each receive, so
-    # over several queues the checks below that nothing arrives could miss a message that did.
-    create_topic(cluster, "rmq-tx", queues=1)
+    create_topic(cluster, "rmq-tx")
     create_topic(cluster, "rmq-tx-other")
     # the producer stays past the first check (3 s) of its two orphans
     out = drive(endpoint, "transactions", "rmq-tx", str(CHECK_INTERVAL_S + 4))
@@ -135,19 +145,21 @@ def test_delayed_and_half_messages_survive_a_master_killed_before_they_are_due(c
     orphaned half message are kept by the master, which is killed; the new master delivers the
     first at its time and checks the second with a producer connected to it, once each."""
     endpoint = master_endpoint(cluster)
-    create_topic(cluster, "rmq-delay-kill", queues=1)
-    create_topic(cluster, "rmq-tx-kill", queues=1)
+    create_topic(cluster, "rmq-delay-kill")
+    create_topic(cluster, "rmq-tx-kill")
     (sent,) = drive(endpoint, "delay-send", "rmq-delay-kill", "8")["sent"]
     half = drive(endpoint, "half-send", "rmq-tx-kill", "orphan-commit-after-failover")
-    localcluster.kill(cluster.data_dir, _master_name(cluster), signal.SIGKILL)
+    localcluster.kill(cluster.data_dir, rc.member(cluster, "broker-a", "master")["name"], signal.SIGKILL)
     deadline = time.monotonic() + 60
     new = ""
     while time.monotonic() < deadline and not new:
         time.sleep(0.5)
-        found = [m for m in members(cluster) if m["role"] == "master" and m["rocketmq_endpoint"]]
-        new = (
-            str(found[0]["rocketmq_endpoint"]) if found and found[0]["rocketmq_endpoint"] != endpoint else ""
-        )
+        found = [
+            m["rocketmq_endpoint"]
+            for m in rc.members(cluster)
+            if m["set"] == "broker-a" and m["role"] == "master" and m["rocketmq_endpoint"] != endpoint
+        ]
+        new = str(found[0]) if found else ""
     assert new, "no new master elected"
     got = drive(new, "receive", "rmq-delay-kill", "g-kill", "1", str(max(3.0, sent["at"] - time.time() + 4)))[
         "received"
@@ -159,9 +171,3 @@ def test_delayed_and_half_messages_survive_a_master_killed_before_they_are_due(c
     assert checks and {c["id"] for c in checks} == {half["id"]}, checks
     committed = drive(new, "receive", "rmq-tx-kill", "g-kill", "1", "3")["received"]
     assert [(m["id"], m["body"]) for m in committed] == [(half["id"], "orphan-commit-after-failover")]
-
-
-def _master_name(cluster: LocalCluster) -> str:
-    rows = json.loads(tide("broker", "list", "--controllers", cluster.controllers, "--json").stdout)
-    address = next(r["address"] for r in rows if r["role"] == "master")
-    return str(next(p["name"] for p in cluster.state()["processes"] if p.get("address") == address))

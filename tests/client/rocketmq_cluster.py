@@ -1,0 +1,82 @@
+"""The cluster the official RocketMQ clients' tests run on: deploy/local.yaml with two broker sets
+(broker-a, broker-b) of two replicas each, so that every topic's queues lie in two sets and a
+master can be killed; and the helpers those tests share to look at it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
+from tidelog.client.aio import AsyncClient
+
+SETS = ("broker-a", "broker-b")
+#: Queues of a topic in each broker set: 8 in all.
+QUEUES_PER_SET = 4
+
+
+@contextlib.contextmanager
+def two_sets(where: Path, **broker: Any) -> Iterator[LocalCluster]:
+    """deploy/local.yaml with two broker sets of two replicas and `broker`'s keys for every broker,
+    started under `where` and stopped (every process) on leaving."""
+    topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
+    topology["broker_sets"] = [{"name": name, "replicas": 2} for name in SETS]
+    topology["broker"].update(broker)
+    path = where / "topology.yaml"
+    path.write_text(yaml.safe_dump(topology))
+    c = start_cluster(where / "cluster", path)
+    try:
+        yield c
+    finally:
+        stop_cluster(c)
+
+
+def members(cluster: LocalCluster) -> list[dict[str, Any]]:
+    """Every broker as `tide cluster status --json` names it, with its broker set (`set`) and
+    process name (`name`)."""
+    out = tide("cluster", "status", "--json", env={"TIDE_CONTROLLERS": cluster.controllers})
+    assert out.returncode == 0, out.stderr
+    names = {p.get("address"): p["name"] for p in cluster.state()["processes"]}
+    return [
+        {**m, "set": s["name"], "name": names.get(m["address"], "")}
+        for s in json.loads(out.stdout)["broker_sets"]
+        for m in s["members"]
+    ]
+
+
+def member(cluster: LocalCluster, broker_set: str, role: str) -> dict[str, Any]:
+    """The member of `broker_set` in `role` ("master" or "slave")."""
+    found = [m for m in members(cluster) if m["set"] == broker_set and m["role"] == role]
+    assert len(found) == 1 and found[0]["rocketmq_endpoint"], found
+    return found[0]
+
+
+def endpoint(cluster: LocalCluster, broker_set: str = "broker-a", role: str = "master") -> str:
+    """The RocketMQ endpoint of `broker_set`'s member in `role`: any one serves every topic."""
+    return str(member(cluster, broker_set, role)["rocketmq_endpoint"])
+
+
+def create_topic(cluster: LocalCluster, name: str, queues: int = QUEUES_PER_SET) -> dict[str, int]:
+    """Topic `name` with `queues` queues in every broker set of the cluster."""
+
+    async def go() -> dict[str, int]:
+        async with AsyncClient(cluster.controllers) as client:
+            return await client.admin().create_topic(name, queues=queues)
+
+    return asyncio.run(go())
+
+
+def create_topic_in(cluster: LocalCluster, name: str, broker_set: str, queues: int) -> dict[str, int]:
+    """Topic `name` with `queues` queues in `broker_set` only."""
+
+    async def go() -> dict[str, int]:
+        async with AsyncClient(cluster.controllers) as client:
+            return await client.admin().create_topic(name, queues=queues, broker_sets=[broker_set])
+
+    return asyncio.run(go())

@@ -1,0 +1,281 @@
+"""The official RocketMQ Node.js client (rocketmq-client-nodejs from npm, unmodified; `make test`
+installs it from tests/client/node/package-lock.json) against the brokers' RocketMQ endpoint: two
+broker sets of two replicas, every topic with queues in both (tests/client/rocketmq_cluster.py),
+the client given one slave's endpoint for the whole cluster. Each test runs the client in a Node
+process of its own (tests/client/node/driver.js).
+
+The brokers give RocketMQ groups a short retry policy and check orphaned transactions after 3 s,
+so that retries, dead letters and checks take seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.client import rocketmq_cluster as rc
+from tests.client.conftest import LocalCluster
+from tests.client.test_rocketmq_endpoint import check_fifo
+from tidelog import localcluster
+from tidelog.client import modes
+from tidelog.client.aio import AsyncClient, ConsumedMessage
+from tidelog.errors import TopicNotFoundError
+
+NODE_DIR = Path(__file__).with_name("node")
+DRIVER = NODE_DIR / "driver.js"
+INSTALLED = (NODE_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").exists()
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("node") is None or not INSTALLED,
+        reason="needs node and `npm ci` in tests/client/node (make test does both)",
+    ),
+]
+
+MAX_ATTEMPTS = 4
+BACKOFF_S = [1, 2, 3]
+CHECK_INTERVAL_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with rc.two_sets(
+        tmp_path_factory.mktemp("rmqnode"),
+        rocketmq_max_delivery_attempts=MAX_ATTEMPTS,
+        rocketmq_retry_backoff_s=BACKOFF_S,
+        rocketmq_tx_check_interval_ms=int(CHECK_INTERVAL_S * 1000),
+        rocketmq_tx_max_checks=40,
+    ) as c:
+        yield c
+
+
+#: The Node processes' environment: the client logs into files under $HOME, here a test directory.
+ENV: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def node_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    ENV.update(os.environ, HOME=str(tmp_path_factory.mktemp("node-home")))
+    yield
+    ENV.clear()
+
+
+@pytest.fixture(scope="module")
+def endpoint(cluster: LocalCluster) -> str:
+    """The client's one address: a slave of broker-a, so that every call is passed on to a master."""
+    return rc.endpoint(cluster, "broker-a", "slave")
+
+
+def node(endpoint: str, command: str, args: dict[str, Any], timeout: float = 180) -> dict[str, Any]:
+    """Run the Node driver (a process of its own); its last line's JSON."""
+    out = subprocess.run(
+        ["node", str(DRIVER), endpoint, command, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=NODE_DIR,
+        env=ENV,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
+
+
+async def _by_ids(cluster: LocalCluster, ids: list[str]) -> list[ConsumedMessage]:
+    async with AsyncClient(cluster.controllers) as client:
+        return list(await asyncio.gather(*(client.get_message_by_id(i) for i in ids)))
+
+
+def dead_letters(cluster: LocalCluster, group: str, expected: int) -> list[ConsumedMessage]:
+    """What `%DLQ%<group>` holds in either broker set once it holds `expected` (or after 20 s)."""
+
+    async def go() -> list[ConsumedMessage]:
+        async with AsyncClient(cluster.controllers) as client:
+            deadline = time.monotonic() + 20
+            got: list[ConsumedMessage] = []
+            while time.monotonic() < deadline:
+                got = []
+                for broker_set in rc.SETS:
+                    with contextlib.suppress(TopicNotFoundError):
+                        reader = client.reader(modes.dlq_topic(group), 0, broker_set=broker_set)
+                        got += await reader.read(max_messages=1000, timeout=1)
+                if len(got) >= expected:
+                    break
+                await asyncio.sleep(0.5)
+            return got
+
+    return asyncio.run(go())
+
+
+def test_normal_messages_reach_both_broker_sets_and_a_simple_consumer_gets_each_once(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    rc.create_topic(cluster, "node-orders")
+    out = node(endpoint, "send", {"topic": "node-orders", "count": 40})
+    sent = out["sent"]
+    assert len({s["id"] for s in sent}) == 40
+    # one address for the cluster, and the messages are in the queues of both sets (the endpoint
+    # places them as tidelog's producer does, by key: this client offers queue 0 of each broker
+    # only, as it keeps the queues whose id, not whose broker id, is 0)
+    assert {s["broker"] for s in sent} == set(rc.SETS)
+    placed = {(m.broker_set, m.queue) for m in asyncio.run(_by_ids(cluster, [s["id"] for s in sent]))}
+    assert placed == {(b, q) for b in rc.SETS for q in range(rc.QUEUES_PER_SET)}, placed
+    assert out["unknown_topic"] is not None, "a send to a missing topic must fail"
+
+    got = node(endpoint, "receive", {"topic": "node-orders", "group": "g-node", "expected": 40})["received"]
+    assert sorted(m["id"] for m in got) == sorted(s["id"] for s in sent)  # each once
+    by_id = {s["id"]: s["i"] for s in sent}
+    for m in got:
+        i = by_id[m["id"]]
+        assert (m["body"], m["tag"], m["keys"], m["properties"], m["attempt"]) == (
+            f"body-{i}",
+            ("a", "b", "c")[i % 3],
+            [f"key-{i}"],
+            {"seq": str(i)},
+            1,
+        )
+    # a tag filter: a||c only, each once
+    args = {"topic": "node-orders", "group": "g-node-tags", "expected": 27, "filter": "a||c"}
+    tagged = node(endpoint, "receive", args)["received"]
+    assert sorted(m["id"] for m in tagged) == sorted(s["id"] for s in sent if s["i"] % 3 != 1)
+
+
+def test_fifo_groups_are_received_in_send_order(cluster: LocalCluster, endpoint: str) -> None:
+    groups, per_group = 4, 6
+    rc.create_topic(cluster, "node-fifo")
+    sent = node(endpoint, "fifo-send", {"topic": "node-fifo", "groups": groups, "perGroup": per_group})[
+        "sent"
+    ]
+    assert len({s["id"] for s in sent}) == groups * per_group
+    args = {"topic": "node-fifo", "group": "g-node-fifo", "expected": groups * per_group}
+    events = node(endpoint, "fifo-receive", args)["events"]
+    check_fifo(events, groups, per_group)
+
+
+def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    rc.create_topic(cluster, "node-delay")
+    out = node(endpoint, "delay-send", {"topic": "node-delay", "delaysS": [3, 2, 3], "recall": [2]})
+    sent, recalled = out["sent"], out["recalled"]
+    assert all(s["handle"] for s in sent), "every delayed message has a recall handle"
+    assert recalled == {"2": {"id": sent[2]["id"]}}, recalled
+    # received well past the recalled message's time: it never comes
+    args = {"topic": "node-delay", "group": "g-node-delay", "expected": 2, "seconds": 12}
+    got = node(endpoint, "receive", args)["received"]
+    assert sorted(m["id"] for m in got) == sorted(s["id"] for s in sent[:2])
+    times = {s["id"]: s["at"] for s in sent}
+    assert all(m["at"] >= times[m["id"]] for m in got), "not before its delivery time"
+    # delivered (or recalled already): its recall is refused with BAD_REQUEST (40000)
+    late = node(endpoint, "recall", {"topic": "node-delay", "handle": sent[0]["handle"]})
+    assert "code: 40000" in late.get("message", "") and "delivered" in late["message"], late
+    again = node(endpoint, "recall", {"topic": "node-delay", "handle": sent[2]["handle"]})
+    assert "code: 40000" in again.get("message", ""), again
+
+
+def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalCluster, endpoint: str) -> None:
+    rc.create_topic(cluster, "node-tx")
+    out = node(endpoint, "transactions", {"topic": "node-tx", "stayS": CHECK_INTERVAL_S + 8})
+    checked = {c["body"]: c for c in out["checks"]}
+    assert sorted(checked) == ["orphan-commit", "orphan-rollback"], out["checks"]
+    for body, c in checked.items():
+        assert c["id"] == out[body]["id"], "the checker gets the message id its producer was given"
+        assert c["at"] >= out["sent_at"] + (CHECK_INTERVAL_S - 1) * 1000
+    args = {"topic": "node-tx", "group": "g-node-tx", "expected": 2, "seconds": 2 * CHECK_INTERVAL_S + 2}
+    got = node(endpoint, "receive", args)["received"]
+    assert sorted((m["body"], m["id"]) for m in got) == [
+        ("commit", out["commit"]["id"]),
+        ("orphan-commit", out["orphan-commit"]["id"]),
+    ]
+
+
+def test_a_push_consumer_retries_failures_into_the_dead_letter_queue(
+    cluster: LocalCluster, endpoint: str
+) -> None:
+    rc.create_topic(cluster, "node-push")
+    sent = node(endpoint, "send", {"topic": "node-push", "count": 30})["sent"]
+    by_id = {s["id"]: s["i"] for s in sent}
+    args = {
+        "topic": "node-push",
+        "group": "g-node-push",
+        "expected": 30,
+        "failEvery": 10,
+        "quietS": BACKOFF_S[-1] + 3,
+    }
+    deliveries = node(endpoint, "push", args)["deliveries"]
+    per_id: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for d in deliveries:
+        per_id[d["id"]].append(d)
+    assert set(per_id) == set(by_id)
+    failing = {m for m, i in by_id.items() if i % 10 == 0}
+    for message_id, ds in per_id.items():
+        expected = list(range(1, MAX_ATTEMPTS + 1)) if message_id in failing else [1]
+        assert [d["attempt"] for d in ds] == expected, ds
+    letters = dead_letters(cluster, "g-node-push", len(failing))
+    assert sorted(m.properties[modes.ORIGIN_MESSAGE_ID] for m in letters) == sorted(failing)  # once each
+    assert all(m.properties[modes.DELIVERY_ATTEMPTS] == str(MAX_ATTEMPTS) for m in letters)
+
+
+def test_a_master_killed_under_a_producer_and_a_push_consumer_loses_no_receipted_message(
+    cluster: LocalCluster, endpoint: str, tmp_path: Path
+) -> None:
+    """Runs last: it kills broker-a's master (the client's access point, broker-a's slave, lives
+    on and becomes master) and restarts it as a slave."""
+    rc.create_topic(cluster, "node-kill")
+    victim = rc.member(cluster, "broker-a", "master")["name"]
+    ready = tmp_path / "ready"
+    args = {"topic": "node-kill", "group": "g-node-kill", "seconds": 25, "readyFile": str(ready)}
+    driver = subprocess.Popen(
+        ["node", str(DRIVER), endpoint, "produce-consume", json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=NODE_DIR,
+        env=ENV,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.1)
+        assert ready.exists(), "the driver did not start"
+        time.sleep(3)  # messages flow before the kill
+        localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _master_of_a(cluster) in ("", victim):
+            assert time.monotonic() < deadline, "no new master"
+            time.sleep(0.2)
+        localcluster.restart(cluster.data_dir, victim)
+        stdout, stderr = driver.communicate(timeout=150)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
+    receipts, deliveries = out["receipts"], out["deliveries"]
+    delivered = collections.Counter(d[0] for d in deliveries)
+    lost = [r for r in receipts if r["id"] not in delivered]
+    print(
+        f"master killed under the Node client: {len(receipts)} receipted, {len(lost)} lost, "
+        f"{sum(n - 1 for n in delivered.values())} duplicates, {len(out['send_failures'])} failed sends"
+    )
+    assert len(receipts) >= 50, out["send_failures"][-5:]
+    assert receipts[-1]["at"] > 15, "no send was receipted after the failover"
+    assert lost == [], f"{len(lost)} receipted messages never consumed: {lost[:5]}"
+
+
+def _master_of_a(cluster: LocalCluster) -> str:
+    found = [m["name"] for m in rc.members(cluster) if m["set"] == "broker-a" and m["role"] == "master"]
+    return found[0] if found else ""
