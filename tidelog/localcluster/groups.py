@@ -194,10 +194,17 @@ class BrokerSet:
 def create_topic(controllers: str, topic: str, queues: dict[str, int], timeout: float = 20.0) -> None:
     """Create `topic` (broker set -> queue count) once its broker sets have registered (retried till then)."""
     from tidelog.client.controllers import ControllerClient
+    from tidelog.errors import TopicExistsError
 
     async def attempt() -> bool:
         async with ControllerClient(controllers, rpc_timeout=2.0, total_timeout=3.0) as client:
-            await client.create_topic(topic, queues)
+            try:
+                await client.create_topic(topic, queues)
+            except TopicExistsError:
+                # an earlier attempt whose answer came too late may have made it: the same queues
+                # are this call's topic; any other is someone else's
+                page, _ = await client.list_topics_page(prefix=topic, limit=1)
+                return bool(page) and page[0].name == topic and dict(page[0].queues) == queues
         return True
 
     wait_until(lambda: asyncio.run(attempt()), timeout, 0.2, what=f"topic {topic} to be created")
