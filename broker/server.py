@@ -410,9 +410,10 @@ class BrokerServer:
             log.info("%s users and grants now at version %d", r.ctx, r.acl.version)
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
         # master before sent + its timeout; the lease ends well before that (ha/lease.py).
-        r.lease.renew(
-            sent, reply.heartbeat_timeout_ms or 5000, unclean_elections=not reply.clean_elections_only
-        )
+        if not reply.lease_withheld:  # a leader cut off from its majority renews nothing (ha/lease.py)
+            r.lease.renew(
+                sent, reply.heartbeat_timeout_ms or 5000, unclean_elections=not reply.clean_elections_only
+            )
         if not reply.topics_unchanged:
             r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
             self._topics_version = reply.topics_version

@@ -27,6 +27,7 @@ import gzip
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from tidelog.controller.recover import load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
 from tidelog.controller.topics import TOPIC_COMMANDS
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
+from tidelog.ha.lease import majority_contact_age
 from tidelog.invariants import EXIT_INVARIANT_VIOLATED
 from tidelog.private import private_dir
 from tidelog.tasks import within
@@ -305,6 +307,18 @@ class RaftNode:
         await within(fut, timeout)
 
     # --- reads ----------------------------------------------------------------------------
+
+    def majority_contact_age_ms(self) -> float:
+        """How long ago a majority of the group last answered this node as leader (0 for a group of
+        one; infinite when not leading). Read from PySyncObj's per-follower answer times, the ones
+        its own leader fallback uses (`leaderFallbackTimeout`)."""
+        if not self.is_leader():
+            return float("inf")
+        answers = dict(getattr(self._obj, "_SyncObj__lastResponseTime", {}))
+        others = len(self.cfg.peers)
+        # PySyncObj stamps answers with its monotonic clock (time.monotonic), in seconds
+        now = time.monotonic()
+        return majority_contact_age(now * 1000, [t * 1000 for t in answers.values()], others + 1)
 
     @property
     def topics_changes(self) -> int:

@@ -41,6 +41,7 @@ from tidelog.errors import (
     TopicLimitReachedError,
     TopicNotFoundError,
 )
+from tidelog.ha.lease import grants_lease
 from tidelog.ledger.client import ledger_id_of_key
 from tidelog.ledger.metadata import hash_password
 from tidelog.proto import controller_pb2 as pb
@@ -359,6 +360,9 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
             heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms,
             clean_elections_only=not self.node.cfg.enable_elect_unclean_master,
+            lease_withheld=not grants_lease(
+                self.node.raft.majority_contact_age_ms(), self.node.cfg.heartbeat_timeout_ms
+            ),
             topics_version=topics_version,
             topics_unchanged=unchanged,
         )

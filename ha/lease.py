@@ -32,11 +32,37 @@ from dataclasses import dataclass
 
 from tidelog.invariants import require
 
-__all__ = ["LEASE_FRACTION", "Lease"]
+__all__ = ["GRANT_WINDOW_FRACTION", "LEASE_FRACTION", "Lease", "grants_lease", "majority_contact_age"]
 
 LEASE_FRACTION = (
     0.75  # of the controller's heartbeat timeout: how long an answered heartbeat lets a master acknowledge
 )
+
+
+# A controller leader grants a lease only while a majority of its Raft group answered it within
+# this fraction of the heartbeat timeout. A leader cut off from its majority keeps believing it
+# leads for `leader_fallback_timeout_ms` (PySyncObj steps down only then) and would go on renewing
+# leases that outlive the new leader's election of another master (the simulator's seed 46). With
+# the window, the last lease it grants ends before `cut + GRANT_WINDOW_FRACTION x timeout +
+# LEASE_FRACTION x timeout`, inside the timeout after which the majority may replace the master.
+GRANT_WINDOW_FRACTION = 0.15
+
+
+def majority_contact_age(now_ms: float, last_answers_ms: list[float], group_size: int) -> float:
+    """How long ago a majority of a Raft group (the leader itself counted at `now_ms`) last answered
+    the leader, from the other members' last answer times; infinite when too few ever answered."""
+    need = group_size // 2  # others that, with the leader, make a majority
+    if need <= 0:
+        return 0.0
+    if len(last_answers_ms) < need:
+        return float("inf")
+    newest_first = sorted(last_answers_ms, reverse=True)
+    return max(0.0, now_ms - newest_first[need - 1])
+
+
+def grants_lease(majority_age_ms: float, heartbeat_timeout_ms: int) -> bool:
+    """Whether a leader whose majority last answered `majority_age_ms` ago may renew a lease."""
+    return majority_age_ms <= GRANT_WINDOW_FRACTION * heartbeat_timeout_ms
 
 
 @dataclass

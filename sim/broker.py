@@ -214,10 +214,11 @@ class Broker(Node):
 
     # ------------------------------------------------------------------ controller replies
 
-    def on_hb_reply(self, role: roles.Role, sent: int) -> None:
+    def on_hb_reply(self, role: roles.Role, sent: int, lease_withheld: bool = False) -> None:
         if self.stopped or self.local() - sent > RPC_TIMEOUT:
             return
-        self.lease.renew(sent, 5000, unclean_elections=False)
+        if not lease_withheld:  # broker/server.py::BrokerServer.beat
+            self.lease.renew(sent, 5000, unclean_elections=False)
         if self.fresh:
             self.fresh = False
             if (

@@ -25,6 +25,7 @@ from tidelog.controller.commands import AlterSyncStateSet, ElectMaster, Register
 from tidelog.controller.liveness import HeartbeatTable
 from tidelog.controller.model import BrokerSet
 from tidelog.controller.state import ControllerState
+from tidelog.ha.lease import grants_lease
 from tidelog.ha.roles import Role
 
 from .net import Node, Sim
@@ -95,7 +96,12 @@ class Controller(Node):
         bs = self.state.broker_sets.get(SET)
         if bs is None or bid not in bs.members:
             return
-        self.sim.send(self, broker, broker.on_hb_reply, role_of(bs), sent)
+        # ha/lease.py::grants_lease: how long ago a majority last answered this leader. The model
+        # notes the loss of its majority at the Raft tick after it happens; PySyncObj's answers come
+        # every append-entries period: a tick is the bound on the difference.
+        age = 0.0 if self.lost_since is None else self.sim.now - self.lost_since + RAFT_TICK
+        withheld = not grants_lease(age, HB_TIMEOUT)
+        self.sim.send(self, broker, broker.on_hb_reply, role_of(bs), sent, withheld)
 
     def on_elect(self, broker: Broker, bid: int, restarted: bool = False) -> None:
         if not self.leading:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from tests.brokers import pause, resume
 from tests.controller.simbroker import wait_for
 from tests.procs import ControllerCluster
 from tidelog import errors
@@ -221,3 +223,52 @@ def test_a_node_with_the_wrong_secret_cannot_join(
                 assert st.leader_id in ("c1", "c2")
 
     asyncio.run(scenario())
+
+
+def test_a_leader_cut_off_from_its_majority_withholds_the_lease(
+    controller_cluster: Callable[..., ControllerCluster],
+) -> None:
+    """docs/ARCHITECTURE.md §3.5: a Raft leader whose followers stopped answering leads on for
+    leader_fallback_timeout_ms, but its heartbeat replies stop renewing leases within a fraction of
+    the heartbeat timeout (the simulator's seed 46)."""
+    cluster = controller_cluster(3)
+
+    async def scenario() -> None:
+        async with ControllerClient(cluster.address_list, total_timeout=20) as client:
+            leader = await wait_for(
+                lambda: _leader(client, cluster, cluster.ids, all_up=True), 20, what="a first leader"
+            )
+            bid = (
+                await client.register_broker("broker-a", "127.0.0.1:30001", "127.0.0.1:31001", identity="a-0")
+            ).broker_id
+
+            async def beat() -> pb.HeartbeatReply:
+                request = pb.HeartbeatRequest(broker_set="broker-a", broker_id=bid, epoch=-1, max_offset=0)
+                return await client.call("broker", "Heartbeat", request, address=cluster.grpc[leader])
+
+            assert not (await beat()).lease_withheld  # a leader its majority answers grants it
+            followers = [cluster.procs[i] for i in cluster.ids if i != leader]
+            for p in followers:
+                pause(p)
+            try:
+                # still the leader (PySyncObj steps down only after its fallback), no longer granting
+                await wait_for(
+                    lambda: _withheld_while_leading(client, cluster, leader, beat),
+                    3,
+                    0.05,
+                    what="the cut-off leader to withhold the lease",
+                )
+            finally:
+                for p in followers:
+                    resume(p)
+
+    asyncio.run(scenario())
+
+
+async def _withheld_while_leading(
+    client: ControllerClient, cluster: ControllerCluster, leader: str, beat: Callable[..., Any]
+) -> bool:
+    reply = await beat()
+    status = await client.cluster_status(address=cluster.grpc[leader])
+    assert status.raft_state == "leader", "the leader stepped down before it withheld the lease"
+    return bool(reply.lease_withheld)

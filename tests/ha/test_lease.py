@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tidelog.controller.election import elect
 from tidelog.controller.model import LiveInfo
 from tidelog.ha import roles
-from tidelog.ha.lease import LEASE_FRACTION, Lease
+from tidelog.ha.lease import LEASE_FRACTION, Lease, grants_lease, majority_contact_age
 from tidelog.ha.mastercore import (
     Acked,
     AlterFailed,
@@ -204,3 +204,44 @@ def test_3_5_7_a_broker_that_never_heard_a_controller_assumes_unclean_elections(
     lease = Lease()
     assert lease.unclean_elections
     assert not lease.may_acknowledge(1, 0, 0, replication="sync")
+
+
+# ---------------------------------------------- the lease's grant: a leader that may be stale
+
+
+def test_a_group_of_one_always_has_its_majority() -> None:
+    assert majority_contact_age(10_000, [], 1) == 0.0
+
+
+def test_the_majority_age_is_the_answer_that_completes_a_majority() -> None:
+    # five nodes: the leader and two others make a majority; the second newest answer counts
+    assert majority_contact_age(10_000, [9_900, 4_000, 9_500, 1_000], 5) == 500
+    assert majority_contact_age(10_000, [9_900], 5) == float("inf")  # too few ever answered
+    assert majority_contact_age(10_000, [9_000, 2_000], 3) == 1_000
+
+
+@given(
+    answers=st.lists(st.integers(0, 100_000), max_size=6),
+    size=st.integers(1, 7),
+    now=st.integers(100_000, 200_000),
+)
+def test_a_majority_answered_within_the_age_and_never_more_recently(answers, size, now) -> None:
+    age = majority_contact_age(now, [float(a) for a in answers], size)
+    need = size // 2
+    recent = [a for a in answers if now - a <= age]
+    assert age == 0.0 if need == 0 else len(recent) >= need or age == float("inf")
+
+
+def test_3_5_a_leader_cut_off_from_its_majority_grants_no_lease_that_outlives_a_replacement() -> None:
+    """The simulator's seed 46: a leader cut off at `cut` leads on for leader_fallback_timeout_ms
+    and answers heartbeats. It grants only while its majority's last answer is recent, so the last
+    lease it grants ends before cut + timeout, when the majority may elect another master."""
+    timeout, cut = 5_000, 20_000
+    last_answer = cut  # nothing answers after the cut
+    granted_until = -1
+    for sent in range(cut, cut + 3_000, 10):  # heartbeats during the whole fallback
+        if grants_lease(majority_contact_age(sent, [last_answer, last_answer], 3), timeout):
+            lease = Lease()
+            lease.renew(sent, timeout, unclean_elections=False)
+            granted_until = max(granted_until, lease.until_ms)
+    assert cut < granted_until < cut + timeout

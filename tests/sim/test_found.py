@@ -6,8 +6,6 @@ into a failure (XPASS) the day the fix lands, and then the mark comes off.
 
 from __future__ import annotations
 
-import pytest
-
 from tidelog.sim.faults import Fault
 from tidelog.sim.world import run_seed
 
@@ -21,16 +19,11 @@ def test_seed_1_a_master_restarted_in_its_epoch_diverges_from_a_slave() -> None:
     assert out.ok, out.violation
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a controller leader cut off from its majority still leads for leader_fallback_timeout_ms "
-        "(3 s) and answers heartbeats, renewing the cut-off master's lease to sent + 3.75 s; the "
-        "new leader elects another master 5 s after the last heartbeat it saw, so the old master "
-        "acknowledges (with a slave on its side) writes the new master lacks"
-    ),
-)
 def test_seed_46_a_stale_controller_leader_extends_a_deposed_masters_lease() -> None:
+    """Fixed: a controller leader cut off from its majority led on for leader_fallback_timeout_ms
+    (3 s) and answered heartbeats, renewing the cut-off master's lease past the new leader's
+    election of another master. A leader now withholds the lease unless a majority answered it
+    within a fraction of the heartbeat timeout (ha/lease.py::grants_lease)."""
     shrunk = [Fault(20440, "partition", "dc1", 5231)]
     for out in (run_seed(46), run_seed(46, faults=shrunk)):
         assert out.ok, out.violation

@@ -146,7 +146,7 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ..., topics_version: _Optional[str] = ..., cluster_version: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "clean_elections_only", "topics_version", "topics_unchanged", "cluster")
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "clean_elections_only", "topics_version", "topics_unchanged", "cluster", "lease_withheld")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,7 @@ class HeartbeatReply(_message.Message):
     TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
     TOPICS_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_WITHHELD_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     heartbeat_interval_ms: int
@@ -167,7 +168,8 @@ class HeartbeatReply(_message.Message):
     topics_version: str
     topics_unchanged: bool
     cluster: ClusterView
-    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., clean_elections_only: _Optional[bool] = ..., topics_version: _Optional[str] = ..., topics_unchanged: _Optional[bool] = ..., cluster: _Optional[_Union[ClusterView, _Mapping]] = ...) -> None: ...
+    lease_withheld: bool
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., clean_elections_only: _Optional[bool] = ..., topics_version: _Optional[str] = ..., topics_unchanged: _Optional[bool] = ..., cluster: _Optional[_Union[ClusterView, _Mapping]] = ..., lease_withheld: _Optional[bool] = ...) -> None: ...
 
 class ClusterView(_message.Message):
     __slots__ = ("version", "broker_sets", "topics", "controllers")
