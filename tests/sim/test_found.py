@@ -6,6 +6,8 @@ into a failure (XPASS) the day the fix lands, and then the mark comes off.
 
 from __future__ import annotations
 
+import pytest
+
 from tidelog.sim.faults import Fault
 from tidelog.sim.world import run_seed
 
@@ -35,3 +37,17 @@ def test_seed_1_a_master_alone_confirms_what_a_crash_takes_back() -> None:
     back. Under flush: sync it now counts only what it has flushed (MasterCore.durable)."""
     out = run_seed(1, faults=[Fault(5000, "crash", "b2", 30000), Fault(15192, "crash", "b1", 8000)])
     assert out.ok, out.violation
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: with in_sync_replicas 2 of three (a write covered by the lease alone), the controller "
+        "leader paused for 4.4 s while another controller is down resumes, elects another master at "
+        "once, and the old master still acknowledges a write the new one lacks"
+    ),
+)
+def test_seed_2645_a_paused_controller_leader_elects_while_the_old_master_still_acknowledges() -> None:
+    shrunk = [Fault(2106, "pause", "c0", 4360), Fault(2506, "crash", "c1", 5415)]
+    for out in (run_seed(2645), run_seed(2645, faults=shrunk)):
+        assert out.ok, out.violation
