@@ -68,8 +68,9 @@ def test_delayed_messages_are_received_no_earlier_than_asked_and_once(cluster: L
         assert (m["body"], m["keys"], m["attempt"]) == (f"delayed-{s['i']}", [f"dk-{s['i']}"], 1)
         assert m["at"] >= s["at"], f"message {s['i']} received {s['at'] - m['at']:.2f} s early"
         assert m["at"] <= s["at"] + 3, f"message {s['i']} received {m['at'] - s['at']:.2f} s late"
-    order = [m["body"] for m in sorted(got, key=lambda m: m["at"])]
-    assert order == ["delayed-1", "delayed-2", "delayed-0"], "delivered in the order of their times"
+    # each in its own window above, the longest sent first: it held none of the shorter ones back
+    # past theirs. No order is asserted between them: their times are a second apart, within the
+    # window a receive under load may take (RocketMQ promises no order among delayed messages).
     assert "too-far" not in {m["body"] for m in got}
 
 
