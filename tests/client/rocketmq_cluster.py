@@ -15,6 +15,7 @@ import yaml
 
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
 from tidelog.client.aio import AsyncClient
+from tidelog.localcluster import wait_until
 
 SETS = ("broker-a", "broker-b")
 #: Queues of a topic in each broker set: 8 in all.
@@ -50,11 +51,20 @@ def members(cluster: LocalCluster) -> list[dict[str, Any]]:
     ]
 
 
-def member(cluster: LocalCluster, broker_set: str, role: str) -> dict[str, Any]:
-    """The member of `broker_set` in `role` ("master" or "slave")."""
-    found = [m for m in members(cluster) if m["set"] == broker_set and m["role"] == role]
-    assert len(found) == 1 and found[0]["rocketmq_endpoint"], found
-    return found[0]
+def member(cluster: LocalCluster, broker_set: str, role: str, timeout: float = 20.0) -> dict[str, Any]:
+    """The member of `broker_set` in `role` ("master" or "slave"), once one is: right after
+    `cluster up` a slave may not have taken its role yet (it follows at its next heartbeat)."""
+
+    def found() -> list[dict[str, Any]]:
+        return [m for m in members(cluster) if m["set"] == broker_set and m["role"] == role]
+
+    wait_until(
+        lambda: len(found()) == 1 and found()[0]["rocketmq_endpoint"],
+        timeout,
+        0.2,
+        what=f"a {role} of {broker_set} with a RocketMQ endpoint",
+    )
+    return found()[0]
 
 
 def endpoint(cluster: LocalCluster, broker_set: str = "broker-a", role: str = "master") -> str:
