@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from crc32c import crc32c
@@ -71,6 +71,8 @@ DLQ_SCAN = 1000
 #: Bounds of one receive.
 
 Key = tuple[str, str, int]  # (group, topic, queue)
+#: What a receive hands out: (the stored records, their count, receipts, delivery counts).
+Received = tuple[bytes, int, list[str], list[int]]
 #: The queue of a receive that reads every queue of its topic here (`receive_any`).
 ANY_QUEUE = -1
 
@@ -218,11 +220,20 @@ class SharedSubscriptions:
         _check_receive(max_messages, invisible_ms, max_attempts, wait_ms)
         self.replica.queue_offsets(key[1], key[2])  # the queue exists here
         self.replica.require_master()
+        return await self._until_received(
+            lambda: self._receive_now(
+                key, max_messages, invisible_ms, max_attempts, start_latest, key_ordered
+            ),
+            wait_ms,
+        )
+
+    async def _until_received(
+        self, attempt: Callable[[], Awaitable[tuple[Received | None, int | None]]], wait_ms: int
+    ) -> Received:
+        """`attempt()` until it hands something out or `wait_ms` passes (then nothing)."""
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            got, due = await self._receive_now(
-                key, max_messages, invisible_ms, max_attempts, start_latest, key_ordered
-            )
+            got, due = await attempt()
             if got is not None:
                 return got
             remaining = deadline - time.monotonic()
@@ -230,8 +241,9 @@ class SharedSubscriptions:
                 return b"", 0, [], []
             if due is not None:
                 remaining = min(remaining, max(0.001, (due - _now_ms()) / 1000))
-            # look again when the confirm offset moves (new messages, or a state record: an
-            # invisible time shortened, a message given back) or when the earliest lease ends
+            # look again when the confirm offset moves (new messages in any queue of the set, or a
+            # state record: an invisible time shortened, a message given back) or when the
+            # earliest lease ends
             await self.replica.long_poll(_until_woken(), int(remaining * 1000) or 1)
 
     async def receive_any(
@@ -253,12 +265,12 @@ class SharedSubscriptions:
         _check_receive(max_messages, invisible_ms, max_attempts, wait_ms)
         self.replica.queue_offsets(topic, 0)  # the topic is served here
         self.replica.require_master()
-        deadline = time.monotonic() + wait_ms / 1000
-        while True:
+
+        async def every_queue() -> tuple[Received | None, int | None]:
             queues = max(1, self.replica.topics.get(topic, 0))
             first = self._turns.get((group, topic), 0) % queues
             self._turns[(group, topic)] = first + 1
-            parts: list[tuple[bytes, int, list[str], list[int]]] = []
+            parts: list[Received] = []
             count, due = 0, None
             for i in range(queues):
                 key = (group, topic, (first + i) % queues)
@@ -272,20 +284,12 @@ class SharedSubscriptions:
                         break
                 elif next_due is not None:
                     due = next_due if due is None else min(due, next_due)
-            if parts:
-                return (
-                    b"".join(p[0] for p in parts),
-                    count,
-                    [r for p in parts for r in p[2]],
-                    [a for p in parts for a in p[3]],
-                )
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return b"", 0, [], []
-            if due is not None:
-                remaining = min(remaining, max(0.001, (due - _now_ms()) / 1000))
-            # any queue's new message moves the set's confirm offset: one wake-up serves them all
-            await self.replica.long_poll(_until_woken(), int(remaining * 1000) or 1)
+            if not parts:
+                return None, due
+            joined = b"".join(p[0] for p in parts)
+            return (joined, count, [r for p in parts for r in p[2]], [a for p in parts for a in p[3]]), due
+
+        return await self._until_received(every_queue, wait_ms)
 
     async def _receive_now(
         self,
