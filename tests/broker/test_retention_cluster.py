@@ -144,6 +144,8 @@ def test_a_slave_that_is_down_keeps_what_it_needs_and_catches_up(
     )
     held = bs.clients[s].status().max_offset
     bs.procs[s].stop()
+    # until the master's SyncStateSet drops the stopped slave, a send waits on its ack
+    wait_until(lambda: len(bs.clients[m].status().sync_state_set) == 1, 20, what="the SyncStateSet to shrink")
     _produce_for(bs.clients[m], 6)  # far beyond the retention time
     status = bs.clients[m].status()
     assert status.max_offset - held > 8 * SEG

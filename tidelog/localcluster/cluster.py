@@ -57,6 +57,9 @@ from tidelog.wire import bind_problem, make_error
 
 STATE_FILE = "cluster.json"
 LAB_METRICS_PORT = 7300  # every process's /metrics in the lab, at its own address
+# How long `up` waits, after the masters, for each SyncStateSet to be whole: a fresh slave joins
+# within a second; one with a long log to copy is left to catch up in the background.
+IN_SYNC_WAIT_S = 20.0
 
 
 class _Ports:
@@ -195,6 +198,15 @@ def up(
     try:
         if layout.plan is None:
             asyncio.run(wait_masters(layout.controllers, names, procs, wait_s, client_tls(state), secret))
+            replicas = {bs["name"]: int(bs["replicas"]) for bs in topology.broker_sets}
+            note("waiting for every replica to join its SyncStateSet")
+            short = asyncio.run(
+                wait_in_sync(layout.controllers, replicas, IN_SYNC_WAIT_S, client_tls(state), secret)
+            )
+            for name, members in short.items():
+                note(
+                    f"{name}: {members} of {replicas[name]} replicas in sync after {IN_SYNC_WAIT_S:.0f}s; the rest catch up"
+                )
         else:
             _wait_masters_in(state, layout.controllers, names, procs, wait_s)
         if topology.auth_enabled:
@@ -557,6 +569,38 @@ async def wait_masters(
             if time.monotonic() > deadline:
                 raise UnavailableError(f"not every broker set had a master within {wait_s:.0f}s")
             await asyncio.sleep(0.2)
+
+
+async def wait_in_sync(
+    controllers: str,
+    replicas: dict[str, int],
+    wait_s: float,
+    tls: tlsconfig.ClientTls | None | tlsconfig.FromEnv = tlsconfig.FROM_ENV,
+    secret: str | None = None,
+) -> dict[str, int]:
+    """Wait until every broker set's SyncStateSet holds each of its replicas (`replicas`: set name
+    -> count), so that what `up` hands over takes writes needing every replica's ack (a ledger of
+    ensemble 2, `in_sync_replicas: 2`) at once. Returns the sets still short when `wait_s` runs
+    out (name -> members in sync): a slave catching up on a long log is not an error."""
+    from tidelog.client.controllers import ControllerClient
+
+    deadline = time.monotonic() + wait_s
+    short = dict.fromkeys(replicas, 0)
+    async with ControllerClient(
+        controllers, rpc_timeout=1.0, total_timeout=2.0, tls=tls, secret=secret, member=secret is not None
+    ) as client:
+        while short and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                reply = await client.describe_broker_sets(list(short))
+                for b in reply.broker_sets:
+                    name = b.role.broker_set
+                    if name in short:
+                        short[name] = len(b.role.sync_state_set)
+                        if short[name] >= replicas[name]:
+                            del short[name]
+            if short:
+                await asyncio.sleep(0.1)
+    return short
 
 
 def _tail(path: Path, lines: int = 1) -> str:
