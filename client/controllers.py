@@ -115,6 +115,9 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
 LIST_PAGE = 5000
 #: A bulk call's deadline (CreateTopics of up to 1,000 topics in one commit).
 BULK_CALL_TIMEOUT_S = 30.0
+# A designated election that replaces a live master is answered once the master's lease has run out
+# (controller RULES.md L7: 3/4 of the heartbeat timeout): room for timeouts up to ~15 s.
+HANDOVER_CALL_S = 15.0
 
 
 def _read_epoch(path: Path | None) -> int:
@@ -777,7 +780,10 @@ class ControllerClient:
         )
         if broker_id is not None:
             req.broker_id = broker_id
-        return await self.call("admin" if designated else "broker", "ElectMaster", req)
+        # a designated election that replaces a live master waits out its lease on the controller
+        # (3/4 of the heartbeat timeout, RULES.md L7) before it answers
+        timeout = max(self.rpc_timeout, HANDOVER_CALL_S) if designated else None
+        return await self.call("admin" if designated else "broker", "ElectMaster", req, timeout=timeout)
 
     # --- client-facing --------------------------------------------------------------------
 

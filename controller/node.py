@@ -54,6 +54,7 @@ from tidelog.controller.placement import (
 from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
 from tidelog.guard import CLUSTER_TOKEN, Guard, RefusalLog, SafeDecode, with_clear_keys
+from tidelog.ha.lease import LeaseFences, grants_lease, handover_wait_ms
 from tidelog.metrics import watch_auth_refusals
 from tidelog.proto import controller_pb2 as pb
 from tidelog.tasks import cancel_and_wait, within
@@ -134,6 +135,7 @@ class ControllerNode:
         self.raft = RaftNode(cfg)
         logs.identify(lambda: {"node_id": cfg.node_id, "term": self.raft.term()})
         self.heartbeats = HeartbeatTable(cfg.heartbeat_timeout_ms)
+        self.lease_fences = LeaseFences()  # RULES.md L7: masters whose lease an election stopped
         self._led_term: int | None = None
         self._ready_term: int | None = None
         self._barrier: asyncio.Task[None] | None = None
@@ -321,6 +323,7 @@ class ControllerNode:
             self._led_term = term
             self.heartbeats.on_leadership(now)
             self._election_tried.clear()
+            self.lease_fences.clear()
             log.info(
                 "controller %s became leader in term %d; brokers get %d ms of grace",
                 self.cfg.node_id,
@@ -392,19 +395,65 @@ class ControllerNode:
             del self._ledger_cache[k]
         return [lp for k in sorted(entries) if (lp := self._ledger_cache[k][1]) is not None]
 
+    async def propose_election(
+        self, name: str, build: Callable[[int], st.ElectMaster], *, hand_over_to: int | None = None
+    ) -> st.Result:
+        """Propose an election of `name` behind a lease fence (RULES.md L7): the set's master gets
+        no lease renewed from before `build` (given the wall clock) decides until Raft has settled the
+        command. A
+        designated election (`hand_over_to`) that replaces a master this node still hears first
+        waits out the last lease that master was granted."""
+        with self.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            epoch, master = (bs.master_epoch, bs.master_id) if bs is not None else (0, None)
+        token = self.lease_fences.hold(name, epoch)
+        try:
+            live = master is not None and self.heartbeats.is_alive(name, master, mono_ms())
+            if hand_over_to is not None and live and master != hand_over_to:
+                wait_ms = handover_wait_ms(self.cfg.heartbeat_timeout_ms)
+                log.info(
+                    "broker set %s: handing over from master %s (epoch %d) to broker %d once its lease ends (%d ms)",
+                    name,
+                    master,
+                    epoch,
+                    hand_over_to,
+                    wait_ms,
+                    extra={"broker_set": name, "broker_id": master, "epoch": epoch},
+                )
+                await asyncio.sleep(wait_ms / 1000)
+                if not self.lease_fences.withholds(name, epoch):
+                    # a new term cleared the fence meanwhile: leases may have been granted since
+                    raise UnavailableError(
+                        "controller leadership changed during the hand-over",
+                        hint="ask for the election again",
+                    )
+        except BaseException:
+            self.lease_fences.release(token)
+            raise
+        return await self.raft.propose(build(wall_ms()), settled=lambda: self.lease_fences.release(token))
+
+    def lease_withheld(self, name: str, master_epoch: int) -> bool:
+        """Whether a heartbeat reply to the master of `name` at `master_epoch` renews no lease: this
+        leader's majority is not fresh (a cut-off leader, ha/lease.py::grants_lease) or an election
+        of the set is in flight (RULES.md L7)."""
+        fresh = grants_lease(self.raft.majority_contact_age_ms(), self.cfg.heartbeat_timeout_ms)
+        return not fresh or self.lease_fences.withholds(name, master_epoch)
+
     async def _elect(self, name: str, now: int) -> None:
         with self.raft.read() as state:
             bs = state.broker_sets.get(name)
             old = (bs.master_id, bs.master_epoch) if bs else (None, 0)
-        cmd = st.ElectMaster(
-            broker_set=name,
-            broker_id=None,
-            designated=False,
-            alive=self.heartbeats.alive(name, now),
-            enable_unclean=self.cfg.enable_elect_unclean_master,
-            now_ms=wall_ms(),
+        result = await self.propose_election(
+            name,
+            lambda wall: st.ElectMaster(
+                broker_set=name,
+                broker_id=None,
+                designated=False,
+                alive=self.heartbeats.alive(name, now),
+                enable_unclean=self.cfg.enable_elect_unclean_master,
+                now_ms=wall,
+            ),
         )
-        result = await self.raft.propose(cmd)
         with self.raft.read() as state:
             bs = state.broker_sets.get(name)
             new = (bs.master_id, bs.master_epoch, sorted(bs.sync_state_set)) if bs else (None, 0, [])

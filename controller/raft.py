@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,11 +266,15 @@ class RaftNode:
         node = self.cfg.node_by_raft(raft) if raft else None
         return node.grpc if node else None
 
-    def _submit(self, method: Any, arg: Any) -> asyncio.Future[Any]:
+    def _submit(
+        self, method: Any, arg: Any, settled: Callable[[], None] | None = None
+    ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
 
         def settle(res: Any, err: int) -> None:
+            if settled is not None:
+                settled()  # whatever the caller did meanwhile: the outcome is known now
             if fut.done():  # the caller gave up (timeout) before the commit
                 return
             if err == FAIL_REASON.SUCCESS:
@@ -282,18 +286,30 @@ class RaftNode:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
                 loop.call_soon_threadsafe(settle, res, err)
 
-        method(arg, callback=callback)
+        try:
+            method(arg, callback=callback)
+        except BaseException:
+            if settled is not None:
+                settled()  # nothing was proposed
+            raise
         return fut
 
-    async def propose(self, cmd: Any, timeout: float = 5.0) -> Result:
+    async def propose(
+        self, cmd: Any, timeout: float = 5.0, settled: Callable[[], None] | None = None
+    ) -> Result:
         """Replicate one command; returns the `Result` every replica computed for it.
 
         Raises ControllerNotLeaderError when this node does not lead (nothing is proposed), or
         UnavailableError when the outcome is unknown within `timeout` (it may still commit).
+        `settled` runs on the event loop once PySyncObj knows the outcome (committed, or failed
+        with a leader change), even after the caller gave up waiting, and at once when nothing
+        was proposed.
         """
         if not self.is_leader():
+            if settled is not None:
+                settled()
             raise ControllerNotLeaderError(leader=self.leader_grpc())
-        fut = self._submit(self._machine.apply, cmd)
+        fut = self._submit(self._machine.apply, cmd, settled)
         try:
             return await within(fut, timeout)
         except TimeoutError:

@@ -41,12 +41,11 @@ from tidelog.errors import (
     TopicLimitReachedError,
     TopicNotFoundError,
 )
-from tidelog.ha.lease import grants_lease
 from tidelog.ledger.client import ledger_id_of_key
 from tidelog.ledger.metadata import hash_password
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
-from tidelog.wire import non_empty, non_negative, require, rpc
+from tidelog.wire import make_error, non_empty, non_negative, require, rpc
 
 if TYPE_CHECKING:
     from tidelog.controller.node import ControllerNode
@@ -360,9 +359,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             heartbeat_interval_ms=self.node.cfg.heartbeat_interval_ms,
             heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms,
             clean_elections_only=not self.node.cfg.enable_elect_unclean_master,
-            lease_withheld=not grants_lease(
-                self.node.raft.majority_contact_age_ms(), self.node.cfg.heartbeat_timeout_ms
-            ),
+            lease_withheld=self.node.lease_withheld(name, role.master_epoch),
             topics_version=topics_version,
             topics_unchanged=unchanged,
         )
@@ -426,17 +423,24 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         require(not request.unclean or request.designated, "an unclean election must name the broker")
         # an operator's explicit unclean election (tide admin elect --unclean) may leave the set
         unclean = self.node.cfg.enable_elect_unclean_master or request.unclean
-        await self.node.write(
-            lambda now, hb: st.ElectMaster(
+        self.node.require_leader()
+        await self.node.ensure_ready()
+        hb = self.node.heartbeats
+        result = await self.node.propose_election(
+            name,
+            lambda wall: st.ElectMaster(
                 broker_set=name,
                 broker_id=bid,
                 designated=request.designated,
                 alive=hb.alive(name, self.node.mono_ms()),
                 enable_unclean=unclean,
-                now_ms=now,
+                now_ms=wall,
                 restarted=request.restarted,
-            )
+            ),
+            hand_over_to=bid if request.designated else None,
         )
+        if not result.ok:
+            raise make_error(result.code, result.message)
         with self.node.raft.read() as state:
             role = role_of(name, state.broker_sets.get(name))
         log.info(

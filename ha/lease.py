@@ -28,11 +28,21 @@ Time is passed in (milliseconds of a monotonic clock); nothing here reads a cloc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tidelog.invariants import require
 
-__all__ = ["GRANT_WINDOW_FRACTION", "LEASE_FRACTION", "Lease", "grants_lease", "majority_contact_age"]
+__all__ = [
+    "DRIFT_BOUND",
+    "GRANT_WINDOW_FRACTION",
+    "LEASE_FRACTION",
+    "Lease",
+    "LeaseFences",
+    "grants_lease",
+    "handover_wait_ms",
+    "majority_contact_age",
+]
 
 LEASE_FRACTION = (
     0.75  # of the controller's heartbeat timeout: how long an answered heartbeat lets a master acknowledge
@@ -58,6 +68,65 @@ def majority_contact_age(now_ms: float, last_answers_ms: list[float], group_size
         return float("inf")
     newest_first = sorted(last_answers_ms, reverse=True)
     return max(0.0, now_ms - newest_first[need - 1])
+
+
+# The bound on how far two processes' monotonic clocks may run apart in rate (docs/ARCHITECTURE.md
+# §3.5): 1 %, the simulator's DRIFT. Waits that outlast a lease counted on another clock add it.
+DRIFT_BOUND = 0.01
+
+
+def handover_wait_ms(heartbeat_timeout_ms: int) -> int:
+    """How long after a leader stops renewing a master's lease that lease may still hold, on the
+    leader's clock: the longest lease (counted by the master from a heartbeat it sent before the
+    leader stopped), stretched by the drift bound on both clocks. A designated election that
+    replaces a live master waits this long before it is proposed."""
+    return math.ceil(LEASE_FRACTION * heartbeat_timeout_ms * (1 + DRIFT_BOUND) / (1 - DRIFT_BOUND)) + 1
+
+
+class LeaseFences:
+    """The masters whose lease a controller leader has stopped renewing because it is electing
+    another (RULES.md L7).
+
+    An election is decided on the leader's liveness table and committed through Raft some time
+    later. A heartbeat from the old master answered in between (a leader that resumes from a pause
+    decides before it reads the heartbeats that waited for it: the simulator's seed 2645) would
+    renew a lease that outlives the commit, and a master with `in_sync_replicas` below its set's
+    size acknowledges on the lease alone a write the new master lacks. So the leader fences the
+    set's master epoch *before* it decides, and lifts the fence only once Raft has settled the
+    command (committed or refused: the new state then names the new master, or the old one stays).
+    Counted, because a controller-triggered and a requested election may overlap. Pure: no clock,
+    no I/O; the shell holds one per node and clears it when it leads a new term (that term answers
+    nothing before its state holds every earlier term's commands).
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, int], int] = {}
+        self._generation = 0  # bumped by `clear`: a fence held before it is released as a no-op
+
+    def hold(self, broker_set: str, master_epoch: int) -> tuple[str, int, int]:
+        key = (broker_set, master_epoch)
+        self._held[key] = self._held.get(key, 0) + 1
+        return (broker_set, master_epoch, self._generation)
+
+    def release(self, token: tuple[str, int, int]) -> None:
+        broker_set, master_epoch, generation = token
+        if generation != self._generation:
+            return  # cleared since (a new term): nothing of it is held any more
+        key = (broker_set, master_epoch)
+        n = self._held.get(key, 0)
+        require(n > 0, f"lease fence {key} released more often than held")
+        if n == 1:
+            del self._held[key]
+        else:
+            self._held[key] = n - 1
+
+    def withholds(self, broker_set: str, master_epoch: int) -> bool:
+        """Whether the master of `broker_set` at `master_epoch` gets no lease now."""
+        return (broker_set, master_epoch) in self._held
+
+    def clear(self) -> None:
+        self._held.clear()
+        self._generation += 1
 
 
 def grants_lease(majority_age_ms: float, heartbeat_timeout_ms: int) -> bool:

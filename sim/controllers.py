@@ -25,7 +25,7 @@ from tidelog.controller.commands import AlterSyncStateSet, ElectMaster, Register
 from tidelog.controller.liveness import HeartbeatTable
 from tidelog.controller.model import BrokerSet
 from tidelog.controller.state import ControllerState
-from tidelog.ha.lease import grants_lease
+from tidelog.ha.lease import LeaseFences, grants_lease
 from tidelog.ha.roles import Role
 
 from .net import Node, Sim
@@ -71,6 +71,7 @@ class Controller(Node):
         self.state = ControllerState()
         self.applied = 0
         self.hb = HeartbeatTable(HB_TIMEOUT)
+        self.fences = LeaseFences()  # RULES.md L7, as controller/node.py holds them
         self.led_term: int | None = None
         self.tried: dict[str, int] = {}
         self.after(LEADER_TICK, self.leader_tick)
@@ -100,15 +101,26 @@ class Controller(Node):
         # notes the loss of its majority at the Raft tick after it happens; PySyncObj's answers come
         # every append-entries period: a tick is the bound on the difference.
         age = 0.0 if self.lost_since is None else self.sim.now - self.lost_since + RAFT_TICK
-        withheld = not grants_lease(age, HB_TIMEOUT)
+        withheld = not grants_lease(age, HB_TIMEOUT) or self.fences.withholds(SET, bs.master_epoch)
         self.sim.send(self, broker, broker.on_hb_reply, role_of(bs), sent, withheld)
 
     def on_elect(self, broker: Broker, bid: int, restarted: bool = False) -> None:
         if not self.leading:
             return
         now = self.local()
+        token = self._fence()
         cmd = ElectMaster(SET, broker_id=bid, alive=self.hb.alive(SET, now), now_ms=now, restarted=restarted)
-        self.raft.submit(self, cmd, lambda r: self._reply_role(broker, r))
+        self.raft.submit(self, cmd, lambda r: self._reply_role(broker, r), self._unfence(token))
+
+    def _fence(self) -> tuple[str, int, int]:
+        """RULES.md L7: no lease for the set's current master until the election is settled."""
+        self.catch_up()
+        bs = self.state.broker_sets.get(SET)
+        token: tuple[str, int, int] = self.fences.hold(SET, bs.master_epoch if bs is not None else 0)
+        return token
+
+    def _unfence(self, token: tuple[str, int, int]) -> Callable[[], None]:
+        return lambda: self.fences.release(token)
 
     def _reply_role(self, broker: Broker, result: Result) -> None:
         if isinstance(result.value, BrokerSet):
@@ -149,6 +161,7 @@ class Controller(Node):
             self.led_term = self.term
             self.hb.on_leadership(now)
             self.tried.clear()
+            self.fences.clear()
             self.sim.tr("%s leads term %d", self.name, self.term)
         self.catch_up()
         self.hb.expire(now)
@@ -162,8 +175,9 @@ class Controller(Node):
             if tried is not None and now - tried < ELECTION_RETRY:
                 continue
             self.tried[name] = now
+            token = self._fence()
             cmd = ElectMaster(name, alive=self.hb.alive(name, now), now_ms=now)
-            self.raft.submit(self, cmd, self._elected)
+            self.raft.submit(self, cmd, self._elected, self._unfence(token))
 
     def _elected(self, result: Result) -> None:
         self.sim.tr("%s controller-triggered election: %s %s", self.name, result.code, result.message)
@@ -194,13 +208,33 @@ class Raft:
     def quorum(self, c: Controller) -> bool:
         return c.live() and 1 + sum(1 for o in self.ctrls if o is not c and self.talk(c, o)) * 2 >= 3
 
-    def submit(self, c: Controller, cmd: object, done: Callable[[Result], None]) -> None:
+    def submit(
+        self,
+        c: Controller,
+        cmd: object,
+        done: Callable[[Result], None],
+        settled: Callable[[], None] | None = None,
+    ) -> None:
+        """Propose `cmd`; `done` gets its result once committed; `settled` runs either way, once
+        the outcome is known (PySyncObj's callback: committed, or failed on a leader change)."""
         if not (c.leading and c.term == self.term):
+            if settled is not None:
+                settled()
             return  # a stale leader cannot commit: the majority has moved on
         sim = self.sim
-        sim.at(sim.now + 2 + sim.rng.randrange(10), self._commit, c, c.inc, c.term, cmd, done)
+        sim.at(sim.now + 2 + sim.rng.randrange(10), self._commit, c, c.inc, c.term, cmd, done, settled)
 
-    def _commit(self, c: Controller, inc: int, term: int, cmd: Any, done: Callable[[Result], None]) -> None:
+    def _commit(
+        self,
+        c: Controller,
+        inc: int,
+        term: int,
+        cmd: Any,
+        done: Callable[[Result], None],
+        settled: Callable[[], None] | None,
+    ) -> None:
+        if settled is not None and c.inc == inc:
+            settled()  # the process that proposed is the one still running (a restart forgot it)
         if c.inc != inc or not c.leading or c.term != term or term != self.term or not self.quorum(c):
             self.sim.tr("raft: %s lost (leader %s changed or lost its majority)", type(cmd).__name__, c.name)
             return

@@ -65,7 +65,7 @@ def _no_epoch_check() -> None:
     from tidelog.ha import slavecore
 
     def lcp(local: Any, local_end: Any, remote: Any, remote_end: Any) -> int:
-        return min(local_end, remote_end)
+        return int(min(local_end, remote_end))
 
     slavecore.last_consistent_point = lcp
 
@@ -78,7 +78,8 @@ def _elect_outside() -> None:
     def elect(
         sss: Any, members: Any, old: Any, preferred: Any, alive: Any, enable_unclean: bool
     ) -> int | None:
-        return real(members, members, old, preferred, alive, enable_unclean)
+        winner: int | None = real(members, members, old, preferred, alive, enable_unclean)
+        return winner
 
     mastership.choose_master = elect
 
@@ -100,7 +101,7 @@ def _ack_before_append() -> None:
 def _lease_only_before() -> None:
     from tidelog.ha import lease
 
-    lease.Lease.may_acknowledge = lambda self, now_ms, end, held, *, replication: True  # type: ignore[method-assign]
+    lease.Lease.may_acknowledge = lambda self, now_ms, end, held, *, replication: True
 
 
 def _expansion_after_confirm() -> None:
@@ -115,7 +116,7 @@ def _expansion_after_confirm() -> None:
             )
         )
 
-    mastercore.MasterCore.held_by_all = held_by_all  # type: ignore[method-assign]
+    mastercore.MasterCore.held_by_all = held_by_all
     broker.SHELL["give_up_unanswered"] = True
 
 
@@ -127,7 +128,7 @@ def _acks_from_outside() -> None:
         offsets = sorted([self.master_max, *self.acks().values()], reverse=True)
         return offsets[needed - 1] if needed <= len(offsets) else 0
 
-    mastercore.MasterCore.acked_by = acked_by  # type: ignore[method-assign]
+    mastercore.MasterCore.acked_by = acked_by
 
 
 def _no_stale_check() -> None:
@@ -155,8 +156,8 @@ def _no_sss_epoch_fence() -> None:
 def _no_witness() -> None:
     from tidelog.controller import liveness
 
-    liveness.HeartbeatTable.in_grace = lambda self, now_ms: False  # type: ignore[method-assign]
-    liveness.HeartbeatTable.is_alive = lambda self, s, b, now_ms: (  # type: ignore[method-assign]
+    liveness.HeartbeatTable.in_grace = lambda self, now_ms: False
+    liveness.HeartbeatTable.is_alive = lambda self, s, b, now_ms: (
         (e := self._entries.get((s, b))) is not None and e.last_seen_ms + self.timeout_ms // 3 >= now_ms
     )
 
@@ -187,7 +188,13 @@ def _shrink_on_same_epoch() -> None:
             self.on_alter_failed()
         return bool(real(self, sss, sss_epoch, now_ms=now_ms))
 
-    syncstate.SyncStateTracker.on_controller_state = on_state  # type: ignore[method-assign]
+    syncstate.SyncStateTracker.on_controller_state = on_state
+
+
+def _no_lease_fence() -> None:
+    from tidelog.ha import lease
+
+    lease.LeaseFences.withholds = lambda self, broker_set, master_epoch: False
 
 
 MUTANTS: dict[str, Mutant] = {
@@ -243,6 +250,11 @@ MUTANTS: dict[str, Mutant] = {
             "slave-confirm-unclamped",
             "a slave's confirm offset follows the master's past its own end",
             _slave_confirm_unclamped,
+        ),
+        Mutant(
+            "no-lease-fence",
+            "a leader renews the lease of a master it is electing a replacement for (RULES.md L7)",
+            _no_lease_fence,
         ),
         Mutant(
             "same-epoch-ends-pending",

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from tidelog.controller.election import elect
 from tidelog.controller.model import LiveInfo
 from tidelog.ha import roles
-from tidelog.ha.lease import LEASE_FRACTION, Lease, grants_lease, majority_contact_age
+from tidelog.ha.lease import (
+    DRIFT_BOUND,
+    LEASE_FRACTION,
+    Lease,
+    LeaseFences,
+    grants_lease,
+    handover_wait_ms,
+    majority_contact_age,
+)
 from tidelog.ha.mastercore import (
     Acked,
     AlterFailed,
@@ -245,3 +253,58 @@ def test_3_5_a_leader_cut_off_from_its_majority_grants_no_lease_that_outlives_a_
             lease.renew(sent, timeout, unclean_elections=False)
             granted_until = max(granted_until, lease.until_ms)
     assert cut < granted_until < cut + timeout
+
+
+# ------------------------------------------------------- the leader's fences (controller RULES.md L7)
+
+
+def test_a_fenced_master_epoch_gets_no_lease_until_every_election_of_it_settles():
+    fences = LeaseFences()
+    assert not fences.withholds("bs", 3)
+    tick, asked = fences.hold("bs", 3), fences.hold("bs", 3)  # a controller-triggered and a requested one
+    assert fences.withholds("bs", 3)
+    assert not fences.withholds("bs", 4) and not fences.withholds("other", 3)  # the new master's epoch
+    fences.release(tick)
+    assert fences.withholds("bs", 3), "one election of the set is still in flight"
+    fences.release(asked)
+    assert not fences.withholds("bs", 3)
+    with pytest.raises(InvariantViolation):
+        fences.release(asked)
+
+
+def test_a_new_term_clears_the_fences_and_a_late_settlement_of_an_older_one_is_ignored():
+    fences = LeaseFences()
+    old = fences.hold("bs", 3)
+    fences.clear()
+    assert not fences.withholds("bs", 3)
+    again = fences.hold("bs", 3)
+    fences.release(old)  # the older term's command settles late: it must not lift the new fence
+    assert fences.withholds("bs", 3)
+    fences.release(again)
+    assert not fences.withholds("bs", 3)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["hold", "release", "clear"]), st.integers(0, 2)), max_size=40))
+def test_fences_withhold_exactly_the_epochs_with_an_unsettled_election_of_this_term(steps):
+    fences, live, stale = LeaseFences(), [], []
+    for op, epoch in steps:
+        if op == "hold":
+            live.append(fences.hold("bs", epoch))
+        elif op == "release" and (live or stale):
+            token = (live or stale).pop()
+            fences.release(token)
+        elif op == "clear":
+            fences.clear()
+            stale.extend(live)
+            live = []
+        for e in range(3):
+            assert fences.withholds("bs", e) == any(t[1] == e for t in live)
+
+
+@pytest.mark.parametrize("timeout", [1_500, 2_500, 5_000, 10_000])
+def test_a_hand_over_waits_out_the_longest_lease_on_any_two_clocks_within_the_drift_bound(timeout):
+    # the master counts its lease on a clock up to DRIFT_BOUND slow, the leader waits on one up to
+    # DRIFT_BOUND fast: the wait, in true time, still outlasts the lease
+    longest_true = LEASE_FRACTION * timeout / (1 - DRIFT_BOUND)
+    assert handover_wait_ms(timeout) / (1 + DRIFT_BOUND) > longest_true
+    assert handover_wait_ms(timeout) < timeout  # and it is shorter than a failover

@@ -1,12 +1,10 @@
 """The bugs the simulator found, each as a fixed seed (and its shrunk schedule).
 
 A test here is `xfail(strict=True)` while the bug lives in code outside the simulator: it turns
-into a failure (XPASS) the day the fix lands, and then the mark comes off.
+into a failure (XPASS) the day the fix lands, and then the mark comes off. None is open now.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from tidelog.sim.faults import Fault
 from tidelog.sim.world import run_seed
@@ -39,15 +37,13 @@ def test_seed_1_a_master_alone_confirms_what_a_crash_takes_back() -> None:
     assert out.ok, out.violation
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: with in_sync_replicas 2 of three (a write covered by the lease alone), the controller "
-        "leader paused for 4.4 s while another controller is down resumes, elects another master at "
-        "once, and the old master still acknowledges a write the new one lacks"
-    ),
-)
 def test_seed_2645_a_paused_controller_leader_elects_while_the_old_master_still_acknowledges() -> None:
+    """Fixed: with in_sync_replicas 2 of three (a write covered by the lease alone), the controller
+    leader, paused for 4.4 s while another controller is down, resumed, decided at once on its stale
+    table that the master was dead, and then answered the master's heartbeats that had queued
+    during the pause, renewing its lease before the election committed: the old master
+    acknowledged a write the new one lacked. A leader now fences the master's lease from before it
+    decides an election until Raft settles it (controller/RULES.md L7, ha/lease.py::LeaseFences)."""
     shrunk = [Fault(2106, "pause", "c0", 4360), Fault(2506, "crash", "c1", 5415)]
     for out in (run_seed(2645), run_seed(2645, faults=shrunk)):
         assert out.ok, out.violation

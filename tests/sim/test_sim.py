@@ -19,7 +19,7 @@ SUITE_SEEDS = 300
 
 # Seeds that fail on bugs found in code outside the simulator and not fixed yet
 # (tests/sim/test_found.py).
-KNOWN_BUGS: set[int] = {2645}
+KNOWN_BUGS: set[int] = set()
 
 
 def test_a_batch_of_seeds_passes() -> None:
