@@ -836,23 +836,30 @@ class ControllerClient:
 
     # --- users and grants ---
 
-    async def create_user(self, name: str, access_key: str, signing_key: str) -> pb.User:
-        req = pb.CreateUserRequest(name=name, access_key=access_key, signing_key=signing_key)
-        return (await self.call("admin", "CreateUser", req)).user
+    # Changes to users and grants answer once every alive broker enforces them (or after two
+    # heartbeat intervals): each returns the brokers ("set/id") not yet on it, empty when all are.
 
-    async def delete_user(self, name: str) -> None:
-        await self.call("admin", "DeleteUser", pb.DeleteUserRequest(name=name))
+    async def create_user(self, name: str, access_key: str, signing_key: str) -> pb.CreateUserReply:
+        req = pb.CreateUserRequest(name=name, access_key=access_key, signing_key=signing_key)
+        reply: pb.CreateUserReply = await self.call("admin", "CreateUser", req)
+        return reply
+
+    async def delete_user(self, name: str) -> list[str]:
+        reply = await self.call("admin", "DeleteUser", pb.DeleteUserRequest(name=name))
+        return list(reply.not_yet_applied)
 
     async def list_users(self) -> list[pb.User]:
         return list((await self.call("admin", "ListUsers", pb.ListUsersRequest())).users)
 
-    async def grant_acl(self, user: str, kind: str, pattern: str, permission: str) -> None:
+    async def grant_acl(self, user: str, kind: str, pattern: str, permission: str) -> list[str]:
         grant = pb.Grant(user=user, kind=kind, pattern=pattern, permission=permission)
-        await self.call("admin", "GrantAcl", pb.GrantAclRequest(grant=grant))
+        reply = await self.call("admin", "GrantAcl", pb.GrantAclRequest(grant=grant))
+        return list(reply.not_yet_applied)
 
-    async def revoke_acl(self, user: str, kind: str, pattern: str, permission: str) -> None:
+    async def revoke_acl(self, user: str, kind: str, pattern: str, permission: str) -> list[str]:
         grant = pb.Grant(user=user, kind=kind, pattern=pattern, permission=permission)
-        await self.call("admin", "RevokeAcl", pb.RevokeAclRequest(grant=grant))
+        reply = await self.call("admin", "RevokeAcl", pb.RevokeAclRequest(grant=grant))
+        return list(reply.not_yet_applied)
 
     async def list_acls(self, user: str = "") -> list[pb.Grant]:
         return list((await self.call("admin", "ListAcls", pb.ListAclsRequest(user=user))).grants)

@@ -131,6 +131,8 @@ class ControllerNode:
         self.refusals = RefusalLog()
         self._acl = AclState()
         self._acl_read = False
+        # the users-and-grants version each broker last said it holds (its heartbeats' acl_version)
+        self._acl_applied: dict[tuple[str, int], int] = {}
         logs.identify(lambda: {"node_id": cfg.node_id})  # until the Raft node exists
         self.raft = RaftNode(cfg)
         logs.identify(lambda: {"node_id": cfg.node_id, "term": self.raft.term()})
@@ -188,6 +190,33 @@ class ControllerNode:
                 self._acl = with_clear_keys(state.acl_table(), self.secret)
                 self._acl_read = True
         return self._acl
+
+    def note_acl_version(self, broker_set: str, broker_id: int, version: int) -> None:
+        """A broker's heartbeat said which users-and-grants version it enforces (the latest word
+        counts: a restarted broker starts again from none)."""
+        self._acl_applied[(broker_set, broker_id)] = version
+
+    async def wait_acl_applied(self) -> list[str]:
+        """After a change to users or grants: wait until every alive broker enforces it, at most two
+        heartbeat intervals and a half second, 2.5 s at most (the table rides on the next reply, the broker says
+        so in the heartbeat after). Returns the brokers ("set/id") still behind, so that the
+        caller is told instead of meeting a refusal the change was meant to lift."""
+        with self.raft.read() as state:
+            version = state.acl_version
+            names = sorted(state.broker_sets)
+        # within a client's per-call timeout (3 s), so that a slow broker never turns into a retry
+        deadline = mono_ms() + min(2 * self.cfg.heartbeat_interval_ms + 500, 2500)
+        while True:
+            now = mono_ms()
+            behind = [
+                f"{name}/{bid}"
+                for name in names
+                for bid in sorted(self.heartbeats.alive(name, now))
+                if self._acl_applied.get((name, bid), -1) < version
+            ]
+            if not behind or now >= deadline:
+                return behind
+            await asyncio.sleep(0.05)
 
     def member_call(self, method: str, metadata: Mapping[str, str], request: Any) -> bool:
         """Whether a call carries the cluster secret's token (tidelog.guard.MemberCheck): such a

@@ -89,3 +89,48 @@ def test_row18_where_tide_consume_is_shown_it_says_when_it_stops() -> None:
     shown = tide("consume", "--help").stdout
     assert re.search(r"--idle-timeout[^[]*\[default: 5\.0;", shown), "the README's 5 s is the default"
     assert "stops after --idle-timeout seconds without a message" in " ".join(shown.split())
+
+
+#: The secure block's placeholders: what `up` printed (from cluster.json), alice's keys from `tide
+#: user create --json`, and a broker's pid for the certificate reload.
+_ALICE = '--access-key "$(jq -r .access_key <<<"$ALICE")" --secret-key "$(jq -r .secret_key <<<"$ALICE")"'
+SECURE = {
+    "export TIDE_CONTROLLERS=127.0.0.1:NNNN": 'export TIDE_CONTROLLERS="$(jq -r .controllers tide-data/cluster.json)"',
+    "export TIDE_ACCESS_KEY=TK... TIDE_SECRET_KEY=...": (
+        'export TIDE_ACCESS_KEY="$(jq -r .credentials.access_key tide-data/cluster.json)"'
+        ' TIDE_SECRET_KEY="$(jq -r .credentials.secret_key tide-data/cluster.json)"'
+    ),
+    "tide user create alice": 'ALICE="$(tide user create alice --json)"',
+    "--access-key AK --secret-key SK": _ALICE,
+    "kill -HUP <pid>": (
+        'kill -HUP "$(jq -r \'[.processes[] | select(.kind == "broker")][0].pid\' tide-data/cluster.json)"'
+    ),
+}
+
+
+def test_the_secure_section_runs_as_shown(tmp_path: Path) -> None:
+    """Grants take effect by the time `tide acl grant` returns (the controller waits for the
+    brokers to enforce them), so the block runs as written, alice's produce right after her grant."""
+    script = block("sh", "TLS and users: the secure topology")
+    for shown, run in SECURE.items():
+        assert shown in script, f"the README no longer shows {shown!r}: update SECURE"
+        script = script.replace(shown, run)
+    data_dir = tmp_path / "tide-data"
+    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    try:
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    finally:
+        if (data_dir / "cluster.json").exists():
+            stop_cluster(LocalCluster(data_dir, "", {}))
+    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    consumed = [line for line in out.stdout.splitlines() if re.match(r"broker-a/\d@\d+ ", line)]
+    assert len(consumed) == 100, "alice consumed the 100 messages she produced"
+    assert "not yet enforced" not in out.stderr
