@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -379,7 +380,9 @@ def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig
     return cfg
 
 
-def load(path: str | Path) -> BrokerConfig:
+def load(path: str | Path, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+    """The config in the YAML file at `path`, with `overrides` (keys of the file, as the file would
+    write them: `tide broker --data-dir ...`) put over the file's before it is checked."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -389,4 +392,7 @@ def load(path: str | Path) -> BrokerConfig:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
-    return from_mapping(doc or {}, source=str(p))
+    doc = doc or {}
+    if overrides and isinstance(doc, dict):
+        doc = {**doc, **overrides}
+    return from_mapping(doc, source=str(p))
