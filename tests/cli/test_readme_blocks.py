@@ -1,7 +1,12 @@
 """The README's examples, run as shown (a section shown is a section tested): the step-by-step
-"A cluster of your own" block as one bash script from a directory outside the clone, and the
-"From Python" and ledger blocks against a cluster. Only what cannot be known in advance is
-replaced, each substitution named here."""
+"A cluster of your own" block as one bash script from a directory outside the clone, the
+"From Python" and ledger blocks against a cluster, the secure topology's block, the operator's
+blocks (retention, operating, watching, metrics) on a cluster of their own, and the retention
+keys as a broker config. Only what cannot be known in advance is replaced, each substitution
+named here. Not run here: the RocketMQ clients' blocks (tests/client/test_rocketmq_readme.py),
+the Spark ones (tests/spark), and the placement and network-lab blocks, whose commands need a
+stopped broker, a replacement or namespaces (their commands have tests of their own in
+tests/client/test_placement_replace.py and tests/lab)."""
 
 from __future__ import annotations
 
@@ -134,3 +139,59 @@ def test_the_secure_section_runs_as_shown(tmp_path: Path) -> None:
     consumed = [line for line in out.stdout.splitlines() if re.match(r"broker-a/\d@\d+ ", line)]
     assert len(consumed) == 100, "alice consumed the 100 messages she produced"
     assert "not yet enforced" not in out.stderr
+
+
+#: The operator's sections, run one after another on a cluster of their own: retention, operating,
+#: watching and metrics. `tide top` (live until Ctrl-C) is shown once instead.
+OPERATOR_SECTIONS = (
+    "A topic may keep its messages for a time of its own",
+    "Operating a cluster: topics, brokers, maintenance",
+    "Watching a cluster: `tide top` and JSON logs",
+    "Metrics and health checks",
+)
+OPERATOR = {
+    "tide top                                  # live": "tide top --once                           # live"
+}
+
+
+def test_the_operator_sections_run_as_shown(tmp_path: Path) -> None:
+    script = "\n".join(block("sh", after) for after in OPERATOR_SECTIONS)
+    for shown, run in OPERATOR.items():
+        assert shown in script, f"the README no longer shows {shown!r}: update OPERATOR"
+        script = script.replace(shown, run)
+    setup = (
+        "tide cluster up --data-dir ./tide-data --quiet > /dev/null\n"
+        'export TIDE_CONTROLLERS="$(jq -r .controllers tide-data/cluster.json)"\n'
+        "tide topic create orders\n"
+    )
+    data_dir = tmp_path / "tide-data"
+    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    try:
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", setup + script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    finally:
+        if (data_dir / "cluster.json").exists():
+            stop_cluster(LocalCluster(data_dir, "", {}))
+    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    assert "broker 2 is the master already" in out.stderr  # the second drain, as the README shows it
+    assert out.stdout.rstrip().endswith("200"), "the broker's /readyz answered 200"
+
+
+def test_the_retention_keys_shown_are_a_valid_broker_section() -> None:
+    import yaml
+
+    from tidelog.broker.config import from_mapping
+
+    shown = yaml.safe_load(block("yaml", "Retention: how long the log keeps messages"))["broker"]
+    cfg = from_mapping(
+        {"broker_set": "a", "data_dir": "d", "controllers": "127.0.0.1:1", "secret": "s", **shown}
+    )
+    assert (cfg.retention_ms, cfg.retention_bytes) == (86_400_000, 100 << 30)
+    assert tuple(cfg.retention_respect_groups) == ("billing",)
