@@ -49,9 +49,8 @@ from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.rocketmqmembers import Members
 from tidelog.broker.rocketmqtx import Scheduled
-from tidelog.broker.shared import ANY_QUEUE
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
-from tidelog.client.modes import MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
+from tidelog.client.modes import ANY_QUEUE, MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
 from tidelog.client.sharedconsumer import SharedMessage, decode_receive_reply
 from tidelog.commitlog import StoredMessage
