@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.client.conftest import REPO, LocalCluster, stop_cluster, tide, tide_env
+from tidelog.lab import net
+from tidelog.lab.plan import lab_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -195,3 +197,100 @@ def test_the_retention_keys_shown_are_a_valid_broker_section() -> None:
     )
     assert (cfg.retention_ms, cfg.retention_bytes) == (86_400_000, 100 << 30)
     assert tuple(cfg.retention_respect_groups) == ("billing",)
+
+
+#: The placement block on a broker set of four: its two broker commands each need a stopped broker
+#: (2 and 3), stopped first by the test (by id: which process registered as which id varies).
+PLACEMENT = {
+    "tide placement audit [--json]": "tide placement audit --json",
+    "tide placement status [--json]": "tide placement status --json",
+    "tide broker decommission 2": (
+        "for id in 2 3; do\n"
+        '  addr="$(tide broker list --json | jq -r ".[] | select(.id == $id) | .address")"\n'
+        '  tide fault kill "$(jq -r --arg a "$addr" \'.processes[] | select(.address == $a) | .name\' '
+        'tide-data/cluster.json)" > /dev/null\n'
+        "done\n"
+        "until tide broker list --json | jq -e '[.[] | select((.id == 2 or .id == 3) and .alive == false)] "
+        "| length == 2' > /dev/null; do sleep 0.2; done\n"
+        "tide broker decommission 2"
+    ),
+}
+
+
+def test_the_placement_section_runs_as_shown(tmp_path: Path) -> None:
+    script = block("sh", "Placement: is every broker set held in both datacenters?")
+    for shown, run in PLACEMENT.items():
+        assert shown in script, f"the README no longer shows {shown!r}: update PLACEMENT"
+        script = script.replace(shown, run)
+    topology = tmp_path / "four.yaml"
+    topology.write_text((REPO / "deploy" / "local.yaml").read_text().replace("replicas: 2", "replicas: 4"))
+    setup = (
+        f"tide cluster up -c {topology} --data-dir ./tide-data --quiet > /dev/null\n"
+        'export TIDE_CONTROLLERS="$(jq -r .controllers tide-data/cluster.json)"\n'
+    )
+    data_dir = tmp_path / "tide-data"
+    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    try:
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", setup + script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    finally:
+        if (data_dir / "cluster.json").exists():
+            stop_cluster(LocalCluster(data_dir, "", {}))
+    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    assert '"violations": []' in out.stdout, "the audit of a healthy set is clean"
+    assert "broker 2 decommissioned" in out.stdout and "broker 3 replaced by broker 4" in out.stdout
+
+
+#: The network lab's block, as shown, at a suite's pace: each alternative of `kill|pause|resume`
+#: in turn (a killed broker is started again by `resume`), and the drills with shorter phases.
+_PACE = "--warmup 1.5 --settle 2 --hold 0.5"
+LAB = {
+    "tide fault partition dc-a dc-b [--one-way]": "tide fault partition dc-a dc-b --one-way",
+    "tide fault kill|pause|resume broker-a-0": (
+        "tide fault pause broker-a-0 ; tide fault resume broker-a-0 ; tide fault kill broker-a-0 ; "
+        "tide fault resume broker-a-0"
+    ),
+    "tide drill run isolate-master-dc --data-dir ./lab-data [--json]": (
+        f"tide drill run isolate-master-dc --data-dir ./lab-data --json {_PACE}"
+    ),
+    "tide drill random --seed 7 --steps 5 --data-dir ./lab-data": (
+        f"tide drill random --seed 7 --steps 2 --data-dir ./lab-data {_PACE}"
+    ),
+}
+
+
+@pytest.mark.skipif(net.unavailable_reason() is not None, reason=f"network lab: {net.unavailable_reason()}")
+def test_the_network_lab_section_runs_as_shown(tmp_path: Path) -> None:
+    script = block("sh", "Two datacenters in a lab: faults and drills")
+    for shown, run in LAB.items():
+        assert shown in script, f"the README no longer shows {shown!r}: update LAB"
+        script = script.replace(shown, run)
+    data_dir = tmp_path / "lab-data"
+    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    try:
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    finally:
+        if (data_dir / "cluster.json").exists():
+            tide("cluster", "down", "--data-dir", str(data_dir))
+        prefix = lab_prefix(str(data_dir.resolve()))
+        leftover = {ns for ns in net.existing_namespaces() if ns.startswith(prefix)}
+        for ns in leftover:  # never leave a namespace behind
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    assert not leftover, f"`tide cluster down` left {sorted(leftover)}"
+    assert re.search(r'"acked_lost": 0', out.stdout), "the drill lost nothing acknowledged"
