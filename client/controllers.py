@@ -218,6 +218,16 @@ async def speaks_tls(address: str, timeout: float = 1.0) -> bool:
     return True
 
 
+#: A controller that was down (restarted, or stopped for a forced recovery: docs/RUNBOOK-quorum.md)
+#: is tried again at least every second, not every 3 s: the brokers' heartbeats and a master's
+#: pending SyncStateSet change reach it a second after it listens, not up to 3 s later. There are
+#: three controllers or so, so the extra connection attempts cost nothing.
+CONTROLLER_CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    *((k, v) for k, v in CHANNEL_OPTIONS if k != "grpc.max_reconnect_backoff_ms"),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
 class _Conn:
     def __init__(
         self,
@@ -231,7 +241,7 @@ class _Conn:
         checks: list[Any] = [_EpochCheck(address, seen, on_raise)]
         if sign:
             checks.append(sign)
-        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=checks)
+        self.channel = aio_channel(address, tls, CONTROLLER_CHANNEL_OPTIONS, interceptors=checks)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)

@@ -330,6 +330,16 @@ class ControllerNode:
                 term,
                 self.cfg.heartbeat_timeout_ms,
             )
+            ident = self.raft.identity
+            lost = ident.presumed_lost(self.cfg.node_id) if ident is not None else ()
+            if lost:
+                log.warning(
+                    "controller %s: datacenter(s) %s declared lost at the recovery: their silent "
+                    "masters are failed over without the grace (RULES.md L8)",
+                    self.cfg.node_id,
+                    ", ".join(lost),
+                )
+        self._presume_lost(now)
         await self.ensure_ready()
         self.heartbeats.expire(now)
         with self.raft.read() as state:
@@ -353,6 +363,21 @@ class ControllerNode:
         due = audited is None or now - audited >= self.cfg.placement_audit_interval_ms
         if due and not self.heartbeats.in_grace(now):
             self.audit_placement(now)
+
+    def _presume_lost(self, now: int) -> None:
+        """Tell the heartbeat table which datacenters the forced recovery declared lost (RULES.md L8),
+        from when no lease granted before the recovery command can still hold; none once the
+        recovered cluster has grown again."""
+        ident = self.raft.identity
+        lost = ident.presumed_lost(self.cfg.node_id) if ident is not None else ()
+        if not lost:
+            self.heartbeats.presume_lost(frozenset())
+            return
+        # the lost master's last lease came from a heartbeat sent before the cut, which precedes the
+        # recovery command: it has run out `handover_wait_ms` after the command started (wall clock,
+        # the same host's), here turned into this node's monotonic clock
+        settled = ident.recovered_at_ms + handover_wait_ms(self.cfg.heartbeat_timeout_ms)
+        self.heartbeats.presume_lost(frozenset(lost), now + max(0, settled - wall_ms()))
 
     def audit_placement(self, now: int) -> list[Violation]:
         """Audit placement (RULES.md PL1-PL6) with this node's liveness; log what opened and cleared.

@@ -102,23 +102,36 @@ class EpochSeen:
 @dataclass(frozen=True)
 class ClusterIdentity:
     """What a controller's `cluster.json` holds: its cluster epoch and the members (node ids)
-    of its cluster; `recovered_from` names the node whose log the epoch started from."""
+    of its cluster; `recovered_from` names the node whose log the epoch started from.
+
+    `lost_datacenters` are the datacenters the operator declared lost when forcing the recovery
+    (`tide controller recover --lost-datacenter`), and `recovered_at_ms` the wall-clock time the
+    recovery command started: while the recovered node is alone, it fails over a silent master
+    registered in one of them without waiting out the new leader's grace (controller/RULES.md L8).
+    Both are dropped once the cluster grows again (the lost site is returning)."""
 
     epoch: int
     members: tuple[str, ...]
     recovered_from: str = ""
+    lost_datacenters: tuple[str, ...] = ()
+    recovered_at_ms: int = 0
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": IDENTITY_FORMAT,
-                "cluster_epoch": self.epoch,
-                "members": list(self.members),
-                "recovered_from": self.recovered_from,
-            },
-            indent=2,
-            sort_keys=True,
-        )
+        raw: dict[str, object] = {
+            "format": IDENTITY_FORMAT,
+            "cluster_epoch": self.epoch,
+            "members": list(self.members),
+            "recovered_from": self.recovered_from,
+        }
+        if self.lost_datacenters:  # older readers ignore the keys; absent means none declared
+            raw["lost_datacenters"] = list(self.lost_datacenters)
+            raw["recovered_at_ms"] = self.recovered_at_ms
+        return json.dumps(raw, indent=2, sort_keys=True)
+
+    def presumed_lost(self, node_id: str) -> tuple[str, ...]:
+        """The datacenters node `node_id` may take as lost: those declared at the recovery, while
+        the cluster is still the recovered node alone (RULES.md L8)."""
+        return self.lost_datacenters if self.members == (node_id,) else ()
 
     @staticmethod
     def from_json(text: str, where: str = IDENTITY_FILE) -> ClusterIdentity:
@@ -132,7 +145,13 @@ class ClusterIdentity:
                 raise ValueError(f"cluster_epoch {epoch!r}")
             if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
                 raise ValueError(f"members {members!r}")
-            return ClusterIdentity(epoch, tuple(members), str(raw.get("recovered_from", "")))
+            lost = raw.get("lost_datacenters", [])
+            at = raw.get("recovered_at_ms", 0)
+            if not isinstance(lost, list) or not all(isinstance(d, str) and d for d in lost):
+                raise ValueError(f"lost_datacenters {lost!r}")
+            if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+                raise ValueError(f"recovered_at_ms {at!r}")
+            return ClusterIdentity(epoch, tuple(members), str(raw.get("recovered_from", "")), tuple(lost), at)
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(
                 f"{where} is not a controller identity file ({exc})",

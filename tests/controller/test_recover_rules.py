@@ -23,7 +23,9 @@ from tidelog.clusterepoch import (
     reply_epoch,
 )
 from tidelog.controller import config as ccfg
+from tidelog.controller.liveness import HeartbeatTable
 from tidelog.controller.recover import load_identity, prepare_join, save_identity
+from tidelog.controller.state import AlterSyncStateSet, ControllerState, ElectMaster, LiveInfo, RegisterBroker
 from tidelog.errors import ClusterEpochFencedError, ConfigError
 from tidelog.wire import error_from_rpc
 
@@ -93,6 +95,8 @@ def test_identity_file_round_trip(epoch, members):
         "{}",
         '{"format": 1, "cluster_epoch": -1, "members": ["c1"]}',
         '{"format": 1, "cluster_epoch": 1, "members": []}',
+        '{"format": 1, "cluster_epoch": 1, "members": ["c3"], "lost_datacenters": "dc-a"}',
+        '{"format": 1, "cluster_epoch": 1, "members": ["c3"], "lost_datacenters": ["dc-a"], "recovered_at_ms": -1}',
     ],
 )
 def test_a_broken_identity_file_is_a_config_error(text):
@@ -198,3 +202,85 @@ def test_an_identity_naming_an_unknown_member_is_refused(tmp_path: Path):
     save_identity(cfg, ClusterIdentity(1, ("c1", "c9")))
     with pytest.raises(ConfigError, match="c9"):
         load_identity(cfg)
+
+
+# --- RULES.md L8: the datacenters a recovery declared lost ---------------------------------------
+
+T = 3000
+
+
+def _two_dc_state() -> ControllerState:
+    """broker-a: master 1 in dc-a, slave 2 in dc-b, both in the SyncStateSet."""
+    s = ControllerState()
+    for i, dc in ((1, "dc-a"), (2, "dc-b")):
+        s.apply(RegisterBroker("broker-a", f"10.0.0.{i}:1", f"10.0.0.{i}:2", datacenter=dc, identity=f"i{i}"))
+    assert s.apply(ElectMaster("broker-a", 1, alive={1: LiveInfo(0, 0), 2: LiveInfo(0, 0)})).ok
+    assert s.apply(AlterSyncStateSet("broker-a", 1, 1, frozenset({1, 2}), 1, alive=frozenset({1, 2}))).ok
+    return s
+
+
+def _recovered_leader(lost: frozenset[str], from_ms: int = 0) -> HeartbeatTable:
+    """A node recovered alone, leading from 10 s, that heard the surviving slave once."""
+    hb = HeartbeatTable(T)
+    hb.presume_lost(lost, from_ms)
+    hb.on_leadership(now_ms=10_000)
+    hb.beat("broker-a", 2, 1, 0, 0, now_ms=10_100)
+    return hb
+
+
+def test_l8_a_silent_master_in_a_declared_lost_datacenter_is_failed_over_within_the_grace():
+    s = _two_dc_state()
+    hb = _recovered_leader(frozenset({"dc-a"}))
+    assert hb.in_grace(10_100)
+    assert hb.masters_needing_election(s, 10_100) == ["broker-a"]
+    # the election it runs is the usual clean one: the SyncStateSet member it hears
+    r = s.apply(ElectMaster("broker-a", None, alive=hb.alive("broker-a", 10_100)))
+    assert r.ok and r.value.master_id == 2
+
+
+def test_l8_without_the_declaration_the_grace_holds():
+    s = _two_dc_state()
+    hb = _recovered_leader(frozenset())
+    assert hb.masters_needing_election(s, 10_100) == []
+    hb.beat("broker-a", 2, 1, 0, 0, now_ms=10_000 + T)
+    assert hb.masters_needing_election(s, 10_000 + T) == ["broker-a"]
+
+
+def test_l8_another_datacenter_keeps_its_grace():
+    # the master is in dc-a; only dc-c was declared lost: it may be alive and not have found us yet
+    s = _two_dc_state()
+    hb = _recovered_leader(frozenset({"dc-c"}))
+    assert hb.masters_needing_election(s, 10_100) == []
+
+
+def test_l8_not_before_the_lost_masters_last_lease_has_run_out():
+    s = _two_dc_state()
+    hb = _recovered_leader(frozenset({"dc-a"}), from_ms=11_000)
+    assert hb.masters_needing_election(s, 10_999) == []
+    hb.beat("broker-a", 2, 1, 0, 0, now_ms=11_000)
+    assert hb.masters_needing_election(s, 11_000) == ["broker-a"]
+
+
+def test_l8_a_master_of_the_lost_datacenter_that_is_heard_is_not_failed_over():
+    s = _two_dc_state()
+    hb = _recovered_leader(frozenset({"dc-a"}))
+    hb.beat("broker-a", 1, 1, 0, 0, now_ms=10_100)  # it came back, or was never gone
+    assert hb.masters_needing_election(s, 10_200) == []
+
+
+def test_l8_nobody_alive_is_still_no_election():
+    s = _two_dc_state()
+    hb = HeartbeatTable(T)
+    hb.presume_lost(frozenset({"dc-a"}))
+    hb.on_leadership(now_ms=10_000)
+    assert hb.masters_needing_election(s, 10_100) == []
+
+
+def test_l8_the_declaration_holds_only_while_the_recovered_node_is_alone():
+    ident = ClusterIdentity(1, ("c3",), "c3", ("dc-a",), 1_700_000_000_000)
+    assert ClusterIdentity.from_json(ident.to_json()) == ident
+    assert ident.presumed_lost("c3") == ("dc-a",)
+    assert ClusterIdentity(1, ("c1", "c3"), "c3", ("dc-a",), 1).presumed_lost("c3") == ()
+    # an identity file written before the declaration existed reads as none declared
+    old = '{"format": 1, "cluster_epoch": 1, "members": ["c3"], "recovered_from": "c3"}'
+    assert ClusterIdentity.from_json(old).presumed_lost("c3") == ()

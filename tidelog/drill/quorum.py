@@ -9,7 +9,8 @@ replica of each broker set per datacenter), under a sync-replicated producer, ea
    pausing it until the master shrinks the set);
 2. kills every process of the lost datacenter (kill -9: a power cut);
 3. runs the recovery on the surviving controller exactly as the runbook says: stop it,
-   `tide controller recover --yes`, start it; with the survivor outside the SyncStateSet, checks
+   `tide controller recover --lost-datacenter DC --yes`, start it; with the survivor outside the
+   SyncStateSet, checks
    that no master appears on its own, then `tide admin elect --unclean`'s path, RPO first;
 4. waits for the first acknowledged write after the recovery command;
 5. brings the lost datacenter back: its controllers start with their old data and form a quorum
@@ -194,7 +195,8 @@ class QuorumDrill:
         self.drill.log(f"stop {name}")
 
     def recover(self) -> dict[str, Any]:
-        """Stop the survivor, `tide controller recover --yes`, start it; the printed report."""
+        """Stop the survivor, `tide controller recover --lost-datacenter DC --yes`, start it; the
+        printed report."""
         self.stop(self.site.survivor)
         node = self.site.node_ids[self.site.survivor]
         self.recover_at = time.monotonic()  # the recovery command starts: recovered_s counts from here
@@ -207,6 +209,8 @@ class QuorumDrill:
                 self.site.config,
                 "--node-id",
                 node,
+                "--lost-datacenter",
+                self.site.lost_dc,
                 "--yes",
                 "--json",
             ),
