@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog.client.controllers import _EpochCheck, _read_epoch, _retryable, _write_epoch
+from tidelog.client.unclean import UncleanRpo
 from tidelog.clusterepoch import (
     EPOCH_KEY,
     ClusterIdentity,
@@ -284,3 +285,28 @@ def test_l8_the_declaration_holds_only_while_the_recovered_node_is_alone():
     # an identity file written before the declaration existed reads as none declared
     old = '{"format": 1, "cluster_epoch": 1, "members": ["c3"], "recovered_from": "c3"}'
     assert ClusterIdentity.from_json(old).presumed_lost("c3") == ()
+
+
+# --- the unclean RPO line (client/unclean.py) ----------------------------------------------------
+
+
+def test_the_rpo_counts_from_the_survivors_end_to_the_last_report_and_names_the_uncounted_tail():
+    rpo = UncleanRpo(
+        "broker-a", 2, in_sync=False, known_confirm_offset=9000, candidate_max_offset=4000, reported_by=1
+    )
+    assert rpo.bytes == 5000 and rpo.counted_until == 9000
+    line = rpo.line()
+    assert "RPO 5000 bytes counted, offsets 4000..9000" in line
+    assert "broker 1 last reported offset 9000" in line
+    assert "not counted and also lost" in line and "past offset 9000" in line
+
+
+def test_a_survivor_ahead_of_the_last_report_counts_nothing():
+    rpo = UncleanRpo("broker-a", 2, in_sync=False, known_confirm_offset=100, candidate_max_offset=400)
+    assert rpo.bytes == 0 and rpo.counted_until == 400
+    assert "past offset 400" in rpo.line()
+
+
+def test_a_survivor_in_the_sync_state_set_is_a_clean_election():
+    rpo = UncleanRpo("broker-a", 2, in_sync=True, known_confirm_offset=9000, candidate_max_offset=4000)
+    assert rpo.bytes == 0 and "RPO 0" in rpo.line()
