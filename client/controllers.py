@@ -37,7 +37,7 @@ import grpc
 
 from tidelog import credentials as credentials_mod
 from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
-from tidelog.clusterepoch import EpochSeen, reply_epoch
+from tidelog.clusterepoch import CALLER_EPOCH_KEY, EpochSeen, reply_epoch
 from tidelog.credentials import Credentials, Signer
 from tidelog.errors import (
     ClusterEpochFencedError,
@@ -143,7 +143,8 @@ def _write_epoch(path: Path, epoch: int) -> None:
 
 
 class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Refuses the answers of a controller whose cluster epoch is older than one already seen."""
+    """Refuses the answers of a controller whose cluster epoch is older than one already seen, and
+    names that epoch in every call, so that such a controller refuses the call before acting on it."""
 
     def __init__(self, address: str, seen: EpochSeen, on_raise: Callable[[int], None]) -> None:
         self.address = address
@@ -152,6 +153,16 @@ class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         self._warned = -1
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if self.seen.value > 0:
+            # the controller refuses the call itself when its epoch is older (it must not act on it)
+            extra = (CALLER_EPOCH_KEY, str(self.seen.value))
+            details = grpc.aio.ClientCallDetails(
+                details.method,
+                details.timeout,
+                grpc.aio.Metadata(*(details.metadata or ()), extra),
+                details.credentials,
+                details.wait_for_ready,
+            )
         call = await continuation(details, request)
         try:
             await call

@@ -7,7 +7,11 @@ node as a new one-node cluster at epoch N+1. The epoch is
 - mixed into the Raft password, so nodes of different epochs cannot exchange a Raft message
   (a returning node of the old majority can neither vote in nor join the new cluster),
 - sent with every controller reply (gRPC initial metadata `tidelog-cluster-epoch`), so that a
-  broker or client that has seen epoch N refuses answers of an older epoch.
+  broker or client that has seen epoch N refuses answers of an older epoch;
+- sent with every call by a caller that has seen one (request metadata `tidelog-caller-epoch`),
+  so that a controller of an older epoch refuses the call itself (`refuse_caller`) instead of
+  acting on it: what it would do (elect, change a SyncStateSet, create a topic) belongs to a
+  cluster that a forced recovery replaced.
 
 Pure: no I/O, no clock. The shells are `controller/recover.py` (files, the offline recovery),
 `controller/raft.py` and `controller/node.py` (the server side) and `client/controllers.py` (the
@@ -25,6 +29,8 @@ from tidelog.errors import ClusterEpochFencedError, ConfigError
 
 #: The gRPC metadata key carrying the answering controller's cluster epoch.
 EPOCH_KEY = "tidelog-cluster-epoch"
+#: The request metadata key carrying the newest cluster epoch the caller has seen (absent: none).
+CALLER_EPOCH_KEY = "tidelog-caller-epoch"
 #: The identity file in a controller's node dir; absent: epoch 0 with the config's members.
 IDENTITY_FILE = "cluster.json"
 IDENTITY_FORMAT = 1
@@ -42,12 +48,13 @@ def raft_password(secret: str, cluster_epoch: int) -> str:
     return hmac.new(secret.encode(), label, hashlib.sha256).hexdigest()
 
 
-def reply_epoch(metadata: object) -> int:
-    """The cluster epoch a reply's metadata names; 0 when it names none (a controller that was
-    never recovered, or one older than cluster epochs: both are epoch 0)."""
+def reply_epoch(metadata: object, key: str = EPOCH_KEY) -> int:
+    """The cluster epoch a reply's metadata names (or a call's, with `CALLER_EPOCH_KEY`); 0 when it
+    names none (a controller that was never recovered, or one older than cluster epochs, and a
+    caller that never saw a recovered cluster: all are epoch 0)."""
     for item in metadata or ():  # type: ignore[attr-defined]
-        key, value = item[0], item[1]
-        if key == EPOCH_KEY:
+        name, value = item[0], item[1]
+        if name == key:
             text = value.decode() if isinstance(value, bytes) else str(value)
             try:
                 return max(0, int(text))
@@ -71,6 +78,22 @@ def admit(seen: int, answered: int, source: str = "a controller") -> int:
             seen_epoch=seen,
         )
     return answered
+
+
+def refuse_caller(own: int, caller: int) -> ClusterEpochFencedError | None:
+    """Why a controller at cluster epoch `own` must not serve a caller that has seen `caller`, or
+    None. A caller that saw a newer epoch knows that a forced recovery replaced this controller's
+    cluster: whatever this controller did for it (an election, a SyncStateSet change, a topic)
+    would be a decision of the replaced cluster, so it answers nothing, with the error the caller
+    treats as "ask the next controller"."""
+    if caller <= own:
+        return None
+    return ClusterEpochFencedError(
+        f"this controller serves cluster epoch {own}, but the caller has seen cluster epoch {caller}: "
+        f"a forced recovery replaced this controller's cluster, and it refuses the call",
+        cluster_epoch=own,
+        seen_epoch=caller,
+    )
 
 
 def may_join(node_epoch: int | None, cluster_epoch: int) -> bool:

@@ -5,7 +5,9 @@ offline parts of a recovery (controller/recover.py) on a node's files."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -15,12 +17,14 @@ from hypothesis import strategies as st
 from tidelog.client.controllers import _EpochCheck, _read_epoch, _retryable, _write_epoch
 from tidelog.client.unclean import UncleanRpo
 from tidelog.clusterepoch import (
+    CALLER_EPOCH_KEY,
     EPOCH_KEY,
     ClusterIdentity,
     EpochSeen,
     admit,
     may_join,
     raft_password,
+    refuse_caller,
     reply_epoch,
 )
 from tidelog.controller import config as ccfg
@@ -28,7 +32,7 @@ from tidelog.controller.liveness import HeartbeatTable
 from tidelog.controller.recover import load_identity, prepare_join, save_identity
 from tidelog.controller.state import AlterSyncStateSet, ControllerState, ElectMaster, LiveInfo, RegisterBroker
 from tidelog.errors import ClusterEpochFencedError, ConfigError
-from tidelog.wire import error_from_rpc
+from tidelog.wire import ERROR_CODE_KEY, error_from_rpc
 
 epochs = st.integers(min_value=0, max_value=1 << 40)
 
@@ -129,7 +133,8 @@ async def _through(check: _EpochCheck, call: _Call) -> object:
     async def continuation(details, request):
         return call
 
-    return await check.intercept_unary_unary(continuation, None, None)
+    details = grpc.aio.ClientCallDetails("/m", None, None, None, None)
+    return await check.intercept_unary_unary(continuation, details, None)
 
 
 def test_the_client_refuses_an_older_epoch_as_a_retryable_typed_error():
@@ -310,3 +315,94 @@ def test_a_survivor_ahead_of_the_last_report_counts_nothing():
 def test_a_survivor_in_the_sync_state_set_is_a_clean_election():
     rpo = UncleanRpo("broker-a", 2, in_sync=True, known_confirm_offset=9000, candidate_max_offset=4000)
     assert rpo.bytes == 0 and "RPO 0" in rpo.line()
+
+
+# --- the controller refuses a caller that has seen a newer epoch --------------------------------
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """What the epoch interceptor uses of a servicer context."""
+
+    def __init__(self, caller_epoch: int | None) -> None:
+        self.md = ((CALLER_EPOCH_KEY, str(caller_epoch)),) if caller_epoch is not None else ()
+        self.sent: tuple[tuple[str, str], ...] | None = None
+        self.aborted: tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]] | None = None
+
+    async def send_initial_metadata(self, md: tuple[tuple[str, str], ...]) -> None:
+        self.sent = md
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.md
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:5000"
+
+    async def abort(self, code: grpc.StatusCode, details: str, trailing_metadata: tuple = ()) -> None:
+        self.aborted = (code, details, tuple(trailing_metadata))
+        raise _Aborted
+
+
+async def _serve_through(epoch: int, context: _Context) -> list[str]:
+    from tidelog.controller.node import EpochInterceptor
+
+    served: list[str] = []
+
+    async def handler(request: str, _context: object) -> str:
+        served.append(request)
+        return "reply"
+
+    async def continuation(_details: object) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(handler)
+
+    details = SimpleNamespace(method="/tidelog.controller.v1.ControllerAdmin/CreateTopic")
+    wrapped = await EpochInterceptor(epoch).intercept_service(continuation, details)
+    with contextlib.suppress(_Aborted):
+        await wrapped.unary_unary("create", context)
+    return served
+
+
+@pytest.mark.parametrize("caller", [None, 0, 1, 2])
+def test_a_controller_refuses_a_caller_of_a_newer_epoch_before_acting(caller):
+    context = _Context(caller)
+    served = asyncio.run(_serve_through(1, context))
+    assert context.sent == ((EPOCH_KEY, "1"),)  # every answer names the epoch, refusals too
+    if caller is not None and caller > 1:
+        assert served == [], "the replaced controller acted on the call"
+        assert context.aborted is not None
+        code, _details, trailing = context.aborted
+        assert code == grpc.StatusCode.UNAVAILABLE
+        assert dict(trailing)[ERROR_CODE_KEY] == "CLUSTER_EPOCH_FENCED"
+    else:
+        assert served == ["create"] and context.aborted is None
+
+
+@given(epochs, epochs)
+def test_refuse_caller_refuses_exactly_the_newer_callers(own, caller):
+    err = refuse_caller(own, caller)
+    assert (err is not None) == (caller > own)
+    if err is not None:
+        assert err.retryable and str(own) in err.message and str(caller) in err.message
+
+
+def test_the_client_names_the_epoch_it_has_seen_in_every_call():
+    asyncio.run(_client_names_its_epoch())
+
+
+async def _client_names_its_epoch() -> None:
+    sent: list[object] = []
+
+    async def continuation(details, request):
+        sent.append(details.metadata)
+        return _Call(2)
+
+    details = grpc.aio.ClientCallDetails("/m", None, grpc.aio.Metadata(("x", "y")), None, None)
+    fresh = _EpochCheck("127.0.0.1:1", EpochSeen(), lambda _e: None)
+    await fresh.intercept_unary_unary(continuation, details, None)
+    assert reply_epoch(sent[-1], CALLER_EPOCH_KEY) == 0  # it saw none: it names none
+    await fresh.intercept_unary_unary(continuation, details, None)  # it saw 2 in the first answer
+    assert reply_epoch(sent[-1], CALLER_EPOCH_KEY) == 2
+    assert ("x", "y") in list(sent[-1])  # the call's own metadata kept
