@@ -406,3 +406,51 @@ async def _client_names_its_epoch() -> None:
     await fresh.intercept_unary_unary(continuation, details, None)  # it saw 2 in the first answer
     assert reply_epoch(sent[-1], CALLER_EPOCH_KEY) == 2
     assert ("x", "y") in list(sent[-1])  # the call's own metadata kept
+
+
+def _node_with(ident: ClusterIdentity | None, timeout_ms: int = T) -> SimpleNamespace:
+    """What ControllerNode._presume_lost reads of its node."""
+    return SimpleNamespace(
+        raft=SimpleNamespace(identity=ident),
+        cfg=SimpleNamespace(node_id="c3", heartbeat_timeout_ms=timeout_ms),
+        heartbeats=HeartbeatTable(timeout_ms),
+    )
+
+
+def test_l8_the_node_presumes_lost_from_when_the_lost_masters_lease_has_run_out():
+    from tidelog.controller.node import ControllerNode, wall_ms
+    from tidelog.ha.lease import handover_wait_ms
+
+    s = _two_dc_state()
+    # recovered just now: not before the longest lease granted before the command has run out
+    node = _node_with(ClusterIdentity(1, ("c3",), "c3", ("dc-a",), wall_ms()))
+    ControllerNode._presume_lost(node, 50_000)
+    node.heartbeats.on_leadership(50_000)
+    node.heartbeats.beat("broker-a", 2, 1, 0, 0, now_ms=50_000)
+    assert node.heartbeats.masters_needing_election(s, 50_000) == []
+    wait = handover_wait_ms(T)
+    node.heartbeats.beat("broker-a", 2, 1, 0, 0, now_ms=50_000 + wait + 50)
+    assert node.heartbeats.masters_needing_election(s, 50_000 + wait + 50) == ["broker-a"]
+    # recovered long ago: at once
+    node = _node_with(ClusterIdentity(1, ("c3",), "c3", ("dc-a",), wall_ms() - 60_000))
+    ControllerNode._presume_lost(node, 50_000)
+    node.heartbeats.on_leadership(50_000)
+    node.heartbeats.beat("broker-a", 2, 1, 0, 0, now_ms=50_000)
+    assert node.heartbeats.masters_needing_election(s, 50_000) == ["broker-a"]
+
+
+@pytest.mark.parametrize(
+    "ident",
+    [None, ClusterIdentity(1, ("c3",), "c3"), ClusterIdentity(1, ("c1", "c3"), "c3", ("dc-a",), 1)],
+    ids=["never-recovered", "nothing-declared", "grown-back"],
+)
+def test_l8_the_node_keeps_the_grace_without_a_declaration_or_once_grown(ident):
+    from tidelog.controller.node import ControllerNode
+
+    s = _two_dc_state()
+    node = _node_with(ident)
+    node.heartbeats.presume_lost(frozenset({"dc-a"}))  # cleared by the node's own view
+    ControllerNode._presume_lost(node, 50_000)
+    node.heartbeats.on_leadership(50_000)
+    node.heartbeats.beat("broker-a", 2, 1, 0, 0, now_ms=50_000)
+    assert node.heartbeats.masters_needing_election(s, 50_100) == []
