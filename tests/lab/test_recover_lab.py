@@ -116,4 +116,5 @@ def test_a_survivor_outside_the_sync_state_set_is_elected_only_unclean_and_loses
     assert report["acked_lost"] == 0, "an acknowledged write was lost beyond what the RPO line says"
     assert report["lost"] == report["lost_within_rpo"] + report["lost_after_last_report"]
     assert report["lost_within_rpo_bytes"] <= report["rpo_bytes"], "more lost than the RPO counted"
+    assert report["kept_within_rpo"] == 0, "the RPO counted writes that were not lost"
     _old_majority_came_back_safely(report)

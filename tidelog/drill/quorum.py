@@ -459,6 +459,7 @@ class Losses:
 
     within_rpo: int = 0  # from the survivor's end up to where the RPO's count stops
     within_rpo_bytes: int = 0  # their payload bytes: never more than the RPO printed
+    kept_within_rpo: int = 0  # acknowledged writes the RPO counted that were read back: none
     after_last_report: int = 0  # past that offset, acknowledged within `REPORT_LAG_S` of the cut
     uncounted_window_s: float = 0.0  # from the first of those acknowledgements to the cut
     unexplained: int = 0  # anything else: a broken promise
@@ -480,10 +481,13 @@ def _losses(client: Client, topic: str, work: Workload, rounds: list[dict[str, A
     out = Losses()
     first_uncounted: float | None = None
     for a in work.acks:
+        # counted by the RPO: acknowledged before the cut (the new master reuses the offsets after)
+        counted = any(lo <= a.phys_offset < hi and a.acked < cut for lo, hi, cut in ranges)
         if a.body in read:
+            out.kept_within_rpo += int(counted)
             continue
         out.offsets.add(a.phys_offset)
-        if any(lo <= a.phys_offset < hi for lo, hi, _ in ranges):
+        if counted:
             out.within_rpo += 1
             out.within_rpo_bytes += len(a.body)
             continue
@@ -522,6 +526,7 @@ def _report(
         "lost": checked["acked_lost"],
         "lost_within_rpo": losses.within_rpo,
         "lost_within_rpo_bytes": losses.within_rpo_bytes,
+        "kept_within_rpo": losses.kept_within_rpo,
         "rpo_bytes": sum(r.get("rpo_bytes", 0) for r in rounds),
         "lost_after_last_report": losses.after_last_report,
         "uncounted_window_s": losses.uncounted_window_s,
