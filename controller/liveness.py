@@ -34,10 +34,10 @@ leader are not failed over. Grace never makes a broker *alive*: an election or a
 change still needs a real heartbeat (the LiveInfo it carries is what the election policy ranks).
 
 A controller recovered alone after the datacenter of the other controllers was lost (`tide
-controller recover --lost-datacenter`) is told which datacenters are gone (``presume_lost``): within its grace, a
-silent master registered in one of them is failed over as soon as another member of its set is
-alive, without a witness, from a time the shell derives from the recovery command's start so that
-no lease the lost master held can outlive the election (RULES.md L8).
+controller recover --lost-datacenter`) is told which datacenters are gone (``presume_lost``):
+within its grace, a silent master registered in one of them is failed over as soon as another
+member of its set is alive, without a witness, from a time the shell derives from the recovery
+command's start so that no lease the lost master held can outlive the election (RULES.md L8).
 
 A set whose controller-triggered election found nobody is left without a master (RULES.md E7);
 ``leaderless_sets_electable`` lists such sets once an electable broker is alive again, so the
