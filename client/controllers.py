@@ -37,7 +37,7 @@ import grpc
 
 from tidelog import credentials as credentials_mod
 from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
-from tidelog.clusterepoch import EpochSeen, reply_epoch
+from tidelog.clusterepoch import CALLER_EPOCH_KEY, EpochSeen, reply_epoch
 from tidelog.credentials import Credentials, Signer
 from tidelog.errors import (
     ClusterEpochFencedError,
@@ -143,7 +143,8 @@ def _write_epoch(path: Path, epoch: int) -> None:
 
 
 class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Refuses the answers of a controller whose cluster epoch is older than one already seen."""
+    """Refuses the answers of a controller whose cluster epoch is older than one already seen, and
+    names that epoch in every call, so that such a controller refuses the call before acting on it."""
 
     def __init__(self, address: str, seen: EpochSeen, on_raise: Callable[[int], None]) -> None:
         self.address = address
@@ -152,6 +153,16 @@ class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         self._warned = -1
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if self.seen.value > 0:
+            # the controller refuses the call itself when its epoch is older (it must not act on it)
+            extra = (CALLER_EPOCH_KEY, str(self.seen.value))
+            details = grpc.aio.ClientCallDetails(
+                details.method,
+                details.timeout,
+                grpc.aio.Metadata(*(details.metadata or ()), extra),
+                details.credentials,
+                details.wait_for_ready,
+            )
         call = await continuation(details, request)
         try:
             await call
@@ -218,6 +229,16 @@ async def speaks_tls(address: str, timeout: float = 1.0) -> bool:
     return True
 
 
+#: A controller that was down (restarted, or stopped for a forced recovery: docs/RUNBOOK-quorum.md)
+#: is tried again at least every second, not every 3 s: the brokers' heartbeats and a master's
+#: pending SyncStateSet change reach it a second after it listens, not up to 3 s later. There are
+#: three controllers or so, so the extra connection attempts cost nothing.
+CONTROLLER_CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    *((k, v) for k, v in CHANNEL_OPTIONS if k != "grpc.max_reconnect_backoff_ms"),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
 class _Conn:
     def __init__(
         self,
@@ -231,7 +252,7 @@ class _Conn:
         checks: list[Any] = [_EpochCheck(address, seen, on_raise)]
         if sign:
             checks.append(sign)
-        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=checks)
+        self.channel = aio_channel(address, tls, CONTROLLER_CHANNEL_OPTIONS, interceptors=checks)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)

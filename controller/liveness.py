@@ -33,6 +33,12 @@ such a witness the set waits for the window to end, so brokers that have not yet
 leader are not failed over. Grace never makes a broker *alive*: an election or a SyncStateSet
 change still needs a real heartbeat (the LiveInfo it carries is what the election policy ranks).
 
+A controller recovered alone after the datacenter of the other controllers was lost (`tide
+controller recover --lost-datacenter`) is told which datacenters are gone (``presume_lost``):
+within its grace, a silent master registered in one of them is failed over as soon as another
+member of its set is alive, without a witness, from a time the shell derives from the recovery
+command's start so that no lease the lost master held can outlive the election (RULES.md L8).
+
 A set whose controller-triggered election found nobody is left without a master (RULES.md E7);
 ``leaderless_sets_electable`` lists such sets once an electable broker is alive again, so the
 leader can retry without waiting for a broker to ask.
@@ -105,6 +111,8 @@ class HeartbeatTable:
         self.timeout_ms = timeout_ms
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._grace_until_ms: int | None = None
+        self._lost_datacenters: frozenset[str] = frozenset()
+        self._lost_from_ms = 0
 
     def beat(
         self,
@@ -142,6 +150,18 @@ class HeartbeatTable:
 
     def on_leadership(self, now_ms: int) -> None:
         self._grace_until_ms = now_ms + self.timeout_ms
+
+    def presume_lost(self, datacenters: frozenset[str], from_ms: int = 0) -> None:
+        """Take the masters registered in `datacenters` as gone from `from_ms` on (RULES.md L8):
+        the operator declared those datacenters lost when forcing a recovery. Empty: none."""
+        self._lost_datacenters = datacenters
+        self._lost_from_ms = from_ms
+
+    def _presumed_lost(self, state: ControllerState, broker_set: str, broker_id: int, now_ms: int) -> bool:
+        if not self._lost_datacenters or now_ms < self._lost_from_ms:
+            return False
+        member = state.broker_sets[broker_set].members.get(broker_id)
+        return member is not None and member.datacenter in self._lost_datacenters
 
     def in_grace(self, now_ms: int) -> bool:
         return self._grace_until_ms is not None and now_ms < self._grace_until_ms
@@ -189,15 +209,17 @@ class HeartbeatTable:
         """Broker sets whose recorded master is dead while some member is alive
         (docs/reference/rocketmq-controller-ha.md §1.2, scanNeedReelectBrokerSets), ascending name;
         during the new-leader grace window only those whose master's silence a continuously heard
-        member witnessed (RULES.md L4)."""
+        member witnessed (RULES.md L4), or whose master is in a datacenter declared lost (L8)."""
         grace = self.in_grace(now_ms)
         out = []
         for name in sorted(state.broker_sets):
             bs = state.broker_sets[name]
             if bs.master_id is None or self.is_alive(name, bs.master_id, now_ms):
                 continue
+            # a master declared lost needs no witness: it is not expected to find this leader
+            witnessed = grace and not self._presumed_lost(state, name, bs.master_id, now_ms)
             if any(
-                self._witness(name, i, now_ms) if grace else self.is_alive(name, i, now_ms)
+                self._witness(name, i, now_ms) if witnessed else self.is_alive(name, i, now_ms)
                 for i in bs.members
                 if i != bs.master_id
             ):

@@ -39,7 +39,7 @@ from pysyncobj import pickle as pysyncobj_pickle
 from tidelog import private
 from tidelog.clusterepoch import ClusterIdentity, raft_password
 from tidelog.controller.config import ControllerConfig
-from tidelog.controller.recover import load_identity, save_identity
+from tidelog.controller.recover import alone_tuning, load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
 from tidelog.controller.topics import TOPIC_COMMANDS
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
@@ -208,7 +208,8 @@ class RaftNode:
             if self.identity
             else [n.raft for n in cfg.peers]
         )
-        tuning = cfg.raft
+        # a recovered node alone in its cluster leads after one short timeout (recover.alone_tuning)
+        tuning = alone_tuning(cfg.raft) if self.identity is not None and not peers else cfg.raft
         conf = SyncObjConf(
             # Never unauthenticated: without a password PySyncObj unpickles whatever a peer sends.
             password=raft_password(cfg.secret, self.cluster_epoch),
