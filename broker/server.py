@@ -230,7 +230,9 @@ class BrokerServer:
             interceptors=interceptors,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica, self.lookups), self._grpc)
-        lookups.add_to_server(self._grpc, self.lookups, time.monotonic)
+        lookups.add_to_server(
+            self._grpc, self.lookups, time.monotonic, lambda: self.controller.epoch_seen.value
+        )
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
         problem = bind_problem(self.cfg.listen)
         if problem is not None:  # said before gRPC tries, whose C core would log its own lines
