@@ -827,7 +827,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self, request: s.RecallMessageRequest, context: grpc.aio.ServicerContext
     ) -> s.RecallMessageResponse:
         """A delayed message recalled before it is due is never delivered (broker/rocketmqtx.py);
-        one delivered (or recalled) already is refused with BAD_REQUEST."""
+        one delivered (or recalled) already is refused as RocketMQ refuses it (INTERNAL_SERVER_ERROR,
+        "recall failed, timestamp invalid")."""
 
         async def work() -> s.RecallMessageResponse:
             topic = _name("topic", request.topic.name)
