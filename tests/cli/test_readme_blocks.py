@@ -33,6 +33,37 @@ def block(lang: str, after: str) -> str:
     return match.group(1)
 
 
+def shown(script: str, substitutions: dict[str, str]) -> str:
+    """`script` with each placeholder replaced, failing if the README no longer shows one."""
+    for placeholder, run in substitutions.items():
+        assert placeholder in script, f"the README no longer shows {placeholder!r}: update the test"
+        script = script.replace(placeholder, run)
+    return script
+
+
+def run_script(
+    script: str, cwd: Path, timeout: float = 300, data_dir: str = "tide-data"
+) -> subprocess.CompletedProcess[str]:
+    """`script` in bash (stopping at the first failure) from `cwd`, with the installed `tide` on
+    PATH; the cluster it left in `cwd/data_dir`, if any, is stopped afterwards. Asserts it passed."""
+    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    try:
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    finally:
+        if (cwd / data_dir / "cluster.json").exists():
+            stop_cluster(LocalCluster(cwd / data_dir, "", {}))
+    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    return out
+
+
 #: The step-by-step block's placeholders: the controller address `up` printed, and a drill sized for
 #: a person watching it (30 s) shortened for the suite.
 STEP_BY_STEP = {
@@ -42,27 +73,8 @@ STEP_BY_STEP = {
 
 
 def test_the_step_by_step_section_runs_as_shown(tmp_path: Path) -> None:
-    script = block("sh", "A cluster of your own, step by step")
-    for shown, run in STEP_BY_STEP.items():
-        assert shown in script, f"the README no longer shows {shown!r}: update STEP_BY_STEP"
-        script = script.replace(shown, run)
-    data_dir = tmp_path / "tide-data"
-    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
-    try:
-        out = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=400,
-            cwd=tmp_path,  # not the clone: deploy/local.yaml comes with the installed package
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    finally:
-        if (data_dir / "cluster.json").exists():
-            leftover = LocalCluster(data_dir, "", {})
-            stop_cluster(leftover)
-    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    # from tmp_path, not the clone: deploy/local.yaml comes with the installed package
+    out = run_script(shown(block("sh", "A cluster of your own, step by step"), STEP_BY_STEP), tmp_path, 400)
     consumed = [line for line in out.stdout.splitlines() if re.match(r"broker-a/\d@\d+ ", line)]
     assert len(consumed) == 10_000, "tide consume printed one line per message"
     assert "customer-1" in out.stdout
@@ -115,26 +127,7 @@ SECURE = {
 def test_the_secure_section_runs_as_shown(tmp_path: Path) -> None:
     """Grants take effect by the time `tide acl grant` returns (the controller waits for the
     brokers to enforce them), so the block runs as written, alice's produce right after her grant."""
-    script = block("sh", "TLS and users: the secure topology")
-    for shown, run in SECURE.items():
-        assert shown in script, f"the README no longer shows {shown!r}: update SECURE"
-        script = script.replace(shown, run)
-    data_dir = tmp_path / "tide-data"
-    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
-    try:
-        out = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    finally:
-        if (data_dir / "cluster.json").exists():
-            stop_cluster(LocalCluster(data_dir, "", {}))
-    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    out = run_script(shown(block("sh", "TLS and users: the secure topology"), SECURE), tmp_path)
     consumed = [line for line in out.stdout.splitlines() if re.match(r"broker-a/\d@\d+ ", line)]
     assert len(consumed) == 100, "alice consumed the 100 messages she produced"
     assert "not yet enforced" not in out.stderr
@@ -154,31 +147,13 @@ OPERATOR = {
 
 
 def test_the_operator_sections_run_as_shown(tmp_path: Path) -> None:
-    script = "\n".join(block("sh", after) for after in OPERATOR_SECTIONS)
-    for shown, run in OPERATOR.items():
-        assert shown in script, f"the README no longer shows {shown!r}: update OPERATOR"
-        script = script.replace(shown, run)
     setup = (
         "tide cluster up --data-dir ./tide-data --quiet > /dev/null\n"
         'export TIDE_CONTROLLERS="$(jq -r .controllers tide-data/cluster.json)"\n'
         "tide topic create orders\n"
     )
-    data_dir = tmp_path / "tide-data"
-    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
-    try:
-        out = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", setup + script],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    finally:
-        if (data_dir / "cluster.json").exists():
-            stop_cluster(LocalCluster(data_dir, "", {}))
-    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    script = "\n".join(block("sh", after) for after in OPERATOR_SECTIONS)
+    out = run_script(setup + shown(script, OPERATOR), tmp_path)
     assert "broker 2 is the master already" in out.stderr  # the second drain, as the README shows it
     assert out.stdout.rstrip().endswith("200"), "the broker's /readyz answered 200"
 
@@ -215,31 +190,13 @@ PLACEMENT = {
 
 
 def test_the_placement_section_runs_as_shown(tmp_path: Path) -> None:
-    script = block("sh", "Placement: is every broker set held in both datacenters?")
-    for shown, run in PLACEMENT.items():
-        assert shown in script, f"the README no longer shows {shown!r}: update PLACEMENT"
-        script = script.replace(shown, run)
     topology = tmp_path / "four.yaml"
     topology.write_text((REPO / "deploy" / "local.yaml").read_text().replace("replicas: 2", "replicas: 4"))
     setup = (
         f"tide cluster up -c {topology} --data-dir ./tide-data --quiet > /dev/null\n"
         'export TIDE_CONTROLLERS="$(jq -r .controllers tide-data/cluster.json)"\n'
     )
-    data_dir = tmp_path / "tide-data"
-    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
-    try:
-        out = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", setup + script],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    finally:
-        if (data_dir / "cluster.json").exists():
-            stop_cluster(LocalCluster(data_dir, "", {}))
-    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+    script = block("sh", "Placement: is every broker set held in both datacenters?")
+    out = run_script(setup + shown(script, PLACEMENT), tmp_path)
     assert '"violations": []' in out.stdout, "the audit of a healthy set is clean"
     assert "broker 2 decommissioned" in out.stdout and "broker 3 replaced by broker 4" in out.stdout

@@ -19,22 +19,24 @@ from tidelog.ha.lease import handover_wait_ms
 TIMEOUT_MS = 1500  # tests/controller/inproc.py's heartbeat_timeout_ms
 
 
-async def _master_with_both_in_sync(client: ControllerClient, b1: SimBroker, b2: SimBroker) -> None:
+async def _master_and_slave_in_sync(client: ControllerClient) -> tuple[SimBroker, SimBroker]:
+    """Two registered brokers, 1 elected master and both in its SyncStateSet."""
+    b1, b2 = SimBroker(client, "broker-a", 1), SimBroker(client, "broker-a", 2)
+    for b in (b1, b2):
+        await b.register()
+        await b.beat_once()
     role = (await client.elect_master("broker-a", b1.broker_id)).role
     ids = {b1.broker_id, b2.broker_id}
     await client.alter_sync_state_set(
         "broker-a", b1.broker_id, role.master_epoch, ids, role.sync_state_set_epoch
     )
+    return b1, b2
 
 
 def test_a_hand_over_from_a_live_master_withholds_its_lease_and_waits_it_out(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with single_node(tmp_path) as (node, client):
-            b1, b2 = SimBroker(client, "broker-a", 1), SimBroker(client, "broker-a", 2)
-            for b in (b1, b2):
-                await b.register()
-                await b.beat_once()
-            await _master_with_both_in_sync(client, b1, b2)
+            b1, b2 = await _master_and_slave_in_sync(client)
             b2.start()  # b2 keeps beating; b1 is driven by hand below
             granted = await b1.beat_once()
             assert granted.role.master_id == b1.broker_id and not granted.lease_withheld
@@ -69,11 +71,7 @@ def test_a_hand_over_to_the_master_itself_does_not_wait(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with single_node(tmp_path) as (node, client):
-            b1, b2 = SimBroker(client, "broker-a", 1), SimBroker(client, "broker-a", 2)
-            for b in (b1, b2):
-                await b.register()
-                await b.beat_once()
-            await _master_with_both_in_sync(client, b1, b2)
+            b1, b2 = await _master_and_slave_in_sync(client)
             b1.start()
             b2.start()
             started = time.monotonic()

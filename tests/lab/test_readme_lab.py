@@ -4,15 +4,13 @@ tests, first in the suite (tests/conftest.py: the longest modules first)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.cli.test_readme_blocks import BIN, block
-from tests.client.conftest import tide, tide_env
+from tests.cli.test_readme_blocks import block, run_script, shown
 from tidelog.lab import net
 from tidelog.lab.plan import lab_prefix
 
@@ -38,29 +36,13 @@ LAB = {
 
 @pytest.mark.skipif(net.unavailable_reason() is not None, reason=f"network lab: {net.unavailable_reason()}")
 def test_the_network_lab_section_runs_as_shown(tmp_path: Path) -> None:
-    script = block("sh", "Two datacenters in a lab: faults and drills")
-    for shown, run in LAB.items():
-        assert shown in script, f"the README no longer shows {shown!r}: update LAB"
-        script = script.replace(shown, run)
-    data_dir = tmp_path / "lab-data"
-    env = tide_env({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    script = shown(block("sh", "Two datacenters in a lab: faults and drills"), LAB)
+    prefix = lab_prefix(str((tmp_path / "lab-data").resolve()))
     try:
-        out = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
+        out = run_script(script, tmp_path, 600, data_dir="lab-data")
     finally:
-        if (data_dir / "cluster.json").exists():
-            tide("cluster", "down", "--data-dir", str(data_dir))
-        prefix = lab_prefix(str(data_dir.resolve()))
         leftover = {ns for ns in net.existing_namespaces() if ns.startswith(prefix)}
         for ns in leftover:  # never leave a namespace behind
             subprocess.run(["ip", "netns", "del", ns], check=False)
-    assert out.returncode == 0, f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
     assert not leftover, f"`tide cluster down` left {sorted(leftover)}"
     assert re.search(r'"acked_lost": 0', out.stdout), "the drill lost nothing acknowledged"
