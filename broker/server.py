@@ -267,7 +267,7 @@ class BrokerServer:
             return
         grpc_host = self.cfg.listen.rpartition(":")[0]
         host, _, port = (f"{grpc_host}:0" if listen == "auto" else listen).rpartition(":")
-        self.data_port = DataPort(self.replica, self.tls, self.guard)
+        self.data_port = DataPort(self.replica, self.tls, self.guard, spill_dir=self.cfg.data_dir)
         if self.metrics is not None:
             metrics = self.metrics
             self.data_port.observe_call = lambda method, seconds, code: metrics.rpc.observe(
