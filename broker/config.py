@@ -95,7 +95,9 @@ class BrokerConfig:
     ha_zero_copy: bool = True  # transfers to plain-TCP slaves by sendfile (ha/master.py)
     ha_heartbeat_interval_ms: int = 1000
     ha_idle_timeout_ms: int = 5000
-    ha_max_connections: int = 16  # open HA connections (authenticated or not) before new ones are closed
+    # HA connections not yet proven at once (a new one displaces the oldest idle), and proven ones
+    ha_max_connections: int = 16
+    ha_handshake_timeout_ms: int = 5000  # an HA connection must prove the cluster secret within this
     # controller
     heartbeat_interval_ms: int = 1000  # until the controller says otherwise
     max_concurrent_requests: int = 4096  # calls in progress (long polls included) before refusing
@@ -156,6 +158,7 @@ _POSITIVE = {
     "ha_heartbeat_interval_ms",
     "ha_idle_timeout_ms",
     "ha_max_connections",
+    "ha_handshake_timeout_ms",
     "data_max_connections",
     "data_partial_frame_bytes",
     "log_max_bytes",
