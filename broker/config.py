@@ -118,6 +118,7 @@ class BrokerConfig:
     retention_ms: int = 72 * 3600 * 1000
     retention_bytes: int = 0
     retention_check_interval_ms: int = 10_000
+    scrub_bytes_per_s: int = 16 << 20  # the log re-read against its CRCs (broker/scrub.py); 0: off
     retention_respect_groups: tuple[str, ...] = ()  # keep what these consumer groups have not consumed
     retention_slave_hold_ms: int = 3600 * 1000  # how long a disconnected slave's position still holds
     # TLS on the gRPC, data and HA ports, and toward the controllers and the other brokers
