@@ -518,7 +518,11 @@ async def _read_spilled(reader: asyncio.StreamReader, size: int, spill_dir: Path
             piece = await reader.read(min(left, READ_CHUNK))
             if not piece:
                 raise asyncio.IncompleteReadError(b"", size)
-            f.write(piece)
+            try:
+                f.write(piece)
+            except OSError as exc:  # a full disk: the frame cannot be taken, its connection closes
+                log.warning("data port: spilling a %d-byte frame body to %s failed: %s", size, spill_dir, exc)
+                raise
             left -= len(piece)
         data = await asyncio.to_thread(os.pread, f.fileno(), size, 0)
     if len(data) != size:  # the file is ours alone: a short read is a broken disk
