@@ -10,7 +10,8 @@ hands its role to an in-sync replica to repair as a slave.
 While this replica knows of damage it has not seen repaired, `damaged` is true and the broker's
 heartbeats carry `DAMAGED_PRIORITY` (the worst there is) instead of its configured priority: the
 controller then never elects it over a SyncStateSet member that holds as much of the log
-(docs/SECURITY.md, probe 7). A range counts as repaired when a later pass finds it whole.
+(docs/SECURITY.md, probe 7). Each round first checks the known damaged ranges again: one found
+whole (repaired) stops counting at once.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ DAMAGED_PRIORITY = 2**62
 INTERVAL_S = 1.0
 #: Bytes read at a time (a round of `scrub_bytes_per_s` is several such reads).
 CHUNK = 1 << 20
+#: Known damaged ranges checked again each round.
+RECHECK = 16
 
 
 class Scrubber:
@@ -61,12 +64,29 @@ class Scrubber:
             if stopping.is_set():
                 return
             try:
+                await self.recheck()
                 await self.round()
-            except TidelogError as exc:
+            except (TidelogError, OSError) as exc:
+                # the store closed, or a segment went (retention, truncation) under the read:
+                # start the pass over rather than guess
                 log.warning("%s scrub round failed: %s", self.replica.ctx, exc)
+                self.cursor = 0
             except Exception as exc:
                 stop_if_violated(exc)
                 log.exception("%s scrub round failed", self.replica.ctx)
+
+    async def recheck(self) -> None:
+        """Check again each range known damaged (at most RECHECK of them), so that one repaired
+        stops counting at once rather than when the next pass reaches it."""
+        log_ = self.replica.log
+        for start in sorted(self.damage)[:RECHECK]:
+            if start < log_.min_offset:
+                del self.damage[start]  # gone with retention
+                continue
+            end = self.damage[start]
+            nxt, damage = await asyncio.to_thread(log_.scrub, start, end - start)
+            if damage is None and nxt > start:
+                log.info("%s scrub: [%d, %d) is whole again", self.replica.ctx, start, self.damage.pop(start))
 
     async def round(self) -> None:
         """Check up to `bytes_per_s` bytes from the cursor."""

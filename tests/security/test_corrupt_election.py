@@ -73,3 +73,9 @@ def test_a_damaged_slave_is_not_elected_over_a_healthy_one(
         30,
         what="the damaged replica to repair the range from the new master",
     )
+    # and it counts as healthy again (its heartbeats carry its own priority once more)
+    wait_until(
+        lambda: "is whole again" in log_path.read_text(errors="replace"),
+        15,
+        what="the repaired replica's scrub to find the range whole",
+    )
