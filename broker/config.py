@@ -180,6 +180,7 @@ _NON_NEGATIVE = {
     "retention_bytes",
     "retention_slave_hold_ms",
     "rocketmq_auth_max_skew_s",
+    "scrub_bytes_per_s",
 }
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A broker set's name shows up in file names (`tide cluster up` writes <name>-<replica>.yaml) and
