@@ -17,7 +17,7 @@ from tests.client.conftest import LocalCluster
 from tests.client.test_tls import ca_of, ports, served_serial
 from tests.security.conftest import secure  # noqa: F401 (a fixture)
 from tidelog.client import AsyncClient
-from tidelog.errors import TidelogError
+from tidelog.errors import TidelogError, UnauthenticatedError
 from tidelog.localcluster import certs, client_options
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.tasks import within
@@ -41,10 +41,21 @@ def _wait_serial(address: str, c: LocalCluster, serial: int, timeout: float = 15
         time.sleep(0.1)
 
 
+def _ports_once_known(c: LocalCluster, name: str) -> dict[str, str]:
+    """`ports`, once the broker has learned the admin user (from a heartbeat reply after its start)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return ports(c, name)
+        except UnauthenticatedError:
+            assert time.monotonic() < deadline, f"{name} never learned the admin user"
+        time.sleep(0.1)
+
+
 def test_rotated_certificates_under_load_lose_nothing_acknowledged(secure: LocalCluster) -> None:  # noqa: F811
     pids = secure.pids()
     brokers = [n for n in pids if n.startswith("broker-")]
-    addresses = {n: ports(secure, n) for n in brokers}
+    addresses = {n: _ports_once_known(secure, n) for n in brokers}
     options = client_options(secure.state())
 
     async def go() -> tuple[list[bytes], set[str], str, dict[str, int]]:
