@@ -96,7 +96,9 @@ class BrokerConfig:
     ha_zero_copy: bool = True  # transfers to plain-TCP slaves by sendfile (ha/master.py)
     ha_heartbeat_interval_ms: int = 1000
     ha_idle_timeout_ms: int = 5000
-    ha_max_connections: int = 16  # open HA connections (authenticated or not) before new ones are closed
+    # HA connections not yet proven at once (a new one displaces the oldest idle), and proven ones
+    ha_max_connections: int = 16
+    ha_handshake_timeout_ms: int = 5000  # an HA connection must prove the cluster secret within this
     # controller
     heartbeat_interval_ms: int = 1000  # until the controller says otherwise
     max_concurrent_requests: int = 4096  # calls in progress (long polls included) before refusing
@@ -117,6 +119,7 @@ class BrokerConfig:
     retention_ms: int = 72 * 3600 * 1000
     retention_bytes: int = 0
     retention_check_interval_ms: int = 10_000
+    scrub_bytes_per_s: int = 16 << 20  # the log re-read against its CRCs (broker/scrub.py); 0: off
     retention_respect_groups: tuple[str, ...] = ()  # keep what these consumer groups have not consumed
     retention_slave_hold_ms: int = 3600 * 1000  # how long a disconnected slave's position still holds
     # TLS on the gRPC, data and HA ports, and toward the controllers and the other brokers
@@ -157,6 +160,7 @@ _POSITIVE = {
     "ha_heartbeat_interval_ms",
     "ha_idle_timeout_ms",
     "ha_max_connections",
+    "ha_handshake_timeout_ms",
     "data_max_connections",
     "data_partial_frame_bytes",
     "log_max_bytes",
@@ -177,6 +181,7 @@ _NON_NEGATIVE = {
     "retention_bytes",
     "retention_slave_hold_ms",
     "rocketmq_auth_max_skew_s",
+    "scrub_bytes_per_s",
 }
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A broker set's name shows up in file names (`tide cluster up` writes <name>-<replica>.yaml) and

@@ -34,6 +34,7 @@ from tidelog.broker.metrics import IDENTITY, BrokerMetrics
 from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.rocketmq import RocketMQEndpoint
+from tidelog.broker.scrub import DAMAGED_PRIORITY, Scrubber
 from tidelog.broker.service import BrokerService
 from tidelog.client.controllers import SEEN_EPOCH_FILE, ControllerClient
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call
@@ -123,6 +124,8 @@ class BrokerServer:
         self._background: set[asyncio.Task[None]] = set()
         self.replica.hand_over = self._hand_over
         self.retention = RetentionLoop(self.replica)
+        # re-reads the log against its CRCs; a damaged replica asks not to be elected (broker/scrub.py)
+        self.scrubber = Scrubber(self.replica, self.cfg.scrub_bytes_per_s)
         if self.metrics is not None:
             self.metrics.watch_retention(self.retention)
         logs.identify(self.log_identity)
@@ -269,7 +272,7 @@ class BrokerServer:
             return
         grpc_host = self.cfg.listen.rpartition(":")[0]
         host, _, port = (f"{grpc_host}:0" if listen == "auto" else listen).rpartition(":")
-        self.data_port = DataPort(self.replica, self.tls, self.guard)
+        self.data_port = DataPort(self.replica, self.tls, self.guard, spill_dir=self.cfg.data_dir)
         if self.metrics is not None:
             metrics = self.metrics
             self.data_port.observe_call = lambda method, seconds, code: metrics.rpc.observe(
@@ -399,7 +402,7 @@ class BrokerServer:
             epoch=epochs.last_epoch if epochs.pairs() else -1,
             max_offset=self.log.max_offset,
             confirm_offset=self.log.confirm_offset,
-            priority=self.cfg.priority,
+            priority=DAMAGED_PRIORITY if self.scrubber.damaged else self.cfg.priority,
             total_timeout=2.0,
             acl_version=r.acl.version,
             topics_version=self._topics_version,
@@ -447,10 +450,11 @@ class BrokerServer:
             await self.register()
             beats = asyncio.ensure_future(self.heartbeat_loop())
             retention = asyncio.ensure_future(self.retention.run(self._stopping))
+            scrub = asyncio.ensure_future(self.scrubber.run(self._stopping))
             stopping = asyncio.ensure_future(self._stopping.wait())
             failed = asyncio.ensure_future(self._store_failed.wait())
             await asyncio.wait({stopping, failed}, return_when=asyncio.FIRST_COMPLETED)
-            await cancel_and_wait(beats, retention, stopping, failed)
+            await cancel_and_wait(beats, retention, scrub, stopping, failed)
         finally:
             if self._store_failed.is_set():
                 # Step down at once: no more heartbeats (the controller elects an in-sync

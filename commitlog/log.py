@@ -52,7 +52,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from tidelog.commitlog import lookups, reads, recovery, repair, replication, retention, truncation
+from tidelog.commitlog import lookups, reads, recovery, repair, replication, retention, truncation, verify
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.append import Placement, append_batch, append_encoded
 from tidelog.commitlog.batch import check_batch
@@ -450,6 +450,11 @@ class CommitLog:
         replication.start_at(self._core, offset)
 
     # ------------------------------------------------------------------ repair and truncation
+
+    def scrub(self, offset: int, max_bytes: int) -> tuple[int, verify.Damage | None]:
+        """Check about `max_bytes` of records from `offset` against their CRCs, below the stable
+        end: (the next offset to check, the damage met). Safe on any thread (`verify.scrub_chunk`)."""
+        return verify.scrub_chunk(self._core, offset, max_bytes)
 
     def repair_range(self, offset: int, data: bytes) -> None:
         """Overwrite damaged bytes in place with a copy from another replica, and fsync them.
