@@ -14,23 +14,33 @@ log, and recovery re-dispatches everything past the checkpointed offset.
 
 A per-queue lock orders readers (which take no log lock) against the flusher moving the tail to
 the files and against cuts, so a reader never sees a unit twice or a closed descriptor.
+
+Every descriptor a queue opens (the append descriptor of its last file, the read descriptors of
+sealed ones) is counted by the log's `DescriptorPool`: past its bound, the descriptors of the
+least recently used queues are closed (an append descriptor holding unsynced units is fdatasync'ed
+first, so the checkpoint's guarantee is the one it always was) and opened again on their next use.
+With 10,000 active queues a broker then holds a bounded number of descriptors, not 10,000+.
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import os
 import re
 import struct
 import threading
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable
 
 from tidelog.commitlog.fileio import write_all
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetBelowRetentionError
 from tidelog.invariants import require
 from tidelog.private import open_private, private_dir
+
+log = logging.getLogger(__name__)
 
 UNIT = struct.Struct("<QIQ")
 UNIT_SIZE = UNIT.size  # 20
@@ -97,11 +107,77 @@ def written_units(size_of: Callable[[int], int], n: int) -> int:
     return lo
 
 
+class DescriptorPool:
+    """The descriptors the consume queues of one log hold open, together, and their bound.
+
+    Queues report each descriptor they open and close; after an open, `make_room` closes the
+    descriptors of the least recently used other queues until the count is back at the bound.
+    A queue whose lock is taken (busy in another thread) is passed over rather than waited for:
+    two queues evicting each other never wait on each other's lock."""
+
+    def __init__(self, limit: int) -> None:
+        require(limit > 0, f"a descriptor bound must be positive, not {limit}")
+        self.limit = limit
+        self._lock = threading.Lock()
+        # queue -> descriptors it holds open, least recently used first
+        self._held: OrderedDict[ConsumeQueue, int] = OrderedDict()
+        self.open_count = 0
+        self.evictions = 0  # queues whose descriptors were closed to keep the bound
+
+    def opened(self, cq: ConsumeQueue) -> None:
+        with self._lock:
+            self._held[cq] = self._held.get(cq, 0) + 1
+            self._held.move_to_end(cq)
+            self.open_count += 1
+
+    def closed(self, cq: ConsumeQueue) -> None:
+        with self._lock:
+            left = self._held[cq] - 1
+            if left:
+                self._held[cq] = left
+            else:
+                del self._held[cq]
+            self.open_count -= 1
+
+    def touch(self, cq: ConsumeQueue) -> None:
+        with self._lock:
+            if cq in self._held:
+                self._held.move_to_end(cq)
+
+    def make_room(self, keep: ConsumeQueue) -> None:
+        """Close other queues' descriptors, least recently used first, until at most `limit`
+        are open (or no other queue can give one up now: the bound is then exceeded until the
+        next open finds one). `keep` is the caller's queue, whose lock it holds."""
+        passed: set[ConsumeQueue] = set()
+        while True:
+            with self._lock:
+                if self.open_count <= self.limit:
+                    return
+                victim = next((q for q in self._held if q is not keep and q not in passed), None)
+            if victim is None:
+                return
+            passed.add(victim)
+            if victim.release_descriptors():
+                with self._lock:
+                    self.evictions += 1
+
+
+#: queues opened without a log's pool (tests, tools) share this one, in effect unbounded
+UNBOUNDED = DescriptorPool(1 << 30)
+
+
 class ConsumeQueue:
     """One (topic, queue)'s units: queue offsets [base, written end) in files, [written end, next
     offset) in the in-memory tail (`phys`, `sizes`, `tags`)."""
 
-    def __init__(self, directory: str, topic: str, queue_id: int, units_per_file: int) -> None:
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        queue_id: int,
+        units_per_file: int,
+        pool: DescriptorPool = UNBOUNDED,
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.dir = directory
@@ -122,7 +198,9 @@ class ConsumeQueue:
         self._block: tuple[int, bytes] = (0, b"")
         self._file_last: tuple[int, int] | None = None  # (phys, size) of the last unit in files
         self._lock = threading.Lock()
-        self._load()
+        self._pool = pool
+        with self._lock:  # once a descriptor is open, the pool may ask for it back
+            self._load()
 
     # --- load ---
 
@@ -293,18 +371,21 @@ class ConsumeQueue:
     def _read_fd(self, k: int) -> int:
         start = self._files[k]
         if k == len(self._files) - 1 and self._fd is not None:
+            self._pool.touch(self)
             return self._fd
         fd = self._readers.pop(start, None)
         if fd is None:
-            fd = os.open(self._path(start), os.O_RDONLY)
             if len(self._readers) >= _READERS:
-                os.close(self._readers.pop(next(iter(self._readers))))
+                self._close_fd(self._readers.pop(next(iter(self._readers))))
+            fd = self._open_fd(start, os.O_RDONLY)
+        else:
+            self._pool.touch(self)
         self._readers[start] = fd  # most recently used last
         return fd
 
     def _close_readers(self, at_or_above: int = 0) -> None:
         for start in [s for s in self._readers if s >= at_or_above]:
-            os.close(self._readers.pop(start))
+            self._close_fd(self._readers.pop(start))
 
     def _search(self, x: int) -> int:
         """The first queue offset in [base, next) whose record starts at or after `x`; next if none."""
@@ -322,6 +403,56 @@ class ConsumeQueue:
 
     def _path(self, start: int) -> str:
         return os.path.join(self.dir, f"{start:020d}")
+
+    # --- descriptors (callers hold the lock) ---
+
+    def _open_fd(self, start: int, flags: int) -> int:
+        """Open file `start` with `flags`, counted by the pool, which may close other queues'."""
+        fd = open_private(self._path(start), flags)
+        self._pool.opened(self)
+        self._pool.make_room(self)
+        return fd
+
+    def _close_fd(self, fd: int) -> None:
+        self._dirty.discard(fd)
+        try:
+            os.close(fd)
+        finally:
+            self._pool.closed(self)
+
+    def _append_fd(self) -> int:
+        """The last file's append descriptor, opened again if the pool closed it."""
+        if self._fd is None:
+            last = self._files[-1]
+            self._close_readers_of(last)  # the last file is read through its append descriptor
+            self._fd = self._open_fd(last, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        else:
+            self._pool.touch(self)
+        return self._fd
+
+    def release_descriptors(self) -> bool:
+        """Close every descriptor this queue holds, for the pool; False when the queue is busy
+        (its lock taken) and nothing was closed. Units written but not yet synced are
+        fdatasync'ed first: the checkpoint's sync must not find them in a closed descriptor.
+        If that fdatasync fails the append descriptor stays open, so the flusher's own sync
+        meets the error and stops the store as it always did."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self._close_readers()
+            fd = self._fd
+            if fd is not None:
+                if fd in self._dirty:
+                    try:
+                        os.fdatasync(fd)
+                    except OSError as exc:
+                        log.warning("consume queue %s: fdatasync before closing failed: %s", self.dir, exc)
+                        return True
+                self._fd = None
+                self._close_fd(fd)
+            return True
+        finally:
+            self._lock.release()
 
     # --- dispatch ---
 
@@ -387,9 +518,7 @@ class ConsumeQueue:
         qoff = self._written_end
         if not self._files or qoff - self._files[-1] >= self._per_file:
             self._open_file(qoff)
-        fd = self._fd
-        if fd is None:
-            raise RuntimeError(f"consume queue {self.dir}: no open file to write units to")
+        fd = self._append_fd()
         n = min(self._per_file - (qoff - self._files[-1]), len(self.phys) - lo, _WRITE_UNITS)
         hi = lo + n
         flat = [
@@ -409,16 +538,20 @@ class ConsumeQueue:
 
     def _open_file(self, start: int) -> None:
         if self._fd is not None:
-            self._dirty.discard(self._fd)
-            os.fsync(self._fd)
-            os.close(self._fd)
+            fd, self._fd = self._fd, None
             # Forgotten before the open: if it fails, close() must not close this number again,
             # which by then may be another file's.
-            self._fd = None
-        self._fd = open_private(self._path(start), os.O_RDWR | os.O_CREAT | os.O_APPEND)
+            os.fsync(fd)
+            self._close_fd(fd)
+        self._fd = self._open_fd(start, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._files.append(start)
 
     def sync(self) -> None:
+        # under the lock: the pool may otherwise close (and the number be reused) mid-sync
+        with self._lock:
+            self._sync()
+
+    def _sync(self) -> None:
         for fd in list(self._dirty):
             os.fdatasync(fd)
         self._dirty.clear()
@@ -448,9 +581,8 @@ class ConsumeQueue:
         del self.sizes[:drop]
         del self.tags[:drop]
         if self._fd is not None:
-            self._dirty.discard(self._fd)
-            os.close(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None
+            self._close_fd(fd)
         self._close_readers()
         self._unlink_names([f"{start:020d}" for start in self._files])
         self._files.clear()
@@ -468,7 +600,7 @@ class ConsumeQueue:
     def _close_readers_of(self, start: int) -> None:
         fd = self._readers.pop(start, None)
         if fd is not None:
-            os.close(fd)
+            self._close_fd(fd)
 
     def truncate_phys(self, phys_offset: int) -> None:
         """Drop units whose record starts at or after `phys_offset` (commit-log truncation)."""
@@ -488,9 +620,8 @@ class ConsumeQueue:
     def _trim_files_to(self, end_qoff: int) -> None:
         """Make the files hold exactly the units below `end_qoff`."""
         if self._fd is not None:
-            os.close(self._fd)
-            self._dirty.discard(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None
+            self._close_fd(fd)
         # a file starting exactly at the end stays, empty: it may be the one that records where
         # a cut queue starts
         while self._files and self._files[-1] > end_qoff:
@@ -500,7 +631,7 @@ class ConsumeQueue:
         if self._files:
             last = self._files[-1]
             self._close_readers_of(last)  # the last file is read through its append descriptor
-            self._fd = open_private(self._path(last), os.O_RDWR | os.O_CREAT | os.O_APPEND)
+            self._fd = self._open_fd(last, os.O_RDWR | os.O_CREAT | os.O_APPEND)
             os.ftruncate(self._fd, (end_qoff - last) * UNIT_SIZE)
             self._dirty.add(self._fd)
         self._files_changed()
@@ -526,8 +657,8 @@ class ConsumeQueue:
 
     def close(self) -> None:
         with self._lock:
-            self.sync()
+            self._sync()
             if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+                fd, self._fd = self._fd, None
+                self._close_fd(fd)
             self._close_readers()
