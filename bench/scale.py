@@ -7,6 +7,7 @@ slowly, as a table and (with --json) one JSON object per dimension. Run from the
     python -m bench.scale                                   # topics 1,000 / 5,000 / 20,000; log 256 MB, 1 GB
     python -m bench.scale --topics 2000,20000,100000 --log-gb 1,5,10 --json
     python -m bench.scale --only topics                     # one dimension
+    python -m bench.scale --only queues --active-queues 8,1000,10000
 
 Topics (each of `--queues` queues, 8 by default, created through the batched admin call,
 `AsyncAdmin.create_topics`: 1,000 a call, two calls in flight):
@@ -21,6 +22,17 @@ Topics (each of `--queues` queues, 8 by default, created through the batched adm
 - `tide topic list` (its first page, 1,000 topics) and `tide cluster status` (s), run as a user
   would, output discarded.
 
+Active queues (each step a fresh cluster; N queues as topics of at most 1,000 queues, the most one
+broker set takes per topic): `--producers` closed-loop producers send requests of 1,000 keyless
+messages of `--body` bytes for `--seconds`, each request to the next topic in turn, which the
+master spreads round-robin over that topic's queues, so every request touches 1,000 queues (or
+all of them when fewer) and every checkpoint writes every queue:
+- produce throughput (msgs/s) and its ratio to the first step's (the issue's target: 10,000
+  queues at least 70% of 8);
+- consume-queue files and the master's open file descriptors, all of them and those on
+  consume-queue files, at the end of the step (the bound is `cq_max_open_files`, default 1,024;
+  `--cq-max-open-files` sets it).
+
 Log size (one replica's log grown to each size with 1 MiB batches of 1 KiB records, then the
 master killed with SIGKILL and started again):
 - restart to serving (s): from the start of the process until it answers a read at the log's
@@ -34,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -46,9 +59,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from bench.cluster import SYNC_REPLICATED, BenchCluster
 from tidelog.client.aio import AsyncClient
 from tidelog.localcluster import wait_until
+from tidelog.proto import broker_pb2 as pb
+from tidelog.proto import broker_pb2_grpc as pb_grpc
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -177,6 +194,97 @@ def topics_dimension(steps: list[int], queues: int, root: Path) -> list[dict[str
     return rows
 
 
+def open_fds(pid: int, under: str = "") -> int:
+    """Descriptors process `pid` holds open (on files under `under`, when given)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed since the listing
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith(under)
+    return count
+
+
+async def produce_spread(
+    address: str, topics: list[str], batch: int, body: int, producers: int, seconds: float
+) -> tuple[int, float, int]:
+    """`producers` closed-loop tasks, each request `batch` keyless messages to the next topic in
+    turn; returns (messages acknowledged, seconds, failed requests)."""
+    channels = [grpc.aio.insecure_channel(address) for _ in range(min(producers, 4))]
+    stubs = [pb_grpc.BrokerStub(c) for c in channels]
+    payload = os.urandom(body)
+    requests = [
+        pb.ProduceRequest(topic=t, messages=[pb.ProduceMessage(body=payload)] * batch) for t in topics
+    ]
+    acked = failed = 0
+    turn = 0
+    try:
+        # Warm-up, untimed: the first write to a queue creates its directory and files, which on
+        # 10,000 new queues takes longer than a replica's ack timeout
+        for r in requests:
+            for attempt in range(20):
+                try:
+                    await stubs[0].Produce(r, timeout=30)
+                    break
+                except grpc.aio.AioRpcError:
+                    if attempt == 19:
+                        raise
+        deadline = time.monotonic() + seconds
+        started = time.monotonic()
+
+        async def producer(stub: pb_grpc.BrokerStub) -> None:
+            nonlocal acked, failed, turn
+            while time.monotonic() < deadline:
+                turn += 1
+                try:
+                    await stub.Produce(requests[turn % len(requests)], timeout=30)
+                    acked += batch
+                except grpc.aio.AioRpcError:
+                    failed += 1
+
+        await asyncio.gather(*(producer(stubs[i % len(stubs)]) for i in range(producers)))
+        return acked, time.monotonic() - started, failed
+    finally:
+        for c in channels:
+            await c.close()
+
+
+def queues_dimension(
+    steps: list[int], root: Path, *, seconds: float, body: int, producers: int, max_open: int | None
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    options = dict(SYNC_REPLICATED)
+    if max_open is not None:
+        options["cq_max_open_files"] = max_open
+    for n in steps:
+        per_topic = min(n, 1000)
+        sizes = [per_topic] * (n // per_topic) + ([n % per_topic] if n % per_topic else [])
+        topics = [f"active-{i:03d}" for i in range(len(sizes))]
+        with BenchCluster(root / f"queues-{n}", broker_options=options) as cluster:
+            cluster.wait_ready(topics[0], queues=sizes[0], timeout=60)
+            for t, q in zip(topics[1:], sizes[1:], strict=True):
+                cluster.create_topic(t, q)
+            for t in topics:
+                cluster.wait_topic(t, 60)
+            acked, took, failed = asyncio.run(
+                produce_spread(cluster.master_address, topics, 1000, body, producers, seconds)
+            )
+            pid = cluster.pids["master"]
+            cq_dir = cluster.data_dirs[cluster.master_index] / "consumequeue"
+            row = {
+                "queues": n,
+                "msgs_per_s": round(acked / took),
+                "failed_requests": failed,
+                "cq_files": sum(1 for f in cq_dir.rglob("*") if f.is_file()),
+                "master_fds": open_fds(pid),
+                "master_cq_fds": open_fds(pid, str(cq_dir.resolve()) + os.sep),
+                "rss_master_mb": round(rss_mb(pid), 1),
+            }
+        if rows:
+            row["vs_first"] = round(row["msgs_per_s"] / rows[0]["msgs_per_s"], 2)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
 _GROW = """
 import os, sys, time
 from tidelog.commitlog import CommitLog, Message
@@ -238,7 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topics", default="1000,5000,20000", help="topic counts, one step each")
     parser.add_argument("--queues", type=int, default=8, help="queues per topic")
     parser.add_argument("--log-gb", default="0.25,1", help="log sizes in GB, one step each")
-    parser.add_argument("--only", choices=("topics", "log"), help="run one dimension")
+    parser.add_argument("--active-queues", default="8,1000,10000", help="active queue counts, one step each")
+    parser.add_argument("--seconds", type=float, default=15.0, help="produce time per active-queues step")
+    parser.add_argument("--body", type=int, default=256, help="message body bytes (active queues)")
+    parser.add_argument("--producers", type=int, default=8, help="concurrent producers (active queues)")
+    parser.add_argument(
+        "--cq-max-open-files", type=int, help="the brokers' cq_max_open_files (default theirs)"
+    )
+    parser.add_argument("--only", choices=("topics", "queues", "log"), help="run one dimension")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--workdir", help="where the clusters live (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -248,6 +363,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "topics"):
             steps = sorted(int(s) for s in args.topics.split(",") if s)
             results["topics"] = topics_dimension(steps, args.queues, root)
+        if args.only in (None, "queues"):
+            results["queues"] = queues_dimension(
+                sorted(int(s) for s in args.active_queues.split(",") if s),
+                root,
+                seconds=args.seconds,
+                body=args.body,
+                producers=args.producers,
+                max_open=args.cq_max_open_files,
+            )
         if args.only in (None, "log"):
             results["log"] = log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root)
     finally:

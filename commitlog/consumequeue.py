@@ -34,6 +34,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from tidelog.commitlog.fileio import write_all
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetBelowRetentionError
@@ -145,21 +146,93 @@ class DescriptorPool:
                 self._held.move_to_end(cq)
 
     def make_room(self, keep: ConsumeQueue) -> None:
-        """Close other queues' descriptors, least recently used first, until at most `limit`
-        are open (or no other queue can give one up now: the bound is then exceeded until the
-        next open finds one). `keep` is the caller's queue, whose lock it holds."""
-        passed: set[ConsumeQueue] = set()
+        """Past the bound, close other queues' descriptors, least recently used first, down to
+        an eighth below it, so the next opens find room without evicting one by one. Unsynced
+        append files among them are fdatasync'ed together (`sync_fds`): one by one, 10,000 of
+        them cost seconds. `keep` is the caller's queue, whose lock it holds; a queue whose lock
+        is taken is passed over, and when none can give any up the bound is exceeded until the
+        next open finds one."""
+        passed = {keep}
         while True:
-            with self._lock:
-                if self.open_count <= self.limit:
-                    return
-                victim = next((q for q in self._held if q is not keep and q not in passed), None)
-            if victim is None:
+            picked = self._pick(passed)
+            if not picked:
                 return
-            passed.add(victim)
-            if victim.release_descriptors():
-                with self._lock:
-                    self.evictions += 1
+            passed.update(picked)
+            claimed = [q for q in picked if q.claim()]
+            try:
+                _close_synced(claimed)
+            finally:
+                for q in claimed:
+                    q.unclaim()
+            with self._lock:
+                self.evictions += len(claimed)
+
+    def _pick(self, passed: set[ConsumeQueue]) -> list[ConsumeQueue]:
+        """The least recently used queues not in `passed` whose descriptors bring the count an
+        eighth below the bound; none while it is within the bound."""
+        with self._lock:
+            if self.open_count <= self.limit:
+                return []
+            excess = self.open_count - (self.limit - self.limit // 8)
+            picked = []
+            for q, n in self._held.items():
+                if q not in passed:
+                    picked.append(q)
+                    excess -= n
+                    if excess <= 0:
+                        break
+            return picked
+
+
+def _close_synced(claimed: list[ConsumeQueue]) -> None:
+    """Close the descriptors of queues whose locks the caller holds, their unsynced append files
+    fdatasync'ed first, together; one whose fdatasync failed keeps its append file open."""
+    dirty = [(q, fd) for q in claimed if (fd := q.unsynced_fd()) is not None]
+    errors = sync_fds([fd for _, fd in dirty])
+    failed = set()
+    for (q, _), err in zip(dirty, errors, strict=True):
+        if err is not None:
+            log.warning("consume queue %s: fdatasync before closing failed: %s", q.dir, err)
+            failed.add(q)
+    for q in claimed:
+        q.drop_descriptors(keep_append=q in failed)
+
+
+# fdatasyncs of many files, in parallel: on a journaling filesystem concurrent ones share journal
+# commits (3,000 files: 10 s one by one, 0.35 s on 8 threads, on the bench machine). Two pools:
+# eviction runs while its caller holds queue locks, which a pool busy with `sync_queues` (each task
+# waiting for a queue's lock) could otherwise never serve.
+_SYNC_THREADS = 8
+_EVICTION_SYNCS = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="cq-evict-sync")
+_QUEUE_SYNCS = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="cq-sync")
+
+
+def _fdatasync(fd: int) -> OSError | None:
+    try:
+        os.fdatasync(fd)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def sync_fds(fds: list[int]) -> list[OSError | None]:
+    """fdatasync each of `fds` (in parallel when there are several); the error of each, or None."""
+    if len(fds) <= 1:
+        return [_fdatasync(fd) for fd in fds]
+    return list(_EVICTION_SYNCS.map(_fdatasync, fds))
+
+
+def sync_queues(queues: list[ConsumeQueue]) -> None:
+    """`ConsumeQueue.sync` of each queue, in parallel; raises the first error met, after every
+    sync has ended (a failed one stays dirty, and the next checkpoint meets it again)."""
+    if len(queues) <= 1:
+        for cq in queues:
+            cq.sync()
+        return
+    failures = [f.exception() for f in [_QUEUE_SYNCS.submit(cq.sync) for cq in queues]]
+    for exc in failures:
+        if exc is not None:
+            raise exc
 
 
 #: queues opened without a log's pool (tests, tools) share this one, in effect unbounded
@@ -431,28 +504,39 @@ class ConsumeQueue:
         return self._fd
 
     def release_descriptors(self) -> bool:
-        """Close every descriptor this queue holds, for the pool; False when the queue is busy
-        (its lock taken) and nothing was closed. Units written but not yet synced are
-        fdatasync'ed first: the checkpoint's sync must not find them in a closed descriptor.
-        If that fdatasync fails the append descriptor stays open, so the flusher's own sync
-        meets the error and stops the store as it always did."""
-        if not self._lock.acquire(blocking=False):
+        """Close every descriptor this queue holds (what the pool does to the least recently
+        used); False when the queue is busy (its lock taken) and nothing was closed. Units
+        written but not yet synced are fdatasync'ed first: the checkpoint's sync must not find
+        them in a closed descriptor. If that fails the append descriptor stays open, so the
+        flusher's own sync meets the error and stops the store as it always did."""
+        if not self.claim():
             return False
         try:
-            self._close_readers()
-            fd = self._fd
-            if fd is not None:
-                if fd in self._dirty:
-                    try:
-                        os.fdatasync(fd)
-                    except OSError as exc:
-                        log.warning("consume queue %s: fdatasync before closing failed: %s", self.dir, exc)
-                        return True
-                self._fd = None
-                self._close_fd(fd)
+            _close_synced([self])
             return True
         finally:
-            self._lock.release()
+            self.unclaim()
+
+    def claim(self) -> bool:
+        """Take this queue's lock if it is free, never waiting (the pool's eviction)."""
+        return self._lock.acquire(blocking=False)
+
+    def unclaim(self) -> None:
+        self._lock.release()
+
+    def unsynced_fd(self) -> int | None:
+        """The append descriptor when it holds units not yet synced. The caller holds the lock."""
+        fd = self._fd
+        return fd if fd is not None and fd in self._dirty else None
+
+    def drop_descriptors(self, *, keep_append: bool) -> None:
+        """Close the read descriptors and (unless `keep_append`) the append one, which the caller
+        synced if it was dirty. The caller holds the lock (`claim`)."""
+        self._close_readers()
+        if self._fd is not None and not keep_append:
+            fd, self._fd = self._fd, None
+            self._dirty.discard(fd)
+            self._close_fd(fd)
 
     # --- dispatch ---
 

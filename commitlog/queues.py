@@ -13,7 +13,7 @@ import shutil
 from typing import NamedTuple
 
 from tidelog.commitlog import record as rec
-from tidelog.commitlog.consumequeue import ConsumeQueue, DescriptorPool, check_topic_queue
+from tidelog.commitlog.consumequeue import ConsumeQueue, DescriptorPool, check_topic_queue, sync_queues
 from tidelog.commitlog.epochs import fsync_dir
 
 
@@ -108,7 +108,7 @@ class QueueIndex:
             cq.truncate_phys(end)
             cq.trim_below(min_phys)
             cq.write_pending()
-            cq.sync()
+        self.sync(list(self.by_key.values()))
 
     # ------------------------------------------------------------------ flushing
 
@@ -119,6 +119,11 @@ class QueueIndex:
             self.dirty.discard(cq)
         return list(self.by_key.values())
 
+    def sync(self, queues: list[ConsumeQueue]) -> None:
+        """fdatasync what `queues` wrote, many files at once (one by one, 10,000 active queues
+        cost a checkpoint seconds)."""
+        sync_queues(queues)
+
     # ------------------------------------------------------------------ cutting
 
     def truncate_phys(self, phys_offset: int) -> None:
@@ -126,7 +131,7 @@ class QueueIndex:
         for cq in self.by_key.values():
             cq.truncate_phys(phys_offset)
             cq.write_pending()
-            cq.sync()
+        self.sync(list(self.by_key.values()))
         self.dirty.clear()
 
     def trim_below(self, min_phys: int) -> None:

@@ -159,3 +159,31 @@ def test_the_broker_key_defaults_to_1024_and_refuses_a_bound_below_16() -> None:
     assert broker_config.from_mapping({**base, "cq_max_open_files": 64}).cq_max_open_files == 64
     with pytest.raises(ConfigError, match="cq_max_open_files is at least 16"):
         broker_config.from_mapping({**base, "cq_max_open_files": 8})
+
+
+def test_queues_sync_together_and_a_failed_sync_is_raised_and_stays_dirty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = QueueIndex(str(tmp_path / "cq"), 1000)
+    for q in range(12):
+        cq = index.open("t", q)
+        cq.extend([q * 100], [100], [q])
+        index.dirty.add(cq)
+    queues = index.write_dirty()
+    broken = index.open("t", 5).unsynced_fd()
+    real = os.fdatasync
+    synced: list[int] = []
+
+    def failing(fd: int) -> None:
+        if fd == broken:
+            raise OSError(5, "Input/output error")
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        index.sync(queues)
+    assert len(synced) == 11  # every other queue was synced all the same
+    assert index.open("t", 5).unsynced_fd() == broken  # the next checkpoint meets it again
+    monkeypatch.setattr(os, "fdatasync", real)
+    index.close_all()
