@@ -33,6 +33,16 @@ all of them when fewer) and every checkpoint writes every queue:
   consume-queue files, at the end of the step (the bound is `cq_max_open_files`, default 1,024;
   `--cq-max-open-files` sets it).
 
+Consumer groups (the storage of group offsets, in this process, no cluster: each of N groups
+commits its 8 queues of one topic `--commit-rounds` times, as `%OFFSETS%` records appended in
+batches of 1,000; broker/offsets.py):
+- append rate of commit records (commits/s; the log alone, not the RPC and replication in front
+  of it) and log bytes per commit;
+- the restart fold: a fresh `GroupOffsets` reading every commit of the log to its latest value
+  per (group, topic, queue), as a broker does on its first fetch after a start (s);
+- retention's carry-forward: `MetadataFold.refresh` and `carry_plan` when every commit lies in a
+  segment about to go (s, first and second round), and the records and bytes it copies.
+
 Log size (one replica's log grown to each size with 1 MiB batches of 1 KiB records, then the
 master killed with SIGKILL and started again):
 - restart to serving (s): from the start of the process until it answers a read at the log's
@@ -285,6 +295,61 @@ def queues_dimension(
     return rows
 
 
+def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str, Any]]:
+    from tidelog.broker.compaction import MetadataFold, carry_plan, copy_message
+    from tidelog.broker.offsets import GroupOffsets, commit_message
+    from tidelog.commitlog import CommitLog
+
+    rows: list[dict[str, Any]] = []
+    for n in steps:
+        directory = root / f"groups-{n}"
+        log = CommitLog.open(directory, flush="async")
+        try:
+            started = time.monotonic()
+            commits = 0
+            for r in range(rounds):
+                batch = [
+                    commit_message(f"group-{g:06d}", "orders", q, 100 * r + q)
+                    for g in range(n)
+                    for q in range(8)
+                ]
+                for i in range(0, len(batch), 1000):
+                    log.append(batch[i : i + 1000])
+                commits += len(batch)
+            append_s = time.monotonic() - started
+            log.confirm_offset = log.max_offset
+            started = time.monotonic()
+            folded = GroupOffsets(log).committed()
+            fold_s = time.monotonic() - started
+            fold = MetadataFold(log)
+            started = time.monotonic()
+            live, pending = fold.refresh()
+            plan = carry_plan(live, pending, log.max_offset, {}, set())
+            carry_s = time.monotonic() - started
+            started = time.monotonic()
+            live, pending = fold.refresh()
+            carry_plan(live, pending, log.max_offset, {}, set())
+            carry_again_s = time.monotonic() - started
+            row = {
+                "groups": n,
+                "commits": commits,
+                "keys": len(folded),
+                "commits_per_s": round(commits / append_s),
+                "bytes_per_commit": round(log.max_offset / commits),
+                "restart_fold_s": round(fold_s, 2),
+                "carry_plan_s": round(carry_s, 2),
+                "carry_plan_again_s": round(carry_again_s, 2),
+                "carried": len(plan.carry),
+                "carried_mb": round(sum(len(copy_message(r).body) for r in plan.carry) / 1e6, 1),
+            }
+        finally:
+            log.close()
+            shutil.rmtree(directory, ignore_errors=True)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
 _GROW = """
 import os, sys, time
 from tidelog.commitlog import CommitLog, Message
@@ -353,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cq-max-open-files", type=int, help="the brokers' cq_max_open_files (default theirs)"
     )
-    parser.add_argument("--only", choices=("topics", "queues", "log"), help="run one dimension")
+    parser.add_argument("--groups", default="1000,10000", help="consumer-group counts, one step each")
+    parser.add_argument("--commit-rounds", type=int, default=3, help="commits of every queue per group")
+    parser.add_argument("--only", choices=("topics", "queues", "groups", "log"), help="run one dimension")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--workdir", help="where the clusters live (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -372,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
                 producers=args.producers,
                 max_open=args.cq_max_open_files,
             )
+        if args.only in (None, "groups"):
+            steps = sorted(int(s) for s in args.groups.split(",") if s)
+            results["groups"] = groups_dimension(steps, args.commit_rounds, root)
         if args.only in (None, "log"):
             results["log"] = log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root)
     finally:
