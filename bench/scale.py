@@ -43,6 +43,16 @@ batches of 1,000; broker/offsets.py):
 - retention's carry-forward: `MetadataFold.refresh` and `carry_plan` when every commit lies in a
   segment about to go (s, first and second round), and the records and bytes it copies.
 
+Controller snapshot (in this process, no cluster: a `ControllerState` holding `--snap-topics`
+topics of 8 queues and `--ledgers` closed ledgers (their metadata, as `tide` clients create them),
+put through what PySyncObj does with it at a log compaction, in its Raft thread):
+- encode (`ControllerState.to_dict`), pack (`controller/snapshot.py`: pickle, zlib level 1), and
+  PySyncObj's pickle and gzip (level 9) times (s), their sum (what the Raft thread spends), and
+  the snapshot's size on disk (MB);
+- restore: gunzip, unpickle, unpack and `ControllerState.from_dict` (s), what a restart or a
+  follower receiving the snapshot pays;
+- the Python heap the state takes (MB, tracemalloc).
+
 Log size (one replica's log grown to each size with 1 MiB batches of 1 KiB records, then the
 master killed with SIGKILL and started again):
 - restart to serving (s): from the start of the process until it answers a read at the log's
@@ -73,6 +83,7 @@ import grpc
 
 from bench.cluster import SYNC_REPLICATED, BenchCluster
 from tidelog.client.aio import AsyncClient
+from tidelog.invariants import require
 from tidelog.localcluster import wait_until
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
@@ -350,6 +361,79 @@ def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str
     return rows
 
 
+def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[dict[str, Any]]:
+    import gzip
+    import pickle
+    import tracemalloc
+
+    from tidelog.controller import snapshot
+    from tidelog.controller.model import LEDGER_KEY_PREFIX, MetaEntry, Topic
+    from tidelog.controller.state import ControllerState
+    from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
+
+    rows: list[dict[str, Any]] = []
+    for topics, ledgers in zip(topic_steps, ledger_steps, strict=True):
+        tracemalloc.start()
+        state = ControllerState()
+        for i in range(topics):
+            name = f"scale-{i:07d}"
+            state.topics[name] = Topic(
+                name, {"broker-a": 8}, created_ms=1_700_000_000_000 + i, generation=i + 1
+            )
+        state.next_topic_generation = topics + 1
+        pw = hash_password(b"secret")
+        for i in range(ledgers):
+            meta = LedgerMetadata(
+                ledger_id=i,
+                broker_set="broker-a",
+                ensemble_size=2,
+                write_quorum=2,
+                ack_quorum=2,
+                ensembles=((0, (1, 2)),),
+                password_hash=pw,
+                state=LedgerState.CLOSED,
+                last_entry_id=99,
+                length=102_400,
+                ctime_ms=1_700_000_000_000 + i,
+            )
+            key = f"{LEDGER_KEY_PREFIX}{i}"
+            state.metadata[key] = MetaEntry(key, meta.encode(), 3, 1_700_000_000_000 + i)
+        heap = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        started = time.perf_counter()
+        doc = state.to_dict()
+        encode_s = time.perf_counter() - started
+        started = time.perf_counter()
+        packed = snapshot.pack(doc)  # the Raft node's _serialize (controller/raft.py)
+        pack_s = time.perf_counter() - started
+        started = time.perf_counter()
+        raw = pickle.dumps([{}, {"format": 2, "packed": packed}], protocol=2)  # PySyncObj's pickle
+        pickle_s = time.perf_counter() - started
+        started = time.perf_counter()
+        on_disk = gzip.compress(raw, compresslevel=9)  # PySyncObj's gzip
+        gzip_s = time.perf_counter() - started
+        started = time.perf_counter()
+        outer = pickle.loads(gzip.decompress(on_disk))
+        restored = ControllerState.from_dict(snapshot.unpack(outer[1]["packed"]))
+        restore_s = time.perf_counter() - started
+        require(len(restored.topics) == topics and len(restored.metadata) == ledgers, "snapshot round trip")
+        row = {
+            "topics": topics,
+            "ledgers": ledgers,
+            "state_heap_mb": round(heap / 1e6, 1),
+            "encode_s": round(encode_s, 2),
+            "pack_s": round(pack_s, 2),
+            "pickle_s": round(pickle_s, 2),
+            "gzip9_s": round(gzip_s, 2),
+            "raft_thread_s": round(encode_s + pack_s + pickle_s + gzip_s, 2),
+            "snapshot_mb": round(len(on_disk) / 1e6, 1),
+            "restore_s": round(restore_s, 2),
+        }
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
 _GROW = """
 import os, sys, time
 from tidelog.commitlog import CommitLog, Message
@@ -420,7 +504,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--groups", default="1000,10000", help="consumer-group counts, one step each")
     parser.add_argument("--commit-rounds", type=int, default=3, help="commits of every queue per group")
-    parser.add_argument("--only", choices=("topics", "queues", "groups", "log"), help="run one dimension")
+    parser.add_argument("--snap-topics", default="100000,0,0", help="controller snapshot: topics, per step")
+    parser.add_argument("--ledgers", default="0,100000,300000", help="controller snapshot: ledgers, per step")
+    parser.add_argument(
+        "--only", choices=("topics", "queues", "groups", "snapshot", "log"), help="run one dimension"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--workdir", help="where the clusters live (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -442,6 +530,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "groups"):
             steps = sorted(int(s) for s in args.groups.split(",") if s)
             results["groups"] = groups_dimension(steps, args.commit_rounds, root)
+        if args.only in (None, "snapshot"):
+            results["snapshot"] = snapshot_dimension(
+                [int(s) for s in args.snap_topics.split(",") if s],
+                [int(s) for s in args.ledgers.split(",") if s],
+            )
         if args.only in (None, "log"):
             results["log"] = log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root)
     finally:
