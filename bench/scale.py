@@ -53,6 +53,15 @@ put through what PySyncObj does with it at a log compaction, in its Raft thread)
   follower receiving the snapshot pays;
 - the Python heap the state takes (MB, tracemalloc).
 
+Ledgers (a cluster; `--ledger-workers` tasks each create a ledger (E = WQ = AQ = 2), add one
+entry of 100 bytes and close it, for `--ledger-seconds`):
+- create-and-close rate (ledgers/s) and how many there are;
+- the controller's RSS, its data on disk (journal and snapshot, MB) and its restart to serving (s);
+- opening one ledger for recovery: a ledger of 100 entries whose writer went away without
+  closing it, opened by another client with `recovery=True` (fence, read past the LAC, close).
+The in-process snapshot dimension above gives the snapshot's cost for more ledgers than fit in a
+run's time.
+
 Log size (one replica's log grown to each size with 1 MiB batches of 1 KiB records, then the
 master killed with SIGKILL and started again):
 - restart to serving (s): from the start of the process until it answers a read at the log's
@@ -76,6 +85,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +371,66 @@ def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str
     return rows
 
 
+async def create_and_close(controllers: str, seconds: float, workers: int) -> tuple[int, float]:
+    from tidelog.ledger import AsyncLedgers
+
+    async with AsyncClient(controllers) as client:
+        ledgers = AsyncLedgers(client)
+        deadline = time.monotonic() + seconds
+        done = 0
+
+        async def worker() -> None:
+            nonlocal done
+            while time.monotonic() < deadline:
+                w = await ledgers.create_ledger(2, 2, 2, b"scale")
+                await w.add_entry(b"x" * 100)
+                await w.close()
+                done += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        return done, time.monotonic() - started
+
+
+async def recovery_open(controllers: str) -> float:
+    from tidelog.ledger import AsyncLedgers
+
+    async with AsyncClient(controllers) as writer_client:
+        w = await AsyncLedgers(writer_client).create_ledger(2, 2, 2, b"scale")
+        for _ in range(100):
+            await w.add_entry(b"y" * 100)
+        ledger_id = w.ledger_id
+        # no w.close(): leaving this block closes the writer's connections, the ledger stays OPEN
+    async with AsyncClient(controllers) as client:
+        ledgers = AsyncLedgers(client)
+        await ledgers.list_ledgers()  # connected before the timed part
+        started = time.perf_counter()
+        r = await ledgers.open_ledger(ledger_id, b"scale", recovery=True)
+        took = time.perf_counter() - started
+        require(
+            r.is_closed and r.last_add_confirmed == 99, "recovery closed the ledger where its writer stopped"
+        )
+        await r.close()
+        return took
+
+
+def ledgers_dimension(seconds: float, workers: int, root: Path) -> list[dict[str, Any]]:
+    with BenchCluster(root / "ledgers", broker_options=dict(SYNC_REPLICATED)) as cluster:
+        cluster.wait_ready("scale-probe", queues=1)
+        done, took = asyncio.run(create_and_close(cluster.controller_address, seconds, workers))
+        pid = cluster.pids["controller"]
+        row = {
+            "ledgers": done,
+            "create_close_per_s": round(done / took),
+            "rss_controller_mb": round(rss_mb(pid), 1),
+            "controller_disk_mb": round(dir_mb(root / "ledgers" / "controller"), 1),
+            "controller_restart_s": restart_controller(cluster, "scale-probe"),
+            "recovery_open_ms": round(asyncio.run(recovery_open(cluster.controller_address)) * 1000, 1),
+        }
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return [row]
+
+
 def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[dict[str, Any]]:
     import gzip
     import pickle
@@ -490,6 +560,30 @@ def log_dimension(steps_gb: list[float], root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _ints(text: str) -> list[int]:
+    return [int(s) for s in text.split(",") if s]
+
+
+def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Every dimension asked for (`--only`: one), in order."""
+    dimensions: dict[str, Callable[[], list[dict[str, Any]]]] = {
+        "topics": lambda: topics_dimension(sorted(_ints(args.topics)), args.queues, root),
+        "queues": lambda: queues_dimension(
+            sorted(_ints(args.active_queues)),
+            root,
+            seconds=args.seconds,
+            body=args.body,
+            producers=args.producers,
+            max_open=args.cq_max_open_files,
+        ),
+        "groups": lambda: groups_dimension(sorted(_ints(args.groups)), args.commit_rounds, root),
+        "ledgers": lambda: ledgers_dimension(args.ledger_seconds, args.ledger_workers, root),
+        "snapshot": lambda: snapshot_dimension(_ints(args.snap_topics), _ints(args.ledgers)),
+        "log": lambda: log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root),
+    }
+    return {name: measure() for name, measure in dimensions.items() if args.only in (None, name)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", default="1000,5000,20000", help="topic counts, one step each")
@@ -506,37 +600,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-rounds", type=int, default=3, help="commits of every queue per group")
     parser.add_argument("--snap-topics", default="100000,0,0", help="controller snapshot: topics, per step")
     parser.add_argument("--ledgers", default="0,100000,300000", help="controller snapshot: ledgers, per step")
+    parser.add_argument("--ledger-seconds", type=float, default=60.0, help="ledgers: create-and-close time")
+    parser.add_argument("--ledger-workers", type=int, default=32, help="ledgers: concurrent creators")
     parser.add_argument(
-        "--only", choices=("topics", "queues", "groups", "snapshot", "log"), help="run one dimension"
+        "--only",
+        choices=("topics", "queues", "groups", "ledgers", "snapshot", "log"),
+        help="run one dimension",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--workdir", help="where the clusters live (default: a temporary directory)")
     args = parser.parse_args(argv)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="tidelog-scale-"))
-    results: dict[str, Any] = {}
     try:
-        if args.only in (None, "topics"):
-            steps = sorted(int(s) for s in args.topics.split(",") if s)
-            results["topics"] = topics_dimension(steps, args.queues, root)
-        if args.only in (None, "queues"):
-            results["queues"] = queues_dimension(
-                sorted(int(s) for s in args.active_queues.split(",") if s),
-                root,
-                seconds=args.seconds,
-                body=args.body,
-                producers=args.producers,
-                max_open=args.cq_max_open_files,
-            )
-        if args.only in (None, "groups"):
-            steps = sorted(int(s) for s in args.groups.split(",") if s)
-            results["groups"] = groups_dimension(steps, args.commit_rounds, root)
-        if args.only in (None, "snapshot"):
-            results["snapshot"] = snapshot_dimension(
-                [int(s) for s in args.snap_topics.split(",") if s],
-                [int(s) for s in args.ledgers.split(",") if s],
-            )
-        if args.only in (None, "log"):
-            results["log"] = log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root)
+        results = run(args, root)
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
