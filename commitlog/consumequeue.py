@@ -225,6 +225,9 @@ def sync_fds(fds: list[int]) -> list[OSError | None]:
 def sync_queues(queues: list[ConsumeQueue]) -> None:
     """`ConsumeQueue.sync` of each queue, in parallel; raises the first error met, after every
     sync has ended (a failed one stays dirty, and the next checkpoint meets it again)."""
+    # most queues of a broker wrote nothing since the last sync: no task for them (a checkpoint
+    # passes every queue, 800,000 of them at 100,000 topics)
+    queues = [cq for cq in queues if cq.unsynced]
     if len(queues) <= 1:
         for cq in queues:
             cq.sync()
@@ -629,6 +632,12 @@ class ConsumeQueue:
             self._close_fd(fd)
         self._fd = self._open_fd(start, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._files.append(start)
+
+    @property
+    def unsynced(self) -> bool:
+        """Whether a file holds units written since the last sync. Read without the lock: only
+        the flusher adds to it, and it asks after its own writes."""
+        return bool(self._dirty)
 
     def sync(self) -> None:
         # under the lock: the pool may otherwise close (and the number be reused) mid-sync

@@ -187,3 +187,23 @@ def test_queues_sync_together_and_a_failed_sync_is_raised_and_stays_dirty(
     assert index.open("t", 5).unsynced_fd() == broken  # the next checkpoint meets it again
     monkeypatch.setattr(os, "fdatasync", real)
     index.close_all()
+
+
+def test_a_checkpoint_gives_the_sync_pool_only_the_queues_that_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = QueueIndex(str(tmp_path / "cq"), 1000)
+    for q in range(30):
+        index.open("t", q)
+    for q in (3, 17):
+        cq = index.open("t", q)
+        cq.extend([q * 100], [100], [q])
+        index.dirty.add(cq)
+    queues = index.write_dirty()
+    assert len(queues) == 30  # the flusher passes every queue
+    synced: list[str] = []
+    real = ConsumeQueue.sync
+    monkeypatch.setattr(ConsumeQueue, "sync", lambda self: synced.append(self.dir) or real(self))
+    index.sync(queues)
+    assert sorted(synced) == sorted(index.open("t", q).dir for q in (3, 17))
+    index.close_all()
