@@ -17,6 +17,7 @@ import yaml
 
 from tidelog.client.modes import MAX_ATTEMPTS, MAX_INVISIBLE_MS
 from tidelog.clusterauth import secret_from_env
+from tidelog.commitlog.log import MIN_CQ_OPEN_FILES
 from tidelog.errors import ConfigError
 from tidelog.guard import AuthSettings
 from tidelog.guard import parse_section as parse_auth
@@ -84,6 +85,8 @@ class BrokerConfig:
     flush_interval_ms: int = 500
     max_message_bytes: int = 4 << 20
     flush_timeout_ms: int = 5000
+    # descriptors all consume queues hold open together; past it the least recently used close
+    cq_max_open_files: int = 1024
     # replication
     replication: str = "sync"  # "sync": wait for replica acks; "async": answer after the local append
     in_sync_replicas: int = 2
@@ -368,6 +371,12 @@ def _check_limits(cfg: BrokerConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: rocketmq_max_delivery_attempts is at most {MAX_ATTEMPTS}",
             key="rocketmq_max_delivery_attempts",
+        )
+    if cfg.cq_max_open_files < MIN_CQ_OPEN_FILES:
+        raise ConfigError(
+            f"{source}: cq_max_open_files is at least {MIN_CQ_OPEN_FILES} (a consume queue reads "
+            "through up to three at once)",
+            key="cq_max_open_files",
         )
     if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
         raise ConfigError(

@@ -78,6 +78,7 @@ class BrokerServer:
             flush=cfg.flush,
             flush_interval_ms=cfg.flush_interval_ms,
             max_message_bytes=cfg.max_message_bytes,
+            cq_max_open_files=cfg.cq_max_open_files,
         )
         # one certificate for the gRPC, data and HA ports, reloaded on SIGHUP
         self.tls = tlsconfig.ServerTls(cfg.tls) if cfg.tls is not None else None
@@ -481,6 +482,7 @@ class BrokerServer:
                         flush=self.cfg.flush,
                         flush_interval_ms=self.cfg.flush_interval_ms,
                         max_message_bytes=self.cfg.max_message_bytes,
+                        cq_max_open_files=self.cfg.cq_max_open_files,
                     ).close()
                     log.warning("the store in %s recovered: starting over", self.cfg.data_dir)
                     return
