@@ -42,6 +42,7 @@ from tidelog.clusterepoch import CALLER_EPOCH_KEY, EPOCH_KEY, refuse_caller, rep
 from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
+from tidelog.controller.election import elect as choose_master
 from tidelog.controller.liveness import HeartbeatTable, heartbeat_problem
 from tidelog.controller.metrics import ControllerMetrics
 from tidelog.controller.placement import (
@@ -474,7 +475,12 @@ class ControllerNode:
         token = self.lease_fences.hold(name, epoch)
         try:
             live = master is not None and self.heartbeats.is_alive(name, master, mono_ms())
-            if hand_over_to is not None and live and master != hand_over_to:
+            if (
+                hand_over_to is not None
+                and live
+                and master != hand_over_to
+                and self._would_elect(name, build(wall_ms()), hand_over_to)
+            ):
                 wait_ms = handover_wait_ms(self.cfg.heartbeat_timeout_ms)
                 log.info(
                     "broker set %s: handing over from master %s (epoch %d) to broker %d once its lease ends (%d ms)",
@@ -496,6 +502,20 @@ class ControllerNode:
             self.lease_fences.release(token)
             raise
         return await self.raft.propose(build(wall_ms()), settled=lambda: self.lease_fences.release(token))
+
+    def _would_elect(self, name: str, cmd: st.ElectMaster, broker_id: int) -> bool:
+        """Whether `cmd` would make `broker_id` master now (the election policy on this node's
+        state and liveness): a hand-over that will be refused anyway (the broker is not an alive
+        in-sync member) is answered at once, with nothing to wait out."""
+        with self.raft.read() as state:
+            bs = state.broker_sets.get(name)
+            if bs is None or broker_id not in bs.members:
+                return False
+            alive = {i: info for i, info in cmd.alive.items() if i in bs.members}
+            winner = choose_master(
+                bs.sync_state_set, bs.members.keys(), bs.master_id, broker_id, alive, cmd.enable_unclean
+            )
+        return winner == broker_id
 
     def lease_withheld(self, name: str, master_epoch: int) -> bool:
         """Whether a heartbeat reply to the master of `name` at `master_epoch` renews no lease: this
