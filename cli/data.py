@@ -1,5 +1,5 @@
 """`tide topic|produce|consume`: the client-facing commands, thin over tidelog.client
-(`tide group` is tidelog/cli/groups.py)."""
+(`tide group` is cli/groups.py)."""
 
 from __future__ import annotations
 

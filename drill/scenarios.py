@@ -1,7 +1,7 @@
 """Drills: a schedule of faults under a sync-replicated producer, then a heal and a check.
 
 A drill creates a topic on one broker set, produces to it from two threads while its schedule
-applies faults (tidelog/drill/faults.py), heals everything, waits for the broker set to be whole again,
+applies faults (drill/faults.py), heals everything, waits for the broker set to be whole again,
 and checks (`check`):
 
 - `acked` / `acked_lost`: every acknowledged message is read back through the public client

@@ -9,7 +9,7 @@ pid still runs a tidelog process before signalling it). Ports are picked free on
 starts.
 
 A topology with a `tls:` section (deploy/secure.yaml) gets a throwaway CA and a certificate per
-process under `data_dir/tls/` (tidelog/localcluster/certs.py); every config carries its `tls:`
+process under `data_dir/tls/` (localcluster/certs.py); every config carries its `tls:`
 section and the state records `ca_file` (and the client's `cert_file`/`key_file`).
 
 With `netns=True` (`tide cluster up --netns`) every process runs in its own network namespace

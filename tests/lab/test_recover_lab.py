@@ -1,5 +1,5 @@
 """Scenario: two sites, three controllers (c1 and c2 in dc-a, c3 in dc-b; deploy/two-dc-two-sites.yaml)
-in real network namespaces, and dc-a lost: the quorum drills of tidelog/drill/quorum.py run the
+in real network namespaces, and dc-a lost: the quorum drills of drill/quorum.py run the
 runbook's recovery (docs/RUNBOOK-quorum.md) on the survivor under a sync-replicated producer.
 
 One cluster serves the module; every drill brings dc-a back (fenced, wiped, added back) before it
