@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 from crc32c import crc32c
 
 from tidelog.client import modes as md
-from tidelog.client.aio import AsyncConsumer, ConsumedMessage
+from tidelog.client.consumer import AsyncConsumer
 from tidelog.client.routing import TopicRoute
+from tidelog.client.transport import ConsumedMessage
 from tidelog.commitlog.batch import RecordView, walk
 from tidelog.errors import (
     CorruptRecordError,
