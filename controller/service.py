@@ -41,8 +41,8 @@ from tidelog.errors import (
     TopicLimitReachedError,
     TopicNotFoundError,
 )
-from tidelog.ledger.client import ledger_id_of_key
 from tidelog.ledger.metadata import hash_password
+from tidelog.ledger.params import ledger_id_of_key
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 from tidelog.wire import make_error, non_empty, non_negative, require, rpc
