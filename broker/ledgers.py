@@ -65,8 +65,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tidelog.dataframes import LedgerAddCall
-from tidelog.dataframes import LedgerEntry as Entry  # what a Read answers and an AddBatch carries per entry
+from tidelog.dataport_frames import LedgerAddCall
+from tidelog.dataport_frames import (
+    LedgerEntry as Entry,  # what a Read answers and an AddBatch carries per entry
+)
 from tidelog.errors import (
     CorruptRecordError,
     DigestMatchError,

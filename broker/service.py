@@ -32,13 +32,13 @@ from tidelog.commitlog import QueueOffsets
 from tidelog.commitlog.keyformat import parse_message_id
 from tidelog.commitlog.log import NO_END
 from tidelog.commitlog.lookups import MAX_KEY_BYTES
-from tidelog.dataframes import MAX_PRODUCE_RECORDS, PullCall
+from tidelog.dataport_frames import MAX_PRODUCE_RECORDS, PullCall
 from tidelog.errors import InvalidArgumentError
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import non_empty, non_negative, require, rpc
 
-MAX_BATCH = MAX_PRODUCE_RECORDS  # records per produce; clients cut larger batches (dataframes.py)
+MAX_BATCH = MAX_PRODUCE_RECORDS  # records per produce; clients cut larger batches (dataport_frames.py)
 DEFAULT_PULL_BYTES = 4 << 20
 DEFAULT_PULL_MESSAGES = 32
 MAX_WAIT_MS = 60_000

@@ -22,7 +22,7 @@ from tidelog.cli.common import (
 from tidelog.cli.durations import format_retention, retention_option
 from tidelog.client import OutMessage, Producer, Receipt
 from tidelog.commitlog import record as rec
-from tidelog.dataframes import produce_room
+from tidelog.dataport_frames import produce_room
 from tidelog.errors import MessageTooLargeError, TopicInUseError
 
 _RETENTION_HELP = (

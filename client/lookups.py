@@ -16,7 +16,7 @@ from typing import Any
 
 from crc32c import crc32c
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute
 from tidelog.client.transport import ConsumedMessage, Transport, consumed

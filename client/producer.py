@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client.batching import (
     KEYLESS_IN_FLIGHT,
     Accumulator,
@@ -319,7 +319,7 @@ class AsyncProducer:
         deadline: float,
     ) -> None:
         """`items` to queue `queue` of broker set `name` in one Produce request, or in several when
-        they exceed what one request carries (`dataframes.produce_room`, MAX_PRODUCE_RECORDS); fills
+        they exceed what one request carries (`dataport_frames.produce_room`, MAX_PRODUCE_RECORDS); fills
         `receipts` as each is acknowledged. The requests go one after another, never together, so
         the queue keeps the items' order; a retry sends only those without a receipt."""
         bs = route.broker_set(name)

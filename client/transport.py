@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Self, TypeVar
 import grpc
 from crc32c import crc32c
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient
 from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import until_superseded

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client.hedge import until_superseded
 from tidelog.errors import (
     FlushSlaveTimeoutError,
