@@ -295,7 +295,7 @@ def _prepare(data_dir: Path, netns: bool) -> list[str]:
     """Refuse a data directory whose cluster still runs; clear the lab of one that does not.
     Returns the addresses the earlier cluster of this directory took (to take again)."""
     if netns:
-        net.require()  # before anything is created: without root nothing is half made
+        net.check_available()  # before anything is created: without root nothing is half made
     private_dir(data_dir)
     require_private(data_dir, "data directory")
     if not _state_path(data_dir).exists():
