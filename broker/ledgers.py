@@ -63,7 +63,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidelog.dataport_frames import LedgerAddCall
 from tidelog.dataport_frames import (
@@ -513,7 +513,8 @@ class LedgerReplica:
         """Wait for `acked` unless the ledger is fenced first, then for the add before this one."""
         fenced = asyncio.ensure_future(st.fenced.wait())
         try:
-            await asyncio.wait({acked, fenced}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {acked, fenced}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             fenced.cancel()
         # A fence seen at any point before completion fails the add: its outcome is then for the

@@ -121,7 +121,7 @@ def _name(what: str, value: str) -> str:
     return value
 
 
-def _scheme(address: str) -> d.AddressScheme.ValueType:
+def _scheme(address: str) -> Any:  # a d.AddressScheme value
     host = address.rpartition(":")[0].strip("[]")
     try:
         return d.IPv6 if ipaddress.ip_address(host).version == 6 else d.IPv4
@@ -316,7 +316,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             route = await self.QueryRoute(asked, context)
             if route.status.code != d.OK:
                 return s.QueryAssignmentResponse(status=route.status)
-            assignments = []
+            assignments: list[Any] = []
             for q in route.message_queues:
                 if all(a.message_queue.broker.name != q.broker.name for a in assignments):
                     one = d.MessageQueue()

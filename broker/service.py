@@ -129,7 +129,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         check_request(
             0 < len(request.messages) <= MAX_BATCH, f"a produce request carries 1..{MAX_BATCH} messages"
         )
-        items = []
+        items: list[Any] = []
         append = items.append
         for m in request.messages:
             has = m.HasField

@@ -16,7 +16,7 @@ import itertools
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from tidelog import dataport_frames as df
 from tidelog.client.batching import (
@@ -224,7 +224,9 @@ class AsyncProducer:
         Keyless messages promise no order: a large share of them travels as a few concurrent
         requests (`batching.split_keyless`), so that the broker sets replicate one while the
         next arrives."""
-        items = [m if m.__class__ is OutMessage else _out_message(m) for m in messages]
+        items = cast(
+            list[OutMessage], [m if m.__class__ is OutMessage else _out_message(m) for m in messages]
+        )
         if not items:
             return []
         route = await self.client.route(topic, need="produce")

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, NamedTuple, Self, TypeAlias, TypeVar
 
 import grpc
 from crc32c import crc32c
@@ -65,7 +65,7 @@ class Receipt(NamedTuple):
 
 #: A message read back: topic, broker_set, queue, offset, key, tags, body, properties, born_ts,
 #: store_ts, phys_offset; decoded from the pulled record bytes when read (commitlog/batch.py).
-ConsumedMessage = RecordView
+ConsumedMessage: TypeAlias = RecordView
 
 
 class OutMessage(NamedTuple):

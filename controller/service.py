@@ -19,7 +19,7 @@ import itertools
 import logging
 import secrets
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -259,6 +259,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             if name in t.queues
         ]
         digest = hashlib.blake2b(digest_size=12)
+        t: Any
         for t in (*topics, b"deleted", *deleted):
             digest.update(t if isinstance(t, bytes) else t.SerializeToString(deterministic=True))
         version = digest.hexdigest()

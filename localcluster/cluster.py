@@ -84,8 +84,8 @@ class _Ports:
         if self.next == "auto":
             while self.reuse:
                 earlier = self.reuse.pop(0)
-                host, _, port = earlier.rpartition(":")
-                if host == self.host and port.isdigit() and bind_problem(earlier) is None:
+                host, _, earlier_port = earlier.rpartition(":")
+                if host == self.host and earlier_port.isdigit() and bind_problem(earlier) is None:
                     return earlier
             return free_address(self.host)
         port = int(self.next)
