@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import procs
 from tidelog.lab import net
 from tidelog.lab.plan import lab_prefix
 
@@ -39,15 +39,7 @@ PACE = ["--warmup", "1.5", "--settle", "2", "--hold", "0.5"]
 
 
 def tide(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
+    return procs.tide(*args, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 @pytest.fixture(scope="module")
