@@ -99,7 +99,7 @@ from tidelog.ledger.store import (
 from tidelog.tasks import within
 
 if TYPE_CHECKING:
-    from tidelog.broker.replica import Replica
+    from tidelog.broker.ports import LedgerHost
     from tidelog.ha.master import HaMaster
 
 log = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ def _next_in_line(view: LedgerView, entries: Sequence[Entry], held: int) -> bool
 class LedgerReplica:
     """The ledger requests one broker serves, over its replica and commit log."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: LedgerHost) -> None:
         self.replica = replica
         self.index = LedgerIndex(replica.log)
         self._master: dict[int, _MasterLedger] = {}

@@ -61,7 +61,7 @@ from tidelog.errors import (
 )
 
 if TYPE_CHECKING:
-    from tidelog.broker.replica import Replica
+    from tidelog.broker.ports import SharedHost
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class SharedStates:
 class SharedSubscriptions:
     """The shared-mode calls of one broker (master only: every call writes the state)."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: SharedHost) -> None:
         self.replica = replica
         self.states = SharedStates(replica.log)
         self._locks: dict[Key, asyncio.Lock] = {}
