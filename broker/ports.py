@@ -1,9 +1,9 @@
 """The narrow ports the broker's ledger, shared-subscription and retention shells are given.
 
 Owns the statement of what each of them needs from the replica (broker/replica.py), so that each
-names only that, not the whole `Replica`: the one write path (check, append, persist: §"One write
-path" of broker/replica.py), the reads and waits on the confirm offset, and the few parts of the
-role and of the replica's folds they look at. `Replica` provides all three; the classes are
+names only that, not the whole `Replica`: the one write path (check, append, persist, as
+broker/replica.py's docstring describes it), the waits on the confirm offset, and the few parts of
+the role and of the replica's folds they look at. `Replica` provides all three; the classes are
 structural (`typing.Protocol`), so nothing is wrapped and every call is the replica's own.
 """
 
