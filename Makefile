@@ -103,20 +103,26 @@ node-client: $(NODE_STAMP)
 run: install
 	$(BIN)/tide demo
 
-# The pure cores (rules and state machines with time passed in) are type-checked strictly; the
-# I/O shells are linted (ruff: style, complexity, private access, banned imports) and formatted.
+# The pure cores (rules and state machines with time passed in, no I/O, no clock, no environment)
+# are type-checked strictly; every package, shells included, is type-checked without --strict
+# (PACKAGES), and linted (ruff: style, complexity, private access, banned imports) and formatted.
+# The package-dir mapping hides one folder's modules from mypy in another's (an import of
+# tidelog.x is not followed, and what it names is Any): each file is checked on its own terms.
 CORES = controller/liveness.py controller/election.py controller/state.py controller/model.py \
 	controller/commands.py controller/validation.py controller/phases.py controller/membership.py \
 	controller/mastership.py controller/topics.py controller/ledgermeta.py controller/replacement.py \
 	controller/snapshot.py controller/placement.py controller/users.py tidelog/clusterepoch.py tidelog/acl.py tidelog/access.py ha/syncstate.py ha/ackpolicy.py ha/lease.py ha/mastercore.py \
-	ha/slavecore.py ha/roles.py commitlog/retentionpolicy.py commitlog/topicretention.py commitlog/batch.py commitlog/keyformat.py tidelog/dataframes.py ledger/recovery.py ledger/seglog_plan.py ledger/seglog_rolling.py \
-	spark/plan.py client/hedge.py client/batching.py client/assign.py client/handover.py client/modes.py client/resetplan.py broker/sharedstate.py broker/rocketmqrules.py broker/delayrules.py broker/txstate.py lab/plan.py lab/rules.py \
+	ha/slavecore.py ha/roles.py commitlog/retentionpolicy.py commitlog/topicretention.py commitlog/batch.py commitlog/keyformat.py tidelog/dataport_frames.py ledger/recovery.py ledger/seglog_plan.py \
+	client/assign.py client/handover.py client/modes.py client/resetplan.py broker/sharedstate.py broker/rocketmqrules.py broker/delayrules.py broker/txstate.py lab/plan.py lab/rules.py \
 	sim/__init__.py sim/__main__.py sim/broker.py sim/checker.py sim/controllers.py sim/disk.py sim/faults.py sim/mutants.py sim/net.py sim/run.py sim/world.py
+
+PACKAGES = tidelog commitlog ha controller ledger broker client spark lab sim localcluster drill cli
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict --follow-imports=silent --ignore-missing-imports $(CORES)
+	$(BIN)/mypy --follow-imports=silent --ignore-missing-imports $(PACKAGES)
 
 # The import graph between the subpackages (exits 1 naming any cycle); `--modules` lists every module.
 imports: install

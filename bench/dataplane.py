@@ -37,7 +37,7 @@ from bench.sendfloor import harness_loop
 from tidelog import loops
 from tidelog.client.aio import AsyncClient, OutMessage
 from tidelog.commitlog.batch import RecordView, walk
-from tidelog.dataframes import PullCall
+from tidelog.dataport_frames import PullCall
 
 TOPIC = "bench"
 BODY = b"x" * 1024

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client import AsyncClient
 from tidelog.localcluster import client_options
 from tidelog.proto import broker_pb2 as bpb

@@ -35,7 +35,7 @@ class BrokerConfig:
     # listen, a NAT): empty means the listen address itself
     advertise_address: str = ""
     ha_advertise_address: str = ""
-    # produce and pull frames over plain TCP (tidelog/dataframes.py): "auto" listens on the host
+    # produce and pull frames over plain TCP (tidelog/dataport_frames.py): "auto" listens on the host
     # of `listen` with a port the system picks, "" turns the data port off (clients use gRPC)
     data_listen: str = "auto"
     data_advertise_address: str = ""

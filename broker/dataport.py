@@ -1,4 +1,4 @@
-"""The broker's data port: produce, pull and ledger add frames (tidelog/dataframes.py) over TCP (TLS with a `tls:` config).
+"""The broker's data port: produce, pull and ledger add frames (tidelog/dataport_frames.py) over TCP (TLS with a `tls:` config).
 
 One task per connection reads frames; each request runs as its own task (a long poll does not
 hold up the produce behind it) and answers with its request id, so replies may overtake each
@@ -10,7 +10,7 @@ else is logged and answered INTERNAL. A frame that breaks the layout closes its 
 Limits (docs/ARCHITECTURE.md §1.5), so that a client that sends faster than it reads — or never
 reads — meets TCP back-pressure instead of filling the broker's memory:
 - at most `data_max_connections` connections (broker config); more are closed as they arrive;
-- a frame is at most dataframes.MAX_FRAME bytes, checked before its body is read;
+- a frame is at most dataport_frames.MAX_FRAME bytes, checked before its body is read;
 - at most MAX_IN_FLIGHT requests of one connection run at once, and one connection holds at most
   CONNECTION_BYTES of request bodies and replies: before a body is read the reader takes a slot
   and charges the body's length, and a pull charges the most its reply may hold before it reads
@@ -53,7 +53,7 @@ from typing import Any
 from crc32c import crc32c
 
 from tidelog import acl
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.broker.replica import Replica
 from tidelog.broker.service import checked_pull, produce_batch, pull_encoded
 from tidelog.errors import InvalidArgumentError, PermissionDeniedError, TidelogError, UnauthenticatedError

@@ -8,7 +8,7 @@ import grpc
 from tidelog.broker.ledgers import AddRequest, Entry, LedgerReplica
 from tidelog.proto import ledger_pb2 as pb
 from tidelog.proto import ledger_pb2_grpc as pb_grpc
-from tidelog.wire import require, rpc
+from tidelog.wire import check_request, rpc
 
 MAX_WAIT_MS = 60_000
 
@@ -19,7 +19,7 @@ class LedgerService(pb_grpc.LedgerServicer):
 
     @rpc
     async def Create(self, request: pb.CreateRequest, context: grpc.aio.ServicerContext) -> pb.CreateReply:
-        require(bool(request.metadata), "metadata must not be empty")
+        check_request(bool(request.metadata), "metadata must not be empty")
         await self.ledgers.create(request.metadata, request.ledger_id)
         return pb.CreateReply(broker_id=self.ledgers.broker_id)
 
@@ -77,8 +77,8 @@ class LedgerService(pb_grpc.LedgerServicer):
 
     @rpc
     async def Lac(self, request: pb.LacRequest, context: grpc.aio.ServicerContext) -> pb.LacReply:
-        require(request.wait_ms <= MAX_WAIT_MS, f"wait_ms is at most {MAX_WAIT_MS}")
-        require(request.previous >= -1, "previous is -1 or an entry id")
+        check_request(request.wait_ms <= MAX_WAIT_MS, f"wait_ms is at most {MAX_WAIT_MS}")
+        check_request(request.previous >= -1, "previous is -1 or an entry id")
         lac, length, fenced = await self.ledgers.lac(
             request.ledger_id, request.password, request.previous, request.wait_ms
         )

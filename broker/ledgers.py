@@ -63,10 +63,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tidelog.dataframes import LedgerAddCall
-from tidelog.dataframes import LedgerEntry as Entry  # what a Read answers and an AddBatch carries per entry
+from tidelog.dataport_frames import LedgerAddCall
+from tidelog.dataport_frames import (
+    LedgerEntry as Entry,  # what a Read answers and an AddBatch carries per entry
+)
 from tidelog.errors import (
     CorruptRecordError,
     DigestMatchError,
@@ -97,7 +99,7 @@ from tidelog.ledger.store import (
 from tidelog.tasks import within
 
 if TYPE_CHECKING:
-    from tidelog.broker.replica import Replica
+    from tidelog.broker.ports import LedgerHost
     from tidelog.ha.master import HaMaster
 
 log = logging.getLogger(__name__)
@@ -255,7 +257,7 @@ def _next_in_line(view: LedgerView, entries: Sequence[Entry], held: int) -> bool
 class LedgerReplica:
     """The ledger requests one broker serves, over its replica and commit log."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: LedgerHost) -> None:
         self.replica = replica
         self.index = LedgerIndex(replica.log)
         self._master: dict[int, _MasterLedger] = {}
@@ -511,7 +513,8 @@ class LedgerReplica:
         """Wait for `acked` unless the ledger is fenced first, then for the add before this one."""
         fenced = asyncio.ensure_future(st.fenced.wait())
         try:
-            await asyncio.wait({acked, fenced}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {acked, fenced}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             fenced.cancel()
         # A fence seen at any point before completion fails the add: its outcome is then for the

@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 import re
 
-from tidelog.commitlog import CommitLog, Message
-from tidelog.errors import OffsetBelowRetentionError
+from tidelog.broker.fold import TopicFold
+from tidelog.commitlog import CommitLog, Message, StoredMessage
 
 OFFSETS_TOPIC = "%OFFSETS%"
 FLAG_CONSUMER_OFFSET = 1
@@ -97,27 +97,19 @@ def fold_commit(offsets: dict[Key, tuple[int, int]], body: bytes, phys_offset: i
 
 class GroupOffsets:
     def __init__(self, commitlog: CommitLog) -> None:
-        self._log = commitlog
         # (group, topic, queue) -> (offset, physical offset of the commit record)
         self._offsets: dict[Key, tuple[int, int]] = {}
-        self._applied = 0  # next queue offset of %OFFSETS%/0 to fold in
+        # confirmed commits only: a commit is visible once confirmed (broker/fold.py folds again
+        # after a truncation)
+        self._fold = TopicFold(
+            commitlog, OFFSETS_TOPIC, self._apply, self._offsets.clear, confirmed_only=True, batch=1024
+        )
+
+    def _apply(self, m: StoredMessage) -> None:
+        fold_commit(self._offsets, m.body, m.phys_offset)
 
     def _refresh(self) -> None:
-        offsets = self._log.queue_offsets(OFFSETS_TOPIC, 0)
-        if offsets.max < self._applied:  # the log was truncated (fork repair): fold again
-            self._offsets.clear()
-            self._applied = 0
-        while self._applied < offsets.confirmed:
-            try:
-                batch = self._log.read(OFFSETS_TOPIC, 0, self._applied, 1024)
-            except OffsetBelowRetentionError as exc:
-                self._applied = exc.min_offset
-                continue
-            if not batch:
-                break
-            for m in batch:
-                fold_commit(self._offsets, m.body, m.phys_offset)
-            self._applied = batch[-1].queue_offset + 1
+        self._fold.refresh()
 
     def fetch(self, group: str, topic: str, queue: int, *, since: int = -1) -> int | None:
         """The group's committed offset, if committed at or after the physical offset `since`

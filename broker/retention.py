@@ -43,11 +43,12 @@ from collections.abc import Callable
 import grpc
 
 from tidelog.broker.compaction import MetadataFold, carry_plan, copy_message
-from tidelog.broker.replica import MASTER, SLAVE, Replica
+from tidelog.broker.ports import RetentionHost
 from tidelog.commitlog.retentionpolicy import Decision, RetentionRules, decide
 from tidelog.commitlog.topicretention import plan
 from tidelog.credentials import signer
 from tidelog.errors import NoSuchLedgerExistsError, OffsetBelowRetentionError, TidelogError
+from tidelog.ha.roles import MASTER, SLAVE
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc
 from tidelog.tasks import within
@@ -63,7 +64,7 @@ MAX_LEDGER_LOOKUPS = 256  # per round: existence checks asked of the controller
 class RetentionLoop:
     """The retention rounds of one broker replica."""
 
-    def __init__(self, replica: Replica, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, replica: RetentionHost, *, clock: Callable[[], float] = time.time) -> None:
         self.replica = replica
         self.cfg = replica.cfg
         self.log = replica.log

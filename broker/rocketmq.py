@@ -49,10 +49,12 @@ from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.rocketmqmembers import Members
 from tidelog.broker.rocketmqtx import Scheduled
-from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
 from tidelog.client.modes import ANY_QUEUE, MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
+from tidelog.client.producer import AsyncProducer
+from tidelog.client.receive import SharedMessage, decode_receive_reply
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
-from tidelog.client.sharedconsumer import SharedMessage, decode_receive_reply
+from tidelog.client.topicadmin import TopicAdmin
+from tidelog.client.transport import Receipt, Transport
 from tidelog.commitlog import StoredMessage
 from tidelog.errors import (
     ConfigError,
@@ -119,7 +121,7 @@ def _name(what: str, value: str) -> str:
     return value
 
 
-def _scheme(address: str) -> d.AddressScheme.ValueType:
+def _scheme(address: str) -> Any:  # a d.AddressScheme value
     host = address.rpartition(":")[0].strip("[]")
     try:
         return d.IPv6 if ipaddress.ip_address(host).version == 6 else d.IPv4
@@ -147,7 +149,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self.cfg = cfg
         self.advertised = advertised
         # the cluster as a member sees it: with TLS, this broker's own CA and certificate
-        self.client = AsyncClient(
+        # calls and routes through the transport below the clients (docs/ARCHITECTURE.md §2.2)
+        self.client = Transport(
             cfg.controllers,
             send_timeout=30.0,
             rpc_timeout=10.0,
@@ -155,7 +158,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             # with auth on, the endpoint's own calls are the cluster's: its callers were checked here
             member_secret=cfg.secret if cfg.auth is not None else None,
         )
-        self.producer: AsyncProducer = self.client.producer()
+        self.producer = AsyncProducer(self.client, self.client.send_timeout)
         self.members = Members(self.client)  # its consumers, announced in their groups
         self._in_progress = 0
         # broker address -> (when asked, its RocketMQ endpoint)
@@ -313,7 +316,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             route = await self.QueryRoute(asked, context)
             if route.status.code != d.OK:
                 return s.QueryAssignmentResponse(status=route.status)
-            assignments = []
+            assignments: list[Any] = []
             for q in route.message_queues:
                 if all(a.message_queue.broker.name != q.broker.name for a in assignments):
                     one = d.MessageQueue()
@@ -641,7 +644,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         if group in self._dlq_ready:
             return
         with contextlib.suppress(TopicExistsError):
-            await self.client.admin().create_topic(dlq_topic(group), queues=1)
+            await TopicAdmin(self.client).create_topic(dlq_topic(group), queues=1)
         self._dlq_ready.add(group)
 
     def _rmq_message(

@@ -36,7 +36,7 @@ from tidelog.errors import (
 from tidelog.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
-    from tidelog.client.aio import AsyncClient
+    from tidelog.client.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class _Member:
 class Members:
     """The RocketMQ consumers this endpoint hears from, announced as shared-mode members."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: Transport) -> None:
         self.client = client
         self._members: dict[tuple[str, str], _Member] = {}  # (group, client id) -> member
         self._tasks: set[asyncio.Task[None]] = set()

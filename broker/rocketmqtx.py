@@ -35,6 +35,7 @@ from crc32c import crc32c
 from tidelog.broker import delayrules as dr
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker import txstate as tx
+from tidelog.broker.fold import TopicFold
 from tidelog.commitlog import CommitLog, Message, StoredMessage
 from tidelog.errors import (
     InvalidArgumentError,
@@ -71,31 +72,27 @@ CheckSender = Callable[[str, StoredMessage, str], None]  # (topic, half message,
 
 class LatestStates:
     """The latest whole-state record per key of an internal topic (queue 0), folded from the
-    master's whole local log, as broker/shared.py's SharedStates: a master's log is the set's
-    history, and its next decision starts from the last record it wrote. A truncation (fork
-    repair) folds again."""
+    master's whole local log (broker/fold.py): a master's log is the set's history, and its next
+    decision starts from the last record it wrote. A truncation (fork repair) folds again."""
 
     def __init__(self, commitlog: CommitLog, topic: str) -> None:
-        self._log = commitlog
         self.topic = topic
         self._latest: dict[str, Any] = {}
-        self._applied = 0
+        self._fold = TopicFold(commitlog, topic, self._apply, self._latest.clear)
 
     def reset(self) -> None:
-        self._latest.clear()
-        self._applied = 0
+        self._fold.reset()
 
     def refresh(self) -> dict[str, Any]:
-        if self._log.queue_offsets(self.topic, 0).max < self._applied:
-            self.reset()
-        for m in self._log.tail(self.topic, 0, self._applied):
-            self._applied = m.queue_offset + 1
-            try:
-                doc = json.loads(m.body)
-                self._latest[str(doc["k"])] = doc["s"]
-            except (ValueError, KeyError, TypeError) as exc:
-                log.error("skipping the %s record at %d: %s", self.topic, m.phys_offset, exc)
+        self._fold.refresh()
         return self._latest
+
+    def _apply(self, m: StoredMessage) -> None:
+        try:
+            doc = json.loads(m.body)
+            self._latest[str(doc["k"])] = doc["s"]
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("skipping the %s record at %d: %s", self.topic, m.phys_offset, exc)
 
     def record(self, key: str, state: Any) -> Message:
         body = json.dumps({"k": key, "s": state}, separators=(",", ":")).encode()

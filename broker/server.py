@@ -49,8 +49,8 @@ from tidelog.errors import (
 )
 from tidelog.guard import Guard, RefusalLog, SafeDecode, with_clear_keys
 from tidelog.ha.syncstate import Proposal
-from tidelog.ledger.client import ledger_key
 from tidelog.ledger.metadata import LedgerMetadata
+from tidelog.ledger.params import ledger_key
 from tidelog.metrics import watch_auth_refusals
 from tidelog.proto import broker_pb2_grpc, ledger_pb2_grpc
 from tidelog.tasks import cancel_and_wait, within

@@ -32,13 +32,13 @@ from tidelog.commitlog import QueueOffsets
 from tidelog.commitlog.keyformat import parse_message_id
 from tidelog.commitlog.log import NO_END
 from tidelog.commitlog.lookups import MAX_KEY_BYTES
-from tidelog.dataframes import MAX_PRODUCE_RECORDS, PullCall
+from tidelog.dataport_frames import MAX_PRODUCE_RECORDS, PullCall
 from tidelog.errors import InvalidArgumentError
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
-from tidelog.wire import non_empty, non_negative, require, rpc
+from tidelog.wire import check_request, non_empty, non_negative, rpc
 
-MAX_BATCH = MAX_PRODUCE_RECORDS  # records per produce; clients cut larger batches (dataframes.py)
+MAX_BATCH = MAX_PRODUCE_RECORDS  # records per produce; clients cut larger batches (dataport_frames.py)
 DEFAULT_PULL_BYTES = 4 << 20
 DEFAULT_PULL_MESSAGES = 32
 MAX_WAIT_MS = 60_000
@@ -83,8 +83,8 @@ async def produce_batch(
     returns (broker set, first queue offset, physical offset of each record)."""
     non_empty("topic", topic)
     non_negative("queue", queue)
-    require(0 < count <= MAX_BATCH, f"a record batch carries 1..{MAX_BATCH} records")
-    require(crc32c(records) == crc, "the record batch's CRC32C does not match its bytes")
+    check_request(0 < count <= MAX_BATCH, f"a record batch carries 1..{MAX_BATCH} records")
+    check_request(crc32c(records) == crc, "the record batch's CRC32C does not match its bytes")
     first, phys = await replica.produce_encoded(topic, queue, bytearray(records), count)
     if replica.observe_traffic is not None:
         replica.observe_traffic("produced", topic, count, len(records))
@@ -96,8 +96,8 @@ def checked_pull(replica: Replica, call: PullCall) -> tuple[int, int]:
     non_empty("topic", call.topic)
     non_negative("queue", call.queue)
     non_negative("offset", call.offset)
-    require(0 <= call.wait_ms <= MAX_WAIT_MS, f"wait_ms must be 0..{MAX_WAIT_MS}")
-    require(call.max_messages >= 0 and call.max_bytes >= 0, "limits must not be negative")
+    check_request(0 <= call.wait_ms <= MAX_WAIT_MS, f"wait_ms must be 0..{MAX_WAIT_MS}")
+    check_request(call.max_messages >= 0 and call.max_bytes >= 0, "limits must not be negative")
     cfg = replica.cfg
     return pull_limits(
         call.max_messages,
@@ -126,8 +126,10 @@ class BrokerService(pb_grpc.BrokerServicer):
     @rpc
     async def Produce(self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext) -> pb.ProduceReply:
         non_empty("topic", request.topic)
-        require(0 < len(request.messages) <= MAX_BATCH, f"a produce request carries 1..{MAX_BATCH} messages")
-        items = []
+        check_request(
+            0 < len(request.messages) <= MAX_BATCH, f"a produce request carries 1..{MAX_BATCH} messages"
+        )
+        items: list[Any] = []
         append = items.append
         for m in request.messages:
             has = m.HasField
@@ -235,7 +237,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         broker_set, phys = parsed
         own = self.replica.cfg.broker_set
-        require(
+        check_request(
             broker_set == own, f"message id {request.message_id} names broker set {broker_set}, not {own}"
         )
         return _lookup_reply(own, [self.replica.get_message_at(phys)])
@@ -245,13 +247,13 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.FindMessagesRequest, context: grpc.aio.ServicerContext
     ) -> pb.LookupReply:
         non_empty("topic", request.topic)
-        require(bool(request.key), "key must not be empty")
-        require(len(request.key.encode()) <= MAX_KEY_BYTES, f"key is longer than {MAX_KEY_BYTES} bytes")
+        check_request(bool(request.key), "key must not be empty")
+        check_request(len(request.key.encode()) <= MAX_KEY_BYTES, f"key is longer than {MAX_KEY_BYTES} bytes")
         non_negative("begin_ts", request.begin_ts)
         non_negative("end_ts", request.end_ts)
         end = request.end_ts or NO_END
-        require(request.begin_ts <= end, "begin_ts must not be after end_ts")
-        require(request.max_messages >= 0, "max_messages must not be negative")
+        check_request(request.begin_ts <= end, "begin_ts must not be after end_ts")
+        check_request(request.max_messages >= 0, "max_messages must not be negative")
         cfg = self.replica.cfg
         found, more = await self.replica.find_messages(
             request.topic,
@@ -296,7 +298,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def SharedReceive(
         self, request: pb.SharedReceiveRequest, context: grpc.aio.ServicerContext
     ) -> pb.SharedReceiveReply:
-        require(0 <= request.wait_ms <= MAX_WAIT_MS, f"wait_ms must be in [0, {MAX_WAIT_MS}]")
+        check_request(0 <= request.wait_ms <= MAX_WAIT_MS, f"wait_ms must be in [0, {MAX_WAIT_MS}]")
         options: dict[str, Any] = dict(
             max_messages=request.max_messages,
             invisible_ms=request.invisible_ms,

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from crc32c import crc32c
 
 from tidelog.broker import sharedstate as ss
+from tidelog.broker.fold import TopicFold
 from tidelog.client.modes import (
     DELIVERY_ATTEMPTS,
     MAX_ATTEMPTS,
@@ -60,7 +61,7 @@ from tidelog.errors import (
 )
 
 if TYPE_CHECKING:
-    from tidelog.broker.replica import Replica
+    from tidelog.broker.ports import SharedHost
 
 log = logging.getLogger(__name__)
 
@@ -116,31 +117,30 @@ class SharedStates:
 
     def __init__(self, commitlog: CommitLog, *, confirmed_only: bool = False) -> None:
         self._log = commitlog
-        self._confirmed_only = confirmed_only
         # the state, and the physical offset of the whole-state record it was folded from
         self._states: dict[Key, tuple[ss.SharedQueue, int]] = {}
-        self._applied = 0  # next queue offset of %SHARED%/0 to fold in
+        self._fold = TopicFold(
+            commitlog, SHARED_TOPIC, self._apply, self._states.clear, confirmed_only=confirmed_only
+        )
 
     def reset(self) -> None:
-        self._states.clear()
-        self._applied = 0
+        self._fold.reset()
 
     def refresh(self) -> None:
-        if self._log.queue_offsets(SHARED_TOPIC, 0).max < self._applied:
-            self.reset()
-        for m in self._log.tail(SHARED_TOPIC, 0, self._applied, confirmed_only=self._confirmed_only):
-            self._applied = m.queue_offset + 1
-            try:
-                key, whole, acked = parse_record(m.body)
-            except ValueError as exc:
-                log.error("skipping the %s record at %d: %s", SHARED_TOPIC, m.phys_offset, exc)
-                continue
-            if whole is not None:
-                self._states[key] = (whole, m.phys_offset)
-            elif key in self._states:
-                st = self._states[key][0]
-                for off in acked:
-                    ss.finish(st, off)
+        self._fold.refresh()
+
+    def _apply(self, m: StoredMessage) -> None:
+        try:
+            key, whole, acked = parse_record(m.body)
+        except ValueError as exc:
+            log.error("skipping the %s record at %d: %s", SHARED_TOPIC, m.phys_offset, exc)
+            return
+        if whole is not None:
+            self._states[key] = (whole, m.phys_offset)
+        elif key in self._states:
+            st = self._states[key][0]
+            for off in acked:
+                ss.finish(st, off)
 
     def get(self, key: Key, since: int = -1) -> ss.SharedQueue | None:
         """A copy of the state of `key` whose whole-state record was written at or after the
@@ -160,7 +160,7 @@ class SharedStates:
     def pending(self) -> set[Key]:
         """Keys with a record not confirmed yet."""
         keys = set()
-        for m in self._log.tail(SHARED_TOPIC, 0, self._applied):
+        for m in self._log.tail(SHARED_TOPIC, 0, self._fold.applied):
             with contextlib.suppress(ValueError):
                 keys.add(parse_record(m.body)[0])
         return keys
@@ -169,7 +169,7 @@ class SharedStates:
 class SharedSubscriptions:
     """The shared-mode calls of one broker (master only: every call writes the state)."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: SharedHost) -> None:
         self.replica = replica
         self.states = SharedStates(replica.log)
         self._locks: dict[Key, asyncio.Lock] = {}

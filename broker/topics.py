@@ -45,6 +45,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tidelog.broker.fold import TopicFold
 from tidelog.commitlog import CommitLog, Message, Placement, StoredMessage
 from tidelog.commitlog.consumequeue import user_topic_problem
 from tidelog.errors import (
@@ -116,7 +117,7 @@ class TopicMarks:
         self.log = commitlog
         self._generation: dict[str, int] = {}
         self._marked_at: dict[str, int] = {}  # physical offset of each topic's latest marker
-        self._applied = 0  # next queue offset of %TOPIC%/0 to fold in
+        self._fold = TopicFold(commitlog, MARKS_TOPIC, self._apply, self._forget)
         self.changes = 0  # moves whenever the fold changes (a marker folded in, a truncation)
         commitlog.truncate_listeners.append(self._on_truncate)
         self.refresh()
@@ -132,10 +133,7 @@ class TopicMarks:
     def refresh(self) -> None:
         """Fold in (and apply) every marker appended since the last call."""
         # (retention that removed old markers removed every record they cut, too)
-        for m in self.log.tail(MARKS_TOPIC, 0, self._applied):
-            self._apply(m)
-            self._applied = m.queue_offset + 1
-            self.changes += 1
+        self.changes += self._fold.refresh()
 
     def _apply(self, m: StoredMessage) -> None:
         try:
@@ -158,10 +156,12 @@ class TopicMarks:
         for topic in sorted(t for t, at in self._marked_at.items() if at >= cut):
             # the marker that cut these queues goes: where they start is no longer known
             self.log.drop_queues(topic)
+        self._fold.reset()  # folded again from the surviving markers
+        self.changes += 1
+
+    def _forget(self) -> None:
         self._generation.clear()
         self._marked_at.clear()
-        self._applied = 0  # folded again from the surviving markers
-        self.changes += 1
 
 
 class TopicTable:

@@ -752,7 +752,7 @@ class ControllerClient:
             if addr != self._preferred and addr not in self._copies:
                 task = asyncio.ensure_future(self._copy(addr, req, total_timeout or self.rpc_timeout))
                 self._copies[addr] = task
-                task.add_done_callback(lambda _t, a=addr: self._copies.pop(a, None))
+                task.add_done_callback(lambda _t, a=addr: self._copies.pop(a, None))  # type: ignore[misc]
         return await self.call("broker", "Heartbeat", req, total_timeout=total_timeout)
 
     async def _copy(self, address: str, req: pb.HeartbeatRequest, timeout: float) -> None:

@@ -1,4 +1,4 @@
-"""The client side of the data port: produce and pull frames (tidelog/dataframes.py) over TCP or TLS.
+"""The client side of the data port: produce and pull frames (tidelog/dataport_frames.py) over TCP or TLS.
 
 `DataPlane` keeps, per broker (by its gRPC address), where that broker's data port is — asked
 once through gRPC `Status`, which names it — and one `DataConnection` to it. A connection
@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import cast
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.errors import TidelogError, UnavailableError
 from tidelog.tasks import within
 from tidelog.tlsconfig import ClientTls, create_connection

@@ -23,14 +23,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from crc32c import crc32c
-
 from tidelog.client import modes as md
-from tidelog.client.aio import AsyncConsumer, ConsumedMessage
+from tidelog.client.consumer import AsyncConsumer
+from tidelog.client.receive import SharedMessage, decode_receive_reply
 from tidelog.client.routing import TopicRoute
-from tidelog.commitlog.batch import RecordView, walk
+from tidelog.client.transport import ConsumedMessage
 from tidelog.errors import (
-    CorruptRecordError,
     InvalidArgumentError,
     NotMasterError,
     TopicExistsError,
@@ -44,19 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+__all__ = ["AsyncSharedConsumer", "SharedMessage", "decode_receive_reply"]
+
 DEFAULT_INVISIBLE_S = 30.0
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 16
-
-
-class SharedMessage(RecordView):
-    """A received message: the fields of ConsumedMessage, its receipt and its delivery count."""
-
-    __slots__ = ("receipt", "delivery_count")
-
-    def __init__(self, buf: bytes, pos: int, broker_set: str, receipt: str, delivery_count: int) -> None:
-        super().__init__(buf, pos, broker_set)
-        self.receipt = receipt
-        self.delivery_count = delivery_count
 
 
 class AsyncSharedConsumer(AsyncConsumer):
@@ -256,19 +245,3 @@ def _by_queue(messages: Sequence[ConsumedMessage]) -> dict[tuple[str, int], list
         m = _shared(message)
         out.setdefault((m.broker_set, m.queue), []).append(m.receipt)
     return out
-
-
-def decode_receive_reply(reply: Any, broker_set: str, address: str) -> list[ConsumedMessage]:
-    """The messages of a SharedReceive reply (each a SharedMessage), checked against its CRC."""
-    data: bytes = reply.records
-    if crc32c(data) != reply.crc:
-        raise CorruptRecordError(
-            f"receive reply from {address}", 0, "the reply's CRC32C does not match its bytes"
-        )
-    starts = walk(data, f"receive reply from {address}", 0, verify_crc=False)
-    if not len(starts) == reply.count == len(reply.receipts) == len(reply.attempts):
-        raise CorruptRecordError(f"receive reply from {address}", -1, "records, receipts and counts disagree")
-    return [
-        SharedMessage(data, pos, broker_set, receipt, attempts)
-        for pos, receipt, attempts in zip(starts, reply.receipts, reply.attempts, strict=True)
-    ]

@@ -19,7 +19,7 @@ import itertools
 import logging
 import secrets
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -41,11 +41,11 @@ from tidelog.errors import (
     TopicLimitReachedError,
     TopicNotFoundError,
 )
-from tidelog.ledger.client import ledger_id_of_key
 from tidelog.ledger.metadata import hash_password
+from tidelog.ledger.params import ledger_id_of_key
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
-from tidelog.wire import make_error, non_empty, non_negative, require, rpc
+from tidelog.wire import check_request, make_error, non_empty, non_negative, rpc
 
 if TYPE_CHECKING:
     from tidelog.controller.node import ControllerNode
@@ -142,12 +142,12 @@ def topic_of(t: st.Topic) -> pb.TopicConfig:
 def _create_args(request: pb.CreateTopicRequest) -> tuple[str, dict[str, int], str]:
     """A CreateTopicRequest's name, queues and perm, checked (InvalidArgumentError otherwise)."""
     name = non_empty("name", request.name)
-    require(len(request.queues) > 0, "queues must name at least one broker set")
+    check_request(len(request.queues) > 0, "queues must name at least one broker set")
     for bs_name, n in request.queues.items():
         non_empty("queues key (broker set)", bs_name)
-        require(0 < n <= 1024, f"queues[{bs_name}] must be in 1..1024 (got {n})")
+        check_request(0 < n <= 1024, f"queues[{bs_name}] must be in 1..1024 (got {n})")
     perm = request.perm or "rw"
-    require(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
+    check_request(perm in _PERMS, f"perm must be one of {', '.join(_PERMS)} (got {perm!r})")
     return name, {k: int(v) for k, v in request.queues.items()}, perm
 
 
@@ -259,6 +259,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             if name in t.queues
         ]
         digest = hashlib.blake2b(digest_size=12)
+        t: Any
         for t in (*topics, b"deleted", *deleted):
             digest.update(t if isinstance(t, bytes) else t.SerializeToString(deterministic=True))
         version = digest.hexdigest()
@@ -385,7 +386,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         self.node.authenticate(context, "AlterSyncStateSet", request, broker_set=name, broker_id=master_id)
         non_negative("master_epoch", request.master_epoch)
         non_negative("sync_state_set_epoch", request.sync_state_set_epoch)
-        require(len(request.new_sync_state_set) > 0, "new_sync_state_set must not be empty")
+        check_request(len(request.new_sync_state_set) > 0, "new_sync_state_set must not be empty")
         for b in request.new_sync_state_set:
             non_negative("new_sync_state_set[]", b)
         await self.node.write(
@@ -416,12 +417,12 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         name = non_empty("broker_set", request.broker_set)
         self.node.authenticate(context, "ElectMaster", request, broker_set=name)
         bid = non_negative("broker_id", request.broker_id) if request.HasField("broker_id") else None
-        require(not request.designated or bid is not None, "a designated election needs broker_id")
-        require(
+        check_request(not request.designated or bid is not None, "a designated election needs broker_id")
+        check_request(
             not request.restarted or (bid is not None and not request.designated),
             "a restarted master's election names broker_id and is not designated",
         )
-        require(not request.unclean or request.designated, "an unclean election must name the broker")
+        check_request(not request.unclean or request.designated, "an unclean election must name the broker")
         # an operator's explicit unclean election (tide admin elect --unclean) may leave the set
         unclean = self.node.cfg.enable_elect_unclean_master or request.unclean
         self.node.require_leader()
@@ -541,7 +542,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     ) -> pb.CreateTopicsReply:
         """Several topics in one Raft commit, each created or refused on its own."""
         n = len(request.topics)
-        require(
+        check_request(
             0 < n <= MAX_TOPICS_PER_CREATE, f"topics must hold 1..{MAX_TOPICS_PER_CREATE} topics (got {n})"
         )
         args = [(_create_args(t), int(t.retention_ms)) for t in request.topics]
@@ -587,7 +588,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         self, request: pb.AlterTopicQueuesRequest, context: grpc.aio.ServicerContext
     ) -> pb.AlterTopicQueuesReply:
         name = non_empty("name", request.name)
-        require(len(request.queues) > 0, "queues must name at least one broker set")
+        check_request(len(request.queues) > 0, "queues must name at least one broker set")
         queues = {non_empty("queues key (broker set)", k): int(v) for k, v in request.queues.items()}
         result = await self.node.write(
             lambda now, hb: st.AlterTopicQueues(name=name, queues=queues, now_ms=now)
@@ -806,7 +807,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         `max_ledgers` per call; then say what is left and what fixes it."""
         self.node.authenticate(context, "RepairPlacement", request)
         limit = request.max_ledgers or 100
-        require(0 < limit <= 10_000, f"max_ledgers must be in 1..10000 (got {request.max_ledgers})")
+        check_request(0 < limit <= 10_000, f"max_ledgers must be in 1..10000 (got {request.max_ledgers})")
         self.node.require_leader()
         await self.node.ensure_ready()
         now = self.node.mono_ms()
@@ -926,7 +927,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
     async def MetaList(
         self, request: pb.MetaListRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetaListReply:
-        require(len(request.prefix) <= MAX_KEY_LEN, f"prefix is longer than {MAX_KEY_LEN} characters")
+        check_request(len(request.prefix) <= MAX_KEY_LEN, f"prefix is longer than {MAX_KEY_LEN} characters")
         with self.node.raft.read() as state:
             return pb.MetaListReply(entries=[meta_of(e) for e in state.list_prefix(request.prefix)])
 

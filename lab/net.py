@@ -41,7 +41,8 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def require() -> None:
+def check_available() -> None:
+    """Refuse the lab where it cannot run (no root, no `ip` or `nft`) with a ConfigError saying why."""
     reason = unavailable_reason()
     if reason:
         raise ConfigError(reason)
@@ -74,7 +75,7 @@ def existing_namespaces() -> set[str]:
 
 def create(plan: LabPlan, lab_dir: Path) -> dict[str, Any]:
     """Build the lab; returns what `destroy` needs (the relay's pid)."""
-    require()
+    check_available()
     clash = {h.netns for h in plan.hosts} | {plan.wan_netns}
     taken = clash & existing_namespaces()
     if taken:
@@ -196,7 +197,7 @@ def _write_relay_config(plan: LabPlan, lab_dir: Path, state: rules.Faults) -> No
 
 def apply(plan: LabPlan, lab_dir: Path, info: dict[str, Any], state: rules.Faults) -> None:
     """Make the network match `state`: one nft transaction, then the relay's delays."""
-    require()
+    check_available()
     _run("ip", "netns", "exec", plan.wan_netns, "nft", "-f", "-", stdin=rules.render(state))
     _write_faults(lab_dir, state)
     _write_relay_config(plan, lab_dir, state)

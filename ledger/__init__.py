@@ -26,6 +26,9 @@ and never decides anything itself. The rules, numbered, and where we differ from
 code are in `RULES.md`. Errors carry BookKeeper's numeric codes as `number`.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tidelog.errors import (
     DigestMatchError,
     IllegalOpError,
@@ -41,16 +44,6 @@ from tidelog.errors import (
     NotEnoughBookiesError,
     SegmentedLogOwnershipLostError,
     UnauthorizedAccessError,
-)
-from tidelog.ledger.client import (
-    MAX_ENTRY_BYTES,
-    AsyncLedgers,
-    AsyncReadHandle,
-    AsyncWriteHandle,
-    LedgerEntry,
-    Ledgers,
-    ReadHandle,
-    WriteHandle,
 )
 from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import (
@@ -89,7 +82,52 @@ from tidelog.ledger.recovery import (
     fencing_quorum,
     negative_quorum,
 )
-from tidelog.ledger.segmented import AsyncSegmentedLog, Position, RollPolicy, SegmentedLog, SegmentedLogRecord
+
+if TYPE_CHECKING:
+    from tidelog.ledger.client import (
+        MAX_ENTRY_BYTES,
+        AsyncLedgers,
+        AsyncReadHandle,
+        AsyncWriteHandle,
+        LedgerEntry,
+        Ledgers,
+        ReadHandle,
+        WriteHandle,
+    )
+    from tidelog.ledger.segmented import (
+        AsyncSegmentedLog,
+        Position,
+        RollPolicy,
+        SegmentedLog,
+        SegmentedLogRecord,
+    )
+
+# The client API sits a layer above these rules (docs/ARCHITECTURE.md §2.2): the controller and the
+# replica import the rules without loading the client, and `from tidelog.ledger import Ledgers`
+# loads it on first use.
+_LAZY = {
+    "MAX_ENTRY_BYTES": "tidelog.ledger.client",
+    "AsyncLedgers": "tidelog.ledger.client",
+    "AsyncReadHandle": "tidelog.ledger.client",
+    "AsyncWriteHandle": "tidelog.ledger.client",
+    "LedgerEntry": "tidelog.ledger.client",
+    "Ledgers": "tidelog.ledger.client",
+    "ReadHandle": "tidelog.ledger.client",
+    "WriteHandle": "tidelog.ledger.client",
+    "AsyncSegmentedLog": "tidelog.ledger.segmented",
+    "Position": "tidelog.ledger.segmented",
+    "RollPolicy": "tidelog.ledger.segmented",
+    "SegmentedLog": "tidelog.ledger.segmented",
+    "SegmentedLogRecord": "tidelog.ledger.segmented",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "MAX_ENTRY_BYTES",

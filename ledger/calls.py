@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client.hedge import until_superseded
 from tidelog.errors import (
     FlushSlaveTimeoutError,
@@ -48,7 +48,7 @@ from tidelog.proto import ledger_pb2 as lpb
 from tidelog.wire import error_from_rpc
 
 if TYPE_CHECKING:
-    from tidelog.client.aio import AsyncClient
+    from tidelog.client.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,11 @@ _RETRY_MASTER = (NotMasterError, UnavailableError, FlushSlaveTimeoutError, NotEn
 
 
 class LedgerCalls:
-    """The ledger I/O of one `AsyncClient` (its controller client and broker channels)."""
+    """The ledger I/O of one client transport (its controller client and broker channels)."""
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: Transport,
         *,
         add_timeout: float = DEFAULT_ADD_TIMEOUT,
         rpc_timeout: float | None = None,

@@ -3,14 +3,14 @@
 Each writer batches its own ledger's adds (ledger/writer.py); a client writing many ledgers on
 one broker set would still send one LEDGER_ADD frame per ledger per round trip. Here the
 batches handed to `AddCoalescer.send` during one turn of the event loop for the same broker
-leave together, as one LEDGER_ADDS frame (tidelog/dataframes.py), at the end of that turn: no
+leave together, as one LEDGER_ADDS frame (tidelog/dataport_frames.py), at the end of that turn: no
 add waits for a timer, and a batch alone goes as the LEDGER_ADD it was. The broker checks,
 appends and answers each ledger's batch on its own, so each caller gets its own reply or its
 own typed error (a fence of one ledger leaves the others' adds alone); a failure of the frame
 itself (the connection lost, no answer in time) is every caller's.
 
-A frame takes at most `dataframes.MAX_LEDGER_GROUPS` batches and stays within
-`dataframes.MAX_FRAME`; more go in further frames. A caller that gives up (its timeout, or
+A frame takes at most `dataport_frames.MAX_LEDGER_GROUPS` batches and stays within
+`dataport_frames.MAX_FRAME`; more go in further frames. A caller that gives up (its timeout, or
 a call to a master the controller has replaced) before its frame leaves is not sent.
 """
 
@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client.batching import take_batch
 from tidelog.client.dataconn import reply_error
 from tidelog.errors import InvalidArgumentError, UnavailableError
@@ -74,7 +74,7 @@ class AddCoalescer:
         self._one_by_one: set[str] = set()
 
     async def send(self, address: str, parts: list[bytes], timeout: float) -> bytes | bytearray | None:
-        """One ledger's add batch (`dataframes.ledger_add_request`) to the broker at `address`:
+        """One ledger's add batch (`dataport_frames.ledger_add_request`) to the broker at `address`:
         its LEDGER_ADD reply body, a typed error, or None when the broker has no data port."""
         loop = asyncio.get_running_loop()
         queued = self._queued.get(address)

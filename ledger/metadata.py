@@ -50,7 +50,7 @@ import hmac
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 from tidelog.errors import (
     IllegalOpError,
@@ -463,7 +463,7 @@ def apply_transition(
     require(isinstance(decision, LedgerState), f"a close decision must be a ledger state, not {decision!r}")
     if decision is LedgerState.CLOSED:
         return replace(meta, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
-    return replace(meta, state=decision)
+    return replace(meta, state=cast(LedgerState, decision))  # checked just above
 
 
 # Which state a CAS may write over which, whoever writes it (the controller checks every ledger

@@ -7,6 +7,7 @@ IncorrectParameterError before anything is sent (docs/reference/bookkeeper-ledge
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from tidelog.errors import IncorrectParameterError, NoSuchLedgerExistsError
 from tidelog.ledger.metadata import is_int
@@ -66,6 +67,7 @@ def check_ledger_id_to_open(ledger_id: object) -> int:
     # something that is not an id at all is a bad parameter
     if not is_int(ledger_id):
         raise IncorrectParameterError(f"a ledger id is an integer, got {ledger_id!r}")
+    ledger_id = cast(int, ledger_id)  # is_int said so (its TypeGuard is not seen across packages)
     if not 0 <= ledger_id <= MAX_LEDGER_ID:
         raise NoSuchLedgerExistsError(
             f"no ledger {ledger_id} (ledger ids are never negative)", ledger_id=ledger_id
@@ -96,6 +98,7 @@ def check_entry_range(first: object, last: object) -> tuple[int, int]:
     """(first, last) for a read, or IncorrectParameterError: ids are integers, 0 ≤ first ≤ last."""
     if not is_int(first) or not is_int(last):
         raise IncorrectParameterError(f"entry ids are integers, got first={first!r}, last={last!r}")
+    first, last = cast(int, first), cast(int, last)  # as above
     if first < 0 or last < 0:
         raise IncorrectParameterError(f"entry ids are never negative, got first={first}, last={last}")
     if first > last:

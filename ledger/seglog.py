@@ -47,7 +47,7 @@ from tidelog.ledger.seglog_record import (
 from tidelog.ledger.seglog_rolling import RollPolicy, default_ensemble_size, default_owner, should_roll
 
 if TYPE_CHECKING:
-    from tidelog.client.aio import AsyncClient
+    from tidelog.client.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class AsyncSegmentedLog:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: Transport,
         name: str,
         *,
         password: bytes = b"",

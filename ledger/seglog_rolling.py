@@ -16,7 +16,7 @@ from tidelog.errors import IncorrectParameterError
 from tidelog.ledger.metadata import is_int
 
 if TYPE_CHECKING:
-    from tidelog.client.aio import AsyncClient
+    from tidelog.client.transport import Transport
 
 __all__ = ["RollPolicy", "choose_ensemble_size", "default_ensemble_size", "default_owner", "should_roll"]
 
@@ -69,7 +69,7 @@ def choose_ensemble_size(replica_counts: Sequence[int]) -> int:
     return counts[0]
 
 
-async def default_ensemble_size(client: AsyncClient) -> int:
+async def default_ensemble_size(client: Transport) -> int:
     """`choose_ensemble_size` over the cluster's broker sets that have a master now."""
     reply = await client.controller.describe_broker_sets()
     return choose_ensemble_size([len(b.members) for b in reply.broker_sets if b.role.has_master])

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from tidelog.commitlog import CommitLog, Message, Placement
 from tidelog.commitlog.epochs import atomic_write
 from tidelog.commitlog.record import pack_value_length, property_name_field
-from tidelog.dataframes import LedgerEntry
+from tidelog.dataport_frames import LedgerEntry
 from tidelog.errors import CorruptRecordError, TidelogError
 from tidelog.ledger.metadata import LedgerMetadata
 

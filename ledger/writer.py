@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.errors import (
     LedgerClosedError,
     LedgerFencedError,

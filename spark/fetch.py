@@ -32,7 +32,7 @@ from tidelog import loops
 from tidelog.client.aio import READ_AHEAD, AsyncClient, ReadAhead, reply_records
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
-from tidelog.dataframes import PullCall
+from tidelog.dataport_frames import PullCall
 from tidelog.errors import (
     CorruptRecordError,
     OffsetBelowRetentionError,

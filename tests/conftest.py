@@ -16,8 +16,9 @@ from tidelog.localcluster.procs import PORT_SLICE_ENV
 # membership calls with the clusters' secret, as `tide` commands do with $TIDE_CLUSTER_SECRET.
 os.environ["TIDE_CLUSTER_SECRET"] = CLUSTER_SECRET
 
-# Under pytest-xdist (`make test` runs two workers) each worker, and every process it starts,
-# draws free ports from a slice of the range of its own: see tidelog.localcluster.procs.
+# Under pytest-xdist (`make test` runs the Makefile's TEST_WORKERS workers) each worker, and every
+# process it starts, draws free ports from a slice of the range of its own: see
+# tidelog.localcluster.procs.
 if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ[PORT_SLICE_ENV] = (
         f"{os.environ['PYTEST_XDIST_WORKER'].removeprefix('gw')}/{os.environ['PYTEST_XDIST_WORKER_COUNT']}"
@@ -99,8 +100,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # Every Spark module runs on one worker, one after the other. Each worker that runs a Spark test
 # starts a JVM and a SparkSession of its own (tests/spark/conftest.py: one per pytest process),
-# and with modules handed out one by one the Spark modules landed on all four workers, which then
-# started four JVMs at once at the start of the run. `tests/spark` as one scope starts one.
+# and with modules handed out one by one the Spark modules landed on every worker, which then
+# started a JVM each at once at the start of the run. `tests/spark` as one scope starts one.
 SHARED_SCOPES = ("tests/spark/",)
 
 

@@ -6,6 +6,9 @@ each, stopped by its own pid); this module only fixes what every test cluster sh
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,12 @@ __all__ = [
     "Proc",
     "free_address",
     "free_port",
+    "tide",
     "wait_until",
 ]
+
+#: `tide` as the tests run it: this interpreter's module, whatever PATH holds.
+TIDE_MODULE = (sys.executable, "-m", "tidelog.cli")
 
 # The cluster secret every test cluster shares (controllers and brokers alike).
 CLUSTER_SECRET = "test-cluster-secret"
@@ -31,3 +38,27 @@ class ControllerCluster(localcluster.ControllerCluster):
 
     def __init__(self, root: Path, size: int, *, secret: str | None = CLUSTER_SECRET, **options: Any) -> None:
         super().__init__(root, size, secret=secret, **options)
+
+
+def tide(
+    *args: str,
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    cwd: Path | None = None,
+    program: Sequence[str] = TIDE_MODULE,
+) -> subprocess.CompletedProcess[str]:
+    """Run `tide ARGS` to completion, bounded by `timeout`, its output captured as text: the one
+    way the tests call the command line. `env` is the whole environment (None: this process's);
+    stdin is `input`, else empty; `program` is how `tide` is started."""
+    return subprocess.run(
+        [*program, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+        env=None if env is None else dict(env),
+        check=False,
+    )

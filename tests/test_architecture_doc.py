@@ -3,7 +3,9 @@
 - every file or folder path the page names in backquotes exists, and every `path.py::Name`
   and `tidelog.x.y.Name` it names is defined there (read with `ast`; nothing is imported);
 - its sections are numbered `## N.` / `### N.M`, in order, each number once;
-- `tidelog.importgraph` finds no cycle between subpackages (docs/ARCHITECTURE.md §2.2).
+- `tidelog.importgraph` finds no cycle between subpackages and no import that goes up a layer of
+  docs/ARCHITECTURE.md §2.2 (the layer order is read from that section, nowhere else);
+- the controller loads no client code.
 
 Citations of `docs/ARCHITECTURE.md §N` elsewhere are checked by tests/test_citations.py, whose
 parsing is reused here for the one document.
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -155,3 +159,85 @@ def test_importgraph_finds_a_planted_cycle(tmp_path: Path) -> None:
     assert importgraph.cycles(graph) == [["broker", "ha"]]
     assert graph.targets("commitlog") == ["tidelog.errors"]
     assert {m.summary for m in modules} == {"x.", "y.", "z."}
+
+
+def test_no_import_goes_up_a_layer() -> None:
+    assert importgraph.layer_violations() == []
+
+
+def test_the_controller_loads_no_client_code() -> None:
+    check = (
+        "import tidelog.controller.state, tidelog.controller.service, sys; "
+        "loaded = [m for m in sys.modules if m.startswith('tidelog.client')]; "
+        "assert not loaded, loaded"
+    )
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+
+
+LAYERS_DOC = """### 2.2 Which folder may import which
+
+1. the base: `tidelog/`
+2. `commitlog/`
+3. `ha/` and
+   `ledger/` on a continuation line
+4. `broker/`, except `broker/top.py`
+
+Prose after the list naming `cli/` is no layer.
+
+### 2.3 Next
+"""
+
+
+def _planted(tmp_path: Path, files: dict[str, str]) -> list[str]:
+    for folder in importgraph.FOLDERS:
+        (tmp_path / folder).mkdir()
+    (tmp_path / "doc.md").write_text(LAYERS_DOC)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return importgraph.layer_violations(tmp_path, tmp_path / "doc.md")
+
+
+def test_the_layers_are_read_from_the_numbered_list() -> None:
+    assert importgraph.read_layers(ROOT / "docs" / "ARCHITECTURE.md")[0][0] == "tidelog/"
+    layers = importgraph.read_layers_text(LAYERS_DOC)
+    assert layers == [("tidelog/",), ("commitlog/",), ("ha/", "ledger/"), ("broker/", "broker/top.py")]
+    assert importgraph.layer_of("broker/top.py", layers) == 3  # the longest prefix names it
+    assert importgraph.layer_of("ledger/x.py", layers) == 2
+    assert importgraph.layer_of("cli/x.py", layers) is None
+
+
+def test_the_layer_check_finds_a_planted_upward_import(tmp_path: Path) -> None:
+    found = _planted(
+        tmp_path,
+        {
+            "commitlog/low.py": '"""low."""\nfrom tidelog.ha import high\n',
+            "ha/high.py": '"""high."""\nfrom tidelog.commitlog import low\n',
+            "ha/typed.py": '"""Only for the type checker."""\nfrom typing import TYPE_CHECKING\n'
+            "if TYPE_CHECKING:\n    from tidelog.broker import b\n",
+            "broker/b.py": '"""b."""\n',
+        },
+    )
+    assert found == ["commitlog/low.py:2 imports tidelog.ha.high (layer 3 above 2)"]
+
+
+def test_the_layer_check_counts_the_package_init_an_import_runs(tmp_path: Path) -> None:
+    """Importing `tidelog.ledger.x` runs ledger/__init__.py: an eager import there counts; a
+    module `__getattr__` (a lazy name) does not."""
+    eager = '"""eager."""\nfrom tidelog.broker.b import B\n'
+    lazy = '"""lazy."""\ndef __getattr__(name):\n    from tidelog.broker import b\n    return b\n'
+    files = {
+        "ha/user.py": '"""user."""\nfrom tidelog.ledger.x import X\n',
+        "ledger/x.py": '"""x."""\n',
+        "broker/b.py": '"""b."""\n',
+    }
+    found = _planted(tmp_path, {**files, "ledger/__init__.py": eager})
+    assert found == ["ledger/__init__.py:2 imports tidelog.broker.b (layer 4 above 3)"]
+    (tmp_path / "ledger" / "__init__.py").write_text(lazy)
+    assert importgraph.layer_violations(tmp_path, tmp_path / "doc.md") == []
+    (tmp_path / "broker" / "__init__.py").write_text('"""b."""\n')
+    (tmp_path / "commitlog" / "c.py").write_text('"""c."""\nfrom tidelog.ledger.x import X\n')
+    assert importgraph.layer_violations(tmp_path, tmp_path / "doc.md") == [
+        "commitlog/c.py:2 imports tidelog.ledger (layer 3 above 2)",
+        "commitlog/c.py:2 imports tidelog.ledger.x (layer 3 above 2)",
+    ]

@@ -48,7 +48,7 @@ def test_make_run(tmp_path: Path) -> None:
     # its processes are told apart from any other tidelog process running on the machine.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_") or k == PORT_SLICE_ENV}
     # A shorter drill than the newcomer's 15 s: it still waits for the failover and the old
-    # master's rejoin however long they take (tidelog/drill/killmaster.py).
+    # master's rejoin however long they take (drill/killmaster.py).
     env.update(TMPDIR=str(tmp_path), COLUMNS="120", TIDE_DEMO_DRILL_DURATION="5")
     # `make run` installs only when its stamp is older than pyproject.toml. This test checks the
     # run, not the install (which needs the network): if the stamp is stale, keep it as it is.

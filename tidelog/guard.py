@@ -265,6 +265,7 @@ class Guard(grpc.aio.ServerInterceptor):
         INVALID_ARGUMENT for a body that does not parse; then the cluster token's MAC and the
         permission rules, which need the request."""
         metadata = metadata_of(context.invocation_metadata())
+        err: TidelogError | None
         user, err = self.before_parse(method, metadata)
         if err is not None:
             await self._refuse(method, context, err)

@@ -3,21 +3,24 @@
 Owns one question a maintainer asks before moving code: which subpackage imports which, and is
 there a cycle between them? `python -m tidelog.importgraph` parses every `.py` under the package
 folders with `ast` (nothing is imported or run), maps each `tidelog.X.y` import to the subpackage
-`X`, prints the edges and exits 1 naming every cycle it finds. `--modules` prints one line per
-module instead (line count and the first line of its docstring), which is how the folder map in
-docs/ARCHITECTURE.md §2 is kept current.
+`X`, prints the edges and exits 1 naming every cycle it finds and every import that goes up a
+layer. `--modules` prints one line per module instead (line count and the first line of its
+docstring), which is how the folder map in docs/ARCHITECTURE.md §2 is kept current.
 
-Nodes: the repository's top-level folders (`broker`, `client`, ...), and inside the `tidelog/`
-folder each module and subpackage on its own (`tidelog.errors`, `tidelog.localcluster`,
-`tidelog.cli`, ...). The root folder is not one layer: `errors`, `invariants` and `wire` sit below
-every subpackage while `cli` and `localcluster` sit above them, so one `tidelog` node would
-report a cycle through every folder and hide the real ones.
+Nodes: the repository's top-level folders (`broker`, `client`, `cli`, ...), and inside the
+`tidelog/` folder each module and subpackage on its own (`tidelog.errors`, `tidelog.proto`, ...),
+which is how a cycle through the foundation shows where it is.
+
+Layers: the order written once in docs/ARCHITECTURE.md §2.2 (a numbered list of folders and
+files) is read from there, and every import a module runs, with the package `__init__`s it runs
+on the way, is checked against it; the printout ends with each import that goes up a layer.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,9 +37,18 @@ FOLDERS: tuple[str, ...] = (
     "ledger",
     "spark",
     "lab",
+    "sim",
+    "localcluster",
+    "drill",
+    "cli",
     "tidelog",
 )
 GENERATED_SUFFIXES: tuple[str, ...] = ("_pb2.py", "_pb2_grpc.py")
+# The layer order is written once, as the numbered list of this section, and read from there.
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+LAYER_SECTION = "### 2.2 "
+_ITEM = re.compile(r"^(\d+)\. ")
+_LAYER_PATH = re.compile(r"`([\w.-]+(?:/[\w.-]+)*(?:/|\.py))`")
 
 
 @dataclass(frozen=True)
@@ -73,12 +85,12 @@ def node_of(dotted: str) -> str | None:
     if len(parts) >= 2 and parts[1] in FOLDERS and parts[1] != "tidelog":
         return parts[1]
     if len(parts) >= 2:
-        return f"tidelog.{parts[1]}"  # a root module or tidelog/cli, tidelog/proto
+        return f"tidelog.{parts[1]}"  # a root module or cli, tidelog/proto
     return "tidelog"  # the package's own __init__
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
-    """`commitlog/log.py` -> `tidelog.commitlog.log`; `tidelog/cli/__init__.py` -> `tidelog.cli`."""
+    """`commitlog/log.py` -> `tidelog.commitlog.log`; `cli/__init__.py` -> `tidelog.cli`."""
     rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[0] != "tidelog":
@@ -187,6 +199,90 @@ def cycle_edges(graph: Graph, component: list[str]) -> list[str]:
     return out
 
 
+def read_layers(doc: Path = DOC) -> list[tuple[str, ...]]:
+    """The layers of docs/ARCHITECTURE.md §2.2, bottom first, each the folders and files it names.
+
+    A layer is one numbered item of the section; its paths are the backquoted folders (`ha/`)
+    and files (`client/transport.py`) in the item, continuation lines included."""
+    return read_layers_text(doc.read_text())
+
+
+def read_layers_text(text: str) -> list[tuple[str, ...]]:
+    """`read_layers` of the page's text."""
+    layers: list[list[str]] = []
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("### "):
+            inside = line.startswith(LAYER_SECTION)
+            continue
+        if not inside:
+            continue
+        if _ITEM.match(line):
+            layers.append([])
+        elif not line.startswith(" "):
+            continue  # prose between and after the items names paths that are no layer
+        if layers:
+            layers[-1].extend(_LAYER_PATH.findall(line))
+    return [tuple(paths) for paths in layers]
+
+
+def layer_of(path: str, layers: list[tuple[str, ...]]) -> int | None:
+    """The index of the layer naming the longest prefix of `path` (relative, with slashes)."""
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for index, prefixes in enumerate(layers):
+        for prefix in prefixes:
+            fits = path == prefix if prefix.endswith(".py") else path.startswith(prefix)
+            if fits and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def runtime_imports(tree: ast.Module, module: str, is_package: bool) -> Iterator[tuple[str, int]]:
+    """Every module name imported when the module runs, with its line: `imported_names` without
+    the imports under `if TYPE_CHECKING:`, which only the type checker reads, and without those of
+    a module-level `__getattr__` (PEP 562), which run on the importer's behalf."""
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__" and node in tree.body:
+            continue  # a package's lazy names: loaded when the importer asks for one, in its layer
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            stub = ast.Module(body=[node], type_ignores=[])
+            yield from ((name, node.lineno) for name in imported_names(stub, module, is_package))
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _loaded(name: str, known: dict[str, Path]) -> list[str]:
+    """The modules Python runs to import `name`: the longest known module it names and every
+    package `__init__` above it (importing `tidelog.ledger.metadata` runs ledger/__init__.py)."""
+    parts = name.split(".")
+    return [".".join(parts[:cut]) for cut in range(len(parts), 1, -1) if ".".join(parts[:cut]) in known]
+
+
+def layer_violations(root: Path = ROOT, doc: Path = DOC) -> list[str]:
+    """Every import that goes up a layer of §2.2, and every module no layer names."""
+    layers = read_layers(doc)
+    paths = {module_name(p, root): p for p in source_files(root)}
+    rel = {name: p.relative_to(root).as_posix() for name, p in paths.items()}
+    level = {name: layer_of(path, layers) for name, path in rel.items()}
+    found = [f"{rel[name]} is in no layer of §2.2" for name, lay in level.items() if lay is None]
+    for name, path in paths.items():
+        src = level[name]
+        if src is None:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for imported, line in runtime_imports(tree, name, path.name == "__init__.py"):
+            for target in _loaded(imported, paths):
+                dst = level[target]
+                if dst is not None and dst > src:
+                    found.append(f"{rel[name]}:{line} imports {target} (layer {dst + 1} above {src + 1})")
+    return sorted(set(found))
+
+
 def print_graph(graph: Graph) -> int:
     for src in graph.nodes:
         print(f"{src} -> {', '.join(graph.targets(src)) or '(nothing)'}")
@@ -194,7 +290,10 @@ def print_graph(graph: Graph) -> int:
     for comp in found:
         print(f"CYCLE: {' <-> '.join(comp)}")
         print("\n".join(cycle_edges(graph, comp)))
-    return 1 if found else 0
+    upward = layer_violations()
+    for line in upward:
+        print(f"UP A LAYER: {line}")
+    return 1 if found or upward else 0
 
 
 def print_modules(modules: list[Module]) -> int:

@@ -82,6 +82,6 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
         for t in pending:
             t.cancel()
         _, pending = await asyncio.wait(pending, timeout=1.0)
-    for t in tasks:
-        if t is not None and t.done() and not t.cancelled():
-            t.exception()
+    for task in tasks:
+        if task is not None and task.done() and not task.cancelled():
+            task.exception()

@@ -4,7 +4,7 @@ Server side: `@rpc` wraps an async servicer method so that a `TidelogError` beco
 `context.abort(grpc.StatusCode[err.status], err.message)` with trailing metadata
 `tidelog-error-code` = err.code (plus `tidelog-leader` when the error names a leader), and an
 unexpected exception becomes INTERNAL after being logged; a request never kills the server.
-`require`, `non_empty` and `non_negative` validate requests with a clear INVALID_ARGUMENT.
+`check_request`, `non_empty` and `non_negative` validate requests with a clear INVALID_ARGUMENT.
 
 Client side: `error_from_rpc` turns an `AioRpcError` back into the typed error, so a caller gets
 the same class over the wire as in-process.
@@ -119,19 +119,21 @@ def rpc(fn: F) -> F:
 # --- request validation -----------------------------------------------------------------------
 
 
-def require(condition: bool, message: str, **details: Any) -> None:
+def check_request(condition: bool, message: str, **details: Any) -> None:
+    """Refuse a request that breaks `condition` with INVALID_ARGUMENT saying `message` (named apart
+    from tidelog.invariants.require, which fails the process on broken state, not on bad input)."""
     if not condition:
         raise InvalidArgumentError(message, **details)
 
 
 def non_empty(field: str, value: str, max_len: int = 255) -> str:
-    require(bool(value) and bool(value.strip()), f"{field} must not be empty", field=field)
-    require(len(value) <= max_len, f"{field} is longer than {max_len} characters", field=field)
+    check_request(bool(value) and bool(value.strip()), f"{field} must not be empty", field=field)
+    check_request(len(value) <= max_len, f"{field} is longer than {max_len} characters", field=field)
     return value
 
 
 def non_negative(field: str, value: int) -> int:
-    require(value >= 0, f"{field} must not be negative (got {value})", field=field)
+    check_request(value >= 0, f"{field} must not be negative (got {value})", field=field)
     return value
 
 

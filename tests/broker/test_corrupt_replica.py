@@ -10,13 +10,12 @@ and rewrites it in place, and `tide broker verify` names the damage before and n
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
 from tests.brokers import status_of, wait_topic
 from tests.procs import wait_until
@@ -29,12 +28,7 @@ N = 1500
 
 
 def _verify(data_dir: Path) -> tuple[int, dict]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", "broker", "verify", "--data-dir", str(data_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = procs.tide("broker", "verify", "--data-dir", str(data_dir), "--json", timeout=60)
     return done.returncode, json.loads(done.stdout)
 
 

@@ -1,4 +1,4 @@
-"""The data port (broker/dataport.py, tidelog/dataframes.py) on a real broker set.
+"""The data port (broker/dataport.py, tidelog/dataport_frames.py) on a real broker set.
 
 - the Python client produces and reads through it; a client on gRPC only reads the same messages;
 - a bad record batch, an unknown operation and a produce to the slave get typed error frames on a
@@ -24,7 +24,7 @@ import pytest
 from crc32c import crc32c
 
 from tests.broker.conftest import TOPIC, BrokerCluster
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client.aio import AsyncClient, OutMessage
 from tidelog.commitlog.batch import encode_batch
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.broker import config, dataport
 from tidelog.broker.dataport import ByteBudget, DataPort
 from tidelog.commitlog import QueueOffsets

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import procs
 from tidelog.localcluster import proc_args
 from tidelog.localcluster.procs import PORT_SLICE_ENV
 
@@ -51,16 +52,7 @@ def tide(
     *args: str, timeout: float = 120.0, input: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run `tide ARGS` to completion from the repository root (bounded by `timeout`)."""
-    return subprocess.run(
-        [*TIDE, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        input=input,
-        stdin=None if input is not None else subprocess.DEVNULL,
-        env=tide_env(env),
-    )
+    return procs.tide(*args, timeout=timeout, input=input, env=tide_env(env), cwd=REPO, program=TIDE)
 
 
 def cmdline(pid: int) -> str:

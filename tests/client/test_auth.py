@@ -20,7 +20,7 @@ import pytest
 
 from tests.client.conftest import REPO, LocalCluster, start_cluster, stop_cluster, tide
 from tidelog import access, tlsconfig
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client import AsyncClient
 from tidelog.client.dataconn import DataConnection
 from tidelog.credentials import Credentials, Signer

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client import dataconn
 from tidelog.client.dataconn import DataPlane
 from tidelog.errors import UnavailableError

@@ -1,4 +1,4 @@
-"""`--retention DURATION` on the command line (tidelog/cli/durations.py): what it accepts, what it
+"""`--retention DURATION` on the command line (cli/durations.py): what it accepts, what it
 refuses with a message naming the accepted forms, and the display form that reads back."""
 
 from __future__ import annotations

@@ -9,13 +9,13 @@ from __future__ import annotations
 import http.server
 import json
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tidelog.cli.health import answer_of, metrics_address_of
 from tidelog.errors import ConfigError
 
@@ -51,9 +51,7 @@ def process() -> Iterator[tuple[str, type[_Process]]]:
 
 
 def tide(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", "health", *args], capture_output=True, text=True, timeout=60
-    )
+    return procs.tide("health", *args, timeout=60)
 
 
 def test_waits_until_the_process_is_ready(process: tuple[str, type[_Process]]) -> None:

@@ -1,4 +1,4 @@
-"""`tide placement status` (tidelog/cli/placement.py) shows the replicas as the leader sees them.
+"""`tide placement status` (cli/placement.py) shows the replicas as the leader sees them.
 
 Route reads are hedged over the controllers (client/controllers.py): when the leader is slow, a
 follower's answer wins, and a follower does not know who is alive (`liveness_known` false, every

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.broker.dataport import DataPort
 from tidelog.client.aio import AsyncClient, OutMessage
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute

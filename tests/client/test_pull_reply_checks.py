@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from crc32c import crc32c
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client.aio import AsyncClient, OutMessage, reply_records
 from tidelog.client.routing import BrokerSetRoute, Replica
 from tidelog.commitlog.batch import encode_batch

@@ -25,7 +25,7 @@ from cryptography import x509
 
 from tests.client.conftest import REPO, LocalCluster, runs_from, start_cluster, stop_cluster, tide
 from tests.client.test_rocketmq_endpoint import drive
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog import tlsconfig
 from tidelog.client import AsyncClient, Client
 from tidelog.client.dataconn import DataConnection

@@ -1,4 +1,4 @@
-"""`tide top`'s pure core (tidelog/cli/topmodel.py): answers → snapshot, two snapshots → rates,
+"""`tide top`'s pure core (cli/topmodel.py): answers → snapshot, two snapshots → rates,
 and the shape of the `--json` document. No processes."""
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from tests import procs
 from tests.procs import ControllerCluster
 from tidelog.client import assign as asg
 from tidelog.client.controllers import ControllerClient
@@ -22,14 +22,7 @@ pytestmark = pytest.mark.slow
 
 
 def tide(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-    )
+    return procs.tide(*args, timeout=60, env={**os.environ, **(env or {})})
 
 
 def tide_json(*args: str) -> Any:

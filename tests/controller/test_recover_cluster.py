@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests import procs
 from tests.brokers import BrokerSetProcs, commitlog_prefix, create_topic, read_queues, status_of, wait_topic
 from tests.procs import ControllerCluster, wait_until
 from tidelog.client.controllers import ControllerClient
@@ -38,14 +39,7 @@ WRITES_AGAIN_S = 10.0  # the issue's target: writes again within 10 s of the rec
 
 
 def tide(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    return procs.tide(*args, timeout=timeout)
 
 
 async def _status(addresses: list[str], address: str, seen: int = 0) -> tuple[int, tuple[str, ...], str]:

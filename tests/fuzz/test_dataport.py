@@ -1,4 +1,4 @@
-"""Fuzzing the data port's frames (tidelog/dataframes.py) on both ends: the broker's parsing and
+"""Fuzzing the data port's frames (tidelog/dataport_frames.py) on both ends: the broker's parsing and
 serving of a request body (broker/dataport.py, through a real in-process master), and the
 client's reading of a reply stream (client/dataconn.py).
 
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz.fuzzing import FUZZ, Check, Fuzzer, inputs, plain
 from tests.fuzz.replica import QUEUES, TOPIC, master
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.acl import AclState, User
 from tidelog.broker.dataport import ByteBudget, DataPort, _Held, _Link
 from tidelog.client.aio import OutMessage

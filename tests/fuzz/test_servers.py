@@ -13,7 +13,7 @@ import tracemalloc
 from crc32c import crc32c
 
 from tests.fuzz.replica import TOPIC, Master, master
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.broker.dataport import DataPort
 from tidelog.client.aio import OutMessage
 from tidelog.client.dataconn import DataConnection

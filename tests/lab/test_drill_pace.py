@@ -1,4 +1,4 @@
-"""A drill's pace (tidelog/drill/scenarios.py): `--hold` scales how long every fault of a named
+"""A drill's pace (drill/scenarios.py): `--hold` scales how long every fault of a named
 scenario or a random schedule lasts, and nothing else about it. No cluster: the drill's sleeps are
 recorded instead of slept."""
 

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import procs
 from tidelog.lab import net
 from tidelog.lab.plan import lab_prefix
 
@@ -57,14 +58,7 @@ def lab_topology() -> str:
 
 
 def tide(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    return procs.tide(*args, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def namespaces() -> set[str]:

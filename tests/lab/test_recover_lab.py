@@ -1,5 +1,5 @@
 """Scenario: two sites, three controllers (c1 and c2 in dc-a, c3 in dc-b; deploy/two-dc-two-sites.yaml)
-in real network namespaces, and dc-a lost: the quorum drills of tidelog/drill/quorum.py run the
+in real network namespaces, and dc-a lost: the quorum drills of drill/quorum.py run the
 runbook's recovery (docs/RUNBOOK-quorum.md) on the survivor under a sync-replicated producer.
 
 One cluster serves the module; every drill brings dc-a back (fenced, wiped, added back) before it
@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import procs
 from tidelog.lab import net
 from tidelog.lab.plan import lab_prefix
 
@@ -39,15 +39,7 @@ PACE = ["--warmup", "1.5", "--settle", "2", "--hold", "0.5"]
 
 
 def tide(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
+    return procs.tide(*args, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def test_pipelined_adds_are_batched_and_read_back_in_order(cluster: LocalCluster
             assert w.last_add_confirmed == 1_999
             # far fewer calls than adds: the adds made while calls were in flight went together
             assert w.add_requests <= 2_000 // 10, w.add_requests
-            # the batches went through the master's data port (tidelog/dataframes.py LEDGER_ADD),
+            # the batches went through the master's data port (tidelog/dataport_frames.py LEDGER_ADD),
             # or, for a client told not to use it, through gRPC
             assert bool(client.data._connections) == data_port
             tail = await ledgers.open_ledger(w.ledger_id, PASSWORD, recovery=False)

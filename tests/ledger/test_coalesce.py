@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.errors import InvalidArgumentError, LedgerFencedError, UnavailableError
 from tidelog.ledger.coalesce import AddCoalescer, frames_of
 

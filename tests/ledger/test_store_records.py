@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tidelog.commitlog import CommitLog, Message
 from tidelog.commitlog import record as rec
-from tidelog.dataframes import LedgerEntry
+from tidelog.dataport_frames import LedgerEntry
 from tidelog.errors import InvalidArgumentError
 from tidelog.ledger.metadata import new_ledger_metadata
 from tidelog.ledger.store import (

@@ -19,7 +19,7 @@ import yaml
 
 from tests.brokers import BrokerClient
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.broker.dataport import HEADER_TIMEOUT_S, SPILL_BYTES
 from tidelog.proto import broker_pb2 as bpb
 

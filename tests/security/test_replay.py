@@ -17,7 +17,7 @@ import pytest
 from tests.client.conftest import LocalCluster, tide
 from tests.security.conftest import admin, controller_address, raw_call, tls_channel
 from tidelog import access
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.client import AsyncClient
 from tidelog.client.dataconn import DataConnection
 from tidelog.credentials import Credentials, Signer

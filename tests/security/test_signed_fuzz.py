@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tests.client.conftest import LocalCluster
 from tests.fuzz.grpcmsg import messages
 from tests.security.conftest import admin, broker_config, controller_address, secure, tls_channel  # noqa: F401
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog import tlsconfig
 from tidelog.errors import by_code
 from tidelog.proto import broker_pb2, controller_pb2, ledger_pb2

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.batch import RecordView
-from tidelog.dataframes import Offsets, PullCall, Pulled
+from tidelog.dataport_frames import Offsets, PullCall, Pulled
 from tidelog.errors import (
     InvalidArgumentError,
     OffsetBelowRetentionError,

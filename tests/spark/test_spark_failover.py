@@ -23,7 +23,7 @@ from tests.client.conftest import LocalCluster
 from tests.spark.conftest import log_contents, produce, rows_by_pos
 from tidelog.client import Client, OutMessage
 from tidelog.client.aio import AsyncClient
-from tidelog.dataframes import PullCall
+from tidelog.dataport_frames import PullCall
 from tidelog.localcluster import wait_until
 from tidelog.proto import broker_pb2 as bpb
 from tidelog.spark import fetch

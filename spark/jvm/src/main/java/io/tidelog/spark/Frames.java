@@ -4,7 +4,7 @@ import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 
 /**
- * The data port's frames (tidelog/dataframes.py), the parts this reader needs: a PULL request, its
+ * The data port's frames (tidelog/dataport_frames.py), the parts this reader needs: a PULL request, its
  * reply's fields, and an error reply's code and message. Big-endian, as on the wire.
  *
  * <pre>
@@ -19,7 +19,7 @@ final class Frames {
   static final int OP_PULL = 2;
   static final int OK = 0;
   static final int HEAD_SIZE = 9;
-  /** dataframes.MAX_FRAME: the largest frame a broker sends. */
+  /** dataport_frames.MAX_FRAME: the largest frame a broker sends. */
   static final int MAX_FRAME = (64 << 20) + 4096;
   /** The fields of a pull reply before its records. */
   static final int PULLED_SIZE = 40;

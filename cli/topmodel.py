@@ -1,6 +1,6 @@
 """What `tide top` shows, as pure functions: cluster answers → a snapshot; two snapshots → rates.
 
-No I/O and no clock here: `tidelog/cli/top.py` asks the controllers and brokers, stamps each
+No I/O and no clock here: `cli/top.py` asks the controllers and brokers, stamps each
 snapshot with the time it was taken, and renders what `view` returns. `view` is also the JSON
 document of `tide top --json` — a stable shape, `SCHEMA_VERSION` 1:
 

@@ -9,7 +9,7 @@ pid still runs a tidelog process before signalling it). Ports are picked free on
 starts.
 
 A topology with a `tls:` section (deploy/secure.yaml) gets a throwaway CA and a certificate per
-process under `data_dir/tls/` (tidelog/localcluster/certs.py); every config carries its `tls:`
+process under `data_dir/tls/` (localcluster/certs.py); every config carries its `tls:`
 section and the state records `ca_file` (and the client's `cert_file`/`key_file`).
 
 With `netns=True` (`tide cluster up --netns`) every process runs in its own network namespace
@@ -84,8 +84,8 @@ class _Ports:
         if self.next == "auto":
             while self.reuse:
                 earlier = self.reuse.pop(0)
-                host, _, port = earlier.rpartition(":")
-                if host == self.host and port.isdigit() and bind_problem(earlier) is None:
+                host, _, earlier_port = earlier.rpartition(":")
+                if host == self.host and earlier_port.isdigit() and bind_problem(earlier) is None:
                     return earlier
             return free_address(self.host)
         port = int(self.next)
@@ -295,7 +295,7 @@ def _prepare(data_dir: Path, netns: bool) -> list[str]:
     """Refuse a data directory whose cluster still runs; clear the lab of one that does not.
     Returns the addresses the earlier cluster of this directory took (to take again)."""
     if netns:
-        net.require()  # before anything is created: without root nothing is half made
+        net.check_available()  # before anything is created: without root nothing is half made
     private_dir(data_dir)
     require_private(data_dir, "data directory")
     if not _state_path(data_dir).exists():

@@ -1,4 +1,4 @@
-"""The data port's frames (tidelog/dataframes.py): every field round-trips, and a frame that breaks
+"""The data port's frames (tidelog/dataport_frames.py): every field round-trips, and a frame that breaks
 the layout is a FrameError (its connection is closed), never another exception."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog import dataframes as df
+from tidelog import dataport_frames as df
 from tidelog.errors import NotMasterError
 
 topics = st.text(min_size=1, max_size=40)

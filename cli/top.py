@@ -2,7 +2,7 @@
 
 This module only asks and draws: the controllers describe the broker sets (`DescribeBrokerSets`),
 every member answers `Status`, topics are listed with their queues' offsets and each consumer
-group's committed offsets are read (`tidelog/cli/topmodel.py` turns the answers into a snapshot
+group's committed offsets are read (`cli/topmodel.py` turns the answers into a snapshot
 and two snapshots into rates; its docstring gives the `--json` shape). Nothing here reads
 Prometheus: what is shown is what the cluster serves to every client.
 """

@@ -1,5 +1,5 @@
 """`tide topic|produce|consume`: the client-facing commands, thin over tidelog.client
-(`tide group` is tidelog/cli/groups.py)."""
+(`tide group` is cli/groups.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tidelog.cli.common import (
 from tidelog.cli.durations import format_retention, retention_option
 from tidelog.client import OutMessage, Producer, Receipt
 from tidelog.commitlog import record as rec
-from tidelog.dataframes import produce_room
+from tidelog.dataport_frames import produce_room
 from tidelog.errors import MessageTooLargeError, TopicInUseError
 
 _RETENTION_HELP = (

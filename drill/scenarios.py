@@ -1,7 +1,7 @@
 """Drills: a schedule of faults under a sync-replicated producer, then a heal and a check.
 
 A drill creates a topic on one broker set, produces to it from two threads while its schedule
-applies faults (tidelog/drill/faults.py), heals everything, waits for the broker set to be whole again,
+applies faults (drill/faults.py), heals everything, waits for the broker set to be whole again,
 and checks (`check`):
 
 - `acked` / `acked_lost`: every acknowledged message is read back through the public client
@@ -436,7 +436,7 @@ def _oneway(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> Non
     d.net(rules.Cut(a, b, oneway=True), f"partition {a} {b} --one-way")
 
 
-def _master_from_controllers(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
+def _random_master_from_controllers(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
     m = d.master()["name"]
     d.net(rules.Isolate(m, "controllers"), f"isolate {m} --from controllers")
 
@@ -451,7 +451,7 @@ def _delay(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None
     d.net(rules.Delay(dc, other, ms), f"delay {dc} {other} {ms}ms")
 
 
-def _client_from_master(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
+def _random_client_from_master(d: Drill, rng: random.Random, dc: str, other: str, side: str) -> None:
     m = d.master()["name"]
     d.net(rules.Isolate("client", m), f"isolate client --from {m}")
 
@@ -483,10 +483,10 @@ _NETWORK_FAULTS: dict[str, RandomFault] = {
     "isolate-dc": lambda d, rng, dc, other, side: d.net(rules.Isolate(side), f"isolate {side}"),
     "partition": lambda d, rng, dc, other, side: d.net(rules.Cut(dc, other), f"partition {dc} {other}"),
     "partition-oneway": _oneway,
-    "master-from-controllers": _master_from_controllers,
+    "master-from-controllers": _random_master_from_controllers,
     "loss": _loss,
     "delay": _delay,
-    "client-from-master": _client_from_master,
+    "client-from-master": _random_client_from_master,
     "controllers-cut-off": lambda d, rng, dc, other, side: d.controllers_cut(True),
 }
 

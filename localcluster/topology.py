@@ -38,7 +38,7 @@ class Topology:
     broker_sets: list[dict[str, Any]] = field(default_factory=list)
     broker: dict[str, Any] = field(default_factory=dict)
     lab: dict[str, Any] = field(default_factory=dict)  # with --netns: {wan_delay_ms: N}
-    # present: `up` makes a throwaway CA and a certificate per process (tidelog/localcluster/certs.py)
+    # present: `up` makes a throwaway CA and a certificate per process (localcluster/certs.py)
     tls: dict[str, Any] | None = None
     # {enabled: true}: users' calls must be signed and permitted; `up` creates an admin user
     auth: dict[str, Any] | None = None
