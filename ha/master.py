@@ -123,7 +123,7 @@ class HaSlot:
 
     __slots__ = ("heard", "owner", "timer", "transport")
 
-    def __init__(self, owner: HaSlots, transport: asyncio.BaseTransport, timer: asyncio.TimerHandle) -> None:
+    def __init__(self, owner: HaSlots, transport: asyncio.WriteTransport, timer: asyncio.TimerHandle) -> None:
         self.owner = owner
         self.timer: asyncio.TimerHandle | None = timer  # the handshake deadline, until proven
         self.transport = transport
@@ -166,7 +166,7 @@ class HaSlots:
         self.proven: set[HaSlot] = set()
         self.evicted = 0  # unproven connections closed to make room, for logs and tests
 
-    def admit(self, transport: asyncio.BaseTransport) -> HaSlot:
+    def admit(self, transport: asyncio.WriteTransport) -> HaSlot:
         """A slot for a new connection, closing the connection it displaces if the unproven ones
         are full; the new connection is closed (aborted) at its handshake deadline unless proven."""
         if len(self.unproven) >= self.max_unproven:

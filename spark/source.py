@@ -114,7 +114,7 @@ class _Reading:
                 yield from rows.tuples(chunk, p.topic, p.broker_set, self.columns)
 
 
-class TidelogBatchReader(_Reading, DataSourceReader):
+class TidelogBatchReader(_Reading, DataSourceReader):  # type: ignore[misc]  # read() is _Reading's
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         _Reading.__init__(self, options, schema, streaming=False)
 
@@ -124,7 +124,9 @@ class TidelogBatchReader(_Reading, DataSourceReader):
         return _tasks(fetch.batch_plan(view, o, "batch read"), view.replicas)
 
 
-class TidelogStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TidelogStreamReader(  # type: ignore[misc]  # read() is _Reading's
+    _Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
+):
     """Offsets are `{"topic": {"broker-a:0": next offset}}`; each micro-batch ends at confirmed offsets.
 
     Spark keeps one instance of this class per running query for the calls below (in one worker
