@@ -117,8 +117,8 @@ def test_a_recalled_delayed_message_is_never_delivered_and_a_delivered_one_canno
         assert out["id"].startswith("broker-a:") and out["moved"] == 1
         assert [c.body for c in in_topic(m)] == [b"delivered"]
         assert out["codes"] == {
-            "again": "BAD_REQUEST",
-            "delivered": "BAD_REQUEST",
+            "again": "INTERNAL_SERVER_ERROR",
+            "delivered": "INTERNAL_SERVER_ERROR",
             "other_topic": "BAD_REQUEST",
             "other_set": "BAD_REQUEST",
         }
