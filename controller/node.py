@@ -330,6 +330,14 @@ class ControllerNode:
                 term,
                 self.cfg.heartbeat_timeout_ms,
             )
+        elif self.heartbeats.on_tick(now):
+            # RULES.md L8: paused (or starved) for a while; the silence in the table is our own
+            log.warning(
+                "controller %s leader loop was not running for %d ms or more; brokers get %d ms of grace",
+                self.cfg.node_id,
+                self.heartbeats.tick_gap_ms,
+                self.cfg.heartbeat_timeout_ms,
+            )
         await self.ensure_ready()
         self.heartbeats.expire(now)
         with self.raft.read() as state:

@@ -47,3 +47,17 @@ def test_seed_2645_a_paused_controller_leader_elects_while_the_old_master_still_
     shrunk = [Fault(2106, "pause", "c0", 4360), Fault(2506, "crash", "c1", 5415)]
     for out in (run_seed(2645), run_seed(2645, faults=shrunk)):
         assert out.ok, out.violation
+
+
+def test_seed_2645_a_paused_controller_leader_keeps_the_master_it_did_not_see_die() -> None:
+    """Fixed: the same leader, resuming from its 4.4 s pause, saw the master silent past its
+    timeout and a slave heard since before the pause, took that for witnessed silence and elected
+    b1 11 ms later: safe under L7, but a needless failover. A leader whose loop did not turn for
+    half a timeout now opens its grace again and no member witnesses the gap (controller/RULES.md
+    L8, HeartbeatTable.on_tick), so b2 stays master of epoch 1."""
+    shrunk = [Fault(2106, "pause", "c0", 4360), Fault(2506, "crash", "c1", 5415)]
+    out = run_seed(2645, faults=shrunk, trace=True)
+    assert out.ok, out.violation
+    elections = [line for line in out.trace if "is master of bs" in line]
+    assert len(elections) == 1 and "broker 2 is master of bs at epoch 1" in elections[0], elections
+    assert any("c0 was not listening" in line for line in out.trace)
