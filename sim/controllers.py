@@ -6,8 +6,11 @@ Real code: `ControllerState.apply` of `RegisterBroker`, `ElectMaster` and `Alter
 `masters_needing_election`, `leaderless_sets_electable`, `alive`), driven the way
 `controller/node.py::leader_tick` and `controller/service.py` drive them.
 
-Modelled (PySyncObj): one committed log shared by all; each controller applies it in order to its
-own `ControllerState` when it needs to read (a restarted controller replays it from the start).
+Modelled (PySyncObj): one committed log shared by all; each controller holds a prefix of it (what
+the leader has replicated to it: `known`) and applies that prefix in order to its own
+`ControllerState` when it needs to read (a restarted controller replays it from the start). A
+controller that cannot talk to the current leader learns nothing new, so a stale leader answers
+from the state it had when it was cut off, as PySyncObj's does.
 A leader commits a command only while it leads the current term and a majority can talk to it;
 a command in flight when the leader changes or loses its majority is lost (the caller sees no
 answer). A leader cut off from a majority keeps believing it leads, and answers heartbeats from
@@ -59,12 +62,15 @@ def role_of(bs: BrokerSet) -> Role:
 
 
 class Controller(Node):
+    serves_rpcs = True
+
     def __init__(self, sim: Sim, raft: Raft, name: str, dc: str) -> None:
         super().__init__(sim, name, dc)
         self.raft = raft
         self.leading = False
         self.term = 0
         self.lost_since: int | None = None
+        self.known = 0  # how much of the committed log this controller holds (kept over a restart)
         self.start()
 
     def start(self) -> None:
@@ -79,7 +85,7 @@ class Controller(Node):
     def catch_up(self) -> Result | None:
         log = self.raft.log
         result = None
-        while self.applied < len(log):
+        while self.applied < self.known:
             result = self.state.apply(log[self.applied])
             self.applied += 1
         return result
@@ -197,6 +203,8 @@ class Raft:
 
     def bootstrap(self, commands: list[object]) -> None:
         self.log.extend(commands)
+        for c in self.ctrls:
+            c.known = len(self.log)
         first = self.ctrls[0]
         first.leading, first.term, self.term = True, 1, 1
         for c in self.ctrls:
@@ -242,6 +250,7 @@ class Raft:
             return
         c.catch_up()
         self.log.append(cmd)
+        self._replicate(c)
         result = c.catch_up()
         if result is not None:
             if isinstance(cmd, (ElectMaster, AlterSyncStateSet)) and result.changed:
@@ -258,6 +267,8 @@ class Raft:
                 if o.term > c.term and self.talk(c, o):
                     c.term = o.term
         leader = next((c for c in self.ctrls if c.leading and c.term == self.term), None)
+        if leader is not None:
+            self._replicate(leader)
         if leader is not None and self.quorum(leader):
             self.election_at = None
             return
@@ -272,6 +283,16 @@ class Raft:
             self.election_at = sim.now + ELECT_MIN + sim.rng.randrange(ELECT_MAX - ELECT_MIN)
         elif sim.now >= self.election_at:
             self._elect(sim.rng.choice(cands))
+
+    def _replicate(self, leader: Controller) -> None:
+        """The current leader's log reaches itself and every controller that can talk to it."""
+        if not leader.up:
+            return
+        n = len(self.log)
+        leader.known = n
+        for o in self.ctrls:
+            if o is not leader and self.talk(leader, o):
+                o.known = n
 
     def _leader_checks(self, c: Controller) -> None:
         if not c.leading:
@@ -295,6 +316,7 @@ class Raft:
         c.term = self.term
         c.leading = True
         c.lost_since = None
+        c.known = len(self.log)  # Raft's election restriction: a new leader holds every commit
         self.election_at = None
         self.sim.tr("raft: c%s elected in term %d", c.name, self.term)
 

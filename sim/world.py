@@ -18,7 +18,7 @@ from .broker import HB_INTERVAL, Broker
 from .checker import Checker, Violation
 from .controllers import ELECT_MAX, FALLBACK, HB_TIMEOUT, SET, Controller, Raft, register_commands
 from .disk import DiskFailed, DivergedError
-from .faults import Fault, draw
+from .faults import REPLAY_P, Fault, draw
 from .net import Node, Sim
 
 DEFAULT_FAULTS = 20
@@ -153,6 +153,9 @@ class World:
             return [(a, b) for a in inside for b in outside] + [(b, a) for a in inside for b in outside]
         if f.kind == "oneway":
             return [(f.target, sorted(self.procs)[int(f.param)])]
+        if f.kind == "ctrl_split":
+            others = [c.name for c in self.ctrls if c.name != f.target]
+            return [(f.target, o) for o in others] + [(o, f.target) for o in others]
         brokers = [b.name for b in self.brokers.values()] + ["client"]
         ctrls = [c.name for c in self.ctrls]
         return [(a, b) for a in brokers for b in ctrls] + [(b, a) for a in brokers for b in ctrls]
@@ -167,7 +170,9 @@ class World:
             sim.dup = f.param
         elif k == "delay":
             sim.extra_delay = int(f.param)
-        elif k in ("partition", "oneway", "ctrl_cut"):
+        elif k == "replay":
+            sim.replay, sim.replay_late = REPLAY_P, int(f.param)
+        elif k in ("partition", "oneway", "ctrl_cut", "ctrl_split"):
             for link in self._links(f):
                 sim.cuts[link] += 1
         else:
@@ -206,7 +211,9 @@ class World:
             sim.dup = 0.0
         elif k == "delay":
             sim.extra_delay = 0
-        elif k in ("partition", "oneway", "ctrl_cut"):
+        elif k == "replay":
+            sim.replay = 0.0
+        elif k in ("partition", "oneway", "ctrl_cut", "ctrl_split"):
             for link in self._links(f):
                 sim.cuts[link] -= 1
                 if sim.cuts[link] <= 0:
