@@ -19,6 +19,7 @@ from .checker import Checker, Violation
 from .controllers import ELECT_MAX, FALLBACK, HB_TIMEOUT, SET, Controller, Raft, register_commands
 from .disk import DiskFailed, DivergedError
 from .faults import REPLAY_P, Fault, draw
+from .ledger import LedgerModel
 from .net import Node, Sim
 
 DEFAULT_FAULTS = 20
@@ -119,6 +120,7 @@ class World:
         broker_dcs = ["dc1", "dc2", "dc1"][:n]
         self.brokers = {i: Broker(sim, self, i, broker_dcs[i - 1], cfg) for i in range(1, n + 1)}
         self.client = Client(sim, self)
+        self.ledger = LedgerModel(sim, self.brokers, seed)
         self.raft.bootstrap(register_commands(n, broker_dcs))
         self.procs: dict[str, Node] = {b.name: b for b in self.brokers.values()}
         self.procs.update({c.name: c for c in self.ctrls})
@@ -248,7 +250,7 @@ class World:
 
     def run(self) -> None:
         sim = self.sim
-        heal = max(self.heal_at, 1000)
+        heal = max(self.heal_at, 1000, self.ledger.recovery_from)
         sim.run_until(heal)
         acked_before = len(self.client.acked_at)
         sim.run_until(heal + LIVENESS_MS)
@@ -260,6 +262,7 @@ class World:
                 f"liveness: no write acknowledged within {LIVENESS_MS} ms after the last fault healed"
             )
         self.checker.final(master)
+        self.ledger.final()
         states = []
         for c in self.ctrls:
             c.catch_up()

@@ -99,6 +99,7 @@ def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
         ("lease-only-before", 3379),
         ("expansion-after-confirm", 1358),
         ("give-up-unanswered", 1422),
+        ("ledger-first-negative", 68),
     ],
 )
 def test_mutant_is_caught(name: str, seed: int) -> None:
