@@ -200,6 +200,8 @@ class Raft:
         self.term = 0
         self.ctrls: list[Controller] = []
         self.election_at: int | None = None
+        # the checker's look at each committed SyncStateSet change: (broker set after, members before)
+        self.on_sync_state_set: Callable[[BrokerSet, frozenset[int]], None] | None = None
 
     def bootstrap(self, commands: list[object]) -> None:
         self.log.extend(commands)
@@ -249,12 +251,21 @@ class Raft:
             self.sim.tr("raft: %s lost (leader %s changed or lost its majority)", type(cmd).__name__, c.name)
             return
         c.catch_up()
+        before = c.state.broker_sets.get(SET)
+        members_before = before.sync_state_set if before is not None else frozenset()
         self.log.append(cmd)
         self._replicate(c)
         result = c.catch_up()
         if result is not None:
             if isinstance(cmd, (ElectMaster, AlterSyncStateSet)) and result.changed:
                 self.sim.tr("raft commit: %s", result.message)
+                hook = self.on_sync_state_set
+                if (
+                    hook is not None
+                    and isinstance(cmd, AlterSyncStateSet)
+                    and isinstance(result.value, BrokerSet)
+                ):
+                    hook(result.value, members_before)
             self.sim.fire(c, inc, done, (result,))
 
     def tick(self) -> None:

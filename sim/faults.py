@@ -22,6 +22,11 @@ Kinds:
   ctrl_cut     every controller unreachable from every broker
   ctrl_split   one controller cut from the other controllers (both ways), not from the brokers: a
                leader cut off this way answers heartbeats from its stale state until it steps down
+  failover_split  a correlated failure, its targets chosen when it begins: the current master
+               crashes for `duration` ms, and `param` ms after the crash the current controller
+               leader is cut from the other controllers for `SPLIT_MS` (so it answers from the
+               state before the failover while the others elect a new master, and the old master
+               comes back hearing both)
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from .net import DRIFT
 
 HORIZON_MS = 60_000  # faults start within the first minute
 REPLAY_P = 0.2  # during a replay fault, the share of requests to controllers run once more, late
+SPLIT_MS = 4000  # how long a failover_split cuts the controller leader from the others
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class Fault:
 
     @property
     def end(self) -> int:
+        if self.kind == "failover_split":
+            return self.start + max(self.duration, int(self.param) + SPLIT_MS)
         return self.start + self.duration
 
     def __str__(self) -> str:
@@ -68,6 +76,7 @@ KINDS = (
     ("ctrl_cut", 1),
     ("ctrl_split", 2),
     ("replay", 2),
+    ("failover_split", 1),
 )
 
 
@@ -107,6 +116,9 @@ def _shape(rng: Random, f: Fault, brokers: list[str], ctrls: list[str], dcs: lis
         target = rng.choice(targets[kind])
         if kind == "drift":
             param = round(1 + rng.uniform(-DRIFT, DRIFT), 5)
+    elif kind == "failover_split":
+        param = float(3000 + rng.randrange(1500))
+        dur = int(param) + 1000 + rng.randrange(2000)
     if kind in ("bitflip", "leader"):
         dur = 0
     return Fault(f.start, kind, target, dur, param)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from random import Random
 
+from tidelog.controller.model import BrokerSet
 from tidelog.ha.ackpolicy import AckConfig
 from tidelog.invariants import InvariantViolation
 
@@ -18,7 +19,7 @@ from .broker import HB_INTERVAL, Broker
 from .checker import Checker, Violation
 from .controllers import ELECT_MAX, FALLBACK, HB_TIMEOUT, SET, Controller, Raft, register_commands
 from .disk import DiskFailed, DivergedError
-from .faults import REPLAY_P, Fault, draw
+from .faults import REPLAY_P, SPLIT_MS, Fault, draw
 from .ledger import LedgerModel
 from .net import Node, Sim
 
@@ -117,6 +118,7 @@ class World:
         self.raft = Raft(sim)
         self.ctrls = [Controller(sim, self.raft, f"c{i}", DCS[i]) for i in range(3)]
         self.raft.ctrls = self.ctrls
+        self.raft.on_sync_state_set = self._on_sync_state_set
         broker_dcs = ["dc1", "dc2", "dc1"][:n]
         self.brokers = {i: Broker(sim, self, i, broker_dcs[i - 1], cfg) for i in range(1, n + 1)}
         self.client = Client(sim, self)
@@ -139,6 +141,10 @@ class World:
             if f.duration:
                 sim.at(f.end, self._end, f)
         self.heal_at = max((f.end for f in faults), default=0)
+
+    def _on_sync_state_set(self, bs: BrokerSet, before: frozenset[int]) -> None:
+        members = bs.sync_state_set
+        self.checker.on_expansion(self.brokers, members - before, members, bs.sss_epoch)
 
     # ------------------------------------------------------------------ faults
 
@@ -185,6 +191,9 @@ class World:
         if k == "leader":
             self.raft.step_down()
             return
+        if k == "failover_split":
+            self._failover_split(f)
+            return
         p = self._proc(f.target)
         if k == "crash" and p.up:
             if isinstance(p, Broker):
@@ -222,6 +231,32 @@ class World:
                     del sim.cuts[link]
         else:
             self._end_proc(f)
+
+    def _failover_split(self, f: Fault) -> None:
+        """Crash the master now, cut the controller leader from its peers `param` ms later."""
+        sim = self.sim
+        master = self.master()
+        if master is not None:
+            sim.tr("b%d (the master) crashes", master.bid)
+            master.crash()
+            sim.at(f.start + f.duration, self._back, master)
+        sim.at(f.start + int(f.param), self._split_leader, f)
+
+    def _back(self, b: Broker) -> None:
+        now = self.sim.now
+        if not b.up and not any(
+            g.kind == "crash" and g.target == b.name and g.start < now < g.end for g in self.faults
+        ):
+            b.restart()
+
+    def _split_leader(self, f: Fault) -> None:
+        leader = next((c for c in self.ctrls if c.leading and c.term == self.raft.term), None)
+        if leader is None:
+            return
+        self.sim.tr("%s (the controller leader) is cut from the other controllers", leader.name)
+        split = Fault(self.sim.now, "ctrl_split", leader.name, SPLIT_MS)
+        self._begin(split)
+        self.sim.at(split.end, self._end, split)
 
     def _end_proc(self, f: Fault) -> None:
         sim, k = self.sim, f.kind

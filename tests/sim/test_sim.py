@@ -109,6 +109,28 @@ def test_mutant_is_caught(name: str, seed: int) -> None:
     assert res["failed"] == 1, f"mutant {name} survived seed {seed}"
 
 
+def _mutated(name: str, seed: int, faults: list[Fault]) -> str:
+    MUTANTS[name].apply()
+    return run_seed(seed, faults=faults).violation
+
+
+@pytest.mark.parametrize(
+    ("name", "seed", "faults", "why"),
+    [
+        # the master crashes; 3 s later the controller leader is cut from its peers and answers
+        # from its old state while they elect b1: the old master, back, hears both
+        ("role-no-stale-check", 26, [Fault(3153, "failover_split", "", 4774, 3049.0)], "master of epoch 1"),
+    ],
+)
+def test_mutant_is_caught_by_its_shrunk_schedule(name: str, seed: int, faults: list[Fault], why: str) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    assert run_seed(seed, faults=faults).ok
+    with ProcessPoolExecutor(1) as pool:  # the mutant is applied in the worker only
+        violation = pool.submit(_mutated, name, seed, faults).result(timeout=120)
+    assert why in violation, violation
+
+
 def test_mutants_do_not_leak_into_this_process() -> None:
     _catch("elect-outside-sss", 11, 1)
     assert multiprocessing.current_process().name == "MainProcess"
