@@ -66,7 +66,7 @@ class Node:
 class Conn:
     """One HA connection between a master and a slave."""
 
-    __slots__ = ("alive", "incs", "last", "master", "send_offset", "shook", "slave")
+    __slots__ = ("alive", "answered", "incs", "last", "master", "send_offset", "shook", "slave")
 
     def __init__(self, master: Any, slave: Any) -> None:
         # the two brokers (typed loosely: this module knows processes, not brokers)
@@ -74,6 +74,7 @@ class Conn:
         self.slave = slave
         self.alive = True
         self.shook = False  # the master answered the handshake on it
+        self.answered = False  # the slave took that answer (its fork repair comes first): it may ack
         # the incarnations it connects: a frame to a process that restarted meets a reset
         self.incs = {master.name: master.inc, slave.name: slave.inc}
         self.last = 0  # delivery time of the last segment: a stream keeps its order

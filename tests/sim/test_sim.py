@@ -83,6 +83,16 @@ def test_a_failing_schedule_shrinks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [f.kind for f in small] == ["crash"]
 
 
+def test_a_slave_acks_only_after_its_handshake_is_answered() -> None:
+    """Seed 597: b2, master, paused while b1 (holding records of an older epoch past b2's start)
+    sent its handshake; b1's periodic ack went out before the answer, and b2 took its unrepaired
+    end for the slave's start and proposed it for the SyncStateSet. ha/slave.py starts its ack
+    loop only after the handshake's answer and the fork repair; so does the model now."""
+    out = run_seed(597, trace=True)
+    assert out.ok, out.violation
+    assert any("b1 truncates to 120" in line for line in out.trace)  # the fork repair it waits for
+
+
 def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
     return batch(start, seeds, workers=1, mutant=name, stop_at_first=True)
 
