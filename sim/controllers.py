@@ -313,10 +313,12 @@ class Raft:
         elif any(o.term > c.term and self.talk(c, o) for o in self.ctrls):
             c.leading = False
             self.sim.tr("%s hears of a newer term and steps down", c.name)
-        elif not self.quorum(c) and c.live():
+        elif not self.quorum(c):
+            # a paused leader hears no majority either: when it resumes, the last answer it had is
+            # from before the pause (what ha/lease.py::grants_lease measures), not from now
             if c.lost_since is None:
                 c.lost_since = self.sim.now
-            elif self.sim.now - c.lost_since >= FALLBACK:
+            elif c.live() and self.sim.now - c.lost_since >= FALLBACK:
                 c.leading = False
                 self.sim.tr("%s steps down: no majority for %d ms", c.name, FALLBACK)
         else:

@@ -93,6 +93,20 @@ def test_a_slave_acks_only_after_its_handshake_is_answered() -> None:
     assert any("b1 truncates to 120" in line for line in out.trace)  # the fork repair it waits for
 
 
+def test_a_paused_controller_leader_resumes_with_its_majority_long_gone() -> None:
+    """Seed 2063: c0, Raft leader, paused for 10.8 s and cut off with dc1 meanwhile; the model
+    took its loss of the majority as starting when it resumed, so it renewed the old master's
+    lease from its queued heartbeats after the others had elected b2. The answers a paused leader
+    last had are from before the pause (ha/lease.py::grants_lease measures from them)."""
+    shrunk = [
+        Fault(24_080, "crash", "b2", 5996),
+        Fault(32_146, "pause", "c0", 10_824),
+        Fault(36_247, "partition", "dc1", 7203),
+    ]
+    for out in (run_seed(2063), run_seed(2063, faults=shrunk)):
+        assert out.ok, out.violation
+
+
 def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
     return batch(start, seeds, workers=1, mutant=name, stop_at_first=True)
 
