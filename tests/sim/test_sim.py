@@ -116,13 +116,13 @@ def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("confirm-fastest", 40),
-        ("truncate-no-epoch-check", 0),
-        ("elect-outside-sss", 11),
+        ("confirm-fastest", 22),
+        ("truncate-no-epoch-check", 14),
+        ("elect-outside-sss", 35),
         ("ack-before-append", 0),
-        ("lease-only-before", 3379),
-        ("expansion-after-confirm", 1358),
-        ("give-up-unanswered", 1422),
+        ("expansion-after-confirm", 72),
+        ("role-no-stale-check", 26),
+        ("alter-no-sss-epoch-fence", 246),
         ("ledger-first-negative", 68),
     ],
 )
