@@ -11,7 +11,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 # bench machine. The bytecode is written once and read by every process after.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install spark lab-tools node-client run test check lint imports proto bench bench-spark fuzz clean sim sim-mutants
+.PHONY: install spark lab-tools doc-tools node-client run test check lint imports proto bench bench-spark fuzz clean sim sim-mutants
 
 # setuptools tells every editable install of a package-dir mapping to be careful with folders named
 # like the package (ours are: that is the layout), in a framed notice pip shows even with -q.
@@ -75,6 +75,14 @@ lab-tools:
 			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 nftables; \
 		else echo "note: ip/nft missing and not root: the network-lab tests will be skipped" >&2; fi; }
 
+# The README's shell examples use jq (reading cluster.json) and curl (metrics); the suite runs them
+# as written (tests/cli/test_readme_blocks.py). Debian's, when missing and we are root.
+doc-tools:
+	@command -v jq >/dev/null && command -v curl >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq curl; \
+		else echo "note: jq/curl missing and not root: the README's shell examples cannot run" >&2; fi; }
+
 # The official RocketMQ Node.js client for tests/client/test_rocketmq_node.py, at the version
 # tests/client/node/package-lock.json pins (`npm ci`); Node 18 or later, from Debian when it is
 # missing and we are root. Without Node those tests skip and say why.
@@ -128,7 +136,7 @@ imports: install
 # that heartbeat once outlived by a test's own CLI calls (2b55b8c).
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
 TEST_WORKERS ?= 3
-test: install spark lab-tools node-client lint
+test: install spark lab-tools doc-tools node-client lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow" -p no:cacheprovider tests/commitlog
 

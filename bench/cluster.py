@@ -78,6 +78,11 @@ class BenchCluster:
     def addresses(self) -> list[str]:
         return self._set.addresses
 
+    @property
+    def data_dirs(self) -> list[Path]:
+        """Each replica's data directory, in the order of `brokers`."""
+        return self._set.data_dirs
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> BenchCluster:

@@ -10,7 +10,9 @@ root (about 30 s):
     python -m bench.partial_frames --clients 4 --frame-mib 16 --json
 
 Without the data port's budget for partial frames (`data_partial_frame_bytes`) each connection
-held its whole body; with it, one frame at a time is read and the rest wait unread.
+held its whole body; with it, one frame at a time is read and the rest wait unread, and a body
+over 8 MiB waits in a spill file until whole: +4 MiB of RSS (the connections' stream buffers),
+where holding the one 64 MiB frame being read cost +67 MiB (target: at most +64 MiB).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ slowly, as a table and (with --json) one JSON object per dimension. Run from the
     python -m bench.scale                                   # topics 1,000 / 5,000 / 20,000; log 256 MB, 1 GB
     python -m bench.scale --topics 2000,20000,100000 --log-gb 1,5,10 --json
     python -m bench.scale --only topics                     # one dimension
+    python -m bench.scale --only queues --active-queues 8,1000,10000
 
 Topics (each of `--queues` queues, 8 by default, created through the batched admin call,
 `AsyncAdmin.create_topics`: 1,000 a call, two calls in flight):
@@ -21,6 +22,46 @@ Topics (each of `--queues` queues, 8 by default, created through the batched adm
 - `tide topic list` (its first page, 1,000 topics) and `tide cluster status` (s), run as a user
   would, output discarded.
 
+Active queues (each step a fresh cluster; N queues as topics of at most 1,000 queues, the most one
+broker set takes per topic): `--producers` closed-loop producers send requests of 1,000 keyless
+messages of `--body` bytes for `--seconds`, each request to the next topic in turn, which the
+master spreads round-robin over that topic's queues, so every request touches 1,000 queues (or
+all of them when fewer) and every checkpoint writes every queue:
+- produce throughput (msgs/s) and its ratio to the first step's (the issue's target: 10,000
+  queues at least 70% of 8);
+- consume-queue files and the master's open file descriptors, all of them and those on
+  consume-queue files, at the end of the step (the bound is `cq_max_open_files`, default 1,024;
+  `--cq-max-open-files` sets it).
+
+Consumer groups (the storage of group offsets, in this process, no cluster: each of N groups
+commits its 8 queues of one topic `--commit-rounds` times, as `%OFFSETS%` records appended in
+batches of 1,000; broker/offsets.py):
+- append rate of commit records (commits/s; the log alone, not the RPC and replication in front
+  of it) and log bytes per commit;
+- the restart fold: a fresh `GroupOffsets` reading every commit of the log to its latest value
+  per (group, topic, queue), as a broker does on its first fetch after a start (s);
+- retention's carry-forward: `MetadataFold.refresh` and `carry_plan` when every commit lies in a
+  segment about to go (s, first and second round), and the records and bytes it copies.
+
+Controller snapshot (in this process, no cluster: a `ControllerState` holding `--snap-topics`
+topics of 8 queues and `--ledgers` closed ledgers (their metadata, as `tide` clients create them),
+put through what PySyncObj does with it at a log compaction, in its Raft thread):
+- encode (`ControllerState.to_dict`), pack (`controller/snapshot.py`: pickle, zlib level 1), and
+  PySyncObj's pickle and gzip (level 9) times (s), their sum (what the Raft thread spends), and
+  the snapshot's size on disk (MB);
+- restore: gunzip, unpickle, unpack and `ControllerState.from_dict` (s), what a restart or a
+  follower receiving the snapshot pays;
+- the Python heap the state takes (MB, tracemalloc).
+
+Ledgers (a cluster; `--ledger-workers` tasks each create a ledger (E = WQ = AQ = 2), add one
+entry of 100 bytes and close it, for `--ledger-seconds`):
+- create-and-close rate (ledgers/s) and how many there are;
+- the controller's RSS, its data on disk (journal and snapshot, MB) and its restart to serving (s);
+- opening one ledger for recovery: a ledger of 100 entries whose writer went away without
+  closing it, opened by another client with `recovery=True` (fence, read past the LAC, close).
+The in-process snapshot dimension above gives the snapshot's cost for more ledgers than fit in a
+run's time.
+
 Log size (one replica's log grown to each size with 1 MiB batches of 1 KiB records, then the
 master killed with SIGKILL and started again):
 - restart to serving (s): from the start of the process until it answers a read at the log's
@@ -34,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -43,12 +85,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from bench.cluster import SYNC_REPLICATED, BenchCluster
 from tidelog.client.aio import AsyncClient
+from tidelog.invariants import require
 from tidelog.localcluster import wait_until
+from tidelog.proto import broker_pb2 as pb
+from tidelog.proto import broker_pb2_grpc as pb_grpc
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -177,6 +225,285 @@ def topics_dimension(steps: list[int], queues: int, root: Path) -> list[dict[str
     return rows
 
 
+def open_fds(pid: int, under: str = "") -> int:
+    """Descriptors process `pid` holds open (on files under `under`, when given)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed since the listing
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith(under)
+    return count
+
+
+async def produce_spread(
+    address: str, topics: list[str], batch: int, body: int, producers: int, seconds: float
+) -> tuple[int, float, int]:
+    """`producers` closed-loop tasks, each request `batch` keyless messages to the next topic in
+    turn; returns (messages acknowledged, seconds, failed requests)."""
+    channels = [grpc.aio.insecure_channel(address) for _ in range(min(producers, 4))]
+    stubs = [pb_grpc.BrokerStub(c) for c in channels]
+    payload = os.urandom(body)
+    requests = [
+        pb.ProduceRequest(topic=t, messages=[pb.ProduceMessage(body=payload)] * batch) for t in topics
+    ]
+    acked = failed = 0
+    turn = 0
+    try:
+        # Warm-up, untimed: the first write to a queue creates its directory and files, which on
+        # 10,000 new queues takes longer than a replica's ack timeout
+        for r in requests:
+            for attempt in range(20):
+                try:
+                    await stubs[0].Produce(r, timeout=30)
+                    break
+                except grpc.aio.AioRpcError:
+                    if attempt == 19:
+                        raise
+        deadline = time.monotonic() + seconds
+        started = time.monotonic()
+
+        async def producer(stub: pb_grpc.BrokerStub) -> None:
+            nonlocal acked, failed, turn
+            while time.monotonic() < deadline:
+                turn += 1
+                try:
+                    await stub.Produce(requests[turn % len(requests)], timeout=30)
+                    acked += batch
+                except grpc.aio.AioRpcError:
+                    failed += 1
+
+        await asyncio.gather(*(producer(stubs[i % len(stubs)]) for i in range(producers)))
+        return acked, time.monotonic() - started, failed
+    finally:
+        for c in channels:
+            await c.close()
+
+
+def queues_dimension(
+    steps: list[int], root: Path, *, seconds: float, body: int, producers: int, max_open: int | None
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    options = dict(SYNC_REPLICATED)
+    if max_open is not None:
+        options["cq_max_open_files"] = max_open
+    for n in steps:
+        per_topic = min(n, 1000)
+        sizes = [per_topic] * (n // per_topic) + ([n % per_topic] if n % per_topic else [])
+        topics = [f"active-{i:03d}" for i in range(len(sizes))]
+        with BenchCluster(root / f"queues-{n}", broker_options=options) as cluster:
+            cluster.wait_ready(topics[0], queues=sizes[0], timeout=60)
+            for t, q in zip(topics[1:], sizes[1:], strict=True):
+                cluster.create_topic(t, q)
+            for t in topics:
+                cluster.wait_topic(t, 60)
+            acked, took, failed = asyncio.run(
+                produce_spread(cluster.master_address, topics, 1000, body, producers, seconds)
+            )
+            pid = cluster.pids["master"]
+            cq_dir = cluster.data_dirs[cluster.master_index] / "consumequeue"
+            row = {
+                "queues": n,
+                "msgs_per_s": round(acked / took),
+                "failed_requests": failed,
+                "cq_files": sum(1 for f in cq_dir.rglob("*") if f.is_file()),
+                "master_fds": open_fds(pid),
+                "master_cq_fds": open_fds(pid, str(cq_dir.resolve()) + os.sep),
+                "rss_master_mb": round(rss_mb(pid), 1),
+            }
+        if rows:
+            row["vs_first"] = round(row["msgs_per_s"] / rows[0]["msgs_per_s"], 2)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str, Any]]:
+    from tidelog.broker.compaction import MetadataFold, carry_plan, copy_message
+    from tidelog.broker.offsets import GroupOffsets, commit_message
+    from tidelog.commitlog import CommitLog
+
+    rows: list[dict[str, Any]] = []
+    for n in steps:
+        directory = root / f"groups-{n}"
+        log = CommitLog.open(directory, flush="async")
+        try:
+            started = time.monotonic()
+            commits = 0
+            for r in range(rounds):
+                batch = [
+                    commit_message(f"group-{g:06d}", "orders", q, 100 * r + q)
+                    for g in range(n)
+                    for q in range(8)
+                ]
+                for i in range(0, len(batch), 1000):
+                    log.append(batch[i : i + 1000])
+                commits += len(batch)
+            append_s = time.monotonic() - started
+            log.confirm_offset = log.max_offset
+            started = time.monotonic()
+            folded = GroupOffsets(log).committed()
+            fold_s = time.monotonic() - started
+            fold = MetadataFold(log)
+            started = time.monotonic()
+            live, pending = fold.refresh()
+            plan = carry_plan(live, pending, log.max_offset, {}, set())
+            carry_s = time.monotonic() - started
+            started = time.monotonic()
+            live, pending = fold.refresh()
+            carry_plan(live, pending, log.max_offset, {}, set())
+            carry_again_s = time.monotonic() - started
+            row = {
+                "groups": n,
+                "commits": commits,
+                "keys": len(folded),
+                "commits_per_s": round(commits / append_s),
+                "bytes_per_commit": round(log.max_offset / commits),
+                "restart_fold_s": round(fold_s, 2),
+                "carry_plan_s": round(carry_s, 2),
+                "carry_plan_again_s": round(carry_again_s, 2),
+                "carried": len(plan.carry),
+                "carried_mb": round(sum(len(copy_message(r).body) for r in plan.carry) / 1e6, 1),
+            }
+        finally:
+            log.close()
+            shutil.rmtree(directory, ignore_errors=True)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+async def create_and_close(controllers: str, seconds: float, workers: int) -> tuple[int, float]:
+    from tidelog.ledger import AsyncLedgers
+
+    async with AsyncClient(controllers) as client:
+        ledgers = AsyncLedgers(client)
+        deadline = time.monotonic() + seconds
+        done = 0
+
+        async def worker() -> None:
+            nonlocal done
+            while time.monotonic() < deadline:
+                w = await ledgers.create_ledger(2, 2, 2, b"scale")
+                await w.add_entry(b"x" * 100)
+                await w.close()
+                done += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        return done, time.monotonic() - started
+
+
+async def recovery_open(controllers: str) -> float:
+    from tidelog.ledger import AsyncLedgers
+
+    async with AsyncClient(controllers) as writer_client:
+        w = await AsyncLedgers(writer_client).create_ledger(2, 2, 2, b"scale")
+        for _ in range(100):
+            await w.add_entry(b"y" * 100)
+        ledger_id = w.ledger_id
+        # no w.close(): leaving this block closes the writer's connections, the ledger stays OPEN
+    async with AsyncClient(controllers) as client:
+        ledgers = AsyncLedgers(client)
+        await ledgers.list_ledgers()  # connected before the timed part
+        started = time.perf_counter()
+        r = await ledgers.open_ledger(ledger_id, b"scale", recovery=True)
+        took = time.perf_counter() - started
+        require(
+            r.is_closed and r.last_add_confirmed == 99, "recovery closed the ledger where its writer stopped"
+        )
+        await r.close()
+        return took
+
+
+def ledgers_dimension(seconds: float, workers: int, root: Path) -> list[dict[str, Any]]:
+    with BenchCluster(root / "ledgers", broker_options=dict(SYNC_REPLICATED)) as cluster:
+        cluster.wait_ready("scale-probe", queues=1)
+        done, took = asyncio.run(create_and_close(cluster.controller_address, seconds, workers))
+        pid = cluster.pids["controller"]
+        row = {
+            "ledgers": done,
+            "create_close_per_s": round(done / took),
+            "rss_controller_mb": round(rss_mb(pid), 1),
+            "controller_disk_mb": round(dir_mb(root / "ledgers" / "controller"), 1),
+            "controller_restart_s": restart_controller(cluster, "scale-probe"),
+            "recovery_open_ms": round(asyncio.run(recovery_open(cluster.controller_address)) * 1000, 1),
+        }
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return [row]
+
+
+def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[dict[str, Any]]:
+    import gzip
+    import pickle
+    import tracemalloc
+
+    from tidelog.controller import snapshot
+    from tidelog.controller.model import LEDGER_KEY_PREFIX, MetaEntry, Topic
+    from tidelog.controller.state import ControllerState
+    from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
+
+    rows: list[dict[str, Any]] = []
+    for topics, ledgers in zip(topic_steps, ledger_steps, strict=True):
+        tracemalloc.start()
+        state = ControllerState()
+        for i in range(topics):
+            name = f"scale-{i:07d}"
+            state.topics[name] = Topic(
+                name, {"broker-a": 8}, created_ms=1_700_000_000_000 + i, generation=i + 1
+            )
+        state.next_topic_generation = topics + 1
+        pw = hash_password(b"secret")
+        for i in range(ledgers):
+            meta = LedgerMetadata(
+                ledger_id=i,
+                broker_set="broker-a",
+                ensemble_size=2,
+                write_quorum=2,
+                ack_quorum=2,
+                ensembles=((0, (1, 2)),),
+                password_hash=pw,
+                state=LedgerState.CLOSED,
+                last_entry_id=99,
+                length=102_400,
+                ctime_ms=1_700_000_000_000 + i,
+            )
+            key = f"{LEDGER_KEY_PREFIX}{i}"
+            state.metadata[key] = MetaEntry(key, meta.encode(), 3, 1_700_000_000_000 + i)
+        heap = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        started = time.perf_counter()
+        doc = state.to_dict()
+        encode_s = time.perf_counter() - started
+        started = time.perf_counter()
+        packed = snapshot.pack(doc)  # the Raft node's _serialize (controller/raft.py)
+        pack_s = time.perf_counter() - started
+        started = time.perf_counter()
+        raw = pickle.dumps([{}, {"format": 2, "packed": packed}], protocol=2)  # PySyncObj's pickle
+        pickle_s = time.perf_counter() - started
+        started = time.perf_counter()
+        on_disk = gzip.compress(raw, compresslevel=9)  # PySyncObj's gzip
+        gzip_s = time.perf_counter() - started
+        started = time.perf_counter()
+        outer = pickle.loads(gzip.decompress(on_disk))
+        restored = ControllerState.from_dict(snapshot.unpack(outer[1]["packed"]))
+        restore_s = time.perf_counter() - started
+        require(len(restored.topics) == topics and len(restored.metadata) == ledgers, "snapshot round trip")
+        row = {
+            "topics": topics,
+            "ledgers": ledgers,
+            "state_heap_mb": round(heap / 1e6, 1),
+            "encode_s": round(encode_s, 2),
+            "pack_s": round(pack_s, 2),
+            "pickle_s": round(pickle_s, 2),
+            "gzip9_s": round(gzip_s, 2),
+            "raft_thread_s": round(encode_s + pack_s + pickle_s + gzip_s, 2),
+            "snapshot_mb": round(len(on_disk) / 1e6, 1),
+            "restore_s": round(restore_s, 2),
+        }
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
 _GROW = """
 import os, sys, time
 from tidelog.commitlog import CommitLog, Message
@@ -233,23 +560,59 @@ def log_dimension(steps_gb: list[float], root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _ints(text: str) -> list[int]:
+    return [int(s) for s in text.split(",") if s]
+
+
+def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Every dimension asked for (`--only`: one), in order."""
+    dimensions: dict[str, Callable[[], list[dict[str, Any]]]] = {
+        "topics": lambda: topics_dimension(sorted(_ints(args.topics)), args.queues, root),
+        "queues": lambda: queues_dimension(
+            sorted(_ints(args.active_queues)),
+            root,
+            seconds=args.seconds,
+            body=args.body,
+            producers=args.producers,
+            max_open=args.cq_max_open_files,
+        ),
+        "groups": lambda: groups_dimension(sorted(_ints(args.groups)), args.commit_rounds, root),
+        "ledgers": lambda: ledgers_dimension(args.ledger_seconds, args.ledger_workers, root),
+        "snapshot": lambda: snapshot_dimension(_ints(args.snap_topics), _ints(args.ledgers)),
+        "log": lambda: log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root),
+    }
+    return {name: measure() for name, measure in dimensions.items() if args.only in (None, name)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", default="1000,5000,20000", help="topic counts, one step each")
     parser.add_argument("--queues", type=int, default=8, help="queues per topic")
     parser.add_argument("--log-gb", default="0.25,1", help="log sizes in GB, one step each")
-    parser.add_argument("--only", choices=("topics", "log"), help="run one dimension")
+    parser.add_argument("--active-queues", default="8,1000,10000", help="active queue counts, one step each")
+    parser.add_argument("--seconds", type=float, default=15.0, help="produce time per active-queues step")
+    parser.add_argument("--body", type=int, default=256, help="message body bytes (active queues)")
+    parser.add_argument("--producers", type=int, default=8, help="concurrent producers (active queues)")
+    parser.add_argument(
+        "--cq-max-open-files", type=int, help="the brokers' cq_max_open_files (default theirs)"
+    )
+    parser.add_argument("--groups", default="1000,10000", help="consumer-group counts, one step each")
+    parser.add_argument("--commit-rounds", type=int, default=3, help="commits of every queue per group")
+    parser.add_argument("--snap-topics", default="100000,0,0", help="controller snapshot: topics, per step")
+    parser.add_argument("--ledgers", default="0,100000,300000", help="controller snapshot: ledgers, per step")
+    parser.add_argument("--ledger-seconds", type=float, default=60.0, help="ledgers: create-and-close time")
+    parser.add_argument("--ledger-workers", type=int, default=32, help="ledgers: concurrent creators")
+    parser.add_argument(
+        "--only",
+        choices=("topics", "queues", "groups", "ledgers", "snapshot", "log"),
+        help="run one dimension",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--workdir", help="where the clusters live (default: a temporary directory)")
     args = parser.parse_args(argv)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="tidelog-scale-"))
-    results: dict[str, Any] = {}
     try:
-        if args.only in (None, "topics"):
-            steps = sorted(int(s) for s in args.topics.split(",") if s)
-            results["topics"] = topics_dimension(steps, args.queues, root)
-        if args.only in (None, "log"):
-            results["log"] = log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root)
+        results = run(args, root)
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from tidelog.broker.offsets import FLAG_CONSUMER_OFFSET, OFFSETS_TOPIC, is_tombstone
+from tidelog.broker.offsets import FLAG_CONSUMER_OFFSET, OFFSETS_TOPIC, is_tombstone, parse_commit
 from tidelog.broker.shared import FLAG_SHARED, SHARED_TOPIC, SharedStates
 from tidelog.broker.topics import FLAG_TOPIC_MARK, MARKS_TOPIC
 from tidelog.commitlog import CommitLog, Message, StoredMessage
@@ -110,10 +110,11 @@ def copy_message(rec: Live) -> Message:
 
 
 def _key(topic: str, body: bytes) -> Key | None:
+    if topic == OFFSETS_TOPIC:  # the commit's own reader: most bodies without the JSON decoder
+        parsed = parse_commit(body)
+        return None if parsed is None else ("offsets", parsed[0][0], parsed[0][1], str(parsed[0][2]))
     try:
         doc = json.loads(body)
-        if topic == OFFSETS_TOPIC:
-            return ("offsets", str(doc["g"]), str(doc["t"]), str(int(doc["q"])))
         if topic == SHARED_TOPIC:
             return ("shared", str(doc["g"]), str(doc["t"]), str(int(doc["q"])))
         return ("topic", str(doc["t"]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import yaml
 
 from tidelog.client.modes import MAX_ATTEMPTS, MAX_INVISIBLE_MS
 from tidelog.clusterauth import secret_from_env
+from tidelog.commitlog.log import MIN_CQ_OPEN_FILES
 from tidelog.errors import ConfigError
 from tidelog.guard import AuthSettings
 from tidelog.guard import parse_section as parse_auth
@@ -83,6 +85,8 @@ class BrokerConfig:
     flush_interval_ms: int = 500
     max_message_bytes: int = 4 << 20
     flush_timeout_ms: int = 5000
+    # descriptors all consume queues hold open together; past it the least recently used close
+    cq_max_open_files: int = 1024
     # replication
     replication: str = "sync"  # "sync": wait for replica acks; "async": answer after the local append
     in_sync_replicas: int = 2
@@ -95,7 +99,9 @@ class BrokerConfig:
     ha_zero_copy: bool = True  # transfers to plain-TCP slaves by sendfile (ha/master.py)
     ha_heartbeat_interval_ms: int = 1000
     ha_idle_timeout_ms: int = 5000
-    ha_max_connections: int = 16  # open HA connections (authenticated or not) before new ones are closed
+    # HA connections not yet proven at once (a new one displaces the oldest idle), and proven ones
+    ha_max_connections: int = 16
+    ha_handshake_timeout_ms: int = 5000  # an HA connection must prove the cluster secret within this
     # controller
     heartbeat_interval_ms: int = 1000  # until the controller says otherwise
     max_concurrent_requests: int = 4096  # calls in progress (long polls included) before refusing
@@ -116,6 +122,7 @@ class BrokerConfig:
     retention_ms: int = 72 * 3600 * 1000
     retention_bytes: int = 0
     retention_check_interval_ms: int = 10_000
+    scrub_bytes_per_s: int = 16 << 20  # the log re-read against its CRCs (broker/scrub.py); 0: off
     retention_respect_groups: tuple[str, ...] = ()  # keep what these consumer groups have not consumed
     retention_slave_hold_ms: int = 3600 * 1000  # how long a disconnected slave's position still holds
     # TLS on the gRPC, data and HA ports, and toward the controllers and the other brokers
@@ -156,6 +163,7 @@ _POSITIVE = {
     "ha_heartbeat_interval_ms",
     "ha_idle_timeout_ms",
     "ha_max_connections",
+    "ha_handshake_timeout_ms",
     "data_max_connections",
     "data_partial_frame_bytes",
     "log_max_bytes",
@@ -176,6 +184,7 @@ _NON_NEGATIVE = {
     "retention_bytes",
     "retention_slave_hold_ms",
     "rocketmq_auth_max_skew_s",
+    "scrub_bytes_per_s",
 }
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 # A broker set's name shows up in file names (`tide cluster up` writes <name>-<replica>.yaml) and
@@ -363,6 +372,12 @@ def _check_limits(cfg: BrokerConfig, source: str) -> None:
             f"{source}: rocketmq_max_delivery_attempts is at most {MAX_ATTEMPTS}",
             key="rocketmq_max_delivery_attempts",
         )
+    if cfg.cq_max_open_files < MIN_CQ_OPEN_FILES:
+        raise ConfigError(
+            f"{source}: cq_max_open_files is at least {MIN_CQ_OPEN_FILES} (a consume queue reads "
+            "through up to three at once)",
+            key="cq_max_open_files",
+        )
     if cfg.min_in_sync_replicas > cfg.in_sync_replicas:
         raise ConfigError(
             f"{source}: min_in_sync_replicas exceeds in_sync_replicas", key="min_in_sync_replicas"
@@ -379,7 +394,9 @@ def from_mapping(doc: dict[str, Any], *, source: str = "config") -> BrokerConfig
     return cfg
 
 
-def load(path: str | Path) -> BrokerConfig:
+def load(path: str | Path, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+    """The config in the YAML file at `path`, with `overrides` (keys of the file, as the file would
+    write them: `tide broker --data-dir ...`) put over the file's before it is checked."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -389,4 +406,7 @@ def load(path: str | Path) -> BrokerConfig:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
-    return from_mapping(doc or {}, source=str(p))
+    doc = doc or {}
+    if overrides and isinstance(doc, dict):
+        doc = {**doc, **overrides}
+    return from_mapping(doc, source=str(p))

@@ -27,8 +27,13 @@ reads — meets TCP back-pressure instead of filling the broker's memory:
 - all connections together hold at most `data_partial_frame_bytes` (broker config) of bodies
   still arriving: a body's claimed length is reserved from that one budget before it is read (a
   frame larger than the budget is read alone), and the body is read in chunks of READ_CHUNK, so
-  memory follows what arrived, never a hostile length. Sixteen clients announcing 64 MiB frames
-  they never finish cost one budget, not a gigabyte.
+  memory follows what arrived, never a hostile length;
+- a body longer than SPILL_BYTES (larger than any batch a client makes by default) is written,
+  as it arrives, to an unlinked file in the broker's data directory and read back once whole:
+  until a client has sent its whole frame, it costs the page cache and the disk, not the broker's
+  memory. Sixteen clients announcing 64 MiB frames they never finish cost one budget of disk and
+  a few MiB of stream buffers (docs/SECURITY.md, probe 3); frames up to SPILL_BYTES, the normal
+  data path, are read in memory as before.
 """
 
 from __future__ import annotations
@@ -36,10 +41,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from crc32c import crc32c
@@ -72,6 +80,9 @@ FRAME_TIMEOUT_S = 30.0
 HEADER_TIMEOUT_S = 5.0
 #: Bodies are read this much at a time, each piece as it arrives.
 READ_CHUNK = 1 << 20
+#: Bodies longer than this are written to a spill file while they arrive (twice the clients'
+#: default batch_max_bytes: a normal produce never spills).
+SPILL_BYTES = 8 << 20
 #: asyncio's stream buffer limit for a connection (it pauses the socket at twice this).
 STREAM_LIMIT = 64 << 10
 MIN_FRAME_RATE = 1 << 20
@@ -181,8 +192,17 @@ class _Link:
 class DataPort:
     """Serves one replica's produce and pull frames."""
 
-    def __init__(self, replica: Replica, tls: ServerTls | None = None, guard: Guard | None = None) -> None:
+    def __init__(
+        self,
+        replica: Replica,
+        tls: ServerTls | None = None,
+        guard: Guard | None = None,
+        spill_dir: Path | None = None,
+    ) -> None:
         self.replica = replica
+        # where bodies over SPILL_BYTES wait until whole (the broker's data directory: private,
+        # and on disk where the temporary directory may be memory); None: the temporary directory
+        self.spill_dir = spill_dir
         # with auth on: a connection starts with an AUTH frame, and each request is checked
         # against the permission rules as the gRPC call it stands for (tidelog/guard.py)
         self.guard = guard
@@ -321,7 +341,9 @@ class DataPort:
             return b""
         await self.partial.take(size)
         try:
-            return await within(_read_pieces(reader, size), timeout)
+            if size <= SPILL_BYTES:
+                return await within(_read_pieces(reader, size), timeout)
+            return await within(_read_spilled(reader, size, self.spill_dir), timeout)
         finally:
             self.partial.give(size)
 
@@ -483,3 +505,26 @@ async def _read_pieces(reader: asyncio.StreamReader, size: int) -> bytes:
         pieces.append(piece)
         left -= len(piece)
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+async def _read_spilled(reader: asyncio.StreamReader, size: int, spill_dir: Path | None) -> bytes:
+    """`size` bytes from `reader`, as `_read_pieces`, kept in an unlinked file (mode 0600, gone
+    with its descriptor) while they arrive and read back once all are there: a frame its client
+    never finishes holds no memory of the broker's. Each piece is written as it arrives (to the
+    page cache: no fsync); the read back runs on a thread, off the event loop."""
+    with tempfile.TemporaryFile(dir=spill_dir, buffering=0) as f:
+        left = size
+        while left:
+            piece = await reader.read(min(left, READ_CHUNK))
+            if not piece:
+                raise asyncio.IncompleteReadError(b"", size)
+            try:
+                f.write(piece)
+            except OSError as exc:  # a full disk: the frame cannot be taken, its connection closes
+                log.warning("data port: spilling a %d-byte frame body to %s failed: %s", size, spill_dir, exc)
+                raise
+            left -= len(piece)
+        data = await asyncio.to_thread(os.pread, f.fileno(), size, 0)
+    if len(data) != size:  # the file is ours alone: a short read is a broken disk
+        raise OSError(f"a spilled frame body read back {len(data)} of {size} bytes")
+    return data

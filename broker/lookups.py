@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from tidelog.clusterepoch import EPOCH_KEY
 from tidelog.errors import ControllerNotLeaderError, ControllerUnavailableError, TopicNotFoundError
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
@@ -137,35 +138,44 @@ class ClusterViewCache:
         return ControllerNotLeaderError(f"a broker does not serve {method}", leader=self.leader)
 
 
+async def _send_epoch(context: grpc.aio.ServicerContext, epoch: Callable[[], int]) -> None:
+    """Name the cluster epoch of the controllers this broker's view came from, as a controller names
+    its own: a client that has seen a forced recovery's epoch refuses an answer naming none (0)."""
+    await context.send_initial_metadata(((EPOCH_KEY, str(epoch())),))
+
+
 class BrokerRouteServicer(pb_grpc.ControllerRouteServicer):
     """The controllers' route service, answered from the broker's cluster view."""
 
-    def __init__(self, cache: ClusterViewCache, clock: Callable[[], float]) -> None:
+    def __init__(self, cache: ClusterViewCache, clock: Callable[[], float], epoch: Callable[[], int]) -> None:
         self.cache = cache
         self.clock = clock
+        self.epoch = epoch
 
     @rpc
     async def GetRoute(
         self, request: pb.GetRouteRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRouteReply:
+        await _send_epoch(context, self.epoch)
         return self.cache.route(non_empty("topic", request.topic), self.clock())
 
     @rpc
     async def DescribeBrokerSets(
         self, request: pb.DescribeBrokerSetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DescribeBrokerSetsReply:
+        await _send_epoch(context, self.epoch)
         return self.cache.broker_sets(list(request.names), self.clock())
 
 
 def _handlers(
-    service: str, cache: ClusterViewCache, clock: Callable[[], float]
+    service: str, cache: ClusterViewCache, clock: Callable[[], float], epoch: Callable[[], int]
 ) -> dict[str, grpc.RpcMethodHandler]:
     out: dict[str, grpc.RpcMethodHandler] = {}
     for method in pb.DESCRIPTOR.services_by_name[service].methods:
         request_cls = getattr(pb, method.input_type.name)
         reply_cls = getattr(pb, method.output_type.name)
         out[method.name] = grpc.unary_unary_rpc_method_handler(
-            _answer(method.name, cache, clock),
+            _answer(method.name, cache, clock, epoch),
             request_deserializer=request_cls.FromString,
             response_serializer=reply_cls.SerializeToString,
         )
@@ -173,9 +183,10 @@ def _handlers(
 
 
 def _answer(
-    name: str, cache: ClusterViewCache, clock: Callable[[], float]
+    name: str, cache: ClusterViewCache, clock: Callable[[], float], epoch: Callable[[], int]
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _send_epoch(context, epoch)
         now = clock()
         if name == "ListTopics":
             try:
@@ -187,12 +198,17 @@ def _answer(
     return answer
 
 
-def add_to_server(server: grpc.aio.Server, cache: ClusterViewCache, clock: Callable[[], float]) -> None:
-    """Serve the controllers' route, admin and broker-facing services beside the broker's own."""
-    pb_grpc.add_ControllerRouteServicer_to_server(BrokerRouteServicer(cache, clock), server)
+def add_to_server(
+    server: grpc.aio.Server, cache: ClusterViewCache, clock: Callable[[], float], epoch: Callable[[], int]
+) -> None:
+    """Serve the controllers' route, admin and broker-facing services beside the broker's own;
+    `epoch()` is the cluster epoch of the controllers the broker follows."""
+    pb_grpc.add_ControllerRouteServicer_to_server(BrokerRouteServicer(cache, clock, epoch), server)
     server.add_generic_rpc_handlers(
         tuple(
-            grpc.method_handlers_generic_handler(_SERVICE_PREFIX + service, _handlers(service, cache, clock))
+            grpc.method_handlers_generic_handler(
+                _SERVICE_PREFIX + service, _handlers(service, cache, clock, epoch)
+            )
             for service in ("ControllerAdmin", "ControllerBroker")
         )
     )

@@ -23,6 +23,7 @@ topic, queue) goes, the master appends a copy of it (broker/compaction.py).
 from __future__ import annotations
 
 import json
+import re
 
 from tidelog.commitlog import CommitLog, Message
 from tidelog.errors import OffsetBelowRetentionError
@@ -45,9 +46,28 @@ def tombstone_message(group: str, topic: str, queue: int) -> Message:
     return commit_message(group, topic, queue, TOMBSTONE)
 
 
+# The body as `commit_message` writes it, names free of quotes and escapes: read without the JSON
+# decoder, which cost a restart's fold and every retention check 20 us a commit (80,000 live
+# commits: 1.6 s). Anything else (escapes, spaces, other key orders) takes the decoder.
+_STRING = rb'"([^"\\\x00-\x1f]*)"'  # no quote, escape or control character (JSON allows none raw)
+_INT = rb"(-?(?:0|[1-9][0-9]*))"
+_COMPACT = re.compile(
+    rb'\{"g":' + _STRING + rb',"t":' + _STRING + rb',"q":' + _INT + rb',"o":' + _INT + rb"\}"
+)
+# ... and the end of a commit that is not a tombstone: whatever precedes it, its last "o" (the one
+# a JSON decoder keeps) is not negative, or the body is not JSON at all
+_NOT_TOMBSTONE_END = re.compile(rb',"o":[0-9]+\}\Z')
+
+
 def parse_commit(body: bytes) -> tuple[Key, int] | None:
     """((group, topic, queue), offset) of a commit record's body (TOMBSTONE: a delete), or None
     for a malformed body, which every reader ignores."""
+    m = _COMPACT.fullmatch(body)
+    if m is not None:
+        try:
+            return (m[1].decode(), m[2].decode(), int(m[3])), int(m[4])
+        except UnicodeDecodeError:
+            return None  # not JSON either: JSON text is UTF-8
     try:
         doc = json.loads(body)
         return (str(doc["g"]), str(doc["t"]), int(doc["q"])), int(doc["o"])
@@ -56,6 +76,8 @@ def parse_commit(body: bytes) -> tuple[Key, int] | None:
 
 
 def is_tombstone(body: bytes) -> bool:
+    if _NOT_TOMBSTONE_END.search(body):
+        return False  # retention asks this of every live commit at every check
     parsed = parse_commit(body)
     return parsed is not None and parsed[1] < 0
 

@@ -49,7 +49,7 @@ from tidelog.errors import (
 from tidelog.ha import roles
 from tidelog.ha.ackpolicy import AckConfig, required_acks
 from tidelog.ha.lease import Lease
-from tidelog.ha.master import HaMaster
+from tidelog.ha.master import HaMaster, HaSlots
 from tidelog.ha.protocol import (
     MAX_AUTH_FRAME,
     AuthHello,
@@ -118,7 +118,10 @@ class Replica:
         # times come from `clock_ms`, the one clock the lease reads.
         self.lease = Lease()
         self.clock_ms: Callable[[], int] = monotonic_ms
-        self._ha_connections = 0
+        # the HA port's connections: unproven ones bounded and displaceable, proven ones apart
+        self.ha_slots = HaSlots(
+            cfg.ha_max_connections, cfg.ha_max_connections, cfg.ha_handshake_timeout_ms / 1000
+        )
         self.data_address = ""  # where clients reach the data port (broker/dataport.py), if it runs
         self.rocketmq_address = (
             ""  # where RocketMQ clients reach this broker (broker/rocketmq.py), if it does
@@ -306,31 +309,33 @@ class Replica:
         """One connection on the HA port: the mutual proof of the cluster secret, then replication.
 
         Nothing of the log leaves before the peer has proven the secret for the broker id it
-        claims; every frame read before that is at most MAX_AUTH_FRAME bytes, and connections
-        beyond `ha_max_connections` are closed at once (bounded memory under hostile input).
+        claims; every frame read before that is at most MAX_AUTH_FRAME bytes; unproven
+        connections are at most `ha_max_connections`, a new one displacing the oldest idle one,
+        and each must prove the secret within `ha_handshake_timeout_ms` (ha/master.py `HaSlots`):
+        bounded memory, and strangers cannot lock the real slaves out.
         """
         peer = writer.get_extra_info("peername")
-        if self._ha_connections >= self.cfg.ha_max_connections:
+        evicted = self.ha_slots.evicted
+        slot = self.ha_slots.admit(writer.transport)
+        if self.ha_slots.evicted != evicted:
             log.warning(
-                "%s HA connection from %s refused: %d connections already open",
+                "%s HA port: %d connections have not proven the cluster secret; closed the oldest for %s",
                 self.ctx,
+                self.ha_slots.max_unproven,
                 peer,
-                self._ha_connections,
             )
-            writer.close()
-            return
-        self._ha_connections += 1
         idle = self.cfg.ha_idle_timeout_ms / 1000
         try:
             hello = await within(read_frame(reader, MAX_AUTH_FRAME), idle)
             if not isinstance(hello, AuthHello):
                 raise HaProtocolError(f"expected the slave's hello, got {type(hello).__name__}")
+            slot.hello()
             master = self.ha_master
             if self.role != MASTER or master is None:
                 writer.write(encode(ErrorFrame("NOT_MASTER", f"broker {self.broker_id} is {self.role}")))
                 await writer.drain()
                 return
-            await master.accept(reader, writer, hello)
+            await master.accept(reader, writer, hello, slot)
         # OSError: a reset, or with TLS an ssl.SSLError (a peer without the right certificate)
         except (HaProtocolError, asyncio.IncompleteReadError, OSError, TimeoutError) as exc:
             log.info("%s HA connection from %s closed: %s", self.ctx, peer, exc or type(exc).__name__)
@@ -338,7 +343,7 @@ class Replica:
             stop_if_violated(exc)
             log.exception("%s HA connection failed", self.ctx)
         finally:
-            self._ha_connections -= 1
+            slot.release()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -49,9 +49,8 @@ from tidelog.broker import rocketmqrules as rules
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.rocketmqmembers import Members
 from tidelog.broker.rocketmqtx import Scheduled
-from tidelog.broker.shared import ANY_QUEUE
 from tidelog.client.aio import AsyncClient, AsyncProducer, Receipt
-from tidelog.client.modes import MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
+from tidelog.client.modes import ANY_QUEUE, MAX_INVISIBLE_MS, MAX_RECEIVE, dlq_topic
 from tidelog.client.routing import BrokerSetRoute, TopicRoute
 from tidelog.client.sharedconsumer import SharedMessage, decode_receive_reply
 from tidelog.commitlog import StoredMessage
@@ -828,7 +827,8 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         self, request: s.RecallMessageRequest, context: grpc.aio.ServicerContext
     ) -> s.RecallMessageResponse:
         """A delayed message recalled before it is due is never delivered (broker/rocketmqtx.py);
-        one delivered (or recalled) already is refused with BAD_REQUEST."""
+        one delivered (or recalled) already is refused as RocketMQ refuses it (INTERNAL_SERVER_ERROR,
+        "recall failed, timestamp invalid")."""
 
         async def work() -> s.RecallMessageResponse:
             topic = _name("topic", request.topic.name)

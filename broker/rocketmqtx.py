@@ -218,8 +218,9 @@ class Scheduled:
         """RecallMessage: the delayed message of `handle` (one of `topic`) is never delivered; its
         message id. It is marked moved in its bucket's progress, without a copy, under the lock
         the mover holds: either the recall or the move comes first, never both. Once delivered
-        (or recalled) it is refused with BAD_REQUEST and nothing changes (not MESSAGE_NOT_FOUND,
-        which the Python client takes for success: it answers an empty receive)."""
+        (or recalled) it is refused with RocketMQ's answer to a late recall (`_not_recalled`) and
+        nothing changes (not MESSAGE_NOT_FOUND, which the Python client takes for success: it
+        answers an empty receive)."""
         if handle.broker_set != self.cfg.broker_set or not 0 <= handle.bucket < dr.BUCKETS:
             raise InvalidArgumentError(
                 f"recall handle of broker set {handle.broker_set}, bucket {handle.bucket}: not one "
@@ -500,7 +501,13 @@ class Scheduled:
 
 
 def _not_recalled(message: str) -> InvalidArgumentError:
-    return InvalidArgumentError(message, rocketmq="BAD_REQUEST")
+    """A recall that came after its message's delivery time: refused as RocketMQ refuses it. Its
+    broker answers ILLEGAL_OPERATION "recall failed, timestamp invalid", which its proxy's
+    ResponseBuilder (mapping only a few remoting codes) turns into INTERNAL_SERVER_ERROR: the code
+    and the words the official clients meet there, meet here too."""
+    return InvalidArgumentError(
+        f"recall failed, timestamp invalid: {message}", rocketmq="INTERNAL_SERVER_ERROR"
+    )
 
 
 def _invalid(message: str) -> InvalidArgumentError:

@@ -34,6 +34,7 @@ from tidelog.broker.metrics import IDENTITY, BrokerMetrics
 from tidelog.broker.replica import MASTER, Replica, Role
 from tidelog.broker.retention import RetentionLoop
 from tidelog.broker.rocketmq import RocketMQEndpoint
+from tidelog.broker.scrub import DAMAGED_PRIORITY, Scrubber
 from tidelog.broker.service import BrokerService
 from tidelog.client.controllers import SEEN_EPOCH_FILE, ControllerClient
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call
@@ -77,6 +78,7 @@ class BrokerServer:
             flush=cfg.flush,
             flush_interval_ms=cfg.flush_interval_ms,
             max_message_bytes=cfg.max_message_bytes,
+            cq_max_open_files=cfg.cq_max_open_files,
         )
         # one certificate for the gRPC, data and HA ports, reloaded on SIGHUP
         self.tls = tlsconfig.ServerTls(cfg.tls) if cfg.tls is not None else None
@@ -123,6 +125,8 @@ class BrokerServer:
         self._background: set[asyncio.Task[None]] = set()
         self.replica.hand_over = self._hand_over
         self.retention = RetentionLoop(self.replica)
+        # re-reads the log against its CRCs; a damaged replica asks not to be elected (broker/scrub.py)
+        self.scrubber = Scrubber(self.replica, self.cfg.scrub_bytes_per_s)
         if self.metrics is not None:
             self.metrics.watch_retention(self.retention)
         logs.identify(self.log_identity)
@@ -230,7 +234,9 @@ class BrokerServer:
             interceptors=interceptors,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(self.replica, self.lookups), self._grpc)
-        lookups.add_to_server(self._grpc, self.lookups, time.monotonic)
+        lookups.add_to_server(
+            self._grpc, self.lookups, time.monotonic, lambda: self.controller.epoch_seen.value
+        )
         ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerService(self.replica.ledgers), self._grpc)
         problem = bind_problem(self.cfg.listen)
         if problem is not None:  # said before gRPC tries, whose C core would log its own lines
@@ -267,7 +273,7 @@ class BrokerServer:
             return
         grpc_host = self.cfg.listen.rpartition(":")[0]
         host, _, port = (f"{grpc_host}:0" if listen == "auto" else listen).rpartition(":")
-        self.data_port = DataPort(self.replica, self.tls, self.guard)
+        self.data_port = DataPort(self.replica, self.tls, self.guard, spill_dir=self.cfg.data_dir)
         if self.metrics is not None:
             metrics = self.metrics
             self.data_port.observe_call = lambda method, seconds, code: metrics.rpc.observe(
@@ -397,7 +403,7 @@ class BrokerServer:
             epoch=epochs.last_epoch if epochs.pairs() else -1,
             max_offset=self.log.max_offset,
             confirm_offset=self.log.confirm_offset,
-            priority=self.cfg.priority,
+            priority=DAMAGED_PRIORITY if self.scrubber.damaged else self.cfg.priority,
             total_timeout=2.0,
             acl_version=r.acl.version,
             topics_version=self._topics_version,
@@ -445,10 +451,11 @@ class BrokerServer:
             await self.register()
             beats = asyncio.ensure_future(self.heartbeat_loop())
             retention = asyncio.ensure_future(self.retention.run(self._stopping))
+            scrub = asyncio.ensure_future(self.scrubber.run(self._stopping))
             stopping = asyncio.ensure_future(self._stopping.wait())
             failed = asyncio.ensure_future(self._store_failed.wait())
             await asyncio.wait({stopping, failed}, return_when=asyncio.FIRST_COMPLETED)
-            await cancel_and_wait(beats, retention, stopping, failed)
+            await cancel_and_wait(beats, retention, scrub, stopping, failed)
         finally:
             if self._store_failed.is_set():
                 # Step down at once: no more heartbeats (the controller elects an in-sync
@@ -475,6 +482,7 @@ class BrokerServer:
                         flush=self.cfg.flush,
                         flush_interval_ms=self.cfg.flush_interval_ms,
                         max_message_bytes=self.cfg.max_message_bytes,
+                        cq_max_open_files=self.cfg.cq_max_open_files,
                     ).close()
                     log.warning("the store in %s recovered: starting over", self.cfg.data_dir)
                     return

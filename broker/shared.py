@@ -73,8 +73,6 @@ DLQ_SCAN = 1000
 Key = tuple[str, str, int]  # (group, topic, queue)
 #: What a receive hands out: (the stored records, their count, receipts, delivery counts).
 Received = tuple[bytes, int, list[str], list[int]]
-#: The queue of a receive that reads every queue of its topic here (`receive_any`).
-ANY_QUEUE = -1
 
 
 def state_message(key: Key, st: ss.SharedQueue) -> Message:

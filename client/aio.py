@@ -705,6 +705,10 @@ class AsyncProducer:
             except TidelogError as exc:
                 if not fut.done():
                     fut.set_exception(exc)
+            except Exception as exc:  # a bug: the caller still gets an answer, and it is loud
+                if not fut.done():
+                    fut.set_exception(exc)
+                raise
             finally:
                 self._slow[topic] -= 1
 

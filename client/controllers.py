@@ -37,7 +37,7 @@ import grpc
 
 from tidelog import credentials as credentials_mod
 from tidelog.clusterauth import CALL_KEY, secret_from_env, sign_call
-from tidelog.clusterepoch import EpochSeen, reply_epoch
+from tidelog.clusterepoch import CALLER_EPOCH_KEY, EpochSeen, reply_epoch
 from tidelog.credentials import Credentials, Signer
 from tidelog.errors import (
     ClusterEpochFencedError,
@@ -143,7 +143,8 @@ def _write_epoch(path: Path, epoch: int) -> None:
 
 
 class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Refuses the answers of a controller whose cluster epoch is older than one already seen."""
+    """Refuses the answers of a controller whose cluster epoch is older than one already seen, and
+    names that epoch in every call, so that such a controller refuses the call before acting on it."""
 
     def __init__(self, address: str, seen: EpochSeen, on_raise: Callable[[int], None]) -> None:
         self.address = address
@@ -152,6 +153,16 @@ class _EpochCheck(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         self._warned = -1
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if self.seen.value > 0:
+            # the controller refuses the call itself when its epoch is older (it must not act on it)
+            extra = (CALLER_EPOCH_KEY, str(self.seen.value))
+            details = grpc.aio.ClientCallDetails(
+                details.method,
+                details.timeout,
+                grpc.aio.Metadata(*(details.metadata or ()), extra),
+                details.credentials,
+                details.wait_for_ready,
+            )
         call = await continuation(details, request)
         try:
             await call
@@ -218,6 +229,16 @@ async def speaks_tls(address: str, timeout: float = 1.0) -> bool:
     return True
 
 
+#: A controller that was down (restarted, or stopped for a forced recovery: docs/RUNBOOK-quorum.md)
+#: is tried again at least every second, not every 3 s: the brokers' heartbeats and a master's
+#: pending SyncStateSet change reach it a second after it listens, not up to 3 s later. There are
+#: three controllers or so, so the extra connection attempts cost nothing.
+CONTROLLER_CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    *((k, v) for k, v in CHANNEL_OPTIONS if k != "grpc.max_reconnect_backoff_ms"),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
 class _Conn:
     def __init__(
         self,
@@ -231,7 +252,7 @@ class _Conn:
         checks: list[Any] = [_EpochCheck(address, seen, on_raise)]
         if sign:
             checks.append(sign)
-        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS, interceptors=checks)
+        self.channel = aio_channel(address, tls, CONTROLLER_CHANNEL_OPTIONS, interceptors=checks)
         self.broker = pb_grpc.ControllerBrokerStub(self.channel)
         self.route = pb_grpc.ControllerRouteStub(self.channel)
         self.admin = pb_grpc.ControllerAdminStub(self.channel)
@@ -836,23 +857,30 @@ class ControllerClient:
 
     # --- users and grants ---
 
-    async def create_user(self, name: str, access_key: str, signing_key: str) -> pb.User:
-        req = pb.CreateUserRequest(name=name, access_key=access_key, signing_key=signing_key)
-        return (await self.call("admin", "CreateUser", req)).user
+    # Changes to users and grants answer once every alive broker enforces them (or after two
+    # heartbeat intervals): each returns the brokers ("set/id") not yet on it, empty when all are.
 
-    async def delete_user(self, name: str) -> None:
-        await self.call("admin", "DeleteUser", pb.DeleteUserRequest(name=name))
+    async def create_user(self, name: str, access_key: str, signing_key: str) -> pb.CreateUserReply:
+        req = pb.CreateUserRequest(name=name, access_key=access_key, signing_key=signing_key)
+        reply: pb.CreateUserReply = await self.call("admin", "CreateUser", req)
+        return reply
+
+    async def delete_user(self, name: str) -> list[str]:
+        reply = await self.call("admin", "DeleteUser", pb.DeleteUserRequest(name=name))
+        return list(reply.not_yet_applied)
 
     async def list_users(self) -> list[pb.User]:
         return list((await self.call("admin", "ListUsers", pb.ListUsersRequest())).users)
 
-    async def grant_acl(self, user: str, kind: str, pattern: str, permission: str) -> None:
+    async def grant_acl(self, user: str, kind: str, pattern: str, permission: str) -> list[str]:
         grant = pb.Grant(user=user, kind=kind, pattern=pattern, permission=permission)
-        await self.call("admin", "GrantAcl", pb.GrantAclRequest(grant=grant))
+        reply = await self.call("admin", "GrantAcl", pb.GrantAclRequest(grant=grant))
+        return list(reply.not_yet_applied)
 
-    async def revoke_acl(self, user: str, kind: str, pattern: str, permission: str) -> None:
+    async def revoke_acl(self, user: str, kind: str, pattern: str, permission: str) -> list[str]:
         grant = pb.Grant(user=user, kind=kind, pattern=pattern, permission=permission)
-        await self.call("admin", "RevokeAcl", pb.RevokeAclRequest(grant=grant))
+        reply = await self.call("admin", "RevokeAcl", pb.RevokeAclRequest(grant=grant))
+        return list(reply.not_yet_applied)
 
     async def list_acls(self, user: str = "") -> list[pb.Grant]:
         return list((await self.call("admin", "ListAcls", pb.ListAclsRequest(user=user))).grants)

@@ -45,6 +45,9 @@ KEY_SHARED = "key_shared"
 MODES = (CLUSTERING, BROADCAST, EXCLUSIVE, FAILOVER, SHARED, KEY_SHARED)
 #: The modes in which no member owns a queue: each message is received and acknowledged.
 PER_MESSAGE = (SHARED, KEY_SHARED)
+#: The queue of a shared receive that reads every queue of its topic on one broker set at once: one
+#: long poll per broker set instead of one per queue (RocketMQ's pop of queue id -1).
+ANY_QUEUE = -1
 #: The modes in which one active member reads everything.
 SINGLE_ACTIVE = (EXCLUSIVE, FAILOVER)
 

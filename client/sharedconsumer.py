@@ -1,8 +1,8 @@
 """A consumer group member in the shared or key_shared mode: any member receives any message,
 each acknowledged (key_shared: a key's messages one at a time, in order).
 
-No member owns a queue. `poll` asks the master of each queue's broker set for messages
-(SharedReceive, broker/shared.py): a received message stays invisible to the other receives for
+No member owns a queue. `poll` asks the master of each broker set holding the topic for messages
+of any of its queues there (SharedReceive of queue ANY_QUEUE, broker/shared.py): a received message stays invisible to the other receives for
 `invisible_duration`; `ack(message)` finishes it, `nack(message)` makes it visible again at once,
 `change_invisible_duration(message, seconds)` extends (or shortens) its time. A message that is
 not acknowledged in time is delivered again, to any member, with its `delivery_count` one higher;
@@ -94,8 +94,9 @@ class AsyncSharedConsumer(AsyncConsumer):
             raise InvalidArgumentError(f"max_delivery_attempts must be in [1, {md.MAX_ATTEMPTS}]")
         self.max_delivery_attempts = max_delivery_attempts
         self._dlq_ready = False
-        self._next = 0  # the queue the next poll starts with
-        self._waits: dict[tuple[str, int], asyncio.Task[list[ConsumedMessage]]] = {}  # long polls under way
+        self._next = 0  # the broker set the next poll starts with
+        # long polls under way, by (broker set, ANY_QUEUE)
+        self._waits: dict[tuple[str, int], asyncio.Task[list[ConsumedMessage]]] = {}
         self._buffer: list[ConsumedMessage] = []  # received, not returned by poll yet
 
     async def rebalance(self, force: bool = False) -> None:
@@ -107,9 +108,10 @@ class AsyncSharedConsumer(AsyncConsumer):
             self._dlq_ready = True
 
     async def poll(self, max_messages: int = 100, timeout: float = 1.0) -> list[ConsumedMessage]:
-        """Received messages (each a SharedMessage), from the queues in turn; waits up to `timeout`.
+        """Received messages (each a SharedMessage), from the broker sets in turn (each takes from
+        its queues in turn); waits up to `timeout`.
 
-        A long poll waits on every queue at once. The waits that are still going when one answers
+        A long poll waits on every broker set at once. The waits that are still going when one answers
         are kept, not cancelled (a cancelled receive may have leased messages that would then stay
         invisible for their whole duration), and the next poll returns what they got first."""
         if not 1 <= max_messages <= md.MAX_RECEIVE:
@@ -121,11 +123,14 @@ class AsyncSharedConsumer(AsyncConsumer):
         if out:
             return out
         route = await self.client.route(self.topic)
-        queues = route.queue_list
-        if not queues:
+        if not route.queue_list:
             raise TopicNotFoundError(f"topic {self.topic!r} has no queues")
-        self._next = (self._next + 1) % len(queues)
-        order = [q for q in queues[self._next :] + queues[: self._next] if q not in self._waits]
+        # one receive per broker set, over every queue of the topic there (the broker takes from
+        # them in turn): a message in any queue wakes the poll at once, with one call per set
+        sets = sorted({name for name, _ in route.queue_list})
+        self._next = (self._next + 1) % len(sets)
+        order = [(s, md.ANY_QUEUE) for s in sets[self._next :] + sets[: self._next]]
+        order = [q for q in order if q not in self._waits]
         for q in order:
             self._buffer.extend(await self._receive(route, q, max_messages - len(self._buffer), 0))
             if len(self._buffer) >= max_messages:

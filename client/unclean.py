@@ -1,9 +1,17 @@
 """What an operator's unclean election may lose: the RPO `tide admin elect --unclean` prints and
-the quorum drill checks (docs/RUNBOOK-quorum.md).
+the quorum drill checks (docs/RUNBOOK-quorum.md §4).
 
 The controller knows, per member, the last (epoch, max offset) the member reported to the Raft
 log; the last confirm offset it knows for a set is the highest one its SyncStateSet members
 reported. Electing a broker from outside the set loses what lies past that broker's own end.
+
+What the RPO covers, exactly: the bytes from the candidate's end up to that reported offset. What
+it cannot cover: what the lost members acknowledged after that report, which no survivor holds a
+record of. A master alone in its SyncStateSet (the only case where a survivor is outside it)
+reports at every heartbeat (controller/RULES.md §1), so that is the writes of its last heartbeat
+interval and of the report's Raft commit before it was lost, and more only when the surviving
+controller lagged behind the lost majority's log. The line printed says both, with the offset
+where the count stops; the drill checks every loss against them.
 """
 
 from __future__ import annotations
@@ -30,21 +38,33 @@ class UncleanRpo:
     in_sync: bool
     known_confirm_offset: int
     candidate_max_offset: int
+    reported_by: int | None = None  # the SyncStateSet member whose report gave known_confirm_offset
 
     @property
     def bytes(self) -> int:
+        """The bytes counted: from the candidate's end to the last reported offset."""
         return 0 if self.in_sync else max(0, self.known_confirm_offset - self.candidate_max_offset)
+
+    @property
+    def counted_until(self) -> int:
+        """The offset where the count stops: losses past it are the uncounted tail (module doc)."""
+        return max(self.known_confirm_offset, self.candidate_max_offset)
 
     def line(self) -> str:
         if self.in_sync:
             return (
                 f"{self.broker_set}: broker {self.broker_id} is in the SyncStateSet: a clean election, RPO 0"
             )
+        who = f"broker {self.reported_by}" if self.reported_by is not None else "the lost members"
         return (
             f"{self.broker_set}: electing broker {self.broker_id} from outside the SyncStateSet: RPO "
-            f"{self.bytes} bytes may be lost (last confirm offset known {self.known_confirm_offset}, "
-            f"its max offset {self.candidate_max_offset}); writes acknowledged after the lost members' "
-            f"last report to the controller are not counted"
+            f"{self.bytes} bytes counted, offsets {self.candidate_max_offset}..{self.counted_until} "
+            f"(its max offset {self.candidate_max_offset}; {who} last reported offset "
+            f"{self.known_confirm_offset} to the controllers' log); not counted and also lost: what "
+            f"{who} acknowledged past offset {self.counted_until} after that report, normally the "
+            f"writes of its last heartbeat interval and the report's Raft commit before it was lost "
+            f"(a master alone in its SyncStateSet reports every heartbeat), more if this controller "
+            f"lagged behind the lost ones"
         )
 
 
@@ -58,11 +78,14 @@ async def unclean_rpo(c: ControllerClient, broker_set: str, broker_id: int) -> U
     if broker_id not in members:
         raise InvalidArgumentError(f"broker {broker_id} is not a member of {broker_set}")
     sss = set(info.role.sync_state_set)
-    known = max((members[b].last_max_offset for b in sss if b != broker_id and b in members), default=-1)
+    reports = sorted(
+        ((members[b].last_max_offset, b) for b in sss if b != broker_id and b in members), reverse=True
+    )
+    known, reporter = reports[0] if reports else (-1, None)
     candidate = members[broker_id].last_max_offset
     with contextlib.suppress(Exception):  # its own word is fresher than its last report; either will do
         candidate = await broker_max_offset(members[broker_id].address)
-    return UncleanRpo(broker_set, broker_id, broker_id in sss, known, candidate)
+    return UncleanRpo(broker_set, broker_id, broker_id in sss, known, candidate, reporter)
 
 
 async def broker_max_offset(address: str) -> int:

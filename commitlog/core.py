@@ -44,6 +44,7 @@ class LogCore:
         sync_flush: bool,
         max_message_bytes: int,
         cq_units_per_file: int,
+        cq_max_open_files: int,
         clock: Callable[[], float],
         key_index_slots: int,
         key_index_entries: int,
@@ -53,7 +54,9 @@ class LogCore:
         self.max_message_bytes = max_message_bytes
         self.clock = clock
         self.segments = SegmentFiles(os.path.join(directory, "commitlog"), segment_bytes)
-        self.queues = QueueIndex(os.path.join(directory, "consumequeue"), cq_units_per_file)
+        self.queues = QueueIndex(
+            os.path.join(directory, "consumequeue"), cq_units_per_file, cq_max_open_files
+        )
         self.offsets = Offsets(directory)
         self.keys = KeyIndex(os.path.join(directory, "index"), key_index_slots, key_index_entries)
         self.lock = threading.RLock()

@@ -126,8 +126,7 @@ class Flusher:
                 for listener in core.flush_listeners:  # one call per fdatasync: the group commit's size
                     listener(time.monotonic() - started, size)
             if cqs or clean:
-                for cq in cqs:
-                    cq.sync()
+                core.queues.sync(cqs)
                 offsets.cq_durable = target
                 self._last_cq_sync = time.monotonic()
             if clean or cqs or not pace or self._checkpoint_due():

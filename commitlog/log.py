@@ -52,7 +52,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from tidelog.commitlog import lookups, reads, recovery, repair, replication, retention, truncation
+from tidelog.commitlog import lookups, reads, recovery, repair, replication, retention, truncation, verify
 from tidelog.commitlog import record as rec
 from tidelog.commitlog.append import Placement, append_batch, append_encoded
 from tidelog.commitlog.batch import check_batch
@@ -79,6 +79,10 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
 MIN_SEGMENT_BYTES = 4096
 KEY_INDEX_INTERVAL_MS = 200  # how often the indexer looks for new records
 NO_END = (1 << 63) - 1
+# descriptors all consume queues together hold open: far below a default `ulimit -n` of 4096+
+# once segments, index files and sockets are counted, while a reader's queue stays open
+DEFAULT_CQ_MAX_OPEN_FILES = 1024
+MIN_CQ_OPEN_FILES = 16
 
 __all__ = ["CommitLog", "Placement", "QueueOffsets"]
 
@@ -95,6 +99,7 @@ class CommitLog:
         flush_interval_ms: int,
         max_message_bytes: int,
         cq_units_per_file: int,
+        cq_max_open_files: int,
         checkpoint_interval_ms: int,
         clock: Callable[[], float],
         key_index_slots: int = DEFAULT_SLOTS,
@@ -104,6 +109,10 @@ class CommitLog:
             raise ConfigError(f"flush must be 'sync' or 'async', not {flush!r}")
         if segment_bytes < MIN_SEGMENT_BYTES:
             raise ConfigError(f"segment_bytes must be at least {MIN_SEGMENT_BYTES}")
+        if cq_max_open_files < MIN_CQ_OPEN_FILES:
+            # a queue holds up to three at once (its append file and two it reads): fewer would
+            # have queues close each other's on every read
+            raise ConfigError(f"cq_max_open_files must be at least {MIN_CQ_OPEN_FILES}")
         if max_message_bytes + rec.BLANK_SIZE > segment_bytes:
             max_message_bytes = segment_bytes - rec.BLANK_SIZE
         self.directory = directory
@@ -117,6 +126,7 @@ class CommitLog:
             sync_flush=flush == "sync",
             max_message_bytes=max_message_bytes,
             cq_units_per_file=cq_units_per_file,
+            cq_max_open_files=cq_max_open_files,
             clock=clock,
             key_index_slots=key_index_slots,
             key_index_entries=key_index_entries,
@@ -143,6 +153,7 @@ class CommitLog:
         flush_interval_ms: int = 500,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         cq_units_per_file: int = 300_000,
+        cq_max_open_files: int = DEFAULT_CQ_MAX_OPEN_FILES,
         checkpoint_interval_ms: int = 1000,
         full_scan: bool = False,
         clock: Callable[[], float] = time.time,
@@ -159,6 +170,7 @@ class CommitLog:
             flush_interval_ms=flush_interval_ms,
             max_message_bytes=max_message_bytes,
             cq_units_per_file=cq_units_per_file,
+            cq_max_open_files=cq_max_open_files,
             checkpoint_interval_ms=checkpoint_interval_ms,
             clock=clock,
             key_index_slots=key_index_slots,
@@ -450,6 +462,11 @@ class CommitLog:
         replication.start_at(self._core, offset)
 
     # ------------------------------------------------------------------ repair and truncation
+
+    def scrub(self, offset: int, max_bytes: int) -> tuple[int, verify.Damage | None]:
+        """Check about `max_bytes` of records from `offset` against their CRCs, below the stable
+        end: (the next offset to check, the damage met). Safe on any thread (`verify.scrub_chunk`)."""
+        return verify.scrub_chunk(self._core, offset, max_bytes)
 
     def repair_range(self, offset: int, data: bytes) -> None:
         """Overwrite damaged bytes in place with a copy from another replica, and fsync them.

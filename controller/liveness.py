@@ -33,12 +33,18 @@ such a witness the set waits for the window to end, so brokers that have not yet
 leader are not failed over. Grace never makes a broker *alive*: an election or a SyncStateSet
 change still needs a real heartbeat (the LiveInfo it carries is what the election policy ranks).
 
+A controller recovered alone after the datacenter of the other controllers was lost (`tide
+controller recover --lost-datacenter`) is told which datacenters are gone (``presume_lost``):
+within its grace, a silent master registered in one of them is failed over as soon as another
+member of its set is alive, without a witness, from a time the shell derives from the recovery
+command's start so that no lease the lost master held can outlive the election (RULES.md L8).
+
 A leader that was not listening — its process paused (SIGSTOP, a long GC, a stalled host) or its
 loop starved — looks, when it resumes, exactly like one that could not hear the brokers: every
 entry is stale, and the silence it shows is silence nobody witnessed. ``on_tick(now)``, called on
 every turn of the leader's loop, notices a gap of at least half the timeout since the last turn and
 treats it like a new leadership: grace opens again, and every entry's ``heard_since`` restarts at
-``now``, so no member witnesses the time this node was away (RULES.md L8).
+``now``, so no member witnesses the time this node was away (RULES.md L9).
 
 A set whose controller-triggered election found nobody is left without a master (RULES.md E7);
 ``leaderless_sets_electable`` lists such sets once an electable broker is alive again, so the
@@ -113,6 +119,8 @@ class HeartbeatTable:
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._grace_until_ms: int | None = None
         self._last_tick_ms: int | None = None
+        self._lost_datacenters: frozenset[str] = frozenset()
+        self._lost_from_ms = 0
 
     def beat(
         self,
@@ -160,7 +168,7 @@ class HeartbeatTable:
     def on_tick(self, now_ms: int) -> bool:
         """One turn of the leader's loop at `now_ms`. True when it follows a gap of at least
         `tick_gap_ms` since the last turn (or the leadership): the node was not listening, so grace
-        opens again and no member's run of heartbeats spans the gap (RULES.md L8)."""
+        opens again and no member's run of heartbeats spans the gap (RULES.md L9)."""
         last = self._last_tick_ms
         self._last_tick_ms = now_ms if last is None else max(last, now_ms)
         if last is None or now_ms - last < self.tick_gap_ms:
@@ -169,6 +177,18 @@ class HeartbeatTable:
         for e in self._entries.values():
             e.heard_since_ms = max(e.heard_since_ms, now_ms)
         return True
+
+    def presume_lost(self, datacenters: frozenset[str], from_ms: int = 0) -> None:
+        """Take the masters registered in `datacenters` as gone from `from_ms` on (RULES.md L8):
+        the operator declared those datacenters lost when forcing a recovery. Empty: none."""
+        self._lost_datacenters = datacenters
+        self._lost_from_ms = from_ms
+
+    def _presumed_lost(self, state: ControllerState, broker_set: str, broker_id: int, now_ms: int) -> bool:
+        if not self._lost_datacenters or now_ms < self._lost_from_ms:
+            return False
+        member = state.broker_sets[broker_set].members.get(broker_id)
+        return member is not None and member.datacenter in self._lost_datacenters
 
     def in_grace(self, now_ms: int) -> bool:
         return self._grace_until_ms is not None and now_ms < self._grace_until_ms
@@ -216,15 +236,17 @@ class HeartbeatTable:
         """Broker sets whose recorded master is dead while some member is alive
         (docs/reference/rocketmq-controller-ha.md §1.2, scanNeedReelectBrokerSets), ascending name;
         during the new-leader grace window only those whose master's silence a continuously heard
-        member witnessed (RULES.md L4)."""
+        member witnessed (RULES.md L4), or whose master is in a datacenter declared lost (L8)."""
         grace = self.in_grace(now_ms)
         out = []
         for name in sorted(state.broker_sets):
             bs = state.broker_sets[name]
             if bs.master_id is None or self.is_alive(name, bs.master_id, now_ms):
                 continue
+            # a master declared lost needs no witness: it is not expected to find this leader
+            witnessed = grace and not self._presumed_lost(state, name, bs.master_id, now_ms)
             if any(
-                self._witness(name, i, now_ms) if grace else self.is_alive(name, i, now_ms)
+                self._witness(name, i, now_ms) if witnessed else self.is_alive(name, i, now_ms)
                 for i in bs.members
                 if i != bs.master_id
             ):

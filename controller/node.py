@@ -11,7 +11,8 @@ The leader loop is the only place the controller acts without a request:
 
 Every reply carries the node's cluster epoch (`tidelog/clusterepoch.py`) in its initial
 metadata, sent before any check so that refusals carry it too; brokers and clients refuse the
-answers of an older epoch (a controller a forced quorum recovery replaced).
+answers of an older epoch (a controller a forced quorum recovery replaced), and the node refuses
+the calls of a caller that names a newer one, before anything acts on them.
 
 Clocks: liveness uses the monotonic clock (each node's memory only); commands carry wall-clock
 `now_ms`, which is only recorded, never compared across nodes.
@@ -37,7 +38,7 @@ from tidelog import gcpolicy, logs, loops, private, tlsconfig
 from tidelog.acl import AclState
 from tidelog.clusterauth import CALL_KEY, ReplayCache, check_call, new_secret, require_real_secret
 from tidelog.clusterauth import SECRET_ENV as CLUSTER_SECRET_ENV
-from tidelog.clusterepoch import EPOCH_KEY
+from tidelog.clusterepoch import CALLER_EPOCH_KEY, EPOCH_KEY, refuse_caller, reply_epoch
 from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
@@ -58,7 +59,7 @@ from tidelog.ha.lease import LeaseFences, grants_lease, handover_wait_ms
 from tidelog.metrics import watch_auth_refusals
 from tidelog.proto import controller_pb2 as pb
 from tidelog.tasks import cancel_and_wait, within
-from tidelog.wire import SERVER_OPTIONS, bind_problem, make_error
+from tidelog.wire import SERVER_OPTIONS, abort_with, bind_problem, make_error
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,13 @@ HANDLER_SIGNED = frozenset({"ElectMaster", "CleanBrokerData", "DecommissionBroke
 
 class EpochInterceptor(grpc.aio.ServerInterceptor):
     """Sends this node's cluster epoch as initial metadata of every reply, before the call is
-    checked or served (controller RPCs are all unary)."""
+    checked or served (controller RPCs are all unary), and refuses a caller that has seen a newer
+    one (CLUSTER_EPOCH_FENCED, `clusterepoch.refuse_caller`) before anything acts on its call."""
 
     def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
         self.metadata = ((EPOCH_KEY, str(epoch)),)
+        self._warned: set[int] = set()  # the callers' epochs already logged: one line each
 
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
@@ -88,9 +92,16 @@ class EpochInterceptor(grpc.aio.ServerInterceptor):
             return handler
         inner = handler.unary_unary
         metadata = self.metadata
+        method = details.method
 
         async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             await context.send_initial_metadata(metadata)
+            refused = refuse_caller(self.epoch, reply_epoch(context.invocation_metadata(), CALLER_EPOCH_KEY))
+            if refused is not None:
+                if refused.details["seen_epoch"] not in self._warned:
+                    self._warned.add(refused.details["seen_epoch"])
+                    log.warning("refused %s from %s: %s", method, context.peer(), refused)
+                await abort_with(context, refused)
             return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -131,6 +142,8 @@ class ControllerNode:
         self.refusals = RefusalLog()
         self._acl = AclState()
         self._acl_read = False
+        # the users-and-grants version each broker last said it holds (its heartbeats' acl_version)
+        self._acl_applied: dict[tuple[str, int], int] = {}
         logs.identify(lambda: {"node_id": cfg.node_id})  # until the Raft node exists
         self.raft = RaftNode(cfg)
         logs.identify(lambda: {"node_id": cfg.node_id, "term": self.raft.term()})
@@ -188,6 +201,33 @@ class ControllerNode:
                 self._acl = with_clear_keys(state.acl_table(), self.secret)
                 self._acl_read = True
         return self._acl
+
+    def note_acl_version(self, broker_set: str, broker_id: int, version: int) -> None:
+        """A broker's heartbeat said which users-and-grants version it enforces (the latest word
+        counts: a restarted broker starts again from none)."""
+        self._acl_applied[(broker_set, broker_id)] = version
+
+    async def wait_acl_applied(self) -> list[str]:
+        """After a change to users or grants: wait until every alive broker enforces it, at most two
+        heartbeat intervals and a half second, 2.5 s at most (the table rides on the next reply, the broker says
+        so in the heartbeat after). Returns the brokers ("set/id") still behind, so that the
+        caller is told instead of meeting a refusal the change was meant to lift."""
+        with self.raft.read() as state:
+            version = state.acl_version
+            names = sorted(state.broker_sets)
+        # within a client's per-call timeout (3 s), so that a slow broker never turns into a retry
+        deadline = mono_ms() + min(2 * self.cfg.heartbeat_interval_ms + 500, 2500)
+        while True:
+            now = mono_ms()
+            behind = [
+                f"{name}/{bid}"
+                for name in names
+                for bid in sorted(self.heartbeats.alive(name, now))
+                if self._acl_applied.get((name, bid), -1) < version
+            ]
+            if not behind or now >= deadline:
+                return behind
+            await asyncio.sleep(0.05)
 
     def member_call(self, method: str, metadata: Mapping[str, str], request: Any) -> bool:
         """Whether a call carries the cluster secret's token (tidelog.guard.MemberCheck): such a
@@ -330,14 +370,24 @@ class ControllerNode:
                 term,
                 self.cfg.heartbeat_timeout_ms,
             )
+            ident = self.raft.identity
+            lost = ident.presumed_lost(self.cfg.node_id) if ident is not None else ()
+            if lost:
+                log.warning(
+                    "controller %s: datacenter(s) %s declared lost at the recovery: their silent "
+                    "masters are failed over without the grace (RULES.md L8)",
+                    self.cfg.node_id,
+                    ", ".join(lost),
+                )
         elif self.heartbeats.on_tick(now):
-            # RULES.md L8: paused (or starved) for a while; the silence in the table is our own
+            # RULES.md L9: paused (or starved) for a while; the silence in the table is our own
             log.warning(
                 "controller %s leader loop was not running for %d ms or more; brokers get %d ms of grace",
                 self.cfg.node_id,
                 self.heartbeats.tick_gap_ms,
                 self.cfg.heartbeat_timeout_ms,
             )
+        self._presume_lost(now)
         await self.ensure_ready()
         self.heartbeats.expire(now)
         with self.raft.read() as state:
@@ -361,6 +411,21 @@ class ControllerNode:
         due = audited is None or now - audited >= self.cfg.placement_audit_interval_ms
         if due and not self.heartbeats.in_grace(now):
             self.audit_placement(now)
+
+    def _presume_lost(self, now: int) -> None:
+        """Tell the heartbeat table which datacenters the forced recovery declared lost (RULES.md L8),
+        from when no lease granted before the recovery command can still hold; none once the
+        recovered cluster has grown again."""
+        ident = self.raft.identity
+        lost = ident.presumed_lost(self.cfg.node_id) if ident is not None else ()
+        if not lost:
+            self.heartbeats.presume_lost(frozenset())
+            return
+        # the lost master's last lease came from a heartbeat sent before the cut, which precedes the
+        # recovery command: it has run out `handover_wait_ms` after the command started (wall clock,
+        # the same host's), here turned into this node's monotonic clock
+        settled = ident.recovered_at_ms + handover_wait_ms(self.cfg.heartbeat_timeout_ms)
+        self.heartbeats.presume_lost(frozenset(lost), now + max(0, settled - wall_ms()))
 
     def audit_placement(self, now: int) -> list[Violation]:
         """Audit placement (RULES.md PL1-PL6) with this node's liveness; log what opened and cleared.

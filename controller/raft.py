@@ -9,7 +9,8 @@ Theory of operation
   bridges a callback into an asyncio future with `loop.call_soon_threadsafe`.
 - Reads happen on the asyncio thread while the tick thread may be applying; a lock around apply
   and around `read()` keeps readers from seeing a half-applied command.
-- Snapshots: the state is stored as `ControllerState.to_dict()` (plain data), not as pickled
+- Snapshots: the state is stored as `ControllerState.to_dict()` (plain data, packed: pickled and
+  zlib-compressed, so PySyncObj's level-9 gzip in this thread finds little to do), not as pickled
   classes, so a snapshot survives refactors of the state classes. Forking to serialise is off:
   forking a process that runs gRPC threads is unsafe.
 - The Raft port is authenticated (and encrypted) with the cluster secret via PySyncObj's
@@ -38,8 +39,9 @@ from pysyncobj import pickle as pysyncobj_pickle
 
 from tidelog import private
 from tidelog.clusterepoch import ClusterIdentity, raft_password
+from tidelog.controller import snapshot
 from tidelog.controller.config import ControllerConfig
-from tidelog.controller.recover import load_identity, save_identity
+from tidelog.controller.recover import alone_tuning, load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
 from tidelog.controller.topics import TOPIC_COMMANDS
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
@@ -50,7 +52,10 @@ from tidelog.tasks import within
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_FORMAT = 1
+# 2: the state's plain data packed (controller/snapshot.py `pack`: pickled, zlib level 1) under
+# "packed"; 1: the plain data itself under "state", which PySyncObj's level-9 gzip took seconds over
+SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMATS = (1, 2)
 
 _RAFT_STATES = {0: "follower", 1: "candidate", 2: "leader"}
 
@@ -95,13 +100,16 @@ class _Machine(SyncObjConsumer):
 
     def _serialize(self) -> dict[str, Any]:
         with self.lock:
-            return {"format": SNAPSHOT_FORMAT, "state": self.state.to_dict()}
+            doc = self.state.to_dict()
+        # plain data of its own, no longer the state's: packed without holding up apply or reads
+        return {"format": SNAPSHOT_FORMAT, "packed": snapshot.pack(doc)}
 
     def _deserialize(self, data: dict[str, Any]) -> None:
         try:
-            if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
+            if not isinstance(data, dict) or data.get("format") not in SNAPSHOT_FORMATS:
                 raise ValueError(f"unsupported controller snapshot format: {data!r:.80}")
-            state = ControllerState.from_dict(data["state"], max_meta_value_bytes=self.max_meta_value_bytes)
+            doc = data["state"] if data["format"] == 1 else snapshot.unpack(data["packed"])
+            state = ControllerState.from_dict(doc, max_meta_value_bytes=self.max_meta_value_bytes)
         except Exception as exc:
             # PySyncObj would log and carry on with an empty state over a compacted journal: a
             # replica missing history. Stopping keeps the data dir intact for a human to look at.
@@ -173,7 +181,7 @@ def _check_snapshot(path: Path) -> None:
         if not (
             isinstance(consumers, list)
             and isinstance(consumers[1], dict)
-            and consumers[1].get("format") == SNAPSHOT_FORMAT
+            and consumers[1].get("format") in SNAPSHOT_FORMATS
         ):
             raise ValueError("not a controller snapshot")
     except Exception as exc:
@@ -208,7 +216,8 @@ class RaftNode:
             if self.identity
             else [n.raft for n in cfg.peers]
         )
-        tuning = cfg.raft
+        # a recovered node alone in its cluster leads after one short timeout (recover.alone_tuning)
+        tuning = alone_tuning(cfg.raft) if self.identity is not None and not peers else cfg.raft
         conf = SyncObjConf(
             # Never unauthenticated: without a password PySyncObj unpickles whatever a peer sends.
             password=raft_password(cfg.secret, self.cluster_epoch),

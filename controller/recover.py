@@ -8,7 +8,9 @@ datacenter), never automatically.
 What `recover` does, on a stopped node:
 1. reads the node's Raft journal: the commit index it knows and the last entry it holds;
 2. copies the node dir aside (`<data_dir>/<node>.before-epoch-<N+1>`), for forensics or to undo;
-3. writes the identity file (`cluster.json`): cluster epoch N+1, members = this node alone;
+3. writes the identity file (`cluster.json`): cluster epoch N+1, members = this node alone, and
+   the datacenters the operator declared lost (`--lost-datacenter`) with the command's start time,
+   so that the node fails over their silent masters without waiting out its grace (RULES.md L8);
 4. starts the node's Raft once, as that one-node cluster: it leads at once and commits every entry
    its log holds (like etcd, it cannot tell the entries past its commit index that the lost
    majority committed from those it did not, and keeps them all), then reads the state and stops.
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.clusterepoch import IDENTITY_FILE, ClusterIdentity, may_join, raft_password
-from tidelog.controller.config import ControllerConfig
+from tidelog.controller.config import ControllerConfig, RaftTuning
 from tidelog.errors import ConfigError, UnavailableError
 from tidelog.private import private_dir, write_private
 from tidelog.wire import bind_problem
@@ -119,6 +121,18 @@ def require_stopped(cfg: ControllerConfig) -> None:
 # --- recovery -------------------------------------------------------------------------------
 
 
+def alone_tuning(tuning: RaftTuning) -> RaftTuning:
+    """The Raft timings of a node that is its cluster's only member (the recovery's replay, and a
+    recovered node until it grows back): it waits out one election timeout before it leads, so
+    the shortest the rules allow. Nobody else votes, so nobody is disturbed; the timeouts decide
+    only how soon leadership comes, never what is committed, and the operator is waiting."""
+    return replace(
+        tuning,
+        election_min_timeout_ms=4 * tuning.append_entries_period_ms,
+        election_max_timeout_ms=4 * tuning.append_entries_period_ms + 50,
+    )
+
+
 @dataclass
 class RecoveryReport:
     node_id: str
@@ -131,6 +145,8 @@ class RecoveryReport:
     backup: str
     broker_sets: list[dict[str, Any]] = field(default_factory=list)
     topics: int = 0
+    lost_datacenters: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,6 +169,12 @@ class RecoveryReport:
             f"{self.last_log_index} (elections, SyncStateSet changes, topic and metadata changes "
             f"made while this node lagged); brokers report their real roles in their next heartbeats"
         )
+        if self.lost_datacenters:
+            out.append(
+                f"declared lost: datacenter(s) {', '.join(self.lost_datacenters)}: while this node is "
+                f"alone, a silent master registered there is failed over without the heartbeat grace"
+            )
+        out.extend(f"warning: {w}" for w in self.warnings)
         out.append(f"state at applied index {self.applied_index}: {self.topics} topic(s)")
         for bs in self.broker_sets:
             out.append(
@@ -193,8 +215,12 @@ def summarize(state: Any) -> tuple[list[dict[str, Any]], int]:
     return sets, len(state.topics)
 
 
-def recover(cfg: ControllerConfig, *, timeout: float = 30.0) -> RecoveryReport:
-    """Turn the stopped node `cfg` into a one-node cluster at a new cluster epoch (module doc)."""
+def recover(
+    cfg: ControllerConfig, *, lost_datacenters: tuple[str, ...] = (), timeout: float = 30.0
+) -> RecoveryReport:
+    """Turn the stopped node `cfg` into a one-node cluster at a new cluster epoch (module doc);
+    `lost_datacenters`: the datacenters the operator declares lost (RULES.md L8)."""
+    started_ms = int(time.time() * 1000)  # before anything: every lease of the lost site is older
     if not cfg.secret:
         raise ConfigError("recovery needs the cluster secret", key="secret")
     require_stopped(cfg)
@@ -212,7 +238,17 @@ def recover(cfg: ControllerConfig, *, timeout: float = 30.0) -> RecoveryReport:
     if backup.exists():
         raise ConfigError(f"{backup} exists already", key="--data-dir", hint="move it away first")
     shutil.copytree(cfg.node_dir, backup)
-    save_identity(cfg, ClusterIdentity(new_epoch, (cfg.node_id,), recovered_from=cfg.node_id))
+    lost = tuple(dict.fromkeys(lost_datacenters))
+    save_identity(
+        cfg,
+        ClusterIdentity(
+            new_epoch,
+            (cfg.node_id,),
+            recovered_from=cfg.node_id,
+            lost_datacenters=lost,
+            recovered_at_ms=started_ms if lost else 0,
+        ),
+    )
     log.warning(
         "controller %s: forced recovery to cluster epoch %d from its own log (commit %d, last %d)",
         cfg.node_id,
@@ -221,6 +257,12 @@ def recover(cfg: ControllerConfig, *, timeout: float = 30.0) -> RecoveryReport:
         position.last_index,
     )
     applied, sets, topics = _replay(cfg, position.last_index, timeout)
+    known = {m["datacenter"] for bs in sets for m in bs["members"]}
+    warnings = [
+        f"no broker is registered in datacenter {dc!r}: check the name (it fails nothing over)"
+        for dc in lost
+        if dc not in known
+    ]
     return RecoveryReport(
         node_id=cfg.node_id,
         old_epoch=old_epoch,
@@ -232,6 +274,8 @@ def recover(cfg: ControllerConfig, *, timeout: float = 30.0) -> RecoveryReport:
         backup=str(backup),
         broker_sets=sets,
         topics=topics,
+        lost_datacenters=list(lost),
+        warnings=warnings,
     )
 
 
@@ -291,14 +335,7 @@ def _replay(cfg: ControllerConfig, last_index: int, timeout: float) -> tuple[int
             )
     snapshot = cfg.node_dir / SNAPSHOT_FILE
     before = snapshot.stat().st_mtime_ns if snapshot.exists() else 0
-    # Alone, it waits out one election timeout before it leads: the shortest the rules allow
-    # (nobody else votes, and the operator is waiting).
-    quick = replace(
-        cfg.raft,
-        election_min_timeout_ms=4 * cfg.raft.append_entries_period_ms,
-        election_max_timeout_ms=4 * cfg.raft.append_entries_period_ms + 50,
-    )
-    raft = RaftNode(replace(cfg, raft=quick), replay_only=True)
+    raft = RaftNode(cfg, replay_only=True)  # alone in its identity file: alone_tuning
     try:
 
         async def commit_all() -> None:

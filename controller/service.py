@@ -351,6 +351,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                 state, [n.grpc for n in self.node.cfg.nodes], view_topics, with_topics=False
             )
         self.node.beat(name, bid, request, report=stale_offsets)
+        self.node.note_acl_version(name, bid, request.acl_version)
         unchanged = request.topics_version == topics_version
         reply = pb.HeartbeatReply(
             role=role,
@@ -975,7 +976,8 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             )
         )
         log.warning("user %s created (access key %s)", name, request.access_key)
-        return pb.CreateUserReply(user=user_of(result.value, with_key=False))
+        behind = await self.node.wait_acl_applied()
+        return pb.CreateUserReply(user=user_of(result.value, with_key=False), not_yet_applied=behind)
 
     @rpc
     async def DeleteUser(
@@ -984,7 +986,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         name = non_empty("name", request.name)
         await self.node.write(lambda now, hb: st.DeleteUser(name=name, now_ms=now))
         log.warning("user %s deleted", name)
-        return pb.DeleteUserReply()
+        return pb.DeleteUserReply(not_yet_applied=await self.node.wait_acl_applied())
 
     @rpc
     async def ListUsers(
@@ -1002,7 +1004,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             lambda now, hb: st.GrantAcl(g.user, g.kind, g.pattern, g.permission, now_ms=now)
         )
         log.warning("granted %s on %s %s to %s", g.permission, g.kind, g.pattern, g.user)
-        return pb.GrantAclReply()
+        return pb.GrantAclReply(not_yet_applied=await self.node.wait_acl_applied())
 
     @rpc
     async def RevokeAcl(
@@ -1013,7 +1015,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
             lambda now, hb: st.RevokeAcl(g.user, g.kind, g.pattern, g.permission, now_ms=now)
         )
         log.warning("revoked %s on %s %s from %s", g.permission, g.kind, g.pattern, g.user)
-        return pb.RevokeAclReply()
+        return pb.RevokeAclReply(not_yet_applied=await self.node.wait_acl_applied())
 
     @rpc
     async def ListAcls(

@@ -6,11 +6,18 @@ Format 2 added the cluster id; format 1 snapshots are read, with none. Format 3 
 grants (format 1 and 2 snapshots are read, with none). Fields added later
 (tombstones, generations, ``unclean_epoch``, ``modified_ms``, a topic's ``retention_ms``) read
 with their defaults.
+
+`pack` and `unpack` are how the Raft node stores that plain data: pickled (plain data only) and
+compressed at zlib level 1. PySyncObj gzips every snapshot at level 9 in its Raft thread, which
+on 100,000 topics' 7.4 MB took 3.6 s of the 4.5 s a snapshot cost; compressed first (0.1 s), the
+bytes it gzips are 1.4 MB that level 9 finds nothing in, fast.
 """
 
 from __future__ import annotations
 
 import base64
+import pickle
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +51,22 @@ def encode(s: StateData) -> dict[str, Any]:
         "grants": [vars(g).copy() for g in sorted(s.grants)],
         "acl_version": s.acl_version,
     }
+
+
+def pack(doc: Mapping[str, Any]) -> bytes:
+    """The bytes the Raft node stores for `encode`'s output."""
+    return zlib.compress(pickle.dumps(dict(doc), protocol=5), 1)
+
+
+def unpack(blob: bytes) -> dict[str, Any]:
+    """`pack`'s input again; ValueError when `blob` is not a packed snapshot."""
+    try:
+        doc = pickle.loads(zlib.decompress(blob))
+    except (zlib.error, pickle.UnpicklingError, EOFError) as exc:
+        raise ValueError(f"not a packed controller snapshot: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a packed controller snapshot: not a mapping")
+    return doc
 
 
 def restore(s: StateData, d: Mapping[str, Any]) -> None:

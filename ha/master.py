@@ -14,6 +14,9 @@ an ack, the controller's SyncStateSet, a failed proposal, a producer starting to
 `ha.mastercore.MasterCore.step`, and this module carries out the actions it returns (store the
 confirm offset and wake readers, release producers, propose a SyncStateSet change, close a slave
 that broke the protocol). This module only moves bytes and runs the handshake.
+
+It also owns the HA port's connection slots (`HaSlots`): connections that have not proven the
+cluster secret are few, displaceable and short-lived, so that strangers cannot lock slaves out.
 """
 
 from __future__ import annotations
@@ -113,6 +116,91 @@ def plain_socket_fd(writer: asyncio.StreamWriter) -> int | None:
         return None
     sock = writer.get_extra_info("socket")
     return None if sock is None else int(sock.fileno())
+
+
+class HaSlot:
+    """One HA connection's place in `HaSlots`: unproven until `proven`, then counted apart."""
+
+    __slots__ = ("heard", "owner", "timer", "transport")
+
+    def __init__(self, owner: HaSlots, transport: asyncio.BaseTransport, timer: asyncio.TimerHandle) -> None:
+        self.owner = owner
+        self.timer: asyncio.TimerHandle | None = timer  # the handshake deadline, until proven
+        self.transport = transport
+        self.heard = False  # the peer has sent its hello: it is trying, not idle
+
+    def hello(self) -> None:
+        """The peer's first frame arrived: a silent stranger is evicted before this one."""
+        self.heard = True
+
+    def proven(self) -> bool:
+        """The peer proved the cluster secret: the handshake deadline no longer applies and the
+        slot leaves the unproven ones. False (the caller closes the connection) when
+        `max_proven` proven connections are open already."""
+        return self.owner.prove(self)
+
+    def release(self) -> None:
+        """The connection ended (idempotent)."""
+        self.owner.release(self)
+
+
+class HaSlots:
+    """The HA port's connection slots, so that strangers cannot lock the real slaves out.
+
+    Connections that have not yet proven the cluster secret are at most `max_unproven`, each
+    closed when it has not proven it `handshake_timeout` seconds after it opened. One beyond that
+    does not wait or get refused: it takes the slot of the oldest unproven connection that has
+    sent nothing yet (else the oldest unproven one), which is closed. Idle strangers, however many,
+    thus cost at most `max_unproven` sockets for at most the handshake deadline, and a real slave,
+    which sends its hello at once and proves within a round trip, gets in while they are connected:
+    to keep it out a peer must open more than `max_unproven` connections, each sending a hello,
+    within each of the slave's handshakes. Proven connections are counted apart (at most
+    `max_proven`), so no flood of strangers closes a slave that is replicating.
+    """
+
+    def __init__(self, max_unproven: int, max_proven: int, handshake_timeout: float) -> None:
+        self.max_unproven = max_unproven
+        self.max_proven = max_proven
+        self.handshake_timeout = handshake_timeout
+        self.unproven: dict[HaSlot, None] = {}  # oldest first
+        self.proven: set[HaSlot] = set()
+        self.evicted = 0  # unproven connections closed to make room, for logs and tests
+
+    def admit(self, transport: asyncio.BaseTransport) -> HaSlot:
+        """A slot for a new connection, closing the connection it displaces if the unproven ones
+        are full; the new connection is closed (aborted) at its handshake deadline unless proven."""
+        if len(self.unproven) >= self.max_unproven:
+            victim = next((v for v in self.unproven if not v.heard), None) or next(iter(self.unproven))
+            self.evicted += 1
+            victim.release()
+            victim.transport.abort()  # its task ends on the reset
+        timer = asyncio.get_running_loop().call_later(self.handshake_timeout, transport.abort)
+        slot = HaSlot(self, transport, timer)
+        self.unproven[slot] = None
+        return slot
+
+    def prove(self, slot: HaSlot) -> bool:
+        """See `HaSlot.proven`."""
+        self._stop_timer(slot)
+        if slot not in self.unproven:
+            return False  # evicted (or released) meanwhile
+        del self.unproven[slot]
+        if len(self.proven) >= self.max_proven:
+            return False
+        self.proven.add(slot)
+        return True
+
+    def release(self, slot: HaSlot) -> None:
+        """See `HaSlot.release`."""
+        self._stop_timer(slot)
+        self.unproven.pop(slot, None)
+        self.proven.discard(slot)
+
+    @staticmethod
+    def _stop_timer(slot: HaSlot) -> None:
+        if slot.timer is not None:
+            slot.timer.cancel()
+            slot.timer = None
 
 
 class HaMaster:
@@ -380,11 +468,17 @@ class HaMaster:
     # ------------------------------------------------------------------ connections
 
     async def accept(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: AuthHello
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        hello: AuthHello,
+        slot: HaSlot | None = None,
     ) -> None:
         """Run one slave connection whose AuthHello was already read: prove the cluster secret to
         the slave, check its proof, read its Handshake, then `serve`. Nothing of the log is sent
-        before the slave's proof checks out; every frame read here is small (MAX_AUTH_FRAME)."""
+        before the slave's proof checks out; every frame read here is small (MAX_AUTH_FRAME).
+        `slot`, the connection's place on the HA port (`HaSlots`), is marked proven once the
+        proof checks out."""
         peer = writer.get_extra_info("peername")
         if hello.broker_set != self.broker_set or hello.broker_id == self.broker_id:
             await _send_error(
@@ -411,6 +505,15 @@ class HaMaster:
                 hello.broker_id,
             )
             await _send_error(writer, "UNAUTHENTICATED", "the cluster secret was not proven")
+            return
+        if slot is not None and not slot.proven():
+            log.warning(
+                "%s HA connection from %s (broker %d) closed: %d proven HA connections are open already",
+                self._ctx,
+                peer,
+                hello.broker_id,
+                len(slot.owner.proven),
+            )
             return
         first = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         if not isinstance(first, Handshake) or (first.broker_set, first.broker_id) != (

@@ -169,7 +169,7 @@ class Controller(Node):
             self.tried.clear()
             self.fences.clear()
             self.sim.tr("%s leads term %d", self.name, self.term)
-        elif self.hb.on_tick(now):  # RULES.md L8: it was not listening (a pause)
+        elif self.hb.on_tick(now):  # RULES.md L9: it was not listening (a pause)
             self.sim.tr("%s was not listening: grace again", self.name)
         self.catch_up()
         self.hb.expire(now)

@@ -74,10 +74,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 
 # The longest modules (minutes each: the network lab's drills, the Spark jobs, the official
-# RocketMQ clients) go to the workers first. `--dist loadscope` hands out modules in collection
-# order, so left in alphabetical order they started last and the run waited minutes for them at the
-# end; first, the short modules fill the workers' gaps around them.
-LONGEST_FIRST = ("tests/lab/", "tests/spark/", "tests/client/test_rocketmq")
+# RocketMQ clients, the README's blocks) go to the workers first. `--dist loadscope` hands out
+# modules in collection order, so left in alphabetical order they started last and the run waited
+# minutes for them at the end; first, the short modules fill the workers' gaps around them.
+LONGEST_FIRST = ("tests/lab/", "tests/spark/", "tests/client/test_rocketmq", "tests/cli/test_readme_blocks")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,7 +7,11 @@ node as a new one-node cluster at epoch N+1. The epoch is
 - mixed into the Raft password, so nodes of different epochs cannot exchange a Raft message
   (a returning node of the old majority can neither vote in nor join the new cluster),
 - sent with every controller reply (gRPC initial metadata `tidelog-cluster-epoch`), so that a
-  broker or client that has seen epoch N refuses answers of an older epoch.
+  broker or client that has seen epoch N refuses answers of an older epoch;
+- sent with every call by a caller that has seen one (request metadata `tidelog-caller-epoch`),
+  so that a controller of an older epoch refuses the call itself (`refuse_caller`) instead of
+  acting on it: what it would do (elect, change a SyncStateSet, create a topic) belongs to a
+  cluster that a forced recovery replaced.
 
 Pure: no I/O, no clock. The shells are `controller/recover.py` (files, the offline recovery),
 `controller/raft.py` and `controller/node.py` (the server side) and `client/controllers.py` (the
@@ -25,6 +29,8 @@ from tidelog.errors import ClusterEpochFencedError, ConfigError
 
 #: The gRPC metadata key carrying the answering controller's cluster epoch.
 EPOCH_KEY = "tidelog-cluster-epoch"
+#: The request metadata key carrying the newest cluster epoch the caller has seen (absent: none).
+CALLER_EPOCH_KEY = "tidelog-caller-epoch"
 #: The identity file in a controller's node dir; absent: epoch 0 with the config's members.
 IDENTITY_FILE = "cluster.json"
 IDENTITY_FORMAT = 1
@@ -42,12 +48,13 @@ def raft_password(secret: str, cluster_epoch: int) -> str:
     return hmac.new(secret.encode(), label, hashlib.sha256).hexdigest()
 
 
-def reply_epoch(metadata: object) -> int:
-    """The cluster epoch a reply's metadata names; 0 when it names none (a controller that was
-    never recovered, or one older than cluster epochs: both are epoch 0)."""
+def reply_epoch(metadata: object, key: str = EPOCH_KEY) -> int:
+    """The cluster epoch a reply's metadata names (or a call's, with `CALLER_EPOCH_KEY`); 0 when it
+    names none (a controller that was never recovered, or one older than cluster epochs, and a
+    caller that never saw a recovered cluster: all are epoch 0)."""
     for item in metadata or ():  # type: ignore[attr-defined]
-        key, value = item[0], item[1]
-        if key == EPOCH_KEY:
+        name, value = item[0], item[1]
+        if name == key:
             text = value.decode() if isinstance(value, bytes) else str(value)
             try:
                 return max(0, int(text))
@@ -71,6 +78,22 @@ def admit(seen: int, answered: int, source: str = "a controller") -> int:
             seen_epoch=seen,
         )
     return answered
+
+
+def refuse_caller(own: int, caller: int) -> ClusterEpochFencedError | None:
+    """Why a controller at cluster epoch `own` must not serve a caller that has seen `caller`, or
+    None. A caller that saw a newer epoch knows that a forced recovery replaced this controller's
+    cluster: whatever this controller did for it (an election, a SyncStateSet change, a topic)
+    would be a decision of the replaced cluster, so it answers nothing, with the error the caller
+    treats as "ask the next controller"."""
+    if caller <= own:
+        return None
+    return ClusterEpochFencedError(
+        f"this controller serves cluster epoch {own}, but the caller has seen cluster epoch {caller}: "
+        f"a forced recovery replaced this controller's cluster, and it refuses the call",
+        cluster_epoch=own,
+        seen_epoch=caller,
+    )
 
 
 def may_join(node_epoch: int | None, cluster_epoch: int) -> bool:
@@ -102,23 +125,36 @@ class EpochSeen:
 @dataclass(frozen=True)
 class ClusterIdentity:
     """What a controller's `cluster.json` holds: its cluster epoch and the members (node ids)
-    of its cluster; `recovered_from` names the node whose log the epoch started from."""
+    of its cluster; `recovered_from` names the node whose log the epoch started from.
+
+    `lost_datacenters` are the datacenters the operator declared lost when forcing the recovery
+    (`tide controller recover --lost-datacenter`), and `recovered_at_ms` the wall-clock time the
+    recovery command started: while the recovered node is alone, it fails over a silent master
+    registered in one of them without waiting out the new leader's grace (controller/RULES.md L8).
+    Both are dropped once the cluster grows again (the lost site is returning)."""
 
     epoch: int
     members: tuple[str, ...]
     recovered_from: str = ""
+    lost_datacenters: tuple[str, ...] = ()
+    recovered_at_ms: int = 0
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": IDENTITY_FORMAT,
-                "cluster_epoch": self.epoch,
-                "members": list(self.members),
-                "recovered_from": self.recovered_from,
-            },
-            indent=2,
-            sort_keys=True,
-        )
+        raw: dict[str, object] = {
+            "format": IDENTITY_FORMAT,
+            "cluster_epoch": self.epoch,
+            "members": list(self.members),
+            "recovered_from": self.recovered_from,
+        }
+        if self.lost_datacenters:  # older readers ignore the keys; absent means none declared
+            raw["lost_datacenters"] = list(self.lost_datacenters)
+            raw["recovered_at_ms"] = self.recovered_at_ms
+        return json.dumps(raw, indent=2, sort_keys=True)
+
+    def presumed_lost(self, node_id: str) -> tuple[str, ...]:
+        """The datacenters node `node_id` may take as lost: those declared at the recovery, while
+        the cluster is still the recovered node alone (RULES.md L8)."""
+        return self.lost_datacenters if self.members == (node_id,) else ()
 
     @staticmethod
     def from_json(text: str, where: str = IDENTITY_FILE) -> ClusterIdentity:
@@ -132,7 +168,13 @@ class ClusterIdentity:
                 raise ValueError(f"cluster_epoch {epoch!r}")
             if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
                 raise ValueError(f"members {members!r}")
-            return ClusterIdentity(epoch, tuple(members), str(raw.get("recovered_from", "")))
+            lost = raw.get("lost_datacenters", [])
+            at = raw.get("recovered_at_ms", 0)
+            if not isinstance(lost, list) or not all(isinstance(d, str) and d for d in lost):
+                raise ValueError(f"lost_datacenters {lost!r}")
+            if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+                raise ValueError(f"recovered_at_ms {at!r}")
+            return ClusterIdentity(epoch, tuple(members), str(raw.get("recovered_from", "")), tuple(lost), at)
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(
                 f"{where} is not a controller identity file ({exc})",

@@ -96,3 +96,29 @@ def test_a_malformed_retry_policy_is_refused_naming_the_key(key: str, value: Any
     with pytest.raises(ConfigError) as err:
         from_mapping({**BASE, key: value})
     assert err.value.details.get("key") == key
+
+
+def test_tide_broker_overrides_a_config_that_lists_access_keys(tmp_path: Any, monkeypatch: Any) -> None:
+    """`tide broker --config F --data-dir D ...` puts the overrides over the file's keys before they
+    are parsed (it used to re-parse the parsed config, whose access keys no longer read as a list
+    of mappings: CONFIG_INVALID)."""
+    import yaml
+    from click.testing import CliRunner
+
+    from tidelog.broker import server
+    from tidelog.cli import broker as broker_cli
+
+    keys = [{"access_key": "app-1", "secret_key": "x"}]
+    path = tmp_path / "broker.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "rocketmq_access_keys": keys}))
+    path.chmod(0o600)
+    started: list[Any] = []
+    monkeypatch.setattr(server, "run", started.append)  # the config it would run with; no broker
+    out = CliRunner().invoke(
+        broker_cli.broker,
+        ["--config", str(path), "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:7001"],
+    )
+    assert out.exit_code == 0, out.output
+    (cfg,) = started
+    assert cfg.rocketmq_access_keys == (("app-1", "x"),)
+    assert str(cfg.data_dir) == str(tmp_path / "d") and cfg.listen == "127.0.0.1:7001"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import time
 from typing import Any
@@ -113,6 +114,21 @@ def test_row4_a_malformed_controller_address_is_refused_at_once(address: str, pr
     assert out.stderr == (
         f"error: INVALID_ARGUMENT: controller address {address!r} {problem} (write each as host:port, "
         "such as 127.0.0.1:9701, in --controllers or $TIDE_CONTROLLERS)\n"
+    )
+
+
+def test_row4_a_host_dns_does_not_know_is_refused_at_once() -> None:
+    host = "notahost.invalid"  # RFC 6761: never a real name
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        if exc.errno not in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+            pytest.skip(f"this machine's resolver does not answer for {host} ({exc}); nothing to refuse on")
+    out = tide("topic", "list", "--controllers", f"{host}:9701", env=NO_GIVING_UP, timeout=120)
+    assert (out.returncode, out.stderr) == (
+        1,
+        f"error: INVALID_ARGUMENT: no controller host resolves: DNS does not know {host} (check the names "
+        "in --controllers or $TIDE_CONTROLLERS (`tide cluster up` prints them))\n",
     )
 
 

@@ -20,7 +20,12 @@ from tidelog.broker import lookups
 from tidelog.client.controllers import ControllerClient
 from tidelog.controller import state as cst
 from tidelog.controller.service import cluster_view_of
-from tidelog.errors import ControllerNotLeaderError, ControllerUnavailableError, TopicNotFoundError
+from tidelog.errors import (
+    ClusterEpochFencedError,
+    ControllerNotLeaderError,
+    ControllerUnavailableError,
+    TopicNotFoundError,
+)
 from tidelog.proto import controller_pb2 as pb
 from tidelog.proto import controller_pb2_grpc as pb_grpc
 
@@ -145,7 +150,7 @@ def test_a_route_comes_from_a_broker_while_the_controller_is_silent_and_a_create
     async def main() -> None:
         cache = cache_with(view(), heard_at=time.monotonic() - 10)  # silent for 10 s
         s1, controller = await _serve(_silent_controller)
-        s2, broker = await _serve(lambda s: lookups.add_to_server(s, cache, time.monotonic))
+        s2, broker = await _serve(lambda s: lookups.add_to_server(s, cache, time.monotonic, lambda: 0))
         try:
             client = ControllerClient(controller, rpc_timeout=3.0, total_timeout=15.0, quorum_timeout=2.0)
             async with client:
@@ -163,5 +168,35 @@ def test_a_route_comes_from_a_broker_while_the_controller_is_silent_and_a_create
         finally:
             await s1.stop(None)
             await s2.stop(None)
+
+    asyncio.run(main())
+
+
+def test_a_brokers_lookup_names_its_cluster_epoch_so_a_client_past_a_recovery_takes_it() -> None:
+    """After a forced recovery (cluster epoch 2) a client refuses answers of an older epoch; a broker
+    following the recovered controllers answers lookups as of epoch 2, and is taken. One still at
+    epoch 1 (it follows the replaced cluster) is refused."""
+
+    async def main() -> None:
+        cache = cache_with(view(), heard_at=time.monotonic())
+        s1, controller = await _serve(_silent_controller)
+        s2, broker = await _serve(lambda s: lookups.add_to_server(s, cache, time.monotonic, lambda: 2))
+        s3, stale = await _serve(lambda s: lookups.add_to_server(s, cache, time.monotonic, lambda: 1))
+        try:
+            client = ControllerClient(
+                controller, rpc_timeout=3.0, total_timeout=15.0, quorum_timeout=2.0, cluster_epoch=2
+            )
+            async with client:
+                client.learn_brokers([broker])
+                reply = await client.get_route("t")
+                assert reply.from_broker and [b.broker_set for b in reply.broker_sets] == ["broker-a"]
+            with pytest.raises(ClusterEpochFencedError):
+                async with ControllerClient(
+                    stale, rpc_timeout=3.0, total_timeout=3.0, cluster_epoch=2
+                ) as old:
+                    await old.call("route", "GetRoute", pb.GetRouteRequest(topic="t"), address=stale)
+        finally:
+            for server in (s1, s2, s3):
+                await server.stop(None)
 
     asyncio.run(main())

@@ -40,7 +40,8 @@ class Model:
 
 
 class QueueAgainstModel(RuleBasedStateMachine):
-    """Random put/extend/write/truncate/trim/cut/reopen sequences on a queue of tiny files."""
+    """Random put/extend/write/truncate/trim/cut/reopen/close-descriptors sequences on a queue of
+    tiny files."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,6 +98,12 @@ class QueueAgainstModel(RuleBasedStateMachine):
     def write_pending(self) -> None:
         assert self.cq is not None
         self.cq.write_pending()
+
+    @rule()
+    def release_descriptors(self) -> None:
+        """The log's descriptor pool closes this queue's files; its next use opens them again."""
+        assert self.cq is not None
+        assert self.cq.release_descriptors()
 
     @rule(pick=st.integers(0, 10**6), into_gap=st.integers(0, 30))
     def truncate_phys(self, pick: int, into_gap: int) -> None:

@@ -223,9 +223,9 @@ def paused_leader() -> HeartbeatTable:
     return hb
 
 
-def test_l8_a_paused_leader_does_not_fail_over_on_silence_it_did_not_witness() -> None:
+def test_l9_a_paused_leader_does_not_fail_over_on_silence_it_did_not_witness() -> None:
     # Resuming at 6.466 s, the table shows the master silent past its timeout and the slave alive
-    # and heard since 0.9 s: without L8 that is witnessed silence, and the master is failed over.
+    # and heard since 0.9 s: without L9 that is witnessed silence, and the master is failed over.
     s = mastered_state()
     hb = paused_leader()
     assert hb.on_tick(6466)
@@ -238,7 +238,7 @@ def test_l8_a_paused_leader_does_not_fail_over_on_silence_it_did_not_witness() -
         assert hb.masters_needing_election(s, now) == []
 
 
-def test_l8_a_master_that_died_is_failed_over_once_the_new_grace_ends() -> None:
+def test_l9_a_master_that_died_is_failed_over_once_the_new_grace_ends() -> None:
     s = mastered_state()
     hb = paused_leader()
     assert hb.on_tick(6466)
@@ -249,7 +249,7 @@ def test_l8_a_master_that_died_is_failed_over_once_the_new_grace_ends() -> None:
     assert hb.masters_needing_election(s, 6466 + T) == [A]
 
 
-def test_l8_only_a_gap_of_half_the_timeout_counts() -> None:
+def test_l9_only_a_gap_of_half_the_timeout_counts() -> None:
     hb = HeartbeatTable(T)
     hb.on_leadership(now_ms=0)
     assert hb.tick_gap_ms == T // 2
@@ -259,7 +259,7 @@ def test_l8_only_a_gap_of_half_the_timeout_counts() -> None:
     assert hb.in_grace(T - 1 + T // 2 + T - 1)
 
 
-def test_l8_a_new_leadership_is_not_a_gap() -> None:
+def test_l9_a_new_leadership_is_not_a_gap() -> None:
     # A follower that led long ago and leads again keeps what it witnessed as a follower (L4).
     s = mastered_state()
     hb = follower_heard(until_ms=10_000 + T, master_until_ms=10_000)

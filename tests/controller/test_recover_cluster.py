@@ -2,7 +2,8 @@
 set of two replicas; the "datacenter" holding c1, c2 and the master dies (SIGKILL). The survivor
 c3 is recovered as a one-node cluster at cluster epoch 1, elects the surviving slave (it is in the
 SyncStateSet), and the set writes again. The old majority comes back with its old data and forms
-its own epoch-0 quorum: its answers are refused by a client and by the brokers that saw epoch 1.
+its own epoch-0 quorum: its answers are refused by a client and by the brokers that saw epoch 1,
+and it refuses their calls itself (it creates no topic for a caller that saw epoch 1).
 Then c1 is wiped and added back (`tide controller add-node`), and the old master rejoins as a slave
 with a byte-identical log.
 """
@@ -16,13 +17,17 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.brokers import BrokerSetProcs, commitlog_prefix, create_topic, read_queues, status_of, wait_topic
 from tests.procs import ControllerCluster, wait_until
 from tidelog.client.controllers import ControllerClient
-from tidelog.clusterepoch import IDENTITY_FILE
+from tidelog.clusterepoch import CALLER_EPOCH_KEY, IDENTITY_FILE
 from tidelog.errors import ClusterEpochFencedError
+from tidelog.proto import controller_pb2 as pb
+from tidelog.proto import controller_pb2_grpc as pb_grpc
+from tidelog.wire import ERROR_CODE_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -48,6 +53,30 @@ async def _status(addresses: list[str], address: str, seen: int = 0) -> tuple[in
     async with ControllerClient(addresses, cluster_epoch=seen, total_timeout=5.0) as client:
         reply = await client.cluster_status(address=address)
         return reply.cluster_epoch, tuple(reply.members), reply.leader_id
+
+
+async def _create_topic(addresses: list[str], name: str, seen: int) -> None:
+    async with ControllerClient(addresses, cluster_epoch=seen, total_timeout=3.0) as client:
+        await client.create_topic(name, {SET: 1})
+
+
+async def _topics(addresses: list[str]) -> set[str]:
+    """The topics the controllers at `addresses` hold, asked by a client that saw no epoch."""
+    async with ControllerClient(addresses, total_timeout=5.0) as client:
+        return {t.name for t in await client.list_topics()}
+
+
+def _server_refuses(address: str, seen: int) -> str:
+    """The error code the controller at `address` itself answers a call naming epoch `seen` with,
+    on a bare channel (no client-side check): "" when it answers."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            pb_grpc.ControllerAdminStub(channel).ClusterStatus(
+                pb.ClusterStatusRequest(), metadata=((CALLER_EPOCH_KEY, str(seen)),), timeout=5
+            )
+        except grpc.RpcError as exc:
+            return dict(exc.trailing_metadata() or ()).get(ERROR_CODE_KEY, exc.code().name)
+    return ""
 
 
 def _produce(bs: BrokerSetProcs, i: int, tag: str, n: int) -> list[bytes]:
@@ -105,6 +134,12 @@ def _old_majority_is_fenced(cc: ControllerCluster, bs: BrokerSetProcs, s: int) -
     )
     with pytest.raises(ClusterEpochFencedError):
         asyncio.run(_status(addresses, c1, seen=1))
+    # a caller that saw epoch 1 is refused by the old controllers themselves: they do not act
+    old_majority = [c1, cc.grpc["c2"]]
+    with pytest.raises(ClusterEpochFencedError):
+        asyncio.run(_create_topic(old_majority, "made-by-the-old-majority", seen=1))
+    assert "made-by-the-old-majority" not in asyncio.run(_topics(old_majority))
+    assert _server_refuses(c1, seen=1) == "CLUSTER_EPOCH_FENCED"
     # the broker saw epoch 1 and persisted it; it keeps following c3 and writing
     assert (bs.data_dirs[s] / "controller-cluster.epoch").read_text().strip() == "1"
     acked = _produce(bs, s, "old-majority-back", 10)

@@ -108,8 +108,13 @@ def test_a_survivor_outside_the_sync_state_set_is_elected_only_unclean_and_loses
     (r,) = report["rounds"]
     # the drill fails (and this test with it) when a master appeared without --unclean
     assert r["rpo_bytes"] == max(0, r["known_confirm_offset"] - r["survivor_max_offset"])
-    # every loss is within the printed RPO, or was acknowledged after the lost master's last
-    # report (at most a heartbeat before the cut: docs/RUNBOOK-quorum.md §4 says it is not counted)
-    assert report["acked_lost"] == 0, "an acknowledged write was lost beyond the printed RPO"
+    # the line printed before the election says where its count stops and what it leaves out
+    assert f"RPO {r['rpo_bytes']} bytes counted" in r["rpo_line"]
+    assert f"past offset {r['counted_until']}" in r["rpo_line"]
+    # every loss is within the printed RPO's count, or past the offset where it stops and
+    # acknowledged in the tail the line names (docs/RUNBOOK-quorum.md §4); nothing else
+    assert report["acked_lost"] == 0, "an acknowledged write was lost beyond what the RPO line says"
     assert report["lost"] == report["lost_within_rpo"] + report["lost_after_last_report"]
+    assert report["lost_within_rpo_bytes"] <= report["rpo_bytes"], "more lost than the RPO counted"
+    assert report["kept_within_rpo"] == 0, "the RPO counted writes that were not lost"
     _old_majority_came_back_safely(report)

@@ -1,7 +1,8 @@
 """Rows 3 and 5 of docs/SECURITY.md's probe table, on a broker of `tide cluster up`: clients that
 announce large data-port frames and never finish them hold at most the broker's budget for
-partial frames (`data_partial_frame_bytes`), and a frame header that does not complete closes
-its connection within the header deadline (broker/dataport.py)."""
+partial frames (`data_partial_frame_bytes`), and no memory at all once the frames are larger than
+SPILL_BYTES (their bodies wait in a spill file); a frame header that does not complete closes its
+connection within the header deadline (broker/dataport.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import yaml
 from tests.brokers import BrokerClient
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster
 from tidelog import dataframes as df
-from tidelog.broker.dataport import HEADER_TIMEOUT_S
+from tidelog.broker.dataport import HEADER_TIMEOUT_S, SPILL_BYTES
 from tidelog.proto import broker_pb2 as bpb
 
 pytestmark = pytest.mark.slow
@@ -63,6 +64,28 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+def send_unfinished(address: tuple[str, int], clients: int, frame: int) -> None:
+    """`clients` connections each sending a produce frame of `frame` bytes one byte short; the
+    broker stops reading (back-pressure: the send times out) or closes: both bound it."""
+    body = b"\0" * (frame - 1)  # one byte short: never whole
+    head = df.HEAD.pack(frame + df.HEAD_SIZE - 4, df.OP_PRODUCE, 1)
+    socks = [socket.create_connection(address, timeout=10) for _ in range(clients)]
+
+    def send(s: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            s.sendall(head + body)
+
+    threads = [threading.Thread(target=send, args=(s,)) for s in socks]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        for s in socks:
+            s.close()
+
+
 def test_frames_announced_and_never_finished_hold_at_most_the_partial_budget(cluster: LocalCluster) -> None:
     pid, address = broker_of(cluster)
     before = rss_bytes(pid)
@@ -87,6 +110,36 @@ def test_frames_announced_and_never_finished_hold_at_most_the_partial_budget(clu
             s.close()
     # without the budget each connection held its whole body: CLIENTS x FRAME = 128 MiB
     assert grown <= BUDGET + CLIENTS * (1 << 20) + (16 << 20), f"RSS grew by {grown >> 20} MiB"
+
+
+def test_large_frames_never_finished_hold_no_memory_while_they_arrive(cluster: LocalCluster) -> None:
+    """Probe 3's frames, scaled down: frames over SPILL_BYTES wait in a spill file, so the broker's
+    RSS does not grow by the one frame the budget admits (it did by the whole frame before)."""
+    frame = 2 * SPILL_BYTES  # larger than the budget too: read alone
+    pid, address = broker_of(cluster)
+    before = rss_bytes(pid)
+    grown = 0
+
+    def sample() -> None:  # the peak while the frames are held, not after they are dropped
+        nonlocal grown
+        grown = max(grown, rss_bytes(pid) - before)
+
+    watcher = threading.Event()
+
+    def watch() -> None:
+        while not watcher.wait(0.05):
+            sample()
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        send_unfinished(address, 4, frame)
+        sample()
+    finally:
+        watcher.set()
+        t.join()
+    # in memory, the frame being read would add `frame` (16 MiB); stream buffers add ~128 KiB each
+    assert grown < frame // 2, f"RSS grew by {grown >> 20} MiB"
 
 
 def test_a_bare_length_closes_the_connection_at_the_header_deadline(cluster: LocalCluster) -> None:

@@ -56,7 +56,7 @@ def test_seed_2645_a_paused_controller_leader_keeps_the_master_it_did_not_see_di
     timeout and a slave heard since before the pause, took that for witnessed silence and elected
     b1 11 ms later: safe under L7, but a needless failover. A leader whose loop did not turn for
     half a timeout now opens its grace again and no member witnesses the gap (controller/RULES.md
-    L8, HeartbeatTable.on_tick), so b2 stays master of epoch 1."""
+    L9, HeartbeatTable.on_tick), so b2 stays master of epoch 1."""
     shrunk = [Fault(2106, "pause", "c0", 4360), Fault(2506, "crash", "c1", 5415)]
     out = run_seed(2645, faults=shrunk, trace=True)
     assert out.ok, out.violation

@@ -49,10 +49,6 @@ def broker(
         return
     if config_path is None:
         raise click.UsageError("--config is required to run a broker")
-    cfg = bcfg.load(config_path)
-    if cfg.secret and cfg.secret != secret_from_env():
-        # the file holds the cluster secret: refused while other local accounts can read it
-        require_private(config_path, "config file (it holds the cluster secret)")
     overrides = {
         k: v
         for k, v in (
@@ -63,11 +59,11 @@ def broker(
         )
         if v is not None
     }
-    if overrides:
-        doc = {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
-        doc.update(overrides)
-        doc["data_dir"] = str(doc["data_dir"])
-        cfg = bcfg.from_mapping(doc, source=config_path)
+    # over the file's own keys, before they are parsed: a parsed config does not read back as YAML
+    cfg = bcfg.load(config_path, overrides)
+    if cfg.secret and cfg.secret != secret_from_env():
+        # the file holds the cluster secret: refused while other local accounts can read it
+        require_private(config_path, "config file (it holds the cluster secret)")
     logs.configure(
         log_format or cfg.log_format,
         log_level,

@@ -75,10 +75,15 @@ class DrainPlan:
 
 def drain_plan(info: pb.BrokerSetInfo, liveness_known: bool, target: int | None) -> DrainPlan:
     """Who takes the master role over: `target` if it is an alive in-sync replica other than the
-    master, else the alive in-sync replica with the newest log (lowest id on a tie). Pure."""
+    master, else the alive in-sync replica with the newest log (lowest id on a tie). A `target`
+    that is the master already gives a plan whose old and new master are the same: nothing to do,
+    so a script that wants a given broker to lead may ask twice. Pure."""
     name, role = info.role.broker_set, info.role
     if not role.has_master:
         raise ControllerMasterNotAvailableError(f"broker set {name} has no master: nothing to drain")
+    if target is not None and target == role.master_id:
+        master = next((m for m in info.members if m.broker_id == target), None)
+        return DrainPlan(name, target, target, master.address if master is not None else role.master_address)
     if not liveness_known:
         raise UnavailableError("no controller leader answered, so which replicas are alive is unknown")
     others = [m for m in info.members if m.broker_id != role.master_id and m.in_sync and m.alive]
@@ -114,6 +119,12 @@ async def _serves_as_master(client: AsyncClient, address: str, epoch: int, deadl
 async def drain(c: ControllerClient, broker_set: str, target: int | None, wait: float) -> dict[str, Any]:
     reply = await describe_with_liveness(c, [broker_set])
     plan = drain_plan(reply.broker_sets[0], reply.liveness_known, target)
+    if plan.new_master == plan.old_master:
+        click.echo(
+            f"{broker_set}: broker {plan.new_master} is the master already; nothing to hand over", err=True
+        )
+        role = reply.broker_sets[0].role
+        return {**asdict(plan), "master": role.master_id, "master_epoch": role.master_epoch, "serving": True}
     click.echo(
         f"{broker_set}: handing the master role from broker {plan.old_master} to {plan.new_master}",
         err=True,
@@ -200,6 +211,8 @@ def broker_drain(
     if as_json:
         emit(result, True)
         return
+    if result["new_master"] == result["old_master"]:
+        return  # drain() said so: the named broker leads already
     state = "serves" if result["serving"] else f"did not serve within {wait:g} s (check `tide broker list`)"
     click.echo(
         f"{broker_set}: broker {result['new_master']} is master at epoch {result['master_epoch']} and "

@@ -35,7 +35,7 @@ def data_dir_option(fn: Any) -> Any:
         "--data-dir",
         type=click.Path(file_okay=False, path_type=Path),
         default=lambda: os.environ.get(DATA_DIR_ENV, "tide-data"),
-        show_default="./tide-data",
+        show_default=f"${DATA_DIR_ENV} or ./tide-data",
         help="where the cluster keeps its data, configs, logs and pids",
     )(fn)
 

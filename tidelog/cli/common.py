@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -24,9 +26,9 @@ from rich.progress import (
 from rich.table import Table
 
 from tidelog.client import Client
-from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient
+from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient, parse_addresses
 from tidelog.clusterauth import find_secret
-from tidelog.errors import ConfigError, TidelogError
+from tidelog.errors import ConfigError, InvalidArgumentError, TidelogError
 from tidelog.proto import controller_pb2 as pb
 
 F = Callable[..., Any]
@@ -162,9 +164,34 @@ def open_client(controllers: str) -> Client:
 
 
 def require_controllers(controllers: str) -> str:
+    """The --controllers value, refused at once when it is empty, malformed, or names only hosts
+    that DNS says do not exist: a command would otherwise retry them for its whole timeout. A
+    long-running client (the library) keeps retrying instead, as a name may appear later."""
     if not controllers.strip():
         raise click.UsageError(f"no controller address: pass --controllers or set ${CONTROLLERS_ENV}")
+    unknown = [a for a in parse_addresses(controllers) if _unknown_host(a)]
+    if unknown and len(unknown) == len(parse_addresses(controllers)):
+        hosts = ", ".join(sorted({a.rpartition(":")[0] for a in unknown}))
+        raise InvalidArgumentError(
+            f"no controller host resolves: DNS does not know {hosts}",
+            hint=f"check the names in --controllers or ${CONTROLLERS_ENV} (`tide cluster up` prints them)",
+        )
     return controllers
+
+
+def _unknown_host(address: str) -> bool:
+    """Whether DNS answered that `address`'s host does not exist (a temporary failure is not)."""
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        return False
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        return exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
+    return False
 
 
 #: The width of tables written to a pipe or a file: wide enough that no cell is folded or cut

@@ -73,8 +73,23 @@ def _load(config_path: str, node_id: str, data_dir: str | None) -> ccfg.Controll
 @click.option("--node-id", required=True, help="the surviving controller to recover (stopped)")
 @click.option("--data-dir", default=None, help="override the config's data_dir")
 @click.option("--yes", is_flag=True, help="confirm: the other controllers are gone for good")
+@click.option(
+    "--lost-datacenter",
+    "lost_datacenters",
+    multiple=True,
+    metavar="DC",
+    help="a datacenter lost with the other controllers (repeatable): its silent masters are "
+    "failed over without the new leader's heartbeat grace",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
-def recover(config_path: str, node_id: str, data_dir: str | None, yes: bool, as_json: bool) -> None:
+def recover(
+    config_path: str,
+    node_id: str,
+    data_dir: str | None,
+    yes: bool,
+    lost_datacenters: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Restart the stopped controller NODE_ID as a new one-node cluster at a new cluster epoch.
 
     Only when the controller majority is lost for good (a datacenter gone): the old nodes are
@@ -88,7 +103,7 @@ def recover(config_path: str, node_id: str, data_dir: str | None, yes: bool, as_
     from tidelog.controller.recover import recover as run_recover
 
     logs.configure("text", "WARNING", tag=node_id)
-    report = run_recover(_load(config_path, node_id, data_dir))
+    report = run_recover(_load(config_path, node_id, data_dir), lost_datacenters=lost_datacenters)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
         return

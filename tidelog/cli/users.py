@@ -68,10 +68,10 @@ def user_create(
     """Create user NAME and print its access key and secret key (once: keep the secret)."""
     creds = new_credentials()
 
-    async def go(client: ControllerClient) -> pb.User:
-        return await client.create_user(name, creds.access_key, creds.signing_key)
+    async def go(client: ControllerClient) -> list[str]:
+        return list((await client.create_user(name, creds.access_key, creds.signing_key)).not_yet_applied)
 
-    _call(controllers, secret_file, data_dir, go)
+    _not_yet_on(_call(controllers, secret_file, data_dir, go))
     # RocketMQ's clients sign with the key they are given as is: they take the signing key
     # (docs/ARCHITECTURE.md §12.2), shown here so that nobody has to derive it by hand.
     doc = {
@@ -93,10 +93,10 @@ def user_delete(
 ) -> None:
     """Delete user NAME and its grants."""
 
-    async def go(client: ControllerClient) -> None:
-        await client.delete_user(name)
+    async def go(client: ControllerClient) -> list[str]:
+        return await client.delete_user(name)
 
-    _call(controllers, secret_file, data_dir, go)
+    _not_yet_on(_call(controllers, secret_file, data_dir, go))
     emit({"deleted": name}, as_json, title=f"user {name}")
 
 
@@ -113,6 +113,16 @@ def user_list(controllers: str, secret_file: str | None, data_dir: str | None, a
     users = _call(controllers, secret_file, data_dir, go)
     rows = [{"name": u.name, "access_key": u.access_key} for u in users]
     emit(rows, as_json, title="users", columns=["name", "access_key"])
+
+
+def _not_yet_on(brokers: list[str]) -> None:
+    """Say (on stderr, so --json output stays one document) which brokers did not yet enforce the
+    change when the controller answered: they will within a heartbeat or two."""
+    if brokers:
+        click.echo(
+            f"note: not yet enforced by {', '.join(brokers)} (a broker applies it at its next heartbeat)",
+            err=True,
+        )
 
 
 _KIND = click.Choice(sorted(PERMISSIONS))
@@ -145,11 +155,11 @@ def _grant_command(name: str, doc: str, revoke: bool) -> None:
         data_dir: str | None,
         as_json: bool,
     ) -> None:
-        async def go(client: ControllerClient) -> None:
+        async def go(client: ControllerClient) -> list[str]:
             call = client.revoke_acl if revoke else client.grant_acl
-            await call(user_name, kind, resource, permission)
+            return await call(user_name, kind, resource, permission)
 
-        _call(controllers, secret_file, data_dir, go)
+        _not_yet_on(_call(controllers, secret_file, data_dir, go))
         row = {"user": user_name, "kind": kind, "resource": resource, "permission": permission}
         emit({**row, "revoked" if revoke else "granted": True}, as_json, title=name)
 

@@ -9,7 +9,8 @@ replica of each broker set per datacenter), under a sync-replicated producer, ea
    pausing it until the master shrinks the set);
 2. kills every process of the lost datacenter (kill -9: a power cut);
 3. runs the recovery on the surviving controller exactly as the runbook says: stop it,
-   `tide controller recover --yes`, start it; with the survivor outside the SyncStateSet, checks
+   `tide controller recover --lost-datacenter DC --yes`, start it; with the survivor outside the
+   SyncStateSet, checks
    that no master appears on its own, then `tide admin elect --unclean`'s path, RPO first;
 4. waits for the first acknowledged write after the recovery command;
 5. brings the lost datacenter back: its controllers start with their old data and form a quorum
@@ -194,7 +195,8 @@ class QuorumDrill:
         self.drill.log(f"stop {name}")
 
     def recover(self) -> dict[str, Any]:
-        """Stop the survivor, `tide controller recover --yes`, start it; the printed report."""
+        """Stop the survivor, `tide controller recover --lost-datacenter DC --yes`, start it; the
+        printed report."""
         self.stop(self.site.survivor)
         node = self.site.node_ids[self.site.survivor]
         self.recover_at = time.monotonic()  # the recovery command starts: recovered_s counts from here
@@ -207,6 +209,8 @@ class QuorumDrill:
                 self.site.config,
                 "--node-id",
                 node,
+                "--lost-datacenter",
+                self.site.lost_dc,
                 "--yes",
                 "--json",
             ),
@@ -254,8 +258,10 @@ class QuorumDrill:
         self.drill.log(f"elect --unclean {self.drill.broker_set} {target}")
         return {
             "rpo_bytes": rpo.bytes,
+            "rpo_line": rpo.line(),
             "known_confirm_offset": rpo.known_confirm_offset,
             "survivor_max_offset": rpo.candidate_max_offset,
+            "counted_until": rpo.counted_until,
         }
 
     def old_majority_fenced(self) -> bool:
@@ -448,40 +454,51 @@ def run(
 
 @dataclass
 class Losses:
-    """How the acknowledged writes that were not read back compare with the printed RPOs."""
+    """How the acknowledged writes that were not read back compare with the printed RPOs
+    (client/unclean.py: what the RPO counts, and the tail it says it cannot)."""
 
-    within_rpo: int = 0  # past the survivor's end, before the last confirm offset the controller knew
+    within_rpo: int = 0  # from the survivor's end up to where the RPO's count stops
+    within_rpo_bytes: int = 0  # their payload bytes: never more than the RPO printed
+    kept_within_rpo: int = 0  # acknowledged writes the RPO counted that were read back: none
     after_last_report: int = 0  # past that offset, acknowledged within `REPORT_LAG_S` of the cut
+    uncounted_window_s: float = 0.0  # from the first of those acknowledgements to the cut
     unexplained: int = 0  # anything else: a broken promise
     offsets: set[int] = field(default_factory=set)  # where the lost writes were
 
 
-#: What the runbook says the RPO does not count: what the lost master acknowledged after its last
-#: report, at most a heartbeat (500 ms in deploy/two-dc-two-sites.yaml) and its Raft commit before
-#: the cut; a second covers both on a loaded machine.
+#: The uncounted tail the RPO line names: what the lost master acknowledged after its last report
+#: reached the controllers' log, a heartbeat (500 ms in deploy/two-dc-two-sites.yaml) and the
+#: report's Raft commit before the cut; two heartbeats cover both on a loaded machine.
 REPORT_LAG_S = 1.0
 
 
 def _losses(client: Client, topic: str, work: Workload, rounds: list[dict[str, Any]]) -> Losses:
-    """Every loss must lie past the survivor's end and before the last confirm offset the controller
-    knew (the printed RPO), or have been acknowledged after the lost master's last report."""
-    ranges = [
-        (r["survivor_max_offset"], r["survivor_max_offset"] + r["rpo_bytes"], r["_cut"])
-        for r in rounds
-        if "rpo_bytes" in r
-    ]
+    """Every loss must lie between the survivor's end and where the printed RPO's count stops, or
+    past it and acknowledged in the tail the RPO line names; below the survivor's end, or earlier,
+    it is unexplained."""
+    ranges = [(r["survivor_max_offset"], r["counted_until"], r["_cut"]) for r in rounds if "rpo_bytes" in r]
     read = set(read_all(client, topic))
     out = Losses()
+    first_uncounted: float | None = None
     for a in work.acks:
+        # counted by the RPO: acknowledged before the cut (the new master reuses the offsets after)
+        counted = any(lo <= a.phys_offset < hi and a.acked < cut for lo, hi, cut in ranges)
         if a.body in read:
+            out.kept_within_rpo += int(counted)
             continue
         out.offsets.add(a.phys_offset)
-        if any(lo <= a.phys_offset < hi for lo, hi, _ in ranges):
+        if counted:
             out.within_rpo += 1
-        elif any(a.phys_offset >= lo and a.acked >= cut - REPORT_LAG_S for lo, _, cut in ranges):
+            out.within_rpo_bytes += len(a.body)
+            continue
+        tails = [cut for _, hi, cut in ranges if a.phys_offset >= hi and a.acked >= cut - REPORT_LAG_S]
+        if tails:
             out.after_last_report += 1
+            window = tails[0] - a.acked
+            first_uncounted = window if first_uncounted is None else max(first_uncounted, window)
         else:
             out.unexplained += 1
+    out.uncounted_window_s = round(max(0.0, first_uncounted or 0.0), 3)
     return out
 
 
@@ -508,7 +525,11 @@ def _report(
         "acked": checked["acked"],
         "lost": checked["acked_lost"],
         "lost_within_rpo": losses.within_rpo,
+        "lost_within_rpo_bytes": losses.within_rpo_bytes,
+        "kept_within_rpo": losses.kept_within_rpo,
+        "rpo_bytes": sum(r.get("rpo_bytes", 0) for r in rounds),
         "lost_after_last_report": losses.after_last_report,
+        "uncounted_window_s": losses.uncounted_window_s,
         # what the command line fails on: losses no printed RPO accounts for (all of them, in a
         # round without an unclean election)
         "acked_lost": losses.unexplained,

@@ -226,10 +226,12 @@ class CreateUserRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., access_key: _Optional[str] = ..., signing_key: _Optional[str] = ...) -> None: ...
 
 class CreateUserReply(_message.Message):
-    __slots__ = ("user",)
+    __slots__ = ("user", "not_yet_applied")
     USER_FIELD_NUMBER: _ClassVar[int]
+    NOT_YET_APPLIED_FIELD_NUMBER: _ClassVar[int]
     user: User
-    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+    not_yet_applied: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ..., not_yet_applied: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeleteUserRequest(_message.Message):
     __slots__ = ("name",)
@@ -238,8 +240,10 @@ class DeleteUserRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class DeleteUserReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("not_yet_applied",)
+    NOT_YET_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    not_yet_applied: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, not_yet_applied: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListUsersRequest(_message.Message):
     __slots__ = ()
@@ -258,8 +262,10 @@ class GrantAclRequest(_message.Message):
     def __init__(self, grant: _Optional[_Union[Grant, _Mapping]] = ...) -> None: ...
 
 class GrantAclReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("not_yet_applied",)
+    NOT_YET_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    not_yet_applied: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, not_yet_applied: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RevokeAclRequest(_message.Message):
     __slots__ = ("grant",)
@@ -268,8 +274,10 @@ class RevokeAclRequest(_message.Message):
     def __init__(self, grant: _Optional[_Union[Grant, _Mapping]] = ...) -> None: ...
 
 class RevokeAclReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("not_yet_applied",)
+    NOT_YET_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    not_yet_applied: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, not_yet_applied: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListAclsRequest(_message.Message):
     __slots__ = ("user",)
