@@ -83,3 +83,13 @@ def test_seed_2144_a_new_leader_counts_its_own_deafness_as_the_masters_silence()
     ]
     out = run_seed(2144, faults=shrunk)
     assert out.ok, out.violation
+
+
+@pytest.mark.xfail(strict=True, reason="open: a lease renewal is not tied to the role its answer names")
+def test_seed_6343_a_broker_back_from_a_fail_stop_takes_a_stale_leaders_old_role() -> None:
+    """Open. b2, master of epoch 2, fail-stops on a disk fault; the controllers elect b1 (epoch 3)
+    while c1, cut from its peers, still answers as leader from its old state. b2's store opens
+    again: it never heard of epoch 3, takes c1's answer and leads epoch 2 again without records b1
+    confirmed. Its lease is renewed by the new leader's answers, which name b1 master."""
+    out = run_seed(6343)
+    assert out.ok, out.violation
