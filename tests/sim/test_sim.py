@@ -124,6 +124,9 @@ def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
         ("role-no-stale-check", 26),
         ("alter-no-sss-epoch-fence", 246),
         ("ledger-first-negative", 68),
+        ("give-up-unanswered", 4003),
+        ("lease-only-before", 3948),
+        ("no-lease-fence", 2683),
     ],
 )
 def test_mutant_is_caught(name: str, seed: int) -> None:
