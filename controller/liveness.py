@@ -39,6 +39,13 @@ within its grace, a silent master registered in one of them is failed over as so
 member of its set is alive, without a witness, from a time the shell derives from the recovery
 command's start so that no lease the lost master held can outlive the election (RULES.md L8).
 
+A leader that was not listening — its process paused (SIGSTOP, a long GC, a stalled host) or its
+loop starved — looks, when it resumes, exactly like one that could not hear the brokers: every
+entry is stale, and the silence it shows is silence nobody witnessed. ``on_tick(now)``, called on
+every turn of the leader's loop, notices a gap of at least half the timeout since the last turn and
+treats it like a new leadership: grace opens again, and every entry's ``heard_since`` restarts at
+``now``, so no member witnesses the time this node was away (RULES.md L9).
+
 A set whose controller-triggered election found nobody is left without a master (RULES.md E7);
 ``leaderless_sets_electable`` lists such sets once an electable broker is alive again, so the
 leader can retry without waiting for a broker to ask.
@@ -111,6 +118,7 @@ class HeartbeatTable:
         self.timeout_ms = timeout_ms
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._grace_until_ms: int | None = None
+        self._last_tick_ms: int | None = None
         self._lost_datacenters: frozenset[str] = frozenset()
         self._lost_from_ms = 0
 
@@ -150,6 +158,25 @@ class HeartbeatTable:
 
     def on_leadership(self, now_ms: int) -> None:
         self._grace_until_ms = now_ms + self.timeout_ms
+        self._last_tick_ms = now_ms
+
+    @property
+    def tick_gap_ms(self) -> int:
+        """The longest pause between two turns of the leader's loop that is still listening."""
+        return self.timeout_ms // 2
+
+    def on_tick(self, now_ms: int) -> bool:
+        """One turn of the leader's loop at `now_ms`. True when it follows a gap of at least
+        `tick_gap_ms` since the last turn (or the leadership): the node was not listening, so grace
+        opens again and no member's run of heartbeats spans the gap (RULES.md L9)."""
+        last = self._last_tick_ms
+        self._last_tick_ms = now_ms if last is None else max(last, now_ms)
+        if last is None or now_ms - last < self.tick_gap_ms:
+            return False
+        self._grace_until_ms = now_ms + self.timeout_ms
+        for e in self._entries.values():
+            e.heard_since_ms = max(e.heard_since_ms, now_ms)
+        return True
 
     def presume_lost(self, datacenters: frozenset[str], from_ms: int = 0) -> None:
         """Take the masters registered in `datacenters` as gone from `from_ms` on (RULES.md L8):

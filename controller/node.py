@@ -380,6 +380,14 @@ class ControllerNode:
                     self.cfg.node_id,
                     ", ".join(lost),
                 )
+        elif self.heartbeats.on_tick(now):
+            # RULES.md L9: paused (or starved) for a while; the silence in the table is our own
+            log.warning(
+                "controller %s leader loop was not running for %d ms or more; brokers get %d ms of grace",
+                self.cfg.node_id,
+                self.heartbeats.tick_gap_ms,
+                self.cfg.heartbeat_timeout_ms,
+            )
         self._presume_lost(now)
         await self.ensure_ready()
         self.heartbeats.expire(now)

@@ -175,7 +175,7 @@ class Broker(Node):
         elif self.slave is not None:
             if self.sconn is None:
                 self.connect()
-            else:
+            elif self.sconn.answered:  # ha/slave.py starts its ack loop after the handshake's answer
                 self._slave_event(self.sconn, lambda: sc.AckTick(self._local_log()), ())
 
     def _master_tick(self) -> None:
@@ -620,7 +620,12 @@ class Broker(Node):
     ) -> None:
         if conn is not self.sconn or self.slave is None:
             return
-        self._slave_event(conn, lambda: sc.MasterAnswered(epoch, mmin, mmax, mepochs, self._local_log()), ())
+
+        def answered() -> sc.Event:
+            conn.answered = True  # the ticks' acks queue behind this answer's actions
+            return sc.MasterAnswered(epoch, mmin, mmax, mepochs, self._local_log())
+
+        self._slave_event(conn, answered, ())
 
     def on_transfer(
         self, conn: Conn, off: int, epoch: int, start: int, confirm: int, length: int, recs: Any

@@ -17,7 +17,10 @@ A broken property raises `Violation`; the run stops there and reports the trace 
 5. Confirm offsets move back only by truncation (or a crash's recovery), never past the log's end,
    and a truncation never cuts a record that must survive.
 6. Under flush: sync a slave acks only what is on its disk.
-7. Liveness, after the last fault heals: a master exists and a write is acknowledged within the
+7. A member the controller adds to a SyncStateSet holds every record that must survive when the
+   change commits: a clean election may pick it from then on (§3.3). (Members already in the
+   set are checked when one is promoted, by (1).)
+8. Liveness, after the last fault heals: a master exists and a write is acknowledged within the
    bound `LIVENESS_MS`.
 
 `InvariantViolation` raised by the real cores (their own checks) is reported the same way.
@@ -119,6 +122,12 @@ class Checker:
             raise Violation(
                 f"a read of b{broker.bid} returned message {mid} at {start}; the confirmed record is {seen}"
             )
+
+    def on_expansion(
+        self, brokers: dict[int, Broker], added: frozenset[int], members: frozenset[int], sss_epoch: int
+    ) -> None:
+        for bid in sorted(added):
+            self._holds_all(brokers[bid], f"added to the SyncStateSet {sorted(members)} of epoch {sss_epoch}")
 
     def _holds_all(self, broker: Broker, what: str) -> None:
         disk = broker.disk

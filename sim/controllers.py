@@ -6,8 +6,11 @@ Real code: `ControllerState.apply` of `RegisterBroker`, `ElectMaster` and `Alter
 `masters_needing_election`, `leaderless_sets_electable`, `alive`), driven the way
 `controller/node.py::leader_tick` and `controller/service.py` drive them.
 
-Modelled (PySyncObj): one committed log shared by all; each controller applies it in order to its
-own `ControllerState` when it needs to read (a restarted controller replays it from the start).
+Modelled (PySyncObj): one committed log shared by all; each controller holds a prefix of it (what
+the leader has replicated to it: `known`) and applies that prefix in order to its own
+`ControllerState` when it needs to read (a restarted controller replays it from the start). A
+controller that cannot talk to the current leader learns nothing new, so a stale leader answers
+from the state it had when it was cut off, as PySyncObj's does.
 A leader commits a command only while it leads the current term and a majority can talk to it;
 a command in flight when the leader changes or loses its majority is lost (the caller sees no
 answer). A leader cut off from a majority keeps believing it leads, and answers heartbeats from
@@ -59,12 +62,15 @@ def role_of(bs: BrokerSet) -> Role:
 
 
 class Controller(Node):
+    serves_rpcs = True
+
     def __init__(self, sim: Sim, raft: Raft, name: str, dc: str) -> None:
         super().__init__(sim, name, dc)
         self.raft = raft
         self.leading = False
         self.term = 0
         self.lost_since: int | None = None
+        self.known = 0  # how much of the committed log this controller holds (kept over a restart)
         self.start()
 
     def start(self) -> None:
@@ -79,7 +85,7 @@ class Controller(Node):
     def catch_up(self) -> Result | None:
         log = self.raft.log
         result = None
-        while self.applied < len(log):
+        while self.applied < self.known:
             result = self.state.apply(log[self.applied])
             self.applied += 1
         return result
@@ -163,6 +169,8 @@ class Controller(Node):
             self.tried.clear()
             self.fences.clear()
             self.sim.tr("%s leads term %d", self.name, self.term)
+        elif self.hb.on_tick(now):  # RULES.md L9: it was not listening (a pause)
+            self.sim.tr("%s was not listening: grace again", self.name)
         self.catch_up()
         self.hb.expire(now)
         state = self.state
@@ -192,9 +200,13 @@ class Raft:
         self.term = 0
         self.ctrls: list[Controller] = []
         self.election_at: int | None = None
+        # the checker's look at each committed SyncStateSet change: (broker set after, members before)
+        self.on_sync_state_set: Callable[[BrokerSet, frozenset[int]], None] | None = None
 
     def bootstrap(self, commands: list[object]) -> None:
         self.log.extend(commands)
+        for c in self.ctrls:
+            c.known = len(self.log)
         first = self.ctrls[0]
         first.leading, first.term, self.term = True, 1, 1
         for c in self.ctrls:
@@ -239,11 +251,21 @@ class Raft:
             self.sim.tr("raft: %s lost (leader %s changed or lost its majority)", type(cmd).__name__, c.name)
             return
         c.catch_up()
+        before = c.state.broker_sets.get(SET)
+        members_before = before.sync_state_set if before is not None else frozenset()
         self.log.append(cmd)
+        self._replicate(c)
         result = c.catch_up()
         if result is not None:
             if isinstance(cmd, (ElectMaster, AlterSyncStateSet)) and result.changed:
                 self.sim.tr("raft commit: %s", result.message)
+                hook = self.on_sync_state_set
+                if (
+                    hook is not None
+                    and isinstance(cmd, AlterSyncStateSet)
+                    and isinstance(result.value, BrokerSet)
+                ):
+                    hook(result.value, members_before)
             self.sim.fire(c, inc, done, (result,))
 
     def tick(self) -> None:
@@ -256,6 +278,8 @@ class Raft:
                 if o.term > c.term and self.talk(c, o):
                     c.term = o.term
         leader = next((c for c in self.ctrls if c.leading and c.term == self.term), None)
+        if leader is not None:
+            self._replicate(leader)
         if leader is not None and self.quorum(leader):
             self.election_at = None
             return
@@ -271,6 +295,16 @@ class Raft:
         elif sim.now >= self.election_at:
             self._elect(sim.rng.choice(cands))
 
+    def _replicate(self, leader: Controller) -> None:
+        """The current leader's log reaches itself and every controller that can talk to it."""
+        if not leader.up:
+            return
+        n = len(self.log)
+        leader.known = n
+        for o in self.ctrls:
+            if o is not leader and self.talk(leader, o):
+                o.known = n
+
     def _leader_checks(self, c: Controller) -> None:
         if not c.leading:
             return
@@ -279,10 +313,12 @@ class Raft:
         elif any(o.term > c.term and self.talk(c, o) for o in self.ctrls):
             c.leading = False
             self.sim.tr("%s hears of a newer term and steps down", c.name)
-        elif not self.quorum(c) and c.live():
+        elif not self.quorum(c):
+            # a paused leader hears no majority either: when it resumes, the last answer it had is
+            # from before the pause (what ha/lease.py::grants_lease measures), not from now
             if c.lost_since is None:
                 c.lost_since = self.sim.now
-            elif self.sim.now - c.lost_since >= FALLBACK:
+            elif c.live() and self.sim.now - c.lost_since >= FALLBACK:
                 c.leading = False
                 self.sim.tr("%s steps down: no majority for %d ms", c.name, FALLBACK)
         else:
@@ -293,6 +329,7 @@ class Raft:
         c.term = self.term
         c.leading = True
         c.lost_since = None
+        c.known = len(self.log)  # Raft's election restriction: a new leader holds every commit
         self.election_at = None
         self.sim.tr("raft: c%s elected in term %d", c.name, self.term)
 

@@ -9,6 +9,8 @@ Kinds:
   loss         each message (and each HA segment: the connection breaks) lost with probability p
   delay        up to `param` ms of extra delay per message (which reorders RPCs)
   dup          each RPC delivered twice with probability p (a retried call)
+  replay       each request to a controller run once more with probability `REPLAY_P`, up to `param` ms
+               late (a call its caller gave up on, held in a queue or a proxy, that still arrives)
   partition    the datacenter `target` cut from the others, both ways
   oneway       messages from `target` to `param` are dropped (one direction only)
   crash        a process dies; it restarts when the fault heals (unsynced writes lost, torn tail)
@@ -18,6 +20,13 @@ Kinds:
   drift        a process's clock runs at another rate within the bound `DRIFT`
   leader       the controllers' leader steps down (a Raft leader change)
   ctrl_cut     every controller unreachable from every broker
+  ctrl_split   one controller cut from the other controllers (both ways), not from the brokers: a
+               leader cut off this way answers heartbeats from its stale state until it steps down
+  failover_split  a correlated failure, its targets chosen when it begins: the current master
+               crashes for `duration` ms, and `param` ms after the crash the current controller
+               leader is cut from the other controllers for `SPLIT_MS` (so it answers from the
+               state before the failover while the others elect a new master, and the old master
+               comes back hearing both)
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from random import Random
 from .net import DRIFT
 
 HORIZON_MS = 60_000  # faults start within the first minute
+REPLAY_P = 0.2  # during a replay fault, the share of requests to controllers run once more, late
+SPLIT_MS = 4000  # how long a failover_split cuts the controller leader from the others
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,8 @@ class Fault:
 
     @property
     def end(self) -> int:
+        if self.kind == "failover_split":
+            return self.start + max(self.duration, int(self.param) + SPLIT_MS)
         return self.start + self.duration
 
     def __str__(self) -> str:
@@ -61,38 +74,51 @@ KINDS = (
     ("drift", 1),
     ("leader", 2),
     ("ctrl_cut", 1),
+    ("ctrl_split", 2),
+    ("replay", 2),
+    ("failover_split", 1),
 )
 
 
 def draw(rng: Random, count: int, brokers: list[str], ctrls: list[str], dcs: list[str]) -> list[Fault]:
     names = [k for k, w in KINDS for _ in range(w)]
-    procs = brokers + ctrls
     out = []
     for _ in range(count):
         kind = rng.choice(names)
         start = 1000 + rng.randrange(HORIZON_MS - 1000)
         dur = 200 + rng.randrange(8000)
-        target, param = "", 0.0
-        if kind in ("loss", "dup"):
-            param = round(rng.uniform(0.01, 0.3), 3)
-        elif kind == "delay":
-            param = float(rng.choice((50, 200, 1000, 3000)))
-        elif kind == "partition":
-            target = rng.choice(dcs)
-        elif kind == "oneway":
-            target, other = rng.sample(procs, 2)
-            param = float(procs.index(other))
-        elif kind in ("crash", "pause"):
-            target = rng.choice(procs)
-            dur = 100 + rng.randrange(12_000)
-        elif kind in ("disk", "bitflip"):
-            target = rng.choice(brokers)
-            dur = 0 if kind == "bitflip" else dur
-        elif kind == "drift":
-            target = rng.choice(procs)
-            param = round(1 + rng.uniform(-DRIFT, DRIFT), 5)
-        elif kind == "leader":
-            dur = 0
-        out.append(Fault(start, kind, target, dur, param))
+        out.append(_shape(rng, Fault(start, kind, "", dur), brokers, ctrls, dcs))
     out.sort(key=lambda f: (f.start, f.kind, f.target))
     return out
+
+
+# the lateness a delay or a replay fault draws from
+LATENESS = {"delay": (50, 200, 1000, 3000), "replay": (1000, 3000, 8000)}
+
+
+def _shape(rng: Random, f: Fault, brokers: list[str], ctrls: list[str], dcs: list[str]) -> Fault:
+    """The target, parameter and duration of one drawn fault of `f.kind`."""
+    kind, dur = f.kind, f.duration
+    procs = brokers + ctrls
+    targets = {"partition": dcs, "disk": brokers, "bitflip": brokers, "drift": procs, "ctrl_split": ctrls}
+    target, param = "", 0.0
+    if kind in ("loss", "dup"):
+        param = round(rng.uniform(0.01, 0.3), 3)
+    elif kind in LATENESS:
+        param = float(rng.choice(LATENESS[kind]))
+    elif kind == "oneway":
+        target, other = rng.sample(procs, 2)
+        param = float(procs.index(other))
+    elif kind in ("crash", "pause"):
+        target = rng.choice(procs)
+        dur = 100 + rng.randrange(12_000)
+    elif kind in targets:
+        target = rng.choice(targets[kind])
+        if kind == "drift":
+            param = round(1 + rng.uniform(-DRIFT, DRIFT), 5)
+    elif kind == "failover_split":
+        param = float(3000 + rng.randrange(1500))
+        dur = int(param) + 1000 + rng.randrange(2000)
+    if kind in ("bitflip", "leader"):
+        dur = 0
+    return Fault(f.start, kind, target, dur, param)

@@ -197,6 +197,12 @@ def _no_lease_fence() -> None:
     lease.LeaseFences.withholds = lambda self, broker_set, master_epoch: False
 
 
+def _ledger_first_negative() -> None:
+    from tidelog.ledger import recovery
+
+    recovery.negative_quorum = lambda write_quorum, ack_quorum: 1
+
+
 MUTANTS: dict[str, Mutant] = {
     m.name: m
     for m in (
@@ -255,6 +261,11 @@ MUTANTS: dict[str, Mutant] = {
             "no-lease-fence",
             "a leader renews the lease of a master it is electing a replacement for (RULES.md L7)",
             _no_lease_fence,
+        ),
+        Mutant(
+            "ledger-first-negative",
+            "ledger recovery ends at the first replica that answers no such entry",
+            _ledger_first_negative,
         ),
         Mutant(
             "same-epoch-ends-pending",

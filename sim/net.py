@@ -8,7 +8,8 @@ happens is an event in a heap ordered by (time, sequence number), so a seed repl
   (a crash drops every timer and message addressed to the old one) and a pause (SIGSTOP-like:
   events addressed to it wait until it resumes, in order).
 - `Sim.send`: a datagram-like message (the controller RPCs, each a gRPC call that may be lost,
-  delayed, duplicated by a retry, or overtaken by another call).
+  delayed, duplicated by a retry, overtaken by another call, or run by the server long after the
+  caller gave up on it).
 - `Conn`: a stream (the HA connection, TCP): in order, never duplicated; a cut link or a lost
   segment breaks it, and each end learns it after a detection delay.
 """
@@ -29,6 +30,8 @@ Fn = Callable[..., None]
 
 class Node:
     """A process: a local clock, an incarnation, a pause."""
+
+    serves_rpcs = False  # a server of the controller RPCs: a request to it may be replayed late
 
     def __init__(self, sim: Sim, name: str, dc: str) -> None:
         self.sim = sim
@@ -63,7 +66,7 @@ class Node:
 class Conn:
     """One HA connection between a master and a slave."""
 
-    __slots__ = ("alive", "incs", "last", "master", "send_offset", "shook", "slave")
+    __slots__ = ("alive", "answered", "incs", "last", "master", "send_offset", "shook", "slave")
 
     def __init__(self, master: Any, slave: Any) -> None:
         # the two brokers (typed loosely: this module knows processes, not brokers)
@@ -71,6 +74,7 @@ class Conn:
         self.slave = slave
         self.alive = True
         self.shook = False  # the master answered the handshake on it
+        self.answered = False  # the slave took that answer (its fork repair comes first): it may ack
         # the incarnations it connects: a frame to a process that restarted meets a reset
         self.incs = {master.name: master.inc, slave.name: slave.inc}
         self.last = 0  # delivery time of the last segment: a stream keeps its order
@@ -91,6 +95,8 @@ class Sim:
         self.loss = 0.0
         self.dup = 0.0
         self.extra_delay = 0
+        self.replay = 0.0  # probability that a request is delivered once more, late
+        self.replay_late = 0  # ... up to this many ms after the first delivery
         self.events = 0
 
     # ------------------------------------------------------------------ events
@@ -131,22 +137,29 @@ class Sim:
     def link(self, a: Node, b: Node) -> bool:
         return (a.name, b.name) not in self.cuts
 
-    def delay(self) -> int:
-        d = 1 + self.rng.randrange(4)
+    def delay(self, rng: Random | None = None) -> int:
+        rng = rng or self.rng
+        d = 1 + rng.randrange(4)
         if self.extra_delay:
-            d += self.rng.randrange(self.extra_delay)
+            d += rng.randrange(self.extra_delay)
         return d
 
-    def send(self, src: Node, dst: Node, fn: Fn, *args: Any) -> None:
-        """One RPC message: lost on a cut link or to loss, else delivered after a delay (maybe twice)."""
+    def send(self, src: Node, dst: Node, fn: Fn, *args: Any, rng: Random | None = None) -> None:
+        """One RPC message: lost on a cut link or to loss, else delivered after a delay (maybe twice).
+        `rng`: the draws' own source (a part of the world that must not shift the others' draws)."""
         if not src.live() or (src.name, dst.name) in self.cuts:
             return
-        rng = self.rng
+        rng = rng or self.rng
         if self.loss and rng.random() < self.loss:
             return
-        self.at(self.now + self.delay(), self.fire, dst, dst.inc, fn, args)
+        self.at(self.now + self.delay(rng), self.fire, dst, dst.inc, fn, args)
         if self.dup and rng.random() < self.dup:
-            self.at(self.now + self.delay() + rng.randrange(50), self.fire, dst, dst.inc, fn, args)
+            self.at(self.now + self.delay(rng) + rng.randrange(50), self.fire, dst, dst.inc, fn, args)
+        if self.replay and dst.serves_rpcs and rng.random() < self.replay:
+            # a call the caller gave up on (its deadline passed, it asked again) that the server
+            # still runs later: a request held in a connection's queue or a proxy's buffer
+            late = self.delay(rng) + rng.randrange(self.replay_late)
+            self.at(self.now + late, self.fire, dst, dst.inc, fn, args)
 
     def conn_send(self, conn: Conn, src: Node, dst: Node, fn: Fn, *args: Any) -> None:
         """A frame on an HA connection: in order; a cut or a lost segment breaks the connection."""

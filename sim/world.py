@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from random import Random
 
+from tidelog.controller.model import BrokerSet
 from tidelog.ha.ackpolicy import AckConfig
 from tidelog.invariants import InvariantViolation
 
@@ -18,7 +19,8 @@ from .broker import HB_INTERVAL, Broker
 from .checker import Checker, Violation
 from .controllers import ELECT_MAX, FALLBACK, HB_TIMEOUT, SET, Controller, Raft, register_commands
 from .disk import DiskFailed, DivergedError
-from .faults import Fault, draw
+from .faults import REPLAY_P, SPLIT_MS, Fault, draw
+from .ledger import LedgerModel
 from .net import Node, Sim
 
 DEFAULT_FAULTS = 20
@@ -116,9 +118,11 @@ class World:
         self.raft = Raft(sim)
         self.ctrls = [Controller(sim, self.raft, f"c{i}", DCS[i]) for i in range(3)]
         self.raft.ctrls = self.ctrls
+        self.raft.on_sync_state_set = self._on_sync_state_set
         broker_dcs = ["dc1", "dc2", "dc1"][:n]
         self.brokers = {i: Broker(sim, self, i, broker_dcs[i - 1], cfg) for i in range(1, n + 1)}
         self.client = Client(sim, self)
+        self.ledger = LedgerModel(sim, self.brokers, seed)
         self.raft.bootstrap(register_commands(n, broker_dcs))
         self.procs: dict[str, Node] = {b.name: b for b in self.brokers.values()}
         self.procs.update({c.name: c for c in self.ctrls})
@@ -138,6 +142,10 @@ class World:
                 sim.at(f.end, self._end, f)
         self.heal_at = max((f.end for f in faults), default=0)
 
+    def _on_sync_state_set(self, bs: BrokerSet, before: frozenset[int]) -> None:
+        members = bs.sync_state_set
+        self.checker.on_expansion(self.brokers, members - before, members, bs.sss_epoch)
+
     # ------------------------------------------------------------------ faults
 
     def _proc(self, name: str) -> Node:
@@ -153,6 +161,9 @@ class World:
             return [(a, b) for a in inside for b in outside] + [(b, a) for a in inside for b in outside]
         if f.kind == "oneway":
             return [(f.target, sorted(self.procs)[int(f.param)])]
+        if f.kind == "ctrl_split":
+            others = [c.name for c in self.ctrls if c.name != f.target]
+            return [(f.target, o) for o in others] + [(o, f.target) for o in others]
         brokers = [b.name for b in self.brokers.values()] + ["client"]
         ctrls = [c.name for c in self.ctrls]
         return [(a, b) for a in brokers for b in ctrls] + [(b, a) for a in brokers for b in ctrls]
@@ -167,7 +178,9 @@ class World:
             sim.dup = f.param
         elif k == "delay":
             sim.extra_delay = int(f.param)
-        elif k in ("partition", "oneway", "ctrl_cut"):
+        elif k == "replay":
+            sim.replay, sim.replay_late = REPLAY_P, int(f.param)
+        elif k in ("partition", "oneway", "ctrl_cut", "ctrl_split"):
             for link in self._links(f):
                 sim.cuts[link] += 1
         else:
@@ -177,6 +190,9 @@ class World:
         sim, k = self.sim, f.kind
         if k == "leader":
             self.raft.step_down()
+            return
+        if k == "failover_split":
+            self._failover_split(f)
             return
         p = self._proc(f.target)
         if k == "crash" and p.up:
@@ -206,13 +222,41 @@ class World:
             sim.dup = 0.0
         elif k == "delay":
             sim.extra_delay = 0
-        elif k in ("partition", "oneway", "ctrl_cut"):
+        elif k == "replay":
+            sim.replay = 0.0
+        elif k in ("partition", "oneway", "ctrl_cut", "ctrl_split"):
             for link in self._links(f):
                 sim.cuts[link] -= 1
                 if sim.cuts[link] <= 0:
                     del sim.cuts[link]
         else:
             self._end_proc(f)
+
+    def _failover_split(self, f: Fault) -> None:
+        """Crash the master now, cut the controller leader from its peers `param` ms later."""
+        sim = self.sim
+        master = self.master()
+        if master is not None:
+            sim.tr("b%d (the master) crashes", master.bid)
+            master.crash()
+            sim.at(f.start + f.duration, self._back, master)
+        sim.at(f.start + int(f.param), self._split_leader, f)
+
+    def _back(self, b: Broker) -> None:
+        now = self.sim.now
+        if not b.up and not any(
+            g.kind == "crash" and g.target == b.name and g.start < now < g.end for g in self.faults
+        ):
+            b.restart()
+
+    def _split_leader(self, f: Fault) -> None:
+        leader = next((c for c in self.ctrls if c.leading and c.term == self.raft.term), None)
+        if leader is None:
+            return
+        self.sim.tr("%s (the controller leader) is cut from the other controllers", leader.name)
+        split = Fault(self.sim.now, "ctrl_split", leader.name, SPLIT_MS)
+        self._begin(split)
+        self.sim.at(split.end, self._end, split)
 
     def _end_proc(self, f: Fault) -> None:
         sim, k = self.sim, f.kind
@@ -241,7 +285,7 @@ class World:
 
     def run(self) -> None:
         sim = self.sim
-        heal = max(self.heal_at, 1000)
+        heal = max(self.heal_at, 1000, self.ledger.recovery_from)
         sim.run_until(heal)
         acked_before = len(self.client.acked_at)
         sim.run_until(heal + LIVENESS_MS)
@@ -253,6 +297,7 @@ class World:
                 f"liveness: no write acknowledged within {LIVENESS_MS} ms after the last fault healed"
             )
         self.checker.final(master)
+        self.ledger.final()
         states = []
         for c in self.ctrls:
             c.catch_up()

@@ -211,6 +211,65 @@ def test_l4_a_restarted_leader_has_no_witness() -> None:
     assert hb.masters_needing_election(s, T - 1) == []
 
 
+def paused_leader() -> HeartbeatTable:
+    """A leader since 0 whose loop turns every 250 ms until 2 s, hearing broker-a's master (1) at
+    0.4 s, 1.4 s and its slave (2) at 0.9 s, 1.9 s; then its process stops."""
+    hb = HeartbeatTable(T)
+    hb.on_leadership(now_ms=0)
+    for now in range(0, 2001, 250):
+        assert not hb.on_tick(now)
+    for now in (400, 900, 1400, 1900):
+        hb.beat(A, 1 if now % 1000 == 400 else 2, 1, 0, 0, now_ms=now)
+    return hb
+
+
+def test_l9_a_paused_leader_does_not_fail_over_on_silence_it_did_not_witness() -> None:
+    # Resuming at 6.466 s, the table shows the master silent past its timeout and the slave alive
+    # and heard since 0.9 s: without L9 that is witnessed silence, and the master is failed over.
+    s = mastered_state()
+    hb = paused_leader()
+    assert hb.on_tick(6466)
+    assert hb.in_grace(6466) and hb.in_grace(6466 + T - 1)
+    assert hb.masters_needing_election(s, 6466) == []
+    # the heartbeats that queued during the pause arrive; the master lives and beats on
+    for now in range(6470, 6466 + 3 * T, 1000):
+        hb.beat(A, 1, 1, 0, 0, now_ms=now)
+        hb.beat(A, 2, 1, 0, 0, now_ms=now)
+        assert hb.masters_needing_election(s, now) == []
+
+
+def test_l9_a_master_that_died_is_failed_over_once_the_new_grace_ends() -> None:
+    s = mastered_state()
+    hb = paused_leader()
+    assert hb.on_tick(6466)
+    for now in range(6466, 6466 + T, 250):
+        hb.beat(A, 2, 1, 0, 0, now_ms=now)
+        assert hb.masters_needing_election(s, now) == []  # the slave is no witness yet
+    hb.beat(A, 2, 1, 0, 0, now_ms=6466 + T)
+    assert hb.masters_needing_election(s, 6466 + T) == [A]
+
+
+def test_l9_only_a_gap_of_half_the_timeout_counts() -> None:
+    hb = HeartbeatTable(T)
+    hb.on_leadership(now_ms=0)
+    assert hb.tick_gap_ms == T // 2
+    assert not hb.on_tick(T // 2 - 1)  # a slow turn: still listening
+    assert not hb.in_grace(T + 1)
+    assert hb.on_tick(T - 1 + T // 2)
+    assert hb.in_grace(T - 1 + T // 2 + T - 1)
+
+
+def test_l9_a_new_leadership_is_not_a_gap() -> None:
+    # A follower that led long ago and leads again keeps what it witnessed as a follower (L4).
+    s = mastered_state()
+    hb = follower_heard(until_ms=10_000 + T, master_until_ms=10_000)
+    hb.on_leadership(now_ms=0)
+    assert not hb.on_tick(0)
+    hb.on_leadership(now_ms=11_500)
+    assert not hb.on_tick(11_500)
+    assert hb.masters_needing_election(s, 10_000 + T + 1) == [A]
+
+
 def test_touch_refreshes_only_a_known_entry() -> None:
     hb = HeartbeatTable(T)
     hb.touch(A, 1, now_ms=0)

@@ -1,10 +1,12 @@
 """The bugs the simulator found, each as a fixed seed (and its shrunk schedule).
 
 A test here is `xfail(strict=True)` while the bug lives in code outside the simulator: it turns
-into a failure (XPASS) the day the fix lands, and then the mark comes off. None is open now.
+into a failure (XPASS) the day the fix lands, and then the mark comes off.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from tidelog.sim.faults import Fault
 from tidelog.sim.world import run_seed
@@ -47,3 +49,47 @@ def test_seed_2645_a_paused_controller_leader_elects_while_the_old_master_still_
     shrunk = [Fault(2106, "pause", "c0", 4360), Fault(2506, "crash", "c1", 5415)]
     for out in (run_seed(2645), run_seed(2645, faults=shrunk)):
         assert out.ok, out.violation
+
+
+def test_seed_2645_a_paused_controller_leader_keeps_the_master_it_did_not_see_die() -> None:
+    """Fixed: the same leader, resuming from its 4.4 s pause, saw the master silent past its
+    timeout and a slave heard since before the pause, took that for witnessed silence and elected
+    b1 11 ms later: safe under L7, but a needless failover. A leader whose loop did not turn for
+    half a timeout now opens its grace again and no member witnesses the gap (controller/RULES.md
+    L9, HeartbeatTable.on_tick), so b2 stays master of epoch 1."""
+    shrunk = [Fault(2106, "pause", "c0", 4360), Fault(2506, "crash", "c1", 5415)]
+    out = run_seed(2645, faults=shrunk, trace=True)
+    assert out.ok, out.violation
+    elections = [line for line in out.trace if "is master of bs" in line]
+    assert len(elections) == 1 and "broker 2 is master of bs at epoch 1" in elections[0], elections
+    assert any("c0 was not listening" in line for line in out.trace)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="open: RULES.md L4 counts a follower's own deafness as witnessed silence"
+)
+def test_seed_2144_a_new_leader_counts_its_own_deafness_as_the_masters_silence() -> None:
+    """Open. c2 (dc3) is partitioned for 2.3 s and hears nobody; 0.3 s after that heals, dc1 (the
+    master b3, the Raft leader c0) is cut off. c2 becomes leader and, within its grace, elects b2
+    1.3 s later: b3 has not been heard for 5 s and b2 counts as a witness, because its gap (the
+    2.3 s c2 was cut off) is shorter than the timeout and so did not restart its run (L4). But
+    b3 was silent only 2 s; the lease c0 granted it before losing its majority still runs, and b3
+    acknowledges a write b2 lacks."""
+    shrunk = [
+        Fault(3204, "crash", "b2", 6120),
+        Fault(5187, "replay", "", 3028, 8000.0),
+        Fault(53_799, "partition", "dc3", 2344),
+        Fault(56_452, "partition", "dc1", 6246),
+    ]
+    out = run_seed(2144, faults=shrunk)
+    assert out.ok, out.violation
+
+
+@pytest.mark.xfail(strict=True, reason="open: a lease renewal is not tied to the role its answer names")
+def test_seed_6343_a_broker_back_from_a_fail_stop_takes_a_stale_leaders_old_role() -> None:
+    """Open. b2, master of epoch 2, fail-stops on a disk fault; the controllers elect b1 (epoch 3)
+    while c1, cut from its peers, still answers as leader from its old state. b2's store opens
+    again: it never heard of epoch 3, takes c1's answer and leads epoch 2 again without records b1
+    confirmed. Its lease is renewed by the new leader's answers, which name b1 master."""
+    out = run_seed(6343)
+    assert out.ok, out.violation

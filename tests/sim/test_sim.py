@@ -83,6 +83,30 @@ def test_a_failing_schedule_shrinks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [f.kind for f in small] == ["crash"]
 
 
+def test_a_slave_acks_only_after_its_handshake_is_answered() -> None:
+    """Seed 597: b2, master, paused while b1 (holding records of an older epoch past b2's start)
+    sent its handshake; b1's periodic ack went out before the answer, and b2 took its unrepaired
+    end for the slave's start and proposed it for the SyncStateSet. ha/slave.py starts its ack
+    loop only after the handshake's answer and the fork repair; so does the model now."""
+    out = run_seed(597, trace=True)
+    assert out.ok, out.violation
+    assert any("b1 truncates to 120" in line for line in out.trace)  # the fork repair it waits for
+
+
+def test_a_paused_controller_leader_resumes_with_its_majority_long_gone() -> None:
+    """Seed 2063: c0, Raft leader, paused for 10.8 s and cut off with dc1 meanwhile; the model
+    took its loss of the majority as starting when it resumed, so it renewed the old master's
+    lease from its queued heartbeats after the others had elected b2. The answers a paused leader
+    last had are from before the pause (ha/lease.py::grants_lease measures from them)."""
+    shrunk = [
+        Fault(24_080, "crash", "b2", 5996),
+        Fault(32_146, "pause", "c0", 10_824),
+        Fault(36_247, "partition", "dc1", 7203),
+    ]
+    for out in (run_seed(2063), run_seed(2063, faults=shrunk)):
+        assert out.ok, out.violation
+
+
 def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
     return batch(start, seeds, workers=1, mutant=name, stop_at_first=True)
 
@@ -92,13 +116,17 @@ def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("confirm-fastest", 40),
-        ("truncate-no-epoch-check", 0),
-        ("elect-outside-sss", 11),
+        ("confirm-fastest", 22),
+        ("truncate-no-epoch-check", 14),
+        ("elect-outside-sss", 35),
         ("ack-before-append", 0),
-        ("lease-only-before", 3379),
-        ("expansion-after-confirm", 1358),
-        ("give-up-unanswered", 1422),
+        ("expansion-after-confirm", 72),
+        ("role-no-stale-check", 26),
+        ("alter-no-sss-epoch-fence", 246),
+        ("ledger-first-negative", 68),
+        ("give-up-unanswered", 4003),
+        ("lease-only-before", 3948),
+        ("no-lease-fence", 2683),
     ],
 )
 def test_mutant_is_caught(name: str, seed: int) -> None:
@@ -106,6 +134,28 @@ def test_mutant_is_caught(name: str, seed: int) -> None:
     assert run_seed(seed).ok  # the real code passes this seed
     res = _catch(name, seed, 1)
     assert res["failed"] == 1, f"mutant {name} survived seed {seed}"
+
+
+def _mutated(name: str, seed: int, faults: list[Fault]) -> str:
+    MUTANTS[name].apply()
+    return run_seed(seed, faults=faults).violation
+
+
+@pytest.mark.parametrize(
+    ("name", "seed", "faults", "why"),
+    [
+        # the master crashes; 3 s later the controller leader is cut from its peers and answers
+        # from its old state while they elect b1: the old master, back, hears both
+        ("role-no-stale-check", 26, [Fault(3153, "failover_split", "", 4774, 3049.0)], "master of epoch 1"),
+    ],
+)
+def test_mutant_is_caught_by_its_shrunk_schedule(name: str, seed: int, faults: list[Fault], why: str) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    assert run_seed(seed, faults=faults).ok
+    with ProcessPoolExecutor(1) as pool:  # the mutant is applied in the worker only
+        violation = pool.submit(_mutated, name, seed, faults).result(timeout=120)
+    assert why in violation, violation
 
 
 def test_mutants_do_not_leak_into_this_process() -> None:
