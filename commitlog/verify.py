@@ -113,8 +113,13 @@ def scrub_chunk(core: LogCore, offset: int, max_bytes: int) -> tuple[int, Damage
         # at least a header: a record's length says how much more to read
         want = min(max(max_bytes, rec.BLANK_SIZE), stable - offset, seg_end - offset)
         data = os.pread(seg.fd, want, offset - seg.base)
+    # where this read stopped short of what is settled: a header cut there is the chunk's end,
+    # not damage (the next chunk starts at that record)
+    cut_short = offset + len(data) < min(stable, seg_end)
     pos = _whole_and_sound(data)
     while pos < len(data):
+        if len(data) - pos < rec.HEADER_SIZE and cut_short and pos:
+            break
         if len(data) - pos >= 8:
             size, magic = rec.BLANK.unpack_from(data, pos)
             if magic == rec.BLANK_MAGIC:

@@ -66,3 +66,22 @@ def test_a_flipped_byte_is_found_as_the_record_it_damaged(
         assert [(d.start, d.end) for d in found] == [(placed.phys_offset, placed.phys_offset + placed.size)]
     finally:
         log.close()
+
+
+RECORD = 305  # the size of each record `_log` writes
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    chunk=st.integers(1, 4096) | st.builds(lambda k, r: k * RECORD + r, st.integers(1, 12), st.integers(1, 7))
+)
+def test_a_whole_log_scrubs_clean_in_chunks_of_any_size(tmp_path_factory: object, chunk: int) -> None:
+    """A chunk that ends a few bytes into the next record's header is not damage: the next chunk
+    starts at that record (it was reported as 'no record below the flushed offset', and a sound
+    replica then handed its mastership over to repair it, under load in the suite)."""
+    log = _log(tmp_path_factory.mktemp("clean"))  # type: ignore[attr-defined]
+    try:
+        assert log.read("t", 0, 1, 1)[0].phys_offset == RECORD
+        assert _pass(log, chunk) == []
+    finally:
+        log.close()
