@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import yaml
 
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
+from tidelog import localcluster
 from tidelog.client.aio import AsyncClient
 from tidelog.localcluster import wait_until
 
@@ -90,3 +94,38 @@ def create_topic_in(cluster: LocalCluster, name: str, broker_set: str, queues: i
             return await client.admin().create_topic(name, queues=queues, broker_sets=[broker_set])
 
     return asyncio.run(go())
+
+
+def master_of(cluster: LocalCluster, broker_set: str = "broker-a") -> str:
+    """The name of the process that is `broker_set`'s master now, or "" while it has none."""
+    found = [m["name"] for m in members(cluster) if m["set"] == broker_set and m["role"] == "master"]
+    return found[0] if found else ""
+
+
+def kill_master_under(
+    cluster: LocalCluster, victim: str, command: list[str], ready: Path, **popen: Any
+) -> dict[str, Any]:
+    """Run a client driver (`command`, which touches `ready` once it sends and receives), kill -9
+    the master `victim` under it once messages flow, start it again once another master serves,
+    and return the driver's last line (JSON) once it ends by itself."""
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.1)
+        assert ready.exists(), "the driver did not start"
+        time.sleep(3)  # messages flow before the kill
+        localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while master_of(cluster) in ("", victim):
+            assert time.monotonic() < deadline, "no new master"
+            time.sleep(0.2)
+        localcluster.restart(cluster.data_dir, victim)
+        stdout, stderr = driver.communicate(timeout=150)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    out: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return out

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,7 +26,6 @@ import pytest
 from tests.client import rocketmq_cluster as rc
 from tests.client.conftest import LocalCluster
 from tests.client.test_rocketmq_endpoint import check_fifo
-from tidelog import localcluster
 from tidelog.client import modes
 from tidelog.client.aio import AsyncClient, ConsumedMessage
 from tidelog.errors import TopicNotFoundError
@@ -238,33 +236,8 @@ def test_a_master_killed_under_a_producer_and_a_push_consumer_loses_no_receipted
     victim = rc.member(cluster, "broker-a", "master")["name"]
     ready = tmp_path / "ready"
     args = {"topic": "node-kill", "group": "g-node-kill", "seconds": 25, "readyFile": str(ready)}
-    driver = subprocess.Popen(
-        ["node", str(DRIVER), endpoint, "produce-consume", json.dumps(args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=NODE_DIR,
-        env=ENV,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists() and time.monotonic() < deadline and driver.poll() is None:
-            time.sleep(0.1)
-        assert ready.exists(), "the driver did not start"
-        time.sleep(3)  # messages flow before the kill
-        localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while _master_of_a(cluster) in ("", victim):
-            assert time.monotonic() < deadline, "no new master"
-            time.sleep(0.2)
-        localcluster.restart(cluster.data_dir, victim)
-        stdout, stderr = driver.communicate(timeout=150)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-    assert driver.returncode == 0, stderr[-3000:]
-    out = json.loads(stdout.strip().splitlines()[-1])
+    command = ["node", str(DRIVER), endpoint, "produce-consume", json.dumps(args)]
+    out = rc.kill_master_under(cluster, victim, command, ready, cwd=NODE_DIR, env=ENV)
     receipts, deliveries = out["receipts"], out["deliveries"]
     delivered = collections.Counter(d[0] for d in deliveries)
     lost = [r for r in receipts if r["id"] not in delivered]
@@ -275,8 +248,3 @@ def test_a_master_killed_under_a_producer_and_a_push_consumer_loses_no_receipted
     assert len(receipts) >= 50, out["send_failures"][-5:]
     assert receipts[-1]["at"] > 15, "no send was receipted after the failover"
     assert lost == [], f"{len(lost)} receipted messages never consumed: {lost[:5]}"
-
-
-def _master_of_a(cluster: LocalCluster) -> str:
-    found = [m["name"] for m in rc.members(cluster) if m["set"] == "broker-a" and m["role"] == "master"]
-    return found[0] if found else ""

@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +25,6 @@ import pytest
 from tests.client import rocketmq_cluster as rc
 from tests.client.conftest import LocalCluster, tide
 from tests.client.test_rocketmq_endpoint import DRIVER, create_topic, drive
-from tidelog import localcluster
 from tidelog.broker import rocketmqrules as rules
 from tidelog.client import modes
 from tidelog.client.aio import AsyncClient, ConsumedMessage
@@ -223,40 +220,17 @@ def test_master_killed_under_an_official_producer_and_push_consumer_loses_no_rec
     # pick-first over both), which every queue's route names too
     access_point = f"{master['rocketmq_endpoint']};{rc.endpoint(cluster, 'broker-a', 'slave')}"
     ready = tmp_path / "ready"
-    driver = subprocess.Popen(
-        [
-            sys.executable,
-            str(DRIVER),
-            access_point,
-            "produce-consume",
-            "rmq-kill",
-            "g-kill",
-            "25",
-            str(ready),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists() and time.monotonic() < deadline and driver.poll() is None:
-            time.sleep(0.1)
-        assert ready.exists(), "the driver did not start"
-        time.sleep(3)
-        localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while _master_of_a(cluster) in ("", victim):
-            assert time.monotonic() < deadline, "no new master"
-            time.sleep(0.2)
-        localcluster.restart(cluster.data_dir, victim)
-        stdout, stderr = driver.communicate(timeout=150)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-    assert driver.returncode == 0, stderr[-3000:]
-    out = json.loads(stdout.strip().splitlines()[-1])
+    command = [
+        sys.executable,
+        str(DRIVER),
+        access_point,
+        "produce-consume",
+        "rmq-kill",
+        "g-kill",
+        "25",
+        str(ready),
+    ]
+    out = rc.kill_master_under(cluster, victim, command, ready)
     receipts, deliveries = out["receipts"], out["deliveries"]
     delivered = collections.Counter(d[0] for d in deliveries)
     lost = [r for r in receipts if r["id"] not in delivered]
@@ -273,8 +247,3 @@ def test_master_killed_under_an_official_producer_and_push_consumer_loses_no_rec
     bodies = {r["id"]: f"body-{r['i']}" for r in receipts}
     assert all(bodies[i] == body for i, body, _ in deliveries if i in bodies)
     assert duplicates <= len(receipts) // 2, "far more duplicates than a failover explains"
-
-
-def _master_of_a(cluster: LocalCluster) -> str:
-    found = [m["name"] for m in rc.members(cluster) if m["set"] == "broker-a" and m["role"] == "master"]
-    return found[0] if found else ""
