@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -40,10 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    return rss_bytes(pid) / (1 << 20)
 
 
 def data_port(state: dict[str, object], data_dir: Path, name: str) -> tuple[str, int]:
@@ -57,14 +55,27 @@ def data_port(state: dict[str, object], data_dir: Path, name: str) -> tuple[str,
     return host, int(port)
 
 
-def probe(address: tuple[str, int], pid: int, clients: int, frame: int) -> dict[str, float]:
+def rss_bytes(pid: int) -> int:
+    """Process `pid`'s resident set, in bytes (from /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+@contextlib.contextmanager
+def unfinished_frames(
+    address: tuple[str, int], clients: int, frame: int, wait_s: float = 60
+) -> Iterator[None]:
+    """`clients` connections to a data port, each sending a produce frame of `frame` bytes one byte
+    short (never whole), held open while the block runs and closed after it. The sends end once
+    the broker stops reading (back-pressure: they time out) or closes: both bound it."""
     head = df.HEAD.pack(frame + df.HEAD_SIZE - 4, df.OP_PRODUCE, 1)
     body = b"\0" * (frame - 1)
-    before = rss_mib(pid)
     socks = [socket.create_connection(address, timeout=15) for _ in range(clients)]
 
     def send(s: socket.socket) -> None:
-        with contextlib.suppress(OSError):  # back-pressure (the send times out) or a close
+        with contextlib.suppress(OSError):
             s.sendall(head + body)
 
     threads = [threading.Thread(target=send, args=(s,)) for s in socks]
@@ -72,13 +83,19 @@ def probe(address: tuple[str, int], pid: int, clients: int, frame: int) -> dict[
         for t in threads:
             t.start()
         for t in threads:
-            t.join(60)
-        peak = rss_mib(pid)
-        time.sleep(2)
-        peak = max(peak, rss_mib(pid))
+            t.join(wait_s)
+        yield
     finally:
         for s in socks:
             s.close()
+
+
+def probe(address: tuple[str, int], pid: int, clients: int, frame: int) -> dict[str, float]:
+    before = rss_mib(pid)
+    with unfinished_frames(address, clients, frame):
+        peak = rss_mib(pid)
+        time.sleep(2)
+        peak = max(peak, rss_mib(pid))
     return {"rss_before_mib": round(before, 1), "rss_with_partial_frames_mib": round(peak, 1)}
 
 

@@ -6,20 +6,18 @@ connection within the header deadline (broker/dataport.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import struct
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
+from bench.partial_frames import rss_bytes, unfinished_frames
 
 from tests.brokers import BrokerClient
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster
-from tidelog import dataport_frames as df
 from tidelog.broker.dataport import HEADER_TIMEOUT_S, SPILL_BYTES
 from tidelog.proto import broker_pb2 as bpb
 
@@ -57,57 +55,11 @@ def broker_of(c: LocalCluster) -> tuple[int, tuple[str, int]]:
     return proc["pid"], (host, int(port))
 
 
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def send_unfinished(address: tuple[str, int], clients: int, frame: int) -> None:
-    """`clients` connections each sending a produce frame of `frame` bytes one byte short; the
-    broker stops reading (back-pressure: the send times out) or closes: both bound it."""
-    body = b"\0" * (frame - 1)  # one byte short: never whole
-    head = df.HEAD.pack(frame + df.HEAD_SIZE - 4, df.OP_PRODUCE, 1)
-    socks = [socket.create_connection(address, timeout=10) for _ in range(clients)]
-
-    def send(s: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            s.sendall(head + body)
-
-    threads = [threading.Thread(target=send, args=(s,)) for s in socks]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-    finally:
-        for s in socks:
-            s.close()
-
-
 def test_frames_announced_and_never_finished_hold_at_most_the_partial_budget(cluster: LocalCluster) -> None:
     pid, address = broker_of(cluster)
     before = rss_bytes(pid)
-    body = b"\0" * (FRAME - 1)  # one byte short: never whole
-    head = df.HEAD.pack(FRAME + df.HEAD_SIZE - 4, df.OP_PRODUCE, 1)
-    socks = [socket.create_connection(address, timeout=10) for _ in range(CLIENTS)]
-
-    def send(s: socket.socket) -> None:
-        # the broker stops reading (back-pressure: the send times out) or closes: both bound it
-        with contextlib.suppress(OSError):
-            s.sendall(head + body)
-
-    threads = [threading.Thread(target=send, args=(s,)) for s in socks]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+    with unfinished_frames(address, CLIENTS, FRAME, wait_s=30):
         grown = rss_bytes(pid) - before
-    finally:
-        for s in socks:
-            s.close()
     # without the budget each connection held its whole body: CLIENTS x FRAME = 128 MiB
     assert grown <= BUDGET + CLIENTS * (1 << 20) + (16 << 20), f"RSS grew by {grown >> 20} MiB"
 
@@ -133,7 +85,8 @@ def test_large_frames_never_finished_hold_no_memory_while_they_arrive(cluster: L
     t = threading.Thread(target=watch)
     t.start()
     try:
-        send_unfinished(address, 4, frame)
+        with unfinished_frames(address, 4, frame, wait_s=30):
+            pass
         sample()
     finally:
         watcher.set()
