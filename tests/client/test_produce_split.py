@@ -33,7 +33,7 @@ FRAME = 20_000
 MASTER = "master:1"  # the gRPC address the route names; its data port is the in-process one
 
 
-class _Replica:
+class InMemoryReplica:
     """The part of a broker replica the data port calls: one queue's records, in memory."""
 
     def __init__(self) -> None:
@@ -70,8 +70,9 @@ class _Replica:
         return b"", 0, QueueOffsets(0, 0, 0)
 
 
-async def _client(port: DataPort) -> AsyncClient:
-    client = AsyncClient("127.0.0.1:1", send_timeout=3.0, rpc_timeout=2.0)
+async def client_of(port: DataPort, send_timeout: float = 3.0) -> AsyncClient:
+    """A client whose route names MASTER, whose data port is `port` (in this process)."""
+    client = AsyncClient("127.0.0.1:1", send_timeout=send_timeout, rpc_timeout=2.0)
     route = TopicRoute.build("t", [BrokerSetRoute("bs", 1, MASTER, 1, (Replica(1, MASTER, True),))])
 
     async def fixed_route(topic: str, *, refresh: bool = False, need: str | None = None) -> TopicRoute:
@@ -88,13 +89,13 @@ def small_frames(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_batch_over_one_frame_goes_as_several_requests_in_order(small_frames: None) -> None:
-    replica = _Replica()
+    replica = InMemoryReplica()
     bodies = [b"m%04d-" % i + b"x" * 900 for i in range(100)]  # about 100 KB: 6 frames or more
 
     async def main() -> None:
         port = DataPort(replica)  # type: ignore[arg-type]
         await port.start("127.0.0.1", 0)
-        client = await _client(port)
+        client = await client_of(port)
         try:
             conn = await client.data.connection(MASTER)
             assert conn is not None
@@ -116,14 +117,14 @@ def test_a_batch_over_one_frame_goes_as_several_requests_in_order(small_frames: 
 
 
 def test_a_retried_batch_sends_only_what_was_not_stored(small_frames: None) -> None:
-    replica = _Replica()
+    replica = InMemoryReplica()
     replica.fail_request = 3  # the first two requests are stored, the third fails once
     bodies = [b"r%04d-" % i + b"y" * 900 for i in range(100)]
 
     async def main() -> None:
         port = DataPort(replica)  # type: ignore[arg-type]
         await port.start("127.0.0.1", 0)
-        client = await _client(port)
+        client = await client_of(port)
         try:
             receipts = await client.producer().send_batch("t", [OutMessage(b, key="k") for b in bodies])
             assert [r.queue_offset for r in receipts] == list(range(len(bodies)))
@@ -136,13 +137,13 @@ def test_a_retried_batch_sends_only_what_was_not_stored(small_frames: None) -> N
 
 
 def test_a_message_over_one_frame_fails_alone(small_frames: None) -> None:
-    replica = _Replica()
+    replica = InMemoryReplica()
     big = b"B" * (FRAME + 1)
 
     async def main() -> None:
         port = DataPort(replica)  # type: ignore[arg-type]
         await port.start("127.0.0.1", 0)
-        client = await _client(port)
+        client = await client_of(port)
         try:
             producer = client.producer()
             with pytest.raises(MessageTooLargeError):
@@ -161,13 +162,13 @@ def test_a_message_over_one_frame_fails_alone(small_frames: None) -> None:
 
 
 def test_a_message_the_broker_refuses_in_a_later_request_fails_alone(small_frames: None) -> None:
-    replica = _Replica()
+    replica = InMemoryReplica()
     bodies = [(b"BAD" if i == 70 else b"ok") + b"%04d-" % i + b"z" * 900 for i in range(100)]
 
     async def main() -> list[Any]:
         port = DataPort(replica)  # type: ignore[arg-type]
         await port.start("127.0.0.1", 0)
-        client = await _client(port)
+        client = await client_of(port)
         try:
             producer = client.producer(batch_max_bytes=1 << 20)
             return await asyncio.gather(
