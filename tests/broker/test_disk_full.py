@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -83,6 +83,31 @@ def _produce_until_refused(
         i += len(bodies)
 
 
+def produce_while(
+    addresses: list[str], tag: bytes, seconds: float, done: Callable[[int, list[bytes]], bool]
+) -> tuple[list[bytes], list[str]]:
+    """Send one message at a time through a client for up to `seconds`, until `done(sent, acked)`
+    after an acknowledged one: (the bodies acknowledged, the codes of the sends refused)."""
+    acked: list[bytes] = []
+    errors: list[str] = []
+    with Client(addresses, send_timeout=30) as client:
+        producer = client.producer()
+        t0 = time.monotonic()
+        n = 0
+        while time.monotonic() - t0 < seconds:
+            body = tag + b"-%06d-" % n + b"w" * 1000
+            n += 1
+            try:
+                producer.send(TOPIC, body)
+            except TidelogError as exc:
+                errors.append(exc.code)
+                continue
+            acked.append(body)
+            if done(n, acked):
+                break
+    return acked, errors
+
+
 def test_one_replica_with_sync_flush_loses_nothing_and_serves_again(tmp_path: Path) -> None:
     with _cluster(tmp_path, 1, 8, flush="sync", in_sync_replicas=1) as (_, bs):
         acked: list[bytes] = []
@@ -109,24 +134,12 @@ def test_the_master_of_two_steps_down_and_rejoins(tmp_path: Path) -> None:
         old = bs.wait_master()
         new = 1 - old
         filler = fill(bs.data_dirs[old], leave_bytes=600 << 10)
-        acked: list[bytes] = []
-        errors: list[str] = []
-        with Client(cc.address_list, send_timeout=30) as client:
-            producer = client.producer()
-            t0 = time.monotonic()
-            n = 0
-            while time.monotonic() - t0 < 40:
-                body = b"k-%06d-" % n + b"y" * 1000
-                n += 1
-                try:
-                    producer.send(TOPIC, body)
-                except TidelogError as exc:
-                    errors.append(exc.code)
-                    continue
-                acked.append(body)
-                s = status_of(bs, new)
-                if s is not None and s.role == "master" and len(acked) > 50 and n % 20 == 0:
-                    break
+
+        def elected(n: int, acked: list[bytes]) -> bool:
+            s = status_of(bs, new)
+            return s is not None and s.role == "master" and len(acked) > 50 and n % 20 == 0
+
+        acked, errors = produce_while(cc.address_list, b"k", 40, elected)
         assert (s := status_of(bs, new)) is not None and s.role == "master", "the slave was not elected"
         assert bs.procs[old].alive(), "the old master exited instead of stepping down"
         stored = {b for q in read_queues(bs.clients[new], TOPIC, QUEUES).values() for b in q}

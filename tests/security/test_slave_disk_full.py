@@ -7,18 +7,15 @@ ENOSPC is real; the slave's is filled to 600 KiB free while the master's has roo
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.broker.conftest import QUEUES, TOPIC
-from tests.broker.test_disk_full import _cluster
+from tests.broker.test_disk_full import _cluster, produce_while
 from tests.brokers import read_queues, status_of
 from tests.procs import wait_until
 from tests.tmpfs import fill
-from tidelog.client import Client
-from tidelog.errors import TidelogError
 
 pytestmark = pytest.mark.slow
 
@@ -31,28 +28,17 @@ def test_a_full_disk_on_the_slave_leaves_the_master_serving(tmp_path: Path) -> N
         slave = 1 - master
         master_id = bs.clients[master].status().broker_id
         filler = fill(bs.data_dirs[slave], leave_bytes=600 << 10)
-        acked: list[bytes] = []
-        errors: list[str] = []
         left_at: int | None = None
-        with Client(cc.address_list, send_timeout=30) as client:
-            producer = client.producer()
-            t0 = time.monotonic()
-            n = 0
-            while time.monotonic() - t0 < 60:
-                body = b"d-%06d-" % n + b"w" * 1000
-                n += 1
-                try:
-                    producer.send(TOPIC, body)
-                except TidelogError as exc:
-                    errors.append(exc.code)
-                    continue
-                acked.append(body)
-                if left_at is None and n % 20 == 0:
-                    s = status_of(bs, master)
-                    if s is not None and list(s.sync_state_set) == [master_id]:
-                        left_at = len(acked)
-                if left_at is not None and len(acked) >= left_at + AFTER:
-                    break
+
+        def master_alone_then_more(n: int, acked: list[bytes]) -> bool:
+            nonlocal left_at
+            if left_at is None and n % 20 == 0:
+                s = status_of(bs, master)
+                if s is not None and list(s.sync_state_set) == [master_id]:
+                    left_at = len(acked)
+            return left_at is not None and len(acked) >= left_at + AFTER
+
+        acked, errors = produce_while(cc.address_list, b"d", 60, master_alone_then_more)
         assert left_at is not None, f"the slave never left the SyncStateSet (errors: {set(errors)})"
         assert len(acked) >= left_at + AFTER, f"the master stopped acknowledging (errors: {set(errors)})"
         s = status_of(bs, master)
