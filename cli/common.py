@@ -169,8 +169,9 @@ def require_controllers(controllers: str) -> str:
     long-running client (the library) keeps retrying instead, as a name may appear later."""
     if not controllers.strip():
         raise click.UsageError(f"no controller address: pass --controllers or set ${CONTROLLERS_ENV}")
-    unknown = [a for a in parse_addresses(controllers) if _unknown_host(a)]
-    if unknown and len(unknown) == len(parse_addresses(controllers)):
+    addresses = parse_addresses(controllers)
+    unknown = [a for a in addresses if _unknown_host(a)]
+    if unknown and len(unknown) == len(addresses):
         hosts = ", ".join(sorted({a.rpartition(":")[0] for a in unknown}))
         raise InvalidArgumentError(
             f"no controller host resolves: DNS does not know {hosts}",

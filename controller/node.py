@@ -473,21 +473,21 @@ class ControllerNode:
         self, name: str, build: Callable[[int], st.ElectMaster], *, hand_over_to: int | None = None
     ) -> st.Result:
         """Propose an election of `name` behind a lease fence (RULES.md L7): the set's master gets
-        no lease renewed from before `build` (given the wall clock) decides until Raft has settled the
-        command. A
-        designated election (`hand_over_to`) that replaces a master this node still hears first
-        waits out the last lease that master was granted."""
+        no lease renewed from before `build` (given the wall clock) decides until Raft has settled
+        the command. A designated election (`hand_over_to`) that replaces a master this node still
+        hears first waits out the last lease that master was granted, and is then decided again."""
         with self.raft.read() as state:
             bs = state.broker_sets.get(name)
             epoch, master = (bs.master_epoch, bs.master_id) if bs is not None else (0, None)
         token = self.lease_fences.hold(name, epoch)
         try:
+            cmd = build(wall_ms())
             live = master is not None and self.heartbeats.is_alive(name, master, mono_ms())
             if (
                 hand_over_to is not None
                 and live
                 and master != hand_over_to
-                and self._would_elect(name, build(wall_ms()), hand_over_to)
+                and self._would_elect(name, cmd, hand_over_to)
             ):
                 wait_ms = handover_wait_ms(self.cfg.heartbeat_timeout_ms)
                 log.info(
@@ -506,10 +506,11 @@ class ControllerNode:
                         "controller leadership changed during the hand-over",
                         hint="ask for the election again",
                     )
+                cmd = build(wall_ms())  # who is alive now, after the wait
         except BaseException:
             self.lease_fences.release(token)
             raise
-        return await self.raft.propose(build(wall_ms()), settled=lambda: self.lease_fences.release(token))
+        return await self.raft.propose(cmd, settled=lambda: self.lease_fences.release(token))
 
     def _would_elect(self, name: str, cmd: st.ElectMaster, broker_id: int) -> bool:
         """Whether `cmd` would make `broker_id` master now (the election policy on this node's
