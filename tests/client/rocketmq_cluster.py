@@ -18,7 +18,9 @@ import yaml
 
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
 from tidelog import localcluster
-from tidelog.client.aio import AsyncClient
+from tidelog.client import modes
+from tidelog.client.aio import AsyncClient, ConsumedMessage
+from tidelog.errors import TopicNotFoundError
 from tidelog.localcluster import wait_until
 
 SETS = ("broker-a", "broker-b")
@@ -129,3 +131,24 @@ def kill_master_under(
     assert driver.returncode == 0, stderr[-3000:]
     out: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return out
+
+
+def dead_letters(cluster: LocalCluster, group: str, expected: int) -> list[ConsumedMessage]:
+    """What `%DLQ%<group>` holds in either broker set once it holds `expected` (or after 20 s)."""
+
+    async def go() -> list[ConsumedMessage]:
+        async with AsyncClient(cluster.controllers) as client:
+            deadline = time.monotonic() + 20
+            got: list[ConsumedMessage] = []
+            while time.monotonic() < deadline:
+                got = []
+                for broker_set in SETS:  # the dead-letter topic has a queue in each set
+                    with contextlib.suppress(TopicNotFoundError):
+                        reader = client.reader(modes.dlq_topic(group), 0, broker_set=broker_set)
+                        got += await reader.read(max_messages=1000, timeout=1)
+                if len(got) >= expected:
+                    break
+                await asyncio.sleep(0.5)
+            return got
+
+    return asyncio.run(go())

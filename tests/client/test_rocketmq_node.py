@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,6 @@ from tests.client.conftest import LocalCluster
 from tests.client.test_rocketmq_endpoint import check_fifo
 from tidelog.client import modes
 from tidelog.client.aio import AsyncClient, ConsumedMessage
-from tidelog.errors import TopicNotFoundError
 
 NODE_DIR = Path(__file__).with_name("node")
 DRIVER = NODE_DIR / "driver.js"
@@ -94,27 +91,6 @@ def node(endpoint: str, command: str, args: dict[str, Any], timeout: float = 180
 async def _by_ids(cluster: LocalCluster, ids: list[str]) -> list[ConsumedMessage]:
     async with AsyncClient(cluster.controllers) as client:
         return list(await asyncio.gather(*(client.get_message_by_id(i) for i in ids)))
-
-
-def dead_letters(cluster: LocalCluster, group: str, expected: int) -> list[ConsumedMessage]:
-    """What `%DLQ%<group>` holds in either broker set once it holds `expected` (or after 20 s)."""
-
-    async def go() -> list[ConsumedMessage]:
-        async with AsyncClient(cluster.controllers) as client:
-            deadline = time.monotonic() + 20
-            got: list[ConsumedMessage] = []
-            while time.monotonic() < deadline:
-                got = []
-                for broker_set in rc.SETS:
-                    with contextlib.suppress(TopicNotFoundError):
-                        reader = client.reader(modes.dlq_topic(group), 0, broker_set=broker_set)
-                        got += await reader.read(max_messages=1000, timeout=1)
-                if len(got) >= expected:
-                    break
-                await asyncio.sleep(0.5)
-            return got
-
-    return asyncio.run(go())
 
 
 def test_normal_messages_reach_both_broker_sets_and_a_simple_consumer_gets_each_once(
@@ -222,7 +198,7 @@ def test_a_push_consumer_retries_failures_into_the_dead_letter_queue(
     for message_id, ds in per_id.items():
         expected = list(range(1, MAX_ATTEMPTS + 1)) if message_id in failing else [1]
         assert [d["attempt"] for d in ds] == expected, ds
-    letters = dead_letters(cluster, "g-node-push", len(failing))
+    letters = rc.dead_letters(cluster, "g-node-push", len(failing))
     assert sorted(m.properties[modes.ORIGIN_MESSAGE_ID] for m in letters) == sorted(failing)  # once each
     assert all(m.properties[modes.DELIVERY_ATTEMPTS] == str(MAX_ATTEMPTS) for m in letters)
 

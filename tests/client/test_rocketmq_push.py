@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import subprocess
 import sys
 import time
@@ -28,7 +27,6 @@ from tests.client.test_rocketmq_endpoint import DRIVER, create_topic, drive
 from tidelog.broker import rocketmqrules as rules
 from tidelog.client import modes
 from tidelog.client.aio import AsyncClient, ConsumedMessage
-from tidelog.errors import TopicNotFoundError
 
 pytestmark = pytest.mark.slow
 
@@ -58,27 +56,6 @@ async def by_ids(cluster: LocalCluster, ids: list[str]) -> list[ConsumedMessage]
         for at in range(0, len(ids), 500):
             out += await asyncio.gather(*(client.get_message_by_id(i) for i in ids[at : at + 500]))
     return out
-
-
-def dead_letters(cluster: LocalCluster, group: str, expected: int) -> list[ConsumedMessage]:
-    """What `%DLQ%<group>` holds once it holds `expected` messages (or after 20 s)."""
-
-    async def go() -> list[ConsumedMessage]:
-        async with AsyncClient(cluster.controllers) as client:
-            deadline = time.monotonic() + 20
-            got: list[ConsumedMessage] = []
-            while time.monotonic() < deadline:
-                got = []
-                for broker_set in rc.SETS:  # the dead-letter topic has a queue in each set
-                    with contextlib.suppress(TopicNotFoundError):
-                        reader = client.reader(modes.dlq_topic(group), 0, broker_set=broker_set)
-                        got += await reader.read(max_messages=1000, timeout=1)
-                if len(got) >= expected:
-                    break
-                await asyncio.sleep(0.5)
-            return got
-
-    return asyncio.run(go())
 
 
 def test_a_push_consumer_consumes_what_was_sent_and_retries_failures_into_the_dead_letter_queue(
@@ -123,7 +100,7 @@ def test_a_push_consumer_consumes_what_was_sent_and_retries_failures_into_the_de
         for gap, backoff in zip(gaps, BACKOFF_S, strict=True):
             assert gap >= backoff - 0.3, f"{message_id} came back after {gap:.2f}s, before its {backoff}s"
 
-    letters = dead_letters(cluster, "g-push-fail", len(failing))
+    letters = rc.dead_letters(cluster, "g-push-fail", len(failing))
     assert sorted(m.properties[modes.ORIGIN_MESSAGE_ID] for m in letters) == sorted(failing)  # once each
     for m in letters:
         i = by_id[m.properties[modes.ORIGIN_MESSAGE_ID]]
@@ -131,7 +108,7 @@ def test_a_push_consumer_consumes_what_was_sent_and_retries_failures_into_the_de
         assert m.properties[modes.ORIGIN_TOPIC] == "rmq-push"
         assert m.properties[modes.DELIVERY_ATTEMPTS] == str(MAX_ATTEMPTS)
     # the group that acknowledged everything sent nothing there
-    assert dead_letters(cluster, "g-push-ok", 0) == []
+    assert rc.dead_letters(cluster, "g-push-ok", 0) == []
 
 
 def test_ten_thousand_sync_and_async_sends_are_readable_by_id_and_received_once(
