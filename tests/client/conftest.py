@@ -159,10 +159,15 @@ def start_cluster(data_dir: Path, topology: Path = LOCAL_TOPOLOGY, wait: float =
 
 
 @contextlib.contextmanager
-def local_cluster_with(where: Path, **broker: Any) -> Iterator[LocalCluster]:
-    """deploy/local.yaml with `broker`'s keys set for every broker, started under `where` and
-    stopped (every process) on leaving."""
+def local_cluster_with(
+    where: Path, *, broker_sets: tuple[str, ...] = (), **broker: Any
+) -> Iterator[LocalCluster]:
+    """deploy/local.yaml with `broker`'s keys set for every broker (and, given `broker_sets`, those
+    sets of two replicas instead of its one), started under `where` and stopped (every process) on
+    leaving."""
     topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
+    if broker_sets:
+        topology["broker_sets"] = [{"name": name, "replicas": 2} for name in broker_sets]
     topology["broker"].update(broker)
     path = where / "topology.yaml"
     path.write_text(yaml.safe_dump(topology))

@@ -14,9 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster, tide
+from tests.client.conftest import LocalCluster, local_cluster_with, tide
 from tidelog import localcluster
 from tidelog.client import modes
 from tidelog.client.aio import AsyncClient, ConsumedMessage
@@ -32,16 +30,8 @@ QUEUES_PER_SET = 4
 def two_sets(where: Path, **broker: Any) -> Iterator[LocalCluster]:
     """deploy/local.yaml with two broker sets of two replicas and `broker`'s keys for every broker,
     started under `where` and stopped (every process) on leaving."""
-    topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
-    topology["broker_sets"] = [{"name": name, "replicas": 2} for name in SETS]
-    topology["broker"].update(broker)
-    path = where / "topology.yaml"
-    path.write_text(yaml.safe_dump(topology))
-    c = start_cluster(where / "cluster", path)
-    try:
+    with local_cluster_with(where, broker_sets=SETS, **broker) as c:
         yield c
-    finally:
-        stop_cluster(c)
 
 
 def members(cluster: LocalCluster) -> list[dict[str, Any]]:
