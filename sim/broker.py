@@ -531,7 +531,7 @@ class Broker(Node):
             self._reply(w.client, w.req, "UNKNOWN", -1)
             return
         end = w.rec[1]
-        if w.needed <= 1 or core.acked_by(w.needed) >= end:
+        if core.acked_by(w.needed) >= end:  # ha/master.py::HaMaster.wait_acks
             self._finish(w)
             return
         self.waiters.append(w)

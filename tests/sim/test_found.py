@@ -91,3 +91,27 @@ def test_seed_6343_a_broker_back_from_a_fail_stop_takes_a_stale_leaders_old_role
     that epoch alone (ha/lease.py::Lease)."""
     out = run_seed(6343)
     assert out.ok, out.violation
+
+
+def test_seed_7426_a_write_sized_for_the_master_alone_is_acknowledged_after_a_member_joins() -> None:
+    """Fixed: b2, master alone in its set, sized a write for its own ack; before its fsync ended it
+    proposed b1 (caught up to the confirm offset) into the set, and then acknowledged the write
+    alone (one ack needs no counting, the shell thought). The controller applied the expansion;
+    b1 lacked the write and could have been elected. While an expansion is pending, every release
+    needs the joining member (ha/mastercore.py::MasterCore.acked_by, HaMaster.wait_acks)."""
+    shrunk = [
+        Fault(1574, "partition", "dc2", 4009),
+        Fault(4955, "delay", "", 240, 200.0),
+        Fault(7576, "delay", "", 7039, 3000.0),
+        Fault(10_062, "crash", "b2", 2315),
+        Fault(16_121, "crash", "b1", 1784),
+        Fault(25_282, "replay", "", 4290, 1000.0),
+        Fault(26_709, "partition", "dc3", 3574),
+        Fault(40_515, "pause", "b2", 3259),
+        Fault(42_392, "replay", "", 5084, 1000.0),
+        Fault(42_625, "partition", "dc1", 6008),
+        Fault(42_793, "leader", "", 0),
+        Fault(44_028, "delay", "", 8078, 200.0),
+    ]
+    for out in (run_seed(7426), run_seed(7426, faults=shrunk)):
+        assert out.ok, out.violation
