@@ -84,6 +84,7 @@ from tidelog.errors import (
     UnauthorizedAccessError,
     UnavailableError,
 )
+from tidelog.ha.ackpolicy import EVERY_MEMBER
 from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
 from tidelog.ledger.store import (
@@ -346,7 +347,7 @@ class LedgerReplica:
         else:
             _, placed = self.replica.append([create_message(meta)])
             end = placed[-1].phys_offset + placed[-1].size
-        await self.replica.persist(master, end, max(1, master.write_set_size), fsync=True)
+        await self.replica.persist(master, end, EVERY_MEMBER, fsync=True)
         log.info(
             "%s created ledger %d (AQ %d, replicas %s)",
             self._ctx,
@@ -658,7 +659,7 @@ class LedgerReplica:
                 )
         if view.closed_at is None:  # pragma: no cover - the record was just folded in
             raise LedgerReadError(f"ledger {ledger_id}: the CLOSE record is not in the index")
-        await self.replica.persist(master, view.close_end, max(1, master.write_set_size), fsync=True)
+        await self.replica.persist(master, view.close_end, EVERY_MEMBER, fsync=True)
         return view.closed_at, view.closed_length
 
     # --- every replica: fence, read, LAC --------------------------------------------------

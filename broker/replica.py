@@ -47,7 +47,7 @@ from tidelog.errors import (
     TidelogError,
 )
 from tidelog.ha import roles
-from tidelog.ha.ackpolicy import AckConfig, required_acks
+from tidelog.ha.ackpolicy import AckConfig, release_need, required_acks
 from tidelog.ha.lease import Lease
 from tidelog.ha.master import HaMaster, HaSlots
 from tidelog.ha.protocol import (
@@ -416,7 +416,7 @@ class Replica:
     async def write(self, msgs: list[Message]) -> list[Placement]:
         """The whole write: check, append, and wait until the ack policy's replicas hold it."""
         master = self.require_writable()
-        needed = required_acks(self.ack_cfg, master.write_set_size)
+        needed = release_need(required_acks(self.ack_cfg, master.write_set_size), master.write_set_size)
         _, placed = self.append(msgs)
         await self.persist(master, placed[-1].phys_offset + placed[-1].size, needed)
         return placed
@@ -479,7 +479,7 @@ class Replica:
         offset of each record) once acknowledged."""
         self._queue(topic, queue)
         master = self.require_writable()
-        needed = required_acks(self.ack_cfg, master.write_set_size)
+        needed = release_need(required_acks(self.ack_cfg, master.write_set_size), master.write_set_size)
         first, phys = self.log.append_encoded(topic, queue, batch, count)
         master.on_appended()
         await self.persist(master, self.log.max_offset, needed)

@@ -38,9 +38,22 @@ from dataclasses import dataclass
 
 from tidelog.errors import ConfigError, InSyncReplicasNotEnoughError
 
-__all__ = ["REPLICATION_MODES", "AckConfig", "acked_by", "confirm_offset", "held_by_all", "required_acks"]
+__all__ = [
+    "EVERY_MEMBER",
+    "REPLICATION_MODES",
+    "AckConfig",
+    "acked_by",
+    "confirm_offset",
+    "held_by_all",
+    "release_need",
+    "required_acks",
+]
 
 REPLICATION_MODES = frozenset({"sync", "async"})
+
+# A need that means "every member of the effective SyncStateSet when the write is released", not a
+# count fixed when it was sized (`release_need`).
+EVERY_MEMBER = 0
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,16 @@ def required_acks(cfg: AckConfig, sss_size: int) -> int:
             needed=needed,
         )
     return needed
+
+
+def release_need(needed: int, set_size: int) -> int:
+    """What a write sized for `needed` acks out of a set of `set_size` waits for. A write that
+    needs the whole set needs whoever is in it when it is released (`EVERY_MEMBER`): a member
+    added meanwhile is electable, and a count fixed at sizing time would let the newcomer's ack
+    stand in for an old member's (the simulator's seed 5374: sized for 2 of [1, 2], released on
+    the acks of 1 and 3 after 3 joined, while 2, which lacked it, was elected). Other writes wait
+    for `needed` acks."""
+    return EVERY_MEMBER if needed >= set_size else needed
 
 
 def _member_offsets(

@@ -46,6 +46,7 @@ from tidelog.errors import (
     UnavailableError,
 )
 from tidelog.ha import auth as ha_auth
+from tidelog.ha.ackpolicy import EVERY_MEMBER
 from tidelog.ha.mastercore import (
     Acked,
     AlterFailed,
@@ -389,8 +390,9 @@ class HaMaster:
             # first run must not be missed (it would wait for the next heartbeat's release).
             await waiters.wait(end_offset, self.slave_timeout)
         except TimeoutError:
+            who = "every in-sync replica" if needed == EVERY_MEMBER else f"{needed} in-sync replicas"
             raise FlushSlaveTimeoutError(
-                f"{needed} in-sync replicas did not acknowledge offset {end_offset} within "
+                f"{who} did not acknowledge offset {end_offset} within "
                 f"{self.slave_timeout:.1f}s; the message is stored on the master and may still replicate"
             ) from None
 

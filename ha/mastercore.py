@@ -234,7 +234,8 @@ class MasterCore:
         return {sid: s.ack_offset for sid, s in self.slaves.items() if s.ack_offset >= 0}
 
     def acked_by(self, needed: int) -> int:
-        """The highest offset a write needing `needed` acks may be released at (master counted).
+        """The highest offset a write needing `needed` acks may be released at (master counted);
+        for `ackpolicy.EVERY_MEMBER`, what every member of the effective set holds now.
 
         Two ways: `needed` members of the controller-confirmed set hold it (a member of a pending
         expansion does not vote there: if the controller never applies the expansion, its ack
@@ -247,6 +248,8 @@ class MasterCore:
         be one it holds. A write sized for the confirmed set before the expansion was proposed,
         and released after, was acknowledged without the joining member and lost with it when it
         was elected (the simulator's seed 7426)."""
+        if needed == ackpolicy.EVERY_MEMBER:
+            return self.held_by_all()
         acks = self.acks()
         held: int = ackpolicy.acked_by(needed, self.broker_id, self.master_max, acks, self.tracker.local)
         joining = self.tracker.effective - self.tracker.local - {self.broker_id}

@@ -503,12 +503,12 @@ class Broker(Node):
             return
         members = len(core.tracker.effective)
         try:
-            needed = ackpolicy.required_acks(self.ack_cfg, members)
+            needed = ackpolicy.release_need(ackpolicy.required_acks(self.ack_cfg, members), members)
         except InSyncReplicasNotEnoughError:
             self._reply(client, req, "IN_SYNC_REPLICAS_NOT_ENOUGH", self.bid)
             return
         if not self.lease.may_start(
-            self.local(), core.epoch, replication="sync", needs_every_member=needed >= members
+            self.local(), core.epoch, replication="sync", needs_every_member=needed == ackpolicy.EVERY_MEMBER
         ):
             self._reply(client, req, "NOT_MASTER", -1)
             return

@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog.errors import ConfigError, InSyncReplicasNotEnoughError
-from tidelog.ha.ackpolicy import AckConfig, acked_by, confirm_offset, required_acks
+from tidelog.ha.ackpolicy import (
+    EVERY_MEMBER,
+    AckConfig,
+    acked_by,
+    confirm_offset,
+    release_need,
+    required_acks,
+)
 
 FAIL = InSyncReplicasNotEnoughError
 M = 0  # the master's broker id in the tables
@@ -237,3 +244,10 @@ def test_required_acks_is_reachable_or_refused(cfg, sss_size):
     assert 1 <= needed <= sss_size
     if cfg.replication == "sync":
         assert needed >= cfg.min_in_sync_replicas
+
+
+@given(needed=st.integers(1, 6), size=st.integers(1, 6))
+def test_a_write_that_needs_the_whole_set_waits_for_every_member_at_release(needed: int, size: int) -> None:
+    need = release_need(needed, size)
+    assert (need == EVERY_MEMBER) == (needed >= size)
+    assert need in (needed, EVERY_MEMBER)

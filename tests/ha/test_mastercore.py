@@ -9,6 +9,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from tidelog.ha.ackpolicy import EVERY_MEMBER, release_need
 from tidelog.ha.mastercore import (
     Acked,
     AlterFailed,
@@ -168,6 +169,23 @@ def test_3_5_a_write_sized_before_an_expansion_is_released_only_once_the_joining
     c.step(Appended(180), 6)
     c.step(AlterFailed(c.tracker.pending, 1), 7)
     assert c.tracker.pending is None and c.acked_by(1) == 180
+
+
+def test_3_1_a_write_that_needs_the_whole_set_needs_a_member_added_after_it_was_sized():
+    """The simulator's seed 5374: sized for both members of [M, 1], released after the set grew
+    to [M, 1, 2] on the acks of M and 2 while 1, which lacked it, was still electable."""
+    c = core(frozenset({M, 1}))
+    c.step(SlaveJoined(1, 100), 1)
+    need = release_need(2, 2)
+    assert need == EVERY_MEMBER
+    c.step(Waiting(need), 2)
+    c.step(Appended(150), 3)
+    c.step(ControllerState(frozenset({M, 1, 2}), 2), 4)  # 2 joined; the controller applied it
+    c.step(SlaveJoined(2, 150), 5)
+    assert c.acked_by(2) == 150  # a count of two would release it now
+    assert c.acked_by(need) == 100  # member 1 still holds only 100
+    c.step(Sent(1, 150), 6)
+    assert Release(need, 150) in c.step(Acked(1, 150), 7)
 
 
 def test_3_5_a_pending_member_never_stands_in_for_a_confirmed_one():

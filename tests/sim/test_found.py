@@ -115,3 +115,13 @@ def test_seed_7426_a_write_sized_for_the_master_alone_is_acknowledged_after_a_me
     ]
     for out in (run_seed(7426), run_seed(7426, faults=shrunk)):
         assert out.ok, out.violation
+
+
+def test_seed_5374_a_write_sized_for_the_whole_set_is_released_on_a_newcomers_ack() -> None:
+    """Fixed: all-ack, three brokers. b1, master with the set shrunk to [1, 2] (b3 crashed), sized
+    a write for both members; b3 came back and joined ([1, 2, 3]) before the write was released,
+    and then the acks of b1 and b3 (two, as sized) released it while b2, paused and lacking it,
+    stayed a member; b2 was elected. A write that needs the whole set now needs whoever is in it
+    when it is released (ha/ackpolicy.py::release_need, EVERY_MEMBER)."""
+    out = run_seed(5374)
+    assert out.ok, out.violation
