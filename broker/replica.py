@@ -126,7 +126,6 @@ class Replica:
         self.rocketmq_address = (
             ""  # where RocketMQ clients reach this broker (broker/rocketmq.py), if it does
         )
-        self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
         self.observe_ack_wait: Callable[[float], None] | None = None  # seconds a write waited for acks
         # ("produced" | "pulled", topic, messages, bytes) of each answered request, any transport
         self.observe_traffic: Callable[[str, str, int, int], None] | None = None
@@ -574,8 +573,6 @@ class Replica:
             return exc
         end = exc.offset + length
         asked = self.request_repair(exc.offset, length)
-        if asked is None and self.role == MASTER and self.hand_over is not None:
-            self.hand_over()
         if asked is not None:
             doing = f"being repaired from {asked}'s copy"
         else:
