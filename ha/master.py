@@ -702,8 +702,8 @@ class HaMaster:
         if asked is None or asked.slave_id != slave_id or asked.answered:
             raise HaProtocolError(f"slave {slave_id} sent bytes at {frame.offset} that were not asked of it")
         end = frame.offset + len(frame.data)
+        asked.answered = True  # unless repaired: another slave is asked next, this one after REPAIR_RETRY_S
         if not frame.data:
-            asked.answered = True  # another slave is asked next, or this one after REPAIR_RETRY_S
             log.warning(
                 "%s slave %d has no copy of [%d, %d)",
                 self._ctx,
@@ -712,7 +712,6 @@ class HaMaster:
                 frame.offset + asked.length,
             )
             return
-        del self._asked[frame.offset]
         try:
             self.log.repair_range(frame.offset, frame.data)
         except TidelogError as exc:  # its copy is no better, or the range moved: say so
@@ -725,6 +724,7 @@ class HaMaster:
                 exc,
             )
             return
+        del self._asked[frame.offset]
         self.repaired.append((frame.offset, end))
         log.warning(
             "%s repaired [%d, %d) of the master's log from slave %d's copy",
