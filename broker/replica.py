@@ -165,10 +165,11 @@ class Replica:
 
     # ------------------------------------------------------------------ roles
 
-    async def apply_role(self, role: Role) -> None:
+    async def apply_role(self, role: Role, *, vouched: bool = True) -> None:
+        """Carry out what the controller's assignment asks (`vouched`: ha/roles.py::Assigned)."""
         async with self._role_lock:
             for action in self.roles.step(
-                roles.Assigned(role, self.log.epochs.last_epoch, self.broker_id), _now_ms()
+                roles.Assigned(role, self.log.epochs.last_epoch, self.broker_id, vouched), _now_ms()
             ):
                 await self._carry_out(action)
 
@@ -399,7 +400,7 @@ class Replica:
         except InSyncReplicasNotEnoughError:
             every = False  # the write path refuses it with its own error
         if not self.lease.may_start(
-            self.clock_ms(), replication=self.ack_cfg.replication, needs_every_member=every
+            self.clock_ms(), master.epoch, replication=self.ack_cfg.replication, needs_every_member=every
         ):
             raise self._not_confirmed(after_write=False)
         return master
@@ -439,7 +440,11 @@ class Replica:
         # acks, not only before the append: a write that waited out an election must not be
         # acknowledged on a lease that lapsed meanwhile.
         if not self.lease.may_acknowledge(
-            self.clock_ms(), end, master.core.held_by_all(), replication=self.ack_cfg.replication
+            self.clock_ms(),
+            master.epoch,
+            end,
+            master.core.held_by_all(),
+            replication=self.ack_cfg.replication,
         ):
             raise self._not_confirmed(after_write=True)
 

@@ -346,10 +346,14 @@ class BrokerServer:
                 log.warning("%s heartbeat failed: %s", self.replica.ctx, exc)
             except Exception:
                 log.exception("%s heartbeat failed", self.replica.ctx)
+            if self._beat_again:
+                self._beat_again = False
+                continue
             with contextlib.suppress(TimeoutError):
                 await within(self._stopping.wait(), interval)
 
     _interval_ms = 0
+    _beat_again = False  # made master by an election's answer: beat at once for a lease (`beat`)
     _reelect_epoch: int | None = None  # the epoch led before a crash, while a new one is asked for
     _topics_version = ""  # the version of the topic lists last adopted (the controller's HeartbeatReply)
 
@@ -375,23 +379,36 @@ class BrokerServer:
             r.acl = with_clear_keys(acl_state_of(reply.acl), self.cfg.secret or "")
             log.info("%s users and grants now at version %d", r.ctx, r.acl.version)
         # The controller saw this heartbeat no earlier than `sent`, so it cannot elect another
-        # master before sent + its timeout; the lease ends well before that (ha/lease.py).
-        if not reply.lease_withheld:  # a leader cut off from its majority renews nothing (ha/lease.py)
+        # master before sent + its timeout; the lease ends well before that (ha/lease.py). Only an
+        # answer naming this broker master renews it (one naming another says it was replaced), and
+        # none from a leader cut off from its majority or electing in this set (`lease_withheld`).
+        names_me = reply.role.has_master and reply.role.master_id == r.broker_id
+        if names_me and not reply.lease_withheld:
             r.lease.renew(
-                sent, reply.heartbeat_timeout_ms or 5000, unclean_elections=not reply.clean_elections_only
+                sent,
+                reply.heartbeat_timeout_ms or 5000,
+                epoch=reply.role.master_epoch,
+                unclean_elections=not reply.clean_elections_only,
             )
         if not reply.topics_unchanged:
             r.topic_table.update(self.cfg.broker_set, reply.topics, reply.deleted_topics)
             self._topics_version = reply.topics_version
-        role = await self._reelect(Role.from_pb(reply.role))
+        assigned = Role.from_pb(reply.role)
+        role = await self._reelect(assigned)
         if role is None:
             return  # still asking for a new epoch after a crash as master: no role meanwhile
-        await r.apply_role(role)
+        # A reply that renews no lease does not make this broker master either (ha/roles.py).
+        await r.apply_role(role, vouched=role is not assigned or not reply.lease_withheld)
         r.enforce_topics()
         if not role.has_master:
             with contextlib.suppress(TidelogError):
                 elected = await self.controller.elect_master(self.cfg.broker_set, r.broker_id)
-                await r.apply_role(Role.from_pb(elected.role))
+                role = Role.from_pb(elected.role)
+                await r.apply_role(role)
+        if role is not assigned and role.has_master and role.master_id == r.broker_id:
+            # Made master by an election's answer, which renews no lease: ask for one now rather
+            # than a heartbeat interval later (writes the replication rule does not cover wait).
+            self._beat_again = True
         if r.role == MASTER and r.ha_master is not None:
             r.ha_master.check_shrink()
 

@@ -30,7 +30,10 @@ not reach it). ``on_leadership(now)`` opens a grace window of one full timeout i
 not alive and another member of its set has been heard without a break for at least a full
 timeout, so this node was listening the whole time the master said nothing (RULES.md L4). Without
 such a witness the set waits for the window to end, so brokers that have not yet found the new
-leader are not failed over. Grace never makes a broker *alive*: an election or a SyncStateSet
+leader are not failed over. Even witnessed silence waits until no lease an earlier leader granted
+can still run (`ha/lease.py::prior_leader_lease_ms`, from the leadership): a witness's run breaks
+only at a gap longer than the timeout, so this node's own shorter deafness counted as the master's
+silence while the old leader still renewed its lease (the simulator's seed 2144). Grace never makes a broker *alive*: an election or a SyncStateSet
 change still needs a real heartbeat (the LiveInfo it carries is what the election policy ranks).
 
 A controller recovered alone after the datacenter of the other controllers was lost (`tide
@@ -60,6 +63,7 @@ from dataclasses import dataclass
 
 from tidelog.controller.election import elect
 from tidelog.controller.state import ControllerState, LiveInfo
+from tidelog.ha.lease import prior_leader_lease_ms
 
 __all__ = ["DEFAULT_HEARTBEAT_TIMEOUT_MS", "MAX_REPORTED_OFFSET", "HeartbeatTable", "heartbeat_problem"]
 
@@ -118,6 +122,7 @@ class HeartbeatTable:
         self.timeout_ms = timeout_ms
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._grace_until_ms: int | None = None
+        self._witness_from_ms = 0  # no witnessed failover before earlier leaders' leases ran out
         self._last_tick_ms: int | None = None
         self._lost_datacenters: frozenset[str] = frozenset()
         self._lost_from_ms = 0
@@ -158,6 +163,7 @@ class HeartbeatTable:
 
     def on_leadership(self, now_ms: int) -> None:
         self._grace_until_ms = now_ms + self.timeout_ms
+        self._witness_from_ms = now_ms + prior_leader_lease_ms(self.timeout_ms)
         self._last_tick_ms = now_ms
 
     @property
@@ -245,6 +251,8 @@ class HeartbeatTable:
                 continue
             # a master declared lost needs no witness: it is not expected to find this leader
             witnessed = grace and not self._presumed_lost(state, name, bs.master_id, now_ms)
+            if witnessed and now_ms < self._witness_from_ms:
+                continue  # an earlier leader's lease may still let that master acknowledge
             if any(
                 self._witness(name, i, now_ms) if witnessed else self.is_alive(name, i, now_ms)
                 for i in bs.members

@@ -20,7 +20,8 @@ acknowledged by such a slave is not protected by an election, which only picks S
 members, so tidelog does not count it. The caller (`ha.mastercore`) passes a different set to
 each question, the conservative one in both directions of a change: (2) counts a quorum only
 over the controller-confirmed set (a member of a pending expansion is not electable yet, so its
-ack must not stand in for a confirmed member's), or else needs every member of the *effective*
+ack must not stand in for a confirmed member's; `MasterCore.acked_by` also requires it to hold
+the write, since it may become electable at any moment), or else needs every member of the *effective*
 set (`held_by_all`: the confirmed set united with a pending proposal, see `syncstate.py`), which
 is safe whichever way the change goes and is what lets a master acknowledge without a lease
 (`ha/lease.py`); (3) waits for the effective set, so a reader never passes what a member joining

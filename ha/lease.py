@@ -42,6 +42,7 @@ __all__ = [
     "grants_lease",
     "handover_wait_ms",
     "majority_contact_age",
+    "prior_leader_lease_ms",
 ]
 
 LEASE_FRACTION = (
@@ -81,6 +82,15 @@ def handover_wait_ms(heartbeat_timeout_ms: int) -> int:
     leader stopped), stretched by the drift bound on both clocks. A designated election that
     replaces a live master waits this long before it is proposed."""
     return math.ceil(LEASE_FRACTION * heartbeat_timeout_ms * (1 + DRIFT_BOUND) / (1 - DRIFT_BOUND)) + 1
+
+
+def prior_leader_lease_ms(heartbeat_timeout_ms: int) -> int:
+    """How long after a controller becomes leader a lease granted by an earlier leader may still
+    hold, on the new leader's clock. An earlier leader grants only while a majority answered it
+    within the grant window; a member of that majority voted for the new leader before it led and
+    answers the old term no more, so the last grant is at most a grant window before the new
+    leadership, and the lease it grants runs at most `handover_wait_ms` after that (RULES.md L4)."""
+    return math.ceil(GRANT_WINDOW_FRACTION * heartbeat_timeout_ms) + handover_wait_ms(heartbeat_timeout_ms)
 
 
 class LeaseFences:
@@ -136,10 +146,16 @@ def grants_lease(majority_age_ms: float, heartbeat_timeout_ms: int) -> bool:
 
 @dataclass
 class Lease:
-    """A master's right to acknowledge writes, as far as the controller's word gives it."""
+    """A master's right to acknowledge writes in one master epoch, as far as the controller's word gives it.
+
+    Only an answer that names this broker master of epoch E renews it, and only for E: an answer
+    naming another master says the controller has already replaced this one (the simulator's seed
+    6343: a broker back from a fail-stop took a stale leader's old role while the new leader's
+    answers, naming another master, went on renewing its lease)."""
 
     fraction: float = LEASE_FRACTION
     until_ms: int = -1  # monotonic time until which the lease holds (-1: never renewed)
+    epoch: int = -1  # the master epoch the lease was granted for (-1: none)
     # The controller's word on elections outside the SyncStateSet (from its heartbeat replies). Until
     # a controller has said otherwise it is assumed on: the rule then does not stand in for the lease.
     unclean_elections: bool = True
@@ -147,14 +163,21 @@ class Lease:
     def __post_init__(self) -> None:
         require(0 < self.fraction < 1, f"the lease fraction must be within (0, 1), got {self.fraction}")
 
-    def renew(self, sent_ms: int, heartbeat_timeout_ms: int, *, unclean_elections: bool) -> None:
-        """A heartbeat sent at `sent_ms` was answered; the controller's timeout and election policy with it."""
+    def renew(self, sent_ms: int, heartbeat_timeout_ms: int, *, epoch: int, unclean_elections: bool) -> None:
+        """A heartbeat sent at `sent_ms` was answered naming this broker master of `epoch`; the
+        controller's timeout and election policy with it. An answer for an older epoch than the
+        lease's changes nothing; one for a newer epoch replaces the lease."""
         require(heartbeat_timeout_ms > 0, f"a heartbeat timeout must be positive, got {heartbeat_timeout_ms}")
-        self.until_ms = max(self.until_ms, sent_ms + int(self.fraction * heartbeat_timeout_ms))
+        if epoch < self.epoch:
+            return
+        until = sent_ms + int(self.fraction * heartbeat_timeout_ms)
+        self.until_ms = until if epoch > self.epoch else max(self.until_ms, until)
+        self.epoch = epoch
         self.unclean_elections = unclean_elections
 
-    def holds(self, now_ms: int) -> bool:
-        return now_ms <= self.until_ms
+    def holds(self, now_ms: int, epoch: int) -> bool:
+        """Whether the lease lets the master of `epoch` acknowledge at `now_ms`."""
+        return epoch == self.epoch and now_ms <= self.until_ms
 
     def rule_covers(self, end: int, held_by_all: int, *, replication: str) -> bool:
         """Whether the replication rule alone makes a write ending at `end` safe to acknowledge:
@@ -162,14 +185,16 @@ class Lease:
         holds the write."""
         return replication == "sync" and not self.unclean_elections and end <= held_by_all
 
-    def may_acknowledge(self, now_ms: int, end: int, held_by_all: int, *, replication: str) -> bool:
-        """Whether a write ending at `end`, whose acks are in, may be answered as stored now."""
-        return self.rule_covers(end, held_by_all, replication=replication) or self.holds(now_ms)
+    def may_acknowledge(
+        self, now_ms: int, epoch: int, end: int, held_by_all: int, *, replication: str
+    ) -> bool:
+        """Whether the master of `epoch` may answer a write ending at `end`, whose acks are in, as stored now."""
+        return self.rule_covers(end, held_by_all, replication=replication) or self.holds(now_ms, epoch)
 
-    def may_start(self, now_ms: int, *, replication: str, needs_every_member: bool) -> bool:
-        """Whether a write may be appended now with any hope of being acknowledged: the lease holds,
-        or the rule will cover it once every member holds it. Checked again after the acks
-        (`may_acknowledge`); this is the fail-fast half."""
-        if self.holds(now_ms):
+    def may_start(self, now_ms: int, epoch: int, *, replication: str, needs_every_member: bool) -> bool:
+        """Whether the master of `epoch` may append a write now with any hope of it being
+        acknowledged: the lease holds, or the rule will cover it once every member holds it. Checked
+        again after the acks (`may_acknowledge`); this is the fail-fast half."""
+        if self.holds(now_ms, epoch):
             return True
         return replication == "sync" and not self.unclean_elections and needs_every_member

@@ -240,10 +240,18 @@ class MasterCore:
         expansion does not vote there: if the controller never applies the expansion, its ack
         protected nothing), or every member of the effective set holds it (`held_by_all`), which
         covers whichever set the controller ends up with, so a write sized for a pending expansion
-        is released as soon as the joining member holds it, without waiting for the controller."""
-        held: int = ackpolicy.acked_by(
-            needed, self.broker_id, self.master_max, self.acks(), self.tracker.local
-        )
+        is released as soon as the joining member holds it, without waiting for the controller.
+
+        While an expansion is pending, the first way also needs every joining member: it is
+        electable as soon as the controller applies the change, so a write released meanwhile must
+        be one it holds. A write sized for the confirmed set before the expansion was proposed,
+        and released after, was acknowledged without the joining member and lost with it when it
+        was elected (the simulator's seed 7426)."""
+        acks = self.acks()
+        held: int = ackpolicy.acked_by(needed, self.broker_id, self.master_max, acks, self.tracker.local)
+        joining = self.tracker.effective - self.tracker.local - {self.broker_id}
+        if joining:
+            held = min([held, *(acks.get(j, 0) for j in joining)])
         return max(held, self.held_by_all()) if needed <= len(self.tracker.effective) else held
 
     def held_by_all(self) -> int:

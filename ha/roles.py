@@ -12,6 +12,10 @@ to the actions to carry out and the next role — the table of docs/ARCHITECTURE
   stream until a master is named;
 - this broker, master of the epoch it already leads: only the SyncStateSet may have changed;
 - this broker, master of an epoch older than its epoch file's last: refuse the promotion;
+- this broker, master of an epoch it does not lead yet, on the word of a controller leader that
+  cannot vouch for its state (cut off from its majority, or electing in this set: the reply renews
+  no lease): nothing, until a leader that can vouch says so (a stale leader's old role must not
+  make a broker master of an epoch the cluster has moved past; the simulator's seed 6343);
 - this broker, master of a newer epoch (or after a restart): stop following, stop leading,
   start the epoch (`Promote`: append `epoch -> max offset` to the epoch file when it is new and
   confirm everything held), lead;
@@ -79,11 +83,13 @@ class Role:
 @dataclass(frozen=True)
 class Assigned:
     """The controller assigned `role` to broker `broker_id`; `last_epoch` is the last epoch in its
-    epoch file."""
+    epoch file. `vouched`: the answering leader heard its majority recently and is electing nothing
+    in this set (a heartbeat reply that renews a lease); every answer after a Raft commit is."""
 
     role: Role
     last_epoch: int
     broker_id: int
+    vouched: bool = True
 
 
 class Kind(Enum):
@@ -92,6 +98,7 @@ class Kind(Enum):
     NO_MASTER_SAME = "no master, same epoch"
     SELF_SAME_TERM = "this broker, the epoch it leads"
     SELF_BEHIND_FILE = "this broker, an epoch older than its epoch file"
+    SELF_UNVOUCHED = "this broker, an epoch it does not lead, from a leader that cannot vouch"
     SELF_NEW_TERM = "this broker, a new epoch"
     SAME_MASTER = "the master already followed"
     OTHER_MASTER = "another master"
@@ -150,6 +157,7 @@ TRANSITIONS: dict[tuple[str, Kind], tuple[tuple[str, ...], str]] = {
     (_ANY, Kind.NO_MASTER_SAME): ((), _SAME),
     (MASTER, Kind.SELF_SAME_TERM): (("update_sss",), MASTER),
     (_ANY, Kind.SELF_BEHIND_FILE): (("refuse_promotion",), _SAME),
+    (_ANY, Kind.SELF_UNVOUCHED): ((), _SAME),
     (_ANY, Kind.SELF_NEW_TERM): (("stop_slave", "stop_master", "promote"), MASTER),
     (SLAVE, Kind.SAME_MASTER): ((), SLAVE),
     (_ANY, Kind.OTHER_MASTER): (("stop_master", "stop_slave", "follow"), SLAVE),
@@ -175,6 +183,8 @@ def classify(
     if a.master_id == event.broker_id:
         if role == MASTER and leading == a.master_epoch:
             return Kind.SELF_SAME_TERM
+        if not event.vouched:
+            return Kind.SELF_UNVOUCHED
         return Kind.SELF_BEHIND_FILE if a.master_epoch < event.last_epoch else Kind.SELF_NEW_TERM
     if role == SLAVE and following == Following(a.master_id, a.master_epoch, a.master_ha_address):
         return Kind.SAME_MASTER
@@ -232,7 +242,7 @@ class RoleCore:
         return RefusePromotion(a.master_epoch, event.last_epoch)
 
     def _record(self, kind: Kind, a: Role) -> None:
-        if kind is Kind.STALE:
+        if kind in (Kind.STALE, Kind.SELF_UNVOUCHED):
             return
         self.master_epoch = a.master_epoch
         if not a.has_master:

@@ -165,11 +165,7 @@ class Broker(Node):
 
     def tick(self) -> None:
         self.after(HB_INTERVAL, self.tick)
-        disk = self.disk
-        sent = self.local()
-        epoch = disk.last_epoch if disk.epochs else -1
-        for c in self.world.ctrls:
-            self.sim.send(self, c, c.on_heartbeat, self, self.bid, epoch, disk.max, disk.confirm, sent)
+        self.beat()
         if self.core is not None:
             self._master_tick()
         elif self.slave is not None:
@@ -212,13 +208,22 @@ class Broker(Node):
                     break
         return not self.disk.corrupt
 
+    def beat(self) -> None:
+        disk = self.disk
+        sent = self.local()
+        epoch = disk.last_epoch if disk.epochs else -1
+        for c in self.world.ctrls:
+            self.sim.send(self, c, c.on_heartbeat, self, self.bid, epoch, disk.max, disk.confirm, sent)
+
     # ------------------------------------------------------------------ controller replies
 
     def on_hb_reply(self, role: roles.Role, sent: int, lease_withheld: bool = False) -> None:
         if self.stopped or self.local() - sent > RPC_TIMEOUT:
             return
-        if not lease_withheld:  # broker/server.py::BrokerServer.beat
-            self.lease.renew(sent, 5000, unclean_elections=False)
+        # broker/server.py::BrokerServer.beat: only an answer naming this broker master renews
+        # its lease, and none that withholds it
+        if role.has_master and role.master_id == self.bid and not lease_withheld:
+            self.lease.renew(sent, 5000, epoch=role.master_epoch, unclean_elections=False)
         if self.fresh:
             self.fresh = False
             if (
@@ -240,7 +245,7 @@ class Broker(Node):
                     self.sim.send(self, c, c.on_elect, self, self.bid, True)
                 return  # no role meanwhile
             self.reelect_epoch = None  # the controller moved on by itself
-        self.apply_role(role)
+        self.apply_role(role, vouched=not lease_withheld)
         if not role.has_master and not self.stopped:
             for c in self.world.ctrls:
                 self.sim.send(self, c, c.on_elect, self, self.bid)
@@ -253,6 +258,8 @@ class Broker(Node):
                 return  # not the new epoch yet: the next heartbeat asks again
             self.reelect_epoch = None
         self.apply_role(role)
+        if role.has_master and role.master_id == self.bid and not self.stopped:
+            self.beat()  # an election's answer renews no lease: ask for one now (BrokerServer.beat)
 
     def on_alter_reply(
         self, run: ProposalRun, attempt: int, code: str, message: str, role: roles.Role | None
@@ -284,8 +291,8 @@ class Broker(Node):
         if run in self.runs:
             self.runs.remove(run)
 
-    def apply_role(self, role: roles.Role) -> None:
-        ev = roles.Assigned(role, self.disk.last_epoch, self.bid)
+    def apply_role(self, role: roles.Role, *, vouched: bool = True) -> None:
+        ev = roles.Assigned(role, self.disk.last_epoch, self.bid, vouched)
         for action in self.rc.step(ev, self.local()):
             if self.stopped:
                 return
@@ -500,7 +507,9 @@ class Broker(Node):
         except InSyncReplicasNotEnoughError:
             self._reply(client, req, "IN_SYNC_REPLICAS_NOT_ENOUGH", self.bid)
             return
-        if not self.lease.may_start(self.local(), replication="sync", needs_every_member=needed >= members):
+        if not self.lease.may_start(
+            self.local(), core.epoch, replication="sync", needs_every_member=needed >= members
+        ):
             self._reply(client, req, "NOT_MASTER", -1)
             return
         disk = self.disk
@@ -522,7 +531,7 @@ class Broker(Node):
             self._reply(w.client, w.req, "UNKNOWN", -1)
             return
         end = w.rec[1]
-        if w.needed <= 1 or core.acked_by(w.needed) >= end:
+        if core.acked_by(w.needed) >= end:  # ha/master.py::HaMaster.wait_acks
             self._finish(w)
             return
         self.waiters.append(w)
@@ -551,7 +560,9 @@ class Broker(Node):
             self._reply(w.client, w.req, "UNKNOWN", -1)
             return
         # the acks may have come in after this broker lost the right to speak for the set
-        if not self.lease.may_acknowledge(self.local(), w.rec[1], core.held_by_all(), replication="sync"):
+        if not self.lease.may_acknowledge(
+            self.local(), core.epoch, w.rec[1], core.held_by_all(), replication="sync"
+        ):
             self._reply(w.client, w.req, "NOT_MASTER", -1)
             return
         self.world.checker.on_ack(self, core.epoch, w.rec)

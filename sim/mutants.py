@@ -101,7 +101,7 @@ def _ack_before_append() -> None:
 def _lease_only_before() -> None:
     from tidelog.ha import lease
 
-    lease.Lease.may_acknowledge = lambda self, now_ms, end, held, *, replication: True
+    lease.Lease.may_acknowledge = lambda self, now_ms, epoch, end, held, *, replication: True
 
 
 def _expansion_after_confirm() -> None:
@@ -197,6 +197,19 @@ def _no_lease_fence() -> None:
     lease.LeaseFences.withholds = lambda self, broker_set, master_epoch: False
 
 
+def _unvouched_promotion() -> None:
+    from tidelog.ha import roles
+
+    real = roles.classify
+
+    def classify(**kw: Any) -> roles.Kind:
+        ev = kw["event"]
+        kw["event"] = roles.Assigned(ev.role, ev.last_epoch, ev.broker_id, True)
+        return real(**kw)
+
+    roles.classify = classify
+
+
 def _ledger_first_negative() -> None:
     from tidelog.ledger import recovery
 
@@ -261,6 +274,11 @@ MUTANTS: dict[str, Mutant] = {
             "no-lease-fence",
             "a leader renews the lease of a master it is electing a replacement for (RULES.md L7)",
             _no_lease_fence,
+        ),
+        Mutant(
+            "unvouched-promotion",
+            "a broker takes mastership from a heartbeat reply that renews no lease (a stale leader's)",
+            _unvouched_promotion,
         ),
         Mutant(
             "ledger-first-negative",

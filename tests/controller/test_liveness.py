@@ -14,6 +14,7 @@ from tidelog.controller.state import (
     LiveInfo,
     RegisterBroker,
 )
+from tidelog.ha.lease import prior_leader_lease_ms
 
 A, B = "broker-a", "broker-b"
 T = 5000
@@ -180,13 +181,36 @@ def follower_heard(until_ms: int, master_until_ms: int, step: int = 500) -> Hear
 
 def test_l4_witnessed_silence_fails_the_master_over_within_the_grace() -> None:
     # The leader's datacenter went dark at 10 s together with the master; this follower heard
-    # the slave throughout, takes over at 11.5 s and need not wait until 16.5 s.
+    # the slave throughout, takes over at 11.5 s and need not wait until the grace ends, only
+    # until no lease the old leader granted can still run.
     s = mastered_state()
-    hb = follower_heard(until_ms=10_000 + T, master_until_ms=10_000)
-    hb.on_leadership(now_ms=11_500)
-    assert hb.in_grace(10_000 + T + 1)
-    assert hb.masters_needing_election(s, 10_000 + T) == []  # the master is still within its timeout
-    assert hb.masters_needing_election(s, 10_000 + T + 1) == [A]
+    leads = 11_500
+    hb = follower_heard(until_ms=leads + T, master_until_ms=10_000)
+    hb.on_leadership(now_ms=leads)
+    after_leases = leads + prior_leader_lease_ms(T)
+    assert hb.in_grace(after_leases) and after_leases > 10_000 + T
+    assert hb.masters_needing_election(s, after_leases - 1) == []  # an old lease may still run
+    assert hb.masters_needing_election(s, after_leases) == [A]
+
+
+def test_l4_witnessed_silence_waits_out_the_leases_an_earlier_leader_granted() -> None:
+    """The simulator's seed 2144: this node heard nobody for 2.3 s (shorter than the timeout, so
+    the slave's run did not break); soon after, the master and the old leader were cut off
+    together. The master was silent to this node for a full timeout, but for only 2 s in truth,
+    and the lease the old leader granted it before losing its majority still ran."""
+    s = mastered_state()
+    hb = HeartbeatTable(T)
+    for now in range(0, 45_000, 500):  # the last heartbeat of the master this node hears: 44.5 s
+        hb.beat(A, 1, 1, 0, 0, now_ms=now)
+        hb.beat(A, 2, 1, 0, 0, now_ms=now)
+    for now in range(47_500, 60_000, 500):  # deaf from 45 s to 47.3 s; the master cut off since
+        hb.beat(A, 2, 1, 0, 0, now_ms=now)
+    leads = 48_000
+    hb.on_leadership(now_ms=leads)
+    # past the master's timeout, and the slave's run (a 2.5 s gap) counts as unbroken
+    assert not hb.is_alive(A, 1, 49_600) and hb.in_grace(49_600)
+    assert hb.masters_needing_election(s, 49_600) == []
+    assert hb.masters_needing_election(s, leads + prior_leader_lease_ms(T)) == [A]
 
 
 def test_l4_a_witness_must_have_been_heard_for_a_full_timeout() -> None:
@@ -267,7 +291,7 @@ def test_l9_a_new_leadership_is_not_a_gap() -> None:
     assert not hb.on_tick(0)
     hb.on_leadership(now_ms=11_500)
     assert not hb.on_tick(11_500)
-    assert hb.masters_needing_election(s, 10_000 + T + 1) == [A]
+    assert hb.masters_needing_election(s, 11_500 + prior_leader_lease_ms(T)) == [A]
 
 
 def test_touch_refreshes_only_a_known_entry() -> None:

@@ -54,26 +54,41 @@ def master(sss: frozenset[int] = frozenset({M, 1}), *, master_max: int = 100) ->
 
 # ---------------------------------------------------------------------------------- the lease
 
+E = 4  # the master epoch the leases below are granted for
+
 
 def test_lease_holds_for_a_fraction_of_the_timeout_from_when_the_heartbeat_was_sent():
     lease = Lease()
-    assert not lease.holds(0)  # never renewed
-    lease.renew(1_000, 4_000, unclean_elections=False)
-    assert lease.holds(1_000 + int(LEASE_FRACTION * 4_000))
-    assert not lease.holds(1_001 + int(LEASE_FRACTION * 4_000))
+    assert not lease.holds(0, E)  # never renewed
+    lease.renew(1_000, 4_000, epoch=E, unclean_elections=False)
+    assert lease.holds(1_000 + int(LEASE_FRACTION * 4_000), E)
+    assert not lease.holds(1_001 + int(LEASE_FRACTION * 4_000), E)
+
+
+def test_a_lease_holds_only_for_the_master_epoch_it_was_granted_for():
+    """The simulator's seed 6343: a lease is the controller's word that it will not replace this
+    master of epoch E before the lease ends; it says nothing about another epoch."""
+    lease = Lease()
+    lease.renew(1_000, 4_000, epoch=E, unclean_elections=False)
+    assert lease.holds(1_500, E) and not lease.holds(1_500, E + 1) and not lease.holds(1_500, E - 1)
+    assert not lease.may_start(1_500, E + 1, replication="sync", needs_every_member=False)
+    lease.renew(1_200, 4_000, epoch=E + 1, unclean_elections=False)  # a newer epoch replaces it
+    assert lease.holds(1_500, E + 1) and not lease.holds(1_500, E)
+    lease.renew(2_000, 4_000, epoch=E, unclean_elections=False)  # a late answer for the old epoch
+    assert lease.epoch == E + 1 and lease.until_ms == 1_200 + 3_000
 
 
 def test_a_late_answer_to_an_older_heartbeat_never_shortens_the_lease():
     lease = Lease()
-    lease.renew(5_000, 4_000, unclean_elections=False)
-    lease.renew(1_000, 4_000, unclean_elections=False)
+    lease.renew(5_000, 4_000, epoch=E, unclean_elections=False)
+    lease.renew(1_000, 4_000, epoch=E, unclean_elections=False)
     assert lease.until_ms == 5_000 + 3_000
 
 
 @pytest.mark.parametrize(("fraction", "timeout"), [(0.0, 1), (1.0, 1), (0.5, 0)])
 def test_a_lease_that_could_outlive_the_controllers_timeout_is_refused(fraction: float, timeout: int):
     with pytest.raises(InvariantViolation):
-        Lease(fraction=fraction).renew(0, timeout, unclean_elections=False)
+        Lease(fraction=fraction).renew(0, timeout, epoch=E, unclean_elections=False)
 
 
 # ------------------------------------------------------------------ §3.5 step 1: clean elections
@@ -181,20 +196,20 @@ def test_3_5_4_a_promoted_slave_stops_following_before_it_leads_and_keeps_its_lo
 
 def test_3_5_5_the_rule_stands_in_for_the_lease_only_for_a_write_every_member_holds():
     lease = Lease()
-    lease.renew(0, 4_000, unclean_elections=False)
+    lease.renew(0, 4_000, epoch=E, unclean_elections=False)
     later = 60_000  # no controller has answered for a minute
-    assert not lease.holds(later)
-    assert lease.may_acknowledge(later, 500, 500, replication="sync")
-    assert not lease.may_acknowledge(later, 501, 500, replication="sync")
-    assert lease.may_start(later, replication="sync", needs_every_member=True)
-    assert not lease.may_start(later, replication="sync", needs_every_member=False)
+    assert not lease.holds(later, E)
+    assert lease.may_acknowledge(later, E, 500, 500, replication="sync")
+    assert not lease.may_acknowledge(later, E, 501, 500, replication="sync")
+    assert lease.may_start(later, E, replication="sync", needs_every_member=True)
+    assert not lease.may_start(later, E, replication="sync", needs_every_member=False)
 
 
 def test_3_5_6_while_the_lease_holds_nothing_changes():
     lease = Lease()
-    lease.renew(0, 4_000, unclean_elections=True)
-    assert lease.may_acknowledge(100, 501, 500, replication="async")
-    assert lease.may_start(100, replication="async", needs_every_member=False)
+    lease.renew(0, 4_000, epoch=E, unclean_elections=True)
+    assert lease.may_acknowledge(100, E, 501, 500, replication="async")
+    assert lease.may_start(100, E, replication="async", needs_every_member=False)
 
 
 # --------------------------------------------------------- §3.5 step 7: where the lease stays
@@ -203,15 +218,15 @@ def test_3_5_6_while_the_lease_holds_nothing_changes():
 @pytest.mark.parametrize(("unclean", "replication"), [(True, "sync"), (False, "async"), (True, "async")])
 def test_3_5_7_unclean_elections_or_async_replication_keep_the_lease(unclean: bool, replication: str):
     lease = Lease()
-    lease.renew(0, 4_000, unclean_elections=unclean)
-    assert not lease.may_acknowledge(60_000, 500, 500, replication=replication)
-    assert not lease.may_start(60_000, replication=replication, needs_every_member=True)
+    lease.renew(0, 4_000, epoch=E, unclean_elections=unclean)
+    assert not lease.may_acknowledge(60_000, E, 500, 500, replication=replication)
+    assert not lease.may_start(60_000, E, replication=replication, needs_every_member=True)
 
 
 def test_3_5_7_a_broker_that_never_heard_a_controller_assumes_unclean_elections():
     lease = Lease()
     assert lease.unclean_elections
-    assert not lease.may_acknowledge(1, 0, 0, replication="sync")
+    assert not lease.may_acknowledge(1, E, 0, 0, replication="sync")
 
 
 # ---------------------------------------------- the lease's grant: a leader that may be stale
@@ -250,7 +265,7 @@ def test_3_5_a_leader_cut_off_from_its_majority_grants_no_lease_that_outlives_a_
     for sent in range(cut, cut + 3_000, 10):  # heartbeats during the whole fallback
         if grants_lease(majority_contact_age(sent, [last_answer, last_answer], 3), timeout):
             lease = Lease()
-            lease.renew(sent, timeout, unclean_elections=False)
+            lease.renew(sent, timeout, epoch=E, unclean_elections=False)
             granted_until = max(granted_until, lease.until_ms)
     assert cut < granted_until < cut + timeout
 

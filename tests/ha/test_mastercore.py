@@ -139,6 +139,37 @@ def test_3_5_pending_expansion_member_counts_from_the_proposal_and_holds_the_con
     assert c.step(ControllerState(frozenset({M, 1}), 2), 6) == [Release(2, 150)]
 
 
+def test_3_5_a_write_sized_before_an_expansion_is_released_only_once_the_joining_member_holds_it():
+    """The simulator's seed 7426: a master alone in its set sized a write for one ack; before its
+    fsync ended it proposed a caught-up slave into the set, and the write was then acknowledged
+    by the master alone. The controller applied the expansion and the new member, which lacked the
+    write, could be elected. A joining member is electable once the change applies: every
+    release while it is pending needs it."""
+    c = MasterCore.start(  # flush: sync, so the confirm offset follows the master's fsync
+        broker_id=M,
+        epoch=3,
+        sync_state_set=frozenset({M}),
+        sss_epoch=1,
+        master_max=100,
+        confirm=100,
+        epoch_start=0,
+        max_not_catchup_ms=1000,
+        now_ms=0,
+        durable=100,
+    )
+    c.step(Appended(150), 1)  # sized for the master alone (one ack), its fsync still running
+    assert c.acked_by(1) == 150
+    assert c.step(SlaveJoined(1, 100), 2) == [Propose(Proposal(frozenset({M, 1}), 1))]
+    assert c.acked_by(1) == 100  # now the joining member must hold it too
+    assert c.step(Waiting(1), 3) == [Release(1, 100)]
+    c.step(Sent(1, 150), 4)
+    assert Release(1, 150) in c.step(Acked(1, 150), 5)
+    # the controller refuses the expansion: the master alone releases its end again
+    c.step(Appended(180), 6)
+    c.step(AlterFailed(c.tracker.pending, 1), 7)
+    assert c.tracker.pending is None and c.acked_by(1) == 180
+
+
 def test_3_5_a_pending_member_never_stands_in_for_a_confirmed_one():
     """An ack from a member of a pending expansion releases nothing while a confirmed member lacks
     the write: if the expansion is never applied, the confirmed member may be elected."""

@@ -108,6 +108,7 @@ class Row:
     epoch: int  # the master epoch recorded afterwards
     master_id: int  # the master recorded afterwards
     extra: dict = field(default_factory=dict)  # further attributes of the core afterwards
+    vouched: bool = True  # the answering leader could vouch for its state (Assigned.vouched)
 
 
 ROWS: dict[str, Row] = {
@@ -226,6 +227,31 @@ ROWS: dict[str, Row] = {
         6,
         ME,
         {"leading": 6, "new_epoch": True},
+    ),
+    # row 5b: not master of it yet | this broker, from a leader that cannot vouch | nothing (seed 6343)
+    "4_6_slave_not_promoted_on_the_word_of_a_leader_that_cannot_vouch": Row(
+        (ANY, Kind.SELF_UNVOUCHED),
+        slave_of(B, 5),
+        role(ME, 6),
+        5,
+        (),
+        SLAVE,
+        5,
+        B,
+        {"following": Following(B, 5, HA[B]), "leading": None},
+        vouched=False,
+    ),
+    "4_6_restarted_master_not_resumed_on_the_word_of_a_leader_that_cannot_vouch": Row(
+        (ANY, Kind.SELF_UNVOUCHED),
+        none_at(5),
+        role(ME, 5),
+        5,
+        (),
+        NONE,
+        5,
+        -1,
+        {"leading": None},
+        vouched=False,
     ),
     # row 6: slave / none | this broker, the epoch file's last (restarted while master) | no new entry
     "4_6_restart_as_master_of_the_same_epoch_adds_no_epoch_entry": Row(
@@ -353,7 +379,7 @@ def test_4_6_role_transition(name: str):
     row = ROWS[name]
     core = copy.deepcopy(row.state)
     before = (core.role, core.master_epoch)
-    event = Assigned(row.assigned, row.last_epoch, ME)
+    event = Assigned(row.assigned, row.last_epoch, ME, row.vouched)
 
     # the row exercises the entry it names: classified as its kind, looked up under its role
     kind = classify(
@@ -388,7 +414,7 @@ def test_4_6_role_transition(name: str):
                 assert (epoch, last_epoch) == (row.assigned.master_epoch, row.last_epoch)
             case UpdateSyncStateSet(sss, sss_epoch):
                 assert (sss, sss_epoch) == (row.assigned.sync_state_set, row.assigned.sss_epoch)
-    if row.key[1] is Kind.STALE:
+    if row.key[1] in (Kind.STALE, Kind.SELF_UNVOUCHED):
         assert (core.role, core.master_epoch) == before
 
 
@@ -427,8 +453,8 @@ def test_4_6_closed_replica_follows_its_master_again():
 
 
 @st.composite
-def assignments(draw: st.DrawFn) -> tuple[str, int, int | None, int, str, int]:
-    """(what, epoch delta, master or None, last-epoch delta, HA address, sss epoch)."""
+def assignments(draw: st.DrawFn) -> tuple[str, int, int | None, int, str, int, bool]:
+    """(what, epoch delta, master or None, last-epoch delta, HA address, sss epoch, vouched)."""
     what = draw(st.sampled_from(["assign"] * 9 + ["close"]))
     return (
         what,
@@ -437,6 +463,7 @@ def assignments(draw: st.DrawFn) -> tuple[str, int, int | None, int, str, int]:
         draw(st.integers(-2, 2)),
         draw(st.sampled_from(["", "moved:1"])),
         draw(st.integers(0, 5)),
+        draw(st.sampled_from([True, True, False])),
     )
 
 
@@ -444,7 +471,7 @@ def assignments(draw: st.DrawFn) -> tuple[str, int, int | None, int, str, int]:
 @given(st.lists(assignments(), min_size=1, max_size=40))
 def test_4_6_random_assignments_keep_the_role_state_consistent(steps):
     core = RoleCore()
-    for what, d_epoch, master, d_last, ha, sss_epoch in steps:
+    for what, d_epoch, master, d_last, ha, sss_epoch, vouched in steps:
         if what == "close":
             core.closed()
             continue
@@ -452,13 +479,15 @@ def test_4_6_random_assignments_keep_the_role_state_consistent(steps):
         last_epoch = max(0, core.master_epoch + d_last)
         assigned = role(master, epoch, ha=ha or None, sss_epoch=sss_epoch)
         known_before = core.master_epoch
-        actions = core.step(Assigned(assigned, last_epoch, ME), now_ms=0)
+        actions = core.step(Assigned(assigned, last_epoch, ME, vouched), now_ms=0)
 
         assert (core.leading is not None) == (core.role == MASTER)
         assert (core.following is not None) == (core.role == SLAVE)
         assert core.master_epoch >= known_before
         if epoch < known_before:
             assert actions == []
+        if not vouched:  # a leader that cannot vouch makes nobody master
+            assert not any(isinstance(a, Promote) for a in actions)
         for action in actions:
             match action:
                 case Promote(promoted, new_epoch):

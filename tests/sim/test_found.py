@@ -6,8 +6,6 @@ into a failure (XPASS) the day the fix lands, and then the mark comes off.
 
 from __future__ import annotations
 
-import pytest
-
 from tidelog.sim.faults import Fault
 from tidelog.sim.world import run_seed
 
@@ -65,16 +63,14 @@ def test_seed_2645_a_paused_controller_leader_keeps_the_master_it_did_not_see_di
     assert any("c0 was not listening" in line for line in out.trace)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: RULES.md L4 counts a follower's own deafness as witnessed silence"
-)
 def test_seed_2144_a_new_leader_counts_its_own_deafness_as_the_masters_silence() -> None:
-    """Open. c2 (dc3) is partitioned for 2.3 s and hears nobody; 0.3 s after that heals, dc1 (the
-    master b3, the Raft leader c0) is cut off. c2 becomes leader and, within its grace, elects b2
-    1.3 s later: b3 has not been heard for 5 s and b2 counts as a witness, because its gap (the
-    2.3 s c2 was cut off) is shorter than the timeout and so did not restart its run (L4). But
-    b3 was silent only 2 s; the lease c0 granted it before losing its majority still runs, and b3
-    acknowledges a write b2 lacks."""
+    """Fixed: c2 (dc3) is partitioned for 2.3 s and hears nobody; 0.3 s after that heals, dc1 (the
+    master b3, the Raft leader c0) is cut off. c2 became leader and, within its grace, elected b2
+    1.3 s later: b3 had not been heard for 5 s and b2 counted as a witness, because its gap (the
+    2.3 s c2 was cut off) is shorter than the timeout and so did not restart its run. But b3 was
+    silent only 2 s; the lease c0 granted it before losing its majority still ran, and b3
+    acknowledged a write b2 lacked. A new leader now fails a master over on witnessed silence only
+    once no earlier leader's lease can run (controller/RULES.md L4, ha/lease.py::prior_leader_lease_ms)."""
     shrunk = [
         Fault(3204, "crash", "b2", 6120),
         Fault(5187, "replay", "", 3028, 8000.0),
@@ -85,11 +81,37 @@ def test_seed_2144_a_new_leader_counts_its_own_deafness_as_the_masters_silence()
     assert out.ok, out.violation
 
 
-@pytest.mark.xfail(strict=True, reason="open: a lease renewal is not tied to the role its answer names")
 def test_seed_6343_a_broker_back_from_a_fail_stop_takes_a_stale_leaders_old_role() -> None:
-    """Open. b2, master of epoch 2, fail-stops on a disk fault; the controllers elect b1 (epoch 3)
-    while c1, cut from its peers, still answers as leader from its old state. b2's store opens
-    again: it never heard of epoch 3, takes c1's answer and leads epoch 2 again without records b1
-    confirmed. Its lease is renewed by the new leader's answers, which name b1 master."""
+    """Fixed: b2, master of epoch 2, fail-stopped on a disk fault; the controllers elected b1
+    (epoch 3) while c1, cut from its peers, still answered as leader from its old state. b2's
+    store opened again: it had not heard of epoch 3, took c1's answer and led epoch 2 again
+    without records b1 confirmed; the new leader's answers, naming b1 master, renewed its lease.
+    Now a reply that renews no lease (`lease_withheld`) makes nobody master (ha/roles.py,
+    Kind.SELF_UNVOUCHED), and a lease is renewed only by an answer naming the broker master, for
+    that epoch alone (ha/lease.py::Lease)."""
     out = run_seed(6343)
     assert out.ok, out.violation
+
+
+def test_seed_7426_a_write_sized_for_the_master_alone_is_acknowledged_after_a_member_joins() -> None:
+    """Fixed: b2, master alone in its set, sized a write for its own ack; before its fsync ended it
+    proposed b1 (caught up to the confirm offset) into the set, and then acknowledged the write
+    alone (one ack needs no counting, the shell thought). The controller applied the expansion;
+    b1 lacked the write and could have been elected. While an expansion is pending, every release
+    needs the joining member (ha/mastercore.py::MasterCore.acked_by, HaMaster.wait_acks)."""
+    shrunk = [
+        Fault(1574, "partition", "dc2", 4009),
+        Fault(4955, "delay", "", 240, 200.0),
+        Fault(7576, "delay", "", 7039, 3000.0),
+        Fault(10_062, "crash", "b2", 2315),
+        Fault(16_121, "crash", "b1", 1784),
+        Fault(25_282, "replay", "", 4290, 1000.0),
+        Fault(26_709, "partition", "dc3", 3574),
+        Fault(40_515, "pause", "b2", 3259),
+        Fault(42_392, "replay", "", 5084, 1000.0),
+        Fault(42_625, "partition", "dc1", 6008),
+        Fault(42_793, "leader", "", 0),
+        Fault(44_028, "delay", "", 8078, 200.0),
+    ]
+    for out in (run_seed(7426), run_seed(7426, faults=shrunk)):
+        assert out.ok, out.violation
