@@ -126,7 +126,6 @@ class Replica:
         self.rocketmq_address = (
             ""  # where RocketMQ clients reach this broker (broker/rocketmq.py), if it does
         )
-        self.hand_over: Callable[[], None] | None = None  # a master with damaged data gives up its role
         self.observe_ack_wait: Callable[[float], None] | None = None  # seconds a write waited for acks
         # ("produced" | "pulled", topic, messages, bytes) of each answered request, any transport
         self.observe_traffic: Callable[[str, str, int, int], None] | None = None
@@ -503,8 +502,7 @@ class Replica:
             try:
                 msgs = self.log.read(topic, queue, offset, max_messages, max_bytes)
             except CorruptRecordError as exc:
-                self.on_corrupt(exc)
-                raise
+                raise self.on_corrupt(exc) from None
             return msgs, bool(msgs)
 
         msgs = await self.long_poll(poll, wait_ms)
@@ -522,8 +520,7 @@ class Replica:
             try:
                 got = self.log.read_encoded(topic, queue, offset, max_messages, max_bytes)
             except CorruptRecordError as exc:
-                self.on_corrupt(exc)
-                raise
+                raise self.on_corrupt(exc) from None
             return got, got[1] > 0
 
         data, count = await self.long_poll(poll, wait_ms)
@@ -548,32 +545,73 @@ class Replica:
         """The confirmed messages of `topic` with `key`, newest first, and whether more match.
         Runs off the event loop: the key index may first have to catch up with the log."""
         self._queues_of(topic)  # a topic served here (or TOPIC_NOT_FOUND), as for a pull
-        return await asyncio.to_thread(
-            self._reading,
-            lambda: self.log.find_by_key(
-                topic, key, begin_ts=begin_ts, end_ts=end_ts, max_results=max_messages, max_bytes=max_bytes
-            ),
-        )
+        try:
+            return await asyncio.to_thread(
+                lambda: self.log.find_by_key(
+                    topic,
+                    key,
+                    begin_ts=begin_ts,
+                    end_ts=end_ts,
+                    max_results=max_messages,
+                    max_bytes=max_bytes,
+                ),
+            )
+        except CorruptRecordError as exc:  # on the event loop: a repair request writes to a socket
+            raise self.on_corrupt(exc) from None
 
     def _reading(self, read: Callable[[], T]) -> T:
         try:
             return read()
         except CorruptRecordError as exc:
-            self.on_corrupt(exc)
-            raise
+            raise self.on_corrupt(exc) from None
 
-    def on_corrupt(self, exc: CorruptRecordError) -> None:
-        """A read met damaged bytes. The reader fails over to another replica (CORRUPT_RECORD); here
-        a slave asks its master for that range, and a master hands its role to an in-sync replica
-        (`hand_over`, set by the broker process) so that it can repair itself as a slave."""
+    def on_corrupt(self, exc: CorruptRecordError) -> CorruptRecordError:
+        """A read (or the scrub) met damaged bytes: ask a replica that holds them for its copy
+        (`request_repair`), and return the error the reader gets. It is CORRUPT_RECORD, which
+        sends readers to another replica, and it names the damaged range and whether a copy was
+        asked for: the bytes themselves are never served (every read checks the CRCs). A master
+        that no connected replica can repair logs so loudly and goes on serving the rest of its
+        log (docs/ARCHITECTURE.md §3.9)."""
         length = exc.size or 0
         log.error("%s %s", self.ctx, exc.message)
         if length <= 0:
-            return
-        if self.role == SLAVE and self.ha_slave is not None:
-            self.ha_slave.request_repair(exc.offset, length)
-        elif self.role == MASTER and self.hand_over is not None:
-            self.hand_over()
+            return exc
+        end = exc.offset + length
+        asked = self.request_repair(exc.offset, length)
+        if asked is not None:
+            doing = f"being repaired from {asked}'s copy"
+        else:
+            doing = "no connected replica holds a copy to repair them from"
+            if self.role == MASTER:
+                log.error(
+                    "%s bytes [%d, %d) of the master's log are damaged and no connected replica "
+                    "holds them: reads of them answer CORRUPT_RECORD until one that does connects "
+                    "(it is asked for its copy then); the rest of the log is served",
+                    self.ctx,
+                    exc.offset,
+                    end,
+                )
+        return CorruptRecordError(
+            exc.path,
+            exc.offset,
+            f"{exc.reason}; bytes [{exc.offset}, {end}) of broker {self.broker_id}'s log are damaged, "
+            f"{doing}: read them from another replica",
+            size=exc.size,
+        )
+
+    def request_repair(self, offset: int, length: int) -> str | None:
+        """Ask a replica that holds this log's bytes [offset, offset + length) for its copy, which
+        is written over them once it checks out: a slave asks its master, a master a connected
+        slave whose acks cover the range (`HaMaster.request_repair`). Returns who was asked
+        ("master 1", "slave 2"), None when nobody can be. Quiet when asked again: the scrub calls
+        it each second for every range still damaged."""
+        if self.role == SLAVE and self.ha_slave is not None and self.ha_slave.connected:
+            self.ha_slave.request_repair(offset, length)  # once per connection
+            return f"master {self.ha_slave.master_id}"
+        if self.role == MASTER and self.ha_master is not None:
+            slave_id = self.ha_master.request_repair(offset, length)
+            return None if slave_id is None else f"slave {slave_id}"
+        return None
 
     def queue_offsets(self, topic: str, queue: int) -> QueueOffsets:
         self._queue(topic, queue)
@@ -642,8 +680,7 @@ class Replica:
         try:
             return self.log.offset_for_time(topic, queue, timestamp_ms), self.log.queue_offsets(topic, queue)
         except CorruptRecordError as exc:
-            self.on_corrupt(exc)
-            raise
+            raise self.on_corrupt(exc) from None
 
     def status(self) -> dict[str, Any]:
         master = self.ha_master

@@ -5,13 +5,15 @@ Every second it checks the next `scrub_bytes_per_s` bytes of the log below its s
 the flushed and confirm offsets), wrapping to the log's start at the end; `commitlog/verify.py::
 scrub_chunk` does the reading and checking, on a thread. Damage found goes to
 `Replica.on_corrupt`, as a damaged read does: a slave asks its master for the range, a master
-hands its role to an in-sync replica to repair as a slave.
+asks a connected slave whose acks cover it.
 
 While this replica knows of damage it has not seen repaired, `damaged` is true and the broker's
 heartbeats carry `DAMAGED_PRIORITY` (the worst there is) instead of its configured priority: the
 controller then never elects it over a SyncStateSet member that holds as much of the log
 (docs/SECURITY.md, probe 7). Each round first checks the known damaged ranges again: one found
-whole (repaired) stops counting at once.
+whole (repaired) stops counting at once, one still damaged is asked of a replica that holds it
+again (`Replica.request_repair`): so a master elected with damage (it held the most of the log,
+or was the only one alive) repairs it from the first slave to connect that holds the range.
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ class Scrubber:
             nxt, damage = await asyncio.to_thread(log_.scrub, start, end - start)
             if damage is None and nxt > start:
                 log.info("%s scrub: [%d, %d) is whole again", self.replica.ctx, start, self.damage.pop(start))
+            elif damage is not None and damage.start == start:
+                # still damaged: ask for a copy again (a replica that holds it may have connected
+                # since, the role may have changed, or the answer was lost with a connection)
+                self.replica.request_repair(start, end - start)
 
     async def round(self) -> None:
         """Check up to `bytes_per_s` bytes from the cursor."""

@@ -58,7 +58,6 @@ from tidelog.wire import SERVER_OPTIONS, bind_problem
 
 log = logging.getLogger(__name__)
 
-HAND_OVER_INTERVAL_S = 30.0
 # A broker whose store failed retries opening it once this much space is free again.
 MIN_FREE_BYTES = 1 << 20
 
@@ -121,9 +120,7 @@ class BrokerServer:
         self.rocketmq: RocketMQEndpoint | None = None
         self._stopping = asyncio.Event()
         self._store_failed = asyncio.Event()
-        self._handing_over = 0.0
         self._background: set[asyncio.Task[None]] = set()
-        self.replica.hand_over = self._hand_over
         self.retention = RetentionLoop(self.replica)
         # re-reads the log against its CRCs; a damaged replica asks not to be elected (broker/scrub.py)
         self.scrubber = Scrubber(self.replica, self.cfg.scrub_bytes_per_s)
@@ -140,43 +137,6 @@ class BrokerServer:
             "role": r.role,
             "epoch": r.master_epoch,
         }
-
-    def _hand_over(self) -> None:
-        """This master read damaged bytes below its confirm offset: have the controller elect an
-        in-sync replica (designated), so that this one becomes a slave and repairs the range from
-        the new master. At most once every HAND_OVER_INTERVAL_S."""
-        now = time.monotonic()
-        master = self.replica.ha_master
-        if master is None or now - self._handing_over < HAND_OVER_INTERVAL_S:
-            return
-        candidates = sorted(
-            b for b in master.tracker.local if b != self.replica.broker_id and b in master.connections
-        )
-        if not candidates:
-            log.error(
-                "%s damaged data on the master and no connected in-sync replica to take over",
-                self.replica.ctx,
-            )
-            return
-        self._handing_over = now
-
-        async def go() -> None:
-            try:
-                reply = await self.controller.elect_master(
-                    self.cfg.broker_set, candidates[0], designated=True
-                )
-                log.warning(
-                    "%s handed mastership to broker %d to repair damaged data",
-                    self.replica.ctx,
-                    candidates[0],
-                )
-                await self.replica.apply_role(Role.from_pb(reply.role))
-            except TidelogError as exc:
-                log.error("%s could not hand mastership over: %s", self.replica.ctx, exc)
-
-        task = asyncio.ensure_future(go())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def _alter(self, master_epoch: int, proposal: Proposal) -> Role | None:
         reply = await self.controller.alter_sync_state_set(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -67,6 +68,8 @@ from tidelog.ha.mastercore import (
 )
 from tidelog.ha.protocol import (
     MAX_AUTH_FRAME,
+    MAX_RANGE_FRAME,
+    MAX_REPAIR_BYTES,
     Ack,
     AuthChallenge,
     AuthHello,
@@ -87,13 +90,22 @@ from tidelog.tasks import cancel_and_wait, within
 
 log = logging.getLogger(__name__)
 
-# The largest range a slave may ask to have sent again (one record at most: a record never
-# exceeds max_message_bytes, whose default is 4 MiB).
-MAX_REPAIR_BYTES = 16 << 20
+#: A range asked of a slave that has not come is asked again (of it or another) after this long.
+REPAIR_RETRY_S = 10.0
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass
+class _Asked:
+    """A damaged range of the master's log asked of a slave."""
+
+    length: int
+    slave_id: int
+    at: float  # time.monotonic() when asked
+    answered: bool = False  # the slave answered that it has no copy
 
 
 @dataclass
@@ -254,6 +266,9 @@ class HaMaster:
         except InvariantViolation as exc:
             raise InvariantViolation(f"{self._ctx} {exc}") from None
         self.connections: dict[int, SlaveConnection] = {}
+        # damaged ranges of this log asked of a slave: offset -> (length, slave id, when asked)
+        self._asked: dict[int, _Asked] = {}
+        self.repaired: list[tuple[int, int]] = []  # ranges rewritten from a slave's copy
         # slave -> its last ack when its connection ended: how far behind a slave that is gone is
         # (the replication-lag metrics); a reconnected slave's own ack supersedes it
         self.departed_acks: dict[int, int] = {}
@@ -603,13 +618,16 @@ class HaMaster:
         slave_id = conn.broker_id
         while not self._closed:
             # a slave sends only small frames (acks, fences, errors)
-            frame = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
+            limit = functools.partial(self._frame_limit, slave_id)
+            frame = await within(read_frame(reader, limit), self.idle_timeout)
             if isinstance(frame, Ack):
                 self._step(Acked(slave_id, frame.max_offset))
             elif isinstance(frame, LedgerFenced):
                 self._ledger_fenced(slave_id, frame.ledger_id)
             elif isinstance(frame, RangeRequest):
                 self._send_range(conn, writer, frame)
+            elif isinstance(frame, RangeData):
+                self._repair_from(slave_id, frame)
             elif isinstance(frame, ErrorFrame):
                 log.warning("%s slave %d reports %s: %s", self._ctx, slave_id, frame.code, frame.message)
                 return
@@ -636,6 +654,89 @@ class HaMaster:
             end,
         )
         writer.write(encode(RangeData(req.offset, data)))
+
+    # ------------------------------------------------------------------ repair of this log
+
+    def request_repair(self, offset: int, length: int) -> int | None:
+        """This log's bytes [offset, offset + length) are damaged: ask a connected slave that holds
+        them for its copy. Returns the slave asked (now, or within REPAIR_RETRY_S and not yet
+        answered), or None when no connected slave can send the range.
+
+        A slave holds what it acked: its log, cut by fork repair at the handshake, is this log's
+        up to its ack (docs/ARCHITECTURE.md §3.2), whether or not it is in the SyncStateSet. The
+        copy is checked record by record before it is written (`CommitLog.repair_range`)."""
+        end = offset + length
+        if length <= 0 or length > MAX_REPAIR_BYTES:
+            return None
+        now = time.monotonic()
+        asked = self._asked.get(offset)
+        recent = asked is not None and now - asked.at < REPAIR_RETRY_S
+        if asked is not None and recent and not asked.answered and asked.slave_id in self.connections:
+            return asked.slave_id
+        acks = self.core.acks()
+        holders = sorted(b for b in self.connections if acks.get(b, -1) >= end)
+        if asked is not None and recent and asked.answered:
+            holders = [b for b in holders if b != asked.slave_id]  # it said it has no copy
+        if not holders:
+            return None
+        # a slave that did not answer in time goes last
+        slave_id = next((b for b in holders if asked is None or b != asked.slave_id), holders[0])
+        writer = self.connections[slave_id].writer
+        if writer is None or writer.is_closing():
+            return None
+        log.error(
+            "%s damaged bytes [%d, %d) in the master's log: asking slave %d for its copy",
+            self._ctx,
+            offset,
+            end,
+            slave_id,
+        )
+        self._asked[offset] = _Asked(length, slave_id, now)
+        writer.write(encode(RangeRequest(offset, length)))
+        return slave_id
+
+    def _frame_limit(self, slave_id: int) -> int:
+        """A slave sends only small frames, except the copy of a range asked of it."""
+        waiting = any(a.slave_id == slave_id and not a.answered for a in self._asked.values())
+        return MAX_RANGE_FRAME if waiting else MAX_AUTH_FRAME
+
+    def _repair_from(self, slave_id: int, frame: RangeData) -> None:
+        """A slave's copy of a range asked of it: written over the damaged bytes once it checks out."""
+        asked = self._asked.get(frame.offset)
+        if asked is None or asked.slave_id != slave_id or asked.answered:
+            raise HaProtocolError(f"slave {slave_id} sent bytes at {frame.offset} that were not asked of it")
+        end = frame.offset + len(frame.data)
+        asked.answered = True  # unless repaired: another slave is asked next, this one after REPAIR_RETRY_S
+        if not frame.data:
+            log.warning(
+                "%s slave %d has no copy of [%d, %d)",
+                self._ctx,
+                slave_id,
+                frame.offset,
+                frame.offset + asked.length,
+            )
+            return
+        try:
+            self.log.repair_range(frame.offset, frame.data)
+        except TidelogError as exc:  # its copy is no better, or the range moved: say so
+            log.error(
+                "%s could not repair [%d, %d) with slave %d's copy: %s",
+                self._ctx,
+                frame.offset,
+                end,
+                slave_id,
+                exc,
+            )
+            return
+        del self._asked[frame.offset]
+        self.repaired.append((frame.offset, end))
+        log.warning(
+            "%s repaired [%d, %d) of the master's log from slave %d's copy",
+            self._ctx,
+            frame.offset,
+            end,
+            slave_id,
+        )
 
     def _ledger_fenced(self, slave_id: int, ledger_id: int) -> None:
         # Synchronous on purpose: the fence must take effect before the slave's next ack is

@@ -19,8 +19,8 @@ TRANSFER (3)       master -> slave  u64 offset | u64 epoch | u64 epoch_start | u
                                     raw commit-log bytes up to the end of the frame (none = heartbeat)
 ACK (4)            slave -> master  u64 max_offset
 LEDGER_FENCED (6)  slave -> master  u64 ledger_id
-RANGE_REQUEST 10   slave -> master  u64 offset | u32 length   (bytes a slave found damaged)
-RANGE_DATA (11)    master -> slave  u64 offset | the master's bytes of that range
+RANGE_REQUEST 10   either           u64 offset | u32 length   (bytes the sender found damaged)
+RANGE_DATA (11)    either           u64 offset | the sender's bytes of that range (none: no copy)
 ERROR (5)          either           str code | str message
 =================  ===============  ============================================================
 
@@ -68,6 +68,8 @@ __all__ = [
     "HEADER_TIMEOUT_S",
     "MAX_AUTH_FRAME",
     "MAX_FRAME",
+    "MAX_RANGE_FRAME",
+    "MAX_REPAIR_BYTES",
     "Ack",
     "AuthChallenge",
     "AuthHello",
@@ -95,8 +97,13 @@ __all__ = [
 MAX_FRAME = 64 * 1024 * 1024 + 1024
 
 # Every frame a peer may send before it has proven the cluster secret (and every frame a slave
-# sends at all) fits in this; a longer length is refused before its body is read.
+# sends unasked) fits in this; a longer length is refused before its body is read.
 MAX_AUTH_FRAME = 64 * 1024
+#: The largest range one replica may ask another to send again (one record at most: a record
+#: never exceeds max_message_bytes, whose default is 4 MiB).
+MAX_REPAIR_BYTES = 16 << 20
+#: A RANGE_DATA frame of MAX_REPAIR_BYTES: what a master reads from a slave it asked for a range.
+MAX_RANGE_FRAME = MAX_REPAIR_BYTES + 64
 #: A frame's length prefix, once its first byte arrived, must be whole within this long.
 HEADER_TIMEOUT_S = 5.0
 
@@ -215,7 +222,9 @@ class AuthProof:
 
 @dataclass(frozen=True, slots=True)
 class RangeRequest:
-    """Slave -> master: send me your bytes [offset, offset + length); mine are damaged there."""
+    """Send me your bytes [offset, offset + length); mine are damaged there. A slave asks its
+    master; a master asks a slave whose acks cover the range (the master is the only copy
+    elected, and damaged)."""
 
     offset: int
     length: int
@@ -223,7 +232,8 @@ class RangeRequest:
 
 @dataclass(frozen=True, slots=True)
 class RangeData:
-    """Master -> slave: the bytes of a requested range (whole records, below the confirm offset)."""
+    """The bytes of a requested range (whole records the sender holds in common with the asker);
+    empty from a slave that cannot send them."""
 
     offset: int
     data: bytes
@@ -565,8 +575,9 @@ class FrameDecoder:
         return frames
 
 
-async def read_frame(reader: asyncio.StreamReader, max_length: int = MAX_FRAME) -> Frame:
-    """Read exactly one frame of at most `max_length` bytes (its length prefix not counted).
+async def read_frame(reader: asyncio.StreamReader, max_length: int | Callable[[], int] = MAX_FRAME) -> Frame:
+    """Read exactly one frame of at most `max_length` bytes (its length prefix not counted); a
+    callable is asked once the length has arrived (a limit that may grow while the read waits).
 
     Raises HaProtocolError on a malformed or longer frame (before reading its body, so a hostile
     length costs nothing) and asyncio.IncompleteReadError on EOF (also EOF in the middle of a
@@ -577,5 +588,5 @@ async def read_frame(reader: asyncio.StreamReader, max_length: int = MAX_FRAME) 
     # slot otherwise (the data port's HEADER_TIMEOUT_S, the same rule)
     rest = await within(reader.readexactly(_LEN.size - 1), HEADER_TIMEOUT_S)
     (length,) = _LEN.unpack(first + rest)
-    _check_length(length, max_length)
+    _check_length(length, max_length() if callable(max_length) else max_length)
     return decode_body(await reader.readexactly(length))

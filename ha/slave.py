@@ -29,6 +29,7 @@ from tidelog.ha import auth as ha_auth
 from tidelog.ha import slavecore as sc
 from tidelog.ha.protocol import (
     MAX_AUTH_FRAME,
+    MAX_REPAIR_BYTES,
     Ack,
     AuthChallenge,
     AuthHello,
@@ -159,6 +160,7 @@ class HaSlave:
             )
             await self._carry_out(actions, writer, first_ack=True)
             self.handshakes += 1
+            self._repairs.clear()  # asked on a connection that is gone: ask again on this one
             self._writer = writer
             await writer.drain()
             self.connected = True
@@ -234,6 +236,31 @@ class HaSlave:
                 exc,
             )
 
+    def _send_range(self, req: RangeRequest, writer: asyncio.StreamWriter) -> None:
+        """The master found bytes of its log damaged: send this log's copy of them. What this
+        replica holds is the master's log up to its max offset (fork repair cut the rest at the
+        handshake); the master checks every record before writing it. None here (damaged too,
+        gone with retention, not yet copied): an empty answer, so that it asks another replica."""
+        end = req.offset + req.length
+        data = b""
+        if (
+            self.log.min_offset <= req.offset
+            and end <= self.log.max_offset
+            and req.length <= MAX_REPAIR_BYTES
+        ):
+            try:
+                data, _ = self.log.read_raw_chunk(req.offset, req.length)
+            except TidelogError as exc:
+                log.error("%s cannot send the master [%d, %d): %s", self._ctx, req.offset, end, exc)
+        log.warning(
+            "%s master reports damaged bytes [%d, %d): sending %d bytes of this log's copy",
+            self._ctx,
+            req.offset,
+            end,
+            len(data),
+        )
+        writer.write(encode(RangeData(req.offset, data)))
+
     def notify_fenced(self, ledger_id: int) -> None:
         """Tell the master at once that this replica fenced `ledger_id` (before any later ack).
 
@@ -248,6 +275,9 @@ class HaSlave:
                 raise HaProtocolError(f"master says {frame.code}: {frame.message}")
             if isinstance(frame, RangeData):
                 self._repair_range(frame)
+                continue
+            if isinstance(frame, RangeRequest):
+                self._send_range(frame, writer)
                 continue
             if not isinstance(frame, Transfer):
                 raise HaProtocolError(f"unexpected {type(frame).__name__} from the master")

@@ -192,9 +192,9 @@ class Broker(Node):
     def _repair(self) -> bool:
         """Rewrite damaged records from a peer's intact copy; True when none is left.
 
-        A slave fetches the range from its master (ha/slave.py::HaSlave.request_repair). A master
-        hands its role to an in-sync replica and repairs as a slave (broker/replica.py::
-        Replica.on_corrupt); modelled as the repair alone, from a connected in-sync slave."""
+        A slave fetches the range from its master (ha/slave.py::HaSlave.request_repair); a master
+        from a connected slave whose acks cover the range (ha/master.py::HaMaster.request_repair),
+        modelled as from a connected in-sync slave."""
         if self.core is not None:
             peers = [self.world.brokers[s] for s in self.mconns if s in self.core.tracker.local]
         elif self.slave is not None and self.sconn is not None and self.sconn.alive:

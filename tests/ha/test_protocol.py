@@ -14,6 +14,7 @@ from tidelog.errors import FlushSlaveTimeoutError, HaProtocolError, NotMasterErr
 from tidelog.ha.protocol import (
     MAX_AUTH_FRAME,
     MAX_FRAME,
+    MAX_RANGE_FRAME,
     MAX_STR,
     MAX_TRANSFER_DATA,
     Ack,
@@ -358,5 +359,26 @@ def test_read_frame_refuses_a_length_over_its_limit_before_reading_the_body() ->
         reader.feed_data(struct.pack(">IB", MAX_AUTH_FRAME + 1, FrameType.AUTH_HELLO))  # no body follows
         with pytest.raises(HaProtocolError, match="exceeds the limit"):
             await within(read_frame(reader, MAX_AUTH_FRAME), 1.0)
+
+    asyncio.run(main())
+
+
+def test_read_frame_asks_a_callable_limit_once_the_length_has_arrived() -> None:
+    """A master reads a slave's frames with a small limit, larger while a range's copy is asked of
+    it: the request may go out while the read already waits, so the limit is asked late."""
+
+    async def main() -> None:
+        frame = encode(RangeData(4096, b"r" * (MAX_AUTH_FRAME + 10)))
+        limit = [MAX_AUTH_FRAME]
+        reader = asyncio.StreamReader()
+        waiting = asyncio.ensure_future(read_frame(reader, lambda: limit[0]))
+        await asyncio.sleep(0)  # the read waits for its first byte under the small limit
+        limit[0] = MAX_RANGE_FRAME
+        reader.feed_data(frame)
+        assert await within(waiting, 1.0) == RangeData(4096, b"r" * (MAX_AUTH_FRAME + 10))
+        reader.feed_data(frame)
+        limit[0] = MAX_AUTH_FRAME
+        with pytest.raises(HaProtocolError, match="exceeds the limit"):
+            await within(read_frame(reader, lambda: limit[0]), 1.0)
 
     asyncio.run(main())
