@@ -125,3 +125,21 @@ def test_seed_5374_a_write_sized_for_the_whole_set_is_released_on_a_newcomers_ac
     when it is released (ha/ackpolicy.py::release_need, EVERY_MEMBER)."""
     out = run_seed(5374)
     assert out.ok, out.violation
+
+
+def test_seed_21602_a_record_damaged_on_its_only_copy_stops_writes_without_breaking_a_promise() -> None:
+    """Not a bug: a bit flipped in the master's only copy of a record no slave had yet (both slaves
+    were cut off). No replica can copy past it, so writes that need a slave wait for an operator
+    (docs/ARCHITECTURE.md §3.9); the liveness check no longer demands writes then
+    (sim/world.py::World.unrepairable)."""
+    shrunk = [
+        Fault(1585, "replay", "", 1646, 1000.0),
+        Fault(3418, "replay", "", 2886, 1000.0),
+        Fault(4887, "leader", "", 0),
+        Fault(5503, "dup", "", 6720, 0.224),
+        Fault(7812, "partition", "dc3", 5060),
+        Fault(8518, "partition", "dc2", 4883),
+        Fault(9786, "bitflip", "b2", 0),
+    ]
+    out = run_seed(21602, faults=shrunk)
+    assert out.ok, out.violation
