@@ -89,7 +89,7 @@ class Replica:
         commitlog: CommitLog,
         *,
         broker_id: int = -1,
-        propose: Callable[[int, Proposal], Awaitable[Role | None]] | None = None,
+        propose: Callable[[int, Proposal, int], Awaitable[Role | None]] | None = None,
     ) -> None:
         self.cfg = cfg
         self.log = commitlog
@@ -268,10 +268,10 @@ class Replica:
             await self.ha_slave.stop()
             self.ha_slave = None
 
-    async def _propose_sss(self, proposal: Proposal) -> None:
+    async def _propose_sss(self, proposal: Proposal, attempt: int) -> None:
         if self._propose is None or self.ha_master is None:
             return
-        role = await self._propose(self.ha_master.epoch, proposal)
+        role = await self._propose(self.ha_master.epoch, proposal, attempt)
         if role is not None:
             await self.apply_role(role)
 

@@ -138,13 +138,14 @@ class BrokerServer:
             "epoch": r.master_epoch,
         }
 
-    async def _alter(self, master_epoch: int, proposal: Proposal) -> Role | None:
+    async def _alter(self, master_epoch: int, proposal: Proposal, attempt: int) -> Role | None:
         reply = await self.controller.alter_sync_state_set(
             self.cfg.broker_set,
             self.replica.broker_id,
             master_epoch,
             proposal.new_sync_state_set,
             proposal.sss_epoch,
+            attempt=attempt,
         )
         return Role.from_pb(reply.role)
 

@@ -774,13 +774,17 @@ class ControllerClient:
         master_epoch: int,
         new_sync_state_set: Iterable[int],
         sync_state_set_epoch: int,
+        attempt: int = 0,
     ) -> pb.AlterSyncStateSetReply:
+        """`attempt`: the master's number for this attempt, increasing within its epoch (0: none;
+        controller/RULES.md A4b)."""
         req = pb.AlterSyncStateSetRequest(
             broker_set=broker_set,
             master_id=master_id,
             master_epoch=master_epoch,
             new_sync_state_set=sorted(new_sync_state_set),
             sync_state_set_epoch=sync_state_set_epoch,
+            attempt=attempt,
         )
         return await self.call("broker", "AlterSyncStateSet", req)
 

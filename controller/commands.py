@@ -58,6 +58,7 @@ class AlterSyncStateSet:
     sss_epoch: int
     alive: frozenset[int] = frozenset()
     now_ms: int = 0
+    attempt: int = 0  # the master's number for this attempt (RULES.md A4b); 0: not numbered
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,7 @@ def _check_alter_args(c: AlterSyncStateSet) -> tuple[frozenset[int], frozenset[i
     new_set = need_ids(c.new_sync_state_set, "new_sync_state_set")
     alive = need_ids(c.alive, "alive")
     need_nonneg(c.now_ms, "now_ms")
+    need_nonneg(c.attempt, "attempt")
     return new_set, alive
 
 
@@ -172,6 +173,13 @@ def _check_fencing(bs: BrokerSet, c: AlterSyncStateSet, new_set: frozenset[int],
         raise Reject(
             "CONTROLLER_FENCED_MASTER_EPOCH",
             f"master epoch {c.master_epoch} is not the current {bs.master_epoch}",
+            snap,
+        )
+    if c.attempt and (c.master_epoch, c.attempt) <= bs.alter_attempt:  # A4b
+        raise Reject(
+            "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
+            f"attempt {c.attempt} of master epoch {c.master_epoch} is not newer than attempt "
+            f"{bs.alter_attempt[1]}, already answered",
             snap,
         )
     if c.sss_epoch != bs.sss_epoch:  # A5
@@ -199,8 +207,14 @@ def alter(s: StateData, c: AlterSyncStateSet) -> Outcome:
     if bs is None:  # A1
         raise Reject(_ALTER_FAILED, f"no broker set {c.broker_set}")
     snap = copy_set(bs)
-    _check_fencing(bs, c, new_set, snap)
-    _check_members(bs, new_set, alive, snap)
+    try:
+        _check_fencing(bs, c, new_set, snap)
+        _check_members(bs, new_set, alive, snap)
+    finally:
+        # A4b: whatever the answer, an attempt of the current master is answered; no earlier
+        # attempt of it may apply after this one (a late copy of a call it gave up on)
+        if c.attempt and c.master_id == bs.master_id and c.master_epoch == bs.master_epoch:
+            bs.alter_attempt = max(bs.alter_attempt, (c.master_epoch, c.attempt))
     bs.sync_state_set = new_set  # A8
     bs.sss_epoch += 1
     message = f"SyncStateSet of {c.broker_set} is {sorted(new_set)} at epoch {bs.sss_epoch}"

@@ -66,6 +66,8 @@ class BrokerSet:
     sync_state_set: frozenset[int] = frozenset()
     sss_epoch: int = 0
     unclean_epoch: int = 0  # the last master epoch that was elected from outside the SyncStateSet
+    # (master epoch, attempt) of the newest numbered AlterSyncStateSet attempt answered (RULES.md A4b)
+    alter_attempt: tuple[int, int] = (0, 0)
 
     @property
     def master(self) -> Member | None:

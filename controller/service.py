@@ -389,6 +389,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
         check_request(len(request.new_sync_state_set) > 0, "new_sync_state_set must not be empty")
         for b in request.new_sync_state_set:
             non_negative("new_sync_state_set[]", b)
+        attempt = non_negative("attempt", request.attempt)
         await self.node.write(
             lambda now, hb: st.AlterSyncStateSet(
                 broker_set=name,
@@ -398,6 +399,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                 sss_epoch=request.sync_state_set_epoch,
                 alive=frozenset(hb.alive(name, self.node.mono_ms())),
                 now_ms=now,
+                attempt=attempt,
             )
         )
         with self.node.raft.read() as state:

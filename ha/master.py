@@ -234,7 +234,7 @@ class HaMaster:
         zero_copy: bool = True,
         heartbeat_interval_ms: int = 1000,
         idle_timeout_ms: int = 5000,
-        propose: Callable[[Proposal], Awaitable[None]] | None = None,
+        propose: Callable[[Proposal, int], Awaitable[None]] | None = None,
         on_confirm: Callable[[int], None] | None = None,
         on_ledger_fenced: Callable[[int], None] | None = None,
         secret: str = "",
@@ -273,6 +273,11 @@ class HaMaster:
         # (the replication-lag metrics); a reconnected slave's own ack supersedes it
         self.departed_acks: dict[int, int] = {}
         self._propose = propose
+        # Each AlterSyncStateSet attempt is numbered, increasing within this epoch, so that the
+        # controller refuses a late copy of an attempt older than one it answered (RULES.md A4b).
+        # From the wall clock: a master that resumes its epoch after a clean restart numbers on
+        # past its previous run's attempts.
+        self._attempt = time.time_ns() // 1_000_000
         self._on_confirm = on_confirm
         self._on_ledger_fenced = on_ledger_fenced
         self._waiters: dict[int, OffsetWaiters] = {}
@@ -437,8 +442,9 @@ class HaMaster:
         epoch_before = self.core.tracker.sss_epoch
         retried = False
         while not self._closed:
+            self._attempt += 1
             try:
-                await self._propose(proposal)
+                await self._propose(proposal, self._attempt)
                 return
             except (UnavailableError, TimeoutError) as exc:
                 log.warning(

@@ -103,6 +103,7 @@ class Broker(Node):
         self.mconns: dict[int, Conn] = {}
         self.waiters: list[Waiter] = []
         self.runs: list[ProposalRun] = []  # proposals being asked for (ha/master.py::_run_proposal)
+        self.alter_seq = 0  # the last attempt's number (ha/master.py::HaMaster._attempt, RULES.md A4b)
         self.flush_waiters: list[tuple[int, Callable[[], None]]] = []
         self.flushing = False
         self.stopped = False
@@ -394,8 +395,9 @@ class Broker(Node):
         if core is None:
             return
         run.sent_at = self.local()
+        self.alter_seq = max(self.alter_seq + 1, run.sent_at)  # numbered on from the clock, as the shell
         for c in self.world.ctrls:
-            self.sim.send(self, c, c.on_alter, self, run, run.attempt, self.bid, core.epoch)
+            self.sim.send(self, c, c.on_alter, self, run, run.attempt, self.bid, core.epoch, self.alter_seq)
 
     def _retry_proposals(self) -> None:
         """No answer within the call's timeout: after three heartbeats, ask again while the

@@ -133,7 +133,7 @@ class Controller(Node):
             self.sim.send(self, broker, broker.on_elect_reply, role_of(result.value))
 
     def on_alter(
-        self, broker: Broker, run: ProposalRun, attempt: int, master_id: int, master_epoch: int
+        self, broker: Broker, run: ProposalRun, attempt: int, master_id: int, master_epoch: int, seq: int
     ) -> None:
         if not self.leading:
             return
@@ -147,6 +147,7 @@ class Controller(Node):
             proposal.sss_epoch,
             alive=self.hb.alive_ids(SET, now),
             now_ms=now,
+            attempt=seq,
         )
 
         def done(r: Result) -> None:

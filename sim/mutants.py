@@ -210,6 +210,19 @@ def _unvouched_promotion() -> None:
     roles.classify = classify
 
 
+def _alter_attempts_unnumbered() -> None:
+    import dataclasses
+
+    from tidelog.controller import commands, mastership, state
+
+    real = mastership.alter
+
+    def alter(s: Any, c: Any) -> Any:
+        return real(s, dataclasses.replace(c, attempt=0))
+
+    state.HANDLERS[commands.AlterSyncStateSet] = alter
+
+
 def _ledger_first_negative() -> None:
     from tidelog.ledger import recovery
 
@@ -279,6 +292,11 @@ MUTANTS: dict[str, Mutant] = {
             "unvouched-promotion",
             "a broker takes mastership from a heartbeat reply that renews no lease (a stale leader's)",
             _unvouched_promotion,
+        ),
+        Mutant(
+            "alter-attempts-unnumbered",
+            "the controller applies a late copy of an attempt older than one it answered (RULES.md A4b)",
+            _alter_attempts_unnumbered,
         ),
         Mutant(
             "ledger-first-negative",

@@ -474,8 +474,11 @@ def alter(
     sss_epoch: int = 2,
     alive=frozenset({1, 2, 3}),
     name: str = A,
+    attempt: int = 0,
 ) -> AlterSyncStateSet:
-    return AlterSyncStateSet(name, master, epoch, frozenset(new), sss_epoch, alive=frozenset(alive))
+    return AlterSyncStateSet(
+        name, master, epoch, frozenset(new), sss_epoch, alive=frozenset(alive), attempt=attempt
+    )
 
 
 def test_1_2_alter_sss_check1_unknown_set() -> None:
@@ -511,6 +514,42 @@ def test_1_2_alter_sss_check4_rejects_future_master_epoch() -> None:
 
 def test_1_2_alter_sss_check5_rejects_stale_sss_epoch() -> None:
     refused(mastered(), alter({1, 2, 3}, sss_epoch=1), "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH")
+
+
+def test_a4b_a_late_copy_of_an_attempt_older_than_an_answered_one_is_refused() -> None:
+    """The simulator's seed 18180: attempt 7 went unanswered, attempt 8 of the same proposal was
+    refused (broker 3 not alive) and the master dropped the proposal; then attempt 7 arrived late,
+    when broker 3 lived again, and added it while it lacked records confirmed meanwhile. An answer
+    to a numbered attempt fences every earlier attempt of that master epoch."""
+    s = mastered()
+    r = s.apply(alter({1, 2, 3}, alive={1, 2}, attempt=8))
+    assert r.code == "CONTROLLER_BROKER_NOT_ALIVE" and not r.changed
+    assert s.broker_sets[A].alter_attempt == (1, 8)  # the refusal is recorded
+    r = refused(s, alter({1, 2, 3}, alive={1, 2, 3}, attempt=7), "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH")
+    assert "attempt 7" in r.message
+    refused(s, alter({1, 2, 3}, alive={1, 2, 3}, attempt=8), "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH")
+    assert s.apply(alter({1, 2, 3}, alive={1, 2, 3}, attempt=9)).ok  # a newer attempt applies
+    assert s.broker_sets[A].alter_attempt == (1, 9)
+
+
+def test_a4b_unnumbered_attempts_and_other_masters_are_not_fenced() -> None:
+    s = mastered()
+    assert s.apply(alter({1, 2, 3}, alive={1, 2}, attempt=8)).code == "CONTROLLER_BROKER_NOT_ALIVE"
+    assert s.apply(alter({1, 2, 3}, alive={1, 2, 3})).ok  # attempt 0: a broker that numbers none
+    # another master's attempt records nothing for this one
+    refused(
+        s,
+        AlterSyncStateSet(A, 2, 1, frozenset({1, 2}), 3, alive=frozenset({1, 2}), attempt=99),
+        "CONTROLLER_INVALID_MASTER",
+    )
+    assert s.broker_sets[A].alter_attempt == (1, 8)
+    # a new master epoch numbers afresh: (2, 1) is newer than (1, 8)
+    assert s.apply(ElectMaster(A, 2, designated=True, alive=live(1, 2, 3))).ok
+    bs = s.broker_sets[A]
+    cmd = AlterSyncStateSet(
+        A, 2, bs.master_epoch, frozenset({2, 3}), bs.sss_epoch, alive=frozenset({2, 3}), attempt=1
+    )
+    assert s.apply(cmd).ok
 
 
 def test_1_2_alter_sss_check6_unregistered_replica() -> None:

@@ -325,7 +325,7 @@ def test_4_a_write_is_acknowledged_while_an_expansion_waits_for_an_unreachable_c
         assert pair.master is not None
         unanswered = asyncio.Event()
 
-        async def never_answers(_proposal):  # the controller does not answer (paused, partitioned)
+        async def never_answers(_proposal, _attempt):  # the controller does not answer (paused, partitioned)
             await unanswered.wait()
 
         pair.master._propose = never_answers
@@ -367,7 +367,7 @@ def test_4_5_a_write_made_while_an_expansion_is_pending_waits_for_the_new_member
         master = pair.master
         answer = asyncio.Event()
 
-        async def slow_controller(proposal):  # applies the change once told to
+        async def slow_controller(proposal, attempt):  # applies the change once told to
             await answer.wait()
             master.on_controller_state(proposal.new_sync_state_set, proposal.sss_epoch + 1)
 

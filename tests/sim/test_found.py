@@ -143,3 +143,21 @@ def test_seed_21602_a_record_damaged_on_its_only_copy_stops_writes_without_break
     ]
     out = run_seed(21602, faults=shrunk)
     assert out.ok, out.violation
+
+
+def test_seed_18180_a_late_copy_of_an_unanswered_attempt_adds_a_member_after_a_refusal() -> None:
+    """Fixed: b2 proposed adding b1; the first attempt went unanswered (the leader changed), the
+    next was refused (b1 not alive) and b2 dropped the proposal, releasing writes without b1. A
+    copy of the earlier attempt, run late, found b1 alive and added it (same set epoch: A5 could
+    not stop it) while b1 lacked a confirmed record. Attempts are numbered, and an answer fences
+    every earlier attempt of that master (controller/RULES.md A4b)."""
+    shrunk = [
+        Fault(2543, "crash", "b1", 5090),
+        Fault(7160, "ctrl_split", "c1", 3401),
+        Fault(8041, "crash", "c2", 695),
+        Fault(10_094, "bitflip", "b1", 0),
+        Fault(12_685, "partition", "dc1", 7192),
+        Fault(18_778, "replay", "", 2375, 8000.0),
+    ]
+    for out in (run_seed(18180), run_seed(18180, faults=shrunk)):
+        assert out.ok, out.violation

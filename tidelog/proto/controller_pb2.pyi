@@ -292,18 +292,20 @@ class ListAclsReply(_message.Message):
     def __init__(self, grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
 
 class AlterSyncStateSetRequest(_message.Message):
-    __slots__ = ("broker_set", "master_id", "master_epoch", "new_sync_state_set", "sync_state_set_epoch")
+    __slots__ = ("broker_set", "master_id", "master_epoch", "new_sync_state_set", "sync_state_set_epoch", "attempt")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     MASTER_ID_FIELD_NUMBER: _ClassVar[int]
     MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NEW_SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
     SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     master_id: int
     master_epoch: int
     new_sync_state_set: _containers.RepeatedScalarFieldContainer[int]
     sync_state_set_epoch: int
-    def __init__(self, broker_set: _Optional[str] = ..., master_id: _Optional[int] = ..., master_epoch: _Optional[int] = ..., new_sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, broker_set: _Optional[str] = ..., master_id: _Optional[int] = ..., master_epoch: _Optional[int] = ..., new_sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class AlterSyncStateSetReply(_message.Message):
     __slots__ = ("role",)
