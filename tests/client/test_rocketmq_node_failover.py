@@ -172,9 +172,19 @@ def test_a_name_of_several_endpoints_fails_over_when_the_connected_one_is_killed
     try:
         wait_until(lambda: ready.exists() or driver.poll() is not None, 60, 0.1, what="messages flowing")
         assert ready.exists(), driver.communicate()[1][-3000:]
+
         # pick_first: one connection, to one of the name's addresses
-        wait_until(lambda: len(_connected_to(driver.pid, port)) == 1, 20, 0.1, what="one connection")
-        (used,) = _connected_to(driver.pid, port)
+        def one_connection() -> set[str] | bool:
+            if driver.poll() is not None:
+                return True  # over: said below
+            found = _connected_to(driver.pid, port)
+            return found if len(found) == 1 else set()
+
+        connected = wait_until(one_connection, 20, 0.1, what="one connection")
+        assert driver.poll() is None, (
+            f"the client ended (exit {driver.returncode}): {driver.communicate()[1][-3000:]}"
+        )
+        (used,) = connected
         (other,) = set(ADDRESSES.values()) - {used}
         victim = next(m["name"] for m in rc.members(c) if m["rocketmq_endpoint"] == f"{used}:{port}")
         localcluster.kill(c.data_dir, victim, signal.SIGKILL)
@@ -185,7 +195,9 @@ def test_a_name_of_several_endpoints_fails_over_when_the_connected_one_is_killed
             0.1,
             what=f"a connection to {other}",
         )
-        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        assert driver.poll() is None, (
+            f"the client ended (exit {driver.returncode}): {driver.communicate()[1][-3000:]}"
+        )
         stdout, stderr = driver.communicate(timeout=150)
     finally:
         if driver.poll() is None:
