@@ -17,8 +17,10 @@
 //   transactions {topic, stayS}                 commit, rollback and two orphans a checker settles
 //   push {topic, group, expected, failEvery, quietS}
 //                                               a PushConsumer: every delivery
-//   produce-consume {topic, group, seconds, readyFile}
-//                                               a producer and a PushConsumer at once
+//   produce-consume {topic, group, seconds, readyFile, readyDelivered}
+//                                               a producer and a PushConsumer at once, for
+//                                               `seconds` once `readyFile` is written: at start,
+//                                               or once `readyDelivered` receipted messages came
 //   bench {topic, latencyTopic, group, messages, inFlight}
 //                                               bench/rocketmq.py's figures of this client
 //
@@ -261,14 +263,14 @@ async function push(endpoint, { topic, group, expected, failEvery = 0, quietS = 
   }
 }
 
-async function produceConsume(endpoint, { topic, group, seconds, readyFile }) {
+async function produceConsume(endpoint, { topic, group, seconds, readyFile, readyDelivered = 0 }) {
   const delivered = [];
   const consumer = new PushConsumer(options(endpoint, {
     consumerGroup: group,
     subscriptions: new Map([[ topic, '*' ]]),
     messageListener: {
       async consume(view) {
-        delivered.push([ view.messageId, view.body.toString(), view.deliveryAttempt ]);
+        delivered.push([ view.messageId, view.body.toString(), view.deliveryAttempt, Date.now() ]);
         return ConsumeResult.SUCCESS;
       },
     },
@@ -278,21 +280,37 @@ async function produceConsume(endpoint, { topic, group, seconds, readyFile }) {
   await producer.startup();
   const receipts = [];
   const failures = [];
+  const started = Date.now();
+  let t0 = null; // once ready: the run's clock
+  const deliveredIds = () => new Set(delivered.map(d => d[0]));
   try {
-    fs.writeFileSync(readyFile, 'ready\n');
-    const t0 = Date.now();
-    for (let i = 0; Date.now() - t0 < seconds * 1000; i++) {
+    if (!readyDelivered) {
+      fs.writeFileSync(readyFile, 'ready\n');
+      t0 = Date.now();
+    }
+    for (let i = 0; t0 === null || Date.now() - t0 < seconds * 1000; i++) {
+      if (t0 === null && Date.now() - started > 60000) throw new Error('no messages flowed in 60 s');
       try {
         const r = await producer.send(message(topic, i));
-        receipts.push({ i, id: r.messageId, at: (Date.now() - t0) / 1000 });
+        // at: seconds since ready (null before)
+        const now = Date.now();
+        receipts.push({ i, id: r.messageId, at: t0 === null ? null : (now - t0) / 1000, epochMs: now });
       } catch (err) {
-        failures.push(`${((Date.now() - t0) / 1000).toFixed(1)}s ${failure(err).message.slice(0, 200)}`);
+        failures.push(`${((Date.now() - started) / 1000).toFixed(1)}s ${failure(err).message.slice(0, 200)}`);
         await sleep(200);
       }
+      if (t0 === null) {
+        const ids = deliveredIds();
+        if (receipts.filter(r => ids.has(r.id)).length >= readyDelivered) {
+          fs.writeFileSync(readyFile, 'ready\n');
+          t0 = Date.now();
+        }
+      }
     }
-    const wanted = new Set(receipts.map(r => r.id));
     const deadline = Date.now() + 60000;
-    while (Date.now() < deadline && [ ...wanted ].some(id => !delivered.some(d => d[0] === id))) {
+    for (;;) {
+      const ids = deliveredIds();
+      if (Date.now() >= deadline || receipts.every(r => ids.has(r.id))) break;
       await sleep(200);
     }
     await sleep(2000); // redeliveries of what was acknowledged just before the end
