@@ -4,6 +4,7 @@ dead-letter topics with it. `AsyncAdmin` (client/admin.py) adds consumer groups 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 
 #: Topics per CreateTopics call (the controller takes up to 1,000 in one Raft commit).
 MAX_TOPICS_PER_CALL = 1000
+#: How long a topic the controllers' route names may still be unknown to its brokers: they learn
+#: it from their next heartbeat's answer (every second by default), a few of them at most.
+TOPIC_PROPAGATION_S = 5.0
 
 
 class TopicAdmin:
@@ -132,13 +136,25 @@ class TopicAdmin:
     async def describe_topic(self, name: str) -> list[dict[str, Any]]:
         route = await self.client.route(name, refresh=True)
         out = []
+        deadline = time.monotonic() + TOPIC_PROPAGATION_S
         for bs in route.broker_sets:
             for q in range(bs.queues):
-                o = await self.client.queue_offsets(bs, name, q)
+                o = await self._queue_offsets(bs, name, q, deadline)
                 out.append(
                     {"broker_set": bs.name, "queue": q, "min": o.min, "max": o.max, "confirmed": o.confirmed}
                 )
         return out
+
+    async def _queue_offsets(self, bs: Any, name: str, queue: int, deadline: float) -> Any:
+        """A queue's offsets from its brokers; a topic just created is not known to them until
+        their next heartbeat's answer, so TOPIC_NOT_FOUND is asked again until `deadline`."""
+        while True:
+            try:
+                return await self.client.queue_offsets(bs, name, queue)
+            except TopicNotFoundError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
 
 def _topic_row(t: cpb.TopicConfig) -> dict[str, Any]:
