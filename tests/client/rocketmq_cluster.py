@@ -94,14 +94,33 @@ def master_of(cluster: LocalCluster, broker_set: str = "broker-a") -> str:
     return found[0] if found else ""
 
 
+@contextlib.contextmanager
+def driver_run(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[str]]:
+    """A client driver process, killed on the way out if it is still running."""
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        yield driver
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+
+
+def driver_output(driver: subprocess.Popen[str]) -> dict[str, Any]:
+    """The driver's last line (JSON), once it ends by itself with exit status 0."""
+    stdout, stderr = driver.communicate(timeout=150)
+    assert driver.returncode == 0, stderr[-3000:]
+    out: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return out
+
+
 def kill_master_under(
     cluster: LocalCluster, victim: str, command: list[str], ready: Path, **popen: Any
 ) -> dict[str, Any]:
     """Run a client driver (`command`, which touches `ready` once it sends and receives), kill -9
     the master `victim` under it once messages flow, start it again once another master serves,
     and return the driver's last line (JSON) once it ends by itself."""
-    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
-    try:
+    with driver_run(command, **popen) as driver:
         deadline = time.monotonic() + 30
         while not ready.exists() and time.monotonic() < deadline and driver.poll() is None:
             time.sleep(0.1)
@@ -113,14 +132,7 @@ def kill_master_under(
             assert time.monotonic() < deadline, "no new master"
             time.sleep(0.2)
         localcluster.restart(cluster.data_dir, victim)
-        stdout, stderr = driver.communicate(timeout=150)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-    assert driver.returncode == 0, stderr[-3000:]
-    out: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
-    return out
+        return driver_output(driver)
 
 
 def dead_letters(cluster: LocalCluster, group: str, expected: int) -> list[ConsumedMessage]:

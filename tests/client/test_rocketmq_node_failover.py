@@ -27,7 +27,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -149,27 +148,34 @@ def _connected_to(pid: int, port: int) -> set[str]:
     return out
 
 
+def _receipts_so_far(progress: Path) -> int:
+    """How many sends the driver has had receipted (its progress file; 0 before the first)."""
+    try:
+        return int(progress.read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0  # not written yet, or read while being written
+
+
 def test_a_name_of_several_endpoints_fails_over_when_the_connected_one_is_killed(
     cluster: tuple[LocalCluster, int], hosts: Path, tmp_path: Path
 ) -> None:
     c, port = cluster
     rc.create_topic(c, "node-failover")
     env = {**os.environ, "HOME": str(tmp_path)}  # the client logs into files under $HOME
-    ready = tmp_path / "ready"
+    ready, stop, progress = tmp_path / "ready", tmp_path / "stop", tmp_path / "progress"
     args = {
         "topic": "node-failover",
         "group": "g-node-failover",
-        "seconds": 10,
+        "seconds": 120,  # a bound: the test ends the run through stopFile once it has what it needs
         "readyFile": str(ready),
+        "stopFile": str(stop),
+        "progressFile": str(progress),
         "readyDelivered": 20,  # sent and received through the name before the kill
     }
     command = _in_own_hosts(
         hosts, ["node", str(DRIVER), f"{NAME}:{port}", "produce-consume", json.dumps(args)]
     )
-    driver = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=NODE_DIR, env=env
-    )
-    try:
+    with rc.driver_run(command, cwd=NODE_DIR, env=env) as driver:
         wait_until(lambda: ready.exists() or driver.poll() is not None, 60, 0.1, what="messages flowing")
         assert ready.exists(), driver.communicate()[1][-3000:]
 
@@ -189,6 +195,7 @@ def test_a_name_of_several_endpoints_fails_over_when_the_connected_one_is_killed
         victim = next(m["name"] for m in rc.members(c) if m["rocketmq_endpoint"] == f"{used}:{port}")
         localcluster.kill(c.data_dir, victim, signal.SIGKILL)
         killed_ms = time.time() * 1000
+        at_kill = _receipts_so_far(progress)
         wait_until(
             lambda: driver.poll() is not None or _connected_to(driver.pid, port) == {other},
             30,
@@ -198,13 +205,15 @@ def test_a_name_of_several_endpoints_fails_over_when_the_connected_one_is_killed
         assert driver.poll() is None, (
             f"the client ended (exit {driver.returncode}): {driver.communicate()[1][-3000:]}"
         )
-        stdout, stderr = driver.communicate(timeout=150)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-    assert driver.returncode == 0, stderr[-3000:]
-    out: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+        # sending on through the other address: 20 more receipts, then the run ends
+        wait_until(
+            lambda: driver.poll() is not None or _receipts_so_far(progress) >= at_kill + 20,
+            60,
+            0.1,
+            what=f"20 sends receipted through {other}",
+        )
+        stop.touch()
+        out = rc.driver_output(driver)
     receipts, deliveries = out["receipts"], out["deliveries"]
     delivered = {d[0] for d in deliveries}
     lost = [r for r in receipts if r["id"] not in delivered]

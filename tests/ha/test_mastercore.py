@@ -56,6 +56,22 @@ def core(
     )
 
 
+def flushing_alone() -> MasterCore:
+    """A master alone in its set under flush: sync: its confirm offset follows its own fsync."""
+    return MasterCore.start(
+        broker_id=M,
+        epoch=3,
+        sync_state_set=frozenset({M}),
+        sss_epoch=1,
+        master_max=100,
+        confirm=100,
+        epoch_start=0,
+        max_not_catchup_ms=1000,
+        now_ms=0,
+        durable=100,
+    )
+
+
 def snapshot(c: MasterCore) -> tuple:
     return (
         c.master_max,
@@ -146,18 +162,7 @@ def test_3_5_a_write_sized_before_an_expansion_is_released_only_once_the_joining
     by the master alone. The controller applied the expansion and the new member, which lacked the
     write, could be elected. A joining member is electable once the change applies: every
     release while it is pending needs it."""
-    c = MasterCore.start(  # flush: sync, so the confirm offset follows the master's fsync
-        broker_id=M,
-        epoch=3,
-        sync_state_set=frozenset({M}),
-        sss_epoch=1,
-        master_max=100,
-        confirm=100,
-        epoch_start=0,
-        max_not_catchup_ms=1000,
-        now_ms=0,
-        durable=100,
-    )
+    c = flushing_alone()
     c.step(Appended(150), 1)  # sized for the master alone (one ack), its fsync still running
     assert c.acked_by(1) == 150
     assert c.step(SlaveJoined(1, 100), 2) == [Propose(Proposal(frozenset({M, 1}), 1))]
@@ -468,18 +473,7 @@ TestMasterMachine.settings = settings(max_examples=200, stateful_step_count=40, 
 def test_3_3_under_flush_sync_the_master_counts_only_what_it_flushed() -> None:
     """A master alone in its set used to confirm a record at its append, before its fsync: a
     reader could see what a crash then took back (the simulator's seed 1)."""
-    c = MasterCore.start(
-        broker_id=M,
-        epoch=3,
-        sync_state_set=frozenset({M}),
-        sss_epoch=1,
-        master_max=100,
-        confirm=100,
-        epoch_start=0,
-        max_not_catchup_ms=1000,
-        now_ms=0,
-        durable=100,
-    )
+    c = flushing_alone()
     assert c.step(Appended(150), 1) == []  # appended, not on disk: not confirmed
     assert c.confirm == 100
     assert c.step(Flushed(150), 2) == [SetConfirm(150)]

@@ -17,10 +17,12 @@
 //   transactions {topic, stayS}                 commit, rollback and two orphans a checker settles
 //   push {topic, group, expected, failEvery, quietS}
 //                                               a PushConsumer: every delivery
-//   produce-consume {topic, group, seconds, readyFile, readyDelivered}
+//   produce-consume {topic, group, seconds, readyFile, readyDelivered, stopFile, progressFile}
 //                                               a producer and a PushConsumer at once, for
 //                                               `seconds` once `readyFile` is written: at start,
-//                                               or once `readyDelivered` receipted messages came
+//                                               or once `readyDelivered` receipted messages came;
+//                                               ends early once `stopFile` exists; writes the
+//                                               count of receipts to `progressFile` after each
 //   bench {topic, latencyTopic, group, messages, inFlight}
 //                                               bench/rocketmq.py's figures of this client
 //
@@ -263,7 +265,7 @@ async function push(endpoint, { topic, group, expected, failEvery = 0, quietS = 
   }
 }
 
-async function produceConsume(endpoint, { topic, group, seconds, readyFile, readyDelivered = 0 }) {
+async function produceConsume(endpoint, { topic, group, seconds, readyFile, readyDelivered = 0, stopFile = null, progressFile = null }) {
   const delivered = [];
   const consumer = new PushConsumer(options(endpoint, {
     consumerGroup: group,
@@ -288,13 +290,15 @@ async function produceConsume(endpoint, { topic, group, seconds, readyFile, read
       fs.writeFileSync(readyFile, 'ready\n');
       t0 = Date.now();
     }
-    for (let i = 0; t0 === null || Date.now() - t0 < seconds * 1000; i++) {
+    const running = () => t0 === null || (Date.now() - t0 < seconds * 1000 && !(stopFile && fs.existsSync(stopFile)));
+    for (let i = 0; running(); i++) {
       if (t0 === null && Date.now() - started > 60000) throw new Error('no messages flowed in 60 s');
       try {
         const r = await producer.send(message(topic, i));
         // at: seconds since ready (null before)
         const now = Date.now();
         receipts.push({ i, id: r.messageId, at: t0 === null ? null : (now - t0) / 1000, epochMs: now });
+        if (progressFile) fs.writeFileSync(progressFile, `${receipts.length}\n`);
       } catch (err) {
         failures.push(`${((Date.now() - started) / 1000).toFixed(1)}s ${failure(err).message.slice(0, 200)}`);
         await sleep(200);
