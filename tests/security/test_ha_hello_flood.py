@@ -39,9 +39,12 @@ MAX_LOG_LINES_PER_S = 20
 # the stranger, a process of its own: connect, say a hello claiming broker 1 of broker-a, again and
 # again from CONCURRENT connections at once, each kept open until HELD newer ones of its
 # coroutine are (it holds an unproven slot of the master's until displaced); one line a second
-# on stdout: the hellos sent so far
+# on stdout: the hellos sent so far. It runs at the lowest CPU priority: it floods with whatever
+# the test host's cores leave, as a stranger on another machine would, rather than slowing the
+# slave's process start by taking its CPU (which no broker could prevent)
 STRANGER = """
 import asyncio, os, sys, time
+os.nice(19)  # on a network the stranger has a machine of its own: here it must not take the brokers' cores
 host, port, concurrent, held_max, hello = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), bytes.fromhex(sys.argv[5])
 sent = 0
 async def one():
