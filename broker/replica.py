@@ -46,6 +46,7 @@ from tidelog.errors import (
     NotMasterError,
     TidelogError,
 )
+from tidelog.guard import HA_DISPLACED, HA_UNPROVEN, RefusalLog
 from tidelog.ha import roles
 from tidelog.ha.ackpolicy import AckConfig, release_need, required_acks
 from tidelog.ha.lease import Lease
@@ -67,6 +68,12 @@ from tidelog.tlsconfig import member_client
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    """A connection's peer as `host:port` (the refusal log keys on the host)."""
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
 
 
 def _now_ms() -> int:
@@ -122,6 +129,10 @@ class Replica:
         self.ha_slots = HaSlots(
             cfg.ha_max_connections, cfg.ha_max_connections, cfg.ha_handshake_timeout_ms / 1000
         )
+        # refused calls and connections of every port (the server's gRPC and data ports share it):
+        # a few lines a second per peer host, counted by reason. A stranger flooding the HA port
+        # with connections must not cost the log a line or two each (docs/SECURITY.md, probe 13)
+        self.refusals = RefusalLog()
         self.data_address = ""  # where clients reach the data port (broker/dataport.py), if it runs
         self.rocketmq_address = (
             ""  # where RocketMQ clients reach this broker (broker/rocketmq.py), if it does
@@ -314,15 +325,15 @@ class Replica:
         and each must prove the secret within `ha_handshake_timeout_ms` (ha/master.py `HaSlots`):
         bounded memory, and strangers cannot lock the real slaves out.
         """
-        peer = writer.get_extra_info("peername")
+        peer = _peer(writer)
         evicted = self.ha_slots.evicted
         slot = self.ha_slots.admit(writer.transport)
         if self.ha_slots.evicted != evicted:
-            log.warning(
-                "%s HA port: %d connections have not proven the cluster secret; closed the oldest for %s",
-                self.ctx,
-                self.ha_slots.max_unproven,
+            self.refusals.note(
                 peer,
+                HA_DISPLACED,
+                f"HA connection: {self.ha_slots.max_unproven} connections have not proven the "
+                f"cluster secret; closed the oldest for this one",
             )
         idle = self.cfg.ha_idle_timeout_ms / 1000
         try:
@@ -338,14 +349,22 @@ class Replica:
             await master.accept(reader, writer, hello, slot)
         # OSError: a reset, or with TLS an ssl.SSLError (a peer without the right certificate)
         except (HaProtocolError, asyncio.IncompleteReadError, OSError, TimeoutError) as exc:
-            log.info("%s HA connection from %s closed: %s", self.ctx, peer, exc or type(exc).__name__)
+            why = str(exc) or type(exc).__name__
+            if slot.is_proven:
+                log.info("%s HA connection from %s closed: %s", self.ctx, peer, why)
+            else:  # a stranger's, as likely as a slave's: rate-limited
+                self.refusals.note(peer, HA_UNPROVEN, f"HA connection closed before the proof: {why}")
+        except asyncio.CancelledError:
+            # the server is closing: end quietly (on Python 3.11 a connection task that ends
+            # cancelled makes asyncio log a traceback)
+            pass
         except Exception as exc:
             stop_if_violated(exc)
             log.exception("%s HA connection failed", self.ctx)
         finally:
             slot.release()
             writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer.wait_closed()
 
     # ------------------------------------------------------------------ requests

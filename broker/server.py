@@ -47,7 +47,7 @@ from tidelog.errors import (
     NoSuchLedgerExistsError,
     TidelogError,
 )
-from tidelog.guard import Guard, RefusalLog, SafeDecode, with_clear_keys
+from tidelog.guard import Guard, SafeDecode, with_clear_keys
 from tidelog.ha.syncstate import Proposal
 from tidelog.ledger.metadata import LedgerMetadata
 from tidelog.ledger.params import ledger_key
@@ -103,7 +103,7 @@ class BrokerServer:
         self.replica.ledgers.metadata_source = self._ledger_metadata
         # with auth on: users' calls are signed and permitted (tidelog/guard.py), on the gRPC and data ports
         # refused calls and connections: a few lines a second per peer, counted by reason
-        self.refusals = RefusalLog()
+        self.refusals = self.replica.refusals  # the HA port's too
         self.guard = (
             Guard(cfg.auth, lambda: self.replica.acl, self.member_call, refusal_log=self.refusals)
             if cfg.auth is not None

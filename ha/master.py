@@ -156,6 +156,11 @@ class HaSlot:
         """The connection ended (idempotent)."""
         self.owner.release(self)
 
+    @property
+    def is_proven(self) -> bool:
+        """Whether the peer proved the cluster secret (and the connection is still counted)."""
+        return self in self.owner.proven
+
 
 class HaSlots:
     """The HA port's connection slots, so that strangers cannot lock the real slaves out.
@@ -523,14 +528,11 @@ class HaMaster:
         await writer.drain()
         proof = await within(read_frame(reader, MAX_AUTH_FRAME), self.idle_timeout)
         if not isinstance(proof, AuthProof) or not ha_auth.check_slave(self.secret, proof.proof, *fields):
-            log.warning(
-                "%s HA connection from %s claiming broker %d did not prove the cluster secret; closing",
-                self._ctx,
-                peer,
-                hello.broker_id,
-            )
             await _send_error(writer, "UNAUTHENTICATED", "the cluster secret was not proven")
-            return
+            # the caller logs it, rate-limited per peer: strangers may send many
+            raise HaProtocolError(
+                f"{self._ctx} HA connection claiming broker {hello.broker_id} did not prove the cluster secret"
+            )
         if slot is not None and not slot.proven():
             log.warning(
                 "%s HA connection from %s (broker %d) closed: %d proven HA connections are open already",

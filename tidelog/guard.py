@@ -109,6 +109,8 @@ _MAX_PEERS = 4096
 MALFORMED = "malformed_request"
 PERMISSION = "permission"
 CLUSTER_TOKEN = "cluster_token"
+HA_UNPROVEN = "ha_unproven"  # an HA connection closed before it proved the cluster secret
+HA_DISPLACED = "ha_displaced"  # an unproven HA connection closed to make room (ha/master.py HaSlots)
 
 
 def peer_host(peer: str) -> str:

@@ -38,7 +38,7 @@ class Master:
         """Run `coro` on the replica's loop, at most `timeout` seconds (TimeoutError past it)."""
         # The lease runs out after a minute; a fuzz run is longer, and NOT_MASTER for everything
         # would leave the handlers' other paths untried.
-        self.replica.lease.renew(self.replica.clock_ms(), 80_000, unclean_elections=True)
+        self.replica.lease.renew(self.replica.clock_ms(), 80_000, epoch=1, unclean_elections=True)
         return self.runner.run(within(coro, timeout))
 
 
@@ -56,7 +56,7 @@ async def _start(root: Path) -> Replica:
     log = CommitLog.open(root, segment_bytes=1 << 20, flush="async")
     replica = Replica(cfg, log, broker_id=1)
     await replica.apply_role(Role(True, 1, "127.0.0.1:1", "127.0.0.1:2", 1, frozenset({1}), 1))
-    replica.lease.renew(replica.clock_ms(), 80_000, unclean_elections=True)
+    replica.lease.renew(replica.clock_ms(), 80_000, epoch=1, unclean_elections=True)
     replica.topic_table.update(SET, [SimpleNamespace(name=TOPIC, queues={SET: QUEUES}, generation=1)], [])
     return replica
 

@@ -43,10 +43,13 @@ def test_proven_connections_are_counted_apart_and_bounded() -> None:
         slots = HaSlots(max_unproven=1, max_proven=1, handshake_timeout=60)
         first, second = _Transport(), _Transport()
         one = slots.admit(first)  # type: ignore[arg-type]
+        assert not one.is_proven
         assert one.proven()
+        assert one.is_proven  # its closing is logged as a slave's, not rate-limited as a stranger's
         two = slots.admit(second)  # type: ignore[arg-type]
         assert not first.aborted.is_set()  # a proven connection is never displaced
         assert not two.proven()  # past max_proven: the caller closes it
+        assert not two.is_proven
         one.release()
         one.release()  # idempotent
         assert not slots.proven and not slots.unproven

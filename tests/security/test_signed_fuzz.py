@@ -87,11 +87,23 @@ def _request(methods: list[tuple[str, str, Any, Any]]) -> st.SearchStrategy[tupl
     )
 
 
-def _check(channel: grpc.Channel, c: LocalCluster, method: tuple[str, str, Any, Any], body: bytes) -> None:
+def _check(
+    channel: grpc.Channel,
+    c: LocalCluster,
+    method: tuple[str, str, Any, Any],
+    body: bytes,
+    extra: tuple[tuple[str, str], ...] = (),
+    timeout: float = 5,
+    unsignable: bool = False,
+) -> None:
+    """One call of `method` with `body`, signed by the admin (and `extra` metadata): its answer
+    must be a reply of the method's type or a typed error, never INTERNAL or UNKNOWN; and never
+    UNAUTHENTICATED unless `unsignable` (the signature itself cannot be made for this request)."""
     path, name, _, reply_type = method
     call = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+    metadata = (*admin(c).metadata(method=path), *extra)
     try:
-        reply = call(body, timeout=2 if name in LONG_POLLS else 5, metadata=admin(c).metadata(method=path))
+        reply = call(body, timeout=2 if name in LONG_POLLS else timeout, metadata=metadata)
     except grpc.RpcError as exc:
         status = exc.code()
         if status == grpc.StatusCode.DEADLINE_EXCEEDED and name in LONG_POLLS:
@@ -100,7 +112,7 @@ def _check(channel: grpc.Channel, c: LocalCluster, method: tuple[str, str, Any, 
         code = dict(exc.trailing_metadata() or ()).get(ERROR_CODE_KEY)
         assert code, f"{path}: {status} without a tidelog error code: {exc.details()}"
         # the signature is valid: the body, not the caller, is what gets judged
-        assert code != "UNAUTHENTICATED", (path, exc.details())
+        assert code != "UNAUTHENTICATED" or unsignable, (path, exc.details())
         assert by_code(code).status == status.name, (path, code, status)
         return
     reply_type.FromString(reply)  # a valid answer parses as the method's reply
