@@ -75,7 +75,7 @@ def _replica(tmp_path: Path) -> Replica:
 
 async def _master(replica: Replica) -> None:
     await replica.apply_role(Role(True, 1, "127.0.0.1:1", "127.0.0.1:2", 1, frozenset({1}), 1))
-    replica.lease.renew(replica.clock_ms(), 80_000, unclean_elections=True)
+    replica.lease.renew(replica.clock_ms(), 80_000, epoch=1, unclean_elections=True)
     replica.topic_table.update(SET, [SimpleNamespace(name="t", queues={SET: 2}, generation=1)], [])
 
 
