@@ -38,8 +38,11 @@ commits its 8 queues of one topic `--commit-rounds` times, as `%OFFSETS%` record
 batches of 1,000; broker/offsets.py):
 - append rate of commit records (commits/s; the log alone, not the RPC and replication in front
   of it) and log bytes per commit;
-- the restart fold: a fresh `GroupOffsets` reading every commit of the log to its latest value
-  per (group, topic, queue), as a broker does on its first fetch after a start (s);
+- the restart fold: a fresh `GroupOffsets` folding the log to the latest value per (group,
+  topic, queue), as a broker does on its first fetch after a start (s): from the fold's
+  checkpoint, taken before the last round of commits (what a broker writes every
+  `offsets_checkpoint_interval_ms`), so only that round is read from the log; and, for
+  comparison, the full fold of every commit the log holds; the checkpoint's write time and size;
 - retention's carry-forward: `MetadataFold.refresh` and `carry_plan` when every commit lies in a
   segment about to go (s, first and second round), and the records and bytes it copies.
 
@@ -320,7 +323,7 @@ def queues_dimension(
 
 def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str, Any]]:
     from tidelog.broker.compaction import MetadataFold, carry_plan, copy_message
-    from tidelog.broker.offsets import GroupOffsets, commit_message
+    from tidelog.broker.offsets import CHECKPOINT_FILE, GroupOffsets, commit_message
     from tidelog.commitlog import CommitLog
 
     rows: list[dict[str, Any]] = []
@@ -328,9 +331,20 @@ def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str
         directory = root / f"groups-{n}"
         log = CommitLog.open(directory, flush="async")
         try:
-            started = time.monotonic()
+            append_s = 0.0
             commits = 0
+            checkpoint_s = checkpoint_mb = 0.0
             for r in range(rounds):
+                if r == rounds - 1 and r > 0:
+                    # the broker's periodic checkpoint, before the last round of commits
+                    log.confirm_offset = log.max_offset
+                    running = GroupOffsets(log)
+                    running.committed()  # the running broker's fold, up to date
+                    started = time.monotonic()
+                    require(running.save_checkpoint(), "the fold was checkpointed")
+                    checkpoint_s = time.monotonic() - started
+                    checkpoint_mb = os.path.getsize(os.path.join(log.directory, CHECKPOINT_FILE)) / 1e6
+                started = time.monotonic()
                 batch = [
                     commit_message(f"group-{g:06d}", "orders", q, 100 * r + q)
                     for g in range(n)
@@ -339,11 +353,15 @@ def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str
                 for i in range(0, len(batch), 1000):
                     log.append(batch[i : i + 1000])
                 commits += len(batch)
-            append_s = time.monotonic() - started
+                append_s += time.monotonic() - started
             log.confirm_offset = log.max_offset
+            started = time.monotonic()
+            full = GroupOffsets(log, checkpoint=False).committed()
+            full_s = time.monotonic() - started
             started = time.monotonic()
             folded = GroupOffsets(log).committed()
             fold_s = time.monotonic() - started
+            require(folded == full, "the fold from the checkpoint is the fold of every commit")
             fold = MetadataFold(log)
             started = time.monotonic()
             live, pending = fold.refresh()
@@ -360,6 +378,10 @@ def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str
                 "commits_per_s": round(commits / append_s),
                 "bytes_per_commit": round(log.max_offset / commits),
                 "restart_fold_s": round(fold_s, 2),
+                "full_fold_s": round(full_s, 2),
+                "commits_after_checkpoint": n * 8 if rounds > 1 else commits,
+                "checkpoint_write_s": round(checkpoint_s, 2),
+                "checkpoint_mb": round(checkpoint_mb, 1),
                 "carry_plan_s": round(carry_s, 2),
                 "carry_plan_again_s": round(carry_again_s, 2),
                 "carried": len(plan.carry),
