@@ -138,6 +138,7 @@ class GroupOffsets:
         self._saved_covers = -1  # what the file last written covers
         self._writing = threading.Lock()
         self.restored_from: int | None = None  # the offset a restart's fold started at, if it used one
+        commitlog.truncate_listeners.append(self._on_truncate)
 
     def _apply(self, m: StoredMessage) -> None:
         fold_commit(self._offsets, m.body, m.phys_offset)
@@ -148,6 +149,14 @@ class GroupOffsets:
         self._offsets.clear()
         self._last = None
         self._covers = 0
+
+    def _on_truncate(self, cut: int) -> None:
+        # Records folded in are about to go (fork repair): fold again from the survivors. The
+        # fold's own check sees a cut only until the log grows back past it, and a checkpoint
+        # written from a fold that missed one would carry the lost commits into every restart.
+        if cut < self._covers:
+            self._fold.reset()
+            self._saved_covers = -1
 
     def _refresh(self) -> None:
         if not self._loaded:

@@ -220,3 +220,20 @@ def test_the_checkpoint_covers_confirmed_commits_only(log: CommitLog) -> None:
     assert cp is not None and cp.covers == log.confirm_offset < log.max_offset
     assert cp.offsets[("g0", "orders", 0)][0] == 10
     assert cp.applied == 12 and log.read_at(cp.last.phys_offset).topic == OFFSETS_TOPIC  # type: ignore[union-attr]
+
+
+def test_a_fork_repair_below_the_fold_is_folded_again_even_once_the_log_grew_back(log: CommitLog) -> None:
+    """A cut that the log grows back past before the next refresh: without the truncation
+    listener the fold (and every checkpoint written from it) would keep the commits cut away."""
+    placed = log.append([commit_message("g", "orders", q, 5) for q in range(4)])
+    log.confirm_offset = log.max_offset
+    offsets = GroupOffsets(log)
+    assert offsets.committed()[("g", "orders", 3)][0] == 5
+    log.truncate(placed[2].phys_offset)  # commits of queues 2 and 3 go
+    log.append([commit_message("h", "orders", 0, 1) for _ in range(6)])  # grows back past them
+    log.confirm_offset = log.max_offset
+    got = offsets.committed()
+    assert ("g", "orders", 3) not in got
+    assert got == GroupOffsets(log, checkpoint=False).committed()
+    cp = offsets.checkpoint_now()
+    assert cp is not None and ("g", "orders", 2) not in cp.offsets
