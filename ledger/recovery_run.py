@@ -8,9 +8,9 @@ core hands back runs concurrently; `fence_outcome` / `read_outcome` turn a faile
 the core understands.
 
 Latency: the replicas' addresses are looked up once, while the IN_RECOVERY compare-and-set is in
-flight, and the entries just after the LAC are read `RECOVERY_READ_AHEAD` at a time, so the
-common end of a dead writer (its last entry acknowledged but not yet covered by a LAC it sent)
-costs one round of reads, not two.
+flight, and the entries just after the LAC are read `RECOVERY_READ_AHEAD` (ledger/recovery.py)
+at a time, so the common end of a dead writer (its last entry acknowledged but not yet covered
+by a LAC it sent) costs one round of reads, not two.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from tidelog.ledger.digest import Digester
 from tidelog.ledger.metadata import LedgerEvent, LedgerMetadata, LedgerState, apply_transition
 from tidelog.ledger.placement import BrokerSetView
 from tidelog.ledger.recovery import (
+    RECOVERY_READ_AHEAD,
     Action,
     CloseLedger,
     FenceOutcome,
@@ -53,12 +54,7 @@ from tidelog.proto import ledger_pb2 as lpb
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RECOVERY_READ_AHEAD", "RecoveryRun", "fence_outcome", "read_outcome"]
-
-# Entries read at once past the LAC (the core still decides them strictly in order). A writer
-# that dies leaves its last acknowledged entry beyond the LAC its entries carried: with 2, that
-# entry and the absent one after it are asked in the same round trip.
-RECOVERY_READ_AHEAD = 2
+__all__ = ["RecoveryRun", "fence_outcome", "read_outcome"]
 
 
 def fence_outcome(err: BaseException) -> FenceOutcome:
