@@ -67,6 +67,11 @@ entry of 100 bytes and close it, for `--ledger-seconds`):
 The in-process snapshot dimension above gives the snapshot's cost for more ledgers than fit in a
 run's time.
 
+Fences (a replica's ledger fences, in this process, no cluster: `LedgerIndex` over a log whose
+fence files already hold `--fences` fences, as a replica that recovered that many ledgers still
+being kept):
+- one more fence (ms, median and slowest of 9): what a recovery open waits for on each replica.
+
 Log size (one replica's log grown to each size with 1 MiB batches of 1 KiB records, then the
 master killed with SIGKILL and started again):
 - restart to serving (s): from the start of the process until it answers a read at the log's
@@ -459,6 +464,38 @@ def ledgers_dimension(seconds: float, workers: int, opens: int, root: Path) -> l
     return [row]
 
 
+def fences_dimension(steps: list[int], root: Path) -> list[dict[str, Any]]:
+    from tidelog.commitlog import CommitLog, Message
+    from tidelog.ledger.store import LedgerIndex
+
+    rows: list[dict[str, Any]] = []
+    for n in steps:
+        directory = root / f"fences-{n}"
+        log = CommitLog.open(directory, flush="async")
+        try:
+            log.append([Message("scale", 0, b"x")])
+            held = LedgerIndex(log)
+            held._fences.update({10**9 + i: 1 for i in range(n)})  # noqa: SLF001 - the bench's setup
+            held._save_fences()  # noqa: SLF001
+            index = LedgerIndex(log)
+            took = []
+            for ledger_id in range(9):
+                started = time.perf_counter()
+                require(index.fence(ledger_id), "a new fence")
+                took.append((time.perf_counter() - started) * 1000)
+            row = {
+                "fences_held": n,
+                "fence_ms": round(statistics.median(took), 1),
+                "fence_max_ms": round(max(took), 1),
+            }
+        finally:
+            log.close()
+            shutil.rmtree(directory, ignore_errors=True)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
 def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[dict[str, Any]]:
     import gzip
     import pickle
@@ -608,6 +645,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "ledgers": lambda: ledgers_dimension(
             args.ledger_seconds, args.ledger_workers, args.recovery_opens, root
         ),
+        "fences": lambda: fences_dimension(sorted(_ints(args.fences)), root),
         "snapshot": lambda: snapshot_dimension(_ints(args.snap_topics), _ints(args.ledgers)),
         "log": lambda: log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root),
     }
@@ -628,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--groups", default="1000,10000", help="consumer-group counts, one step each")
     parser.add_argument("--commit-rounds", type=int, default=3, help="commits of every queue per group")
+    parser.add_argument("--fences", default="0,100000,1000000", help="fences held, one step each")
     parser.add_argument("--snap-topics", default="100000,0,0", help="controller snapshot: topics, per step")
     parser.add_argument("--ledgers", default="0,100000,300000", help="controller snapshot: ledgers, per step")
     parser.add_argument("--ledger-seconds", type=float, default=60.0, help="ledgers: create-and-close time")
@@ -637,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=("topics", "queues", "groups", "ledgers", "snapshot", "log"),
+        choices=("topics", "queues", "groups", "ledgers", "fences", "snapshot", "log"),
         help="run one dimension",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
