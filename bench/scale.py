@@ -422,10 +422,20 @@ async def create_and_close(controllers: str, seconds: float, workers: int) -> tu
 
 
 async def recovery_open(controllers: str) -> float:
+    from tidelog.errors import NotEnoughBookiesError
     from tidelog.ledger import AsyncLedgers
 
     async with AsyncClient(controllers) as writer_client:
-        w = await AsyncLedgers(writer_client).create_ledger(2, 2, 2, b"scale")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                w = await AsyncLedgers(writer_client).create_ledger(2, 2, 2, b"scale")
+                break
+            except NotEnoughBookiesError:
+                # a controller just restarted has not heard both replicas' heartbeats yet
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         for _ in range(100):
             await w.add_entry(b"y" * 100)
         ledger_id = w.ledger_id
