@@ -21,9 +21,10 @@ topic, queue) goes, the master appends a copy of it (broker/compaction.py).
 
 A restart does not read every commit again: the fold is checkpointed to
 `<data_dir>/offsets-fold.checkpoint` (`save_checkpoint`: every `offsets_checkpoint_interval_ms`
-and at a clean stop; atomically, 0600, fsync'ed, with a CRC), and the first refresh after a start
-folds only what follows it when the log still holds the history it covers
-(broker/offsetscheckpoint.py); otherwise it warns and folds the whole log as before.
+and at a clean stop; atomically, 0600, fsync'ed, with a CRC), and after a start the fold takes it
+and reads only what follows once the log is seen to hold the history it covers and the confirm
+offset has reached it again (broker/offsetscheckpoint.py); a checkpoint that does not match is
+ignored with a warning and the whole log folded as before.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ class GroupOffsets:
             commitlog, OFFSETS_TOPIC, self._apply, self._clear, confirmed_only=True, batch=1024
         )
         self.path = os.path.join(commitlog.directory, CHECKPOINT_FILE) if checkpoint else None
-        self._loaded = not checkpoint  # the checkpoint is looked at on the first refresh
+        self._loaded = not checkpoint  # the checkpoint is read on the first refresh
+        self._pending: ocp.FoldCheckpoint | None = None  # read, not yet taken
         self._saved_covers = -1  # what the file last written covers
         self._writing = threading.Lock()
         self.restored_from: int | None = None  # the offset a restart's fold started at, if it used one
@@ -161,28 +163,42 @@ class GroupOffsets:
     def _refresh(self) -> None:
         if not self._loaded:
             self._loaded = True
-            self._load_checkpoint()
+            self._pending = self._read_checkpoint()
+        if self._pending is not None:
+            self._adopt(self._pending)
         self._fold.refresh()
 
-    def _load_checkpoint(self) -> None:
+    def _read_checkpoint(self) -> ocp.FoldCheckpoint | None:
         if self.path is None:
-            return
+            return None
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            return
+            return None
         except OSError as exc:
             log.warning("cannot read %s (%s): folding every commit of the log", self.path, exc)
-            return
+            return None
         cp = ocp.decode(data)
         if cp is None:
             log.warning("%s is not an intact checkpoint: ignored, folding every commit of the log", self.path)
-            return
+        return cp
+
+    def _adopt(self, cp: ocp.FoldCheckpoint) -> None:
+        """Start from `cp` if the log holds its history and its commits are confirmed again here;
+        keep it for a later refresh while only the confirm offset is short of it."""
         why = ocp.trust(cp, self._facts(cp))
         if why is not None:
+            self._pending = None
             log.warning("%s no longer matches the log (%s): folding every commit of the log", self.path, why)
             return
+        if not ocp.ready(cp, self.log.confirm_offset):
+            return  # the fold goes on up to the confirm offset, short of the checkpoint's last record
+        self._pending = None
+        if self._fold.applied > cp.applied:
+            return  # folded past it already
+        # what was folded meanwhile is a prefix of what the checkpoint holds
+        self._offsets.clear()
         self._offsets.update(ocp.restore(cp, self.log.min_offset))
         self._last, self._covers = cp.last, cp.covers
         self._fold.applied = cp.applied

@@ -15,15 +15,19 @@ bit, another format — decodes to None: the caller warns and folds the whole lo
 A decoded checkpoint is trusted (`trust`) only when the log still holds the same history up to
 `covers`:
 
-- the log reaches `covers`, and its confirm offset does too (the fold shows confirmed commits
-  only; a crash can restore a confirm offset older than the checkpoint's, and then the whole
-  fold runs);
+- the log reaches `covers`;
 - the epoch-file entry holding the last folded byte is the one recorded (epoch and start
   offset): logs that agree on an epoch's start agree on every byte before its end, the fork
   repair rule (docs/ARCHITECTURE.md §3.2), so a truncation below `covers` followed by new
   writes is seen;
 - the last folded record, when retention has not removed it, is still there: same physical
   offset, queue offset, epoch and body CRC.
+
+It is taken (`ready`) once the confirm offset reaches `covers` too: the fold shows confirmed
+commits only, and a restarted replica's confirm offset starts where its log's last checkpoint
+left it (a crash: up to a second old) or lower (a slave until its master's next transfer).
+Until then the caller folds the log as before, up to the confirm offset, which stays short of
+the checkpoint's last record; the checkpoint then replaces that prefix's fold.
 
 `restore` then drops the commits whose record retention has since removed: they are exactly the
 ones compaction did not carry forward (superseded, or of a deleted topic; broker/compaction.py),
@@ -46,6 +50,7 @@ __all__ = [
     "LogFacts",
     "decode",
     "encode",
+    "ready",
     "restore",
     "trust",
 ]
@@ -145,8 +150,6 @@ def trust(cp: FoldCheckpoint, now: LogFacts) -> str | None:
     """None when the log still holds the history `cp` folded; else why not (for the log line)."""
     if now.max_offset < cp.covers:
         return f"the log ends at {now.max_offset}, before the checkpoint's {cp.covers}"
-    if now.confirm_offset < cp.covers:
-        return f"the confirm offset {now.confirm_offset} is before the checkpoint's {cp.covers}"
     if cp.covers > 0 and now.epoch_at_covers != cp.epoch:
         return f"the epoch holding offset {cp.covers - 1} is now {now.epoch_at_covers}, not {cp.epoch}"
     if cp.last is not None and cp.last.phys_offset >= now.min_offset:
@@ -154,6 +157,11 @@ def trust(cp: FoldCheckpoint, now: LogFacts) -> str | None:
         if now.record_at_last != expected:
             return f"the record at {cp.last.phys_offset} is not the one the checkpoint folded"
     return None
+
+
+def ready(cp: FoldCheckpoint, confirm_offset: int) -> bool:
+    """Whether every commit `cp` holds is confirmed again here (a trusted checkpoint waits for it)."""
+    return confirm_offset >= cp.covers
 
 
 def restore(cp: FoldCheckpoint, min_offset: int) -> dict[tuple[str, str, int], tuple[int, int]]:

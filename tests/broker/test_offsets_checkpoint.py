@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -107,7 +108,6 @@ def _facts(**kw: object) -> ocp.LogFacts:
     [
         (_facts(), True),
         (_facts(max_offset=299), False),  # the log lost what the checkpoint covers
-        (_facts(confirm_offset=299), False),  # not confirmed again yet: the fold shows confirmed only
         (_facts(epoch_at_covers=(3, 250)), False),  # cut below covers and written again in a new epoch
         (_facts(epoch_at_covers=None), False),
         (_facts(record_at_last=(2, 2, 98)), False),  # another record at the same place
@@ -119,6 +119,11 @@ def test_a_checkpoint_is_trusted_only_while_the_log_holds_its_history(
     facts: ocp.LogFacts, trusted: bool
 ) -> None:
     assert (ocp.trust(_sample(), facts) is None) is trusted
+
+
+def test_a_trusted_checkpoint_is_taken_once_its_commits_are_confirmed_again() -> None:
+    assert not ocp.ready(_sample(), 299)  # the fold shows confirmed commits only
+    assert ocp.ready(_sample(), 300)
 
 
 def test_restore_drops_the_commits_whose_record_retention_removed() -> None:
@@ -237,3 +242,33 @@ def test_a_fork_repair_below_the_fold_is_folded_again_even_once_the_log_grew_bac
     assert got == GroupOffsets(log, checkpoint=False).committed()
     cp = offsets.checkpoint_now()
     assert cp is not None and ("g", "orders", 2) not in cp.offsets
+
+
+def test_a_checkpoint_past_the_confirm_offset_waits_for_it_and_is_then_taken(log: CommitLog) -> None:
+    """A restarted replica's confirm offset can start short of the checkpoint (a slave before
+    its master's next transfer): the fold shows what is confirmed meanwhile, and takes the
+    checkpoint once the confirm offset reaches it."""
+    _commit_round(log, 4, 10)
+    confirmed_end = log.max_offset
+    log.append([commit_message(f"g{g}", "orders", 0, 50 + g) for g in range(4)])  # not confirmed yet
+    # the checkpoint a replica wrote while these were confirmed, before its restart
+    state: dict[Key, tuple[int, int]] = {}
+    records = list(log.tail(OFFSETS_TOPIC, 0, 0))
+    for m in records:
+        fold_commit(state, m.body, m.phys_offset)
+    last = records[-1]
+    cp = ocp.FoldCheckpoint(
+        applied=last.queue_offset + 1,
+        covers=last.phys_offset + last.size,
+        last=ocp.LastRecord(last.phys_offset, last.epoch, crc32c(last.body)),
+        epoch=None,
+        offsets=state,
+    )
+    (Path(log.directory) / CHECKPOINT_FILE).write_bytes(ocp.encode(cp))
+    offsets = GroupOffsets(log)
+    assert offsets.committed()[("g0", "orders", 0)][0] == 10  # only what is confirmed
+    assert offsets.restored_from is None and log.confirm_offset == confirmed_end
+    log.confirm_offset = log.max_offset
+    assert offsets.committed()[("g0", "orders", 0)][0] == 50
+    assert offsets.restored_from == cp.covers
+    assert offsets.committed() == GroupOffsets(log, checkpoint=False).committed()
