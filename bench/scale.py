@@ -38,8 +38,11 @@ commits its 8 queues of one topic `--commit-rounds` times, as `%OFFSETS%` record
 batches of 1,000; broker/offsets.py):
 - append rate of commit records (commits/s; the log alone, not the RPC and replication in front
   of it) and log bytes per commit;
-- the restart fold: a fresh `GroupOffsets` reading every commit of the log to its latest value
-  per (group, topic, queue), as a broker does on its first fetch after a start (s);
+- the restart fold: a fresh `GroupOffsets` folding the log to the latest value per (group,
+  topic, queue), as a broker does on its first fetch after a start (s): from the fold's
+  checkpoint, taken before the last round of commits (what a broker writes every
+  `offsets_checkpoint_interval_ms`), so only that round is read from the log; and, for
+  comparison, the full fold of every commit the log holds; the checkpoint's write time and size;
 - retention's carry-forward: `MetadataFold.refresh` and `carry_plan` when every commit lies in a
   segment about to go (s, first and second round), and the records and bytes it copies.
 
@@ -58,9 +61,16 @@ entry of 100 bytes and close it, for `--ledger-seconds`):
 - create-and-close rate (ledgers/s) and how many there are;
 - the controller's RSS, its data on disk (journal and snapshot, MB) and its restart to serving (s);
 - opening one ledger for recovery: a ledger of 100 entries whose writer went away without
-  closing it, opened by another client with `recovery=True` (fence, read past the LAC, close).
+  closing it, opened by another client with `recovery=True` (fence, read past the LAC, close);
+  `--recovery-opens` such ledgers, one after another, each by a fresh client: the median and
+  the slowest (ms).
 The in-process snapshot dimension above gives the snapshot's cost for more ledgers than fit in a
 run's time.
+
+Fences (a replica's ledger fences, in this process, no cluster: `LedgerIndex` over a log whose
+fence files already hold `--fences` fences, as a replica that recovered that many ledgers still
+being kept):
+- one more fence (ms, median and slowest of 9): what a recovery open waits for on each replica.
 
 Log size (one replica's log grown to each size with 1 MiB batches of 1 KiB records, then the
 master killed with SIGKILL and started again):
@@ -318,7 +328,7 @@ def queues_dimension(
 
 def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str, Any]]:
     from tidelog.broker.compaction import MetadataFold, carry_plan, copy_message
-    from tidelog.broker.offsets import GroupOffsets, commit_message
+    from tidelog.broker.offsets import CHECKPOINT_FILE, GroupOffsets, commit_message
     from tidelog.commitlog import CommitLog
 
     rows: list[dict[str, Any]] = []
@@ -326,9 +336,20 @@ def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str
         directory = root / f"groups-{n}"
         log = CommitLog.open(directory, flush="async")
         try:
-            started = time.monotonic()
+            append_s = 0.0
             commits = 0
+            checkpoint_s = checkpoint_mb = 0.0
             for r in range(rounds):
+                if r == rounds - 1 and r > 0:
+                    # the broker's periodic checkpoint, before the last round of commits
+                    log.confirm_offset = log.max_offset
+                    running = GroupOffsets(log)
+                    running.committed()  # the running broker's fold, up to date
+                    started = time.monotonic()
+                    require(running.save_checkpoint(), "the fold was checkpointed")
+                    checkpoint_s = time.monotonic() - started
+                    checkpoint_mb = os.path.getsize(os.path.join(log.directory, CHECKPOINT_FILE)) / 1e6
+                started = time.monotonic()
                 batch = [
                     commit_message(f"group-{g:06d}", "orders", q, 100 * r + q)
                     for g in range(n)
@@ -337,11 +358,15 @@ def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str
                 for i in range(0, len(batch), 1000):
                     log.append(batch[i : i + 1000])
                 commits += len(batch)
-            append_s = time.monotonic() - started
+                append_s += time.monotonic() - started
             log.confirm_offset = log.max_offset
+            started = time.monotonic()
+            full = GroupOffsets(log, checkpoint=False).committed()
+            full_s = time.monotonic() - started
             started = time.monotonic()
             folded = GroupOffsets(log).committed()
             fold_s = time.monotonic() - started
+            require(folded == full, "the fold from the checkpoint is the fold of every commit")
             fold = MetadataFold(log)
             started = time.monotonic()
             live, pending = fold.refresh()
@@ -358,6 +383,10 @@ def groups_dimension(steps: list[int], rounds: int, root: Path) -> list[dict[str
                 "commits_per_s": round(commits / append_s),
                 "bytes_per_commit": round(log.max_offset / commits),
                 "restart_fold_s": round(fold_s, 2),
+                "full_fold_s": round(full_s, 2),
+                "commits_after_checkpoint": n * 8 if rounds > 1 else commits,
+                "checkpoint_write_s": round(checkpoint_s, 2),
+                "checkpoint_mb": round(checkpoint_mb, 1),
                 "carry_plan_s": round(carry_s, 2),
                 "carry_plan_again_s": round(carry_again_s, 2),
                 "carried": len(plan.carry),
@@ -393,10 +422,20 @@ async def create_and_close(controllers: str, seconds: float, workers: int) -> tu
 
 
 async def recovery_open(controllers: str) -> float:
+    from tidelog.errors import NotEnoughBookiesError
     from tidelog.ledger import AsyncLedgers
 
     async with AsyncClient(controllers) as writer_client:
-        w = await AsyncLedgers(writer_client).create_ledger(2, 2, 2, b"scale")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                w = await AsyncLedgers(writer_client).create_ledger(2, 2, 2, b"scale")
+                break
+            except NotEnoughBookiesError:
+                # a controller just restarted has not heard both replicas' heartbeats yet
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         for _ in range(100):
             await w.add_entry(b"y" * 100)
         ledger_id = w.ledger_id
@@ -414,21 +453,57 @@ async def recovery_open(controllers: str) -> float:
         return took
 
 
-def ledgers_dimension(seconds: float, workers: int, root: Path) -> list[dict[str, Any]]:
+def ledgers_dimension(seconds: float, workers: int, opens: int, root: Path) -> list[dict[str, Any]]:
     with BenchCluster(root / "ledgers", broker_options=dict(SYNC_REPLICATED)) as cluster:
         cluster.wait_ready("scale-probe", queues=1)
         done, took = asyncio.run(create_and_close(cluster.controller_address, seconds, workers))
         pid = cluster.pids["controller"]
-        row = {
+        row: dict[str, Any] = {
             "ledgers": done,
             "create_close_per_s": round(done / took),
             "rss_controller_mb": round(rss_mb(pid), 1),
             "controller_disk_mb": round(dir_mb(root / "ledgers" / "controller"), 1),
             "controller_restart_s": restart_controller(cluster, "scale-probe"),
-            "recovery_open_ms": round(asyncio.run(recovery_open(cluster.controller_address)) * 1000, 1),
         }
+        # one open is a handful of round trips and two fsyncs: on a shared machine a single
+        # sample says little, so several, each a ledger of its own and a fresh client
+        recovered = [asyncio.run(recovery_open(cluster.controller_address)) * 1000 for _ in range(opens)]
+        row["recovery_open_ms"] = round(statistics.median(recovered), 1)
+        row["recovery_open_max_ms"] = round(max(recovered), 1)
     print(json.dumps(row), file=sys.stderr, flush=True)
     return [row]
+
+
+def fences_dimension(steps: list[int], root: Path) -> list[dict[str, Any]]:
+    from tidelog.commitlog import CommitLog, Message
+    from tidelog.ledger.store import LedgerIndex
+
+    rows: list[dict[str, Any]] = []
+    for n in steps:
+        directory = root / f"fences-{n}"
+        log = CommitLog.open(directory, flush="async")
+        try:
+            log.append([Message("scale", 0, b"x")])
+            held = LedgerIndex(log)
+            held._fences.update({10**9 + i: 1 for i in range(n)})  # noqa: SLF001 - the bench's setup
+            held._save_fences()  # noqa: SLF001
+            index = LedgerIndex(log)
+            took = []
+            for ledger_id in range(9):
+                started = time.perf_counter()
+                require(index.fence(ledger_id), "a new fence")
+                took.append((time.perf_counter() - started) * 1000)
+            row = {
+                "fences_held": n,
+                "fence_ms": round(statistics.median(took), 1),
+                "fence_max_ms": round(max(took), 1),
+            }
+        finally:
+            log.close()
+            shutil.rmtree(directory, ignore_errors=True)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
 
 
 def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[dict[str, Any]]:
@@ -577,7 +652,10 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             max_open=args.cq_max_open_files,
         ),
         "groups": lambda: groups_dimension(sorted(_ints(args.groups)), args.commit_rounds, root),
-        "ledgers": lambda: ledgers_dimension(args.ledger_seconds, args.ledger_workers, root),
+        "ledgers": lambda: ledgers_dimension(
+            args.ledger_seconds, args.ledger_workers, args.recovery_opens, root
+        ),
+        "fences": lambda: fences_dimension(sorted(_ints(args.fences)), root),
         "snapshot": lambda: snapshot_dimension(_ints(args.snap_topics), _ints(args.ledgers)),
         "log": lambda: log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root),
     }
@@ -598,13 +676,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--groups", default="1000,10000", help="consumer-group counts, one step each")
     parser.add_argument("--commit-rounds", type=int, default=3, help="commits of every queue per group")
+    parser.add_argument("--fences", default="0,100000,1000000", help="fences held, one step each")
     parser.add_argument("--snap-topics", default="100000,0,0", help="controller snapshot: topics, per step")
     parser.add_argument("--ledgers", default="0,100000,300000", help="controller snapshot: ledgers, per step")
     parser.add_argument("--ledger-seconds", type=float, default=60.0, help="ledgers: create-and-close time")
     parser.add_argument("--ledger-workers", type=int, default=32, help="ledgers: concurrent creators")
     parser.add_argument(
+        "--recovery-opens", type=int, default=5, help="ledgers: recovery opens timed (median, max)"
+    )
+    parser.add_argument(
         "--only",
-        choices=("topics", "queues", "groups", "ledgers", "snapshot", "log"),
+        choices=("topics", "queues", "groups", "ledgers", "fences", "snapshot", "log"),
         help="run one dimension",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

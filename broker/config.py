@@ -122,6 +122,9 @@ class BrokerConfig:
     retention_ms: int = 72 * 3600 * 1000
     retention_bytes: int = 0
     retention_check_interval_ms: int = 10_000
+    # the group-offsets fold is checkpointed this often (and at a clean stop), so that a restart
+    # folds only the commits after it (broker/offsetscheckpoint.py); 0: only at a clean stop
+    offsets_checkpoint_interval_ms: int = 10_000
     scrub_bytes_per_s: int = 16 << 20  # the log re-read against its CRCs (broker/scrub.py); 0: off
     retention_respect_groups: tuple[str, ...] = ()  # keep what these consumer groups have not consumed
     retention_slave_hold_ms: int = 3600 * 1000  # how long a disconnected slave's position still holds
@@ -180,6 +183,7 @@ _POSITIVE = {
 }
 _NON_NEGATIVE = {
     "log_backups",
+    "offsets_checkpoint_interval_ms",
     "retention_ms",
     "retention_bytes",
     "retention_slave_hold_ms",

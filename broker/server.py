@@ -430,10 +430,11 @@ class BrokerServer:
             beats = asyncio.ensure_future(self.heartbeat_loop())
             retention = asyncio.ensure_future(self.retention.run(self._stopping))
             scrub = asyncio.ensure_future(self.scrubber.run(self._stopping))
+            offsets_cp = asyncio.ensure_future(self._checkpoint_offsets())
             stopping = asyncio.ensure_future(self._stopping.wait())
             failed = asyncio.ensure_future(self._store_failed.wait())
             await asyncio.wait({stopping, failed}, return_when=asyncio.FIRST_COMPLETED)
-            await cancel_and_wait(beats, retention, scrub, stopping, failed)
+            await cancel_and_wait(beats, retention, scrub, offsets_cp, stopping, failed)
         finally:
             if self._store_failed.is_set():
                 # Step down at once: no more heartbeats (the controller elects an in-sync
@@ -445,6 +446,11 @@ class BrokerServer:
                 )
             await self.stop()
         return self._store_failed.is_set() and not self._stopping.is_set()
+
+    async def _checkpoint_offsets(self) -> None:
+        interval_ms = self.cfg.offsets_checkpoint_interval_ms
+        if interval_ms > 0:
+            await self.replica.offsets.checkpoint_loop(self._stopping, interval_ms / 1000)
 
     async def wait_for_room(self) -> None:
         """Wait until the store opens and recovers again (space freed, device back), or a stop."""
@@ -492,6 +498,9 @@ class BrokerServer:
         if self.metrics is not None:
             await self.metrics.close()
         await self.controller.close()
+        if not self._store_failed.is_set():
+            # the next start folds only the commits after this (broker/offsets.py)
+            self.replica.offsets.save_checkpoint()
         self.log.close()
 
 

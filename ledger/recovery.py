@@ -63,6 +63,7 @@ from tidelog.ledger.metadata import LedgerMetadata, LedgerState
 
 __all__ = [
     "RECOVERY_TRANSITIONS",
+    "RECOVERY_READ_AHEAD",
     "CloseLedger",
     "EntryDecision",
     "EntryRecoveryTracker",
@@ -372,6 +373,12 @@ RECOVERY_TRANSITIONS: dict[RecoveryState, frozenset[RecoveryState]] = {
     RecoveryState.DONE: frozenset(),
     RecoveryState.ABORTED: frozenset(),
 }
+
+
+# The `read_ahead` tidelog's recovery shells use (the client's, ledger/recovery_run.py, and the
+# simulator's). A writer that dies leaves its last acknowledged entry beyond the LAC its entries
+# carried: with 2, that entry and the absent one after it are asked in the same round trip.
+RECOVERY_READ_AHEAD = 2
 
 
 class Recovery:

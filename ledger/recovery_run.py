@@ -6,6 +6,11 @@ entry after it from the replicas, rewrites what it found through the master, and
 ledger's metadata where the acknowledged entries end (rules R1–R9 in RULES.md). Every action the
 core hands back runs concurrently; `fence_outcome` / `read_outcome` turn a failed call into what
 the core understands.
+
+Latency: the replicas' addresses are looked up once, while the IN_RECOVERY compare-and-set is in
+flight, and the entries just after the LAC are read `RECOVERY_READ_AHEAD` (ledger/recovery.py)
+at a time, so the common end of a dead writer (its last entry acknowledged but not yet covered
+by a LAC it sent) costs one round of reads, not two.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from tidelog.errors import (
 from tidelog.invariants import InvariantViolation
 from tidelog.ledger.calls import LedgerCalls
 from tidelog.ledger.digest import Digester
-from tidelog.ledger.metadata import LedgerEvent, LedgerMetadata, apply_transition
+from tidelog.ledger.metadata import LedgerEvent, LedgerMetadata, LedgerState, apply_transition
 from tidelog.ledger.placement import BrokerSetView
 from tidelog.ledger.recovery import (
+    RECOVERY_READ_AHEAD,
     Action,
     CloseLedger,
     FenceOutcome,
@@ -88,16 +94,19 @@ class RecoveryRun:
         self.ledgers = ledgers
         self.password = password
         self.ledger_id = metadata.ledger_id
-        self.core = Recovery(metadata)
+        self.core = Recovery(metadata, read_ahead=RECOVERY_READ_AHEAD)
         self.digester = Digester(metadata.digest_type, password)
         self.feeds: asyncio.Queue[_Feed] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()
         self.found: dict[int, lpb.Entry] = {}  # the first copy read of each recovered entry
-        self.view: BrokerSetView | None = None
+        self.view: asyncio.Future[BrokerSetView] | None = None
         self.timeout = ledgers.rpc_timeout
 
     async def run(self) -> LedgerMetadata:
         try:
+            if self.core.metadata.state is not LedgerState.CLOSED:
+                # the addresses, while the IN_RECOVERY CAS is in flight (a CLOSED ledger needs none)
+                self._view_future()
             self._launch(self.core.start())
             while self.core.state not in (RecoveryState.DONE, RecoveryState.ABORTED):
                 if self.feeds.empty() and not self.tasks:
@@ -121,9 +130,10 @@ class RecoveryRun:
                 f"recovery of ledger {self.ledger_id} failed: {err}", cause=err.code
             ) from err
         finally:
-            for t in self.tasks:
+            pending = [*self.tasks, *([self.view] if self.view is not None else [])]
+            for t in pending:
                 t.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)
         if self.core.state is RecoveryState.ABORTED:
             raise self.core.error or InvariantViolation("an aborted recovery names its error")
         if self.core.result is None:
@@ -171,10 +181,17 @@ class RecoveryRun:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _view(self) -> BrokerSetView:
+    def _view_future(self) -> asyncio.Future[BrokerSetView]:
+        # one lookup shared by every fence and read (they start together and would each ask)
         if self.view is None:
-            self.view = await self.ledgers.broker_set(self.core.metadata.broker_set, refresh=True)
+            self.view = asyncio.ensure_future(
+                self.ledgers.broker_set(self.core.metadata.broker_set, refresh=True)
+            )
         return self.view
+
+    async def _view(self) -> BrokerSetView:
+        # shielded: one caller's cancellation must not cancel the lookup the others wait on
+        return await asyncio.shield(self._view_future())
 
     async def _cas(self, new: LedgerMetadata, expected: int) -> LedgerMetadata:
         stored = await self.ledgers.cas_metadata(new, expected, self.password)

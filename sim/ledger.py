@@ -307,7 +307,7 @@ class Recoverer(Node):
     def begin(self) -> None:
         self.attempt += 1
         self.answered = set()
-        self.rec = rc.Recovery(self.model.metastore.meta)
+        self.rec = rc.Recovery(self.model.metastore.meta, read_ahead=rc.RECOVERY_READ_AHEAD)  # as the client
         self.sim.tr("%s recovers the ledger (attempt %d)", self.name, self.attempt)
         self._carry(self.rec.start())
 

@@ -688,6 +688,57 @@ def test_recovery_rewrites_an_entry_only_one_replica_holds():
     run(go())
 
 
+def test_recovery_looks_up_the_replicas_once_while_the_in_recovery_cas_is_out():
+    async def go():
+        ledgers, fake, controller, w = await written(3)
+        lookups: list[object] = []
+        looked_up = asyncio.Event()
+        describe, cas = controller.describe_broker_sets, controller.meta_cas
+
+        async def counted_describe(names=()):
+            lookups.append(names)
+            looked_up.set()
+            return await describe(names)
+
+        async def cas_after_the_lookup(*args, **kwargs):
+            # the mark CAS answers only once the addresses were asked for: a lookup that waits
+            # for the CAS (one more controller round trip in a row) never gets there
+            await within(looked_up.wait(), 2.0)
+            return await cas(*args, **kwargs)
+
+        controller.describe_broker_sets = counted_describe
+        controller.meta_cas = cas_after_the_lookup
+        r = await ledgers.open_ledger(w.ledger_id, PW)
+        assert r.is_closed and r.last_add_confirmed == 2
+        # one lookup for three fences and every read, not one per replica
+        assert len(lookups) == 1
+
+    run(go())
+
+
+def test_recovery_reads_the_entry_past_the_lac_and_the_next_in_one_round():
+    async def go():
+        ledgers, fake, controller, w = await written(5)
+        # the writer died after entry 4 was acknowledged but before a later entry carried LAC 4
+        # (the master lost its own count in a restart): every replica answers the fence with 3
+        fake.master_lac = 3
+        sent: list[tuple[str, int]] = []
+        call = fake.call
+
+        async def recorded(address, method, req, timeout):
+            sent.append((method, req.first if method == "Read" else getattr(req, "entry_id", -1)))
+            return await call(address, method, req, timeout)
+
+        ledgers.call = recorded  # type: ignore[method-assign]
+        r = await ledgers.open_ledger(w.ledger_id, PW)
+        assert r.is_closed and r.last_add_confirmed == 4
+        # entry 5 (absent) was asked together with entry 4, not after entry 4 was decided and
+        # rewritten: the dead writer's end costs one round of reads
+        assert sent.index(("Read", 5)) < sent.index(("Add", 4))
+
+    run(go())
+
+
 def test_an_unknown_aborts_recovery_retryably_and_never_closes_short():
     async def go():
         ledgers, fake, controller, w = await written(3, aq=2)
