@@ -8,16 +8,16 @@ import re
 import signal
 import socket
 import subprocess
-import time
 from typing import Any
 
 import pytest
 
 from tests.client.conftest import REPO, TIDE, LocalCluster, tide, tide_env
+from tests.procs import wait_until
 from tidelog.cli.common import cell, iso_ms
-from tidelog.client import OutMessage
+from tidelog.client import Client, OutMessage
 from tidelog.commitlog.batch import cut_batch, encode_batch
-from tidelog.errors import MessageTooLargeError
+from tidelog.errors import MessageTooLargeError, TidelogError
 
 #: a retry budget far beyond a test's own timeout: only an answer given at once returns in time
 NO_GIVING_UP = {"TIDE_CONTROLLER_TIMEOUT": "3600"}
@@ -174,13 +174,17 @@ def test_row5_ctrl_c_during_produce_counts_what_was_acknowledged(cluster: LocalC
         env=tide_env({"TIDE_CONTROLLERS": cluster.controllers}),
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # until some are stored: then Ctrl-C has something to count
-            # (the brokers learn a new topic at their next heartbeat: until then describe refuses it)
-            shown = on(cluster, "topic", "describe", "interrupted", "--json")
-            if shown.returncode == 0 and json.loads(shown.stdout)[0]["max"] >= 100:
-                break
-            time.sleep(0.1)
+        # until some are stored: then Ctrl-C has something to count. Asked in this process: a
+        # `tide topic describe` a poll cost a second of CPU each, taken from the producer measured.
+        with Client(cluster.controllers) as client:
+
+            def stored() -> int:
+                try:
+                    return int(client.admin().describe_topic("interrupted")[0]["max"])
+                except TidelogError:  # the brokers learn a new topic at their next heartbeat
+                    return 0
+
+            wait_until(lambda: stored() >= 100, 60, what="100 messages stored")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -206,14 +210,18 @@ def test_row6_produce_names_first_and_last_id_per_queue_and_prints_every_id(clus
     assert doc["sent"] == 6 and doc["interrupted"] is False
     queues = doc["queues"]
     assert sum(q["messages"] for q in queues) == 6
-    for q in queues:  # each id reads back the message stored at that queue offset
-        first = ok_json(cluster, "message", "get", "--id", q["first_id"])
-        assert (first["queue"], first["offset"]) == (q["queue"], q["first_offset"])
-        last = ok_json(cluster, "message", "get", "--id", q["last_id"])
-        assert (last["queue"], last["offset"]) == (q["queue"], q["last_offset"])
     ids = ok(cluster, "produce", "ids", "--count", "3", "--ids").stdout.split()
     assert len(ids) == 3 and all(re.fullmatch(r"broker-a:[0-9a-f]+", i) for i in ids)
-    bodies = [ok_json(cluster, "message", "get", "--id", i)["body"] for i in ids]
+    # Each id reads back the message stored where the produce said. Looked up in this process (a
+    # `tide` process each cost a second of CPU): `tide message get --id` has its own tests (row 9
+    # here, tests/client/test_lookups_cluster.py).
+    with Client(cluster.controllers) as client:
+        for q in queues:
+            first = client.get_message_by_id(q["first_id"])
+            assert (first.queue, first.offset) == (q["queue"], q["first_offset"])
+            last = client.get_message_by_id(q["last_id"])
+            assert (last.queue, last.offset) == (q["queue"], q["last_offset"])
+        bodies = [client.get_message_by_id(i).body.decode() for i in ids]
     assert [b.split()[0] for b in bodies] == ["0", "1", "2"]
 
 

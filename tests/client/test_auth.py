@@ -1,8 +1,10 @@
 """Scenario: a cluster of deploy/secure.yaml (TLS, `auth: {enabled: true}`) started by `tide
 cluster up`, which creates an admin user and prints its credentials.
 
-Users and grants are managed with the CLI under the admin's credentials (from the environment);
-every refusal is checked for what it left behind: a refused produce stored nothing (read back by
+Users and grants are managed under the admin's credentials: with the CLI in
+`test_cli_manages_users_and_grants` (every `tide user`/`tide acl` command, end to end), and with the
+same controller calls in-process everywhere else (a `tide` process costs about a second of CPU to
+start, and the other tests are about what the brokers enforce, not the command line). Every refusal is checked for what it left behind: a refused produce stored nothing (read back by
 the admin), a refused fence left the ledger open. Calls without credentials, with a wrong
 secret, or an unsigned data-port connection are UNAUTHENTICATED; a known user lacking a
 permission gets PERMISSION_DENIED naming it, and never learns whether the resource exists.
@@ -23,7 +25,7 @@ from tidelog import access, tlsconfig
 from tidelog import dataport_frames as df
 from tidelog.client import AsyncClient
 from tidelog.client.dataconn import DataConnection
-from tidelog.credentials import Credentials, Signer
+from tidelog.credentials import Credentials, Signer, new_credentials
 from tidelog.errors import PermissionDeniedError, UnauthenticatedError
 from tidelog.ledger import AsyncLedgers, LedgerState
 from tidelog.localcluster import client_tls
@@ -73,10 +75,29 @@ def cli(c: LocalCluster, *args: str) -> Any:
 
 
 def new_user(c: LocalCluster, name: str, *grants: tuple[str, str, str]) -> dict[str, str]:
-    user: dict[str, str] = cli(c, "user", "create", name)
-    for kind, resource, permission in grants:
-        cli(c, "acl", "grant", name, kind, resource, permission)
-    return user
+    """User `name` with `grants`, made as `tide user create` and `tide acl grant` make them (their
+    controller calls, signed by the admin), in this process."""
+    creds = new_credentials()
+
+    async def make(client: AsyncClient) -> None:
+        await client.controller.create_user(name, creds.access_key, creds.signing_key)
+        for kind, resource, permission in grants:
+            await client.controller.grant_acl(name, kind, resource, permission)
+
+    run(c, admin(c), make)
+    return {"name": name, "access_key": creds.access_key, "secret_key": creds.secret_key}
+
+
+def grant(
+    c: LocalCluster, user: str, kind: str, resource: str, permission: str, revoke: bool = False
+) -> None:
+    """`tide acl grant|revoke` in this process: the same controller call, signed by the admin."""
+
+    async def call(client: AsyncClient) -> None:
+        change = client.controller.revoke_acl if revoke else client.controller.grant_acl
+        await change(user, kind, resource, permission)
+
+    run(c, admin(c), call)
 
 
 def run(c: LocalCluster, creds: dict[str, str] | None, work: Callable[[AsyncClient], Awaitable[T]]) -> T:
@@ -235,11 +256,11 @@ def test_grant_then_revoke_takes_effect(secured: LocalCluster, topics: tuple[str
     bob = new_user(secured, "bob")
     with pytest.raises(PermissionDeniedError):
         run(secured, bob, consume(a))
-    cli(secured, "acl", "grant", "bob", "topic", "auth-*", "consume")
+    grant(secured, "bob", "topic", "auth-*", "consume")
     assert until_passes("bob's read after the grant", lambda: run(secured, bob, consume(a))) == stored(
         secured, a
     )
-    cli(secured, "acl", "revoke", "bob", "topic", "auth-*", "consume")
+    grant(secured, "bob", "topic", "auth-*", "consume", revoke=True)
     until_raises("bob's read after the revoke", lambda: run(secured, bob, consume(a)), PermissionDeniedError)
 
 
@@ -265,7 +286,7 @@ def test_a_group_consumer_needs_consume_on_its_group_too(
         return len(got)
 
     refusal("erin's group read", lambda: run(secured, erin, consume_group), "on group erin-g")
-    cli(secured, "acl", "grant", "erin", "group", "erin-*", "consume")
+    grant(secured, "erin", "group", "erin-*", "consume")
     assert until_passes("erin's group read", lambda: run(secured, erin, consume_group)) == want
 
     async def committed(client: AsyncClient) -> list[dict[str, Any]]:
@@ -335,7 +356,7 @@ def test_the_data_port_refuses_an_unsigned_or_unpermitted_connection(
         return asyncio.run(attempt(lambda: signed.extra(df.AUTH_METHOD, None)))
 
     refusal("dave's pull", dave_pulls, f"dave lacks consume on topic {a}")
-    cli(secured, "acl", "grant", "dave", "topic", a, "consume")
+    grant(secured, "dave", "topic", a, "consume")
     body = until_passes("dave's pull after the grant", dave_pulls)
     assert df.parse_pulled(body).count == min(10, stored(secured, a))
 

@@ -3,7 +3,9 @@ client may bootstrap from, `tide cluster status` shows each broker's own view, w
 controllers fails with one CONTROLLER_UNAVAILABLE line within seconds, and the controller drills
 (`tide drill run controllers-down ...`) report their outage (docs/ARCHITECTURE.md §7.5, §11).
 
-Every controller paused here (SIGSTOP) is resumed by the test that paused it.
+Every controller paused here (SIGSTOP) is resumed by the test that paused it. One cluster serves
+the module: the controllers come back whole from the first test, and the drills, last, heal what
+they break (each asserts the cluster whole after its heal).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,10 +46,8 @@ def controllers_paused(c: LocalCluster) -> Iterator[None]:
                 os.kill(pid, signal.SIGCONT)
 
 
-def test_status_and_refusals_while_the_controllers_are_away(
-    cluster_factory: Callable[..., LocalCluster],
-) -> None:
-    c = cluster_factory(name="bootstrap")
+def test_status_and_refusals_while_the_controllers_are_away(cluster: LocalCluster) -> None:
+    c = cluster
     state = c.state()
     brokers = [p["address"] for p in state["processes"] if p["kind"] == "broker"]
     assert c.up_doc["bootstrap"] == [c.controllers, *brokers]
@@ -114,8 +114,8 @@ def run_drill(c: LocalCluster, scenario: str) -> dict[str, Any]:
     return report
 
 
-def test_the_controller_drills(cluster_factory: Callable[..., LocalCluster]) -> None:
-    c = cluster_factory(name="ctldrill")
+def test_the_controller_drills(cluster: LocalCluster) -> None:
+    c = cluster
     down = run_drill(c, "controllers-down")["controllers_down"]
     assert down["outage_s"] >= 5 and down["acked"] > 0, down
     assert isinstance(down["max_write_gap_s"], float)
