@@ -160,12 +160,15 @@ def start_cluster(data_dir: Path, topology: Path = LOCAL_TOPOLOGY, wait: float =
 
 @contextlib.contextmanager
 def local_cluster_with(
-    where: Path, *, broker_sets: tuple[str, ...] = (), **broker: Any
+    where: Path, *, broker_sets: tuple[str, ...] = (), tls: bool = False, **broker: Any
 ) -> Iterator[LocalCluster]:
     """deploy/local.yaml with `broker`'s keys set for every broker (and, given `broker_sets`, those
-    sets of two replicas instead of its one), started under `where` and stopped (every process) on
-    leaving."""
+    sets of two replicas instead of its one; given `tls`, TLS on every port as deploy/secure.yaml
+    has it, without mutual TLS or users' auth), started under `where` and stopped (every process)
+    on leaving."""
     topology = yaml.safe_load(LOCAL_TOPOLOGY.read_text())
+    if tls:
+        topology["tls"] = {"require_client_cert": False}
     if broker_sets:
         topology["broker_sets"] = [{"name": name, "replicas": 2} for name in broker_sets]
     topology["broker"].update(broker)

@@ -27,17 +27,20 @@ QUEUES_PER_SET = 4
 
 
 @contextlib.contextmanager
-def two_sets(where: Path, **broker: Any) -> Iterator[LocalCluster]:
-    """deploy/local.yaml with two broker sets of two replicas and `broker`'s keys for every broker,
-    started under `where` and stopped (every process) on leaving."""
-    with local_cluster_with(where, broker_sets=SETS, **broker) as c:
+def two_sets(where: Path, tls: bool = False, **broker: Any) -> Iterator[LocalCluster]:
+    """deploy/local.yaml with two broker sets of two replicas and `broker`'s keys for every broker
+    (with `tls`, TLS on every port), started under `where` and stopped (every process) on leaving."""
+    with local_cluster_with(where, broker_sets=SETS, tls=tls, **broker) as c:
         yield c
 
 
 def members(cluster: LocalCluster) -> list[dict[str, Any]]:
     """Every broker as `tide cluster status --json` names it, with its broker set (`set`) and
     process name (`name`)."""
-    out = tide("cluster", "status", "--json", env={"TIDE_CONTROLLERS": cluster.controllers})
+    env = {"TIDE_CONTROLLERS": cluster.controllers}
+    if cluster.up_doc.get("ca_file"):  # a cluster with TLS
+        env["TIDE_CA_FILE"] = str(cluster.up_doc["ca_file"])
+    out = tide("cluster", "status", "--json", env=env)
     assert out.returncode == 0, out.stderr
     names = {p.get("address"): p["name"] for p in cluster.state()["processes"]}
     return [
@@ -72,7 +75,7 @@ def create_topic(cluster: LocalCluster, name: str, queues: int = QUEUES_PER_SET)
     """Topic `name` with `queues` queues in every broker set of the cluster."""
 
     async def go() -> dict[str, int]:
-        async with AsyncClient(cluster.controllers) as client:
+        async with AsyncClient(cluster.controllers, ca_file=cluster.up_doc.get("ca_file")) as client:
             return await client.admin().create_topic(name, queues=queues)
 
     return asyncio.run(go())

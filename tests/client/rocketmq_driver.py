@@ -11,7 +11,7 @@ same protobuf names, so the two cannot share one process. Prints one JSON docume
     python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
     python rocketmq_driver.py ENDPOINT push TOPIC GROUP EXPECTED FAIL_EVERY QUIET_S [HOLD_S]
     python rocketmq_driver.py ENDPOINT ack-all TOPIC GROUP EXPECTED
-    python rocketmq_driver.py ENDPOINT produce-consume TOPIC GROUP SECONDS READY_FILE
+    python rocketmq_driver.py ENDPOINT produce-consume TOPIC GROUP SECONDS READY_FILE [STOP_FILE PROGRESS_FILE]
     python rocketmq_driver.py ENDPOINT hold TOPIC GROUP SECONDS READY_FILE
     python rocketmq_driver.py ENDPOINT fifo-send TOPIC GROUPS PER_GROUP
     python rocketmq_driver.py ENDPOINT fifo-receive TOPIC GROUP EXPECTED ACK_FIRST HOLD INVISIBLE_S
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
 import sys
 import threading
 import time
@@ -414,14 +415,25 @@ def ack_all(endpoint: str, topic: str, group: str, expected: int) -> dict[str, A
         consumer.shutdown()
 
 
-def produce_consume(endpoint: str, topic: str, group: str, seconds: float, ready_file: str) -> dict[str, Any]:
-    """A producer sending numbered messages one at a time for `seconds` while a PushConsumer
-    consumes them; then the consumer runs until it saw every receipted message (at most a
-    minute more). Writes READY_FILE once both run, so that a fault can be timed after it."""
+def produce_consume(
+    endpoint: str,
+    topic: str,
+    group: str,
+    seconds: float,
+    ready_file: str,
+    stop_file: str = "",
+    progress_file: str = "",
+) -> dict[str, Any]:
+    """A producer sending numbered messages one at a time for `seconds` (or until STOP_FILE
+    exists) while a PushConsumer consumes them; then the consumer runs until it saw every
+    receipted message (at most a minute more). Writes READY_FILE once both run, so that a fault
+    can be timed after it, and the count of receipts to PROGRESS_FILE after each. Receipts carry
+    `epochMs` too, the time on the test's clock. With DRIVER_TLS set, both connect with TLS."""
+    tls = bool(os.environ.get("DRIVER_TLS"))
     listener = Recorder(0)
-    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
+    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")}, tls_enable=tls)
     consumer.startup()
-    producer = Producer(config(endpoint), (topic,))
+    producer = Producer(config(endpoint), (topic,), tls_enable=tls)
     producer.startup()
     receipts: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -430,10 +442,16 @@ def produce_consume(endpoint: str, topic: str, group: str, seconds: float, ready
             f.write("ready\n")
         t0 = time.monotonic()
         i = 0
-        while time.monotonic() - t0 < seconds:
+        while time.monotonic() - t0 < seconds and not (stop_file and os.path.exists(stop_file)):
             try:
                 r = producer.send(message(topic, i))
-                receipts.append({"i": i, "id": r.message_id, "at": time.monotonic() - t0})
+                receipts.append(
+                    {"i": i, "id": r.message_id, "at": time.monotonic() - t0, "epochMs": time.time() * 1000}
+                )
+                if progress_file:
+                    with open(progress_file + ".new", "w") as f:
+                        f.write(str(len(receipts)))
+                    os.replace(progress_file + ".new", progress_file)
             except Exception as exc:
                 failures.append(f"{time.monotonic() - t0:.1f}s {type(exc).__name__}: {str(exc)[:200]}")
                 time.sleep(0.2)
@@ -654,7 +672,7 @@ def main() -> None:
     elif command == "hold":
         out = hold(endpoint, args[0], args[1], float(args[2]), args[3])
     elif command == "produce-consume":
-        out = produce_consume(endpoint, args[0], args[1], float(args[2]), args[3])
+        out = produce_consume(endpoint, args[0], args[1], float(args[2]), *args[3:6])
     elif command == "fifo-send":
         out = fifo_send(endpoint, args[0], int(args[1]), int(args[2]))
     elif command == "fifo-receive":

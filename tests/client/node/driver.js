@@ -48,8 +48,12 @@ const logger = {
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
+// With DRIVER_TLS set, every client connects with TLS (sslEnabled), trusting what grpc-js trusts
+// by default: Node's roots, or the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names.
+const sslEnabled = Boolean(process.env.DRIVER_TLS);
+
 function options(endpoint, extra) {
-  return { endpoints: endpoint, namespace: '', logger, requestTimeout: 10000, ...extra };
+  return { endpoints: endpoint, namespace: '', logger, requestTimeout: 10000, sslEnabled, ...extra };
 }
 
 function message(topic, i) {
