@@ -406,7 +406,9 @@ class RaftNode:
         if not self.is_leader():
             return float("inf")
         answers = dict(getattr(self._obj, "_SyncObj__lastResponseTime", {}))
-        others = len(self.cfg.peers)
+        # the group as PySyncObj holds it: a recovered node leads alone whatever the config's
+        # peers say, and a node added later counts once PySyncObj has it
+        others = len(self._obj.otherNodes)
         # PySyncObj stamps answers with its monotonic clock (time.monotonic), in seconds
         now = time.monotonic()
         return majority_contact_age(now * 1000, [t * 1000 for t in answers.values()], others + 1)
