@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 
 import click
 
@@ -219,12 +222,13 @@ def produce(
     sent = Sent(print_ids)
     t0 = time.monotonic()
     interrupted = False
-    with open_client(controllers) as c:
+    with open_client(controllers) as c, _stop_on_ctrl_c(count is not None) as stop:
         try:
-            _send_all(c.producer(), topic_name, count, size, key, batch, sent, as_json or print_ids)
+            _send_all(c.producer(), topic_name, count, size, key, batch, sent, as_json or print_ids, stop)
         except KeyboardInterrupt:
             # what was acknowledged is stored: say how much, rather than a bare "aborted"
             interrupted = True
+        interrupted = interrupted or stop.is_set()
     elapsed = time.monotonic() - t0
     if interrupted:
         click.echo(f"interrupted: {sent.count} acknowledged", err=True)
@@ -245,6 +249,29 @@ def produce(
         sys.exit(130)
 
 
+@contextlib.contextmanager
+def _stop_on_ctrl_c(between_batches: bool) -> Iterator[threading.Event]:
+    """While generated messages are sent, Ctrl-C sets the event the send loop checks between
+    batches rather than raising wherever the main thread happens to be (inside the client's locks
+    or its loop thread's hand-over, a KeyboardInterrupt could leave the close waiting for good);
+    a second Ctrl-C interrupts at once. Reading standard input keeps the plain KeyboardInterrupt:
+    a read blocked on a terminal must end at the first Ctrl-C."""
+    stop = threading.Event()
+    if not between_batches:
+        yield stop
+        return
+
+    def on_sigint(signum: int, frame: object) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _send_all(
     p: Producer,
     topic_name: str,
@@ -254,11 +281,13 @@ def _send_all(
     batch: int,
     sent: Sent,
     quiet: bool,
+    stop: threading.Event,
 ) -> None:
-    """COUNT generated messages (with a progress bar), or one per line of standard input."""
+    """COUNT generated messages (with a progress bar) until `stop` is set, or one per line of
+    standard input."""
     if count is not None:
         with progress(f"producing to {topic_name}", count, quiet) as step:
-            while sent.count < count:
+            while sent.count < count and not stop.is_set():
                 n = min(batch, count - sent.count)
                 # each body starts with its sequence number, so every message is distinct
                 pad = os.urandom(size // 2 + 1).hex().encode()
