@@ -347,8 +347,35 @@ class ControllerNode:
     async def _run_barrier(self, term: int) -> None:
         await self.raft.barrier(term)
         if self.raft.term() == term and self.raft.is_leader():
+            if self._led_term != term:
+                # before the term answers anything: the leader loop may not have run yet, and its
+                # start of term later would clear the lease fences of elections already in flight
+                self._take_term(term, mono_ms())
             self._ready_term = term
             log.info("controller %s leads term %d and has caught up", self.cfg.node_id, term)
+
+    def _take_term(self, term: int, now: int) -> None:
+        """Start leading `term`: grace for every broker, and no fence or retry of an earlier term.
+        Runs once per term, before the term answers a request (`ensure_ready`) or acts on its own."""
+        self._led_term = term
+        self.heartbeats.on_leadership(now)
+        self._election_tried.clear()
+        self.lease_fences.clear()
+        log.info(
+            "controller %s became leader in term %d; brokers get %d ms of grace",
+            self.cfg.node_id,
+            term,
+            self.cfg.heartbeat_timeout_ms,
+        )
+        ident = self.raft.identity
+        lost = ident.presumed_lost(self.cfg.node_id) if ident is not None else ()
+        if lost:
+            log.warning(
+                "controller %s: datacenter(s) %s declared lost at the recovery: their silent "
+                "masters are failed over without the grace (RULES.md L8)",
+                self.cfg.node_id,
+                ", ".join(lost),
+            )
 
     async def leader_tick(self) -> None:
         self.raft.persist_members()
@@ -361,25 +388,7 @@ class ControllerNode:
         term = self.raft.term()
         now = mono_ms()
         if self._led_term != term:
-            self._led_term = term
-            self.heartbeats.on_leadership(now)
-            self._election_tried.clear()
-            self.lease_fences.clear()
-            log.info(
-                "controller %s became leader in term %d; brokers get %d ms of grace",
-                self.cfg.node_id,
-                term,
-                self.cfg.heartbeat_timeout_ms,
-            )
-            ident = self.raft.identity
-            lost = ident.presumed_lost(self.cfg.node_id) if ident is not None else ()
-            if lost:
-                log.warning(
-                    "controller %s: datacenter(s) %s declared lost at the recovery: their silent "
-                    "masters are failed over without the grace (RULES.md L8)",
-                    self.cfg.node_id,
-                    ", ".join(lost),
-                )
+            self._take_term(term, now)
         elif self.heartbeats.on_tick(now):
             # RULES.md L9: paused (or starved) for a while; the silence in the table is our own
             log.warning(

@@ -13,6 +13,7 @@ import pytest
 from tests.controller.inproc import single_node
 from tests.controller.simbroker import SimBroker
 from tidelog.client.controllers import ControllerClient
+from tidelog.controller.node import ControllerNode
 from tidelog.errors import ControllerMasterStillExistError
 from tidelog.ha.lease import handover_wait_ms
 
@@ -81,5 +82,29 @@ def test_a_hand_over_to_the_master_itself_does_not_wait(tmp_path: Path) -> None:
             assert not node.lease_fences.withholds("broker-a", 1)  # the fence is lifted again
             await b1.stop()
             await b2.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_term_starts_before_it_answers_so_its_first_tick_keeps_an_elections_fence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader answers requests once it has caught up, which may be before its leader loop first
+    runs: the start of the term (grace, fences of earlier terms cleared) must already have happened,
+    or that first run clears the fence of an election a request started meanwhile, and the old
+    master's lease is renewed while the election is in flight."""
+
+    async def idle(self: ControllerNode, stop: asyncio.Event) -> None:
+        await stop.wait()
+
+    monkeypatch.setattr(ControllerNode, "_leader_loop", idle)  # only requests start the term
+
+    async def scenario() -> None:
+        async with single_node(tmp_path) as (node, _client):
+            await node.ensure_ready()  # what every request does first
+            token = node.lease_fences.hold("broker-a", 1)  # an election a request started
+            await node.leader_tick()  # the leader loop's first run in this term
+            assert node.lease_fences.withholds("broker-a", 1)
+            node.lease_fences.release(token)
 
     asyncio.run(scenario())
