@@ -353,7 +353,8 @@ class ControllerClient:
         self.secret = secret or secret_from_env()
         self._conns: dict[str, _Conn] = {}
         self._preferred: str = self._addresses[0]
-        self._copies: dict[str, asyncio.Task[None]] = {}
+        # heartbeat copies in flight, one per (node, broker): brokers may share a client
+        self._copies: dict[tuple[str, str, int], asyncio.Task[None]] = {}
         self.rpc_timeout = rpc_timeout
         self.total_timeout = total_timeout
         self.quorum_timeout = quorum_timeout
@@ -749,16 +750,19 @@ class ControllerClient:
         if priority is not None:
             req.priority = priority
         for addr in self._addresses:
-            if addr != self._preferred and addr not in self._copies:
+            key = (addr, broker_set, broker_id)
+            if addr != self._preferred and key not in self._copies:
                 task = asyncio.ensure_future(self._copy(addr, req, total_timeout or self.rpc_timeout))
-                self._copies[addr] = task
-                task.add_done_callback(lambda _t, a=addr: self._copies.pop(a, None))  # type: ignore[misc]
+                self._copies[key] = task
+                task.add_done_callback(lambda _t, k=key: self._copies.pop(k, None))  # type: ignore[misc]
         return await self.call("broker", "Heartbeat", req, total_timeout=total_timeout)
 
     async def _copy(self, address: str, req: pb.HeartbeatRequest, timeout: float) -> None:
         """Send a heartbeat copy; its only use is the node's table, so the answer is dropped,
         except that a node answering as leader becomes the next call's first choice. At most one
-        copy per node is in flight, so a silent node does not collect them."""
+        copy per node and broker is in flight, so a silent node does not collect them (per broker:
+        brokers sharing a client, as in an embedded cluster, would otherwise starve each other's
+        copies when they beat in step)."""
         try:
             await self._conn(address).broker.Heartbeat(
                 req, timeout=timeout, metadata=self._signature("Heartbeat", req)
