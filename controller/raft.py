@@ -33,7 +33,6 @@ import gzip
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException, replicated
 from pysyncobj import pickle as pysyncobj_pickle
+from pysyncobj.monotonic import monotonic as raft_monotonic
 from pysyncobj.poller import POLL_EVENT_TYPE
 
 from tidelog import private
@@ -409,8 +409,10 @@ class RaftNode:
         # the group as PySyncObj holds it: a recovered node leads alone whatever the config's
         # peers say, and a node added later counts once PySyncObj has it
         others = len(self._obj.otherNodes)
-        # PySyncObj stamps answers with its monotonic clock (time.monotonic), in seconds
-        now = time.monotonic()
+        # PySyncObj stamps answers with its own monotonic clock, in seconds: CLOCK_MONOTONIC_RAW
+        # where there is one, which runs apart from time.monotonic's (NTP slews only the latter;
+        # 0.24 s apart on a host up for hours), so "now" must be read from the same clock
+        now = raft_monotonic()
         return majority_contact_age(now * 1000, [t * 1000 for t in answers.values()], others + 1)
 
     @property
