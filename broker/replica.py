@@ -44,6 +44,7 @@ from tidelog.errors import (
     InSyncReplicasNotEnoughError,
     InvalidArgumentError,
     NotMasterError,
+    RpoBoundReachedError,
     TidelogError,
 )
 from tidelog.guard import HA_DISPLACED, HA_UNPROVEN, RefusalLog
@@ -59,6 +60,7 @@ from tidelog.ha.protocol import (
     read_frame,
 )
 from tidelog.ha.roles import MASTER, NONE, SLAVE, Role
+from tidelog.ha.rpobound import AckBound
 from tidelog.ha.slave import HaSlave
 from tidelog.ha.syncstate import Proposal
 from tidelog.invariants import stop_if_violated
@@ -125,6 +127,11 @@ class Replica:
         # times come from `clock_ms`, the one clock the lease reads.
         self.lease = Lease()
         self.clock_ms: Callable[[], int] = monotonic_ms
+        # how far a master alone in its SyncStateSet may acknowledge (ha/rpobound.py), granted by
+        # heartbeat replies; `beat_soon` (the server's) asks for the next one at once
+        self.ack_bound = AckBound()
+        self._bound_grew = asyncio.Event()
+        self.beat_soon: Callable[[], None] | None = None
         # the HA port's connections: unproven ones bounded and displaceable, proven ones apart
         self.ha_slots = HaSlots(
             cfg.ha_max_connections, cfg.ha_max_connections, cfg.ha_handshake_timeout_ms / 1000
@@ -453,6 +460,7 @@ class Replica:
         await master.wait_acks(end, needed)
         if self.observe_ack_wait is not None:
             self.observe_ack_wait(time.monotonic() - started)
+        await self._within_rpo_bound(master, end)
         # The acks may have arrived after this broker lost the right to speak for the set: without
         # a recent word from the controller it may already be replaced, unless every member the
         # controller might elect holds the write (docs/ARCHITECTURE.md §3.5). Checked after the
@@ -466,6 +474,32 @@ class Replica:
             replication=self.ack_cfg.replication,
         ):
             raise self._not_confirmed(after_write=True)
+
+    def grant_ack_bound(self, epoch: int, limit: int) -> None:
+        """A heartbeat reply's grant (controller/RULES.md L10) for this broker as master of `epoch`."""
+        if self.ack_bound.granted(epoch, limit):
+            self._bound_grew.set()
+            self._bound_grew = asyncio.Event()
+
+    async def _within_rpo_bound(self, master: HaMaster, end: int) -> None:
+        """Wait until this master may acknowledge a write ending at `end` under the controllers'
+        RPO bound (ha/rpobound.py): at once unless it is alone in its SyncStateSet past its grant;
+        then asking for heartbeats until a grant covers `end`, or RPO_BOUND_REACHED after the
+        replicas' timeout. Rechecked every 100 ms besides: a slave rejoining lifts the bound."""
+        deadline = time.monotonic() + master.slave_timeout
+        while not self.ack_bound.allows(master.epoch, end, alone=master.write_set_size == 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RpoBoundReachedError(
+                    f"broker {self.broker_id} of {self.cfg.broker_set}, alone in its SyncStateSet, may "
+                    f"acknowledge up to offset {self.ack_bound.limit} (rpo_bound_bytes past what every "
+                    f"controller holds of its reports); the write ends at {end}"
+                )
+            log.debug("%s write ending at %d waits for a grant past %d", self.ctx, end, self.ack_bound.limit)
+            if self.beat_soon is not None:
+                self.beat_soon()
+            with contextlib.suppress(TimeoutError):
+                await within(self._bound_grew.wait(), min(remaining, 0.1))
 
     def _not_confirmed(self, *, after_write: bool) -> NotMasterError:
         outcome = " (the message was stored here and may or may not survive)" if after_write else ""

@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 # A broker whose store failed retries opening it once this much space is free again.
 MIN_FREE_BYTES = 1 << 20
+#: the least time between heartbeats a waiting write asks for (`heartbeat_loop`)
+EARLY_BEAT_GAP_S = 0.05
 
 
 class BrokerServer:
@@ -119,6 +121,7 @@ class BrokerServer:
         self.data_port: DataPort | None = None
         self.rocketmq: RocketMQEndpoint | None = None
         self._stopping = asyncio.Event()
+        self._beat_wanted = asyncio.Event()  # a heartbeat now rather than an interval later
         self._store_failed = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
         self.retention = RetentionLoop(self.replica)
@@ -339,7 +342,9 @@ class BrokerServer:
 
     async def heartbeat_loop(self) -> None:
         interval = self.cfg.heartbeat_interval_ms / 1000
+        self.replica.beat_soon = self._beat_wanted.set
         while not self._stopping.is_set():
+            began = time.monotonic()
             try:
                 await self.beat()
                 interval = (self._interval_ms or self.cfg.heartbeat_interval_ms) / 1000
@@ -351,7 +356,24 @@ class BrokerServer:
                 self._beat_again = False
                 continue
             with contextlib.suppress(TimeoutError):
-                await within(self._stopping.wait(), interval)
+                await within(self._stop_or_beat_wanted(), interval)
+            if self._beat_wanted.is_set():
+                # a write waits for a grant (Replica.beat_soon): beat now, but not more often than
+                # every EARLY_BEAT_GAP_S, since each beat of a master alone is a Raft write
+                self._beat_wanted.clear()
+                with contextlib.suppress(TimeoutError):
+                    await within(self._stopping.wait(), began + EARLY_BEAT_GAP_S - time.monotonic())
+
+    async def _stop_or_beat_wanted(self) -> None:
+        waits = [
+            asyncio.ensure_future(self._stopping.wait()),
+            asyncio.ensure_future(self._beat_wanted.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     _interval_ms = 0
     _beat_again = False  # made master by an election's answer: beat at once for a lease (`beat`)
@@ -384,6 +406,10 @@ class BrokerServer:
         # answer naming this broker master renews it (one naming another says it was replaced), and
         # none from a leader cut off from its majority or electing in this set (`lease_withheld`).
         names_me = reply.role.has_master and reply.role.master_id == r.broker_id
+        # controller/RULES.md L10: how far this master may acknowledge while alone in its set
+        r.ack_bound.enforced = reply.rpo_bound_bytes > 0
+        if names_me and reply.HasField("ack_bound"):
+            r.grant_ack_bound(reply.role.master_epoch, reply.ack_bound)
         if names_me and not reply.lease_withheld:
             r.lease.renew(
                 sent,

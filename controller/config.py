@@ -34,6 +34,7 @@ _TOP_KEYS = {
     "heartbeat_interval_ms",
     "heartbeat_timeout_ms",
     "enable_elect_unclean_master",
+    "rpo_bound_bytes",
     "raft",
     "max_meta_value_bytes",
     "max_topics",
@@ -87,6 +88,9 @@ class ControllerConfig:
     heartbeat_interval_ms: int = 1000
     heartbeat_timeout_ms: int = 5000
     enable_elect_unclean_master: bool = False
+    # 0: none; else a master alone in its SyncStateSet acknowledges at most this far past the last
+    # offset every controller's log holds of its reports (ha/rpobound.py, RULES.md L10)
+    rpo_bound_bytes: int = 0
     max_meta_value_bytes: int = 1 << 20
     max_topics: int = 200_000  # creates past it answer TOPIC_LIMIT_REACHED (bench.scale: ~3 KB each)
     raft: RaftTuning = field(default_factory=RaftTuning)
@@ -153,6 +157,12 @@ def _host_port(key: str, value: Any) -> str:
 def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{key} must be a positive integer (got {value!r})", key=key)
+    return value
+
+
+def _non_negative_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{key} must be 0 or a positive integer (got {value!r})", key=key)
     return value
 
 
@@ -273,6 +283,7 @@ def _flag(key: str, value: Any) -> bool:
 _SETTINGS: tuple[tuple[str, Callable[[str, Any], Any], Any], ...] = (
     ("secret", _secret, None),
     ("enable_elect_unclean_master", _flag, False),
+    ("rpo_bound_bytes", _non_negative_int, 0),
     ("heartbeat_interval_ms", _positive_int, 1000),
     ("heartbeat_timeout_ms", _positive_int, 5000),
     ("max_meta_value_bytes", _positive_int, 1 << 20),

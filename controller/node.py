@@ -57,6 +57,7 @@ from tidelog.controller.raft import RaftNode
 from tidelog.errors import ConfigError, ControllerNotLeaderError, UnauthenticatedError, UnavailableError
 from tidelog.guard import CLUSTER_TOKEN, Guard, RefusalLog, SafeDecode, with_clear_keys
 from tidelog.ha.lease import LeaseFences, grants_lease, handover_wait_ms
+from tidelog.ha.rpobound import grant, held_by_every_node
 from tidelog.metrics import watch_auth_refusals
 from tidelog.proto import controller_pb2 as pb
 from tidelog.tasks import cancel_and_wait, within
@@ -150,6 +151,9 @@ class ControllerNode:
         logs.identify(lambda: {"node_id": cfg.node_id, "term": self.raft.term()})
         self.heartbeats = HeartbeatTable(cfg.heartbeat_timeout_ms)
         self.lease_fences = LeaseFences()  # RULES.md L7: masters whose lease an election stopped
+        # RULES.md L10: per broker set, (master id, master epoch, the highest offset of its reports
+        # every node's log was seen to hold)
+        self._rpo_held: dict[str, tuple[int, int, int]] = {}
         self._led_term: int | None = None
         self._ready_term: int | None = None
         self._barrier: asyncio.Task[None] | None = None
@@ -534,6 +538,21 @@ class ControllerNode:
                 bs.sync_state_set, bs.members.keys(), bs.master_id, broker_id, alive, cmd.enable_unclean
             )
         return winner == broker_id
+
+    def ack_bound(
+        self, name: str, master_id: int, master_epoch: int, recorded: int, recorded_at: int
+    ) -> int | None:
+        """The offset the master of `name` may acknowledge up to while alone in its SyncStateSet
+        (RULES.md L10), or None without `rpo_bound_bytes`. `recorded` is its last reported max
+        offset in this node's state, which held it by Raft index `recorded_at`."""
+        if not self.cfg.rpo_bound_bytes:
+            return None
+        mid, epoch, previous = self._rpo_held.get(name, (master_id, master_epoch, -1))
+        if (mid, epoch) != (master_id, master_epoch):
+            previous = -1
+        held = held_by_every_node(recorded, recorded_at, self.raft.every_node_index(), previous)
+        self._rpo_held[name] = (master_id, master_epoch, held)
+        return grant(held, self.cfg.rpo_bound_bytes)
 
     def lease_withheld(self, name: str, master_epoch: int) -> bool:
         """Whether a heartbeat reply to the master of `name` at `master_epoch` renews no lease: this

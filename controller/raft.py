@@ -415,6 +415,21 @@ class RaftNode:
         now = raft_monotonic()
         return majority_contact_age(now * 1000, [t * 1000 for t in answers.values()], others + 1)
 
+    def commit_index(self) -> int:
+        """The last Raft index this node knows committed (never below what its state has applied)."""
+        return int(self._obj.raftCommitIndex)
+
+    def every_node_index(self) -> int:
+        """The last Raft index every node of the group holds in its log, as this leader knows from
+        their answers (-1 when not leading; a follower not heard from yet counts as holding none).
+        A forced recovery keeps every entry a node's log holds (controller/recover.py), so what is
+        at or below this index survives whichever node is recovered."""
+        if not self.is_leader():
+            return -1
+        matched = dict(getattr(self._obj, "_SyncObj__raftMatchIndex", {}))
+        own = self.commit_index()
+        return min([own, *(int(matched.get(n, 0)) for n in self._obj.otherNodes)])
+
     @property
     def topics_changes(self) -> int:
         """A counter that moves whenever the topics may have changed (see `_Machine`)."""

@@ -343,6 +343,14 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             role = role_of(name, bs)
             topics_version, topics, deleted = self._topic_view(name, state)
             member = bs.members[bid]
+            # RULES.md L10: what this state holds of the master's reports, and by which Raft index
+            bound = (
+                self.node.ack_bound(
+                    name, bid, bs.master_epoch, member.last_max_offset, self.node.raft.commit_index()
+                )
+                if bs.master_id == bid
+                else None
+            )
             stale_offsets = (request.epoch, request.max_offset) != (member.last_epoch, member.last_max_offset)
             changes = self.node.raft.topics_changes
             if self._view_topics is None or self._view_topics[0] != changes:
@@ -362,6 +370,8 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             heartbeat_timeout_ms=self.node.cfg.heartbeat_timeout_ms,
             clean_elections_only=not self.node.cfg.enable_elect_unclean_master,
             lease_withheld=self.node.lease_withheld(name, role.master_epoch),
+            rpo_bound_bytes=self.node.cfg.rpo_bound_bytes,
+            ack_bound=bound,
             topics_version=topics_version,
             topics_unchanged=unchanged,
         )
@@ -489,7 +499,9 @@ class RouteServicer(pb_grpc.ControllerRouteServicer):
         for n in request.names:
             non_empty("names[]", n)
         alive_of = self.node.alive_ids
-        reply = pb.DescribeBrokerSetsReply(liveness_known=self.node.raft.is_leader())
+        reply = pb.DescribeBrokerSetsReply(
+            liveness_known=self.node.raft.is_leader(), rpo_bound_bytes=self.node.cfg.rpo_bound_bytes
+        )
         with self.node.raft.read() as state:
             names = list(request.names) or sorted(state.broker_sets)
             for name in names:

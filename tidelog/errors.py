@@ -547,6 +547,20 @@ class FlushSlaveTimeoutError(TidelogError):
 
 
 @_register
+class RpoBoundReachedError(TidelogError):
+    """A master alone in its SyncStateSet is `rpo_bound_bytes` past what every controller holds of
+    its reports, and no grant from them came before the deadline (controller/RULES.md L10)."""
+
+    code = "RPO_BOUND_REACHED"
+    status = "DEADLINE_EXCEEDED"
+    hint = (
+        "the message IS stored on the master and may still be acknowledged, so the outcome is unknown; "
+        "check that every controller node is up and reachable (tide controller status), or bring a "
+        "slave back into the SyncStateSet, then retry (consumers may see it twice)"
+    )
+
+
+@_register
 class SlaveNotAvailableError(TidelogError):
     """No slave is connected to replicate a write that needs replica acks."""
 

@@ -146,7 +146,7 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., priority: _Optional[int] = ..., acl_version: _Optional[int] = ..., topics_version: _Optional[str] = ..., cluster_version: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "clean_elections_only", "topics_version", "topics_unchanged", "cluster", "lease_withheld")
+    __slots__ = ("role", "topics", "heartbeat_interval_ms", "heartbeat_timeout_ms", "deleted_topics", "acl", "clean_elections_only", "topics_version", "topics_unchanged", "cluster", "lease_withheld", "rpo_bound_bytes", "ack_bound")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +158,8 @@ class HeartbeatReply(_message.Message):
     TOPICS_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     LEASE_WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    RPO_BOUND_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACK_BOUND_FIELD_NUMBER: _ClassVar[int]
     role: RoleAssignment
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     heartbeat_interval_ms: int
@@ -169,7 +171,9 @@ class HeartbeatReply(_message.Message):
     topics_unchanged: bool
     cluster: ClusterView
     lease_withheld: bool
-    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., clean_elections_only: _Optional[bool] = ..., topics_version: _Optional[str] = ..., topics_unchanged: _Optional[bool] = ..., cluster: _Optional[_Union[ClusterView, _Mapping]] = ..., lease_withheld: _Optional[bool] = ...) -> None: ...
+    rpo_bound_bytes: int
+    ack_bound: int
+    def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., deleted_topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., acl: _Optional[_Union[AclTable, _Mapping]] = ..., clean_elections_only: _Optional[bool] = ..., topics_version: _Optional[str] = ..., topics_unchanged: _Optional[bool] = ..., cluster: _Optional[_Union[ClusterView, _Mapping]] = ..., lease_withheld: _Optional[bool] = ..., rpo_bound_bytes: _Optional[int] = ..., ack_bound: _Optional[int] = ...) -> None: ...
 
 class ClusterView(_message.Message):
     __slots__ = ("version", "broker_sets", "topics", "controllers")
@@ -372,16 +376,18 @@ class DescribeBrokerSetsRequest(_message.Message):
     def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DescribeBrokerSetsReply(_message.Message):
-    __slots__ = ("broker_sets", "liveness_known", "metadata_age_ms", "from_broker")
+    __slots__ = ("broker_sets", "liveness_known", "metadata_age_ms", "from_broker", "rpo_bound_bytes")
     BROKER_SETS_FIELD_NUMBER: _ClassVar[int]
     LIVENESS_KNOWN_FIELD_NUMBER: _ClassVar[int]
     METADATA_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
+    RPO_BOUND_BYTES_FIELD_NUMBER: _ClassVar[int]
     broker_sets: _containers.RepeatedCompositeFieldContainer[BrokerSetInfo]
     liveness_known: bool
     metadata_age_ms: int
     from_broker: bool
-    def __init__(self, broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., liveness_known: _Optional[bool] = ..., metadata_age_ms: _Optional[int] = ..., from_broker: _Optional[bool] = ...) -> None: ...
+    rpo_bound_bytes: int
+    def __init__(self, broker_sets: _Optional[_Iterable[_Union[BrokerSetInfo, _Mapping]]] = ..., liveness_known: _Optional[bool] = ..., metadata_age_ms: _Optional[int] = ..., from_broker: _Optional[bool] = ..., rpo_bound_bytes: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "queues", "perm", "retention_ms")
