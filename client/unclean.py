@@ -5,13 +5,16 @@ The controller knows, per member, the last (epoch, max offset) the member report
 log; the last confirm offset it knows for a set is the highest one its SyncStateSet members
 reported. Electing a broker from outside the set loses what lies past that broker's own end.
 
-What the RPO covers, exactly: the bytes from the candidate's end up to that reported offset. What
-it cannot cover: what the lost members acknowledged after that report, which no survivor holds a
-record of. A master alone in its SyncStateSet (the only case where a survivor is outside it)
-reports at every heartbeat (controller/RULES.md §1), so that is the writes of its last heartbeat
-interval and of the report's Raft commit before it was lost, and more only when the surviving
-controller lagged behind the lost majority's log. The line printed says both, with the offset
-where the count stops; the drill checks every loss against them.
+What the RPO covers, exactly: the bytes from the candidate's end up to that reported offset, plus
+the controllers' `rpo_bound_bytes` when they set it (controller/RULES.md L10: a master alone in
+its SyncStateSet then acknowledges nothing past that bound beyond the last report every
+controller's log holds, the surviving one's included), so that nothing acknowledged lies past the
+count. Without the bound, what it cannot cover: what the lost members acknowledged after that
+report, which no survivor holds a record of. A master alone in its SyncStateSet (the only case
+where a survivor is outside it) reports at every heartbeat (controller/RULES.md §1), so that is
+the writes of its last heartbeat interval and of the report's Raft commit before it was lost, and
+more only when the surviving controller lagged behind the lost majority's log. The line printed
+says which, with the offset where the count stops; the drill checks every loss against them.
 """
 
 from __future__ import annotations
@@ -39,16 +42,21 @@ class UncleanRpo:
     known_confirm_offset: int
     candidate_max_offset: int
     reported_by: int | None = None  # the SyncStateSet member whose report gave known_confirm_offset
+    bound_bytes: int = 0  # the controllers' rpo_bound_bytes (0: none, an uncounted tail remains)
 
     @property
     def bytes(self) -> int:
-        """The bytes counted: from the candidate's end to the last reported offset."""
-        return 0 if self.in_sync else max(0, self.known_confirm_offset - self.candidate_max_offset)
+        """The bytes counted: from the candidate's end to the last reported offset (plus the bound)."""
+        return 0 if self.in_sync else max(0, self.counted_until - self.candidate_max_offset)
 
     @property
     def counted_until(self) -> int:
-        """The offset where the count stops: losses past it are the uncounted tail (module doc)."""
-        return max(self.known_confirm_offset, self.candidate_max_offset)
+        """The offset where the count stops: with a bound nothing acknowledged lies past it; without,
+        losses past it are the uncounted tail (module doc)."""
+        reach = self.known_confirm_offset
+        if self.bound_bytes:
+            reach = max(reach, 0) + self.bound_bytes  # as ha/rpobound.py::grant counts it
+        return max(reach, self.candidate_max_offset)
 
     def line(self) -> str:
         if self.in_sync:
@@ -56,6 +64,15 @@ class UncleanRpo:
                 f"{self.broker_set}: broker {self.broker_id} is in the SyncStateSet: a clean election, RPO 0"
             )
         who = f"broker {self.reported_by}" if self.reported_by is not None else "the lost members"
+        if self.bound_bytes:
+            return (
+                f"{self.broker_set}: electing broker {self.broker_id} from outside the SyncStateSet: RPO "
+                f"at most {self.bytes} bytes, offsets {self.candidate_max_offset}..{self.counted_until} "
+                f"(its max offset {self.candidate_max_offset}; {who} last reported offset "
+                f"{self.known_confirm_offset} to the controllers' log, and acknowledged at most "
+                f"rpo_bound_bytes={self.bound_bytes} past what every controller held of its reports); "
+                f"nothing acknowledged past offset {self.counted_until} is lost"
+            )
         return (
             f"{self.broker_set}: electing broker {self.broker_id} from outside the SyncStateSet: RPO "
             f"{self.bytes} bytes counted, offsets {self.candidate_max_offset}..{self.counted_until} "
@@ -85,7 +102,9 @@ async def unclean_rpo(c: ControllerClient, broker_set: str, broker_id: int) -> U
     candidate = members[broker_id].last_max_offset
     with contextlib.suppress(Exception):  # its own word is fresher than its last report; either will do
         candidate = await broker_max_offset(members[broker_id].address)
-    return UncleanRpo(broker_set, broker_id, broker_id in sss, known, candidate, reporter)
+    return UncleanRpo(
+        broker_set, broker_id, broker_id in sss, known, candidate, reporter, reply.rpo_bound_bytes
+    )
 
 
 async def broker_max_offset(address: str) -> int:

@@ -254,6 +254,7 @@ class QuorumDrill:
         self.drill.log(f"{survivor} not elected for {hold_s:.1f} s without --unclean")
         rpo = self.call(unclean_rpo(self.admin, self.drill.broker_set, target))
         self.drill.log(rpo.line())
+        elected = time.monotonic()  # nothing at these offsets is acknowledged again before this
         self.call(self.admin.elect_master(self.drill.broker_set, target, designated=True, unclean=True))
         self.drill.log(f"elect --unclean {self.drill.broker_set} {target}")
         return {
@@ -262,6 +263,8 @@ class QuorumDrill:
             "known_confirm_offset": rpo.known_confirm_offset,
             "survivor_max_offset": rpo.candidate_max_offset,
             "counted_until": rpo.counted_until,
+            "rpo_bound_bytes": rpo.bound_bytes,
+            "_elected": elected,
         }
 
     def old_majority_fenced(self) -> bool:
@@ -476,13 +479,19 @@ def _losses(client: Client, topic: str, work: Workload, rounds: list[dict[str, A
     """Every loss must lie between the survivor's end and where the printed RPO's count stops, or
     past it and acknowledged in the tail the RPO line names; below the survivor's end, or earlier,
     it is unexplained."""
-    ranges = [(r["survivor_max_offset"], r["counted_until"], r["_cut"]) for r in rounds if "rpo_bytes" in r]
+    ranges = [
+        (r["survivor_max_offset"], r["counted_until"], r["_cut"], r["_elected"], r["rpo_bound_bytes"])
+        for r in rounds
+        if "rpo_bytes" in r
+    ]
     read = set(read_all(client, topic))
     out = Losses()
     first_uncounted: float | None = None
     for a in work.acks:
-        # counted by the RPO: acknowledged before the cut (the new master reuses the offsets after)
-        counted = any(lo <= a.phys_offset < hi and a.acked < cut for lo, hi, cut in ranges)
+        # counted by the RPO: acknowledged before the unclean election (the new master reuses the
+        # offsets after it); an answer already on its way when the datacenter went down arrives
+        # a few ms after the cut
+        counted = any(lo <= a.phys_offset < hi and a.acked < elected for lo, hi, _, elected, _ in ranges)
         if a.body in read:
             out.kept_within_rpo += int(counted)
             continue
@@ -491,7 +500,12 @@ def _losses(client: Client, topic: str, work: Workload, rounds: list[dict[str, A
             out.within_rpo += 1
             out.within_rpo_bytes += len(a.body)
             continue
-        tails = [cut for _, hi, cut in ranges if a.phys_offset >= hi and a.acked >= cut - REPORT_LAG_S]
+        # with the controllers' RPO bound (controller/RULES.md L10) there is no uncounted tail
+        tails = [
+            cut
+            for _, hi, cut, _, bound in ranges
+            if not bound and a.phys_offset >= hi and a.acked >= cut - REPORT_LAG_S
+        ]
         if tails:
             out.after_last_report += 1
             window = tails[0] - a.acked
@@ -520,6 +534,7 @@ def _report(
     ]
     for r in rounds:
         r.pop("_cut", None)
+        r.pop("_elected", None)
     return {
         "scenario": scenario,
         "acked": checked["acked"],

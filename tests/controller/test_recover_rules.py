@@ -312,6 +312,28 @@ def test_a_survivor_ahead_of_the_last_report_counts_nothing():
     assert "past offset 400" in rpo.line()
 
 
+def test_with_the_controllers_rpo_bound_the_count_reaches_past_the_report_and_leaves_no_tail():
+    rpo = UncleanRpo(
+        "broker-a",
+        2,
+        in_sync=False,
+        known_confirm_offset=9000,
+        candidate_max_offset=4000,
+        reported_by=1,
+        bound_bytes=1000,
+    )
+    assert rpo.bytes == 6000 and rpo.counted_until == 10000
+    line = rpo.line()
+    assert "RPO at most 6000 bytes, offsets 4000..10000" in line
+    assert "rpo_bound_bytes=1000" in line and "nothing acknowledged past offset 10000 is lost" in line
+    assert "not counted" not in line
+    # no report recorded yet: the master could acknowledge only the bound itself from offset 0
+    first = UncleanRpo(
+        "broker-a", 2, in_sync=False, known_confirm_offset=-1, candidate_max_offset=0, bound_bytes=500
+    )
+    assert first.counted_until == 500 and first.bytes == 500
+
+
 def test_a_survivor_in_the_sync_state_set_is_a_clean_election():
     rpo = UncleanRpo("broker-a", 2, in_sync=True, known_confirm_offset=9000, candidate_max_offset=4000)
     assert rpo.bytes == 0 and "RPO 0" in rpo.line()
