@@ -27,6 +27,14 @@ Kinds:
                leader is cut from the other controllers for `SPLIT_MS` (so it answers from the
                state before the failover while the others elect a new master, and the old master
                comes back hearing both)
+  lease_lapse  (drawn apart, in half the worlds of 3 brokers with 2 acks needed: `LAPSE_P`)
+               a correlated failure that makes a master's lease run out while a write waits for
+               its acks, its targets chosen when it begins (3 brokers): one slave (s1) is cut from
+               the controllers; `LAPSE_LEAD_MS` later the master is cut from the controllers and
+               from the other slave (s2); `param` ms after that, about when its last lease ends,
+               s1 pauses for `lapse_pause_ms(param)`, so the acks of the writes appended just
+               before come back after the lease ran out and after s2, which lacks them, was
+               elected. The master must not acknowledge them (the lease checked after the acks).
 """
 
 from __future__ import annotations
@@ -39,6 +47,13 @@ from .net import DRIFT
 HORIZON_MS = 60_000  # faults start within the first minute
 REPLAY_P = 0.2  # during a replay fault, the share of requests to controllers run once more, late
 SPLIT_MS = 4000  # how long a failover_split cuts the controller leader from the others
+LAPSE_LEAD_MS = 2000  # how long before the master a lease_lapse cuts its slave s1 from the controllers
+
+
+def lapse_pause_ms(param: float) -> int:
+    """How long a lease_lapse pauses s1: long enough that its acks come back after the controllers
+    elected s2, short enough that they still come within the write's slave timeout (3 s)."""
+    return 2400 + int(param) % 500
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,19 @@ def draw(rng: Random, count: int, brokers: list[str], ctrls: list[str], dcs: lis
         out.append(_shape(rng, Fault(start, kind, "", dur), brokers, ctrls, dcs))
     out.sort(key=lambda f: (f.start, f.kind, f.target))
     return out
+
+
+#: the share of the worlds where the lease matters (3 brokers, 2 acks needed) that also get one
+#: lease_lapse, drawn apart (`lapse`) so that every other seed's schedule stays what it was
+LAPSE_P = 0.5
+
+
+def lapse(rng: Random) -> Fault:
+    """One lease_lapse fault at a random time within the horizon."""
+    start = 1000 + rng.randrange(HORIZON_MS - 1000)
+    param = float(2700 + rng.randrange(1000))
+    dur = LAPSE_LEAD_MS + int(param) + lapse_pause_ms(param) + 3000 + rng.randrange(2000)
+    return Fault(start, "lease_lapse", "", dur, param)
 
 
 # the lateness a delay or a replay fault draws from

@@ -19,7 +19,7 @@ from .broker import HB_INTERVAL, Broker
 from .checker import Checker, Violation
 from .controllers import ELECT_MAX, FALLBACK, HB_TIMEOUT, SET, Controller, Raft, register_commands
 from .disk import DiskFailed, DivergedError
-from .faults import REPLAY_P, SPLIT_MS, Fault, draw
+from .faults import LAPSE_LEAD_MS, LAPSE_P, REPLAY_P, SPLIT_MS, Fault, draw, lapse, lapse_pause_ms
 from .ledger import LedgerModel
 from .net import Node, Sim
 
@@ -134,7 +134,11 @@ class World:
                 sorted(self.procs)[n:],
                 DCS,
             )
+            extra = Random(seed * 7919 + 2)
+            if n == 3 and not all_ack and extra.random() < LAPSE_P:
+                faults = sorted([*faults, lapse(extra)], key=lambda f: (f.start, f.kind, f.target))
         self.faults = faults
+        self._fault_cuts: dict[Fault, list[tuple[str, str]]] = {}  # links a correlated fault cut
         self.scenario = f"{n} brokers, {'all_ack' if all_ack else 'in_sync_replicas 2 (auto)'}"
         for f in faults:
             sim.at(f.start, self._begin, f)
@@ -191,8 +195,9 @@ class World:
         if k == "leader":
             self.raft.step_down()
             return
-        if k == "failover_split":
-            self._failover_split(f)
+        correlated = {"failover_split": self._failover_split, "lease_lapse": self._lease_lapse}
+        if k in correlated:
+            correlated[k](f)
             return
         p = self._proc(f.target)
         if k == "crash" and p.up:
@@ -242,6 +247,43 @@ class World:
             sim.at(f.start + f.duration, self._back, master)
         sim.at(f.start + int(f.param), self._split_leader, f)
 
+    def _lease_lapse(self, f: Fault) -> None:
+        """Cut a slave from the controllers now; the master from them and from the other slave
+        `LAPSE_LEAD_MS` later; pause the first slave `param` ms after that (sim/faults.py)."""
+        sim = self.sim
+        master = self.master()
+        slaves = [b for b in self.brokers.values() if b is not master and b.live()]
+        if master is None or len(slaves) < 2:
+            sim.tr("lease_lapse: no master with two live slaves")
+            return
+        s1, s2 = sim.rng.sample(slaves, 2)
+        ctrls = [c.name for c in self.ctrls]
+        sim.tr("b%d (slave) is cut from the controllers", s1.bid)
+        self._cut(f, [(s1.name, c) for c in ctrls] + [(c, s1.name) for c in ctrls])
+        lead = f.start + LAPSE_LEAD_MS
+        pair = [(master.name, s2.name), (s2.name, master.name)]
+        m_ctrls = [(master.name, c) for c in ctrls] + [(c, master.name) for c in ctrls]
+        sim.at(
+            lead,
+            self._cut,
+            f,
+            pair + m_ctrls,
+            f"b{master.bid} (the master) is cut from the controllers and b{s2.bid}",
+        )
+        sim.at(lead + int(f.param), self._pause_for, s1, lapse_pause_ms(f.param))
+
+    def _cut(self, f: Fault, links: list[tuple[str, str]], why: str = "") -> None:
+        """Cut `links` until `f` heals (`_end_proc` restores them)."""
+        if why:
+            self.sim.tr("%s", why)
+        for link in links:
+            self.sim.cuts[link] += 1
+        self._fault_cuts.setdefault(f, []).extend(links)
+
+    def _pause_for(self, b: Broker, ms: int) -> None:
+        self.sim.tr("b%d pauses for %d ms", b.bid, ms)
+        b.paused_until = max(b.paused_until, self.sim.now + ms)
+
     def _back(self, b: Broker) -> None:
         now = self.sim.now
         if not b.up and not any(
@@ -260,6 +302,10 @@ class World:
 
     def _end_proc(self, f: Fault) -> None:
         sim, k = self.sim, f.kind
+        for link in self._fault_cuts.pop(f, []):
+            sim.cuts[link] -= 1
+            if sim.cuts[link] <= 0:
+                del sim.cuts[link]
         if k == "crash":
             p = self._proc(f.target)
             if not p.up and not any(
