@@ -20,6 +20,10 @@ class Mutant:
     name: str
     what: str
     apply: Callable[[], None]
+    # The newer guard that stops this bug from doing harm, when one does: an equivalent mutant
+    # under today's code (no schedule can make it break a promise), still searched, reported
+    # apart, and its own rule kept by table tests.
+    masked_by: str = ""
 
 
 def _confirm_fastest() -> None:
@@ -267,11 +271,19 @@ MUTANTS: dict[str, Mutant] = {
             _expansion_after_confirm,
         ),
         Mutant("acks-from-outside", "acks of slaves outside the SyncStateSet count", _acks_from_outside),
-        Mutant("role-no-stale-check", "a reply of an older master epoch is acted on", _no_stale_check),
+        Mutant(
+            "role-no-stale-check",
+            "a reply of an older master epoch is acted on",
+            _no_stale_check,
+            masked_by="a reply that renews no lease promotes nobody, and a lease holds for one "
+            "epoch only (ha/roles.py SELF_UNVOUCHED, ha/lease.py; tests/ha/test_roles.py)",
+        ),
         Mutant(
             "alter-no-sss-epoch-fence",
             "the controller applies a proposal from an older set epoch",
             _no_sss_epoch_fence,
+            masked_by="a late copy of an older set epoch is an older attempt, which RULES.md A4b "
+            "refuses (tests/controller/test_state_rules.py)",
         ),
         Mutant(
             "liveness-no-grace",
@@ -292,6 +304,8 @@ MUTANTS: dict[str, Mutant] = {
             "unvouched-promotion",
             "a broker takes mastership from a heartbeat reply that renews no lease (a stale leader's)",
             _unvouched_promotion,
+            masked_by="a lease holds for the epoch it was granted for only, and only an answer "
+            "naming the broker master renews it (ha/lease.py; tests/ha/test_lease.py)",
         ),
         Mutant(
             "alter-attempts-unnumbered",
@@ -335,14 +349,17 @@ def run_all(max_seeds: int, start: int, n_faults: int, workers: int | None) -> i
             # the unmutated code fails there too: search on after the first such seed
             s = failures[0][0] + 1 if failures and found is None else s + n
         if found is None:
-            print(f"{name:26s} NOT caught in {max_seeds} seeds ({m.what})", flush=True)
+            masked = f"; masked: {m.masked_by}" if m.masked_by else ""
+            print(f"{name:26s} NOT caught in {max_seeds} seeds ({m.what}){masked}", flush=True)
         caught[name] = found
     counts = [c for c in caught.values() if c is not None]
+    masked = sorted(n for n, c in caught.items() if c is None and MUTANTS[n].masked_by)
     summary = {
         "mutants": len(caught),
         "caught": len(counts),
+        "masked": masked,  # not caught, and equivalent under a newer guard (`Mutant.masked_by`)
         "median_seeds_to_catch": statistics.median(counts) if counts else None,
         "seeds_to_catch": caught,
     }
     print(json.dumps(summary))
-    return 0 if len(counts) == len(caught) else 1
+    return 0 if len(counts) + len(masked) == len(caught) else 1
