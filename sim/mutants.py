@@ -349,8 +349,8 @@ def run_all(max_seeds: int, start: int, n_faults: int, workers: int | None) -> i
             # the unmutated code fails there too: search on after the first such seed
             s = failures[0][0] + 1 if failures and found is None else s + n
         if found is None:
-            masked = f"; masked: {m.masked_by}" if m.masked_by else ""
-            print(f"{name:26s} NOT caught in {max_seeds} seeds ({m.what}){masked}", flush=True)
+            why = f"; masked: {m.masked_by}" if m.masked_by else ""
+            print(f"{name:26s} NOT caught in {max_seeds} seeds ({m.what}){why}", flush=True)
         caught[name] = found
     counts = [c for c in caught.values() if c is not None]
     masked = sorted(n for n, c in caught.items() if c is None and MUTANTS[n].masked_by)
