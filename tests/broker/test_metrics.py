@@ -117,12 +117,11 @@ async def _master_exports(tmp_path: Path) -> None:
         assert value("tidelog_sync_state_set_size", ident) == 1
         assert value("tidelog_sync_state_set_changes_total", ident) == 1
         assert value("tidelog_disk_used_bytes", ident) > 0
-        # the commit is folded once confirmed, which may come a loop turn after its acknowledgement
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        while replica.log.confirm_offset < replica.log.max_offset:
-            assert loop.time() < deadline, "the commit was never confirmed"
-            await asyncio.sleep(0.01)
+        # the commit is folded once confirmed, which may come a loop turn after its acknowledgement:
+        # wait on the confirm offset's own wake-up (the broker's long poll)
+        end = replica.log.max_offset
+        confirmed = await replica.long_poll(lambda: (replica.log.confirm_offset >= end,) * 2, 5000)
+        assert confirmed, "the commit was never confirmed"
         lag = {**ident, "group": "g", "topic": "t", "queue": "0"}
         assert value("tidelog_consumer_lag_messages", lag) == 3
         status, _, body = respond("GET", "/metrics", metrics.registry, metrics.ready)
