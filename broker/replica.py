@@ -130,7 +130,6 @@ class Replica:
         # how far a master alone in its SyncStateSet may acknowledge (ha/rpobound.py), granted by
         # heartbeat replies; `beat_soon` (the server's) asks for the next one at once
         self.ack_bound = AckBound()
-        self._bound_grew = asyncio.Event()
         self.beat_soon: Callable[[], None] | None = None
         # the HA port's connections: unproven ones bounded and displaceable, proven ones apart
         self.ha_slots = HaSlots(
@@ -478,28 +477,29 @@ class Replica:
     def grant_ack_bound(self, epoch: int, limit: int) -> None:
         """A heartbeat reply's grant (controller/RULES.md L10) for this broker as master of `epoch`."""
         if self.ack_bound.granted(epoch, limit):
-            self._bound_grew.set()
-            self._bound_grew = asyncio.Event()
+            self.notify_confirmed()  # wakes the writes waiting in `_within_rpo_bound`
 
     async def _within_rpo_bound(self, master: HaMaster, end: int) -> None:
         """Wait until this master may acknowledge a write ending at `end` under the controllers'
         RPO bound (ha/rpobound.py): at once unless it is alone in its SyncStateSet past its grant;
-        then asking for heartbeats until a grant covers `end`, or RPO_BOUND_REACHED after the
-        replicas' timeout. Rechecked every 100 ms besides: a slave rejoining lifts the bound."""
-        deadline = time.monotonic() + master.slave_timeout
-        while not self.ack_bound.allows(master.epoch, end, alone=master.write_set_size == 1):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RpoBoundReachedError(
-                    f"broker {self.broker_id} of {self.cfg.broker_set}, alone in its SyncStateSet, may "
-                    f"acknowledge up to offset {self.ack_bound.limit} (rpo_bound_bytes past what every "
-                    f"controller holds of its reports); the write ends at {end}"
-                )
-            log.debug("%s write ending at %d waits for a grant past %d", self.ctx, end, self.ack_bound.limit)
-            if self.beat_soon is not None:
+        then asking for heartbeats until a grant covers `end` (or a slave rejoins the set), or
+        RPO_BOUND_REACHED after the replicas' timeout. Waits in `long_poll`."""
+
+        if self.ack_bound.allows(master.epoch, end, alone=master.write_set_size == 1):
+            return  # every write but a bounded master's: no closure, no poll
+
+        def allowed() -> tuple[bool, bool]:
+            ok = self.ack_bound.allows(master.epoch, end, alone=master.write_set_size == 1)
+            if not ok and self.beat_soon is not None:
                 self.beat_soon()
-            with contextlib.suppress(TimeoutError):
-                await within(self._bound_grew.wait(), min(remaining, 0.1))
+            return ok, ok
+
+        if not await self.long_poll(allowed, int(master.slave_timeout * 1000)):
+            raise RpoBoundReachedError(
+                f"broker {self.broker_id} of {self.cfg.broker_set}, alone in its SyncStateSet, may "
+                f"acknowledge up to offset {self.ack_bound.limit} (rpo_bound_bytes past what every "
+                f"controller holds of its reports); the write ends at {end}"
+            )
 
     def _not_confirmed(self, *, after_write: bool) -> NotMasterError:
         outcome = " (the message was stored here and may or may not survive)" if after_write else ""
