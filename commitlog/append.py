@@ -9,6 +9,7 @@ buffer per batch, which is written with one pwrite per segment touched. The reco
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -18,11 +19,13 @@ from crc32c import crc32c
 from tidelog.commitlog import record as rec
 from tidelog.commitlog import speedups
 from tidelog.commitlog.batch import STAMP, STAMP_AT, Checked
-from tidelog.commitlog.consumequeue import ConsumeQueue
 from tidelog.commitlog.core import LogCore
-from tidelog.commitlog.queues import QueueIndex
+from tidelog.commitlog.queues import AppendSlot, QueueIndex
 from tidelog.commitlog.segments import Span
 from tidelog.errors import InvalidArgumentError, MessageTooLargeError
+
+#: Stamps of laid-out batches (`AppendSlot.batch`); appends are serialised by the log lock.
+_BATCHES = itertools.count()
 
 
 class Placement(NamedTuple):
@@ -31,22 +34,6 @@ class Placement(NamedTuple):
     phys_offset: int
     queue_offset: int
     size: int
-
-
-class _QueueBatch:
-    """One queue's share of a batch: its next queue offset and the units to index."""
-
-    __slots__ = ("cq", "name", "name_len", "next", "phys", "sizes", "tags", "fixed")
-
-    def __init__(self, queues: QueueIndex, topic: str, queue_id: int) -> None:
-        self.name = queues.name_bytes(topic, queue_id)
-        self.name_len = len(self.name)
-        self.cq: ConsumeQueue = queues.open(topic, queue_id)
-        self.next = self.cq.next_offset
-        self.phys: list[int] = []
-        self.sizes: list[int] = []
-        self.tags: list[int] = []
-        self.fixed = rec.HEADER_SIZE + self.name_len  # record bytes besides properties and body
 
 
 class _Chunk:
@@ -89,27 +76,27 @@ def append_batch(core: LogCore, messages: Sequence[rec.Message], store_ts: int) 
 
 def _lay_out(
     core: LogCore, messages: Sequence[rec.Message], store_ts: int
-) -> tuple[list[_Chunk], list[Placement], list[_QueueBatch]]:
+) -> tuple[list[_Chunk], list[Placement], list[AppendSlot]]:
     """Check every message and place its record; nothing is written. This loop is the hot path:
     locals only, and helpers only for what is rare (a new queue, a body not in bytes, a segment roll)."""
     epoch, limit, seg_bytes = core.epochs.last_epoch, core.max_message_bytes, core.segment_bytes
     room = seg_bytes - rec.BLANK_SIZE  # a record must leave space for a blank marker after it
     max_props, tags_hash, message_type = rec.MAX_PROPERTIES_BYTES, rec.tags_hash, rec.Message
-    make = tuple.__new__
+    make, hsize, batch = tuple.__new__, rec.HEADER_SIZE, next(_BATCHES)
     pos = core.offsets.max
     chunk = _Chunk(pos - pos % seg_bytes, pos, 0)
-    chunks = [chunk]
-    records = chunk.records
-    seg_base = chunk.base
+    chunks, records, seg_base = [chunk], chunk.records, chunk.base
     placements: list[Placement] = []
-    queues: dict[tuple[str, int], _QueueBatch] = {}
+    index = core.queues
+    slots = index.slots
+    queues: list[AppendSlot] = []  # the slots this batch touches, each once
     for m in messages:
         if m.__class__ is not message_type:
             raise InvalidArgumentError(f"append takes Message objects, not {type(m).__name__}")
         qid = m.queue_id
-        q = queues.get((m.topic, qid))
-        if q is None:
-            q = queues[(m.topic, qid)] = _QueueBatch(core.queues, m.topic, qid)
+        q = slots.get((m.topic, qid))
+        if q is None or q.batch != batch:
+            q = _first_in_batch(index, q, m.topic, qid, batch, queues)
         body = m.body
         if body.__class__ is not bytes:
             body = _body_bytes(body)
@@ -131,7 +118,7 @@ def _lay_out(
                 )
             tag = tags_hash(m.tags)
         plen, blen = len(props), len(body)
-        size = q.fixed + plen + blen
+        size = hsize + q.name_len + plen + blen
         if size > limit:
             raise MessageTooLargeError(f"a record of {size} bytes exceeds max_message_bytes={limit}")
         if pos - seg_base + size > room:
@@ -166,7 +153,21 @@ def _lay_out(
         q.tags.append(tag)
         pos += size
     chunk.end = pos
-    return chunks, placements, list(queues.values())
+    return chunks, placements, queues
+
+
+def _first_in_batch(
+    index: QueueIndex, q: AppendSlot | None, topic: str, qid: int, batch: int, queues: list[AppendSlot]
+) -> AppendSlot:
+    """The slot of a queue the batch meets for the first time (made, name and id checked, on the
+    queue's first append), its share of the batch started; a share an earlier batch left when it
+    failed is dropped with its stamp."""
+    if q is None:
+        q = index.slot(topic, qid)
+    q.batch, q.next = batch, q.cq.next_offset
+    q.phys, q.sizes, q.tags = [], [], []
+    queues.append(q)
+    return q
 
 
 def _roll(chunks: list[_Chunk], chunk: _Chunk, seg_bytes: int) -> _Chunk:

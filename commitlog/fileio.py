@@ -4,10 +4,12 @@
 ignoring the count let the log believe in bytes its files did not hold, and a checkpoint then
 claimed them. Here a short write is continued, and a write that makes no progress raises
 OSError(ENOSPC). `store_error` turns an OSError into the typed error the broker answers with.
+`sync_filesystem` makes everything written to one filesystem durable in one call (syncfs).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 
@@ -34,6 +36,26 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         if n <= 0:
             raise OSError(errno.ENOSPC, f"no progress writing {len(view) - done} bytes")
         done += n
+
+
+_syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+if _syncfs is not None:
+    _syncfs.argtypes = [ctypes.c_int]
+    _syncfs.restype = ctypes.c_int
+
+
+def sync_filesystem(fd: int) -> bool:
+    """syncfs(2): write every dirty page and the metadata of the filesystem holding `fd` and wait
+    for them (Linux waits for the I/O, and its filesystems end with a cache flush). False where
+    the call does not exist (the caller syncs file by file); OSError when it fails. Since Linux
+    5.8 a writeback error on that filesystem since `fd` was opened fails it: open `fd` before the
+    writes it is to cover."""
+    if _syncfs is None:
+        return False
+    if _syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"syncfs failed: {os.strerror(err)}")
+    return True
 
 
 def is_disk_full(exc: BaseException) -> bool:

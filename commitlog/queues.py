@@ -1,7 +1,9 @@
 """The consume-queue index of the commit log: one `ConsumeQueue` per (topic, queue), by name.
 
 Owns the map of open queues, the set of queues with units not yet in their files (the flusher
-writes them at checkpoints), and the operations that touch every queue at once: loading at
+takes it under the log lock and writes them at checkpoints outside it, while appends go on), a
+descriptor on the queues' filesystem for syncing many at once, and the operations that touch
+every queue at once: loading at
 recovery, dispatching recovered or replicated records, cutting them with the log, and the cuts
 of a deleted topic's queues (commitlog/FORMAT.md "Consume queue").
 """
@@ -23,6 +25,24 @@ class QueueOffsets(NamedTuple):
     confirmed: int  # readers see queue offsets below this
 
 
+class AppendSlot:
+    """What the append path keeps of one queue between batches (its queue, its encoded topic
+    name), and its share of the batch being laid out, stamped with that batch: a batch spread
+    over 10,000 queues makes no per-queue object."""
+
+    __slots__ = ("cq", "name", "name_len", "batch", "next", "phys", "sizes", "tags")
+
+    def __init__(self, cq: ConsumeQueue, name: bytes) -> None:
+        self.cq = cq
+        self.name = name
+        self.name_len = len(name)
+        self.batch = -1  # the batch whose share `next`, `phys`, `sizes` and `tags` hold
+        self.next = 0
+        self.phys: list[int] = []
+        self.sizes: list[int] = []
+        self.tags: list[int] = []
+
+
 class QueueIndex:
     """Every consume queue of one log, under `directory/<topic>/<queue id>`."""
 
@@ -33,7 +53,19 @@ class QueueIndex:
         self.descriptors = DescriptorPool(max_open_files)
         self.by_key: dict[tuple[str, int], ConsumeQueue] = {}
         self.dirty: set[ConsumeQueue] = set()
-        self._names: dict[tuple[str, int], bytes] = {}
+        # the append path's slots, by (topic, queue id); forgotten with the queues they name
+        self.slots: dict[tuple[str, int], AppendSlot] = {}
+        self._fs_fd: int | None = None
+
+    def _added(self, cq: ConsumeQueue) -> None:
+        """Keep `cq`; the first queue opens a descriptor on the queues' filesystem (the log's
+        directory, which outlives the queues' own), before any write it is to sync: syncfs
+        reports a writeback error only to descriptors opened before it."""
+        self.by_key[(cq.topic, cq.queue_id)] = cq
+        if self._fs_fd is None:
+            self._fs_fd = os.open(
+                os.path.dirname(os.path.abspath(self.directory)), os.O_RDONLY | os.O_DIRECTORY
+            )
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.by_key.get((topic, queue_id))
@@ -50,18 +82,16 @@ class QueueIndex:
                 self.units_per_file,
                 self.descriptors,
             )
-            self.by_key[(topic, queue_id)] = cq
+            self._added(cq)
         return cq
 
-    def name_bytes(self, topic: str, queue_id: int) -> bytes:
-        """The topic's encoded name, once (topic, queue_id) is known to be valid."""
+    def slot(self, topic: str, queue_id: int) -> AppendSlot:
+        """The append slot of (topic, queue_id), made (the queue opened) on first use."""
         key = (topic, queue_id)
-        name = self._names.get(key)
-        if name is None:
-            check_topic_queue(topic, queue_id)
-            name = topic.encode()
-            self._names[key] = name
-        return name
+        slot = self.slots.get(key)
+        if slot is None:
+            slot = self.slots[key] = AppendSlot(self.open(topic, queue_id), topic.encode())
+        return slot
 
     def offsets(self, topic: str, queue_id: int, confirm: int) -> QueueOffsets:
         check_topic_queue(topic, queue_id)
@@ -77,6 +107,7 @@ class QueueIndex:
 
     def load(self, durable_phys: int) -> None:
         """Open every queue on disk, dropping units at or beyond `durable_phys` (not known durable)."""
+        self.slots.clear()
         if not os.path.isdir(self.directory):
             return
         for topic in sorted(os.listdir(self.directory)):
@@ -88,10 +119,11 @@ class QueueIndex:
                     os.path.join(tdir, qname), topic, int(qname), self.units_per_file, self.descriptors
                 )
                 cq.truncate_phys(durable_phys)
-                self.by_key[(topic, int(qname))] = cq
+                self._added(cq)
 
     def remove_files(self) -> None:
         """Delete the queues' directory (recovery rebuilds every queue from the log)."""
+        self.slots.clear()
         if os.path.isdir(self.directory):
             shutil.rmtree(self.directory)
 
@@ -112,17 +144,34 @@ class QueueIndex:
 
     # ------------------------------------------------------------------ flushing
 
+    def take_dirty(self) -> list[ConsumeQueue]:
+        """The queues with units not yet in their files, taken (the caller holds the log lock,
+        which appends hold too): queues appended to from now on are dirty again."""
+        taken, self.dirty = self.dirty, set()
+        return list(taken)
+
+    def write(self, queues: list[ConsumeQueue]) -> list[ConsumeQueue]:
+        """Write `queues`' pending units to their files, each under its own lock (the log lock is
+        not needed: appends only add to a queue's tail); the queues that wrote. A queue not
+        written (a write failed before it) is dirty again."""
+        for i, cq in enumerate(queues):
+            try:
+                cq.write_pending()
+            except BaseException:
+                self.dirty.update(queues[i:])
+                raise
+        return [cq for cq in queues if cq.unsynced]
+
     def write_dirty(self) -> list[ConsumeQueue]:
-        """Write every queue's pending units to its files; returns every queue (to sync)."""
-        for cq in list(self.dirty):
-            cq.write_pending()
-            self.dirty.discard(cq)
-        return list(self.by_key.values())
+        """`write` of every dirty queue (the caller holds the log lock)."""
+        return self.write(self.take_dirty())
 
     def sync(self, queues: list[ConsumeQueue]) -> None:
-        """fdatasync what `queues` wrote, many files at once (one by one, 10,000 active queues
-        cost a checkpoint seconds)."""
-        sync_queues(queues)
+        """Make durable what `queues` wrote: one syncfs for many, an fdatasync of each file for a
+        few (`consumequeue.sync_queues`)."""
+        queues = [cq for cq in queues if cq.unsynced]
+        if queues and self._fs_fd is not None:  # None: no queue ever opened, nothing written
+            sync_queues(queues, self._fs_fd)
 
     # ------------------------------------------------------------------ cutting
 
@@ -145,6 +194,7 @@ class QueueIndex:
 
     def drop_topic(self, topic: str) -> None:
         """Forget every queue of `topic`, files included."""
+        self.slots.clear()
         for key in [k for k in self.by_key if k[0] == topic]:
             cq = self.by_key.pop(key)
             self.dirty.discard(cq)
@@ -154,6 +204,10 @@ class QueueIndex:
             fsync_dir(self.directory)
 
     def close_all(self) -> None:
+        self.slots.clear()
         for cq in self.by_key.values():
             cq.close()
         self.by_key.clear()
+        if self._fs_fd is not None:
+            fd, self._fs_fd = self._fs_fd, None
+            os.close(fd)

@@ -1,21 +1,24 @@
 """The bound on the descriptors consume queues hold: many active queues share one LRU pool of
 descriptors, evicted queues open theirs again on their next use, and nothing written is lost or
-left unsynced by an eviction."""
+left unsynced by an eviction (the checkpoint syncs an evicted queue's files by name, and many
+queues' with one syncfs)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
 
 from tidelog.broker import config as broker_config
-from tidelog.commitlog import CommitLog, Message
-from tidelog.commitlog.consumequeue import ConsumeQueue
+from tidelog.commitlog import CommitLog, Message, consumequeue, fileio
+from tidelog.commitlog.consumequeue import SYNCFS_MIN_QUEUES, ConsumeQueue
 from tidelog.commitlog.queues import QueueIndex
 from tidelog.errors import ConfigError
+from tidelog.invariants import require
 
 Unit = tuple[int, int, int]
 
@@ -38,7 +41,7 @@ def test_units_written_through_evictions_read_back_equal_and_descriptors_stay_bo
     tmp_path: Path,
 ) -> None:
     bound, queues = 8, 60
-    before = open_fds()
+    before = open_fds() + 1  # the index's descriptor on the log's directory (syncfs)
     index = QueueIndex(str(tmp_path / "cq"), 7, max_open_files=bound)
     model: dict[int, list[Unit]] = {q: [] for q in range(queues)}
     rng = random.Random(5)
@@ -69,7 +72,7 @@ def test_units_written_through_evictions_read_back_equal_and_descriptors_stay_bo
     for q, m in model.items():
         assert index.open("t", q).units(0, len(m)) == m
     index.close_all()
-    assert open_fds() == before
+    assert open_fds() == before - 1
     again = QueueIndex(str(tmp_path / "cq"), 7, max_open_files=bound)
     again.load(durable_phys=phys)
     try:
@@ -82,7 +85,7 @@ def test_units_written_through_evictions_read_back_equal_and_descriptors_stay_bo
         again.close_all()
 
 
-def test_an_evicted_queue_with_unsynced_units_is_synced_before_its_descriptor_closes(
+def test_an_evicted_queue_with_unsynced_units_is_synced_by_name_at_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index = QueueIndex(str(tmp_path / "cq"), 1000, max_open_files=4)
@@ -105,7 +108,8 @@ def test_an_evicted_queue_with_unsynced_units_is_synced_before_its_descriptor_cl
     for cq in queues:
         cq.sync()
     written = {os.path.join(cq.dir, f"{0:020d}") for cq in queues}
-    assert written <= synced  # every file written was fdatasync'ed, by its eviction or its sync
+    assert written <= synced  # every file written was fdatasync'ed, its descriptor closed or not
+    assert not any(cq.unsynced for cq in queues)
     index.close_all()
 
 
@@ -170,26 +174,27 @@ def test_queues_sync_together_and_a_failed_sync_is_raised_and_stays_dirty(
         cq.extend([q * 100], [100], [q])
         index.dirty.add(cq)
     queues = index.write_dirty()
-    broken = index.open("t", 5).unsynced_fd()
+    broken = os.path.join(index.open("t", 5).dir, f"{0:020d}")
     real = os.fdatasync
-    synced: list[int] = []
+    synced: list[str] = []
 
     def failing(fd: int) -> None:
-        if fd == broken:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path == broken:
             raise OSError(5, "Input/output error")
-        synced.append(fd)
+        synced.append(path)
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", failing)
     with pytest.raises(OSError, match="Input/output error"):
         index.sync(queues)
     assert len(synced) == 11  # every other queue was synced all the same
-    assert index.open("t", 5).unsynced_fd() == broken  # the next checkpoint meets it again
+    assert [cq.queue_id for cq in queues if cq.unsynced] == [5]  # the next checkpoint meets it again
     monkeypatch.setattr(os, "fdatasync", real)
     index.close_all()
 
 
-def test_a_checkpoint_gives_the_sync_pool_only_the_queues_that_wrote(
+def test_a_checkpoint_syncs_only_the_queues_that_wrote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index = QueueIndex(str(tmp_path / "cq"), 1000)
@@ -200,10 +205,101 @@ def test_a_checkpoint_gives_the_sync_pool_only_the_queues_that_wrote(
         cq.extend([q * 100], [100], [q])
         index.dirty.add(cq)
     queues = index.write_dirty()
-    assert len(queues) == 30  # the flusher passes every queue
+    assert sorted(cq.queue_id for cq in queues) == [3, 17]
+    assert not index.dirty  # taken
     synced: list[str] = []
     real = ConsumeQueue.sync
     monkeypatch.setattr(ConsumeQueue, "sync", lambda self: synced.append(self.dir) or real(self))
-    index.sync(queues)
+    index.sync(list(index.by_key.values()))  # every queue offered: only the two that wrote sync
     assert sorted(synced) == sorted(index.open("t", q).dir for q in (3, 17))
     index.close_all()
+
+
+def _write_many(index: QueueIndex, queues: int, phys: int) -> list[ConsumeQueue]:
+    for q in range(queues):
+        cq = index.open("t", q)
+        cq.extend([phys + q], [1], [q])
+        index.dirty.add(cq)
+    return index.write_dirty()
+
+
+def test_many_queues_sync_with_one_syncfs_and_a_failed_one_leaves_them_unsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = QueueIndex(str(tmp_path / "cq"), 1000, max_open_files=16)
+    calls: list[int] = []
+    fdatasyncs: list[int] = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: fdatasyncs.append(fd) or real_fdatasync(fd))
+    monkeypatch.setattr(
+        consumequeue, "sync_filesystem", lambda fd: calls.append(fd) or fileio.sync_filesystem(fd)
+    )
+    queues = _write_many(index, SYNCFS_MIN_QUEUES, 0)
+    assert len(queues) == SYNCFS_MIN_QUEUES
+    index.sync(queues)
+    assert len(calls) == 1 and not fdatasyncs  # one syncfs, no fdatasync of any file
+    assert not any(cq.unsynced for cq in queues)
+
+    def failing(fd: int) -> bool:
+        raise OSError(5, "syncfs failed: Input/output error")
+
+    monkeypatch.setattr(consumequeue, "sync_filesystem", failing)
+    queues = _write_many(index, SYNCFS_MIN_QUEUES, 1000)
+    with pytest.raises(OSError, match="syncfs failed"):
+        index.sync(queues)
+    assert all(cq.unsynced for cq in queues)  # the next checkpoint meets them again
+    monkeypatch.undo()
+    index.sync(queues)
+    assert not any(cq.unsynced for cq in queues)
+    index.close_all()
+
+
+def test_a_checkpoint_of_many_queues_past_the_bound_evicts_none(tmp_path: Path) -> None:
+    """With the bound reached, a queue whose descriptor is closed writes through one opened for
+    that write alone: a checkpoint does not close the other queues' descriptors one by one."""
+    before = open_fds() + 1  # the index's descriptor on the log's directory (syncfs)
+    index = QueueIndex(str(tmp_path / "cq"), 1000, max_open_files=16)
+    index.sync(_write_many(index, 200, 0))  # creating each queue's first file opens it in the pool
+    evicted = index.descriptors.evictions
+    for r in (1, 2):
+        index.sync(_write_many(index, 200, r * 1000))
+        assert index.descriptors.open_count <= 16
+        assert open_fds() - before <= 16
+    assert index.descriptors.evictions == evicted  # the writes of later rounds closed nothing
+    for q in range(200):
+        assert index.open("t", q).units(0, 3) == [(r * 1000 + q, 1, q) for r in range(3)]
+    index.close_all()
+
+
+def test_appends_go_on_while_a_checkpoint_writes_the_queues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint writes consume-queue files outside the log lock: an append made while one
+    queue's write is held up returns, and what was taken before it becomes durable."""
+    log = CommitLog.open(tmp_path, flush_interval_ms=10**6, checkpoint_interval_ms=10**6)
+    entered, release = threading.Event(), threading.Event()
+    real = ConsumeQueue.write_pending
+
+    def held(self: ConsumeQueue) -> None:
+        if self.topic == "slow":
+            entered.set()
+            require(release.wait(30), "the test released the write")
+        real(self)
+
+    try:
+        log.append([Message("slow", 0, b"a"), Message("fast", 0, b"b")])
+        monkeypatch.setattr(ConsumeQueue, "write_pending", held)
+        end = log.max_offset
+        checkpoint = threading.Thread(target=log._flusher.flush_once, kwargs={"sync_cqs": True})
+        checkpoint.start()
+        require(entered.wait(30), "the checkpoint reached the queue writes")
+        log.append([Message("fast", 0, b"c")])  # waited for the checkpoint before: deadlock here
+        assert log._core.offsets.cq_durable < end  # not durable while the write is held
+        release.set()
+        checkpoint.join(30)
+        assert not checkpoint.is_alive()
+        assert log._core.offsets.cq_durable == end
+        assert [m.body for m in log.read("fast", 0, 0, 10, confirmed_only=False)] == [b"b", b"c"]
+    finally:
+        release.set()
+        log.close()

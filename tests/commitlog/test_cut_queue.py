@@ -145,3 +145,18 @@ def _rewritten(log: CommitLog, at: int, *, qoff: int) -> bytes:
         born_ts=m.born_ts,
         store_ts=m.store_ts,
     )
+
+
+def test_an_append_after_the_queues_are_dropped_starts_them_again(tmp_path):
+    """The append path keeps a slot per queue between batches: dropping the topic's queues must
+    forget it, or the next append would index into the dropped queue."""
+    log = CommitLog.open(tmp_path / "m", flush="async")
+    log.append([Message("t", 0, b"a"), Message("t", 0, b"b")])
+    log.drop_queues("t")
+    log.append([Message("t", 0, b"c")])
+    log.confirm_offset = log.max_offset
+    assert [(m.queue_offset, m.body) for m in log.read("t", 0, 0, 10)] == [(0, b"c")]
+    log.close()
+    again = CommitLog.open(tmp_path / "m", flush="async")
+    assert [(m.queue_offset, m.body) for m in again.read("t", 0, 0, 10, confirmed_only=False)] == [(0, b"c")]
+    again.close()

@@ -194,6 +194,9 @@ def test_bad_messages_are_refused_and_nothing_is_written(tmp_path, message, erro
         log.append([Message("t", 0, b"fine"), message])
     assert log.max_offset == before
     assert log.queue_offsets("t", 0).max == 1
+    log.append([Message("t", 0, b"after")])  # the refused batch left nothing behind in the queue
+    assert [m.queue_offset for m in log.read("t", 0, 0, 10, confirmed_only=False)] == [0, 1]
+    assert [m.body for m in log.read("t", 0, 0, 10, confirmed_only=False)] == [b"ok", b"after"]
     log.close()
 
 
