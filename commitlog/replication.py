@@ -7,6 +7,8 @@ as they came (replicas stay byte-identical) and the records are indexed in the c
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from crc32c import crc32c
 
 from tidelog.commitlog import record as rec
@@ -58,7 +60,8 @@ def append_raw(core: LogCore, phys_offset: int, data: bytes) -> int:
         runs = _runs(data, units)
     else:
         spans, runs, end = split
-    topics = _topics(runs)  # before any byte is written: a run that cannot be indexed is refused whole
+    # before any byte is written: a run that cannot be indexed is refused whole
+    topics = _topics(runs, core.queues.by_key)
     with core.lock:
         try:
             core.segments.write_spans(spans, data)
@@ -135,10 +138,11 @@ def _runs(data: bytes, units: list[_Unit]) -> list[_Run]:
     return runs
 
 
-def _topics(runs: list[_Run]) -> list[str]:
+def _topics(runs: list[_Run], known: Container[tuple[str, int]]) -> list[str]:
     """The topic of each run, or CorruptRecordError: a record whose CRC holds but whose topic or
     queue id no consume queue can take (not UTF-8, not a topic name) comes from a faulty master,
-    and must not get past the check into the log, where it could not be indexed."""
+    and must not get past the check into the log, where it could not be indexed. A queue already
+    `known` was checked when it was made."""
     names: dict[bytes, str] = {}
     out = []
     for tbytes, qid, _, phys, _, _ in runs:
@@ -146,7 +150,8 @@ def _topics(runs: list[_Run]) -> list[str]:
         try:
             if topic is None:
                 topic = names[tbytes] = tbytes.decode()
-            check_topic_queue(topic, qid)
+            if (topic, qid) not in known:
+                check_topic_queue(topic, qid)
         except (UnicodeDecodeError, InvalidArgumentError) as exc:
             raise CorruptRecordError(_WHERE, phys[0], f"no queue can index this record: {exc}") from None
         out.append(topic)
@@ -159,9 +164,10 @@ def _index(core: LogCore, runs: list[_Run], topics: list[str]) -> None:
     `put`, which checks each."""
     where = core.segments.directory
     queues = core.queues
+    known, dirty = queues.by_key, queues.dirty
     for topic, (_, qid, first, phys, sizes, tags) in zip(topics, runs, strict=True):
-        cq = queues.open(topic, qid)
-        queues.dirty.add(cq)
+        cq = known.get((topic, qid)) or queues.open(topic, qid)
+        dirty.add(cq)
         if first == cq.next_offset:
             cq.extend(phys, sizes, tags)
         else:
