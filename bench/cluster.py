@@ -23,6 +23,7 @@ from tidelog.clusterauth import new_secret
 from tidelog.invariants import require
 from tidelog.localcluster import BrokerSet, ControllerCluster, Proc, create_topic, wait_until
 from tidelog.proto import broker_pb2 as pb
+from tidelog.proto import broker_pb2_grpc as pb_grpc
 
 #: The broker settings the benches measure unless they say otherwise: every write acknowledged by
 #: both replicas while both are in sync, flushed to disk in the background.
@@ -77,6 +78,11 @@ class BenchCluster:
     @property
     def addresses(self) -> list[str]:
         return self._set.addresses
+
+    @property
+    def stubs(self) -> list[pb_grpc.BrokerStub]:
+        """A blocking gRPC stub per replica, in the order of `brokers`."""
+        return self._set.stubs
 
     @property
     def data_dirs(self) -> list[Path]:

@@ -8,6 +8,7 @@ slowly, as a table and (with --json) one JSON object per dimension. Run from the
     python -m bench.scale --topics 2000,20000,100000 --log-gb 1,5,10 --json
     python -m bench.scale --only topics                     # one dimension
     python -m bench.scale --only queues --active-queues 8,1000,10000
+    python -m bench.scale --only restart --log-gb 1,5,10    # kill -9 and restart, per log size
 
 Topics (each of `--queues` queues, 8 by default, created through the batched admin call,
 `AsyncAdmin.create_topics`: 1,000 a call, two calls in flight):
@@ -77,6 +78,22 @@ master killed with SIGKILL and started again):
 - restart to serving (s): from the start of the process until it answers a read at the log's
   end as a slave or master (the crash recovery scans only from the last checkpoint);
 - the bytes recovery scanned, from the broker's log line.
+
+Restart (`--only restart`, `--log-gb` steps; a broker set of one replica, `flush: async`): the
+log grown through produce requests of 1,000 messages of 1 KiB to each size, the broker killed
+with SIGKILL and started again: the seconds until it answers as master with its log at the same
+end and reads queue 0's last message (process start, recovery from the last checkpoint,
+registration and election included).
+
+Slave catch-up (`--only catchup`, `--catchup-gb` steps; a broker set of two, `replication: sync`
+with `auto_in_sync_replicas`): the slave killed with SIGKILL while the master takes that much new
+log, then started again: the seconds until its log reaches the master's end (and the rate), and
+until it is back in the SyncStateSet.
+
+Retention (`--only retention`; a broker set of two with `retention_bytes` = `--retention-mb`,
+segments of `--segment-mb`, checked every second): written at full speed for
+`--retention-seconds`, each replica's log on disk sampled every second: the largest and the last
+size against the limit, and the write rate retention has to keep up with.
 
 Every process it started is stopped by its pid at the end, and nothing listens beyond 127.0.0.1.
 """
@@ -635,8 +652,177 @@ def log_dimension(steps_gb: list[float], root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+async def produce_to(
+    address: str, topic: str, target: int, body: int, producers: int = 4
+) -> tuple[int, float]:
+    """Closed-loop producers sending requests of 1,000 keyless messages of `body` bytes to
+    `topic` until the broker's log reaches `target` bytes; returns (its max offset, seconds)."""
+    channels = [grpc.aio.insecure_channel(address) for _ in range(producers)]
+    stubs = [pb_grpc.BrokerStub(c) for c in channels]
+    request = pb.ProduceRequest(topic=topic, messages=[pb.ProduceMessage(body=os.urandom(body))] * 1000)
+    started = time.monotonic()
+    end = 0
+    try:
+
+        async def producer(stub: pb_grpc.BrokerStub) -> None:
+            nonlocal end
+            while end < target:
+                try:
+                    await stub.Produce(request, timeout=30)
+                except grpc.aio.AioRpcError:
+                    await asyncio.sleep(0.05)  # a failover or a full queue: try again shortly
+                status = await stub.Status(pb.StatusRequest(), timeout=5)
+                end = max(end, status.max_offset)
+
+        await asyncio.gather(*(producer(stub) for stub in stubs))
+        return end, time.monotonic() - started
+    finally:
+        for c in channels:
+            await c.close()
+
+
+def _serves_end(stub: pb_grpc.BrokerStub, topic: str, end: int) -> bool:
+    """Whether the broker answers as master with its log at `end` and reads queue 0's last message."""
+    try:
+        status = stub.Status(pb.StatusRequest(), timeout=1)
+        if status.role != "master" or status.max_offset < end or status.confirm_offset < end:
+            return False
+        offsets = stub.GetOffsets(pb.GetOffsetsRequest(topic=topic, queue=0), timeout=1).offsets
+        if offsets.max == 0:
+            return False
+        read = stub.Pull(
+            pb.PullRequest(topic=topic, queue=0, offset=offsets.max - 1, max_messages=1), timeout=2
+        )
+        return len(read.messages) == 1
+    except grpc.RpcError:
+        return False
+
+
+def restart_dimension(steps_gb: list[float], root: Path, body: int) -> list[dict[str, Any]]:
+    """One replica grown through produce requests to each size, killed with SIGKILL and started
+    again: the time until it serves, as master, a read of its log's last message."""
+    rows: list[dict[str, Any]] = []
+    with BenchCluster(root / "restart", replicas=1, broker_options={"flush": "async"}) as cluster:
+        cluster.wait_ready("scale", 8)
+        stub = cluster.stubs[0]
+        for gb in steps_gb:
+            end, took = asyncio.run(produce_to(cluster.master_address, "scale", int(gb * 1e9), body))
+            proc = cluster.brokers[0]
+            proc.kill9()
+            started = time.monotonic()
+            proc.start()
+            wait_until(
+                lambda end=end: _serves_end(stub, "scale", end), 300, 0.02, what="the restarted broker serves"
+            )
+            restart_s = time.monotonic() - started
+            row = {
+                "log_gb": round(end / 1e9, 2),
+                "produce_mb_s": round((end - (rows[-1]["end"] if rows else 0)) / 1e6 / took),
+                "restart_to_serving_s": round(restart_s, 2),
+                "end": end,
+            }
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    for row in rows:
+        del row["end"]
+    return rows
+
+
+def catchup_dimension(steps_gb: list[float], root: Path, body: int) -> list[dict[str, Any]]:
+    """A slave away (SIGKILL) while its master takes each amount of new log, then started again:
+    how long it takes to copy what it missed (its max offset reaching the master's) and to be
+    back in the SyncStateSet."""
+    rows: list[dict[str, Any]] = []
+    with BenchCluster(root / "catchup", broker_options=dict(SYNC_REPLICATED)) as cluster:
+        cluster.wait_ready("scale", 8)
+        slave_index = 1 - cluster.master_index
+        slave, slave_stub = cluster.brokers[slave_index], cluster.stubs[slave_index]
+        master_stub = cluster.stubs[cluster.master_index]
+        for gb in steps_gb:
+            slave.kill9()
+            before = master_stub.Status(pb.StatusRequest(), timeout=5).max_offset
+            end, took = asyncio.run(produce_to(cluster.master_address, "scale", before + int(gb * 1e9), body))
+            started = time.monotonic()
+            slave.start()
+
+            def caught_up(end: int = end) -> bool:
+                try:
+                    return slave_stub.Status(pb.StatusRequest(), timeout=1).max_offset >= end
+                except grpc.RpcError:
+                    return False
+
+            wait_until(caught_up, 1800, 0.05, what="the slave caught up")
+            copy_s = time.monotonic() - started
+            cluster.wait_in_sync(300)
+            row = {
+                "missed_gb": round((end - before) / 1e9, 2),
+                "produce_mb_s": round((end - before) / 1e6 / took),
+                "catch_up_s": round(copy_s, 2),
+                "catch_up_mb_s": round((end - before) / 1e6 / copy_s),
+                "back_in_sync_s": round(time.monotonic() - started, 2),
+            }
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def retention_dimension(
+    seconds: float, root: Path, body: int, limit_mb: int, segment_mb: int
+) -> list[dict[str, Any]]:
+    """A broker set of two with `retention_bytes` set, written at full speed for `seconds`: does
+    retention delete as fast as the log grows? The replicas' logs on disk are sampled every
+    second: the largest, and the last."""
+    options = {
+        **SYNC_REPLICATED,
+        "segment_bytes": segment_mb << 20,
+        "retention_bytes": limit_mb << 20,
+        "retention_check_interval_ms": 1000,
+    }
+    with BenchCluster(root / "retention", broker_options=options) as cluster:
+        cluster.wait_ready("scale", 8)
+        logs = [d / "commitlog" for d in cluster.data_dirs]
+        sizes: list[list[float]] = [[] for _ in logs]
+        done = False
+
+        async def sample() -> None:
+            while not done:
+                for i, d in enumerate(logs):
+                    sizes[i].append(dir_mb(d) if d.exists() else 0.0)
+                await asyncio.sleep(1.0)  # the sampling period, not an ordering wait
+
+        async def both() -> tuple[int, float]:
+            nonlocal done
+            sampler = asyncio.create_task(sample())
+            try:
+                acked, took, _ = await produce_spread(
+                    cluster.master_address, ["scale"], 1000, body, 8, seconds
+                )
+                return acked, took
+            finally:
+                done = True
+                await sampler
+
+        acked, took = asyncio.run(both())
+        status = cluster.stubs[cluster.master_index].Status(pb.StatusRequest(), timeout=5)
+        row = {
+            "written_mb": round(status.max_offset / 1e6),
+            "write_mb_s": round(status.max_offset / 1e6 / took),
+            "retention_mb": round((limit_mb << 20) / 1e6),
+            "segment_mb": round((segment_mb << 20) / 1e6),
+            "largest_mb": [round(max(s), 1) for s in sizes],
+            "last_mb": [round(s[-1], 1) for s in sizes],
+            "min_offset_mb": round(status.min_offset / 1e6),
+        }
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return [row]
+
+
 def _ints(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s]
+
+
+def _floats(text: str) -> list[float]:
+    return sorted(float(s) for s in text.split(",") if s)
 
 
 def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -657,7 +843,12 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         ),
         "fences": lambda: fences_dimension(sorted(_ints(args.fences)), root),
         "snapshot": lambda: snapshot_dimension(_ints(args.snap_topics), _ints(args.ledgers)),
-        "log": lambda: log_dimension(sorted(float(s) for s in args.log_gb.split(",") if s), root),
+        "log": lambda: log_dimension(_floats(args.log_gb), root),
+        "restart": lambda: restart_dimension(_floats(args.log_gb), root, 1024),
+        "catchup": lambda: catchup_dimension(_floats(args.catchup_gb), root, 1024),
+        "retention": lambda: retention_dimension(
+            args.retention_seconds, root, 1024, args.retention_mb, args.segment_mb
+        ),
     }
     return {name: measure() for name, measure in dimensions.items() if args.only in (None, name)}
 
@@ -666,7 +857,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", default="1000,5000,20000", help="topic counts, one step each")
     parser.add_argument("--queues", type=int, default=8, help="queues per topic")
-    parser.add_argument("--log-gb", default="0.25,1", help="log sizes in GB, one step each")
+    parser.add_argument("--log-gb", default="0.25,1", help="log sizes in GB, one step each (log, restart)")
+    parser.add_argument("--catchup-gb", default="1,4", help="catch-up: GB a slave misses, one step each")
+    parser.add_argument("--retention-seconds", type=float, default=60.0, help="retention: produce time")
+    parser.add_argument("--retention-mb", type=int, default=512, help="retention: retention_bytes in MiB")
+    parser.add_argument("--segment-mb", type=int, default=64, help="retention: segment_bytes in MiB")
     parser.add_argument("--active-queues", default="8,1000,10000", help="active queue counts, one step each")
     parser.add_argument("--seconds", type=float, default=15.0, help="produce time per active-queues step")
     parser.add_argument("--body", type=int, default=256, help="message body bytes (active queues)")
@@ -686,7 +881,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=("topics", "queues", "groups", "ledgers", "fences", "snapshot", "log"),
+        choices=(
+            "topics",
+            "queues",
+            "groups",
+            "ledgers",
+            "fences",
+            "snapshot",
+            "log",
+            "restart",
+            "catchup",
+            "retention",
+        ),
         help="run one dimension",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
