@@ -528,6 +528,7 @@ def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[
     import pickle
     import tracemalloc
 
+    from tidelog import gcpolicy
     from tidelog.controller import snapshot
     from tidelog.controller.model import LEDGER_KEY_PREFIX, MetaEntry, Topic
     from tidelog.controller.state import ControllerState
@@ -562,12 +563,13 @@ def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[
             state.metadata[key] = MetaEntry(key, meta.encode(), 3, 1_700_000_000_000 + i)
         heap = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
-        started = time.perf_counter()
-        doc = state.to_dict()
-        encode_s = time.perf_counter() - started
-        started = time.perf_counter()
-        packed = snapshot.pack(doc)  # the Raft node's _serialize (controller/raft.py)
-        pack_s = time.perf_counter() - started
+        with gcpolicy.paused():  # as the Raft node's _serialize and _deserialize (controller/raft.py)
+            started = time.perf_counter()
+            doc = state.to_dict()
+            encode_s = time.perf_counter() - started
+            started = time.perf_counter()
+            packed = snapshot.pack(doc)
+            pack_s = time.perf_counter() - started
         started = time.perf_counter()
         raw = pickle.dumps([{}, {"format": 2, "packed": packed}], protocol=2)  # PySyncObj's pickle
         pickle_s = time.perf_counter() - started
@@ -576,7 +578,8 @@ def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[
         gzip_s = time.perf_counter() - started
         started = time.perf_counter()
         outer = pickle.loads(gzip.decompress(on_disk))
-        restored = ControllerState.from_dict(snapshot.unpack(outer[1]["packed"]))
+        with gcpolicy.paused():
+            restored = ControllerState.from_dict(snapshot.unpack(outer[1]["packed"]))
         restore_s = time.perf_counter() - started
         require(len(restored.topics) == topics and len(restored.metadata) == ledgers, "snapshot round trip")
         row = {

@@ -43,7 +43,7 @@ from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.monotonic import monotonic as raft_monotonic
 from pysyncobj.poller import POLL_EVENT_TYPE
 
-from tidelog import private
+from tidelog import gcpolicy, private
 from tidelog.clusterepoch import ClusterIdentity, raft_password
 from tidelog.controller import snapshot
 from tidelog.controller.config import ControllerConfig
@@ -105,17 +105,20 @@ class _Machine(SyncObjConsumer):
         return token
 
     def _serialize(self) -> dict[str, Any]:
-        with self.lock:
-            doc = self.state.to_dict()
-        # plain data of its own, no longer the state's: packed without holding up apply or reads
-        return {"format": SNAPSHOT_FORMAT, "packed": snapshot.pack(doc)}
+        # millions of short-lived plain objects: collections meanwhile would only walk them
+        with gcpolicy.paused():
+            with self.lock:
+                doc = self.state.to_dict()
+            # plain data of its own, no longer the state's: packed without holding up apply or reads
+            return {"format": SNAPSHOT_FORMAT, "packed": snapshot.pack(doc)}
 
     def _deserialize(self, data: dict[str, Any]) -> None:
         try:
             if not isinstance(data, dict) or data.get("format") not in SNAPSHOT_FORMATS:
                 raise ValueError(f"unsupported controller snapshot format: {data!r:.80}")
-            doc = data["state"] if data["format"] == 1 else snapshot.unpack(data["packed"])
-            state = ControllerState.from_dict(doc, max_meta_value_bytes=self.max_meta_value_bytes)
+            with gcpolicy.paused():  # a bulk build: a million ledgers' entries, all kept
+                doc = data["state"] if data["format"] == 1 else snapshot.unpack(data["packed"])
+                state = ControllerState.from_dict(doc, max_meta_value_bytes=self.max_meta_value_bytes)
         except Exception as exc:
             # PySyncObj would log and carry on with an empty state over a compacted journal: a
             # replica missing history. Stopping keeps the data dir intact for a human to look at.

@@ -3,7 +3,10 @@
 Raft stores the state as this plain data, not as pickled classes, so a snapshot survives
 refactors of the state classes. Bytes are base64, sets are sorted lists, order is canonical.
 Format 2 added the cluster id; format 1 snapshots are read, with none. Format 3 added users and
-grants (format 1 and 2 snapshots are read, with none). Fields added later
+grants (format 1 and 2 snapshots are read, with none). Format 4 stores the metadata entries
+(ledgers, mostly) as columns, their values as one base64 string: an entry per dict with its own
+base64 value cost a restore of 1,000,000 ledgers 7.9 s, most of it in a million base64 calls
+(earlier formats are read as before). Fields added later
 (tombstones, generations, ``unclean_epoch``, ``modified_ms``, a topic's ``retention_ms``) read
 with their defaults.
 
@@ -16,6 +19,7 @@ bytes it gzips are 1.4 MB that level 9 finds nothing in, fast.
 from __future__ import annotations
 
 import base64
+import itertools
 import pickle
 import zlib
 from collections.abc import Mapping
@@ -25,7 +29,7 @@ from tidelog.acl import Grant, User
 
 from .model import BrokerSet, Member, MetaEntry, StateData, Topic
 
-SNAPSHOT_FORMAT = 3  # 2: the cluster id; 3: users and grants (older formats are read, without)
+SNAPSHOT_FORMAT = 4  # 2: the cluster id; 3: users and grants; 4: metadata as columns
 
 
 def encode(s: StateData) -> dict[str, Any]:
@@ -38,15 +42,7 @@ def encode(s: StateData) -> dict[str, Any]:
         "topics": [_topic_dict(t) for _, t in sorted(s.topics.items())],
         "next_topic_generation": s.next_topic_generation,
         "deleted_topics": [_topic_dict(t) for _, t in sorted(s.deleted_topics.items())],
-        "metadata": [
-            {
-                "key": e.key,
-                "value": base64.b64encode(e.value).decode("ascii"),
-                "version": e.version,
-                "modified_ms": e.modified_ms,
-            }
-            for _, e in sorted(s.metadata.items())
-        ],
+        "metadata": _metadata_columns([e for _, e in sorted(s.metadata.items())]),
         "users": [vars(u).copy() for _, u in sorted(s.users.items())],
         "grants": [vars(g).copy() for g in sorted(s.grants)],
         "acl_version": s.acl_version,
@@ -71,7 +67,7 @@ def unpack(blob: bytes) -> dict[str, Any]:
 
 def restore(s: StateData, d: Mapping[str, Any]) -> None:
     """Fill an empty ``s`` from a snapshot; ValueError for a format this code cannot read."""
-    if d.get("format") not in (1, 2, SNAPSHOT_FORMAT):
+    if d.get("format") not in (1, 2, 3, SNAPSHOT_FORMAT):
         raise ValueError(f"unsupported controller snapshot format {d.get('format')!r}")
     for b in d["broker_sets"]:
         s.broker_sets[b["name"]] = _broker_set_from(b)
@@ -83,17 +79,43 @@ def restore(s: StateData, d: Mapping[str, Any]) -> None:
     s.next_topic_generation = int(d.get("next_topic_generation", 1))
     for t in d.get("deleted_topics", ()):
         s.deleted_topics[t["name"]] = _topic_from(t)
-    for e in d["metadata"]:
-        s.metadata[e["key"]] = MetaEntry(
-            key=e["key"],
-            value=base64.b64decode(e["value"]),
-            version=e["version"],
-            modified_ms=e.get("modified_ms", 0),
-        )
+    meta = d["metadata"]
+    if isinstance(meta, Mapping):
+        s.metadata.update(_metadata_from_columns(meta))
+    else:  # formats 1 to 3: an entry per dict
+        for e in meta:
+            s.metadata[e["key"]] = MetaEntry(
+                key=e["key"],
+                value=base64.b64decode(e["value"]),
+                version=e["version"],
+                modified_ms=e.get("modified_ms", 0),
+            )
     for u in d.get("users", ()):
         s.users[u["name"]] = User(name=u["name"], access_key=u["access_key"], signing_key=u["signing_key"])
     s.grants = {Grant(g["user"], g["kind"], g["pattern"], g["permission"]) for g in d.get("grants", ())}
     s.acl_version = int(d.get("acl_version", 0))
+
+
+def _metadata_columns(entries: list[MetaEntry]) -> dict[str, Any]:
+    return {
+        "keys": [e.key for e in entries],
+        "lengths": [len(e.value) for e in entries],
+        "values": base64.b64encode(b"".join(e.value for e in entries)).decode("ascii"),
+        "versions": [e.version for e in entries],
+        "modified_ms": [e.modified_ms for e in entries],
+    }
+
+
+def _metadata_from_columns(c: Mapping[str, Any]) -> dict[str, MetaEntry]:
+    keys, lengths, versions, modified = c["keys"], c["lengths"], c["versions"], c["modified_ms"]
+    values = base64.b64decode(c["values"])
+    if not len(keys) == len(lengths) == len(versions) == len(modified) or sum(lengths) != len(values):
+        raise ValueError("controller snapshot: the metadata columns do not agree")
+    ends = list(itertools.accumulate(lengths))
+    return {
+        k: MetaEntry(k, values[end - n : end], v, m)
+        for k, n, end, v, m in zip(keys, lengths, ends, versions, modified, strict=True)
+    }
 
 
 def _broker_set_dict(bs: BrokerSet) -> dict[str, Any]:

@@ -11,13 +11,19 @@ waits that long, on a `flush: sync` write once for the master and once for the s
 every object left into the permanent generation (`gc.freeze`), which collections do not walk.
 Objects made afterwards are collected as before; what was frozen is never freed, which costs
 nothing for objects that live as long as the process.
+
+`paused()` turns the collector off while a bulk build makes millions of objects that all live
+on (a controller snapshot's restore): every collection the allocations trigger walks what was
+built so far, which cost a restore of 1,000,000 ledgers 7.2 s instead of 4.2 s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import time
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -33,3 +39,16 @@ def after_start(what: str) -> None:
         gc.get_freeze_count(),
         (time.perf_counter() - t0) * 1000,
     )
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The cyclic collector off for the block (see the module's docstring); on again after, unless
+    it was off before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
