@@ -38,6 +38,7 @@ _TOP_KEYS = {
     "raft",
     "max_meta_value_bytes",
     "max_topics",
+    "max_metadata_entries",
     "placement",
     "placement_audit_interval_ms",
     "log_format",
@@ -93,6 +94,9 @@ class ControllerConfig:
     rpo_bound_bytes: int = 0
     max_meta_value_bytes: int = 1 << 20
     max_topics: int = 200_000  # creates past it answer TOPIC_LIMIT_REACHED (bench.scale: ~3 KB each)
+    # metadata entries (ledgers, consumer-group assignments); creates past it answer
+    # METADATA_LIMIT_REACHED (bench.scale: ~600 bytes each, a snapshot restore ~8 s a million)
+    max_metadata_entries: int = 2_000_000
     raft: RaftTuning = field(default_factory=RaftTuning)
     # broker set -> the datacenters that must hold a replica (RULES.md PL1); unnamed sets: their
     # members' labels
@@ -288,6 +292,7 @@ _SETTINGS: tuple[tuple[str, Callable[[str, Any], Any], Any], ...] = (
     ("heartbeat_timeout_ms", _positive_int, 5000),
     ("max_meta_value_bytes", _positive_int, 1 << 20),
     ("max_topics", _positive_int, 200_000),
+    ("max_metadata_entries", _positive_int, 2_000_000),
     ("placement", lambda _key, value: _placement(value), None),
     ("placement_audit_interval_ms", _positive_int, 1000),
     ("log_format", _log_format, "text"),

@@ -35,6 +35,7 @@ from tidelog.errors import (
     ControllerFencedSyncStateSetEpochError,
     EpochRejectedError,
     InvalidArgumentError,
+    MetadataLimitReachedError,
     MetadataNotFoundError,
     MetadataTooLargeError,
     PlacementRefusedError,
@@ -658,6 +659,18 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 f"the cluster holds {held} topics; {n} more would pass max_topics ({limit})"
             )
 
+    def _check_metadata_room(self) -> None:
+        """MetadataLimitReachedError when one more entry would pass `max_metadata_entries`; like
+        `_check_topic_room`, a bound on memory that creates racing each other may pass by a few."""
+        limit = self.node.cfg.max_metadata_entries
+        with self.node.raft.read() as state:
+            held = len(state.metadata)
+        if held >= limit:
+            raise MetadataLimitReachedError(
+                f"the controllers hold {held} metadata entries (ledgers, group assignments); "
+                f"max_metadata_entries is {limit}"
+            )
+
     def _sorted_topic_names(self, state: st.ControllerState) -> list[str]:
         """Every topic name in order, rebuilt only after the topics changed (a page is then a
         binary search and a slice, not a sort of every name)."""
@@ -889,6 +902,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         key = non_empty("key", request.key, MAX_KEY_LEN)
         value = bytes(request.value)
         self._check_value(key, value)
+        self._check_metadata_room()
         await self.node.write(lambda now, hb: st.MetaCreate(key=key, value=value, now_ms=now))
         return self._entry(key)
 

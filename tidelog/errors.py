@@ -437,6 +437,16 @@ class TopicLimitReachedError(TidelogError):
 
 
 @_register
+class MetadataLimitReachedError(TidelogError):
+    """The controllers hold as many metadata entries (ledgers, mostly) as `max_metadata_entries`
+    allows."""
+
+    code = "METADATA_LIMIT_REACHED"
+    status = "RESOURCE_EXHAUSTED"
+    hint = "delete ledgers you no longer need, or raise max_metadata_entries in the controllers' config"
+
+
+@_register
 class TopicNotFoundError(TidelogError):
     """No topic of that name exists."""
 

@@ -14,9 +14,16 @@ from tests.controller.inproc import single_node
 from tests.controller.simbroker import SimBroker
 from tests.controller.test_state_rules import A, mastered, refused
 from tidelog.client.controllers import ControllerClient
+from tidelog.controller.config import parse
 from tidelog.controller.state import ControllerState, CreateTopic, CreateTopics
 from tidelog.controller.topics import MAX_TOPICS_PER_CREATE
-from tidelog.errors import InvalidArgumentError, TopicLimitReachedError
+from tidelog.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    MetadataLimitReachedError,
+    MetadataNotFoundError,
+    TopicLimitReachedError,
+)
 from tidelog.proto import controller_pb2 as pb
 
 
@@ -115,3 +122,28 @@ def test_creates_past_max_topics_are_refused_with_a_typed_error(tmp_path: Path) 
             assert len(await client.list_topics()) == 5
 
     asyncio.run(scenario())
+
+
+def test_metadata_creates_past_max_metadata_entries_are_refused_with_a_typed_error(tmp_path: Path) -> None:
+    """Ledgers (and group assignments) are metadata entries: the controllers hold at most
+    `max_metadata_entries` of them, and a create past it is refused, not stored."""
+
+    async def scenario() -> None:
+        async with single_node(tmp_path, max_metadata_entries=3) as (_node, client):
+            for i in range(3):
+                await client.meta_create(f"k/{i}", b"v")
+            with pytest.raises(MetadataLimitReachedError, match="max_metadata_entries is 3"):
+                await client.meta_create("k/3", b"v")
+            with pytest.raises(MetadataNotFoundError):
+                await client.meta_get("k/3")
+            await client.meta_delete("k/0")
+            await client.meta_create("k/3", b"v")  # room again
+
+    asyncio.run(scenario())
+
+
+def test_the_metadata_limit_is_a_positive_controller_setting() -> None:
+    base = {"data_dir": "/tmp/x", "nodes": [{"id": "c1", "raft": "127.0.0.1:1", "grpc": "127.0.0.1:2"}]}
+    assert parse(base).max_metadata_entries == 2_000_000
+    with pytest.raises(ConfigError, match="max_metadata_entries"):
+        parse({**base, "max_metadata_entries": 0})
