@@ -125,6 +125,9 @@ class BrokerConfig:
     # the group-offsets fold is checkpointed this often (and at a clean stop), so that a restart
     # folds only the commits after it (broker/offsetscheckpoint.py); 0: only at a clean stop
     offsets_checkpoint_interval_ms: int = 10_000
+    # consumer groups with a committed offset here; a commit of a new group past it answers
+    # GROUP_LIMIT_REACHED (each group of 8 queues about 1.5 KB of the broker's memory)
+    max_groups: int = 100_000
     scrub_bytes_per_s: int = 16 << 20  # the log re-read against its CRCs (broker/scrub.py); 0: off
     retention_respect_groups: tuple[str, ...] = ()  # keep what these consumer groups have not consumed
     retention_slave_hold_ms: int = 3600 * 1000  # how long a disconnected slave's position still holds
@@ -155,6 +158,7 @@ _CHOICES = {
 }
 _POSITIVE = {
     "segment_bytes",
+    "max_groups",
     "flush_interval_ms",
     "max_message_bytes",
     "flush_timeout_ms",

@@ -30,6 +30,7 @@ ignored with a warning and the whole log folded as before.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -104,17 +105,19 @@ def is_tombstone(body: bytes) -> bool:
     return parsed is not None and parsed[1] < 0
 
 
-def fold_commit(offsets: dict[Key, tuple[int, int]], body: bytes, phys_offset: int) -> None:
+def fold_commit(offsets: dict[Key, tuple[int, int]], body: bytes, phys_offset: int) -> tuple[Key, int] | None:
     """Apply one confirmed record (at `phys_offset`) to the fold: (group, topic, queue) ->
-    (offset, physical offset of the commit). A tombstone removes the key."""
+    (offset, physical offset of the commit). A tombstone removes the key. Returns the key the
+    fold gained (+1) or lost (-1), None when its keys stayed the same."""
     parsed = parse_commit(body)
     if parsed is None:
-        return
+        return None
     key, offset = parsed
     if offset < 0:
-        offsets.pop(key, None)
-    else:
-        offsets[key] = (offset, phys_offset)
+        return None if offsets.pop(key, None) is None else (key, -1)
+    new = key not in offsets
+    offsets[key] = (offset, phys_offset)
+    return (key, 1) if new else None
 
 
 class GroupOffsets:
@@ -127,6 +130,7 @@ class GroupOffsets:
         self.log = commitlog
         # (group, topic, queue) -> (offset, physical offset of the commit record)
         self._offsets: dict[Key, tuple[int, int]] = {}
+        self._groups: dict[str, int] = {}  # group -> its keys in the fold (`max_groups`)
         self._last: ocp.LastRecord | None = None  # the last record folded in
         self._covers = 0  # where it ends
         # confirmed commits only: a commit is visible once confirmed (broker/fold.py folds again
@@ -143,12 +147,20 @@ class GroupOffsets:
         commitlog.truncate_listeners.append(self._on_truncate)
 
     def _apply(self, m: StoredMessage) -> None:
-        fold_commit(self._offsets, m.body, m.phys_offset)
+        changed = fold_commit(self._offsets, m.body, m.phys_offset)
+        if changed is not None:
+            (group, _, _), delta = changed
+            left = self._groups.get(group, 0) + delta
+            if left:
+                self._groups[group] = left
+            else:
+                del self._groups[group]
         self._last = ocp.LastRecord(m.phys_offset, m.epoch, crc32c(m.body))
         self._covers = m.phys_offset + m.size
 
     def _clear(self) -> None:
         self._offsets.clear()
+        self._groups.clear()
         self._last = None
         self._covers = 0
 
@@ -200,6 +212,7 @@ class GroupOffsets:
         # what was folded meanwhile is a prefix of what the checkpoint holds
         self._offsets.clear()
         self._offsets.update(ocp.restore(cp, self.log.min_offset))
+        self._groups = dict(collections.Counter(group for group, _, _ in self._offsets))
         self._last, self._covers = cp.last, cp.covers
         self._fold.applied = cp.applied
         self._saved_covers = cp.covers
@@ -288,6 +301,16 @@ class GroupOffsets:
         if found is None or found[1] < since:
             return None
         return found[0]
+
+    def groups(self) -> int:
+        """How many groups have a confirmed commit."""
+        self._refresh()
+        return len(self._groups)
+
+    def has_group(self, group: str) -> bool:
+        """Whether `group` has a confirmed commit."""
+        self._refresh()
+        return group in self._groups
 
     def committed(self) -> dict[Key, tuple[int, int]]:
         """Every confirmed commit: (group, topic, queue) -> (offset, physical offset of the commit)."""

@@ -40,6 +40,7 @@ from tidelog.errors import (
     ConfigError,
     CorruptRecordError,
     FlushDiskTimeoutError,
+    GroupLimitReachedError,
     HaProtocolError,
     InSyncReplicasNotEnoughError,
     InvalidArgumentError,
@@ -677,6 +678,7 @@ class Replica:
         if offset < 0:
             raise InvalidArgumentError("offset must not be negative")
         self.require_master()  # a slave's end may lag: only the master judges a commit
+        self._check_group_room(group)
         if offset > offsets.max:
             # a position past the end would make the group skip every message written until then
             raise InvalidArgumentError(
@@ -684,6 +686,16 @@ class Replica:
                 hint="commit the next offset to consume: at most the queue's max offset",
             )
         await self.write([commit_message(group, topic, queue, offset)])
+
+    def _check_group_room(self, group: str) -> None:
+        """GroupLimitReachedError for a group new here when `max_groups` groups have committed.
+        Counted over confirmed commits: new groups committing together may pass it by a few (a
+        bound on memory, not an exact count)."""
+        limit = self.cfg.max_groups
+        if not self.offsets.has_group(group) and (held := self.offsets.groups()) >= limit:
+            raise GroupLimitReachedError(
+                f"this broker holds the commits of {held} consumer groups; max_groups is {limit}"
+            )
 
     def fetch_offset(self, group: str, topic: str, queue: int) -> int | None:
         if not group:

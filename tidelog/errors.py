@@ -437,6 +437,15 @@ class TopicLimitReachedError(TidelogError):
 
 
 @_register
+class GroupLimitReachedError(TidelogError):
+    """The broker holds the commits of as many consumer groups as its `max_groups` allows."""
+
+    code = "GROUP_LIMIT_REACHED"
+    status = "RESOURCE_EXHAUSTED"
+    hint = "delete consumer groups you no longer need (tide group delete), or raise max_groups in the brokers' config"
+
+
+@_register
 class MetadataLimitReachedError(TidelogError):
     """The controllers hold as many metadata entries (ledgers, mostly) as `max_metadata_entries`
     allows."""

@@ -272,3 +272,30 @@ def test_a_checkpoint_past_the_confirm_offset_waits_for_it_and_is_then_taken(log
     assert offsets.committed()[("g0", "orders", 0)][0] == 50
     assert offsets.restored_from == cp.covers
     assert offsets.committed() == GroupOffsets(log, checkpoint=False).committed()
+
+
+@given(_RECORDS, st.data())
+def test_the_group_count_is_the_groups_holding_a_commit(
+    tmp_path_factory: pytest.TempPathFactory, records: list[tuple[Key, int | None]], data: st.DataObject
+) -> None:
+    """`max_groups` counts the groups with a confirmed commit: commits add a group, tombstones of
+    its last key remove it, and a fold resumed from its checkpoint counts the same."""
+    log = CommitLog.open(tmp_path_factory.mktemp("groups"), flush="async")
+    try:
+        cut = data.draw(st.integers(0, len(records)))
+        for key, offset in records[:cut]:
+            log.append([tombstone_message(*key) if offset is None else commit_message(*key, offset)])
+        log.confirm_offset = log.max_offset
+        first = GroupOffsets(log)
+        first.committed()
+        first.save_checkpoint()
+        for key, offset in records[cut:]:
+            log.append([tombstone_message(*key) if offset is None else commit_message(*key, offset)])
+        log.confirm_offset = log.max_offset
+        want = {g for g, _, _ in _fold(records)}
+        for offsets in (first, GroupOffsets(log), GroupOffsets(log, checkpoint=False)):
+            assert offsets.groups() == len(want)
+            assert all(offsets.has_group(g) for g in want)
+            assert not any(offsets.has_group(g) for g in {"g", "h", "é", 'q"x'} - want)
+    finally:
+        log.close()

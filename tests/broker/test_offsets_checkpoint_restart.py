@@ -12,7 +12,7 @@ from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
 from tests.brokers import BrokerClient
 from tidelog.broker.offsets import CHECKPOINT_FILE
 from tidelog.broker.offsetscheckpoint import decode
-from tidelog.errors import UnavailableError
+from tidelog.errors import GroupLimitReachedError, UnavailableError
 from tidelog.localcluster import wait_until
 from tidelog.proto import broker_pb2 as pb
 
@@ -100,3 +100,21 @@ def test_a_clean_stop_checkpoints_the_fold_for_the_next_start(
     for client in bs.clients:
         assert fetched(client, committed) == committed
     assert bs.logs(tail=200_000).count("commits from") >= 2
+
+
+def test_a_new_group_past_max_groups_is_refused_and_a_deleted_one_makes_room(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    bs = broker_cluster(1, max_groups=2).bs
+    master = bs.clients[bs.wait_master()]
+    master.produce(TOPIC, [b"m"] * 10, queue=0)
+    master.commit("a", TOPIC, 0, 1)
+    master.commit("b", TOPIC, 0, 2)
+    with pytest.raises(GroupLimitReachedError, match="max_groups is 2"):
+        master.commit("c", TOPIC, 0, 3)
+    assert master.fetch("c", TOPIC, 0) is None
+    master.commit("a", TOPIC, 0, 5)  # a group already here commits as before
+    master._call("DeleteGroupOffsets", pb.DeleteGroupOffsetsRequest(group="b"))
+    wait_until(lambda: master.fetch("b", TOPIC, 0) is None, 10, 0.05, what="the delete to be confirmed")
+    master.commit("c", TOPIC, 0, 3)
+    assert master.fetch("c", TOPIC, 0) == 3 and master.fetch("a", TOPIC, 0) == 5
