@@ -203,14 +203,16 @@ _QUEUE_SYNCS = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="cq-sync")
 SYNCFS_MIN_QUEUES = 64
 
 
-def sync_queues(queues: list[ConsumeQueue], fs_fd: int) -> None:
-    """Make every unit `queues` wrote durable: with many queues one syncfs of the filesystem that
-    holds them (`fs_fd`, a descriptor on it opened before their writes, so that a writeback error
-    since is reported), else `ConsumeQueue.sync` of each, in parallel. Raises the first error
-    met, after every sync has ended (a failed one stays unsynced, and the next checkpoint meets
-    it again)."""
+def sync_queues(queues: list[ConsumeQueue], fs_fd: int | None, *, prefer_fs: bool = False) -> None:
+    """Make every unit `queues` wrote durable: with many queues (or `prefer_fs`: while the
+    descriptor bound closes files before they are synced, whose writeback errors only syncfs
+    still sees) one syncfs of the filesystem that holds them (`fs_fd`, a descriptor on it opened
+    before their writes, so that a writeback error since is reported), else `ConsumeQueue.sync`
+    of each, in parallel. Raises the first error met, after every sync has ended (a failed one
+    stays unsynced, and the next checkpoint meets it again)."""
     queues = [cq for cq in queues if cq.unsynced]
-    if len(queues) >= SYNCFS_MIN_QUEUES and sync_filesystem(fs_fd):
+    many = len(queues) >= SYNCFS_MIN_QUEUES or (prefer_fs and len(queues) > 1)
+    if many and fs_fd is not None and sync_filesystem(fs_fd):
         for cq in queues:
             cq.mark_synced()
         return

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 
 from tidelog.errors import DiskFullError, StoreError, TidelogError
 
@@ -38,22 +39,36 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         done += n
 
 
-_syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+def _kernel_at_least(major: int, minor: int) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return m is not None and (int(m[1]), int(m[2])) >= (major, minor)
+
+
+# syncfs(2) reports writeback errors only from Linux 5.8 on: before, it returned 0 after pages
+# were lost, so it is used only where it says so
+_syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None) if _kernel_at_least(5, 8) else None
 if _syncfs is not None:
     _syncfs.argtypes = [ctypes.c_int]
     _syncfs.restype = ctypes.c_int
+#: errors that say syncfs cannot be used here (a sandbox's filter), not that a write was lost
+_UNUSABLE = {errno.ENOSYS, errno.EPERM, errno.EINVAL}
 
 
 def sync_filesystem(fd: int) -> bool:
     """syncfs(2): write every dirty page and the metadata of the filesystem holding `fd` and wait
     for them (Linux waits for the I/O, and its filesystems end with a cache flush). False where
-    the call does not exist (the caller syncs file by file); OSError when it fails. Since Linux
-    5.8 a writeback error on that filesystem since `fd` was opened fails it: open `fd` before the
-    writes it is to cover."""
+    it cannot be used (before Linux 5.8, or refused as a call: the caller syncs file by file);
+    OSError when it fails. A writeback error on that filesystem since `fd` was opened fails it,
+    whichever file it hit: open `fd` before the writes it is to cover, and keep the data
+    directory on a filesystem of its own."""
+    global _syncfs
     if _syncfs is None:
         return False
     if _syncfs(fd) != 0:
         err = ctypes.get_errno()
+        if err in _UNUSABLE:
+            _syncfs = None
+            return False
         raise OSError(err, f"syncfs failed: {os.strerror(err)}")
     return True
 

@@ -56,16 +56,19 @@ class QueueIndex:
         # the append path's slots, by (topic, queue id); forgotten with the queues they name
         self.slots: dict[tuple[str, int], AppendSlot] = {}
         self._fs_fd: int | None = None
+        # queues written and not yet synced: a round whose sync failed leaves them here, and
+        # the next sync takes them whatever it is given
+        self.unsynced: set[ConsumeQueue] = set()
 
     def _added(self, cq: ConsumeQueue) -> None:
-        """Keep `cq`; the first queue opens a descriptor on the queues' filesystem (the log's
-        directory, which outlives the queues' own), before any write it is to sync: syncfs
-        reports a writeback error only to descriptors opened before it."""
-        self.by_key[(cq.topic, cq.queue_id)] = cq
+        """Keep `cq`. Before the first queue, a descriptor on the queues' filesystem (the log's
+        directory, which outlives the queues' own) is opened, before any write it is to sync:
+        syncfs reports a writeback error only to descriptors opened before it."""
         if self._fs_fd is None:
             self._fs_fd = os.open(
                 os.path.dirname(os.path.abspath(self.directory)), os.O_RDONLY | os.O_DIRECTORY
             )
+        self.by_key[(cq.topic, cq.queue_id)] = cq
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.by_key.get((topic, queue_id))
@@ -160,6 +163,9 @@ class QueueIndex:
             except BaseException:
                 self.dirty.update(queues[i:])
                 raise
+            finally:
+                if cq.unsynced:
+                    self.unsynced.add(cq)
         return [cq for cq in queues if cq.unsynced]
 
     def write_dirty(self) -> list[ConsumeQueue]:
@@ -169,9 +175,12 @@ class QueueIndex:
     def sync(self, queues: list[ConsumeQueue]) -> None:
         """Make durable what `queues` wrote: one syncfs for many, an fdatasync of each file for a
         few (`consumequeue.sync_queues`)."""
-        queues = [cq for cq in queues if cq.unsynced]
-        if queues and self._fs_fd is not None:  # None: no queue ever opened, nothing written
-            sync_queues(queues, self._fs_fd)
+        todo = [cq for cq in self.unsynced.union(queues) if cq.unsynced]
+        try:
+            # syncfs for many queues, or while the descriptor bound closes queues' files
+            sync_queues(todo, self._fs_fd, prefer_fs=self.descriptors.full())
+        finally:
+            self.unsynced = {cq for cq in todo if cq.unsynced}
 
     # ------------------------------------------------------------------ cutting
 
@@ -198,6 +207,7 @@ class QueueIndex:
         for key in [k for k in self.by_key if k[0] == topic]:
             cq = self.by_key.pop(key)
             self.dirty.discard(cq)
+            self.unsynced.discard(cq)
             cq.close()
             shutil.rmtree(cq.dir, ignore_errors=True)
         if os.path.isdir(self.directory):
@@ -205,6 +215,7 @@ class QueueIndex:
 
     def close_all(self) -> None:
         self.slots.clear()
+        self.unsynced.clear()
         for cq in self.by_key.values():
             cq.close()
         self.by_key.clear()

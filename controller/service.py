@@ -659,13 +659,15 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
                 f"the cluster holds {held} topics; {n} more would pass max_topics ({limit})"
             )
 
-    def _check_metadata_room(self) -> None:
-        """MetadataLimitReachedError when one more entry would pass `max_metadata_entries`; like
-        `_check_topic_room`, a bound on memory that creates racing each other may pass by a few."""
+    def _check_metadata_room(self, key: str) -> None:
+        """MetadataLimitReachedError when creating `key` would pass `max_metadata_entries`; like
+        `_check_topic_room`, a bound on memory that creates racing each other may pass by a few.
+        A key that exists is left to the state machine, which answers METADATA_EXISTS (what
+        clients racing to create one wait for)."""
         limit = self.node.cfg.max_metadata_entries
         with self.node.raft.read() as state:
-            held = len(state.metadata)
-        if held >= limit:
+            held, exists = len(state.metadata), key in state.metadata
+        if held >= limit and not exists:
             raise MetadataLimitReachedError(
                 f"the controllers hold {held} metadata entries (ledgers, group assignments); "
                 f"max_metadata_entries is {limit}"
@@ -902,7 +904,7 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         key = non_empty("key", request.key, MAX_KEY_LEN)
         value = bytes(request.value)
         self._check_value(key, value)
-        self._check_metadata_room()
+        self._check_metadata_room(key)
         await self.node.write(lambda now, hb: st.MetaCreate(key=key, value=value, now_ms=now))
         return self._entry(key)
 

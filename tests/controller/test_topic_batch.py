@@ -20,6 +20,7 @@ from tidelog.controller.topics import MAX_TOPICS_PER_CREATE
 from tidelog.errors import (
     ConfigError,
     InvalidArgumentError,
+    MetadataExistsError,
     MetadataLimitReachedError,
     MetadataNotFoundError,
     TopicLimitReachedError,
@@ -136,6 +137,8 @@ def test_metadata_creates_past_max_metadata_entries_are_refused_with_a_typed_err
                 await client.meta_create("k/3", b"v")
             with pytest.raises(MetadataNotFoundError):
                 await client.meta_get("k/3")
+            with pytest.raises(MetadataExistsError):  # what racing creators wait for, limit or not
+                await client.meta_create("k/1", b"v")
             await client.meta_delete("k/0")
             await client.meta_create("k/3", b"v")  # room again
 
