@@ -34,6 +34,11 @@ all of them when fewer) and every checkpoint writes every queue:
   consume-queue files, at the end of the step (the bound is `cq_max_open_files`, default 1,024;
   `--cq-max-open-files` sets it).
 
+Store (`--only store`, the `--active-queues` steps): the commit log alone, in a process of its
+own, appending batches of 1,000 records of `--body` bytes spread round-robin over N queues for
+`--seconds`, its flusher's checkpoints running as a broker's do: what the storage costs per
+queue, apart from RPC and replication.
+
 Consumer groups (the storage of group offsets, in this process, no cluster: each of N groups
 commits its 8 queues of one topic `--commit-rounds` times, as `%OFFSETS%` records appended in
 batches of 1,000; broker/offsets.py):
@@ -336,6 +341,52 @@ def queues_dimension(
                 "master_cq_fds": open_fds(pid, str(cq_dir.resolve()) + os.sep),
                 "rss_master_mb": round(rss_mb(pid), 1),
             }
+        if rows:
+            row["vs_first"] = round(row["msgs_per_s"] / rows[0]["msgs_per_s"], 2)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+_STORE = """
+import sys, time
+from tidelog.commitlog import CommitLog, Message
+directory, queues, seconds, body = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+log = CommitLog.open(directory, flush="async")
+per_topic = min(queues, 1000)
+payload = b"x" * body
+batches = [
+    [Message(f"store-{t}", i % per_topic, payload) for i in range(1000)]
+    for t in range(max(1, queues // per_topic))
+]
+for b in batches:  # every queue made before the timed part
+    log.append(b)
+started, count, k = time.monotonic(), 0, 0
+while time.monotonic() - started < seconds:
+    log.append(batches[k % len(batches)])
+    k += 1
+    count += 1000
+print(round(count / (time.monotonic() - started)))
+log.close()
+"""
+
+
+def store_dimension(steps: list[int], root: Path, *, seconds: float, body: int) -> list[dict[str, Any]]:
+    """The commit log alone (a process of its own, no RPC, no replication): batches of 1,000
+    records spread round-robin over N queues, appended for `seconds` with the flusher's
+    checkpoints running as a broker's do."""
+    rows: list[dict[str, Any]] = []
+    for n in steps:
+        directory = root / f"store-{n}"
+        out = subprocess.run(
+            [sys.executable, "-c", _STORE, str(directory), str(n), str(seconds), str(body)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        shutil.rmtree(directory, ignore_errors=True)
+        row: dict[str, Any] = {"queues": n, "msgs_per_s": int(out.stdout.split()[-1])}
         if rows:
             row["vs_first"] = round(row["msgs_per_s"] / rows[0]["msgs_per_s"], 2)
         rows.append(row)
@@ -840,6 +891,9 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             producers=args.producers,
             max_open=args.cq_max_open_files,
         ),
+        "store": lambda: store_dimension(
+            sorted(_ints(args.active_queues)), root, seconds=args.seconds, body=args.body
+        ),
         "groups": lambda: groups_dimension(sorted(_ints(args.groups)), args.commit_rounds, root),
         "ledgers": lambda: ledgers_dimension(
             args.ledger_seconds, args.ledger_workers, args.recovery_opens, root
@@ -895,6 +949,7 @@ def main(argv: list[str] | None = None) -> int:
             "restart",
             "catchup",
             "retention",
+            "store",
         ),
         help="run one dimension",
     )
