@@ -138,7 +138,7 @@ def _runs(data: bytes, units: list[_Unit]) -> list[_Run]:
     return runs
 
 
-def _topics(runs: list[_Run], known: Container[tuple[str, int]]) -> list[str]:
+def _topics(runs: list[_Run], known: Container[tuple[str, int]] = frozenset()) -> list[str]:
     """The topic of each run, or CorruptRecordError: a record whose CRC holds but whose topic or
     queue id no consume queue can take (not UTF-8, not a topic name) comes from a faulty master,
     and must not get past the check into the log, where it could not be indexed. A queue already

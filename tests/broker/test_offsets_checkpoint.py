@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from crc32c import crc32c
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.broker import offsetscheckpoint as ocp
@@ -274,6 +274,7 @@ def test_a_checkpoint_past_the_confirm_offset_waits_for_it_and_is_then_taken(log
     assert offsets.committed() == GroupOffsets(log, checkpoint=False).committed()
 
 
+@settings(deadline=None, max_examples=50)  # each example opens and writes a log
 @given(_RECORDS, st.data())
 def test_the_group_count_is_the_groups_holding_a_commit(
     tmp_path_factory: pytest.TempPathFactory, records: list[tuple[Key, int | None]], data: st.DataObject
