@@ -211,8 +211,9 @@ class TopicTable:
         if self.marks.generation(topic) < want:
             if append is None:
                 raise UnavailableError(
-                    f"this replica has not yet received the deletion of an earlier topic "
-                    f"{topic!r} (generation {self.marks.generation(topic)} < {want})",
+                    f"this replica has not yet received the master's marker for generation {want} "
+                    f"of topic {topic!r} (it has {self.marks.generation(topic)}): a topic just "
+                    f"created, or made again after a deletion",
                     hint="retry, or read from the master",
                 )
             self._mark(topic, want, append)

@@ -147,11 +147,13 @@ class TopicAdmin:
 
     async def _queue_offsets(self, bs: Any, name: str, queue: int, deadline: float) -> Any:
         """A queue's offsets from its brokers; a topic just created is not known to them until
-        their next heartbeat's answer, so TOPIC_NOT_FOUND is asked again until `deadline`."""
+        their next heartbeat's answer, and a slave serves it only once the master's generation
+        marker has reached it, so TOPIC_NOT_FOUND and UNAVAILABLE are asked again until
+        `deadline` (past it, the last answer is the caller's)."""
         while True:
             try:
                 return await self.client.queue_offsets(bs, name, queue)
-            except TopicNotFoundError:
+            except (TopicNotFoundError, UnavailableError):
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.1)

@@ -1,6 +1,7 @@
 """`TopicAdmin.describe_topic` right after a topic's creation: its brokers learn the topic from
 their next heartbeat's answer, so a TOPIC_NOT_FOUND from them within the propagation window is
-asked again (a stand-in transport: the cluster tests cover the real one)."""
+asked again, and so is a slave's UNAVAILABLE while the master's generation marker is on its way
+(a stand-in transport: the cluster tests cover the real one)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import pytest
 
 from tidelog.client import topicadmin
 from tidelog.client.topicadmin import TopicAdmin
-from tidelog.errors import TopicNotFoundError
+from tidelog.errors import TidelogError, TopicNotFoundError, UnavailableError
 
 
 class _Transport:
-    def __init__(self, misses: int) -> None:
+    def __init__(self, misses: int, miss: type[TidelogError] = TopicNotFoundError) -> None:
         self.misses = misses
+        self.miss = miss
         self.asked = 0
 
     async def route(self, name: str, refresh: bool = False) -> Any:
@@ -27,7 +29,7 @@ class _Transport:
         self.asked += 1
         if self.misses > 0:
             self.misses -= 1
-            raise TopicNotFoundError(f"no topic {topic!r} here yet")
+            raise self.miss(f"no topic {topic!r} here yet")
         return SimpleNamespace(min=0, max=0, confirmed=0)
 
 
@@ -42,3 +44,16 @@ def test_a_topic_its_brokers_never_learn_is_still_not_found(monkeypatch: pytest.
     monkeypatch.setattr(topicadmin, "TOPIC_PROPAGATION_S", 0.3)
     with pytest.raises(TopicNotFoundError):
         asyncio.run(TopicAdmin(_Transport(misses=10**6)).describe_topic("gone"))  # type: ignore[arg-type]
+
+
+def test_a_slave_still_waiting_for_the_generation_marker_is_asked_again() -> None:
+    transport = _Transport(misses=2, miss=UnavailableError)
+    rows = asyncio.run(TopicAdmin(transport).describe_topic("new"))  # type: ignore[arg-type]
+    assert [(r["queue"], r["max"]) for r in rows] == [(0, 0), (1, 0)]
+    assert transport.asked == 4
+
+
+def test_a_broker_set_down_past_the_window_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(topicadmin, "TOPIC_PROPAGATION_S", 0.3)
+    with pytest.raises(UnavailableError):
+        asyncio.run(TopicAdmin(_Transport(10**6, UnavailableError)).describe_topic("down"))  # type: ignore[arg-type]
