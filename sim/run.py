@@ -9,6 +9,8 @@ while the seed still fails, and returns the smallest schedule found.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -16,6 +18,19 @@ from typing import Any
 
 from .faults import Fault
 from .world import DEFAULT_FAULTS, Outcome, run_seed
+
+#: Wall time one seed may take in a batch (a seed takes about 0.1 s): the event cap
+#: (`net.MAX_EVENTS`) stops a world that loops through events, this one a single event that never
+#: returns; such a seed fails, with its replay command, instead of holding its worker.
+SEED_WALL_S = 60
+
+
+class _OverWallTime(Exception):
+    pass
+
+
+def _over_wall_time(signum: int, frame: Any) -> None:
+    raise _OverWallTime
 
 
 def _chunk(args: tuple[int, int, int, str | None, bool]) -> list[tuple[int, bool, str, int]]:
@@ -25,11 +40,27 @@ def _chunk(args: tuple[int, int, int, str | None, bool]) -> list[tuple[int, bool
 
         MUTANTS[mutant].apply()
     results = []
-    for seed in range(start, start + n):
-        out = run_seed(seed, n_faults=n_faults)
-        results.append((seed, out.ok, out.violation, out.sim_ms))
-        if stop_at_first and not out.ok:
-            break
+    # a signal handler can be set on the main thread only (a batch run in-process elsewhere goes
+    # without the wall-time cap; the event cap holds everywhere)
+    timed = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, _over_wall_time) if timed else None
+    try:
+        for seed in range(start, start + n):
+            if timed:
+                signal.setitimer(signal.ITIMER_REAL, SEED_WALL_S)
+            try:
+                out = run_seed(seed, n_faults=n_faults)
+                results.append((seed, out.ok, out.violation, out.sim_ms))
+            except _OverWallTime:
+                results.append((seed, False, f"Runaway: more than {SEED_WALL_S} s of wall time", 0))
+            finally:
+                if timed:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            if stop_at_first and not results[-1][1]:
+                break
+    finally:
+        if timed:
+            signal.signal(signal.SIGALRM, previous)
     return results
 
 

@@ -21,7 +21,7 @@ from .controllers import ELECT_MAX, FALLBACK, HB_TIMEOUT, SET, Controller, Raft,
 from .disk import DiskFailed, DivergedError
 from .faults import LAPSE_LEAD_MS, LAPSE_P, REPLAY_P, SPLIT_MS, Fault, draw, lapse, lapse_pause_ms
 from .ledger import LedgerModel
-from .net import Node, Sim
+from .net import Node, Runaway, Sim
 
 DEFAULT_FAULTS = 20
 # After the last fault heals: Raft needs a stale leader's fallback and an election, then the new
@@ -381,7 +381,7 @@ def run_seed(
     out = Outcome(seed, True, faults=world.faults)
     try:
         world.run()
-    except (Violation, InvariantViolation, DiskFailed, DivergedError, AssertionError) as exc:
+    except (Violation, InvariantViolation, DiskFailed, DivergedError, AssertionError, Runaway) as exc:
         out.ok = False
         kind = "invariant of the real code" if isinstance(exc, InvariantViolation) else type(exc).__name__
         out.violation = f"{kind}: {exc}"

@@ -7,7 +7,8 @@ import multiprocessing
 
 import pytest
 
-from tidelog.sim import checker
+from tidelog.sim import checker, net, run
+from tidelog.sim.__main__ import main
 from tidelog.sim.faults import Fault
 from tidelog.sim.mutants import MUTANTS
 from tidelog.sim.run import batch, shrink
@@ -63,6 +64,54 @@ def test_a_planted_violation_is_reported(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not out.ok
     assert "planted" in out.violation
     assert any("VIOLATION" in line for line in out.trace)
+
+
+def _plant_a_loop(monkeypatch: pytest.MonkeyPatch, step: object) -> None:
+    """At 10 simulated seconds, an event that `step` runs (and that schedules itself again)."""
+    real = net.Sim.run_until
+
+    def run_until(self: net.Sim, t_end: int) -> None:
+        if not getattr(self, "planted", False):
+            self.planted = True  # type: ignore[attr-defined]
+
+            def again() -> None:
+                step()  # type: ignore[operator]
+                self.at(self.now, again)
+
+            self.at(10_000, again)
+        real(self, t_end)
+
+    monkeypatch.setattr(net.Sim, "run_until", run_until)
+
+
+def test_a_seed_whose_events_feed_themselves_fails_with_its_replay(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A loop of events that never lets simulated time pass is stopped at the event cap and
+    reported as the seed's failure, with the command that replays it."""
+    monkeypatch.setattr(net, "MAX_EVENTS", 30_000)
+    _plant_a_loop(monkeypatch, lambda: None)
+    out = run_seed(2)
+    assert not out.ok and out.violation.startswith("Runaway: more than 30000 events by 10.000 s")
+    assert main(["--seeds", "1", "--start", "2", "--workers", "1"]) == 1
+    printed = capsys.readouterr().out
+    assert "seed 2 failed: Runaway" in printed
+    assert "replay: python -m tidelog.sim --seed 2" in printed
+
+
+def test_a_seed_stuck_in_one_event_fails_at_the_wall_time_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event that never returns is stopped by the batch's wall-time cap; the next seed runs."""
+    monkeypatch.setattr(run, "SEED_WALL_S", 0.5)
+
+    def spin() -> None:
+        while True:
+            pass
+
+    _plant_a_loop(monkeypatch, spin)
+    summary = batch(4, 2, workers=1)
+    assert summary["seeds"] == 2
+    assert [seed for seed, _ in summary["_failures"]] == [4, 5]
+    assert all("wall time" in why for _, why in summary["_failures"])
 
 
 def test_a_failing_schedule_shrinks(monkeypatch: pytest.MonkeyPatch) -> None:
