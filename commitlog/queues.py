@@ -175,7 +175,7 @@ class QueueIndex:
     def sync(self, queues: list[ConsumeQueue]) -> None:
         """Make durable what `queues` wrote: one syncfs for many, an fdatasync of each file for a
         few (`consumequeue.sync_queues`)."""
-        todo = [cq for cq in self.unsynced.union(queues) if cq.unsynced]
+        todo = list(self.unsynced.union(queues))  # sync_queues skips those with nothing unsynced
         try:
             # syncfs for many queues, or while the descriptor bound closes queues' files
             sync_queues(todo, self._fs_fd, prefer_fs=self.descriptors.full())
