@@ -45,14 +45,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def load_command(name: str) -> click.Command:
-    """The command `name` of `tide`, its module imported (the broker group with the operations
-    `brokerops` adds to it)."""
+    """The command `name` of `tide`, its module imported."""
     module, attr = COMMANDS[name]
     command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
-    if name == "broker" and isinstance(command, click.Group):
-        from tidelog.cli import brokerops
-
-        brokerops.register(command)  # adding a command again replaces it with itself
     return command
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from tidelog import logs
 from tidelog.broker import config as bcfg
+from tidelog.cli import brokerops
 from tidelog.cli.common import (
     console,
     controller_call,
@@ -178,3 +179,6 @@ def replace(
     registers under a new id and copies the whole log; once the master has taken it into the
     SyncStateSet, OLD is decommissioned. Refused before NEW is in sync."""
     _decommission(controllers, broker_set, old, force, new, secret_file, data_dir)
+
+
+brokerops.register(broker)  # the operations on running brokers (list, drain) join this group
