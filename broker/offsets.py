@@ -212,7 +212,7 @@ class GroupOffsets:
         # what was folded meanwhile is a prefix of what the checkpoint holds
         self._offsets.clear()
         self._offsets.update(ocp.restore(cp, self.log.min_offset))
-        self._groups = dict(collections.Counter(group for group, _, _ in self._offsets))
+        self._groups = collections.Counter(group for group, _, _ in self._offsets)
         self._last, self._covers = cp.last, cp.covers
         self._fold.applied = cp.applied
         self._saved_covers = cp.covers
