@@ -31,16 +31,17 @@ class AppendSlot:
     over 10,000 queues makes no per-queue object."""
 
     __slots__ = ("cq", "name", "name_len", "batch", "next", "phys", "sizes", "tags")
+    # the share of batch `batch`, set by the append path when a batch first meets the queue
+    next: int
+    phys: list[int]
+    sizes: list[int]
+    tags: list[int]
 
     def __init__(self, cq: ConsumeQueue, name: bytes) -> None:
         self.cq = cq
         self.name = name
         self.name_len = len(name)
-        self.batch = -1  # the batch whose share `next`, `phys`, `sizes` and `tags` hold
-        self.next = 0
-        self.phys: list[int] = []
-        self.sizes: list[int] = []
-        self.tags: list[int] = []
+        self.batch = -1  # no batch's share yet
 
 
 class QueueIndex:
