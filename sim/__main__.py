@@ -42,7 +42,13 @@ def _replay(seed: int, n_faults: int, trace: bool) -> int:
 
 
 def _batch(start: int, n: int, n_faults: int, workers: int | None) -> int:
-    summary = batch(start, n, n_faults=n_faults, workers=workers)
+    summary = batch(
+        start,
+        n,
+        n_faults=n_faults,
+        workers=workers,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     failures = summary.pop("_failures")
     for seed, why in failures[:20]:
         print(f"seed {seed} failed: {why}")

@@ -90,9 +90,16 @@ def batch(
     else:
         with ProcessPoolExecutor(workers) as pool:
             for part in pool.map(_chunk, chunks):
+                before = len(results)
                 results.extend(part)
-                if progress is not None and not all(r[1] for r in part):
-                    progress(f"seed {next(r[0] for r in part if not r[1])} failed")
+                if progress is None:
+                    continue
+                for seed, ok, why, _ in part:
+                    if not ok:
+                        progress(f"seed {seed} failed: {why}")
+                if len(results) // 1000 > before // 1000:
+                    failed = sum(1 for r in results if not r[1])
+                    progress(f"{len(results)} seeds done, {failed} failed, up to seed {part[-1][0]}")
     elapsed = max(time.monotonic() - t0, 1e-9)
     failed = sorted((seed, why) for seed, ok, why, _ in results if not ok)
     return {
