@@ -109,6 +109,8 @@ class Broker(Node):
         self.stopped = False
         self.fresh = True  # no controller answer since the process started (the real one registers)
         self.reelect_epoch: int | None = None  # the epoch led before a crash, while a new one is asked for
+        # when the election call in flight was made: BrokerServer.beat awaits one at a time
+        self.electing: int | None = None
         self.after(1 + self.sim.rng.randrange(HB_INTERVAL), self.tick)
         self.after(SCRUB, self.scrub)
 
@@ -242,18 +244,30 @@ class Broker(Node):
                 )
         if self.reelect_epoch is not None:
             if role.has_master and role.master_id == self.bid and role.master_epoch == self.reelect_epoch:
-                for c in self.world.ctrls:
-                    self.sim.send(self, c, c.on_elect, self, self.bid, True)
+                self._ask_election(restarted=True)
                 return  # no role meanwhile
             self.reelect_epoch = None  # the controller moved on by itself
         self.apply_role(role, vouched=not lease_withheld)
         if not role.has_master and not self.stopped:
-            for c in self.world.ctrls:
-                self.sim.send(self, c, c.on_elect, self, self.bid)
+            self._ask_election()
+
+    def _ask_election(self, restarted: bool = False) -> None:
+        """An election call (`ElectMaster`), unless one is in flight: the real broker awaits each
+        within its heartbeat round, so a round of answers cannot start more than one (in the model
+        every leader answers a heartbeat, and a duplicated answer arrives twice)."""
+        now = self.local()
+        if self.electing is not None and now - self.electing <= RPC_TIMEOUT:
+            return
+        self.electing = now
+        for c in self.world.ctrls:
+            self.sim.send(self, c, c.on_elect, self, self.bid, restarted)
 
     def on_elect_reply(self, role: roles.Role) -> None:
         if self.stopped:
             return
+        if self.electing is None or self.local() - self.electing > RPC_TIMEOUT:
+            return  # a second answer to one call, or one after the call's timeout: never seen
+        self.electing = None
         if self.reelect_epoch is not None:
             if role.has_master and role.master_id == self.bid and role.master_epoch == self.reelect_epoch:
                 return  # not the new epoch yet: the next heartbeat asks again

@@ -99,6 +99,17 @@ def test_a_seed_whose_events_feed_themselves_fails_with_its_replay(
     assert "replay: python -m tidelog.sim --seed 2" in printed
 
 
+def test_answers_to_one_election_start_no_more_than_one_heartbeat_round() -> None:
+    """Seed 22159 (found by the event cap): with two controllers leading (a stale one answering
+    heartbeats with no master) and answers duplicated, every answer of an election started another
+    heartbeat round and each round more elections, doubling the world's events every 25 ms. The
+    real broker awaits one election at a time in its heartbeat round (BrokerServer.beat); so
+    does the model's now."""
+    out = run_seed(22159)
+    assert out.ok, out.violation
+    assert out.events < 20_000
+
+
 def test_a_seed_stuck_in_one_event_fails_at_the_wall_time_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """An event that never returns is stopped by the batch's wall-time cap; the next seed runs."""
     monkeypatch.setattr(run, "SEED_WALL_S", 0.5)
