@@ -110,9 +110,9 @@ def test_answers_to_one_election_start_no_more_than_one_heartbeat_round() -> Non
     assert out.events < 20_000
 
 
-def test_a_seed_stuck_in_one_event_fails_at_the_wall_time_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An event that never returns is stopped by the batch's wall-time cap; the next seed runs."""
-    monkeypatch.setattr(run, "SEED_WALL_S", 0.5)
+def test_a_seed_stuck_in_one_event_fails_at_the_cpu_time_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event that never returns is stopped by the batch's CPU-time cap; the next seed runs."""
+    monkeypatch.setattr(run, "SEED_CPU_S", 0.5)
 
     def spin() -> None:
         while True:
@@ -122,7 +122,7 @@ def test_a_seed_stuck_in_one_event_fails_at_the_wall_time_cap(monkeypatch: pytes
     summary = batch(4, 2, workers=1)
     assert summary["seeds"] == 2
     assert [seed for seed, _ in summary["_failures"]] == [4, 5]
-    assert all("wall time" in why for _, why in summary["_failures"])
+    assert all("CPU time" in why for _, why in summary["_failures"])
 
 
 def test_a_failing_schedule_shrinks(monkeypatch: pytest.MonkeyPatch) -> None:
