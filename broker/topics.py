@@ -50,8 +50,8 @@ from tidelog.commitlog import CommitLog, Message, Placement, StoredMessage
 from tidelog.commitlog.consumequeue import user_topic_problem
 from tidelog.errors import (
     InvalidArgumentError,
+    TopicGenerationPendingError,
     TopicNotFoundError,
-    UnavailableError,
 )
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class TopicTable:
         """The queues of `topic` here, once this replica's log holds its current generation.
 
         `append` appends a record as master (None on a slave): the master writes the marker
-        itself; a slave that has not received it yet answers UnavailableError."""
+        itself; a slave that has not received it yet answers TopicGenerationPendingError."""
         problem = user_topic_problem(topic)
         if problem is not None:
             raise InvalidArgumentError(problem)
@@ -210,11 +210,10 @@ class TopicTable:
         self.marks.refresh()
         if self.marks.generation(topic) < want:
             if append is None:
-                raise UnavailableError(
+                raise TopicGenerationPendingError(
                     f"this replica has not yet received the master's marker for generation {want} "
                     f"of topic {topic!r} (it has {self.marks.generation(topic)}): a topic just "
-                    f"created, or made again after a deletion",
-                    hint="retry, or read from the master",
+                    f"created, or made again after a deletion"
                 )
             self._mark(topic, want, append)
         return queues

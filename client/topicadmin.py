@@ -14,6 +14,7 @@ from tidelog.client import assign as asg
 from tidelog.client.transport import Transport
 from tidelog.errors import (
     TidelogError,
+    TopicGenerationPendingError,
     TopicNotFoundError,
     UnavailableError,
     by_code,
@@ -148,12 +149,13 @@ class TopicAdmin:
     async def _queue_offsets(self, bs: Any, name: str, queue: int, deadline: float) -> Any:
         """A queue's offsets from its brokers; a topic just created is not known to them until
         their next heartbeat's answer, and a slave serves it only once the master's generation
-        marker has reached it, so TOPIC_NOT_FOUND and UNAVAILABLE are asked again until
-        `deadline` (past it, the last answer is the caller's)."""
+        marker has reached it, so TOPIC_NOT_FOUND and TOPIC_GENERATION_PENDING are asked again
+        until `deadline` (past it, the last answer is the caller's; a broker set that does not
+        answer is the caller's at once)."""
         while True:
             try:
                 return await self.client.queue_offsets(bs, name, queue)
-            except (TopicNotFoundError, UnavailableError):
+            except (TopicNotFoundError, TopicGenerationPendingError):
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.1)

@@ -295,6 +295,17 @@ class ControllerNotLeaderError(TidelogError):
 
 
 @_register
+class TopicGenerationPendingError(UnavailableError):
+    """A slave knows a topic (just created, or made again after a deletion) from the controller
+    but has not yet received the master's marker that starts it in the log: it serves the topic
+    once the marker arrives, a moment later."""
+
+    code = "TOPIC_GENERATION_PENDING"
+    status = "UNAVAILABLE"
+    hint = "retry, or read from the master"
+
+
+@_register
 class ControllerUnavailableError(UnavailableError):
     """No controller quorum answered: what needs one (an election, a SyncStateSet change, a topic
     create or delete, a ledger create, close or recovery, a user or grant change, a consumer group's
