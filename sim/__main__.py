@@ -13,13 +13,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 
-from .run import batch, shrink
+from .run import SEED_CPU_S, OverCpuTime, batch, cpu_cap, shrink
 from .world import DEFAULT_FAULTS, run_seed
 
 
 def _replay(seed: int, n_faults: int, trace: bool) -> int:
-    out = run_seed(seed, n_faults=n_faults, trace=trace)
+    try:
+        with cpu_cap(SEED_CPU_S):
+            out = run_seed(seed, n_faults=n_faults, trace=trace)
+    except OverCpuTime:
+        print(f"seed {seed}: more than {SEED_CPU_S} s of CPU time; where it was:")
+        traceback.print_exc(file=sys.stdout)  # the event that never returned
+        return 1
     print(
         f"seed {seed}: {len(out.faults)} faults, {out.sim_ms / 1000:.1f} simulated s, {out.acks} writes acknowledged"
     )

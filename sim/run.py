@@ -8,11 +8,12 @@ while the seed still fails, and returns the smallest schedule found.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -26,12 +27,34 @@ from .world import DEFAULT_FAULTS, Outcome, run_seed
 SEED_CPU_S = 60
 
 
-class _OverCpuTime(Exception):
-    pass
+class OverCpuTime(BaseException):
+    """A seed ran past its CPU time (`cpu_cap`). A BaseException: no `except Exception` on the
+    simulated path may swallow it, since the timer fires once."""
 
 
-def _over_cpu_time(signum: int, frame: Any) -> None:
-    raise _OverCpuTime
+@contextlib.contextmanager
+def cpu_cap(seconds: float) -> Iterator[None]:
+    """Raise `OverCpuTime` in the block once it has used `seconds` of this process's CPU time.
+    On the main thread only (a signal handler can be set nowhere else): elsewhere the block runs
+    without it, the event cap (`net.MAX_EVENTS`) still holding. The timer may fire just after the
+    block ended and before it is disarmed: the caller catches `OverCpuTime` around the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    armed = True
+
+    def over(signum: int, frame: Any) -> None:
+        if armed:
+            raise OverCpuTime
+
+    previous = signal.signal(signal.SIGVTALRM, over)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
+    try:
+        yield
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
 
 
 def _chunk(args: tuple[int, int, int, str | None, bool]) -> list[tuple[int, bool, str, int]]:
@@ -41,27 +64,15 @@ def _chunk(args: tuple[int, int, int, str | None, bool]) -> list[tuple[int, bool
 
         MUTANTS[mutant].apply()
     results = []
-    # a signal handler can be set on the main thread only (a batch run in-process elsewhere goes
-    # without the CPU-time cap; the event cap holds everywhere)
-    timed = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGVTALRM, _over_cpu_time) if timed else None
-    try:
-        for seed in range(start, start + n):
-            if timed:
-                signal.setitimer(signal.ITIMER_VIRTUAL, SEED_CPU_S)
-            try:
+    for seed in range(start, start + n):
+        try:
+            with cpu_cap(SEED_CPU_S):
                 out = run_seed(seed, n_faults=n_faults)
-                results.append((seed, out.ok, out.violation, out.sim_ms))
-            except _OverCpuTime:
-                results.append((seed, False, f"Runaway: more than {SEED_CPU_S} s of CPU time", 0))
-            finally:
-                if timed:
-                    signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-            if stop_at_first and not results[-1][1]:
-                break
-    finally:
-        if timed:
-            signal.signal(signal.SIGVTALRM, previous)
+            results.append((seed, out.ok, out.violation, out.sim_ms))
+        except OverCpuTime:
+            results.append((seed, False, f"Runaway: more than {SEED_CPU_S} s of CPU time", 0))
+        if stop_at_first and not results[-1][1]:
+            break
     return results
 
 
@@ -83,24 +94,19 @@ def batch(
     chunks = [
         (s, min(size, start + n - s), n_faults, mutant, stop_at_first) for s in range(start, start + n, size)
     ]
-    if workers == 1 and mutant is None:  # a mutant is applied only in worker processes
-        for c in chunks:
-            results.extend(_chunk(c))
-            if stop_at_first and not all(r[1] for r in results):
+    in_process = workers == 1 and mutant is None  # a mutant is applied only in worker processes
+    with contextlib.ExitStack() as stack:
+        if in_process:
+            parts: Iterator[list[tuple[int, bool, str, int]]] = map(_chunk, chunks)
+        else:
+            parts = stack.enter_context(ProcessPoolExecutor(workers)).map(_chunk, chunks)
+        for part in parts:
+            before = len(results)
+            results.extend(part)
+            if progress is not None:
+                _report(progress, part, results, before)
+            if in_process and stop_at_first and not all(r[1] for r in part):
                 break
-    else:
-        with ProcessPoolExecutor(workers) as pool:
-            for part in pool.map(_chunk, chunks):
-                before = len(results)
-                results.extend(part)
-                if progress is None:
-                    continue
-                for seed, ok, why, _ in part:
-                    if not ok:
-                        progress(f"seed {seed} failed: {why}")
-                if len(results) // 1000 > before // 1000:
-                    failed = sum(1 for r in results if not r[1])
-                    progress(f"{len(results)} seeds done, {failed} failed, up to seed {part[-1][0]}")
     elapsed = max(time.monotonic() - t0, 1e-9)
     failed = sorted((seed, why) for seed, ok, why, _ in results if not ok)
     return {
@@ -111,6 +117,21 @@ def batch(
         "sim_seconds": round(sum(r[3] for r in results) / 1000, 1),
         "_failures": failed,
     }
+
+
+def _report(
+    progress: Callable[[str], None],
+    part: list[tuple[int, bool, str, int]],
+    results: list[tuple[int, bool, str, int]],
+    before: int,
+) -> None:
+    """Each failure of a chunk as it ends, and a line every 1,000 seeds."""
+    for seed, ok, why, _ in part:
+        if not ok:
+            progress(f"seed {seed} failed: {why}")
+    if len(results) // 1000 > before // 1000:
+        failed = sum(1 for r in results if not r[1])
+        progress(f"{len(results)} seeds done, {failed} failed, up to seed {part[-1][0]}")
 
 
 def shrink(seed: int, faults: list[Fault], n_faults: int = DEFAULT_FAULTS) -> tuple[list[Fault], Outcome]:

@@ -7,6 +7,7 @@ import multiprocessing
 
 import pytest
 
+from tidelog.sim import __main__ as sim_main
 from tidelog.sim import checker, net, run
 from tidelog.sim.__main__ import main
 from tidelog.sim.faults import Fault
@@ -123,6 +124,22 @@ def test_a_seed_stuck_in_one_event_fails_at_the_cpu_time_cap(monkeypatch: pytest
     assert summary["seeds"] == 2
     assert [seed for seed, _ in summary["_failures"]] == [4, 5]
     assert all("CPU time" in why for _, why in summary["_failures"])
+
+
+def test_the_replay_of_a_seed_stuck_in_one_event_names_where_it_was(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(run, "SEED_CPU_S", 0.5)
+    monkeypatch.setattr(sim_main, "SEED_CPU_S", 0.5)
+
+    def spin() -> None:
+        while True:
+            pass
+
+    _plant_a_loop(monkeypatch, spin)
+    assert main(["--seed", "4"]) == 1
+    printed = capsys.readouterr().out
+    assert "more than 0.5 s of CPU time" in printed and "in spin" in printed
 
 
 def test_a_failing_schedule_shrinks(monkeypatch: pytest.MonkeyPatch) -> None:
