@@ -45,7 +45,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 
 from tidelog import gcpolicy, private
 from tidelog.clusterepoch import ClusterIdentity, raft_password
-from tidelog.controller import snapshot
+from tidelog.controller import raftdisk, snapshot
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.recover import alone_tuning, load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
@@ -304,6 +304,7 @@ class RaftNode:
             appendEntriesUseBatch=False,
         )
         _check_snapshot(cfg.node_dir / "raft.snapshot")
+        raftdisk.install()  # the journal, the vote and the snapshot synced (controller/raftdisk.py)
         self._machine = _Machine(cfg.max_meta_value_bytes)
         self._obj = SyncObj(cfg.self_node.raft, peers, conf=conf, consumers=[self._machine])
         self._wake = _CommitWake(self._obj)
