@@ -58,12 +58,12 @@ class LedgerService(pb_grpc.LedgerServicer):
 
     @rpc
     async def Fence(self, request: pb.FenceRequest, context: grpc.aio.ServicerContext) -> pb.FenceReply:
-        lac, length = self.ledgers.fence(request.ledger_id, request.password)
+        lac, length = await self.ledgers.fence(request.ledger_id, request.password)
         return pb.FenceReply(lac=lac, length=length, broker_id=self.ledgers.broker_id)
 
     @rpc
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadReply:
-        entries, lac = self.ledgers.read(
+        entries, lac = await self.ledgers.read(
             request.ledger_id, request.password, request.first, request.last, request.fence, request.max_bytes
         )
         return pb.ReadReply(

@@ -265,6 +265,9 @@ class LedgerReplica:
         self._master_epoch = -1
         # set by the broker process: how `close` learns what the controller says about a ledger
         self.metadata_source: MetadataSource | None = None
+        # fences being made durable off the event loop, by ledger: a second fence of the same
+        # ledger answers only once the first is on disk
+        self._fence_writes: dict[int, asyncio.Future[None]] = {}
 
     @property
     def broker_id(self) -> int:
@@ -304,14 +307,25 @@ class LedgerReplica:
             raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}", ledger_id=ledger_id)
         return view
 
-    def _fence_here(self, ledger_id: int) -> None:
-        if not self.index.fence(ledger_id):
+    async def _fence_here(self, ledger_id: int) -> None:
+        """Fence `ledger_id` here; durable when this returns. The fence holds in memory at once
+        (the writer's adds are refused from then on); its fdatasync runs off the event loop, so a
+        storm of recoveries does not stall every other request for one sync each."""
+        pending = self._fence_writes.get(ledger_id)
+        if pending is not None:
+            await asyncio.shield(pending)
+            return
+        if not self.index.mark_fenced(ledger_id):
             return
         if self.replica.ha_master is not None:
             self._state(ledger_id).fenced.set()
         slave = self.replica.ha_slave
         if slave is not None:
             slave.notify_fenced(ledger_id)
+        write = asyncio.ensure_future(asyncio.to_thread(self.index.persist_fence, ledger_id))
+        self._fence_writes[ledger_id] = write
+        write.add_done_callback(lambda _: self._fence_writes.pop(ledger_id, None))
+        await asyncio.shield(write)  # a caller gone meanwhile leaves the write to finish
 
     def on_fenced_by_slave(self, ledger_id: int) -> None:
         """A slave fenced `ledger_id`: fence it here too, failing its pending adds (synchronous)."""
@@ -664,12 +678,12 @@ class LedgerReplica:
 
     # --- every replica: fence, read, LAC --------------------------------------------------
 
-    def fence(self, ledger_id: int, password: bytes) -> tuple[int, int]:
+    async def fence(self, ledger_id: int, password: bytes) -> tuple[int, int]:
         view = self._view(ledger_id, password, what="a fence")
-        self._fence_here(ledger_id)
+        await self._fence_here(ledger_id)
         return self._lac(view)
 
-    def read(
+    async def read(
         self, ledger_id: int, password: bytes, first: int, last: int, fence: bool, max_bytes: int
     ) -> tuple[list[Entry], int]:
         if first < 0 or last < first:
@@ -678,7 +692,7 @@ class LedgerReplica:
             last = first + MAX_READ_ENTRIES - 1
         view = self._view(ledger_id, password, what="a read")
         if fence:
-            self._fence_here(ledger_id)
+            await self._fence_here(ledger_id)
             view = self.index.view(ledger_id) or view
         # clamped like a Pull: the reply must fit in a gRPC message whatever the request asks for
         budget = min(max_bytes or DEFAULT_READ_BYTES, self.replica.cfg.max_pull_bytes)

@@ -52,6 +52,7 @@ import binascii
 import json
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -226,6 +227,9 @@ class LedgerIndex:
         self._path = os.path.join(commitlog.directory, FENCES_FILE)
         self._journal = os.path.join(commitlog.directory, FENCES_JOURNAL)
         self._journal_lines = 0
+        # the fence files' writers, serialised: a fence is made durable off the event loop
+        # (`persist_fence`), beside the rewrites of a prune or a truncation
+        self._writes = threading.RLock()
         self._fences: dict[int, int] = self._load_fences()
         self._filed = len(self._fences)  # fences the file holds, as of its last rewrite
         self._replay_journal()
@@ -286,6 +290,10 @@ class LedgerIndex:
     def _save_fences(self) -> None:
         """Rewrite the file with every fence, then empty the journal (a crash in between leaves
         lines the file covers: replaying them changes nothing)."""
+        with self._writes:
+            self._rewrite_fences()
+
+    def _rewrite_fences(self) -> None:
         doc = {"fences": {str(k): v for k, v in sorted(self._fences.items())}}
         atomic_write(self._path, json.dumps(doc, separators=(",", ":")).encode())
         self._filed = len(self._fences)
@@ -313,17 +321,32 @@ class LedgerIndex:
 
     def fence(self, ledger_id: int) -> bool:
         """Fence `ledger_id` here, durably, at the current end of the log; False if it already was."""
+        if not self.mark_fenced(ledger_id):
+            return False
+        self.persist_fence(ledger_id)
+        return True
+
+    def mark_fenced(self, ledger_id: int) -> bool:
+        """Fence `ledger_id` in memory at the current end of the log (adds are judged against it
+        from now on); False if it already was. Nobody may be told of the fence before
+        `persist_fence` has returned."""
         if ledger_id in self._fences:
             return False
         self._fences[ledger_id] = self.log.max_offset
-        if self._journal_lines >= max(MIN_JOURNAL_LINES, self._filed):
-            self._save_fences()  # amortised: a rewrite of n fences comes after n appends at least
-        else:
-            self._append_fence(ledger_id, self._fences[ledger_id])
-        log.info(
-            "fenced ledger %d at offset %d in %s", ledger_id, self._fences[ledger_id], self.log.directory
-        )
         return True
+
+    def persist_fence(self, ledger_id: int) -> None:
+        """Make the fence `mark_fenced` set durable: an fdatasync'ed line in the journal, or a
+        rewrite of the file. Safe from any thread (a broker runs it off its event loop)."""
+        with self._writes:
+            offset = self._fences.get(ledger_id)
+            if offset is None:
+                return  # pruned meanwhile (its ledger deleted): nothing to keep
+            if self._journal_lines >= max(MIN_JOURNAL_LINES, self._filed):
+                self._rewrite_fences()  # amortised: a rewrite of n fences comes after n appends at least
+            else:
+                self._append_fence(ledger_id, offset)
+        log.info("fenced ledger %d at offset %d in %s", ledger_id, offset, self.log.directory)
 
     def is_fenced(self, ledger_id: int) -> bool:
         return ledger_id in self._fences
