@@ -78,3 +78,25 @@ def broker_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
             print(cluster.cc.logs())
     for cc in pending:
         cc.stop()
+
+
+def replica_over_log(tmp_path: Path, **keys: Any) -> tuple[Any, Any]:
+    """A `Replica` of broker set broker-a over a real commit log in `tmp_path` (`flush: sync`),
+    in this process: no controller answers it (127.0.0.1:1) and no port is open. `keys` add to
+    or override its config. The caller closes the log."""
+    from tidelog.broker import config
+    from tidelog.broker.replica import Replica
+    from tidelog.commitlog import CommitLog
+
+    cfg = config.from_mapping(
+        {
+            "broker_set": "broker-a",
+            "data_dir": str(tmp_path),
+            "controllers": "127.0.0.1:1",
+            "secret": "a-real-secret-for-the-tests-0123456789",
+            "flush": "sync",
+            **keys,
+        }
+    )
+    log = CommitLog.open(tmp_path, segment_bytes=1 << 20, flush="sync")
+    return Replica(cfg, log, broker_id=1), log

@@ -12,32 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.broker import config
+from tests.broker.conftest import replica_over_log
 from tidelog.broker.ledgers import LedgerReplica
-from tidelog.broker.replica import Replica
-from tidelog.commitlog import CommitLog
 from tidelog.ledger.metadata import new_ledger_metadata
 from tidelog.ledger.store import FENCES_JOURNAL, create_message
-
-
-def _replica(tmp_path: Path) -> tuple[Replica, CommitLog]:
-    cfg = config.from_mapping(
-        {
-            "broker_set": "broker-a",
-            "data_dir": str(tmp_path),
-            "controllers": "127.0.0.1:1",
-            "secret": "a-real-secret-for-the-tests-0123456789",
-            "flush": "sync",
-        }
-    )
-    log = CommitLog.open(tmp_path, segment_bytes=1 << 20, flush="sync")
-    return Replica(cfg, log, broker_id=1), log
 
 
 def test_a_fence_is_synced_off_the_loop_and_answered_only_once_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    replica, log = _replica(tmp_path)
+    replica, log = replica_over_log(tmp_path)
     try:
         log.append([create_message(new_ledger_metadata(7, "broker-a", [1], 1, password=b"pw"))])
         ledgers = LedgerReplica(replica)

@@ -8,31 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.broker import config
+from tests.broker.conftest import replica_over_log
 from tidelog.broker.ports import ConfirmWaits, LedgerHost, RetentionHost, SharedHost, WritePath
-from tidelog.broker.replica import Replica
-from tidelog.commitlog import CommitLog
 
 BROKER = Path(__file__).resolve().parents[2] / "broker"
 SHELLS = {"ledgers.py": "LedgerHost", "shared.py": "SharedHost", "retention.py": "RetentionHost"}
 
 
-def _replica(tmp_path: Path) -> tuple[Replica, CommitLog]:
-    cfg = config.from_mapping(
-        {
-            "broker_set": "broker-a",
-            "data_dir": str(tmp_path),
-            "controllers": "127.0.0.1:1",
-            "secret": "a-real-secret-for-the-tests-0123456789",
-            "flush": "sync",
-        }
-    )
-    log = CommitLog.open(tmp_path, segment_bytes=1 << 20, flush="sync")
-    return Replica(cfg, log, broker_id=1), log
-
-
 def test_a_replica_provides_every_port(tmp_path: Path) -> None:
-    replica, log = _replica(tmp_path)
+    replica, log = replica_over_log(tmp_path)
     try:
         for port in (WritePath, ConfirmWaits, LedgerHost, SharedHost, RetentionHost):
             assert isinstance(replica, port), port.__name__
