@@ -191,8 +191,14 @@ class Sim:
         self.at(t, self._deliver, conn, dst, dst.inc, fn, args)
 
     def _deliver(self, conn: Conn, dst: Node, inc: int, fn: Fn, args: tuple[Any, ...]) -> None:
-        if conn.alive:
-            self.fire(dst, inc, fn, args)
+        if not conn.alive:
+            return
+        if not dst.up or dst.inc != inc:
+            # the process the frame was for is gone (crashed, or its store failed and it started
+            # over): its port answers the frame with a reset, so both ends learn, as at a send
+            self.break_conn(conn, 20)
+            return
+        self.fire(dst, inc, fn, args)
 
     def break_conn(self, conn: Conn, detect_ms: int) -> None:
         """Both ends learn after `detect_ms` (a reset is fast, a silent link takes the idle timeout)."""

@@ -85,6 +85,15 @@ def _plant_a_loop(monkeypatch: pytest.MonkeyPatch, step: object) -> None:
     monkeypatch.setattr(net.Sim, "run_until", run_until)
 
 
+def test_a_handshake_to_a_master_that_started_over_is_reset_not_lost() -> None:
+    """Seed 41444 (the 100,000-seed run): b3's handshake was in flight to b2 when b2's store
+    failed and it started over; the model dropped the frame, so b3 waited for an answer forever,
+    and with every member needed no write was acknowledged after the last fault healed. A real
+    master's port answers such a frame with a reset; the model's now breaks the connection."""
+    out = run_seed(41444)
+    assert out.ok, out.violation
+
+
 def test_a_seed_whose_events_feed_themselves_fails_with_its_replay(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
