@@ -53,6 +53,14 @@ def test_status_and_refusals_while_the_controllers_are_away(cluster: LocalCluste
     assert c.up_doc["bootstrap"] == [c.controllers, *brokers]
     bootstrap = ",".join(c.up_doc["bootstrap"])
     ok_json("topic", "create", "t", "--queues", "2", "--controllers", c.controllers)
+    # each broker's cluster view holds t before the controllers go away (a heartbeat, every 0.5 s,
+    # brings it): paused sooner, the brokers would route nothing to t, rightly
+    for b in brokers:
+        wait_until(
+            lambda b=b: "t" in [x["name"] for x in ok_json("topic", "list", "--controllers", b)],
+            30,
+            what=f"the view of broker {b} to hold topic t",
+        )
     before = ok_json("cluster", "status", "--controllers", bootstrap)
     assert before["controllers"] == {"reachable": True}
     master = before["broker_sets"][0]["master"]
