@@ -107,7 +107,6 @@ class Sim:
         self.replay = 0.0  # probability that a request is delivered once more, late
         self.replay_late = 0  # ... up to this many ms after the first delivery
         self.events = 0
-        self.max_events = MAX_EVENTS
 
     # ------------------------------------------------------------------ events
 
@@ -126,13 +125,14 @@ class Sim:
     def run_until(self, t_end: int) -> None:
         q = self._q
         pop = heapq.heappop
+        cap = MAX_EVENTS
         while q and q[0][0] <= t_end:
             t, _, fn, args = pop(q)
             self.now = t
             self.events += 1
-            if self.events > self.max_events:
+            if self.events > cap:
                 raise Runaway(
-                    f"more than {self.max_events} events by {t / 1000:.3f} s ({len(q)} queued): "
+                    f"more than {cap} events by {t / 1000:.3f} s ({len(q)} queued): "
                     f"a loop of events that feeds itself"
                 )
             fn(*args)
