@@ -290,21 +290,18 @@ class LedgerIndex:
     def _save_fences(self) -> None:
         """Rewrite the file with every fence, then empty the journal (a crash in between leaves
         lines the file covers: replaying them changes nothing)."""
-        with self._writes:
-            self._rewrite_fences()
-
-    def _rewrite_fences(self) -> None:
-        doc = {"fences": {str(k): v for k, v in sorted(self._fences.items())}}
-        atomic_write(self._path, json.dumps(doc, separators=(",", ":")).encode())
-        self._filed = len(self._fences)
-        if self._journal_lines or os.path.exists(self._journal):
-            fd = open_private(self._journal, os.O_WRONLY | os.O_CREAT)
-            try:
-                os.ftruncate(fd, 0)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            self._journal_lines = 0
+        with self._writes:  # reentrant: `persist_fence` calls this holding it
+            doc = {"fences": {str(k): v for k, v in sorted(self._fences.items())}}
+            atomic_write(self._path, json.dumps(doc, separators=(",", ":")).encode())
+            self._filed = len(self._fences)
+            if self._journal_lines or os.path.exists(self._journal):
+                fd = open_private(self._journal, os.O_WRONLY | os.O_CREAT)
+                try:
+                    os.ftruncate(fd, 0)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._journal_lines = 0
 
     def _append_fence(self, ledger_id: int, offset: int) -> None:
         """One fence, durable on return: a line appended to the journal and fdatasync'ed."""
@@ -343,7 +340,7 @@ class LedgerIndex:
             if offset is None:
                 return  # pruned meanwhile (its ledger deleted): nothing to keep
             if self._journal_lines >= max(MIN_JOURNAL_LINES, self._filed):
-                self._rewrite_fences()  # amortised: a rewrite of n fences comes after n appends at least
+                self._save_fences()  # amortised: a rewrite of n fences comes after n appends at least
             else:
                 self._append_fence(ledger_id, offset)
         log.info("fenced ledger %d at offset %d in %s", ledger_id, offset, self.log.directory)
