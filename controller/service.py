@@ -270,9 +270,10 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                 if name in t.queues
             ),
         )
+        lists = topics + deleted
         version = hashlib.blake2b(topics + b"deleted" + deleted, digest_size=12).hexdigest()
-        self._topic_views[name] = (changes, version, topics + deleted)
-        return version, topics + deleted
+        self._topic_views[name] = (changes, version, lists)
+        return version, lists
 
     @rpc
     async def RegisterBroker(
