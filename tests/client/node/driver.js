@@ -48,6 +48,16 @@ const logger = {
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
+// A PushConsumer's shutdown() waits for its receives in flight, each held by the endpoint for up to
+// the long-polling timeout its settings name (20 s). What a run reports is settled before it shuts
+// down, so the driver waits this long at most and exits: the endpoint forgets a client that stops
+// calling after three missed heartbeats, and what it had received and not acknowledged is redelivered.
+const PUSH_SHUTDOWN_WAIT_MS = 2000;
+
+async function shutdownPush(consumer) {
+  await Promise.race([ consumer.shutdown(), sleep(PUSH_SHUTDOWN_WAIT_MS) ]);
+}
+
 // With DRIVER_TLS set, every client connects with TLS (sslEnabled), trusting what grpc-js trusts
 // by default: Node's roots, or the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names.
 const sslEnabled = Boolean(process.env.DRIVER_TLS);
@@ -265,7 +275,7 @@ async function push(endpoint, { topic, group, expected, failEvery = 0, quietS = 
     }
     return { deliveries };
   } finally {
-    await consumer.shutdown();
+    await shutdownPush(consumer);
   }
 }
 
@@ -325,7 +335,7 @@ async function produceConsume(endpoint, { topic, group, seconds, readyFile, read
     return { receipts, deliveries: delivered, send_failures: failures };
   } finally {
     await producer.shutdown();
-    await consumer.shutdown();
+    await shutdownPush(consumer);
   }
 }
 
