@@ -11,7 +11,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 # bench machine. The bytecode is written once and read by every process after.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install spark lab-tools doc-tools node-client run test check lint imports proto bench bench-spark fuzz clean sim sim-mutants
+.PHONY: install spark lab-tools doc-tools node-client run test check lint imports proto bench bench-spark fuzz clean sim sim-mutants drills
 
 # setuptools tells every editable install of a package-dir mapping to be careful with folders named
 # like the package (ours are: that is the layout), in a framed notice pip shows even with -q.
@@ -143,8 +143,13 @@ imports: install
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
 TEST_WORKERS ?= 3
 test: install spark lab-tools doc-tools node-client lint
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not drills"
 	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow" -p no:cacheprovider tests/commitlog
+
+# The network lab's other drill scenarios (tests/lab/test_lab.py: `make test` runs three; the rules
+# they check are the simulator's, under faults): about two minutes, one worker, root for the lab.
+drills: install lab-tools
+	$(BIN)/pytest -q -m drills tests/lab
 
 # The fast loop: lint and every test that starts no cluster (the `slow` ones run in `make test`).
 check: install lint
