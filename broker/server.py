@@ -332,7 +332,7 @@ class BrokerServer:
             return role
         try:
             elected = await self.controller.elect_master(
-                self.cfg.broker_set, self.replica.broker_id, restarted=True
+                self.cfg.broker_set, self.replica.broker_id, restarted_epoch=crashed
             )
         except TidelogError as exc:
             log.warning("%s a new epoch after the crash: not yet (%s)", self.replica.ctx, exc)

@@ -798,14 +798,18 @@ class ControllerClient:
         broker_id: int | None = None,
         *,
         designated: bool = False,
-        restarted: bool = False,
+        restarted_epoch: int = 0,
         unclean: bool = False,
     ) -> pb.ElectMasterReply:
-        """`restarted`: the asking broker is the recorded master, back from a crash, and asks for a
-        new epoch (controller/RULES.md E8). `unclean` (with `designated`): elect the named broker
+        """`restarted_epoch`: the asking broker is the recorded master of that epoch, back from a
+        crash, and asks for a new one (controller/RULES.md E8). `unclean` (with `designated`): elect the named broker
         even from outside the SyncStateSet."""
         req = pb.ElectMasterRequest(
-            broker_set=broker_set, designated=designated, restarted=restarted, unclean=unclean
+            broker_set=broker_set,
+            designated=designated,
+            restarted=restarted_epoch > 0,
+            restarted_epoch=restarted_epoch,
+            unclean=unclean,
         )
         if broker_id is not None:
             req.broker_id = broker_id

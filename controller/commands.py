@@ -47,6 +47,9 @@ class ElectMaster:
     # the asking broker is the recorded master, back from a crash (RULES.md E8). A default, so
     # ElectMaster commands journaled before the field existed unpickle with it
     restarted: bool = False
+    # with restarted: the master epoch the broker held when it crashed, the one it gives up
+    # (RULES.md E8); 0 in commands journaled before the field existed (not checked for those)
+    restarted_epoch: int = 0
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,9 @@ def _check_elect_args(c: ElectMaster) -> None:
     ):
         raise bad("alive must map broker ids to LiveInfo")
     need_nonneg(c.now_ms, "now_ms")
+    need_nonneg(c.restarted_epoch, "restarted_epoch")
+    if c.restarted_epoch and not c.restarted:
+        raise bad("restarted_epoch belongs to a restarted master's election")
 
 
 def _electing_set(s: StateData, c: ElectMaster) -> BrokerSet:
@@ -90,6 +93,15 @@ def _reelect(bs: BrokerSet, c: ElectMaster) -> Outcome:
         raise Reject(
             "CONTROLLER_INVALID_MASTER",
             f"broker {c.broker_id} is not the master of {c.broker_set} (it is {bs.master_id})",
+            copy_set(bs),
+        )
+    if c.restarted_epoch and c.restarted_epoch != bs.master_epoch:
+        # a late copy of a call the broker made before the epoch it now masters (a call given up
+        # on, run later): that master is not the one that crashed, and holds a lease
+        raise Reject(
+            "CONTROLLER_FENCED_MASTER_EPOCH",
+            f"broker {c.broker_id} gives up master epoch {c.restarted_epoch} of {c.broker_set}, "
+            f"which is at epoch {bs.master_epoch}",
             copy_set(bs),
         )
     alive = {i: info for i, info in c.alive.items() if i in bs.members}

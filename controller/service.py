@@ -444,6 +444,11 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             "a restarted master's election names broker_id and is not designated",
         )
         check_request(not request.unclean or request.designated, "an unclean election must name the broker")
+        check_request(
+            request.restarted == (request.restarted_epoch > 0),
+            "a restarted master's election names the epoch it gives up (restarted_epoch > 0), "
+            "and no other election does",
+        )
         # an operator's explicit unclean election (tide admin elect --unclean) may leave the set
         unclean = self.node.cfg.enable_elect_unclean_master or request.unclean
         self.node.require_leader()
@@ -459,6 +464,7 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
                 enable_unclean=unclean,
                 now_ms=wall,
                 restarted=request.restarted,
+                restarted_epoch=request.restarted_epoch,
             ),
             hand_over_to=bid if request.designated else None,
         )

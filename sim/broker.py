@@ -244,14 +244,14 @@ class Broker(Node):
                 )
         if self.reelect_epoch is not None:
             if role.has_master and role.master_id == self.bid and role.master_epoch == self.reelect_epoch:
-                self._ask_election(restarted=True)
+                self._ask_election(restarted_epoch=self.reelect_epoch)
                 return  # no role meanwhile
             self.reelect_epoch = None  # the controller moved on by itself
         self.apply_role(role, vouched=not lease_withheld)
         if not role.has_master and not self.stopped:
             self._ask_election()
 
-    def _ask_election(self, restarted: bool = False) -> None:
+    def _ask_election(self, restarted_epoch: int = 0) -> None:
         """An election call (`ElectMaster`), unless one is in flight: the real broker awaits each
         within its heartbeat round, so a round of answers cannot start more than one (in the model
         every leader answers a heartbeat, and a duplicated answer arrives twice)."""
@@ -260,7 +260,7 @@ class Broker(Node):
             return
         self.electing = now
         for c in self.world.ctrls:
-            self.sim.send(self, c, c.on_elect, self, self.bid, restarted)
+            self.sim.send(self, c, c.on_elect, self, self.bid, restarted_epoch)
 
     def on_elect_reply(self, role: roles.Role) -> None:
         if self.stopped:

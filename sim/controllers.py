@@ -110,12 +110,20 @@ class Controller(Node):
         withheld = not grants_lease(age, HB_TIMEOUT) or self.fences.withholds(SET, bs.master_epoch)
         self.sim.send(self, broker, broker.on_hb_reply, role_of(bs), sent, withheld)
 
-    def on_elect(self, broker: Broker, bid: int, restarted: bool = False) -> None:
+    def on_elect(self, broker: Broker, bid: int, restarted_epoch: int = 0) -> None:
         if not self.leading:
             return
         now = self.local()
         token = self._fence()
-        cmd = ElectMaster(SET, broker_id=bid, alive=self.hb.alive(SET, now), now_ms=now, restarted=restarted)
+        alive = self.hb.alive(SET, now)
+        cmd = ElectMaster(
+            SET,
+            broker_id=bid,
+            alive=alive,
+            now_ms=now,
+            restarted=restarted_epoch > 0,
+            restarted_epoch=restarted_epoch,
+        )
         self.raft.submit(self, cmd, lambda r: self._reply_role(broker, r), self._unfence(token))
 
     def _fence(self) -> tuple[str, int, int]:

@@ -953,6 +953,25 @@ def test_e8_the_member_holding_more_wins_over_the_restarted_master() -> None:
     assert (s.broker_sets[A].master_id, s.broker_sets[A].master_epoch) == (2, 2)
 
 
+def test_e8_a_late_copy_of_a_call_from_an_older_epoch_elects_nobody() -> None:
+    """Seed 3694 of the simulator: a restarted master's call, given up on and run late, arrived once
+    the broker was master of the newer epoch its first call got it, and holding a lease: another
+    master was elected beside it."""
+    s = mastered()  # master 1 at epoch 1, SyncStateSet {1, 2}
+    ask = ElectMaster(
+        A, 1, alive={1: LiveInfo(1, 500), 2: LiveInfo(1, 400)}, restarted=True, restarted_epoch=1
+    )
+    assert s.apply(ask).ok
+    assert (s.broker_sets[A].master_id, s.broker_sets[A].master_epoch) == (1, 2)
+    # the late copy, with member 2 now holding more: it would win
+    late = ElectMaster(
+        A, 1, alive={1: LiveInfo(2, 400), 2: LiveInfo(2, 500)}, restarted=True, restarted_epoch=1
+    )
+    refused(s, late, "CONTROLLER_FENCED_MASTER_EPOCH")
+    assert (s.broker_sets[A].master_id, s.broker_sets[A].master_epoch) == (1, 2)
+    refused(s, ElectMaster(A, 1, alive={1: LiveInfo(1, 9)}, restarted_epoch=2), "INVALID_ARGUMENT")
+
+
 def test_e8_only_the_recorded_master_may_ask_and_only_alive_members_win() -> None:
     refused(
         mastered(), ElectMaster(A, 2, alive={2: LiveInfo(1, 9)}, restarted=True), "CONTROLLER_INVALID_MASTER"

@@ -78,14 +78,15 @@ _odd_grants = st.builds(
 )
 REAL: dict[str, st.SearchStrategy[Any]] = {
     "ElectMaster": st.builds(
-        lambda bs, bid, d, r, u: cpb.ElectMasterRequest(
-            broker_set=bs, broker_id=bid, designated=d, restarted=r, unclean=u
+        lambda bs, bid, d, r, u, e: cpb.ElectMasterRequest(
+            broker_set=bs, broker_id=bid, designated=d, restarted=r, unclean=u, restarted_epoch=e
         ),
         _sets,
         st.one_of(st.none(), _ids),
         st.booleans(),
         st.booleans(),
         st.booleans(),
+        st.integers(0, 3),
     ),
     "CleanBrokerData": st.builds(
         cpb.CleanBrokerDataRequest,

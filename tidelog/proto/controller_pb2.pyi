@@ -318,18 +318,20 @@ class AlterSyncStateSetReply(_message.Message):
     def __init__(self, role: _Optional[_Union[RoleAssignment, _Mapping]] = ...) -> None: ...
 
 class ElectMasterRequest(_message.Message):
-    __slots__ = ("broker_set", "broker_id", "designated", "restarted", "unclean")
+    __slots__ = ("broker_set", "broker_id", "designated", "restarted", "unclean", "restarted_epoch")
     BROKER_SET_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DESIGNATED_FIELD_NUMBER: _ClassVar[int]
     RESTARTED_FIELD_NUMBER: _ClassVar[int]
     UNCLEAN_FIELD_NUMBER: _ClassVar[int]
+    RESTARTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     broker_set: str
     broker_id: int
     designated: bool
     restarted: bool
     unclean: bool
-    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ..., restarted: _Optional[bool] = ..., unclean: _Optional[bool] = ...) -> None: ...
+    restarted_epoch: int
+    def __init__(self, broker_set: _Optional[str] = ..., broker_id: _Optional[int] = ..., designated: _Optional[bool] = ..., restarted: _Optional[bool] = ..., unclean: _Optional[bool] = ..., restarted_epoch: _Optional[int] = ...) -> None: ...
 
 class ElectMasterReply(_message.Message):
     __slots__ = ("role",)
