@@ -45,7 +45,7 @@ from random import Random
 from .net import DRIFT
 
 HORIZON_MS = 60_000  # faults start within the first minute
-REPLAY_P = 0.2  # during a replay fault, the share of requests to controllers run once more, late
+REPLAY_P = 0.5  # during a replay fault, the share of requests to controllers run once more, late
 SPLIT_MS = 4000  # how long a failover_split cuts the controller leader from the others
 LAPSE_LEAD_MS = 2000  # how long before the master a lease_lapse cuts its slave s1 from the controllers
 
@@ -121,7 +121,7 @@ def lapse(rng: Random) -> Fault:
 
 
 # the lateness a delay or a replay fault draws from
-LATENESS = {"delay": (50, 200, 1000, 3000), "replay": (1000, 3000, 8000)}
+LATENESS = {"delay": (50, 200, 1000, 3000), "replay": (3000, 8000, 16000)}
 
 
 def _shape(rng: Random, f: Fault, brokers: list[str], ctrls: list[str], dcs: list[str]) -> Fault:

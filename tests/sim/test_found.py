@@ -167,3 +167,22 @@ def test_seed_18180_a_late_copy_of_an_unanswered_attempt_adds_a_member_after_a_r
     ]
     for out in (run_seed(18180), run_seed(18180, faults=shrunk)):
         assert out.ok, out.violation
+
+
+def test_seed_3694_a_late_copy_of_a_restarted_masters_call_elects_another_master_beside_it() -> None:
+    """Fixed: b2, back from a crash as master of epoch 2, asked for a new epoch and got epoch 3; a
+    copy of that call, run late (a replay fault), found it master of epoch 3 and holding a lease,
+    and elected b1 beside it as master of epoch 4 (RULES.md E8 checked only that the caller was the
+    recorded master): b2 acknowledged a write b1 lacked. The call now names the epoch it gives up,
+    and a copy naming an epoch the set has left is refused (controller/RULES.md E8)."""
+    shrunk = [
+        Fault(3793, "oneway", "b3", 4998, 3.0),
+        Fault(5216, "delay", "", 7984, 3000.0),
+        Fault(13_588, "failover_split", "", 5066, 3525.0),
+        Fault(15_831, "delay", "", 6300, 200.0),
+        Fault(19_199, "replay", "", 4345, 8000.0),
+        Fault(19_635, "failover_split", "", 6792, 3906.0),
+        Fault(23_127, "lease_lapse", "", 11_847, 3650.0),
+    ]
+    for out in (run_seed(3694), run_seed(3694, faults=shrunk)):
+        assert out.ok, out.violation
