@@ -275,8 +275,6 @@ MUTANTS: dict[str, Mutant] = {
             "role-no-stale-check",
             "a reply of an older master epoch is acted on",
             _no_stale_check,
-            masked_by="a reply that renews no lease promotes nobody, and a lease holds for one "
-            "epoch only (ha/roles.py SELF_UNVOUCHED, ha/lease.py; tests/ha/test_roles.py)",
         ),
         Mutant(
             "alter-no-sss-epoch-fence",
