@@ -444,11 +444,13 @@ class BrokerServicer(pb_grpc.ControllerBrokerServicer):
             "a restarted master's election names broker_id and is not designated",
         )
         check_request(not request.unclean or request.designated, "an unclean election must name the broker")
+        # a restarted election without the epoch comes from a broker of before the field: taken,
+        # unchecked (RULES.md E8), so that brokers not yet upgraded are still elected again
         check_request(
-            request.restarted == (request.restarted_epoch > 0),
-            "a restarted master's election names the epoch it gives up (restarted_epoch > 0), "
-            "and no other election does",
+            request.restarted or request.restarted_epoch == 0,
+            "restarted_epoch belongs to a restarted master's election",
         )
+        check_request(request.restarted_epoch >= 0, "restarted_epoch must not be negative")
         # an operator's explicit unclean election (tide admin elect --unclean) may leave the set
         unclean = self.node.cfg.enable_elect_unclean_master or request.unclean
         self.node.require_leader()
