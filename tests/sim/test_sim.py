@@ -220,10 +220,11 @@ def _catch(name: str, start: int, seeds: int) -> dict:  # type: ignore[type-arg]
 # A quick subset of the mutants, each at the seed that caught it (make sim-mutants runs them all
 # over fresh seeds); the mutant is applied in a worker process only. Not here: the mutants that a
 # newer guard masks (sim/RESULTS.md, round three): unvouched-promotion (a stale leader's reply
-# promotes nobody, and a lease holds for one epoch), alter-no-sss-epoch-fence (a late copy of an older set epoch is an older attempt, RULES.md A4b);
-# their rules keep their own table tests (tests/ha/test_roles.py, tests/ha/test_lease.py,
-# tests/controller/test_state_rules.py); `Mutant.masked_by` names each guard. Caught below by
-# their shrunk schedules instead: expansion-after-confirm, lease-only-before, no-lease-fence.
+# promotes nobody, and a lease holds for one epoch), alter-no-sss-epoch-fence (a late copy of an
+# older set epoch is an older attempt, RULES.md A4b); their rules keep their own table tests
+# (tests/ha/test_roles.py, tests/ha/test_lease.py, tests/controller/test_state_rules.py);
+# `Mutant.masked_by` names each guard. Caught below by their shrunk schedules instead:
+# expansion-after-confirm, lease-only-before, no-lease-fence.
 #: (mutant, the seed that catches it)
 QUICK = [
     ("confirm-fastest", 22),
