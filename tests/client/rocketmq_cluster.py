@@ -117,18 +117,29 @@ def driver_output(driver: subprocess.Popen[str]) -> dict[str, Any]:
     return out
 
 
+def receipts_so_far(progress: Path) -> int:
+    """How many sends the driver has had receipted (its progress file; 0 before the first)."""
+    try:
+        return int(progress.read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0  # not written yet, or read while being written
+
+
 def kill_master_under(
-    cluster: LocalCluster, victim: str, command: list[str], ready: Path, **popen: Any
+    cluster: LocalCluster, victim: str, command: list[str], ready: Path, progress: Path, **popen: Any
 ) -> dict[str, Any]:
-    """Run a client driver (`command`, which touches `ready` once it sends and receives), kill -9
-    the master `victim` under it once messages flow, start it again once another master serves,
-    and return the driver's last line (JSON) once it ends by itself."""
+    """Run a client driver (`command`, which touches `ready` once it sends and receives, and writes
+    its count of receipts to `progress`), kill -9 the master `victim` under it once 20 sends were
+    receipted, start it again once another master serves, and return the driver's last line (JSON)
+    once it ends by itself."""
     with driver_run(command, **popen) as driver:
-        deadline = time.monotonic() + 30
-        while not ready.exists() and time.monotonic() < deadline and driver.poll() is None:
-            time.sleep(0.1)
-        assert ready.exists(), "the driver did not start"
-        time.sleep(3)  # messages flow before the kill
+        wait_until(
+            lambda: (ready.exists() and receipts_so_far(progress) >= 20) or driver.poll() is not None,
+            30,
+            0.1,
+            what="messages flowing",
+        )
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
         localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while master_of(cluster) in ("", victim):

@@ -147,14 +147,6 @@ def connected_to(pid: int, port: int) -> set[str]:
     return out
 
 
-def receipts_so_far(progress: Path) -> int:
-    """How many sends the driver has had receipted (its progress file; 0 before the first)."""
-    try:
-        return int(progress.read_text() or 0)
-    except (FileNotFoundError, ValueError):
-        return 0  # not written yet, or read while being written
-
-
 def kill_the_connected_endpoint(
     c: LocalCluster, driver: subprocess.Popen[str], port: int, progress: Path, more: int = 20
 ) -> tuple[str, str, float]:
@@ -179,7 +171,7 @@ def kill_the_connected_endpoint(
     victim = next(m["name"] for m in rc.members(c) if m["rocketmq_endpoint"] == f"{used}:{port}")
     localcluster.kill(c.data_dir, victim, signal.SIGKILL)
     killed_ms = time.time() * 1000
-    at_kill = receipts_so_far(progress)
+    at_kill = rc.receipts_so_far(progress)
     wait_until(
         lambda: driver.poll() is not None or connected_to(driver.pid, port) == {other},
         30,
@@ -188,7 +180,7 @@ def kill_the_connected_endpoint(
     )
     assert driver.poll() is None, ended()
     wait_until(
-        lambda: driver.poll() is not None or receipts_so_far(progress) >= at_kill + more,
+        lambda: driver.poll() is not None or rc.receipts_so_far(progress) >= at_kill + more,
         60,
         0.1,
         what=f"{more} sends receipted through {other}",
@@ -204,7 +196,7 @@ def fails_over(c: LocalCluster, port: int, command: list[str], where: Path, labe
     ready, stop, progress = where / "ready", where / "stop", where / "progress"
     with rc.driver_run(command, **popen) as driver:
         wait_until(
-            lambda: (ready.exists() and receipts_so_far(progress) >= 20) or driver.poll() is not None,
+            lambda: (ready.exists() and rc.receipts_so_far(progress) >= 20) or driver.poll() is not None,
             60,
             0.1,
             what="messages flowing",

@@ -211,9 +211,16 @@ def test_a_master_killed_under_a_producer_and_a_push_consumer_loses_no_receipted
     rc.create_topic(cluster, "node-kill")
     victim = rc.member(cluster, "broker-a", "master")["name"]
     ready = tmp_path / "ready"
-    args = {"topic": "node-kill", "group": "g-node-kill", "seconds": 25, "readyFile": str(ready)}
+    progress = tmp_path / "progress"
+    args = {
+        "topic": "node-kill",
+        "group": "g-node-kill",
+        "seconds": 25,
+        "readyFile": str(ready),
+        "progressFile": str(progress),
+    }
     command = ["node", str(DRIVER), endpoint, "produce-consume", json.dumps(args)]
-    out = rc.kill_master_under(cluster, victim, command, ready, cwd=NODE_DIR, env=ENV)
+    out = rc.kill_master_under(cluster, victim, command, ready, progress, cwd=NODE_DIR, env=ENV)
     receipts, deliveries = out["receipts"], out["deliveries"]
     delivered = collections.Counter(d[0] for d in deliveries)
     lost = [r for r in receipts if r["id"] not in delivered]

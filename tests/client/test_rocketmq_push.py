@@ -206,8 +206,10 @@ def test_master_killed_under_an_official_producer_and_push_consumer_loses_no_rec
         "g-kill",
         "25",
         str(ready),
+        "",  # no stop file: it runs its 25 s
+        str(tmp_path / "progress"),
     ]
-    out = rc.kill_master_under(cluster, victim, command, ready)
+    out = rc.kill_master_under(cluster, victim, command, ready, tmp_path / "progress")
     receipts, deliveries = out["receipts"], out["deliveries"]
     delivered = collections.Counter(d[0] for d in deliveries)
     lost = [r for r in receipts if r["id"] not in delivered]
