@@ -802,8 +802,8 @@ class ControllerClient:
         unclean: bool = False,
     ) -> pb.ElectMasterReply:
         """`restarted_epoch`: the asking broker is the recorded master of that epoch, back from a
-        crash, and asks for a new one (controller/RULES.md E8). `unclean` (with `designated`): elect the named broker
-        even from outside the SyncStateSet."""
+        crash, and asks for a new one (controller/RULES.md E8). `unclean` (with `designated`):
+        elect the named broker even from outside the SyncStateSet."""
         req = pb.ElectMasterRequest(
             broker_set=broker_set,
             designated=designated,

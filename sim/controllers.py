@@ -115,11 +115,10 @@ class Controller(Node):
             return
         now = self.local()
         token = self._fence()
-        alive = self.hb.alive(SET, now)
         cmd = ElectMaster(
             SET,
             broker_id=bid,
-            alive=alive,
+            alive=self.hb.alive(SET, now),
             now_ms=now,
             restarted=restarted_epoch > 0,
             restarted_epoch=restarted_epoch,

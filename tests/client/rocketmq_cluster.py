@@ -125,6 +125,18 @@ def receipts_so_far(progress: Path) -> int:
         return 0  # not written yet, or read while being written
 
 
+def wait_for_flow(driver: subprocess.Popen[str], ready: Path, progress: Path, timeout: float) -> None:
+    """Until the driver has touched `ready` and had 20 sends receipted (its progress file); it must
+    still run then."""
+    wait_until(
+        lambda: (ready.exists() and receipts_so_far(progress) >= 20) or driver.poll() is not None,
+        timeout,
+        0.1,
+        what="messages flowing",
+    )
+    assert driver.poll() is None, driver.communicate()[1][-3000:]
+
+
 def kill_master_under(
     cluster: LocalCluster, victim: str, command: list[str], ready: Path, progress: Path, **popen: Any
 ) -> dict[str, Any]:
@@ -133,18 +145,9 @@ def kill_master_under(
     receipted, start it again once another master serves, and return the driver's last line (JSON)
     once it ends by itself."""
     with driver_run(command, **popen) as driver:
-        wait_until(
-            lambda: (ready.exists() and receipts_so_far(progress) >= 20) or driver.poll() is not None,
-            30,
-            0.1,
-            what="messages flowing",
-        )
-        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        wait_for_flow(driver, ready, progress, 30)
         localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while master_of(cluster) in ("", victim):
-            assert time.monotonic() < deadline, "no new master"
-            time.sleep(0.2)
+        wait_until(lambda: master_of(cluster) not in ("", victim), 30, 0.2, what="a new master")
         localcluster.restart(cluster.data_dir, victim)
         return driver_output(driver)
 

@@ -195,13 +195,7 @@ def fails_over(c: LocalCluster, port: int, command: list[str], where: Path, labe
     message it had receipted."""
     ready, stop, progress = where / "ready", where / "stop", where / "progress"
     with rc.driver_run(command, **popen) as driver:
-        wait_until(
-            lambda: (ready.exists() and rc.receipts_so_far(progress) >= 20) or driver.poll() is not None,
-            60,
-            0.1,
-            what="messages flowing",
-        )
-        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        rc.wait_for_flow(driver, ready, progress, 60)
         used, other, killed_ms = kill_the_connected_endpoint(c, driver, port, progress)
         stop.touch()
         out = rc.driver_output(driver)
