@@ -71,6 +71,10 @@ class BrokerConfig:
     # consumer whose listener failed makes it invisible for the n-th of these delays (seconds; the
     # last for later attempts) before it comes back. Default: RocketMQ's.
     rocketmq_max_delivery_attempts: int = 16
+    # how long a message received by a consumer that names no invisible duration (the official
+    # push consumers: they ask the endpoint to choose, as RocketMQ's proxy does with its
+    # defaultInvisibleTimeMills) stays invisible before it is delivered again if not acknowledged
+    rocketmq_invisible_ms: int = 30_000
     rocketmq_retry_backoff_s: tuple[int, ...] = (
         1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200
     )  # fmt: skip
@@ -184,6 +188,7 @@ _POSITIVE = {
     "rocketmq_tx_check_interval_ms",
     "rocketmq_tx_max_checks",
     "rocketmq_max_delivery_attempts",
+    "rocketmq_invisible_ms",
 }
 _NON_NEGATIVE = {
     "log_backups",
@@ -379,6 +384,11 @@ def _check_limits(cfg: BrokerConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: rocketmq_max_delivery_attempts is at most {MAX_ATTEMPTS}",
             key="rocketmq_max_delivery_attempts",
+        )
+    if cfg.rocketmq_invisible_ms > MAX_INVISIBLE_MS:
+        raise ConfigError(
+            f"{source}: rocketmq_invisible_ms is at most {MAX_INVISIBLE_MS} (12 h)",
+            key="rocketmq_invisible_ms",
         )
     if cfg.cq_max_open_files < MIN_CQ_OPEN_FILES:
         raise ConfigError(

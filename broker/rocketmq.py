@@ -567,7 +567,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         now = timestamp_pb2.Timestamp()
         now.GetCurrentTime()
         yield s.ReceiveMessageResponse(delivery_timestamp=now)
-        invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
+        invisible_ms = _ms(request.invisible_duration) or self.cfg.rocketmq_invisible_ms
         for m in got:
             yield s.ReceiveMessageResponse(
                 message=self._message(request, m, invisible_ms, _language(context))
@@ -583,7 +583,7 @@ class MessagingService(s_grpc.MessagingServiceServicer):
         batch = request.batch_size or 32
         if not 1 <= batch <= MAX_BATCH:
             raise refused("BAD_REQUEST", f"batch_size must be in [1, {MAX_BATCH}]")
-        invisible_ms = _ms(request.invisible_duration) or rules.DEFAULT_INVISIBLE_MS
+        invisible_ms = _ms(request.invisible_duration) or self.cfg.rocketmq_invisible_ms
         self.members.seen(group, _client_id(context), [topic])
         if not 0 < invisible_ms <= MAX_INVISIBLE_MS:
             raise refused("ILLEGAL_INVISIBLE_TIME", "the invisible duration must be in (0, 12h]")

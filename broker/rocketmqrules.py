@@ -307,7 +307,6 @@ def member_id(client_id: str, topic: str) -> str:
 
 DEFAULT_LONG_POLL_MS = 20_000
 MAX_LONG_POLL_MS = 60_000
-DEFAULT_INVISIBLE_MS = 30_000
 
 
 def long_poll_ms(requested_ms: int, remaining_ms: int | None) -> int:

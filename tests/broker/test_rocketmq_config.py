@@ -122,3 +122,12 @@ def test_tide_broker_overrides_a_config_that_lists_access_keys(tmp_path: Any, mo
     (cfg,) = started
     assert cfg.rocketmq_access_keys == (("app-1", "x"),)
     assert str(cfg.data_dir) == str(tmp_path / "d") and cfg.listen == "127.0.0.1:7001"
+
+
+def test_the_push_consumers_invisible_time_is_a_setting_bounded_by_twelve_hours() -> None:
+    assert from_mapping(BASE).rocketmq_invisible_ms == 30_000
+    assert from_mapping({**BASE, "rocketmq_invisible_ms": 2_000}).rocketmq_invisible_ms == 2_000
+    for bad in (0, 12 * 3600 * 1000 + 1):
+        with pytest.raises(ConfigError) as err:
+            from_mapping({**BASE, "rocketmq_invisible_ms": bad})
+        assert err.value.details["key"] == "rocketmq_invisible_ms"

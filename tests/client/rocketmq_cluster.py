@@ -138,18 +138,34 @@ def wait_for_flow(driver: subprocess.Popen[str], ready: Path, progress: Path, ti
 
 
 def kill_master_under(
-    cluster: LocalCluster, victim: str, command: list[str], ready: Path, progress: Path, **popen: Any
-) -> dict[str, Any]:
-    """Run a client driver (`command`, which touches `ready` once it sends and receives, and writes
-    its count of receipts to `progress`), kill -9 the master `victim` under it once 20 sends were
-    receipted, start it again once another master serves, and return the driver's last line (JSON)
-    once it ends by itself."""
+    cluster: LocalCluster,
+    victim: str,
+    command: list[str],
+    where: Path,
+    after_kill: int = 20,
+    **popen: Any,
+) -> tuple[dict[str, Any], float]:
+    """Run a client driver (`command`, which touches where/ready once it sends and receives, writes
+    its count of receipts to where/progress, and stops sending once where/stop exists), kill -9
+    the master `victim` under it once 20 sends were receipted, start it again once another master
+    serves, stop the driver once `after_kill` more sends were receipted, and return its last line
+    (JSON) once it ends, with the time of the kill (ms since the epoch, as receipts' `epochMs`)."""
+    ready, progress = where / "ready", where / "progress"
     with driver_run(command, **popen) as driver:
         wait_for_flow(driver, ready, progress, 30)
         localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
+        killed_ms = time.time() * 1000
+        at_kill = receipts_so_far(progress)
         wait_until(lambda: master_of(cluster) not in ("", victim), 30, 0.2, what="a new master")
         localcluster.restart(cluster.data_dir, victim)
-        return driver_output(driver)
+        wait_until(
+            lambda: driver.poll() is not None or receipts_so_far(progress) >= at_kill + after_kill,
+            60,
+            0.1,
+            what=f"{after_kill} sends receipted after the kill",
+        )
+        (where / "stop").touch()
+        return driver_output(driver), killed_ms
 
 
 def dead_letters(cluster: LocalCluster, group: str, expected: int) -> list[ConsumedMessage]:

@@ -172,15 +172,16 @@ def receive(endpoint: str, topic: str, group: str, expected: int, expression: st
         consumer.shutdown()
 
 
-def redeliver(endpoint: str, topic: str, group: str) -> dict[str, Any]:
-    """Receive one message with a 2 s invisible duration, leave it unacknowledged, receive it again."""
+def redeliver(endpoint: str, topic: str, group: str, invisible_s: int = 2) -> dict[str, Any]:
+    """Receive one message with an `invisible_s` invisible duration (0: the request names none,
+    and the endpoint chooses, as for a push consumer), leave it unacknowledged, receive it again."""
     consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
     consumer.startup()
     try:
         rounds = []
         deadline = time.monotonic() + 40
         while len(rounds) < 2 and time.monotonic() < deadline:
-            for m in consumer.receive(1, 2):
+            for m in consumer.receive(1, invisible_s):  # the client omits a duration of 0
                 rounds.append({**described(m), "at": time.monotonic()})
                 if len(rounds) == 2:
                     consumer.ack(m)
@@ -658,7 +659,7 @@ def main() -> None:
     elif command == "receive":
         out = receive(endpoint, args[0], args[1], int(args[2]), args[3])
     elif command == "redeliver":
-        out = redeliver(endpoint, args[0], args[1])
+        out = redeliver(endpoint, args[0], args[1], *(int(a) for a in args[2:3]))
     elif command == "signed":
         out = signed(endpoint, *args)
     elif command == "unsigned":

@@ -35,6 +35,9 @@ from tidelog.localcluster import certs, wait_until
 NAME = "rocketmq.tidelog.test"
 #: The loopback addresses the two endpoints behind NAME listen on, by broker set.
 ADDRESSES = {"broker-a": "127.0.0.2", "broker-b": "127.0.0.3"}
+#: The failover clusters' `rocketmq_invisible_ms`: the messages of a push consumer's receive
+#: whose answer died with the killed endpoint come back after this, not after the default 30 s.
+INVISIBLE_MS = 5_000
 
 
 def in_own_hosts(hosts: Path, command: list[str]) -> list[str]:

@@ -43,7 +43,9 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tls_cluster(tmp_path_factory: pytest.TempPathFactory, hosts: Path) -> Iterator[tuple[LocalCluster, int]]:
     """Two broker sets with TLS on every port, whose slaves serve RocketMQ behind rf.NAME (their
     certificates naming it), at the port returned."""
-    with rc.two_sets(tmp_path_factory.mktemp("rmqtlsfail"), tls=True) as c:
+    with rc.two_sets(
+        tmp_path_factory.mktemp("rmqtlsfail"), tls=True, rocketmq_invisible_ms=rf.INVISIBLE_MS
+    ) as c:
         yield c, rf.move_slaves(c)
 
 

@@ -24,6 +24,7 @@ import pytest
 from tests.client import rocketmq_cluster as rc
 from tests.client import rocketmq_failover as rf
 from tests.client.conftest import LocalCluster
+from tests.client.test_rocketmq_endpoint import drive
 from tests.client.test_rocketmq_node import DRIVER, INSTALLED, NODE_DIR
 
 pytestmark = [
@@ -43,7 +44,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, hosts: Path) -> Iterator[tuple[LocalCluster, int]]:
     """Two broker sets whose slaves serve RocketMQ behind rf.NAME, at the port returned."""
-    with rc.two_sets(tmp_path_factory.mktemp("rmqnodefail")) as c:
+    with rc.two_sets(tmp_path_factory.mktemp("rmqnodefail"), rocketmq_invisible_ms=rf.INVISIBLE_MS) as c:
         yield c, rf.move_slaves(c)
 
 
@@ -76,3 +77,22 @@ def test_a_name_of_several_endpoints_fails_over_when_the_connected_one_is_killed
 ) -> None:
     c, port = cluster
     fails_over(c, port, hosts, tmp_path, "node-failover")
+
+
+def test_a_receive_that_names_no_invisible_duration_gets_the_brokers_setting(
+    cluster: tuple[LocalCluster, int],
+) -> None:
+    """The official clients' push consumers name no invisible duration: the endpoint applies its
+    `rocketmq_invisible_ms` (here rf.INVISIBLE_MS), which is what bounds the failover above."""
+    c, _ = cluster
+    endpoint = rc.endpoint(c, "broker-a", "master")
+    rc.create_topic(c, "rmq-default-invisible")
+    (receipt,) = drive(endpoint, "send", "rmq-default-invisible", "1", "0")["sent"]
+    first, second = drive(endpoint, "redeliver", "rmq-default-invisible", "g-default-invisible", "0")[
+        "rounds"
+    ]
+    assert first["id"] == second["id"] == receipt["id"]
+    assert (first["attempt"], second["attempt"]) == (1, 2)
+    gap = second["at"] - first["at"]
+    # not before the setting ran out, and long before the 30 s default would
+    assert rf.INVISIBLE_MS / 1000 - 0.5 <= gap < 20, gap
