@@ -441,7 +441,8 @@ def test_netns_needs_root_and_creates_nothing_without_it() -> None:
         topo.write_text(TOPOLOGY.read_text())
         os.chmod(topo, 0o644)
         data_dir = base / "d"
-        before = namespaces()
+        # only this cluster's namespaces: other lab modules may start or stop theirs meanwhile
+        prefix = lab_prefix(str(data_dir.resolve()))
         out = subprocess.run(
             [
                 "setpriv",
@@ -466,7 +467,7 @@ def test_netns_needs_root_and_creates_nothing_without_it() -> None:
         )
         assert out.returncode != 0
         assert "needs root" in out.stderr, out.stderr
-        assert namespaces() == before
+        assert {ns for ns in namespaces() if ns.startswith(prefix)} == set()
         assert not data_dir.exists()
     finally:
         shutil.rmtree(base, ignore_errors=True)
