@@ -27,14 +27,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
 
 from tidelog import dataport_frames as df
 from tidelog.client import AsyncClient
-from tidelog.localcluster import client_options
+from tidelog.localcluster import client_options, wait_until
 from tidelog.proto import broker_pb2 as bpb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,11 +65,17 @@ def rss_bytes(pid: int) -> int:
 
 @contextlib.contextmanager
 def unfinished_frames(
-    address: tuple[str, int], clients: int, frame: int, wait_s: float = 60
+    address: tuple[str, int],
+    clients: int,
+    frame: int,
+    wait_s: float = 60,
+    held: Callable[[], object] | None = None,
 ) -> Iterator[None]:
     """`clients` connections to a data port, each sending a produce frame of `frame` bytes one byte
-    short (never whole), held open while the block runs and closed after it. The sends end once
-    the broker stops reading (back-pressure: they time out) or closes: both bound it."""
+    short (never whole), held open while the block runs and closed after it. The block runs once
+    the sends end: the broker stops reading (back-pressure: they time out) or closes; both bound
+    it. With `held`, it runs as soon as `held()` is true instead (the caller sees the broker hold
+    what it will), waited for at most `wait_s`; the sends still blocked end when the block does."""
     head = df.HEAD.pack(frame + df.HEAD_SIZE - 4, df.OP_PRODUCE, 1)
     body = b"\0" * (frame - 1)
     socks = [socket.create_connection(address, timeout=15) for _ in range(clients)]
@@ -82,12 +88,20 @@ def unfinished_frames(
     try:
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(wait_s)
+        if held is None:
+            for t in threads:
+                t.join(wait_s)
+        else:
+            wait_until(held, wait_s, interval=0.05, what="the broker to hold the unfinished frames")
         yield
     finally:
         for s in socks:
+            # shutdown, unlike close, wakes a sendall blocked on the socket in its thread
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
             s.close()
+        for t in threads:
+            t.join(wait_s)
 
 
 def probe(address: tuple[str, int], pid: int, clients: int, frame: int) -> dict[str, float]:

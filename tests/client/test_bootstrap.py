@@ -14,8 +14,10 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -80,22 +82,36 @@ def test_status_and_refusals_while_the_controllers_are_away(cluster: LocalCluste
         assert roles == ["master", "slave"], bs
         assert all(m["max_offset"] is not None and m["controller_heard_ms_ago"] > 1500 for m in bs["members"])
         assert sorted(bs["sync_state_set"]) == sorted(m["broker_id"] for m in bs["members"])
+
+        # The table, the refusals and a produce each wait on their own (seconds, for the quorum's
+        # refusals), and none of them needs another: they run at once.
+        def create(where: str) -> tuple[subprocess.CompletedProcess[str], float]:
+            started = time.monotonic()
+            out = tide("topic", "create", "u", "--queues", "2", "--controllers", where, timeout=60)
+            return out, time.monotonic() - started
+
+        wheres = (c.controllers, brokers[0])
+        with ThreadPoolExecutor(2 + len(wheres)) as pool:
+            table_run = pool.submit(tide, "cluster", "status", "--controllers", bootstrap, timeout=60)
+            creates = [pool.submit(create, where) for where in wheres]
+            sent_run = pool.submit(
+                tide, "produce", "t", "--count", "10", "--controllers", brokers[1], timeout=60
+            )
+
         # the table says it on one line of its own
-        table = tide("cluster", "status", "--controllers", bootstrap, timeout=60)
+        table = table_run.result()
         assert table.returncode == 0 and "controllers unreachable" in table.stderr, table.stderr
 
         # what needs a quorum: one line, CONTROLLER_UNAVAILABLE, within seconds, from either address
-        for where in (c.controllers, brokers[0]):
-            started = time.monotonic()
-            out = tide("topic", "create", "u", "--queues", "2", "--controllers", where, timeout=60)
-            took = time.monotonic() - started
+        for where, created in zip(wheres, creates, strict=True):
+            out, took = created.result()
             assert out.returncode != 0 and "Traceback" not in out.stderr
             lines = [ln for ln in out.stderr.strip().splitlines() if not ln.startswith("waiting:")]
             assert len(lines) == 1 and "CONTROLLER_UNAVAILABLE" in lines[0], out.stderr
             assert took < 20, f"{where}: {took:.1f} s"
 
         # writes go on, through a broker's address alone
-        sent = tide("produce", "t", "--count", "10", "--controllers", brokers[1], timeout=60)
+        sent = sent_run.result()
         assert sent.returncode == 0, sent.stderr
 
 

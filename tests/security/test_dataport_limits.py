@@ -6,11 +6,13 @@ connection within the header deadline (broker/dataport.py)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +20,7 @@ from bench.partial_frames import rss_bytes, unfinished_frames
 
 from tests.brokers import BrokerClient
 from tests.client.conftest import LOCAL_TOPOLOGY, LocalCluster, start_cluster, stop_cluster
+from tests.procs import wait_until
 from tidelog.broker.dataport import HEADER_TIMEOUT_S, SPILL_BYTES
 from tidelog.proto import broker_pb2 as bpb
 
@@ -55,13 +58,49 @@ def broker_of(c: LocalCluster) -> tuple[int, tuple[str, int]]:
     return proc["pid"], (host, int(port))
 
 
+def data_dir_of(c: LocalCluster) -> Path:
+    """The broker's data directory, where its spill files live."""
+    proc = next(p for p in c.state()["processes"] if p["kind"] == "broker")
+    cfg = yaml.safe_load((c.data_dir / f"{proc['name']}.yaml").read_text())
+    return Path(cfg["data_dir"]).resolve()
+
+
+def settled(pid: int, data_dir: Path) -> None:
+    """Wait until the broker holds no spill file: an earlier test's frames, closed as it ended,
+    are no longer being read (they would be counted as this test's)."""
+    wait_until(lambda: not spilled(pid, data_dir), 10, what="the earlier frames' spill files to close")
+
+
+def spilled(pid: int, data_dir: Path) -> list[int]:
+    """The sizes of the spill files broker `pid` holds open: the unlinked files in its data
+    directory (/proc shows them as `<dir>/<name> (deleted)`)."""
+    sizes = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+            if target.endswith(" (deleted)") and Path(target.removesuffix(" (deleted)")).parent == data_dir:
+                sizes.append(os.stat(fd).st_size)
+        except OSError:
+            continue  # closed while we looked
+    return sizes
+
+
 def test_frames_announced_and_never_finished_hold_at_most_the_partial_budget(cluster: LocalCluster) -> None:
     pid, address = broker_of(cluster)
+    spill_dir = data_dir_of(cluster)
+    settled(pid, spill_dir)
     before = rss_bytes(pid)
-    with unfinished_frames(address, CLIENTS, FRAME, wait_s=30):
+    # the broker holds all it will once one frame's body has arrived but for its last byte (the
+    # frames are over SPILL_BYTES: it waits in a spill file); the other frames then wait unread
+    with unfinished_frames(
+        address, CLIENTS, FRAME, wait_s=30, held=lambda: FRAME - 1 in spilled(pid, spill_dir)
+    ):
         grown = rss_bytes(pid) - before
+        reading = spilled(pid, spill_dir)
     # without the budget each connection held its whole body: CLIENTS x FRAME = 128 MiB
     assert grown <= BUDGET + CLIENTS * (1 << 20) + (16 << 20), f"RSS grew by {grown >> 20} MiB"
+    # a frame larger than the budget is read alone: without the budget every frame is read at once
+    assert reading == [FRAME - 1], f"frame bodies being read: {reading}"
 
 
 def test_large_frames_never_finished_hold_no_memory_while_they_arrive(cluster: LocalCluster) -> None:
@@ -69,6 +108,8 @@ def test_large_frames_never_finished_hold_no_memory_while_they_arrive(cluster: L
     RSS does not grow by the one frame the budget admits (it did by the whole frame before)."""
     frame = 2 * SPILL_BYTES  # larger than the budget too: read alone
     pid, address = broker_of(cluster)
+    spill_dir = data_dir_of(cluster)
+    settled(pid, spill_dir)
     before = rss_bytes(pid)
     grown = 0
 
@@ -82,17 +123,24 @@ def test_large_frames_never_finished_hold_no_memory_while_they_arrive(cluster: L
         while not watcher.wait(0.05):
             sample()
 
+    def held() -> bool:
+        # one body arrived but for its last byte, in a spill file; or, were it read in memory, the
+        # growth the assertion below refuses
+        sample()
+        return frame - 1 in spilled(pid, spill_dir) or grown >= frame // 2
+
     t = threading.Thread(target=watch)
     t.start()
     try:
-        with unfinished_frames(address, 4, frame, wait_s=30):
-            pass
-        sample()
+        with unfinished_frames(address, 4, frame, wait_s=30, held=held):
+            sample()
+            reading = spilled(pid, spill_dir)
     finally:
         watcher.set()
         t.join()
     # in memory, the frame being read would add `frame` (16 MiB); stream buffers add ~128 KiB each
     assert grown < frame // 2, f"RSS grew by {grown >> 20} MiB"
+    assert reading == [frame - 1], f"frame bodies in spill files: {reading}"
 
 
 def test_a_bare_length_closes_the_connection_at_the_header_deadline(cluster: LocalCluster) -> None:
