@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,19 @@ def test_a_push_consumer_consumes_what_was_sent_and_retries_failures_into_the_de
     sent = drive(endpoint, "send", "rmq-push", "40", "0")["sent"]
     by_id = {r["id"]: r["i"] for r in sent}
 
-    # a listener that succeeds: each message once, as it was sent
-    ok = drive(endpoint, "push", "rmq-push", "g-push-ok", "40", "0", "3")["deliveries"]
+    # two groups at once, each with a push consumer of its own: one whose listener succeeds, one
+    # whose listener fails every tenth message. Each stops once every message came and then none
+    # for a while: 1.5 s (a message handed out twice comes at once), or past the last backoff
+    # (a delivery after the last attempt would come within it)
+    quiet = BACKOFF_S[-1] + 1.5
+    with ThreadPoolExecutor(2) as pool:
+        succeeding = pool.submit(drive, endpoint, "push", "rmq-push", "g-push-ok", "40", "0", "1.5")
+        failing_every_tenth = pool.submit(
+            drive, endpoint, "push", "rmq-push", "g-push-fail", "40", "10", str(quiet)
+        )
+        ok, seen = succeeding.result()["deliveries"], failing_every_tenth.result()["deliveries"]
+
+    # the listener that succeeds: each message once, as it was sent
     assert sorted(d["id"] for d in ok) == sorted(by_id)
     for d in ok:
         i = by_id[d["id"]]
@@ -79,10 +91,8 @@ def test_a_push_consumer_consumes_what_was_sent_and_retries_failures_into_the_de
             1,
         )
 
-    # a listener that fails every tenth message: those come back after growing delays until the
+    # the listener that fails every tenth message: those come back after growing delays until the
     # last attempt, then move to the dead-letter queue, once, and are never delivered again
-    quiet = BACKOFF_S[-1] + 3  # a delivery after the last attempt would come within this
-    seen = drive(endpoint, "push", "rmq-push", "g-push-fail", "40", "10", str(quiet))["deliveries"]
     per_id: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for d in seen:
         per_id[d["id"]].append(d)
