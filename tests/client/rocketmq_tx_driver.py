@@ -55,12 +55,17 @@ def consumer_of(endpoint: str, group: str, topics: list[str]) -> SimpleConsumer:
 
 
 def receive_until(
-    consumer: SimpleConsumer, done: Callable[[list[dict[str, Any]]], bool], quiet_s: float, bound_s: float
+    consumer: SimpleConsumer,
+    done: Callable[[list[dict[str, Any]]], bool],
+    quiet_s: float,
+    bound_s: float,
+    errors: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Receive and acknowledge, RECEIVERS receives at once (a receive waits on one broker set of
     one topic: several at once, a message in any set is taken as it comes), until `done` holds
     for what came, then `quiet_s` more; at most `bound_s` in all. Every message, with the
-    wall-clock time it arrived."""
+    wall-clock time it arrived. Given `errors`, a receive that fails is made again, its error
+    noted there (a failover under way); without, it fails the run."""
     got: list[dict[str, Any]] = []
     lock = threading.Lock()
     hard = time.monotonic() + bound_s
@@ -73,7 +78,17 @@ def receive_until(
                     quiet_until.append(time.monotonic() + quiet_s)
                 if quiet_until and time.monotonic() >= quiet_until[0]:
                     return
-            for m in consumer.receive(32, 15):
+            try:
+                batch = consumer.receive(32, 15)
+            except Exception as exc:
+                # a master just elected answers HA_NOT_AVAILABLE until it has taken its role (at
+                # its next heartbeat), which the client raises: ask again shortly
+                if errors is None:
+                    raise
+                errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                time.sleep(0.2)
+                continue
+            for m in batch:
                 seen = {
                     "id": m.message_id,
                     "topic": m.topic,
@@ -207,16 +222,11 @@ def half_send(producer: Producer, topic: str, body: str) -> dict[str, Any]:
 def keep(endpoint: str, delay_topic: str, delay_s: float, tx_topic: str, body: str) -> dict[str, Any]:
     """One half message of `tx_topic` with `body`, left without an end, then one DELAY message
     `delay_s` ahead (`delay_send`, so that it is sent last: it is the one with a deadline); the
-    producers leave."""
-    producer = Producer(config(endpoint), (tx_topic,), Checker())
+    producer leaves."""
+    producer = Producer(config(endpoint), (tx_topic, delay_topic), Checker())
     producer.startup()
     try:
         half = half_send(producer, tx_topic, body)
-    finally:
-        producer.shutdown()
-    producer = Producer(config(endpoint), (delay_topic,))
-    producer.startup()
-    try:
         return {**delay_send(producer, delay_topic, [delay_s]), "half": half}
     finally:
         producer.shutdown()
@@ -226,16 +236,17 @@ def answer_and_receive(
     endpoint: str, tx_topic: str, group: str, expected: int, quiet_s: float, topics: list[str]
 ) -> dict[str, Any]:
     """A producer of `tx_topic` that answers checks (`Checker`) and a consumer of `group` on
-    `topics`, receiving until `expected` messages came and `quiet_s` more. The messages, and the
-    checks."""
+    `topics`, receiving until `expected` messages came and `quiet_s` more. The messages, the
+    checks, and the errors of receives made again (a failover under way)."""
     checker = Checker()
     consumer = consumer_of(endpoint, group, topics)
     producer = Producer(config(endpoint), (tx_topic,), checker)
     producer.startup()
     try:
-        got = receive_until(consumer, lambda got: len(got) >= expected, quiet_s, BOUND_S)
+        errors: list[str] = []
+        got = receive_until(consumer, lambda got: len(got) >= expected, quiet_s, BOUND_S, errors)
         with checker.lock:
-            return {"received": got, "checks": list(checker.checks)}
+            return {"received": got, "checks": list(checker.checks), "receive_errors": errors}
     finally:
         producer.shutdown()
         consumer.shutdown()
