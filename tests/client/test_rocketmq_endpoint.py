@@ -1,8 +1,13 @@
 """The official RocketMQ Python client, unmodified, against the brokers' RocketMQ endpoint of a
-cluster started by `tide cluster up` (broker/rocketmq.py): two broker sets of two replicas, every
-topic with queues in both (tests/client/rocketmq_cluster.py), the client given one broker's
-endpoint. The client runs in its own process (tests/client/rocketmq_driver.py): its generated
-modules and tidelog's share protobuf names."""
+cluster started by `tide cluster up` (broker/rocketmq.py): two broker sets of two replicas, a
+topic with queues in both (tests/client/rocketmq_cluster.py) unless a test waits on a redelivery
+or on a held message, where the topic is in one set, the client given one broker's endpoint. The
+client runs in its own process (tests/client/rocketmq_driver.py): its generated modules and
+tidelog's share protobuf names.
+
+Drives stop on what they wait for: a SimpleConsumer takes a topic's queues in turn, four of one
+set before the next set's, and waits out a long poll on each empty one, so a test that waits for
+a message to come back uses a topic in one set, and receives end after one empty long poll."""
 
 from __future__ import annotations
 
