@@ -3,21 +3,21 @@ broker's RocketMQ endpoint, in its own process: its generated modules and tidelo
 same protobuf names, so the two cannot share one process. Prints one JSON document.
 
     python rocketmq_driver.py ENDPOINT send TOPIC COUNT ASYNC_COUNT
-    python rocketmq_driver.py ENDPOINT receive TOPIC GROUP EXPECTED FILTER
+    python rocketmq_driver.py ENDPOINT receive TOPIC GROUP EXPECTED FILTER [IDLE [AWAIT_S]]
     python rocketmq_driver.py ENDPOINT redeliver TOPIC GROUP
     python rocketmq_driver.py ENDPOINT raw TOPIC [OTHER_ENDPOINT]
     python rocketmq_driver.py ENDPOINT signed TOPIC GROUP ACCESS_KEY SECRET_KEY
     python rocketmq_driver.py ENDPOINT unsigned TOPIC SECRET_KEY_OF_ak
-    python rocketmq_driver.py ENDPOINT forward TOPIC GROUP
+    python rocketmq_driver.py ENDPOINT forward TOPIC GROUP [INVISIBLE_S [QUIET_S]]
     python rocketmq_driver.py ENDPOINT push TOPIC GROUP EXPECTED FAIL_EVERY QUIET_S [HOLD_S]
     python rocketmq_driver.py ENDPOINT ack-all TOPIC GROUP EXPECTED
     python rocketmq_driver.py ENDPOINT produce-consume TOPIC GROUP SECONDS READY_FILE [STOP_FILE PROGRESS_FILE]
     python rocketmq_driver.py ENDPOINT hold TOPIC GROUP SECONDS READY_FILE
     python rocketmq_driver.py ENDPOINT fifo-send TOPIC GROUPS PER_GROUP
-    python rocketmq_driver.py ENDPOINT fifo-receive TOPIC GROUP EXPECTED ACK_FIRST HOLD INVISIBLE_S
+    python rocketmq_driver.py ENDPOINT fifo-receive TOPIC GROUP EXPECTED ACK_FIRST HOLD INVISIBLE_S [AWAIT_S]
     python rocketmq_driver.py ENDPOINT change-invisible TOPIC GROUP FIRST_S LONGER_S
     python rocketmq_driver.py ENDPOINT tls TOPIC GROUP COUNT
-    python rocketmq_driver.py ENDPOINT wake TOPIC GROUP COUNT
+    python rocketmq_driver.py ENDPOINT wake TOPIC GROUP COUNT [PAUSE_S]
 
 `tls` connects with TLS (the client's `tls_enable`), trusting the roots gRPC trusts by default:
 the system's, or the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names.
@@ -141,11 +141,20 @@ def together(receivers: int, work: Callable[[], None]) -> None:
         raise errors[0]
 
 
-def receive(endpoint: str, topic: str, group: str, expected: int, expression: str) -> dict[str, Any]:
+def receive(
+    endpoint: str,
+    topic: str,
+    group: str,
+    expected: int,
+    expression: str,
+    idle_rounds: int = 3,
+    await_s: int = 2,
+) -> dict[str, Any]:
     """A SimpleConsumer acknowledging what it receives, RECEIVERS receives at once (`together`),
-    until `expected` messages came and then each receiver's last three receives came back empty."""
+    until `expected` messages came and then each receiver's last `idle_rounds` receives came back
+    empty (each a long poll of `await_s`)."""
     consumer = SimpleConsumer(
-        config(endpoint), group, {topic: FilterExpression(expression)}, await_duration=2
+        config(endpoint), group, {topic: FilterExpression(expression)}, await_duration=await_s
     )
     consumer.startup()
     try:
@@ -157,7 +166,7 @@ def receive(endpoint: str, topic: str, group: str, expected: int, expression: st
             idle = 0
             while time.monotonic() < deadline:
                 with lock:
-                    if len(got) >= expected and idle >= 3:
+                    if len(got) >= expected and idle >= idle_rounds:
                         return
                 batch = consumer.receive(32, 15)
                 idle = 0 if batch else idle + 1
@@ -294,17 +303,20 @@ def unsigned(endpoint: str, topic: str, secret: str) -> dict[str, Any]:
         }
 
 
-def forward(endpoint: str, topic: str, group: str) -> dict[str, Any]:
-    """Receive one message with the SimpleConsumer (which has no call for it), send it to the
-    dead-letter queue with the client's own generated stub, then try its receipt again and
-    receive for a while: the message must not come back."""
+def forward(
+    endpoint: str, topic: str, group: str, invisible_s: int = 30, quiet_s: float = 6
+) -> dict[str, Any]:
+    """Receive one message with the SimpleConsumer (which has no call for it; invisible for
+    `invisible_s`), send it to the dead-letter queue with the client's own generated stub, then
+    try its receipt again and receive for `quiet_s`: the message must not come back (with
+    `quiet_s` past `invisible_s`, not even once its invisible time has run out)."""
     consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
     consumer.startup()
     try:
         got: list[Any] = []
         deadline = time.monotonic() + 30
         while not got and time.monotonic() < deadline:
-            got = consumer.receive(1, 30)
+            got = consumer.receive(1, invisible_s)
         (m,) = got
         request = ForwardMessageToDeadLetterQueueRequest()
         request.group.name = group
@@ -318,7 +330,7 @@ def forward(endpoint: str, topic: str, group: str) -> dict[str, Any]:
             first = stub.ForwardMessageToDeadLetterQueue(request, timeout=15).status
             again = stub.ForwardMessageToDeadLetterQueue(request, timeout=15).status
         later = []
-        deadline = time.monotonic() + 6
+        deadline = time.monotonic() + quiet_s
         while time.monotonic() < deadline:
             later += [described(x) for x in consumer.receive(32, 1)]
         return {
@@ -505,13 +517,21 @@ def fifo_send(endpoint: str, topic: str, groups: int, per_group: int) -> dict[st
 
 
 def fifo_receive(
-    endpoint: str, topic: str, group: str, expected: int, ack_first: int, hold: int, invisible_s: int
+    endpoint: str,
+    topic: str,
+    group: str,
+    expected: int,
+    ack_first: int,
+    hold: int,
+    invisible_s: int,
+    await_s: int = 2,
 ) -> dict[str, Any]:
     """A SimpleConsumer that acknowledges the first `ack_first` messages it receives, then keeps
     the next `hold` (at least one) unacknowledged and stops (`expected` 0: until it holds them);
     with `hold` 0 it acknowledges everything until `expected` messages were acknowledged. Every
-    receive and acknowledgement, in the order they happened."""
-    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=2)
+    receive and acknowledgement, in the order they happened. Each receive waits at most `await_s`
+    for a message (its long poll)."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=await_s)
     consumer.startup()
     try:
         events: list[dict[str, Any]] = []
@@ -607,15 +627,18 @@ def tls(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
         consumer.shutdown()
 
 
-def wake(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
+def wake(endpoint: str, topic: str, group: str, count: int, pause_s: float = 0.5) -> dict[str, Any]:
     """A SimpleConsumer waiting in a receive (long poll 20 s) on one thread; `count` messages sent
-    one at a time from another, each once the one before it was received, so that each arrives
-    while the consumer waits. Per message: its id, and the seconds from its send to its receipt."""
+    one at a time from another, each once the one before it was received and `pause_s` after the
+    consumer went back into its receive, so that each arrives while the consumer waits. Per
+    message: its id, and the seconds from its send to its receipt."""
     consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, await_duration=20)
     consumer.startup()
     producer = Producer(config(endpoint), (topic,))
     producer.startup()
     got: dict[str, float] = {}
+    in_call: dict[str, int] = {}  # message id -> the receive call that took it
+    calls = [0]  # receive calls the consumer went into
     arrived = threading.Condition()
     done = threading.Event()
 
@@ -623,6 +646,9 @@ def wake(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
 
     def receiver() -> None:
         while not done.is_set():
+            with arrived:
+                calls[0] += 1
+                arrived.notify_all()
             try:
                 batch = consumer.receive(32, 30)
             except Exception as exc:  # a receive that failed (a deadline on a busy machine): again
@@ -631,6 +657,7 @@ def wake(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
             for m in batch:
                 with arrived:
                     got[m.message_id] = time.monotonic()
+                    in_call[m.message_id] = calls[0]
                     arrived.notify_all()
                 consumer.ack(m)
 
@@ -638,12 +665,16 @@ def wake(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
     thread.start()
     try:
         out = []
+        last_call = 0  # the receive call that took the message before
         for i in range(count):
-            time.sleep(0.5)  # the consumer is back in its receive, waiting
+            with arrived:  # the consumer went into its next receive
+                arrived.wait_for(lambda last_call=last_call: calls[0] > last_call, timeout=25)
+            time.sleep(pause_s)  # its request on its way: the receive is waiting at the endpoint
             at = time.monotonic()
             sent = producer.send(message(topic, i)).message_id
             with arrived:  # far beyond the 20 s long poll: a message not woken for is late
                 arrived.wait_for(lambda sent=sent: sent in got, timeout=25)
+                last_call = in_call.get(sent, calls[0])
             out.append({"id": sent, "after": got.get(sent, at + 99) - at})
         return {"messages": out, "receive_errors": errors}
     finally:
@@ -657,7 +688,7 @@ def main() -> None:
     if command == "send":
         out = send(endpoint, args[0], int(args[1]), int(args[2]))
     elif command == "receive":
-        out = receive(endpoint, args[0], args[1], int(args[2]), args[3])
+        out = receive(endpoint, args[0], args[1], int(args[2]), args[3], *(int(a) for a in args[4:6]))
     elif command == "redeliver":
         out = redeliver(endpoint, args[0], args[1], *(int(a) for a in args[2:3]))
     elif command == "signed":
@@ -665,7 +696,9 @@ def main() -> None:
     elif command == "unsigned":
         out = unsigned(endpoint, *args)
     elif command == "forward":
-        out = forward(endpoint, *args)
+        out = forward(
+            endpoint, args[0], args[1], *(int(a) for a in args[2:3]), *(float(a) for a in args[3:4])
+        )
     elif command == "push":
         out = push(endpoint, args[0], args[1], int(args[2]), int(args[3]), *(float(a) for a in args[4:6]))
     elif command == "ack-all":
@@ -677,13 +710,13 @@ def main() -> None:
     elif command == "fifo-send":
         out = fifo_send(endpoint, args[0], int(args[1]), int(args[2]))
     elif command == "fifo-receive":
-        out = fifo_receive(endpoint, args[0], args[1], *(int(a) for a in args[2:6]))
+        out = fifo_receive(endpoint, args[0], args[1], *(int(a) for a in args[2:7]))
     elif command == "change-invisible":
         out = change_invisible(endpoint, args[0], args[1], int(args[2]), int(args[3]))
     elif command == "tls":
         out = tls(endpoint, args[0], args[1], int(args[2]))
     elif command == "wake":
-        out = wake(endpoint, args[0], args[1], int(args[2]))
+        out = wake(endpoint, args[0], args[1], int(args[2]), *(float(a) for a in args[3:4]))
     else:
         out = raw(endpoint, *args)
     print(json.dumps(out))

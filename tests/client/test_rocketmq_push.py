@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,23 @@ def test_a_push_consumer_consumes_what_was_sent_and_retries_failures_into_the_de
     sent = drive(endpoint, "send", "rmq-push", "40", "0")["sent"]
     by_id = {r["id"]: r["i"] for r in sent}
 
-    # a listener that succeeds: each message once, as it was sent
-    ok = drive(endpoint, "push", "rmq-push", "g-push-ok", "40", "0", "3")["deliveries"]
+    # two groups at once, each with a push consumer of its own: one whose listener succeeds, one
+    # whose listener fails every tenth message. Each stops once every message came and then none
+    # for a while: 1.5 s (a message handed out twice comes at once), or past the last backoff
+    # (a delivery after the last attempt would come within it)
+    quiet = BACKOFF_S[-1] + 1.5
+    with ThreadPoolExecutor(2) as pool:
+        succeeding = pool.submit(drive, endpoint, "push", "rmq-push", "g-push-ok", "40", "0", "1.5")
+        failing_every_tenth = pool.submit(
+            drive, endpoint, "push", "rmq-push", "g-push-fail", "40", "10", str(quiet)
+        )
+        ok = succeeding.result()["deliveries"]
+        # the group that acknowledged everything sent nothing to the dead-letter queue (looked at
+        # while the failing group's consumer still runs)
+        ok_letters = rc.dead_letters(cluster, "g-push-ok", 0)
+        seen = failing_every_tenth.result()["deliveries"]
+
+    # the listener that succeeds: each message once, as it was sent
     assert sorted(d["id"] for d in ok) == sorted(by_id)
     for d in ok:
         i = by_id[d["id"]]
@@ -79,10 +95,8 @@ def test_a_push_consumer_consumes_what_was_sent_and_retries_failures_into_the_de
             1,
         )
 
-    # a listener that fails every tenth message: those come back after growing delays until the
+    # the listener that fails every tenth message: those come back after growing delays until the
     # last attempt, then move to the dead-letter queue, once, and are never delivered again
-    quiet = BACKOFF_S[-1] + 3  # a delivery after the last attempt would come within this
-    seen = drive(endpoint, "push", "rmq-push", "g-push-fail", "40", "10", str(quiet))["deliveries"]
     per_id: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for d in seen:
         per_id[d["id"]].append(d)
@@ -107,8 +121,7 @@ def test_a_push_consumer_consumes_what_was_sent_and_retries_failures_into_the_de
         assert (m.body, m.tags, m.key) == (f"body-{i}".encode(), ("a", "b", "c")[i % 3], f"key-{i}")
         assert m.properties[modes.ORIGIN_TOPIC] == "rmq-push"
         assert m.properties[modes.DELIVERY_ATTEMPTS] == str(MAX_ATTEMPTS)
-    # the group that acknowledged everything sent nothing there
-    assert rc.dead_letters(cluster, "g-push-ok", 0) == []
+    assert ok_letters == []
 
 
 def test_ten_thousand_sync_and_async_sends_are_readable_by_id_and_received_once(

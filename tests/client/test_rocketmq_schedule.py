@@ -4,11 +4,14 @@ sets of two replicas, every topic with queues in both (tests/client/rocketmq_clu
 client runs in its own process (tests/client/rocketmq_tx_driver.py). The last test kills the master.
 
 The cluster checks orphaned transactions after 3 s (`rocketmq_tx_check_interval_ms`), so the
-tests see checks without waiting for the production default of 30 s."""
+tests see checks without waiting for the production default of 30 s. A driver stops once what it
+waits for came, after a quiet period (`QUIET_S`, or a check interval where a check could follow)
+in which what must not come would have come."""
 
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,9 @@ pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("rocketmq_tx_driver.py")
 CHECK_INTERVAL_S = 3.0
+#: Past what a driver waited for: a second copy, or a recalled message, is moved by the master's
+#: loop within a tick (0.2 s) of its time and then answers a waiting receive (long polls of 1 s).
+QUIET_S = 1.5
 
 
 def drive(*args: str, timeout: float = 180) -> dict[str, Any]:
@@ -44,23 +50,32 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-def master_endpoint(cluster: LocalCluster) -> str:
-    return rc.endpoint(cluster, "broker-a", "master")
+@pytest.fixture(scope="module")
+def members(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
+    """broker-a's master and slave as `tide cluster status` names them, looked up once (each
+    lookup runs the CLI): the roles hold until the last test kills the master."""
+    return {role: rc.member(cluster, "broker-a", role) for role in ("master", "slave")}
+
+
+def master_endpoint(members: dict[str, dict[str, Any]]) -> str:
+    return str(members["master"]["rocketmq_endpoint"])
 
 
 create_topic = rc.create_topic
 
 
-def test_delayed_messages_are_received_no_earlier_than_asked_and_once(cluster: LocalCluster) -> None:
-    endpoint = master_endpoint(cluster)
+def test_delayed_messages_are_received_no_earlier_than_asked_and_once(
+    cluster: LocalCluster, members: dict[str, dict[str, Any]]
+) -> None:
+    endpoint = master_endpoint(members)
     # one broker set (8 queues): a receive waits on the set it names, so each message is seen as
     # it becomes due rather than when the consumer's turn comes back to its set
     rc.create_topic_in(cluster, "rmq-delay", "broker-a", queues=8)
     # the longest first: it must not hold back the shorter ones behind it
-    out = drive(endpoint, "delay-send", "rmq-delay", "4", "2", "3")
+    out = drive(endpoint, "delay-receive", "rmq-delay", "g-delay", str(QUIET_S), "4", "2", "3")
     sent = out["sent"]
     assert out["too_far"].startswith("40012"), out["too_far"]  # ILLEGAL_DELIVERY_TIME, not stored
-    got = drive(endpoint, "receive", "rmq-delay", "g-delay", "3", "9")["received"]
+    got = out["received"]
     assert sorted(m["id"] for m in got) == sorted(s["id"] for s in sent), "each delayed message once"
     by_id = {m["id"]: m for m in got}
     for s in sent:
@@ -75,25 +90,26 @@ def test_delayed_messages_are_received_no_earlier_than_asked_and_once(cluster: L
 
 
 def test_a_recalled_delayed_message_is_never_delivered_and_a_delivered_one_cannot_be_recalled(
-    cluster: LocalCluster,
+    cluster: LocalCluster, members: dict[str, dict[str, Any]]
 ) -> None:
     create_topic(cluster, "rmq-recall")
-    out = drive(master_endpoint(cluster), "recall", "rmq-recall")
+    out = drive(master_endpoint(members), "recall", "rmq-recall", str(QUIET_S))
     first, second = out["sent"]
     assert first["handle"] and second["handle"]
     assert out["first"] == first["id"]  # recall_message answers the recalled message's id
+    # received until past both delivery times and a quiet period: the recalled one never came
     assert out["received"] == [second["id"]], "the recalled one never comes; the other once"
     # RocketMQ's answer to a late recall: INTERNAL_SERVER_ERROR, "recall failed, timestamp invalid"
     assert "recall failed, timestamp invalid" in out["late"] and "50001" in out["late"], out["late"]
 
 
 def test_delayed_messages_of_a_topic_in_another_broker_set_are_kept_and_recalled_there(
-    cluster: LocalCluster,
+    cluster: LocalCluster, members: dict[str, dict[str, Any]]
 ) -> None:
     """The client's endpoint is in broker-a, the topic only in broker-b: the endpoint passes the
     SendMessage and the RecallMessage on to broker-b's master, which keeps the message."""
     rc.create_topic_in(cluster, "rmq-recall-b", "broker-b", queues=4)
-    out = drive(master_endpoint(cluster), "recall", "rmq-recall-b")
+    out = drive(master_endpoint(members), "recall", "rmq-recall-b", str(QUIET_S))
     first, second = out["sent"]
     assert first["id"].startswith("broker-b:") and second["id"].startswith("broker-b:")
     assert out["first"] == first["id"]
@@ -101,28 +117,15 @@ def test_delayed_messages_of_a_topic_in_another_broker_set_are_kept_and_recalled
     assert "delivered (or recalled) already" in out["late"], out["late"]
 
 
-def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalCluster) -> None:
-    endpoint = master_endpoint(cluster)
+def test_transactions_commit_rollback_and_orphans_checked_back(
+    cluster: LocalCluster, members: dict[str, dict[str, Any]]
+) -> None:
+    endpoint = master_endpoint(members)
     create_topic(cluster, "rmq-tx")
     create_topic(cluster, "rmq-tx-other")
-    # the producer stays past the first check (3 s) of its two orphans
-    out = drive(endpoint, "transactions", "rmq-tx", str(CHECK_INTERVAL_S + 4))
-    checked = {c["body"]: c for c in out["checks"]}
-    assert sorted(checked) == ["orphan-commit", "orphan-rollback"], out["checks"]
-    for body, c in checked.items():
-        assert c["id"] == out[body]["id"], "the checker gets the message id its producer was given"
-        assert c["at"] >= out["sent_at"] + CHECK_INTERVAL_S - 1
-    # received well past the check interval and the last check: a rolled-back message never comes
-    got = drive(endpoint, "receive", "rmq-tx", "g-tx", "2", str(2 * CHECK_INTERVAL_S + 1))["received"]
-    assert sorted((m["body"], m["id"], m["attempt"]) for m in got) == [
-        ("commit", out["commit"]["id"], 1),
-        ("orphan-commit", out["orphan-commit"]["id"], 1),
-    ]
-    assert {m["body"]: m["keys"] for m in got} == {
-        "commit": ["tk-commit"],
-        "orphan-commit": ["tk-orphan-commit"],
-    }
-
+    # first the refused sends and ends, and a half message ended by a raw ROLLBACK: the
+    # transactions' driver below then runs past this half's first check, and its producer is the
+    # one such a check would go to
     codes = drive(endpoint, "end-raw", "rmq-tx", "rmq-tx-other")
     assert {k: v for k, v in codes.items() if k != "id"} == {
         "delay_without_time": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
@@ -137,39 +140,58 @@ def test_transactions_commit_rollback_and_orphans_checked_back(cluster: LocalClu
         "again_commit": "INVALID_TRANSACTION_ID",
         "again_rollback": "INVALID_TRANSACTION_ID",
     }
-    # none of the refused sends and ends stored anything: the rolled-back half never reaches the topic
-    time.sleep(CHECK_INTERVAL_S + 1)
-    assert drive(endpoint, "receive", "rmq-tx", "g-tx", "0", "2")["received"] == []
+    # the producer and a consumer stay until its two orphans were checked (3 s) and the committed
+    # messages came, then a check interval more: a rolled-back message would be checked again or
+    # delivered within it
+    out = drive(endpoint, "transactions", "rmq-tx", "g-tx", str(CHECK_INTERVAL_S + 1))
+    checked = {c["body"]: c for c in out["checks"]}
+    # the raw-rolled-back half is never checked: its ROLLBACK was stored
+    assert sorted(checked) == ["orphan-commit", "orphan-rollback"], out["checks"]
+    # and each orphan once: its checker's answer settled it before a second check was due
+    assert len(out["checks"]) == 2, out["checks"]
+    for body, c in checked.items():
+        assert c["id"] == out[body]["id"], "the checker gets the message id its producer was given"
+        assert c["at"] >= out["sent_at"] + CHECK_INTERVAL_S - 1
+    # a rolled-back message never comes, and none of the refused sends and ends stored anything
+    got = out["received"]
+    assert sorted((m["body"], m["id"], m["attempt"]) for m in got) == [
+        ("commit", out["commit"]["id"], 1),
+        ("orphan-commit", out["orphan-commit"]["id"], 1),
+    ]
+    assert {m["body"]: m["keys"] for m in got} == {
+        "commit": ["tk-commit"],
+        "orphan-commit": ["tk-orphan-commit"],
+    }
 
 
-def test_delayed_and_half_messages_survive_a_master_killed_before_they_are_due(cluster: LocalCluster) -> None:
+def test_delayed_and_half_messages_survive_a_master_killed_before_they_are_due(
+    cluster: LocalCluster, members: dict[str, dict[str, Any]]
+) -> None:
     """Runs last: it leaves the cluster with one replica. A delayed message not due yet and an
     orphaned half message are kept by the master, which is killed; the new master delivers the
     first at its time and checks the second with a producer connected to it, once each."""
-    endpoint = master_endpoint(cluster)
+    endpoint, victim, survivor = master_endpoint(members), members["master"]["name"], members["slave"]
     create_topic(cluster, "rmq-delay-kill")
     create_topic(cluster, "rmq-tx-kill")
-    (sent,) = drive(endpoint, "delay-send", "rmq-delay-kill", "8")["sent"]
-    half = drive(endpoint, "half-send", "rmq-tx-kill", "orphan-commit-after-failover")
-    localcluster.kill(cluster.data_dir, rc.member(cluster, "broker-a", "master")["name"], signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    new = ""
-    while time.monotonic() < deadline and not new:
-        time.sleep(0.5)
-        found = [
-            m["rocketmq_endpoint"]
-            for m in rc.members(cluster)
-            if m["set"] == "broker-a" and m["role"] == "master" and m["rocketmq_endpoint"] != endpoint
-        ]
-        new = str(found[0]) if found else ""
-    assert new, "no new master elected"
-    got = drive(new, "receive", "rmq-delay-kill", "g-kill", "1", str(max(3.0, sent["at"] - time.time() + 4)))[
-        "received"
+    # the half message first, then the delayed one (4 s ahead), so that it is not due at the kill
+    kept = drive(endpoint, "keep", "rmq-delay-kill", "4", "rmq-tx-kill", "orphan-commit-after-failover")
+    (sent,), half = kept["sent"], kept["half"]
+    localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
+    assert time.time() < sent["at"], "the delayed message was due before its master was killed"
+    # a producer answering checks and a consumer of both topics, on the endpoint of the replica
+    # that is to be master, from the kill on (no check could be answered before it)
+    command = [sys.executable, str(DRIVER), survivor["rocketmq_endpoint"], "answer-and-receive"]
+    args = ["rmq-tx-kill", "g-kill", "2", str(QUIET_S), "rmq-delay-kill", "rmq-tx-kill"]
+    with rc.driver_run(command + args) as driver:
+        out = rc.driver_output(driver)
+    # what the driver received and the check it answered came from the survivor as master
+    assert rc.master_of(cluster) == survivor["name"], "no new master elected"
+    got = out["received"]
+    assert sorted((m["topic"], m["id"], m["body"]) for m in got) == [
+        ("rmq-delay-kill", sent["id"], "delayed-0"),  # delivered once, as sent
+        ("rmq-tx-kill", half["id"], "orphan-commit-after-failover"),  # committed once, by its check
     ]
-    assert [(m["id"], m["body"]) for m in got] == [(sent["id"], "delayed-0")], "delivered once, as sent"
-    assert got[0]["at"] >= sent["at"]
-
-    checks = drive(new, "answer-checks", "rmq-tx-kill", str(2 * CHECK_INTERVAL_S + 1))["checks"]
+    delayed = next(m for m in got if m["topic"] == "rmq-delay-kill")
+    assert delayed["at"] >= sent["at"]
+    checks = out["checks"]
     assert checks and {c["id"] for c in checks} == {half["id"]}, checks
-    committed = drive(new, "receive", "rmq-tx-kill", "g-kill", "1", "3")["received"]
-    assert [(m["id"], m["body"]) for m in committed] == [(half["id"], "orphan-commit-after-failover")]
