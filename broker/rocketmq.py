@@ -59,6 +59,7 @@ from tidelog.commitlog import StoredMessage
 from tidelog.errors import (
     ConfigError,
     InvalidArgumentError,
+    NotMasterError,
     TidelogError,
     TopicExistsError,
     TopicNotFoundError,
@@ -614,10 +615,11 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             timeout = self.client.rpc_timeout + left / 1000
             try:
                 reply = await self.client.call_master(topic, bs, "SharedReceive", req, timeout)
-            except UnavailableError as exc:
-                # the master of a stale route is gone (killed; its successor not learned yet): an
-                # empty receive, as after a long poll, and the client asks again; meanwhile the
-                # route is looked up afresh
+            except (UnavailableError, NotMasterError) as exc:
+                # the master of a stale route is gone (killed; its successor not learned yet), or
+                # the broker it names does not serve as master (just elected, it takes its role at
+                # its next heartbeat; or deposed): an empty receive, as after a long poll, and the
+                # client asks again; meanwhile the route is looked up afresh
                 log.info("receive of %s/%s waits for a master: %s", topic, bs.name, exc)
                 self.client.forget_route(topic)
                 if time.monotonic() >= deadline:

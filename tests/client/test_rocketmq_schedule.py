@@ -195,3 +195,6 @@ def test_delayed_and_half_messages_survive_a_master_killed_before_they_are_due(
     assert delayed["at"] >= sent["at"]
     checks = out["checks"]
     assert checks and {c["id"] for c in checks} == {half["id"]}, checks
+    # while the new master took its role, the endpoint answered receives as empty (the client
+    # asks again), never with an error the client raises to the application
+    assert out["receive_errors"] == [], out["receive_errors"]
