@@ -73,7 +73,14 @@ def test_status_and_refusals_while_the_controllers_are_away(cluster: LocalCluste
         def away() -> bool:
             nonlocal status
             status = ok_json("cluster", "status", "--controllers", bootstrap, timeout=60)
-            return not status["controllers"]["reachable"] and status["controllers"]["view_age_ms"] > 1500
+            # every member's own view too: each broker says when it last heard a controller, and
+            # one may have had a reply a moment after the other
+            members = [m for bs in status["broker_sets"] for m in bs["members"]]
+            return (
+                not status["controllers"]["reachable"]
+                and status["controllers"]["view_age_ms"] > 1500
+                and all((m.get("controller_heard_ms_ago") or 0) > 1500 for m in members)
+            )
 
         wait_until(away, 60, what="cluster status to say the controllers are unreachable")
         (bs,) = status["broker_sets"]
