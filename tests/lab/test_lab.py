@@ -417,6 +417,7 @@ def test_drill_loses_nothing_acknowledged(lab: Path, scenario: str) -> None:
         )
 
 
+@pytest.mark.drills  # `make test` runs this schedule as the README's lab block shows it (test_readme_lab)
 def test_a_random_schedule_is_reproducible_and_checked(lab: Path) -> None:
     out = tide(
         "drill", "random", "--seed", "7", "--steps", "2", *PACE, "--data-dir", str(lab), "--json", timeout=400

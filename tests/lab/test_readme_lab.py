@@ -30,7 +30,7 @@ LAB = {
         f"tide drill run isolate-master-dc --data-dir ./lab-data --json {_PACE}"
     ),
     "tide drill random --seed 7 --steps 5 --data-dir ./lab-data": (
-        f"tide drill random --seed 7 --steps 2 --data-dir ./lab-data {_PACE}"
+        f"tide drill random --seed 7 --steps 2 --data-dir ./lab-data --json {_PACE}"
     ),
 }
 
@@ -46,14 +46,21 @@ def test_the_network_lab_section_runs_as_shown(tmp_path: Path) -> None:
         for ns in leftover:  # never leave a namespace behind
             subprocess.run(["ip", "netns", "del", ns], check=False)
     assert not leftover, f"`tide cluster down` left {sorted(leftover)}"
-    # the isolate-master-dc drill's --json report (tests/lab/test_lab.py leaves this scenario to
-    # this run): its document is the lines from a lone "{" to the next lone "}"
-    found = re.search(r"^\{$.*?^\}$", out.stdout, re.MULTILINE | re.DOTALL)
-    assert found, out.stdout[-3000:]
-    report = json.loads(found.group(0))
-    assert report["scenario"] == "isolate-master-dc", report.get("scenario")
-    assert report["acked"] > 0 and report["acked_lost"] == 0, "the drill lost something acknowledged"
-    assert report["split_brain"] is False, report["split_brain_detail"]
-    assert report["replicas_identical"] is True, report["replicas_detail"]
-    assert report["whole_after_heal"] is True
-    assert report["max_write_gap_s"] < 30  # liveness, not speed: writes came back after the fault
+    # the drills' --json reports (tests/lab/test_lab.py leaves these two runs to this test), each
+    # document the lines from a lone "{" to the next lone "}": isolate-master-dc, then the random one
+    found = [
+        json.loads(m.group(0)) for m in re.finditer(r"^\{$.*?^\}$", out.stdout, re.MULTILINE | re.DOTALL)
+    ]
+    scenarios = [r["scenario"] for r in found]
+    assert scenarios == ["isolate-master-dc", "random seed 7, 2 steps"], out.stdout[-3000:]
+    for report in found:
+        assert report["acked"] > 0 and report["acked_lost"] == 0, "the drill lost something acknowledged"
+        assert report["split_brain"] is False, report["split_brain_detail"]
+        assert report["replicas_identical"] is True, report["replicas_detail"]
+    isolate, random_run = found
+    assert isolate["whole_after_heal"] is True
+    assert isolate["max_write_gap_s"] < 30  # liveness, not speed: writes came back after the fault
+    # the random schedule drew the 2 faults asked for; the timeline also holds the drill's own
+    # phases: the heals, the wait for the set to be whole, the read-back
+    phases = ("heal", "whole", "reading the topic back")
+    assert len([s["step"] for s in random_run["steps"] if not any(p in s["step"] for p in phases)]) == 2
