@@ -140,11 +140,12 @@ imports: install
 # orphaned transaction running out of checks (949610d), a RocketMQ consumer polling queues at
 # random (28ea4a4), a test patching time.sleep for every thread of its process (2e18955), brokers
 # that heartbeat once outlived by a test's own CLI calls (2b55b8c).
-# The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py).
+# The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py),
+# in a pytest process of their own that one worker starts beside the others
+# (tests/commitlog/test_python_twins.py).
 TEST_WORKERS ?= 3
 test: install spark lab-tools doc-tools node-client lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not drills"
-	TIDELOG_PURE_PYTHON=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow" -p no:cacheprovider tests/commitlog
 
 # The network lab's other drill scenarios (tests/lab/test_lab.py: `make test` runs two, and the README's lab block one and a random schedule; the rules
 # they check are the simulator's, under faults): about two minutes, one worker, root for the lab.
