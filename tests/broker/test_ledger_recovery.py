@@ -32,8 +32,9 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 #: The recoveries that are expected to abort (AQ = 2 with one replica dead or empty) try to
-#: rewrite for one RPC timeout: 3 s here instead of the client's 10 s, the outcome is the same.
-RECOVERY_RPC_S = 3.0
+#: rewrite for one RPC timeout: 1.5 s here instead of the client's 10 s, the outcome is the same
+#: (a recovery that gives up early aborts retryably; one that completes must not close short).
+RECOVERY_RPC_S = 1.5
 
 
 class Writer:
@@ -214,7 +215,10 @@ def test_wiped_replica_does_not_make_recovery_close_short(
                 early_end = None
         if early_end is not None:
             assert early_end >= w.acked()[-1], f"recovery closed at {early_end}, below an acknowledged entry"
-        c.bs.procs[m].stop()
+        # Killed rather than stopped: it holds nothing to save, and a broker still retrying its
+        # registration with an unreachable controller acts on SIGTERM only between attempts
+        # (seconds apart).
+        c.bs.procs[m].kill9()
         cfg.write_text(good)
     c.bs.procs[m].start()
     end, entries = _recover(c.controllers, w.ledger_id(), attempts_s=90)
