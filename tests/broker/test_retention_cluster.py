@@ -1,5 +1,6 @@
 """Retention in running brokers (broker/retention.py, docs/ARCHITECTURE.md §6.4), real processes
-over real sockets, 64 KiB segments and 1.5 s of retention (each producer runs for a few times that):
+over real sockets, 64 KiB segments and 0.75 s of retention (a producer that must outlast it runs
+for several times that; one that waits for retention to act stops once it did):
 
 - a broker's disk use stays bounded while a producer runs, min offsets move on the master and
   the slave (and in `tide topic describe`), and a read below them gets OFFSET_BELOW_RETENTION;
@@ -11,6 +12,7 @@ over real sockets, 64 KiB segments and 1.5 s of retention (each producer runs fo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -31,7 +33,12 @@ pytestmark = pytest.mark.slow
 
 SEG = 64 << 10
 BODY = b"r" * 1000
-RETENTION = {"segment_bytes": SEG, "retention_ms": 1500, "retention_check_interval_ms": 200}
+RETENTION_S = 0.75
+RETENTION = {
+    "segment_bytes": SEG,
+    "retention_ms": int(RETENTION_S * 1000),
+    "retention_check_interval_ms": 200,
+}
 
 
 def _produce_for(client: BrokerClient, seconds: float) -> int:
@@ -42,6 +49,23 @@ def _produce_for(client: BrokerClient, seconds: float) -> int:
         client.produce(TOPIC, [BODY] * 20)
         sent += 20 * len(BODY)
     return sent
+
+
+def _produce_until(client: BrokerClient, done: Callable[[], bool], timeout: float, what: str) -> None:
+    """Send batches of 20 messages until `done()` (asked every 0.1 s; an error counts as not yet)
+    holds; fail after `timeout` seconds."""
+    start = time.monotonic()
+    next_check = start
+    while True:
+        client.produce(TOPIC, [BODY] * 20)
+        now = time.monotonic()
+        if now < next_check:
+            continue
+        with contextlib.suppress(Exception):
+            if done():
+                return
+        assert now - start < timeout, f"timed out after {timeout:.0f}s producing until {what}"
+        next_check = now + 0.1
 
 
 def _describe(controllers: str) -> list[dict[str, object]]:
@@ -82,10 +106,10 @@ def test_disk_use_stays_bounded_while_a_producer_runs(broker_cluster: Callable[.
     samples: list[tuple[int, int, int]] = []
     # Without retention each replica would hold everything sent; with it, about what was sent
     # within the retention time plus a few segments. No rate is assumed: the bound is relative,
-    # half of what was sent, over the later half of a run of at least 12 s (eight retention
-    # times). A log that keeps everything never meets it, however long the run. On a starved
-    # machine the deletions trail by seconds, so the run goes on (up to 60 s) until they are
-    # outrun rather than judging it at a fixed moment.
+    # half of what was sent, over the later half of a run of at least eight retention times (and
+    # 40 segments). A log that keeps everything never meets it, however long the run. On a
+    # starved machine the deletions trail by seconds, so the run goes on (up to 60 s) until they
+    # are outrun rather than judging it at a fixed moment.
     sent = 0
     start = time.monotonic()
     next_tick = start + 1
@@ -100,7 +124,7 @@ def test_disk_use_stays_bounded_while_a_producer_runs(broker_cluster: Callable[.
         # sizes would count the key index's slot table, a 4 MiB hole that retention never
         # shrinks, against a bound that shrinks with what a loaded machine manages to send.
         samples.append((sent, disk_used_bytes(bs.data_dirs[m]), disk_used_bytes(bs.data_dirs[s])))
-        if now - start >= 12 and sent > 40 * SEG and _held_within_half(samples, sent):
+        if now - start >= 8 * RETENTION_S and sent > 40 * SEG and _held_within_half(samples, sent):
             break
         late = samples[len(samples) // 2 :]
         assert now - start < 60, (
@@ -138,7 +162,7 @@ def test_a_slave_that_is_down_keeps_what_it_needs_and_catches_up(
     bs = broker_cluster(2, **RETENTION).bs
     m = bs.wait_master()
     s = 1 - m
-    _produce_for(bs.clients[m], 1.5)
+    _produce_for(bs.clients[m], RETENTION_S)
     wait_until(
         lambda: bs.clients[s].status().max_offset == bs.clients[m].status().max_offset, 10, what="catch-up"
     )
@@ -146,7 +170,7 @@ def test_a_slave_that_is_down_keeps_what_it_needs_and_catches_up(
     bs.procs[s].stop()
     # until the master's SyncStateSet drops the stopped slave, a send waits on its ack
     wait_until(lambda: len(bs.clients[m].status().sync_state_set) == 1, 20, what="the SyncStateSet to shrink")
-    _produce_for(bs.clients[m], 6)  # far beyond the retention time
+    _produce_for(bs.clients[m], 4 * RETENTION_S)  # far beyond the retention time
     status = bs.clients[m].status()
     assert status.max_offset - held > 8 * SEG
     assert status.min_offset <= held, "the master deleted what its stopped slave still needs"
@@ -169,11 +193,11 @@ def test_group_offsets_survive_retention(broker_cluster: Callable[..., BrokerClu
     master.commit("g", TOPIC, 1, 4)
     master.commit("g", TOPIC, 2, 3)
     commit_end = master.status().max_offset
-    _produce_for(master, 4)
-    wait_until(
+    _produce_until(
+        master,
         lambda: master.status().min_offset > commit_end and bs.clients[s].status().min_offset > commit_end,
         20,
-        what="retention to delete the segment holding the commits on both replicas",
+        what="retention deleted the segment holding the commits on both replicas",
     )
     assert master.fetch("g", TOPIC, 1) == 4
     assert master.fetch("g", TOPIC, 2) == 3
@@ -195,8 +219,7 @@ def test_a_wiped_replica_joins_from_the_masters_min_offset(
     s = 1 - m
     master = bs.clients[m]
     master.commit("g", TOPIC, 0, 0)
-    _produce_for(master, 4)
-    wait_until(lambda: master.status().min_offset > 0, 20, what="retention on the master")
+    _produce_until(master, lambda: master.status().min_offset > 0, 20, what="retention ran on the master")
     bs.procs[s].stop()
     shutil.rmtree(bs.data_dirs[s])
     bs.procs[s].start()

@@ -38,6 +38,11 @@ from tidelog.errors import SubscriptionConflictError
 
 pytestmark = pytest.mark.slow
 
+# The poll size of the members that read a whole topic, or the rest of it after a hand-over
+# (Member's default is 20): a member the hand-over happens from keeps 20, so that it is still
+# mid-way when it leaves or is killed.
+READ_ALL = 120
+
 
 @pytest.fixture(scope="module")
 def client(cluster: LocalCluster) -> Iterator[Client]:
@@ -61,7 +66,7 @@ def refused(m: Member) -> None:
 def test_failover_one_active_member_then_a_clean_hand_over(cluster: LocalCluster, client: Client) -> None:
     sent = fill(client, "fo")
     active = Member(cluster.controllers, "fo", "fo", mode="failover")
-    standby = Member(cluster.controllers, "fo", "fo", mode="failover")
+    standby = Member(cluster.controllers, "fo", "fo", poll_size=READ_ALL, mode="failover")
     active.start()
     try:
         wait_for("the active member to read", lambda: len(active.seen) >= 500, 30)
@@ -98,7 +103,9 @@ def test_failover_after_the_active_member_is_killed(
             stderr=subprocess.STDOUT,
             cwd=REPO,
         )
-    standby = Member(cluster.controllers, "fokill", "fokill", mode="failover", session_timeout=3.0)
+    standby = Member(
+        cluster.controllers, "fokill", "fokill", poll_size=READ_ALL, mode="failover", session_timeout=3.0
+    )
     try:
 
         def read_and_committed() -> bool:
@@ -140,7 +147,7 @@ def test_exclusive_refuses_a_second_member(cluster: LocalCluster, client: Client
         second.leave()
         first.leave()
         # the key is free again: a new exclusive member reads what the first left
-        later = Member(cluster.controllers, "ex", "ex", mode="exclusive")
+        later = Member(cluster.controllers, "ex", "ex", poll_size=READ_ALL, mode="exclusive")
         later.start()
         wait_for("the later member to read the rest", lambda: set(tally([first, later])) >= sent, 30)
     finally:
@@ -187,7 +194,8 @@ def test_broadcast_every_member_reads_everything_with_its_own_offsets(
 ) -> None:
     sent = fill(client, "bc")
     members = [
-        Member(cluster.controllers, "bc", "bc", mode="broadcast", member_id=f"bc{i}") for i in range(2)
+        Member(cluster.controllers, "bc", "bc", poll_size=READ_ALL, mode="broadcast", member_id=f"bc{i}")
+        for i in range(2)
     ]
     for m in members:
         m.start()
