@@ -77,15 +77,34 @@ def cli(c: LocalCluster, *args: str) -> Any:
 def new_user(c: LocalCluster, name: str, *grants: tuple[str, str, str]) -> dict[str, str]:
     """User `name` with `grants`, made as `tide user create` and `tide acl grant` make them (their
     controller calls, signed by the admin), in this process."""
-    creds = new_credentials()
+    return new_users(c, {name: grants})[name]
+
+
+def new_users(
+    c: LocalCluster, wanted: dict[str, tuple[tuple[str, str, str], ...]]
+) -> dict[str, dict[str, str]]:
+    """Each user of `wanted` with its grants, as `new_user` makes one. A user change answers once
+    the brokers enforce it (up to a heartbeat interval or two), so the users are created side by
+    side, then all the grants side by side: two rounds of that wait rather than one a call."""
+    creds = {name: new_credentials() for name in wanted}
 
     async def make(client: AsyncClient) -> None:
-        await client.controller.create_user(name, creds.access_key, creds.signing_key)
-        for kind, resource, permission in grants:
-            await client.controller.grant_acl(name, kind, resource, permission)
+        await asyncio.gather(
+            *(client.controller.create_user(name, k.access_key, k.signing_key) for name, k in creds.items())
+        )
+        await asyncio.gather(
+            *(
+                client.controller.grant_acl(name, kind, resource, permission)
+                for name, grants in wanted.items()
+                for kind, resource, permission in grants
+            )
+        )
 
     run(c, admin(c), make)
-    return {"name": name, "access_key": creds.access_key, "secret_key": creds.secret_key}
+    return {
+        name: {"name": name, "access_key": k.access_key, "secret_key": k.secret_key}
+        for name, k in creds.items()
+    }
 
 
 def grant(
@@ -411,10 +430,18 @@ def test_the_rocketmq_endpoint_takes_the_users_and_their_grants(
 
 
 def test_ledger_permissions(secured: LocalCluster) -> None:
-    writer = new_user(secured, "lwriter", ("ledger", "*", "create"), ("ledger", "*", "write"))
-    reader = new_user(secured, "lreader", ("ledger", "*", "read"))
-    fencer = new_user(secured, "lfencer", ("ledger", "*", "read"), ("ledger", "*", "fence"))
-    nobody = new_user(secured, "lnobody", ("topic", "*", "produce"))
+    users = new_users(
+        secured,
+        {
+            "lwriter": (("ledger", "*", "create"), ("ledger", "*", "write")),
+            "lreader": (("ledger", "*", "read"),),
+            "lfencer": (("ledger", "*", "read"), ("ledger", "*", "fence")),
+            "lnobody": (("topic", "*", "produce"),),
+            "lcreator": (("ledger", "*", "create"),),
+        },
+    )
+    writer, reader, fencer, nobody = (users[n] for n in ("lwriter", "lreader", "lfencer", "lnobody"))
+    creator = users["lcreator"]
 
     async def create_and_write(client: AsyncClient) -> int:
         w = await AsyncLedgers(client).create_ledger(2, 2, 1, PASSWORD)
@@ -427,7 +454,6 @@ def test_ledger_permissions(secured: LocalCluster) -> None:
     with pytest.raises(PermissionDeniedError, match="create on ledger"):
         run(secured, reader, create_and_write)
     ledger_id = until_passes("the writer's ledger", lambda: run(secured, writer, create_and_write))
-    creator = new_user(secured, "lcreator", ("ledger", "*", "create"))
     refusal("an add without write", lambda: run(secured, creator, create_and_write), "write on ledger")
 
     async def read(client: AsyncClient) -> list[bytes]:
