@@ -74,18 +74,32 @@ def cli(c: LocalCluster, *args: str) -> Any:
     return json.loads(out.stdout)
 
 
-def new_user(c: LocalCluster, name: str, *grants: tuple[str, str, str]) -> dict[str, str]:
-    """User `name` with `grants`, made as `tide user create` and `tide acl grant` make them (their
-    controller calls, signed by the admin), in this process."""
-    creds = new_credentials()
+def new_users(
+    c: LocalCluster, wanted: dict[str, tuple[tuple[str, str, str], ...]]
+) -> dict[str, dict[str, str]]:
+    """Each user of `wanted` with its grants, made as `tide user create` and `tide acl grant` make
+    them (their controller calls, signed by the admin), in this process. A user change answers
+    once the brokers enforce it (up to two heartbeat intervals), so the users are created side by
+    side, then all the grants side by side: two rounds of that wait rather than one a call."""
+    creds = {name: new_credentials() for name in wanted}
 
     async def make(client: AsyncClient) -> None:
-        await client.controller.create_user(name, creds.access_key, creds.signing_key)
-        for kind, resource, permission in grants:
-            await client.controller.grant_acl(name, kind, resource, permission)
+        await asyncio.gather(
+            *(client.controller.create_user(name, k.access_key, k.signing_key) for name, k in creds.items())
+        )
+        await asyncio.gather(
+            *(
+                client.controller.grant_acl(name, kind, resource, permission)
+                for name, grants in wanted.items()
+                for kind, resource, permission in grants
+            )
+        )
 
     run(c, admin(c), make)
-    return {"name": name, "access_key": creds.access_key, "secret_key": creds.secret_key}
+    return {
+        name: {"name": name, "access_key": k.access_key, "secret_key": k.secret_key}
+        for name, k in creds.items()
+    }
 
 
 def grant(
@@ -195,6 +209,28 @@ def topics(secured: LocalCluster) -> tuple[str, str]:
     return "auth-a", "auth-b"
 
 
+@pytest.fixture(scope="module")
+def users(secured: LocalCluster, topics: tuple[str, str]) -> dict[str, dict[str, str]]:
+    """The users the tests act as, one (or a few) a test, each with the grants its test starts
+    from; a test changes only its own users' grants."""
+    a, _ = topics
+    wanted: dict[str, tuple[tuple[str, str, str], ...]] = {
+        "alice": (("topic", a, "produce"),),
+        "bob": (),
+        "erin": (("topic", a, "consume"),),
+        "dave": (("topic", "other", "consume"),),
+        "frank": (("topic", a, "produce"),),
+        "lwriter": (("ledger", "*", "create"), ("ledger", "*", "write")),
+        "lreader": (("ledger", "*", "read"),),
+        "lfencer": (("ledger", "*", "read"), ("ledger", "*", "fence")),
+        "lnobody": (("topic", "*", "produce"),),
+        "lcreator": (("ledger", "*", "create"),),
+    }
+    with pytest.MonkeyPatch.context() as mp:  # as `no_cluster_secret` does, which runs per test
+        mp.delenv("TIDE_CLUSTER_SECRET", raising=False)
+        return new_users(secured, wanted)
+
+
 def test_up_prints_the_admin_credentials_and_the_admin_may_do_everything(
     secured: LocalCluster, topics: tuple[str, str]
 ) -> None:
@@ -227,9 +263,11 @@ def test_a_client_without_credentials_or_with_a_wrong_secret_is_unauthenticated(
     assert out.returncode != 0 and "UNAUTHENTICATED" in out.stderr
 
 
-def test_produce_on_a_allows_exactly_that(secured: LocalCluster, topics: tuple[str, str]) -> None:
+def test_produce_on_a_allows_exactly_that(
+    secured: LocalCluster, topics: tuple[str, str], users: dict[str, dict[str, str]]
+) -> None:
     a, b = topics
-    alice = new_user(secured, "alice", ("topic", a, "produce"))
+    alice = users["alice"]  # may produce on a
     before_a, before_b = stored(secured, a), stored(secured, b)
     assert until_passes("alice's produce to a", lambda: run(secured, alice, produce(a, 3))) == 3
     assert stored(secured, a) == before_a + 3
@@ -251,9 +289,11 @@ def test_produce_on_a_allows_exactly_that(secured: LocalCluster, topics: tuple[s
         run(secured, alice, lambda client: client.controller.meta_list(""))
 
 
-def test_grant_then_revoke_takes_effect(secured: LocalCluster, topics: tuple[str, str]) -> None:
+def test_grant_then_revoke_takes_effect(
+    secured: LocalCluster, topics: tuple[str, str], users: dict[str, dict[str, str]]
+) -> None:
     a, _ = topics
-    bob = new_user(secured, "bob")
+    bob = users["bob"]  # without any grant
     with pytest.raises(PermissionDeniedError):
         run(secured, bob, consume(a))
     grant(secured, "bob", "topic", "auth-*", "consume")
@@ -265,10 +305,10 @@ def test_grant_then_revoke_takes_effect(secured: LocalCluster, topics: tuple[str
 
 
 def test_a_group_consumer_needs_consume_on_its_group_too(
-    secured: LocalCluster, topics: tuple[str, str]
+    secured: LocalCluster, topics: tuple[str, str], users: dict[str, dict[str, str]]
 ) -> None:
     a, _ = topics
-    erin = new_user(secured, "erin", ("topic", a, "consume"))
+    erin = users["erin"]  # may consume a
     run(secured, admin(secured), produce(a, 3))  # something to read, whichever tests ran before
     want = stored(secured, a)
     assert want >= 3
@@ -303,9 +343,10 @@ def test_cli_manages_users_and_grants(secured: LocalCluster) -> None:
     )
     assert made["rocketmq_secret_key"] == access.signing_key(made["secret_key"], made["access_key"])
     assert made["secret_key"] not in made["rocketmq_secret_key"]
-    users = {u["name"]: u["access_key"] for u in cli(secured, "user", "list")}
+    listed = cli(secured, "user", "list")
+    users = {u["name"]: u["access_key"] for u in listed}
     assert users["carol"] == made["access_key"] and "admin" in users
-    assert all("secret" not in json.dumps(u) for u in cli(secured, "user", "list"))
+    assert all("secret" not in json.dumps(u) for u in listed)
     # users are not in the metadata store: not even the admin reads them through Meta*
     entries = run(secured, admin(secured), lambda client: client.controller.meta_list(""))
     assert not any(made["access_key"].encode() in e.value or made["access_key"] in e.key for e in entries)
@@ -322,10 +363,10 @@ def test_cli_manages_users_and_grants(secured: LocalCluster) -> None:
 
 
 def test_the_data_port_refuses_an_unsigned_or_unpermitted_connection(
-    secured: LocalCluster, topics: tuple[str, str]
+    secured: LocalCluster, topics: tuple[str, str], users: dict[str, dict[str, str]]
 ) -> None:
     a, _ = topics
-    dave = new_user(secured, "dave", ("topic", "other", "consume"))
+    dave = users["dave"]  # may consume another topic only
     creds = Credentials(dave["access_key"], dave["secret_key"])
     tls = client_tls(secured.state())
 
@@ -362,10 +403,10 @@ def test_the_data_port_refuses_an_unsigned_or_unpermitted_connection(
 
 
 def test_the_rocketmq_endpoint_takes_the_users_and_their_grants(
-    secured: LocalCluster, topics: tuple[str, str]
+    secured: LocalCluster, topics: tuple[str, str], users: dict[str, dict[str, str]]
 ) -> None:
     a, b = topics
-    frank = new_user(secured, "frank", ("topic", a, "produce"))
+    frank = users["frank"]  # may produce on a
     key = Credentials(frank["access_key"], frank["secret_key"]).signing_key  # what a RocketMQ client is given
 
     async def endpoint(client: AsyncClient) -> str:
@@ -410,11 +451,9 @@ def test_the_rocketmq_endpoint_takes_the_users_and_their_grants(
     assert stored(secured, a) == before + 1
 
 
-def test_ledger_permissions(secured: LocalCluster) -> None:
-    writer = new_user(secured, "lwriter", ("ledger", "*", "create"), ("ledger", "*", "write"))
-    reader = new_user(secured, "lreader", ("ledger", "*", "read"))
-    fencer = new_user(secured, "lfencer", ("ledger", "*", "read"), ("ledger", "*", "fence"))
-    nobody = new_user(secured, "lnobody", ("topic", "*", "produce"))
+def test_ledger_permissions(secured: LocalCluster, users: dict[str, dict[str, str]]) -> None:
+    writer, reader, fencer, nobody = (users[n] for n in ("lwriter", "lreader", "lfencer", "lnobody"))
+    creator = users["lcreator"]  # may create a ledger, not write to it
 
     async def create_and_write(client: AsyncClient) -> int:
         w = await AsyncLedgers(client).create_ledger(2, 2, 1, PASSWORD)
@@ -427,7 +466,6 @@ def test_ledger_permissions(secured: LocalCluster) -> None:
     with pytest.raises(PermissionDeniedError, match="create on ledger"):
         run(secured, reader, create_and_write)
     ledger_id = until_passes("the writer's ledger", lambda: run(secured, writer, create_and_write))
-    creator = new_user(secured, "lcreator", ("ledger", "*", "create"))
     refusal("an add without write", lambda: run(secured, creator, create_and_write), "write on ledger")
 
     async def read(client: AsyncClient) -> list[bytes]:

@@ -143,10 +143,12 @@ def test_the_cli_produces_and_consumes_with_the_ca_from_the_environment_or_the_o
     assert out.returncode == 0, out.stderr
     out = tide("produce", "tls-cli", "--count", "30", "--json", env=env)
     assert out.returncode == 0 and json.loads(out.stdout)["sent"] == 30, out.stderr
+    # the run ends at the count (or after 3 idle seconds short of it): 30 distinct messages are all of them
     args = ("consume", "tls-cli", "--group", "g-cli", "--from-beginning", "--json", "--idle-timeout", "3")
-    out = tide(*args, env=env)
+    out = tide(*args, "--max-messages", "30", env=env)
     assert out.returncode == 0, out.stderr
-    assert len([line for line in out.stdout.splitlines() if line.strip()]) == 30
+    read = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert len({(m["queue"], m["offset"]) for m in read}) == len(read) == 30
     # the option instead of the variable
     option = ["--ca-file", str(ca_of(secure))]
     out = tide(
@@ -191,7 +193,8 @@ async def _grpc_refused(c: LocalCluster, broker: str, ca_file: Path | None) -> N
     saved = os.environ.pop("TIDE_CA_FILE", None)
     os.environ.update(env)
     try:
-        async with AsyncClient(c.controllers, send_timeout=3.0, rpc_timeout=3.0) as client:
+        # a refusal is retried until the send timeout, then raised: 1 s of retries shows it as well as 3
+        async with AsyncClient(c.controllers, send_timeout=1.0, rpc_timeout=3.0) as client:
             # plain text is told what it lacks (the controller's port completes a TLS handshake)
             refusal = (InvalidArgumentError, "requires TLS") if ca_file is None else (UnavailableError, "")
             with pytest.raises(refusal[0], match=refusal[1]):
@@ -323,7 +326,7 @@ def test_drill_kill_master_with_tls_loses_no_acknowledged_message(
         "kill-master",
         "broker-a",
         "--duration",
-        "5s",
+        "3s",  # the drill waits for the failover and the rejoin however long they take
         "--data-dir",
         str(c.data_dir),
         "--json",
@@ -344,7 +347,7 @@ def test_drill_kill_master_with_tls_loses_no_acknowledged_message(
 
 def test_a_tidelog_error_is_what_a_refused_client_sees(secure: LocalCluster, stranger_ca: Path) -> None:
     # the sync client with the wrong CA: one typed error, no traceback from ssl or grpc
-    with Client(secure.controllers, ca_file=stranger_ca, send_timeout=3.0) as client:
+    with Client(secure.controllers, ca_file=stranger_ca, send_timeout=1.0) as client:
         with pytest.raises(TidelogError) as err:
             client.admin().create_topic("never", queues=1)
         assert err.value.code == "UNAVAILABLE"
@@ -372,6 +375,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(
     out = tide("produce", "mtls", "--count", "10", "--json", env=env)
     assert out.returncode == 0 and json.loads(out.stdout)["sent"] == 10, out.stderr
     without = {k: v for k, v in env.items() if k not in ("TIDE_CERT_FILE", "TIDE_KEY_FILE")}
+    without["TIDE_CONTROLLER_TIMEOUT"] = "1"  # refused at every try: a second of them is enough
     out = tide("topic", "describe", "mtls", env=without, timeout=60)
     assert out.returncode != 0 and "UNAVAILABLE" in out.stderr, out.stderr
     addresses = ports(c, "broker-a-0")  # (asks Status with the client pair from the state)
