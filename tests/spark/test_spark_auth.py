@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.client.conftest import LocalCluster, start_cluster, stop_cluster
-from tests.client.test_auth import cli, new_user
+from tests.client.test_auth import cli, new_users
 from tests.spark.conftest import log_contents, produce, rows_by_pos
 from tests.spark.test_spark_cluster import assert_rows_equal_sent, messages
 from tidelog.client import Client
@@ -98,8 +98,11 @@ def test_spark_reads_and_writes_as_a_permitted_user_only(spark: Any, secured: Lo
     cli(secured, "topic", "create", "sp-out", "--queues", "2")
     with admin_client(secured) as admin:
         sent = produce(admin, "sp-in", messages(120, seed=21))
-    reader = new_user(secured, "spark-reader", ("topic", "sp-in", "consume"))
-    writer = new_user(secured, "spark-writer", ("topic", "sp-out", "produce"))
+    made = new_users(
+        secured,
+        {"spark-reader": (("topic", "sp-in", "consume"),), "spark-writer": (("topic", "sp-out", "produce"),)},
+    )
+    reader, writer = made["spark-reader"], made["spark-writer"]
 
     rows = once_granted(lambda: read(spark, secured, "sp-in", reader))
     assert_rows_equal_sent(rows_by_pos(rows), sent)
