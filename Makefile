@@ -131,19 +131,20 @@ imports: install
 # The suite runs on TEST_WORKERS pytest-xdist workers, a module to a worker (its module-scoped
 # cluster is started once), the longest modules first (tests/conftest.py; xdist's own reordering by
 # test count is off so that this order holds); each worker draws ports from a range of its own.
-# Three workers since the suite grew heavier (the RocketMQ Node.js client, the simulator's batch):
-# four on two cores starved replicas of acks in clean-clone runs (FLUSH_SLAVE_TIMEOUT, a slave
-# leaving its SyncStateSet). Before that, four workers on two cores: the CPU is busy throughout with three as with four, yet many tests
-# also wait (for a failover, a timeout, an fsync) and a fourth worker fills those waits: 16 min 22 s
-# against 18 min 27 s with three, on the same commit minutes apart (bench/RESULTS.md, "The suite
-# on four workers"). Every test that failed on more workers had a cause of its own, mended: an
+# Four workers on two cores: with three, the cores were idle a third of the run once the tests
+# stopped polling through `tide` processes and waiting out fixed periods (they wait for a failover,
+# a timeout, an fsync), and a fourth worker fills those waits: 9 min 18 s against 10 min 31 s
+# with three, on the same code. Three had been chosen while the suite kept the cores busy
+# throughout, when four starved replicas of acks (FLUSH_SLAVE_TIMEOUT, a slave leaving its
+# SyncStateSet). Every test that failed on more workers had a cause of its own, mended: an
 # orphaned transaction running out of checks (949610d), a RocketMQ consumer polling queues at
 # random (28ea4a4), a test patching time.sleep for every thread of its process (2e18955), brokers
-# that heartbeat once outlived by a test's own CLI calls (2b55b8c).
+# that heartbeat once outlived by a test's own CLI calls (2b55b8c), a closing commit sent before a
+# new master took its role (tests/client/test_group_offsets_admin.py).
 # The commit-log tests run a second time on the Python twins of the C loops (commitlog/speedups.py),
 # in a pytest process of their own that one worker starts beside the others
 # (tests/commitlog/test_python_twins.py).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: install spark lab-tools doc-tools node-client lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not drills"
 
