@@ -81,8 +81,8 @@ def receive_until(
             try:
                 batch = consumer.receive(32, 15)
             except Exception as exc:
-                # a master just elected answers HA_NOT_AVAILABLE until it has taken its role (at
-                # its next heartbeat), which the client raises: ask again shortly
+                # noted, for the test to say whether the endpoint let a failover reach the
+                # application (it answers empty receives while a new master takes its role)
                 if errors is None:
                     raise
                 errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")

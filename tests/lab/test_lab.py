@@ -361,6 +361,22 @@ DRILL_SCENARIOS = [
 SCENARIOS = [*SUITE_SCENARIOS, *(pytest.param(s, marks=pytest.mark.drills) for s in DRILL_SCENARIOS)]
 
 
+def assert_drill_checks(report: dict[str, Any]) -> None:
+    """What every drill's report must say: writes were acknowledged, none of them was lost, no
+    two masters acknowledged at once, and the replicas ended identical."""
+    assert report["acked"] > 0
+    assert report["acked_lost"] == 0
+    assert report["split_brain"] is False, report["split_brain_detail"]
+    assert report["replicas_identical"] is True, report["replicas_detail"]
+
+
+def faults_of(report: dict[str, Any]) -> list[str]:
+    """The faults of a drill's timeline, without the drill's own phases: the heals, the wait for
+    the set to be whole, the read-back."""
+    phases = ("heal", "whole", "reading the topic back")
+    return [s["step"] for s in report["steps"] if not any(p in s["step"] for p in phases)]
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_drill_loses_nothing_acknowledged(lab: Path, scenario: str) -> None:
     t0 = time.monotonic()
@@ -392,10 +408,7 @@ def test_drill_loses_nothing_acknowledged(lab: Path, scenario: str) -> None:
         },
         f"{time.monotonic() - t0:.0f}s",
     )
-    assert report["acked"] > 0
-    assert report["acked_lost"] == 0
-    assert report["split_brain"] is False, report["split_brain_detail"]
-    assert report["replicas_identical"] is True, report["replicas_detail"]
+    assert_drill_checks(report)
     assert report["whole_after_heal"] is True
     assert out.returncode == 0, out.stderr[-3000:]
     # liveness, not speed: writes came back after the fault
@@ -424,13 +437,8 @@ def test_a_random_schedule_is_reproducible_and_checked(lab: Path) -> None:
     )
     report = json.loads(out.stdout[out.stdout.index("{") :])
     assert out.returncode == 0, out.stderr[-3000:]
-    assert report["acked"] > 0 and report["acked_lost"] == 0
-    assert report["split_brain"] is False and report["replicas_identical"] is True
-    # the timeline also holds the drill's own phases: the heals, the wait for the set to be whole,
-    # the read-back
-    phases = ("heal", "whole", "reading the topic back")
-    faults = [s["step"] for s in report["steps"] if not any(p in s["step"] for p in phases)]
-    assert len(faults) == 2
+    assert_drill_checks(report)
+    assert len(faults_of(report)) == 2
 
 
 def test_netns_needs_root_and_creates_nothing_without_it() -> None:
