@@ -11,25 +11,24 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
 
-from tidelog.client import Client
 from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient, parse_addresses
 from tidelog.clusterauth import find_secret
 from tidelog.errors import ConfigError, InvalidArgumentError, TidelogError
 from tidelog.proto import controller_pb2 as pb
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tidelog.client import Client
+
+# rich's tables and progress bars, and the data client, are imported where a command first uses
+# them: every `tide` call, and every broker and controller (which start through this package),
+# imports this module, and those imports were a third of a `tide` call's CPU (the suite runs
+# `tide` several hundred times).
 
 F = Callable[..., Any]
 T = TypeVar("T")
@@ -158,6 +157,8 @@ def tell_waits(client: ControllerClient) -> ControllerClient:
 
 def open_client(controllers: str) -> Client:
     """The client of a command, which says what it is trying while no controller answers."""
+    from tidelog.client import Client
+
     client = Client(require_controllers(controllers))
     for_command(client.aio.controller)
     return client
@@ -203,6 +204,8 @@ PIPE_WIDTH = 1000
 def console() -> Console:
     """Where tables go: the terminal at its width, or a pipe or file without folding at 80
     columns (an explicit $COLUMNS still wins)."""
+    from rich.console import Console
+
     out = Console()
     if not out.is_terminal and not os.environ.get("COLUMNS"):
         out = Console(width=PIPE_WIDTH)
@@ -215,6 +218,8 @@ def emit(rows: Any, as_json: bool, *, title: str = "", columns: Sequence[str] | 
         return
     if isinstance(rows, dict):
         rows = [{"what": k, "value": cell(k, v)} for k, v in rows.items()]
+    from rich.table import Table
+
     table = Table(title=title or None)
     cols = list(columns or (rows[0].keys() if rows else []))
     for c in cols:
@@ -279,6 +284,16 @@ def quiet_option(fn: F) -> F:
 def progress(description: str, total: float | None, as_json: bool) -> Iterator[Callable[..., None]]:
     """A progress bar on standard error, gone once the work is done; yields
     `step(advance=1, description=None)`. Nothing is drawn unless `progress_shown`."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     bar = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidelog import tlsconfig
 from tidelog.clusterauth import new_secret
@@ -48,12 +48,16 @@ from tidelog.lab.plan import (
     LabPlan,
     make_plan,
 )
-from tidelog.localcluster import certs
 from tidelog.localcluster.configs import broker_doc, controller_doc, write_config
 from tidelog.localcluster.procs import Proc, free_address, is_ours, reap, running, stop_process
 from tidelog.localcluster.topology import Topology
 from tidelog.private import private_dir, require_private, write_private
 from tidelog.wire import bind_problem, make_error
+
+if TYPE_CHECKING:
+    # cryptography is imported only by an `up` of a topology with `tls:` (_make_certs): every other
+    # command that loads this module (`status`, `down`, the tests' fixtures) went without it
+    from tidelog.localcluster import certs
 
 STATE_FILE = "cluster.json"
 LAB_METRICS_PORT = 7300  # every process's /metrics in the lab, at its own address
@@ -237,6 +241,8 @@ async def create_admin(controllers: str, tls: tlsconfig.ClientTls | None, secret
 def _make_certs(data_dir: Path, layout: _Layout, require_client_cert: bool) -> certs.ClusterCerts:
     """A fresh CA and a certificate per process, for the host each one listens on; the
     controller nodes share one config file, hence one certificate."""
+    from tidelog.localcluster import certs
+
     hosts = {"controller": [n["grpc"].rpartition(":")[0] for n in layout.nodes]}
     for b in layout.brokers:
         hosts[f"{b['broker_set']}-{b['replica']}"] = [b["listen"].rpartition(":")[0]]

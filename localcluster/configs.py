@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tidelog.private import write_private
 
 
 def write_config(path: Path, doc: dict[str, Any]) -> Path:
+    import yaml  # here, not at the top: only `up` writes configs of all that load this module
+
     write_private(path, yaml.safe_dump(doc))
     return path
 

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tidelog.errors import ConfigError
 
 _TOP = {"host", "ports", "controller", "broker_sets", "broker", "lab", "tls", "auth"}
@@ -67,6 +65,8 @@ def load_topology(path: str | Path) -> Topology:
 
 
 def _read_mapping(p: Path) -> dict[str, Any]:
+    import yaml  # here, not at the top: `tide cluster status` and `down` load this module, read no YAML
+
     try:
         doc = yaml.safe_load(p.read_text())
     except OSError as exc:
