@@ -148,7 +148,7 @@ TEST_WORKERS ?= 4
 test: install spark lab-tools doc-tools node-client lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not drills"
 
-# The network lab's other drill scenarios (tests/lab/test_lab.py: `make test` runs two, and the README's lab block one and a random schedule; the rules
+# The network lab's other drill scenarios (tests/lab/test_lab.py: `make test` runs one, and the README's lab block one and a random schedule; the rules
 # they check are the simulator's, under faults): about two minutes, one worker, root for the lab.
 drills: install lab-tools
 	$(BIN)/pytest -q -m drills tests/lab
