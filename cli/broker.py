@@ -6,7 +6,6 @@ import dataclasses
 import json
 
 import click
-from rich.table import Table
 
 from tidelog import logs
 from tidelog.broker import config as bcfg
@@ -112,6 +111,8 @@ def verify(data_dir: str, as_json: bool) -> None:
         out = console()
         out.print(f"{report.segments} segments, {report.records} records, {report.bytes} bytes checked")
         if report.damage:
+            from rich.table import Table  # here: a broker's start never draws a table
+
             table = Table("file", "from offset", "to offset", "reason")
             for d in report.damage:
                 table.add_row(d.path, str(d.start), str(d.end), d.reason)
