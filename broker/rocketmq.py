@@ -615,11 +615,13 @@ class MessagingService(s_grpc.MessagingServiceServicer):
             timeout = self.client.rpc_timeout + left / 1000
             try:
                 reply = await self.client.call_master(topic, bs, "SharedReceive", req, timeout)
-            except (UnavailableError, NotMasterError) as exc:
+            except (UnavailableError, NotMasterError, TopicNotFoundError) as exc:
                 # the master of a stale route is gone (killed; its successor not learned yet), or
                 # the broker it names does not serve as master (just elected, it takes its role at
-                # its next heartbeat; or deposed): an empty receive, as after a long poll, and the
-                # client asks again; meanwhile the route is looked up afresh
+                # its next heartbeat; or deposed), or it has not yet heard of a topic just created
+                # (brokers learn topics at their next heartbeat, after the route names them): an
+                # empty receive, as after a long poll, and the client asks again; meanwhile the
+                # route is looked up afresh, which answers TOPIC_NOT_FOUND for a topic deleted
                 log.info("receive of %s/%s waits for a master: %s", topic, bs.name, exc)
                 self.client.forget_route(topic)
                 if time.monotonic() >= deadline:
