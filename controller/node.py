@@ -70,6 +70,9 @@ log = logging.getLogger(__name__)
 REPORT_INTERVAL_MS = 30_000
 # After a controller-triggered election that found nobody, wait this long before trying again.
 ELECTION_RETRY_MS = 1_000
+# How often at most a controller moves its state's growth out of the collector's reach
+# (tidelog/gcpolicy.py): a pass over the young generations, a few milliseconds.
+SETTLE_INTERVAL_S = 1.0
 
 
 BROKER_SERVICE = "tidelog.controller.v1.ControllerBroker"
@@ -606,6 +609,8 @@ class ControllerNode:
 
     async def _leader_loop(self, stop: asyncio.Event) -> None:
         period = min(0.25, self.cfg.heartbeat_interval_ms / 2000)
+        # the state's growth (topics, ledgers) moved out of the collector's reach as it comes
+        settle = gcpolicy.Settle(SETTLE_INTERVAL_S)
         while not stop.is_set():
             try:
                 await self.leader_tick()
@@ -613,6 +618,8 @@ class ControllerNode:
                 log.info("leader loop: %s", exc)
             except Exception:
                 log.exception("leader loop failed; retrying")
+            if settle.due(self.raft.state_changes, time.monotonic()):
+                gcpolicy.settle()
             with contextlib.suppress(TimeoutError):
                 await within(stop.wait(), period)
 

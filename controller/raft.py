@@ -435,6 +435,12 @@ class RaftNode:
         return min([own, *(int(matched.get(n, 0)) for n in self._obj.otherNodes)])
 
     @property
+    def state_changes(self) -> int:
+        """A counter that moves whenever the state may have changed: a command applied, a
+        snapshot loaded."""
+        return self._machine.applied_commands + self._machine.topics_changes
+
+    @property
     def topics_changes(self) -> int:
         """A counter that moves whenever the topics may have changed (see `_Machine`)."""
         return self._machine.topics_changes

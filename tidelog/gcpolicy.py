@@ -12,6 +12,13 @@ every object left into the permanent generation (`gc.freeze`), which collections
 Objects made afterwards are collected as before; what was frozen is never freed, which costs
 nothing for objects that live as long as the process.
 
+A controller's state keeps growing after start (100,000 topics, a million ledgers): each full
+collection walks all of it (20 ms for 100,000 topic objects, in the middle of a route lookup).
+`Settle` decides when what was made since is moved out of reach too, and `settle()` does it:
+the young generations collected first (their cycles freed: a cheap pass over recent objects
+only), then everything left frozen. Objects frozen and later dropped are still freed by their
+reference counts; only a cycle among them is kept until the process ends.
+
 `paused()` turns the collector off while a bulk build makes millions of objects that all live
 on (a controller snapshot's restore): every collection the allocations trigger walks what was
 built so far, which cost a restore of 1,000,000 ledgers 7.2 s instead of 4.2 s.
@@ -39,6 +46,29 @@ def after_start(what: str) -> None:
         gc.get_freeze_count(),
         (time.perf_counter() - t0) * 1000,
     )
+
+
+class Settle:
+    """When to `settle()`: once the watched state changed (a counter that moves with it) and at
+    most every `interval_s` seconds. Time is passed in."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._changes = 0
+        self._at = float("-inf")
+
+    def due(self, changes: int, now: float) -> bool:
+        """Whether to settle now; when it answers yes, the caller settles."""
+        if changes == self._changes or now - self._at < self.interval_s:
+            return False
+        self._changes, self._at = changes, now
+        return True
+
+
+def settle() -> None:
+    """Collect the young generations, then freeze every object left (see the module's docstring)."""
+    gc.collect(1)
+    gc.freeze()
 
 
 @contextlib.contextmanager
