@@ -41,6 +41,12 @@ log = logging.getLogger(__name__)
 # While the controllers are away, a group member tries a rebalance this often (each try may wait
 # for the controller client's quorum timeout).
 AWAY_RETRY_S = 3.0
+# How long a closing member keeps offering a commit that no master took (a failover under way):
+# the new master is elected within the controller's heartbeat timeout and serves from its next
+# heartbeat. Past it the commit is given up, and the queue's next owner reads again from the last
+# commit (at least once).
+CLOSE_COMMIT_WAIT_S = 15.0
+CLOSE_COMMIT_RETRY_S = 0.25
 
 
 #: A rebalance listener: called with the (broker set, queue) pairs concerned, on the client's loop.
@@ -249,8 +255,10 @@ class AsyncConsumer:
             self.on_revoked(fresh)
         if self.auto_commit:
             await self._commit(list(keys))
+            if closing:
+                await self._commit_before_leaving(list(keys))
         for q, version in sorted(keys.items()):
-            pending = self.auto_commit and q in self.positions and self._committed.get(q) != self.positions[q]
+            pending = self.auto_commit and bool(self._uncommitted([q]))
             if pending and not closing:
                 continue
             # Gone or at another version: the key was taken over after this member's session
@@ -258,6 +266,32 @@ class AsyncConsumer:
             with contextlib.suppress(MetadataNotFoundError, MetadataVersionMismatchError):
                 await self.client.controller.meta_delete(ho.owner_key(self._state, self.topic, q), version)
             self._drop(q)
+
+    def _uncommitted(self, queues: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+        return [q for q in queues if q in self.positions and self._committed.get(q) != self.positions[q]]
+
+    async def _commit_before_leaving(self, queues: Sequence[tuple[str, int]]) -> None:
+        """A closing member's commits that no master took (deferred: the master died or has not
+        taken its role yet), offered again until one does or `CLOSE_COMMIT_WAIT_S` passes: once
+        it leaves, nobody commits what it delivered, and the queue's next owner would read it
+        again."""
+        deadline = time.monotonic() + CLOSE_COMMIT_WAIT_S
+        while self._uncommitted(queues) and time.monotonic() < deadline:
+            await asyncio.sleep(CLOSE_COMMIT_RETRY_S)
+            try:
+                await self._commit(queues)
+            except TidelogError as exc:  # no route yet (the controllers away): try again
+                log.info("closing commit of %s/%s waits: %s", self.group, self.topic, exc)
+        left = self._uncommitted(queues)
+        if left:
+            log.warning(
+                "%s/%s: no master took the closing commit of %s within %.0f s; their next owner "
+                "reads again from the last commit",
+                self.group,
+                self.topic,
+                left,
+                CLOSE_COMMIT_WAIT_S,
+            )
 
     def _drop(self, q: tuple[str, int]) -> None:
         self.positions.pop(q, None)
@@ -386,7 +420,7 @@ class AsyncConsumer:
 
     async def _commit(self, queues: Sequence[tuple[str, int]]) -> None:
         self._last_commit = time.monotonic()
-        todo = [q for q in queues if q in self.positions and self._committed.get(q) != self.positions[q]]
+        todo = self._uncommitted(queues)
         if not todo:
             return  # nothing moved: no route lookup (which may wait out an unreachable controller)
         route = await self.client.route(self.topic, need="consume")
