@@ -125,6 +125,13 @@ def receipts_so_far(progress: Path) -> int:
         return 0  # not written yet, or read while being written
 
 
+def receipts_now(progress: Path) -> int:
+    """The count of receipts as a baseline, once sends flow (`wait_for_flow`): a read that meets
+    the driver rewriting its file finds it empty, and a baseline of 0 would count every receipt so
+    far as one after it; so read until the count shows."""
+    return int(wait_until(lambda: receipts_so_far(progress), 5, 0.01, what="the driver's progress"))
+
+
 def wait_for_flow(driver: subprocess.Popen[str], ready: Path, progress: Path, timeout: float) -> None:
     """Until the driver has touched `ready` and had 20 sends receipted (its progress file); it must
     still run then."""
@@ -155,7 +162,7 @@ def kill_master_under(
         wait_for_flow(driver, ready, progress, 30)
         localcluster.kill(cluster.data_dir, victim, signal.SIGKILL)
         killed_ms = time.time() * 1000
-        at_kill = receipts_so_far(progress)
+        at_kill = receipts_now(progress)
         wait_until(lambda: master_of(cluster) not in ("", victim), 30, 0.2, what="a new master")
         localcluster.restart(cluster.data_dir, victim)
         wait_until(

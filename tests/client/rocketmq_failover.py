@@ -174,7 +174,7 @@ def kill_the_connected_endpoint(
     victim = next(m["name"] for m in rc.members(c) if m["rocketmq_endpoint"] == f"{used}:{port}")
     localcluster.kill(c.data_dir, victim, signal.SIGKILL)
     killed_ms = time.time() * 1000
-    at_kill = rc.receipts_so_far(progress)
+    at_kill = rc.receipts_now(progress)
     wait_until(
         lambda: driver.poll() is not None or connected_to(driver.pid, port) == {other},
         30,
