@@ -155,7 +155,7 @@ def test_broker_rejects_its_settings(tmp_path: Path, broker: str) -> None:
 def test_up_that_times_out_stops_what_it_started(tmp_path: Path) -> None:
     data_dir = (tmp_path / "data").resolve()
     out = tide(
-        "cluster", "up", "-c", "deploy/local.yaml", "--data-dir", str(data_dir), "--wait", "0.2", timeout=120
+        "cluster", "up", "-c", "deploy/local.yaml", "--data-dir", str(data_dir), "--wait", "0.01", timeout=120
     )
     one_clear_line(out, "master", "within")
     assert (data_dir / "controller-c1.log").exists(), "nothing was started: the test would prove nothing"
