@@ -50,12 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crc32c import crc32c
-
 from tidelog import acl
 from tidelog import dataport_frames as df
 from tidelog.broker.replica import Replica
 from tidelog.broker.service import checked_pull, produce_batch, pull_encoded
+from tidelog.commitlog.crc import crc32c
 from tidelog.errors import InvalidArgumentError, PermissionDeniedError, TidelogError, UnauthenticatedError
 from tidelog.guard import CREDENTIALS_HINT, Guard
 from tidelog.invariants import stop_if_violated

@@ -38,11 +38,10 @@ import os
 import re
 import threading
 
-from crc32c import crc32c
-
 from tidelog.broker import offsetscheckpoint as ocp
 from tidelog.broker.fold import TopicFold
 from tidelog.commitlog import CommitLog, Message, StoredMessage
+from tidelog.commitlog.crc import crc32c
 from tidelog.commitlog.epochs import atomic_write
 from tidelog.errors import TidelogError
 from tidelog.tasks import within

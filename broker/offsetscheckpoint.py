@@ -41,7 +41,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from crc32c import crc32c
+from tidelog.commitlog.crc import crc32c
 
 __all__ = [
     "MAGIC",

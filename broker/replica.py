@@ -26,8 +26,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from crc32c import crc32c
-
 from tidelog.acl import AclState
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
@@ -36,6 +34,7 @@ from tidelog.broker.shared import SharedSubscriptions
 from tidelog.broker.topics import TopicTable
 from tidelog.clusterauth import require_real_secret
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
+from tidelog.commitlog.crc import crc32c
 from tidelog.errors import (
     ConfigError,
     CorruptRecordError,

@@ -30,13 +30,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from crc32c import crc32c
-
 from tidelog.broker import delayrules as dr
 from tidelog.broker import rocketmqrules as rules
 from tidelog.broker import txstate as tx
 from tidelog.broker.fold import TopicFold
 from tidelog.commitlog import CommitLog, Message, StoredMessage
+from tidelog.commitlog.crc import crc32c
 from tidelog.errors import (
     InvalidArgumentError,
     NotMasterError,

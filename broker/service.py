@@ -22,13 +22,13 @@ import time
 from typing import Any
 
 import grpc
-from crc32c import crc32c
 
 from tidelog.broker.lookups import ClusterViewCache
 from tidelog.broker.replica import Replica
 from tidelog.broker.shared import Key as SharedKey
 from tidelog.client.modes import ANY_QUEUE
 from tidelog.commitlog import QueueOffsets
+from tidelog.commitlog.crc import crc32c
 from tidelog.commitlog.keyformat import parse_message_id
 from tidelog.commitlog.log import NO_END
 from tidelog.commitlog.lookups import MAX_KEY_BYTES

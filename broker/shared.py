@@ -37,8 +37,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from crc32c import crc32c
-
 from tidelog.broker import sharedstate as ss
 from tidelog.broker.fold import TopicFold
 from tidelog.client.modes import (
@@ -53,6 +51,7 @@ from tidelog.client.modes import (
     dlq_topic,
 )
 from tidelog.commitlog import CommitLog, Message, StoredMessage
+from tidelog.commitlog.crc import crc32c
 from tidelog.errors import (
     InvalidArgumentError,
     TidelogError,

@@ -14,13 +14,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from crc32c import crc32c
-
 from tidelog import dataport_frames as df
 from tidelog.client.hedge import SPECULATIVE_READ_S, AllFailed, first_answer
 from tidelog.client.routing import BrokerSetRoute
 from tidelog.client.transport import ConsumedMessage, Transport, consumed
 from tidelog.commitlog.batch import RecordView, walk
+from tidelog.commitlog.crc import crc32c
 from tidelog.commitlog.keyformat import parse_message_id
 from tidelog.errors import (
     ControllerBrokerMetadataNotExistError,

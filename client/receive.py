@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from crc32c import crc32c
-
 from tidelog.client.transport import ConsumedMessage
 from tidelog.commitlog.batch import RecordView, walk
+from tidelog.commitlog.crc import crc32c
 from tidelog.errors import CorruptRecordError
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from crc32c import crc32c
+from tidelog.commitlog.crc import crc32c
 
 
 @dataclass(frozen=True)

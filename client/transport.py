@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Self, TypeAlias, TypeVar
 
 import grpc
-from crc32c import crc32c
 
 from tidelog import dataport_frames as df
 from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient
@@ -27,6 +26,7 @@ from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import until_superseded
 from tidelog.client.routing import BrokerSetRoute, Replica, TopicRoute
 from tidelog.commitlog.batch import RecordView, walk
+from tidelog.commitlog.crc import crc32c
 from tidelog.credentials import from_env as credentials_from_env
 from tidelog.credentials import signer
 from tidelog.errors import (

@@ -71,13 +71,16 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uns
 }
 #endif
 
-static uint32_t crc32c(const unsigned char *p, size_t n) {
-    uint32_t crc = 0xFFFFFFFFu;
+/* CRC32C of p[0..n) continued from `value`, the CRC32C of what came before (0 for nothing). */
+static uint32_t crc32c_from(uint32_t value, const unsigned char *p, size_t n) {
+    uint32_t crc = ~value;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (have_sse42) return ~crc_hw(crc, p, n);
 #endif
     return ~crc_soft(crc, p, n);
 }
+
+static uint32_t crc32c(const unsigned char *p, size_t n) { return crc32c_from(0, p, n); }
 
 /* ---- big-endian fields ------------------------------------------------------------------ */
 
@@ -521,10 +524,32 @@ done:
     return out;
 }
 
+/* Buffers from this size up are checksummed with the interpreter lock released, so that other
+   threads (the flusher, the event loop) go on meanwhile, as the crc32c package lets them. */
+#define CRC_NOGIL_BYTES (32 * 1024)
+
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer data;
-    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
-    uint32_t c = crc32c(data.buf, (size_t)data.len);
+    PyObject *start = NULL;
+    unsigned long value = 0;
+    if (!PyArg_ParseTuple(args, "y*|O!:crc32c", &data, &PyLong_Type, &start)) return NULL;
+    if (start != NULL) {
+        value = PyLong_AsUnsignedLong(start); /* OverflowError for a negative or too large value */
+        if ((value == (unsigned long)-1 && PyErr_Occurred()) || value > 0xFFFFFFFFul) {
+            PyBuffer_Release(&data);
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "crc32c: the running value must be a CRC32C, in [0, 2**32)");
+            return NULL;
+        }
+    }
+    uint32_t c;
+    if (data.len >= CRC_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        c = crc32c_from((uint32_t)value, data.buf, (size_t)data.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        c = crc32c_from((uint32_t)value, data.buf, (size_t)data.len);
+    }
     PyBuffer_Release(&data);
     return PyLong_FromUnsignedLong(c);
 }
@@ -535,7 +560,7 @@ static PyMethodDef methods[] = {
     {"split_raw", split_raw, METH_VARARGS, "replication's record checks and queue runs, or None"},
     {"walk", walk, METH_VARARGS, "batch.walk's record starts, or None where it would raise"},
     {"encode_batch", encode_batch, METH_VARARGS, "batch.encode_batch, or None where it would raise"},
-    {"crc32c", py_crc32c, METH_VARARGS, "CRC32C of a buffer (for the tests)"},
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC32C of data, continued from value"},
     {NULL, NULL, 0, NULL},
 };
 

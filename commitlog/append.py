@@ -14,12 +14,11 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from tidelog.commitlog import record as rec
 from tidelog.commitlog import speedups
 from tidelog.commitlog.batch import STAMP, STAMP_AT, Checked
 from tidelog.commitlog.core import LogCore
+from tidelog.commitlog.crc import crc32c
 from tidelog.commitlog.queues import AppendSlot, QueueIndex
 from tidelog.commitlog.segments import Span
 from tidelog.errors import InvalidArgumentError, MessageTooLargeError

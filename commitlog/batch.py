@@ -17,10 +17,9 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
-from crc32c import crc32c
-
 from tidelog.commitlog import record as rec
 from tidelog.commitlog import speedups
+from tidelog.commitlog.crc import crc32c
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, MessageTooLargeError
 
 #: A producer's record: magic, crc 0, flags 0 (a user message), the topic's length, queue id,

@@ -15,8 +15,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
+from tidelog.commitlog.crc import crc32c
 from tidelog.commitlog.fileio import pwrite_all
 from tidelog.private import open_private
 

@@ -18,8 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
+from tidelog.commitlog.crc import crc32c
 from tidelog.errors import CorruptRecordError, EpochRejectedError
 from tidelog.private import open_private
 

@@ -17,9 +17,8 @@ import re
 import struct
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from tidelog.commitlog import record as rec
+from tidelog.commitlog.crc import crc32c
 
 MAGIC = 0x7DE1_1DC1
 VERSION = 1

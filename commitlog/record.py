@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from crc32c import crc32c
+from tidelog.commitlog.crc import crc32c
 
 MAGIC = 0x7DE1_0601
 BLANK_MAGIC = 0xB1A4_4B00

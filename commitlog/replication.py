@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from crc32c import crc32c
-
 from tidelog.commitlog import record as rec
 from tidelog.commitlog import speedups
 from tidelog.commitlog.consumequeue import check_topic_queue
 from tidelog.commitlog.core import LogCore
+from tidelog.commitlog.crc import crc32c
 from tidelog.commitlog.segments import Span
 from tidelog.errors import CorruptRecordError, InvalidArgumentError, OffsetMismatchError
 

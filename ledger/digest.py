@@ -8,7 +8,7 @@ the entry (each i64), all big-endian, followed by the data. So a replica that ha
 right bytes under the wrong entry id, or an entry of another ledger, fails the check just like a
 flipped bit does (docs/reference/bookkeeper-ledger.md §2.1: BookKeeper's header carries the same four fields).
 
-- CRC32C (the default; the `crc32c` package, hardware-accelerated) and CRC32 (zlib) are 4 bytes,
+- CRC32C (the default; `commitlog/crc.py`, hardware-accelerated) and CRC32 (zlib) are 4 bytes,
   big-endian. They detect corruption, not tampering.
 - MAC is HMAC-SHA256 (32 bytes) keyed by SHA-256(b"tidelog-ledger-mac\\0" + password): only a
   holder of the password can produce a valid entry.
@@ -26,8 +26,7 @@ import hmac
 import struct
 import zlib
 
-import crc32c as _crc32c
-
+from tidelog.commitlog.crc import crc32c
 from tidelog.errors import DigestMatchError, IncorrectParameterError
 from tidelog.ledger.metadata import DigestType
 
@@ -93,7 +92,7 @@ class Digester:
         header = digest_input_header(ledger_id, entry_id, lac, length)
         kind = self.digest_type
         if kind is DigestType.CRC32C:
-            return _crc32c.crc32c(data, _crc32c.crc32c(header)).to_bytes(4, "big")
+            return crc32c(data, crc32c(header)).to_bytes(4, "big")
         if kind is DigestType.CRC32:
             return zlib.crc32(data, zlib.crc32(header)).to_bytes(4, "big")
         if kind is DigestType.MAC:

@@ -56,9 +56,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from crc32c import crc32c
-
 from tidelog.commitlog import CommitLog, Message, Placement
+from tidelog.commitlog.crc import crc32c
 from tidelog.commitlog.epochs import atomic_write, fsync_dir
 from tidelog.commitlog.record import pack_value_length, property_name_field
 from tidelog.dataport_frames import LedgerEntry

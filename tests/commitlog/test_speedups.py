@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import sysconfig
 
 import pytest
@@ -76,6 +78,48 @@ def test_crc32c_is_the_packages(data):
     from crc32c import crc32c
 
     assert C.crc32c(data) == crc32c(data)
+
+
+@native
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=300), st.binary(max_size=300), st.integers(0, (1 << 32) - 1), st.booleans())
+def test_the_projects_crc32c_continues_a_running_value_as_the_package_does(head, tail, value, big):
+    """commitlog/crc.py's `crc32c` is the C module's: from a running value it gives the package's
+    answer, the CRC of the parts chained equals the CRC of the whole, and the buffers that are
+    checksummed with the interpreter lock released (32 KiB and up) give the same answers."""
+    import crc32c as package
+
+    from tidelog.commitlog.crc import crc32c
+
+    assert crc32c is C.crc32c  # the package is the fallback only, where the module is not built
+    if big:
+        tail = tail * (40_000 // max(len(tail), 1) + 1) if tail else bytes(40_000)
+    assert crc32c(tail, value) == package.crc32c(tail, value)
+    assert crc32c(tail, crc32c(head)) == crc32c(head + tail) == package.crc32c(head + tail)
+    assert crc32c(memoryview(head + tail)[len(head) :]) == package.crc32c(tail)
+
+
+@native
+def test_a_broker_or_client_process_does_not_import_the_crc32c_package():
+    """The package's `__init__` reads its version through importlib.metadata: 30 ms of every
+    broker's, controller's and `tide` command's start, for a function the C module has."""
+    probe = (
+        "import sys, tidelog.broker.server, tidelog.client.aio, tidelog.ledger.digest, tidelog.cli; "
+        "print(sorted(m for m in ('crc32c', 'importlib.metadata') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+@native
+@pytest.mark.parametrize("value", [-1, 1 << 32, 1 << 70])
+def test_a_running_value_that_is_no_crc32c_is_refused(value):
+    from tidelog.commitlog.crc import crc32c
+
+    with pytest.raises(ValueError, match="running value"):
+        crc32c(b"data", value)
 
 
 @native
