@@ -119,7 +119,8 @@ def entry_position(slots: int, number: int) -> int:
 
 def key_hash(topic: bytes, key: bytes) -> int:
     """The 32-bit hash the index files (topic, key) under; collisions are expected and filtered."""
-    return crc32c(key, crc32c(topic + b"\x00"))
+    value: int = crc32c(key, crc32c(topic + b"\x00"))
+    return value
 
 
 def slot_of(h: int, slots: int) -> int:
