@@ -10,6 +10,10 @@ from tidelog import gcpolicy
 
 def test_after_start_freezes_what_exists_and_collections_no_longer_walk_it() -> None:
     kept = [{"n": i} for i in range(10_000)]  # long-lived objects, as start-up makes
+    cycle: list[object] = []
+    cycle.append(cycle)  # start-up's recent garbage with a cycle: freed, not frozen for good
+    probe = weakref.ref(Holder(cycle))
+    del cycle
     try:
         gcpolicy.after_start("test")
         frozen = gc.get_freeze_count()
@@ -17,6 +21,7 @@ def test_after_start_freezes_what_exists_and_collections_no_longer_walk_it() -> 
         # a full collection no longer sees them: none of them is in a generation it walks
         walked = {id(o) for o in gc.get_objects()}
         assert not any(id(o) in walked for o in kept)
+        assert probe() is None
     finally:
         gc.unfreeze()
 
