@@ -54,6 +54,13 @@ batches of 1,000; broker/offsets.py):
 - retention's carry-forward: `MetadataFold.refresh` and `carry_plan` when every commit lies in a
   segment about to go (s, first and second round), and the records and bytes it copies.
 
+Group commits (`--only group-commits`, one cluster): 10,000 groups committing offsets of one
+topic's 8 queues through the master's `CommitOffset`, one call per commit as the consumers send
+them, paced at each `--commit-rates` step for `--seconds`:
+- commits/s done, and the CPU of the master and of the slave meanwhile (% of one core), beside the
+  master's idle CPU just before; the master's CPU per 1,000 commits/s above idle (the issue's
+  target: 10,000 groups committing every second within 10% of a broker's CPU).
+
 Controller snapshot (in this process, no cluster: a `ControllerState` holding `--snap-topics`
 topics of 8 queues and `--ledgers` closed ledgers (their metadata, as `tide` clients create them),
 put through what PySyncObj does with it at a log compaction, in its Raft thread):
@@ -422,6 +429,74 @@ def store_dimension(steps: list[int], root: Path, *, seconds: float, body: int) 
             row["vs_first"] = round(row["msgs_per_s"] / rows[0]["msgs_per_s"], 2)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+async def commit_paced(
+    address: str, topic: str, groups: int, queues: int, rate: float, seconds: float, tasks: int = 64
+) -> tuple[int, int, float]:
+    """Group commits through the broker's `CommitOffset`, one call each, paced at `rate` a second
+    for `seconds`: commit i is group i mod `groups`'s, of queue i mod `queues`, due at i / rate.
+    Returns (committed, failed, seconds)."""
+    channels = [grpc.aio.insecure_channel(address) for _ in range(4)]
+    stubs = [pb_grpc.BrokerStub(c) for c in channels]
+    total = int(rate * seconds)
+    turn = iter(range(total))
+    done = failed = 0
+    started = time.monotonic()
+
+    async def committer(stub: pb_grpc.BrokerStub) -> None:
+        nonlocal done, failed
+        for i in turn:
+            due = started + i / rate
+            if due > time.monotonic():
+                await asyncio.sleep(due - time.monotonic())
+            req = pb.CommitOffsetRequest(
+                group=f"group-{i % groups:06d}", topic=topic, queue=i % queues, offset=i // groups % 100
+            )
+            try:
+                await stub.CommitOffset(req, timeout=10)
+                done += 1
+            except grpc.aio.AioRpcError:
+                failed += 1
+
+    try:
+        await asyncio.gather(*(committer(stubs[k % len(stubs)]) for k in range(tasks)))
+    finally:
+        for c in channels:
+            await c.close()
+    return done, failed, time.monotonic() - started
+
+
+def group_commits_dimension(steps: list[int], seconds: float, root: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with BenchCluster(root / "group-commits", broker_options=dict(SYNC_REPLICATED)) as cluster:
+        topic = "commits"
+        cluster.wait_ready(topic, queues=8)
+        # offsets up to 100 are valid commits: each queue holds at least 100 messages
+        asyncio.run(produce_spread(cluster.master_address, [topic], 1000, 16, producers=1, seconds=0.5))
+        pids = cluster.pids
+        for rate in steps:
+            idle = idle_cpu_percent({"master": pids["master"], "slave": pids["slave"]}, 3.0)
+            before = {k: cpu_s(pids[k]) for k in ("master", "slave")}
+            done, failed, elapsed = asyncio.run(
+                commit_paced(cluster.master_address, topic, 10_000, 8, rate, seconds)
+            )
+            used = {k: 100 * (cpu_s(pids[k]) - before[k]) / elapsed for k in before}
+            row = {
+                "groups": 10_000,
+                "asked_commits_per_s": rate,
+                "commits_per_s": round(done / elapsed),
+                "failed": failed,
+                "master_cpu_pct": round(used["master"], 1),
+                "master_idle_cpu_pct": idle["master"],
+                "slave_cpu_pct": round(used["slave"], 1),
+                "master_cpu_per_1000_commits_per_s_pct": round(
+                    1000 * (used["master"] - idle["master"]) / max(done / elapsed, 1), 1
+                ),
+            }
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
 
 
@@ -925,6 +1000,9 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             sorted(_ints(args.active_queues)), root, seconds=args.seconds, body=args.body
         ),
         "groups": lambda: groups_dimension(sorted(_ints(args.groups)), args.commit_rounds, root),
+        "group-commits": lambda: group_commits_dimension(
+            sorted(_ints(args.commit_rates)), args.seconds, root
+        ),
         "ledgers": lambda: ledgers_dimension(
             args.ledger_seconds, args.ledger_workers, args.recovery_opens, root
         ),
@@ -958,6 +1036,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--groups", default="1000,10000", help="consumer-group counts, one step each")
     parser.add_argument("--commit-rounds", type=int, default=3, help="commits of every queue per group")
+    parser.add_argument(
+        "--commit-rates",
+        default="1000,2500,5000,10000",
+        help="group commits: commits a second, one step each",
+    )
     parser.add_argument("--fences", default="0,100000,1000000", help="fences held, one step each")
     parser.add_argument("--snap-topics", default="100000,0,0", help="controller snapshot: topics, per step")
     parser.add_argument("--ledgers", default="0,100000,300000", help="controller snapshot: ledgers, per step")
@@ -972,6 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
             "topics",
             "queues",
             "groups",
+            "group-commits",
             "ledgers",
             "fences",
             "snapshot",
