@@ -671,29 +671,39 @@ class Replica:
         return self.log.queue_offsets(topic, queue)
 
     async def commit_offset(self, group: str, topic: str, queue: int, offset: int) -> None:
-        if not group or len(group) > 255:
-            raise InvalidArgumentError("group must be 1-255 characters")
-        offsets = self.queue_offsets(topic, queue)
-        if offset < 0:
-            raise InvalidArgumentError("offset must not be negative")
-        self.require_master()  # a slave's end may lag: only the master judges a commit
-        self._check_group_room(group)
-        if offset > offsets.max:
-            # a position past the end would make the group skip every message written until then
-            raise InvalidArgumentError(
-                f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
-                hint="commit the next offset to consume: at most the queue's max offset",
-            )
-        await self.write([commit_message(group, topic, queue, offset)])
+        await self.commit_offsets([(group, topic, queue, offset)])
 
-    def _check_group_room(self, group: str) -> None:
-        """GroupLimitReachedError for a group new here when `max_groups` groups have committed.
-        Counted over confirmed commits: new groups committing together may pass it by a few (a
-        bound on memory, not an exact count)."""
+    async def commit_offsets(self, commits: Sequence[tuple[str, str, int, int]]) -> None:
+        """Commit each (group, topic, queue, offset) of `commits` in one replicated write: every
+        one is checked first, and one refused refuses them all (nothing is written)."""
+        new_groups: set[str] = set()
+        for group, topic, queue, offset in commits:
+            if not group or len(group) > 255:
+                raise InvalidArgumentError("group must be 1-255 characters")
+            offsets = self.queue_offsets(topic, queue)
+            if offset < 0:
+                raise InvalidArgumentError("offset must not be negative")
+            self.require_master()  # a slave's end may lag: only the master judges a commit
+            if group not in new_groups and not self.offsets.has_group(group):
+                new_groups.add(group)
+                self._check_group_room(len(new_groups))
+            if offset > offsets.max:
+                # a position past the end would make the group skip every message written until then
+                raise InvalidArgumentError(
+                    f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
+                    hint="commit the next offset to consume: at most the queue's max offset",
+                )
+        await self.write([commit_message(*commit) for commit in commits])
+
+    def _check_group_room(self, new: int) -> None:
+        """GroupLimitReachedError when `new` groups not yet here would take the broker past
+        `max_groups` groups with commits. Counted over confirmed commits: new groups committing
+        in separate calls at once may pass it by a few (a bound on memory, not an exact count)."""
         limit = self.cfg.max_groups
-        if not self.offsets.has_group(group) and (held := self.offsets.groups()) >= limit:
+        if new and (held := self.offsets.groups()) + new > limit:
+            more = f" ({new} new in this call)" if new > 1 else ""
             raise GroupLimitReachedError(
-                f"this broker holds the commits of {held} consumer groups; max_groups is {limit}"
+                f"this broker holds the commits of {held} consumer groups; max_groups is {limit}{more}"
             )
 
     def fetch_offset(self, group: str, topic: str, queue: int) -> int | None:

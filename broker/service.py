@@ -39,6 +39,7 @@ from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import check_request, non_empty, non_negative, rpc
 
 MAX_BATCH = MAX_PRODUCE_RECORDS  # records per produce; clients cut larger batches (dataport_frames.py)
+MAX_COMMITS = MAX_PRODUCE_RECORDS  # group commits per CommitOffsets call: records of one write
 DEFAULT_PULL_BYTES = 4 << 20
 DEFAULT_PULL_MESSAGES = 32
 MAX_WAIT_MS = 60_000
@@ -283,6 +284,23 @@ class BrokerService(pb_grpc.BrokerServicer):
         non_negative("offset", request.offset)
         await self.replica.commit_offset(request.group, request.topic, request.queue, request.offset)
         return pb.CommitOffsetReply()
+
+    @rpc
+    async def CommitOffsets(
+        self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitOffsetsReply:
+        check_request(
+            1 <= len(request.commits) <= MAX_COMMITS, f"commit 1 to {MAX_COMMITS} offsets in one call"
+        )
+        commits = []
+        for c in request.commits:
+            non_empty("group", c.group)
+            non_empty("topic", c.topic)
+            non_negative("queue", c.queue)
+            non_negative("offset", c.offset)
+            commits.append((c.group, c.topic, c.queue, c.offset))
+        await self.replica.commit_offsets(commits)
+        return pb.CommitOffsetsReply()
 
     @rpc
     async def FetchOffset(

@@ -103,6 +103,17 @@ class BrokerClient:
             "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue=queue, offset=offset)
         )
 
+    def commit_many(self, commits: list[tuple[str, str, int, int]]) -> None:
+        """(group, topic, queue, offset) of each commit, in one `CommitOffsets` call."""
+        self._call(
+            "CommitOffsets",
+            pb.CommitOffsetsRequest(
+                commits=[
+                    pb.CommitOffsetRequest(group=g, topic=t, queue=q, offset=o) for g, t, q, o in commits
+                ]
+            ),
+        )
+
     def fetch(self, group: str, topic: str, queue: int) -> int | None:
         r = self._call("FetchOffset", pb.FetchOffsetRequest(group=group, topic=topic, queue=queue))
         return r.offset if r.found else None

@@ -247,3 +247,17 @@ def test_a_method_missing_from_the_table_is_refused() -> None:
 def test_methods_need_their_permissions(method: str, request_: object, granted: Grant, allowed: bool) -> None:
     why = acl.authorize("alice", state(granted), method, request_)
     assert (why is None) is allowed, why
+
+
+def test_a_batch_of_group_commits_needs_consume_on_every_group_and_topic_it_names() -> None:
+    method = "/tidelog.broker.v1.Broker/CommitOffsets"
+    granted = state(g("group", "a", "consume"), g("topic", "t", "consume"))
+
+    def batch(*pairs: tuple[str, str]) -> broker_pb2.CommitOffsetsRequest:
+        return broker_pb2.CommitOffsetsRequest(
+            commits=[broker_pb2.CommitOffsetRequest(group=grp, topic=top) for grp, top in pairs]
+        )
+
+    assert acl.authorize("alice", granted, method, batch(("a", "t"), ("a", "t"))) is None
+    assert acl.authorize("alice", granted, method, batch(("a", "t"), ("b", "t"))) is not None  # group b
+    assert acl.authorize("alice", granted, method, batch(("a", "t"), ("a", "u"))) is not None  # topic u

@@ -214,6 +214,13 @@ def _ledger_read(request: Any) -> list[Check]:
     return out
 
 
+def _commits(request: Any) -> list[Check]:
+    """A batch of group commits: consume on each group and on each topic it names, once each."""
+    groups = sorted({str(c.group) for c in request.commits})
+    topics = sorted({str(c.topic) for c in request.commits})
+    return [Check(("consume",), GROUP, g) for g in groups] + [Check(("consume",), TOPIC, t) for t in topics]
+
+
 _B = "/tidelog.broker.v1.Broker/"
 _L = "/tidelog.ledger.Ledger/"
 _R = "/tidelog.controller.v1.ControllerRoute/"
@@ -232,6 +239,7 @@ METHODS: dict[str, Callable[[Any], list[Check]]] = {
     _B + "FindMessages": _TOPIC_CONSUME,
     _B + "GetOffsets": _TOPIC_CONSUME,
     _B + "CommitOffset": _both(_GROUP_CONSUME, _TOPIC_CONSUME),
+    _B + "CommitOffsets": _commits,
     _B + "FetchOffset": _GROUP_CONSUME,
     _B + "SearchOffset": _TOPIC_CONSUME,
     _B + "ListGroupOffsets": _GROUP_CONSUME,

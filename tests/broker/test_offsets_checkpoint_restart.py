@@ -12,7 +12,7 @@ from tests.broker.conftest import QUEUES, TOPIC, BrokerCluster
 from tests.brokers import BrokerClient
 from tidelog.broker.offsets import CHECKPOINT_FILE
 from tidelog.broker.offsetscheckpoint import decode
-from tidelog.errors import GroupLimitReachedError, UnavailableError
+from tidelog.errors import GroupLimitReachedError, InvalidArgumentError, UnavailableError
 from tidelog.localcluster import wait_until
 from tidelog.proto import broker_pb2 as pb
 
@@ -118,3 +118,30 @@ def test_a_new_group_past_max_groups_is_refused_and_a_deleted_one_makes_room(
     wait_until(lambda: master.fetch("b", TOPIC, 0) is None, 10, 0.05, what="the delete to be confirmed")
     master.commit("c", TOPIC, 0, 3)
     assert master.fetch("c", TOPIC, 0) == 3 and master.fetch("a", TOPIC, 0) == 5
+
+
+def test_many_groups_commits_in_one_call_are_all_written_or_none(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    """`CommitOffsets`: every commit of the call lands, replicated like one; one that is refused
+    (an offset past its queue's end, a group past max_groups) refuses the call and writes none."""
+    bs = broker_cluster(2, max_groups=4).bs
+    master = bs.clients[bs.wait_master()]
+    for q in (0, 1):
+        master.produce(TOPIC, [b"m"] * 10, queue=q)
+    master.commit_many([("a", TOPIC, 0, 3), ("a", TOPIC, 1, 4), ("b", TOPIC, 0, 5), ("c", TOPIC, 1, 10)])
+    want = {("a", 0): 3, ("a", 1): 4, ("b", 0): 5, ("c", 1): 10}
+    assert {k: master.fetch(k[0], TOPIC, k[1]) for k in want} == want
+
+    with pytest.raises(InvalidArgumentError, match="beyond the end"):
+        master.commit_many([("a", TOPIC, 0, 7), ("b", TOPIC, 1, 11)])
+    with pytest.raises(GroupLimitReachedError, match=r"max_groups is 4 \(2 new in this call\)"):
+        master.commit_many([("a", TOPIC, 0, 8), ("d", TOPIC, 0, 1), ("e", TOPIC, 0, 1)])
+    assert master.fetch("a", TOPIC, 0) == 3 and master.fetch("d", TOPIC, 0) is None  # none written
+
+    # the slave holds the batch once it is in sync, as it holds any commit
+    slave = next(c for i, c in enumerate(bs.clients) if i != bs.wait_master())
+    bs.wait_in_sync(2, timeout=30)
+    wait_until(
+        lambda: {k: slave.fetch(k[0], TOPIC, k[1]) for k in want} == want, 10, 0.05, what="the slave's fold"
+    )

@@ -186,6 +186,16 @@ class CommitOffsetReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class CommitOffsetsRequest(_message.Message):
+    __slots__ = ("commits",)
+    COMMITS_FIELD_NUMBER: _ClassVar[int]
+    commits: _containers.RepeatedCompositeFieldContainer[CommitOffsetRequest]
+    def __init__(self, commits: _Optional[_Iterable[_Union[CommitOffsetRequest, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class FetchOffsetRequest(_message.Message):
     __slots__ = ("group", "topic", "queue")
     GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -119,6 +119,11 @@ class BrokerStub:
                 request_serializer=broker__pb2.SharedDeadLetterRequest.SerializeToString,
                 response_deserializer=broker__pb2.SharedDeadLetterReply.FromString,
                 _registered_method=True)
+        self.CommitOffsets = channel.unary_unary(
+                '/tidelog.broker.v1.Broker/CommitOffsets',
+                request_serializer=broker__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=broker__pb2.CommitOffsetsReply.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -226,6 +231,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +324,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.SharedDeadLetter,
                     request_deserializer=broker__pb2.SharedDeadLetterRequest.FromString,
                     response_serializer=broker__pb2.SharedDeadLetterReply.SerializeToString,
+            ),
+            'CommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffsets,
+                    request_deserializer=broker__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=broker__pb2.CommitOffsetsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -774,6 +790,33 @@ class Broker:
             '/tidelog.broker.v1.Broker/SharedDeadLetter',
             broker__pb2.SharedDeadLetterRequest.SerializeToString,
             broker__pb2.SharedDeadLetterReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.broker.v1.Broker/CommitOffsets',
+            broker__pb2.CommitOffsetsRequest.SerializeToString,
+            broker__pb2.CommitOffsetsReply.FromString,
             options,
             channel_credentials,
             insecure,
