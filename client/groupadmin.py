@@ -2,9 +2,10 @@
 
 A thin I/O shell over client/resetplan.py (the decisions) and client/assign.py (who is live):
 it reads the route, the queues' offsets, the group's commits and its keys in the controller's
-metadata store, lets the pure code decide, and only then writes — commits through each queue's
-master (`CommitOffset`), tombstones through each broker set's master (`DeleteGroupOffsets`,
-broker/offsets.py), then the owner keys. A refused or invalid request writes nothing.
+metadata store, lets the pure code decide, and only then writes — commits through each broker
+set's master, its queues' in one call (`CommitOffsets`: all or none), tombstones through each broker
+set's master (`DeleteGroupOffsets`, broker/offsets.py), then the owner keys. A refused or invalid
+request writes nothing.
 
 Both are refused while the group has live members reading the topic (`GroupInUseError`; not a
 reset's dry run, which writes nothing and names them): a member keeps its position in memory
@@ -148,12 +149,18 @@ async def reset_offsets(
     live = await _refuse_if_live(client, group, [topic], force or dry_run)
     plan = rp.plan_reset(target, await _states(admin, route, group, chosen, target))
     if not dry_run:
+        # one call per broker set: its queues are reset together or not at all
+        commits: dict[str, tuple[BrokerSetRoute, list[bpb.CommitOffsetRequest]]] = {}
         for p in plan:
             bs = route.broker_set(p.queue[0])
             if bs is None:
                 raise InvalidArgumentError(f"the route of {topic} lost broker set {p.queue[0]}")
-            req = bpb.CommitOffsetRequest(group=group, topic=topic, queue=p.queue[1], offset=p.after)
-            await client.call_master(topic, bs, "CommitOffset", req, client.rpc_timeout)
+            commits.setdefault(bs.name, (bs, []))[1].append(
+                bpb.CommitOffsetRequest(group=group, topic=topic, queue=p.queue[1], offset=p.after)
+            )
+        for bs, of_set in commits.values():
+            req = bpb.CommitOffsetsRequest(commits=of_set)
+            await client.call_master(topic, bs, "CommitOffsets", req, client.rpc_timeout)
         if live:
             await _drop_owner_keys(client, group, topic, [p.queue for p in plan])
         log.info("group %s on %s reset to %s on %d queue(s)", group, topic, target.to, len(plan))
