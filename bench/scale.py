@@ -56,7 +56,8 @@ batches of 1,000; broker/offsets.py):
 
 Group commits (`--only group-commits`, one cluster): 10,000 groups committing offsets of one
 topic's 8 queues through the master's `CommitOffset`, one call per commit as the consumers send
-them, paced at each `--commit-rates` step for `--seconds`:
+them (or, with `--commit-batch N`, N groups' commits per `CommitOffsets` call and write), paced at
+each `--commit-rates` step for `--seconds`:
 - commits/s done, and the CPU of the master and of the slave meanwhile (% of one core), beside the
   master's idle CPU just before; the master's CPU per 1,000 commits/s above idle (the issue's
   target: 10,000 groups committing every second within 10% of a broker's CPU).
@@ -433,32 +434,47 @@ def store_dimension(steps: list[int], root: Path, *, seconds: float, body: int) 
 
 
 async def commit_paced(
-    address: str, topic: str, groups: int, queues: int, rate: float, seconds: float, tasks: int = 64
+    address: str,
+    topic: str,
+    groups: int,
+    queues: int,
+    rate: float,
+    seconds: float,
+    batch: int = 1,
+    tasks: int = 64,
 ) -> tuple[int, int, float]:
-    """Group commits through the broker's `CommitOffset`, one call each, paced at `rate` a second
-    for `seconds`: commit i is group i mod `groups`'s, of queue i mod `queues`, due at i / rate.
+    """Group commits paced at `rate` a second for `seconds`: commit i is group i mod `groups`'s,
+    of queue i mod `queues`, due at i / rate. `batch` 1: one `CommitOffset` call each, as a
+    consumer sends them; more: `batch` commits of as many groups in one `CommitOffsets` call.
     Returns (committed, failed, seconds)."""
     channels = [grpc.aio.insecure_channel(address) for _ in range(4)]
     stubs = [pb_grpc.BrokerStub(c) for c in channels]
-    total = int(rate * seconds)
-    turn = iter(range(total))
+    calls = int(rate * seconds) // batch
+    turn = iter(range(calls))
     done = failed = 0
     started = time.monotonic()
 
+    def commit(i: int) -> pb.CommitOffsetRequest:
+        return pb.CommitOffsetRequest(
+            group=f"group-{i % groups:06d}", topic=topic, queue=i % queues, offset=i // groups % 100
+        )
+
     async def committer(stub: pb_grpc.BrokerStub) -> None:
         nonlocal done, failed
-        for i in turn:
-            due = started + i / rate
+        for call in turn:
+            due = started + call * batch / rate
             if due > time.monotonic():
                 await asyncio.sleep(due - time.monotonic())
-            req = pb.CommitOffsetRequest(
-                group=f"group-{i % groups:06d}", topic=topic, queue=i % queues, offset=i // groups % 100
-            )
+            first = call * batch
             try:
-                await stub.CommitOffset(req, timeout=10)
-                done += 1
+                if batch == 1:
+                    await stub.CommitOffset(commit(first), timeout=10)
+                else:
+                    commits = [commit(i) for i in range(first, first + batch)]
+                    await stub.CommitOffsets(pb.CommitOffsetsRequest(commits=commits), timeout=10)
+                done += batch
             except grpc.aio.AioRpcError:
-                failed += 1
+                failed += batch
 
     try:
         await asyncio.gather(*(committer(stubs[k % len(stubs)]) for k in range(tasks)))
@@ -468,7 +484,7 @@ async def commit_paced(
     return done, failed, time.monotonic() - started
 
 
-def group_commits_dimension(steps: list[int], seconds: float, root: Path) -> list[dict[str, Any]]:
+def group_commits_dimension(steps: list[int], seconds: float, batch: int, root: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with BenchCluster(root / "group-commits", broker_options=dict(SYNC_REPLICATED)) as cluster:
         topic = "commits"
@@ -480,12 +496,13 @@ def group_commits_dimension(steps: list[int], seconds: float, root: Path) -> lis
             idle = idle_cpu_percent({"master": pids["master"], "slave": pids["slave"]}, 3.0)
             before = {k: cpu_s(pids[k]) for k in ("master", "slave")}
             done, failed, elapsed = asyncio.run(
-                commit_paced(cluster.master_address, topic, 10_000, 8, rate, seconds)
+                commit_paced(cluster.master_address, topic, 10_000, 8, rate, seconds, batch)
             )
             used = {k: 100 * (cpu_s(pids[k]) - before[k]) / elapsed for k in before}
             row = {
                 "groups": 10_000,
                 "asked_commits_per_s": rate,
+                "commits_per_call": batch,
                 "commits_per_s": round(done / elapsed),
                 "failed": failed,
                 "master_cpu_pct": round(used["master"], 1),
@@ -1001,7 +1018,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         ),
         "groups": lambda: groups_dimension(sorted(_ints(args.groups)), args.commit_rounds, root),
         "group-commits": lambda: group_commits_dimension(
-            sorted(_ints(args.commit_rates)), args.seconds, root
+            sorted(_ints(args.commit_rates)), args.seconds, args.commit_batch, root
         ),
         "ledgers": lambda: ledgers_dimension(
             args.ledger_seconds, args.ledger_workers, args.recovery_opens, root
@@ -1036,6 +1053,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--groups", default="1000,10000", help="consumer-group counts, one step each")
     parser.add_argument("--commit-rounds", type=int, default=3, help="commits of every queue per group")
+    parser.add_argument(
+        "--commit-batch",
+        type=int,
+        default=1,
+        help="group commits per call (1: CommitOffset; more: CommitOffsets)",
+    )
     parser.add_argument(
         "--commit-rates",
         default="1000,2500,5000,10000",
