@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Iterable
 
 from tidelog.broker import offsetscheckpoint as ocp
 from tidelog.broker.fold import TopicFold
@@ -58,9 +59,21 @@ TOMBSTONE = -1  # the offset of a record that deletes the commit of its (group, 
 Key = tuple[str, str, int]
 
 
+def _plain(name: str) -> bool:
+    """Whether JSON writes `name` as it is: printable ASCII, no quote, no backslash."""
+    return name.isascii() and name.isprintable() and '"' not in name and "\\" not in name
+
+
+def commit_body(group: str, topic: str, queue: int, offset: int) -> bytes:
+    """The JSON body of a commit, without the encoder where the names need no escape (the bytes
+    are the same: the encoder was a sixth of a batched commit's CPU)."""
+    if _plain(group) and _plain(topic) and type(queue) is int and type(offset) is int:
+        return b'{"g":"%s","t":"%s","q":%d,"o":%d}' % (group.encode(), topic.encode(), queue, offset)
+    return json.dumps({"g": group, "t": topic, "q": queue, "o": offset}, separators=(",", ":")).encode()
+
+
 def commit_message(group: str, topic: str, queue: int, offset: int) -> Message:
-    body = json.dumps({"g": group, "t": topic, "q": queue, "o": offset}, separators=(",", ":")).encode()
-    return Message(OFFSETS_TOPIC, 0, body, flags=FLAG_CONSUMER_OFFSET)
+    return Message(OFFSETS_TOPIC, 0, commit_body(group, topic, queue, offset), flags=FLAG_CONSUMER_OFFSET)
 
 
 def tombstone_message(group: str, topic: str, queue: int) -> Message:
@@ -306,10 +319,12 @@ class GroupOffsets:
         self._refresh()
         return len(self._groups)
 
-    def has_group(self, group: str) -> bool:
-        """Whether `group` has a confirmed commit."""
+    def new_groups(self, groups: Iterable[str]) -> tuple[set[str], int]:
+        """Those of `groups` without a confirmed commit, and how many groups have one: the fold
+        brought up to date once for a whole call of commits, not once per commit (a third of a
+        batched commit's CPU was that refresh)."""
         self._refresh()
-        return group in self._groups
+        return {g for g in groups if g not in self._groups}, len(self._groups)
 
     def committed(self) -> dict[Key, tuple[int, int]]:
         """Every confirmed commit: (group, topic, queue) -> (offset, physical offset of the commit)."""
