@@ -314,11 +314,6 @@ class GroupOffsets:
             return None
         return found[0]
 
-    def groups(self) -> int:
-        """How many groups have a confirmed commit."""
-        self._refresh()
-        return len(self._groups)
-
     def new_groups(self, groups: Iterable[str]) -> tuple[set[str], int]:
         """Those of `groups` without a confirmed commit, and how many groups have one: the fold
         brought up to date once for a whole call of commits, not once per commit (a third of a
