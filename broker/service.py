@@ -54,6 +54,15 @@ def pull_limits(
     return messages, size
 
 
+def _commit_of(c: pb.CommitOffsetRequest) -> tuple[str, str, int, int]:
+    """(group, topic, queue, offset) of one commit, its fields checked (CommitOffset, CommitOffsets)."""
+    non_empty("group", c.group)
+    non_empty("topic", c.topic)
+    non_negative("queue", c.queue)
+    non_negative("offset", c.offset)
+    return c.group, c.topic, c.queue, c.offset
+
+
 def _shared_key(
     request: pb.SharedReceiveRequest
     | pb.SharedAckRequest
@@ -278,11 +287,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def CommitOffset(
         self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitOffsetReply:
-        non_empty("group", request.group)
-        non_empty("topic", request.topic)
-        non_negative("queue", request.queue)
-        non_negative("offset", request.offset)
-        await self.replica.commit_offset(request.group, request.topic, request.queue, request.offset)
+        await self.replica.commit_offset(*_commit_of(request))
         return pb.CommitOffsetReply()
 
     @rpc
@@ -292,14 +297,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         check_request(
             1 <= len(request.commits) <= MAX_COMMITS, f"commit 1 to {MAX_COMMITS} offsets in one call"
         )
-        commits = []
-        for c in request.commits:
-            non_empty("group", c.group)
-            non_empty("topic", c.topic)
-            non_negative("queue", c.queue)
-            non_negative("offset", c.offset)
-            commits.append((c.group, c.topic, c.queue, c.offset))
-        await self.replica.commit_offsets(commits)
+        await self.replica.commit_offsets([_commit_of(c) for c in request.commits])
         return pb.CommitOffsetsReply()
 
     @rpc
