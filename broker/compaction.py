@@ -37,7 +37,13 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from tidelog.broker.offsets import FLAG_CONSUMER_OFFSET, OFFSETS_TOPIC, is_tombstone, parse_commit
+from tidelog.broker.offsets import (
+    FLAG_CONSUMER_OFFSET,
+    OFFSETS_TOPIC,
+    commit_body,
+    is_tombstone,
+    parse_commits,
+)
 from tidelog.broker.shared import FLAG_SHARED, SHARED_TOPIC, SharedStates
 from tidelog.broker.topics import FLAG_TOPIC_MARK, MARKS_TOPIC
 from tidelog.commitlog import CommitLog, Message, StoredMessage
@@ -109,17 +115,23 @@ def copy_message(rec: Live) -> Message:
     return Message(OFFSETS_TOPIC, 0, rec.body, flags=FLAG_CONSUMER_OFFSET)
 
 
-def _key(topic: str, body: bytes) -> Key | None:
+def _keys(topic: str, body: bytes) -> list[tuple[Key, bytes]]:
+    """The keys a record's body speaks for, each with the body that says it alone: a batch of
+    commits is one record of many keys, and its live commits are carried one by one (copying
+    the whole batch would bring back its superseded commits)."""
     if topic == OFFSETS_TOPIC:  # the commit's own reader: most bodies without the JSON decoder
-        parsed = parse_commit(body)
-        return None if parsed is None else ("offsets", parsed[0][0], parsed[0][1], str(parsed[0][2]))
+        commits = parse_commits(body)
+        if len(commits) == 1 and body[:1] != b"[":
+            (group, t, queue), _ = commits[0]
+            return [(("offsets", group, t, str(queue)), body)]
+        return [(("offsets", g, t, str(q)), commit_body(g, t, q, o)) for (g, t, q), o in commits]
     try:
         doc = json.loads(body)
         if topic == SHARED_TOPIC:
-            return ("shared", str(doc["g"]), str(doc["t"]), str(int(doc["q"])))
-        return ("topic", str(doc["t"]))
+            return [(("shared", str(doc["g"]), str(doc["t"]), str(int(doc["q"]))), body)]
+        return [(("topic", str(doc["t"])), body)]
     except (ValueError, KeyError, TypeError):
-        return None  # malformed: its reader ignores it too
+        return []  # malformed: its reader ignores it too
 
 
 class _TopicFold:
@@ -150,9 +162,8 @@ class _TopicFold:
             if not batch:
                 return
             for m in batch:
-                key = _key(self.topic, m.body)
-                if key is not None:
-                    self.latest[key] = Live(key, m.phys_offset, m.body)
+                for key, body in _keys(self.topic, m.body):
+                    self.latest[key] = Live(key, m.phys_offset, body)
             self.applied = batch[-1].queue_offset + 1
 
     def pending(self) -> set[Key]:
@@ -163,7 +174,7 @@ class _TopicFold:
             batch, start = self._read(start, False)
             if not batch:
                 return keys
-            keys.update(k for k in (_key(self.topic, m.body) for m in batch) if k is not None)
+            keys.update(key for m in batch for key, _ in _keys(self.topic, m.body))
             start = batch[-1].queue_offset + 1
 
 

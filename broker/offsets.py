@@ -1,7 +1,12 @@
 """Consumer-group offsets, stored as records of the commit log itself.
 
 A commit is a record in the reserved topic `%OFFSETS%` (queue 0) whose body is JSON
-`{"g": group, "t": topic, "q": queue, "o": offset}`. Being ordinary records, commits replicate to
+`{"g": group, "t": topic, "q": queue, "o": offset}`; a call of many commits (`CommitOffsets`) is
+written as records whose body is a JSON array of such objects (`batch_messages`), one record per
+up to `BATCH_BODY_BYTES` of them rather than one per commit: a record's costs (laying it out,
+replicating it, reading it back to fold it, scrubbing it) were most of a batched commit's CPU. A
+broker older than this format reads an array body as malformed and ignores it: upgrade slaves
+before their master. Being ordinary records, commits replicate to
 slaves with everything else and survive a failover exactly as messages do: a commit is
 acknowledged under the same replication rules, and readers (here: `fetch`) only apply confirmed
 records. The latest value per (group, topic, queue) is folded into a dict on demand.
@@ -76,6 +81,35 @@ def commit_message(group: str, topic: str, queue: int, offset: int) -> Message:
     return Message(OFFSETS_TOPIC, 0, commit_body(group, topic, queue, offset), flags=FLAG_CONSUMER_OFFSET)
 
 
+#: the most of commits' bodies one batch record holds: far below any `max_message_bytes` a
+#: broker accepts, and a record a slave or a fold takes in one read
+BATCH_BODY_BYTES = 64 * 1024
+
+
+def batch_messages(commits: Iterable[tuple[str, str, int, int]]) -> list[Message]:
+    """The records of many (group, topic, queue, offset) commits: JSON arrays of their bodies,
+    each up to `BATCH_BODY_BYTES` (a single commit as its own body)."""
+    bodies: list[list[bytes]] = [[]]
+    size = 0
+    for commit in commits:
+        body = commit_body(*commit)
+        if bodies[-1] and size + len(body) + 1 > BATCH_BODY_BYTES:
+            bodies.append([])
+            size = 0
+        bodies[-1].append(body)
+        size += len(body) + 1
+    return [
+        Message(
+            OFFSETS_TOPIC,
+            0,
+            one[0] if len(one) == 1 else b"[" + b",".join(one) + b"]",
+            flags=FLAG_CONSUMER_OFFSET,
+        )
+        for one in bodies
+        if one
+    ]
+
+
 def tombstone_message(group: str, topic: str, queue: int) -> Message:
     """The record that deletes the group's commit of (topic, queue)."""
     return commit_message(group, topic, queue, TOMBSTONE)
@@ -110,6 +144,45 @@ def parse_commit(body: bytes) -> tuple[Key, int] | None:
         return None
 
 
+def _decoded_batch(body: bytes) -> list[tuple[Key, int]]:
+    try:
+        docs = json.loads(body)
+        if not isinstance(docs, list):
+            return []
+        return [((str(d["g"]), str(d["t"]), int(d["q"])), int(d["o"])) for d in docs]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+def parse_commits(body: bytes) -> list[tuple[Key, int]]:
+    """Every ((group, topic, queue), offset) a record's body holds, in order: one for a commit's
+    body, each of a batch's (`batch_messages`); none for a malformed body or a batch with a
+    malformed commit, which every reader ignores whole (a call's commits are all or none)."""
+    if body[:1] != b"[":
+        one = parse_commit(body)
+        return [] if one is None else [one]
+    # as `parse_commit`: commits as `commit_body` writes them without the decoder
+    end = len(body) - 1
+    if body[end:] != b"]":
+        return []
+    found: list[tuple[Key, int]] = []
+    pos = 1
+    while pos < end:
+        m = _COMPACT.match(body, pos, end)
+        if m is None:
+            return _decoded_batch(body)
+        try:
+            found.append(((m[1].decode(), m[2].decode(), int(m[3])), int(m[4])))
+        except UnicodeDecodeError:
+            return []  # not JSON either: JSON text is UTF-8
+        pos = m.end()
+        if pos < end:
+            if body[pos] != 0x2C or pos + 1 == end:  # a comma, and a commit after it
+                return _decoded_batch(body)
+            pos += 1
+    return found
+
+
 def is_tombstone(body: bytes) -> bool:
     if _NOT_TOMBSTONE_END.search(body):
         return False  # retention asks this of every live commit at every check
@@ -117,19 +190,20 @@ def is_tombstone(body: bytes) -> bool:
     return parsed is not None and parsed[1] < 0
 
 
-def fold_commit(offsets: dict[Key, tuple[int, int]], body: bytes, phys_offset: int) -> tuple[Key, int] | None:
+def fold_commit(offsets: dict[Key, tuple[int, int]], body: bytes, phys_offset: int) -> list[tuple[Key, int]]:
     """Apply one confirmed record (at `phys_offset`) to the fold: (group, topic, queue) ->
-    (offset, physical offset of the commit). A tombstone removes the key. Returns the key the
-    fold gained (+1) or lost (-1), None when its keys stayed the same."""
-    parsed = parse_commit(body)
-    if parsed is None:
-        return None
-    key, offset = parsed
-    if offset < 0:
-        return None if offsets.pop(key, None) is None else (key, -1)
-    new = key not in offsets
-    offsets[key] = (offset, phys_offset)
-    return (key, 1) if new else None
+    (offset, physical offset of the commit record), for each commit it holds. A tombstone removes
+    the key. Returns the keys the fold gained (+1) or lost (-1)."""
+    changed: list[tuple[Key, int]] = []
+    for key, offset in parse_commits(body):
+        if offset < 0:
+            if offsets.pop(key, None) is not None:
+                changed.append((key, -1))
+            continue
+        if key not in offsets:
+            changed.append((key, 1))
+        offsets[key] = (offset, phys_offset)
+    return changed
 
 
 class GroupOffsets:
@@ -159,9 +233,7 @@ class GroupOffsets:
         commitlog.truncate_listeners.append(self._on_truncate)
 
     def _apply(self, m: StoredMessage) -> None:
-        changed = fold_commit(self._offsets, m.body, m.phys_offset)
-        if changed is not None:
-            (group, _, _), delta = changed
+        for (group, _, _), delta in fold_commit(self._offsets, m.body, m.phys_offset):
             left = self._groups.get(group, 0) + delta
             if left:
                 self._groups[group] = left

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from tidelog.acl import AclState
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
-from tidelog.broker.offsets import GroupOffsets, commit_message, tombstone_message
+from tidelog.broker.offsets import GroupOffsets, batch_messages, tombstone_message
 from tidelog.broker.shared import SharedSubscriptions
 from tidelog.broker.topics import TopicTable
 from tidelog.clusterauth import require_real_secret
@@ -675,7 +675,8 @@ class Replica:
 
     async def commit_offsets(self, commits: Sequence[tuple[str, str, int, int]]) -> None:
         """Commit each (group, topic, queue, offset) of `commits` in one replicated write: every
-        one is checked first, and one refused refuses them all (nothing is written)."""
+        one is checked first, and one refused refuses them all (nothing is written). Many commits
+        go in few records (`batch_messages`), one write all the same."""
         # Per call, not per commit: which groups are new here, and each queue's offsets (a
         # batch of 500 commits spent most of its CPU asking both again for every commit).
         unknown, held = self.offsets.new_groups(c[0] for c in commits)
@@ -699,7 +700,7 @@ class Replica:
                     f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
                     hint="commit the next offset to consume: at most the queue's max offset",
                 )
-        await self.write([commit_message(*commit) for commit in commits])
+        await self.write(batch_messages(commits))
 
     def _check_group_room(self, held: int, new: int) -> None:
         """GroupLimitReachedError when `new` groups not yet here would take the broker, which

@@ -127,13 +127,17 @@ def check_request(condition: bool, message: str, **details: Any) -> None:
 
 
 def non_empty(field: str, value: str, max_len: int = 255) -> str:
-    check_request(bool(value) and bool(value.strip()), f"{field} must not be empty", field=field)
-    check_request(len(value) <= max_len, f"{field} is longer than {max_len} characters", field=field)
+    # the messages are formatted only for a refusal: these run for every field of every call
+    if not value or not value.strip():
+        raise InvalidArgumentError(f"{field} must not be empty", field=field)
+    if len(value) > max_len:
+        raise InvalidArgumentError(f"{field} is longer than {max_len} characters", field=field)
     return value
 
 
 def non_negative(field: str, value: int) -> int:
-    check_request(value >= 0, f"{field} must not be negative (got {value})", field=field)
+    if value < 0:
+        raise InvalidArgumentError(f"{field} must not be negative (got {value})", field=field)
     return value
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tidelog.broker import sharedstate as ss
 from tidelog.broker.compaction import Live, MetadataFold, carry_plan, copy_message
-from tidelog.broker.offsets import GroupOffsets, commit_message, tombstone_message
+from tidelog.broker.offsets import GroupOffsets, batch_messages, commit_message, tombstone_message
 from tidelog.broker.shared import SharedStates, state_message
 from tidelog.broker.topics import MARKS_TOPIC, TopicTable, decode_mark
 from tidelog.commitlog import CommitLog, Message
@@ -197,6 +197,22 @@ def test_a_tombstone_is_never_copied_and_goes_with_the_commit_it_hides(tmp_path:
         log.close()
 
 
+def test_a_batch_record_carries_only_its_live_commits(tmp_path: Path) -> None:
+    """A record of many commits (`CommitOffsets`) whose commit of one key was superseded: the
+    copy carries the others alone, so the superseded commit does not come back after it."""
+    log = _open(tmp_path)
+    try:
+        _append(log, batch_messages([("g", T, 0, 5), ("g", T, 1, 7), ("h", T, 0, 2)]))
+        _fill(log, 2)
+        _append(log, [commit_message("g", T, 0, 9)])  # supersedes the batch's first commit, kept
+        _round(log)
+        _round(log)
+        assert log.min_offset > 0  # the batch's segment is gone
+        assert [_fetch(log, _table(log, 0), g, q) for g, q in (("g", 0), ("g", 1), ("h", 0))] == [9, 7, 2]
+    finally:
+        log.close()
+
+
 _OPS = st.lists(
     st.one_of(
         st.tuples(
@@ -207,6 +223,14 @@ _OPS = st.lists(
         ),
         st.tuples(
             st.sampled_from(["delete", "unconfirmed-delete"]), st.sampled_from(["g", "h"]), st.integers(0, 1)
+        ),
+        st.tuples(
+            st.sampled_from(["batch", "unconfirmed-batch"]),
+            st.lists(
+                st.tuples(st.sampled_from(["g", "h"]), st.integers(0, 1), st.integers(-1, 9)),
+                min_size=2,
+                max_size=4,
+            ),
         ),
         st.tuples(st.just("fill"), st.integers(1, 2)),
         st.tuples(st.just("round")),
@@ -219,7 +243,8 @@ _OPS = st.lists(
 @given(_OPS)
 def test_any_mix_of_commits_and_rounds_keeps_every_latest_commit(ops: list[tuple[Any, ...]]) -> None:
     """Property: whatever retention deleted, a fresh fold of the log gives each (group, queue)
-    the last offset committed — never an older one, never none — and nothing once deleted."""
+    the last offset committed — never an older one, never none — and nothing once deleted; also
+    when commits share a record (a batch: its superseded commits must not come back with a copy)."""
     want: dict[tuple[str, int], int | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
         log = _open(Path(tmp))
@@ -233,6 +258,12 @@ def test_any_mix_of_commits_and_rounds_keeps_every_latest_commit(ops: list[tuple
                     kind, group, queue = op
                     _append(log, [tombstone_message(group, T, queue)], confirm=kind == "delete")
                     want[(group, queue)] = None
+                elif op[0] in ("batch", "unconfirmed-batch"):
+                    # one record of many commits (a tombstone among them: offset -1)
+                    (msg,) = batch_messages([(g, T, q, o) for g, q, o in op[1]])
+                    _append(log, [msg], confirm=op[0] == "batch")
+                    for g, q, o in op[1]:
+                        want[(g, q)] = None if o < 0 else o
                 elif op[0] == "fill":
                     _fill(log, op[1])
                 else:
