@@ -29,6 +29,7 @@ from tidelog.errors import (
     TidelogError,
     TopicNotFoundError,
     UnavailableError,
+    UnsupportedCallError,
 )
 from tidelog.invariants import present
 from tidelog.proto import broker_pb2 as bpb
@@ -51,6 +52,32 @@ CLOSE_COMMIT_RETRY_S = 0.25
 
 #: A rebalance listener: called with the (broker set, queue) pairs concerned, on the client's loop.
 RebalanceListener = Callable[[list[tuple[str, int]]], None]
+
+
+async def commit_on_master(
+    client: AsyncClient,
+    address: str,
+    group: str,
+    topic: str,
+    commits: Sequence[tuple[tuple[str, int], int]],
+    single_only: set[str],
+) -> None:
+    """Commit ((broker set, queue), offset) of `commits` at the master at `address`: in one
+    `CommitOffsets` call (one replicated write, all or none), or one `CommitOffset` per queue where
+    the master is of a release without it (it answered UNIMPLEMENTED; remembered in
+    `single_only`)."""
+    requests = [
+        bpb.CommitOffsetRequest(group=group, topic=topic, queue=q[1], offset=pos) for q, pos in commits
+    ]
+    if len(requests) > 1 and address not in single_only:
+        try:
+            await client.call_broker(address, "CommitOffsets", bpb.CommitOffsetsRequest(commits=requests))
+            return
+        except UnsupportedCallError:
+            log.info("broker %s does not know CommitOffsets: committing one queue per call", address)
+            single_only.add(address)
+    for request in requests:
+        await client.call_broker(address, "CommitOffset", request)
 
 
 class AsyncConsumer:
@@ -113,6 +140,7 @@ class AsyncConsumer:
         self._version: int | None = None
         self._last_beat = 0.0
         self._last_commit = time.monotonic()
+        self._single_commits: set[str] = set()  # masters that answered UNIMPLEMENTED to CommitOffsets
         self._rr = 0
         self._closed = False
         self._away_until = 0.0  # while the controllers are away: when to try a rebalance again
@@ -424,6 +452,7 @@ class AsyncConsumer:
         if not todo:
             return  # nothing moved: no route lookup (which may wait out an unreachable controller)
         route = await self.client.route(self.topic, need="consume")
+        by_master: dict[str, list[tuple[tuple[str, int], int]]] = {}
         for q in todo:
             pos = self.positions.get(q)
             if pos is None or self._committed.get(q) == pos:
@@ -431,11 +460,11 @@ class AsyncConsumer:
             bs = route.broker_set(q[0])
             if bs is None or not bs.master_address:
                 continue
+            by_master.setdefault(bs.master_address, []).append((q, pos))
+        for address, commits in by_master.items():
             try:
-                await self.client.call_broker(
-                    bs.master_address,
-                    "CommitOffset",
-                    bpb.CommitOffsetRequest(group=self._state, topic=self.topic, queue=q[1], offset=pos),
+                await commit_on_master(
+                    self.client, address, self._state, self.topic, commits, self._single_commits
                 )
             except (
                 NotMasterError,
@@ -443,10 +472,17 @@ class AsyncConsumer:
                 InSyncReplicasNotEnoughError,
                 FlushSlaveTimeoutError,
             ) as exc:
-                log.info("commit of %s/%s queue %s deferred: %s", self.group, self.topic, q, exc)
+                log.info(
+                    "commit of %s/%s queues %s deferred: %s",
+                    self.group,
+                    self.topic,
+                    [q for q, _ in commits],
+                    exc,
+                )
                 self.client.forget_route(self.topic)
                 continue
-            self._committed[q] = pos
+            for q, pos in commits:
+                self._committed[q] = pos
 
     async def close(self) -> None:
         """Commit and release every queue this member holds, then leave the group: the members

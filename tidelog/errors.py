@@ -97,6 +97,15 @@ class UnavailableError(TidelogError):
     retryable = True
 
 
+@_register
+class UnsupportedCallError(TidelogError):
+    """The server does not know this call: it runs an older release than the caller."""
+
+    code = "UNIMPLEMENTED"
+    status = "UNIMPLEMENTED"
+    hint = "upgrade the server to the caller's release (a client may fall back to an older call)"
+
+
 # --- storage (commitlog) ------------------------------------------------------------------
 
 

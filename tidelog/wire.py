@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from tidelog.errors import InvalidArgumentError, TidelogError, UnavailableError, by_code
+from tidelog.errors import InvalidArgumentError, TidelogError, UnavailableError, UnsupportedCallError, by_code
 from tidelog.invariants import stop_if_violated
 
 log = logging.getLogger(__name__)
@@ -186,6 +186,8 @@ def error_from_rpc(err: grpc.aio.AioRpcError | grpc.RpcError) -> TidelogError:
         details["leader"] = md[LEADER_KEY]
     if code:
         return _instantiate(by_code(code), message, details)
+    if status == grpc.StatusCode.UNIMPLEMENTED:
+        return UnsupportedCallError(message)  # gRPC's own answer for a method the server lacks
     if status in _UNREACHABLE:
         # the error's own code already says UNAVAILABLE; name other statuses (deadline, cancelled)
         return UnavailableError(
