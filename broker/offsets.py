@@ -120,9 +120,16 @@ def tombstone_message(group: str, topic: str, queue: int) -> Message:
 # commits: 1.6 s). Anything else (escapes, spaces, other key orders) takes the decoder.
 _STRING = rb'"([^"\\\x00-\x1f]*)"'  # no quote, escape or control character (JSON allows none raw)
 _INT = rb"(-?(?:0|[1-9][0-9]*))"
-_COMPACT = re.compile(
-    rb'\{"g":' + _STRING + rb',"t":' + _STRING + rb',"q":' + _INT + rb',"o":' + _INT + rb"\}"
-)
+
+
+def _commit_pattern(string: bytes, integer: bytes) -> bytes:
+    return rb'\{"g":' + string + rb',"t":' + string + rb',"q":' + integer + rb',"o":' + integer + rb"\}"
+
+
+_COMPACT = re.compile(_commit_pattern(_STRING, _INT))
+# ... and a batch of such commits (`batch_messages`), checked whole (no groups: one scan takes them)
+_ONE = _commit_pattern(_STRING.replace(b"(", b"(?:"), _INT.replace(b"(-", b"(?:-"))
+_COMPACT_BATCH = re.compile(rb"\[" + _ONE + rb"(?:," + _ONE + rb")*\]")
 # ... and the end of a commit that is not a tombstone: whatever precedes it, its last "o" (the one
 # a JSON decoder keeps) is not negative, or the body is not JSON at all
 _NOT_TOMBSTONE_END = re.compile(rb',"o":[0-9]+\}\Z')
@@ -161,26 +168,14 @@ def parse_commits(body: bytes) -> list[tuple[Key, int]]:
     if body[:1] != b"[":
         one = parse_commit(body)
         return [] if one is None else [one]
-    # as `parse_commit`: commits as `commit_body` writes them without the decoder
-    end = len(body) - 1
-    if body[end:] != b"]":
-        return []
-    found: list[tuple[Key, int]] = []
-    pos = 1
-    while pos < end:
-        m = _COMPACT.match(body, pos, end)
-        if m is None:
-            return _decoded_batch(body)
-        try:
-            found.append(((m[1].decode(), m[2].decode(), int(m[3])), int(m[4])))
-        except UnicodeDecodeError:
-            return []  # not JSON either: JSON text is UTF-8
-        pos = m.end()
-        if pos < end:
-            if body[pos] != 0x2C or pos + 1 == end:  # a comma, and a commit after it
-                return _decoded_batch(body)
-            pos += 1
-    return found
+    # as `parse_commit`: commits as `commit_body` writes them without the decoder, the whole body
+    # checked by one match and its commits taken by one scan (both in C)
+    if _COMPACT_BATCH.fullmatch(body) is None:
+        return _decoded_batch(body)
+    try:
+        return [((g.decode(), t.decode(), int(q)), int(o)) for g, t, q, o in _COMPACT.findall(body)]
+    except UnicodeDecodeError:
+        return []  # not JSON either: JSON text is UTF-8
 
 
 def is_tombstone(body: bytes) -> bool:
