@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import grpc
@@ -276,7 +276,8 @@ class BrokerServer:
                 raise ConfigError(f"{self.cfg.data_dir}: {exc.message}", hint=exc.hint) from exc
             except TidelogError as exc:
                 log.warning("registration with the controller failed (%s); retrying", exc)
-                await asyncio.sleep(1.0)
+                with contextlib.suppress(TimeoutError):
+                    await within(self._stopping.wait(), 1.0)
                 continue
             if (self.ident.broker_id, self.ident.cluster_id) != (reply.broker_id, reply.cluster_id):
                 self.ident = identity.Identity(
@@ -452,7 +453,8 @@ class BrokerServer:
         await self.start()
         gcpolicy.after_start(str(self.replica.ctx))
         try:
-            await self.register()
+            if not await self._until_stopped(self.register()):
+                return False  # stopped while still registering (an unreachable controller)
             beats = asyncio.ensure_future(self.heartbeat_loop())
             retention = asyncio.ensure_future(self.retention.run(self._stopping))
             scrub = asyncio.ensure_future(self.scrubber.run(self._stopping))
@@ -472,6 +474,19 @@ class BrokerServer:
                 )
             await self.stop()
         return self._store_failed.is_set() and not self._stopping.is_set()
+
+    async def _until_stopped(self, work: Awaitable[None]) -> bool:
+        """Run `work` unless a stop comes first, which cancels it: False then. A registration
+        attempt against an unreachable controller takes seconds, and SIGTERM must not wait it out."""
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            await cancel_and_wait(stopping)
+            task.result()  # its error (a refused identity) stops the broker as before
+            return True
+        await cancel_and_wait(task, stopping)
+        return False
 
     async def _checkpoint_offsets(self) -> None:
         interval_ms = self.cfg.offsets_checkpoint_interval_ms

@@ -247,10 +247,8 @@ def test_wiped_replica_does_not_make_recovery_close_short(
                 early_end = None
         if early_end is not None:
             assert early_end >= w.acked()[-1], f"recovery closed at {early_end}, below an acknowledged entry"
-        # Killed rather than stopped: it holds nothing to save, and a broker still retrying its
-        # registration with an unreachable controller acts on SIGTERM only between attempts
-        # (seconds apart).
-        c.bs.procs[m].kill9()
+        # stopped while it still retries its registration with the unreachable controller
+        assert c.bs.procs[m].stop(timeout=10) == 0
         cfg.write_text(good)
     c.bs.procs[m].start()
     end, entries = _recover(c.controllers, w.ledger_id(), attempts_s=90)
