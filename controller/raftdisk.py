@@ -13,12 +13,19 @@ instead of its file journal, which syncs every change of the log before it retur
 PySyncObj answers an append, counts an entry as its own or applies it; stores the term and the vote
 with `tidelog.private.write_private` (the data and the directory synced); and replaces a snapshot
 (its own or one a leader sent) only once the new file is synced, syncing the directory after.
+PySyncObj writes a log compaction's snapshot, then, a tick later, cuts the journal below the
+snapshot's last entry. At a start it keeps the journal only if it begins with the snapshot's last
+two entries, and otherwise clears it to them: a node stopped between the two steps lost every
+entry after the snapshot, committed ones too. `install()` has the start first cut such a journal
+to the snapshot (`align_journal`), as the compaction would have, so those entries stay.
+
 Left as PySyncObj has it: the journal's records carry no checksum, so a record torn by a power
 loss in the middle of a sync is read back as it lies.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -28,6 +35,8 @@ from pysyncobj import syncobj as psyncobj
 
 from tidelog.commitlog.epochs import fsync_dir
 from tidelog.private import write_private
+
+log = logging.getLogger(__name__)
 
 
 class _DurableMeta(pjournal.MetaStorer):  # type: ignore[misc]
@@ -88,7 +97,53 @@ def durable_replace(tmp: str, path: str) -> None:
     fsync_dir(os.path.dirname(path) or ".")
 
 
+Entry = tuple[Any, int, int]  # PySyncObj's journal entry: (command, index, term)
+
+
+def align_journal(journal: Any, before: Entry, last: Entry) -> int:
+    """Cut `journal`'s entries below `before` when it holds the snapshot's last two entries
+    (`before`, `last`) further on than its start: what the compaction that wrote the snapshot
+    would have done. Returns how many entries were cut (0: aligned already, or not this log)."""
+    if len(journal) < 2:
+        return 0
+    k = before[1] - journal[0][1]  # the journal's indexes are consecutive
+    if k <= 0 or k + 1 >= len(journal) or journal[k] != before or journal[k + 1] != last:
+        return 0
+    journal.deleteEntriesTo(k)
+    return k
+
+
+_load_dump = psyncobj.SyncObj._SyncObj__loadDumpFile  # noqa: SLF001 - wrapped by install()
+
+
+def _load_dump_aligned(self: Any, clearJournal: bool) -> None:  # noqa: N803 (PySyncObj's name)
+    """PySyncObj's load of the snapshot at a start, the journal aligned to it first."""
+    if clearJournal:  # a leader's snapshot just received: PySyncObj clears the journal for it
+        return _load_dump(self, clearJournal)  # type: ignore[no-any-return]
+    serializer = self._SyncObj__serializer
+    try:
+        data = serializer.deserialize()
+    except Exception:  # noqa: BLE001 - PySyncObj's own load reports it, reading it again
+        return _load_dump(self, clearJournal)  # type: ignore[no-any-return]
+    journal = self._SyncObj__raftLog
+    cut = align_journal(journal, data[2], data[1])
+    if cut:
+        log.warning(
+            "the Raft journal began %d entries before the snapshot's end (a stop between a "
+            "snapshot and the journal's cut): cut to the snapshot, its %d later entries kept",
+            cut,
+            len(journal) - 2,
+        )
+    serializer.deserialize = lambda: data  # read once: a million ledgers take seconds
+    try:
+        return _load_dump(self, clearJournal)  # type: ignore[no-any-return]
+    finally:
+        del serializer.deserialize
+
+
 def install() -> None:
-    """Have PySyncObj's `SyncObj` use the durable journal and snapshot rename (idempotent)."""
+    """Have PySyncObj's `SyncObj` use the durable journal and snapshot rename, and align the
+    journal to the snapshot at a start (idempotent)."""
     psyncobj.createJournal = _create_journal
     pserializer.atomicReplace = durable_replace
+    psyncobj.SyncObj._SyncObj__loadDumpFile = _load_dump_aligned  # noqa: SLF001
