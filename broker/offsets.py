@@ -86,18 +86,20 @@ def commit_message(group: str, topic: str, queue: int, offset: int) -> Message:
 BATCH_BODY_BYTES = 64 * 1024
 
 
-def batch_messages(commits: Iterable[tuple[str, str, int, int]]) -> list[Message]:
+def batch_messages(
+    commits: Iterable[tuple[str, str, int, int]], max_body: int = BATCH_BODY_BYTES
+) -> list[Message]:
     """The records of many (group, topic, queue, offset) commits: JSON arrays of their bodies,
-    each up to `BATCH_BODY_BYTES` (a single commit as its own body)."""
+    each up to `max_body` bytes (a single commit as its own body)."""
     bodies: list[list[bytes]] = [[]]
-    size = 0
+    size = 1  # the closing bracket
     for commit in commits:
         body = commit_body(*commit)
-        if bodies[-1] and size + len(body) + 1 > BATCH_BODY_BYTES:
+        if bodies[-1] and size + len(body) + 1 > max_body:
             bodies.append([])
-            size = 0
+            size = 1
         bodies[-1].append(body)
-        size += len(body) + 1
+        size += len(body) + 1  # with the bracket or comma before it
     return [
         Message(
             OFFSETS_TOPIC,

@@ -29,12 +29,19 @@ from typing import Any, TypeVar
 from tidelog.acl import AclState
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.ledgers import LedgerReplica
-from tidelog.broker.offsets import GroupOffsets, batch_messages, tombstone_message
+from tidelog.broker.offsets import (
+    BATCH_BODY_BYTES,
+    OFFSETS_TOPIC,
+    GroupOffsets,
+    batch_messages,
+    tombstone_message,
+)
 from tidelog.broker.shared import SharedSubscriptions
 from tidelog.broker.topics import TopicTable
 from tidelog.clusterauth import require_real_secret
 from tidelog.commitlog import CommitLog, Message, Placement, QueueOffsets, StoredMessage
 from tidelog.commitlog.crc import crc32c
+from tidelog.commitlog.record import HEADER_SIZE
 from tidelog.errors import (
     ConfigError,
     CorruptRecordError,
@@ -700,7 +707,9 @@ class Replica:
                     f"offset {offset} is beyond the end of {topic}/{queue} ({offsets.max})",
                     hint="commit the next offset to consume: at most the queue's max offset",
                 )
-        await self.write(batch_messages(commits))
+        # a batch record within the broker's max_message_bytes, however small it is configured
+        room = self.log.max_message_bytes - HEADER_SIZE - len(OFFSETS_TOPIC.encode())
+        await self.write(batch_messages(commits, min(BATCH_BODY_BYTES, room)))
 
     def _check_group_room(self, held: int, new: int) -> None:
         """GroupLimitReachedError when `new` groups not yet here would take the broker, which

@@ -145,3 +145,20 @@ def test_many_groups_commits_in_one_call_are_all_written_or_none(
     wait_until(
         lambda: {k: slave.fetch(k[0], TOPIC, k[1]) for k in want} == want, 10, 0.05, what="the slave's fold"
     )
+
+
+def test_a_call_of_many_commits_fits_a_small_max_message_bytes(
+    broker_cluster: Callable[..., BrokerCluster],
+) -> None:
+    """A call's commits go in records of up to 64 KiB, fewer on a broker whose max_message_bytes
+    is smaller: every commit of the call lands, and survives a restart that folds them again."""
+    bs = broker_cluster(1, max_message_bytes=2048, offsets_checkpoint_interval_ms=0).bs
+    master = bs.clients[bs.wait_master()]
+    master.produce(TOPIC, [b"m"] * 10, queue=0)
+    commits = [(f"group-{i:03d}", TOPIC, 0, i % 11) for i in range(300)]
+    master.commit_many(commits)
+    want = {(g, q): o for g, _, q, o in commits}
+    assert fetched(master, want) == want
+    bs.procs[0].kill9()  # no checkpoint either way: the restart folds the batch records
+    bs.procs[0].start()
+    assert fetched(bs.clients[0], want) == want

@@ -148,11 +148,13 @@ def test_batch_records_hold_every_commit_in_order(commits: list[tuple[str, str, 
             assert _decoded_batch(m.body) == got  # JSON, as the decoder reads it
 
 
-def test_a_big_call_is_split_into_records_of_bounded_size() -> None:
+@pytest.mark.parametrize("max_body", [BATCH_BODY_BYTES, 1000, 120])
+def test_a_big_call_is_split_into_records_of_bounded_size(max_body: int) -> None:
     commits = [(f"group-{i:05d}", "orders", i % 8, i) for i in range(5000)]
-    records = batch_messages(commits)
+    records = batch_messages(commits, max_body)
     assert len(records) > 1
-    assert all(len(m.body) <= BATCH_BODY_BYTES for m in records)
+    assert all(len(m.body) <= max_body for m in records)
+    assert max(len(m.body) for m in records) > max_body - 60  # filled, not one commit each
     assert [c for m in records for c in parse_commits(m.body)] == [((g, t, q), o) for g, t, q, o in commits]
 
 
