@@ -81,7 +81,9 @@ entry of 100 bytes and close it, for `--ledger-seconds`):
   `--recovery-opens` such ledgers, one after another, each by a fresh client: the median and
   the slowest (ms).
 The in-process snapshot dimension above gives the snapshot's cost for more ledgers than fit in a
-run's time.
+run's time. `--ledgers-held N` starts the controller from a snapshot that already holds N closed
+ledgers (written into its data dir before it starts, as a restart would find it), so that the
+restart and the recovery opens above are timed beside a million ledgers.
 
 Fences (a replica's ledger fences, in this process, no cluster: `LedgerIndex` over a log whose
 fence files already hold `--fences` fences, as a replica that recovered that many ledgers still
@@ -134,7 +136,7 @@ from typing import Any
 import grpc
 
 from bench.cluster import SYNC_REPLICATED, BenchCluster
-from tidelog import gcpolicy
+from tidelog import gcpolicy, private
 from tidelog.client.aio import AsyncClient
 from tidelog.invariants import require
 from tidelog.localcluster import wait_until
@@ -633,7 +635,7 @@ async def recovery_open(controllers: str) -> float:
         # no w.close(): leaving this block closes the writer's connections, the ledger stays OPEN
     async with AsyncClient(controllers) as client:
         ledgers = AsyncLedgers(client)
-        await ledgers.list_ledgers()  # connected before the timed part
+        await client.controller.cluster_status()  # connected before the timed part
         started = time.perf_counter()
         r = await ledgers.open_ledger(ledger_id, b"scale", recovery=True)
         took = time.perf_counter() - started
@@ -644,12 +646,18 @@ async def recovery_open(controllers: str) -> float:
         return took
 
 
-def ledgers_dimension(seconds: float, workers: int, opens: int, root: Path) -> list[dict[str, Any]]:
-    with BenchCluster(root / "ledgers", broker_options=dict(SYNC_REPLICATED)) as cluster:
-        cluster.wait_ready("scale-probe", queues=1)
+def ledgers_dimension(
+    seconds: float, workers: int, opens: int, root: Path, held: int = 0
+) -> list[dict[str, Any]]:
+    cluster = BenchCluster(root / "ledgers", broker_options=dict(SYNC_REPLICATED))
+    if held:
+        write_held_snapshot(root / "ledgers" / "controller" / "data" / "c1", held)
+    with cluster:
+        cluster.wait_ready("scale-probe", queues=1, timeout=120)
         done, took = asyncio.run(create_and_close(cluster.controller_address, seconds, workers))
         pid = cluster.pids["controller"]
         row: dict[str, Any] = {
+            "ledgers_held": held,
             "ledgers": done,
             "create_close_per_s": round(done / took),
             "rss_controller_mb": round(rss_mb(pid), 1),
@@ -697,43 +705,80 @@ def fences_dimension(steps: list[int], root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def held_state(topics: int, ledgers: int) -> Any:
+    """A controller state holding `topics` topics of 8 queues on broker-a and `ledgers` closed
+    ledgers of 100 entries on broker-a's replicas 1 and 2 (ids 0..ledgers-1, the id counter
+    past them)."""
+    from tidelog.controller.model import LEDGER_KEY_PREFIX, MetaEntry, Topic
+    from tidelog.controller.state import ControllerState
+    from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
+    from tidelog.ledger.params import COUNTER_KEY
+
+    state = ControllerState()
+    for i in range(topics):
+        name = f"scale-{i:07d}"
+        state.topics[name] = Topic(name, {"broker-a": 8}, created_ms=1_700_000_000_000 + i, generation=i + 1)
+    state.next_topic_generation = topics + 1
+    pw = hash_password(b"secret")
+    for i in range(ledgers):
+        meta = LedgerMetadata(
+            ledger_id=i,
+            broker_set="broker-a",
+            ensemble_size=2,
+            write_quorum=2,
+            ack_quorum=2,
+            ensembles=((0, (1, 2)),),
+            password_hash=pw,
+            state=LedgerState.CLOSED,
+            last_entry_id=99,
+            length=102_400,
+            ctime_ms=1_700_000_000_000 + i,
+        )
+        key = f"{LEDGER_KEY_PREFIX}{i}"
+        state.metadata[key] = MetaEntry(key, meta.encode(), 3, 1_700_000_000_000 + i)
+    if ledgers:
+        state.metadata[COUNTER_KEY] = MetaEntry(
+            COUNTER_KEY, str(ledgers).encode("ascii"), 1, 1_700_000_000_000
+        )
+    return state
+
+
+def write_held_snapshot(node_dir: Path, ledgers: int) -> None:
+    """A controller node's snapshot file holding `ledgers` closed ledgers, in PySyncObj's format
+    (gzip of the pickled consumers' data and the last two entries it covers), for the node to
+    start from as after a restart (controller/raft.py `_deserialize`)."""
+    import gzip
+
+    from pysyncobj import pickle as pysyncobj_pickle
+
+    from tidelog.controller import snapshot
+    from tidelog.controller.raft import SNAPSHOT_FORMAT
+
+    state = held_state(0, ledgers)
+    with gcpolicy.paused():
+        packed = snapshot.pack(state.to_dict())
+    private.private_dir(node_dir)  # the controller refuses a data dir others can read
+    for d in (node_dir.parent, node_dir):
+        d.chmod(0o700)
+    data = ([{}, {"format": SNAPSHOT_FORMAT, "packed": packed}], (b"", 2, 1), (b"", 1, 1), set())
+    path = node_dir / "raft.snapshot"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        pysyncobj_pickle.dump(data, f)
+    path.chmod(0o600)
+
+
 def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[dict[str, Any]]:
     import gzip
     import pickle
     import tracemalloc
 
     from tidelog.controller import snapshot
-    from tidelog.controller.model import LEDGER_KEY_PREFIX, MetaEntry, Topic
     from tidelog.controller.state import ControllerState
-    from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
 
     rows: list[dict[str, Any]] = []
     for topics, ledgers in zip(topic_steps, ledger_steps, strict=True):
         tracemalloc.start()
-        state = ControllerState()
-        for i in range(topics):
-            name = f"scale-{i:07d}"
-            state.topics[name] = Topic(
-                name, {"broker-a": 8}, created_ms=1_700_000_000_000 + i, generation=i + 1
-            )
-        state.next_topic_generation = topics + 1
-        pw = hash_password(b"secret")
-        for i in range(ledgers):
-            meta = LedgerMetadata(
-                ledger_id=i,
-                broker_set="broker-a",
-                ensemble_size=2,
-                write_quorum=2,
-                ack_quorum=2,
-                ensembles=((0, (1, 2)),),
-                password_hash=pw,
-                state=LedgerState.CLOSED,
-                last_entry_id=99,
-                length=102_400,
-                ctime_ms=1_700_000_000_000 + i,
-            )
-            key = f"{LEDGER_KEY_PREFIX}{i}"
-            state.metadata[key] = MetaEntry(key, meta.encode(), 3, 1_700_000_000_000 + i)
+        state = held_state(topics, ledgers)
         heap = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
         with gcpolicy.paused():  # as the Raft node's _serialize and _deserialize (controller/raft.py)
@@ -1021,7 +1066,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             sorted(_ints(args.commit_rates)), args.seconds, args.commit_batch, root
         ),
         "ledgers": lambda: ledgers_dimension(
-            args.ledger_seconds, args.ledger_workers, args.recovery_opens, root
+            args.ledger_seconds, args.ledger_workers, args.recovery_opens, root, args.ledgers_held
         ),
         "fences": lambda: fences_dimension(sorted(_ints(args.fences)), root),
         "snapshot": lambda: snapshot_dimension(_ints(args.snap_topics), _ints(args.ledgers)),
@@ -1071,6 +1116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledger-workers", type=int, default=32, help="ledgers: concurrent creators")
     parser.add_argument(
         "--recovery-opens", type=int, default=5, help="ledgers: recovery opens timed (median, max)"
+    )
+    parser.add_argument(
+        "--ledgers-held", type=int, default=0, help="ledgers: closed ledgers the controller starts with"
     )
     parser.add_argument(
         "--only",

@@ -93,6 +93,7 @@ def meta_create(s: StateData, c: MetaCreate) -> Outcome:
         _check_ledger_create(c.key, value)
     e = MetaEntry(key=c.key, value=value, version=1, modified_ms=c.now_ms)
     s.metadata[c.key] = e
+    s.meta_changes.note(c.key)
     return Result(value=e, changed=True), None
 
 
@@ -107,6 +108,7 @@ def meta_cas(s: StateData, c: MetaCompareAndSet) -> Outcome:
         check_ledger_update(c.key, cur.value, value)
     e = MetaEntry(key=c.key, value=value, version=cur.version + 1, modified_ms=c.now_ms)
     s.metadata[c.key] = e
+    s.meta_changes.note(c.key)
     return Result(value=e, changed=True), None
 
 
@@ -119,4 +121,5 @@ def meta_delete(s: StateData, c: MetaDelete) -> Outcome:
     if c.key.startswith(LEDGER_KEY_PREFIX):
         check_ledger_proof(c.key, cur.value, c.ledger_password_hash, "delete")
     del s.metadata[c.key]
+    s.meta_changes.note(c.key)
     return Result(changed=True), None

@@ -8,6 +8,7 @@ entries, the routes read from them, and ``StateData``, the container ``Controlle
 
 from __future__ import annotations
 
+import collections
 import re
 from dataclasses import dataclass
 
@@ -113,6 +114,35 @@ class Route:
     brokers: tuple[QueueRoute, ...]  # ascending broker set name
 
 
+class MetaChanges:
+    """The metadata keys changed lately, in order, each with a serial number: what a reader of
+    the metadata (the leader's placement audit, controller/ledgerview.py) needs to look at again,
+    rather than every key. Local to a replica's state object, not replicated state: not compared,
+    not in snapshots (a state restored from one starts a new log)."""
+
+    def __init__(self, keep: int = 65536) -> None:
+        self.serial = 0  # of the last change noted
+        self._recent: collections.deque[tuple[int, str]] = collections.deque(maxlen=keep)
+
+    def note(self, key: str) -> None:
+        self.serial += 1
+        self._recent.append((self.serial, key))
+
+    def since(self, serial: int) -> list[str] | None:
+        """The keys changed after change `serial` (a key once per change, latest first); None
+        when more changed than are kept: the reader must look at every key."""
+        if serial == self.serial:
+            return []
+        if serial > self.serial or not self._recent or self._recent[0][0] > serial + 1:
+            return None
+        out = []
+        for number, key in reversed(self._recent):
+            if number <= serial:
+                break
+            out.append(key)
+        return out
+
+
 class StateData:
     """Every field the controller replicates, and one setting every replica must share."""
 
@@ -134,6 +164,7 @@ class StateData:
         self.acl_version = 0
         # Configuration, not state: every replica must be started with the same value.
         self.max_meta_value_bytes = max_meta_value_bytes
+        self.meta_changes = MetaChanges()  # which metadata keys changed (not replicated state)
 
 
 # Commands carry LiveInfo through the Raft log: pickled under the path it had (commands.PICKLED_AS).

@@ -43,6 +43,7 @@ from tidelog.controller import service
 from tidelog.controller import state as st
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.election import elect as choose_master
+from tidelog.controller.ledgerview import LedgerView
 from tidelog.controller.liveness import HeartbeatTable, heartbeat_problem
 from tidelog.controller.metrics import ControllerMetrics
 from tidelog.controller.placement import (
@@ -50,7 +51,6 @@ from tidelog.controller.placement import (
     PlacementMonitor,
     Violation,
     audit,
-    ledger_placements,
     required_datacenters,
 )
 from tidelog.controller.raft import RaftNode
@@ -163,7 +163,7 @@ class ControllerNode:
         self._last_report: dict[tuple[str, int], tuple[int, int]] = {}  # -> (epoch, mono ms)
         self._election_tried: dict[str, int] = {}
         self.placement = PlacementMonitor()
-        self._ledger_cache: dict[str, tuple[int, LedgerPlacement | None]] = {}  # key -> (version, placement)
+        self._ledgers = LedgerView()  # the placement audit's view of the ledgers
         # (mono ms, broker set, ledger metadata key, ((old, new), ...)): re-replications this node made
         self.ledger_repairs: collections.deque[tuple[int, str, str, tuple[tuple[int, int], ...]]] = (
             collections.deque(maxlen=100)
@@ -451,8 +451,8 @@ class ControllerNode:
         with self.raft.read() as state:
             names = set(state.broker_sets) | set(self.cfg.placement)
             alive = {name: self.heartbeats.alive(name, now) for name in names}
-            ledgers = self.ledger_placements(state)
-            violations = audit(state, self.cfg.placement, alive, ledgers)
+            self._ledgers.refresh(state)
+            violations = audit(state, self.cfg.placement, alive, ledger_groups=self._ledgers.groups())
         opened, cleared = self.placement.step(violations, now)
         for v in opened:
             log.warning("placement: %s %s violates %s: %s", v.kind, v.name, v.code, v.reason)
@@ -473,17 +473,10 @@ class ControllerNode:
         return required_datacenters(self.cfg.placement.get(bs.name), bs)
 
     def ledger_placements(self, state: st.ControllerState) -> list[LedgerPlacement]:
-        """`ledger_placements`, decoding only metadata that changed since the last audit (the
-        audit runs every second under the state's read lock, which Raft's apply also takes)."""
-        entries = {e.key: e.version for e in state.list_prefix(st.LEDGER_KEY_PREFIX)}
-        stale = [k for k in entries if self._ledger_cache.get(k, (None,))[0] != entries[k]]
-        if stale:
-            fresh = {lp.key: lp for lp in ledger_placements(state, keys=stale)}
-            for k in stale:
-                self._ledger_cache[k] = (entries[k], fresh.get(k))
-        for k in [k for k in self._ledger_cache if k not in entries]:
-            del self._ledger_cache[k]
-        return [lp for k in sorted(entries) if (lp := self._ledger_cache[k][1]) is not None]
+        """Every ledger's placement, by key, decoding only metadata that changed since the last
+        audit (controller/ledgerview.py); the caller holds the state's read lock."""
+        self._ledgers.complete(state)
+        return self._ledgers.placements()
 
     async def propose_election(
         self, name: str, build: Callable[[int], st.ElectMaster], *, hand_over_to: int | None = None

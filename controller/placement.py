@@ -255,9 +255,13 @@ def audit(
     declared: Mapping[str, Sequence[str]],
     alive: Mapping[str, Mapping[int, LiveInfo]],
     ledgers: Iterable[LedgerPlacement] = (),
+    ledger_groups: Iterable[Iterable[LedgerPlacement]] = (),
 ) -> list[Violation]:
     """Every violation of every broker set and ledger, sorted (an empty list: all is well).
-    A broker set named in ``declared`` that has never registered is NO_REPLICA everywhere."""
+    A broker set named in ``declared`` that has never registered is NO_REPLICA everywhere.
+    ``ledger_groups``: more ledgers, each group alike in broker set, ensemble and replicas
+    (controller/ledgerview.py), so audited alike: one of a group is checked, and the others
+    only when it has a violation."""
     out: list[Violation] = []
     per_set: dict[str, list[Violation]] = {}
     required: dict[str, tuple[str, ...]] = {}
@@ -271,6 +275,17 @@ def audit(
         bs = state.broker_sets.get(ledger.broker_set)
         req = required.get(ledger.broker_set, ())
         out.extend(audit_ledger(ledger, bs, req, per_set.get(ledger.broker_set, [])))
+    for group in ledger_groups:
+        first = next(iter(group), None)
+        if first is None:
+            continue
+        bs = state.broker_sets.get(first.broker_set)
+        req = required.get(first.broker_set, ())
+        set_violations = per_set.get(first.broker_set, [])
+        if not audit_ledger(first, bs, req, set_violations):
+            continue  # what is read of them is the same: none of them has a violation
+        for ledger in group:
+            out.extend(audit_ledger(ledger, bs, req, set_violations))
     return sorted(out)
 
 

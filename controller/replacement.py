@@ -86,6 +86,7 @@ def replace_ledger_replicas(s: StateData, c: ReplaceLedgerReplicas) -> Outcome:
             updates.append(entry)
     for e in updates:  # only after every ledger checked out: a refusal changes nothing
         s.metadata[e.key] = e
+        s.meta_changes.note(e.key)
     return Result(
         value=[e.key for e in updates],
         changed=bool(updates),

@@ -17,6 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidelog.controller.ledgerview import LedgerView
+from tidelog.controller.model import MetaChanges
 from tidelog.controller.placement import (
     BROKER_SET,
     LEDGER,
@@ -37,13 +39,15 @@ from tidelog.controller.state import (
     ControllerState,
     LiveInfo,
     Member,
+    MetaCompareAndSet,
     MetaCreate,
+    MetaDelete,
     MetaEntry,
     ReplaceLedgerReplicas,
     Result,
 )
 from tidelog.ledger.client import ledger_key
-from tidelog.ledger.metadata import LedgerMetadata, new_ledger_metadata
+from tidelog.ledger.metadata import LedgerMetadata, hash_password, new_ledger_metadata
 
 SET = "broker-a"
 TWO_DCS = ("dc-a", "dc-b")
@@ -782,3 +786,89 @@ def test_p7_no_master_or_no_other_live_in_sync_replica_is_refused_unless_forced(
     assert "no other in-sync replica" in (decommission_problem(bs, 2, TWO_DCS, alive={2}) or "")
     assert decommission_problem(bs, 2, TWO_DCS, alive={1, 2, 3}) is None  # broker 3 keeps dc-b in sync
     assert decommission_problem(bs, 2, TWO_DCS, alive={2}, force=True) is None
+
+
+# --- the leader's incremental view of the ledgers (controller/ledgerview.py) ------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40),
+            st.sampled_from([SET, "broker-b", "broker-z"]),
+            st.lists(st.sampled_from([1, 2, 3, 4, 9]), min_size=1, max_size=3, unique=True),
+        ),
+        max_size=25,
+        unique_by=lambda t: t[0],
+    ),
+    st.sets(st.sampled_from([1, 2, 3, 4])),
+    st.sets(st.sampled_from([1, 2, 3, 4]), min_size=1),
+)
+def test_grouped_ledgers_are_audited_as_each_ledger_alone(
+    ledgers: list[tuple[int, str, list[int]]], alive: set[int], sss: set[int]
+) -> None:
+    """Ledgers alike in broker set, ensemble and replicas checked once per group give the very
+    violations of checking each: same codes, same ledgers, same reasons."""
+    state = state_of(
+        broker_set({1: "dc-a", 2: "dc-b", 3: "dc-a", 4: "dc-b"}, 1, sss),
+        broker_set({1: "dc-a", 2: "dc-a", 3: "dc-b"}, 2, {2}, name="broker-b"),
+    )
+    for ledger_id, name, replicas in ledgers:
+        _store(state, ledger_id, replicas, name)
+    declared = {SET: TWO_DCS}
+    health = {SET: live(dict.fromkeys(alive, 0)), "broker-b": live({2: 0})}
+    view = LedgerView()
+    view.complete(state)
+    flat = audit(state, declared, health, ledger_placements(state))
+    assert audit(state, declared, health, ledger_groups=view.groups()) == flat
+    assert view.placements() == list(ledger_placements(state))
+
+
+def test_the_ledger_view_decodes_within_its_budget_and_follows_changes() -> None:
+    state = ControllerState()
+    for ledger_id in range(10):
+        _store(state, ledger_id, (1, 2))
+    view = LedgerView()
+    view.refresh(state, budget=4)
+    assert len(view.placements()) == 4 and view.pending == 6  # the rest at later audits
+    view.refresh(state, budget=4)
+    assert len(view.placements()) == 8
+    view.complete(state)
+    assert view.placements() == list(ledger_placements(state)) and view.pending == 0
+    assert [len(list(g)) for g in view.groups()] == [10]  # all alike: one group
+
+    # a new ensemble for one, one deleted, one created, through the state's commands
+    changed = dataclasses.replace(
+        new_ledger_metadata(4, SET, (1, 2), 1, password=b"pw"), ensembles=((0, (1, 2)), (10, (1, 4)))
+    )
+    pw = hash_password(b"pw")
+    assert state.apply(MetaCompareAndSet(ledger_key(4), changed.encode(), 1, 2, ledger_password_hash=pw)).ok
+    assert state.apply(MetaDelete(ledger_key(7), 1, 2, ledger_password_hash=pw)).ok
+    _store(state, 30, (2, 3))
+    view.complete(state)
+    assert view.placements() == list(ledger_placements(state))
+    assert sorted(len(list(g)) for g in view.groups()) == [1, 1, 8]
+
+    # more changes than the state's log keeps: every key is looked at again
+    state.meta_changes = MetaChanges(keep=2)
+    for ledger_id in (40, 41, 42):
+        _store(state, ledger_id, (1, 3))
+    view.complete(state)
+    assert view.placements() == list(ledger_placements(state))
+
+    other = ControllerState()  # a snapshot loaded: a new state object
+    _store(other, 1, (1, 2))
+    view.refresh(other)
+    assert view.placements() == list(ledger_placements(other))
+
+
+def test_the_metadata_change_log_names_the_keys_since_a_serial() -> None:
+    log = MetaChanges(keep=3)
+    assert log.since(0) == []
+    for key in ("a", "b", "c", "b"):
+        log.note(key)
+    assert log.serial == 4
+    assert log.since(4) == [] and log.since(3) == ["b"] and log.since(1) == ["b", "c", "b"]
+    assert log.since(0) is None  # change 1 is no longer kept
+    assert log.since(9) is None  # a serial from another state
