@@ -218,7 +218,9 @@ class ControllerState(StateData):
         return self.metadata.get(key)
 
     def list_prefix(self, prefix: str) -> list[MetaEntry]:
-        return [self.metadata[k] for k in sorted(self.metadata) if k.startswith(prefix)]
+        # sorted after the filter: a group's member keys beside a million ledgers' sort in
+        # microseconds, not a second
+        return [self.metadata[k] for k in sorted(k for k in self.metadata if k.startswith(prefix))]
 
     # -- invariants and snapshots --
 
