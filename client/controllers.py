@@ -65,6 +65,7 @@ HEDGE_AFTER_S = 0.3
 # A user's call that needs the controllers gives up with CONTROLLER_UNAVAILABLE when none of them
 # has answered anything (not even "not the leader") for this long.
 QUORUM_TIMEOUT_S = 5.0
+META_PAGE = 10_000  # metadata entries asked per MetaList call
 # Once a call found the quorum away, later calls give up after this long until a controller answers
 # again: a consumer's heartbeat or a CLI's second call does not wait the whole QUORUM_TIMEOUT_S again.
 AWAY_QUORUM_TIMEOUT_S = 1.0
@@ -969,8 +970,19 @@ class ControllerClient:
             req.ledger_password = ledger_password
         await self.call("admin", "MetaDelete", req)
 
-    async def meta_list(self, prefix: str = "") -> list[pb.MetaEntry]:
-        return list((await self.call("admin", "MetaList", pb.MetaListRequest(prefix=prefix))).entries)
+    async def meta_list(self, prefix: str = "", page: int = META_PAGE) -> list[pb.MetaEntry]:
+        """Every entry under `prefix`, in key order, asked `page` at a time (a million ledgers'
+        entries in one reply would pass gRPC's message limit). A controller of a release
+        without pages answers all at once, with no next page."""
+        out: list[pb.MetaEntry] = []
+        start_after = ""
+        while True:
+            req = pb.MetaListRequest(prefix=prefix, start_after=start_after, limit=page)
+            reply = await self.call("admin", "MetaList", req)
+            out.extend(reply.entries)
+            if not reply.next_start_after:
+                return out
+            start_after = reply.next_start_after
 
     async def cluster_status(self, address: str | None = None) -> pb.ClusterStatusReply:
         """Status of one node (`address`), or of whichever node answers first."""

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_KEY_LEN = 1024
+MAX_META_PAGE = 100_000  # metadata entries in one MetaList page
 _PERMS = ("rw", "r", "w")
 
 
@@ -974,8 +975,13 @@ class AdminServicer(pb_grpc.ControllerAdminServicer):
         self, request: pb.MetaListRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetaListReply:
         check_request(len(request.prefix) <= MAX_KEY_LEN, f"prefix is longer than {MAX_KEY_LEN} characters")
+        check_request(
+            len(request.start_after) <= MAX_KEY_LEN, f"start_after is longer than {MAX_KEY_LEN} characters"
+        )
+        check_request(0 <= request.limit <= MAX_META_PAGE, f"limit must be in 0..{MAX_META_PAGE} (0: all)")
         with self.node.raft.read() as state:
-            return pb.MetaListReply(entries=[meta_of(e) for e in state.list_prefix(request.prefix)])
+            entries, nxt = state.list_page(request.prefix, request.start_after, request.limit)
+            return pb.MetaListReply(entries=[meta_of(e) for e in entries], next_start_after=nxt)
 
     @rpc
     async def ClusterStatus(

@@ -48,6 +48,7 @@ not ``assert`` statements, so ``python -O`` keeps them.
 from __future__ import annotations
 
 import copy
+import heapq
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -216,6 +217,16 @@ class ControllerState(StateData):
 
     def get_meta(self, key: str) -> MetaEntry | None:
         return self.metadata.get(key)
+
+    def list_page(self, prefix: str, start_after: str, limit: int) -> tuple[list[MetaEntry], str]:
+        """The entries under `prefix` whose keys sort after `start_after`, in key order, at most
+        `limit` of them (0: all), and the key the next page starts after ("": none left). One
+        page costs a pass over the keys, not a sort of all of them."""
+        keys = [k for k in self.metadata if k.startswith(prefix) and k > start_after]
+        if limit <= 0 or len(keys) <= limit:
+            return [self.metadata[k] for k in sorted(keys)], ""
+        page = heapq.nsmallest(limit, keys)
+        return [self.metadata[k] for k in page], page[-1]
 
     def list_prefix(self, prefix: str) -> list[MetaEntry]:
         # sorted after the filter: a group's member keys beside a million ledgers' sort in

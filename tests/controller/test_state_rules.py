@@ -11,6 +11,8 @@ import pickle
 import pickletools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidelog import errors
 from tidelog.controller.state import (
@@ -773,6 +775,28 @@ def test_m_list_prefix_is_sorted() -> None:
     for k in ["ledgers/2", "ledgers/10", "other/1", "ledgers/1"]:
         s.apply(MetaCreate(k, k.encode()))
     assert [e.key for e in s.list_prefix("ledgers/")] == ["ledgers/1", "ledgers/10", "ledgers/2"]
+
+
+@given(
+    st.sets(st.text(alphabet="ab/", min_size=1, max_size=5), max_size=30),
+    st.sampled_from(["", "a", "a/", "b"]),
+    st.integers(0, 7),
+)
+def test_m_pages_of_a_prefix_are_the_whole_listing_in_order(keys: set[str], prefix: str, limit: int) -> None:
+    s = ControllerState()
+    for k in keys:
+        assert s.apply(MetaCreate(k, b"v")).ok
+    got: list[str] = []
+    start_after, pages = "", 0
+    while True:
+        entries, start_after = s.list_page(prefix, start_after, limit)
+        got += [e.key for e in entries]
+        pages += 1
+        assert limit == 0 or len(entries) <= limit
+        if not start_after:
+            break
+    assert got == [e.key for e in s.list_prefix(prefix)]
+    assert pages <= 1 + (len(got) // limit if limit else 0)
 
 
 @pytest.mark.parametrize(

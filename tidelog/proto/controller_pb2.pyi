@@ -562,16 +562,22 @@ class MetaDeleteReply(_message.Message):
     def __init__(self) -> None: ...
 
 class MetaListRequest(_message.Message):
-    __slots__ = ("prefix",)
+    __slots__ = ("prefix", "start_after", "limit")
     PREFIX_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
     prefix: str
-    def __init__(self, prefix: _Optional[str] = ...) -> None: ...
+    start_after: str
+    limit: int
+    def __init__(self, prefix: _Optional[str] = ..., start_after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class MetaListReply(_message.Message):
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "next_start_after")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_START_AFTER_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[MetaEntry]
-    def __init__(self, entries: _Optional[_Iterable[_Union[MetaEntry, _Mapping]]] = ...) -> None: ...
+    next_start_after: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[MetaEntry, _Mapping]]] = ..., next_start_after: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()
