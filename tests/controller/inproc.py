@@ -45,3 +45,16 @@ async def single_node(
         await client.close()
         stop.set()
         await within(task, 15)
+
+
+def compacting(entries: int = 4) -> dict[str, Any]:
+    """`single_node` options of a node that compacts its Raft log every `entries` entries, so
+    that a restart reads the snapshot and then the journal's tail."""
+    nodes = [{"id": "c1", "raft": free_address(), "grpc": free_address()}]
+    return {"nodes": nodes, "raft": {"log_compaction_min_entries": entries}}
+
+
+async def create_keys(client: ControllerClient, count: int) -> None:
+    """Metadata keys k/00, k/01, ... with values v0, v1, ..."""
+    for i in range(count):
+        await client.meta_create(f"k/{i:02d}", f"v{i}".encode())

@@ -9,22 +9,18 @@ from pathlib import Path
 import pytest
 from pysyncobj import syncobj as psyncobj
 
-from tests.controller.inproc import single_node
-from tests.procs import free_address
+from tests.controller.inproc import compacting, create_keys, single_node
 from tidelog.controller.config import parse
 from tidelog.controller.node import ControllerNode
 from tidelog.controller.raftdisk import align_journal
 
 
 def test_restart_restores_state_from_snapshot_and_journal(tmp_path: Path) -> None:
-    nodes = [{"id": "c1", "raft": free_address(), "grpc": free_address()}]
-    # Compact after a handful of entries so the restart must read the snapshot, then the journal tail.
-    opts = {"nodes": nodes, "raft": {"log_compaction_min_entries": 4}}
+    opts = compacting()
 
     async def first_life() -> None:
         async with single_node(tmp_path, **opts) as (_node, client):
-            for i in range(12):
-                await client.meta_create(f"k/{i:02d}", f"v{i}".encode())
+            await create_keys(client, 12)
             await client.register_broker("broker-a", "127.0.0.1:30001", "127.0.0.1:31001", identity="a-1")
             await client.create_topic("orders", {"broker-a": 4})
             await client.meta_cas("k/00", b"changed", 1)
@@ -58,8 +54,7 @@ def test_restart_restores_state_from_snapshot_and_journal(tmp_path: Path) -> Non
 
 
 def test_an_unreadable_snapshot_stops_the_node_instead_of_starting_empty(tmp_path: Path) -> None:
-    nodes = [{"id": "c1", "raft": free_address(), "grpc": free_address()}]
-    opts = {"nodes": nodes, "raft": {"log_compaction_min_entries": 4}}
+    opts = compacting()
 
     async def write() -> None:
         async with single_node(tmp_path, **opts) as (_node, client):
@@ -82,13 +77,11 @@ def test_a_stop_between_a_snapshot_and_the_journals_cut_loses_no_entry(
     stops in between (here: every cut is skipped, as if each time it stopped right there) comes
     back with a journal that starts before the snapshot's end; PySyncObj alone cleared such a
     journal to the snapshot and lost every entry after it (controller/raftdisk.py `align_journal`)."""
-    nodes = [{"id": "c1", "raft": free_address(), "grpc": free_address()}]
-    opts = {"nodes": nodes, "raft": {"log_compaction_min_entries": 4}}
+    opts = compacting()
 
     async def first_life() -> None:
         async with single_node(tmp_path, **opts) as (_node, client):
-            for i in range(12):
-                await client.meta_create(f"k/{i:02d}", f"v{i}".encode())
+            await create_keys(client, 12)
 
     async def second_life() -> list[str]:
         async with single_node(tmp_path, **opts) as (_node, client):

@@ -18,8 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pysyncobj import pickle as pysyncobj_pickle
 
-from tests.controller.inproc import single_node
-from tests.procs import free_address
+from tests.controller.inproc import compacting, create_keys, single_node
 from tidelog.controller import snapshot
 from tidelog.controller.model import MetaEntry, Topic
 from tidelog.controller.raft import _Machine
@@ -71,13 +70,11 @@ def test_both_formats_restore_into_the_machine() -> None:
 
 @pytest.mark.slow
 def test_a_node_restarts_from_a_snapshot_of_the_format_before(tmp_path: Path) -> None:
-    nodes = [{"id": "c1", "raft": free_address(), "grpc": free_address()}]
-    opts = {"nodes": nodes, "raft": {"log_compaction_min_entries": 4}}
+    opts = compacting()
 
     async def first_life() -> None:
         async with single_node(tmp_path, **opts) as (_node, client):
-            for i in range(12):
-                await client.meta_create(f"k/{i:02d}", f"v{i}".encode())
+            await create_keys(client, 12)
 
     asyncio.run(first_life())
     path = tmp_path / "data" / "c1" / "raft.snapshot"
