@@ -16,6 +16,7 @@ A new state object (a snapshot loaded) starts the view over.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 from tidelog.controller.model import LEDGER_KEY_PREFIX, MetaEntry
@@ -102,7 +103,7 @@ class LedgerView:
     def _decode(self, state: ControllerState, budget: int) -> None:
         if not self._pending or budget <= 0:
             return
-        keys = list(self._pending)[:budget]
+        keys = list(itertools.islice(self._pending, budget))  # not a list of every pending key
         for key in keys:
             del self._pending[key]
             self._forget(key)
@@ -113,8 +114,9 @@ class LedgerView:
     def _forget(self, key: str) -> None:
         lp = self._placed.pop(key, None)
         if lp is not None:
-            group = self._groups.get(shape_of(lp))
+            shape = shape_of(lp)
+            group = self._groups.get(shape)
             if group is not None:
                 group.pop(key, None)
                 if not group:
-                    del self._groups[shape_of(lp)]
+                    del self._groups[shape]

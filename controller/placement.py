@@ -50,6 +50,7 @@ returns the ones that opened and cleared since the last step, for the log and ``
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -271,20 +272,19 @@ def audit(
         required[name] = required_datacenters(declared.get(name), bs)
         per_set[name] = audit_broker_set(bs, required[name], alive.get(name, {}))
         out.extend(per_set[name])
-    for ledger in ledgers:
-        bs = state.broker_sets.get(ledger.broker_set)
-        req = required.get(ledger.broker_set, ())
-        out.extend(audit_ledger(ledger, bs, req, per_set.get(ledger.broker_set, [])))
-    for group in ledger_groups:
-        first = next(iter(group), None)
+    for group in itertools.chain(([ledger] for ledger in ledgers), ledger_groups):
+        rest = iter(group)
+        first = next(rest, None)
         if first is None:
             continue
         bs = state.broker_sets.get(first.broker_set)
         req = required.get(first.broker_set, ())
         set_violations = per_set.get(first.broker_set, [])
-        if not audit_ledger(first, bs, req, set_violations):
+        found = audit_ledger(first, bs, req, set_violations)
+        if not found:
             continue  # what is read of them is the same: none of them has a violation
-        for ledger in group:
+        out.extend(found)
+        for ledger in rest:
             out.extend(audit_ledger(ledger, bs, req, set_violations))
     return sorted(out)
 

@@ -221,7 +221,8 @@ class ControllerState(StateData):
     def list_page(self, prefix: str, start_after: str, limit: int) -> tuple[list[MetaEntry], str]:
         """The entries under `prefix` whose keys sort after `start_after`, in key order, at most
         `limit` of them (0: all), and the key the next page starts after ("": none left). One
-        page costs a pass over the keys, not a sort of all of them."""
+        page costs a pass over the keys and a sort of the prefix's only: a group's member keys
+        beside a million ledgers' in microseconds, not a second."""
         keys = [k for k in self.metadata if k.startswith(prefix) and k > start_after]
         if limit <= 0 or len(keys) <= limit:
             return [self.metadata[k] for k in sorted(keys)], ""
@@ -229,9 +230,7 @@ class ControllerState(StateData):
         return [self.metadata[k] for k in page], page[-1]
 
     def list_prefix(self, prefix: str) -> list[MetaEntry]:
-        # sorted after the filter: a group's member keys beside a million ledgers' sort in
-        # microseconds, not a second
-        return [self.metadata[k] for k in sorted(k for k in self.metadata if k.startswith(prefix))]
+        return self.list_page(prefix, "", 0)[0]
 
     # -- invariants and snapshots --
 
