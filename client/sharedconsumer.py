@@ -126,41 +126,32 @@ class AsyncSharedConsumer(AsyncConsumer):
                 break
         if self._buffer or timeout <= 0:
             return self._harvest(max_messages)
-        await self._long_poll(route, every, order, max_messages, timeout)
+        await self._long_poll(route, every, max_messages, timeout)
         return self._harvest(max_messages)
 
     async def _long_poll(
-        self,
-        route: TopicRoute,
-        every: list[tuple[str, int]],
-        order: list[tuple[str, int]],
-        max_messages: int,
-        timeout: float,
+        self, route: TopicRoute, every: list[tuple[str, int]], max_messages: int, timeout: float
     ) -> None:
-        """Wait on the sets of `order` (those without a wait going) for up to `timeout`, until
-        any wait brings messages into the buffer."""
+        """Wait on every set of `every` for up to `timeout`, until a wait brings messages into
+        the buffer. A set with a wait going (an earlier poll's) is waited on as it is; once such
+        a wait ends, empty, at that poll's deadline and maybe at once, its set is asked again,
+        once, for what is left of this poll (it returned in about 10 ms where it was asked to
+        wait)."""
         deadline = time.monotonic() + timeout
-        waited = set(order)  # the sets this poll waits on with its own timeout
-        for q in order:
-            self._waits[q] = asyncio.ensure_future(self._receive(route, q, max_messages, int(timeout * 1000)))
-        while not self._buffer and self._waits:
+        asked: set[tuple[str, int]] = set()  # the sets this poll waits on itself
+        while not self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
+            for q in every:
+                if q not in self._waits and q not in asked:
+                    asked.add(q)
+                    wait_ms = max(1, round(remaining * 1000))
+                    self._waits[q] = asyncio.ensure_future(self._receive(route, q, max_messages, wait_ms))
+            if not self._waits:
+                return
             await asyncio.wait(self._waits.values(), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             self._harvest(0)
-            # A wait an earlier poll left going ends by that poll's deadline, empty, maybe at once:
-            # wait on its set again, once, for what is left of this poll (it returned in about
-            # 10 ms where it was asked to wait).
-            remaining = deadline - time.monotonic()
-            if self._buffer or remaining <= 0:
-                return
-            for q in every:
-                if q not in self._waits and q not in waited:
-                    waited.add(q)
-                    self._waits[q] = asyncio.ensure_future(
-                        self._receive(route, q, max_messages, max(1, int(remaining * 1000)))
-                    )
 
     def _harvest(self, max_messages: int) -> list[ConsumedMessage]:
         """Move what finished waits got into the buffer; return up to `max_messages` of it."""
