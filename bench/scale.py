@@ -709,10 +709,10 @@ def held_state(topics: int, ledgers: int) -> Any:
     """A controller state holding `topics` topics of 8 queues on broker-a and `ledgers` closed
     ledgers of 100 entries on broker-a's replicas 1 and 2 (ids 0..ledgers-1, the id counter
     past them)."""
-    from tidelog.controller.model import LEDGER_KEY_PREFIX, MetaEntry, Topic
+    from tidelog.controller.model import MetaEntry, Topic
     from tidelog.controller.state import ControllerState
     from tidelog.ledger.metadata import LedgerMetadata, LedgerState, hash_password
-    from tidelog.ledger.params import COUNTER_KEY
+    from tidelog.ledger.params import COUNTER_KEY, ledger_key
 
     state = ControllerState()
     for i in range(topics):
@@ -734,7 +734,7 @@ def held_state(topics: int, ledgers: int) -> Any:
             length=102_400,
             ctime_ms=1_700_000_000_000 + i,
         )
-        key = f"{LEDGER_KEY_PREFIX}{i}"
+        key = ledger_key(i)
         state.metadata[key] = MetaEntry(key, meta.encode(), 3, 1_700_000_000_000 + i)
     if ledgers:
         state.metadata[COUNTER_KEY] = MetaEntry(
