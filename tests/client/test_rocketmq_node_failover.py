@@ -83,10 +83,14 @@ def test_a_receive_that_names_no_invisible_duration_gets_the_brokers_setting(
     cluster: tuple[LocalCluster, int],
 ) -> None:
     """The official clients' push consumers name no invisible duration: the endpoint applies its
-    `rocketmq_invisible_ms` (here rf.INVISIBLE_MS), which is what bounds the failover above."""
+    `rocketmq_invisible_ms` (here rf.INVISIBLE_MS), which is what bounds the failover above.
+
+    The topic is in broker-a only: a SimpleConsumer takes a topic's queues in turn, four of one
+    set before the next set's, waiting out a long poll on each empty one, so with queues in both
+    sets the redelivery could wait out broker-b's four polls as well (a gap of 20 s under load)."""
     c, _ = cluster
     endpoint = rc.endpoint(c, "broker-a", "master")
-    rc.create_topic(c, "rmq-default-invisible")
+    rc.create_topic_in(c, "rmq-default-invisible", "broker-a", queues=rc.QUEUES_PER_SET)
     (receipt,) = drive(endpoint, "send", "rmq-default-invisible", "1", "0")["sent"]
     first, second = drive(endpoint, "redeliver", "rmq-default-invisible", "g-default-invisible", "0")[
         "rounds"
