@@ -75,8 +75,11 @@ class BrokerSet:
         return self.members.get(self.master_id) if self.master_id is not None else None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Topic:
+    """Replaced, never changed in place: a snapshot being written holds references to the topics
+    as they were (controller/snapshot.py `capture`). Its `queues` dict is replaced likewise."""
+
     name: str
     queues: dict[str, int]  # broker set name -> queue count
     perm: str = "rw"

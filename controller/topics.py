@@ -13,6 +13,7 @@ that every master still taking writes has seen the tombstone before the new topi
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 
 from tidelog.commitlog.consumequeue import user_topic_problem
@@ -149,7 +150,7 @@ def alter_topic_queues(s: StateData, c: AlterTopicQueues) -> Outcome:
     grown = {**t.queues, **c.queues}
     if grown == t.queues:
         return Result(value=copy.deepcopy(t), message=f"topic {c.name} already has these queues"), None
-    t.queues = dict(sorted(grown.items()))
+    t = s.topics[c.name] = dataclasses.replace(t, queues=dict(sorted(grown.items())))
     return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} now has {t.queues}"), None
 
 
@@ -165,7 +166,7 @@ def alter_topic_retention(s: StateData, c: AlterTopicRetention) -> Outcome:
         raise Reject("TOPIC_NOT_FOUND", f"no topic {c.name}")
     if t.retention_ms == c.retention_ms:
         return Result(value=copy.deepcopy(t), message=f"topic {c.name} already has this retention"), None
-    t.retention_ms = c.retention_ms
+    t = s.topics[c.name] = dataclasses.replace(t, retention_ms=c.retention_ms)
     shown = f"{c.retention_ms} ms" if c.retention_ms else "the brokers' retention"
     return Result(value=copy.deepcopy(t), changed=True, message=f"topic {c.name} retention is {shown}"), None
 
@@ -175,8 +176,7 @@ def delete_topic(s: StateData, c: DeleteTopic) -> Outcome:
     need_nonneg(c.now_ms, "now_ms")
     if c.name not in s.topics:
         raise Reject("TOPIC_NOT_FOUND", f"no topic {c.name}")
-    t = s.topics.pop(c.name)
-    t.deleted_ms = c.now_ms
+    t = dataclasses.replace(s.topics.pop(c.name), deleted_ms=c.now_ms)
     s.deleted_topics[c.name] = t
     return Result(changed=True, message=f"topic {c.name} deleted"), None
 
