@@ -64,12 +64,11 @@ each `--commit-rates` step for `--seconds`:
 
 Controller snapshot (in this process, no cluster: a `ControllerState` holding `--snap-topics`
 topics of 8 queues and `--ledgers` closed ledgers (their metadata, as `tide` clients create them),
-put through what PySyncObj does with it at a log compaction, in its Raft thread):
-- encode (`ControllerState.to_dict`), pack (`controller/snapshot.py`: pickle, zlib level 1), and
-  PySyncObj's pickle and gzip (level 9) times (s), their sum (what the Raft thread spends), and
-  the snapshot's size on disk (MB);
-- restore: gunzip, unpickle, unpack and `ControllerState.from_dict` (s), what a restart or a
-  follower receiving the snapshot pays;
+put through what a controller node does with it at a log compaction, controller/snapshotfile.py):
+- the capture the Raft thread takes (s), the file written from it as the writing thread does,
+  without its rests (s), and the file's size (MB);
+- restore: the file read back into a `ControllerState` (s), what a restart or a follower
+  receiving the snapshot pays;
 - the Python heap the state takes (MB, tracemalloc).
 
 Ledgers (a cluster; `--ledger-workers` tasks each create a ledger (E = WQ = AQ = 2), add one
@@ -84,6 +83,10 @@ The in-process snapshot dimension above gives the snapshot's cost for more ledge
 run's time. `--ledgers-held N` starts the controller from a snapshot that already holds N closed
 ledgers (written into its data dir before it starts, as a restart would find it), so that the
 restart and the recovery opens above are timed beside a million ledgers.
+`--opens-during-compaction S`: then, for S seconds, recovery opens one after another while 4
+creators bring the controller's log to a compaction; from the controller's log, the snapshots
+written meanwhile (the capture's ms in the Raft thread, the write's s beside it), and the opens
+whose time overlapped a write (how many, median and slowest ms), beside the slowest of all.
 
 Fences (a replica's ledger fences, in this process, no cluster: `LedgerIndex` over a log whose
 fence files already hold `--fences` fences, as a replica that recovered that many ledgers still
@@ -123,6 +126,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -647,7 +651,7 @@ async def recovery_open(controllers: str) -> float:
 
 
 def ledgers_dimension(
-    seconds: float, workers: int, opens: int, root: Path, held: int = 0
+    seconds: float, workers: int, opens: int, root: Path, held: int = 0, compaction_seconds: float = 0
 ) -> list[dict[str, Any]]:
     cluster = BenchCluster(root / "ledgers", broker_options=dict(SYNC_REPLICATED))
     if held:
@@ -669,8 +673,52 @@ def ledgers_dimension(
         recovered = [asyncio.run(recovery_open(cluster.controller_address)) * 1000 for _ in range(opens)]
         row["recovery_open_ms"] = round(statistics.median(recovered), 1)
         row["recovery_open_max_ms"] = round(max(recovered), 1)
+        if compaction_seconds:
+            row.update(opens_during_compaction(cluster, compaction_seconds))
     print(json.dumps(row), file=sys.stderr, flush=True)
     return [row]
+
+
+_SNAPSHOT_LINE = re.compile(
+    r"^(\S+ \S+) INFO tidelog\.controller\.snapshotfile .*controller snapshot of entry \d+ written: "
+    r".*captured in (\d+) ms in the Raft thread, written in ([\d.]+) s beside it",
+    re.MULTILINE,
+)
+
+
+def opens_during_compaction(cluster: BenchCluster, seconds: float) -> dict[str, Any]:
+    """Recovery opens one after another for `seconds` while 4 creators make the controller's log
+    grow to its next compaction (controller/snapshotfile.py): the opens whose time overlapped the
+    writing of a snapshot (from the controller's log), their median and slowest (ms)."""
+    import datetime
+    import threading
+
+    load = threading.Thread(
+        target=lambda: asyncio.run(create_and_close(cluster.controller_address, seconds, 4)), daemon=True
+    )
+    load.start()
+    timed: list[tuple[float, float, float]] = []  # (start, end) wall time, ms
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.time()
+        took = asyncio.run(recovery_open(cluster.controller_address))
+        timed.append((started, time.time(), took * 1000))
+    load.join()
+    windows, captures = [], []
+    for stamp, capture_ms, write_s in _SNAPSHOT_LINE.findall(cluster.logs(tail=200_000)):
+        end = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        windows.append((end - float(write_s), end))
+        captures.append(int(capture_ms))
+    during = [ms for a, b, ms in timed if any(a < w1 and b > w0 for w0, w1 in windows)]
+    return {
+        "snapshots_written": len(windows),
+        "snapshot_capture_ms": max(captures, default=None),
+        "snapshot_write_s": round(max((w1 - w0 for w0, w1 in windows), default=0.0), 2),
+        "opens_during_snapshot": len(during),
+        "recovery_open_during_snapshot_ms": round(statistics.median(during), 1) if during else None,
+        "recovery_open_during_snapshot_max_ms": round(max(during), 1) if during else None,
+        "recovery_open_busy_max_ms": round(max(ms for _, _, ms in timed), 1),
+    }
 
 
 def fences_dimension(steps: list[int], root: Path) -> list[dict[str, Any]]:
@@ -744,36 +792,27 @@ def held_state(topics: int, ledgers: int) -> Any:
 
 
 def write_held_snapshot(node_dir: Path, ledgers: int) -> None:
-    """A controller node's snapshot file holding `ledgers` closed ledgers, in PySyncObj's format
-    (gzip of the pickled consumers' data and the last two entries it covers), for the node to
-    start from as after a restart (controller/raft.py `_deserialize`)."""
-    import gzip
-
-    from pysyncobj import pickle as pysyncobj_pickle
-
-    from tidelog.controller import snapshot
-    from tidelog.controller.raft import SNAPSHOT_FORMAT
+    """A controller node's snapshot file holding `ledgers` closed ledgers, as its Raft node writes
+    one (controller/snapshotfile.py), for the node to start from as after a restart."""
+    from tidelog.controller import snapshot, snapshotfile
 
     state = held_state(0, ledgers)
-    with gcpolicy.paused():
-        packed = snapshot.pack(state.to_dict())
     private.private_dir(node_dir)  # the controller refuses a data dir others can read
     for d in (node_dir.parent, node_dir):
         d.chmod(0o700)
-    data = ([{}, {"format": SNAPSHOT_FORMAT, "packed": packed}], (b"", 2, 1), (b"", 1, 1), set())
     path = node_dir / "raft.snapshot"
-    with gzip.open(path, "wb", compresslevel=1) as f:
-        pysyncobj_pickle.dump(data, f)
+    # Raft's part: the last two entries the snapshot covers (command, index, term), no cluster
+    snapshotfile.write(path, ((b"", 2, 1), (b"", 1, 1), set()), snapshot.capture(state))
     path.chmod(0o600)
 
 
 def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[dict[str, Any]]:
-    import gzip
-    import pickle
+    """Per step, a controller state's snapshot as its Raft node takes it (controller/snapshotfile.py):
+    the capture in the Raft thread, the file written beside it, and the restore."""
+    import tempfile
     import tracemalloc
 
-    from tidelog.controller import snapshot
-    from tidelog.controller.state import ControllerState
+    from tidelog.controller import snapshot, snapshotfile
 
     rows: list[dict[str, Any]] = []
     for topics, ledgers in zip(topic_steps, ledger_steps, strict=True):
@@ -781,35 +820,28 @@ def snapshot_dimension(topic_steps: list[int], ledger_steps: list[int]) -> list[
         state = held_state(topics, ledgers)
         heap = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
-        with gcpolicy.paused():  # as the Raft node's _serialize and _deserialize (controller/raft.py)
+        gcpolicy.settle()  # as a controller does with a state it keeps (tidelog/gcpolicy.py)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "raft.snapshot"
             started = time.perf_counter()
-            doc = state.to_dict()
-            encode_s = time.perf_counter() - started
+            captured = snapshot.capture(state)
+            capture_s = time.perf_counter() - started
             started = time.perf_counter()
-            packed = snapshot.pack(doc)
-            pack_s = time.perf_counter() - started
-        started = time.perf_counter()
-        raw = pickle.dumps([{}, {"format": 2, "packed": packed}], protocol=2)  # PySyncObj's pickle
-        pickle_s = time.perf_counter() - started
-        started = time.perf_counter()
-        on_disk = gzip.compress(raw, compresslevel=9)  # PySyncObj's gzip
-        gzip_s = time.perf_counter() - started
-        started = time.perf_counter()
-        outer = pickle.loads(gzip.decompress(on_disk))
-        with gcpolicy.paused():
-            restored = ControllerState.from_dict(snapshot.unpack(outer[1]["packed"]))
-        restore_s = time.perf_counter() - started
-        require(len(restored.topics) == topics and len(restored.metadata) == ledgers, "snapshot round trip")
+            size = snapshotfile.write(path, ((b"", 2, 1), (b"", 1, 1), set()), captured)
+            write_s = time.perf_counter() - started
+            started = time.perf_counter()
+            with gcpolicy.paused():  # as the Raft node's load (controller/raft.py)
+                restored, _ = snapshotfile.read(path, state.max_meta_value_bytes)
+            restore_s = time.perf_counter() - started
+        require(restored == state, "snapshot round trip")
+        del state, captured, restored  # freed now, not inside the next step's timed capture
         row = {
             "topics": topics,
             "ledgers": ledgers,
             "state_heap_mb": round(heap / 1e6, 1),
-            "encode_s": round(encode_s, 2),
-            "pack_s": round(pack_s, 2),
-            "pickle_s": round(pickle_s, 2),
-            "gzip9_s": round(gzip_s, 2),
-            "raft_thread_s": round(encode_s + pack_s + pickle_s + gzip_s, 2),
-            "snapshot_mb": round(len(on_disk) / 1e6, 1),
+            "raft_thread_s": round(capture_s, 3),
+            "write_s": round(write_s, 2),
+            "snapshot_mb": round(size / 1e6, 1),
             "restore_s": round(restore_s, 2),
         }
         rows.append(row)
@@ -1066,7 +1098,12 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             sorted(_ints(args.commit_rates)), args.seconds, args.commit_batch, root
         ),
         "ledgers": lambda: ledgers_dimension(
-            args.ledger_seconds, args.ledger_workers, args.recovery_opens, root, args.ledgers_held
+            args.ledger_seconds,
+            args.ledger_workers,
+            args.recovery_opens,
+            root,
+            args.ledgers_held,
+            args.opens_during_compaction,
         ),
         "fences": lambda: fences_dimension(sorted(_ints(args.fences)), root),
         "snapshot": lambda: snapshot_dimension(_ints(args.snap_topics), _ints(args.ledgers)),
@@ -1119,6 +1156,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--ledgers-held", type=int, default=0, help="ledgers: closed ledgers the controller starts with"
+    )
+    parser.add_argument(
+        "--opens-during-compaction",
+        type=float,
+        default=0.0,
+        help="ledgers: seconds of recovery opens beside creators that bring on a log compaction (0: none)",
     )
     parser.add_argument(
         "--only",

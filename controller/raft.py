@@ -14,10 +14,11 @@ Theory of operation
   `_CommitWake` ends that sleep at once while a node alone has proposals in flight.
 - Reads happen on the asyncio thread while the tick thread may be applying; a lock around apply
   and around `read()` keeps readers from seeing a half-applied command.
-- Snapshots: the state is stored as `ControllerState.to_dict()` (plain data, packed: pickled and
-  zlib-compressed, so PySyncObj's level-9 gzip in this thread finds little to do), not as pickled
-  classes, so a snapshot survives refactors of the state classes. Forking to serialise is off:
-  forking a process that runs gRPC threads is unsafe.
+- Snapshots: the state is stored as plain data (controller/snapshot.py), not as pickled classes,
+  so a snapshot survives refactors of the state classes, and written by a thread of its own
+  through PySyncObj's serializer hooks (controller/snapshotfile.py): the Raft thread only takes
+  a capture of the state, and goes on applying while the file is written. Forking to serialise
+  is off: forking a process that runs gRPC threads is unsafe.
 - The Raft port is authenticated (and encrypted) with the cluster secret via PySyncObj's
   `password`, derived per cluster epoch (`tidelog/clusterepoch.py`): after a forced quorum
   recovery the node's identity file names the new epoch and members, the old majority's nodes
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import logging
 import os
 import threading
@@ -39,13 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException, replicated
-from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.monotonic import monotonic as raft_monotonic
 from pysyncobj.poller import POLL_EVENT_TYPE
 
 from tidelog import gcpolicy, private
 from tidelog.clusterepoch import ClusterIdentity, raft_password
-from tidelog.controller import raftdisk, snapshot
+from tidelog.controller import raftdisk, snapshot, snapshotfile
 from tidelog.controller.config import ControllerConfig
 from tidelog.controller.recover import alone_tuning, load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
@@ -57,11 +56,6 @@ from tidelog.private import private_dir
 from tidelog.tasks import within
 
 log = logging.getLogger(__name__)
-
-# 2: the state's plain data packed (controller/snapshot.py `pack`: pickled, zlib level 1) under
-# "packed"; 1: the plain data itself under "state", which PySyncObj's level-9 gzip took seconds over
-SNAPSHOT_FORMAT = 2
-SNAPSHOT_FORMATS = (1, 2)
 
 _RAFT_STATES = {0: "follower", 1: "candidate", 2: "leader"}
 
@@ -104,30 +98,33 @@ class _Machine(SyncObjConsumer):
         """A no-op a new leader commits to learn that its state has caught up with the log."""
         return token
 
-    def _serialize(self) -> dict[str, Any]:
-        # millions of short-lived plain objects: collections meanwhile would only walk them
-        with gcpolicy.paused():
-            with self.lock:
-                doc = self.state.to_dict()
-            # plain data of its own, no longer the state's: packed without holding up apply or reads
-            return {"format": SNAPSHOT_FORMAT, "packed": snapshot.pack(doc)}
+    def capture(self) -> snapshot.Capture:
+        """The state as it is now, for a snapshot written beside the Raft thread."""
+        with self.lock:
+            return snapshot.capture(self.state)
 
-    def _deserialize(self, data: dict[str, Any]) -> None:
-        try:
-            if not isinstance(data, dict) or data.get("format") not in SNAPSHOT_FORMATS:
-                raise ValueError(f"unsupported controller snapshot format: {data!r:.80}")
-            with gcpolicy.paused():  # a bulk build: a million ledgers' entries, all kept
-                doc = data["state"] if data["format"] == 1 else snapshot.unpack(data["packed"])
-                state = ControllerState.from_dict(doc, max_meta_value_bytes=self.max_meta_value_bytes)
-        except Exception as exc:
-            # PySyncObj would log and carry on with an empty state over a compacted journal: a
-            # replica missing history. Stopping keeps the data dir intact for a human to look at.
-            log.critical("cannot restore the controller snapshot: %s; stopping", exc)
-            logging.shutdown()
-            os._exit(EXIT_INVARIANT_VIOLATED)
+    def restore(self, state: ControllerState) -> None:
+        """Install a state read from a snapshot (at a start, or one a leader sent)."""
         with self.lock:
             self.state = state
             self.topics_changes += 1
+
+
+def _load_or_stop(writer: snapshotfile.SnapshotWriter) -> Callable[[str], snapshotfile.RaftPart]:
+    """`writer.load`, the process stopped when it fails: PySyncObj would log the failure and carry
+    on with an empty state over a compacted journal, a replica missing history. Stopping keeps the
+    data dir intact for a human to look at."""
+
+    def load(path: str) -> snapshotfile.RaftPart:
+        try:
+            with gcpolicy.paused():  # a bulk build: a million ledgers' entries, all kept
+                return writer.load(path)
+        except Exception as exc:  # noqa: BLE001 - any failure means a state we cannot trust
+            log.critical("cannot restore the controller snapshot %s: %s; stopping", path, exc)
+            logging.shutdown()
+            os._exit(EXIT_INVARIANT_VIOLATED)
+
+    return load
 
 
 @dataclass(frozen=True)
@@ -181,19 +178,9 @@ def _check_snapshot(path: Path) -> None:
     PySyncObj logs a failed snapshot load and carries on with an empty state over a journal
     that compaction already cut: a replica silently missing history.
     """
-    if not path.exists():
-        return
     try:
-        with gzip.open(path, "rb") as f:
-            data = pysyncobj_pickle.load(f)
-        consumers = data[0]
-        if not (
-            isinstance(consumers, list)
-            and isinstance(consumers[1], dict)
-            and consumers[1].get("format") in SNAPSHOT_FORMATS
-        ):
-            raise ValueError("not a controller snapshot")
-    except Exception as exc:
+        snapshotfile.check(path)
+    except ValueError as exc:
         raise ValueError(
             f"the controller snapshot {path} is unreadable ({exc}); refusing to start "
             f"with missing history: restore the data dir or remove this node's data dir "
@@ -282,6 +269,13 @@ class RaftNode:
         )
         # a recovered node alone in its cluster leads after one short timeout (recover.alone_tuning)
         tuning = alone_tuning(cfg.raft) if self.identity is not None and not peers else cfg.raft
+        self._machine = _Machine(cfg.max_meta_value_bytes)
+        self._snapshots = snapshotfile.SnapshotWriter(
+            cfg.node_dir / "raft.snapshot",
+            self._machine.capture,
+            self._machine.restore,
+            cfg.max_meta_value_bytes,
+        )
         conf = SyncObjConf(
             # Never unauthenticated: without a password PySyncObj unpickles whatever a peer sends.
             password=raft_password(cfg.secret, self.cluster_epoch),
@@ -290,6 +284,9 @@ class RaftNode:
             journalFile=str(journal),
             fullDumpFile=str(cfg.node_dir / "raft.snapshot"),
             useFork=False,
+            serializer=self._snapshots.serialize,
+            deserializer=_load_or_stop(self._snapshots),
+            serializeChecker=self._snapshots.check,
             raftMinTimeout=tuning.election_min_timeout_ms / 1000,
             raftMaxTimeout=tuning.election_max_timeout_ms / 1000,
             appendEntriesPeriod=tuning.append_entries_period_ms / 1000,
@@ -305,7 +302,6 @@ class RaftNode:
         )
         _check_snapshot(cfg.node_dir / "raft.snapshot")
         raftdisk.install()  # the journal, the vote and the snapshot synced (controller/raftdisk.py)
-        self._machine = _Machine(cfg.max_meta_value_bytes)
         self._obj = SyncObj(cfg.self_node.raft, peers, conf=conf, consumers=[self._machine])
         self._wake = _CommitWake(self._obj)
         self._obj.addOnTickCallback(self._wake.on_tick)
@@ -507,3 +503,4 @@ class RaftNode:
             log.debug("raft destroy failed", exc_info=True)
         else:
             self._wake.close()
+        self._snapshots.wait(10)  # a snapshot being written: ended before its files go

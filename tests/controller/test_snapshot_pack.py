@@ -1,7 +1,7 @@
-"""The controller snapshot as the Raft node stores it (controller/snapshot.py `pack`): the state's
-plain data pickled and compressed before PySyncObj's own level-9 gzip, which spent seconds on
-100,000 topics in the Raft thread; snapshots of the format before (the plain data itself) still
-restore."""
+"""The controller snapshot codec (controller/snapshot.py): `pack`, the form versions before
+controller/snapshotfile.py stored the state in (the plain data pickled and compressed under
+PySyncObj's own gzip), round trips and refuses what it did not write; a node restarts from a
+snapshot file of that earlier kind; the metadata columns round trip through JSON."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 from pysyncobj import pickle as pysyncobj_pickle
 
 from tests.controller.inproc import compacting, create_keys, single_node
-from tidelog.controller import snapshot
+from tidelog.controller import snapshot, snapshotfile
 from tidelog.controller.model import MetaEntry, Topic
-from tidelog.controller.raft import _Machine
 from tidelog.controller.state import ControllerState
 
 
@@ -39,18 +38,6 @@ def test_a_packed_snapshot_restores_the_same_state() -> None:
     assert ControllerState.from_dict(snapshot.unpack(snapshot.pack(s.to_dict()))) == s
 
 
-def test_what_pysyncobj_gzips_is_already_small() -> None:
-    """PySyncObj pickles and gzips what `_serialize` returns: a packed blob, not the plain data
-    (7.4 MB at 100,000 topics), so level 9 has little to do."""
-    machine = _Machine(max_meta_value_bytes=1 << 20)
-    machine.state = big_state()
-    out = machine._serialize()
-    assert out["format"] == 2 and isinstance(out["packed"], bytes)
-    plain = len(pysyncobj_pickle.dumps({"format": 1, "state": machine.state.to_dict()}))
-    # (the plain data is itself more compact since format 4's metadata columns)
-    assert len(pysyncobj_pickle.dumps(out)) * 4 < plain
-
-
 def test_unpack_refuses_what_is_not_a_packed_snapshot() -> None:
     for blob in (b"", b"not zlib", snapshot.pack({"a": 1})[:-3]):
         with pytest.raises(ValueError, match="not a packed controller snapshot"):
@@ -58,14 +45,6 @@ def test_unpack_refuses_what_is_not_a_packed_snapshot() -> None:
 
     with pytest.raises(ValueError, match="not a mapping"):
         snapshot.unpack(zlib.compress(pickle.dumps([1, 2])))
-
-
-def test_both_formats_restore_into_the_machine() -> None:
-    s = big_state(50)
-    for data in ({"format": 1, "state": s.to_dict()}, {"format": 2, "packed": snapshot.pack(s.to_dict())}):
-        machine = _Machine(max_meta_value_bytes=1 << 20)
-        machine._deserialize(data)
-        assert machine.state == s
 
 
 @pytest.mark.slow
@@ -78,12 +57,10 @@ def test_a_node_restarts_from_a_snapshot_of_the_format_before(tmp_path: Path) ->
 
     asyncio.run(first_life())
     path = tmp_path / "data" / "c1" / "raft.snapshot"
-    with gzip.open(path, "rb") as f:
-        data = pysyncobj_pickle.load(f)
-    consumer = data[0][1]
-    assert consumer["format"] == 2
-    # rewritten as the version before wrote it: the plain data itself
-    data[0][1] = {"format": 1, "state": snapshot.unpack(consumer["packed"])}
+    state, (last, before, cluster) = snapshotfile.read(path, 1 << 20)
+    # rewritten as versions before controller/snapshotfile.py wrote it: PySyncObj's gzip of the
+    # pickled consumers' data, format 1 (the plain data itself)
+    data = [[{}, {"format": 1, "state": state.to_dict()}], last, before, cluster]
     with gzip.open(path, "wb") as f:
         pysyncobj_pickle.dump(data, f)
 

@@ -1,0 +1,280 @@
+"""The controller's Raft snapshot file, written by a thread of its own rather than the Raft thread.
+
+PySyncObj writes a log compaction's snapshot in its Raft thread: with a million ledgers that took
+6.6 s, during which the controller applied no command (a ledger's recovery open, an election, a
+SyncStateSet change all waited). Forking to write it, PySyncObj's other way, is unsafe in a
+process running gRPC's threads (the child died of a segmentation fault). Through PySyncObj's
+serializer hooks (`SyncObjConf`'s `serializer`, `deserializer`, `serializeChecker`), this module
+owns the file instead:
+
+- `SnapshotWriter.serialize` runs in the Raft thread when PySyncObj compacts, at the log index the
+  snapshot covers: it captures the state (controller/snapshot.py `capture`: the small fields
+  encoded, references to the rest; tens of milliseconds at a million ledgers) and starts a thread
+  that encodes the capture in pieces into `<snapshot>.writing`, syncing it at the end.
+- `SnapshotWriter.check` runs in the Raft thread at every tick: SERIALIZING while the thread
+  writes; once it is done, the synced file is renamed over the snapshot (the directory synced)
+  and it answers SUCCESS, upon which PySyncObj cuts the journal below the snapshot: the order
+  PySyncObj's own writer has (controller/raftdisk.py aligns a journal left uncut by a stop
+  between the two). A failed write answers FAILED; PySyncObj tries again later.
+- `SnapshotWriter.load` reads a snapshot (at a start, or one a leader sent): this format, or
+  PySyncObj's own (gzip of a pickle) that earlier versions wrote; it restores the machine's state
+  and returns Raft's part (the last two entries the snapshot covers, and the cluster).
+
+PySyncObj renames `<snapshot>.tmp` over the snapshot right after `serialize` returns; `serialize`
+leaves no such file (it removes a stale one), so that rename fails, harmlessly: the status comes
+from `check`.
+
+The file: `MAGIC`, then frames, each a 4-byte big-endian length and the zlib stream (level 1) of
+one pickled piece of plain data: first Raft's part, then the state's pieces (`snapshot.parts`),
+last `{"end": pieces}`. A file without its end frame, or with a frame that does not decode, is
+refused: it is torn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import logging
+import os
+import pickle
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from pysyncobj import pickle as pysyncobj_pickle
+from pysyncobj.config import SERIALIZER_STATE
+
+from tidelog.controller import snapshot
+from tidelog.controller.raftdisk import durable_replace
+from tidelog.controller.state import ControllerState
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"tidelog controller snapshot 1\n"
+_LENGTH = struct.Struct(">I")
+GZIP_MAGIC = b"\x1f\x8b"  # PySyncObj's own format (versions before this file)
+LEGACY_FORMATS = (1, 2)  # the consumer data earlier versions stored: 1 plain, 2 packed
+
+RaftPart = tuple[Any, Any, Any]  # the last entry, the entry before it, the cluster's nodes
+
+
+# Entries per piece, and how long the writing thread rests after each piece, as a share of the
+# time the piece took. A thread that encodes without rest takes the interpreter from the Raft and
+# gRPC threads for a switch interval (5 ms) at each of their turns: a recovery open at a million
+# ledgers took 45 ms while a snapshot was written, 16 ms otherwise (bench/RESULTS.md). Resting as
+# long as it works halves its share, and the write takes twice as long.
+PIECE_ENTRIES = 5_000
+REST_SHARE = 1.0
+
+
+def write(path: Path, raft: RaftPart, capture: snapshot.Capture, rest_share: float = 0.0) -> int:
+    """Write `capture` with Raft's part to `path`, synced; the file's size. With `rest_share`,
+    the caller sleeps that share of each piece's time after it (see REST_SHARE)."""
+    with open(path, "wb") as f:
+        f.write(MAGIC)
+        count = 0
+        _frame(f, {"raft": raft})
+        started = time.perf_counter()
+        for piece in snapshot.parts(capture, PIECE_ENTRIES):
+            _frame(f, piece)
+            count += 1
+            if rest_share:
+                now = time.perf_counter()
+                time.sleep((now - started) * rest_share)
+                started = time.perf_counter()
+        _frame(f, {"end": count})
+        f.flush()
+        os.fsync(f.fileno())
+        return f.tell()
+
+
+def _frame(f: BinaryIO, piece: dict[str, Any]) -> None:
+    blob = zlib.compress(pickle.dumps(piece, protocol=5), 1)
+    f.write(_LENGTH.pack(len(blob)))
+    f.write(blob)
+
+
+def _frames(data: bytes, path: Path) -> Iterator[dict[str, Any]]:
+    """The pieces of a file of this format, the end frame checked; ValueError when torn."""
+    at, count = len(MAGIC), -1
+    while at < len(data):
+        if at + _LENGTH.size > len(data):
+            raise ValueError(f"{path}: torn at byte {at} (a frame's length cut off)")
+        (n,) = _LENGTH.unpack_from(data, at)
+        at += _LENGTH.size
+        if at + n > len(data):
+            raise ValueError(f"{path}: torn at byte {at - _LENGTH.size} (a frame of {n} bytes cut off)")
+        try:
+            piece = pickle.loads(zlib.decompress(data[at : at + n]))
+        except (zlib.error, pickle.UnpicklingError, EOFError) as exc:
+            raise ValueError(
+                f"{path}: the frame at byte {at - _LENGTH.size} does not decode: {exc}"
+            ) from None
+        at += n
+        count += 1
+        if not isinstance(piece, dict):
+            raise ValueError(f"{path}: the frame at byte {at - n - _LENGTH.size} is not a mapping")
+        if "end" in piece:
+            if piece["end"] != count - 1 or at != len(data):
+                raise ValueError(f"{path}: its end frame does not match its {count - 1} pieces")
+            return
+        yield piece
+    raise ValueError(f"{path}: torn (no end frame)")
+
+
+def read(path: Path, max_meta_value_bytes: int) -> tuple[ControllerState, RaftPart]:
+    """The state and Raft's part a snapshot file holds (either format); ValueError when the file
+    is not a whole controller snapshot."""
+    data = path.read_bytes()
+    if data.startswith(GZIP_MAGIC):
+        return _read_legacy(data, path, max_meta_value_bytes)
+    if not data.startswith(MAGIC):
+        raise ValueError(f"{path}: not a controller snapshot")
+    pieces = _frames(data, path)
+    first = next(pieces, None)
+    if first is None or "raft" not in first:
+        raise ValueError(f"{path}: no Raft part first")
+    state = ControllerState(max_meta_value_bytes=max_meta_value_bytes)
+    snapshot.restore_parts(state, pieces)
+    state.check_invariants()
+    return state, tuple(first["raft"])  # type: ignore[return-value]
+
+
+def _read_legacy(data: bytes, path: Path, max_meta_value_bytes: int) -> tuple[ControllerState, RaftPart]:
+    try:
+        whole = pysyncobj_pickle.loads(gzip.decompress(data))
+        consumer = whole[0][1]
+    except Exception as exc:  # noqa: BLE001 - whatever a torn gzip or pickle raises
+        raise ValueError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(consumer, dict) or consumer.get("format") not in LEGACY_FORMATS:
+        raise ValueError(f"{path}: not a controller snapshot")
+    doc = consumer["state"] if consumer["format"] == 1 else snapshot.unpack(consumer["packed"])
+    state = ControllerState.from_dict(doc, max_meta_value_bytes=max_meta_value_bytes)
+    return state, (whole[1], whole[2], whole[3])
+
+
+def check(path: Path) -> None:
+    """ValueError unless `path` (when it exists) is a whole snapshot: every frame there and the
+    end frame last (read, not decoded, for this format; an earlier format is decoded whole)."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data.startswith(GZIP_MAGIC):
+        _read_legacy(data, path, 1 << 62)
+        return
+    if not data.startswith(MAGIC):
+        raise ValueError(f"{path}: not a controller snapshot")
+    at, last = len(MAGIC), b""
+    while at < len(data):
+        if at + _LENGTH.size > len(data):
+            raise ValueError(f"{path}: torn at byte {at}")
+        (n,) = _LENGTH.unpack_from(data, at)
+        if at + _LENGTH.size + n > len(data):
+            raise ValueError(f"{path}: torn at byte {at}")
+        last = data[at + _LENGTH.size : at + _LENGTH.size + n]
+        at += _LENGTH.size + n
+    try:
+        end = pickle.loads(zlib.decompress(last))
+    except (zlib.error, pickle.UnpicklingError, EOFError) as exc:
+        raise ValueError(f"{path}: its last frame does not decode: {exc}") from None
+    if not isinstance(end, dict) or "end" not in end:
+        raise ValueError(f"{path}: torn (no end frame)")
+
+
+class SnapshotWriter:
+    """PySyncObj's serializer hooks (`serialize`, `load`, `check`) over one snapshot path.
+
+    `capture_state` is called in the Raft thread and returns the state's capture (taken under the
+    machine's lock); `restore_state` installs a state read from a snapshot."""
+
+    def __init__(
+        self,
+        path: Path,
+        capture_state: Callable[[], snapshot.Capture],
+        restore_state: Callable[[ControllerState], None],
+        max_meta_value_bytes: int,
+    ) -> None:
+        self.path = path
+        self.writing = path.with_name(path.name + ".writing")
+        self._capture_state = capture_state
+        self._restore_state = restore_state
+        self._max_meta_value_bytes = max_meta_value_bytes
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._outcome: bool | None = None  # the last write's, until `check` reports it
+
+    def serialize(self, tmp_path: str, raft: RaftPart) -> None:
+        """Start writing a snapshot of the state now (Raft thread, at the index `raft` ends at)."""
+        with self._lock:
+            if self._thread is not None:
+                return  # PySyncObj asks only when `check` said NOT_SERIALIZING
+        started = time.monotonic()
+        captured = self._capture_state()
+        took_ms = (time.monotonic() - started) * 1000
+        # PySyncObj renames this over the snapshot once we return: it must not exist
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp_path)
+        thread = threading.Thread(
+            target=self._write, args=(raft, captured, took_ms), name="raft-snapshot", daemon=True
+        )
+        with self._lock:
+            self._thread = thread
+            self._outcome = None
+        thread.start()
+
+    def _write(self, raft: RaftPart, captured: snapshot.Capture, capture_ms: float) -> None:
+        started = time.monotonic()
+        try:
+            size = write(self.writing, raft, captured, REST_SHARE)
+        except Exception:  # noqa: BLE001 - a disk error: reported by `check`, tried again later
+            log.exception("writing the controller snapshot %s failed", self.writing)
+            ok = False
+        else:
+            log.info(
+                "controller snapshot of entry %s written: %d topics, %d metadata entries, %d bytes "
+                "(captured in %.0f ms in the Raft thread, written in %.2f s beside it)",
+                raft[0][1],
+                len(captured.topics),
+                len(captured.metadata),
+                size,
+                capture_ms,
+                time.monotonic() - started,
+            )
+            ok = True
+        with self._lock:
+            self._outcome = ok
+
+    def check(self) -> int:
+        """PySyncObj's serializer status (Raft thread); on a finished write, its file put in place."""
+        with self._lock:
+            if self._thread is None:
+                return SERIALIZER_STATE.NOT_SERIALIZING  # type: ignore[no-any-return]
+            if self._outcome is None:
+                return SERIALIZER_STATE.SERIALIZING  # type: ignore[no-any-return]
+            ok, self._thread, self._outcome = self._outcome, None, None
+        if ok:
+            try:
+                durable_replace(str(self.writing), str(self.path))
+            except OSError:
+                log.exception("putting the controller snapshot %s in place failed", self.writing)
+                ok = False
+        return SERIALIZER_STATE.SUCCESS if ok else SERIALIZER_STATE.FAILED  # type: ignore[no-any-return]
+
+    def load(self, path: str) -> RaftPart:
+        """PySyncObj's deserializer: restore the state a snapshot file holds; Raft's part."""
+        state, raft = read(Path(path), self._max_meta_value_bytes)
+        self._restore_state(state)
+        return raft
+
+    def wait(self, timeout: float) -> bool:
+        """Whether a write under way (if any) ended within `timeout` seconds (for a clean stop)."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
