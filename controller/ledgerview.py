@@ -5,9 +5,13 @@ them all again each time (sorting the keys, decoding each ledger's metadata, che
 against its broker set) took more than the second it had, under the state's lock that Raft's
 apply also takes: the controller stopped answering. This view instead
 - looks again only at the metadata keys that changed since its last refresh (the state's
-  `MetaChanges`), or at every key, without sorting, when more changed than that log keeps;
-- decodes at most `budget` changed ledgers per refresh (a new leader's first audits cover a
-  million ledgers over some seconds rather than stopping for them); `complete` decodes the rest,
+  `MetaChanges`), or at every key, without sorting, when more changed than that log keeps (or
+  it starts over): that scan too goes a slice at a time, `SCAN_KEYS_PER_DECODE` keys per unit
+  of budget, and a key changed meanwhile is looked at again once it ends;
+- decodes at most `budget` changed ledgers per refresh. A new leader's view of a million ledgers
+  fills over some seconds in small refreshes, between which the event loop and Raft's apply go
+  on (the leader loop's `catch_up_ledgers`, a bounded time per tick): one refresh of it all took 1.5 s, and 20,000 decodes at each
+  audit 0.1 to 0.4 s, in which a ledger's recovery open waited. `complete` does the rest at once,
   for the admin calls that must see every ledger (decommission's replacement, repair);
 - groups the ledgers by what the audit reads of them (broker set, ensemble, replicas), so that
   an audit checks one ledger per group and the others only when that one has a violation.
@@ -26,7 +30,20 @@ from tidelog.controller.state import ControllerState
 #: what the audit reads of a ledger besides its name: ledgers alike in it are audited alike
 Shape = tuple[str, tuple[int, ...], tuple[int, ...], bool]
 
-DECODE_BUDGET = 20_000  # ledgers decoded per audit, at most (about a tenth of a second)
+DECODE_BUDGET = 1_000  # ledgers decoded per refresh, at most (about 5 ms)
+SCAN_KEYS_PER_DECODE = 3  # keys a scan looks at per unit of budget (about 2 us each)
+
+
+class _Scan:
+    """A look at every key of a state, a slice at a time: the keys as they were when it started,
+    then the view's keys that were not among them (gone before it started)."""
+
+    def __init__(self, keys: list[str], serial: int) -> None:
+        self.keys = keys
+        self.serial = serial  # the state's last change when the keys were taken
+        self.at = 0
+        self.seen: set[str] = set()
+        self.known: list[str] | None = None  # the view's keys, once `keys` are all looked at
 
 
 def shape_of(lp: LedgerPlacement) -> Shape:
@@ -46,27 +63,40 @@ class LedgerView:
         self._pending: dict[str, MetaEntry] = {}  # key -> entry not decoded yet
         self._placed: dict[str, LedgerPlacement] = {}
         self._groups: dict[Shape, dict[str, LedgerPlacement]] = {}
+        self._scan: _Scan | None = None
 
     def refresh(self, state: ControllerState, budget: int = DECODE_BUDGET) -> None:
-        """Catch up with `state`, decoding at most `budget` changed ledgers; the caller holds the
-        state's read lock."""
+        """Catch up with `state` by at most `budget` units of work (a ledger decoded, or
+        `SCAN_KEYS_PER_DECODE` keys of a scan looked at); the caller holds the state's read lock."""
         if state is not self._state:
             self._reset()  # a snapshot loaded: everything again
             self._state = state
         feed = state.meta_changes
-        keys = feed.since(self._serial) if self._serial >= 0 else None
-        if keys is None:
-            self._scan(state)
-        else:
-            for key in keys:
-                if key.startswith(LEDGER_KEY_PREFIX):
-                    self._look_at(key, state.metadata.get(key))
-        self._serial = feed.serial
+        if self._scan is None:
+            keys = feed.since(self._serial) if self._serial >= 0 else None
+            if keys is None:
+                self._scan = _Scan(list(state.metadata), feed.serial)
+            else:
+                for key in keys:
+                    if key.startswith(LEDGER_KEY_PREFIX):
+                        self._look_at(key, state.metadata.get(key))
+                self._serial = feed.serial
+        if self._scan is not None and self._step_scan(self._scan, state, budget * SCAN_KEYS_PER_DECODE):
+            # what changed while it went is looked at by the next refresh (`since` that serial)
+            self._serial, self._scan = self._scan.serial, None
         self._decode(state, budget)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a scan is under way or changed ledgers wait to be decoded."""
+        return self._scan is not None or bool(self._pending)
+
     def complete(self, state: ControllerState) -> None:
-        """`refresh` with every changed ledger decoded."""
+        """`refresh` until every changed ledger is decoded."""
         self.refresh(state, budget=len(self._pending) + len(state.metadata))
+        # a scan that ended in a refresh leaves what changed meanwhile to the next one
+        while self.busy or self._serial != state.meta_changes.serial:
+            self.refresh(state, budget=len(self._pending) + len(state.metadata))
 
     @property
     def pending(self) -> int:
@@ -81,14 +111,25 @@ class LedgerView:
         """The decoded ledgers, alike (same `Shape`) together, each group non-empty."""
         return [g.values() for g in self._groups.values()]
 
-    def _scan(self, state: ControllerState) -> None:
-        live: set[str] = set()
-        for key, entry in state.metadata.items():
-            if key.startswith(LEDGER_KEY_PREFIX):
-                live.add(key)
-                self._look_at(key, entry)
-        for key in [k for k in self._entries if k not in live]:
-            self._look_at(key, None)
+    def _step_scan(self, scan: _Scan, state: ControllerState, keys: int) -> bool:
+        """Look at up to `keys` more keys of `scan`; whether it has ended."""
+        if scan.known is None:
+            end = min(len(scan.keys), scan.at + keys)
+            for key in itertools.islice(scan.keys, scan.at, end):
+                if key.startswith(LEDGER_KEY_PREFIX):
+                    scan.seen.add(key)
+                    self._look_at(key, state.metadata.get(key))
+            keys -= end - scan.at
+            scan.at = end
+            if scan.at < len(scan.keys):
+                return False
+            scan.known, scan.at = list(self._entries), 0
+        end = min(len(scan.known), scan.at + max(keys, 1))
+        for key in itertools.islice(scan.known, scan.at, end):
+            if key not in scan.seen:
+                self._look_at(key, None)  # gone before the scan started
+        scan.at = end
+        return scan.at >= len(scan.known)
 
     def _look_at(self, key: str, entry: MetaEntry | None) -> None:
         """`key`'s entry is now `entry` (None: deleted)."""

@@ -73,6 +73,13 @@ ELECTION_RETRY_MS = 1_000
 # How often at most a controller moves its state's growth out of the collector's reach
 # (tidelog/gcpolicy.py): a pass over the young generations, a few milliseconds.
 SETTLE_INTERVAL_S = 1.0
+# How long a leader tick spends on the audit's ledger view while it catches up, in refreshes of
+# a few milliseconds each (a slice of a scan, or DECODE_BUDGET decodes) with the event loop and
+# Raft's apply running between them. Without such a bound the catch-up took most of the
+# controller's interpreter for seconds and a recovery open took 340 ms (bench/RESULTS.md); at
+# 40 ms a tick, a new leader's view of a million ledgers fills in about a minute, as when the
+# audit decoded 20,000 a second in one piece.
+CATCH_UP_MS = 40
 
 
 BROKER_SERVICE = "tidelog.controller.v1.ControllerBroker"
@@ -428,6 +435,17 @@ class ControllerNode:
         due = audited is None or now - audited >= self.cfg.placement_audit_interval_ms
         if due and not self.heartbeats.in_grace(now):
             self.audit_placement(now)
+        await self.catch_up_ledgers()
+
+    async def catch_up_ledgers(self, spend_ms: float = CATCH_UP_MS) -> None:
+        """Move the placement audit's view of the ledgers on by small refreshes for about
+        `spend_ms` (controller/ledgerview.py), the event loop and Raft's apply running between
+        them: a new leader's view of a million ledgers fills without stopping either for long."""
+        until = self.mono_ms() + spend_ms
+        while self._ledgers.busy and self.mono_ms() < until:
+            with self.raft.read() as state:
+                self._ledgers.refresh(state)
+            await asyncio.sleep(0)
 
     def _presume_lost(self, now: int) -> None:
         """Tell the heartbeat table which datacenters the forced recovery declared lost (RULES.md L8),

@@ -863,6 +863,83 @@ def test_the_ledger_view_decodes_within_its_budget_and_follows_changes() -> None
     assert view.placements() == list(ledger_placements(other))
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(st.integers(0, 60), max_size=45),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["create", "delete", "move", "refresh", "refresh"]),
+            st.integers(0, 60),
+            st.integers(1, 3),
+        ),
+        max_size=60,
+    ),
+)
+def test_a_view_refreshed_a_slice_at_a_time_ends_as_one_refreshed_whole(
+    initial: set[int], steps: list[tuple[str, int, int]]
+) -> None:
+    """Scans and decodes spread over many small refreshes (budgets of 1 to 3: 3 to 9 keys a
+    slice), with ledgers created, deleted and moved to another ensemble between them and the
+    change log overflowing (a scan again), end in the view that one whole refresh gives: a key
+    changed behind a scan is looked at again, and a key gone before a scan is dropped."""
+    state = ControllerState()
+    # a change log of 3: more changes than that between two refreshes start a scan again
+    state.meta_changes = MetaChanges(keep=3)
+    for ledger_id in sorted(initial):
+        _store(state, ledger_id, (1, 2))
+    pw = hash_password(b"pw")
+    view = LedgerView()
+    for op, ledger_id, budget in steps:
+        key = ledger_key(ledger_id)
+        entry = state.metadata.get(key)
+        if op == "create" and entry is None:
+            _store(state, ledger_id, (2, 3))
+        elif op == "delete" and entry is not None:
+            assert state.apply(MetaDelete(key, entry.version, 2, ledger_password_hash=pw)).ok
+        elif op == "move" and entry is not None:
+            moved = dataclasses.replace(
+                LedgerMetadata.decode(entry.value), ensembles=((0, (1, 2)), (5, (1, 4)))
+            )
+            cas = MetaCompareAndSet(key, moved.encode(), entry.version, 2, ledger_password_hash=pw)
+            assert state.apply(cas).ok
+        elif op == "refresh":  # changes pile up between refreshes, as between leader ticks
+            view.refresh(state, budget=budget)
+    view.complete(state)
+    assert not view.busy
+    assert view.placements() == list(ledger_placements(state))
+    whole = LedgerView()
+    whole.complete(state)
+    assert sorted(sorted(lp.key for lp in g) for g in view.groups()) == sorted(
+        sorted(lp.key for lp in g) for g in whole.groups()
+    )
+
+
+def test_a_scan_in_slices_drops_what_went_before_it_and_looks_again_behind_itself() -> None:
+    state = ControllerState()
+    state.meta_changes = MetaChanges(keep=3)
+    for ledger_id in range(30):
+        _store(state, ledger_id, (1, 2))
+    pw = hash_password(b"pw")
+    view = LedgerView()
+    view.complete(state)
+    # gone before the scan: deleted, then more changes than the log keeps (a scan again)
+    gone = state.metadata[ledger_key(2)]
+    assert state.apply(MetaDelete(ledger_key(2), gone.version, 2, ledger_password_hash=pw)).ok
+    for ledger_id in range(40, 44):
+        _store(state, ledger_id, (1, 2))
+    view.refresh(state, budget=1)  # a slice of 3 keys of the 33 the scan took
+    assert view.busy
+    # behind the scan: a key it has looked at already, deleted, and one created
+    behind = state.metadata[ledger_key(0)]
+    assert state.apply(MetaDelete(ledger_key(0), behind.version, 2, ledger_password_hash=pw)).ok
+    _store(state, 50, (2, 3))
+    while view.busy:
+        view.refresh(state, budget=1)
+    view.refresh(state, budget=1)  # what changed during the scan
+    assert view.placements() == list(ledger_placements(state))
+    assert {0, 2} & {lp.ledger_id for lp in view.placements()} == set()
+
+
 def test_the_metadata_change_log_names_the_keys_since_a_serial() -> None:
     log = MetaChanges(keep=3)
     assert log.since(0) == []
