@@ -1117,6 +1117,24 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return {name: measure() for name, measure in dimensions.items() if args.only in (None, name)}
 
 
+def _ledger_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ledgers dimension's options."""
+    parser.add_argument("--ledger-seconds", type=float, default=60.0, help="ledgers: create-and-close time")
+    parser.add_argument("--ledger-workers", type=int, default=32, help="ledgers: concurrent creators")
+    parser.add_argument(
+        "--recovery-opens", type=int, default=5, help="ledgers: recovery opens timed (median, max)"
+    )
+    parser.add_argument(
+        "--ledgers-held", type=int, default=0, help="ledgers: closed ledgers the controller starts with"
+    )
+    parser.add_argument(
+        "--opens-during-compaction",
+        type=float,
+        default=0.0,
+        help="ledgers: seconds of recovery opens beside creators that bring on a log compaction (0: none)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", default="1000,5000,20000", help="topic counts, one step each")
@@ -1149,20 +1167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fences", default="0,100000,1000000", help="fences held, one step each")
     parser.add_argument("--snap-topics", default="100000,0,0", help="controller snapshot: topics, per step")
     parser.add_argument("--ledgers", default="0,100000,300000", help="controller snapshot: ledgers, per step")
-    parser.add_argument("--ledger-seconds", type=float, default=60.0, help="ledgers: create-and-close time")
-    parser.add_argument("--ledger-workers", type=int, default=32, help="ledgers: concurrent creators")
-    parser.add_argument(
-        "--recovery-opens", type=int, default=5, help="ledgers: recovery opens timed (median, max)"
-    )
-    parser.add_argument(
-        "--ledgers-held", type=int, default=0, help="ledgers: closed ledgers the controller starts with"
-    )
-    parser.add_argument(
-        "--opens-during-compaction",
-        type=float,
-        default=0.0,
-        help="ledgers: seconds of recovery opens beside creators that bring on a log compaction (0: none)",
-    )
+    _ledger_arguments(parser)
     parser.add_argument(
         "--only",
         choices=(

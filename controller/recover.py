@@ -27,7 +27,6 @@ This module is the shell (files, ports, PySyncObj); the rules are `tidelog/clust
 from __future__ import annotations
 
 import asyncio
-import gzip
 import logging
 import os
 import shutil
@@ -281,14 +280,13 @@ def recover(
 
 def _snapshot_index(node_dir: Path) -> int:
     """The last index a stopped node's snapshot covers (0: no snapshot)."""
-    from pysyncobj import pickle as pysyncobj_pickle
+    from tidelog.controller.snapshotfile import read_raft
 
     path = node_dir / SNAPSHOT_FILE
     if not path.exists():
         return 0
-    with gzip.open(path, "rb") as f:
-        data = pysyncobj_pickle.load(f)
-    return int(data[1][1])
+    last, _before, _cluster = read_raft(path)
+    return int(last[1])
 
 
 def _drop_membership_changes(node_dir: Path) -> int:

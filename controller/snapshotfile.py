@@ -144,6 +144,20 @@ def read(path: Path, max_meta_value_bytes: int) -> tuple[ControllerState, RaftPa
     return state, tuple(first["raft"])  # type: ignore[return-value]
 
 
+def read_raft(path: Path) -> RaftPart:
+    """Only Raft's part of a snapshot file (either format): the last two entries it covers and
+    the cluster. This format's first frame is decoded alone; an earlier format is read whole."""
+    data = path.read_bytes()
+    if data.startswith(GZIP_MAGIC):
+        return _read_legacy(data, path, 1 << 62)[1]
+    if not data.startswith(MAGIC):
+        raise ValueError(f"{path}: not a controller snapshot")
+    first = next(_frames(data, path), None)
+    if first is None or "raft" not in first:
+        raise ValueError(f"{path}: no Raft part first")
+    return tuple(first["raft"])  # type: ignore[return-value]
+
+
 def _read_legacy(data: bytes, path: Path, max_meta_value_bytes: int) -> tuple[ControllerState, RaftPart]:
     try:
         whole = pysyncobj_pickle.loads(gzip.decompress(data))

@@ -22,6 +22,7 @@ from tests.controller.inproc import compacting, create_keys, single_node
 from tidelog.controller import snapshot, snapshotfile
 from tidelog.controller.commands import AlterTopicQueues, AlterTopicRetention, CreateTopic, DeleteTopic
 from tidelog.controller.model import BrokerSet, Member, MetaEntry, Topic
+from tidelog.controller.recover import SNAPSHOT_FILE, _snapshot_index
 from tidelog.controller.state import ControllerState
 from tidelog.tasks import within
 
@@ -78,6 +79,23 @@ def test_the_file_holds_the_state_at_the_capture_not_what_applied_after(tmp_path
     restored, raft = snapshotfile.read(tmp_path / "snap", 1 << 20)
     assert restored == before
     assert raft == RAFT
+
+
+def test_raft_part_alone_is_read_from_either_format(tmp_path: Path) -> None:
+    """What the forced recovery reads of a stopped node's snapshot (controller/recover.py)."""
+    path = tmp_path / SNAPSHOT_FILE
+    snapshotfile.write(path, RAFT, snapshot.capture(a_state(3, 3)))
+    assert snapshotfile.read_raft(path) == RAFT
+    assert _snapshot_index(tmp_path) == 7
+    with gzip.open(path, "wb") as f:
+        pysyncobj_pickle.dump(
+            [[{}, {"format": 2, "packed": snapshot.pack(a_state(1, 1).to_dict())}], *RAFT], f
+        )
+    assert snapshotfile.read_raft(path) == RAFT
+    assert _snapshot_index(tmp_path) == 7
+    path.write_bytes(snapshotfile.MAGIC)
+    with pytest.raises(ValueError):
+        snapshotfile.read_raft(path)
 
 
 def test_a_torn_or_damaged_file_is_refused_at_every_byte(tmp_path: Path) -> None:
