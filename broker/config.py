@@ -89,8 +89,9 @@ class BrokerConfig:
     flush_interval_ms: int = 500
     max_message_bytes: int = 4 << 20
     flush_timeout_ms: int = 5000
-    # descriptors all consume queues hold open together; past it the least recently used close
-    cq_max_open_files: int = 1024
+    # descriptors all consume queues hold open together; past it the least recently used close.
+    # Lowered at start to fit the open-file limit, which the broker raises (broker/fdlimit.py).
+    cq_max_open_files: int = 16384
     # replication
     replication: str = "sync"  # "sync": wait for replica acks; "async": answer after the local append
     in_sync_replicas: int = 2

@@ -26,7 +26,7 @@ import grpc
 
 from tidelog import gcpolicy, logs, loops, private, tlsconfig
 from tidelog.acl import AclState, Grant, User
-from tidelog.broker import identity, lookups
+from tidelog.broker import fdlimit, identity, lookups
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.dataport import DataPort
 from tidelog.broker.ledger_service import LedgerService
@@ -73,13 +73,15 @@ class BrokerServer:
         if cfg.tls is not None:
             private.require_private(cfg.tls.key, "TLS key (tls.key)")
         self.ident = identity.load_or_create(cfg.data_dir, cfg.broker_set)
+        # the consume queues' descriptor bound, under an open-file limit raised for it
+        self.cq_max_open_files = fdlimit.fit_cq_bound(cfg.cq_max_open_files)
         self.log = CommitLog.open(
             cfg.data_dir,
             segment_bytes=cfg.segment_bytes,
             flush=cfg.flush,
             flush_interval_ms=cfg.flush_interval_ms,
             max_message_bytes=cfg.max_message_bytes,
-            cq_max_open_files=cfg.cq_max_open_files,
+            cq_max_open_files=self.cq_max_open_files,
         )
         # one certificate for the gRPC, data and HA ports, reloaded on SIGHUP
         self.tls = tlsconfig.ServerTls(cfg.tls) if cfg.tls is not None else None
@@ -507,7 +509,7 @@ class BrokerServer:
                         flush=self.cfg.flush,
                         flush_interval_ms=self.cfg.flush_interval_ms,
                         max_message_bytes=self.cfg.max_message_bytes,
-                        cq_max_open_files=self.cfg.cq_max_open_files,
+                        cq_max_open_files=self.cq_max_open_files,
                     ).close()
                     log.warning("the store in %s recovered: starting over", self.cfg.data_dir)
                     return

@@ -163,7 +163,7 @@ def test_a_busy_queue_is_passed_over_not_waited_for(tmp_path: Path) -> None:
 
 def test_the_broker_key_defaults_to_1024_and_refuses_a_bound_below_16() -> None:
     base = {"broker_set": "a", "data_dir": "/tmp/x", "controllers": "127.0.0.1:1", "secret": "s" * 32}
-    assert broker_config.from_mapping(base).cq_max_open_files == 1024
+    assert broker_config.from_mapping(base).cq_max_open_files == 16384
     assert broker_config.from_mapping({**base, "cq_max_open_files": 64}).cq_max_open_files == 64
     with pytest.raises(ConfigError, match="cq_max_open_files is at least 16"):
         broker_config.from_mapping({**base, "cq_max_open_files": 8})
