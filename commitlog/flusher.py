@@ -9,6 +9,7 @@ durable offset). A failed fdatasync stops the log: the kernel may have dropped t
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 #: Seconds between checkpoint records at least, outside checkpoints of the consume queues and clean
 #: stops (each record is a write and an fdatasync of its own).
 CHECKPOINT_MIN_INTERVAL = 0.05
+#: A checkpoint writes a dirty consume queue only once its oldest unit written to no file is of a
+#: record below the log's end at the checkpoint this many rounds back (`queues.due_split`): a busy
+#: queue writes every CQ_ROUNDS + 1 checkpoints, and recovery scans at most that many intervals.
+CQ_ROUNDS = 2
 
 
 class FlushRequests:
@@ -57,6 +62,8 @@ class Flusher:
         self._thread: threading.Thread | None = None
         self._last_cq_sync = 0.0
         self._last_checkpoint = 0.0
+        # the log's end at the last CQ_ROUNDS checkpoints of the consume queues, oldest first
+        self._cq_ends: collections.deque[int] = collections.deque(maxlen=CQ_ROUNDS)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"flush:{self.core.directory}", daemon=True)
@@ -104,8 +111,9 @@ class Flusher:
 
     def flush_once(self, *, sync_cqs: bool, clean: bool = False, pace: bool = False) -> None:
         """fdatasync every byte appended so far and release its waiters; with `sync_cqs` or
-        `clean`, also write and sync the consume queues; then record the checkpoint (with `pace`,
-        the flusher's own rounds, at most every `CHECKPOINT_MIN_INTERVAL`)."""
+        `clean`, also write and sync the consume queues (with `pace`, the flusher's own rounds,
+        only those due: CQ_ROUNDS); then record the checkpoint (with `pace`, at most every
+        `CHECKPOINT_MIN_INTERVAL`)."""
         core = self.core
         offsets = core.offsets
         with core.flush_lock:
@@ -115,7 +123,13 @@ class Flusher:
                 # the queues with units not in their files yet, taken under the lock so that none
                 # of a record below `target` is missed; written below, outside it (appends go on:
                 # with 10,000 active queues the writes take a tenth of a second)
-                dirty = core.queues.take_dirty() if sync_cqs or clean else None
+                dirty, durable = None, target
+                if clean or (sync_cqs and not pace):  # asked for: every queue
+                    dirty = core.queues.take_dirty()
+                elif sync_cqs:  # the flusher's own round: the queues due (CQ_ROUNDS)
+                    cut = self._cq_ends[0] if len(self._cq_ends) == CQ_ROUNDS else 0
+                    dirty, durable = core.queues.take_due(cut, target)
+                    self._cq_ends.append(target)
             if target > offsets.flushed:
                 size, started = target - offsets.flushed, time.monotonic()
                 core.segments.sync(segs)
@@ -127,9 +141,9 @@ class Flusher:
                     listener(time.monotonic() - started, size)
             if dirty is not None:
                 # consume-queue files are written here, not on every append: the durable offset
-                # only moves once every queue's units below `target` are written and synced
+                # only moves once every queue's units below `durable` are written and synced
                 core.queues.sync(core.queues.write(dirty))
-                offsets.cq_durable = target
+                offsets.cq_durable = durable
                 self._last_cq_sync = time.monotonic()
             if clean or dirty is not None or not pace or self._checkpoint_due():
                 core.write_checkpoint(clean=clean)
