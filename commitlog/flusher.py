@@ -29,6 +29,9 @@ CHECKPOINT_MIN_INTERVAL = 0.05
 #: record below the log's end at the checkpoint this many rounds back (`queues.due_split`): a busy
 #: queue writes every CQ_ROUNDS + 1 checkpoints, and recovery scans at most that many intervals.
 CQ_ROUNDS = 2
+#: ... or once it holds this many units: a busy queue writes every round, as before, and a log of
+#: a few busy queues leaves none behind (its recovery scans one interval, not CQ_ROUNDS + 1)
+CQ_ENOUGH_UNITS = 64
 
 
 class FlushRequests:
@@ -128,7 +131,7 @@ class Flusher:
                     dirty = core.queues.take_dirty()
                 elif sync_cqs:  # the flusher's own round: the queues due (CQ_ROUNDS)
                     cut = self._cq_ends[0] if len(self._cq_ends) == CQ_ROUNDS else 0
-                    dirty, durable = core.queues.take_due(cut, target)
+                    dirty, durable = core.queues.take_due(cut, target, CQ_ENOUGH_UNITS)
                     self._cq_ends.append(target)
             if target > offsets.flushed:
                 size, started = target - offsets.flushed, time.monotonic()

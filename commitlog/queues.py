@@ -46,22 +46,24 @@ class AppendSlot:
 
 
 def due_split(
-    dirty: Iterable[ConsumeQueue], cut: int, target: int
+    dirty: Iterable[ConsumeQueue], cut: int, target: int, enough: int
 ) -> tuple[list[ConsumeQueue], list[ConsumeQueue], int]:
-    """Which dirty queues a checkpoint writes: those holding a unit of a record below `cut` (and
-    those holding none: nothing to keep), and which it leaves for a later one; and the durable
+    """Which dirty queues a checkpoint writes: those holding a unit of a record below `cut` or at
+    least `enough` units (and those holding none: nothing to keep), and which it leaves for a
+    later one; and the durable
     offset after it, `target` lowered to the oldest unit left. A queue whose units all came after
     the last checkpoints waits: with 10,000 queues each receiving a few messages a second, a
     checkpoint every second wrote every queue's file every second, each write a system call and
-    its Python around it (a fifth of a broker's CPU in bench.scale's 10,000-queue run); a queue now
-    writes every few checkpoints, more units at a time, and recovery scans from the oldest unit
-    left (`Flusher`: a few checkpoint intervals of log)."""
+    its Python around it (a fifth of a broker's CPU in bench.scale's 10,000-queue run); such a
+    queue now writes every few checkpoints, more units at a time, and recovery scans from the
+    oldest unit left (`Flusher`: a few checkpoint intervals of log). A queue with `enough` units
+    writes at once, so a log of a few busy queues leaves none behind and recovers as before."""
     taken: list[ConsumeQueue] = []
     left: list[ConsumeQueue] = []
     durable = target
     for cq in dirty:
         oldest = cq.phys[0] if cq.phys else None
-        if oldest is None or oldest < cut:
+        if oldest is None or oldest < cut or len(cq.phys) >= enough:
             taken.append(cq)
         else:
             left.append(cq)
@@ -179,12 +181,12 @@ class QueueIndex:
         taken, self.dirty = self.dirty, set()
         return list(taken)
 
-    def take_due(self, cut: int, target: int) -> tuple[list[ConsumeQueue], int]:
+    def take_due(self, cut: int, target: int, enough: int) -> tuple[list[ConsumeQueue], int]:
         """The dirty queues whose oldest unit not in their files is of a record below `cut`, taken
         (the caller holds the log lock); the others stay dirty. With the offset below which every
         record's unit will then be in the files once the taken queues are written: `target` (the
         log's end now), or the oldest pending unit's record among the queues left (`due_split`)."""
-        taken, left, durable = due_split(self.dirty, cut, target)
+        taken, left, durable = due_split(self.dirty, cut, target, enough)
         self.dirty = set(left)
         return taken, durable
 

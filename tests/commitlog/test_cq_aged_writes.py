@@ -1,5 +1,5 @@
 """A flusher round writes only the consume queues that are due (commitlog/queues.py `due_split`,
-commitlog/flusher.py CQ_ROUNDS): which queues a round takes and what it leaves, the durable
+commitlog/flusher.py CQ_ROUNDS, CQ_ENOUGH_UNITS): which queues a round takes and what it leaves, the durable
 offset it records (never past a unit left in memory), and a crash with queues left unwritten:
 recovery rebuilds them from the log and every message reads back, bytes equal."""
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tidelog.commitlog import CommitLog, Message
 from tidelog.commitlog.checkpoint import CheckpointFile
-from tidelog.commitlog.flusher import CQ_ROUNDS
+from tidelog.commitlog.flusher import CQ_ENOUGH_UNITS, CQ_ROUNDS
 from tidelog.commitlog.queues import due_split
 
 
@@ -24,16 +24,20 @@ class _Queue:
     phys: list[int] = field(default_factory=list)
 
 
-@given(st.lists(st.lists(st.integers(0, 1000), max_size=4), max_size=12), st.integers(0, 1100))
-def test_due_split_takes_what_is_older_than_the_cut_and_keeps_the_rest_durable(
-    pendings: list[list[int]], cut: int
+@given(
+    st.lists(st.lists(st.integers(0, 1000), max_size=6), max_size=12),
+    st.integers(0, 1100),
+    st.integers(1, 7),
+)
+def test_due_split_takes_what_is_old_or_many_and_keeps_the_rest_durable(
+    pendings: list[list[int]], cut: int, enough: int
 ) -> None:
     queues = [_Queue(sorted(p)) for p in pendings]
     target = 1200
-    taken, left, durable = due_split(queues, cut, target)
+    taken, left, durable = due_split(queues, cut, target, enough)
     assert sorted(map(id, taken + left)) == sorted(map(id, queues))
-    assert all(not q.phys or q.phys[0] < cut for q in taken)
-    assert all(q.phys and q.phys[0] >= cut for q in left)
+    assert all(not q.phys or q.phys[0] < cut or len(q.phys) >= enough for q in taken)
+    assert all(q.phys and q.phys[0] >= cut and len(q.phys) < enough for q in left)
     assert durable == min([target] + [q.phys[0] for q in left])
 
 
@@ -77,6 +81,16 @@ for r in range(int(sys.argv[2])):
 print(log._core.offsets.cq_durable, log.max_offset, flush=True)
 os._exit(0)  # a crash: no clean close, some queues' units only in memory
 """
+
+
+def test_a_queue_with_enough_units_is_written_at_once(tmp_path: Path) -> None:
+    log = CommitLog.open(tmp_path, flush_interval_ms=10**6, checkpoint_interval_ms=10**6)
+    try:
+        log.append([Message("busy", 0, b"x")] * CQ_ENOUGH_UNITS + [Message("quiet", 0, b"y")])
+        _round(log)
+        assert _written(tmp_path, "busy") and not _written(tmp_path, "quiet")
+    finally:
+        log.close()
 
 
 def test_after_a_crash_the_queues_left_unwritten_are_rebuilt_from_the_log(tmp_path: Path) -> None:
