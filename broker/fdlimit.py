@@ -22,12 +22,15 @@ log = logging.getLogger(__name__)
 #: descriptors kept for everything but the consume queues: the log's segments and index files,
 #: client, data-port and replication connections, a checkpoint's own
 RESERVE = 1024
+UNLIMITED = 1 << 31  # what `raise_open_files` answers for a soft limit of RLIM_INFINITY
 
 
 def raise_open_files(want: int) -> int:
     """Raise this process's soft limit of open files to `want` (at most the hard limit; never
     lowered); the soft limit after."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:  # no limit (Linux never reports it for open files)
+        return UNLIMITED
     target = want if hard == resource.RLIM_INFINITY else min(want, hard)
     if target > soft:
         try:

@@ -203,7 +203,17 @@ class SnapshotWriter:
     """PySyncObj's serializer hooks (`serialize`, `load`, `check`) over one snapshot path.
 
     `capture_state` is called in the Raft thread and returns the state's capture (taken under the
-    machine's lock); `restore_state` installs a state read from a snapshot."""
+    machine's lock); `restore_state` installs a state read from a snapshot.
+
+    Once `serialize` has returned, PySyncObj serializes nothing more and sends no snapshot to a
+    follower until `check` answers SUCCESS or FAILED, so every path answers one of them: a capture
+    or a thread that fails to start is a FAILED write. A snapshot loaded meanwhile (one a leader
+    sent) makes the write under way stale: its file would put an older state over the one just
+    loaded, with a journal that no longer starts where it ends, so it is dropped (FAILED). After a
+    failed write `check` answers SERIALIZING for `RETRY_AFTER_S` before FAILED, so that a full
+    disk is not written to again at every tick."""
+
+    RETRY_AFTER_S = 10.0
 
     def __init__(
         self,
@@ -211,34 +221,46 @@ class SnapshotWriter:
         capture_state: Callable[[], snapshot.Capture],
         restore_state: Callable[[ControllerState], None],
         max_meta_value_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
         self.writing = path.with_name(path.name + ".writing")
         self._capture_state = capture_state
         self._restore_state = restore_state
         self._max_meta_value_bytes = max_meta_value_bytes
+        self._clock = clock
         self._lock = threading.Lock()
+        self._busy = False  # from `serialize` until `check` reports its outcome
         self._thread: threading.Thread | None = None
-        self._outcome: bool | None = None  # the last write's, until `check` reports it
+        self._outcome: bool | None = None  # the write's, once it ended
+        self._failed_at = 0.0
+        self._generation = 0  # moved by every load: a write begun before one is stale
+        self._write_generation = 0
 
     def serialize(self, tmp_path: str, raft: RaftPart) -> None:
         """Start writing a snapshot of the state now (Raft thread, at the index `raft` ends at)."""
         with self._lock:
-            if self._thread is not None:
+            if self._busy:
                 return  # PySyncObj asks only when `check` said NOT_SERIALIZING
-        started = time.monotonic()
-        captured = self._capture_state()
-        took_ms = (time.monotonic() - started) * 1000
+            self._busy, self._outcome = True, None
+            self._write_generation = self._generation
         # PySyncObj renames this over the snapshot once we return: it must not exist
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp_path)
-        thread = threading.Thread(
-            target=self._write, args=(raft, captured, took_ms), name="raft-snapshot", daemon=True
-        )
+        try:
+            started = self._clock()
+            captured = self._capture_state()
+            took_ms = (self._clock() - started) * 1000
+            thread = threading.Thread(
+                target=self._write, args=(raft, captured, took_ms), name="raft-snapshot", daemon=True
+            )
+            thread.start()
+        except Exception:  # noqa: BLE001 - reported by `check` as a failed write
+            log.exception("starting the controller snapshot of entry %s failed", raft[0][1])
+            self._ended(False)
+            return
         with self._lock:
             self._thread = thread
-            self._outcome = None
-        thread.start()
 
     def _write(self, raft: RaftPart, captured: snapshot.Capture, capture_ms: float) -> None:
         started = time.monotonic()
@@ -246,40 +268,57 @@ class SnapshotWriter:
             size = write(self.writing, raft, captured, REST_SHARE)
         except Exception:  # noqa: BLE001 - a disk error: reported by `check`, tried again later
             log.exception("writing the controller snapshot %s failed", self.writing)
-            ok = False
-        else:
-            log.info(
-                "controller snapshot of entry %s written: %d topics, %d metadata entries, %d bytes "
-                "(captured in %.0f ms in the Raft thread, written in %.2f s beside it)",
-                raft[0][1],
-                len(captured.topics),
-                len(captured.metadata),
-                size,
-                capture_ms,
-                time.monotonic() - started,
-            )
-            ok = True
+            self._ended(False)
+            return
+        log.info(
+            "controller snapshot of entry %s written: %d topics, %d metadata entries, %d bytes "
+            "(captured in %.0f ms in the Raft thread, written in %.2f s beside it)",
+            raft[0][1],
+            len(captured.topics),
+            len(captured.metadata),
+            size,
+            capture_ms,
+            time.monotonic() - started,
+        )
+        self._ended(True)
+
+    def _ended(self, ok: bool) -> None:
         with self._lock:
+            if not ok:
+                self._failed_at = self._clock()
             self._outcome = ok
 
     def check(self) -> int:
         """PySyncObj's serializer status (Raft thread); on a finished write, its file put in place."""
         with self._lock:
-            if self._thread is None:
+            if not self._busy:
                 return SERIALIZER_STATE.NOT_SERIALIZING  # type: ignore[no-any-return]
-            if self._outcome is None:
+            ok = self._outcome
+            if ok is None or (not ok and self._clock() - self._failed_at < self.RETRY_AFTER_S):
                 return SERIALIZER_STATE.SERIALIZING  # type: ignore[no-any-return]
-            ok, self._thread, self._outcome = self._outcome, None, None
+            if ok and self._write_generation != self._generation:
+                # `load` and `check` both run in the Raft thread: no load comes between this and
+                # the rename below
+                log.warning("a snapshot was loaded while one was written: the written one is dropped")
+                ok = False
         if ok:
             try:
                 durable_replace(str(self.writing), str(self.path))
             except OSError:
                 log.exception("putting the controller snapshot %s in place failed", self.writing)
                 ok = False
+        if not ok:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.writing)
+        with self._lock:
+            self._busy, self._thread, self._outcome = False, None, None
         return SERIALIZER_STATE.SUCCESS if ok else SERIALIZER_STATE.FAILED  # type: ignore[no-any-return]
 
     def load(self, path: str) -> RaftPart:
-        """PySyncObj's deserializer: restore the state a snapshot file holds; Raft's part."""
+        """PySyncObj's deserializer: restore the state a snapshot file holds; Raft's part. A write
+        under way is stale from here on (see the class's docstring)."""
+        with self._lock:
+            self._generation += 1
         state, raft = read(Path(path), self._max_meta_value_bytes)
         self._restore_state(state)
         return raft

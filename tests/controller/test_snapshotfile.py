@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gzip
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.serializer import Serializer
 
 from tests.controller.inproc import compacting, create_keys, single_node
 from tidelog.controller import snapshot, snapshotfile
@@ -180,19 +182,86 @@ def test_the_writer_reports_serializing_until_its_file_is_in_place(
     assert restored == [state]
 
 
-def test_a_failed_write_reports_failed_and_keeps_the_snapshot_before(
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_failed_write_reports_failed_after_a_pause_and_keeps_the_snapshot_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = Gate(monkeypatch, fail=True)
     path = tmp_path / "raft.snapshot"
     path.write_bytes(b"the snapshot before")
     state = a_state(1, 1)
-    writer = snapshotfile.SnapshotWriter(path, lambda: snapshot.capture(state), lambda s: None, 1 << 20)
+    clock = Clock()
+    writer = snapshotfile.SnapshotWriter(
+        path, lambda: snapshot.capture(state), lambda s: None, 1 << 20, clock
+    )
     writer.serialize(str(tmp_path / "raft.snapshot.tmp"), RAFT)
     gate.opened.set()
     assert writer.wait(10)
+    # not again at every tick on a full disk: a pause first
+    assert writer.check() == SERIALIZER_STATE.SERIALIZING
+    clock.now += writer.RETRY_AFTER_S
     assert writer.check() == SERIALIZER_STATE.FAILED
+    assert writer.check() == SERIALIZER_STATE.NOT_SERIALIZING
     assert path.read_bytes() == b"the snapshot before"
+    assert not writer.writing.exists()
+
+
+def test_a_write_begun_before_a_leaders_snapshot_loaded_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Putting it in place would lay an older state over the one just loaded, beside a journal
+    that starts after it: a restart would then clear the journal to the older snapshot."""
+    gate = Gate(monkeypatch)
+    path = tmp_path / "raft.snapshot"
+    older, newer = a_state(1, 1), a_state(5, 5)
+    restored: list[ControllerState] = []
+    writer = snapshotfile.SnapshotWriter(path, lambda: snapshot.capture(older), restored.append, 1 << 20)
+    writer.serialize(str(tmp_path / "raft.snapshot.tmp"), RAFT)
+    assert gate.entered.wait(10)
+    sent = ((b"n", 70, 3), (b"m", 69, 3), set())
+    gate.opened.set()  # the leader's file is written with the real `write`, past the gate
+    snapshotfile.write(tmp_path / "sent", sent, snapshot.capture(newer))
+    os.replace(tmp_path / "sent", path)  # as PySyncObj puts a received snapshot in place
+    assert writer.load(str(path)) == sent and restored == [newer]
+    assert writer.wait(10)
+    assert writer.check() == SERIALIZER_STATE.FAILED
+    assert snapshotfile.read_raft(path) == sent
+    assert not writer.writing.exists()
+
+
+def test_through_pysyncobjs_serializer_a_failed_capture_ends_and_the_next_one_writes(
+    tmp_path: Path,
+) -> None:
+    """PySyncObj's `Serializer` serializes nothing more until the checker answers SUCCESS or
+    FAILED: a capture that raises must end in FAILED, not leave it waiting for good."""
+    path = tmp_path / "raft.snapshot"
+    state = a_state(2, 2)
+    broken = [True]
+
+    def capture() -> snapshot.Capture:
+        if broken[0]:
+            raise MemoryError("the capture failed")
+        return snapshot.capture(state)
+
+    clock = Clock()
+    writer = snapshotfile.SnapshotWriter(path, capture, lambda s: None, 1 << 20, clock)
+    ser = Serializer(str(path), 1024, False, writer.serialize, writer.load, writer.check)
+    ser.serialize((None, *RAFT), RAFT[0][1])
+    assert ser.checkSerializing() == (SERIALIZER_STATE.SERIALIZING, 7)
+    clock.now += writer.RETRY_AFTER_S
+    assert ser.checkSerializing() == (SERIALIZER_STATE.FAILED, 7)
+    broken[0] = False
+    ser.serialize((None, *RAFT), RAFT[0][1])
+    assert writer.wait(10)
+    assert ser.checkSerializing() == (SERIALIZER_STATE.SUCCESS, 7)
+    assert snapshotfile.read(path, 1 << 20) == (state, RAFT)
 
 
 @pytest.mark.slow
