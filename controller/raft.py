@@ -501,6 +501,11 @@ class RaftNode:
             self._obj.destroy_synchronous()
         except Exception:  # already stopping; nothing left to protect
             log.debug("raft destroy failed", exc_info=True)
+            self._snapshots.wait(10)  # a snapshot being written: ended before its files go
         else:
             self._wake.close()
-        self._snapshots.wait(10)  # a snapshot being written: ended before its files go
+            # The Raft thread has stopped: a snapshot written meanwhile is put in place now, or
+            # it would be lost with the process. Its journal is not cut; a start aligns the
+            # journal to it, as after a stop between a snapshot and the journal's cut.
+            if self._snapshots.wait(10):
+                self._snapshots.check()

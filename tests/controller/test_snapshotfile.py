@@ -24,6 +24,7 @@ from tests.controller.inproc import compacting, create_keys, single_node
 from tidelog.controller import snapshot, snapshotfile
 from tidelog.controller.commands import AlterTopicQueues, AlterTopicRetention, CreateTopic, DeleteTopic
 from tidelog.controller.model import BrokerSet, Member, MetaEntry, Topic
+from tidelog.controller.raft import RaftNode
 from tidelog.controller.recover import SNAPSHOT_FILE, _snapshot_index
 from tidelog.controller.state import ControllerState
 from tidelog.tasks import within
@@ -293,3 +294,37 @@ def test_a_controller_commits_while_a_snapshot_is_being_written(
 
     asyncio.run(first_life())
     assert asyncio.run(second_life()) == [(f"k/{i:02d}", f"v{i}".encode()) for i in range(12)]
+
+
+@pytest.mark.slow
+def test_a_snapshot_that_ends_while_the_node_stops_is_put_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its write is held until the node has begun to stop: the Raft thread's check never comes,
+    and the stop itself puts the file in place (the start then aligns the journal to it)."""
+    gate = Gate(monkeypatch)
+    opts = compacting()
+    closing = threading.Event()
+    real_close = RaftNode.close
+
+    def close(self: RaftNode) -> None:
+        closing.set()
+        real_close(self)
+
+    monkeypatch.setattr(RaftNode, "close", close)
+    opener = threading.Thread(target=lambda: closing.wait(60) and gate.opened.set(), daemon=True)
+    opener.start()
+
+    async def first_life() -> None:
+        async with single_node(tmp_path, **opts) as (_node, client):
+            await create_keys(client, 6)
+            assert await asyncio.to_thread(gate.entered.wait, 10), "no snapshot was started"
+
+    async def second_life() -> list[str]:
+        async with single_node(tmp_path, **opts) as (_node, client):
+            return [e.key for e in await client.meta_list("k/")]
+
+    asyncio.run(first_life())
+    opener.join(10)
+    assert (tmp_path / "data" / "c1" / "raft.snapshot").exists()
+    assert asyncio.run(second_life()) == [f"k/{i:02d}" for i in range(6)]
