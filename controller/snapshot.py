@@ -10,10 +10,9 @@ base64 value cost a restore of 1,000,000 ledgers 7.9 s, most of it in a million 
 (tombstones, generations, ``unclean_epoch``, ``modified_ms``, a topic's ``retention_ms``) read
 with their defaults.
 
-`pack` and `unpack` are how the Raft node stores that plain data: pickled (plain data only) and
-compressed at zlib level 1. PySyncObj gzips every snapshot at level 9 in its Raft thread, which
-on 100,000 topics' 7.4 MB took 3.6 s of the 4.5 s a snapshot cost; compressed first (0.1 s), the
-bytes it gzips are 1.4 MB that level 9 finds nothing in, fast.
+`pack` and `unpack` are how earlier versions stored that plain data inside PySyncObj's own
+snapshot file (pickled, compressed at zlib level 1, under PySyncObj's level-9 gzip); such files
+are still read (controller/snapshotfile.py).
 
 `capture` and `parts` are how the Raft node's snapshot file is written off its thread
 (controller/snapshotfile.py): `capture` copies references only (the small fields encoded), which
