@@ -32,6 +32,7 @@ refused: it is torn.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gzip
 import logging
@@ -98,64 +99,82 @@ def _frame(f: BinaryIO, piece: dict[str, Any]) -> None:
     f.write(blob)
 
 
-def _frames(data: bytes, path: Path) -> Iterator[dict[str, Any]]:
-    """The pieces of a file of this format, the end frame checked; ValueError when torn."""
-    at, count = len(MAGIC), -1
+def _blobs(data: bytes, path: Path) -> Iterator[tuple[int, bytes]]:
+    """Each frame of a file of this format as (its byte offset, its zlib stream), not decoded;
+    ValueError where a frame is cut off."""
+    at = len(MAGIC)
     while at < len(data):
         if at + _LENGTH.size > len(data):
             raise ValueError(f"{path}: torn at byte {at} (a frame's length cut off)")
         (n,) = _LENGTH.unpack_from(data, at)
-        at += _LENGTH.size
-        if at + n > len(data):
-            raise ValueError(f"{path}: torn at byte {at - _LENGTH.size} (a frame of {n} bytes cut off)")
-        try:
-            piece = pickle.loads(zlib.decompress(data[at : at + n]))
-        except (zlib.error, pickle.UnpicklingError, EOFError) as exc:
-            raise ValueError(
-                f"{path}: the frame at byte {at - _LENGTH.size} does not decode: {exc}"
-            ) from None
-        at += n
+        if at + _LENGTH.size + n > len(data):
+            raise ValueError(f"{path}: torn at byte {at} (a frame of {n} bytes cut off)")
+        yield at, data[at + _LENGTH.size : at + _LENGTH.size + n]
+        at += _LENGTH.size + n
+
+
+def _decoded(at: int, blob: bytes, path: Path) -> dict[str, Any]:
+    try:
+        piece = pickle.loads(zlib.decompress(blob))
+    except (zlib.error, pickle.UnpicklingError, EOFError) as exc:
+        raise ValueError(f"{path}: the frame at byte {at} does not decode: {exc}") from None
+    if not isinstance(piece, dict):
+        raise ValueError(f"{path}: the frame at byte {at} is not a mapping")
+    return piece
+
+
+def _frames(data: bytes, path: Path) -> Iterator[dict[str, Any]]:
+    """The pieces of a file of this format, the end frame checked; ValueError when torn."""
+    count = -1
+    for at, blob in _blobs(data, path):
+        piece = _decoded(at, blob, path)
         count += 1
-        if not isinstance(piece, dict):
-            raise ValueError(f"{path}: the frame at byte {at - n - _LENGTH.size} is not a mapping")
         if "end" in piece:
-            if piece["end"] != count - 1 or at != len(data):
+            if piece["end"] != count - 1 or at + _LENGTH.size + len(blob) != len(data):
                 raise ValueError(f"{path}: its end frame does not match its {count - 1} pieces")
             return
         yield piece
     raise ValueError(f"{path}: torn (no end frame)")
 
 
-def read(path: Path, max_meta_value_bytes: int) -> tuple[ControllerState, RaftPart]:
-    """The state and Raft's part a snapshot file holds (either format); ValueError when the file
-    is not a whole controller snapshot."""
+def _contents(path: Path) -> tuple[bytes, bool]:
+    """A snapshot file's bytes, and whether they are of PySyncObj's format (earlier versions');
+    ValueError when neither format's."""
     data = path.read_bytes()
-    if data.startswith(GZIP_MAGIC):
-        return _read_legacy(data, path, max_meta_value_bytes)
-    if not data.startswith(MAGIC):
+    legacy = data.startswith(GZIP_MAGIC)
+    if not legacy and not data.startswith(MAGIC):
         raise ValueError(f"{path}: not a controller snapshot")
-    pieces = _frames(data, path)
+    return data, legacy
+
+
+def _raft_first(pieces: Iterator[dict[str, Any]], path: Path) -> RaftPart:
     first = next(pieces, None)
     if first is None or "raft" not in first:
         raise ValueError(f"{path}: no Raft part first")
+    return tuple(first["raft"])  # type: ignore[return-value]
+
+
+def read(path: Path, max_meta_value_bytes: int) -> tuple[ControllerState, RaftPart]:
+    """The state and Raft's part a snapshot file holds (either format); ValueError when the file
+    is not a whole controller snapshot."""
+    data, legacy = _contents(path)
+    if legacy:
+        return _read_legacy(data, path, max_meta_value_bytes)
+    pieces = _frames(data, path)
+    raft = _raft_first(pieces, path)
     state = ControllerState(max_meta_value_bytes=max_meta_value_bytes)
     snapshot.restore_parts(state, pieces)
     state.check_invariants()
-    return state, tuple(first["raft"])  # type: ignore[return-value]
+    return state, raft
 
 
 def read_raft(path: Path) -> RaftPart:
     """Only Raft's part of a snapshot file (either format): the last two entries it covers and
     the cluster. This format's first frame is decoded alone; an earlier format is read whole."""
-    data = path.read_bytes()
-    if data.startswith(GZIP_MAGIC):
+    data, legacy = _contents(path)
+    if legacy:
         return _read_legacy(data, path, 1 << 62)[1]
-    if not data.startswith(MAGIC):
-        raise ValueError(f"{path}: not a controller snapshot")
-    first = next(_frames(data, path), None)
-    if first is None or "raft" not in first:
-        raise ValueError(f"{path}: no Raft part first")
-    return tuple(first["raft"])  # type: ignore[return-value]
+    return _raft_first(_frames(data, path), path)
 
 
 def _read_legacy(data: bytes, path: Path, max_meta_value_bytes: int) -> tuple[ControllerState, RaftPart]:
@@ -176,26 +195,12 @@ def check(path: Path) -> None:
     end frame last (read, not decoded, for this format; an earlier format is decoded whole)."""
     if not path.exists():
         return
-    data = path.read_bytes()
-    if data.startswith(GZIP_MAGIC):
+    data, legacy = _contents(path)
+    if legacy:
         _read_legacy(data, path, 1 << 62)
         return
-    if not data.startswith(MAGIC):
-        raise ValueError(f"{path}: not a controller snapshot")
-    at, last = len(MAGIC), b""
-    while at < len(data):
-        if at + _LENGTH.size > len(data):
-            raise ValueError(f"{path}: torn at byte {at}")
-        (n,) = _LENGTH.unpack_from(data, at)
-        if at + _LENGTH.size + n > len(data):
-            raise ValueError(f"{path}: torn at byte {at}")
-        last = data[at + _LENGTH.size : at + _LENGTH.size + n]
-        at += _LENGTH.size + n
-    try:
-        end = pickle.loads(zlib.decompress(last))
-    except (zlib.error, pickle.UnpicklingError, EOFError) as exc:
-        raise ValueError(f"{path}: its last frame does not decode: {exc}") from None
-    if not isinstance(end, dict) or "end" not in end:
+    last = collections.deque(_blobs(data, path), maxlen=1)  # every frame walked, the last kept
+    if not last or "end" not in _decoded(*last[0], path):
         raise ValueError(f"{path}: torn (no end frame)")
 
 
