@@ -115,7 +115,7 @@ class LedgerView:
         """Look at up to `keys` more keys of `scan`; whether it has ended."""
         if scan.known is None:
             end = min(len(scan.keys), scan.at + keys)
-            for key in itertools.islice(scan.keys, scan.at, end):
+            for key in scan.keys[scan.at : end]:  # a slice: islice would walk from the start
                 if key.startswith(LEDGER_KEY_PREFIX):
                     scan.seen.add(key)
                     self._look_at(key, state.metadata.get(key))
@@ -125,7 +125,7 @@ class LedgerView:
                 return False
             scan.known, scan.at = list(self._entries), 0
         end = min(len(scan.known), scan.at + max(keys, 1))
-        for key in itertools.islice(scan.known, scan.at, end):
+        for key in scan.known[scan.at : end]:
             if key not in scan.seen:
                 self._look_at(key, None)  # gone before the scan started
         scan.at = end
