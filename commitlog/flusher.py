@@ -127,12 +127,13 @@ class Flusher:
                 # of a record below `target` is missed; written below, outside it (appends go on:
                 # with 10,000 active queues the writes take a tenth of a second)
                 dirty, durable = None, target
-                if clean or (sync_cqs and not pace):  # asked for: every queue
-                    dirty = core.queues.take_dirty()
-                elif sync_cqs:  # the flusher's own round: the queues due (CQ_ROUNDS)
-                    cut = self._cq_ends[0] if len(self._cq_ends) == CQ_ROUNDS else 0
+                if clean or sync_cqs:
+                    if clean or not pace:  # asked for: every queue (each unit is below the end)
+                        cut = target + 1
+                    else:  # the flusher's own round: the queues due (CQ_ROUNDS)
+                        cut = self._cq_ends[0] if len(self._cq_ends) == CQ_ROUNDS else 0
+                        self._cq_ends.append(target)
                     dirty, durable = core.queues.take_due(cut, target, CQ_ENOUGH_UNITS)
-                    self._cq_ends.append(target)
             if target > offsets.flushed:
                 size, started = target - offsets.flushed, time.monotonic()
                 core.segments.sync(segs)
