@@ -46,7 +46,7 @@ from tidelog import gcpolicy, private
 from tidelog.clusterepoch import ClusterIdentity, raft_password
 from tidelog.controller import raftdisk, snapshot, snapshotfile
 from tidelog.controller.config import ControllerConfig
-from tidelog.controller.recover import alone_tuning, load_identity, save_identity
+from tidelog.controller.recover import SNAPSHOT_FILE, alone_tuning, load_identity, save_identity
 from tidelog.controller.state import ControllerState, InvariantViolation, Result
 from tidelog.controller.topics import TOPIC_COMMANDS
 from tidelog.errors import ConfigError, ControllerNotLeaderError, TidelogError, UnavailableError
@@ -258,6 +258,7 @@ class RaftNode:
         # writes nothing that others should read)
         private.restrict_umask()
         journal = cfg.node_dir / "raft.journal"
+        snapshot_path = cfg.node_dir / SNAPSHOT_FILE
         # A recovered cluster's epoch and members come from the node's identity file, not the
         # config (whose node list names every node that may ever be a member, with addresses).
         self.identity = load_identity(cfg)
@@ -271,7 +272,7 @@ class RaftNode:
         tuning = alone_tuning(cfg.raft) if self.identity is not None and not peers else cfg.raft
         self._machine = _Machine(cfg.max_meta_value_bytes)
         self._snapshots = snapshotfile.SnapshotWriter(
-            cfg.node_dir / "raft.snapshot",
+            snapshot_path,
             self._machine.capture,
             self._machine.restore,
             cfg.max_meta_value_bytes,
@@ -282,7 +283,7 @@ class RaftNode:
             # PySyncObj binds 0.0.0.0 unless told otherwise; listen only where the config says.
             bindAddress=cfg.self_node.raft,
             journalFile=str(journal),
-            fullDumpFile=str(cfg.node_dir / "raft.snapshot"),
+            fullDumpFile=str(snapshot_path),
             useFork=False,
             serializer=self._snapshots.serialize,
             deserializer=_load_or_stop(self._snapshots),
@@ -300,7 +301,7 @@ class RaftNode:
             # Controller writes are rare and latency matters more than batching (elections, CAS).
             appendEntriesUseBatch=False,
         )
-        _check_snapshot(cfg.node_dir / "raft.snapshot")
+        _check_snapshot(snapshot_path)
         raftdisk.install()  # the journal, the vote and the snapshot synced (controller/raftdisk.py)
         self._obj = SyncObj(cfg.self_node.raft, peers, conf=conf, consumers=[self._machine])
         self._wake = _CommitWake(self._obj)
