@@ -272,10 +272,7 @@ class RaftNode:
         tuning = alone_tuning(cfg.raft) if self.identity is not None and not peers else cfg.raft
         self._machine = _Machine(cfg.max_meta_value_bytes)
         self._snapshots = snapshotfile.SnapshotWriter(
-            snapshot_path,
-            self._machine.capture,
-            self._machine.restore,
-            cfg.max_meta_value_bytes,
+            snapshot_path, self._machine.capture, self._machine.restore, cfg.max_meta_value_bytes
         )
         conf = SyncObjConf(
             # Never unauthenticated: without a password PySyncObj unpickles whatever a peer sends.
