@@ -113,7 +113,7 @@ CORES = controller/liveness.py controller/election.py controller/state.py contro
 	controller/mastership.py controller/topics.py controller/ledgermeta.py controller/replacement.py \
 	controller/snapshot.py controller/placement.py controller/ledgerview.py controller/users.py tidelog/clusterepoch.py tidelog/acl.py tidelog/access.py ha/syncstate.py ha/ackpolicy.py ha/lease.py ha/rpobound.py ha/mastercore.py \
 	ha/slavecore.py ha/roles.py commitlog/retentionpolicy.py commitlog/topicretention.py commitlog/batch.py commitlog/keyformat.py tidelog/dataport_frames.py ledger/recovery.py ledger/seglog_plan.py \
-	client/assign.py client/handover.py client/modes.py client/resetplan.py broker/sharedstate.py broker/offsetscheckpoint.py broker/rocketmqrules.py broker/delayrules.py broker/txstate.py lab/plan.py lab/rules.py \
+	client/assign.py client/commitpace.py client/handover.py client/modes.py client/resetplan.py broker/sharedstate.py broker/offsetscheckpoint.py broker/rocketmqrules.py broker/delayrules.py broker/txstate.py lab/plan.py lab/rules.py \
 	sim/__init__.py sim/broker.py sim/checker.py sim/controllers.py sim/disk.py sim/faults.py sim/ledger.py sim/net.py sim/world.py
 
 PACKAGES = tidelog commitlog ha controller ledger broker client spark lab sim localcluster drill cli

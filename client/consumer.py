@@ -29,7 +29,6 @@ from tidelog.errors import (
     TidelogError,
     TopicNotFoundError,
     UnavailableError,
-    UnsupportedCallError,
 )
 from tidelog.invariants import present
 from tidelog.proto import broker_pb2 as bpb
@@ -60,24 +59,14 @@ async def commit_on_master(
     group: str,
     topic: str,
     commits: Sequence[tuple[tuple[str, int], int]],
-    single_only: set[str],
 ) -> None:
-    """Commit ((broker set, queue), offset) of `commits` at the master at `address`: in one
-    `CommitOffsets` call (one replicated write, all or none), or one `CommitOffset` per queue where
-    the master is of a release without it (it answered UNIMPLEMENTED; remembered in
-    `single_only`)."""
-    requests = [
-        bpb.CommitOffsetRequest(group=group, topic=topic, queue=q[1], offset=pos) for q, pos in commits
-    ]
-    if len(requests) > 1 and address not in single_only:
-        try:
-            await client.call_broker(address, "CommitOffsets", bpb.CommitOffsetsRequest(commits=requests))
-            return
-        except UnsupportedCallError:
-            log.info("broker %s does not know CommitOffsets: committing one queue per call", address)
-            single_only.add(address)
-    for request in requests:
-        await client.call_broker(address, "CommitOffset", request)
+    """Commit ((broker set, queue), offset) of `commits` at the master at `address`, in one write
+    (all or none), through the client's commit pace (client/committer.py): with the commits of
+    its other groups' members, in as few calls as it spaces them."""
+    await client.commits.commit(
+        address,
+        [bpb.CommitOffsetRequest(group=group, topic=topic, queue=q[1], offset=pos) for q, pos in commits],
+    )
 
 
 class AsyncConsumer:
@@ -140,7 +129,6 @@ class AsyncConsumer:
         self._version: int | None = None
         self._last_beat = 0.0
         self._last_commit = time.monotonic()
-        self._single_commits: set[str] = set()  # masters that answered UNIMPLEMENTED to CommitOffsets
         self._rr = 0
         self._closed = False
         self._away_until = 0.0  # while the controllers are away: when to try a rebalance again
@@ -463,9 +451,7 @@ class AsyncConsumer:
             by_master.setdefault(bs.master_address, []).append((q, pos))
         for address, commits in by_master.items():
             try:
-                await commit_on_master(
-                    self.client, address, self._state, self.topic, commits, self._single_commits
-                )
+                await commit_on_master(self.client, address, self._state, self.topic, commits)
             except (
                 NotMasterError,
                 UnavailableError,

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple, Self, TypeAlias, TypeVar
 import grpc
 
 from tidelog import dataport_frames as df
+from tidelog.client.commitpace import DEFAULT_COMMIT_INTERVAL_MS
+from tidelog.client.committer import Committer
 from tidelog.client.controllers import CONTROLLERS_ENV, QUORUM_TIMEOUT_S, ControllerClient
 from tidelog.client.dataconn import DataPlane
 from tidelog.client.hedge import until_superseded
@@ -126,6 +128,7 @@ class Transport:
         access_key: str | None = None,
         secret_key: str | None = None,
         member_secret: str | None = None,
+        commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS,
     ) -> None:
         controllers = controllers or os.environ.get(CONTROLLERS_ENV, "")
         # TLS to controllers, brokers and data ports alike: `tls` (a cluster member's own, e.g. the
@@ -164,6 +167,8 @@ class Transport:
             auth=(lambda: sign.extra(df.AUTH_METHOD, None)) if sign is not None else None,
         )
         self._background: set[asyncio.Future[Any]] = set()
+        # every group member's commits, whatever its group: few calls to each master (client/committer.py)
+        self.commits = Committer(self, commit_interval_ms)
 
     # --- plumbing ---
 
@@ -314,6 +319,7 @@ class Transport:
         return task
 
     async def close(self) -> None:
+        self.commits.close()
         await cancel_and_wait(*self._background)
         await self.data.close()
         channels, self._channels = list(self._channels.values()), {}

@@ -1,0 +1,160 @@
+"""A client's group commits (client/committer.py) against a real gRPC server on a local port that
+records every call: one member's commits to one master in one `CommitOffsets` call; many groups'
+commits made at once in few calls, each arriving, in order; a refused commit failing its own
+member only; an answer about the master failing every member without more calls; and, against a
+broker of a release without `CommitOffsets` (it answers UNIMPLEMENTED, as gRPC does for a method a
+server lacks), one `CommitOffset` per commit, remembered so the next commit does not ask again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from tidelog.client.aio import AsyncClient
+from tidelog.client.consumer import commit_on_master
+from tidelog.errors import InvalidArgumentError, NotMasterError, UnsupportedCallError
+from tidelog.proto import broker_pb2 as pb
+from tidelog.proto import broker_pb2_grpc as pb_grpc
+from tidelog.wire import error_from_rpc, rpc
+
+COMMITS = [(("broker-a", 0), 5), (("broker-a", 3), 7), (("broker-a", 1), 0)]
+WANT = [("g", "t", 0, 5), ("g", "t", 3, 7), ("g", "t", 1, 0)]
+REFUSED = 666  # the offset the recording broker refuses, as a master refuses one past a queue's end
+
+Commit = tuple[str, str, int, int]
+
+
+class _OlderBroker(pb_grpc.BrokerServicer):
+    """A broker that knows only the one-commit call (the base class answers UNIMPLEMENTED)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[Commit]]] = []  # every call that wrote its commits
+
+    @rpc
+    async def CommitOffset(
+        self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitOffsetReply:
+        self.calls.append(("CommitOffset", [(request.group, request.topic, request.queue, request.offset)]))
+        return pb.CommitOffsetReply()
+
+
+class _Broker(_OlderBroker):
+    def __init__(self, not_master: bool = False) -> None:
+        super().__init__()
+        self.not_master = not_master
+        self.refused: list[list[Commit]] = []  # every call refused whole
+
+    @rpc
+    async def CommitOffsets(
+        self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitOffsetsReply:
+        commits = [(c.group, c.topic, c.queue, c.offset) for c in request.commits]
+        if self.not_master:
+            self.refused.append(commits)
+            raise NotMasterError("not the master of broker-a")
+        if any(c[3] == REFUSED for c in commits):
+            self.refused.append(commits)  # one refused refuses them all: nothing is written
+            raise InvalidArgumentError(f"offset {REFUSED} is beyond the end of t/0")
+        self.calls.append(("CommitOffsets", commits))
+        return pb.CommitOffsetsReply()
+
+
+async def _against(servicer: _OlderBroker, run: Callable[[AsyncClient, str], Awaitable[Any]]) -> Any:
+    server = grpc.aio.server()
+    pb_grpc.add_BrokerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    address = f"127.0.0.1:{port}"
+    try:
+        async with AsyncClient(address) as client:
+            return await run(client, address)
+    finally:
+        await server.stop(0)
+
+
+def _request(group: str, offset: int) -> pb.CommitOffsetRequest:
+    return pb.CommitOffsetRequest(group=group, topic="t", queue=0, offset=offset)
+
+
+async def _many_groups_at_once(client: AsyncClient, address: str, offsets: list[int]) -> list[Any]:
+    """Group i commits offsets[i], all at once: the answer each member got (None: written)."""
+    return await asyncio.gather(
+        *(client.commits.commit(address, [_request(f"g{i}", o)]) for i, o in enumerate(offsets)),
+        return_exceptions=True,
+    )
+
+
+def test_a_members_commits_to_one_master_go_in_one_call() -> None:
+    broker = _Broker()
+    asyncio.run(_against(broker, lambda c, a: commit_on_master(c, a, "g", "t", COMMITS)))
+    assert broker.calls == [("CommitOffsets", WANT)]
+
+
+def test_many_groups_committing_at_once_cost_two_calls_and_every_commit_arrives_in_order() -> None:
+    broker = _Broker()
+    offsets = list(range(50))
+    answers = asyncio.run(_against(broker, lambda c, a: _many_groups_at_once(c, a, offsets)))
+    assert answers == [None] * 50
+    # the first found the master idle and left alone; the 49 behind it left together
+    assert [len(commits) for _, commits in broker.calls] == [1, 49]
+    assert [c for _, commits in broker.calls for c in commits] == [(f"g{i}", "t", 0, i) for i in offsets]
+
+
+def test_a_refused_commit_fails_its_own_member_and_the_others_are_written() -> None:
+    broker = _Broker()
+    offsets = [1, 2, REFUSED, 4, 5]
+    answers = asyncio.run(_against(broker, lambda c, a: _many_groups_at_once(c, a, offsets)))
+    assert [a is None for a in answers] == [True, True, False, True, True]
+    assert isinstance(answers[2], InvalidArgumentError)
+    written = [c for _, commits in broker.calls for c in commits]
+    assert written == [(f"g{i}", "t", 0, o) for i, o in enumerate(offsets) if o != REFUSED]
+    # the call carrying the refused one was refused whole, then each of its units went alone
+    assert broker.refused == [
+        [("g1", "t", 0, 2), ("g2", "t", 0, REFUSED), ("g3", "t", 0, 4), ("g4", "t", 0, 5)],
+        [("g2", "t", 0, REFUSED)],
+    ]
+
+
+def test_an_answer_about_the_master_fails_every_member_and_is_not_asked_again_per_member() -> None:
+    broker = _Broker(not_master=True)
+    answers = asyncio.run(_against(broker, lambda c, a: _many_groups_at_once(c, a, list(range(6)))))
+    assert all(isinstance(a, NotMasterError) for a in answers)
+    assert [len(commits) for commits in broker.refused] == [1, 5]  # two calls, none split
+
+
+def test_an_older_broker_gets_one_call_per_commit_and_is_not_asked_again() -> None:
+    broker = _OlderBroker()
+
+    async def twice(client: AsyncClient, address: str) -> int:
+        for _ in range(2):
+            await commit_on_master(client, address, "g", "t", COMMITS)
+        return client.commits.calls
+
+    calls = asyncio.run(_against(broker, twice))
+    assert broker.calls == [("CommitOffset", [c]) for c in WANT] * 2  # every commit arrived, both rounds
+    assert calls == 1 + 6  # CommitOffsets asked once (UNIMPLEMENTED), then one call per commit
+
+
+@pytest.mark.parametrize("interval", [-1, 60_001, 0.5, True, "50"])
+def test_the_commit_interval_is_checked_where_the_client_is_made(interval: Any) -> None:
+    async def make() -> None:
+        AsyncClient("127.0.0.1:1", commit_interval_ms=interval)
+
+    with pytest.raises(InvalidArgumentError, match="commit_interval_ms"):
+        asyncio.run(make())
+
+
+def test_unimplemented_is_a_typed_error() -> None:
+    class _Unimplemented(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNIMPLEMENTED
+
+        def details(self) -> str:
+            return "Method not found!"
+
+    err = error_from_rpc(_Unimplemented())
+    assert isinstance(err, UnsupportedCallError) and err.code == "UNIMPLEMENTED"
