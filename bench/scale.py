@@ -143,6 +143,8 @@ import grpc
 from bench.cluster import SYNC_REPLICATED, BenchCluster
 from tidelog import gcpolicy, private
 from tidelog.client.aio import AsyncClient
+from tidelog.client.consumer import commit_on_master
+from tidelog.errors import TidelogError
 from tidelog.invariants import require
 from tidelog.localcluster import wait_until
 from tidelog.proto import broker_pb2 as pb
@@ -519,7 +521,54 @@ async def commit_paced(
     return done, failed, time.monotonic() - started
 
 
-def group_commits_dimension(steps: list[int], seconds: float, batch: int, root: Path) -> list[dict[str, Any]]:
+async def commit_through_clients(
+    address: str, topic: str, groups: int, queues: int, rate: float, seconds: float, clients: int
+) -> tuple[int, int, float, int]:
+    """Group commits as members make them: commit i is group i mod `groups`'s, of queue i mod
+    `queues`, due at i / rate, made through `commit_on_master` (what every member's commit goes
+    through) of one of `clients` AsyncClients, group g always the same one's. Each client's pace
+    (client/commitpace.py) gathers its groups' commits. Returns (committed, failed, seconds,
+    commit calls the clients sent)."""
+    pool = [AsyncClient(address) for _ in range(clients)]
+    total = int(rate * seconds)
+    done = failed = 0
+
+    async def one(i: int) -> None:
+        nonlocal done, failed
+        group = i % groups
+        try:
+            await commit_on_master(
+                pool[group % clients],
+                address,
+                f"group-{group:06d}",
+                topic,
+                [(("", i % queues), i // groups % 100)],
+            )
+            done += 1
+        except TidelogError:
+            failed += 1
+
+    tasks: list[asyncio.Task[None]] = []
+    started = time.monotonic()
+    i = 0
+    while i < total:
+        due = min(total, int((time.monotonic() - started) * rate) + 1)
+        tasks.extend(asyncio.ensure_future(one(k)) for k in range(i, due))
+        i = due
+        await asyncio.sleep(0.002)
+    await asyncio.gather(*tasks)
+    elapsed = time.monotonic() - started
+    calls = sum(c.commits.calls for c in pool)
+    for c in pool:
+        await c.close()
+    return done, failed, elapsed, calls
+
+
+def group_commits_dimension(
+    steps: list[int], seconds: float, batch: int, clients: list[int], root: Path
+) -> list[dict[str, Any]]:
+    """Per step of `steps` (commits a second): raw calls of `batch` commits when `clients` is
+    empty, else one row per count of clients the groups commit through (`commit_through_clients`)."""
     rows: list[dict[str, Any]] = []
     with BenchCluster(root / "group-commits", broker_options=dict(SYNC_REPLICATED)) as cluster:
         topic = "commits"
@@ -528,27 +577,34 @@ def group_commits_dimension(steps: list[int], seconds: float, batch: int, root: 
         asyncio.run(produce_spread(cluster.master_address, [topic], 1000, 16, producers=1, seconds=0.5))
         pids = cluster.pids
         for rate in steps:
-            idle = idle_cpu_percent({"master": pids["master"], "slave": pids["slave"]}, 3.0)
-            before = {k: cpu_s(pids[k]) for k in ("master", "slave")}
-            done, failed, elapsed = asyncio.run(
-                commit_paced(cluster.master_address, topic, 10_000, 8, rate, seconds, batch)
-            )
-            used = {k: 100 * (cpu_s(pids[k]) - before[k]) / elapsed for k in before}
-            row = {
-                "groups": 10_000,
-                "asked_commits_per_s": rate,
-                "commits_per_call": batch,
-                "commits_per_s": round(done / elapsed),
-                "failed": failed,
-                "master_cpu_pct": round(used["master"], 1),
-                "master_idle_cpu_pct": idle["master"],
-                "slave_cpu_pct": round(used["slave"], 1),
-                "master_cpu_per_1000_commits_per_s_pct": round(
-                    1000 * (used["master"] - idle["master"]) / max(done / elapsed, 1), 1
-                ),
-            }
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+            for n in clients or [0]:
+                idle = idle_cpu_percent({"master": pids["master"], "slave": pids["slave"]}, 3.0)
+                before = {k: cpu_s(pids[k]) for k in ("master", "slave")}
+                if n:
+                    done, failed, elapsed, calls = asyncio.run(
+                        commit_through_clients(cluster.master_address, topic, 10_000, 8, rate, seconds, n)
+                    )
+                else:
+                    done, failed, elapsed = asyncio.run(
+                        commit_paced(cluster.master_address, topic, 10_000, 8, rate, seconds, batch)
+                    )
+                    calls = done // batch
+                used = {k: 100 * (cpu_s(pids[k]) - before[k]) / elapsed for k in before}
+                row = {
+                    "groups": 10_000,
+                    "asked_commits_per_s": rate,
+                    "through_clients": n or "-",
+                    "calls_per_s": round(calls / elapsed, 1),
+                    "commits_per_call": round(done / max(calls, 1), 1),
+                    "commits_per_s": round(done / elapsed),
+                    "failed": failed,
+                    "master_cpu_pct": round(used["master"], 1),
+                    "master_idle_cpu_pct": idle["master"],
+                    "commit_path_cpu_pct": round(used["master"] - idle["master"], 1),
+                    "slave_cpu_pct": round(used["slave"], 1),
+                }
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
 
 
@@ -1124,7 +1180,11 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         ),
         "groups": lambda: groups_dimension(sorted(_ints(args.groups)), args.commit_rounds, root),
         "group-commits": lambda: group_commits_dimension(
-            sorted(_ints(args.commit_rates)), args.seconds, args.commit_batch, root
+            sorted(_ints(args.commit_rates)),
+            args.seconds,
+            args.commit_batch,
+            _ints(args.commit_clients),
+            root,
         ),
         "ledgers": lambda: ledgers_dimension(
             args.ledger_seconds,
@@ -1187,6 +1247,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="group commits per call (1: CommitOffset; more: CommitOffsets)",
+    )
+    parser.add_argument(
+        "--commit-clients",
+        default="",
+        help="group commits through this many clients, one row each (e.g. 1,4,16; none: raw calls)",
     )
     parser.add_argument(
         "--commit-rates",
