@@ -1,9 +1,9 @@
-"""The broker's data port: produce, pull and ledger add frames (tidelog/dataport_frames.py) over TCP (TLS with a `tls:` config).
+"""The broker's data port: produce, pull, ledger add and group commit frames (tidelog/dataport_frames.py) over TCP (TLS with a `tls:` config).
 
 One task per connection reads frames; each request runs as its own task (a long poll does not
 hold up the produce behind it) and answers with its request id, so replies may overtake each
 other. The request itself goes through the same functions as the gRPC service
-(`broker.service.produce_batch`, `pull_encoded`, `LedgerReplica.add_batch`): one set of checks, one error convention — a
+(`broker.service.produce_batch`, `pull_encoded`, `commit_batch`, `LedgerReplica.add_batch`): one set of checks, one error convention — a
 TidelogError is answered with its code (and the master's address for NOT_MASTER), anything
 else is logged and answered INTERNAL. A frame that breaks the layout closes its connection only.
 
@@ -53,7 +53,7 @@ from typing import Any
 from tidelog import acl
 from tidelog import dataport_frames as df
 from tidelog.broker.replica import Replica
-from tidelog.broker.service import checked_pull, produce_batch, pull_encoded
+from tidelog.broker.service import checked_pull, commit_batch, produce_batch, pull_encoded
 from tidelog.commitlog.crc import crc32c
 from tidelog.errors import InvalidArgumentError, PermissionDeniedError, TidelogError, UnauthenticatedError
 from tidelog.guard import CREDENTIALS_HINT, Guard
@@ -95,10 +95,12 @@ _METHODS = {
     df.OP_PULL: "Pull",
     df.OP_LEDGER_ADD: "AddBatch",
     df.OP_LEDGER_ADDS: "AddBatches",
+    df.OP_COMMITS: "CommitOffsets",
 }
 # the gRPC methods whose permission rules (tidelog/acl.py) the frames follow
 PRODUCE_METHOD = "/tidelog.broker.v1.Broker/Produce"
 PULL_METHOD = "/tidelog.broker.v1.Broker/Pull"
+COMMITS_METHOD = "/tidelog.broker.v1.Broker/CommitOffsets"
 LEDGER_ADD_METHOD = "/tidelog.ledger.Ledger/AddBatch"
 AUTH_FRAME_BYTES = 16 << 10
 
@@ -438,6 +440,12 @@ class DataPort:
             return [await self._ledger_add(df.parse_ledger_add(body), identity)]
         if op == df.OP_LEDGER_ADDS:
             return df.ledger_adds_reply(await self._ledger_adds(df.parse_ledger_adds(body), identity))
+        if op == df.OP_COMMITS:
+            commits = df.parse_commits(body)
+            if self.guard is not None:
+                self._authorize(identity, COMMITS_METHOD, commits)
+            await commit_batch(self.replica, commits.commits)
+            return []
         raise InvalidArgumentError(f"{df.UNKNOWN_OP} {op}")
 
     async def _ledger_adds(self, adds: list[df.LedgerAddCall], identity: str) -> list[tuple[int, bytes]]:

@@ -19,6 +19,7 @@ for more simply gets a shorter reply and pulls again from `next_offset`.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -32,14 +33,13 @@ from tidelog.commitlog.crc import crc32c
 from tidelog.commitlog.keyformat import parse_message_id
 from tidelog.commitlog.log import NO_END
 from tidelog.commitlog.lookups import MAX_KEY_BYTES
-from tidelog.dataport_frames import MAX_PRODUCE_RECORDS, PullCall
+from tidelog.dataport_frames import MAX_COMMITS, MAX_PRODUCE_RECORDS, Commit, PullCall
 from tidelog.errors import InvalidArgumentError
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
 from tidelog.wire import check_request, non_empty, non_negative, rpc
 
 MAX_BATCH = MAX_PRODUCE_RECORDS  # records per produce; clients cut larger batches (dataport_frames.py)
-MAX_COMMITS = MAX_PRODUCE_RECORDS  # group commits per CommitOffsets call: records of one write
 DEFAULT_PULL_BYTES = 4 << 20
 DEFAULT_PULL_MESSAGES = 32
 MAX_WAIT_MS = 60_000
@@ -54,13 +54,21 @@ def pull_limits(
     return messages, size
 
 
-def _commit_of(c: pb.CommitOffsetRequest) -> tuple[str, str, int, int]:
-    """(group, topic, queue, offset) of one commit, its fields checked (CommitOffset, CommitOffsets)."""
+def _commit_of(c: pb.CommitOffsetRequest | Commit) -> tuple[str, str, int, int]:
+    """(group, topic, queue, offset) of one commit, its fields checked (CommitOffset, CommitOffsets
+    and the data port's COMMITS)."""
     non_empty("group", c.group)
     non_empty("topic", c.topic)
     non_negative("queue", c.queue)
     non_negative("offset", c.offset)
     return c.group, c.topic, c.queue, c.offset
+
+
+async def commit_batch(replica: Replica, commits: Sequence[pb.CommitOffsetRequest | Commit]) -> None:
+    """A call of group commits, checked and written in one write, all or none (both transports:
+    gRPC's `CommitOffsets` and the data port's COMMITS)."""
+    check_request(1 <= len(commits) <= MAX_COMMITS, f"commit 1 to {MAX_COMMITS} offsets in one call")
+    await replica.commit_offsets([_commit_of(c) for c in commits])
 
 
 def _shared_key(
@@ -294,10 +302,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def CommitOffsets(
         self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitOffsetsReply:
-        check_request(
-            1 <= len(request.commits) <= MAX_COMMITS, f"commit 1 to {MAX_COMMITS} offsets in one call"
-        )
-        await self.replica.commit_offsets([_commit_of(c) for c in request.commits])
+        await commit_batch(self.replica, request.commits)
         return pb.CommitOffsetsReply()
 
     @rpc

@@ -63,10 +63,7 @@ async def commit_on_master(
     """Commit ((broker set, queue), offset) of `commits` at the master at `address`, in one write
     (all or none), through the client's commit pace (client/committer.py): with the commits of
     its other groups' members, in as few calls as it spaces them."""
-    await client.commits.commit(
-        address,
-        [bpb.CommitOffsetRequest(group=group, topic=topic, queue=q[1], offset=pos) for q, pos in commits],
-    )
+    await client.commits.commit(address, [(group, topic, q[1], pos) for q, pos in commits])
 
 
 class AsyncConsumer:

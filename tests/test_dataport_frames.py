@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog import dataport_frames as df
-from tidelog.errors import NotMasterError
+from tidelog.errors import InvalidArgumentError, NotMasterError
 
 topics = st.text(min_size=1, max_size=40)
 u32 = st.integers(0, 2**32 - 1)
@@ -142,6 +142,47 @@ def test_a_ledger_adds_frame_carries_at_least_one_and_at_most_max_groups():
         df.parse_ledger_adds(b"".join(df.ledger_adds_request([one] * (df.MAX_LEDGER_GROUPS + 1))))
 
 
+commits = st.lists(
+    st.tuples(
+        st.text(max_size=30),
+        st.text(max_size=30),
+        st.integers(-(2**31), 2**31 - 1),
+        st.integers(-(2**63), 2**63 - 1),
+    ),
+    max_size=20,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(commits)
+def test_group_commits_round_trip_in_one_frame(commits):
+    body = _body(df.frame(df.OP_COMMITS, 3, df.commits_request(commits)))
+    assert [tuple(c) for c in df.parse_commits(body).commits] == commits
+
+
+@settings(max_examples=100, deadline=None)
+@given(commits.filter(bool), st.data())
+def test_group_commits_cut_short_or_padded_are_a_frame_error(commits, data):
+    body = df.commits_request(commits)
+    cut = data.draw(st.integers(0, len(body) - 1))
+    for broken in (body[:cut], body + b"\x00"):
+        with pytest.raises(df.FrameError):
+            df.parse_commits(broken)
+
+
+def test_a_commits_frame_carries_at_most_max_commits_and_names_are_utf8():
+    too_many = [("g", "t", 0, 1)] * (df.MAX_COMMITS + 1)
+    with pytest.raises(df.FrameError, match="commits"):
+        df.parse_commits(df.commits_request(too_many))
+    assert df.parse_commits(df.commits_request([])).commits == []  # none: the service answers it
+    body = bytearray(df.commits_request([("gg", "t", 0, 1)]))
+    body[-3] = 0xFF  # the group's first byte
+    with pytest.raises(df.FrameError, match="UTF-8"):
+        df.parse_commits(bytes(body))
+    with pytest.raises(InvalidArgumentError, match="no frame can carry"):
+        df.commits_request([("g" * 70_000, "t", 0, 1)])
+
+
 def test_an_error_carries_its_code_and_the_masters_address():
     err = NotMasterError("not here", master_address="10.0.0.1:10911")
     assert df.parse_error(df.error_body(err, err.leader)) == ("NOT_MASTER", "10.0.0.1:10911", "not here")
@@ -151,7 +192,13 @@ def test_an_error_carries_its_code_and_the_masters_address():
 @given(st.binary(max_size=80))
 def test_any_bytes_parse_or_raise_frame_error(blob):
     parsers = (df.parse_produce, df.parse_pull, df.parse_pulled, df.parse_error, df.parse_produced)
-    for parse in (*parsers, df.parse_ledger_add, df.parse_ledger_added, df.parse_ledger_adds):
+    for parse in (
+        *parsers,
+        df.parse_ledger_add,
+        df.parse_ledger_added,
+        df.parse_ledger_adds,
+        df.parse_commits,
+    ):
         try:
             parse(blob)
         except df.FrameError:

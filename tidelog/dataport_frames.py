@@ -29,6 +29,11 @@ ledgers, status). Pure codec, no I/O; all integers big-endian.
                    (the adds of several ledgers bound for one broker, in one frame: each group
                    is checked, appended and answered as its own LEDGER_ADD would be, so one
                    ledger's refusal, a fence say, leaves the others' adds alone)
+    COMMITS  body: n u32 | n × (group_len u16 | topic_len u16 | queue i32 | offset i64 | group | topic)
+             ok:   empty
+                   (group commits, the gRPC `CommitOffsets` they stand for: n in 1..MAX_COMMITS,
+                   checked and written in one write, all or none; a client's commit pace,
+                   client/commitpace.py, gathers many groups' commits in one)
     error    body: code_len u16 | leader_len u16 | code | leader | message (UTF-8)
 
 With auth on (tidelog/guard.py), a connection's first frame is AUTH: the same metadata a gRPC call
@@ -56,6 +61,7 @@ OP_PULL = 2
 OP_AUTH = 3
 OP_LEDGER_ADD = 4
 OP_LEDGER_ADDS = 5
+OP_COMMITS = 6
 #: How a broker answers an operation it does not know (one older than the operation).
 UNKNOWN_OP = "unknown data-port operation"
 OK = 0
@@ -81,6 +87,10 @@ _LEDGER_ADDED = struct.Struct(">qqIH")
 MAX_LEDGER_ENTRIES = 10_000
 #: The most ledgers whose adds one LEDGER_ADDS frame carries.
 MAX_LEDGER_GROUPS = 1024
+#: group commits in one COMMITS frame, as in one `CommitOffsets` call
+MAX_COMMITS = MAX_PRODUCE_RECORDS
+_COMMIT = struct.Struct(">HHiq")
+_COMMITS = struct.Struct(">I")
 _GROUP = struct.Struct(">I")
 GROUP_HEAD = _GROUP.size  # the length field before each batch of a LEDGER_ADDS frame
 _OUTCOME = struct.Struct(">BI")
@@ -362,6 +372,57 @@ def parse_ledger_added(body: bytes | bytearray) -> LedgerAdded:
     if len(body) != _LEDGER_ADDED.size + 4 * n:
         raise FrameError("a ledger add reply's size does not match its fields")
     return LedgerAdded(first, last, broker_id, struct.unpack_from(f">{n}I", body, _LEDGER_ADDED.size))
+
+
+# --- group commits ---------------------------------------------------------------------------
+
+
+class Commit(NamedTuple):
+    """One group commit of a COMMITS frame (the fields of a `CommitOffsetRequest`)."""
+
+    group: str
+    topic: str
+    queue: int
+    offset: int
+
+
+class CommitsCall(NamedTuple):
+    commits: list[Commit]
+
+
+def commits_request(commits: Sequence[tuple[str, str, int, int]]) -> bytes:
+    """A COMMITS body of (group, topic, queue, offset) commits."""
+    parts = [_COMMITS.pack(len(commits))]
+    try:
+        for group, topic, queue, offset in commits:
+            g, t = group.encode(), topic.encode()
+            parts += (_COMMIT.pack(len(g), len(t), queue, offset), g, t)
+    except struct.error as exc:
+        raise InvalidArgumentError(f"a commit that no frame can carry: {exc}") from None
+    return b"".join(parts)
+
+
+def parse_commits(body: bytes) -> CommitsCall:
+    """The commits of a COMMITS frame; FrameError when its lengths do not add up or it holds
+    more than MAX_COMMITS (their fields are the service's to judge, as a gRPC call's)."""
+    if len(body) < _COMMITS.size:
+        raise FrameError("a commits frame is shorter than its count")
+    (n,) = _COMMITS.unpack_from(body)
+    if n > MAX_COMMITS:
+        raise FrameError(f"a commits frame carries {n} commits, more than {MAX_COMMITS}")
+    at, end, commits = _COMMITS.size, len(body), []
+    for _ in range(n):
+        if at + _COMMIT.size > end:
+            raise FrameError("a commits frame's commit runs past its end")
+        glen, tlen, queue, offset = _COMMIT.unpack_from(body, at)
+        at += _COMMIT.size
+        group = _text(body, at, at + glen)
+        topic = _text(body, at + glen, at + glen + tlen)
+        at += glen + tlen
+        commits.append(Commit(group, topic, queue, offset))
+    if at != end:
+        raise FrameError("a commits frame's size does not match its commits")
+    return CommitsCall(commits)
 
 
 # --- auth ------------------------------------------------------------------------------------

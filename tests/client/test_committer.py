@@ -3,7 +3,9 @@ records every call: one member's commits to one master in one `CommitOffsets` ca
 commits made at once in few calls, each arriving, in order; a refused commit failing its own
 member only; an answer about the master failing every member without more calls; and, against a
 broker of a release without `CommitOffsets` (it answers UNIMPLEMENTED, as gRPC does for a method a
-server lacks), one `CommitOffset` per commit, remembered so the next commit does not ask again."""
+server lacks), one `CommitOffset` per commit, remembered so the next commit does not ask again.
+This server has no data port (its Status is UNIMPLEMENTED): the calls are gRPC's; the data port's
+COMMITS frame is proven against real brokers in test_commits_cluster.py."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from tidelog import dataport_frames as df
 from tidelog.client.aio import AsyncClient
 from tidelog.client.consumer import commit_on_master
 from tidelog.errors import InvalidArgumentError, NotMasterError, UnsupportedCallError
@@ -76,14 +79,10 @@ async def _against(servicer: _OlderBroker, run: Callable[[AsyncClient, str], Awa
         await server.stop(0)
 
 
-def _request(group: str, offset: int) -> pb.CommitOffsetRequest:
-    return pb.CommitOffsetRequest(group=group, topic="t", queue=0, offset=offset)
-
-
 async def _many_groups_at_once(client: AsyncClient, address: str, offsets: list[int]) -> list[Any]:
     """Group i commits offsets[i], all at once: the answer each member got (None: written)."""
     return await asyncio.gather(
-        *(client.commits.commit(address, [_request(f"g{i}", o)]) for i, o in enumerate(offsets)),
+        *(client.commits.commit(address, [(f"g{i}", "t", 0, o)]) for i, o in enumerate(offsets)),
         return_exceptions=True,
     )
 
@@ -137,6 +136,26 @@ def test_an_older_broker_gets_one_call_per_commit_and_is_not_asked_again() -> No
     calls = asyncio.run(_against(broker, twice))
     assert broker.calls == [("CommitOffset", [c]) for c in WANT] * 2  # every commit arrived, both rounds
     assert calls == 1 + 6  # CommitOffsets asked once (UNIMPLEMENTED), then one call per commit
+
+
+def test_a_data_port_older_than_the_commits_frame_gets_grpc_from_then_on() -> None:
+    """A data port that answers COMMITS as an unknown operation (a broker of an earlier release)
+    wrote nothing: the commits go by gRPC, and the frame is not offered to it again."""
+    broker = _Broker()
+    offered: list[int] = []
+
+    async def older_data_port(address: str, op: int, parts: list[bytes], timeout: float) -> bytes:
+        offered.append(op)
+        raise InvalidArgumentError(f"{df.UNKNOWN_OP} {op}")
+
+    async def twice(client: AsyncClient, address: str) -> None:
+        client.over_data_port = older_data_port  # type: ignore[method-assign]
+        for _ in range(2):
+            await commit_on_master(client, address, "g", "t", COMMITS)
+
+    asyncio.run(_against(broker, twice))
+    assert offered == [df.OP_COMMITS]
+    assert broker.calls == [("CommitOffsets", WANT)] * 2
 
 
 @pytest.mark.parametrize("interval", [-1, 60_001, 0.5, True, "50"])
