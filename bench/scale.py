@@ -55,11 +55,15 @@ batches of 1,000; broker/offsets.py):
   segment about to go (s, first and second round), and the records and bytes it copies.
 
 Group commits (`--only group-commits`, one cluster): 10,000 groups committing offsets of one
-topic's 8 queues through the master's `CommitOffset`, one call per commit as the consumers send
-them (or, with `--commit-batch N`, N groups' commits per `CommitOffsets` call and write), paced at
-each `--commit-rates` step for `--seconds`:
-- commits/s done, and the CPU of the master and of the slave meanwhile (% of one core), beside the
-  master's idle CPU just before; the master's CPU per 1,000 commits/s above idle (the issue's
+topic's 8 queues, paced at each `--commit-rates` step for `--seconds`:
+- with `--commit-clients 1,4,16`, one row per count: the commits made as group members make them
+  (`commit_on_master`) through that many AsyncClients, whose commit pace gathers each one's
+  groups (client/commitpace.py), as COMMITS frames on the master's data port; the calls a second
+  they sent and the commits per call;
+- without it, raw calls for comparison: one `CommitOffset` per commit, or with `--commit-batch N`
+  N groups' commits per `CommitOffsets` call;
+- commits/s done, the CPU of the master and of the slave meanwhile (% of one core), the master's
+  idle CPU just before, and the commit path's share: the master's CPU above idle (the issue's
   target: 10,000 groups committing every second within 10% of a broker's CPU).
 
 Controller snapshot (in this process, no cluster: a `ControllerState` holding `--snap-topics`
