@@ -32,7 +32,7 @@ from tidelog.errors import InvalidArgumentError
 from tidelog.invariants import require
 
 #: the shortest time between two commit calls of one client to one master while commits wait
-DEFAULT_COMMIT_INTERVAL_MS = 50
+DEFAULT_COMMIT_INTERVAL_MS = 100
 #: the most commits one call carries: a call's commits are checked and written in one go on the
 #: master's event loop (about 7 µs each), so 1,000 hold it for about 7 ms
 MAX_COMMITS_PER_CALL = 1000
