@@ -2,12 +2,13 @@
 
 Every group member of a client commits through it (client/committer.py), whatever its group. A
 member's commits bound for one master are a *unit*: they travel in one call, one replicated write,
-all or none, as they did when each member sent its own. A master's cost is mostly per call (gRPC
-and the write: about 0.8 ms of its CPU), and little per commit, so a client with many groups sends
-each master their units together:
+all or none, as they did when each member sent its own. A master's cost is mostly per call (the
+frame or gRPC call and the write: 0.3-0.8 ms of its CPU), and little per commit (about 5 µs), so
+a client with many groups sends each master their units together:
 
 - a unit that finds the master idle (no call out, and the last one left at least `interval_s`
-  ago) leaves at once: a lone commit (a hand-over's, a closing member's) waits for nothing;
+  ago) leaves at once: a commit of a client that commits seldom (a hand-over's, a closing
+  member's) waits for nothing;
 - otherwise it waits. The next call leaves once the call out has answered and `interval_s` has
   passed since that one left, carrying the waiting units oldest first, whole, up to
   `max_commits` commits (a unit larger than that alone, for the master to judge);
@@ -34,7 +35,7 @@ from tidelog.invariants import require
 #: the shortest time between two commit calls of one client to one master while commits wait
 DEFAULT_COMMIT_INTERVAL_MS = 100
 #: the most commits one call carries: a call's commits are checked and written in one go on the
-#: master's event loop (about 7 µs each), so 1,000 hold it for about 7 ms
+#: master's event loop (about 5 µs each), so 1,000 hold it for about 5 ms
 MAX_COMMITS_PER_CALL = 1000
 
 

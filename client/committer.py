@@ -3,17 +3,21 @@ pace (client/commitpace.py), so that many groups in one process cost a master fe
 
 `Committer.commit(address, commits)` returns when the master at `address` has written them (or
 raises what it answered). The units of one call share its fate, with one exception: a call
-refused for what one of its commits says (an offset past a queue's end, a group over the
-broker's `max_groups`, a permission) wrote nothing, and each of its units is then sent again
-alone, so that only the unit at fault gets the error. An answer about the master itself (not the
-master, unavailable, replicas not in sync, a flush timed out) goes to every unit: each member
-defers its commit as it would have alone.
+refused for what one of its commits says (`SPLIT_ON`: an offset past a queue's end, a group over
+the broker's `max_groups`, a permission, an unknown topic; all refused before anything is
+written) is sent again in halves, and so on down to single units, so that only the units at
+fault get the error. Any other answer (not the master, unavailable, a timeout, a full disk, ...)
+goes to every unit of the call, and to the rest of a call being split: each member defers its
+commit as it would have alone.
 
 A call travels as a COMMITS frame through the master's data port (tidelog/dataport_frames.py),
 which costs the master about half the CPU of a gRPC call, or as gRPC's `CommitOffsets` where
 there is no data port. A master of a release without the frame (its data port answers it as
 unknown) gets gRPC from then on; one without `CommitOffsets` (it answers UNIMPLEMENTED) one
 `CommitOffset` per commit.
+
+Every member gets an answer: a client that closes fails the commits waiting and those of the
+calls out with UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -36,13 +40,11 @@ from tidelog.client.commitpace import (
     Unit,
 )
 from tidelog.errors import (
-    FlushDiskTimeoutError,
-    FlushSlaveTimeoutError,
-    InSyncReplicasNotEnoughError,
+    GroupLimitReachedError,
     InvalidArgumentError,
-    NotMasterError,
-    StoreClosedError,
+    PermissionDeniedError,
     TidelogError,
+    TopicNotFoundError,
     UnavailableError,
     UnsupportedCallError,
 )
@@ -53,15 +55,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: answers about the master, not about any commit: every unit of the call gets them
-ABOUT_THE_MASTER = (
-    NotMasterError,
-    UnavailableError,
-    InSyncReplicasNotEnoughError,
-    FlushSlaveTimeoutError,
-    FlushDiskTimeoutError,
-    StoreClosedError,
-)
+#: refusals of a call for what some of its commits say, given before anything is written: the
+#: call is split to find the units at fault (every other answer goes to every unit)
+SPLIT_ON = (InvalidArgumentError, GroupLimitReachedError, PermissionDeniedError, TopicNotFoundError)
 
 
 #: (group, topic, queue, offset)
@@ -92,9 +88,10 @@ class Committer:
         self.interval_s = interval_ms / 1000
         self._paces: dict[str, CommitPace] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._out: dict[str, list[_Waiting]] = {}  # per master, the units of its call out
         self._grpc_only: set[str] = set()  # masters whose data port answered COMMITS as unknown
         self._single_only: set[str] = set()  # masters that answered UNIMPLEMENTED to CommitOffsets
-        self.calls = 0  # commit calls sent: what the pace saves is read here (bench.scale)
+        self.calls = 0  # commit calls sent, answered or not: what the pace saves (bench.scale)
         self.frames = 0  # of them, COMMITS frames through a data port
         self._closed = False
 
@@ -110,7 +107,9 @@ class Committer:
         await future
 
     def close(self) -> None:
-        """Every commit still waiting gets UNAVAILABLE; the calls out end with the client's tasks."""
+        """Every commit waiting, and every commit of a call out, gets UNAVAILABLE (a call out may
+        still have been written: a commit is at least once); the calls end with the client's
+        tasks."""
         self._closed = True
         for timer in self._timers.values():
             timer.cancel()
@@ -118,6 +117,8 @@ class Committer:
         for pace in self._paces.values():
             _fail([u.token for u in pace.waiting], _closed())
             pace.waiting.clear()
+        for units in self._out.values():
+            _fail(units, _closed())
 
     def _step(self, address: str, event: Event) -> None:
         pace = self._paces.get(address)
@@ -128,15 +129,18 @@ class Committer:
             if self._closed:
                 break
             if isinstance(action, Send):
-                self.transport.background(self._send(address, [u.token for u in action.units]))
+                units = self._out[address] = [u.token for u in action.units]
+                self.transport.background(self._send(address, units))
             else:
                 timer = self._timers.get(address)
                 if timer is None or timer.when() > action.at:
                     if timer is not None:
                         timer.cancel()
                     self._timers[address] = loop.call_at(action.at, self._tick, address)
-        if pace.idle:
-            del self._paces[address]  # a client that met many masters keeps no state for them
+        if pace.idle and (pace.last_sent is None or loop.time() >= pace.last_sent + pace.interval_s):
+            # Forgotten once its spacing is over (a pace forgotten sooner would let the next
+            # commit leave at once): a client that met many masters keeps no state for them.
+            del self._paces[address]
 
     def _tick(self, address: str) -> None:
         self._timers.pop(address, None)
@@ -145,31 +149,47 @@ class Committer:
 
     async def _send(self, address: str, units: list[_Waiting]) -> None:
         try:
-            live = [u for u in units if not u.future.done()]  # a member may have given up
-            if live:
-                await self._deliver(address, live)
+            await self._deliver(address, units)
+        except Exception:  # a bug: every member has its answer (_deliver), and it is reported
+            log.exception("group commits to %s: the call failed unexpectedly", address)
         finally:
+            # cancelled in a split (the client closing): the units it had not reached are answered too
+            _fail(units, UnavailableError("the commit call ended without an answer"))
+            if self._out.get(address) is units:
+                del self._out[address]
             self._step(address, Answered())
 
-    async def _deliver(self, address: str, units: list[_Waiting]) -> None:
+    async def _deliver(self, address: str, units: list[_Waiting]) -> TidelogError | None:
+        """Send `units` in one call and answer each; a `SPLIT_ON` refusal sends them again in
+        halves. Returns the answer that failed them all for a reason about no one commit (a
+        split stops there and gives it to the units it has not sent), else None."""
+        units = [u for u in units if not u.future.done()]  # a member may have given up
+        if not units:
+            return None
         try:
             await self._call(address, [c for u in units for c in u.commits])
-        except ABOUT_THE_MASTER as exc:
-            _fail(units, exc)
-        except TidelogError as exc:
+        except SPLIT_ON as exc:
             if len(units) == 1:
                 _fail(units, exc)
-                return
-            # Nothing of the call was written: each unit again alone, so only the one at fault fails.
-            for unit in units:
-                await self._deliver(address, [unit])
+                return None
+            # Nothing of the call was written: halves, so a few units at fault cost a few calls.
+            half = len(units) // 2
+            for part in (units[:half], units[half:]):
+                stop = await self._deliver(address, part)
+                if stop is not None:
+                    _fail(units, stop)
+                    return stop
+            return None
+        except TidelogError as exc:
+            _fail(units, exc)
+            return exc
         except BaseException as exc:  # a bug, or the client closing: every member still gets an answer
             _fail(units, exc)
             raise
-        else:
-            for unit in units:
-                if not unit.future.done():
-                    unit.future.set_result(None)
+        for unit in units:
+            if not unit.future.done():
+                unit.future.set_result(None)
+        return None
 
     async def _call(self, address: str, commits: list[CommitFields]) -> None:
         """One call of `commits`: a COMMITS frame through the master's data port (about half
@@ -182,14 +202,17 @@ class Committer:
                 )
             except InvalidArgumentError as exc:
                 if df.UNKNOWN_OP not in exc.message:
+                    self.calls, self.frames = self.calls + 1, self.frames + 1
                     raise
                 # A broker from before the frame (a rolling upgrade): it wrote nothing of it.
                 log.info("data port %s takes no COMMITS frames: committing through gRPC", address)
                 self._grpc_only.add(address)
+            except BaseException:
+                self.calls, self.frames = self.calls + 1, self.frames + 1
+                raise
             else:
                 if body is not None:
-                    self.calls += 1
-                    self.frames += 1
+                    self.calls, self.frames = self.calls + 1, self.frames + 1
                     return
         requests = [bpb.CommitOffsetRequest(group=g, topic=t, queue=q, offset=o) for g, t, q, o in commits]
         if address not in self._single_only:

@@ -19,9 +19,10 @@ import pytest
 from tidelog import dataport_frames as df
 from tidelog.client.aio import AsyncClient
 from tidelog.client.consumer import commit_on_master
-from tidelog.errors import InvalidArgumentError, NotMasterError, UnsupportedCallError
+from tidelog.errors import InvalidArgumentError, NotMasterError, UnavailableError, UnsupportedCallError
 from tidelog.proto import broker_pb2 as pb
 from tidelog.proto import broker_pb2_grpc as pb_grpc
+from tidelog.tasks import within
 from tidelog.wire import error_from_rpc, rpc
 
 COMMITS = [(("broker-a", 0), 5), (("broker-a", 3), 7), (("broker-a", 1), 0)]
@@ -46,34 +47,44 @@ class _OlderBroker(pb_grpc.BrokerServicer):
 
 
 class _Broker(_OlderBroker):
-    def __init__(self, not_master: bool = False) -> None:
+    def __init__(self, not_master: bool = False, not_master_after_refusal: bool = False) -> None:
         super().__init__()
         self.not_master = not_master
+        self.not_master_after_refusal = not_master_after_refusal
         self.refused: list[list[Commit]] = []  # every call refused whole
+        self.gate: asyncio.Event | None = None  # set: every call waits for it
+        self.arrived: asyncio.Event | None = None  # set: set when a call arrives
 
     @rpc
     async def CommitOffsets(
         self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitOffsetsReply:
         commits = [(c.group, c.topic, c.queue, c.offset) for c in request.commits]
+        if self.arrived is not None:
+            self.arrived.set()
+        if self.gate is not None:
+            await self.gate.wait()
         if self.not_master:
             self.refused.append(commits)
             raise NotMasterError("not the master of broker-a")
         if any(c[3] == REFUSED for c in commits):
             self.refused.append(commits)  # one refused refuses them all: nothing is written
+            self.not_master = self.not_master_after_refusal
             raise InvalidArgumentError(f"offset {REFUSED} is beyond the end of t/0")
         self.calls.append(("CommitOffsets", commits))
         return pb.CommitOffsetsReply()
 
 
-async def _against(servicer: _OlderBroker, run: Callable[[AsyncClient, str], Awaitable[Any]]) -> Any:
+async def _against(
+    servicer: _OlderBroker, run: Callable[[AsyncClient, str], Awaitable[Any]], **options: Any
+) -> Any:
     server = grpc.aio.server()
     pb_grpc.add_BrokerServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     address = f"127.0.0.1:{port}"
     try:
-        async with AsyncClient(address) as client:
+        async with AsyncClient(address, **options) as client:
             return await run(client, address)
     finally:
         await server.stop(0)
@@ -111,10 +122,96 @@ def test_a_refused_commit_fails_its_own_member_and_the_others_are_written() -> N
     assert isinstance(answers[2], InvalidArgumentError)
     written = [c for _, commits in broker.calls for c in commits]
     assert written == [(f"g{i}", "t", 0, o) for i, o in enumerate(offsets) if o != REFUSED]
-    # the call carrying the refused one was refused whole, then each of its units went alone
-    assert broker.refused == [
-        [("g1", "t", 0, 2), ("g2", "t", 0, REFUSED), ("g3", "t", 0, 4), ("g4", "t", 0, 5)],
-        [("g2", "t", 0, REFUSED)],
+    # the call carrying the refused one was refused whole, then split in halves down to it
+    g = [(f"g{i}", "t", 0, o) for i, o in enumerate(offsets)]
+    assert broker.refused == [g[1:], g[1:3], g[2:3]]
+
+
+def test_a_group_refused_in_every_call_costs_a_few_calls_not_one_per_group() -> None:
+    broker = _Broker()
+    offsets = [7] * 64 + [REFUSED]
+    answers = asyncio.run(_against(broker, lambda c, a: _many_groups_at_once(c, a, offsets)))
+    assert [a is None for a in answers] == [True] * 64 + [False]
+    assert len(broker.calls) + len(broker.refused) <= 2 + 2 * 7  # halves: about 2 log2(64) calls
+
+
+def test_a_split_stops_at_an_answer_about_the_master_and_gives_it_to_the_rest() -> None:
+    broker = _Broker(not_master_after_refusal=True)
+    offsets = [1, REFUSED, 3, 4, 5, 6]
+    answers = asyncio.run(_against(broker, lambda c, a: _many_groups_at_once(c, a, offsets)))
+    assert answers[0] is None  # it left alone, before the refusal
+    assert all(isinstance(a, NotMasterError) for a in answers[1:])
+    # the refused call of five, then one half that met NOT_MASTER: the other half was not sent
+    assert [len(c) for c in broker.refused] == [5, 2]
+
+
+def test_calls_stay_spaced_across_a_pause_in_commits() -> None:
+    """Commits that trickle in, each after the last call was answered, still leave at most one
+    call per interval: the pace is not forgotten while its spacing runs."""
+    broker = _Broker()
+
+    async def trickle(client: AsyncClient, address: str) -> None:
+        async def one(i: int) -> None:
+            await asyncio.sleep(i * 0.005)
+            await client.commits.commit(address, [(f"g{i}", "t", 0, i)])
+
+        await asyncio.gather(*(one(i) for i in range(20)))
+
+    asyncio.run(_against(broker, trickle, commit_interval_ms=1000))
+    assert len(broker.calls) <= 3, [len(c) for _, c in broker.calls]  # 20 when each left at once
+    assert sorted(c for _, commits in broker.calls for c in commits) == sorted(
+        (f"g{i}", "t", 0, i) for i in range(20)
+    )
+
+
+def test_a_closing_client_answers_every_member_waiting_or_in_a_call_out() -> None:
+    broker = _Broker()
+
+    async def close_midway(client: AsyncClient, address: str) -> list[Any]:
+        broker.gate = asyncio.Event()  # the first call never answers
+        members = [
+            asyncio.ensure_future(client.commits.commit(address, [(f"g{i}", "t", 0, i)])) for i in range(5)
+        ]
+        while not client.commits._out:  # the first call is out
+            await asyncio.sleep(0.01)
+        await client.close()
+        return await within(asyncio.gather(*members, return_exceptions=True), 5)
+
+    answers = asyncio.run(_against(broker, close_midway))
+    assert all(isinstance(a, UnavailableError) for a in answers), answers
+
+
+def test_a_client_closed_before_its_call_started_answers_the_member() -> None:
+    async def close_at_once(client: AsyncClient, address: str) -> Any:
+        member = asyncio.ensure_future(client.commits.commit(address, [("g", "t", 0, 1)]))
+        await asyncio.sleep(0)  # the commit is handed to a call whose task has not run yet
+        await client.close()
+        return await within(asyncio.gather(member, return_exceptions=True), 5)
+
+    [answer] = asyncio.run(_against(_Broker(), close_at_once))
+    assert isinstance(answer, UnavailableError)
+
+
+def test_a_member_that_gave_up_before_its_call_left_is_not_sent() -> None:
+    broker = _Broker()
+
+    async def give_up(client: AsyncClient, address: str) -> None:
+        broker.gate, broker.arrived = asyncio.Event(), asyncio.Event()
+        first = asyncio.ensure_future(client.commits.commit(address, [("first", "t", 0, 1)]))
+        await broker.arrived.wait()
+        quitter = asyncio.ensure_future(client.commits.commit(address, [("quitter", "t", 0, 2)]))
+        await asyncio.sleep(0)  # its commit waits behind the call out
+        quitter.cancel()
+        broker.gate.set()
+        await first
+        # units leave in order: once a later commit is written, a call carrying the quitter's
+        # would have left before or with it
+        await client.commits.commit(address, [("last", "t", 0, 3)])
+
+    asyncio.run(_against(broker, give_up, commit_interval_ms=100))
+    assert broker.calls == [
+        ("CommitOffsets", [("first", "t", 0, 1)]),
+        ("CommitOffsets", [("last", "t", 0, 3)]),
     ]
 
 
