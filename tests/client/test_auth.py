@@ -218,6 +218,7 @@ def users(secured: LocalCluster, topics: tuple[str, str]) -> dict[str, dict[str,
         "alice": (("topic", a, "produce"),),
         "bob": (),
         "erin": (("topic", a, "consume"),),
+        "gina": (("topic", a, "consume"), ("group", "gina-*", "consume")),
         "dave": (("topic", "other", "consume"),),
         "frank": (("topic", a, "produce"),),
         "lwriter": (("ledger", "*", "create"), ("ledger", "*", "write")),
@@ -334,6 +335,35 @@ def test_a_group_consumer_needs_consume_on_its_group_too(
 
     lag = run(secured, admin(secured), committed)
     assert sum(int(q["lag"]) for q in lag) == 0, lag  # erin's commit went through
+
+
+def test_group_commits_in_one_frame_are_checked_per_group_and_a_refused_one_fails_alone(
+    secured: LocalCluster, topics: tuple[str, str], users: dict[str, dict[str, str]]
+) -> None:
+    """Three members of one client commit at once: the COMMITS frame carrying them is refused for
+    the group gina may not consume, and split until only that member gets the refusal."""
+    a, _ = topics
+    gina = users["gina"]  # may consume a and the groups gina-*
+
+    async def commit_three(client: AsyncClient) -> tuple[list[Any], int]:
+        master = (await client.route(a)).broker_sets[0].master_address
+        await client.commits.commit(master, [("gina-first", a, 0, 0)])  # until gina is known there
+        groups = ["gina-a", "other-g", "gina-b"]
+        answers = await asyncio.gather(
+            *(client.commits.commit(master, [(g, a, 0, 0)]) for g in groups), return_exceptions=True
+        )
+        return answers, client.commits.frames
+
+    answers, frames = until_passes("gina's commits", lambda: run(secured, gina, commit_three))
+    assert answers[0] is None and answers[2] is None, answers
+    assert isinstance(answers[1], PermissionDeniedError) and "group other-g" in answers[1].message
+    assert frames == 6  # the first; the three (refused); gina-a; the other two (refused); each alone
+
+    async def committed(client: AsyncClient) -> dict[str, list[int | None]]:
+        groups = ("gina-a", "gina-b", "other-g")
+        return {g: [q["committed"] for q in await client.admin().group_lag(g, a)] for g in groups}
+
+    assert run(secured, admin(secured), committed) == {"gina-a": [0], "gina-b": [0], "other-g": [None]}
 
 
 def test_cli_manages_users_and_grants(secured: LocalCluster) -> None:

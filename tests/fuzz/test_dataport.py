@@ -1,5 +1,6 @@
 """Fuzzing the data port's frames (tidelog/dataport_frames.py) on both ends: the broker's parsing and
-serving of a request body (broker/dataport.py, through a real in-process master), and the
+serving of a request body (produce, pull, ledger add, group commits; broker/dataport.py, through
+a real in-process master), and the
 client's reading of a reply stream (client/dataconn.py).
 
 Contract:
@@ -85,7 +86,19 @@ ledger_add_bodies = st.builds(
         max_size=3,
     ),
 )
-requests = st.one_of(produce_bodies(), pull_bodies, ledger_add_bodies)
+commit_bodies = st.builds(
+    lambda commits: bytes([df.OP_COMMITS]) + df.commits_request(commits),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["g", "", " ", "g" * 256]) | st.text(max_size=6),
+            topics,
+            st.integers(-1, QUEUES) | st.integers(-(2**31), 2**31 - 1),
+            st.integers(-1, 5) | st.integers(-(2**63), 2**63 - 1),
+        ),
+        max_size=4,
+    ),
+)
+requests = st.one_of(produce_bodies(), pull_bodies, ledger_add_bodies, commit_bodies)
 
 replies = st.one_of(
     st.builds(
@@ -141,6 +154,9 @@ def check_parsers(data: bytes) -> None:
     add = _parsed(df.parse_ledger_add, body)
     if add is not None:  # a ledger add that parses is exactly its fields
         assert b"".join(df.ledger_add_request(add.ledger_id, add.password, add.entries)) == body
+    commits = _parsed(df.parse_commits, body)
+    if commits is not None:  # so are group commits
+        assert df.commits_request(commits.commits) == body
     for fn in (df.parse_produced, df.parse_pulled, df.parse_error, df.parse_ledger_added):
         _parsed(fn, body)
     auth = _parsed(df.parse_auth, body)
@@ -187,6 +203,8 @@ def _port_check() -> Iterator[Check]:
                 df.parse_produced(payload)
             elif op == df.OP_LEDGER_ADD:
                 df.parse_ledger_added(payload)
+            elif op == df.OP_COMMITS:
+                assert payload == b""  # written: an empty ok
             else:
                 pulled = df.parse_pulled(payload)
                 assert crc32c(pulled.records) == pulled.crc
