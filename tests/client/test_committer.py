@@ -53,7 +53,7 @@ class _Broker(_OlderBroker):
         self.not_master_after_refusal = not_master_after_refusal
         self.refused: list[list[Commit]] = []  # every call refused whole
         self.gate: asyncio.Event | None = None  # set: every call waits for it
-        self.arrived: asyncio.Event | None = None  # set: set when a call arrives
+        self.arrived: asyncio.Event | None = None  # given: set when a call arrives
 
     @rpc
     async def CommitOffsets(
@@ -168,12 +168,11 @@ def test_a_closing_client_answers_every_member_waiting_or_in_a_call_out() -> Non
     broker = _Broker()
 
     async def close_midway(client: AsyncClient, address: str) -> list[Any]:
-        broker.gate = asyncio.Event()  # the first call never answers
+        broker.gate, broker.arrived = asyncio.Event(), asyncio.Event()  # the first call never answers
         members = [
             asyncio.ensure_future(client.commits.commit(address, [(f"g{i}", "t", 0, i)])) for i in range(5)
         ]
-        while not client.commits._out:  # the first call is out
-            await asyncio.sleep(0.01)
+        await broker.arrived.wait()  # the first call is out, the others wait behind it
         await client.close()
         return await within(asyncio.gather(*members, return_exceptions=True), 5)
 
