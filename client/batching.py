@@ -48,9 +48,14 @@ class BatchLimits:
             ("batch_max_bytes", 1024, 48 << 20),
             ("max_in_flight", 1, 64),
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], not {value!r}")
+            int_option(name, getattr(self, name), low, high)
+
+
+def int_option(name: str, value: Any, low: int, high: int) -> int:
+    """`value` of a client option that takes an integer in [low, high], else InvalidArgumentError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], not {value!r}")
+    return value
 
 
 def message_bytes(item: Any) -> int:

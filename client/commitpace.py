@@ -92,10 +92,12 @@ class CommitPace:
         if self.max_commits < 1:
             raise InvalidArgumentError("a commit call carries at least one commit")
 
-    @property
-    def idle(self) -> bool:
-        """Nothing waiting and no call out: the shell may forget this master's pace."""
-        return not self.waiting and not self.in_flight
+    def forgettable(self, now: float) -> bool:
+        """Nothing waiting, no call out, and the spacing since the last call over: a new pace
+        would decide as this one, so the shell may forget it (one forgotten sooner would let the
+        next commit leave at once)."""
+        idle = not self.waiting and not self.in_flight
+        return idle and (self.last_sent is None or now >= self.last_sent + self.interval_s)
 
     def step(self, event: Event, now: float) -> list[Action]:
         if isinstance(event, Added):

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tidelog import dataport_frames as df
+from tidelog.client.batching import int_option
 from tidelog.client.commitpace import (
     DEFAULT_COMMIT_INTERVAL_MS,
     MAX_COMMITS_PER_CALL,
@@ -76,16 +77,8 @@ class _Waiting:
 
 class Committer:
     def __init__(self, transport: Transport, interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS) -> None:
-        if (
-            isinstance(interval_ms, bool)
-            or not isinstance(interval_ms, int)
-            or not 0 <= interval_ms <= 60_000
-        ):
-            raise InvalidArgumentError(
-                f"commit_interval_ms must be an integer in [0, 60000], not {interval_ms!r}"
-            )
         self.transport = transport
-        self.interval_s = interval_ms / 1000
+        self.interval_s = int_option("commit_interval_ms", interval_ms, 0, 60_000) / 1000
         self._paces: dict[str, CommitPace] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._out: dict[str, list[_Waiting]] = {}  # per master, the units of its call out
@@ -131,16 +124,11 @@ class Committer:
             if isinstance(action, Send):
                 units = self._out[address] = [u.token for u in action.units]
                 self.transport.background(self._send(address, units))
-            else:
-                timer = self._timers.get(address)
-                if timer is None or timer.when() > action.at:
-                    if timer is not None:
-                        timer.cancel()
-                    self._timers[address] = loop.call_at(action.at, self._tick, address)
-        if pace.idle and (pace.last_sent is None or loop.time() >= pace.last_sent + pace.interval_s):
-            # Forgotten once its spacing is over (a pace forgotten sooner would let the next
-            # commit leave at once): a client that met many masters keeps no state for them.
-            del self._paces[address]
+            elif address not in self._timers:
+                # A wake-up is the last call's time plus the spacing: one set earlier is no later.
+                self._timers[address] = loop.call_at(action.at, self._tick, address)
+        if pace.forgettable(loop.time()):
+            del self._paces[address]  # a client that met many masters keeps no state for them
 
     def _tick(self, address: str) -> None:
         self._timers.pop(address, None)
@@ -196,24 +184,25 @@ class Committer:
         a gRPC call's CPU on the master), else `CommitOffsets`, else one `CommitOffset` each."""
         transport = self.transport
         if address not in self._grpc_only:
+            sent = True  # a frame went out, whatever its answer
             try:
                 body = await transport.over_data_port(
                     address, df.OP_COMMITS, [df.commits_request(commits)], transport.rpc_timeout
                 )
+                sent = body is not None  # None: no data port
             except InvalidArgumentError as exc:
                 if df.UNKNOWN_OP not in exc.message:
-                    self.calls, self.frames = self.calls + 1, self.frames + 1
                     raise
                 # A broker from before the frame (a rolling upgrade): it wrote nothing of it.
                 log.info("data port %s takes no COMMITS frames: committing through gRPC", address)
                 self._grpc_only.add(address)
-            except BaseException:
-                self.calls, self.frames = self.calls + 1, self.frames + 1
-                raise
-            else:
-                if body is not None:
-                    self.calls, self.frames = self.calls + 1, self.frames + 1
-                    return
+                sent = False
+            finally:
+                if sent:
+                    self.calls += 1
+                    self.frames += 1
+            if sent:
+                return
         requests = [bpb.CommitOffsetRequest(group=g, topic=t, queue=q, offset=o) for g, t, q, o in commits]
         if address not in self._single_only:
             self.calls += 1
